@@ -1,0 +1,114 @@
+/* loom public C API: load a model, build an engine (plan, buffers, KV cache) for it, run
+ * batched forward passes, generate text. Everything not declared here is internal. */
+#ifndef LOOM_H
+#define LOOM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* One line describing the first error; filled by every call that can fail. */
+typedef struct loom_err {
+    char msg[512];
+} loom_err;
+
+typedef struct loom_model loom_model;
+typedef struct loom_engine loom_engine;
+
+typedef struct loom_model_options {
+    const char *path;    /* Hugging Face folder or a config.json (dummy); NULL: embedded default */
+    bool dummy;          /* --load-format dummy: real shapes, seeded random weights */
+    uint64_t seed;       /* dummy weights */
+    const char *dtype;   /* "auto" (as stored; f16 widened to f32), "float32", "bfloat16" */
+    bool progress;       /* print a progress line on stderr while loading */
+    bool load_tokenizer; /* read tokenizer.json (needed for text in/out) */
+} loom_model_options;
+
+loom_model *loom_model_load(const loom_model_options *o, loom_err *err);
+void loom_model_free(loom_model *m);
+
+typedef struct loom_model_info {
+    const char *arch;
+    int vocab, hidden, n_layers, n_heads, n_kv_heads, head_dim, max_pos;
+    int bos_id;
+    const int *eos_ids;
+    int n_eos;
+    size_t n_params;
+    size_t weight_bytes; /* as held in memory */
+} loom_model_info;
+void loom_model_get_info(const loom_model *m, loom_model_info *info);
+
+typedef struct loom_engine_options {
+    int max_seqs;       /* sequences with a KV cache slot */
+    int max_ctx;        /* positions per sequence (0: min(max_position_embeddings, 4096)) */
+    int max_tokens;     /* tokens per forward pass */
+    bool all_logits;    /* logits for every token, not only requested rows */
+    int threads;        /* 0: all cores */
+} loom_engine_options;
+
+loom_engine *loom_engine_new(loom_model *m, const loom_engine_options *o, loom_err *err);
+void loom_engine_free(loom_engine *e);
+
+/* One forward pass over a flattened batch: token i is ids[i] at position pos[i] of sequence
+ * seq[i] (tokens of a sequence contiguous, in order; a sequence's positions continue from
+ * what its KV cache holds). Logits are returned for rows logit_rows[0..n_logits) (indices into
+ * the batch) as a [n_logits, vocab] array owned by the engine, valid until the next call. */
+typedef struct loom_batch {
+    int n_tokens;
+    const int32_t *ids, *pos, *seq;
+    int n_logits;
+    const int32_t *logit_rows;
+} loom_batch;
+int loom_forward(loom_engine *e, const loom_batch *b, const float **logits, loom_err *err);
+
+/* Text */
+int loom_tokenize(const loom_model *m, const char *text, bool add_special, int32_t **ids, size_t *n,
+                  loom_err *err);
+
+typedef struct loom_sampling {
+    float temperature; /* 0: greedy */
+    int top_k;         /* 0: off */
+    float top_p;       /* 1: off */
+    uint64_t seed;
+    bool ignore_eos;   /* keep generating past EOS */
+} loom_sampling;
+
+/* Called with each generated token and its text piece (complete UTF-8, may be empty);
+ * return false to stop. */
+typedef bool (*loom_token_cb)(void *user, int32_t id, const char *piece, size_t len);
+
+typedef struct loom_gen_stats {
+    int prompt_tokens, generated;
+    double prefill_s, decode_s;
+    bool stopped_at_eos;
+} loom_gen_stats;
+
+/* Generates up to max_new tokens after prompt (sequence slot 0, starting empty), streaming
+ * through cb. */
+int loom_generate(loom_engine *e, const int32_t *prompt, int n_prompt, int max_new,
+                  const loom_sampling *s, loom_token_cb cb, void *user, loom_gen_stats *stats,
+                  loom_err *err);
+
+/* Memory the engine holds for activations and for the KV cache, in bytes. */
+size_t loom_engine_activation_bytes(const loom_engine *e);
+size_t loom_engine_kv_bytes(const loom_engine *e);
+
+/* Per-op-kind timing of forward passes (for benchmarks; off by default). */
+void loom_engine_set_profile(loom_engine *e, bool on);
+void loom_engine_print_profile(const loom_engine *e, FILE *f);
+
+/* Prints the module tree and this rank's plan (steps, widths, buffers) to f. */
+int loom_print_plan(loom_model *m, FILE *f, loom_err *err);
+
+/* Forgets what sequence slot `seq` holds (its positions restart at 0). */
+void loom_engine_reset_seq(loom_engine *e, int seq);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets with clang (build-fuzz/) and runs each for N seconds (default
+# 60) on a seed corpus of the repo's own model files. Crashes leave their input in build-fuzz/.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+secs=${1:-60}
+LOOM_WITH_FUZZ=1 scripts/install-deps.sh
+cmake -S . -B build-fuzz -DCMAKE_C_COMPILER=clang -DLOOM_FUZZ=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build build-fuzz -j "$(nproc)" --target fuzz_safetensors fuzz_config fuzz_tokenizer
+for t in safetensors config tokenizer; do
+  corpus=build-fuzz/corpus-$t
+  mkdir -p "$corpus"
+  case $t in
+    safetensors) cp tests/golden/*/golden.safetensors models/stories260K/model.safetensors "$corpus/" 2>/dev/null || true
+                 for f in tests/golden/*/model.safetensors; do cp "$f" "$corpus/$(basename "$(dirname "$f")").st"; done ;;
+    config) for f in tests/golden/*/config.json models/stories260K/config.json configs/*.json; do
+              cp "$f" "$corpus/$(echo "$f" | tr / _)"; done ;;
+    tokenizer) cp models/stories260K/tokenizer.json "$corpus/stories.json" ;;
+  esac
+  echo "fuzz_$t: ${secs}s"
+  (cd build-fuzz && ./fuzz_$t -max_total_time="$secs" -max_len=65536 -rss_limit_mb=4096 "corpus-$t" 2>&1 | tail -n 3)
+done

@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Builds loom and runs the whole test suite (ctest). --sanitize: the same suite under
+# AddressSanitizer + UndefinedBehaviorSanitizer, in build-asan/.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+dir=$(scripts/build.sh "$@" | tail -n 1)
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
+if [ "${1:-}" = --sanitize ]; then
+  export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+fi
+ctest --test-dir "$dir" --output-on-failure

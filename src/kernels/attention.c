@@ -1,0 +1,118 @@
+/* Causal attention with a KV cache, tiled with an online softmax so no [T, T] score matrix
+ * exists. A task is one block of up to QB consecutive queries of one sequence and one kv head
+ * with all the query heads that share it (GQA): their rows are stacked into one small matrix
+ * so that scores and the weighted sum of values are sgemm calls (the OpenMP OpenBLAS runs them
+ * single-threaded inside our parallel loop). Key blocks past the block's last position are
+ * never visited; inside a block the causal mask and sliding window are applied per row. */
+#include <cblas.h>
+#include <float.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/kernels.h"
+
+#define QB 16 /* queries per task */
+#define KB 64 /* keys per block */
+
+typedef struct scratch {
+    float *q, *s, *acc, *m, *l;
+    size_t cap_rows, cap_hd;
+} scratch;
+
+static scratch *thread_scratch(size_t rows, size_t hd) {
+    static _Thread_local scratch sc;
+    if (rows > sc.cap_rows || hd > sc.cap_hd) {
+        free(sc.q), free(sc.s), free(sc.acc), free(sc.m), free(sc.l);
+        sc.cap_rows = rows > sc.cap_rows ? rows : sc.cap_rows;
+        sc.cap_hd = hd > sc.cap_hd ? hd : sc.cap_hd;
+        sc.q = malloc(sc.cap_rows * sc.cap_hd * sizeof(float));
+        sc.acc = malloc(sc.cap_rows * sc.cap_hd * sizeof(float));
+        sc.s = malloc(sc.cap_rows * KB * sizeof(float));
+        sc.m = malloc(sc.cap_rows * sizeof(float));
+        sc.l = malloc(sc.cap_rows * sizeof(float));
+    }
+    return &sc;
+}
+
+static void write_cache(kv_layer *c, const float *k, size_t ldk, const float *v, size_t ldv, int rows,
+                        const int32_t *pos, const int32_t *seq) {
+    size_t w = c->kv_width;
+    for (int r = 0; r < rows; r++) {
+        size_t at = ((size_t)seq[r] * c->max_ctx + pos[r]) * w;
+        memcpy(c->k + at, k + (size_t)r * ldk, w * sizeof(float));
+        memcpy(c->v + at, v + (size_t)r * ldv, w * sizeof(float));
+    }
+}
+
+/* Queries r0..r0+nq-1 of the batch (sequence sq, positions p0..), kv head kvh. Stacked row
+ * i*g + j is query i, head kvh*g + j. */
+static void attend_block(const attn_shape *s, const kv_layer *c, const float *q, size_t ldq, float *out,
+                         size_t ldo, int r0, int nq, int kvh, int sq, int p0) {
+    int hd = s->head_dim, g = s->n_heads / s->n_kv_heads, rows = nq * g;
+    scratch *sc = thread_scratch((size_t)QB * g, hd);
+    for (int i = 0; i < nq; i++)
+        memcpy(sc->q + (size_t)i * g * hd, q + (size_t)(r0 + i) * ldq + (size_t)kvh * g * hd,
+               (size_t)g * hd * sizeof(float));
+    for (int r = 0; r < rows; r++) sc->m[r] = -FLT_MAX, sc->l[r] = 0;
+    memset(sc->acc, 0, (size_t)rows * hd * sizeof(float));
+    const float *kbase = c->k + (size_t)sq * c->max_ctx * c->kv_width + (size_t)kvh * hd;
+    const float *vbase = c->v + (size_t)sq * c->max_ctx * c->kv_width + (size_t)kvh * hd;
+    int last = p0 + nq - 1, first = s->window ? p0 - s->window + 1 : 0;
+    if (first < 0) first = 0;
+    for (int k0 = first; k0 <= last; k0 += KB) {
+        int nk = last + 1 - k0 < KB ? last + 1 - k0 : KB;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, nk, hd, s->scale, sc->q, hd,
+                    kbase + (size_t)k0 * c->kv_width, c->kv_width, 0.0f, sc->s, KB);
+        for (int r = 0; r < rows; r++) {
+            float *sr = sc->s + (size_t)r * KB;
+            int p = p0 + r / g, lo = s->window ? p - s->window + 1 : 0;
+            float bm = -FLT_MAX;
+            for (int j = 0; j < nk; j++) {
+                if (k0 + j > p || k0 + j < lo) sr[j] = -INFINITY;
+                else if (sr[j] > bm) bm = sr[j];
+            }
+            float mn = bm > sc->m[r] ? bm : sc->m[r], corr = expf(sc->m[r] - mn), sum = 0;
+            for (int j = 0; j < nk; j++) {
+                sr[j] = expf(sr[j] - mn); /* masked: exp(-inf) = 0 */
+                sum += sr[j];
+            }
+            sc->l[r] = sc->l[r] * corr + sum;
+            sc->m[r] = mn;
+            if (corr != 1.0f)
+                for (int e = 0; e < hd; e++) sc->acc[(size_t)r * hd + e] *= corr;
+        }
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hd, nk, 1.0f, sc->s, KB,
+                    vbase + (size_t)k0 * c->kv_width, c->kv_width, 1.0f, sc->acc, hd);
+    }
+    for (int i = 0; i < nq; i++)
+        for (int j = 0; j < g; j++) {
+            int r = i * g + j;
+            float *o = out + (size_t)(r0 + i) * ldo + (size_t)(kvh * g + j) * hd, inv = 1.0f / sc->l[r];
+            for (int e = 0; e < hd; e++) o[e] = sc->acc[(size_t)r * hd + e] * inv;
+        }
+}
+
+/* End of the query block starting at row r: same sequence, consecutive positions, <= QB. */
+static int block_end(int r, int rows, const int32_t *pos, const int32_t *seq) {
+    int e = r + 1;
+    while (e < rows && seq[e] == seq[r] && pos[e] == pos[e - 1] + 1 && e - r < QB) e++;
+    return e;
+}
+
+void attention(const attn_shape *s, kv_layer *cache, const float *q, size_t ldq, const float *k,
+               size_t ldk, const float *v, size_t ldv, float *out, size_t ldo, int rows,
+               const int32_t *pos, const int32_t *seq) {
+    write_cache(cache, k, ldk, v, ldv, rows, pos, seq);
+    int n_blocks = 0;
+    for (int r = 0; r < rows; r = block_end(r, rows, pos, seq)) n_blocks++;
+    int starts[n_blocks + 1], b = 0;
+    for (int r = 0; r < rows; r = block_end(r, rows, pos, seq)) starts[b++] = r;
+    starts[n_blocks] = rows;
+    int tasks = n_blocks * s->n_kv_heads;
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int t = 0; t < tasks; t++) {
+        int bl = t / s->n_kv_heads, kvh = t % s->n_kv_heads, r0 = starts[bl];
+        attend_block(s, cache, q, ldq, out, ldo, r0, starts[bl + 1] - r0, kvh, seq[r0], pos[r0]);
+    }
+}

@@ -1,0 +1,96 @@
+/* Llama-family blocks: GQA self-attention with RoPE, SwiGLU MLP, pre-norm decoder layer and
+ * the model around them, with the switches of llama_variant. Weight names are Hugging Face's. */
+#include <stdio.h>
+
+#include "model/arch/arch.h"
+
+static void part(linear_part *p, const char *prefix, const char *proj, int out, int head_dim,
+                 bool bias) {
+    snprintf(p->weight, sizeof p->weight, "%s.%s.weight", prefix, proj);
+    if (bias) snprintf(p->bias, sizeof p->bias, "%s.%s.bias", prefix, proj);
+    p->out = out;
+    p->head_dim = head_dim;
+}
+
+static module *attention_block(const model_config *c, const llama_variant *v, int layer) {
+    module *m = module_new("attention", "model.layers.%d.self_attn", layer);
+    int x = module_input(m, "x");
+    int hd = c->head_dim, q_out = c->n_heads * hd, kv_out = c->n_kv_heads * hd;
+    linear_desc qkv = {.in = c->hidden, .n_parts = 3, .style = PAR_COLUMN};
+    bool bias = v->qkv_bias || c->attention_bias;
+    part(&qkv.parts[0], m->name, "q_proj", q_out, hd, bias);
+    part(&qkv.parts[1], m->name, "k_proj", kv_out, hd, bias);
+    part(&qkv.parts[2], m->name, "v_proj", kv_out, hd, bias);
+    int fused = emit_linear(m, x, &qkv);
+    int q = emit_split(m, fused, 0, "q");
+    int k = emit_split(m, fused, 1, "k");
+    int val = emit_split(m, fused, 2, "v");
+    if (v->qk_norm) {
+        char w[128];
+        snprintf(w, sizeof w, "%s.q_norm.weight", m->name);
+        q = emit_rms_norm(m, q, w, c->rms_eps, hd, "q_normed");
+        snprintf(w, sizeof w, "%s.k_norm.weight", m->name);
+        k = emit_rms_norm(m, k, w, c->rms_eps, hd, "k_normed");
+    }
+    q = emit_rope(m, q, c->n_heads, hd, "q_rot");
+    k = emit_rope(m, k, c->n_kv_heads, hd, "k_rot");
+    attn_desc a = {.layer = layer, .n_heads = c->n_heads, .n_kv_heads = c->n_kv_heads, .head_dim = hd,
+                   .sliding_window = v->sliding_window ? c->sliding_window : 0,
+                   .scale = c->attention_mult};
+    int att = emit_attention(m, q, k, val, &a);
+    linear_desc o = {.in = q_out, .n_parts = 1, .style = PAR_ROW};
+    part(&o.parts[0], m->name, "o_proj", c->hidden, 0, c->attention_bias);
+    module_output(m, emit_linear(m, att, &o));
+    return m;
+}
+
+static module *mlp_block(const model_config *c, int layer) {
+    module *m = module_new("mlp", "model.layers.%d.mlp", layer);
+    int x = module_input(m, "x");
+    linear_desc gu = {.in = c->hidden, .n_parts = 2, .style = PAR_COLUMN};
+    part(&gu.parts[0], m->name, "gate_proj", c->intermediate, 0, c->mlp_bias);
+    part(&gu.parts[1], m->name, "up_proj", c->intermediate, 0, c->mlp_bias);
+    int fused = emit_linear(m, x, &gu);
+    int gate = emit_split(m, fused, 0, "gate"), up = emit_split(m, fused, 1, "up");
+    int act = emit_silu_mul(m, gate, up);
+    linear_desc d = {.in = c->intermediate, .n_parts = 1, .style = PAR_ROW};
+    part(&d.parts[0], m->name, "down_proj", c->hidden, 0, c->mlp_bias);
+    module_output(m, emit_linear(m, act, &d));
+    return m;
+}
+
+/* h + residual_mult * child(norm(h)); Granite scales the branch, others multiply by 1 (no op). */
+static int residual_branch(module *m, const model_config *c, int h, const char *norm, module *child,
+                           const char *name) {
+    char w[128];
+    snprintf(w, sizeof w, "%s.%s.weight", m->name, norm);
+    int n = emit_rms_norm(m, h, w, c->rms_eps, 0, norm);
+    int out = emit_call(m, child, &n, 1, child->kind);
+    if (c->residual_mult != 1.0f) out = emit_scale(m, out, c->residual_mult, "scaled");
+    return emit_add(m, h, out, name);
+}
+
+static module *decoder_layer(const model_config *c, const llama_variant *v, int layer) {
+    module *m = module_new("decoder_layer", "model.layers.%d", layer);
+    int h = module_input(m, "hidden");
+    h = residual_branch(m, c, h, "input_layernorm", attention_block(c, v, layer), "resid_attn");
+    h = residual_branch(m, c, h, "post_attention_layernorm", mlp_block(c, layer), "resid_mlp");
+    module_output(m, h);
+    return m;
+}
+
+module *build_llama_family(const model_config *c, const llama_variant *v) {
+    module *m = module_new("model", "model");
+    int h = emit_embed(m, "model.embed_tokens.weight", c->vocab, c->hidden);
+    if (c->embedding_mult != 1.0f) h = emit_scale(m, h, c->embedding_mult, "embeds_scaled");
+    for (int l = 0; l < c->n_layers; l++) h = emit_call(m, decoder_layer(c, v, l), &h, 1, "hidden");
+    h = emit_rms_norm(m, emit_logit_rows(m, h), "model.norm.weight", c->rms_eps, 0, "normed");
+    linear_desc head = {.in = c->hidden, .n_parts = 1, .style = PAR_VOCAB};
+    snprintf(head.parts[0].weight, sizeof head.parts[0].weight, "%s",
+             c->tie_embeddings ? "model.embed_tokens.weight" : "lm_head.weight");
+    head.parts[0].out = c->vocab;
+    int logits = emit_linear(m, h, &head);
+    if (c->logits_scale != 1.0f) logits = emit_scale(m, logits, 1.0f / c->logits_scale, "logits_scaled");
+    module_output(m, logits);
+    return m;
+}

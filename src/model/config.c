@@ -1,0 +1,194 @@
+/* config.json parsing. Defaults follow transformers' configuration classes for the
+ * architectures loom supports; anything required and absent is an error naming the field. */
+#include "model/config.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/err.h"
+#include "util/file.h"
+
+typedef struct {
+    const cJSON *root;
+    const char *name;
+    loom_err *err;
+} reader;
+
+/* A number field; returns 0 if absent or null (then *out = def), -1 on a type error. */
+static int get_num(reader *r, const cJSON *obj, const char *key, double def, bool required,
+                   double *out) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+    if (!v || cJSON_IsNull(v)) {
+        if (required) return loom_errf(r->err, "%s: missing field '%s'", r->name, key);
+        *out = def;
+        return 0;
+    }
+    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble))
+        return loom_errf(r->err, "%s: field '%s' must be a number", r->name, key);
+    *out = v->valuedouble;
+    return 0;
+}
+
+static int get_int(reader *r, const cJSON *obj, const char *key, int def, bool required, int min,
+                   int *out) {
+    double d = def;
+    if (get_num(r, obj, key, def, required, &d)) return -1;
+    if (d != floor(d) || d < min || d > 1e9)
+        return loom_errf(r->err, "%s: field '%s' must be an integer >= %d (got %g)", r->name, key,
+                         min, d);
+    *out = (int)d;
+    return 0;
+}
+
+static int get_float(reader *r, const cJSON *obj, const char *key, double def, bool required,
+                     float *out) {
+    double d = def;
+    if (get_num(r, obj, key, def, required, &d)) return -1;
+    *out = (float)d;
+    return 0;
+}
+
+static int get_bool(reader *r, const char *key, bool def, bool *out) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(r->root, key);
+    if (!v || cJSON_IsNull(v)) {
+        *out = def;
+        return 0;
+    }
+    if (!cJSON_IsBool(v)) return loom_errf(r->err, "%s: field '%s' must be true or false", r->name, key);
+    *out = cJSON_IsTrue(v);
+    return 0;
+}
+
+static const char *get_str(const cJSON *obj, const char *key) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+    return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+/* RoPE settings: transformers 5 writes "rope_parameters" (theta inside), older versions
+ * "rope_theta" plus an optional "rope_scaling"; accept both. */
+static int parse_rope(reader *r, model_config *c) {
+    const cJSON *params = cJSON_GetObjectItemCaseSensitive(r->root, "rope_parameters");
+    const cJSON *scaling = cJSON_GetObjectItemCaseSensitive(r->root, "rope_scaling");
+    if (get_float(r, r->root, "rope_theta", 10000.0, false, &c->rope_theta)) return -1;
+    const cJSON *s = NULL;
+    if (cJSON_IsObject(params)) {
+        s = params;
+        if (get_float(r, params, "rope_theta", c->rope_theta, false, &c->rope_theta)) return -1;
+    }
+    if (cJSON_IsObject(scaling)) s = scaling;
+    c->rope_kind = ROPE_DEFAULT;
+    c->rope_factor = 1;
+    if (!s) return 0;
+    const char *type = get_str(s, "rope_type");
+    if (!type) type = get_str(s, "type");
+    if (!type || !strcmp(type, "default")) return 0;
+    if (get_float(r, s, "factor", 1.0, true, &c->rope_factor)) return -1;
+    if (!strcmp(type, "linear")) {
+        c->rope_kind = ROPE_LINEAR;
+        return 0;
+    }
+    if (!strcmp(type, "llama3")) {
+        c->rope_kind = ROPE_LLAMA3;
+        if (get_float(r, s, "low_freq_factor", 1.0, true, &c->rope_low_freq) ||
+            get_float(r, s, "high_freq_factor", 4.0, true, &c->rope_high_freq) ||
+            get_int(r, s, "original_max_position_embeddings", 8192, true, 1, &c->rope_orig_max_pos))
+            return -1;
+        if (c->rope_high_freq <= c->rope_low_freq)
+            return loom_errf(r->err, "%s: rope high_freq_factor must exceed low_freq_factor", r->name);
+        return 0;
+    }
+    return loom_errf(r->err, "%s: unsupported rope type '%s' (supported: default, linear, llama3)",
+                     r->name, type);
+}
+
+static int parse_eos(reader *r, model_config *c) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(r->root, "eos_token_id");
+    c->n_eos = 0;
+    if (!v || cJSON_IsNull(v)) return 0;
+    if (cJSON_IsNumber(v)) {
+        c->eos_ids[c->n_eos++] = v->valueint;
+        return 0;
+    }
+    if (!cJSON_IsArray(v)) return loom_errf(r->err, "%s: field 'eos_token_id' must be an id or a list", r->name);
+    const cJSON *e;
+    cJSON_ArrayForEach(e, v) {
+        if (!cJSON_IsNumber(e)) return loom_errf(r->err, "%s: 'eos_token_id' entries must be ids", r->name);
+        if (c->n_eos < (int)(sizeof c->eos_ids / sizeof c->eos_ids[0])) c->eos_ids[c->n_eos++] = e->valueint;
+    }
+    return 0;
+}
+
+static int parse(reader *r, model_config *c) {
+    const cJSON *root = r->root;
+    memset(c, 0, sizeof *c);
+    const cJSON *archs = cJSON_GetObjectItemCaseSensitive(root, "architectures");
+    const cJSON *a0 = cJSON_IsArray(archs) ? cJSON_GetArrayItem(archs, 0) : NULL;
+    if (!cJSON_IsString(a0)) return loom_errf(r->err, "%s: missing field 'architectures'", r->name);
+    snprintf(c->arch, sizeof c->arch, "%s", a0->valuestring);
+
+    if (get_int(r, root, "hidden_size", 0, true, 1, &c->hidden) ||
+        get_int(r, root, "intermediate_size", 0, true, 1, &c->intermediate) ||
+        get_int(r, root, "num_hidden_layers", 0, true, 1, &c->n_layers) ||
+        get_int(r, root, "num_attention_heads", 0, true, 1, &c->n_heads) ||
+        get_int(r, root, "vocab_size", 0, true, 1, &c->vocab) ||
+        get_int(r, root, "num_key_value_heads", c->n_heads, false, 1, &c->n_kv_heads) ||
+        get_int(r, root, "max_position_embeddings", 2048, false, 1, &c->max_pos) ||
+        get_float(r, root, "rms_norm_eps", 1e-6, false, &c->rms_eps))
+        return -1;
+    if (c->hidden % c->n_heads && !cJSON_GetObjectItemCaseSensitive(root, "head_dim"))
+        return loom_errf(r->err, "%s: hidden_size %d is not a multiple of num_attention_heads %d",
+                         r->name, c->hidden, c->n_heads);
+    if (get_int(r, root, "head_dim", c->hidden / c->n_heads, false, 1, &c->head_dim)) return -1;
+    if (c->head_dim % 2) return loom_errf(r->err, "%s: head_dim %d must be even for RoPE", r->name, c->head_dim);
+    if (c->n_heads % c->n_kv_heads)
+        return loom_errf(r->err, "%s: num_attention_heads %d is not a multiple of num_key_value_heads %d",
+                         r->name, c->n_heads, c->n_kv_heads);
+    if (!(c->rms_eps > 0)) return loom_errf(r->err, "%s: field 'rms_norm_eps' must be positive", r->name);
+    const char *act = get_str(root, "hidden_act");
+    if (act && strcmp(act, "silu"))
+        return loom_errf(r->err, "%s: unsupported hidden_act '%s' (only silu)", r->name, act);
+    if (parse_rope(r, c)) return -1;
+    if (get_bool(r, "tie_word_embeddings", false, &c->tie_embeddings) ||
+        get_bool(r, "attention_bias", false, &c->attention_bias) ||
+        get_bool(r, "mlp_bias", false, &c->mlp_bias))
+        return -1;
+    if (get_int(r, root, "sliding_window", 0, false, 0, &c->sliding_window)) return -1;
+    const cJSON *usw = cJSON_GetObjectItemCaseSensitive(root, "use_sliding_window");
+    if (usw && !cJSON_IsTrue(usw)) c->sliding_window = 0; /* Qwen2 keeps a window it does not use */
+    if (get_float(r, root, "embedding_multiplier", 1.0, false, &c->embedding_mult) ||
+        get_float(r, root, "attention_multiplier", 1.0 / sqrt(c->head_dim), false, &c->attention_mult) ||
+        get_float(r, root, "residual_multiplier", 1.0, false, &c->residual_mult) ||
+        get_float(r, root, "logits_scaling", 1.0, false, &c->logits_scale))
+        return -1;
+    if (c->logits_scale == 0) return loom_errf(r->err, "%s: field 'logits_scaling' must be non-zero", r->name);
+    if (get_int(r, root, "bos_token_id", -1, false, -1, &c->bos_id) || parse_eos(r, c)) return -1;
+    const char *dt = get_str(root, "torch_dtype");
+    if (!dt) dt = get_str(root, "dtype");
+    snprintf(c->dtype, sizeof c->dtype, "%s", dt ? dt : "");
+    return 0;
+}
+
+int config_parse(model_config *c, const char *json, size_t len, const char *name, loom_err *err) {
+    cJSON *root = cJSON_ParseWithLength(json, len);
+    if (!root) return loom_errf(err, "%s: invalid JSON", name);
+    if (!cJSON_IsObject(root)) {
+        cJSON_Delete(root);
+        return loom_errf(err, "%s: expected a JSON object", name);
+    }
+    reader r = {root, name, err};
+    int rc = parse(&r, c);
+    cJSON_Delete(root);
+    return rc;
+}
+
+int config_load_file(model_config *c, const char *path, loom_err *err) {
+    size_t len;
+    char *text = file_read_all(path, &len, err);
+    if (!text) return -1;
+    int rc = config_parse(c, text, len, path, err);
+    free(text);
+    return rc;
+}

@@ -1,0 +1,265 @@
+/* Weight lookup, validation against the shapes the model expects, dtype policy, and dummy
+ * generation (see weights.h). */
+#include "model/weights.h"
+
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/err.h"
+#include "util/file.h"
+#include "util/half.h"
+
+static void add_file(weight_store *w, const st_file *f) {
+    w->files = realloc(w->files, (w->n_files + 1) * sizeof *w->files);
+    w->used = realloc(w->used, (w->n_files + 1) * sizeof *w->used);
+    w->files[w->n_files] = *f;
+    w->used[w->n_files] = calloc(f->n ? f->n : 1, 1);
+    w->n_files++;
+}
+
+/* Sharded checkpoints: the index names each tensor's file; open every file it mentions once. */
+static int open_index(weight_store *w, const char *dir, const char *index_path, loom_err *err) {
+    size_t len;
+    char *text = file_read_all(index_path, &len, err);
+    if (!text) return -1;
+    cJSON *root = cJSON_ParseWithLength(text, len);
+    free(text);
+    const cJSON *map = cJSON_GetObjectItemCaseSensitive(root, "weight_map");
+    if (!cJSON_IsObject(map)) {
+        cJSON_Delete(root);
+        return loom_errf(err, "%s: missing object 'weight_map'", index_path);
+    }
+    int rc = 0;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, map) {
+        if (!cJSON_IsString(e) || strchr(e->valuestring, '/')) {
+            rc = loom_errf(err, "%s: weight_map entry '%s' must name a file in the folder", index_path, e->string);
+            break;
+        }
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", dir, e->valuestring);
+        bool seen = false;
+        for (int i = 0; i < w->n_files && !seen; i++) seen = !strcmp(w->files[i].name, path);
+        if (seen) continue;
+        st_file f;
+        if ((rc = st_open(&f, path, err))) break;
+        add_file(w, &f);
+    }
+    /* every tensor the index lists must be in the file it names */
+    cJSON_ArrayForEach(e, map) {
+        if (rc) break;
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", dir, e->valuestring);
+        for (int i = 0; i < w->n_files; i++)
+            if (!strcmp(w->files[i].name, path) && !st_find(&w->files[i], e->string))
+                rc = loom_errf(err, "%s: tensor '%s' is listed for %s but not in it", index_path, e->string, path);
+    }
+    cJSON_Delete(root);
+    return rc;
+}
+
+int weights_open_dir(weight_store *w, const char *dir, loom_err *err) {
+    memset(w, 0, sizeof *w);
+    w->dir = strdup(dir);
+    char path[4096];
+    snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
+    FILE *f = fopen(path, "rb");
+    int rc;
+    if (f) {
+        fclose(f);
+        rc = open_index(w, dir, path, err);
+    } else {
+        snprintf(path, sizeof path, "%s/model.safetensors", dir);
+        st_file sf;
+        rc = st_open(&sf, path, err);
+        if (!rc) add_file(w, &sf);
+    }
+    if (rc) weights_close(w);
+    return rc;
+}
+
+int weights_open_image(weight_store *w, const void *buf, size_t size, const char *name, loom_err *err) {
+    memset(w, 0, sizeof *w);
+    w->dir = strdup(name);
+    st_file f;
+    if (st_parse(&f, buf, size, name, err)) return -1;
+    add_file(w, &f);
+    return 0;
+}
+
+void weights_init_dummy(weight_store *w, uint64_t seed) {
+    memset(w, 0, sizeof *w);
+    w->dir = strdup("(dummy weights)");
+    w->dummy = true;
+    w->seed = seed;
+}
+
+void weights_close(weight_store *w) {
+    for (int i = 0; i < w->n_files; i++) {
+        st_close(&w->files[i]);
+        free(w->used[i]);
+    }
+    for (int i = 0; i < w->n_owned; i++) free(w->owned[i]);
+    free(w->files);
+    free(w->used);
+    free(w->owned);
+    free(w->dummies);
+    free(w->dir);
+    memset(w, 0, sizeof *w);
+}
+
+static void *own(weight_store *w, size_t bytes) {
+    if (w->n_owned == w->cap_owned) {
+        w->cap_owned = w->cap_owned ? 2 * w->cap_owned : 64;
+        w->owned = realloc(w->owned, w->cap_owned * sizeof *w->owned);
+    }
+    void *p = aligned_alloc(64, (bytes + 63) / 64 * 64);
+    w->owned[w->n_owned++] = p;
+    w->bytes_owned += bytes;
+    return p;
+}
+
+static uint64_t splitmix(uint64_t x) {
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+static uint64_t name_hash(const char *s, uint64_t seed) {
+    uint64_t h = 1469598103934665603ull ^ seed;
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h;
+}
+
+/* Dummy value at (r, c) of the full tensor: independent of the slice asked for, so every
+ * tensor-parallel split of a dummy model holds pieces of the same model. */
+static float dummy_value(uint64_t key, size_t idx, float scale) {
+    uint64_t x = splitmix(key + idx);
+    return scale * ((float)(x >> 40) * (2.0f / 16777216.0f) - 1.0f);
+}
+
+struct dummy_entry {
+    uint64_t key;
+    int r0, nr, c0, nc;
+    bool f32;
+    const void *data;
+};
+
+static int fill_dummy(weight_store *w, const char *name, int cols, int r0, int nr, int c0, int nc,
+                      bool f32, float init, wmat *out) {
+    size_t n = (size_t)nr * nc, full_cols = cols ? cols : 1;
+    uint64_t key = name_hash(name, w->seed);
+    out->dt = f32 ? DT_F32 : DT_BF16;
+    out->ld = nc;
+    for (int i = 0; i < w->n_dummies; i++) {
+        const struct dummy_entry *d = &w->dummies[i];
+        if (d->key == key && d->r0 == r0 && d->nr == nr && d->c0 == c0 && d->nc == nc && d->f32 == f32) {
+            out->data = d->data;
+            return 0;
+        }
+    }
+    if (f32) {
+        float *p = own(w, n * 4);
+#pragma omp parallel for
+        for (int r = 0; r < nr; r++)
+            for (int c = 0; c < nc; c++)
+                p[(size_t)r * nc + c] = init < 0 ? 1.0f : dummy_value(key, (size_t)(r0 + r) * full_cols + c0 + c, init);
+        out->data = p;
+    } else {
+        uint16_t *p = own(w, n * 2);
+#pragma omp parallel for
+        for (int r = 0; r < nr; r++)
+            for (int c = 0; c < nc; c++)
+                p[(size_t)r * nc + c] = f32_to_bf16(dummy_value(key, (size_t)(r0 + r) * full_cols + c0 + c, init));
+        out->data = p;
+    }
+    w->dummies = realloc(w->dummies, (w->n_dummies + 1) * sizeof *w->dummies);
+    w->dummies[w->n_dummies++] = (struct dummy_entry){key, r0, nr, c0, nc, f32, out->data};
+    return 0;
+}
+
+static const st_tensor *find(weight_store *w, const char *name, const char **file) {
+    for (int i = 0; i < w->n_files; i++) {
+        const st_tensor *t = st_find(&w->files[i], name);
+        if (t) {
+            w->used[i][t - w->files[i].tensors] = true;
+            *file = w->files[i].name;
+            return t;
+        }
+    }
+    return NULL;
+}
+
+static bool aligned(const void *p, size_t a) { return (uintptr_t)p % a == 0; }
+
+int weights_get(weight_store *w, const char *name, int rows, int cols, int r0, int nr, int c0, int nc,
+                bool as_f32, float init, wmat *out, loom_err *err) {
+    if (!nr) nr = rows;
+    if (!nc) nc = cols ? cols : 1;
+    *out = (wmat){.rows = nr, .cols = nc};
+    bool keep_bf16 = !as_f32 && w->keep == WDT_BF16;
+    if (w->dummy) return fill_dummy(w, name, cols, r0, nr, c0, nc, !keep_bf16, init, out);
+
+    const char *file;
+    const st_tensor *t = find(w, name, &file);
+    if (!t) return loom_errf(err, "%s: missing tensor '%s'", w->dir, name);
+    bool shape_ok = cols ? (t->ndim == 2 && t->shape[0] == rows && t->shape[1] == cols)
+                         : (t->ndim == 1 && t->shape[0] == rows);
+    if (!shape_ok) {
+        char got[128] = "";
+        for (int i = 0; i < t->ndim; i++)
+            snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", i ? ", " : "", (long long)t->shape[i]);
+        if (cols) return loom_errf(err, "%s: tensor '%s' has shape [%s], expected [%d, %d]", file, name, got, rows, cols);
+        return loom_errf(err, "%s: tensor '%s' has shape [%s], expected [%d]", file, name, got, rows);
+    }
+    if (t->dtype != DT_F32 && t->dtype != DT_BF16 && t->dtype != DT_F16)
+        return loom_errf(err, "%s: tensor '%s' has dtype %s (supported: F32, F16, BF16)", file, name,
+                         dtype_name(t->dtype));
+    size_t ld = cols ? (size_t)cols : 1, es = dtype_size(t->dtype);
+    const uint8_t *src = (const uint8_t *)t->data + ((size_t)r0 * ld + c0) * es;
+    /* Use the mapping in place when the kernels can read it as is. */
+    bool in_place = (t->dtype == DT_F32 && !keep_bf16 && aligned(src, 4)) ||
+                    (t->dtype == DT_BF16 && !as_f32 && w->keep != WDT_F32 && aligned(src, 2));
+    if (in_place) {
+        out->dt = t->dtype;
+        out->ld = ld;
+        out->data = src;
+        w->bytes_mapped_used += (size_t)nr * nc * es;
+        return 0;
+    }
+    out->ld = nc;
+    out->dt = keep_bf16 ? DT_BF16 : DT_F32;
+    void *dst = own(w, (size_t)nr * nc * (keep_bf16 ? 2 : 4));
+    for (int r = 0; r < nr; r++) {
+        const uint8_t *row = src + (size_t)r * ld * es;
+        for (int c = 0; c < nc; c++) {
+            uint16_t h;
+            float f;
+            if (t->dtype == DT_F32) memcpy(&f, row + c * 4, 4);
+            else {
+                memcpy(&h, row + c * 2, 2);
+                f = t->dtype == DT_BF16 ? bf16_to_f32(h) : f16_to_f32(h);
+            }
+            if (keep_bf16) ((uint16_t *)dst)[(size_t)r * nc + c] = f32_to_bf16(f);
+            else ((float *)dst)[(size_t)r * nc + c] = f;
+        }
+    }
+    out->data = dst;
+    return 0;
+}
+
+char **weights_unused(const weight_store *w) {
+    size_t n = 0;
+    char **names = malloc(sizeof *names);
+    for (int i = 0; i < w->n_files; i++)
+        for (size_t j = 0; j < w->files[i].n; j++)
+            if (!w->used[i][j]) {
+                names = realloc(names, (n + 2) * sizeof *names);
+                names[n++] = w->files[i].tensors[j].name;
+            }
+    names[n] = NULL;
+    return names;
+}

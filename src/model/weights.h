@@ -1,0 +1,48 @@
+/* Weight storage: the safetensors files of a model folder (single or sharded through
+ * model.safetensors.index.json), or the embedded default model, or seeded dummy weights.
+ * Matrices reach the kernels as wmat: f32 or bf16 rows, pointing into the mapping when the
+ * on-disk dtype can be used as is. */
+#ifndef LOOM_MODEL_WEIGHTS_H
+#define LOOM_MODEL_WEIGHTS_H
+#include "model/safetensors.h"
+
+/* A row-major [rows, cols] matrix with leading dimension ld (elements), f32 or bf16. */
+typedef struct wmat {
+    enum dtype dt;
+    int rows, cols;
+    size_t ld;
+    const void *data;
+} wmat;
+
+enum weight_dtype { WDT_AUTO, WDT_F32, WDT_BF16 }; /* what linears are kept in */
+
+typedef struct weight_store {
+    char *dir;
+    st_file *files;
+    int n_files;
+    bool **used;        /* per file, per tensor: claimed by the model */
+    bool dummy;
+    uint64_t seed;
+    enum weight_dtype keep;
+    struct dummy_entry *dummies; /* generated tensors, so a tied table is made once */
+    int n_dummies;
+    void **owned;       /* converted or generated buffers */
+    int n_owned, cap_owned;
+    size_t bytes_owned, bytes_mapped_used;
+} weight_store;
+
+int weights_open_dir(weight_store *w, const char *dir, loom_err *err);
+int weights_open_image(weight_store *w, const void *buf, size_t size, const char *name, loom_err *err);
+void weights_init_dummy(weight_store *w, uint64_t seed);
+void weights_close(weight_store *w);
+
+/* Fetches tensor `name` of exact shape [rows, cols] (cols 0: a vector of rows), taking rows
+ * [r0, r0+nr) and columns [c0, c0+nc) (nr/nc 0: all). as_f32 forces an f32 copy (norms,
+ * biases, embeddings); otherwise linears stay bf16 where the store keeps them so. For dummy
+ * stores the values are generated: `init` is the scale, or the constant 1 for norms (init<0). */
+int weights_get(weight_store *w, const char *name, int rows, int cols, int r0, int nr, int c0, int nc,
+                bool as_f32, float init, wmat *out, loom_err *err);
+/* Names of tensors in the files that the model never asked for (NULL-terminated, malloc'd). */
+char **weights_unused(const weight_store *w);
+
+#endif

@@ -1,0 +1,142 @@
+/* Module tree construction (see module.h). */
+#include "plan/module.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *kind_names[OP_KIND_COUNT] = {
+    "embed", "linear", "split", "rms_norm", "rope", "attention",
+    "silu_mul", "add", "scale", "logit_rows", "call",
+};
+
+const char *op_kind_name(op_kind k) { return kind_names[k]; }
+
+module *module_new(const char *kind, const char *fmt, ...) {
+    module *m = calloc(1, sizeof *m);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(m->name, sizeof m->name, fmt, ap);
+    va_end(ap);
+    snprintf(m->kind, sizeof m->kind, "%s", kind);
+    return m;
+}
+
+void module_free(module *m) {
+    if (!m) return;
+    for (int i = 0; i < m->n_ops; i++) {
+        free(m->ops[i].lin);
+        if (m->ops[i].kind == OP_CALL) module_free(m->ops[i].child);
+    }
+    for (int i = 0; i < m->n_values; i++) free(m->value_names[i]);
+    free(m->value_names);
+    free(m->ops);
+    free(m);
+}
+
+static int new_value(module *m, const char *name) {
+    if (m->n_values == m->cap_values) {
+        m->cap_values = m->cap_values ? 2 * m->cap_values : 8;
+        m->value_names = realloc(m->value_names, m->cap_values * sizeof *m->value_names);
+    }
+    m->value_names[m->n_values] = strdup(name);
+    return m->n_values++;
+}
+
+int module_input(module *m, const char *name) {
+    m->n_inputs++;
+    return new_value(m, name);
+}
+
+void module_output(module *m, int value) { m->outputs[m->n_outputs++] = value; }
+
+static op *new_op(module *m, op_kind kind, int n_in, const int *in, const char *out_name) {
+    if (m->n_ops == m->cap_ops) {
+        m->cap_ops = m->cap_ops ? 2 * m->cap_ops : 8;
+        m->ops = realloc(m->ops, m->cap_ops * sizeof *m->ops);
+    }
+    op *o = &m->ops[m->n_ops++];
+    memset(o, 0, sizeof *o);
+    o->kind = kind;
+    o->n_in = n_in;
+    if (n_in) memcpy(o->in, in, n_in * sizeof *in);
+    o->n_out = 1;
+    o->out[0] = new_value(m, out_name);
+    return o;
+}
+
+static linear_desc *copy_lin(const linear_desc *l) {
+    linear_desc *c = malloc(sizeof *c);
+    *c = *l;
+    return c;
+}
+
+int emit_embed(module *m, const char *table, int vocab, int hidden) {
+    op *o = new_op(m, OP_EMBED, 0, NULL, "embeds");
+    linear_desc l = {.in = hidden, .n_parts = 1, .style = PAR_VOCAB};
+    snprintf(l.parts[0].weight, sizeof l.parts[0].weight, "%s", table);
+    l.parts[0].out = vocab;
+    o->lin = copy_lin(&l);
+    return o->out[0];
+}
+
+int emit_linear(module *m, int in, const linear_desc *lin) {
+    /* name the value after the last path component of the (first) weight: "q_proj" */
+    char name[64];
+    const char *w = lin->parts[0].weight, *end = strrchr(w, '.'), *start;
+    if (!end) end = w + strlen(w);
+    for (start = end; start > w && start[-1] != '.';) start--;
+    snprintf(name, sizeof name, "%.*s%s", (int)(end - start), start, lin->n_parts > 1 ? "+" : "");
+    op *o = new_op(m, OP_LINEAR, 1, &in, name);
+    o->lin = copy_lin(lin);
+    return o->out[0];
+}
+
+int emit_split(module *m, int fused, int part, const char *name) {
+    op *o = new_op(m, OP_SPLIT, 1, &fused, name);
+    o->part = part;
+    return o->out[0];
+}
+
+int emit_rms_norm(module *m, int in, const char *weight, float eps, int group, const char *name) {
+    op *o = new_op(m, OP_RMS_NORM, 1, &in, name);
+    snprintf(o->weight, sizeof o->weight, "%s", weight);
+    o->eps = eps;
+    o->group = group;
+    return o->out[0];
+}
+
+int emit_rope(module *m, int in, int n_heads, int head_dim, const char *name) {
+    op *o = new_op(m, OP_ROPE, 1, &in, name);
+    o->rope = (rope_desc){n_heads, head_dim};
+    return o->out[0];
+}
+
+int emit_attention(module *m, int q, int k, int v, const attn_desc *a) {
+    op *o = new_op(m, OP_ATTENTION, 3, (int[]){q, k, v}, "attn");
+    o->attn = *a;
+    return o->out[0];
+}
+
+int emit_silu_mul(module *m, int gate, int up) {
+    return new_op(m, OP_SILU_MUL, 2, (int[]){gate, up}, "act")->out[0];
+}
+
+int emit_add(module *m, int a, int b, const char *name) {
+    return new_op(m, OP_ADD, 2, (int[]){a, b}, name)->out[0];
+}
+
+int emit_scale(module *m, int in, float s, const char *name) {
+    op *o = new_op(m, OP_SCALE, 1, &in, name);
+    o->scalar = s;
+    return o->out[0];
+}
+
+int emit_logit_rows(module *m, int in) { return new_op(m, OP_LOGIT_ROWS, 1, &in, "last")->out[0]; }
+
+int emit_call(module *m, module *child, const int *ins, int n_in, const char *name) {
+    op *o = new_op(m, OP_CALL, n_in, ins, name);
+    o->child = child;
+    return o->out[0];
+}

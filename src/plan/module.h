@@ -1,0 +1,107 @@
+/* The model as a tree of modules. Each module's forward is an explicit list of ops over
+ * named values local to the module; OP_CALL runs a child module. There is no tracing: the op
+ * list is the graph, so the planner (and later the parallelism analyses) read it directly.
+ * Widths are logical (the whole model's); the planner derives each rank's share. */
+#ifndef LOOM_PLAN_MODULE_H
+#define LOOM_PLAN_MODULE_H
+#include "loom.h"
+
+typedef enum op_kind {
+    OP_EMBED,       /* out[T, hidden] = table[token ids]                           */
+    OP_LINEAR,      /* out = in @ W^T (+ bias), W given in parts fused along out    */
+    OP_SPLIT,       /* out = view of part `part` of a fused linear's output         */
+    OP_RMS_NORM,    /* out = rms_norm(in) * w, over rows or over groups of `group`  */
+    OP_ROPE,        /* out = rotary embedding of in (heads of head_dim, rotate_half) */
+    OP_ATTENTION,   /* out = causal attention(q, k, v) through the layer's KV cache */
+    OP_SILU_MUL,    /* out = silu(in0) * in1                                        */
+    OP_ADD,         /* out = in0 + in1                                              */
+    OP_SCALE,       /* out = in0 * scalar                                           */
+    OP_LOGIT_ROWS,  /* out = the rows of in0 whose logits are wanted                */
+    OP_CALL,        /* outs = child(ins)                                            */
+    OP_KIND_COUNT
+} op_kind;
+
+/* How a linear's weight is split across tensor-parallel ranks (Megatron style). */
+typedef enum par_style {
+    PAR_REPLICATED, /* every rank holds all of W                                  */
+    PAR_COLUMN,     /* output features sharded; output is sharded                 */
+    PAR_ROW,        /* input features sharded; output is a partial sum            */
+    PAR_VOCAB,      /* embedding / LM head rows sharded by vocabulary              */
+} par_style;
+
+#define LIN_MAX_PARTS 3
+
+typedef struct linear_part {
+    char weight[128]; /* tensor name, [out, in] */
+    char bias[128];   /* "" when absent */
+    int out;          /* logical output features */
+    int head_dim;     /* >0: sharded by whole heads of this size (q/k/v), else by features */
+} linear_part;
+
+typedef struct linear_desc {
+    int in;
+    int n_parts;
+    linear_part parts[LIN_MAX_PARTS];
+    par_style style;
+} linear_desc;
+
+typedef struct attn_desc {
+    int layer, n_heads, n_kv_heads, head_dim, sliding_window;
+    float scale;
+} attn_desc;
+
+typedef struct rope_desc {
+    int n_heads, head_dim;
+} rope_desc;
+
+typedef struct module module;
+
+typedef struct op {
+    op_kind kind;
+    int n_in, n_out;
+    int in[4], out[4];
+    linear_desc *lin;   /* OP_LINEAR, OP_EMBED (parts[0] = table) */
+    char weight[128];   /* OP_RMS_NORM */
+    float eps;          /* OP_RMS_NORM */
+    int group;          /* OP_RMS_NORM: 0 = whole row, else normalise each `group` columns */
+    int part;           /* OP_SPLIT */
+    float scalar;       /* OP_SCALE */
+    attn_desc attn;     /* OP_ATTENTION */
+    rope_desc rope;     /* OP_ROPE */
+    module *child;      /* OP_CALL */
+} op;
+
+struct module {
+    char name[96]; /* HF-style path: "model.layers.3.mlp" */
+    char kind[24]; /* "model", "decoder_layer", "attention", "mlp", ... */
+    int n_inputs;  /* values 0..n_inputs-1 are the inputs */
+    int n_values, cap_values;
+    char **value_names;
+    int n_ops, cap_ops;
+    op *ops;
+    int n_outputs;
+    int outputs[4];
+};
+
+module *module_new(const char *kind, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void module_free(module *m); /* frees children reached through OP_CALL too */
+int module_input(module *m, const char *name);
+void module_output(module *m, int value);
+
+/* Op emitters: each returns the id of the value it defines. */
+int emit_embed(module *m, const char *table, int vocab, int hidden);
+int emit_linear(module *m, int in, const linear_desc *lin);
+int emit_split(module *m, int fused, int part, const char *name);
+int emit_rms_norm(module *m, int in, const char *weight, float eps, int group, const char *name);
+int emit_rope(module *m, int in, int n_heads, int head_dim, const char *name);
+int emit_attention(module *m, int q, int k, int v, const attn_desc *a);
+int emit_silu_mul(module *m, int gate, int up);
+int emit_add(module *m, int a, int b, const char *name);
+int emit_scale(module *m, int in, float s, const char *name);
+int emit_logit_rows(module *m, int in);
+/* Runs child on ins; returns its first output (children here have one). */
+int emit_call(module *m, module *child, const int *ins, int n_in, const char *name);
+
+const char *op_kind_name(op_kind k);
+
+#endif

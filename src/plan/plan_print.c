@@ -1,0 +1,54 @@
+/* `loom plan`: the module tree with each module's op list, then the flattened plan's size and
+ * buffer use. Built without touching weights, so it is instant for any model. */
+#include <stdio.h>
+#include <string.h>
+
+#include "plan/plan.h"
+#include "runtime/model.h"
+
+static void print_module(FILE *f, const module *m, int depth) {
+    fprintf(f, "%*s%s [%s]\n", 2 * depth, "", m->name, m->kind);
+    for (int i = 0; i < m->n_ops; i++) {
+        const op *o = &m->ops[i];
+        if (o->kind == OP_CALL) {
+            /* identical decoder layers: show the first in full, count the rest */
+            bool layer = !strcmp(o->child->kind, "decoder_layer");
+            int first = -1;
+            for (int j = 0; j < m->n_ops && layer; j++)
+                if (m->ops[j].kind == OP_CALL && !strcmp(m->ops[j].child->kind, "decoder_layer")) {
+                    first = j;
+                    break;
+                }
+            if (!layer || first == i) print_module(f, o->child, depth + 1);
+            else if (i + 1 == m->n_ops || m->ops[i + 1].kind != OP_CALL)
+                fprintf(f, "%*s... %d more decoder layers of the same shape\n", 2 * depth + 2, "", i - first);
+            continue;
+        }
+        fprintf(f, "%*s%s = %s(", 2 * depth + 2, "", m->value_names[o->out[0]], op_kind_name(o->kind));
+        for (int j = 0; j < o->n_in; j++) fprintf(f, "%s%s", j ? ", " : "", m->value_names[o->in[j]]);
+        fputc(')', f);
+        if (o->lin && o->kind == OP_LINEAR) {
+            static const char *styles[] = {"replicated", "column", "row", "vocab"};
+            fprintf(f, "  %s-parallel, out", styles[o->lin->style]);
+            for (int j = 0; j < o->lin->n_parts; j++) fprintf(f, "%s%d", j ? "+" : " ", o->lin->parts[j].out);
+        }
+        fputc('\n', f);
+    }
+}
+
+int loom_print_plan(loom_model *m, FILE *f, loom_err *err) {
+    plan p;
+    if (plan_build(&p, m->tree, 1, 0, NULL, false, err)) return -1;
+    fprintf(f, "model %s from %s: %d layers, hidden %d, %d heads (%d kv) of %d, vocab %d\n", m->cfg.arch,
+            m->source, m->cfg.n_layers, m->cfg.hidden, m->cfg.n_heads, m->cfg.n_kv_heads, m->cfg.head_dim,
+            m->cfg.vocab);
+    fprintf(f, "parallelism: tp=1 (single rank)\n\nmodule tree:\n");
+    print_module(f, m->tree, 1);
+    size_t floats = 0;
+    for (int b = 0; b < p.n_buffers; b++)
+        if (!p.buffer_logit_rows[b]) floats += p.buffer_width[b];
+    fprintf(f, "\nplan (rank 0): %d steps over %d values in %d reused buffers (%zu floats per token)\n",
+            p.n_steps, p.n_values, p.n_buffers, floats);
+    plan_free(&p);
+    return 0;
+}

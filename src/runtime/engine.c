@@ -1,0 +1,209 @@
+/* The engine: a plan with its buffers, the KV cache and RoPE tables, and the executor that
+ * runs the plan's steps over a batch. Everything is allocated here, once; loom_forward
+ * allocates nothing. */
+#include <cblas.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/kernels.h"
+#include "plan/plan.h"
+#include "runtime/engine.h"
+#include "util/err.h"
+
+static float *value_ptr(const loom_engine *e, int v, size_t *ld) {
+    const plan_value *pv = &e->plan.values[v];
+    int buf = e->plan.values[pv->base].buffer;
+    *ld = e->plan.buffer_width[buf];
+    return e->buffers[buf] + pv->col;
+}
+
+static void *alloc_or_fail(size_t bytes, const char *what, loom_err *err) {
+    void *p = aligned_alloc(64, (bytes + 63) / 64 * 64);
+    if (!p) loom_errf(err, "out of memory allocating %s (%zu MiB)", what, bytes >> 20);
+    return p;
+}
+
+static void set_threads(int threads) {
+    if (threads <= 0) threads = omp_get_num_procs();
+    omp_set_num_threads(threads);
+    openblas_set_num_threads(threads);
+}
+
+static int alloc_state(loom_engine *e, loom_err *err) {
+    const model_config *c = &e->model->cfg;
+    plan *p = &e->plan;
+    e->buffers = calloc(p->n_buffers, sizeof *e->buffers);
+    for (int b = 0; b < p->n_buffers; b++) {
+        size_t rows = p->buffer_logit_rows[b] ? e->max_logits : e->max_tokens;
+        if (!(e->buffers[b] = alloc_or_fail(rows * p->buffer_width[b] * sizeof(float), "activations", err)))
+            return -1;
+        e->activation_bytes += rows * p->buffer_width[b] * sizeof(float);
+    }
+    e->kv = calloc(c->n_layers, sizeof *e->kv);
+    size_t kv_width = (size_t)c->n_kv_heads * c->head_dim;
+    size_t per = (size_t)e->max_seqs * e->max_ctx * kv_width * sizeof(float);
+    for (int l = 0; l < c->n_layers; l++) {
+        e->kv[l] = (kv_layer){.max_ctx = e->max_ctx, .kv_width = (int)kv_width};
+        if (!(e->kv[l].k = alloc_or_fail(per, "the KV cache", err)) ||
+            !(e->kv[l].v = alloc_or_fail(per, "the KV cache", err)))
+            return -1;
+        e->kv_bytes += 2 * per;
+    }
+    e->seq_len = calloc(e->max_seqs, sizeof *e->seq_len);
+    e->logits = alloc_or_fail((size_t)e->max_logits * c->vocab * sizeof(float), "logits", err);
+    return e->logits ? rope_table_init(&e->rope, c, e->max_ctx, err) : -1;
+}
+
+static void warn_unused(const loom_model *m) {
+    char **unused = weights_unused(&m->ws);
+    int n = 0;
+    while (unused[n]) n++;
+    if (n) {
+        fprintf(stderr, "loom: warning: %s: %d tensor%s not used by %s, e.g. '%s'\n", m->ws.dir, n,
+                n > 1 ? "s" : "", m->cfg.arch, unused[0]);
+    }
+    free(unused);
+}
+
+loom_engine *loom_engine_new(loom_model *m, const loom_engine_options *o, loom_err *err) {
+    loom_engine *e = calloc(1, sizeof *e);
+    e->model = m;
+    e->max_seqs = o->max_seqs > 0 ? o->max_seqs : 1;
+    e->max_ctx = o->max_ctx > 0 ? o->max_ctx : (m->cfg.max_pos < 4096 ? m->cfg.max_pos : 4096);
+    e->max_tokens = o->max_tokens > 0 ? o->max_tokens : 512;
+    e->all_logits = o->all_logits;
+    e->max_logits = o->all_logits ? e->max_tokens : (e->max_seqs < e->max_tokens ? e->max_seqs : e->max_tokens);
+    set_threads(o->threads);
+    if (e->max_ctx > m->cfg.max_pos) {
+        loom_errf(err, "max context %d exceeds the model's max_position_embeddings %d", e->max_ctx, m->cfg.max_pos);
+        goto fail;
+    }
+    /* a progress line only where loading takes long enough to wonder (dummy or converted
+     * weights of a large model; mapped f32/bf16 tensors load lazily) */
+    loom_model_info info;
+    loom_model_get_info(m, &info);
+    bool progress = m->progress && info.n_params > (64u << 20);
+    if (plan_build(&e->plan, m->tree, 1, 0, &m->ws, progress, err)) goto fail;
+    warn_unused(m);
+    if (alloc_state(e, err)) goto fail;
+    return e;
+fail:
+    loom_engine_free(e);
+    return NULL;
+}
+
+void loom_engine_free(loom_engine *e) {
+    if (!e) return;
+    for (int b = 0; e->buffers && b < e->plan.n_buffers; b++) free(e->buffers[b]);
+    free(e->buffers);
+    for (int l = 0; e->kv && l < e->model->cfg.n_layers; l++) free(e->kv[l].k), free(e->kv[l].v);
+    free(e->kv);
+    free(e->seq_len);
+    free(e->logits);
+    rope_table_free(&e->rope);
+    plan_free(&e->plan);
+    free(e);
+}
+
+void loom_engine_reset_seq(loom_engine *e, int seq) {
+    if (seq >= 0 && seq < e->max_seqs) e->seq_len[seq] = 0;
+}
+
+/* Rejects a batch the kernels could not run correctly, before anything is written. */
+static int check_batch(const loom_engine *e, const loom_batch *b, loom_err *err) {
+    if (b->n_tokens <= 0 || b->n_tokens > e->max_tokens)
+        return loom_errf(err, "batch of %d tokens (engine holds 1..%d)", b->n_tokens, e->max_tokens);
+    if (b->n_logits < 0 || b->n_logits > e->max_logits)
+        return loom_errf(err, "%d logit rows asked (engine holds up to %d)", b->n_logits, e->max_logits);
+    for (int i = 0; i < b->n_tokens; i++) {
+        int s = b->seq[i];
+        if (b->ids[i] < 0 || b->ids[i] >= e->model->cfg.vocab)
+            return loom_errf(err, "token %d: id %d outside the vocabulary (%d)", i, b->ids[i], e->model->cfg.vocab);
+        if (s < 0 || s >= e->max_seqs) return loom_errf(err, "token %d: sequence %d (engine holds %d)", i, s, e->max_seqs);
+        if (b->pos[i] < 0 || b->pos[i] >= e->max_ctx)
+            return loom_errf(err, "token %d: position %d beyond the context of %d", i, b->pos[i], e->max_ctx);
+        bool starts_run = i == 0 || b->seq[i - 1] != s;
+        int expect = starts_run ? e->seq_len[s] : b->pos[i - 1] + 1;
+        if (b->pos[i] != expect)
+            return loom_errf(err, "token %d: sequence %d continues at position %d, not %d", i, s, expect, b->pos[i]);
+        for (int j = 0; starts_run && j < i; j++)
+            if (b->seq[j] == s) return loom_errf(err, "token %d: sequence %d's tokens are not contiguous", i, s);
+    }
+    for (int i = 0; i < b->n_logits; i++)
+        if (b->logit_rows[i] < 0 || b->logit_rows[i] >= b->n_tokens)
+            return loom_errf(err, "logit row %d: %d is not a token of the batch", i, b->logit_rows[i]);
+    return 0;
+}
+
+static void run_step(loom_engine *e, const plan_step *s, const loom_batch *b) {
+    const op *o = s->op;
+    const plan_value *ov = &e->plan.values[s->out];
+    int rows = ov->logit_rows ? b->n_logits : b->n_tokens, w = ov->width;
+    size_t ldo, ld0 = 0, ld1 = 0, ld2 = 0;
+    float *out = value_ptr(e, s->out, &ldo);
+    const float *in0 = o->n_in > 0 ? value_ptr(e, s->in[0], &ld0) : NULL;
+    const float *in1 = o->n_in > 1 ? value_ptr(e, s->in[1], &ld1) : NULL;
+    const float *in2 = o->n_in > 2 ? value_ptr(e, s->in[2], &ld2) : NULL;
+    switch (o->kind) {
+    case OP_EMBED: embed_rows(&s->w[0], 0, b->ids, rows, out, ldo); break;
+    case OP_LINEAR:
+        for (int i = 0; i < o->lin->n_parts; i++) linear(in0, ld0, rows, &s->w[i], s->bias[i], out + s->col[i], ldo, false);
+        break;
+    case OP_RMS_NORM: rms_norm(in0, ld0, out, ldo, rows, w, o->group ? o->group : w, s->norm_w, o->eps); break;
+    case OP_ROPE: rope_apply(&e->rope, in0, ld0, out, ldo, rows, w / o->rope.head_dim, b->pos); break;
+    case OP_ATTENTION: {
+        const attn_desc *a = &o->attn;
+        attn_shape sh = {a->n_heads, a->n_kv_heads, a->head_dim, a->sliding_window, a->scale};
+        attention(&sh, &e->kv[a->layer], in0, ld0, in1, ld1, in2, ld2, out, ldo, rows, b->pos, b->seq);
+        break;
+    }
+    case OP_SILU_MUL: silu_mul(in0, ld0, in1, ld1, out, ldo, rows, w); break;
+    case OP_ADD: add_rows(in0, ld0, in1, ld1, out, ldo, rows, w); break;
+    case OP_SCALE: scale_rows(in0, ld0, o->scalar, out, ldo, rows, w); break;
+    case OP_LOGIT_ROWS:
+        for (int i = 0; i < rows; i++) memcpy(out + i * ldo, in0 + (size_t)b->logit_rows[i] * ld0, w * sizeof *out);
+        break;
+    case OP_SPLIT:
+    case OP_CALL:
+    case OP_KIND_COUNT: break; /* never steps */
+    }
+}
+
+int loom_forward(loom_engine *e, const loom_batch *b, const float **logits, loom_err *err) {
+    if (check_batch(e, b, err)) return -1;
+    for (int i = 0; i < e->plan.n_steps; i++) {
+        if (!e->profile) {
+            run_step(e, &e->plan.steps[i], b);
+            continue;
+        }
+        double t0 = omp_get_wtime();
+        run_step(e, &e->plan.steps[i], b);
+        e->op_seconds[e->plan.steps[i].op->kind] += omp_get_wtime() - t0;
+    }
+    for (int i = 0; i < b->n_tokens; i++) e->seq_len[b->seq[i]] = b->pos[i] + 1;
+    size_t ld;
+    const float *out = value_ptr(e, e->plan.output, &ld);
+    int vocab = e->model->cfg.vocab;
+    for (int r = 0; r < b->n_logits; r++) memcpy(e->logits + (size_t)r * vocab, out + r * ld, vocab * sizeof *out);
+    *logits = e->logits;
+    return 0;
+}
+
+size_t loom_engine_activation_bytes(const loom_engine *e) { return e->activation_bytes; }
+size_t loom_engine_kv_bytes(const loom_engine *e) { return e->kv_bytes; }
+
+void loom_engine_set_profile(loom_engine *e, bool on) {
+    e->profile = on;
+    memset(e->op_seconds, 0, sizeof e->op_seconds);
+}
+
+void loom_engine_print_profile(const loom_engine *e, FILE *f) {
+    double total = 0;
+    for (int k = 0; k < OP_KIND_COUNT; k++) total += e->op_seconds[k];
+    fprintf(f, "time by op (%.3f s in all):", total);
+    for (int k = 0; k < OP_KIND_COUNT; k++)
+        if (e->op_seconds[k] > 0) fprintf(f, " %s %.1f%%", op_kind_name(k), 100 * e->op_seconds[k] / total);
+    fputc('\n', f);
+}

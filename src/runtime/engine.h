@@ -1,0 +1,23 @@
+/* Engine internals shared by the executor and generation. */
+#ifndef LOOM_RUNTIME_ENGINE_H
+#define LOOM_RUNTIME_ENGINE_H
+#include "kernels/kernels.h"
+#include "plan/plan.h"
+#include "runtime/model.h"
+
+struct loom_engine {
+    loom_model *model;
+    plan plan;
+    float **buffers;
+    kv_layer *kv;
+    rope_table rope;
+    int max_seqs, max_ctx, max_tokens, max_logits;
+    bool all_logits;
+    int *seq_len; /* positions each sequence's KV cache holds */
+    float *logits;
+    size_t activation_bytes, kv_bytes;
+    bool profile;               /* time each step kind */
+    double op_seconds[OP_KIND_COUNT];
+};
+
+#endif

@@ -1,0 +1,113 @@
+/* Model loading: resolves the source (folder, bare config.json for dummy weights, or the
+ * embedded default), parses the config, builds the module tree before any weight is read so
+ * that an unsupported model fails fast, then opens the weights and the tokenizer. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "model/arch/arch.h"
+#include "model/embedded.h"
+#include "runtime/model.h"
+#include "util/err.h"
+
+static enum weight_dtype parse_dtype(const char *want, const char *stored, bool dummy, loom_err *err,
+                                     int *rc) {
+    *rc = 0;
+    if (!want || !strcmp(want, "auto")) {
+        /* dummy weights are made in the dtype the checkpoint would have been stored in */
+        if (dummy) return (!strcmp(stored, "bfloat16") || !strcmp(stored, "float16")) ? WDT_BF16 : WDT_F32;
+        return WDT_AUTO;
+    }
+    if (!strcmp(want, "float32") || !strcmp(want, "f32")) return WDT_F32;
+    if (!strcmp(want, "bfloat16") || !strcmp(want, "bf16")) return WDT_BF16;
+    *rc = loom_errf(err, "--dtype: unknown '%s' (auto, float32, bfloat16)", want);
+    return WDT_AUTO;
+}
+
+static int open_sources(loom_model *m, const loom_model_options *o, loom_err *err) {
+    if (!o->path) {
+        embedded_file c = embedded_get(EMBEDDED_CONFIG), w = embedded_get(EMBEDDED_SAFETENSORS);
+        m->source = strdup("(embedded stories260K)");
+        if (config_parse(&m->cfg, c.data, c.size, "embedded config.json", err)) return -1;
+        if (!(m->tree = arch_build(&m->cfg, err))) return -1;
+        if (o->dummy) weights_init_dummy(&m->ws, o->seed);
+        else if (weights_open_image(&m->ws, w.data, w.size, "embedded model.safetensors", err)) return -1;
+        if (o->load_tokenizer) {
+            embedded_file t = embedded_get(EMBEDDED_TOKENIZER);
+            if (!(m->tok = tokenizer_load_json(t.data, t.size, "embedded tokenizer.json", err))) return -1;
+        }
+        return 0;
+    }
+    struct stat st;
+    if (stat(o->path, &st) != 0) return loom_errf(err, "%s: no such model folder or config file", o->path);
+    char dir[4096], cfg_path[4200], tok_path[4200];
+    if (S_ISDIR(st.st_mode)) {
+        snprintf(dir, sizeof dir, "%s", o->path);
+        snprintf(cfg_path, sizeof cfg_path, "%s/config.json", dir);
+    } else {
+        if (!o->dummy)
+            return loom_errf(err, "%s: a bare config file needs --load-format dummy (or give the model folder)", o->path);
+        snprintf(cfg_path, sizeof cfg_path, "%s", o->path);
+        snprintf(dir, sizeof dir, "%s", o->path);
+        char *slash = strrchr(dir, '/');
+        if (slash) *slash = 0;
+        else snprintf(dir, sizeof dir, ".");
+    }
+    m->source = strdup(o->path);
+    if (config_load_file(&m->cfg, cfg_path, err)) return -1;
+    if (!(m->tree = arch_build(&m->cfg, err))) return loom_err_prefix(err, "%s", cfg_path);
+    if (o->dummy) weights_init_dummy(&m->ws, o->seed);
+    else if (weights_open_dir(&m->ws, dir, err)) return -1;
+    if (o->load_tokenizer) {
+        snprintf(tok_path, sizeof tok_path, "%s/tokenizer.json", dir);
+        FILE *f = fopen(tok_path, "rb");
+        if (f) {
+            fclose(f);
+            if (!(m->tok = tokenizer_load_file(tok_path, err))) return -1;
+        } else if (!o->dummy) {
+            return loom_errf(err, "%s: missing (needed for text; the model folder has no tokenizer)", tok_path);
+        }
+    }
+    return 0;
+}
+
+loom_model *loom_model_load(const loom_model_options *o, loom_err *err) {
+    loom_model *m = calloc(1, sizeof *m);
+    int rc;
+    if (open_sources(m, o, err) == 0) {
+        m->ws.keep = parse_dtype(o->dtype, m->cfg.dtype, o->dummy, err, &rc);
+        m->progress = o->progress;
+        if (rc == 0) return m;
+    }
+    loom_model_free(m);
+    return NULL;
+}
+
+void loom_model_free(loom_model *m) {
+    if (!m) return;
+    module_free(m->tree);
+    weights_close(&m->ws);
+    if (m->tok) tokenizer_free(m->tok);
+    free(m->source);
+    free(m);
+}
+
+void loom_model_get_info(const loom_model *m, loom_model_info *info) {
+    const model_config *c = &m->cfg;
+    size_t h = c->hidden, q = (size_t)c->n_heads * c->head_dim, kv = (size_t)c->n_kv_heads * c->head_dim;
+    size_t per_layer = h * (q + 2 * kv) + q * h + 3 * h * c->intermediate + 2 * h;
+    *info = (loom_model_info){
+        .arch = c->arch, .vocab = c->vocab, .hidden = c->hidden, .n_layers = c->n_layers,
+        .n_heads = c->n_heads, .n_kv_heads = c->n_kv_heads, .head_dim = c->head_dim,
+        .max_pos = c->max_pos, .bos_id = c->bos_id, .eos_ids = c->eos_ids, .n_eos = c->n_eos,
+        .n_params = (size_t)c->vocab * h * (c->tie_embeddings ? 1 : 2) + per_layer * c->n_layers + h,
+        .weight_bytes = m->ws.bytes_owned + m->ws.bytes_mapped_used,
+    };
+}
+
+int loom_tokenize(const loom_model *m, const char *text, bool add_special, int32_t **ids, size_t *n,
+                  loom_err *err) {
+    if (!m->tok) return loom_errf(err, "%s: no tokenizer loaded", m->source);
+    return tokenizer_encode(m->tok, text, strlen(text), add_special, ids, n, err);
+}

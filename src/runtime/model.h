@@ -1,0 +1,18 @@
+/* The loaded model: configuration, module tree, weight store, tokenizer. */
+#ifndef LOOM_RUNTIME_MODEL_H
+#define LOOM_RUNTIME_MODEL_H
+#include "model/config.h"
+#include "model/weights.h"
+#include "plan/module.h"
+#include "text/tokenizer.h"
+
+struct loom_model {
+    model_config cfg;
+    char *source; /* folder, config path or "(embedded)", for messages */
+    module *tree;
+    weight_store ws;
+    tokenizer *tok; /* NULL when not loaded */
+    bool progress;
+};
+
+#endif

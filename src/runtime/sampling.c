@@ -1,0 +1,78 @@
+/* Sampling (see sampling.h). Greedy takes the first maximum, as torch.argmax does. Otherwise
+ * softmax(logits / T), then top-k, then top-p (smallest prefix by descending probability whose
+ * mass reaches p), renormalised, and one draw from xorshift64*. */
+#include "runtime/sampling.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+#include "util/err.h"
+
+int sampler_init(sampler *s, const loom_sampling *cfg, int vocab, loom_err *err) {
+    if (cfg->temperature < 0) return loom_errf(err, "--temp must be >= 0 (got %g)", cfg->temperature);
+    if (cfg->top_k < 0) return loom_errf(err, "--top-k must be >= 0 (got %d)", cfg->top_k);
+    if (!(cfg->top_p > 0 && cfg->top_p <= 1)) return loom_errf(err, "--top-p must be in (0, 1] (got %g)", cfg->top_p);
+    s->cfg = *cfg;
+    s->state = cfg->seed * 0x9e3779b97f4a7c15ull + 1;
+    s->vocab = vocab;
+    s->prob = malloc(vocab * sizeof *s->prob);
+    s->idx = malloc(vocab * sizeof *s->idx);
+    return 0;
+}
+
+void sampler_free(sampler *s) {
+    free(s->prob);
+    free(s->idx);
+}
+
+static float uniform(sampler *s) {
+    s->state ^= s->state >> 12;
+    s->state ^= s->state << 25;
+    s->state ^= s->state >> 27;
+    return (float)((s->state * 0x2545f4914f6cdd1dull) >> 40) / 16777216.0f;
+}
+
+static int by_prob_desc(const void *a, const void *b, void *prob) {
+    int32_t i = *(const int32_t *)a, j = *(const int32_t *)b;
+    float x = ((const float *)prob)[i], y = ((const float *)prob)[j];
+    return x < y ? 1 : x > y ? -1 : (i > j) - (i < j);
+}
+
+int32_t sampler_next(sampler *s, const float *logits) {
+    int n = s->vocab;
+    int32_t best = 0;
+    for (int i = 1; i < n; i++)
+        if (logits[i] > logits[best]) best = i;
+    if (s->cfg.temperature == 0) return best;
+    float inv_t = 1.0f / s->cfg.temperature, sum = 0;
+    for (int i = 0; i < n; i++) {
+        s->prob[i] = expf((logits[i] - logits[best]) * inv_t);
+        sum += s->prob[i];
+        s->idx[i] = i;
+    }
+    int keep = n;
+    if (s->cfg.top_k > 0 || s->cfg.top_p < 1) {
+        qsort_r(s->idx, n, sizeof *s->idx, by_prob_desc, s->prob);
+        if (s->cfg.top_k > 0 && s->cfg.top_k < keep) keep = s->cfg.top_k;
+        float kept = 0;
+        for (int i = 0; i < keep; i++) kept += s->prob[s->idx[i]];
+        if (s->cfg.top_p < 1) {
+            float acc = 0;
+            for (int i = 0; i < keep; i++) {
+                acc += s->prob[s->idx[i]];
+                if (acc >= s->cfg.top_p * kept) {
+                    keep = i + 1;
+                    break;
+                }
+            }
+        }
+        sum = 0;
+        for (int i = 0; i < keep; i++) sum += s->prob[s->idx[i]];
+    }
+    float r = uniform(s) * sum, acc = 0;
+    for (int i = 0; i < keep; i++) {
+        acc += s->prob[s->idx[i]];
+        if (r < acc) return s->idx[i];
+    }
+    return s->idx[keep - 1];
+}

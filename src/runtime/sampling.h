@@ -1,0 +1,18 @@
+/* Next-token sampling: greedy, temperature, top-k, top-p, from a seeded generator. */
+#ifndef LOOM_RUNTIME_SAMPLING_H
+#define LOOM_RUNTIME_SAMPLING_H
+#include "loom.h"
+
+typedef struct sampler {
+    loom_sampling cfg;
+    uint64_t state;
+    int vocab;
+    float *prob; /* [vocab] scratch, allocated once */
+    int32_t *idx;
+} sampler;
+
+int sampler_init(sampler *s, const loom_sampling *cfg, int vocab, loom_err *err);
+void sampler_free(sampler *s);
+int32_t sampler_next(sampler *s, const float *logits);
+
+#endif

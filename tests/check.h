@@ -1,0 +1,25 @@
+/* Minimal test harness shared by the C tests: CHECK records a failure with its location and
+ * carries on; check_done prints "N passed, N failed" and gives the process exit code. */
+#ifndef LOOM_TESTS_CHECK_H
+#define LOOM_TESTS_CHECK_H
+#include <stdio.h>
+
+static int check_passed, check_failed;
+
+#define CHECK(cond, ...)                                                     \
+    do {                                                                     \
+        if (cond) {                                                          \
+            check_passed++;                                                  \
+        } else {                                                             \
+            check_failed++;                                                  \
+            fprintf(stderr, "%s:%d: FAILED: %s: ", __FILE__, __LINE__, #cond); \
+            fprintf(stderr, __VA_ARGS__);                                    \
+            fputc('\n', stderr);                                             \
+        }                                                                    \
+    } while (0)
+
+static inline int check_done(void) {
+    printf("%d passed, %d failed\n", check_passed, check_failed);
+    return check_failed ? 1 : 0;
+}
+#endif

@@ -1,0 +1,239 @@
+/* Malformed model files: each case writes a broken copy of a golden model and runs the loom
+ * binary on it; loom must exit non-zero (or warn, for unexpected tensors) with a message that
+ * names the file and field at fault. Under ASan this also shows the loaders never read out of
+ * bounds on such input. */
+#include <cjson/cJSON.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "check.h"
+
+static char tmp[256], src_dir[600];
+
+static char *slurp(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *b = malloc(n + 1);
+    *len = fread(b, 1, n, f);
+    b[*len] = 0;
+    fclose(f);
+    return b;
+}
+
+static void spit(const char *path, const void *data, size_t len) {
+    FILE *f = fopen(path, "wb");
+    fwrite(data, 1, len, f);
+    fclose(f);
+}
+
+/* A case's folder: fresh copies of the golden llama's config and weights. */
+static void fresh_case(const char *config_json) {
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "rm -rf %s/m && mkdir -p %s/m && cp %s/model.safetensors %s/m/", tmp, tmp, src_dir, tmp);
+    CHECK(system(cmd) == 0, "setup");
+    char path[1024];
+    snprintf(path, sizeof path, "%s/m/config.json", tmp);
+    if (config_json) {
+        spit(path, config_json, strlen(config_json));
+    } else {
+        size_t n;
+        char src[1024];
+        snprintf(src, sizeof src, "%s/config.json", src_dir);
+        char *c = slurp(src, &n);
+        spit(path, c, n);
+        free(c);
+    }
+}
+
+/* Rewrites the case's model.safetensors with header `h` (NULL: keep) over data of the original. */
+static void write_weights(const char *header, const void *data, size_t data_len) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/m/model.safetensors", tmp);
+    FILE *f = fopen(path, "wb");
+    uint64_t hl = strlen(header);
+    unsigned char le[8];
+    for (int i = 0; i < 8; i++) le[i] = (unsigned char)(hl >> (8 * i));
+    fwrite(le, 1, 8, f);
+    fwrite(header, 1, hl, f);
+    if (data_len) fwrite(data, 1, data_len, f);
+    fclose(f);
+}
+
+/* The original header as a cJSON tree, and the data section. */
+static cJSON *orig_header(char **data, size_t *data_len, char **whole) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/model.safetensors", src_dir);
+    size_t n;
+    *whole = slurp(path, &n);
+    uint64_t hl = 0;
+    for (int i = 7; i >= 0; i--) hl = hl << 8 | (unsigned char)(*whole)[i];
+    *data = *whole + 8 + hl;
+    *data_len = n - 8 - hl;
+    return cJSON_ParseWithLength(*whole + 8, hl);
+}
+
+static void write_modified(cJSON *h, char *data, size_t len) {
+    char *s = cJSON_PrintUnformatted(h);
+    write_weights(s, data, len);
+    free(s);
+}
+
+/* Runs loom with args on the case folder; returns exit status, its output in *msg. */
+static int run_loom(const char *args, char **msg) {
+    char cmd[4096], errp[1024];
+    snprintf(errp, sizeof errp, "%s/stderr.txt", tmp);
+    snprintf(cmd, sizeof cmd, "%s %s > %s 2>&1", LOOM_BIN, args, errp);
+    int st = system(cmd);
+    size_t n;
+    *msg = slurp(errp, &n);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+}
+
+static void expect(const char *what, const char *args, int want_rc, const char *needle) {
+    char full[2048];
+    snprintf(full, sizeof full, args, tmp);
+    char *msg;
+    int rc = run_loom(full, &msg);
+    if (want_rc) CHECK(rc != 0 && rc < 128, "%s: exit code %d, want a clean failure", what, rc);
+    else CHECK(rc == 0, "%s: exit code %d, want 0", what, rc);
+    CHECK(msg && strstr(msg, needle), "%s: output lacks '%s': %s", what, needle, msg ? msg : "(none)");
+    free(msg);
+}
+
+#define BENCH "bench latency -m %s/m --input-len 3 --output-len 2 --batch-size 1 --num-iters 1 --num-iters-warmup 0"
+
+int main(void) {
+    snprintf(tmp, sizeof tmp, "/tmp/loom-bad-XXXXXX");
+    CHECK(mkdtemp(tmp), "mkdtemp");
+    snprintf(src_dir, sizeof src_dir, "%s/tests/golden/llama", LOOM_SOURCE_DIR);
+
+    fresh_case(NULL);
+    expect("sanity: the unmodified copy loads", BENCH, 0, "Avg latency");
+
+    fresh_case("{\"architectures\": [\"LlamaForCausalLM\"], \"num_hidden_layers\": 2}");
+    expect("config: missing field", BENCH, 1, "config.json: missing field 'hidden_size'");
+    fresh_case("{\"architectures\": [\"LlamaForCausalLM\"], \"hidden_size\": ");
+    expect("config: invalid JSON", BENCH, 1, "config.json: invalid JSON");
+    fresh_case("{\"architectures\": [\"GPT2LMHeadModel\"], \"hidden_size\": 64, \"intermediate_size\": 96,"
+               " \"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"vocab_size\": 128}");
+    expect("config: unsupported architecture", BENCH, 1, "unsupported architecture 'GPT2LMHeadModel'");
+    fresh_case("{\"architectures\": [\"LlamaForCausalLM\"], \"hidden_size\": \"64\", \"intermediate_size\": 96,"
+               " \"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"vocab_size\": 128}");
+    expect("config: wrong type", BENCH, 1, "field 'hidden_size' must be a number");
+    fresh_case("{\"architectures\": [\"LlamaForCausalLM\"], \"hidden_size\": 64, \"intermediate_size\": 96,"
+               " \"num_hidden_layers\": 2, \"num_attention_heads\": 5, \"vocab_size\": 128}");
+    expect("config: heads do not divide hidden", BENCH, 1, "not a multiple of num_attention_heads");
+
+    char *data, *whole;
+    size_t dlen;
+    cJSON *h = orig_header(&data, &dlen, &whole);
+
+    fresh_case(NULL);
+    write_weights("", NULL, 0);
+    expect("safetensors: too short", BENCH, 1, "model.safetensors: header length 0 is invalid");
+    fresh_case(NULL);
+    {
+        char p[1024];
+        snprintf(p, sizeof p, "%s/m/model.safetensors", tmp);
+        spit(p, "\xff\xff\xff\xff\xff\xff\xff\x7f{}", 10);
+    }
+    expect("safetensors: huge header length", BENCH, 1, "is invalid for a 10-byte file");
+    fresh_case(NULL);
+    write_weights("[1, 2]   ", data, dlen);
+    expect("safetensors: header not an object", BENCH, 1, "model.safetensors: header is not a JSON object");
+
+    cJSON *c = cJSON_Duplicate(h, 1);
+    cJSON *t = cJSON_GetObjectItem(c, "model.norm.weight");
+    cJSON_ReplaceItemInObject(t, "data_offsets", cJSON_CreateIntArray((int[]){0, (int)dlen + 256}, 2));
+    fresh_case(NULL);
+    write_modified(c, data, dlen);
+    expect("safetensors: offsets outside the file", BENCH, 1, "tensor 'model.norm.weight': data_offsets outside");
+    cJSON_Delete(c);
+
+    c = cJSON_Duplicate(h, 1);
+    t = cJSON_GetObjectItem(c, "model.norm.weight");
+    cJSON_ReplaceItemInObject(t, "shape", cJSON_CreateIntArray((int[]){65}, 1));
+    fresh_case(NULL);
+    write_modified(c, data, dlen);
+    expect("safetensors: shape x dtype != bytes", BENCH, 1, "'model.norm.weight': shape x dtype is 260 bytes");
+    cJSON_Delete(c);
+
+    c = cJSON_Duplicate(h, 1);
+    const cJSON *a = cJSON_GetObjectItem(c, "model.norm.weight"), *b = cJSON_GetObjectItem(c, "model.layers.0.input_layernorm.weight");
+    cJSON_ReplaceItemInObject((cJSON *)b, "data_offsets", cJSON_Duplicate(cJSON_GetObjectItem(a, "data_offsets"), 1));
+    fresh_case(NULL);
+    write_modified(c, data, dlen);
+    expect("safetensors: overlapping tensors", BENCH, 1, "overlap");
+    cJSON_Delete(c);
+
+    c = cJSON_Duplicate(h, 1);
+    t = cJSON_GetObjectItem(c, "model.norm.weight");
+    cJSON_ReplaceItemInObject(t, "dtype", cJSON_CreateString("F8_E4M3"));
+    fresh_case(NULL);
+    write_modified(c, data, dlen);
+    expect("safetensors: unsupported dtype", BENCH, 1, "'model.norm.weight': unsupported dtype 'F8_E4M3'");
+    cJSON_Delete(c);
+
+    c = cJSON_Duplicate(h, 1);
+    cJSON_DeleteItemFromObject(c, "model.layers.1.mlp.down_proj.weight");
+    fresh_case(NULL);
+    write_modified(c, data, dlen);
+    expect("weights: missing tensor", BENCH, 1, "missing tensor 'model.layers.1.mlp.down_proj.weight'");
+    cJSON_Delete(c);
+
+    c = cJSON_Duplicate(h, 1);
+    t = cJSON_GetObjectItem(c, "model.layers.0.mlp.up_proj.weight");
+    cJSON_ReplaceItemInObject(t, "shape", cJSON_CreateIntArray((int[]){64, 96}, 2));
+    fresh_case(NULL);
+    write_modified(c, data, dlen);
+    expect("weights: transposed shape", BENCH, 1, "'model.layers.0.mlp.up_proj.weight' has shape [64, 96], expected [96, 64]");
+    cJSON_Delete(c);
+
+    c = cJSON_Duplicate(h, 1);
+    t = cJSON_GetObjectItem(c, "model.norm.weight");
+    cJSON_ReplaceItemInObject(t, "dtype", cJSON_CreateString("I32"));
+    fresh_case(NULL);
+    write_modified(c, data, dlen);
+    expect("weights: integer dtype", BENCH, 1, "'model.norm.weight' has dtype I32");
+    cJSON_Delete(c);
+
+    c = cJSON_Duplicate(h, 1);
+    cJSON_AddItemToObject(c, "model.extra.weight", cJSON_Duplicate(cJSON_GetObjectItem(c, "model.norm.weight"), 1));
+    cJSON_ReplaceItemInObject(cJSON_GetObjectItem(c, "model.extra.weight"), "data_offsets",
+                              cJSON_CreateIntArray((int[]){(int)dlen, (int)dlen + 256}, 2));
+    fresh_case(NULL);
+    {
+        char *d2 = calloc(dlen + 256, 1);
+        memcpy(d2, data, dlen);
+        write_modified(c, d2, dlen + 256);
+        free(d2);
+    }
+    expect("weights: unexpected tensor is reported", BENCH, 0, "1 tensor not used by LlamaForCausalLM, e.g. 'model.extra.weight'");
+    cJSON_Delete(c);
+
+    fresh_case(NULL);
+    {
+        char p[1024];
+        snprintf(p, sizeof p, "%s/m/model.safetensors.index.json", tmp);
+        const char *idx = "{\"weight_map\": {\"model.norm.weight\": \"model-00002-of-00002.safetensors\"}}";
+        spit(p, idx, strlen(idx));
+    }
+    expect("sharded: index names a missing file", BENCH, 1, "model-00002-of-00002.safetensors: cannot open");
+    expect("no such folder", "run -m %s/nowhere", 1, "nowhere: no such model folder");
+    fresh_case(NULL);
+    expect("run without tokenizer.json", "run -m %s/m -n 1", 1, "tokenizer.json: missing");
+
+    cJSON_Delete(h);
+    free(whole);
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", tmp);
+    CHECK(system(cmd) == 0, "cleanup");
+    return check_done();
+}

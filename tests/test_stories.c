@@ -1,0 +1,91 @@
+/* The trained stories260K checkpoint against its published greedy output (llama2.c's CI
+ * oracle): the ids through the API, and the exact text `loom run` prints with no arguments. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "loom.h"
+
+#define EXPECTED LOOM_SHARED_DIR "/models/stories260K/expected_greedy_200tokens"
+
+static char *slurp(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    size_t cap = 1 << 16;
+    char *b = malloc(cap);
+    *len = fread(b, 1, cap - 1, f);
+    b[*len] = 0;
+    fclose(f);
+    return b;
+}
+
+typedef struct {
+    int32_t ids[256];
+    int n;
+} collected;
+
+static bool collect(void *user, int32_t id, const char *piece, size_t len) {
+    (void)piece, (void)len;
+    collected *c = user;
+    if (id >= 0 && c->n < 256) c->ids[c->n++] = id;
+    return true;
+}
+
+static void check_ids(void) {
+    size_t len;
+    char *text = slurp(EXPECTED "_ids.txt", &len);
+    CHECK(text, "cannot read %s", EXPECTED "_ids.txt");
+    if (!text) return;
+    int32_t want[256];
+    int n = 0;
+    for (char *p = text; *p && n < 256;) {
+        if (*p >= '0' && *p <= '9') want[n++] = (int32_t)strtol(p, &p, 10);
+        else p++;
+    }
+    free(text);
+    CHECK(n == 200, "expected 200 ids, read %d", n);
+    loom_err err = {{0}};
+    loom_model_options mo = {.load_tokenizer = true};
+    loom_model *m = loom_model_load(&mo, &err);
+    CHECK(m, "%s", err.msg);
+    if (!m) return;
+    loom_engine_options eo = {.max_seqs = 1, .max_ctx = 256};
+    loom_engine *e = loom_engine_new(m, &eo, &err);
+    CHECK(e, "%s", err.msg);
+    collected got = {.n = 0};
+    loom_sampling s = {.top_p = 1};
+    loom_gen_stats st;
+    int32_t bos = 1;
+    CHECK(e && loom_generate(e, &bos, 1, 200, &s, collect, &got, &st, &err) == 0, "%s", err.msg);
+    CHECK(got.n == 200, "generated %d ids", got.n);
+    int first_diff = -1;
+    for (int i = 0; i < got.n && i < n && first_diff < 0; i++)
+        if (got.ids[i] != want[i]) first_diff = i;
+    CHECK(first_diff < 0, "greedy ids diverge at %d: got %d, want %d", first_diff, got.ids[first_diff], want[first_diff]);
+    loom_engine_free(e);
+    loom_model_free(m);
+}
+
+static void check_cli_text(void) {
+    size_t want_len, got_len;
+    char *want = slurp(EXPECTED ".txt", &want_len);
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "%s > /tmp/loom-stories-%d.txt", LOOM_BIN, (int)getpid());
+    CHECK(system(cmd) == 0, "loom run failed");
+    snprintf(cmd, sizeof cmd, "/tmp/loom-stories-%d.txt", (int)getpid());
+    char *got = slurp(cmd, &got_len);
+    remove(cmd);
+    CHECK(want && got && got_len == want_len && !memcmp(got, want, want_len),
+          "`loom` output differs from the published story:\n--- got (%zu bytes)\n%s\n--- want (%zu bytes)\n%s",
+          got_len, got ? got : "", want_len, want ? want : "");
+    free(want);
+    free(got);
+}
+
+int main(void) {
+    check_ids();
+    check_cli_text();
+    return check_done();
+}

@@ -1,0 +1,70 @@
+/* Common option parsing and model loading for the loom commands. */
+#include "cli.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char *cli_value(int argc, char **argv, int *i) {
+    if (*i + 1 >= argc) {
+        fprintf(stderr, "loom: option %s needs a value\n", argv[*i]);
+        exit(2);
+    }
+    return argv[++*i];
+}
+
+long cli_int(const char *opt, const char *val, long min, long max) {
+    char *end;
+    errno = 0;
+    long v = strtol(val, &end, 10);
+    if (errno || end == val || *end || v < min || v > max) {
+        fprintf(stderr, "loom: %s: '%s' is not an integer in [%ld, %ld]\n", opt, val, min, max);
+        exit(2);
+    }
+    return v;
+}
+
+double cli_float(const char *opt, const char *val) {
+    char *end;
+    double v = strtod(val, &end);
+    if (end == val || *end) {
+        fprintf(stderr, "loom: %s: '%s' is not a number\n", opt, val);
+        exit(2);
+    }
+    return v;
+}
+
+int cli_common_arg(cli_common *c, int argc, char **argv, int *i) {
+    const char *a = argv[*i];
+    if (!strcmp(a, "-m") || !strcmp(a, "--model")) c->model = cli_value(argc, argv, i);
+    else if (!strcmp(a, "--load-format")) {
+        const char *v = cli_value(argc, argv, i);
+        if (!strcmp(v, "dummy")) c->dummy = true;
+        else if (!strcmp(v, "auto") || !strcmp(v, "safetensors")) c->dummy = false;
+        else {
+            fprintf(stderr, "loom: --load-format: unknown '%s' (auto, safetensors, dummy)\n", v);
+            return -1;
+        }
+    } else if (!strcmp(a, "--dtype")) c->dtype = cli_value(argc, argv, i);
+    else if (!strcmp(a, "--seed")) c->seed = (uint64_t)cli_int(a, cli_value(argc, argv, i), 0, 1L << 62);
+    else if (!strcmp(a, "--threads") || !strcmp(a, "-t")) c->threads = (int)cli_int(a, cli_value(argc, argv, i), 1, 1024);
+    else if (!strcmp(a, "-tp") || !strcmp(a, "--tensor-parallel-size"))
+        c->tp = (int)cli_int(a, cli_value(argc, argv, i), 1, 256);
+    else if (!strcmp(a, "--max-model-len")) c->max_model_len = (int)cli_int(a, cli_value(argc, argv, i), 1, 1 << 24);
+    else return 0;
+    return 1;
+}
+
+loom_model *cli_load_model(const cli_common *c, bool tokenizer) {
+    loom_err err = {{0}};
+    if (c->tp > 1) {
+        fprintf(stderr, "loom: -tp %d: tensor parallelism is not available in this build yet (use -tp 1)\n", c->tp);
+        return NULL;
+    }
+    loom_model_options o = {.path = c->model, .dummy = c->dummy, .seed = c->seed, .dtype = c->dtype,
+                            .progress = true, .load_tokenizer = tokenizer};
+    loom_model *m = loom_model_load(&o, &err);
+    if (!m) fprintf(stderr, "loom: %s\n", err.msg);
+    return m;
+}

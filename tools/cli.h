@@ -1,0 +1,29 @@
+/* Shared pieces of the loom command line: common options and their parsing. */
+#ifndef LOOM_TOOLS_CLI_H
+#define LOOM_TOOLS_CLI_H
+#include "loom.h"
+
+typedef struct cli_common {
+    const char *model;       /* -m */
+    bool dummy;              /* --load-format dummy */
+    const char *dtype;       /* --dtype */
+    uint64_t seed;           /* --seed */
+    int threads;             /* --threads */
+    int tp;                  /* -tp */
+    int max_model_len;       /* --max-model-len */
+} cli_common;
+
+/* If argv[*i] is a common option, consumes it (and its value) and returns 1; 0 if not one of
+ * them; -1 after printing an error. */
+int cli_common_arg(cli_common *c, int argc, char **argv, int *i);
+/* Parses an integer option value; exits with a message naming the option on bad input. */
+long cli_int(const char *opt, const char *val, long min, long max);
+double cli_float(const char *opt, const char *val);
+/* Value of option argv[*i], advancing *i; exits if missing. */
+const char *cli_value(int argc, char **argv, int *i);
+
+loom_model *cli_load_model(const cli_common *c, bool tokenizer);
+int cli_bench(int argc, char **argv);
+int cli_plan(int argc, char **argv);
+
+#endif

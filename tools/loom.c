@@ -1,0 +1,144 @@
+/* loom: the command line. `loom run` generates text (the embedded default model when no -m is
+ * given); `loom bench latency` measures like vLLM's benchmark; `loom plan` prints the plan. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+static void usage(FILE *f) {
+    fputs("usage: loom <command> [options]\n"
+          "commands:\n"
+          "  run            generate text (default: the embedded stories260K model, greedy, 200 tokens)\n"
+          "  bench latency  prefill/decode latency with vLLM's flags and report\n"
+          "  bench machine  sgemm rate and memory bandwidth of this machine\n"
+          "  plan           print the module tree and the execution plan\n"
+          "common options:\n"
+          "  -m, --model PATH          Hugging Face folder (or config.json with --load-format dummy)\n"
+          "  --load-format auto|dummy  dummy: real shapes, seeded random weights\n"
+          "  --dtype auto|float32|bfloat16  weights in memory (auto: as stored)\n"
+          "  --seed N                  dummy weights and sampling seed\n"
+          "  -t, --threads N           threads (default: all cores)\n"
+          "  -tp, --tensor-parallel-size N\n"
+          "  --max-model-len N         context length (default: min(model, 4096))\n"
+          "run options:\n"
+          "  -p, --prompt TEXT         prompt (default: just BOS)\n"
+          "  -n, --n-predict N         tokens to generate (default 200)\n"
+          "  --temp T                  temperature (default 0: greedy)\n"
+          "  --top-k K, --top-p P      sampling filters (default off)\n"
+          "  --ignore-eos              do not stop at EOS\n"
+          "  -v, --verbose             print the timing summary on stderr\n",
+          f);
+}
+
+typedef struct run_opts {
+    cli_common c;
+    const char *prompt;
+    int n_predict;
+    loom_sampling sampling;
+    bool ignore_eos, verbose;
+} run_opts;
+
+static bool print_piece(void *user, int32_t id, const char *piece, size_t len) {
+    (void)user, (void)id;
+    fwrite(piece, 1, len, stdout);
+    fflush(stdout);
+    return true;
+}
+
+/* The prompt's ids: the tokenized -p text (with the tokenizer's BOS), or BOS alone. */
+static int prompt_ids(loom_model *m, const run_opts *o, int32_t **ids, size_t *n, loom_err *err) {
+    loom_model_info info;
+    loom_model_get_info(m, &info);
+    if (o->prompt) {
+        if (loom_tokenize(m, o->prompt, true, ids, n, err)) return -1;
+        if (*n) return 0;
+        free(*ids);
+    }
+    if (info.bos_id < 0) {
+        snprintf(err->msg, sizeof err->msg, "the model has no bos_token_id to start from; give a prompt with -p");
+        return -1;
+    }
+    *ids = malloc(sizeof **ids);
+    (*ids)[0] = info.bos_id;
+    *n = 1;
+    return 0;
+}
+
+static int generate_text(loom_model *m, const run_opts *o) {
+    loom_err err = {{0}};
+    int32_t *ids = NULL;
+    size_t n = 0;
+    loom_engine *e = NULL;
+    int rc = prompt_ids(m, o, &ids, &n, &err);
+    if (!rc) {
+        loom_model_info info;
+        loom_model_get_info(m, &info);
+        int need = (int)n + o->n_predict;
+        loom_engine_options eo = {.max_seqs = 1, .max_tokens = 512, .threads = o->c.threads,
+                                  .max_ctx = o->c.max_model_len ? o->c.max_model_len
+                                                                : (need < info.max_pos ? need : info.max_pos)};
+        e = loom_engine_new(m, &eo, &err);
+        rc = e ? 0 : -1;
+    }
+    loom_gen_stats st;
+    if (!rc) rc = loom_generate(e, ids, (int)n, o->n_predict, &o->sampling, print_piece, NULL, &st, &err);
+    if (!rc) {
+        fputc('\n', stdout);
+        fflush(stdout);
+    }
+    if (!rc && o->verbose)
+        fprintf(stderr, "loom: prompt %d tokens in %.3f s (%.1f tok/s), generated %d tokens in %.3f s (%.1f tok/s)%s\n",
+                st.prompt_tokens, st.prefill_s, st.prompt_tokens / (st.prefill_s > 0 ? st.prefill_s : 1e-9),
+                st.generated, st.decode_s, st.generated / (st.decode_s > 0 ? st.decode_s : 1e-9),
+                st.stopped_at_eos ? ", stopped at EOS" : "");
+    if (rc) fprintf(stderr, "loom run: %s\n", err.msg);
+    loom_engine_free(e);
+    free(ids);
+    return rc ? 1 : 0;
+}
+
+static int cmd_run(int argc, char **argv) {
+    run_opts o = {.c = {.tp = 1}, .n_predict = 200, .sampling = {.top_p = 1}};
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        int r = cli_common_arg(&o.c, argc, argv, &i);
+        if (r < 0) return 2;
+        if (r) continue;
+        if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) o.prompt = cli_value(argc, argv, &i);
+        else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict") || !strcmp(a, "--max-tokens"))
+            o.n_predict = (int)cli_int(a, cli_value(argc, argv, &i), 0, 1 << 24);
+        else if (!strcmp(a, "--temp") || !strcmp(a, "--temperature")) o.sampling.temperature = (float)cli_float(a, cli_value(argc, argv, &i));
+        else if (!strcmp(a, "--top-k")) o.sampling.top_k = (int)cli_int(a, cli_value(argc, argv, &i), 0, 1 << 24);
+        else if (!strcmp(a, "--top-p")) o.sampling.top_p = (float)cli_float(a, cli_value(argc, argv, &i));
+        else if (!strcmp(a, "--ignore-eos")) o.ignore_eos = true;
+        else if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) o.verbose = true;
+        else {
+            fprintf(stderr, "loom run: unknown option '%s' (see loom --help)\n", a);
+            return 2;
+        }
+    }
+    o.sampling.seed = o.c.seed;
+    o.sampling.ignore_eos = o.ignore_eos;
+    loom_model *m = cli_load_model(&o.c, true);
+    if (!m) return 1;
+    int rc = generate_text(m, &o);
+    loom_model_free(m);
+    return rc;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) return cmd_run(0, argv + 1);
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) {
+        usage(stdout);
+        return 0;
+    }
+    if (!strcmp(cmd, "run")) return cmd_run(argc - 2, argv + 2);
+    if (!strcmp(cmd, "bench")) return cli_bench(argc - 2, argv + 2);
+    if (!strcmp(cmd, "plan")) return cli_plan(argc - 2, argv + 2);
+    if (cmd[0] == '-') return cmd_run(argc - 1, argv + 1);
+    fprintf(stderr, "loom: unknown command '%s'\n", cmd);
+    usage(stderr);
+    return 2;
+}
