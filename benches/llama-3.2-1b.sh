@@ -11,8 +11,8 @@ echo "== machine"; "$loom" bench machine --threads 2
 for dtype in float32 bfloat16; do
   for len in 512 2048; do
     echo "== prefill $len, $dtype weights"
-    "$loom" bench latency "${common[@]}" --dtype "$dtype" --input-len "$len" --output-len 1 --num-iters 3 | grep -E "^(Avg|Prefill|Memory)"
+    "$loom" bench latency "${common[@]}" --dtype "$dtype" --input-len "$len" --output-len 1 --num-iters 3 | grep -E "^(Avg|Prefill|Memory|Rank)"
   done
   echo "== decode, $dtype weights (prompt 128, 64 new tokens)"
-  "$loom" bench latency "${common[@]}" --dtype "$dtype" --input-len 128 --output-len 65 --num-iters 2 | grep -E "^(Decode|Memory)"
+  "$loom" bench latency "${common[@]}" --dtype "$dtype" --input-len 128 --output-len 65 --num-iters 2 | grep -E "^(Decode|Memory|Rank)"
 done

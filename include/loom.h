@@ -19,6 +19,7 @@ typedef struct loom_err {
 
 typedef struct loom_model loom_model;
 typedef struct loom_engine loom_engine;
+typedef struct loom_comm loom_comm; /* this rank's view of the other ranks */
 
 typedef struct loom_model_options {
     const char *path;    /* Hugging Face folder or a config.json (dummy); NULL: embedded default */
@@ -48,7 +49,8 @@ typedef struct loom_engine_options {
     int max_ctx;        /* positions per sequence (0: min(max_position_embeddings, 4096)) */
     int max_tokens;     /* tokens per forward pass */
     bool all_logits;    /* logits for every token, not only requested rows */
-    int threads;        /* 0: all cores */
+    int threads;        /* 0: all cores / ranks */
+    loom_comm *comm;    /* the ranks to shard across; NULL: this process alone (tp=1) */
 } loom_engine_options;
 
 loom_engine *loom_engine_new(loom_model *m, const loom_engine_options *o, loom_err *err);
@@ -65,6 +67,33 @@ typedef struct loom_batch {
     const int32_t *logit_rows;
 } loom_batch;
 int loom_forward(loom_engine *e, const loom_batch *b, const float **logits, loom_err *err);
+
+/* Ranks. loom_launch starts `tp` ranks and runs fn in each with its communicator:
+ *  - "shm" (default): forks tp rank processes on this machine sharing a memory arena; the
+ *    calling process supervises them: if one dies or a collective waits past timeout_s, all
+ *    are stopped and the failure is reported, naming the rank and what it was doing.
+ *  - "mpi": this process is one rank of an `mpirun` job (tp must be 0 or the job's size).
+ * Returns the job's exit status (0 when every rank's fn returned 0). Rank 0 keeps stdout;
+ * the others' stdout is discarded, their errors still reach stderr. Call it before any
+ * OpenMP or BLAS work in this process: forked ranks start their own thread pools. */
+typedef int (*loom_rank_fn)(loom_comm *comm, void *arg);
+typedef struct loom_launch_options {
+    int tp;
+    const char *backend;  /* "shm", "mpi" */
+    size_t slot_bytes;    /* largest block one rank publishes in a collective (shm) */
+    double timeout_s;     /* collective deadline (default 60) */
+    int spin;             /* busy-wait iterations before sleeping in a collective (default 2000) */
+} loom_launch_options;
+int loom_launch(const loom_launch_options *o, loom_rank_fn fn, void *arg, loom_err *err);
+int loom_comm_rank(const loom_comm *c);
+int loom_comm_size(const loom_comm *c);
+double loom_comm_blocked_seconds(const loom_comm *c); /* time spent in collectives so far */
+/* The slot_bytes an engine with these options needs on each of tp ranks. */
+size_t loom_comm_slot_bytes(const loom_model *m, int tp, const loom_engine_options *o);
+/* all[r * n + i] = rank r's mine[i], on every rank (small metadata, e.g. per-rank figures). */
+int loom_comm_all_gather(loom_comm *c, const float *mine, int n, float *all, loom_err *err);
+/* Checks that m can be sharded across tp ranks, before any weight is read. */
+int loom_check_sharding(const loom_model *m, int tp, loom_err *err);
 
 /* Text */
 int loom_tokenize(const loom_model *m, const char *text, bool add_special, int32_t **ids, size_t *n,
@@ -102,8 +131,8 @@ size_t loom_engine_kv_bytes(const loom_engine *e);
 void loom_engine_set_profile(loom_engine *e, bool on);
 void loom_engine_print_profile(const loom_engine *e, FILE *f);
 
-/* Prints the module tree and this rank's plan (steps, widths, buffers) to f. */
-int loom_print_plan(loom_model *m, FILE *f, loom_err *err);
+/* Prints the module tree and rank 0's plan for tp ranks (steps, collectives, buffers) to f. */
+int loom_print_plan(loom_model *m, int tp, FILE *f, loom_err *err);
 
 /* Forgets what sequence slot `seq` holds (its positions restart at 0). */
 void loom_engine_reset_seq(loom_engine *e, int seq);

@@ -78,8 +78,13 @@ static int one_iteration(loom_engine *e, const latency_opts *o, batch_bufs *b, u
     return 0;
 }
 
-static void report(const latency_opts *o, double *lat, double pre, double dec, size_t weights, size_t act,
-                   size_t kv) {
+/* Figures every rank measured, gathered so rank 0 can report them. */
+typedef struct rank_figures {
+    float peak_rss_mib, comm_share;
+} rank_figures;
+
+static void report(const latency_opts *o, double *lat, double pre, double dec, size_t weights, size_t act, size_t kv,
+                   const rank_figures *ranks, int n_ranks) {
     int n = o->iters;
     double avg = 0;
     for (int i = 0; i < n; i++) avg += lat[i];
@@ -93,10 +98,11 @@ static void report(const latency_opts *o, double *lat, double pre, double dec, s
     if (o->output_len > 1)
         printf("Decode: %.4f s avg, %.2f tok/s (%d steps of %d sequences)\n", dec_avg,
                o->batch * (o->output_len - 1) / dec_avg, o->output_len - 1, o->batch);
-    struct rusage ru;
-    getrusage(RUSAGE_SELF, &ru);
-    printf("Memory: peak RSS %.1f MiB (weights %.1f MiB, activations %.1f MiB, KV cache %.1f MiB)\n",
-           ru.ru_maxrss / 1024.0, weights / 1048576.0, act / 1048576.0, kv / 1048576.0);
+    printf("Memory (rank 0): weights %.1f MiB, activations %.1f MiB, KV cache %.1f MiB\n", weights / 1048576.0,
+           act / 1048576.0, kv / 1048576.0);
+    for (int r = 0; r < n_ranks; r++)
+        printf("Rank %d: peak RSS %.1f MiB, %.1f%% of the time in collectives\n", r, ranks[r].peak_rss_mib,
+               100 * ranks[r].comm_share);
     if (!o->json) return;
     FILE *f = fopen(o->json, "w");
     if (!f) {
@@ -107,13 +113,77 @@ static void report(const latency_opts *o, double *lat, double pre, double dec, s
     for (int i = 0; i < n; i++) fprintf(f, "%s%.9f", i ? ", " : "", lat[i]);
     fprintf(f, "], \"percentiles\": {");
     for (int i = 0; i < 6; i++) fprintf(f, "%s\"%d\": %.9f", i ? ", " : "", pct[i], percentile(lat, n, pct[i]));
-    fprintf(f, "}, \"prefill_avg_s\": %.9f, \"decode_avg_s\": %.9f, \"peak_rss_bytes\": %ld}\n", pre_avg, dec_avg,
-            ru.ru_maxrss * 1024L);
+    fprintf(f, "}, \"prefill_avg_s\": %.9f, \"decode_avg_s\": %.9f, \"tp\": %d, \"ranks\": [", pre_avg, dec_avg,
+            n_ranks);
+    for (int r = 0; r < n_ranks; r++)
+        fprintf(f, "%s{\"peak_rss_mib\": %.1f, \"collective_share\": %.4f}", r ? ", " : "", ranks[r].peak_rss_mib,
+                ranks[r].comm_share);
+    fprintf(f, "]}\n");
     fclose(f);
 }
 
+typedef struct latency_job {
+    const latency_opts *o;
+    loom_model *m;
+    loom_engine_options eo;
+} latency_job;
+
+static int latency_rank(loom_comm *comm, void *arg) {
+    latency_job *j = arg;
+    const latency_opts *o = j->o;
+    loom_err err = {{0}};
+    loom_engine_options eo = j->eo;
+    eo.comm = comm;
+    loom_engine *e = loom_engine_new(j->m, &eo, &err);
+    if (!e) {
+        cli_rank_error("bench", comm, &err);
+        return 1;
+    }
+    loom_model_info info;
+    loom_model_get_info(j->m, &info);
+    int chunk = eo.max_tokens;
+    batch_bufs b = {malloc(chunk * 4), malloc(chunk * 4), malloc(chunk * 4), malloc(chunk * 4)};
+    double *lat = malloc(o->iters * sizeof *lat), pre = 0, dec = 0, blocked0 = 0, t_start = 0;
+    uint64_t rng = o->c.seed + 1;
+    int rc = 0;
+    if (loom_comm_rank(comm) == 0)
+        fprintf(stderr, "loom bench: %s, tp=%d, %d threads per rank, batch %d, input %d, output %d, %d warm-up + %d iterations\n",
+                info.arch, loom_comm_size(comm), omp_get_max_threads(), o->batch, o->input_len, o->output_len,
+                o->warmup, o->iters);
+    for (int it = 0; it < o->warmup + o->iters && !rc; it++) {
+        if (it == o->warmup) {
+            loom_engine_set_profile(e, o->profile);
+            blocked0 = loom_comm_blocked_seconds(comm);
+            t_start = now();
+        }
+        double p = 0, d = 0;
+        rc = one_iteration(e, o, &b, &rng, chunk, info.vocab, &p, &d, &err);
+        if (it >= o->warmup) {
+            lat[it - o->warmup] = p + d;
+            pre += p;
+            dec += d;
+        }
+    }
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    float mine[2] = {ru.ru_maxrss / 1024.0f, (float)((loom_comm_blocked_seconds(comm) - blocked0) / (now() - t_start))};
+    rank_figures *all = malloc(loom_comm_size(comm) * sizeof *all);
+    if (!rc) rc = loom_comm_all_gather(comm, mine, 2, (float *)all, &err);
+    if (rc) cli_rank_error("bench", comm, &err);
+    else if (loom_comm_rank(comm) == 0) {
+        report(o, lat, pre, dec, info.weight_bytes, loom_engine_activation_bytes(e), loom_engine_kv_bytes(e), all,
+               loom_comm_size(comm));
+        if (o->profile) loom_engine_print_profile(e, stdout);
+    }
+    free(all);
+    free(lat);
+    free(b.ids), free(b.pos), free(b.seq), free(b.rows);
+    loom_engine_free(e);
+    return rc ? 1 : 0;
+}
+
 static int bench_latency(int argc, char **argv) {
-    latency_opts o = {.c = {.tp = 1}, .input_len = 32, .output_len = 128, .batch = 8, .warmup = 10, .iters = 30};
+    latency_opts o = {.c = CLI_COMMON_DEFAULTS, .input_len = 32, .output_len = 128, .batch = 8, .warmup = 10, .iters = 30};
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         int r = cli_common_arg(&o.c, argc, argv, &i);
@@ -133,43 +203,14 @@ static int bench_latency(int argc, char **argv) {
     }
     loom_model *m = cli_load_model(&o.c, false);
     if (!m) return 1;
-    loom_err err = {{0}};
     int chunk = o.batch * o.input_len < 2048 ? o.batch * o.input_len : 2048;
     if (chunk < o.batch) chunk = o.batch;
-    loom_engine_options eo = {.max_seqs = o.batch, .max_ctx = o.input_len + o.output_len, .max_tokens = chunk,
-                              .threads = o.c.threads};
-    loom_engine *e = loom_engine_new(m, &eo, &err);
-    if (!e) {
-        fprintf(stderr, "loom bench: %s\n", err.msg);
-        loom_model_free(m);
-        return 1;
-    }
-    loom_model_info info;
-    loom_model_get_info(m, &info);
-    batch_bufs b = {malloc(chunk * 4), malloc(chunk * 4), malloc(chunk * 4), malloc(chunk * 4)};
-    double *lat = malloc(o.iters * sizeof *lat), pre = 0, dec = 0;
-    uint64_t rng = o.c.seed + 1;
-    int rc = 0;
-    fprintf(stderr, "loom bench: %s, %d threads, batch %d, input %d, output %d, %d warm-up + %d iterations\n",
-            info.arch, omp_get_max_threads(), o.batch, o.input_len, o.output_len, o.warmup, o.iters);
-    for (int it = 0; it < o.warmup + o.iters && !rc; it++) {
-        double p = 0, d = 0;
-        rc = one_iteration(e, &o, &b, &rng, chunk, info.vocab, &p, &d, &err);
-        if (it + 1 == o.warmup) loom_engine_set_profile(e, o.profile);
-        if (it >= o.warmup) {
-            lat[it - o.warmup] = p + d;
-            pre += p;
-            dec += d;
-        }
-    }
-    if (rc) fprintf(stderr, "loom bench: %s\n", err.msg);
-    else report(&o, lat, pre, dec, info.weight_bytes, loom_engine_activation_bytes(e), loom_engine_kv_bytes(e));
-    if (!rc && o.profile) loom_engine_print_profile(e, stdout);
-    free(lat);
-    free(b.ids), free(b.pos), free(b.seq), free(b.rows);
-    loom_engine_free(e);
+    latency_job j = {.o = &o, .m = m,
+                     .eo = {.max_seqs = o.batch, .max_ctx = o.input_len + o.output_len, .max_tokens = chunk,
+                            .threads = o.c.threads}};
+    int rc = cli_launch(&o.c, m, &j.eo, latency_rank, &j);
     loom_model_free(m);
-    return rc ? 1 : 0;
+    return rc;
 }
 
 /* sgemm at a prefill-like shape and a multi-threaded streaming read, best of a few runs. */

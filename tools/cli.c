@@ -52,19 +52,40 @@ int cli_common_arg(cli_common *c, int argc, char **argv, int *i) {
     else if (!strcmp(a, "-tp") || !strcmp(a, "--tensor-parallel-size"))
         c->tp = (int)cli_int(a, cli_value(argc, argv, i), 1, 256);
     else if (!strcmp(a, "--max-model-len")) c->max_model_len = (int)cli_int(a, cli_value(argc, argv, i), 1, 1 << 24);
+    else if (!strcmp(a, "--backend")) {
+        c->backend = cli_value(argc, argv, i);
+        if (!strcmp(c->backend, "mpi") && c->tp == 1) c->tp = 0; /* the job's size unless -tp says */
+    } else if (!strcmp(a, "--comm-timeout")) c->comm_timeout = cli_float(a, cli_value(argc, argv, i));
+    else if (!strcmp(a, "--comm-spin")) c->comm_spin = (int)cli_int(a, cli_value(argc, argv, i), 0, 1 << 30);
     else return 0;
     return 1;
 }
 
 loom_model *cli_load_model(const cli_common *c, bool tokenizer) {
     loom_err err = {{0}};
-    if (c->tp > 1) {
-        fprintf(stderr, "loom: -tp %d: tensor parallelism is not available in this build yet (use -tp 1)\n", c->tp);
-        return NULL;
-    }
     loom_model_options o = {.path = c->model, .dummy = c->dummy, .seed = c->seed, .dtype = c->dtype,
                             .progress = true, .load_tokenizer = tokenizer};
     loom_model *m = loom_model_load(&o, &err);
     if (!m) fprintf(stderr, "loom: %s\n", err.msg);
     return m;
+}
+
+int cli_launch(const cli_common *c, const loom_model *m, const loom_engine_options *eo, loom_rank_fn fn, void *arg) {
+    loom_err err = {{0}};
+    if (c->tp > 1 && loom_check_sharding(m, c->tp, &err)) {
+        fprintf(stderr, "loom: %s\n", err.msg);
+        return 1;
+    }
+    loom_launch_options lo = {.tp = c->tp, .backend = c->backend, .timeout_s = c->comm_timeout, .spin = c->comm_spin,
+                              .slot_bytes = loom_comm_slot_bytes(m, c->tp > 0 ? c->tp : 1, eo)};
+    int rc = loom_launch(&lo, fn, arg, &err);
+    if (rc && err.msg[0]) fprintf(stderr, "loom: %s\n", err.msg);
+    return rc;
+}
+
+void cli_rank_error(const char *cmd, const loom_comm *comm, const loom_err *err) {
+    if (loom_comm_size(comm) > 1 && strncmp(err->msg, "rank ", 5))
+        fprintf(stderr, "loom %s: rank %d: %s\n", cmd, loom_comm_rank(comm), err->msg);
+    else
+        fprintf(stderr, "loom %s: %s\n", cmd, err->msg);
 }

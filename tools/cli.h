@@ -9,9 +9,14 @@ typedef struct cli_common {
     const char *dtype;       /* --dtype */
     uint64_t seed;           /* --seed */
     int threads;             /* --threads */
-    int tp;                  /* -tp */
+    int tp;                  /* -tp (0: as many as mpirun started) */
     int max_model_len;       /* --max-model-len */
+    const char *backend;     /* --backend shm|mpi */
+    double comm_timeout;     /* --comm-timeout seconds */
+    int comm_spin;           /* --comm-spin iterations (-1: default) */
 } cli_common;
+
+#define CLI_COMMON_DEFAULTS {.tp = 1, .backend = "shm", .comm_spin = -1}
 
 /* If argv[*i] is a common option, consumes it (and its value) and returns 1; 0 if not one of
  * them; -1 after printing an error. */
@@ -23,6 +28,11 @@ double cli_float(const char *opt, const char *val);
 const char *cli_value(int argc, char **argv, int *i);
 
 loom_model *cli_load_model(const cli_common *c, bool tokenizer);
+/* Checks that the model shards across the ranks asked for, starts them and runs fn in each
+ * (fn fills eo->comm from its argument before building an engine). Returns the exit status. */
+int cli_launch(const cli_common *c, const loom_model *m, const loom_engine_options *eo, loom_rank_fn fn, void *arg);
+/* Prints err for this rank: "loom CMD: msg" (with the rank when there are several). */
+void cli_rank_error(const char *cmd, const loom_comm *comm, const loom_err *err);
 int cli_bench(int argc, char **argv);
 int cli_plan(int argc, char **argv);
 

@@ -19,7 +19,10 @@ static void usage(FILE *f) {
           "  --dtype auto|float32|bfloat16  weights in memory (auto: as stored)\n"
           "  --seed N                  dummy weights and sampling seed\n"
           "  -t, --threads N           threads (default: all cores)\n"
-          "  -tp, --tensor-parallel-size N\n"
+          "  -tp, --tensor-parallel-size N   ranks to shard the model across (default 1)\n"
+          "  --backend shm|mpi         shm: fork ranks on this machine; mpi: under mpirun\n"
+          "  --comm-timeout S          a collective waiting longer fails the job (default 60)\n"
+          "  --comm-spin N             busy-wait iterations before a waiting rank sleeps\n"
           "  --max-model-len N         context length (default: min(model, 4096))\n"
           "run options:\n"
           "  -p, --prompt TEXT         prompt (default: just BOS)\n"
@@ -65,41 +68,59 @@ static int prompt_ids(loom_model *m, const run_opts *o, int32_t **ids, size_t *n
     return 0;
 }
 
-static int generate_text(loom_model *m, const run_opts *o) {
+typedef struct run_job {
+    const run_opts *o;
+    loom_model *m;
+    loom_engine_options eo;
+    int32_t *ids;
+    size_t n;
+} run_job;
+
+/* One rank's part of `loom run`; every rank generates the same tokens, rank 0 prints them. */
+static int generate_text(loom_comm *comm, void *arg) {
+    run_job *j = arg;
+    const run_opts *o = j->o;
     loom_err err = {{0}};
-    int32_t *ids = NULL;
-    size_t n = 0;
-    loom_engine *e = NULL;
-    int rc = prompt_ids(m, o, &ids, &n, &err);
-    if (!rc) {
-        loom_model_info info;
-        loom_model_get_info(m, &info);
-        int need = (int)n + o->n_predict;
-        loom_engine_options eo = {.max_seqs = 1, .max_tokens = 512, .threads = o->c.threads,
-                                  .max_ctx = o->c.max_model_len ? o->c.max_model_len
-                                                                : (need < info.max_pos ? need : info.max_pos)};
-        e = loom_engine_new(m, &eo, &err);
-        rc = e ? 0 : -1;
-    }
+    loom_engine_options eo = j->eo;
+    eo.comm = comm;
+    loom_engine *e = loom_engine_new(j->m, &eo, &err);
+    int rc = e ? 0 : -1;
     loom_gen_stats st;
-    if (!rc) rc = loom_generate(e, ids, (int)n, o->n_predict, &o->sampling, print_piece, NULL, &st, &err);
+    if (!rc) rc = loom_generate(e, j->ids, (int)j->n, o->n_predict, &o->sampling, print_piece, NULL, &st, &err);
     if (!rc) {
         fputc('\n', stdout);
         fflush(stdout);
     }
-    if (!rc && o->verbose)
+    if (!rc && o->verbose && loom_comm_rank(comm) == 0)
         fprintf(stderr, "loom: prompt %d tokens in %.3f s (%.1f tok/s), generated %d tokens in %.3f s (%.1f tok/s)%s\n",
                 st.prompt_tokens, st.prefill_s, st.prompt_tokens / (st.prefill_s > 0 ? st.prefill_s : 1e-9),
                 st.generated, st.decode_s, st.generated / (st.decode_s > 0 ? st.decode_s : 1e-9),
                 st.stopped_at_eos ? ", stopped at EOS" : "");
-    if (rc) fprintf(stderr, "loom run: %s\n", err.msg);
+    if (rc) cli_rank_error("run", comm, &err);
     loom_engine_free(e);
-    free(ids);
     return rc ? 1 : 0;
 }
 
+static int run_ranks(loom_model *m, const run_opts *o) {
+    run_job j = {.o = o, .m = m};
+    loom_err err = {{0}};
+    if (prompt_ids(m, o, &j.ids, &j.n, &err)) {
+        fprintf(stderr, "loom run: %s\n", err.msg);
+        return 1;
+    }
+    loom_model_info info;
+    loom_model_get_info(m, &info);
+    int need = (int)j.n + o->n_predict;
+    j.eo = (loom_engine_options){.max_seqs = 1, .max_tokens = 512, .threads = o->c.threads,
+                                 .max_ctx = o->c.max_model_len ? o->c.max_model_len
+                                                               : (need < info.max_pos ? need : info.max_pos)};
+    int rc = cli_launch(&o->c, m, &j.eo, generate_text, &j);
+    free(j.ids);
+    return rc;
+}
+
 static int cmd_run(int argc, char **argv) {
-    run_opts o = {.c = {.tp = 1}, .n_predict = 200, .sampling = {.top_p = 1}};
+    run_opts o = {.c = CLI_COMMON_DEFAULTS, .n_predict = 200, .sampling = {.top_p = 1}};
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         int r = cli_common_arg(&o.c, argc, argv, &i);
@@ -122,7 +143,7 @@ static int cmd_run(int argc, char **argv) {
     o.sampling.ignore_eos = o.ignore_eos;
     loom_model *m = cli_load_model(&o.c, true);
     if (!m) return 1;
-    int rc = generate_text(m, &o);
+    int rc = run_ranks(m, &o);
     loom_model_free(m);
     return rc;
 }

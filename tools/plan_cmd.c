@@ -5,7 +5,7 @@
 #include "cli.h"
 
 int cli_plan(int argc, char **argv) {
-    cli_common c = {.tp = 1};
+    cli_common c = CLI_COMMON_DEFAULTS;
     for (int i = 0; i < argc; i++) {
         int r = cli_common_arg(&c, argc, argv, &i);
         if (r < 0) return 2;
@@ -18,7 +18,7 @@ int cli_plan(int argc, char **argv) {
     loom_model *m = cli_load_model(&c, false);
     if (!m) return 1;
     loom_err err = {{0}};
-    int rc = loom_print_plan(m, stdout, &err);
+    int rc = loom_print_plan(m, c.tp > 0 ? c.tp : 1, stdout, &err);
     if (rc) fprintf(stderr, "loom plan: %s\n", err.msg);
     loom_model_free(m);
     return rc ? 1 : 0;

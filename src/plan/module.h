@@ -36,6 +36,7 @@ typedef struct linear_part {
     char bias[128];   /* "" when absent */
     int out;          /* logical output features */
     int head_dim;     /* >0: sharded by whole heads of this size (q/k/v), else by features */
+    bool replicable;  /* heads may be replicated when fewer than ranks (k/v, as vLLM does) */
 } linear_part;
 
 typedef struct linear_desc {

@@ -36,19 +36,27 @@ static void print_module(FILE *f, const module *m, int depth) {
     }
 }
 
-int loom_print_plan(loom_model *m, FILE *f, loom_err *err) {
+int loom_print_plan(loom_model *m, int tp, FILE *f, loom_err *err) {
     plan p;
-    if (plan_build(&p, m->tree, 1, 0, NULL, false, err)) return -1;
+    if (plan_build(&p, m->tree, tp, 0, NULL, false, err)) return -1;
     fprintf(f, "model %s from %s: %d layers, hidden %d, %d heads (%d kv) of %d, vocab %d\n", m->cfg.arch,
             m->source, m->cfg.n_layers, m->cfg.hidden, m->cfg.n_heads, m->cfg.n_kv_heads, m->cfg.head_dim,
             m->cfg.vocab);
-    fprintf(f, "parallelism: tp=1 (single rank)\n\nmodule tree:\n");
+    if (tp == 1) fprintf(f, "parallelism: tp=1 (single rank)\n");
+    else fprintf(f, "parallelism: tensor parallel across %d ranks (Megatron-style: column/row-parallel linears, vocab-parallel embedding and LM head)\n", tp);
+    fprintf(f, "\nmodule tree:\n");
     print_module(f, m->tree, 1);
     size_t floats = 0;
     for (int b = 0; b < p.n_buffers; b++)
         if (!p.buffer_logit_rows[b]) floats += p.buffer_width[b];
-    fprintf(f, "\nplan (rank 0): %d steps over %d values in %d reused buffers (%zu floats per token)\n",
+    int reduces = 0, gathers = 0;
+    for (int i = 0; i < p.n_steps; i++) reduces += p.steps[i].kind == STEP_ALL_REDUCE, gathers += p.steps[i].kind == STEP_GATHER_COLS;
+    fprintf(f, "\nplan (rank 0 of %d): %d steps over %d values in %d reused buffers (%zu floats per token)\n", tp,
             p.n_steps, p.n_values, p.n_buffers, floats);
+    if (tp > 1)
+        fprintf(f, "collectives per forward pass: %d all-reduce, %d all-gather (logits); rank 0 holds %d of %d q heads, "
+                   "%d kv columns, vocabulary rows %d..%d\n", reduces, gathers, m->cfg.n_heads / tp, m->cfg.n_heads,
+                p.kv_width, p.vocab_col0[0], p.vocab_col0[0] + p.vocab_width[0] - 1);
     plan_free(&p);
     return 0;
 }

@@ -25,8 +25,8 @@ static void *alloc_or_fail(size_t bytes, const char *what, loom_err *err) {
     return p;
 }
 
-static void set_threads(int threads) {
-    if (threads <= 0) threads = omp_get_num_procs();
+static void set_threads(int threads, int ranks) {
+    if (threads <= 0) threads = omp_get_num_procs() / ranks > 0 ? omp_get_num_procs() / ranks : 1;
     omp_set_num_threads(threads);
     openblas_set_num_threads(threads);
 }
@@ -42,7 +42,7 @@ static int alloc_state(loom_engine *e, loom_err *err) {
         e->activation_bytes += rows * p->buffer_width[b] * sizeof(float);
     }
     e->kv = calloc(c->n_layers, sizeof *e->kv);
-    size_t kv_width = (size_t)c->n_kv_heads * c->head_dim;
+    size_t kv_width = (size_t)p->kv_width;
     size_t per = (size_t)e->max_seqs * e->max_ctx * kv_width * sizeof(float);
     for (int l = 0; l < c->n_layers; l++) {
         e->kv[l] = (kv_layer){.max_ctx = e->max_ctx, .kv_width = (int)kv_width};
@@ -67,15 +67,44 @@ static void warn_unused(const loom_model *m) {
     free(unused);
 }
 
+/* Rows an engine with these options runs at most: all tokens, and the rows with logits. */
+static void engine_rows(const loom_model *m, const loom_engine_options *o, int *tokens, int *logits) {
+    (void)m;
+    int seqs = o->max_seqs > 0 ? o->max_seqs : 1;
+    *tokens = o->max_tokens > 0 ? o->max_tokens : 512;
+    *logits = o->all_logits ? *tokens : (seqs < *tokens ? seqs : *tokens);
+}
+
+size_t loom_comm_slot_bytes(const loom_model *m, int tp, const loom_engine_options *o) {
+    plan p;
+    loom_err err;
+    int tokens, logits;
+    if (plan_build(&p, m->tree, tp, 0, NULL, false, &err)) return 0;
+    engine_rows(m, o, &tokens, &logits);
+    size_t a = (size_t)tokens * p.max_comm_token_cols, b = (size_t)logits * p.max_comm_logit_cols;
+    plan_free(&p);
+    return (a > b ? a : b) * sizeof(float);
+}
+
+int loom_check_sharding(const loom_model *m, int tp, loom_err *err) {
+    for (int r = 0; r < tp; r++) {
+        plan p;
+        if (plan_build(&p, m->tree, tp, r, NULL, false, err))
+            return loom_err_prefix(err, "%s cannot run with -tp %d", m->cfg.arch, tp);
+        plan_free(&p);
+    }
+    return 0;
+}
+
 loom_engine *loom_engine_new(loom_model *m, const loom_engine_options *o, loom_err *err) {
     loom_engine *e = calloc(1, sizeof *e);
     e->model = m;
     e->max_seqs = o->max_seqs > 0 ? o->max_seqs : 1;
     e->max_ctx = o->max_ctx > 0 ? o->max_ctx : (m->cfg.max_pos < 4096 ? m->cfg.max_pos : 4096);
-    e->max_tokens = o->max_tokens > 0 ? o->max_tokens : 512;
     e->all_logits = o->all_logits;
-    e->max_logits = o->all_logits ? e->max_tokens : (e->max_seqs < e->max_tokens ? e->max_seqs : e->max_tokens);
-    set_threads(o->threads);
+    engine_rows(m, o, &e->max_tokens, &e->max_logits);
+    e->comm = o->comm ? o->comm : (e->own_comm = comm_local());
+    set_threads(o->threads, e->comm->size);
     if (e->max_ctx > m->cfg.max_pos) {
         loom_errf(err, "max context %d exceeds the model's max_position_embeddings %d", e->max_ctx, m->cfg.max_pos);
         goto fail;
@@ -85,8 +114,8 @@ loom_engine *loom_engine_new(loom_model *m, const loom_engine_options *o, loom_e
     loom_model_info info;
     loom_model_get_info(m, &info);
     bool progress = m->progress && info.n_params > (64u << 20);
-    if (plan_build(&e->plan, m->tree, 1, 0, &m->ws, progress, err)) goto fail;
-    warn_unused(m);
+    if (plan_build(&e->plan, m->tree, e->comm->size, e->comm->rank, &m->ws, progress, err)) goto fail;
+    if (e->comm->rank == 0) warn_unused(m);
     if (alloc_state(e, err)) goto fail;
     return e;
 fail:
@@ -104,6 +133,7 @@ void loom_engine_free(loom_engine *e) {
     free(e->logits);
     rope_table_free(&e->rope);
     plan_free(&e->plan);
+    comm_free(e->own_comm);
     free(e);
 }
 
@@ -137,6 +167,21 @@ static int check_batch(const loom_engine *e, const loom_batch *b, loom_err *err)
     return 0;
 }
 
+static int run_collective(loom_engine *e, const plan_step *s, const loom_batch *b, loom_err *err) {
+    const plan_value *ov = &e->plan.values[s->out];
+    int rows = ov->logit_rows ? b->n_logits : b->n_tokens;
+    size_t ldi, ldo;
+    const float *in = value_ptr(e, s->in[0], &ldi);
+    float *out = value_ptr(e, s->out, &ldo);
+    comm_set_phase(e->comm, "%s in %s", s->kind == STEP_ALL_REDUCE ? "all_reduce" : "all_gather", s->mod->name);
+    double t0 = omp_get_wtime();
+    int rc = s->kind == STEP_ALL_REDUCE
+                 ? comm_all_reduce(e->comm, in, ldi, out, ldo, rows, ov->width, err)
+                 : comm_all_gather_cols(e->comm, in, ldi, out, ldo, rows, e->plan.vocab_col0, e->plan.vocab_width, err);
+    e->comm_seconds += omp_get_wtime() - t0;
+    return rc;
+}
+
 static void run_step(loom_engine *e, const plan_step *s, const loom_batch *b) {
     const op *o = s->op;
     const plan_value *ov = &e->plan.values[s->out];
@@ -147,18 +192,15 @@ static void run_step(loom_engine *e, const plan_step *s, const loom_batch *b) {
     const float *in1 = o->n_in > 1 ? value_ptr(e, s->in[1], &ld1) : NULL;
     const float *in2 = o->n_in > 2 ? value_ptr(e, s->in[2], &ld2) : NULL;
     switch (o->kind) {
-    case OP_EMBED: embed_rows(&s->w[0], 0, b->ids, rows, out, ldo); break;
+    case OP_EMBED: embed_rows(&s->w[0], s->vocab0, b->ids, rows, out, ldo); break;
     case OP_LINEAR:
         for (int i = 0; i < o->lin->n_parts; i++) linear(in0, ld0, rows, &s->w[i], s->bias[i], out + s->col[i], ldo, false);
         break;
     case OP_RMS_NORM: rms_norm(in0, ld0, out, ldo, rows, w, o->group ? o->group : w, s->norm_w, o->eps); break;
     case OP_ROPE: rope_apply(&e->rope, in0, ld0, out, ldo, rows, w / o->rope.head_dim, b->pos); break;
-    case OP_ATTENTION: {
-        const attn_desc *a = &o->attn;
-        attn_shape sh = {a->n_heads, a->n_kv_heads, a->head_dim, a->sliding_window, a->scale};
-        attention(&sh, &e->kv[a->layer], in0, ld0, in1, ld1, in2, ld2, out, ldo, rows, b->pos, b->seq);
+    case OP_ATTENTION:
+        attention(&s->attn, &e->kv[o->attn.layer], in0, ld0, in1, ld1, in2, ld2, out, ldo, rows, b->pos, b->seq);
         break;
-    }
     case OP_SILU_MUL: silu_mul(in0, ld0, in1, ld1, out, ldo, rows, w); break;
     case OP_ADD: add_rows(in0, ld0, in1, ld1, out, ldo, rows, w); break;
     case OP_SCALE: scale_rows(in0, ld0, o->scalar, out, ldo, rows, w); break;
@@ -174,13 +216,18 @@ static void run_step(loom_engine *e, const plan_step *s, const loom_batch *b) {
 int loom_forward(loom_engine *e, const loom_batch *b, const float **logits, loom_err *err) {
     if (check_batch(e, b, err)) return -1;
     for (int i = 0; i < e->plan.n_steps; i++) {
+        const plan_step *s = &e->plan.steps[i];
+        if (s->kind != STEP_OP) {
+            if (run_collective(e, s, b, err)) return -1;
+            continue;
+        }
         if (!e->profile) {
-            run_step(e, &e->plan.steps[i], b);
+            run_step(e, s, b);
             continue;
         }
         double t0 = omp_get_wtime();
-        run_step(e, &e->plan.steps[i], b);
-        e->op_seconds[e->plan.steps[i].op->kind] += omp_get_wtime() - t0;
+        run_step(e, s, b);
+        e->op_seconds[s->op->kind] += omp_get_wtime() - t0;
     }
     for (int i = 0; i < b->n_tokens; i++) e->seq_len[b->seq[i]] = b->pos[i] + 1;
     size_t ld;
@@ -197,13 +244,15 @@ size_t loom_engine_kv_bytes(const loom_engine *e) { return e->kv_bytes; }
 void loom_engine_set_profile(loom_engine *e, bool on) {
     e->profile = on;
     memset(e->op_seconds, 0, sizeof e->op_seconds);
+    e->comm_seconds = 0;
 }
 
 void loom_engine_print_profile(const loom_engine *e, FILE *f) {
-    double total = 0;
+    double total = e->comm_seconds;
     for (int k = 0; k < OP_KIND_COUNT; k++) total += e->op_seconds[k];
-    fprintf(f, "time by op (%.3f s in all):", total);
+    fprintf(f, "time by op (rank %d, %.3f s in all):", e->comm->rank, total);
     for (int k = 0; k < OP_KIND_COUNT; k++)
         if (e->op_seconds[k] > 0) fprintf(f, " %s %.1f%%", op_kind_name(k), 100 * e->op_seconds[k] / total);
+    if (e->comm->size > 1) fprintf(f, " collectives %.1f%%", 100 * e->comm_seconds / total);
     fputc('\n', f);
 }

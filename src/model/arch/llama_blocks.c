@@ -21,6 +21,7 @@ static module *attention_block(const model_config *c, const llama_variant *v, in
     part(&qkv.parts[0], m->name, "q_proj", q_out, hd, bias);
     part(&qkv.parts[1], m->name, "k_proj", kv_out, hd, bias);
     part(&qkv.parts[2], m->name, "v_proj", kv_out, hd, bias);
+    qkv.parts[1].replicable = qkv.parts[2].replicable = true;
     int fused = emit_linear(m, x, &qkv);
     int q = emit_split(m, fused, 0, "q");
     int k = emit_split(m, fused, 1, "k");

@@ -1,0 +1,45 @@
+/* The communicator: what a rank knows of the others. Above this interface nothing knows how
+ * ranks talk. A backend only makes each rank's block of a float matrix readable by every rank
+ * (`exchange`) and waits for all ranks (`barrier`); the collectives are built on that here,
+ * with one arithmetic for every backend: partial sums are added in rank order 0..N-1, so shm,
+ * MPI, TP and SP give bit-identical results and runs are deterministic. */
+#ifndef LOOM_COMM_COMM_H
+#define LOOM_COMM_COMM_H
+#include "loom.h"
+
+typedef struct comm_backend {
+    const char *name;
+    /* Publishes mine ([rows, cols[rank]], row stride ld); blocks[r] receives rank r's block as a
+     * contiguous [rows, cols[r]] matrix, readable until this rank's next exchange. */
+    int (*exchange)(loom_comm *c, const float *mine, size_t ld, int rows, const int *cols, const float **blocks,
+                    loom_err *err);
+    int (*barrier)(loom_comm *c, loom_err *err);
+    void (*free)(loom_comm *c);
+} comm_backend;
+
+struct loom_comm {
+    int rank, size;
+    const comm_backend *be;
+    void *impl;
+    char *phase;         /* what this rank is doing, for fault reports (shm: in the arena) */
+    char own_phase[96];
+    double blocked_s;    /* time spent inside collectives */
+    int *cols;           /* [size] scratch */
+    const float **blocks;/* [size] scratch */
+};
+
+/* Fills the parts every backend shares; impl is the backend's state. */
+void comm_init(loom_comm *c, int rank, int size, const comm_backend *be, void *impl);
+/* Single-rank communicator (tp=1). */
+loom_comm *comm_local(void);
+void comm_free(loom_comm *c);
+void comm_set_phase(loom_comm *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* out = sum over ranks of in, added in rank order. [rows, cols], row strides ldi/ldo. */
+int comm_all_reduce(loom_comm *c, const float *in, size_t ldi, float *out, size_t ldo, int rows, int cols,
+                    loom_err *err);
+/* Rank r holds [rows, widths[r]]; out gets it at columns col0[r]. */
+int comm_all_gather_cols(loom_comm *c, const float *in, size_t ldi, float *out, size_t ldo, int rows,
+                         const int *col0, const int *widths, loom_err *err);
+
+#endif

@@ -1,0 +1,109 @@
+/* MPI backend (see mpi.h). An exchange is one MPI_Iallgatherv of the ranks' packed blocks,
+ * completed by polling MPI_Test so that a deadline can end a wait that would otherwise hang
+ * (an MPI collective has no timeout of its own); the arithmetic on the blocks is comm.c's, the
+ * same as shm's, so both backends give bit-identical results. */
+#include "comm/mpi.h"
+
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/err.h"
+
+typedef struct mpi_state {
+    double timeout_s;
+    float *send, *recv;
+    size_t send_cap, recv_cap;
+    int *counts, *displs;
+} mpi_state;
+
+static void *grow(void *p, size_t *cap, size_t need) {
+    if (need <= *cap) return p;
+    free(p);
+    *cap = need;
+    return malloc(need);
+}
+
+/* Waits for req, giving up at the deadline. */
+static int wait_for(loom_comm *c, MPI_Request *req, const char *what, loom_err *err) {
+    mpi_state *s = c->impl;
+    double deadline = MPI_Wtime() + s->timeout_s;
+    for (;;) {
+        int done = 0;
+        MPI_Test(req, &done, MPI_STATUS_IGNORE);
+        if (done) return 0;
+        if (MPI_Wtime() > deadline)
+            return loom_errf(err, "rank %d: %s in '%s' waited %.0f s for the other ranks", c->rank, what, c->phase,
+                             s->timeout_s);
+    }
+}
+
+static int mpi_exchange(loom_comm *c, const float *mine, size_t ld, int rows, const int *cols, const float **blocks,
+                        loom_err *err) {
+    mpi_state *s = c->impl;
+    size_t total = 0;
+    for (int r = 0; r < c->size; r++) {
+        size_t n = (size_t)rows * cols[r];
+        if (n > (size_t)INT32_MAX) return loom_errf(err, "rank %d: exchange of %zu floats is too large for MPI", c->rank, n);
+        s->counts[r] = (int)n;
+        s->displs[r] = (int)total;
+        total += n;
+    }
+    int w = cols[c->rank];
+    s->send = grow(s->send, &s->send_cap, (size_t)rows * w * sizeof(float) + 4);
+    s->recv = grow(s->recv, &s->recv_cap, total * sizeof(float) + 4);
+    for (int i = 0; i < rows; i++) memcpy(s->send + (size_t)i * w, mine + (size_t)i * ld, w * sizeof(float));
+    MPI_Request req;
+    MPI_Iallgatherv(s->send, s->counts[c->rank], MPI_FLOAT, s->recv, s->counts, s->displs, MPI_FLOAT, MPI_COMM_WORLD,
+                    &req);
+    if (wait_for(c, &req, "exchange", err)) return -1;
+    for (int r = 0; r < c->size; r++) blocks[r] = s->recv + s->displs[r];
+    return 0;
+}
+
+static int mpi_barrier(loom_comm *c, loom_err *err) {
+    MPI_Request req;
+    MPI_Ibarrier(MPI_COMM_WORLD, &req);
+    return wait_for(c, &req, "barrier", err);
+}
+
+static void mpi_free(loom_comm *c) {
+    mpi_state *s = c->impl;
+    free(s->send), free(s->recv), free(s->counts), free(s->displs);
+    free(s);
+}
+
+static const comm_backend mpi_backend = {"mpi", mpi_exchange, mpi_barrier, mpi_free};
+
+int comm_mpi_run(int tp, double timeout_s, loom_rank_fn fn, void *arg, loom_err *err) {
+    int provided, rank, size;
+    if (MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
+        loom_errf(err, "MPI_Init failed (is this process started by mpirun?)");
+        return 1;
+    }
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    if (tp && tp != size) {
+        loom_errf(err, "-tp %d but mpirun started %d ranks: they must agree (or leave -tp out)", tp, size);
+        MPI_Finalize();
+        return 2;
+    }
+    if (rank != 0 && !freopen("/dev/null", "w", stdout)) MPI_Abort(MPI_COMM_WORLD, 1);
+    mpi_state *s = calloc(1, sizeof *s);
+    s->timeout_s = timeout_s;
+    s->counts = calloc(size, sizeof *s->counts);
+    s->displs = calloc(size, sizeof *s->displs);
+    loom_comm *c = malloc(sizeof *c);
+    comm_init(c, rank, size, &mpi_backend, s);
+    int rc = fn(c, arg);
+    fflush(stdout);
+    fflush(stderr);
+    if (rc) {
+        fprintf(stderr, "loom: rank %d failed during '%s'; aborting the MPI job\n", rank, c->phase);
+        MPI_Abort(MPI_COMM_WORLD, rc);
+    }
+    comm_free(c);
+    MPI_Finalize();
+    return rc;
+}

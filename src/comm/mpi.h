@@ -1,0 +1,11 @@
+/* The MPI backend: ranks started by mpirun, possibly on several machines. */
+#ifndef LOOM_COMM_MPI_H
+#define LOOM_COMM_MPI_H
+#include "comm/comm.h"
+
+/* Initialises MPI, checks tp against the job's size (0: take the job's size), runs fn as this
+ * process's rank, finalises. A rank whose fn fails, or whose collective passes timeout_s,
+ * aborts the whole job with a message naming it. Returns fn's result. */
+int comm_mpi_run(int tp, double timeout_s, loom_rank_fn fn, void *arg, loom_err *err);
+
+#endif

@@ -1,0 +1,135 @@
+/* Rank launching and supervision. shm: the calling process maps the arena, forks one process
+ * per rank and waits for them; when one fails (exit code, signal, or a collective's deadline)
+ * it stops the rest, first through the arena's abort flag, then with SIGKILL, and reports the
+ * first failure with the rank and the phase it was in. The arena is an anonymous mapping, so
+ * however the job ends nothing is left in /dev/shm. mpi: this process is one rank. */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "comm/mpi.h"
+#include "comm/shm.h"
+#include "util/err.h"
+
+#define STOP_GRACE_S 3.0 /* after an abort, how long ranks get to exit on their own */
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+static int run_rank(shm_arena *a, int rank, pid_t parent, loom_rank_fn fn, void *arg) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL); /* a killed supervisor takes its ranks along */
+    if (getppid() != parent) _exit(1);
+    if (rank != 0 && !freopen("/dev/null", "w", stdout)) _exit(1);
+    loom_comm *c = comm_shm(a, rank);
+    int rc = fn(c, arg);
+    if (rc) shm_arena_abort(a); /* peers waiting on this rank stop now, not at their deadline */
+    fflush(stdout);
+    comm_free(c);
+    _exit(rc & 0xff ? rc & 0xff : (rc ? 1 : 0));
+}
+
+static void describe(int status, char *out, size_t cap) {
+    if (WIFSIGNALED(status))
+        snprintf(out, cap, "was killed by signal %d (%s)", WTERMSIG(status), strsignal(WTERMSIG(status)));
+    else
+        snprintf(out, cap, "exited with status %d", WEXITSTATUS(status));
+}
+
+static int supervise(shm_arena *a, pid_t *pids, int n, loom_err *err) {
+    int live = n, first = -1, first_status = 0;
+    char first_phase[96] = "";
+    double kill_at = 0;
+    while (live > 0) {
+        int st;
+        pid_t pid = waitpid(-1, &st, kill_at ? WNOHANG : 0);
+        if (pid < 0 && errno == EINTR) continue;
+        if (pid < 0) break;
+        if (pid == 0) { /* stopping: ranks still running after the grace period are killed */
+            if (now() > kill_at)
+                for (int r = 0; r < n; r++)
+                    if (pids[r] > 0) kill(pids[r], SIGKILL);
+            struct timespec ts = {0, 10 * 1000 * 1000};
+            nanosleep(&ts, NULL);
+            continue;
+        }
+        int r = 0;
+        while (r < n && pids[r] != pid) r++;
+        if (r == n) continue;
+        pids[r] = -1;
+        live--;
+        bool failed = WIFSIGNALED(st) || WEXITSTATUS(st) != 0;
+        if (failed && first < 0) {
+            first = r;
+            first_status = st;
+            snprintf(first_phase, sizeof first_phase, "%s", shm_arena_phase(a, r));
+            shm_arena_abort(a);
+            kill_at = now() + STOP_GRACE_S;
+        }
+    }
+    if (first < 0) return 0;
+    char how[128];
+    describe(first_status, how, sizeof how);
+    loom_errf(err, "rank %d %s during '%s'; the other ranks were stopped", first, how, first_phase);
+    return WIFSIGNALED(first_status) ? 128 + WTERMSIG(first_status) : WEXITSTATUS(first_status);
+}
+
+static int launch_shm(const loom_launch_options *o, loom_rank_fn fn, void *arg, loom_err *err) {
+    shm_arena *a = shm_arena_create(o->tp, o->slot_bytes, o->timeout_s > 0 ? o->timeout_s : 60,
+                                    o->spin >= 0 ? o->spin : 2000, err);
+    if (!a) return 1;
+    fflush(stdout);
+    fflush(stderr);
+    pid_t parent = getpid(), *pids = calloc(o->tp, sizeof *pids);
+    int forked = 0;
+    for (; forked < o->tp; forked++) {
+        pid_t pid = fork();
+        if (pid == 0) run_rank(a, forked, parent, fn, arg);
+        if (pid < 0) break;
+        pids[forked] = pid;
+    }
+    int rc;
+    if (forked < o->tp) {
+        loom_errf(err, "cannot start rank %d: %s", forked, strerror(errno));
+        shm_arena_abort(a);
+        for (int r = 0; r < forked; r++) kill(pids[r], SIGKILL), waitpid(pids[r], NULL, 0);
+        rc = 1;
+    } else {
+        rc = supervise(a, pids, o->tp, err);
+    }
+    free(pids);
+    shm_arena_destroy(a);
+    return rc;
+}
+
+int loom_launch(const loom_launch_options *o, loom_rank_fn fn, void *arg, loom_err *err) {
+    const char *be = o->backend ? o->backend : "shm";
+    if (!strcmp(be, "mpi")) return comm_mpi_run(o->tp, o->timeout_s > 0 ? o->timeout_s : 60, fn, arg, err);
+    if (strcmp(be, "shm")) {
+        loom_errf(err, "--backend: unknown '%s' (shm, mpi)", be);
+        return 2;
+    }
+    if (o->tp < 1) {
+        loom_errf(err, "-tp %d: need at least one rank", o->tp);
+        return 2;
+    }
+    if (o->tp == 1) { /* no ranks to start: run here */
+        loom_comm *c = comm_local();
+        int rc = fn(c, arg);
+        comm_free(c);
+        return rc;
+    }
+    return launch_shm(o, fn, arg, err);
+}
+
+int loom_comm_rank(const loom_comm *c) { return c->rank; }
+int loom_comm_size(const loom_comm *c) { return c->size; }
+double loom_comm_blocked_seconds(const loom_comm *c) { return c->blocked_s; }
