@@ -35,7 +35,7 @@ void loom_model_free(loom_model *m);
 
 typedef struct loom_model_info {
     const char *arch;
-    int vocab, hidden, n_layers, n_heads, n_kv_heads, head_dim, max_pos;
+    int vocab, hidden, intermediate, n_layers, n_heads, n_kv_heads, head_dim, max_pos;
     int bos_id;
     const int *eos_ids;
     int n_eos;

@@ -1,12 +1,16 @@
-/* Reading the golden files written by tests/golden/make_golden.py: token ids, HF logits and
- * the metadata that says how the C engine must feed them. */
+/* Reading the golden files written by tests/golden/make_golden.py (token ids, HF logits, the
+ * metadata that says how to feed them) and running them through an engine the same way in
+ * every test: both prompts prefilled together in one flattened batch, then decoded together,
+ * one teacher-forced token per sequence per step. */
 #ifndef LOOM_TESTS_GOLDEN_UTIL_H
 #define LOOM_TESTS_GOLDEN_UTIL_H
 #include <cjson/cJSON.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "loom.h"
 #include "model/safetensors.h"
 
 typedef struct golden {
@@ -24,9 +28,14 @@ static int golden_meta_int(const st_file *f, const char *key) {
     return r;
 }
 
-static int golden_open(golden *g, const char *dir, const char *logits_prefix) {
-    char path[1100];
+static void golden_dir(char *out, size_t cap, const char *name) {
+    snprintf(out, cap, "%s/tests/golden/%s", LOOM_SOURCE_DIR, name);
+}
+
+static int golden_open(golden *g, const char *name, const char *logits_prefix) {
+    char dir[900], path[1000];
     loom_err err;
+    golden_dir(dir, sizeof dir, name);
     snprintf(path, sizeof path, "%s/golden.safetensors", dir);
     if (st_open(&g->f, path, &err)) {
         fprintf(stderr, "%s\n", err.msg);
@@ -34,13 +43,13 @@ static int golden_open(golden *g, const char *dir, const char *logits_prefix) {
     }
     g->decode_steps = golden_meta_int(&g->f, "decode_steps");
     for (int s = 0; s < 2; s++) {
-        char name[64];
-        snprintf(name, sizeof name, "prefill_%d", s);
-        g->prefill[s] = golden_meta_int(&g->f, name);
-        snprintf(name, sizeof name, "ids_%d", s);
-        const st_tensor *ids = st_find(&g->f, name);
-        snprintf(name, sizeof name, "%s_%d", logits_prefix, s);
-        const st_tensor *lg = st_find(&g->f, name);
+        char key[64];
+        snprintf(key, sizeof key, "prefill_%d", s);
+        g->prefill[s] = golden_meta_int(&g->f, key);
+        snprintf(key, sizeof key, "ids_%d", s);
+        const st_tensor *ids = st_find(&g->f, key);
+        snprintf(key, sizeof key, "%s_%d", logits_prefix, s);
+        const st_tensor *lg = st_find(&g->f, key);
         if (!ids || !lg || ids->dtype != DT_I64 || lg->dtype != DT_F32 || lg->ndim != 2) return -1;
         g->n[s] = (int)ids->shape[0];
         g->vocab = (int)lg->shape[1];
@@ -59,5 +68,64 @@ static void golden_close(golden *g) {
     free(g->ids[0]);
     free(g->ids[1]);
     st_close(&g->f);
+}
+
+/* Rows of golden_run's output: every position of both sequences. */
+static int golden_rows(const golden *g) { return g->n[0] + g->n[1]; }
+
+/* Row of sequence s, position i, in golden_run's output (sequence 0 first). */
+static int golden_row(const golden *g, int s, int i) { return s ? g->n[0] + i : i; }
+
+/* HF's logits for that row. */
+static const float *golden_expected(const golden *g, int s, int i) { return g->logits[s] + (size_t)i * g->vocab; }
+
+static loom_engine_options golden_engine_options(loom_comm *comm) {
+    return (loom_engine_options){.max_seqs = 2, .max_ctx = 32, .max_tokens = 16, .all_logits = true, .comm = comm};
+}
+
+/* Feeds g through e; out receives [golden_rows, vocab] logits. */
+static int golden_run(loom_engine *e, const golden *g, float *out, loom_err *err) {
+    int32_t ids[32], pos[32], seq[32], rows[32];
+    int t = 0;
+    for (int s = 0; s < 2; s++)
+        for (int i = 0; i < g->prefill[s]; i++, t++) ids[t] = g->ids[s][i], pos[t] = i, seq[t] = s, rows[t] = t;
+    const float *lg;
+    loom_batch b = {t, ids, pos, seq, t, rows};
+    if (loom_forward(e, &b, &lg, err)) return -1;
+    for (int s = 0, r = 0; s < 2; s++)
+        for (int i = 0; i < g->prefill[s]; i++, r++)
+            memcpy(out + (size_t)golden_row(g, s, i) * g->vocab, lg + (size_t)r * g->vocab, g->vocab * sizeof(float));
+    for (int step = 0; step < g->decode_steps; step++) {
+        for (int s = 0; s < 2; s++) {
+            int p = g->prefill[s] + step;
+            ids[s] = g->ids[s][p], pos[s] = p, seq[s] = s, rows[s] = s;
+        }
+        loom_batch d = {2, ids, pos, seq, 2, rows};
+        if (loom_forward(e, &d, &lg, err)) return -1;
+        for (int s = 0; s < 2; s++)
+            memcpy(out + (size_t)golden_row(g, s, g->prefill[s] + step) * g->vocab, lg + (size_t)s * g->vocab,
+                   g->vocab * sizeof(float));
+    }
+    return 0;
+}
+
+static double max_abs_diff(const float *a, const float *b, int n) {
+    double m = 0;
+    for (int i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - b[i]);
+        if (!(d <= m)) m = d; /* NaN propagates as a failure */
+    }
+    return m;
+}
+
+/* Worst difference of every position against HF's logits. */
+static double golden_worst(const golden *g, const float *out) {
+    double worst = 0;
+    for (int s = 0; s < 2; s++)
+        for (int i = 0; i < g->n[s]; i++) {
+            double d = max_abs_diff(out + (size_t)golden_row(g, s, i) * g->vocab, golden_expected(g, s, i), g->vocab);
+            if (!(d <= worst)) worst = d;
+        }
+    return worst;
 }
 #endif

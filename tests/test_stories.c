@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "mpirun.h"
 #include "loom.h"
 
 #define EXPECTED LOOM_SHARED_DIR "/models/stories260K/expected_greedy_200tokens"
@@ -68,24 +69,28 @@ static void check_ids(void) {
     loom_model_free(m);
 }
 
-static void check_cli_text(void) {
+/* `prefix loom args` must print exactly the published story. */
+static void check_cli_text(const char *prefix, const char *args) {
     size_t want_len, got_len;
     char *want = slurp(EXPECTED ".txt", &want_len);
-    char cmd[1024];
-    snprintf(cmd, sizeof cmd, "%s > /tmp/loom-stories-%d.txt", LOOM_BIN, (int)getpid());
-    CHECK(system(cmd) == 0, "loom run failed");
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "%s %s %s > /tmp/loom-stories-%d.txt", prefix, LOOM_BIN, args, (int)getpid());
+    CHECK(system(cmd) == 0, "%s failed", cmd);
     snprintf(cmd, sizeof cmd, "/tmp/loom-stories-%d.txt", (int)getpid());
     char *got = slurp(cmd, &got_len);
     remove(cmd);
     CHECK(want && got && got_len == want_len && !memcmp(got, want, want_len),
-          "`loom` output differs from the published story:\n--- got (%zu bytes)\n%s\n--- want (%zu bytes)\n%s",
-          got_len, got ? got : "", want_len, want ? want : "");
+          "`%s loom %s` output differs from the published story:\n--- got (%zu bytes)\n%s\n--- want (%zu bytes)\n%s",
+          prefix, args, got_len, got ? got : "", want_len, want ? want : "");
     free(want);
     free(got);
 }
 
 int main(void) {
     check_ids();
-    check_cli_text();
+    check_cli_text("", "");
+    check_cli_text("", "run -tp 2");
+    check_cli_text("", "run -tp 4");
+    check_cli_text(MPIRUN " -np 2", "run --backend mpi");
     return check_done();
 }

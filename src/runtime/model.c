@@ -98,7 +98,7 @@ void loom_model_get_info(const loom_model *m, loom_model_info *info) {
     size_t h = c->hidden, q = (size_t)c->n_heads * c->head_dim, kv = (size_t)c->n_kv_heads * c->head_dim;
     size_t per_layer = h * (q + 2 * kv) + q * h + 3 * h * c->intermediate + 2 * h;
     *info = (loom_model_info){
-        .arch = c->arch, .vocab = c->vocab, .hidden = c->hidden, .n_layers = c->n_layers,
+        .arch = c->arch, .vocab = c->vocab, .hidden = c->hidden, .intermediate = c->intermediate, .n_layers = c->n_layers,
         .n_heads = c->n_heads, .n_kv_heads = c->n_kv_heads, .head_dim = c->head_dim,
         .max_pos = c->max_pos, .bos_id = c->bos_id, .eos_ids = c->eos_ids, .n_eos = c->n_eos,
         .n_params = (size_t)c->vocab * h * (c->tie_embeddings ? 1 : 2) + per_layer * c->n_layers + h,
