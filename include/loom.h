@@ -51,6 +51,7 @@ typedef struct loom_engine_options {
     bool all_logits;    /* logits for every token, not only requested rows */
     int threads;        /* 0: all cores / ranks */
     loom_comm *comm;    /* the ranks to shard across; NULL: this process alone (tp=1) */
+    bool sequence_parallel; /* shard the residual stream by tokens between decoder layers */
 } loom_engine_options;
 
 loom_engine *loom_engine_new(loom_model *m, const loom_engine_options *o, loom_err *err);
@@ -93,7 +94,7 @@ size_t loom_comm_slot_bytes(const loom_model *m, int tp, const loom_engine_optio
 /* all[r * n + i] = rank r's mine[i], on every rank (small metadata, e.g. per-rank figures). */
 int loom_comm_all_gather(loom_comm *c, const float *mine, int n, float *all, loom_err *err);
 /* Checks that m can be sharded across tp ranks, before any weight is read. */
-int loom_check_sharding(const loom_model *m, int tp, loom_err *err);
+int loom_check_sharding(const loom_model *m, int tp, bool sequence_parallel, loom_err *err);
 
 /* Text */
 int loom_tokenize(const loom_model *m, const char *text, bool add_special, int32_t **ids, size_t *n,
@@ -131,8 +132,9 @@ size_t loom_engine_kv_bytes(const loom_engine *e);
 void loom_engine_set_profile(loom_engine *e, bool on);
 void loom_engine_print_profile(const loom_engine *e, FILE *f);
 
-/* Prints the module tree and rank 0's plan for tp ranks (steps, collectives, buffers) to f. */
-int loom_print_plan(loom_model *m, int tp, FILE *f, loom_err *err);
+/* Prints the module tree and rank 0's plan for tp ranks (steps, collectives, buffers; with
+ * sequence parallelism its regions, the safety verdicts and warnings) to f. */
+int loom_print_plan(loom_model *m, int tp, bool sequence_parallel, FILE *f, loom_err *err);
 
 /* Forgets what sequence slot `seq` holds (its positions restart at 0). */
 void loom_engine_reset_seq(loom_engine *e, int seq);

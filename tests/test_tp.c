@@ -57,7 +57,7 @@ static float *run_tp(const char *name, golden *g, int tp, const char *backend, l
     loom_engine_options eo = golden_engine_options(NULL);
     loom_launch_options lo = {.tp = tp, .backend = backend, .slot_bytes = loom_comm_slot_bytes(m, tp, &eo),
                               .timeout_s = 30, .spin = -1};
-    int rc = loom_check_sharding(m, tp, err);
+    int rc = loom_check_sharding(m, tp, false, err);
     if (!rc) rc = loom_launch(&lo, rank_main, &j, err);
     loom_model_free(m);
     if (rc) {

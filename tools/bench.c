@@ -207,7 +207,7 @@ static int bench_latency(int argc, char **argv) {
     if (chunk < o.batch) chunk = o.batch;
     latency_job j = {.o = &o, .m = m,
                      .eo = {.max_seqs = o.batch, .max_ctx = o.input_len + o.output_len, .max_tokens = chunk,
-                            .threads = o.c.threads}};
+                            .threads = o.c.threads, .sequence_parallel = o.c.sp}};
     int rc = cli_launch(&o.c, m, &j.eo, latency_rank, &j);
     loom_model_free(m);
     return rc;

@@ -57,12 +57,17 @@ int cli_common_arg(cli_common *c, int argc, char **argv, int *i) {
         if (!strcmp(c->backend, "mpi") && c->tp == 1) c->tp = 0; /* the job's size unless -tp says */
     } else if (!strcmp(a, "--comm-timeout")) c->comm_timeout = cli_float(a, cli_value(argc, argv, i));
     else if (!strcmp(a, "--comm-spin")) c->comm_spin = (int)cli_int(a, cli_value(argc, argv, i), 0, 1 << 30);
+    else if (!strcmp(a, "--enable-sequence-parallel") || !strcmp(a, "-sp")) c->sp = true;
     else return 0;
     return 1;
 }
 
-loom_model *cli_load_model(const cli_common *c, bool tokenizer) {
+loom_model *cli_load_model(cli_common *c, bool tokenizer) {
     loom_err err = {{0}};
+    if (c->sp && c->tp == 1) {
+        fprintf(stderr, "loom: warning: --enable-sequence-parallel has no effect with one rank (-tp 1); ignored\n");
+        c->sp = false;
+    }
     loom_model_options o = {.path = c->model, .dummy = c->dummy, .seed = c->seed, .dtype = c->dtype,
                             .progress = true, .load_tokenizer = tokenizer};
     loom_model *m = loom_model_load(&o, &err);
@@ -72,7 +77,7 @@ loom_model *cli_load_model(const cli_common *c, bool tokenizer) {
 
 int cli_launch(const cli_common *c, const loom_model *m, const loom_engine_options *eo, loom_rank_fn fn, void *arg) {
     loom_err err = {{0}};
-    if (c->tp > 1 && loom_check_sharding(m, c->tp, &err)) {
+    if (c->tp > 1 && loom_check_sharding(m, c->tp, c->sp, &err)) {
         fprintf(stderr, "loom: %s\n", err.msg);
         return 1;
     }

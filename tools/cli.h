@@ -14,6 +14,7 @@ typedef struct cli_common {
     const char *backend;     /* --backend shm|mpi */
     double comm_timeout;     /* --comm-timeout seconds */
     int comm_spin;           /* --comm-spin iterations (-1: default) */
+    bool sp;                 /* --enable-sequence-parallel */
 } cli_common;
 
 #define CLI_COMMON_DEFAULTS {.tp = 1, .backend = "shm", .comm_spin = -1}
@@ -27,7 +28,8 @@ double cli_float(const char *opt, const char *val);
 /* Value of option argv[*i], advancing *i; exits if missing. */
 const char *cli_value(int argc, char **argv, int *i);
 
-loom_model *cli_load_model(const cli_common *c, bool tokenizer);
+/* Loads -m (or the embedded model); settles flags that depend on each other first. */
+loom_model *cli_load_model(cli_common *c, bool tokenizer);
 /* Checks that the model shards across the ranks asked for, starts them and runs fn in each
  * (fn fills eo->comm from its argument before building an engine). Returns the exit status. */
 int cli_launch(const cli_common *c, const loom_model *m, const loom_engine_options *eo, loom_rank_fn fn, void *arg);

@@ -111,7 +111,7 @@ static int run_ranks(loom_model *m, const run_opts *o) {
     loom_model_info info;
     loom_model_get_info(m, &info);
     int need = (int)j.n + o->n_predict;
-    j.eo = (loom_engine_options){.max_seqs = 1, .max_tokens = 512, .threads = o->c.threads,
+    j.eo = (loom_engine_options){.max_seqs = 1, .max_tokens = 512, .threads = o->c.threads, .sequence_parallel = o->c.sp,
                                  .max_ctx = o->c.max_model_len ? o->c.max_model_len
                                                                : (need < info.max_pos ? need : info.max_pos)};
     int rc = cli_launch(&o->c, m, &j.eo, generate_text, &j);

@@ -14,6 +14,7 @@ void comm_init(loom_comm *c, int rank, int size, const comm_backend *be, void *i
     c->be = be;
     c->impl = impl;
     c->cols = calloc(size, sizeof *c->cols);
+    c->next = calloc(size, sizeof *c->next);
     c->blocks = calloc(size, sizeof *c->blocks);
     c->phase = c->own_phase;
     snprintf(c->phase, sizeof c->own_phase, "start-up");
@@ -23,7 +24,9 @@ void comm_free(loom_comm *c) {
     if (!c) return;
     if (c->be->free) c->be->free(c);
     free(c->cols);
+    free(c->next);
     free(c->blocks);
+    free(c->scratch);
     free(c);
 }
 
@@ -62,6 +65,64 @@ int comm_all_gather_cols(loom_comm *c, const float *in, size_t ldi, float *out, 
     for (int r = 0; r < c->size; r++)
         for (int i = 0; i < rows; i++)
             memcpy(out + (size_t)i * ldo + col0[r], c->blocks[r] + (size_t)i * widths[r], widths[r] * sizeof *out);
+    c->blocked_s += omp_get_wtime() - t0;
+    return 0;
+}
+
+int comm_reduce_scatter_rows(loom_comm *c, const float *in, size_t ldi, float *out, size_t ldo, int rows, int cols,
+                             loom_err *err) {
+    double t0 = omp_get_wtime();
+    for (int r = 0; r < c->size; r++) c->cols[r] = cols;
+    if (c->be->exchange(c, in, ldi, rows, c->cols, c->blocks, err)) return -1;
+    int n = c->size, mine = rows / n, r0 = c->rank * mine;
+    const float **b = c->blocks;
+    for (int i = 0; i < mine; i++) { /* the same order of additions as comm_all_reduce */
+        float *o = out + (size_t)i * ldo;
+        const float *b0 = b[0] + (size_t)(r0 + i) * cols;
+        for (int j = 0; j < cols; j++) o[j] = b0[j];
+        for (int r = 1; r < n; r++) {
+            const float *br = b[r] + (size_t)(r0 + i) * cols;
+            for (int j = 0; j < cols; j++) o[j] += br[j];
+        }
+    }
+    c->blocked_s += omp_get_wtime() - t0;
+    return 0;
+}
+
+int comm_all_gather_rows(loom_comm *c, const float *in, size_t ldi, float *out, size_t ldo, int rows, int cols,
+                         loom_err *err) {
+    double t0 = omp_get_wtime();
+    for (int r = 0; r < c->size; r++) c->cols[r] = cols;
+    if (c->be->exchange(c, in, ldi, rows, c->cols, c->blocks, err)) return -1;
+    for (int r = 0; r < c->size; r++)
+        for (int i = 0; i < rows; i++)
+            memcpy(out + ((size_t)r * rows + i) * ldo, c->blocks[r] + (size_t)i * cols, cols * sizeof *out);
+    c->blocked_s += omp_get_wtime() - t0;
+    return 0;
+}
+
+int comm_gather_rows_at(loom_comm *c, const float *in, size_t ldi, int block, const int32_t *want, int n_want,
+                        float *out, size_t ldo, int cols, loom_err *err) {
+    double t0 = omp_get_wtime();
+    /* each rank sends the wanted rows it owns, in the order wanted, as one flat row */
+    for (int r = 0; r < c->size; r++) c->cols[r] = 0;
+    for (int i = 0; i < n_want; i++) c->cols[want[i] / block] += cols;
+    size_t need = (size_t)n_want * cols;
+    if (need > c->scratch_cap) {
+        free(c->scratch);
+        c->scratch = malloc(need * sizeof *c->scratch);
+        c->scratch_cap = need;
+    }
+    float *mine = c->scratch;
+    int k = 0;
+    for (int i = 0; i < n_want; i++)
+        if (want[i] / block == c->rank) memcpy(mine + (size_t)k++ * cols, in + (size_t)(want[i] % block) * ldi, cols * sizeof *mine);
+    if (c->be->exchange(c, mine, 0, 1, c->cols, c->blocks, err)) return -1;
+    memset(c->next, 0, c->size * sizeof *c->next);
+    for (int i = 0; i < n_want; i++) {
+        int r = want[i] / block;
+        memcpy(out + (size_t)i * ldo, c->blocks[r] + (size_t)c->next[r]++ * cols, cols * sizeof *out);
+    }
     c->blocked_s += omp_get_wtime() - t0;
     return 0;
 }

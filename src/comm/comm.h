@@ -24,8 +24,10 @@ struct loom_comm {
     char *phase;         /* what this rank is doing, for fault reports (shm: in the arena) */
     char own_phase[96];
     double blocked_s;    /* time spent inside collectives */
-    int *cols;           /* [size] scratch */
+    int *cols, *next;    /* [size] scratch */
     const float **blocks;/* [size] scratch */
+    float *scratch;      /* packing space, grown to the largest need once */
+    size_t scratch_cap;
 };
 
 /* Fills the parts every backend shares; impl is the backend's state. */
@@ -41,5 +43,18 @@ int comm_all_reduce(loom_comm *c, const float *in, size_t ldi, float *out, size_
 /* Rank r holds [rows, widths[r]]; out gets it at columns col0[r]. */
 int comm_all_gather_cols(loom_comm *c, const float *in, size_t ldi, float *out, size_t ldo, int rows,
                          const int *col0, const int *widths, loom_err *err);
+
+/* Sequence parallelism: the rows of a [rows, cols] batch are split in tp equal blocks (rows is
+ * a multiple of tp), rank r owning block r. */
+/* out[rows/tp, cols] = this rank's block of the sum over ranks of in[rows, cols]. */
+int comm_reduce_scatter_rows(loom_comm *c, const float *in, size_t ldi, float *out, size_t ldo, int rows, int cols,
+                             loom_err *err);
+/* out[rows * tp, cols] = every rank's in[rows, cols], in rank order. */
+int comm_all_gather_rows(loom_comm *c, const float *in, size_t ldi, float *out, size_t ldo, int rows, int cols,
+                         loom_err *err);
+/* out[i] = row want[i] of the batch, whose rows are split in blocks of `block` (rank r owns
+ * [r*block, (r+1)*block)); in holds this rank's block. */
+int comm_gather_rows_at(loom_comm *c, const float *in, size_t ldi, int block, const int32_t *want, int n_want,
+                        float *out, size_t ldo, int cols, loom_err *err);
 
 #endif

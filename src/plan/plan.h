@@ -1,36 +1,47 @@
 /* The execution plan of one rank: the module tree flattened once, at start-up, into a list of
- * steps over values, with this rank's share of every weight (Megatron-style tensor
- * parallelism) and the collectives that sharding needs, each value placed in a buffer by
- * liveness so that steady-state forward passes allocate nothing (the CPU analogue of CUDA
- * graphs). */
+ * steps over values, with this rank's share of every weight (tensor parallelism), the tokens
+ * it owns between decoder layers (sequence parallelism), the collectives both need, and each
+ * value placed in a buffer by liveness so that steady-state forward passes allocate nothing
+ * (the CPU analogue of CUDA graphs). */
 #ifndef LOOM_PLAN_PLAN_H
 #define LOOM_PLAN_PLAN_H
 #include "kernels/kernels.h"
 #include "model/weights.h"
 #include "plan/module.h"
 
-/* How a value is spread over the ranks. */
+/* How a value's columns are spread over the ranks. */
 typedef enum dist {
     DIST_FULL,    /* every rank holds all of it */
     DIST_SHARDED, /* each rank holds its columns (heads, features, vocabulary) */
     DIST_PARTIAL, /* each rank holds a partial sum of all of it */
 } dist;
 
+/* Which rows a value has in a forward pass of T tokens. */
+typedef enum row_kind {
+    ROWS_TOKENS, /* every token of the batch (T; buffers hold T padded to a multiple of tp) */
+    ROWS_SHARD,  /* sequence parallelism: this rank's T_pad/tp tokens */
+    ROWS_LOGITS, /* the rows whose logits are wanted */
+} row_kind;
+
 typedef enum step_kind {
-    STEP_OP,          /* the op's kernel */
-    STEP_ALL_REDUCE,  /* out = sum of every rank's in (in: DIST_PARTIAL) */
-    STEP_GATHER_COLS, /* out = every rank's columns of in, side by side (vocabulary) */
+    STEP_OP,             /* the op's kernel */
+    STEP_ALL_REDUCE,     /* TOKENS partial -> TOKENS full */
+    STEP_GATHER_COLS,    /* vocabulary-sharded -> full (logits) */
+    STEP_REDUCE_SCATTER, /* TOKENS partial -> SHARD full: region exit, embedding under SP */
+    STEP_GATHER_ROWS,    /* SHARD -> TOKENS: region entry */
+    STEP_SLICE_ROWS,     /* TOKENS full -> SHARD: exit of a region whose output is complete */
+    STEP_GATHER_LOGITS,  /* SHARD -> LOGITS: the wanted rows, from the ranks that own them */
 } step_kind;
 
 typedef struct plan_value {
-    int width;       /* columns this rank holds */
-    int base;        /* value whose buffer holds it (itself unless a view) */
-    int col;         /* first column inside the base's rows */
-    bool logit_rows; /* rows are the logit rows, not all tokens */
+    int width;     /* columns this rank holds */
+    int base;      /* value whose buffer holds it (itself unless a view) */
+    int col;       /* first column inside the base's rows */
+    row_kind rows;
     dist dist;
     const op *producer;
     int def_step, last_use; /* step indices, for buffer assignment */
-    int buffer;      /* for bases: buffer index */
+    int buffer;             /* for bases: buffer index */
 } plan_value;
 
 typedef struct plan_step {
@@ -47,8 +58,20 @@ typedef struct plan_step {
     attn_shape attn;        /* this rank's heads */
 } plan_step;
 
-typedef struct plan {
+/* A child of a decoder layer that reduces across ranks, under sequence parallelism. */
+typedef struct plan_region {
+    const module *mod;
+    bool partial_out; /* reduce-scattered (else complete, sliced) */
+} plan_region;
+
+typedef struct plan_options {
     int tp, rank;
+    bool sp;       /* --enable-sequence-parallel */
+    bool progress; /* report weight binding per decoder layer */
+} plan_options;
+
+typedef struct plan {
+    plan_options o;
     plan_step *steps;
     int n_steps, cap_steps;
     plan_value *values;
@@ -58,20 +81,24 @@ typedef struct plan {
     int *vocab_col0, *vocab_width; /* [tp]: each rank's vocabulary shard */
     int n_buffers;
     size_t *buffer_width; /* floats per row of each buffer */
-    bool *buffer_logit_rows;
+    row_kind *buffer_rows;
     /* widest block a collective publishes, per row kind, for sizing the backend's buffers */
-    int max_comm_token_cols, max_comm_logit_cols;
+    int max_comm_cols[3];
+    /* sequence parallelism */
+    plan_region *regions;
+    int n_regions, in_region;
+    char **warnings;
+    int n_warnings;
     /* loading progress, by decoder layer */
-    bool progress;
     int layers_done, layers_total;
 } plan;
 
-/* Flattens the tree for rank `rank` of `tp` and resolves its weights through ws (NULL: shapes
+/* Flattens the tree for o->rank of o->tp and resolves its weights through ws (NULL: shapes
  * only, e.g. to check that a model can be sharded before any weight is read, or to print);
- * errors name the module and the tensor or dimension at fault. */
-int plan_build(plan *p, const module *tree, int tp, int rank, weight_store *ws, bool progress,
-               loom_err *err);
+ * errors name the module and the op, tensor or dimension at fault. */
+int plan_build(plan *p, const module *tree, const plan_options *o, weight_store *ws, loom_err *err);
 void plan_free(plan *p);
 int plan_step_inputs(const plan_step *s);
+const char *step_kind_name(step_kind k);
 
 #endif

@@ -36,27 +36,48 @@ static void print_module(FILE *f, const module *m, int depth) {
     }
 }
 
-int loom_print_plan(loom_model *m, int tp, FILE *f, loom_err *err) {
+static void print_sp(FILE *f, const plan *p) {
+    fprintf(f, "\nsequence parallelism: the residual stream holds T/%d tokens per rank between the embedding "
+               "and the LM head\n", p->o.tp);
+    for (int i = 0; i < p->n_regions; i++) {
+        const plan_region *r = &p->regions[i];
+        fprintf(f, "  region %-28s all-gather in, %s out: verified (partial sums reach the exit only through "
+                   "additive, pass-through and scaling ops)\n", r->mod->name,
+                r->partial_out ? "reduce-scatter" : "slice (output already complete)");
+    }
+    for (int i = 0; i < p->n_warnings; i++) fprintf(f, "  warning: %s\n", p->warnings[i]);
+    fprintf(f, "sequence parallel: %d regions, %d verified, %d warning%s\n", p->n_regions, p->n_regions,
+            p->n_warnings, p->n_warnings == 1 ? "" : "s");
+}
+
+int loom_print_plan(loom_model *m, int tp, bool sequence_parallel, FILE *f, loom_err *err) {
     plan p;
-    if (plan_build(&p, m->tree, tp, 0, NULL, false, err)) return -1;
+    plan_options po = {.tp = tp, .sp = sequence_parallel};
+    if (plan_build(&p, m->tree, &po, NULL, err)) return -1;
     fprintf(f, "model %s from %s: %d layers, hidden %d, %d heads (%d kv) of %d, vocab %d\n", m->cfg.arch,
             m->source, m->cfg.n_layers, m->cfg.hidden, m->cfg.n_heads, m->cfg.n_kv_heads, m->cfg.head_dim,
             m->cfg.vocab);
     if (tp == 1) fprintf(f, "parallelism: tp=1 (single rank)\n");
-    else fprintf(f, "parallelism: tensor parallel across %d ranks (Megatron-style: column/row-parallel linears, vocab-parallel embedding and LM head)\n", tp);
+    else
+        fprintf(f, "parallelism: tensor parallel across %d ranks (column/row-parallel linears, vocab-parallel "
+                   "embedding and LM head)%s\n", tp, p.o.sp ? " + sequence parallel" : "");
     fprintf(f, "\nmodule tree:\n");
     print_module(f, m->tree, 1);
     size_t floats = 0;
     for (int b = 0; b < p.n_buffers; b++)
-        if (!p.buffer_logit_rows[b]) floats += p.buffer_width[b];
-    int reduces = 0, gathers = 0;
-    for (int i = 0; i < p.n_steps; i++) reduces += p.steps[i].kind == STEP_ALL_REDUCE, gathers += p.steps[i].kind == STEP_GATHER_COLS;
+        if (p.buffer_rows[b] == ROWS_TOKENS) floats += p.buffer_width[b];
+    int count[STEP_GATHER_LOGITS + 1] = {0};
+    for (int i = 0; i < p.n_steps; i++) count[p.steps[i].kind]++;
     fprintf(f, "\nplan (rank 0 of %d): %d steps over %d values in %d reused buffers (%zu floats per token)\n", tp,
             p.n_steps, p.n_values, p.n_buffers, floats);
-    if (tp > 1)
-        fprintf(f, "collectives per forward pass: %d all-reduce, %d all-gather (logits); rank 0 holds %d of %d q heads, "
-                   "%d kv columns, vocabulary rows %d..%d\n", reduces, gathers, m->cfg.n_heads / tp, m->cfg.n_heads,
-                p.kv_width, p.vocab_col0[0], p.vocab_col0[0] + p.vocab_width[0] - 1);
+    if (tp > 1) {
+        fprintf(f, "collectives per forward pass:");
+        for (int k = STEP_ALL_REDUCE; k <= STEP_GATHER_LOGITS; k++)
+            if (count[k]) fprintf(f, " %d %s", count[k], step_kind_name(k));
+        fprintf(f, "\nrank 0 holds %d of %d q heads, %d kv columns, vocabulary rows %d..%d\n", m->cfg.n_heads / tp,
+                m->cfg.n_heads, p.kv_width, p.vocab_col0[0], p.vocab_col0[0] + p.vocab_width[0] - 1);
+    }
+    if (p.o.sp) print_sp(f, &p);
     plan_free(&p);
     return 0;
 }

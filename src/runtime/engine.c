@@ -36,7 +36,9 @@ static int alloc_state(loom_engine *e, loom_err *err) {
     plan *p = &e->plan;
     e->buffers = calloc(p->n_buffers, sizeof *e->buffers);
     for (int b = 0; b < p->n_buffers; b++) {
-        size_t rows = p->buffer_logit_rows[b] ? e->max_logits : e->max_tokens;
+        size_t rows = p->buffer_rows[b] == ROWS_LOGITS ? e->max_logits
+                      : p->buffer_rows[b] == ROWS_SHARD ? e->max_tokens_pad / e->comm->size
+                                                        : e->max_tokens_pad;
         if (!(e->buffers[b] = alloc_or_fail(rows * p->buffer_width[b] * sizeof(float), "activations", err)))
             return -1;
         e->activation_bytes += rows * p->buffer_width[b] * sizeof(float);
@@ -75,22 +77,32 @@ static void engine_rows(const loom_model *m, const loom_engine_options *o, int *
     *logits = o->all_logits ? *tokens : (seqs < *tokens ? seqs : *tokens);
 }
 
+static int round_up(int n, int k) { return (n + k - 1) / k * k; }
+
 size_t loom_comm_slot_bytes(const loom_model *m, int tp, const loom_engine_options *o) {
     plan p;
     loom_err err;
     int tokens, logits;
-    if (plan_build(&p, m->tree, tp, 0, NULL, false, &err)) return 0;
+    plan_options po = {.tp = tp, .sp = o->sequence_parallel};
+    if (plan_build(&p, m->tree, &po, NULL, &err)) return 0;
     engine_rows(m, o, &tokens, &logits);
-    size_t a = (size_t)tokens * p.max_comm_token_cols, b = (size_t)logits * p.max_comm_logit_cols;
+    tokens = round_up(tokens, tp);
+    size_t need[3] = {(size_t)tokens * p.max_comm_cols[ROWS_TOKENS],
+                      (size_t)tokens / tp * p.max_comm_cols[ROWS_SHARD],
+                      (size_t)logits * (p.max_comm_cols[ROWS_LOGITS] > p.max_comm_cols[ROWS_SHARD]
+                                            ? p.max_comm_cols[ROWS_LOGITS] : p.max_comm_cols[ROWS_SHARD])};
     plan_free(&p);
-    return (a > b ? a : b) * sizeof(float);
+    size_t most = need[0] > need[1] ? need[0] : need[1];
+    return (most > need[2] ? most : need[2]) * sizeof(float);
 }
 
-int loom_check_sharding(const loom_model *m, int tp, loom_err *err) {
+int loom_check_sharding(const loom_model *m, int tp, bool sequence_parallel, loom_err *err) {
     for (int r = 0; r < tp; r++) {
         plan p;
-        if (plan_build(&p, m->tree, tp, r, NULL, false, err))
-            return loom_err_prefix(err, "%s cannot run with -tp %d", m->cfg.arch, tp);
+        plan_options po = {.tp = tp, .rank = r, .sp = sequence_parallel};
+        if (plan_build(&p, m->tree, &po, NULL, err))
+            return loom_err_prefix(err, "%s cannot run with -tp %d%s", m->cfg.arch, tp,
+                                   sequence_parallel ? " and sequence parallelism" : "");
         plan_free(&p);
     }
     return 0;
@@ -114,7 +126,9 @@ loom_engine *loom_engine_new(loom_model *m, const loom_engine_options *o, loom_e
     loom_model_info info;
     loom_model_get_info(m, &info);
     bool progress = m->progress && info.n_params > (64u << 20);
-    if (plan_build(&e->plan, m->tree, e->comm->size, e->comm->rank, &m->ws, progress, err)) goto fail;
+    plan_options po = {.tp = e->comm->size, .rank = e->comm->rank, .sp = o->sequence_parallel, .progress = progress};
+    if (plan_build(&e->plan, m->tree, &po, &m->ws, err)) goto fail;
+    e->max_tokens_pad = round_up(e->max_tokens, e->comm->size);
     if (e->comm->rank == 0) warn_unused(m);
     if (alloc_state(e, err)) goto fail;
     return e;
@@ -167,17 +181,44 @@ static int check_batch(const loom_engine *e, const loom_batch *b, loom_err *err)
     return 0;
 }
 
+/* Rows a value has in this pass: T tokens, this rank's T_pad/tp under SP, or the logit rows. */
+static int value_rows(const loom_engine *e, const plan_value *v, const loom_batch *b) {
+    switch (v->rows) {
+    case ROWS_LOGITS: return b->n_logits;
+    case ROWS_SHARD: return round_up(b->n_tokens, e->comm->size) / e->comm->size;
+    case ROWS_TOKENS: break;
+    }
+    return b->n_tokens;
+}
+
 static int run_collective(loom_engine *e, const plan_step *s, const loom_batch *b, loom_err *err) {
-    const plan_value *ov = &e->plan.values[s->out];
-    int rows = ov->logit_rows ? b->n_logits : b->n_tokens;
+    const plan_value *iv = &e->plan.values[s->in[0]], *ov = &e->plan.values[s->out];
+    int n = e->comm->size, t_pad = round_up(b->n_tokens, n), shard = t_pad / n, w = iv->width;
     size_t ldi, ldo;
-    const float *in = value_ptr(e, s->in[0], &ldi);
-    float *out = value_ptr(e, s->out, &ldo);
-    comm_set_phase(e->comm, "%s in %s", s->kind == STEP_ALL_REDUCE ? "all_reduce" : "all_gather", s->mod->name);
+    float *in = value_ptr(e, s->in[0], &ldi), *out = value_ptr(e, s->out, &ldo);
+    comm_set_phase(e->comm, "%s in %s", step_kind_name(s->kind), s->mod->name);
     double t0 = omp_get_wtime();
-    int rc = s->kind == STEP_ALL_REDUCE
-                 ? comm_all_reduce(e->comm, in, ldi, out, ldo, rows, ov->width, err)
-                 : comm_all_gather_cols(e->comm, in, ldi, out, ldo, rows, e->plan.vocab_col0, e->plan.vocab_width, err);
+    int rc = 0;
+    switch (s->kind) {
+    case STEP_ALL_REDUCE: rc = comm_all_reduce(e->comm, in, ldi, out, ldo, value_rows(e, ov, b), w, err); break;
+    case STEP_GATHER_COLS:
+        rc = comm_all_gather_cols(e->comm, in, ldi, out, ldo, value_rows(e, ov, b), e->plan.vocab_col0,
+                                  e->plan.vocab_width, err);
+        break;
+    case STEP_REDUCE_SCATTER: /* padded rows at the end carry zeros, so every shard is whole */
+        for (int r = b->n_tokens; r < t_pad; r++) memset(in + (size_t)r * ldi, 0, w * sizeof *in);
+        rc = comm_reduce_scatter_rows(e->comm, in, ldi, out, ldo, t_pad, w, err);
+        break;
+    case STEP_GATHER_ROWS: rc = comm_all_gather_rows(e->comm, in, ldi, out, ldo, shard, w, err); break;
+    case STEP_SLICE_ROWS:
+        for (int r = 0; r < shard; r++)
+            memcpy(out + (size_t)r * ldo, in + (size_t)(e->comm->rank * shard + r) * ldi, w * sizeof *out);
+        break;
+    case STEP_GATHER_LOGITS:
+        rc = comm_gather_rows_at(e->comm, in, ldi, shard, b->logit_rows, b->n_logits, out, ldo, w, err);
+        break;
+    case STEP_OP: break;
+    }
     e->comm_seconds += omp_get_wtime() - t0;
     return rc;
 }
@@ -185,7 +226,7 @@ static int run_collective(loom_engine *e, const plan_step *s, const loom_batch *
 static void run_step(loom_engine *e, const plan_step *s, const loom_batch *b) {
     const op *o = s->op;
     const plan_value *ov = &e->plan.values[s->out];
-    int rows = ov->logit_rows ? b->n_logits : b->n_tokens, w = ov->width;
+    int rows = value_rows(e, ov, b), w = ov->width;
     size_t ldo, ld0 = 0, ld1 = 0, ld2 = 0;
     float *out = value_ptr(e, s->out, &ldo);
     const float *in0 = o->n_in > 0 ? value_ptr(e, s->in[0], &ld0) : NULL;

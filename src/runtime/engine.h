@@ -14,6 +14,7 @@ struct loom_engine {
     kv_layer *kv;
     rope_table rope;
     int max_seqs, max_ctx, max_tokens, max_logits;
+    int max_tokens_pad; /* max_tokens rounded up to a multiple of the ranks */
     bool all_logits;
     int *seq_len; /* positions each sequence's KV cache holds */
     float *logits;

@@ -1,0 +1,26 @@
+/* Pieces of plan construction shared by plan.c (flattening, buffers), shard.c (tensor
+ * parallelism) and sp.c (sequence parallelism and its safety analysis). */
+#ifndef LOOM_PLAN_IMPL_H
+#define LOOM_PLAN_IMPL_H
+#include "plan/plan.h"
+
+int plan_new_value(plan *p, int width, const op *producer, row_kind rows, dist d);
+plan_step *plan_new_step(plan *p, step_kind kind, const op *o, const module *m);
+/* A collective step from value v; returns its output value. */
+int plan_collective(plan *p, step_kind k, const op *o, const module *m, int v, int width, row_kind rows);
+
+/* Tensor parallelism (shard.c) */
+int shard_vocab(plan *p, const module *tree, loom_err *err);
+int shard_bind_linear(plan *p, plan_step *s, const linear_desc *l, int in_width, const module *m, weight_store *ws,
+                      loom_err *err);
+
+/* Sequence parallelism (sp.c) */
+bool sp_is_region(const plan *p, const module *parent, const module *child);
+/* dist of an op's output given its inputs', or -1 with err when the op may not act on a partial
+ * sum (the rules of seed 001's _check_partial_output). */
+int sp_output_dist(plan *p, const module *m, const op *o, const int *in, loom_err *err);
+/* Region exit: reduce-scatter a partial output, slice a complete one. */
+int sp_exit_region(plan *p, const module *m, const op *call, int out, loom_err *err);
+void sp_warn(plan *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+#endif
