@@ -69,6 +69,34 @@ typedef struct loom_batch {
 } loom_batch;
 int loom_forward(loom_engine *e, const loom_batch *b, const float **logits, loom_err *err);
 
+/* Custom ops: a user's own layer inserted into a model's module tree, analysed by the planner
+ * like a built-in op from the class it declares (what sequence parallelism needs to know:
+ * whether it commutes with a sum over ranks, whether it mixes tokens). */
+typedef enum loom_op_class {
+    LOOM_OP_ELEMENTWISE,  /* token-local and nonlinear (an activation): may not act on a partial sum */
+    LOOM_OP_ADDITIVE,     /* a sum of its input(s), no constant term: keeps a partial sum partial */
+    LOOM_OP_PASSTHROUGH,  /* moves values without arithmetic (view, copy, cast) */
+    LOOM_OP_SCALING,      /* multiplies by a constant: keeps a partial sum partial */
+    LOOM_OP_TOKEN_MIXING, /* reads other tokens' rows (convolution, scan, token shift) */
+    LOOM_OP_OPAQUE,       /* nothing is known: the planner cannot verify what it does to a partial sum */
+} loom_op_class;
+
+/* out[rows, cols] = f(in[rows, cols]); pos/seq give each row's token (NULL where the rows are
+ * a sequence-parallel shard). */
+typedef void (*loom_custom_fn)(void *user, const float *in, size_t ldi, float *out, size_t ldo, int rows, int cols,
+                               const int32_t *pos, const int32_t *seq);
+
+typedef struct loom_custom_op {
+    const char *name;
+    loom_op_class cls;
+    loom_custom_fn forward;
+    void *user;
+} loom_custom_op;
+
+/* Applies op to the output of the module at `path` (e.g. "model.layers.0.mlp"), or to its first
+ * input when at_input; call before building engines. Fails if no module has that path. */
+int loom_model_add_custom(loom_model *m, const char *path, bool at_input, const loom_custom_op *op, loom_err *err);
+
 /* Ranks. loom_launch starts `tp` ranks and runs fn in each with its communicator:
  *  - "shm" (default): forks tp rank processes on this machine sharing a memory arena; the
  *    calling process supervises them: if one dies or a collective waits past timeout_s, all
@@ -84,6 +112,7 @@ typedef struct loom_launch_options {
     size_t slot_bytes;    /* largest block one rank publishes in a collective (shm) */
     double timeout_s;     /* collective deadline (default 60) */
     int spin;             /* busy-wait iterations before sleeping in a collective (default 2000) */
+    bool isolate;         /* shm: fork even a single rank, leaving this process untouched */
 } loom_launch_options;
 int loom_launch(const loom_launch_options *o, loom_rank_fn fn, void *arg, loom_err *err);
 int loom_comm_rank(const loom_comm *c);

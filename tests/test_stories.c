@@ -91,6 +91,9 @@ int main(void) {
     check_cli_text("", "");
     check_cli_text("", "run -tp 2");
     check_cli_text("", "run -tp 4");
+    check_cli_text("", "run -tp 2 --enable-sequence-parallel");
+    check_cli_text("", "run -tp 4 --enable-sequence-parallel");
     check_cli_text(MPIRUN " -np 2", "run --backend mpi");
+    check_cli_text(MPIRUN " -np 2", "run --backend mpi --enable-sequence-parallel");
     return check_done();
 }

@@ -15,6 +15,7 @@ typedef struct cli_common {
     double comm_timeout;     /* --comm-timeout seconds */
     int comm_spin;           /* --comm-spin iterations (-1: default) */
     bool sp;                 /* --enable-sequence-parallel */
+    bool isolate;            /* run even a single rank in its own process */
 } cli_common;
 
 #define CLI_COMMON_DEFAULTS {.tp = 1, .backend = "shm", .comm_spin = -1}
@@ -37,5 +38,6 @@ int cli_launch(const cli_common *c, const loom_model *m, const loom_engine_optio
 void cli_rank_error(const char *cmd, const loom_comm *comm, const loom_err *err);
 int cli_bench(int argc, char **argv);
 int cli_plan(int argc, char **argv);
+int cli_verify(int argc, char **argv);
 
 #endif

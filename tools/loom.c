@@ -12,7 +12,8 @@ static void usage(FILE *f) {
           "  run            generate text (default: the embedded stories260K model, greedy, 200 tokens)\n"
           "  bench latency  prefill/decode latency with vLLM's flags and report\n"
           "  bench machine  sgemm rate and memory bandwidth of this machine\n"
-          "  plan           print the module tree and the execution plan\n"
+          "  plan           print the module tree and the execution plan (regions and verdicts with -sp)\n"
+          "  verify         run tp=1, TP and TP+SP on the same prompts and compare them (needs -tp N)\n"
           "common options:\n"
           "  -m, --model PATH          Hugging Face folder (or config.json with --load-format dummy)\n"
           "  --load-format auto|dummy  dummy: real shapes, seeded random weights\n"
@@ -23,6 +24,7 @@ static void usage(FILE *f) {
           "  --backend shm|mpi         shm: fork ranks on this machine; mpi: under mpirun\n"
           "  --comm-timeout S          a collective waiting longer fails the job (default 60)\n"
           "  --comm-spin N             busy-wait iterations before a waiting rank sleeps\n"
+          "  --enable-sequence-parallel  shard the residual stream by tokens across the ranks (-tp >= 2)\n"
           "  --max-model-len N         context length (default: min(model, 4096))\n"
           "run options:\n"
           "  -p, --prompt TEXT         prompt (default: just BOS)\n"
@@ -158,6 +160,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "run")) return cmd_run(argc - 2, argv + 2);
     if (!strcmp(cmd, "bench")) return cli_bench(argc - 2, argv + 2);
     if (!strcmp(cmd, "plan")) return cli_plan(argc - 2, argv + 2);
+    if (!strcmp(cmd, "verify")) return cli_verify(argc - 2, argv + 2);
     if (cmd[0] == '-') return cmd_run(argc - 1, argv + 1);
     fprintf(stderr, "loom: unknown command '%s'\n", cmd);
     usage(stderr);

@@ -8,10 +8,11 @@
 
 static const char *kind_names[OP_KIND_COUNT] = {
     "embed", "linear", "split", "rms_norm", "rope", "attention",
-    "silu_mul", "add", "scale", "logit_rows", "call",
+    "silu_mul", "add", "scale", "logit_rows", "call", "custom",
 };
 
 const char *op_kind_name(op_kind k) { return kind_names[k]; }
+const char *op_name(const op *o) { return o->kind == OP_CUSTOM ? o->custom.name : kind_names[o->kind]; }
 
 module *module_new(const char *kind, const char *fmt, ...) {
     module *m = calloc(1, sizeof *m);
@@ -28,6 +29,7 @@ void module_free(module *m) {
     for (int i = 0; i < m->n_ops; i++) {
         free(m->ops[i].lin);
         if (m->ops[i].kind == OP_CALL) module_free(m->ops[i].child);
+        if (m->ops[i].kind == OP_CUSTOM) free((char *)m->ops[i].custom.name);
     }
     for (int i = 0; i < m->n_values; i++) free(m->value_names[i]);
     free(m->value_names);
@@ -139,4 +141,34 @@ int emit_call(module *m, module *child, const int *ins, int n_in, const char *na
     op *o = new_op(m, OP_CALL, n_in, ins, name);
     o->child = child;
     return o->out[0];
+}
+
+void module_add_custom(module *m, bool at_input, const loom_custom_op *c) {
+    int src = at_input ? 0 : m->outputs[0];
+    op *o = new_op(m, OP_CUSTOM, 1, &src, c->name);
+    o->custom = *c;
+    o->custom.name = strdup(c->name);
+    int v = o->out[0];
+    if (at_input) { /* move the op first; every earlier reader of the input now reads v */
+        op added = *o;
+        memmove(m->ops + 1, m->ops, (m->n_ops - 1) * sizeof *m->ops);
+        m->ops[0] = added;
+        for (int i = 1; i < m->n_ops; i++)
+            for (int j = 0; j < m->ops[i].n_in; j++)
+                if (m->ops[i].in[j] == src) m->ops[i].in[j] = v;
+        for (int i = 0; i < m->n_outputs; i++)
+            if (m->outputs[i] == src) m->outputs[i] = v;
+    } else {
+        m->outputs[0] = v;
+    }
+}
+
+module *module_find(module *root, const char *path) {
+    if (!strcmp(root->name, path)) return root;
+    for (int i = 0; i < root->n_ops; i++)
+        if (root->ops[i].kind == OP_CALL) {
+            module *f = module_find(root->ops[i].child, path);
+            if (f) return f;
+        }
+    return NULL;
 }

@@ -18,6 +18,7 @@ typedef enum op_kind {
     OP_SCALE,       /* out = in0 * scalar                                           */
     OP_LOGIT_ROWS,  /* out = the rows of in0 whose logits are wanted                */
     OP_CALL,        /* outs = child(ins)                                            */
+    OP_CUSTOM,      /* out = a user's function of in0, of a declared class           */
     OP_KIND_COUNT
 } op_kind;
 
@@ -70,6 +71,7 @@ typedef struct op {
     attn_desc attn;     /* OP_ATTENTION */
     rope_desc rope;     /* OP_ROPE */
     module *child;      /* OP_CALL */
+    loom_custom_op custom; /* OP_CUSTOM (name owned by the op) */
 } op;
 
 struct module {
@@ -103,6 +105,14 @@ int emit_logit_rows(module *m, int in);
 /* Runs child on ins; returns its first output (children here have one). */
 int emit_call(module *m, module *child, const int *ins, int n_in, const char *name);
 
+/* Inserts a custom op on the module's output (or first input): later ops and the module's
+ * outputs read the custom op's result instead. */
+void module_add_custom(module *m, bool at_input, const loom_custom_op *c);
+/* The module at `path` in the tree, or NULL. */
+module *module_find(module *root, const char *path);
+
+/* "custom" ops report the user's name */
+const char *op_name(const op *o);
 const char *op_kind_name(op_kind k);
 
 #endif

@@ -10,7 +10,7 @@
 #include "util/err.h"
 
 static const char *step_names[] = {"op", "all_reduce", "all_gather (vocab)", "reduce_scatter", "all_gather",
-                                   "slice", "all_gather (logit rows)"};
+                                   "all_gather (logit rows)"};
 
 const char *step_kind_name(step_kind k) { return step_names[k]; }
 
@@ -117,9 +117,6 @@ static int bind_op(plan *p, plan_step *s, const module *m, const op *o, int widt
         int kv = a->n_kv_heads >= p->o.tp ? a->n_kv_heads / p->o.tp : 1, h = a->n_heads / p->o.tp;
         s->attn = (attn_shape){h, kv, a->head_dim, a->sliding_window, a->scale};
         p->kv_width = kv * a->head_dim;
-        if (p->o.sp && !p->in_region)
-            sp_warn(p, "%s: attention outside a region may mix tokens, which sequence parallelism shards there",
-                    m->name);
         return h * a->head_dim;
     }
     case OP_RMS_NORM:
@@ -167,6 +164,7 @@ static int flatten_op(plan *p, const module *m, const op *o, int *map, weight_st
         map[o->out[0]] = plan_collective(p, STEP_GATHER_LOGITS, o, m, in[0], v0->width, ROWS_LOGITS);
         return 0;
     }
+    sp_check_outside(p, m, o);
     plan_step *s = plan_new_step(p, STEP_OP, o, m);
     memcpy(s->in, in, sizeof in);
     int width = bind_op(p, s, m, o, v0 ? v0->width : 0, ws, err);

@@ -29,7 +29,6 @@ typedef enum step_kind {
     STEP_GATHER_COLS,    /* vocabulary-sharded -> full (logits) */
     STEP_REDUCE_SCATTER, /* TOKENS partial -> SHARD full: region exit, embedding under SP */
     STEP_GATHER_ROWS,    /* SHARD -> TOKENS: region entry */
-    STEP_SLICE_ROWS,     /* TOKENS full -> SHARD: exit of a region whose output is complete */
     STEP_GATHER_LOGITS,  /* SHARD -> LOGITS: the wanted rows, from the ranks that own them */
 } step_kind;
 
@@ -61,7 +60,7 @@ typedef struct plan_step {
 /* A child of a decoder layer that reduces across ranks, under sequence parallelism. */
 typedef struct plan_region {
     const module *mod;
-    bool partial_out; /* reduce-scattered (else complete, sliced) */
+    bool verified; /* false: an opaque op touched a partial sum */
 } plan_region;
 
 typedef struct plan_options {
@@ -87,6 +86,7 @@ typedef struct plan {
     /* sequence parallelism */
     plan_region *regions;
     int n_regions, in_region;
+    bool region_unverified;
     char **warnings;
     int n_warnings;
     /* loading progress, by decoder layer */

@@ -19,8 +19,10 @@ bool sp_is_region(const plan *p, const module *parent, const module *child);
 /* dist of an op's output given its inputs', or -1 with err when the op may not act on a partial
  * sum (the rules of seed 001's _check_partial_output). */
 int sp_output_dist(plan *p, const module *m, const op *o, const int *in, loom_err *err);
-/* Region exit: reduce-scatter a partial output, slice a complete one. */
+/* Region exit: its output must be the partial sum of its reductions; reduce-scatter it. */
 int sp_exit_region(plan *p, const module *m, const op *call, int out, loom_err *err);
 void sp_warn(plan *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Warnings for ops outside regions that may mix tokens or cannot be analysed. */
+void sp_check_outside(plan *p, const module *m, const op *o);
 
 #endif

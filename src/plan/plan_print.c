@@ -39,15 +39,18 @@ static void print_module(FILE *f, const module *m, int depth) {
 static void print_sp(FILE *f, const plan *p) {
     fprintf(f, "\nsequence parallelism: the residual stream holds T/%d tokens per rank between the embedding "
                "and the LM head\n", p->o.tp);
+    int verified = 0;
     for (int i = 0; i < p->n_regions; i++) {
         const plan_region *r = &p->regions[i];
-        fprintf(f, "  region %-28s all-gather in, %s out: verified (partial sums reach the exit only through "
-                   "additive, pass-through and scaling ops)\n", r->mod->name,
-                r->partial_out ? "reduce-scatter" : "slice (output already complete)");
+        verified += r->verified;
+        fprintf(f, "  region %-28s all-gather in, reduce-scatter out: %s\n", r->mod->name,
+                r->verified ? "verified (partial sums reach the exit only through additive, pass-through and "
+                              "scaling ops)"
+                            : "could not verify (an opaque op acts on a partial sum)");
     }
     for (int i = 0; i < p->n_warnings; i++) fprintf(f, "  warning: %s\n", p->warnings[i]);
-    fprintf(f, "sequence parallel: %d regions, %d verified, %d warning%s\n", p->n_regions, p->n_regions,
-            p->n_warnings, p->n_warnings == 1 ? "" : "s");
+    fprintf(f, "sequence parallel: %d regions, %d verified, %d could not verify, %d warning%s\n", p->n_regions,
+            verified, p->n_regions - verified, p->n_warnings, p->n_warnings == 1 ? "" : "s");
 }
 
 int loom_print_plan(loom_model *m, int tp, bool sequence_parallel, FILE *f, loom_err *err) {

@@ -57,6 +57,25 @@ int sp_output_dist(plan *p, const module *m, const op *o, const int *in, loom_er
     case OP_LINEAR:
         if (o->lin->style == PAR_ROW) return loom_errf(err, "%s: `%s` reduces a partial sum again", m->name, name);
         break;
+    case OP_CUSTOM:
+        name = o->custom.name;
+        switch (o->custom.cls) {
+        case LOOM_OP_ADDITIVE:
+            if (partial == o->n_in) return DIST_PARTIAL;
+            return loom_errf(err, "%s: `%s` adds a complete value to a partial sum", m->name, name);
+        case LOOM_OP_PASSTHROUGH:
+        case LOOM_OP_SCALING:
+            return DIST_PARTIAL;
+        case LOOM_OP_OPAQUE: /* as seed 001 does for what it cannot trace: warn, and trust it */
+            p->region_unverified = true;
+            sp_warn(p, "%s: could not verify that `%s` is compatible with sequence parallelism (an opaque op on a "
+                       "partial sum)", m->name, name);
+            return DIST_PARTIAL;
+        case LOOM_OP_ELEMENTWISE:
+        case LOOM_OP_TOKEN_MIXING:
+            break;
+        }
+        break;
     default:
         break;
     }
@@ -66,10 +85,22 @@ int sp_output_dist(plan *p, const module *m, const op *o, const int *in, loom_er
 int sp_exit_region(plan *p, const module *m, const op *call, int out, loom_err *err) {
     const plan_value v = p->values[out];
     p->regions = realloc(p->regions, (p->n_regions + 1) * sizeof *p->regions);
-    p->regions[p->n_regions++] = (plan_region){call->child, v.dist == DIST_PARTIAL};
-    if (v.rows != ROWS_TOKENS || v.dist == DIST_SHARDED)
+    p->regions[p->n_regions++] = (plan_region){call->child, !p->region_unverified};
+    p->region_unverified = false;
+    if (v.rows != ROWS_TOKENS || v.dist != DIST_PARTIAL)
         return loom_errf(err, "%s: sequence parallelism does not support region %s: its output is not a partial sum "
                               "of its reductions", m->name, call->child->name);
-    step_kind k = v.dist == DIST_PARTIAL ? STEP_REDUCE_SCATTER : STEP_SLICE_ROWS;
-    return plan_collective(p, k, call, m, out, v.width, ROWS_SHARD);
+    return plan_collective(p, STEP_REDUCE_SCATTER, call, m, out, v.width, ROWS_SHARD);
+}
+
+void sp_check_outside(plan *p, const module *m, const op *o) {
+    if (!p->o.sp || p->in_region) return;
+    if (o->kind == OP_ATTENTION)
+        sp_warn(p, "%s: `attention` outside a region may mix tokens, which sequence parallelism shards there", m->name);
+    if (o->kind == OP_CUSTOM && o->custom.cls == LOOM_OP_TOKEN_MIXING)
+        sp_warn(p, "%s: `%s` may mix tokens, which sequence parallelism shards outside regions; outputs may be "
+                   "incorrect", m->name, o->custom.name);
+    if (o->kind == OP_CUSTOM && o->custom.cls == LOOM_OP_OPAQUE)
+        sp_warn(p, "%s: could not verify `%s`: outside a region it sees only this rank's tokens", m->name,
+                o->custom.name);
 }

@@ -129,7 +129,10 @@ loom_engine *loom_engine_new(loom_model *m, const loom_engine_options *o, loom_e
     plan_options po = {.tp = e->comm->size, .rank = e->comm->rank, .sp = o->sequence_parallel, .progress = progress};
     if (plan_build(&e->plan, m->tree, &po, &m->ws, err)) goto fail;
     e->max_tokens_pad = round_up(e->max_tokens, e->comm->size);
-    if (e->comm->rank == 0) warn_unused(m);
+    if (e->comm->rank == 0) {
+        warn_unused(m);
+        for (int i = 0; i < e->plan.n_warnings; i++) fprintf(stderr, "loom: warning: %s\n", e->plan.warnings[i]);
+    }
     if (alloc_state(e, err)) goto fail;
     return e;
 fail:
@@ -210,10 +213,6 @@ static int run_collective(loom_engine *e, const plan_step *s, const loom_batch *
         rc = comm_reduce_scatter_rows(e->comm, in, ldi, out, ldo, t_pad, w, err);
         break;
     case STEP_GATHER_ROWS: rc = comm_all_gather_rows(e->comm, in, ldi, out, ldo, shard, w, err); break;
-    case STEP_SLICE_ROWS:
-        for (int r = 0; r < shard; r++)
-            memcpy(out + (size_t)r * ldo, in + (size_t)(e->comm->rank * shard + r) * ldi, w * sizeof *out);
-        break;
     case STEP_GATHER_LOGITS:
         rc = comm_gather_rows_at(e->comm, in, ldi, shard, b->logit_rows, b->n_logits, out, ldo, w, err);
         break;
@@ -245,6 +244,11 @@ static void run_step(loom_engine *e, const plan_step *s, const loom_batch *b) {
     case OP_SILU_MUL: silu_mul(in0, ld0, in1, ld1, out, ldo, rows, w); break;
     case OP_ADD: add_rows(in0, ld0, in1, ld1, out, ldo, rows, w); break;
     case OP_SCALE: scale_rows(in0, ld0, o->scalar, out, ldo, rows, w); break;
+    case OP_CUSTOM: {
+        bool tokens = ov->rows == ROWS_TOKENS;
+        o->custom.forward(o->custom.user, in0, ld0, out, ldo, rows, w, tokens ? b->pos : NULL, tokens ? b->seq : NULL);
+        break;
+    }
     case OP_LOGIT_ROWS:
         for (int i = 0; i < rows; i++) memcpy(out + i * ldo, in0 + (size_t)b->logit_rows[i] * ld0, w * sizeof *out);
         break;

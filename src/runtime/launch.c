@@ -121,7 +121,7 @@ int loom_launch(const loom_launch_options *o, loom_rank_fn fn, void *arg, loom_e
         loom_errf(err, "-tp %d: need at least one rank", o->tp);
         return 2;
     }
-    if (o->tp == 1) { /* no ranks to start: run here */
+    if (o->tp == 1 && !o->isolate) { /* no ranks to start: run here */
         loom_comm *c = comm_local();
         int rc = fn(c, arg);
         comm_free(c);

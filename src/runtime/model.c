@@ -111,3 +111,11 @@ int loom_tokenize(const loom_model *m, const char *text, bool add_special, int32
     if (!m->tok) return loom_errf(err, "%s: no tokenizer loaded", m->source);
     return tokenizer_encode(m->tok, text, strlen(text), add_special, ids, n, err);
 }
+
+int loom_model_add_custom(loom_model *m, const char *path, bool at_input, const loom_custom_op *op, loom_err *err) {
+    module *mod = module_find(m->tree, path);
+    if (!mod) return loom_errf(err, "%s: no module '%s' in the model", m->source, path);
+    if (!op->name || !op->forward) return loom_errf(err, "custom op for '%s' needs a name and a forward function", path);
+    module_add_custom(mod, at_input, op);
+    return 0;
+}

@@ -1,0 +1,190 @@
+/* Tensor and sequence parallelism against the oracles: every golden model at tp = 2, 3 and 4
+ * (where its shapes divide; otherwise the plan-time error is checked) must match transformers
+ * within 1e-4 at every position, on shm ranks forked by loom_launch; with sequence parallelism
+ * the logits must be bit-identical to plain TP (the golden batches have 11 and 2 tokens, not
+ * multiples of the rank count, so padding is exercised in prefill and decode). The MPI backend,
+ * run under mpirun, must be bit-identical to shm at the same N. `test_parallel --mpi-dump CASE
+ * SP FILE` is the mode mpirun starts. */
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "mpirun.h"
+#include "golden_util.h"
+
+#define ATOL 1e-4
+
+static const char *cases[] = {"llama", "llama_tied", "mistral", "qwen2", "qwen3", "granite", "llama_bf16", "llama_tp3"};
+
+typedef struct job {
+    loom_model *m;
+    golden *g;
+    bool sp;
+    float *out; /* shared with the forked ranks (MAP_SHARED), or local under MPI */
+} job;
+
+/* Every rank runs the batch; rank 0's logits are the result (all ranks hold the same). */
+static int rank_main(loom_comm *comm, void *arg) {
+    job *j = arg;
+    loom_err err = {{0}};
+    loom_engine_options eo = golden_engine_options(comm);
+    eo.sequence_parallel = j->sp;
+    loom_engine *e = loom_engine_new(j->m, &eo, &err);
+    size_t n = (size_t)golden_rows(j->g) * j->g->vocab;
+    float *mine = malloc(n * sizeof *mine);
+    int rc = e && golden_run(e, j->g, mine, &err) == 0 ? 0 : 1;
+    if (rc) fprintf(stderr, "rank %d: %s\n", loom_comm_rank(comm), err.msg);
+    else if (loom_comm_rank(comm) == 0) memcpy(j->out, mine, n * sizeof *mine);
+    free(mine);
+    loom_engine_free(e);
+    return rc;
+}
+
+/* A user's layer through the custom-op API: doubles the MLP's partial sum (a scaling op, so
+ * sequence parallelism may keep it inside the region) and squares the attention's input. */
+static void times_two(void *u, const float *in, size_t ldi, float *out, size_t ldo, int rows, int cols,
+                      const int32_t *pos, const int32_t *seq) {
+    (void)u, (void)pos, (void)seq;
+    for (int r = 0; r < rows; r++)
+        for (int c = 0; c < cols; c++) out[r * ldo + c] = 2 * in[r * ldi + c];
+}
+
+static void squared(void *u, const float *in, size_t ldi, float *out, size_t ldo, int rows, int cols,
+                    const int32_t *pos, const int32_t *seq) {
+    (void)u, (void)pos, (void)seq;
+    for (int r = 0; r < rows; r++)
+        for (int c = 0; c < cols; c++) out[r * ldo + c] = in[r * ldi + c] * in[r * ldi + c];
+}
+
+#define CUSTOM_CASE "llama+custom"
+
+static loom_model *load(const char *name) {
+    bool custom = !strcmp(name, CUSTOM_CASE);
+    char dir[900];
+    golden_dir(dir, sizeof dir, custom ? "llama" : name);
+    loom_err err = {{0}};
+    loom_model_options mo = {.path = dir};
+    loom_model *m = loom_model_load(&mo, &err);
+    loom_custom_op a = {"times_two", LOOM_OP_SCALING, times_two, NULL}, b = {"squared", LOOM_OP_ELEMENTWISE, squared, NULL};
+    if (m && custom && (loom_model_add_custom(m, "model.layers.0.mlp", false, &a, &err) ||
+                        loom_model_add_custom(m, "model.layers.1.self_attn", true, &b, &err))) {
+        loom_model_free(m);
+        m = NULL;
+    }
+    CHECK(m, "%s: %s", name, err.msg);
+    return m;
+}
+
+/* Runs case `name` at tp ranks over backend; returns the logits (munmap'd by the caller). */
+static float *run_tp(const char *name, golden *g, int tp, bool sp, const char *backend, loom_err *err) {
+    loom_model *m = load(name);
+    if (!m) return NULL;
+    size_t bytes = (size_t)golden_rows(g) * g->vocab * sizeof(float);
+    float *out = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    job j = {m, g, sp, out};
+    loom_engine_options eo = golden_engine_options(NULL);
+    eo.sequence_parallel = sp;
+    loom_launch_options lo = {.tp = tp, .backend = backend, .slot_bytes = loom_comm_slot_bytes(m, tp, &eo),
+                              .timeout_s = 30, .spin = -1};
+    int rc = loom_check_sharding(m, tp, sp, err);
+    if (!rc) rc = loom_launch(&lo, rank_main, &j, err);
+    loom_model_free(m);
+    if (rc) {
+        munmap(out, bytes);
+        return NULL;
+    }
+    return out;
+}
+
+/* vLLM's rule: query heads and the MLP divide by tp; kv heads divide by tp or tp by them. */
+static bool shardable(const char *name, int tp) {
+    loom_model *m = load(name);
+    loom_model_info i;
+    loom_model_get_info(m, &i);
+    loom_model_free(m);
+    return i.n_heads % tp == 0 && (i.n_kv_heads % tp == 0 || tp % i.n_kv_heads == 0) && i.intermediate % tp == 0;
+}
+
+static int mpi_dump(const char *name, bool sp, const char *path) {
+    golden g;
+    if (golden_open(&g, name, "logits")) return 1;
+    loom_err err = {{0}};
+    float *out = run_tp(name, &g, 2, sp, "mpi", &err);
+    if (!out) fprintf(stderr, "test_tp --mpi-dump %s: %s\n", name, err.msg);
+    if (out && getenv("OMPI_COMM_WORLD_RANK") && atoi(getenv("OMPI_COMM_WORLD_RANK")) == 0) {
+        FILE *f = fopen(path, "wb");
+        fwrite(out, sizeof(float), (size_t)golden_rows(&g) * g.vocab, f);
+        fclose(f);
+    }
+    golden_close(&g);
+    return out ? 0 : 1;
+}
+
+static void check_mpi_matches_shm(const char *name, bool sp, const golden *g, const float *shm) {
+    char path[128], cmd[2048];
+    snprintf(path, sizeof path, "/tmp/loom-test-mpi-%d.bin", (int)getpid());
+    snprintf(cmd, sizeof cmd, MPIRUN " -np 2 %s --mpi-dump %s %d %s", LOOM_TEST_SELF, name, sp, path);
+    int rc = system(cmd);
+    CHECK(rc == 0, "%s: mpirun exited with %d", name, rc);
+    FILE *f = fopen(path, "rb");
+    size_t n = (size_t)golden_rows(g) * g->vocab;
+    float *mpi = malloc(n * sizeof *mpi);
+    size_t got = f ? fread(mpi, sizeof *mpi, n, f) : 0;
+    if (f) fclose(f);
+    remove(path);
+    CHECK(got == n && !memcmp(mpi, shm, n * sizeof *mpi), "%s%s: MPI tp=2 logits are not bit-identical to shm", name,
+          sp ? " (SP)" : "");
+    free(mpi);
+}
+
+int main(int argc, char **argv) {
+    if (argc == 5 && !strcmp(argv[1], "--mpi-dump")) return mpi_dump(argv[2], atoi(argv[3]), argv[4]);
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        golden g;
+        if (golden_open(&g, cases[c], "logits")) {
+            CHECK(0, "%s: cannot read golden data", cases[c]);
+            continue;
+        }
+        for (int tp = 2; tp <= 4; tp++) {
+            loom_err err = {{0}};
+            float *out = run_tp(cases[c], &g, tp, false, "shm", &err);
+            if (!shardable(cases[c], tp)) {
+                CHECK(!out && strstr(err.msg, "cannot be split across"), "%s tp=%d: shapes do not divide, yet: %s",
+                      cases[c], tp, out ? "it ran" : err.msg);
+                printf("%-12s tp=%d refused at plan time: %s\n", cases[c], tp, err.msg);
+                continue;
+            }
+            CHECK(out, "%s tp=%d: %s", cases[c], tp, err.msg);
+            if (!out) continue;
+            double worst = golden_worst(&g, out);
+            CHECK(worst <= ATOL, "%s tp=%d: max |logit diff| vs transformers %.3g", cases[c], tp, worst);
+            size_t bytes = (size_t)golden_rows(&g) * g.vocab * sizeof(float);
+            float *sp = run_tp(cases[c], &g, tp, true, "shm", &err);
+            CHECK(sp && !memcmp(sp, out, bytes), "%s tp=%d: sequence-parallel logits are not bit-identical to TP: %s",
+                  cases[c], tp, sp ? "they differ" : err.msg);
+            printf("%-12s tp=%d max |logit diff| vs transformers: %.2e; SP %s TP\n", cases[c], tp, worst,
+                   sp && !memcmp(sp, out, bytes) ? "==" : "!=");
+            if (tp == 2 && (!strcmp(cases[c], "llama") || !strcmp(cases[c], "qwen2"))) {
+                check_mpi_matches_shm(cases[c], false, &g, out);
+                if (sp) check_mpi_matches_shm(cases[c], true, &g, sp);
+            }
+            if (sp) munmap(sp, bytes);
+            munmap(out, bytes);
+        }
+        golden_close(&g);
+    }
+    /* the custom ops change the model, so there is no HF oracle: SP must equal TP exactly */
+    golden g;
+    if (golden_open(&g, "llama", "logits") == 0) {
+        loom_err err = {{0}};
+        size_t bytes = (size_t)golden_rows(&g) * g.vocab * sizeof(float);
+        float *tp = run_tp(CUSTOM_CASE, &g, 2, false, "shm", &err), *sp = run_tp(CUSTOM_CASE, &g, 2, true, "shm", &err);
+        CHECK(tp && sp && !memcmp(tp, sp, bytes), "custom ops: SP logits are not bit-identical to TP (%s)", err.msg);
+        CHECK(tp && golden_worst(&g, tp) > 1e-2, "custom ops: they should change the logits");
+        if (tp) munmap(tp, bytes);
+        if (sp) munmap(sp, bytes);
+        golden_close(&g);
+    }
+    return check_done();
+}

@@ -1,0 +1,165 @@
+/* The sequence-parallel safety analysis, one rule at a time, positive and negative, on small
+ * module trees built here (plans are built without weights: the analysis needs only shapes).
+ * Every model has one decoder layer whose region is `x -> column linear -> row linear -> TAIL`
+ * and whose output is added to the residual; TAIL is what each case puts on the partial sum.
+ * Custom ops (the public API for a user's own layer) are checked the same way. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "plan/module.h"
+#include "plan/plan.h"
+
+#define H 8
+#define V 16
+
+typedef void (*tail_fn)(module *region, int x, int partial);
+
+static void no_tail(module *r, int x, int z) { (void)x, module_output(r, z); }
+static void scale_tail(module *r, int x, int z) { (void)x, module_output(r, emit_scale(r, z, 0.22f, "scaled")); }
+static void add_partials(module *r, int x, int z) { (void)x, module_output(r, emit_add(r, z, z, "twice")); }
+static void add_complete(module *r, int x, int z) { module_output(r, emit_add(r, z, x, "resid")); }
+static void norm_tail(module *r, int x, int z) { (void)x, module_output(r, emit_rms_norm(r, z, "n.weight", 1e-5f, 0, "normed")); }
+static void act_tail(module *r, int x, int z) { (void)x, module_output(r, emit_silu_mul(r, z, z)); }
+static void discard_tail(module *r, int x, int z) { (void)z, module_output(r, emit_scale(r, x, 1.5f, "not_the_sum")); }
+
+static linear_desc lin(const char *w, int in, int out, par_style style) {
+    linear_desc l = {.in = in, .n_parts = 1, .style = style};
+    snprintf(l.parts[0].weight, sizeof l.parts[0].weight, "%s", w);
+    l.parts[0].out = out;
+    return l;
+}
+
+static void reduce_again(module *r, int x, int z) {
+    (void)x;
+    linear_desc d = lin("again.weight", H, H, PAR_ROW);
+    module_output(r, emit_linear(r, z, &d));
+}
+
+static void column_on_partial(module *r, int x, int z) {
+    (void)x;
+    linear_desc d = lin("col.weight", H, H, PAR_COLUMN);
+    module_output(r, emit_linear(r, z, &d));
+}
+
+/* A tree whose region ends with tail; `outside` may add ops to the decoder layer's input. */
+static module *model(tail_fn tail, void (*outside)(module *layer, int *h)) {
+    module *region = module_new("mlp", "model.layers.0.mlp");
+    int x = module_input(region, "x");
+    linear_desc up = lin("up.weight", H, 2 * H, PAR_COLUMN), down = lin("down.weight", 2 * H, H, PAR_ROW);
+    int z = emit_linear(region, emit_linear(region, x, &up), &down);
+    tail(region, x, z);
+    module *layer = module_new("decoder_layer", "model.layers.0");
+    int h = module_input(layer, "hidden");
+    if (outside) outside(layer, &h);
+    int r = emit_call(layer, region, &h, 1, "mlp");
+    module_output(layer, emit_add(layer, h, r, "resid"));
+    module *m = module_new("model", "model");
+    int e = emit_embed(m, "embed.weight", V, H);
+    e = emit_call(m, layer, &e, 1, "hidden");
+    linear_desc head = lin("embed.weight", H, V, PAR_VOCAB);
+    module_output(m, emit_linear(m, emit_logit_rows(m, e), &head));
+    return m;
+}
+
+/* Builds the SP plan for rank 0 of 2; returns 0 or -1 with err. */
+static int plan_sp(module *m, plan *p, loom_err *err) {
+    plan_options o = {.tp = 2, .rank = 0, .sp = true};
+    return plan_build(p, m, &o, NULL, err);
+}
+
+static void expect_error(const char *what, module *m, const char *needle) {
+    plan p;
+    loom_err err = {{0}};
+    int rc = plan_sp(m, &p, &err);
+    CHECK(rc != 0 && strstr(err.msg, needle), "%s: want an error with '%s', got %s", what, needle,
+          rc ? err.msg : "a plan");
+    if (!rc) plan_free(&p);
+    module_free(m);
+}
+
+/* Accepted: `verified` regions verified, a warning containing `warning` (NULL: none). */
+static void expect_ok(const char *what, module *m, bool verified, const char *warning) {
+    plan p;
+    loom_err err = {{0}};
+    int rc = plan_sp(m, &p, &err);
+    CHECK(rc == 0, "%s: %s", what, err.msg);
+    if (rc) return module_free(m);
+    CHECK(p.n_regions == 1 && p.regions[0].verified == verified, "%s: %d regions, verified %d", what, p.n_regions,
+          p.n_regions ? p.regions[0].verified : -1);
+    bool found = false;
+    for (int i = 0; i < p.n_warnings; i++) found |= warning && strstr(p.warnings[i], warning) != NULL;
+    CHECK(warning ? found : p.n_warnings == 0, "%s: want %s, got %d warnings%s%s", what, warning ? warning : "none",
+          p.n_warnings, p.n_warnings ? ", first: " : "", p.n_warnings ? p.warnings[0] : "");
+    int rs = 0, ag = 0;
+    for (int i = 0; i < p.n_steps; i++) rs += p.steps[i].kind == STEP_REDUCE_SCATTER, ag += p.steps[i].kind == STEP_GATHER_ROWS;
+    CHECK(rs == 2 && ag == 1, "%s: want the embedding's and the region's reduce-scatter and one all-gather, got %d, %d",
+          what, rs, ag);
+    plan_free(&p);
+    module_free(m);
+}
+
+static void ident(void *u, const float *in, size_t ldi, float *out, size_t ldo, int rows, int cols, const int32_t *pos,
+                  const int32_t *seq) {
+    (void)u, (void)pos, (void)seq;
+    for (int r = 0; r < rows; r++) memcpy(out + r * ldo, in + r * ldi, cols * sizeof *out);
+}
+
+static module *with_custom(loom_op_class cls, const char *name, const char *path, bool at_input) {
+    module *m = model(no_tail, NULL);
+    loom_custom_op c = {name, cls, ident, NULL};
+    module_add_custom(module_find(m, path), at_input, &c);
+    return m;
+}
+
+/* (its result is not used: the shapes it would need are beside the point) */
+static void attention_outside(module *layer, int *h) {
+    attn_desc a = {.layer = 0, .n_heads = 2, .n_kv_heads = 2, .head_dim = H / 2, .scale = 1};
+    emit_attention(layer, *h, *h, *h, &a);
+}
+
+int main(void) {
+    expect_ok("plain region", model(no_tail, NULL), true, NULL);
+    expect_ok("scaling a partial sum (Granite's residual multiplier)", model(scale_tail, NULL), true, NULL);
+    expect_ok("adding two partial sums", model(add_partials, NULL), true, NULL);
+    expect_error("residual add inside the region", model(add_complete, NULL),
+                 "model.layers.0.mlp: `add` adds a complete value to a partial sum");
+    expect_error("norm of a partial sum", model(norm_tail, NULL), "model.layers.0.mlp: `rms_norm` is applied to a partial sum");
+    expect_error("activation of a partial sum", model(act_tail, NULL),
+                 "model.layers.0.mlp: `silu_mul` is applied to a partial sum");
+    expect_error("second reduction", model(reduce_again, NULL), "model.layers.0.mlp: `linear` reduces a partial sum again");
+    expect_error("column linear on a partial sum", model(column_on_partial, NULL),
+                 "model.layers.0.mlp: `linear` is applied to a partial sum");
+    expect_error("region output is not the sum", model(discard_tail, NULL),
+                 "its output is not a partial sum of its reductions");
+    expect_ok("token mixing outside a region warns", model(no_tail, attention_outside), true,
+              "`attention` outside a region may mix tokens");
+
+    expect_ok("custom additive", with_custom(LOOM_OP_ADDITIVE, "my_sum", "model.layers.0.mlp", false), true, NULL);
+    expect_ok("custom pass-through", with_custom(LOOM_OP_PASSTHROUGH, "my_view", "model.layers.0.mlp", false), true, NULL);
+    expect_ok("custom scaling", with_custom(LOOM_OP_SCALING, "my_scale", "model.layers.0.mlp", false), true, NULL);
+    expect_error("custom elementwise on a partial sum", with_custom(LOOM_OP_ELEMENTWISE, "my_gelu", "model.layers.0.mlp", false),
+                 "model.layers.0.mlp: `my_gelu` is applied to a partial sum");
+    expect_error("custom token mixing on a partial sum", with_custom(LOOM_OP_TOKEN_MIXING, "my_conv", "model.layers.0.mlp", false),
+                 "`my_conv` is applied to a partial sum");
+    expect_ok("custom opaque op: could not verify", with_custom(LOOM_OP_OPAQUE, "my_blob", "model.layers.0.mlp", false),
+              false, "could not verify that `my_blob` is compatible");
+    expect_ok("custom token mixing outside a region warns",
+              with_custom(LOOM_OP_TOKEN_MIXING, "my_shift", "model.layers.0", true), true, "`my_shift` may mix tokens");
+    expect_ok("custom elementwise on the region input is fine",
+              with_custom(LOOM_OP_ELEMENTWISE, "my_gelu", "model.layers.0.mlp", true), true, NULL);
+
+    /* a norm over features that tensor parallelism shards (OLMoE-style q/k norm) is refused */
+    module *m = model(no_tail, NULL);
+    module *r = module_find(m, "model.layers.0.mlp");
+    linear_desc q = lin("q.weight", H, H, PAR_COLUMN);
+    emit_rms_norm(r, emit_linear(r, 0, &q), "qn.weight", 1e-5f, 0, "q_normed");
+    expect_error("norm over sharded features", m, "normalises over features split across ranks");
+
+    /* the flag does nothing at tp=1: the CLI says so and runs */
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "%s run -n 4 --enable-sequence-parallel 2>&1 >/dev/null | grep -q 'no effect with one rank'",
+             LOOM_BIN);
+    CHECK(system(cmd) == 0, "loom run --enable-sequence-parallel at tp=1 must warn");
+    return check_done();
+}
