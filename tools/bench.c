@@ -132,16 +132,11 @@ static int latency_rank(loom_comm *comm, void *arg) {
     latency_job *j = arg;
     const latency_opts *o = j->o;
     loom_err err = {{0}};
-    loom_engine_options eo = j->eo;
-    eo.comm = comm;
-    loom_engine *e = loom_engine_new(j->m, &eo, &err);
-    if (!e) {
-        cli_rank_error("bench", comm, &err);
-        return 1;
-    }
+    loom_engine *e = cli_rank_engine("bench", comm, j->m, &j->eo);
+    if (!e) return 1;
     loom_model_info info;
     loom_model_get_info(j->m, &info);
-    int chunk = eo.max_tokens;
+    int chunk = j->eo.max_tokens;
     batch_bufs b = {malloc(chunk * 4), malloc(chunk * 4), malloc(chunk * 4), malloc(chunk * 4)};
     double *lat = malloc(o->iters * sizeof *lat), pre = 0, dec = 0, blocked0 = 0, t_start = 0;
     uint64_t rng = o->c.seed + 1;

@@ -95,3 +95,12 @@ void cli_rank_error(const char *cmd, const loom_comm *comm, const loom_err *err)
     else
         fprintf(stderr, "loom %s: %s\n", cmd, err->msg);
 }
+
+loom_engine *cli_rank_engine(const char *cmd, loom_comm *comm, loom_model *m, const loom_engine_options *eo) {
+    loom_err err = {{0}};
+    loom_engine_options o = *eo;
+    o.comm = comm;
+    loom_engine *e = loom_engine_new(m, &o, &err);
+    if (!e) cli_rank_error(cmd, comm, &err);
+    return e;
+}

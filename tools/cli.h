@@ -34,6 +34,9 @@ loom_model *cli_load_model(cli_common *c, bool tokenizer);
 /* Checks that the model shards across the ranks asked for, starts them and runs fn in each
  * (fn fills eo->comm from its argument before building an engine). Returns the exit status. */
 int cli_launch(const cli_common *c, const loom_model *m, const loom_engine_options *eo, loom_rank_fn fn, void *arg);
+/* This rank's engine from the job's options (eo with comm filled in); prints the error as
+ * "loom CMD: ..." and returns NULL on failure. */
+loom_engine *cli_rank_engine(const char *cmd, loom_comm *comm, loom_model *m, const loom_engine_options *eo);
 /* Prints err for this rank: "loom CMD: msg" (with the rank when there are several). */
 void cli_rank_error(const char *cmd, const loom_comm *comm, const loom_err *err);
 int cli_bench(int argc, char **argv);

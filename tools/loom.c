@@ -83,12 +83,10 @@ static int generate_text(loom_comm *comm, void *arg) {
     run_job *j = arg;
     const run_opts *o = j->o;
     loom_err err = {{0}};
-    loom_engine_options eo = j->eo;
-    eo.comm = comm;
-    loom_engine *e = loom_engine_new(j->m, &eo, &err);
-    int rc = e ? 0 : -1;
+    loom_engine *e = cli_rank_engine("run", comm, j->m, &j->eo);
+    if (!e) return 1;
     loom_gen_stats st;
-    if (!rc) rc = loom_generate(e, j->ids, (int)j->n, o->n_predict, &o->sampling, print_piece, NULL, &st, &err);
+    int rc = loom_generate(e, j->ids, (int)j->n, o->n_predict, &o->sampling, print_piece, NULL, &st, &err);
     if (!rc) {
         fputc('\n', stdout);
         fflush(stdout);

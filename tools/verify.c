@@ -20,7 +20,6 @@ typedef struct verify_job {
     loom_model *m;
     int vocab, n_new, n_prompt[N_PROMPTS];
     int32_t *prompt[N_PROMPTS];
-    bool sp;
     float *logits; /* [N_PROMPTS][n_new][vocab], shared with the job's ranks */
     int32_t *ids;  /* [N_PROMPTS][n_new] */
     loom_engine_options eo;
@@ -37,11 +36,9 @@ static int32_t argmax(const float *x, int n) {
 static int verify_rank(loom_comm *comm, void *arg) {
     verify_job *j = arg;
     loom_err err = {{0}};
-    loom_engine_options eo = j->eo;
-    eo.comm = comm;
-    eo.sequence_parallel = j->sp;
-    loom_engine *e = loom_engine_new(j->m, &eo, &err);
-    int rc = e ? 0 : -1, max = 0;
+    loom_engine *e = cli_rank_engine("verify", comm, j->m, &j->eo);
+    if (!e) return 1;
+    int rc = 0, max = 0;
     for (int p = 0; p < N_PROMPTS; p++) max = j->n_prompt[p] > max ? j->n_prompt[p] : max;
     int32_t *pos = malloc(max * sizeof *pos), *seq = calloc(max, sizeof *seq), tok;
     for (int p = 0; p < N_PROMPTS && !rc; p++) {
@@ -172,7 +169,7 @@ int cli_verify(int argc, char **argv) {
     for (int k = 0; k < 3 && !rc; k++) {
         r[k].logits = mmap(NULL, nl * sizeof(float), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
         r[k].ids = mmap(NULL, ni * sizeof(int32_t), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-        j.logits = r[k].logits, j.ids = r[k].ids, j.sp = modes[k].sp;
+        j.logits = r[k].logits, j.ids = r[k].ids;
         cli_common mc = c;
         mc.tp = modes[k].tp, mc.sp = modes[k].sp, mc.isolate = true;
         j.eo.sequence_parallel = mc.sp;

@@ -37,23 +37,33 @@ void comm_set_phase(loom_comm *c, const char *fmt, ...) {
     va_end(ap);
 }
 
-int comm_all_reduce(loom_comm *c, const float *in, size_t ldi, float *out, size_t ldo, int rows, int cols,
-                    loom_err *err) {
-    double t0 = omp_get_wtime();
-    for (int r = 0; r < c->size; r++) c->cols[r] = cols;
-    if (c->be->exchange(c, in, ldi, rows, c->cols, c->blocks, err)) return -1;
-    int n = c->size;
+/* out[i] = sum over ranks r of blocks[r] row (row0 + i), added in rank order 0..N-1: the one
+ * order every reduction uses, so all-reduce and reduce-scatter agree bit for bit. */
+static void sum_rows(const loom_comm *c, int row0, int rows, int cols, float *out, size_t ldo) {
     const float **b = c->blocks;
 #pragma omp parallel for schedule(static) if (rows > 1)
     for (int i = 0; i < rows; i++) {
         float *o = out + (size_t)i * ldo;
-        const float *b0 = b[0] + (size_t)i * cols;
+        const float *b0 = b[0] + (size_t)(row0 + i) * cols;
         for (int j = 0; j < cols; j++) o[j] = b0[j];
-        for (int r = 1; r < n; r++) {
-            const float *br = b[r] + (size_t)i * cols;
+        for (int r = 1; r < c->size; r++) {
+            const float *br = b[r] + (size_t)(row0 + i) * cols;
             for (int j = 0; j < cols; j++) o[j] += br[j];
         }
     }
+}
+
+/* Every rank publishes [rows, cols] of in. */
+static int exchange_same(loom_comm *c, const float *in, size_t ldi, int rows, int cols, loom_err *err) {
+    for (int r = 0; r < c->size; r++) c->cols[r] = cols;
+    return c->be->exchange(c, in, ldi, rows, c->cols, c->blocks, err);
+}
+
+int comm_all_reduce(loom_comm *c, const float *in, size_t ldi, float *out, size_t ldo, int rows, int cols,
+                    loom_err *err) {
+    double t0 = omp_get_wtime();
+    if (exchange_same(c, in, ldi, rows, cols, err)) return -1;
+    sum_rows(c, 0, rows, cols, out, ldo);
     c->blocked_s += omp_get_wtime() - t0;
     return 0;
 }
@@ -72,19 +82,9 @@ int comm_all_gather_cols(loom_comm *c, const float *in, size_t ldi, float *out, 
 int comm_reduce_scatter_rows(loom_comm *c, const float *in, size_t ldi, float *out, size_t ldo, int rows, int cols,
                              loom_err *err) {
     double t0 = omp_get_wtime();
-    for (int r = 0; r < c->size; r++) c->cols[r] = cols;
-    if (c->be->exchange(c, in, ldi, rows, c->cols, c->blocks, err)) return -1;
-    int n = c->size, mine = rows / n, r0 = c->rank * mine;
-    const float **b = c->blocks;
-    for (int i = 0; i < mine; i++) { /* the same order of additions as comm_all_reduce */
-        float *o = out + (size_t)i * ldo;
-        const float *b0 = b[0] + (size_t)(r0 + i) * cols;
-        for (int j = 0; j < cols; j++) o[j] = b0[j];
-        for (int r = 1; r < n; r++) {
-            const float *br = b[r] + (size_t)(r0 + i) * cols;
-            for (int j = 0; j < cols; j++) o[j] += br[j];
-        }
-    }
+    if (exchange_same(c, in, ldi, rows, cols, err)) return -1;
+    int mine = rows / c->size;
+    sum_rows(c, c->rank * mine, mine, cols, out, ldo);
     c->blocked_s += omp_get_wtime() - t0;
     return 0;
 }
@@ -92,8 +92,7 @@ int comm_reduce_scatter_rows(loom_comm *c, const float *in, size_t ldi, float *o
 int comm_all_gather_rows(loom_comm *c, const float *in, size_t ldi, float *out, size_t ldo, int rows, int cols,
                          loom_err *err) {
     double t0 = omp_get_wtime();
-    for (int r = 0; r < c->size; r++) c->cols[r] = cols;
-    if (c->be->exchange(c, in, ldi, rows, c->cols, c->blocks, err)) return -1;
+    if (exchange_same(c, in, ldi, rows, cols, err)) return -1;
     for (int r = 0; r < c->size; r++)
         for (int i = 0; i < rows; i++)
             memcpy(out + ((size_t)r * rows + i) * ldo, c->blocks[r] + (size_t)i * cols, cols * sizeof *out);
