@@ -9,3 +9,11 @@ if [ "${1:-}" = --sanitize ]; then
   export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 fi
 ctest --test-dir "$dir" --output-on-failure
+# The converter's own oracle (transformers and tokenizers) runs where they are installed.
+if [ "${1:-}" != --sanitize ]; then
+  if python3 -c "import torch, transformers, tokenizers" 2>/dev/null; then
+    OMP_NUM_THREADS=1 python3 tests/converter_check.py
+  else
+    echo "tests/converter_check.py: skipped (torch, transformers, tokenizers not installed)"
+  fi
+fi

@@ -15,7 +15,8 @@
 
 #define ATOL 1e-4
 
-static const char *cases[] = {"llama", "llama_tied", "mistral", "qwen2", "qwen3", "granite", "llama_bf16", "llama_tp3"};
+static const char *cases[] = {"llama", "llama_tied", "mistral", "qwen2", "qwen3", "granite", "llama_bf16", "llama_tp3",
+                              "llama_f16"};
 
 typedef struct job {
     loom_model *m;
@@ -86,7 +87,7 @@ static float *run_tp(const char *name, golden *g, int tp, bool sp, const char *b
     loom_engine_options eo = golden_engine_options(NULL);
     eo.sequence_parallel = sp;
     loom_launch_options lo = {.tp = tp, .backend = backend, .slot_bytes = loom_comm_slot_bytes(m, tp, &eo),
-                              .timeout_s = 30, .spin = -1};
+                              .timeout_s = 30, .spin = -1, .isolate = true};
     int rc = loom_check_sharding(m, tp, sp, err);
     if (!rc) rc = loom_launch(&lo, rank_main, &j, err);
     loom_model_free(m);
@@ -146,7 +147,10 @@ int main(int argc, char **argv) {
             CHECK(0, "%s: cannot read golden data", cases[c]);
             continue;
         }
-        for (int tp = 2; tp <= 4; tp++) {
+        loom_err err1 = {{0}};
+        float *one = run_tp(cases[c], &g, 1, false, "shm", &err1); /* tp=1, in a process of its own */
+        CHECK(one, "%s tp=1: %s", cases[c], err1.msg);
+        for (int tp = 2; tp <= 4 && one; tp++) {
             loom_err err = {{0}};
             float *out = run_tp(cases[c], &g, tp, false, "shm", &err);
             if (!shardable(cases[c], tp)) {
@@ -159,6 +163,8 @@ int main(int argc, char **argv) {
             if (!out) continue;
             double worst = golden_worst(&g, out);
             CHECK(worst <= ATOL, "%s tp=%d: max |logit diff| vs transformers %.3g", cases[c], tp, worst);
+            double vs1 = max_abs_diff(out, one, golden_rows(&g) * g.vocab);
+            CHECK(vs1 <= ATOL, "%s tp=%d: max |logit diff| vs tp=1 %.3g", cases[c], tp, vs1);
             size_t bytes = (size_t)golden_rows(&g) * g.vocab * sizeof(float);
             float *sp = run_tp(cases[c], &g, tp, true, "shm", &err);
             CHECK(sp && !memcmp(sp, out, bytes), "%s tp=%d: sequence-parallel logits are not bit-identical to TP: %s",
@@ -172,6 +178,7 @@ int main(int argc, char **argv) {
             if (sp) munmap(sp, bytes);
             munmap(out, bytes);
         }
+        if (one) munmap(one, (size_t)golden_rows(&g) * g.vocab * sizeof(float));
         golden_close(&g);
     }
     /* the custom ops change the model, so there is no HF oracle: SP must equal TP exactly */

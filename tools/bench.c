@@ -29,11 +29,19 @@ static double percentile(const double *sorted, int n, double q) {
     return f + 1 < n ? sorted[f] + (k - f) * (sorted[f + 1] - sorted[f]) : sorted[f];
 }
 
+typedef struct bench_mode {
+    const char *name;
+    bool sp;
+} bench_mode;
+
 typedef struct latency_opts {
     cli_common c;
     int input_len, output_len, batch, warmup, iters;
     const char *json;
     bool profile;
+    int max_batched; /* --max-num-batched-tokens: tokens per forward pass */
+    bench_mode modes[3];
+    int n_modes;
 } latency_opts;
 
 typedef struct batch_bufs {
@@ -80,11 +88,12 @@ static int one_iteration(loom_engine *e, const latency_opts *o, batch_bufs *b, u
 
 /* Figures every rank measured, gathered so rank 0 can report them. */
 typedef struct rank_figures {
-    float peak_rss_mib, comm_share;
+    float peak_rss_mib, comm_share, activation_mib;
 } rank_figures;
 
-static void report(const latency_opts *o, double *lat, double pre, double dec, size_t weights, size_t act, size_t kv,
-                   const rank_figures *ranks, int n_ranks) {
+/* Prints one mode's report (vLLM's lines first); returns its average latency. */
+static double report(const latency_opts *o, const char *mode, double *lat, double pre, double dec, size_t weights,
+                     size_t act, size_t kv, const rank_figures *ranks, int n_ranks) {
     int n = o->iters;
     double avg = 0;
     for (int i = 0; i < n; i++) avg += lat[i];
@@ -101,13 +110,16 @@ static void report(const latency_opts *o, double *lat, double pre, double dec, s
     printf("Memory (rank 0): weights %.1f MiB, activations %.1f MiB, KV cache %.1f MiB\n", weights / 1048576.0,
            act / 1048576.0, kv / 1048576.0);
     for (int r = 0; r < n_ranks; r++)
-        printf("Rank %d: peak RSS %.1f MiB, %.1f%% of the time in collectives\n", r, ranks[r].peak_rss_mib,
-               100 * ranks[r].comm_share);
-    if (!o->json) return;
-    FILE *f = fopen(o->json, "w");
+        printf("Rank %d: peak RSS %.1f MiB, activations %.1f MiB, %.1f%% of the time in collectives\n", r,
+               ranks[r].peak_rss_mib, ranks[r].activation_mib, 100 * ranks[r].comm_share);
+    if (!o->json) return avg;
+    char path[1024];
+    if (o->n_modes > 1) snprintf(path, sizeof path, "%s.%s.json", o->json, mode);
+    else snprintf(path, sizeof path, "%s", o->json);
+    FILE *f = fopen(path, "w");
     if (!f) {
-        fprintf(stderr, "loom bench: cannot write %s\n", o->json);
-        return;
+        fprintf(stderr, "loom bench: cannot write %s\n", path);
+        return avg;
     }
     fprintf(f, "{\"avg_latency\": %.9f, \"latencies\": [", avg);
     for (int i = 0; i < n; i++) fprintf(f, "%s%.9f", i ? ", " : "", lat[i]);
@@ -116,10 +128,11 @@ static void report(const latency_opts *o, double *lat, double pre, double dec, s
     fprintf(f, "}, \"prefill_avg_s\": %.9f, \"decode_avg_s\": %.9f, \"tp\": %d, \"ranks\": [", pre_avg, dec_avg,
             n_ranks);
     for (int r = 0; r < n_ranks; r++)
-        fprintf(f, "%s{\"peak_rss_mib\": %.1f, \"collective_share\": %.4f}", r ? ", " : "", ranks[r].peak_rss_mib,
-                ranks[r].comm_share);
-    fprintf(f, "]}\n");
+        fprintf(f, "%s{\"peak_rss_mib\": %.1f, \"activation_mib\": %.1f, \"collective_share\": %.4f}", r ? ", " : "",
+                ranks[r].peak_rss_mib, ranks[r].activation_mib, ranks[r].comm_share);
+    fprintf(f, "], \"mode\": \"%s\"}\n", mode);
     fclose(f);
+    return avg;
 }
 
 typedef struct latency_job {
@@ -128,53 +141,91 @@ typedef struct latency_job {
     loom_engine_options eo;
 } latency_job;
 
+#define MAX_MODES 3
+
+/* What one mode measured on this rank. */
+typedef struct mode_run {
+    loom_engine *e;
+    double *lat, pre, dec, blocked;
+} mode_run;
+
 static int latency_rank(loom_comm *comm, void *arg) {
     latency_job *j = arg;
     const latency_opts *o = j->o;
     loom_err err = {{0}};
-    loom_engine *e = cli_rank_engine("bench", comm, j->m, &j->eo);
-    if (!e) return 1;
+    mode_run runs[MAX_MODES] = {{0}};
+    int rc = 0;
+    for (int k = 0; k < o->n_modes && !rc; k++) { /* the modes share the weights, not activations */
+        loom_engine_options eo = j->eo;
+        eo.sequence_parallel = o->modes[k].sp;
+        runs[k].e = cli_rank_engine("bench", comm, j->m, &eo);
+        runs[k].lat = calloc(o->iters, sizeof *runs[k].lat);
+        rc = runs[k].e ? 0 : 1;
+    }
     loom_model_info info;
     loom_model_get_info(j->m, &info);
     int chunk = j->eo.max_tokens;
     batch_bufs b = {malloc(chunk * 4), malloc(chunk * 4), malloc(chunk * 4), malloc(chunk * 4)};
-    double *lat = malloc(o->iters * sizeof *lat), pre = 0, dec = 0, blocked0 = 0, t_start = 0;
     uint64_t rng = o->c.seed + 1;
-    int rc = 0;
-    if (loom_comm_rank(comm) == 0)
-        fprintf(stderr, "loom bench: %s, tp=%d, %d threads per rank, batch %d, input %d, output %d, %d warm-up + %d iterations\n",
-                info.arch, loom_comm_size(comm), omp_get_max_threads(), o->batch, o->input_len, o->output_len,
-                o->warmup, o->iters);
-    for (int it = 0; it < o->warmup + o->iters && !rc; it++) {
-        if (it == o->warmup) {
-            loom_engine_set_profile(e, o->profile);
-            blocked0 = loom_comm_blocked_seconds(comm);
-            t_start = now();
+    double t_start = 0;
+    if (!rc && loom_comm_rank(comm) == 0)
+        fprintf(stderr, "loom bench: %s, tp=%d, %d threads per rank, batch %d, input %d, output %d, %d warm-up + %d "
+                        "iterations%s\n", info.arch, loom_comm_size(comm), omp_get_max_threads(), o->batch,
+                o->input_len, o->output_len, o->warmup, o->iters, o->n_modes > 1 ? ", modes alternating" : "");
+    /* modes alternate iteration by iteration, so drift on the host hits them alike */
+    for (int it = 0; it < o->warmup + o->iters && !rc; it++)
+        for (int k = 0; k < o->n_modes && !rc; k++) {
+            mode_run *r = &runs[k];
+            if (it == o->warmup) loom_engine_set_profile(r->e, o->profile), t_start = t_start ? t_start : now();
+            double p = 0, d = 0, b0 = loom_comm_blocked_seconds(comm);
+            rc = one_iteration(r->e, o, &b, &rng, chunk, info.vocab, &p, &d, &err);
+            if (it < o->warmup) continue;
+            r->lat[it - o->warmup] = p + d;
+            r->pre += p, r->dec += d, r->blocked += loom_comm_blocked_seconds(comm) - b0;
         }
-        double p = 0, d = 0;
-        rc = one_iteration(e, o, &b, &rng, chunk, info.vocab, &p, &d, &err);
-        if (it >= o->warmup) {
-            lat[it - o->warmup] = p + d;
-            pre += p;
-            dec += d;
-        }
-    }
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
-    float mine[2] = {ru.ru_maxrss / 1024.0f, (float)((loom_comm_blocked_seconds(comm) - blocked0) / (now() - t_start))};
-    rank_figures *all = malloc(loom_comm_size(comm) * sizeof *all);
-    if (!rc) rc = loom_comm_all_gather(comm, mine, 2, (float *)all, &err);
-    if (rc) cli_rank_error("bench", comm, &err);
-    else if (loom_comm_rank(comm) == 0) {
-        report(o, lat, pre, dec, info.weight_bytes, loom_engine_activation_bytes(e), loom_engine_kv_bytes(e), all,
-               loom_comm_size(comm));
-        if (o->profile) loom_engine_print_profile(e, stdout);
+    int n_ranks = loom_comm_size(comm);
+    rank_figures *all = malloc((size_t)n_ranks * o->n_modes * sizeof *all);
+    for (int k = 0; k < o->n_modes && !rc; k++) {
+        mode_run *r = &runs[k];
+        float mine[3] = {ru.ru_maxrss / 1024.0f, (float)(r->blocked / (r->pre + r->dec)),
+                         (float)(loom_engine_activation_bytes(r->e) / 1048576.0)};
+        rc = loom_comm_all_gather(comm, mine, 3, (float *)(all + (size_t)k * n_ranks), &err);
+    }
+    if (rc && err.msg[0]) cli_rank_error("bench", comm, &err);
+    else if (!rc && loom_comm_rank(comm) == 0) {
+        double avg[MAX_MODES];
+        for (int k = 0; k < o->n_modes; k++) {
+            mode_run *r = &runs[k];
+            if (o->n_modes > 1) printf("== mode %s\n", o->modes[k].name);
+            avg[k] = report(o, o->modes[k].name, r->lat, r->pre, r->dec, info.weight_bytes,
+                            loom_engine_activation_bytes(r->e), loom_engine_kv_bytes(r->e), all + (size_t)k * n_ranks,
+                            n_ranks);
+            if (o->profile) loom_engine_print_profile(r->e, stdout);
+        }
+        for (int k = 1; k < o->n_modes; k++)
+            printf("Avg latency %s / %s: %.3f\n", o->modes[k].name, o->modes[0].name, avg[k] / avg[0]);
     }
     free(all);
-    free(lat);
+    for (int k = 0; k < o->n_modes; k++) free(runs[k].lat), loom_engine_free(runs[k].e);
     free(b.ids), free(b.pos), free(b.seq), free(b.rows);
-    loom_engine_free(e);
     return rc ? 1 : 0;
+}
+
+/* --compare tp,sp: the modes to alternate (default: the one the flags say). */
+static int parse_modes(latency_opts *o, const char *list) {
+    o->n_modes = 0;
+    char buf[64];
+    snprintf(buf, sizeof buf, "%s", list);
+    for (char *t = strtok(buf, ","); t; t = strtok(NULL, ",")) {
+        if (o->n_modes == MAX_MODES || (strcmp(t, "tp") && strcmp(t, "sp"))) {
+            fprintf(stderr, "loom bench latency: --compare takes up to %d of: tp, sp (got '%s')\n", MAX_MODES, list);
+            return -1;
+        }
+        o->modes[o->n_modes++] = (bench_mode){!strcmp(t, "tp") ? "tp" : "sp", !strcmp(t, "sp")};
+    }
+    return 0;
 }
 
 static int bench_latency(int argc, char **argv) {
@@ -191,6 +242,10 @@ static int bench_latency(int argc, char **argv) {
         else if (!strcmp(a, "--num-iters")) o.iters = (int)cli_int(a, cli_value(argc, argv, &i), 1, 1 << 20);
         else if (!strcmp(a, "--output-json")) o.json = cli_value(argc, argv, &i);
         else if (!strcmp(a, "--profile")) o.profile = true;
+        else if (!strcmp(a, "--max-num-batched-tokens")) o.max_batched = (int)cli_int(a, cli_value(argc, argv, &i), 1, 1 << 20);
+        else if (!strcmp(a, "--compare")) {
+            if (parse_modes(&o, cli_value(argc, argv, &i))) return 2;
+        }
         else {
             fprintf(stderr, "loom bench latency: unknown option '%s'\n", a);
             return 2;
@@ -198,7 +253,10 @@ static int bench_latency(int argc, char **argv) {
     }
     loom_model *m = cli_load_model(&o.c, false);
     if (!m) return 1;
-    int chunk = o.batch * o.input_len < 2048 ? o.batch * o.input_len : 2048;
+    if (!o.n_modes) o.modes[o.n_modes++] = (bench_mode){o.c.sp ? "sp" : "tp", o.c.sp};
+    for (int k = 0; k < o.n_modes; k++) o.c.sp |= o.modes[k].sp; /* collectives are sized for the widest */
+    /* prompts go in passes of at most max_batched tokens (default: up to 8192 at once) */
+    int limit = o.max_batched ? o.max_batched : 8192, chunk = o.batch * o.input_len < limit ? o.batch * o.input_len : limit;
     if (chunk < o.batch) chunk = o.batch;
     latency_job j = {.o = &o, .m = m,
                      .eo = {.max_seqs = o.batch, .max_ctx = o.input_len + o.output_len, .max_tokens = chunk,

@@ -95,11 +95,17 @@ def case_defs():
         "llama_bf16": (LlamaForCausalLM, LlamaConfig, dict(
             BASE, tie_word_embeddings=False,
             rope_parameters={"rope_type": "default", "rope_theta": 10000.0}),
-            {"bf16": True}),
+            {"half": "bfloat16"}),
         "llama_tp3": (LlamaForCausalLM, LlamaConfig, dict(
             BASE, hidden_size=96, num_attention_heads=6, num_key_value_heads=3,
             intermediate_size=96, vocab_size=120, tie_word_embeddings=False,
             rope_parameters={"rope_type": "default", "rope_theta": 10000.0}), {}),
+        # f16 on disk: loom widens it to f32 at load (exact), so HF's fp32 compute on the
+        # same f16-rounded weights is the oracle, as for bf16
+        "llama_f16": (LlamaForCausalLM, LlamaConfig, dict(
+            BASE, tie_word_embeddings=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0}),
+            {"half": "float16"}),
     }
 
 
@@ -218,19 +224,20 @@ def build_case(idx, name, model_cls, cfg_cls, cfg_kw, opts):
     vocab = cfg.vocab_size
     ids = [make_ids(gen, vocab, p + DECODE_STEPS) for p in PREFILL]
 
-    bf16 = opts.get("bf16", False)
-    if bf16:
-        model = model.to(torch.bfloat16)
+    half = getattr(torch, opts["half"]) if "half" in opts else None
+    bf16 = half is torch.bfloat16
+    if half is not None:
+        model = model.to(half)
     model.save_pretrained(out_dir, safe_serialization=True)
     clean_dir(out_dir)
     ref_sd = {k: v.clone() for k, v in model.state_dict().items()}
-    # (bf16: model.to(bf16) also rounds the rotary inv_freq buffer; from_pretrained
+    # (half: model.to(half) also rounds the rotary inv_freq buffer; from_pretrained
     # recomputes it in fp32, as the C engine does, so compare logits only in fp32.)
-    ref_mem = None if bf16 else [full_logits(model, s) for s in ids]
+    ref_mem = None if half is not None else [full_logits(model, s) for s in ids]
     del model
 
     # Reload what was written; golden logits come from the files on disk.
-    load_dtype = torch.bfloat16 if bf16 else torch.float32
+    load_dtype = half if half is not None else torch.float32
     m = model_cls.from_pretrained(out_dir, dtype=load_dtype,
                                   attn_implementation="eager").eval()
     sd = m.state_dict()
@@ -239,10 +246,12 @@ def build_case(idx, name, model_cls, cfg_cls, cfg_kw, opts):
         assert sd[k].dtype == v.dtype and torch.equal(sd[k], v), \
             f"{name}: reloaded {k} differs"
     extra = {}
+    if half is not None:
+        assert all(p.dtype == half for p in m.parameters())
     if bf16:
-        assert all(p.dtype == torch.bfloat16 for p in m.parameters())
         extra = {f"logits_bf16_{i}": full_logits(m, s).contiguous()
                  for i, s in enumerate(ids)}
+    if half is not None:
         m = m.float()
     assert m.config._attn_implementation == "eager"
     logits = [full_logits(m, s) for s in ids]
