@@ -12,11 +12,16 @@ for t in safetensors config tokenizer; do
   mkdir -p "$corpus"
   case $t in
     safetensors) cp tests/golden/*/golden.safetensors models/stories260K/model.safetensors "$corpus/" 2>/dev/null || true
+                 cp fuzz/regressions/safetensors-* "$corpus/"
                  for f in tests/golden/*/model.safetensors; do cp "$f" "$corpus/$(basename "$(dirname "$f")").st"; done ;;
     config) for f in tests/golden/*/config.json models/stories260K/config.json configs/*.json; do
               cp "$f" "$corpus/$(echo "$f" | tr / _)"; done ;;
     tokenizer) cp models/stories260K/tokenizer.json "$corpus/stories.json" ;;
   esac
   echo "fuzz_$t: ${secs}s"
-  (cd build-fuzz && ./fuzz_$t -max_total_time="$secs" -max_len=65536 -rss_limit_mb=4096 "corpus-$t" 2>&1 | tail -n 3)
+  if ! (cd build-fuzz && ./fuzz_$t -max_total_time="$secs" -max_len=65536 -rss_limit_mb=4096 "corpus-$t" > "fuzz-$t.log" 2>&1); then
+    tail -n 60 "build-fuzz/fuzz-$t.log"
+    exit 1
+  fi
+  tail -n 1 "build-fuzz/fuzz-$t.log"
 done

@@ -135,6 +135,7 @@ int st_parse(st_file *f, const void *buf, size_t size, const char *name, loom_er
                 rc = loom_errf(err, "%s: '__metadata__' is not an object", name);
                 break;
             }
+            free(f->metadata); /* a repeated key: JSON keeps the last */
             f->metadata = cJSON_PrintUnformatted(e);
             continue;
         }
