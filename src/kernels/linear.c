@@ -21,6 +21,11 @@ static inline float weight_at(const wmat *w, size_t i) {
 
 #ifdef __AVX512F__
 static inline __m512 load_f32x16(const void *p, size_t i) { return _mm512_loadu_ps((const float *)p + i); }
+/* Prefetch distance: a few hundred bytes ahead in each of the four weight rows streamed at once,
+ * which the hardware prefetcher alone keeps too few of in flight. */
+#define PF_BYTES 384
+static inline void prefetch_f32(const void *p, size_t i) { _mm_prefetch((const char *)((const float *)p + i) + PF_BYTES, _MM_HINT_T0); }
+static inline void prefetch_bf16(const void *p, size_t i) { _mm_prefetch((const char *)((const uint16_t *)p + i) + PF_BYTES, _MM_HINT_T0); }
 static inline __m512 load_bf16x16(const void *p, size_t i) {
     __m256i h = _mm256_loadu_si256((const __m256i *)((const uint16_t *)p + i));
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
@@ -28,7 +33,7 @@ static inline __m512 load_bf16x16(const void *p, size_t i) {
 
 /* NR (1 or 2) input rows against four weight rows: 4*NR independent FMA chains hide the FMA
  * latency, and the four weight rows (a few KiB) stay in L1 for the next pair of input rows. */
-#define DOTS(name, load, NR)                                                                    \
+#define DOTS(name, load, prefetch, NR)                                                          \
     static void name(const float *const *x, const void *w, size_t ld, int k, float y[2][4]) {   \
         __m512 a[NR][4];                                                                        \
         for (int r = 0; r < NR; r++)                                                            \
@@ -37,6 +42,7 @@ static inline __m512 load_bf16x16(const void *p, size_t i) {
             __m512 xv[NR];                                                                      \
             for (int r = 0; r < NR; r++) xv[r] = _mm512_loadu_ps(x[r] + i);                     \
             for (int j = 0; j < 4; j++) {                                                       \
+                if (i % 32 == 0) prefetch(w, j * ld + i);                                       \
                 __m512 wj = load(w, j * ld + i);                                                \
                 for (int r = 0; r < NR; r++) a[r][j] = _mm512_fmadd_ps(wj, xv[r], a[r][j]);     \
             }                                                                                   \
@@ -44,10 +50,10 @@ static inline __m512 load_bf16x16(const void *p, size_t i) {
         for (int r = 0; r < NR; r++)                                                            \
             for (int j = 0; j < 4; j++) y[r][j] = _mm512_reduce_add_ps(a[r][j]);                \
     }
-DOTS(dots_f32_1, load_f32x16, 1)
-DOTS(dots_f32_2, load_f32x16, 2)
-DOTS(dots_bf16_1, load_bf16x16, 1)
-DOTS(dots_bf16_2, load_bf16x16, 2)
+DOTS(dots_f32_1, load_f32x16, prefetch_f32, 1)
+DOTS(dots_f32_2, load_f32x16, prefetch_f32, 2)
+DOTS(dots_bf16_1, load_bf16x16, prefetch_bf16, 1)
+DOTS(dots_bf16_2, load_bf16x16, prefetch_bf16, 2)
 #endif
 
 /* y[r][j] = x[r] . W[n0 + j] for nr (1 or 2) input rows and four weight rows; the vector
