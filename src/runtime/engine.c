@@ -70,8 +70,7 @@ static void warn_unused(const loom_model *m) {
 }
 
 /* Rows an engine with these options runs at most: all tokens, and the rows with logits. */
-static void engine_rows(const loom_model *m, const loom_engine_options *o, int *tokens, int *logits) {
-    (void)m;
+static void engine_rows(const loom_engine_options *o, int *tokens, int *logits) {
     int seqs = o->max_seqs > 0 ? o->max_seqs : 1;
     *tokens = o->max_tokens > 0 ? o->max_tokens : 512;
     *logits = o->all_logits ? *tokens : (seqs < *tokens ? seqs : *tokens);
@@ -85,7 +84,7 @@ size_t loom_comm_slot_bytes(const loom_model *m, int tp, const loom_engine_optio
     int tokens, logits;
     plan_options po = {.tp = tp, .sp = o->sequence_parallel};
     if (plan_build(&p, m->tree, &po, NULL, &err)) return 0;
-    engine_rows(m, o, &tokens, &logits);
+    engine_rows(o, &tokens, &logits);
     tokens = round_up(tokens, tp);
     size_t need[3] = {(size_t)tokens * p.max_comm_cols[ROWS_TOKENS],
                       (size_t)tokens / tp * p.max_comm_cols[ROWS_SHARD],
@@ -114,7 +113,7 @@ loom_engine *loom_engine_new(loom_model *m, const loom_engine_options *o, loom_e
     e->max_seqs = o->max_seqs > 0 ? o->max_seqs : 1;
     e->max_ctx = o->max_ctx > 0 ? o->max_ctx : (m->cfg.max_pos < 4096 ? m->cfg.max_pos : 4096);
     e->all_logits = o->all_logits;
-    engine_rows(m, o, &e->max_tokens, &e->max_logits);
+    engine_rows(o, &e->max_tokens, &e->max_logits);
     e->comm = o->comm ? o->comm : (e->own_comm = comm_local());
     set_threads(o->threads, e->comm->size);
     if (e->max_ctx > m->cfg.max_pos) {
