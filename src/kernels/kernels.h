@@ -5,9 +5,12 @@
 #include "model/config.h"
 #include "model/weights.h"
 
-/* y[m, 0:W.rows] (+)= x[m, 0:W.cols] @ W^T (+ bias), for m rows. accumulate adds into y. */
-void linear(const float *x, size_t ldx, int m, const wmat *w, const float *bias, float *y,
-            size_t ldy, bool accumulate);
+/* y[m, 0:W.rows] = x[m, 0:W.cols] @ W^T (+ bias). The m rows may be one block of a product
+ * of pass_rows rows: the kernel is chosen by pass_rows, so a product computed block by block
+ * (as the fused collectives do) equals the whole one bit for bit -- OpenBLAS's sgemm computes
+ * each row the same whatever M is. */
+void linear(const float *x, size_t ldx, int m, int pass_rows, const wmat *w, const float *bias, float *y,
+            size_t ldy);
 
 /* out = x / sqrt(mean(x^2) + eps) * weight, over each `group` columns of `cols` (group = cols
  * for a whole-row norm); weight has `group` entries. */

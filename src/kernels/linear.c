@@ -74,9 +74,7 @@ static void block_4(const float *const *x, int nr, const wmat *w, int n0, float 
         }
 }
 
-static void store(float *y, bool accumulate, float v) { *y = accumulate ? *y + v : v; }
-
-static void linear_few(const float *x, size_t ldx, int m, const wmat *w, float *y, size_t ldy, bool accumulate) {
+static void linear_few(const float *x, size_t ldx, int m, const wmat *w, float *y, size_t ldy) {
     int nb = w->rows / 4 * 4;
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < nb; n += 4)
@@ -86,18 +84,17 @@ static void linear_few(const float *x, size_t ldx, int m, const wmat *w, float *
             float acc[2][4];
             block_4(xr, nr, w, n, acc);
             for (int i = 0; i < nr; i++)
-                for (int j = 0; j < 4; j++) store(&y[(size_t)(r + i) * ldy + n + j], accumulate, acc[i][j]);
+                for (int j = 0; j < 4; j++) y[(size_t)(r + i) * ldy + n + j] = acc[i][j];
         }
     for (int n = nb; n < w->rows; n++) /* fewer than four rows left */
         for (int r = 0; r < m; r++) {
             float s = 0;
             for (int i = 0; i < w->cols; i++) s += weight_at(w, (size_t)n * w->ld + i) * x[(size_t)r * ldx + i];
-            store(&y[(size_t)r * ldy + n], accumulate, s);
+            y[(size_t)r * ldy + n] = s;
         }
 }
 
-static void linear_bf16_panels(const float *x, size_t ldx, int m, const wmat *w, float *y, size_t ldy,
-                               bool accumulate) {
+static void linear_bf16_panels(const float *x, size_t ldx, int m, const wmat *w, float *y, size_t ldy) {
     /* a scratch panel per calling thread, grown once: steady-state calls allocate nothing */
     static _Thread_local float *panel;
     static _Thread_local size_t panel_cap;
@@ -117,21 +114,21 @@ static void linear_bf16_panels(const float *x, size_t ldx, int m, const wmat *w,
             float *dst = pn + (size_t)r * w->cols;
             for (int c = 0; c < w->cols; c++) dst[c] = bf16_to_f32(src[c]);
         }
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, nb, w->cols, 1.0f, x, (int)ldx, pn, w->cols,
-                    accumulate ? 1.0f : 0.0f, y + n0, (int)ldy);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, nb, w->cols, 1.0f, x, (int)ldx, pn, w->cols, 0.0f,
+                    y + n0, (int)ldy);
     }
 }
 
-void linear(const float *x, size_t ldx, int m, const wmat *w, const float *bias, float *y, size_t ldy,
-            bool accumulate) {
+void linear(const float *x, size_t ldx, int m, int pass_rows, const wmat *w, const float *bias, float *y,
+            size_t ldy) {
     if (m <= 0) return;
-    if (m <= FEW_ROWS)
-        linear_few(x, ldx, m, w, y, ldy, accumulate);
+    if (pass_rows <= FEW_ROWS)
+        linear_few(x, ldx, m, w, y, ldy);
     else if (w->dt == DT_F32)
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, w->rows, w->cols, 1.0f, x, (int)ldx, w->data,
-                    (int)w->ld, accumulate ? 1.0f : 0.0f, y, (int)ldy);
+                    (int)w->ld, 0.0f, y, (int)ldy);
     else
-        linear_bf16_panels(x, ldx, m, w, y, ldy, accumulate);
+        linear_bf16_panels(x, ldx, m, w, y, ldy);
     if (bias)
         for (int r = 0; r < m; r++)
             for (int c = 0; c < w->rows; c++) y[(size_t)r * ldy + c] += bias[c];

@@ -233,7 +233,7 @@ static void run_step(loom_engine *e, const plan_step *s, const loom_batch *b) {
     switch (o->kind) {
     case OP_EMBED: embed_rows(&s->w[0], s->vocab0, b->ids, rows, out, ldo); break;
     case OP_LINEAR:
-        for (int i = 0; i < o->lin->n_parts; i++) linear(in0, ld0, rows, &s->w[i], s->bias[i], out + s->col[i], ldo, false);
+        for (int i = 0; i < o->lin->n_parts; i++) linear(in0, ld0, rows, rows, &s->w[i], s->bias[i], out + s->col[i], ldo);
         break;
     case OP_RMS_NORM: rms_norm(in0, ld0, out, ldo, rows, w, o->group ? o->group : w, s->norm_w, o->eps); break;
     case OP_ROPE: rope_apply(&e->rope, in0, ld0, out, ldo, rows, w / o->rope.head_dim, b->pos); break;
