@@ -16,7 +16,7 @@
 #define ATOL 1e-4
 
 static const char *cases[] = {"llama", "llama_tied", "mistral", "qwen2", "qwen3", "granite", "llama_bf16", "llama_tp3",
-                              "llama_f16"};
+                              "llama_f16", "llama_bias"};
 
 typedef struct job {
     loom_model *m;

@@ -38,10 +38,22 @@ plan_step *plan_new_step(plan *p, step_kind kind, const op *o, const module *m) 
     return s;
 }
 
+/* When a row-parallel linear's own output is what a reduction completes, the bias moves to
+ * after the reduction, where every rank adds it to the sum: the same place whether the sum is
+ * an all-reduce, a reduce-scatter or a fused matmul-reduce-scatter, so all three give the same
+ * bits. (With ops between the linear and the reduction, rank 0's partial keeps it.) */
 int plan_collective(plan *p, step_kind k, const op *o, const module *m, int v, int width, row_kind rows) {
     const plan_value in = p->values[v]; /* a copy: plan_new_value may move the array */
+    plan_step *prod = in.base == v && in.def_step >= 0 ? &p->steps[in.def_step] : NULL;
+    const float *bias = NULL;
+    if (prod && prod->kind == STEP_OP && prod->out == v && prod->row_bias &&
+        (k == STEP_ALL_REDUCE || k == STEP_REDUCE_SCATTER)) {
+        bias = prod->row_bias;
+        prod->bias[0] = NULL;
+    }
     plan_step *s = plan_new_step(p, k, o, m);
     s->in[0] = v;
+    s->bias[0] = bias;
     s->out = plan_new_value(p, width, o, rows, DIST_FULL);
     if (in.width > p->max_comm_cols[in.rows]) p->max_comm_cols[in.rows] = in.width;
     return s->out;

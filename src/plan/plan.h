@@ -50,7 +50,8 @@ typedef struct plan_step {
     int in[4], out;
     /* resolved parameters of this rank */
     wmat w[LIN_MAX_PARTS];
-    const float *bias[LIN_MAX_PARTS];
+    const float *bias[LIN_MAX_PARTS]; /* collectives: bias added to the completed sum */
+    const float *row_bias;  /* row-parallel linear: its bias, held on every rank */
     int col[LIN_MAX_PARTS]; /* output column of each part */
     const float *norm_w;
     int vocab0;             /* first vocabulary row this rank holds (embedding) */

@@ -1,7 +1,7 @@
 /* Tensor parallelism: each rank's share of the weights, following Megatron-LM as vLLM does:
  * column-parallel linears split their output features (whole heads for q/k/v; kv heads are
  * replicated when there are fewer than ranks), row-parallel linears split their input features
- * and produce a partial sum (a bias is added by rank 0 only, so the sum carries it once), and
+ * and produce a partial sum (its bias counted once: see plan_collective), and
  * the embedding and LM head split the vocabulary. */
 #include <math.h>
 #include <stdlib.h>
@@ -56,7 +56,6 @@ int shard_bind_linear(plan *p, plan_step *s, const linear_desc *l, int in_width,
                                  in_width, l->in, p->o.tp);
             nc = in_width;
             c0 = p->o.rank * nc;
-            bias = bias && p->o.rank == 0;
             break;
         case PAR_VOCAB:
             r0 = p->vocab_col0[p->o.rank];
@@ -71,7 +70,11 @@ int shard_bind_linear(plan *p, plan_step *s, const linear_desc *l, int in_width,
             wmat b;
             if (weights_get(ws, pt->bias, pt->out, 0, r0, nr, 0, 0, true, 0.02f, &b, err))
                 return loom_err_prefix(err, "%s", m->name);
-            s->bias[i] = b.data;
+            /* a row-parallel bias must enter the sum over ranks once: rank 0 adds it to its
+             * partial, unless the completing collective takes it over (plan_collective) */
+            bool row = l->style == PAR_ROW && p->o.tp > 1;
+            s->bias[i] = row && p->o.rank ? NULL : b.data;
+            if (row) s->row_bias = b.data;
         }
         s->col[i] = col;
         col += nr;

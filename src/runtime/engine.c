@@ -217,6 +217,11 @@ static int run_collective(loom_engine *e, const plan_step *s, const loom_batch *
         break;
     case STEP_OP: break;
     }
+    if (!rc && s->bias[0]) {
+        int rows = value_rows(e, ov, b);
+        for (int r = 0; r < rows; r++)
+            for (int c = 0; c < ov->width; c++) out[(size_t)r * ldo + c] += s->bias[0][c];
+    }
     e->comm_seconds += omp_get_wtime() - t0;
     return rc;
 }

@@ -106,6 +106,11 @@ def case_defs():
             BASE, tie_word_embeddings=False,
             rope_parameters={"rope_type": "default", "rope_theta": 10000.0}),
             {"half": "float16"}),
+        # biases on every linear, row-parallel ones (o_proj, down_proj) included: under tensor
+        # parallelism their bias must be counted once in the sum over ranks
+        "llama_bias": (LlamaForCausalLM, LlamaConfig, dict(
+            BASE, tie_word_embeddings=False, attention_bias=True, mlp_bias=True,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0}), {}),
     }
 
 
