@@ -52,6 +52,7 @@ typedef struct loom_engine_options {
     int threads;        /* 0: all cores / ranks */
     loom_comm *comm;    /* the ranks to shard across; NULL: this process alone (tp=1) */
     bool sequence_parallel; /* shard the residual stream by tokens between decoder layers */
+    bool async_tp;          /* fuse region collectives with their GEMMs (implies sequence_parallel) */
 } loom_engine_options;
 
 loom_engine *loom_engine_new(loom_model *m, const loom_engine_options *o, loom_err *err);
@@ -96,6 +97,10 @@ typedef struct loom_custom_op {
 /* Applies op to the output of the module at `path` (e.g. "model.layers.0.mlp"), or to its first
  * input when at_input; call before building engines. Fails if no module has that path. */
 int loom_model_add_custom(loom_model *m, const char *path, bool at_input, const loom_custom_op *op, loom_err *err);
+
+/* Keeps plain collectives around every linear of the module at `path` under async TP (what a
+ * quantized linear will need); `loom plan` reports them as not fused. */
+int loom_model_mark_unfusable(loom_model *m, const char *path, loom_err *err);
 
 /* Ranks. loom_launch starts `tp` ranks and runs fn in each with its communicator:
  *  - "shm" (default): forks tp rank processes on this machine sharing a memory arena; the
@@ -162,8 +167,9 @@ void loom_engine_set_profile(loom_engine *e, bool on);
 void loom_engine_print_profile(const loom_engine *e, FILE *f);
 
 /* Prints the module tree and rank 0's plan for tp ranks (steps, collectives, buffers; with
- * sequence parallelism its regions, the safety verdicts and warnings) to f. */
-int loom_print_plan(loom_model *m, int tp, bool sequence_parallel, FILE *f, loom_err *err);
+ * sequence parallelism its regions, the safety verdicts and warnings; with async TP what was
+ * fused) to f. */
+int loom_print_plan(loom_model *m, int tp, bool sequence_parallel, bool async_tp, FILE *f, loom_err *err);
 
 /* Forgets what sequence slot `seq` holds (its positions restart at 0). */
 void loom_engine_reset_seq(loom_engine *e, int seq);

@@ -49,6 +49,56 @@ static int check_collectives(loom_comm *c, void *arg) {
     return bad ? 1 : 0;
 }
 
+/* The fused ops against their unfused forms, on the same data. The "GEMM" here is a fixed
+ * per-row transform that depends on the row index, so misplaced blocks show. */
+typedef struct fused_ctx {
+    float *out; /* gathered rows, ROWS * size */
+    int rank;
+} fused_ctx;
+
+static void gather_cb(void *ctx, const float *x, size_t ldx, int row0, int rows) {
+    fused_ctx *f = ctx;
+    for (int r = 0; r < rows; r++)
+        for (int j = 0; j < COLS; j++) f->out[(size_t)(row0 + r) * COLS + j] = x[r * ldx + j] * (float)(row0 + r + 1);
+}
+
+static void partial_cb(void *ctx, int row0, int rows, float *y, size_t ldy) {
+    fused_ctx *f = ctx;
+    for (int r = 0; r < rows; r++)
+        for (int j = 0; j < COLS; j++) y[r * ldy + j] = value(f->rank, (row0 + r) * COLS + j);
+}
+
+static int check_fused(loom_comm *c, void *arg) {
+    (void)arg;
+    loom_err err = {{0}};
+    int n = c->size, bad = 0;
+    float shard[ROWS * COLS], *want = malloc((size_t)ROWS * n * COLS * sizeof *want);
+    float *got = malloc((size_t)ROWS * n * COLS * sizeof *got);
+    for (int rep = 0; rep < 3; rep++) { /* alternate with plain collectives: they share the slots */
+        for (int i = 0; i < ROWS * COLS; i++) shard[i] = value(c->rank + 10 * rep, i);
+        fused_ctx f = {got, c->rank};
+        if (comm_all_gather_matmul(c, shard, COLS, ROWS, COLS, gather_cb, &f, &err) ||
+            comm_all_gather_rows(c, shard, COLS, want, COLS, ROWS, COLS, &err))
+            return fprintf(stderr, "%s\n", err.msg), 1;
+        for (int r = 0; r < ROWS * n; r++)
+            for (int j = 0; j < COLS; j++) bad += got[r * COLS + j] != want[r * COLS + j] * (float)(r + 1);
+        /* matmul_reduce_scatter of partials P_rank against reduce_scatter of the same partials */
+        float *partial = malloc((size_t)ROWS * n * COLS * sizeof *partial), mine[ROWS * COLS], ref[ROWS * COLS];
+        partial_cb(&f, 0, ROWS * n, partial, COLS);
+        if (comm_matmul_reduce_scatter(c, ROWS, COLS, partial_cb, &f, mine, COLS, &err) ||
+            comm_reduce_scatter_rows(c, partial, COLS, ref, COLS, ROWS * n, COLS, &err))
+            return fprintf(stderr, "%s\n", err.msg), 1;
+        bad += memcmp(mine, ref, sizeof mine) != 0;
+        free(partial);
+    }
+    free(want);
+    free(got);
+    if (bad) fprintf(stderr, "rank %d of %d: fused ops differ from the plain ones in %d places\n", c->rank, n, bad);
+    return bad ? 1 : 0;
+}
+
+static int check_all(loom_comm *c, void *arg) { return check_collectives(c, arg) || check_fused(c, arg); }
+
 /* Rank 1 never takes part: the others must fail at the deadline, naming rank 1. */
 static int one_rank_missing(loom_comm *c, void *arg) {
     (void)arg;
@@ -67,15 +117,16 @@ static int one_rank_missing(loom_comm *c, void *arg) {
 
 static int launch(int tp, const char *backend, loom_rank_fn fn, double timeout) {
     loom_err err = {{0}};
-    loom_launch_options o = {.tp = tp, .backend = backend, .slot_bytes = 4096, .timeout_s = timeout, .spin = -1};
+    loom_launch_options o = {.tp = tp, .backend = backend, .slot_bytes = 16384, .timeout_s = timeout, .spin = -1};
     return loom_launch(&o, fn, NULL, &err);
 }
 
 int main(int argc, char **argv) {
-    if (argc == 2 && !strcmp(argv[1], "--mpi")) return launch(0, "mpi", check_collectives, 30);
+    if (argc == 2 && !strcmp(argv[1], "--mpi")) return launch(0, "mpi", check_all, 30); /* MPI starts once */
     /* tp=1 runs in this process and starts its OpenMP pool, which a later fork would inherit
      * half-alive (as loom_launch documents): so it goes last */
     for (int tp = 2; tp <= 5; tp++) CHECK(launch(tp, "shm", check_collectives, 30) == 0, "shm tp=%d", tp);
+    for (int tp = 2; tp <= 4; tp++) CHECK(launch(tp, "shm", check_fused, 30) == 0, "shm fused ops, tp=%d", tp);
     for (int tp = 2; tp <= 3; tp++) {
         char cmd[1024];
         snprintf(cmd, sizeof cmd, MPIRUN " -np %d %s --mpi", tp, LOOM_TEST_SELF);

@@ -18,10 +18,13 @@
 static const char *cases[] = {"llama", "llama_tied", "mistral", "qwen2", "qwen3", "granite", "llama_bf16", "llama_tp3",
                               "llama_f16", "llama_bias"};
 
+typedef enum mode { MODE_TP, MODE_SP, MODE_ASYNC } mode;
+static const char *mode_names[] = {"TP", "SP", "async TP"};
+
 typedef struct job {
     loom_model *m;
     golden *g;
-    bool sp;
+    mode mode;
     float *out; /* shared with the forked ranks (MAP_SHARED), or local under MPI */
 } job;
 
@@ -30,7 +33,8 @@ static int rank_main(loom_comm *comm, void *arg) {
     job *j = arg;
     loom_err err = {{0}};
     loom_engine_options eo = golden_engine_options(comm);
-    eo.sequence_parallel = j->sp;
+    eo.sequence_parallel = j->mode != MODE_TP;
+    eo.async_tp = j->mode == MODE_ASYNC;
     loom_engine *e = loom_engine_new(j->m, &eo, &err);
     size_t n = (size_t)golden_rows(j->g) * j->g->vocab;
     float *mine = malloc(n * sizeof *mine);
@@ -78,14 +82,15 @@ static loom_model *load(const char *name) {
 }
 
 /* Runs case `name` at tp ranks over backend; returns the logits (munmap'd by the caller). */
-static float *run_tp(const char *name, golden *g, int tp, bool sp, const char *backend, loom_err *err) {
+static float *run_tp(const char *name, golden *g, int tp, mode md, const char *backend, loom_err *err) {
     loom_model *m = load(name);
     if (!m) return NULL;
     size_t bytes = (size_t)golden_rows(g) * g->vocab * sizeof(float);
     float *out = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    job j = {m, g, sp, out};
+    job j = {m, g, md, out};
     loom_engine_options eo = golden_engine_options(NULL);
-    eo.sequence_parallel = sp;
+    eo.sequence_parallel = md != MODE_TP;
+    bool sp = eo.sequence_parallel;
     loom_launch_options lo = {.tp = tp, .backend = backend, .slot_bytes = loom_comm_slot_bytes(m, tp, &eo),
                               .timeout_s = 30, .spin = -1, .isolate = true};
     int rc = loom_check_sharding(m, tp, sp, err);
@@ -107,11 +112,11 @@ static bool shardable(const char *name, int tp) {
     return i.n_heads % tp == 0 && (i.n_kv_heads % tp == 0 || tp % i.n_kv_heads == 0) && i.intermediate % tp == 0;
 }
 
-static int mpi_dump(const char *name, bool sp, const char *path) {
+static int mpi_dump(const char *name, mode md, const char *path) {
     golden g;
     if (golden_open(&g, name, "logits")) return 1;
     loom_err err = {{0}};
-    float *out = run_tp(name, &g, 2, sp, "mpi", &err);
+    float *out = run_tp(name, &g, 2, md, "mpi", &err);
     if (!out) fprintf(stderr, "test_tp --mpi-dump %s: %s\n", name, err.msg);
     if (out && getenv("OMPI_COMM_WORLD_RANK") && atoi(getenv("OMPI_COMM_WORLD_RANK")) == 0) {
         FILE *f = fopen(path, "wb");
@@ -122,10 +127,10 @@ static int mpi_dump(const char *name, bool sp, const char *path) {
     return out ? 0 : 1;
 }
 
-static void check_mpi_matches_shm(const char *name, bool sp, const golden *g, const float *shm) {
+static void check_mpi_matches_shm(const char *name, mode md, const golden *g, const float *shm) {
     char path[128], cmd[2048];
     snprintf(path, sizeof path, "/tmp/loom-test-mpi-%d.bin", (int)getpid());
-    snprintf(cmd, sizeof cmd, MPIRUN " -np 2 %s --mpi-dump %s %d %s", LOOM_TEST_SELF, name, sp, path);
+    snprintf(cmd, sizeof cmd, MPIRUN " -np 2 %s --mpi-dump %s %d %s", LOOM_TEST_SELF, name, (int)md, path);
     int rc = system(cmd);
     CHECK(rc == 0, "%s: mpirun exited with %d", name, rc);
     FILE *f = fopen(path, "rb");
@@ -134,13 +139,13 @@ static void check_mpi_matches_shm(const char *name, bool sp, const golden *g, co
     size_t got = f ? fread(mpi, sizeof *mpi, n, f) : 0;
     if (f) fclose(f);
     remove(path);
-    CHECK(got == n && !memcmp(mpi, shm, n * sizeof *mpi), "%s%s: MPI tp=2 logits are not bit-identical to shm", name,
-          sp ? " (SP)" : "");
+    CHECK(got == n && !memcmp(mpi, shm, n * sizeof *mpi), "%s (%s): MPI tp=2 logits are not bit-identical to shm",
+          name, mode_names[md]);
     free(mpi);
 }
 
 int main(int argc, char **argv) {
-    if (argc == 5 && !strcmp(argv[1], "--mpi-dump")) return mpi_dump(argv[2], atoi(argv[3]), argv[4]);
+    if (argc == 5 && !strcmp(argv[1], "--mpi-dump")) return mpi_dump(argv[2], (mode)atoi(argv[3]), argv[4]);
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         golden g;
         if (golden_open(&g, cases[c], "logits")) {
@@ -148,11 +153,11 @@ int main(int argc, char **argv) {
             continue;
         }
         loom_err err1 = {{0}};
-        float *one = run_tp(cases[c], &g, 1, false, "shm", &err1); /* tp=1, in a process of its own */
+        float *one = run_tp(cases[c], &g, 1, MODE_TP, "shm", &err1); /* tp=1, in a process of its own */
         CHECK(one, "%s tp=1: %s", cases[c], err1.msg);
         for (int tp = 2; tp <= 4 && one; tp++) {
             loom_err err = {{0}};
-            float *out = run_tp(cases[c], &g, tp, false, "shm", &err);
+            float *out = run_tp(cases[c], &g, tp, MODE_TP, "shm", &err);
             if (!shardable(cases[c], tp)) {
                 CHECK(!out && strstr(err.msg, "cannot be split across"), "%s tp=%d: shapes do not divide, yet: %s",
                       cases[c], tp, out ? "it ran" : err.msg);
@@ -166,16 +171,22 @@ int main(int argc, char **argv) {
             double vs1 = max_abs_diff(out, one, golden_rows(&g) * g.vocab);
             CHECK(vs1 <= ATOL, "%s tp=%d: max |logit diff| vs tp=1 %.3g", cases[c], tp, vs1);
             size_t bytes = (size_t)golden_rows(&g) * g.vocab * sizeof(float);
-            float *sp = run_tp(cases[c], &g, tp, true, "shm", &err);
+            float *sp = run_tp(cases[c], &g, tp, MODE_SP, "shm", &err);
+            float *as = run_tp(cases[c], &g, tp, MODE_ASYNC, "shm", &err);
             CHECK(sp && !memcmp(sp, out, bytes), "%s tp=%d: sequence-parallel logits are not bit-identical to TP: %s",
                   cases[c], tp, sp ? "they differ" : err.msg);
-            printf("%-12s tp=%d max |logit diff| vs transformers: %.2e; SP %s TP\n", cases[c], tp, worst,
-                   sp && !memcmp(sp, out, bytes) ? "==" : "!=");
-            if (tp == 2 && (!strcmp(cases[c], "llama") || !strcmp(cases[c], "qwen2"))) {
-                check_mpi_matches_shm(cases[c], false, &g, out);
-                if (sp) check_mpi_matches_shm(cases[c], true, &g, sp);
+            CHECK(as && !memcmp(as, out, bytes), "%s tp=%d: async-TP logits are not bit-identical to TP: %s", cases[c],
+                  tp, as ? "they differ" : err.msg);
+            printf("%-12s tp=%d max |logit diff| vs transformers: %.2e, vs tp=1: %.2e; SP %s TP, async TP %s TP\n",
+                   cases[c], tp, worst, vs1, sp && !memcmp(sp, out, bytes) ? "==" : "!=",
+                   as && !memcmp(as, out, bytes) ? "==" : "!=");
+            if (tp == 2 && (!strcmp(cases[c], "llama") || !strcmp(cases[c], "qwen2") || !strcmp(cases[c], "llama_bias"))) {
+                check_mpi_matches_shm(cases[c], MODE_TP, &g, out);
+                if (sp) check_mpi_matches_shm(cases[c], MODE_SP, &g, sp);
+                if (as) check_mpi_matches_shm(cases[c], MODE_ASYNC, &g, as);
             }
             if (sp) munmap(sp, bytes);
+            if (as) munmap(as, bytes);
             munmap(out, bytes);
         }
         if (one) munmap(one, (size_t)golden_rows(&g) * g.vocab * sizeof(float));
@@ -186,8 +197,13 @@ int main(int argc, char **argv) {
     if (golden_open(&g, "llama", "logits") == 0) {
         loom_err err = {{0}};
         size_t bytes = (size_t)golden_rows(&g) * g.vocab * sizeof(float);
-        float *tp = run_tp(CUSTOM_CASE, &g, 2, false, "shm", &err), *sp = run_tp(CUSTOM_CASE, &g, 2, true, "shm", &err);
+        float *tp = run_tp(CUSTOM_CASE, &g, 2, MODE_TP, "shm", &err), *sp = run_tp(CUSTOM_CASE, &g, 2, MODE_SP, "shm", &err);
+        float *as = run_tp(CUSTOM_CASE, &g, 2, MODE_ASYNC, "shm", &err);
         CHECK(tp && sp && !memcmp(tp, sp, bytes), "custom ops: SP logits are not bit-identical to TP (%s)", err.msg);
+        /* the MLP's custom op sits between down_proj and the exit: that reduce-scatter must stay
+         * plain (the fallback path), the rest fuse; results identical all the same */
+        CHECK(tp && as && !memcmp(tp, as, bytes), "custom ops: async-TP logits are not bit-identical to TP (%s)", err.msg);
+        if (as) munmap(as, bytes);
         CHECK(tp && golden_worst(&g, tp) > 1e-2, "custom ops: they should change the logits");
         if (tp) munmap(tp, bytes);
         if (sp) munmap(sp, bytes);

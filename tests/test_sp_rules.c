@@ -156,6 +156,33 @@ int main(void) {
     emit_rms_norm(r, emit_linear(r, 0, &q), "qn.weight", 1e-5f, 0, "q_normed");
     expect_error("norm over sharded features", m, "normalises over features split across ranks");
 
+    /* async TP: which collectives fuse, and the fallbacks with their reasons */
+    struct { const char *what; tail_fn tail; bool unfusable; int fused; const char *why; } fuse_cases[] = {
+        {"plain region: gather and scatter both fuse", no_tail, false, 2, NULL},
+        {"scaled output: the scatter stays plain", scale_tail, false, 1, "does not return a row-parallel linear's output unmodified"},
+        {"linears marked not fusable", no_tail, true, 0, "marked not fusable"},
+    };
+    for (size_t i = 0; i < sizeof fuse_cases / sizeof fuse_cases[0]; i++) {
+        module *fm = model(fuse_cases[i].tail, NULL);
+        module *region = module_find(fm, "model.layers.0.mlp");
+        for (int k = 0; k < region->n_ops && fuse_cases[i].unfusable; k++)
+            if (region->ops[k].kind == OP_LINEAR) region->ops[k].lin->no_fuse = true;
+        plan p;
+        loom_err err = {{0}};
+        plan_options o = {.tp = 2, .async_tp = true};
+        int rc = plan_build(&p, fm, &o, NULL, &err);
+        CHECK(rc == 0, "%s: %s", fuse_cases[i].what, err.msg);
+        if (!rc) {
+            CHECK(p.n_region_collectives == 2 && p.n_fused == fuse_cases[i].fused, "%s: fused %d/%d", fuse_cases[i].what,
+                  p.n_fused, p.n_region_collectives);
+            bool said = !fuse_cases[i].why;
+            for (int k = 0; k < p.n_unfused; k++) said |= fuse_cases[i].why && strstr(p.unfused[k], fuse_cases[i].why);
+            CHECK(said, "%s: the plan does not say why", fuse_cases[i].what);
+            plan_free(&p);
+        }
+        module_free(fm);
+    }
+
     /* the flag does nothing at tp=1: the CLI says so and runs */
     char cmd[1024];
     snprintf(cmd, sizeof cmd, "%s run -n 4 --enable-sequence-parallel 2>&1 >/dev/null | grep -q 'no effect with one rank'",

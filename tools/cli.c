@@ -58,6 +58,7 @@ int cli_common_arg(cli_common *c, int argc, char **argv, int *i) {
     } else if (!strcmp(a, "--comm-timeout")) c->comm_timeout = cli_float(a, cli_value(argc, argv, i));
     else if (!strcmp(a, "--comm-spin")) c->comm_spin = (int)cli_int(a, cli_value(argc, argv, i), 0, 1 << 30);
     else if (!strcmp(a, "--enable-sequence-parallel") || !strcmp(a, "-sp")) c->sp = true;
+    else if (!strcmp(a, "--enable-async-tp")) c->async_tp = c->sp = true;
     else return 0;
     return 1;
 }
@@ -65,8 +66,9 @@ int cli_common_arg(cli_common *c, int argc, char **argv, int *i) {
 loom_model *cli_load_model(cli_common *c, bool tokenizer) {
     loom_err err = {{0}};
     if (c->sp && c->tp == 1) {
-        fprintf(stderr, "loom: warning: --enable-sequence-parallel has no effect with one rank (-tp 1); ignored\n");
-        c->sp = false;
+        fprintf(stderr, "loom: warning: %s has no effect with one rank (-tp 1); ignored\n",
+                c->async_tp ? "--enable-async-tp" : "--enable-sequence-parallel");
+        c->sp = c->async_tp = false;
     }
     loom_model_options o = {.path = c->model, .dummy = c->dummy, .seed = c->seed, .dtype = c->dtype,
                             .progress = true, .load_tokenizer = tokenizer};

@@ -15,6 +15,7 @@ typedef struct cli_common {
     double comm_timeout;     /* --comm-timeout seconds */
     int comm_spin;           /* --comm-spin iterations (-1: default) */
     bool sp;                 /* --enable-sequence-parallel */
+    bool async_tp;           /* --enable-async-tp (implies sp) */
     bool isolate;            /* run even a single rank in its own process */
 } cli_common;
 

@@ -38,19 +38,11 @@ void comm_set_phase(loom_comm *c, const char *fmt, ...) {
 }
 
 /* out[i] = sum over ranks r of blocks[r] row (row0 + i), added in rank order 0..N-1: the one
- * order every reduction uses, so all-reduce and reduce-scatter agree bit for bit. */
-static void sum_rows(const loom_comm *c, int row0, int rows, int cols, float *out, size_t ldo) {
-    const float **b = c->blocks;
-#pragma omp parallel for schedule(static) if (rows > 1)
-    for (int i = 0; i < rows; i++) {
-        float *o = out + (size_t)i * ldo;
-        const float *b0 = b[0] + (size_t)(row0 + i) * cols;
-        for (int j = 0; j < cols; j++) o[j] = b0[j];
-        for (int r = 1; r < c->size; r++) {
-            const float *br = b[r] + (size_t)(row0 + i) * cols;
-            for (int j = 0; j < cols; j++) o[j] += br[j];
-        }
-    }
+ * order every reduction uses, so all-reduce, reduce-scatter and their fused form agree bit for
+ * bit. */
+static void sum_rows(loom_comm *c, int row0, int rows, int cols, float *out, size_t ldo) {
+    for (int r = 0; r < c->size; r++) c->blocks[r] += (size_t)row0 * cols;
+    comm_sum_blocks(c, c->blocks, rows, cols, out, ldo);
 }
 
 /* Every rank publishes [rows, cols] of in. */
@@ -126,6 +118,60 @@ int comm_gather_rows_at(loom_comm *c, const float *in, size_t ldi, int block, co
     return 0;
 }
 
+void comm_sum_blocks(const loom_comm *c, const float **blocks, int rows, int cols, float *out, size_t ldo) {
+#pragma omp parallel for schedule(static) if (rows > 1)
+    for (int i = 0; i < rows; i++) {
+        float *o = out + (size_t)i * ldo;
+        const float *b0 = blocks[0] + (size_t)i * cols;
+        for (int j = 0; j < cols; j++) o[j] = b0[j];
+        for (int r = 1; r < c->size; r++) {
+            const float *br = blocks[r] + (size_t)i * cols;
+            for (int j = 0; j < cols; j++) o[j] += br[j];
+        }
+    }
+}
+
+/* The fused ops time their GEMMs apart, so that blocked_s stays the time spent waiting and
+ * moving data: for async TP, the communication the GEMMs did not hide. */
+typedef struct timed_gemm {
+    comm_gather_gemm gather;
+    comm_partial_gemm partial;
+    void *ctx;
+    double seconds;
+} timed_gemm;
+
+static void timed_gather(void *ctx, const float *x, size_t ldx, int row0, int rows) {
+    timed_gemm *t = ctx;
+    double t0 = omp_get_wtime();
+    t->gather(t->ctx, x, ldx, row0, rows);
+    t->seconds += omp_get_wtime() - t0;
+}
+
+static void timed_partial(void *ctx, int row0, int rows, float *y, size_t ldy) {
+    timed_gemm *t = ctx;
+    double t0 = omp_get_wtime();
+    t->partial(t->ctx, row0, rows, y, ldy);
+    t->seconds += omp_get_wtime() - t0;
+}
+
+int comm_all_gather_matmul(loom_comm *c, const float *shard, size_t lds, int rows, int cols, comm_gather_gemm f,
+                           void *ctx, loom_err *err) {
+    timed_gemm t = {.gather = f, .ctx = ctx};
+    double t0 = omp_get_wtime();
+    int rc = c->be->all_gather_matmul(c, shard, lds, rows, cols, timed_gather, &t, err);
+    c->blocked_s += omp_get_wtime() - t0 - t.seconds;
+    return rc;
+}
+
+int comm_matmul_reduce_scatter(loom_comm *c, int rows, int cols, comm_partial_gemm f, void *ctx, float *out,
+                               size_t ldo, loom_err *err) {
+    timed_gemm t = {.partial = f, .ctx = ctx};
+    double t0 = omp_get_wtime();
+    int rc = c->be->matmul_reduce_scatter(c, rows, cols, timed_partial, &t, out, ldo, err);
+    c->blocked_s += omp_get_wtime() - t0 - t.seconds;
+    return rc;
+}
+
 int loom_comm_all_gather(loom_comm *c, const float *mine, int n, float *all, loom_err *err) {
     int *col0 = malloc(c->size * sizeof *col0), *w = malloc(c->size * sizeof *w);
     for (int r = 0; r < c->size; r++) col0[r] = r * n, w[r] = n;
@@ -167,7 +213,7 @@ static void local_free(loom_comm *c) {
     free(s);
 }
 
-static const comm_backend local_backend = {"local", local_exchange, local_barrier, local_free};
+static const comm_backend local_backend = {"local", local_exchange, local_barrier, local_free, NULL, NULL};
 
 loom_comm *comm_local(void) {
     loom_comm *c = malloc(sizeof *c);

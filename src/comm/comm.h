@@ -7,6 +7,12 @@
 #define LOOM_COMM_COMM_H
 #include "loom.h"
 
+/* The GEMM a fused collective runs, block by block. For all-gather-matmul: consume the input
+ * rows [row0, row0 + rows) of the gathered batch, found at x. For matmul-reduce-scatter:
+ * compute this rank's partial product for output rows [row0, row0 + rows) into y. */
+typedef void (*comm_gather_gemm)(void *ctx, const float *x, size_t ldx, int row0, int rows);
+typedef void (*comm_partial_gemm)(void *ctx, int row0, int rows, float *y, size_t ldy);
+
 typedef struct comm_backend {
     const char *name;
     /* Publishes mine ([rows, cols[rank]], row stride ld); blocks[r] receives rank r's block as a
@@ -15,6 +21,11 @@ typedef struct comm_backend {
                     loom_err *err);
     int (*barrier)(loom_comm *c, loom_err *err);
     void (*free)(loom_comm *c);
+    /* Async TP (see comm_all_gather_matmul / comm_matmul_reduce_scatter); NULL: not fused. */
+    int (*all_gather_matmul)(loom_comm *c, const float *shard, size_t lds, int rows, int cols, comm_gather_gemm f,
+                             void *ctx, loom_err *err);
+    int (*matmul_reduce_scatter)(loom_comm *c, int rows, int cols, comm_partial_gemm f, void *ctx, float *out,
+                                 size_t ldo, loom_err *err);
 } comm_backend;
 
 struct loom_comm {
@@ -56,5 +67,19 @@ int comm_all_gather_rows(loom_comm *c, const float *in, size_t ldi, float *out, 
  * [r*block, (r+1)*block)); in holds this rank's block. */
 int comm_gather_rows_at(loom_comm *c, const float *in, size_t ldi, int block, const int32_t *want, int n_want,
                         float *out, size_t ldo, int cols, loom_err *err);
+
+/* Async TP. all_gather_matmul: every rank holds rows [rank*rows, (rank+1)*rows) of a batch
+ * (shard, [rows, cols]); f runs on the own block first, then on each peer's as soon as it is
+ * there (shm: read in place from the peer's slot; mpi: received by point-to-point posted
+ * ahead), so the GEMMs overlap the gather. matmul_reduce_scatter: f computes this rank's
+ * partial for each rank's block of rows, the next peer's first and its own last, each sent to
+ * its owner as soon as it is done; out[rows, cols] = the sum of the partials of this rank's
+ * block, added in rank order like every other reduction. */
+int comm_all_gather_matmul(loom_comm *c, const float *shard, size_t lds, int rows, int cols, comm_gather_gemm f,
+                           void *ctx, loom_err *err);
+int comm_matmul_reduce_scatter(loom_comm *c, int rows, int cols, comm_partial_gemm f, void *ctx, float *out,
+                               size_t ldo, loom_err *err);
+/* Sums blocks[0..size) (each [rows, cols], contiguous) in rank order into out. */
+void comm_sum_blocks(const loom_comm *c, const float **blocks, int rows, int cols, float *out, size_t ldo);
 
 #endif

@@ -16,7 +16,10 @@ typedef struct mpi_state {
     float *send, *recv;
     size_t send_cap, recv_cap;
     int *counts, *displs;
+    MPI_Request *reqs; /* [2 * size]: receives, then sends, of a fused collective */
 } mpi_state;
+
+#define FUSED_TAG 7
 
 static void *grow(void *p, size_t *cap, size_t need) {
     if (need <= *cap) return p;
@@ -62,6 +65,61 @@ static int mpi_exchange(loom_comm *c, const float *mine, size_t ld, int rows, co
     return 0;
 }
 
+/* Completes every request in reqs[0..n) (MPI_REQUEST_NULL ones are done already). */
+static int wait_all(loom_comm *c, MPI_Request *reqs, int n, loom_err *err) {
+    for (int i = 0; i < n; i++)
+        if (reqs[i] != MPI_REQUEST_NULL && wait_for(c, &reqs[i], "fused collective", err)) return -1;
+    return 0;
+}
+
+/* Point-to-point posted ahead: the own block's GEMM runs while the peers' blocks travel, and
+ * each peer's GEMM starts as soon as its block is in. */
+static int mpi_all_gather_matmul(loom_comm *c, const float *shard, size_t lds, int rows, int cols, comm_gather_gemm f,
+                                 void *ctx, loom_err *err) {
+    mpi_state *s = c->impl;
+    int n = rows * cols, N = c->size;
+    s->send = grow(s->send, &s->send_cap, (size_t)n * sizeof(float) + 4);
+    s->recv = grow(s->recv, &s->recv_cap, (size_t)n * N * sizeof(float) + 4);
+    for (int i = 0; i < rows; i++) memcpy(s->send + (size_t)i * cols, shard + (size_t)i * lds, cols * sizeof(float));
+    for (int r = 0; r < N; r++) {
+        s->reqs[r] = s->reqs[N + r] = MPI_REQUEST_NULL;
+        if (r == c->rank) continue;
+        MPI_Irecv(s->recv + (size_t)r * n, n, MPI_FLOAT, r, FUSED_TAG, MPI_COMM_WORLD, &s->reqs[r]);
+        MPI_Isend(s->send, n, MPI_FLOAT, r, FUSED_TAG, MPI_COMM_WORLD, &s->reqs[N + r]);
+    }
+    f(ctx, shard, lds, c->rank * rows, rows);
+    for (int k = 1; k < N; k++) {
+        int src = (c->rank + k) % N;
+        if (wait_for(c, &s->reqs[src], "all_gather_matmul", err)) return -1;
+        f(ctx, s->recv + (size_t)src * n, cols, src * rows, rows);
+    }
+    return wait_all(c, s->reqs + N, N, err);
+}
+
+static int mpi_matmul_reduce_scatter(loom_comm *c, int rows, int cols, comm_partial_gemm f, void *ctx, float *out,
+                                     size_t ldo, loom_err *err) {
+    mpi_state *s = c->impl;
+    int n = rows * cols, N = c->size;
+    s->send = grow(s->send, &s->send_cap, (size_t)n * N * sizeof(float) + 4);
+    s->recv = grow(s->recv, &s->recv_cap, (size_t)n * N * sizeof(float) + 4);
+    for (int r = 0; r < N; r++) {
+        s->reqs[r] = s->reqs[N + r] = MPI_REQUEST_NULL;
+        if (r != c->rank) MPI_Irecv(s->recv + (size_t)r * n, n, MPI_FLOAT, r, FUSED_TAG, MPI_COMM_WORLD, &s->reqs[r]);
+    }
+    for (int k = 1; k <= N; k++) { /* the next peer's block first, the own one last */
+        int dst = (c->rank + k) % N;
+        float *block = dst == c->rank ? s->recv + (size_t)dst * n : s->send + (size_t)dst * n;
+        f(ctx, dst * rows, rows, block, cols);
+        if (dst != c->rank) MPI_Isend(block, n, MPI_FLOAT, dst, FUSED_TAG, MPI_COMM_WORLD, &s->reqs[N + dst]);
+        int flag; /* let MPI move what is posted while the next GEMM runs */
+        MPI_Testall(2 * N, s->reqs, &flag, MPI_STATUSES_IGNORE);
+    }
+    if (wait_all(c, s->reqs, N, err)) return -1;
+    for (int r = 0; r < N; r++) c->blocks[r] = s->recv + (size_t)r * n;
+    comm_sum_blocks(c, c->blocks, rows, cols, out, ldo);
+    return wait_all(c, s->reqs + N, N, err);
+}
+
 static int mpi_barrier(loom_comm *c, loom_err *err) {
     MPI_Request req;
     MPI_Ibarrier(MPI_COMM_WORLD, &req);
@@ -70,11 +128,12 @@ static int mpi_barrier(loom_comm *c, loom_err *err) {
 
 static void mpi_free(loom_comm *c) {
     mpi_state *s = c->impl;
-    free(s->send), free(s->recv), free(s->counts), free(s->displs);
+    free(s->send), free(s->recv), free(s->counts), free(s->displs), free(s->reqs);
     free(s);
 }
 
-static const comm_backend mpi_backend = {"mpi", mpi_exchange, mpi_barrier, mpi_free};
+static const comm_backend mpi_backend = {"mpi", mpi_exchange, mpi_barrier, mpi_free, mpi_all_gather_matmul,
+                                          mpi_matmul_reduce_scatter};
 
 int comm_mpi_run(int tp, double timeout_s, loom_rank_fn fn, void *arg, loom_err *err) {
     int provided, rank, size;
@@ -94,6 +153,7 @@ int comm_mpi_run(int tp, double timeout_s, loom_rank_fn fn, void *arg, loom_err 
     s->timeout_s = timeout_s;
     s->counts = calloc(size, sizeof *s->counts);
     s->displs = calloc(size, sizeof *s->displs);
+    s->reqs = calloc(2 * (size_t)size, sizeof *s->reqs);
     loom_comm *c = malloc(sizeof *c);
     comm_init(c, rank, size, &mpi_backend, s);
     int rc = fn(c, arg);

@@ -25,6 +25,7 @@
 typedef struct rank_slot {
     char phase[96];
     _Atomic uint32_t arrived_gen; /* generation of the last barrier this rank reached */
+    _Atomic uint32_t posted;      /* fused collectives: the last one whose block is in the slot */
 } rank_slot;
 
 struct shm_arena {
@@ -39,7 +40,8 @@ struct shm_arena {
 
 typedef struct shm_state {
     shm_arena *a;
-    uint32_t exchanges;
+    uint32_t exchanges; /* collectives so far, all kinds: its parity picks the slot set */
+    uint32_t fused;     /* fused collectives so far: what a peer's `posted` must reach */
 } shm_state;
 
 static double now(void) {
@@ -96,6 +98,31 @@ static void missing_ranks(const shm_arena *a, uint32_t gen, char *out, size_t ca
             n += snprintf(out + n, cap - n, "%s%d ('%s')", n ? ", " : "", r, a->ranks[r].phase);
 }
 
+/* Waits until *word differs from old: spins a little, then sleeps on the futex, and gives up
+ * when another rank failed or at the deadline (naming the missing ranks, or rank `peer`). */
+static int wait_change(loom_comm *c, _Atomic uint32_t *word, uint32_t old, int peer, loom_err *err) {
+    shm_arena *a = ((shm_state *)c->impl)->a;
+    double deadline = 0;
+    for (long i = 0;; i++) {
+        if (atomic_load(word) != old) return 0;
+        if (atomic_load(&a->abort))
+            return loom_errf(err, "rank %d: stopping in '%s': another rank failed", c->rank, c->phase);
+        if (i < a->spin) {
+            _mm_pause();
+            continue;
+        }
+        if (!deadline) deadline = now() + a->timeout_s;
+        futex_wait(word, old, 20 * 1000 * 1000);
+        if (now() > deadline && atomic_load(word) == old) {
+            char who[512];
+            if (peer >= 0) snprintf(who, sizeof who, "%d ('%s')", peer, a->ranks[peer].phase);
+            else missing_ranks(a, old, who, sizeof who);
+            shm_arena_abort(a);
+            return loom_errf(err, "rank %d: '%s' waited %.0f s for rank %s", c->rank, c->phase, a->timeout_s, who);
+        }
+    }
+}
+
 static int shm_barrier(loom_comm *c, loom_err *err) {
     shm_arena *a = ((shm_state *)c->impl)->a;
     uint32_t gen = atomic_load(&a->generation);
@@ -106,24 +133,79 @@ static int shm_barrier(loom_comm *c, loom_err *err) {
         futex_wake_all(&a->generation);
         return 0;
     }
-    double deadline = 0;
-    for (long i = 0;; i++) {
-        if (atomic_load(&a->generation) != gen) return 0;
-        if (atomic_load(&a->abort))
-            return loom_errf(err, "rank %d: stopping in '%s': another rank failed", c->rank, c->phase);
-        if (i < a->spin) {
-            _mm_pause();
-            continue;
-        }
-        if (!deadline) deadline = now() + a->timeout_s;
-        futex_wait(&a->generation, gen, 20 * 1000 * 1000);
-        if (now() > deadline && atomic_load(&a->generation) == gen) {
-            char who[512];
-            missing_ranks(a, gen, who, sizeof who);
-            shm_arena_abort(a);
-            return loom_errf(err, "rank %d: '%s' waited %.0f s for rank %s", c->rank, c->phase, a->timeout_s, who);
-        }
+    return wait_change(c, &a->generation, gen, -1, err);
+}
+
+/* A peer's block of fused collective `seq` is in its slot once its counter reaches seq. The
+ * counter may already be one further (the peer moved on and posted the next block, into the
+ * other slot set), never two: it cannot pass a collective this rank has not posted. */
+static int wait_posted(loom_comm *c, int peer, uint32_t seq, loom_err *err) {
+    shm_arena *a = ((shm_state *)c->impl)->a;
+    for (;;) {
+        uint32_t v = atomic_load(&a->ranks[peer].posted);
+        if ((int32_t)(v - seq) >= 0) return 0;
+        if (wait_change(c, &a->ranks[peer].posted, v, peer, err)) return -1;
     }
+}
+
+static void post(shm_arena *a, int rank, uint32_t seq) {
+    atomic_store(&a->ranks[rank].posted, seq);
+    futex_wake_all(&a->ranks[rank].posted);
+}
+
+static float *slot_of(shm_arena *a, unsigned set, int rank) {
+    return (float *)(a->slots + ((size_t)set * a->size + rank) * a->slot_bytes);
+}
+
+static int check_fits(loom_comm *c, size_t floats, loom_err *err) {
+    shm_arena *a = ((shm_state *)c->impl)->a;
+    if (floats * sizeof(float) <= a->slot_bytes) return 0;
+    return loom_errf(err, "rank %d: '%s': a block of %zu bytes exceeds the shm slot of %zu", c->rank, c->phase,
+                     floats * sizeof(float), a->slot_bytes);
+}
+
+/* Slots are reused two collectives later; each fused collective waits for every peer's block,
+ * so by then every peer has finished reading (the argument of the exchange's double buffer). */
+static int shm_all_gather_matmul(loom_comm *c, const float *shard, size_t lds, int rows, int cols, comm_gather_gemm f,
+                                 void *ctx, loom_err *err) {
+    shm_state *s = c->impl;
+    shm_arena *a = s->a;
+    if (check_fits(c, (size_t)rows * cols, err)) return -1;
+    unsigned set = s->exchanges++ & 1;
+    uint32_t seq = ++s->fused;
+    float *mine = slot_of(a, set, c->rank);
+    for (int i = 0; i < rows; i++) memcpy(mine + (size_t)i * cols, shard + (size_t)i * lds, cols * sizeof(float));
+    post(a, c->rank, seq);
+    f(ctx, shard, lds, c->rank * rows, rows); /* own block first: nothing to wait for */
+    for (int k = 1; k < c->size; k++) {
+        int src = (c->rank + k) % c->size;
+        if (wait_posted(c, src, seq, err)) return -1;
+        f(ctx, slot_of(a, set, src), cols, src * rows, rows); /* read in place */
+    }
+    return 0;
+}
+
+static int shm_matmul_reduce_scatter(loom_comm *c, int rows, int cols, comm_partial_gemm f, void *ctx, float *out,
+                                     size_t ldo, loom_err *err) {
+    shm_state *s = c->impl;
+    shm_arena *a = s->a;
+    size_t block = (size_t)rows * cols; /* this rank's slot holds one block per destination */
+    if (check_fits(c, block * c->size, err)) return -1;
+    unsigned set = s->exchanges++ & 1;
+    uint32_t seq = ++s->fused;
+    float *mine = slot_of(a, set, c->rank);
+    for (int k = 1; k <= c->size; k++) { /* the next peer's block first, the own one last */
+        int dst = (c->rank + k) % c->size;
+        f(ctx, dst * rows, rows, mine + dst * block, cols);
+        if (k == c->size - 1) post(a, c->rank, seq); /* every peer's block is written */
+    }
+    if (c->size == 1) post(a, c->rank, seq);
+    for (int src = 0; src < c->size; src++) {
+        if (src != c->rank && wait_posted(c, src, seq, err)) return -1;
+        c->blocks[src] = slot_of(a, set, src) + c->rank * block;
+    }
+    comm_sum_blocks(c, c->blocks, rows, cols, out, ldo);
+    return 0;
 }
 
 static int shm_exchange(loom_comm *c, const float *mine, size_t ld, int rows, const int *cols, const float **blocks,
@@ -145,7 +227,8 @@ static int shm_exchange(loom_comm *c, const float *mine, size_t ld, int rows, co
 
 static void shm_free(loom_comm *c) { free(c->impl); }
 
-static const comm_backend shm_backend = {"shm", shm_exchange, shm_barrier, shm_free};
+static const comm_backend shm_backend = {"shm", shm_exchange, shm_barrier, shm_free, shm_all_gather_matmul,
+                                          shm_matmul_reduce_scatter};
 
 loom_comm *comm_shm(shm_arena *a, int rank) {
     loom_comm *c = malloc(sizeof *c);

@@ -45,6 +45,7 @@ typedef struct linear_desc {
     int n_parts;
     linear_part parts[LIN_MAX_PARTS];
     par_style style;
+    bool no_fuse; /* keep plain collectives around it under async TP (quantized, or asked) */
 } linear_desc;
 
 typedef struct attn_desc {

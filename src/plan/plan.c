@@ -9,8 +9,8 @@
 #include "plan/plan_impl.h"
 #include "util/err.h"
 
-static const char *step_names[] = {"op", "all_reduce", "all_gather (vocab)", "reduce_scatter", "all_gather",
-                                   "all_gather (logit rows)"};
+static const char *step_names[] = {"op",         "all_reduce",           "all_gather (vocab)",   "reduce_scatter",
+                                   "all_gather", "all_gather (logit rows)", "all_gather_matmul", "matmul_reduce_scatter"};
 
 const char *step_kind_name(step_kind k) { return step_names[k]; }
 
@@ -235,21 +235,88 @@ static void assign_buffers(plan *p) {
     free(free_at);
 }
 
+static void note_unfused(plan *p, const plan_step *s, const char *why) {
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s: %s %s", s->mod->name, step_kind_name(s->kind), why);
+    p->unfused = realloc(p->unfused, (p->n_unfused + 1) * sizeof *p->unfused);
+    p->unfused[p->n_unfused++] = strdup(buf);
+}
+
+/* The step consuming value v, when exactly one does (views of v count as uses). */
+static plan_step *sole_consumer(plan *p, int v) {
+    plan_step *found = NULL;
+    for (int s = 0; s < p->n_steps; s++)
+        for (int i = 0; i < plan_step_inputs(&p->steps[s]); i++)
+            if (p->values[p->steps[s].in[i]].base == v) {
+                if (found && found != &p->steps[s]) return NULL;
+                found = &p->steps[s];
+            }
+    return found;
+}
+
+static bool fusable(const plan_step *s, par_style style) {
+    return s && s->kind == STEP_OP && s->op->kind == OP_LINEAR && s->op->lin->style == style && !s->op->lin->no_fuse;
+}
+
+/* Async TP, after seed 001's Region._fuse: a region's all-gather fuses with the column-parallel
+ * linear that alone consumes the gathered input, and its reduce-scatter with the row-parallel
+ * linear whose output the region returns unmodified; the fused step replaces both. */
+static void fuse_async_tp(plan *p) {
+    for (int i = 0; i < p->n_steps; i++) {
+        plan_step *s = &p->steps[i];
+        if (s->op->kind != OP_CALL || (s->kind != STEP_GATHER_ROWS && s->kind != STEP_REDUCE_SCATTER)) continue;
+        p->n_region_collectives++;
+        if (s->kind == STEP_GATHER_ROWS) {
+            plan_step *c = sole_consumer(p, s->out);
+            if (!fusable(c, PAR_COLUMN) || c->in[0] != s->out) {
+                note_unfused(p, s, c && c->op->kind == OP_LINEAR && c->op->lin->no_fuse
+                                       ? "kept: its linear is marked not fusable"
+                                       : "kept: the gathered input is not consumed by one column-parallel linear");
+                continue;
+            }
+            c->kind = STEP_AG_MATMUL;
+            c->in[0] = s->in[0];
+        } else {
+            plan_step *prod = &p->steps[p->values[s->in[0]].def_step];
+            if (!fusable(prod, PAR_ROW) || prod->out != s->in[0] || sole_consumer(p, prod->out) != s) {
+                note_unfused(p, s, prod->kind == STEP_OP && prod->op->kind == OP_LINEAR && prod->op->lin->no_fuse
+                                       ? "kept: its linear is marked not fusable"
+                                       : "kept: the region does not return a row-parallel linear's output unmodified");
+                continue;
+            }
+            prod->kind = STEP_MATMUL_RS;
+            prod->out = s->out;
+            prod->bias[0] = s->bias[0]; /* the bias the reduction took over, added after the scatter */
+        }
+        s->kind = STEP_OP; /* mark for removal: a region call is never an op step */
+        p->n_fused++;
+    }
+    int n = 0;
+    for (int i = 0; i < p->n_steps; i++)
+        if (!(p->steps[i].kind == STEP_OP && p->steps[i].op->kind == OP_CALL)) p->steps[n++] = p->steps[i];
+    p->n_steps = n;
+    for (int i = 0; i < n; i++) p->values[p->steps[i].out].def_step = i;
+}
+
 int plan_build(plan *p, const module *tree, const plan_options *o, weight_store *ws, loom_err *err) {
     memset(p, 0, sizeof *p);
     p->o = *o;
-    p->o.sp = o->sp && o->tp > 1;
+    p->o.sp = (o->sp || o->async_tp) && o->tp > 1;
+    p->o.async_tp = o->async_tp && o->tp > 1;
     for (int i = 0; i < tree->n_ops; i++)
         p->layers_total += tree->ops[i].kind == OP_CALL && !strcmp(tree->ops[i].child->kind, "decoder_layer");
     if (shard_vocab(p, tree, err) || (p->output = flatten(p, tree, NULL, ws, err)) < 0) {
         plan_free(p);
         return -1;
     }
+    if (p->o.async_tp) fuse_async_tp(p);
     assign_buffers(p);
     return 0;
 }
 
 void plan_free(plan *p) {
+    for (int i = 0; i < p->n_unfused; i++) free(p->unfused[i]);
+    free(p->unfused);
     for (int i = 0; i < p->n_warnings; i++) free(p->warnings[i]);
     free(p->warnings);
     free(p->regions);

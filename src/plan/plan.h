@@ -30,6 +30,8 @@ typedef enum step_kind {
     STEP_REDUCE_SCATTER, /* TOKENS partial -> SHARD full: region exit, embedding under SP */
     STEP_GATHER_ROWS,    /* SHARD -> TOKENS: region entry */
     STEP_GATHER_LOGITS,  /* SHARD -> LOGITS: the wanted rows, from the ranks that own them */
+    STEP_AG_MATMUL,      /* async TP: SHARD input -> column-parallel linear's TOKENS output */
+    STEP_MATMUL_RS,      /* async TP: TOKENS input -> row-parallel linear's sum, SHARD rows */
 } step_kind;
 
 typedef struct plan_value {
@@ -67,6 +69,7 @@ typedef struct plan_region {
 typedef struct plan_options {
     int tp, rank;
     bool sp;       /* --enable-sequence-parallel */
+    bool async_tp; /* --enable-async-tp (implies sp) */
     bool progress; /* report weight binding per decoder layer */
 } plan_options;
 
@@ -90,6 +93,10 @@ typedef struct plan {
     bool region_unverified;
     char **warnings;
     int n_warnings;
+    /* async TP: region collectives, how many were fused, and why the others were not */
+    int n_region_collectives, n_fused;
+    char **unfused;
+    int n_unfused;
     /* loading progress, by decoder layer */
     int layers_done, layers_total;
 } plan;

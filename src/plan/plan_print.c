@@ -53,9 +53,25 @@ static void print_sp(FILE *f, const plan *p) {
             verified, p->n_regions - verified, p->n_warnings, p->n_warnings == 1 ? "" : "s");
 }
 
-int loom_print_plan(loom_model *m, int tp, bool sequence_parallel, FILE *f, loom_err *err) {
+static void print_async(FILE *f, const plan *p) {
+    fprintf(f, "\nasync TP: fused %d/%d region collectives\n", p->n_fused, p->n_region_collectives);
+    for (int i = 0; i < p->n_steps; i++) {
+        const plan_step *s = &p->steps[i];
+        if (s->kind != STEP_AG_MATMUL && s->kind != STEP_MATMUL_RS) continue;
+        fprintf(f, "  %-28s %-22s", s->mod->name, step_kind_name(s->kind));
+        for (int j = 0; j < s->op->lin->n_parts; j++) {
+            const char *w = s->op->lin->parts[j].weight, *dot = strrchr(w, '.'), *start = dot;
+            while (start > w && start[-1] != '.') start--;
+            fprintf(f, "%s%.*s", j ? "+" : "", (int)(dot - start), start);
+        }
+        fputc('\n', f);
+    }
+    for (int i = 0; i < p->n_unfused; i++) fprintf(f, "  not fused: %s\n", p->unfused[i]);
+}
+
+int loom_print_plan(loom_model *m, int tp, bool sequence_parallel, bool async_tp, FILE *f, loom_err *err) {
     plan p;
-    plan_options po = {.tp = tp, .sp = sequence_parallel};
+    plan_options po = {.tp = tp, .sp = sequence_parallel, .async_tp = async_tp};
     if (plan_build(&p, m->tree, &po, NULL, err)) return -1;
     fprintf(f, "model %s from %s: %d layers, hidden %d, %d heads (%d kv) of %d, vocab %d\n", m->cfg.arch,
             m->source, m->cfg.n_layers, m->cfg.hidden, m->cfg.n_heads, m->cfg.n_kv_heads, m->cfg.head_dim,
@@ -63,24 +79,25 @@ int loom_print_plan(loom_model *m, int tp, bool sequence_parallel, FILE *f, loom
     if (tp == 1) fprintf(f, "parallelism: tp=1 (single rank)\n");
     else
         fprintf(f, "parallelism: tensor parallel across %d ranks (column/row-parallel linears, vocab-parallel "
-                   "embedding and LM head)%s\n", tp, p.o.sp ? " + sequence parallel" : "");
+                   "embedding and LM head)%s\n", tp, p.o.async_tp ? " + sequence parallel + async TP" : p.o.sp ? " + sequence parallel" : "");
     fprintf(f, "\nmodule tree:\n");
     print_module(f, m->tree, 1);
     size_t floats = 0;
     for (int b = 0; b < p.n_buffers; b++)
         if (p.buffer_rows[b] == ROWS_TOKENS) floats += p.buffer_width[b];
-    int count[STEP_GATHER_LOGITS + 1] = {0};
+    int count[STEP_MATMUL_RS + 1] = {0};
     for (int i = 0; i < p.n_steps; i++) count[p.steps[i].kind]++;
     fprintf(f, "\nplan (rank 0 of %d): %d steps over %d values in %d reused buffers (%zu floats per token)\n", tp,
             p.n_steps, p.n_values, p.n_buffers, floats);
     if (tp > 1) {
         fprintf(f, "collectives per forward pass:");
-        for (int k = STEP_ALL_REDUCE; k <= STEP_GATHER_LOGITS; k++)
+        for (int k = STEP_ALL_REDUCE; k <= STEP_MATMUL_RS; k++)
             if (count[k]) fprintf(f, " %d %s", count[k], step_kind_name(k));
         fprintf(f, "\nrank 0 holds %d of %d q heads, %d kv columns, vocabulary rows %d..%d\n", m->cfg.n_heads / tp,
                 m->cfg.n_heads, p.kv_width, p.vocab_col0[0], p.vocab_col0[0] + p.vocab_width[0] - 1);
     }
     if (p.o.sp) print_sp(f, &p);
+    if (p.o.async_tp) print_async(f, &p);
     plan_free(&p);
     return 0;
 }

@@ -82,7 +82,7 @@ size_t loom_comm_slot_bytes(const loom_model *m, int tp, const loom_engine_optio
     plan p;
     loom_err err;
     int tokens, logits;
-    plan_options po = {.tp = tp, .sp = o->sequence_parallel};
+    plan_options po = {.tp = tp, .sp = o->sequence_parallel, .async_tp = o->async_tp};
     if (plan_build(&p, m->tree, &po, NULL, &err)) return 0;
     engine_rows(o, &tokens, &logits);
     tokens = round_up(tokens, tp);
@@ -98,7 +98,7 @@ size_t loom_comm_slot_bytes(const loom_model *m, int tp, const loom_engine_optio
 int loom_check_sharding(const loom_model *m, int tp, bool sequence_parallel, loom_err *err) {
     for (int r = 0; r < tp; r++) {
         plan p;
-        plan_options po = {.tp = tp, .rank = r, .sp = sequence_parallel};
+        plan_options po = {.tp = tp, .rank = r, .sp = sequence_parallel}; /* async TP plans the same shapes */
         if (plan_build(&p, m->tree, &po, NULL, err))
             return loom_err_prefix(err, "%s cannot run with -tp %d%s", m->cfg.arch, tp,
                                    sequence_parallel ? " and sequence parallelism" : "");
@@ -125,7 +125,8 @@ loom_engine *loom_engine_new(loom_model *m, const loom_engine_options *o, loom_e
     loom_model_info info;
     loom_model_get_info(m, &info);
     bool progress = m->progress && info.n_params > (64u << 20);
-    plan_options po = {.tp = e->comm->size, .rank = e->comm->rank, .sp = o->sequence_parallel, .progress = progress};
+    plan_options po = {.tp = e->comm->size, .rank = e->comm->rank, .sp = o->sequence_parallel,
+                       .async_tp = o->async_tp, .progress = progress};
     if (plan_build(&e->plan, m->tree, &po, &m->ws, err)) goto fail;
     e->max_tokens_pad = round_up(e->max_tokens, e->comm->size);
     if (e->comm->rank == 0) {
@@ -215,13 +216,58 @@ static int run_collective(loom_engine *e, const plan_step *s, const loom_batch *
     case STEP_GATHER_LOGITS:
         rc = comm_gather_rows_at(e->comm, in, ldi, shard, b->logit_rows, b->n_logits, out, ldo, w, err);
         break;
-    case STEP_OP: break;
+    case STEP_OP:
+    case STEP_AG_MATMUL:
+    case STEP_MATMUL_RS: break;
     }
     if (!rc && s->bias[0]) {
         int rows = value_rows(e, ov, b);
         for (int r = 0; r < rows; r++)
             for (int c = 0; c < ov->width; c++) out[(size_t)r * ldo + c] += s->bias[0][c];
     }
+    e->comm_seconds += omp_get_wtime() - t0;
+    return rc;
+}
+
+/* The GEMM of a fused step, over one block of rows (see comm.h's callbacks). */
+typedef struct fused_gemm {
+    const plan_step *s;
+    const float *in; /* matmul-reduce-scatter: the whole input */
+    size_t ldi, ldo;
+    float *out;      /* all-gather-matmul: the whole output */
+    int tokens;      /* real rows of the pass: the kernel is chosen by it, blocks past it skipped */
+} fused_gemm;
+
+static void gather_gemm(void *ctx, const float *x, size_t ldx, int row0, int rows) {
+    fused_gemm *g = ctx;
+    int n = g->tokens - row0 < rows ? g->tokens - row0 : rows;
+    for (int i = 0; i < g->s->op->lin->n_parts; i++)
+        linear(x, ldx, n, g->tokens, &g->s->w[i], g->s->bias[i], g->out + (size_t)row0 * g->ldo + g->s->col[i], g->ldo);
+}
+
+static void partial_gemm(void *ctx, int row0, int rows, float *y, size_t ldy) {
+    fused_gemm *g = ctx;
+    int n = g->tokens - row0 < rows ? g->tokens - row0 : rows;
+    if (n < 0) n = 0;
+    linear(g->in + (size_t)row0 * g->ldi, g->ldi, n, g->tokens, &g->s->w[0], NULL, y, ldy);
+    for (int r = n; r < rows; r++) memset(y + (size_t)r * ldy, 0, g->s->w[0].rows * sizeof *y); /* padding */
+}
+
+static int run_fused(loom_engine *e, const plan_step *s, const loom_batch *b, loom_err *err) {
+    const plan_value *ov = &e->plan.values[s->out];
+    int shard = round_up(b->n_tokens, e->comm->size) / e->comm->size;
+    size_t ldi, ldo;
+    const float *in = value_ptr(e, s->in[0], &ldi);
+    float *out = value_ptr(e, s->out, &ldo);
+    fused_gemm g = {s, in, ldi, ldo, out, b->n_tokens};
+    comm_set_phase(e->comm, "%s in %s", step_kind_name(s->kind), s->mod->name);
+    double t0 = omp_get_wtime();
+    int rc = s->kind == STEP_AG_MATMUL
+                 ? comm_all_gather_matmul(e->comm, in, ldi, shard, e->plan.values[s->in[0]].width, gather_gemm, &g, err)
+                 : comm_matmul_reduce_scatter(e->comm, shard, ov->width, partial_gemm, &g, out, ldo, err);
+    if (!rc && s->kind == STEP_MATMUL_RS && s->bias[0])
+        for (int r = 0; r < shard; r++)
+            for (int c = 0; c < ov->width; c++) out[(size_t)r * ldo + c] += s->bias[0][c];
     e->comm_seconds += omp_get_wtime() - t0;
     return rc;
 }
@@ -266,6 +312,10 @@ int loom_forward(loom_engine *e, const loom_batch *b, const float **logits, loom
     if (check_batch(e, b, err)) return -1;
     for (int i = 0; i < e->plan.n_steps; i++) {
         const plan_step *s = &e->plan.steps[i];
+        if (s->kind == STEP_AG_MATMUL || s->kind == STEP_MATMUL_RS) {
+            if (run_fused(e, s, b, err)) return -1;
+            continue;
+        }
         if (s->kind != STEP_OP) {
             if (run_collective(e, s, b, err)) return -1;
             continue;

@@ -119,3 +119,17 @@ int loom_model_add_custom(loom_model *m, const char *path, bool at_input, const 
     module_add_custom(mod, at_input, op);
     return 0;
 }
+
+static void mark_unfusable(module *m) {
+    for (int i = 0; i < m->n_ops; i++) {
+        if (m->ops[i].kind == OP_LINEAR) m->ops[i].lin->no_fuse = true;
+        if (m->ops[i].kind == OP_CALL) mark_unfusable(m->ops[i].child);
+    }
+}
+
+int loom_model_mark_unfusable(loom_model *m, const char *path, loom_err *err) {
+    module *mod = module_find(m->tree, path);
+    if (!mod) return loom_errf(err, "%s: no module '%s' in the model", m->source, path);
+    mark_unfusable(mod);
+    return 0;
+}
