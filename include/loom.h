@@ -53,6 +53,7 @@ typedef struct loom_engine_options {
     loom_comm *comm;    /* the ranks to shard across; NULL: this process alone (tp=1) */
     bool sequence_parallel; /* shard the residual stream by tokens between decoder layers */
     bool async_tp;          /* fuse region collectives with their GEMMs (implies sequence_parallel) */
+    int sp_min_tokens;      /* passes of fewer tokens run as plain TP (0: never) */
 } loom_engine_options;
 
 loom_engine *loom_engine_new(loom_model *m, const loom_engine_options *o, loom_err *err);

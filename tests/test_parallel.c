@@ -18,8 +18,8 @@
 static const char *cases[] = {"llama", "llama_tied", "mistral", "qwen2", "qwen3", "granite", "llama_bf16", "llama_tp3",
                               "llama_f16", "llama_bias"};
 
-typedef enum mode { MODE_TP, MODE_SP, MODE_ASYNC } mode;
-static const char *mode_names[] = {"TP", "SP", "async TP"};
+typedef enum mode { MODE_TP, MODE_SP, MODE_ASYNC, MODE_ASYNC_THRESHOLD } mode;
+static const char *mode_names[] = {"TP", "SP", "async TP", "async TP above 4 tokens"};
 
 typedef struct job {
     loom_model *m;
@@ -34,7 +34,8 @@ static int rank_main(loom_comm *comm, void *arg) {
     loom_err err = {{0}};
     loom_engine_options eo = golden_engine_options(comm);
     eo.sequence_parallel = j->mode != MODE_TP;
-    eo.async_tp = j->mode == MODE_ASYNC;
+    eo.async_tp = j->mode >= MODE_ASYNC;
+    eo.sp_min_tokens = j->mode == MODE_ASYNC_THRESHOLD ? 4 : 0; /* prefill of 11 fused, decode of 2 plain TP */
     loom_engine *e = loom_engine_new(j->m, &eo, &err);
     size_t n = (size_t)golden_rows(j->g) * j->g->vocab;
     float *mine = malloc(n * sizeof *mine);
@@ -173,6 +174,10 @@ int main(int argc, char **argv) {
             size_t bytes = (size_t)golden_rows(&g) * g.vocab * sizeof(float);
             float *sp = run_tp(cases[c], &g, tp, MODE_SP, "shm", &err);
             float *as = run_tp(cases[c], &g, tp, MODE_ASYNC, "shm", &err);
+            float *th = run_tp(cases[c], &g, tp, MODE_ASYNC_THRESHOLD, "shm", &err);
+            CHECK(th && !memcmp(th, out, bytes), "%s tp=%d: async TP with --sp-min-tokens is not bit-identical to TP: %s",
+                  cases[c], tp, th ? "they differ" : err.msg);
+            if (th) munmap(th, bytes);
             CHECK(sp && !memcmp(sp, out, bytes), "%s tp=%d: sequence-parallel logits are not bit-identical to TP: %s",
                   cases[c], tp, sp ? "they differ" : err.msg);
             CHECK(as && !memcmp(as, out, bytes), "%s tp=%d: async-TP logits are not bit-identical to TP: %s", cases[c],

@@ -31,7 +31,7 @@ static double percentile(const double *sorted, int n, double q) {
 
 typedef struct bench_mode {
     const char *name;
-    bool sp;
+    bool sp, async_tp;
 } bench_mode;
 
 typedef struct latency_opts {
@@ -158,6 +158,8 @@ static int latency_rank(loom_comm *comm, void *arg) {
     for (int k = 0; k < o->n_modes && !rc; k++) { /* the modes share the weights, not activations */
         loom_engine_options eo = j->eo;
         eo.sequence_parallel = o->modes[k].sp;
+        eo.async_tp = o->modes[k].async_tp;
+        if (o->n_modes > 1) eo.sp_min_tokens = 0; /* comparing modes: each runs as itself on every pass */
         runs[k].e = cli_rank_engine("bench", comm, j->m, &eo);
         runs[k].lat = calloc(o->iters, sizeof *runs[k].lat);
         rc = runs[k].e ? 0 : 1;
@@ -213,17 +215,22 @@ static int latency_rank(loom_comm *comm, void *arg) {
     return rc ? 1 : 0;
 }
 
-/* --compare tp,sp: the modes to alternate (default: the one the flags say). */
+static const bench_mode known_modes[] = {{"tp", false, false}, {"sp", true, false}, {"async", true, true}};
+
+/* --compare tp,sp,async: the modes to alternate (default: the one the flags say). */
 static int parse_modes(latency_opts *o, const char *list) {
     o->n_modes = 0;
     char buf[64];
     snprintf(buf, sizeof buf, "%s", list);
     for (char *t = strtok(buf, ","); t; t = strtok(NULL, ",")) {
-        if (o->n_modes == MAX_MODES || (strcmp(t, "tp") && strcmp(t, "sp"))) {
-            fprintf(stderr, "loom bench latency: --compare takes up to %d of: tp, sp (got '%s')\n", MAX_MODES, list);
+        size_t k = 0;
+        while (k < sizeof known_modes / sizeof known_modes[0] && strcmp(t, known_modes[k].name)) k++;
+        if (o->n_modes == MAX_MODES || k == sizeof known_modes / sizeof known_modes[0]) {
+            fprintf(stderr, "loom bench latency: --compare takes up to %d of: tp, sp, async (got '%s')\n", MAX_MODES,
+                    list);
             return -1;
         }
-        o->modes[o->n_modes++] = (bench_mode){!strcmp(t, "tp") ? "tp" : "sp", !strcmp(t, "sp")};
+        o->modes[o->n_modes++] = known_modes[k];
     }
     return 0;
 }
@@ -253,14 +260,15 @@ static int bench_latency(int argc, char **argv) {
     }
     loom_model *m = cli_load_model(&o.c, false);
     if (!m) return 1;
-    if (!o.n_modes) o.modes[o.n_modes++] = (bench_mode){o.c.sp ? "sp" : "tp", o.c.sp};
+    if (!o.n_modes) o.modes[o.n_modes++] = known_modes[o.c.async_tp ? 2 : o.c.sp ? 1 : 0];
     for (int k = 0; k < o.n_modes; k++) o.c.sp |= o.modes[k].sp; /* collectives are sized for the widest */
     /* prompts go in passes of at most max_batched tokens (default: up to 8192 at once) */
     int limit = o.max_batched ? o.max_batched : 8192, chunk = o.batch * o.input_len < limit ? o.batch * o.input_len : limit;
     if (chunk < o.batch) chunk = o.batch;
     latency_job j = {.o = &o, .m = m,
                      .eo = {.max_seqs = o.batch, .max_ctx = o.input_len + o.output_len, .max_tokens = chunk,
-                            .threads = o.c.threads, .sequence_parallel = o.c.sp}};
+                            .threads = o.c.threads, .sequence_parallel = o.c.sp, .async_tp = o.c.async_tp,
+                            .sp_min_tokens = o.c.sp_min_tokens}};
     int rc = cli_launch(&o.c, m, &j.eo, latency_rank, &j);
     loom_model_free(m);
     return rc;

@@ -16,10 +16,14 @@ typedef struct cli_common {
     int comm_spin;           /* --comm-spin iterations (-1: default) */
     bool sp;                 /* --enable-sequence-parallel */
     bool async_tp;           /* --enable-async-tp (implies sp) */
+    int sp_min_tokens;       /* --sp-min-tokens: shorter passes run as plain TP */
     bool isolate;            /* run even a single rank in its own process */
 } cli_common;
 
-#define CLI_COMMON_DEFAULTS {.tp = 1, .backend = "shm", .comm_spin = -1}
+/* Below this many tokens a pass runs as plain TP: on one machine SP and async TP only pay on
+ * long prefills (benches/RESULTS.md, issue 5), and decode steps are a few tokens. */
+#define SP_MIN_TOKENS_DEFAULT 1024
+#define CLI_COMMON_DEFAULTS {.tp = 1, .backend = "shm", .comm_spin = -1, .sp_min_tokens = SP_MIN_TOKENS_DEFAULT}
 
 /* If argv[*i] is a common option, consumes it (and its value) and returns 1; 0 if not one of
  * them; -1 after printing an error. */

@@ -26,6 +26,7 @@ static void usage(FILE *f) {
           "  --comm-spin N             busy-wait iterations before a waiting rank sleeps\n"
           "  --enable-sequence-parallel  shard the residual stream by tokens across the ranks (-tp >= 2)\n"
           "  --enable-async-tp         fuse region collectives with their GEMMs (implies sequence parallel)\n"
+          "  --sp-min-tokens N         passes of fewer tokens run as plain TP (default 1024; 0: never)\n"
           "  --max-model-len N         context length (default: min(model, 4096))\n"
           "run options:\n"
           "  -p, --prompt TEXT         prompt (default: just BOS)\n"
@@ -113,6 +114,7 @@ static int run_ranks(loom_model *m, const run_opts *o) {
     loom_model_get_info(m, &info);
     int need = (int)j.n + o->n_predict;
     j.eo = (loom_engine_options){.max_seqs = 1, .max_tokens = 512, .threads = o->c.threads, .sequence_parallel = o->c.sp, .async_tp = o->c.async_tp,
+                                 .sp_min_tokens = o->c.sp_min_tokens,
                                  .max_ctx = o->c.max_model_len ? o->c.max_model_len
                                                                : (need < info.max_pos ? need : info.max_pos)};
     int rc = cli_launch(&o->c, m, &j.eo, generate_text, &j);

@@ -173,6 +173,7 @@ int cli_verify(int argc, char **argv) {
         cli_common mc = c;
         mc.tp = modes[k].tp, mc.sp = modes[k].sp, mc.isolate = true;
         j.eo.sequence_parallel = mc.sp;
+        j.eo.sp_min_tokens = 0; /* verify compares the modes themselves, on every pass */
         fprintf(stderr, "loom verify: running %s\n", r[k].name);
         rc = cli_launch(&mc, m, &j.eo, verify_rank, &j);
     }

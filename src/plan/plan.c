@@ -295,7 +295,8 @@ static void fuse_async_tp(plan *p) {
     for (int i = 0; i < p->n_steps; i++)
         if (!(p->steps[i].kind == STEP_OP && p->steps[i].op->kind == OP_CALL)) p->steps[n++] = p->steps[i];
     p->n_steps = n;
-    for (int i = 0; i < n; i++) p->values[p->steps[i].out].def_step = i;
+    /* step indices moved: liveness starts again from the new ones */
+    for (int i = 0; i < n; i++) p->values[p->steps[i].out].def_step = p->values[p->steps[i].out].last_use = i;
 }
 
 int plan_build(plan *p, const module *tree, const plan_options *o, weight_store *ws, loom_err *err) {

@@ -12,11 +12,13 @@
 #include "runtime/engine.h"
 #include "util/err.h"
 
+static int round_up(int n, int k) { return (n + k - 1) / k * k; }
+
 static float *value_ptr(const loom_engine *e, int v, size_t *ld) {
-    const plan_value *pv = &e->plan.values[v];
-    int buf = e->plan.values[pv->base].buffer;
-    *ld = e->plan.buffer_width[buf];
-    return e->buffers[buf] + pv->col;
+    const plan_value *pv = &e->cur->p.values[v];
+    int buf = e->cur->p.values[pv->base].buffer;
+    *ld = e->cur->p.buffer_width[buf];
+    return e->cur->buffers[buf] + pv->col;
 }
 
 static void *alloc_or_fail(size_t bytes, const char *what, loom_err *err) {
@@ -31,20 +33,25 @@ static void set_threads(int threads, int ranks) {
     openblas_set_num_threads(threads);
 }
 
-static int alloc_state(loom_engine *e, loom_err *err) {
-    const model_config *c = &e->model->cfg;
-    plan *p = &e->plan;
-    e->buffers = calloc(p->n_buffers, sizeof *e->buffers);
+static int alloc_buffers(loom_engine *e, engine_plan *ep, loom_err *err) {
+    const plan *p = &ep->p;
+    int pad = round_up(ep->max_tokens, e->comm->size), logits = ep->max_tokens < e->max_logits ? ep->max_tokens : e->max_logits;
+    ep->buffers = calloc(p->n_buffers, sizeof *ep->buffers);
     for (int b = 0; b < p->n_buffers; b++) {
-        size_t rows = p->buffer_rows[b] == ROWS_LOGITS ? e->max_logits
-                      : p->buffer_rows[b] == ROWS_SHARD ? e->max_tokens_pad / e->comm->size
-                                                        : e->max_tokens_pad;
-        if (!(e->buffers[b] = alloc_or_fail(rows * p->buffer_width[b] * sizeof(float), "activations", err)))
-            return -1;
+        size_t rows = p->buffer_rows[b] == ROWS_LOGITS ? logits : p->buffer_rows[b] == ROWS_SHARD ? pad / e->comm->size : pad;
+        if (!(ep->buffers[b] = alloc_or_fail(rows * p->buffer_width[b] * sizeof(float), "activations", err))) return -1;
         e->activation_bytes += rows * p->buffer_width[b] * sizeof(float);
     }
+    return 0;
+}
+
+static int alloc_state(loom_engine *e, loom_err *err) {
+    const model_config *c = &e->model->cfg;
+    const plan *p = &e->plans[0].p;
+    for (int i = 0; i < e->n_plans; i++)
+        if (alloc_buffers(e, &e->plans[i], err)) return -1;
     e->kv = calloc(c->n_layers, sizeof *e->kv);
-    size_t kv_width = (size_t)p->kv_width;
+    size_t kv_width = (size_t)p->kv_width; /* the same in both plans */
     size_t per = (size_t)e->max_seqs * e->max_ctx * kv_width * sizeof(float);
     for (int l = 0; l < c->n_layers; l++) {
         e->kv[l] = (kv_layer){.max_ctx = e->max_ctx, .kv_width = (int)kv_width};
@@ -76,7 +83,6 @@ static void engine_rows(const loom_engine_options *o, int *tokens, int *logits) 
     *logits = o->all_logits ? *tokens : (seqs < *tokens ? seqs : *tokens);
 }
 
-static int round_up(int n, int k) { return (n + k - 1) / k * k; }
 
 size_t loom_comm_slot_bytes(const loom_model *m, int tp, const loom_engine_options *o) {
     plan p;
@@ -127,11 +133,20 @@ loom_engine *loom_engine_new(loom_model *m, const loom_engine_options *o, loom_e
     bool progress = m->progress && info.n_params > (64u << 20);
     plan_options po = {.tp = e->comm->size, .rank = e->comm->rank, .sp = o->sequence_parallel,
                        .async_tp = o->async_tp, .progress = progress};
-    if (plan_build(&e->plan, m->tree, &po, &m->ws, err)) goto fail;
-    e->max_tokens_pad = round_up(e->max_tokens, e->comm->size);
+    e->n_plans = 1;
+    e->plans[0].max_tokens = e->max_tokens;
+    if (plan_build(&e->plans[0].p, m->tree, &po, &m->ws, err)) goto fail;
+    e->sp_min_tokens = e->plans[0].p.o.sp ? o->sp_min_tokens : 0;
+    if (e->sp_min_tokens > 1) { /* the short passes' plain TP plan (weights are shared: same slices) */
+        plan_options tp_only = {.tp = po.tp, .rank = po.rank};
+        e->plans[1].max_tokens = e->sp_min_tokens - 1 < e->max_tokens ? e->sp_min_tokens - 1 : e->max_tokens;
+        if (plan_build(&e->plans[1].p, m->tree, &tp_only, &m->ws, err)) goto fail;
+        e->n_plans = 2;
+    }
+    e->cur = &e->plans[0];
     if (e->comm->rank == 0) {
         warn_unused(m);
-        for (int i = 0; i < e->plan.n_warnings; i++) fprintf(stderr, "loom: warning: %s\n", e->plan.warnings[i]);
+        for (int i = 0; i < e->plans[0].p.n_warnings; i++) fprintf(stderr, "loom: warning: %s\n", e->plans[0].p.warnings[i]);
     }
     if (alloc_state(e, err)) goto fail;
     return e;
@@ -142,14 +157,16 @@ fail:
 
 void loom_engine_free(loom_engine *e) {
     if (!e) return;
-    for (int b = 0; e->buffers && b < e->plan.n_buffers; b++) free(e->buffers[b]);
-    free(e->buffers);
+    for (int i = 0; i < 2; i++) {
+        for (int b = 0; e->plans[i].buffers && b < e->plans[i].p.n_buffers; b++) free(e->plans[i].buffers[b]);
+        free(e->plans[i].buffers);
+        plan_free(&e->plans[i].p);
+    }
     for (int l = 0; e->kv && l < e->model->cfg.n_layers; l++) free(e->kv[l].k), free(e->kv[l].v);
     free(e->kv);
     free(e->seq_len);
     free(e->logits);
     rope_table_free(&e->rope);
-    plan_free(&e->plan);
     comm_free(e->own_comm);
     free(e);
 }
@@ -195,7 +212,7 @@ static int value_rows(const loom_engine *e, const plan_value *v, const loom_batc
 }
 
 static int run_collective(loom_engine *e, const plan_step *s, const loom_batch *b, loom_err *err) {
-    const plan_value *iv = &e->plan.values[s->in[0]], *ov = &e->plan.values[s->out];
+    const plan_value *iv = &e->cur->p.values[s->in[0]], *ov = &e->cur->p.values[s->out];
     int n = e->comm->size, t_pad = round_up(b->n_tokens, n), shard = t_pad / n, w = iv->width;
     size_t ldi, ldo;
     float *in = value_ptr(e, s->in[0], &ldi), *out = value_ptr(e, s->out, &ldo);
@@ -205,8 +222,8 @@ static int run_collective(loom_engine *e, const plan_step *s, const loom_batch *
     switch (s->kind) {
     case STEP_ALL_REDUCE: rc = comm_all_reduce(e->comm, in, ldi, out, ldo, value_rows(e, ov, b), w, err); break;
     case STEP_GATHER_COLS:
-        rc = comm_all_gather_cols(e->comm, in, ldi, out, ldo, value_rows(e, ov, b), e->plan.vocab_col0,
-                                  e->plan.vocab_width, err);
+        rc = comm_all_gather_cols(e->comm, in, ldi, out, ldo, value_rows(e, ov, b), e->cur->p.vocab_col0,
+                                  e->cur->p.vocab_width, err);
         break;
     case STEP_REDUCE_SCATTER: /* padded rows at the end carry zeros, so every shard is whole */
         for (int r = b->n_tokens; r < t_pad; r++) memset(in + (size_t)r * ldi, 0, w * sizeof *in);
@@ -254,7 +271,7 @@ static void partial_gemm(void *ctx, int row0, int rows, float *y, size_t ldy) {
 }
 
 static int run_fused(loom_engine *e, const plan_step *s, const loom_batch *b, loom_err *err) {
-    const plan_value *ov = &e->plan.values[s->out];
+    const plan_value *ov = &e->cur->p.values[s->out];
     int shard = round_up(b->n_tokens, e->comm->size) / e->comm->size;
     size_t ldi, ldo;
     const float *in = value_ptr(e, s->in[0], &ldi);
@@ -263,7 +280,7 @@ static int run_fused(loom_engine *e, const plan_step *s, const loom_batch *b, lo
     comm_set_phase(e->comm, "%s in %s", step_kind_name(s->kind), s->mod->name);
     double t0 = omp_get_wtime();
     int rc = s->kind == STEP_AG_MATMUL
-                 ? comm_all_gather_matmul(e->comm, in, ldi, shard, e->plan.values[s->in[0]].width, gather_gemm, &g, err)
+                 ? comm_all_gather_matmul(e->comm, in, ldi, shard, e->cur->p.values[s->in[0]].width, gather_gemm, &g, err)
                  : comm_matmul_reduce_scatter(e->comm, shard, ov->width, partial_gemm, &g, out, ldo, err);
     if (!rc && s->kind == STEP_MATMUL_RS && s->bias[0])
         for (int r = 0; r < shard; r++)
@@ -274,7 +291,7 @@ static int run_fused(loom_engine *e, const plan_step *s, const loom_batch *b, lo
 
 static void run_step(loom_engine *e, const plan_step *s, const loom_batch *b) {
     const op *o = s->op;
-    const plan_value *ov = &e->plan.values[s->out];
+    const plan_value *ov = &e->cur->p.values[s->out];
     int rows = value_rows(e, ov, b), w = ov->width;
     size_t ldo, ld0 = 0, ld1 = 0, ld2 = 0;
     float *out = value_ptr(e, s->out, &ldo);
@@ -310,8 +327,9 @@ static void run_step(loom_engine *e, const plan_step *s, const loom_batch *b) {
 
 int loom_forward(loom_engine *e, const loom_batch *b, const float **logits, loom_err *err) {
     if (check_batch(e, b, err)) return -1;
-    for (int i = 0; i < e->plan.n_steps; i++) {
-        const plan_step *s = &e->plan.steps[i];
+    e->cur = &e->plans[e->n_plans > 1 && b->n_tokens < e->sp_min_tokens];
+    for (int i = 0; i < e->cur->p.n_steps; i++) {
+        const plan_step *s = &e->cur->p.steps[i];
         if (s->kind == STEP_AG_MATMUL || s->kind == STEP_MATMUL_RS) {
             if (run_fused(e, s, b, err)) return -1;
             continue;
@@ -330,7 +348,7 @@ int loom_forward(loom_engine *e, const loom_batch *b, const float **logits, loom
     }
     for (int i = 0; i < b->n_tokens; i++) e->seq_len[b->seq[i]] = b->pos[i] + 1;
     size_t ld;
-    const float *out = value_ptr(e, e->plan.output, &ld);
+    const float *out = value_ptr(e, e->cur->p.output, &ld);
     int vocab = e->model->cfg.vocab;
     for (int r = 0; r < b->n_logits; r++) memcpy(e->logits + (size_t)r * vocab, out + r * ld, vocab * sizeof *out);
     *logits = e->logits;

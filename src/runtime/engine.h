@@ -6,15 +6,23 @@
 #include "plan/plan.h"
 #include "runtime/model.h"
 
+/* A plan with its buffers. An engine has one, or two with --sp-min-tokens: the sequence-
+ * parallel plan for long passes and a plain TP one for short passes (decode), which SP and
+ * async TP would only slow down; both give the same bits. */
+typedef struct engine_plan {
+    plan p;
+    float **buffers;
+    int max_tokens; /* tokens per pass this plan runs */
+} engine_plan;
+
 struct loom_engine {
     loom_model *model;
     loom_comm *comm, *own_comm; /* own_comm: made here for tp=1 */
-    plan plan;
-    float **buffers;
+    engine_plan plans[2], *cur;
+    int n_plans, sp_min_tokens;
     kv_layer *kv;
     rope_table rope;
     int max_seqs, max_ctx, max_tokens, max_logits;
-    int max_tokens_pad; /* max_tokens rounded up to a multiple of the ranks */
     bool all_logits;
     int *seq_len; /* positions each sequence's KV cache holds */
     float *logits;
