@@ -86,7 +86,17 @@ static void check_cli_text(const char *prefix, const char *args) {
     free(got);
 }
 
+/* `loom verify` on the trained model (its tokenizer's prompts, lengths not multiples of the
+ * ranks, 16 greedy steps each): SP and async TP must be bit-identical to TP at tp = 2 and 4. */
+static void check_verify(int tp) {
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "%s verify -tp %d 2>/dev/null | grep -c 'bit-identical to TP' | grep -qx 2", LOOM_BIN, tp);
+    CHECK(system(cmd) == 0, "loom verify -tp %d: SP and async TP are not both bit-identical to TP", tp);
+}
+
 int main(void) {
+    check_verify(2);
+    check_verify(4);
     check_ids();
     check_cli_text("", "");
     check_cli_text("", "run -tp 2");

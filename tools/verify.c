@@ -1,6 +1,6 @@
-/* `loom verify`: the seeds' validation table. The same prompts run greedily under tp=1, TP
- * and TP + sequence parallelism (each mode its own job, so every one starts from a fresh
- * process); per mode: how many prompts give the same greedy tokens as TP and as tp=1, the
+/* `loom verify`: the seeds' validation table. The same prompts run greedily under tp=1, TP,
+ * TP + sequence parallelism and async TP (each mode its own job, so every one starts from a
+ * fresh process); per mode: how many prompts give the same greedy tokens as TP and as tp=1, the
  * first position where they diverge, and the largest logit difference up to there. */
 #include <math.h>
 #include <stdio.h>
@@ -163,25 +163,28 @@ int cli_verify(int argc, char **argv) {
     j.eo = (loom_engine_options){.max_seqs = 1, .max_tokens = longest, .threads = c.threads,
                                  .max_ctx = longest + n_new};
     size_t nl = (size_t)N_PROMPTS * n_new * info.vocab, ni = (size_t)N_PROMPTS * n_new;
-    mode_result r[3] = {{.name = "tp=1"}, {.name = "TP"}, {.name = "TP+SP"}};
-    struct { int tp; bool sp; } modes[3] = {{1, false}, {tp, false}, {tp, true}};
+    enum { N_MODES = 4 };
+    mode_result r[N_MODES] = {{.name = "tp=1"}, {.name = "TP"}, {.name = "TP+SP"}, {.name = "async TP"}};
+    struct { int tp; bool sp, async_tp; } modes[N_MODES] = {{1, false, false}, {tp, false, false}, {tp, true, false},
+                                                            {tp, true, true}};
     int rc = 0;
-    for (int k = 0; k < 3 && !rc; k++) {
+    for (int k = 0; k < N_MODES && !rc; k++) {
         r[k].logits = mmap(NULL, nl * sizeof(float), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
         r[k].ids = mmap(NULL, ni * sizeof(int32_t), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
         j.logits = r[k].logits, j.ids = r[k].ids;
         cli_common mc = c;
-        mc.tp = modes[k].tp, mc.sp = modes[k].sp, mc.isolate = true;
+        mc.tp = modes[k].tp, mc.sp = modes[k].sp, mc.async_tp = modes[k].async_tp, mc.isolate = true;
         j.eo.sequence_parallel = mc.sp;
+        j.eo.async_tp = mc.async_tp;
         j.eo.sp_min_tokens = 0; /* verify compares the modes themselves, on every pass */
         fprintf(stderr, "loom verify: running %s\n", r[k].name);
         rc = cli_launch(&mc, m, &j.eo, verify_rank, &j);
     }
     if (!rc) {
         printf("loom verify: %s, tp=%d, %d prompts, %d greedy tokens each\n", info.arch, tp, N_PROMPTS, n_new);
-        print_table(&j, r, 3);
+        print_table(&j, r, N_MODES);
     }
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < N_MODES; k++) {
         if (r[k].logits) munmap(r[k].logits, nl * sizeof(float));
         if (r[k].ids) munmap(r[k].ids, ni * sizeof(int32_t));
     }

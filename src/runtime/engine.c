@@ -300,9 +300,19 @@ static void run_step(loom_engine *e, const plan_step *s, const loom_batch *b) {
     const float *in2 = o->n_in > 2 ? value_ptr(e, s->in[2], &ld2) : NULL;
     switch (o->kind) {
     case OP_EMBED: embed_rows(&s->w[0], s->vocab0, b->ids, rows, out, ldo); break;
-    case OP_LINEAR:
-        for (int i = 0; i < o->lin->n_parts; i++) linear(in0, ld0, rows, rows, &s->w[i], s->bias[i], out + s->col[i], ldo);
+    case OP_LINEAR: {
+        /* Sharded linears run in the row blocks the fused collectives use (T padded to a
+         * multiple of the ranks, one block per rank), so that every mode hands the BLAS the
+         * same GEMM shapes and TP, SP and async TP agree bit for bit by construction. */
+        int n = e->comm->size, block = o->lin->style == PAR_COLUMN || o->lin->style == PAR_ROW
+                                           ? round_up(rows, n) / n : rows;
+        for (int r0 = 0; r0 < rows; r0 += block) {
+            int m = rows - r0 < block ? rows - r0 : block;
+            for (int i = 0; i < o->lin->n_parts; i++)
+                linear(in0 + (size_t)r0 * ld0, ld0, m, rows, &s->w[i], s->bias[i], out + (size_t)r0 * ldo + s->col[i], ldo);
+        }
         break;
+    }
     case OP_RMS_NORM: rms_norm(in0, ld0, out, ldo, rows, w, o->group ? o->group : w, s->norm_w, o->eps); break;
     case OP_ROPE: rope_apply(&e->rope, in0, ld0, out, ldo, rows, w / o->rope.head_dim, b->pos); break;
     case OP_ATTENTION:
