@@ -21,9 +21,9 @@ static bool is_eos(const model_config *c, int32_t id) {
 }
 
 /* Feeds tokens [0, n) of seq 0 starting at position `pos` in chunks of max_tokens; returns the
- * last token's logits. */
-static int feed(loom_engine *e, const int32_t *ids, int n, int pos, const float **logits, loom_err *err) {
-    int32_t *p = malloc(e->max_tokens * sizeof *p), *sq = calloc(e->max_tokens, sizeof *sq);
+ * last token's logits. p and sq are max_tokens-long scratch (sq all zeros). */
+static int feed(loom_engine *e, const int32_t *ids, int n, int pos, int32_t *p, const int32_t *sq,
+                const float **logits, loom_err *err) {
     int rc = 0;
     for (int done = 0; done < n && !rc; done += e->max_tokens) {
         int k = n - done < e->max_tokens ? n - done : e->max_tokens;
@@ -32,8 +32,6 @@ static int feed(loom_engine *e, const int32_t *ids, int n, int pos, const float 
         loom_batch b = {.n_tokens = k, .ids = ids + done, .pos = p, .seq = sq, .n_logits = 1, .logit_rows = &last};
         rc = loom_forward(e, &b, logits, err);
     }
-    free(p);
-    free(sq);
     return rc;
 }
 
@@ -54,8 +52,9 @@ int loom_generate(loom_engine *e, const int32_t *prompt, int n_prompt, int max_n
     char *piece = malloc(cap);
     loom_engine_reset_seq(e, 0);
     const float *logits;
+    int32_t *pos = malloc(e->max_tokens * sizeof *pos), *seq = calloc(e->max_tokens, sizeof *seq);
     double t0 = now();
-    int rc = feed(e, prompt, n_prompt, 0, &logits, err);
+    int rc = feed(e, prompt, n_prompt, 0, pos, seq, &logits, err);
     stats->prefill_s = now() - t0;
     t0 = now();
     for (int i = 0; i < max_new && !rc; i++) {
@@ -68,7 +67,7 @@ int loom_generate(loom_engine *e, const int32_t *prompt, int n_prompt, int max_n
         size_t len = e->model->tok ? tokenizer_decode_next(e->model->tok, &dec, next, piece, cap - 1) : 0;
         piece[len] = 0;
         if (cb && !cb(user, next, piece, len)) break;
-        if (i + 1 < max_new) rc = feed(e, &next, 1, n_prompt + i, &logits, err);
+        if (i + 1 < max_new) rc = feed(e, &next, 1, n_prompt + i, pos, seq, &logits, err);
     }
     if (e->model->tok && cb && !rc) {
         size_t len = tokenizer_decode_flush(e->model->tok, &dec, piece, cap - 1);
@@ -77,6 +76,8 @@ int loom_generate(loom_engine *e, const int32_t *prompt, int n_prompt, int max_n
     }
     stats->decode_s = now() - t0;
     free(piece);
+    free(pos);
+    free(seq);
     sampler_free(&smp);
     return rc;
 }
