@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Issue 5's cross-machine benchmark on one host: two network namespaces joined by a veth pair
+# whose both ends are rate-limited (tc tbf; this kernel has no netem, so no added delay), one
+# MPI rank in each, Open MPI's TCP transport over the link. TP, TP + SP and async TP alternate
+# in one job (`--compare tp,sp,async`); the report's "time in collectives" is each mode's
+# exposed communication (for async TP: what its GEMMs did not hide). Run as root; the
+# namespaces are removed on exit. Usage: benches/netns-mpi.sh [build-dir] [rate...]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+loom=$(realpath "${1:-build}")/loom
+shift || true
+rates=("${@:-1gbit 10gbit}")
+a=loomA b=loomB
+cleanup() { ip netns del $a 2>/dev/null || true; ip netns del $b 2>/dev/null || true; rm -f "$agent" "$hosts"; }
+agent=$(mktemp) hosts=$(mktemp)
+trap cleanup EXIT
+ip netns add $a
+ip netns add $b
+ip link add vA netns $a type veth peer name vB netns $b
+ip -n $a addr add 10.77.0.1/24 dev vA
+ip -n $b addr add 10.77.0.2/24 dev vB
+for ns in $a $b; do ip -n $ns link set lo up; done
+ip -n $a link set vA up
+ip -n $b link set vB up
+# mpirun (in namespace A) starts the remote rank through this "rsh": like ssh it gets the host
+# and one command line, which it runs in namespace B.
+cat > "$agent" <<AGENT
+#!/bin/sh
+host=\$1; shift
+case \$host in 10.77.0.2) exec ip netns exec $b sh -c "\$*" ;; *) exec sh -c "\$*" ;; esac
+AGENT
+chmod +x "$agent"
+printf '10.77.0.1 slots=1\n10.77.0.2 slots=1\n' > "$hosts"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+for rate in ${rates[*]}; do
+  for dev in "$a vA" "$b vB"; do
+    set -- $dev
+    ip netns exec "$1" tc qdisc replace dev "$2" root tbf rate "$rate" burst 256kb latency 100ms
+  done
+  echo "== link $rate, ${MODEL:-llama-3.2-1b}, input ${LEN:-2048}, output 1, one MPI rank per namespace"
+  ip netns exec $a mpirun -np 2 --hostfile "$hosts" --mca plm_rsh_agent "$agent" \
+    --mca btl self,tcp --mca btl_tcp_if_include 10.77.0.0/24 --mca oob_tcp_if_include 10.77.0.0/24 \
+    "$loom" bench latency -m "$PWD/configs/${MODEL:-llama-3.2-1b}.json" --load-format dummy --backend mpi --threads 1 \
+    --batch-size 1 --input-len ${LEN:-2048} --output-len 1 --num-iters-warmup ${WARMUP:-1} --num-iters ${ITERS:-2} --compare tp,sp,async \
+    2>/dev/null | grep -E "^(== mode|Avg latency|Rank)"
+done
