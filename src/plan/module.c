@@ -83,13 +83,19 @@ int emit_embed(module *m, const char *table, int vocab, int hidden) {
     return o->out[0];
 }
 
-int emit_linear(module *m, int in, const linear_desc *lin) {
-    /* name the value after the last path component of the (first) weight: "q_proj" */
-    char name[64];
-    const char *w = lin->parts[0].weight, *end = strrchr(w, '.'), *start;
+int linear_part_name(const linear_part *p, const char **start) {
+    const char *w = p->weight, *end = strrchr(w, '.');
     if (!end) end = w + strlen(w);
-    for (start = end; start > w && start[-1] != '.';) start--;
-    snprintf(name, sizeof name, "%.*s%s", (int)(end - start), start, lin->n_parts > 1 ? "+" : "");
+    for (*start = end; *start > w && (*start)[-1] != '.';) (*start)--;
+    return (int)(end - *start);
+}
+
+int emit_linear(module *m, int in, const linear_desc *lin) {
+    /* name the value after its (first) weight: "q_proj" */
+    char name[64];
+    const char *start;
+    int len = linear_part_name(&lin->parts[0], &start);
+    snprintf(name, sizeof name, "%.*s%s", len, start, lin->n_parts > 1 ? "+" : "");
     op *o = new_op(m, OP_LINEAR, 1, &in, name);
     o->lin = copy_lin(lin);
     return o->out[0];

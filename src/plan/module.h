@@ -112,6 +112,10 @@ void module_add_custom(module *m, bool at_input, const loom_custom_op *c);
 /* The module at `path` in the tree, or NULL. */
 module *module_find(module *root, const char *path);
 
+/* A part's short name, the weight's last path component before ".weight" ("q_proj"): sets
+ * *start into the weight name and returns the length. */
+int linear_part_name(const linear_part *p, const char **start);
+
 /* "custom" ops report the user's name */
 const char *op_name(const op *o);
 const char *op_kind_name(op_kind k);

@@ -60,9 +60,9 @@ static void print_async(FILE *f, const plan *p) {
         if (s->kind != STEP_AG_MATMUL && s->kind != STEP_MATMUL_RS) continue;
         fprintf(f, "  %-28s %-22s", s->mod->name, step_kind_name(s->kind));
         for (int j = 0; j < s->op->lin->n_parts; j++) {
-            const char *w = s->op->lin->parts[j].weight, *dot = strrchr(w, '.'), *start = dot;
-            while (start > w && start[-1] != '.') start--;
-            fprintf(f, "%s%.*s", j ? "+" : "", (int)(dot - start), start);
+            const char *start;
+            int len = linear_part_name(&s->op->lin->parts[j], &start);
+            fprintf(f, "%s%.*s", j ? "+" : "", len, start);
         }
         fputc('\n', f);
     }

@@ -118,7 +118,6 @@ loom_engine *loom_engine_new(loom_model *m, const loom_engine_options *o, loom_e
     e->model = m;
     e->max_seqs = o->max_seqs > 0 ? o->max_seqs : 1;
     e->max_ctx = o->max_ctx > 0 ? o->max_ctx : (m->cfg.max_pos < 4096 ? m->cfg.max_pos : 4096);
-    e->all_logits = o->all_logits;
     engine_rows(o, &e->max_tokens, &e->max_logits);
     e->comm = o->comm ? o->comm : (e->own_comm = comm_local());
     set_threads(o->threads, e->comm->size);

@@ -23,7 +23,6 @@ struct loom_engine {
     kv_layer *kv;
     rope_table rope;
     int max_seqs, max_ctx, max_tokens, max_logits;
-    bool all_logits;
     int *seq_len; /* positions each sequence's KV cache holds */
     float *logits;
     size_t activation_bytes, kv_bytes;
