@@ -38,9 +38,9 @@ for rate in ${rates[*]}; do
     ip netns exec "$1" tc qdisc replace dev "$2" root tbf rate "$rate" burst 256kb latency 100ms
   done
   echo "== link $rate, ${MODEL:-llama-3.2-1b}, input ${LEN:-2048}, output 1, one MPI rank per namespace"
-  ip netns exec $a mpirun -np 2 --hostfile "$hosts" --mca plm_rsh_agent "$agent" \
+  ip netns exec $a mpirun -np 2 --bind-to none --hostfile "$hosts" --mca plm_rsh_agent "$agent" \
     --mca btl self,tcp --mca btl_tcp_if_include 10.77.0.0/24 --mca oob_tcp_if_include 10.77.0.0/24 \
     "$loom" bench latency -m "$PWD/configs/${MODEL:-llama-3.2-1b}.json" --load-format dummy --backend mpi --threads 1 \
     --batch-size 1 --input-len ${LEN:-2048} --output-len 1 --num-iters-warmup ${WARMUP:-1} --num-iters ${ITERS:-2} --compare tp,sp,async \
-    2>/dev/null | grep -E "^(== mode|Avg latency|Rank)"
+    --profile 2>/dev/null | grep -E "^(== mode|Avg latency|Rank|waiting)"
 done

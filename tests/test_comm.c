@@ -1,6 +1,7 @@
 /* Collectives on every backend and several rank counts, odd sizes included: all_reduce must
  * equal the rank-ordered sum computed here, bit for bit (that order is what makes TP, SP and
- * both backends agree), and all_gather must place every rank's columns. Also the deadline: a
+ * both backends agree), so must reduce_scatter's blocks, and all_gather must place every rank's
+ * columns. Also the deadline: a
  * rank that never arrives fails the collective instead of hanging it. `test_comm --mpi` is the
  * mode mpirun starts. */
 #include <stdlib.h>
@@ -45,14 +46,27 @@ static int check_collectives(loom_comm *c, void *arg) {
         for (int r = 0; r < ROWS; r++)
             for (int j = 0; j < w[k]; j++) bad += g[r * total + col0[k] + j] != value(k, r * COLS + j);
     free(g);
+    /* reduce-scatter: this rank's block of the rank-ordered sum of every rank's [ROWS * n, COLS] */
+    float *partial = malloc((size_t)ROWS * n * COLS * sizeof *partial);
+    for (int i = 0; i < ROWS * n * COLS; i++) partial[i] = value(c->rank, i);
+    if (comm_reduce_scatter_rows(c, partial, COLS, out, COLS + 1, ROWS * n, COLS, &err))
+        return fprintf(stderr, "%s\n", err.msg), 1;
+    for (int r = 0; r < ROWS; r++)
+        for (int j = 0; j < COLS; j++) {
+            int i = (c->rank * ROWS + r) * COLS + j;
+            want = value(0, i);
+            for (int k = 1; k < n; k++) want += value(k, i);
+            bad += memcmp(&want, &out[r * (COLS + 1) + j], sizeof want) != 0;
+        }
+    free(partial);
     if (bad) fprintf(stderr, "rank %d of %d: %d mismatches\n", c->rank, n, bad);
     return bad ? 1 : 0;
 }
 
 /* The fused ops against their unfused forms, on the same data. The "GEMM" here is a fixed
- * per-row transform that depends on the row index, so misplaced blocks show. */
+ * per-row transform that depends on the row index, so misplaced blocks or chunks show. */
 typedef struct fused_ctx {
-    float *out; /* gathered rows, ROWS * size */
+    float *out; /* gathered rows, rows * size */
     int rank;
 } fused_ctx;
 
@@ -68,33 +82,43 @@ static void partial_cb(void *ctx, int row0, int rows, float *y, size_t ldy) {
         for (int j = 0; j < COLS; j++) y[r * ldy + j] = value(f->rank, (row0 + r) * COLS + j);
 }
 
-static int check_fused(loom_comm *c, void *arg) {
-    (void)arg;
+/* rows per rank: ROWS runs whole, BIG_ROWS in comm_chunk_rows chunks (the last one shorter) */
+#define BIG_ROWS 261
+
+static int check_fused_rows(loom_comm *c, int rows) {
     loom_err err = {{0}};
     int n = c->size, bad = 0;
-    float shard[ROWS * COLS], *want = malloc((size_t)ROWS * n * COLS * sizeof *want);
-    float *got = malloc((size_t)ROWS * n * COLS * sizeof *got);
+    size_t block = (size_t)rows * COLS, all = block * n;
+    float *shard = malloc(block * sizeof *shard), *want = malloc(all * sizeof *want), *got = malloc(all * sizeof *got);
+    float *mine = malloc(block * sizeof *mine), *ref = malloc(block * sizeof *ref);
     for (int rep = 0; rep < 3; rep++) { /* alternate with plain collectives: they share the slots */
-        for (int i = 0; i < ROWS * COLS; i++) shard[i] = value(c->rank + 10 * rep, i);
+        for (size_t i = 0; i < block; i++) shard[i] = value(c->rank + 10 * rep, (int)i);
         fused_ctx f = {got, c->rank};
-        if (comm_all_gather_matmul(c, shard, COLS, ROWS, COLS, gather_cb, &f, &err) ||
-            comm_all_gather_rows(c, shard, COLS, want, COLS, ROWS, COLS, &err))
+        if (comm_all_gather_matmul(c, shard, COLS, rows, COLS, gather_cb, &f, &err) ||
+            comm_all_gather_rows(c, shard, COLS, want, COLS, rows, COLS, &err))
             return fprintf(stderr, "%s\n", err.msg), 1;
-        for (int r = 0; r < ROWS * n; r++)
+        for (int r = 0; r < rows * n; r++)
             for (int j = 0; j < COLS; j++) bad += got[r * COLS + j] != want[r * COLS + j] * (float)(r + 1);
-        /* matmul_reduce_scatter of partials P_rank against reduce_scatter of the same partials */
-        float *partial = malloc((size_t)ROWS * n * COLS * sizeof *partial), mine[ROWS * COLS], ref[ROWS * COLS];
-        partial_cb(&f, 0, ROWS * n, partial, COLS);
-        if (comm_matmul_reduce_scatter(c, ROWS, COLS, partial_cb, &f, mine, COLS, &err) ||
-            comm_reduce_scatter_rows(c, partial, COLS, ref, COLS, ROWS * n, COLS, &err))
+        /* matmul_reduce_scatter of partials P_rank against the rank-ordered sum of the same */
+        if (comm_matmul_reduce_scatter(c, rows, COLS, partial_cb, &f, mine, COLS, &err))
             return fprintf(stderr, "%s\n", err.msg), 1;
-        bad += memcmp(mine, ref, sizeof mine) != 0;
-        free(partial);
+        for (int r = 0; r < rows; r++)
+            for (int j = 0; j < COLS; j++) {
+                int i = (c->rank * rows + r) * COLS + j;
+                ref[r * COLS + j] = value(0, i);
+                for (int k = 1; k < n; k++) ref[r * COLS + j] += value(k, i);
+            }
+        bad += memcmp(mine, ref, block * sizeof *ref) != 0;
     }
-    free(want);
-    free(got);
-    if (bad) fprintf(stderr, "rank %d of %d: fused ops differ from the plain ones in %d places\n", c->rank, n, bad);
+    free(shard), free(want), free(got), free(mine), free(ref);
+    if (bad) fprintf(stderr, "rank %d of %d, %d rows: fused ops differ from the plain ones in %d places\n", c->rank, n,
+                     rows, bad);
     return bad ? 1 : 0;
+}
+
+static int check_fused(loom_comm *c, void *arg) {
+    (void)arg;
+    return check_fused_rows(c, ROWS) || check_fused_rows(c, BIG_ROWS);
 }
 
 static int check_all(loom_comm *c, void *arg) { return check_collectives(c, arg) || check_fused(c, arg); }
@@ -117,7 +141,7 @@ static int one_rank_missing(loom_comm *c, void *arg) {
 
 static int launch(int tp, const char *backend, loom_rank_fn fn, double timeout) {
     loom_err err = {{0}};
-    loom_launch_options o = {.tp = tp, .backend = backend, .slot_bytes = 16384, .timeout_s = timeout, .spin = -1};
+    loom_launch_options o = {.tp = tp, .backend = backend, .slot_bytes = (size_t)BIG_ROWS * 5 * COLS * sizeof(float), .timeout_s = timeout, .spin = -1};
     return loom_launch(&o, fn, NULL, &err);
 }
 

@@ -25,21 +25,49 @@ typedef struct job {
     loom_model *m;
     golden *g;
     mode mode;
+    bool long_batch;
     float *out; /* shared with the forked ranks (MAP_SHARED), or local under MPI */
 } job;
+
+/* The long batch: LONG_SEQS sequences of LONG_LEN tokens in one prefill, so that each rank's
+ * block at tp=2 (300 rows) runs in comm_chunk_rows chunks, then one decode step of each;
+ * the logits of each sequence's last token in both passes. */
+#define LONG_SEQS 4
+#define LONG_LEN 150
+#define LONG_ROWS (2 * LONG_SEQS)
+
+static int long_run(loom_engine *e, int vocab, float *out, loom_err *err) {
+    static int32_t ids[LONG_SEQS * LONG_LEN], pos[LONG_SEQS * LONG_LEN], seq[LONG_SEQS * LONG_LEN], rows[LONG_SEQS];
+    int t = 0;
+    for (int s = 0; s < LONG_SEQS; s++)
+        for (int i = 0; i < LONG_LEN; i++, t++) ids[t] = (t * 37 + 11) % vocab, pos[t] = i, seq[t] = s;
+    for (int pass = 0; pass < 2; pass++) {
+        for (int s = 0; s < LONG_SEQS; s++) rows[s] = pass ? s : (s + 1) * LONG_LEN - 1;
+        if (pass)
+            for (int s = 0; s < LONG_SEQS; s++) ids[s] = (s * 5 + 3) % vocab, pos[s] = LONG_LEN, seq[s] = s;
+        loom_batch b = {pass ? LONG_SEQS : t, ids, pos, seq, LONG_SEQS, rows};
+        const float *lg;
+        if (loom_forward(e, &b, &lg, err)) return -1;
+        memcpy(out + (size_t)pass * LONG_SEQS * vocab, lg, (size_t)LONG_SEQS * vocab * sizeof *lg);
+    }
+    return 0;
+}
+
+static int job_rows(const job *j) { return j->long_batch ? LONG_ROWS : golden_rows(j->g); }
 
 /* Every rank runs the batch; rank 0's logits are the result (all ranks hold the same). */
 static int rank_main(loom_comm *comm, void *arg) {
     job *j = arg;
     loom_err err = {{0}};
     loom_engine_options eo = golden_engine_options(comm);
+    if (j->long_batch) eo.max_seqs = LONG_SEQS, eo.max_ctx = LONG_LEN + 1, eo.max_tokens = LONG_SEQS * LONG_LEN;
     eo.sequence_parallel = j->mode != MODE_TP;
     eo.async_tp = j->mode >= MODE_ASYNC;
     eo.sp_min_tokens = j->mode == MODE_ASYNC_THRESHOLD ? 4 : 0; /* prefill of 11 fused, decode of 2 plain TP */
     loom_engine *e = loom_engine_new(j->m, &eo, &err);
-    size_t n = (size_t)golden_rows(j->g) * j->g->vocab;
+    size_t n = (size_t)job_rows(j) * j->g->vocab;
     float *mine = malloc(n * sizeof *mine);
-    int rc = e && golden_run(e, j->g, mine, &err) == 0 ? 0 : 1;
+    int rc = e && (j->long_batch ? long_run(e, j->g->vocab, mine, &err) : golden_run(e, j->g, mine, &err)) == 0 ? 0 : 1;
     if (rc) fprintf(stderr, "rank %d: %s\n", loom_comm_rank(comm), err.msg);
     else if (loom_comm_rank(comm) == 0) memcpy(j->out, mine, n * sizeof *mine);
     free(mine);
@@ -82,14 +110,17 @@ static loom_model *load(const char *name) {
     return m;
 }
 
-/* Runs case `name` at tp ranks over backend; returns the logits (munmap'd by the caller). */
-static float *run_tp(const char *name, golden *g, int tp, mode md, const char *backend, loom_err *err) {
+/* Runs case `name` (its golden batch, or the long one) at tp ranks over backend; returns the
+ * logits (munmap'd by the caller). */
+static float *run_job(const char *name, golden *g, int tp, mode md, bool long_batch, const char *backend,
+                      loom_err *err) {
     loom_model *m = load(name);
     if (!m) return NULL;
-    size_t bytes = (size_t)golden_rows(g) * g->vocab * sizeof(float);
-    float *out = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    job j = {m, g, md, out};
+    job j = {m, g, md, long_batch, NULL};
+    size_t bytes = (size_t)job_rows(&j) * g->vocab * sizeof(float);
+    float *out = j.out = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     loom_engine_options eo = golden_engine_options(NULL);
+    if (long_batch) eo.max_tokens = LONG_SEQS * LONG_LEN;
     eo.sequence_parallel = md != MODE_TP;
     bool sp = eo.sequence_parallel;
     loom_launch_options lo = {.tp = tp, .backend = backend, .slot_bytes = loom_comm_slot_bytes(m, tp, &eo),
@@ -102,6 +133,10 @@ static float *run_tp(const char *name, golden *g, int tp, mode md, const char *b
         return NULL;
     }
     return out;
+}
+
+static float *run_tp(const char *name, golden *g, int tp, mode md, const char *backend, loom_err *err) {
+    return run_job(name, g, tp, md, false, backend, err);
 }
 
 /* vLLM's rule: query heads and the MLP divide by tp; kv heads divide by tp or tp by them. */
@@ -196,6 +231,28 @@ int main(int argc, char **argv) {
         }
         if (one) munmap(one, (size_t)golden_rows(&g) * g.vocab * sizeof(float));
         golden_close(&g);
+    }
+    /* The long batch, whose blocks run in chunks: no HF oracle for it, so tp=2 must match
+     * tp=1 within the tolerance and SP and async TP must equal TP exactly. */
+    golden lg;
+    if (golden_open(&lg, "llama_bias", "logits") == 0) {
+        loom_err err = {{0}};
+        size_t bytes = (size_t)LONG_ROWS * lg.vocab * sizeof(float);
+        float *runs[4];
+        for (int md = 0; md < 3; md++) runs[md] = run_job("llama_bias", &lg, 2, (mode)md, true, "shm", &err);
+        runs[3] = run_job("llama_bias", &lg, 1, MODE_TP, true, "shm", &err);
+        CHECK(runs[0] && runs[3], "long batch: %s", err.msg);
+        if (runs[0] && runs[3]) {
+            double d = max_abs_diff(runs[0], runs[3], LONG_ROWS * lg.vocab);
+            CHECK(d <= ATOL, "long batch: tp=2 differs from tp=1 by %.3g", d);
+            printf("long batch (%d x %d tokens, chunked blocks) tp=2 vs tp=1: %.2e\n", LONG_SEQS, LONG_LEN, d);
+        }
+        for (int md = 1; md < 3; md++)
+            CHECK(runs[0] && runs[md] && !memcmp(runs[0], runs[md], bytes), "long batch: %s is not bit-identical to TP",
+                  mode_names[md]);
+        for (int i = 0; i < 4; i++)
+            if (runs[i]) munmap(runs[i], bytes);
+        golden_close(&lg);
     }
     /* the custom ops change the model, so there is no HF oracle: SP must equal TP exactly */
     golden g;

@@ -71,14 +71,27 @@ int comm_all_gather_cols(loom_comm *c, const float *in, size_t ldi, float *out, 
     return 0;
 }
 
+/* A reduce-scatter is a matmul-reduce-scatter whose "GEMM" copies the rows of the partial:
+ * each rank then moves only the blocks its peers own (over MPI, 1/N of an exchange of the
+ * whole partial), summed in the same rank order. */
+typedef struct partial_rows {
+    const float *in;
+    size_t ldi;
+    int cols;
+} partial_rows;
+
+static void copy_partial(void *ctx, int row0, int rows, float *y, size_t ldy) {
+    const partial_rows *p = ctx;
+    for (int i = 0; i < rows; i++) memcpy(y + (size_t)i * ldy, p->in + (size_t)(row0 + i) * p->ldi, p->cols * sizeof *y);
+}
+
 int comm_reduce_scatter_rows(loom_comm *c, const float *in, size_t ldi, float *out, size_t ldo, int rows, int cols,
                              loom_err *err) {
     double t0 = omp_get_wtime();
-    if (exchange_same(c, in, ldi, rows, cols, err)) return -1;
-    int mine = rows / c->size;
-    sum_rows(c, c->rank * mine, mine, cols, out, ldo);
+    partial_rows p = {in, ldi, cols};
+    int rc = c->be->matmul_reduce_scatter(c, rows / c->size, cols, copy_partial, &p, out, ldo, err);
     c->blocked_s += omp_get_wtime() - t0;
-    return 0;
+    return rc;
 }
 
 int comm_all_gather_rows(loom_comm *c, const float *in, size_t ldi, float *out, size_t ldo, int rows, int cols,
@@ -213,7 +226,22 @@ static void local_free(loom_comm *c) {
     free(s);
 }
 
-static const comm_backend local_backend = {"local", local_exchange, local_barrier, local_free, NULL, NULL};
+static int local_all_gather_matmul(loom_comm *c, const float *shard, size_t lds, int rows, int cols,
+                                   comm_gather_gemm f, void *ctx, loom_err *err) {
+    (void)c, (void)cols, (void)err;
+    comm_gather_chunks(f, ctx, shard, lds, 0, rows);
+    return 0;
+}
+
+static int local_matmul_reduce_scatter(loom_comm *c, int rows, int cols, comm_partial_gemm f, void *ctx, float *out,
+                                       size_t ldo, loom_err *err) {
+    (void)c, (void)cols, (void)err;
+    comm_partial_chunks(f, ctx, 0, rows, out, ldo);
+    return 0;
+}
+
+static const comm_backend local_backend = {"local",      local_exchange,          local_barrier,
+                                           local_free,   local_all_gather_matmul, local_matmul_reduce_scatter};
 
 loom_comm *comm_local(void) {
     loom_comm *c = malloc(sizeof *c);

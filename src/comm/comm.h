@@ -1,6 +1,7 @@
 /* The communicator: what a rank knows of the others. Above this interface nothing knows how
- * ranks talk. A backend only makes each rank's block of a float matrix readable by every rank
- * (`exchange`) and waits for all ranks (`barrier`); the collectives are built on that here,
+ * ranks talk. A backend makes each rank's block of a float matrix readable by every rank
+ * (`exchange`), waits for all ranks (`barrier`) and runs the two fused ops; the collectives are
+ * built on those here,
  * with one arithmetic for every backend: partial sums are added in rank order 0..N-1, so shm,
  * MPI, TP and SP give bit-identical results and runs are deterministic. */
 #ifndef LOOM_COMM_COMM_H
@@ -21,7 +22,8 @@ typedef struct comm_backend {
                     loom_err *err);
     int (*barrier)(loom_comm *c, loom_err *err);
     void (*free)(loom_comm *c);
-    /* Async TP (see comm_all_gather_matmul / comm_matmul_reduce_scatter); NULL: not fused. */
+    /* Async TP (see comm_all_gather_matmul / comm_matmul_reduce_scatter), which the plain
+     * reduce-scatter is built on too. */
     int (*all_gather_matmul)(loom_comm *c, const float *shard, size_t lds, int rows, int cols, comm_gather_gemm f,
                              void *ctx, loom_err *err);
     int (*matmul_reduce_scatter)(loom_comm *c, int rows, int cols, comm_partial_gemm f, void *ctx, float *out,
@@ -79,6 +81,25 @@ int comm_all_gather_matmul(loom_comm *c, const float *shard, size_t lds, int row
                            void *ctx, loom_err *err);
 int comm_matmul_reduce_scatter(loom_comm *c, int rows, int cols, comm_partial_gemm f, void *ctx, float *out,
                                size_t ldo, loom_err *err);
+/* The fused ops run their GEMMs in chunks of a rank's block of rows, so that a block starts
+ * travelling before all of it is computed and the receiver's GEMM can start on the first
+ * chunk to arrive. Every mode runs sharded linears in these same chunks (see the engine): the
+ * BLAS then sees the same shapes, and gives the same bits, in TP, SP and async TP. Short blocks
+ * stay whole, where chunking would only cost GEMM efficiency. */
+#define COMM_MAX_CHUNKS 4
+static inline int comm_chunk_rows(int block_rows) {
+    return block_rows >= 64 * COMM_MAX_CHUNKS ? (block_rows + COMM_MAX_CHUNKS - 1) / COMM_MAX_CHUNKS : block_rows;
+}
+/* f over rows [row0, row0 + rows) of x, chunk by chunk. */
+static inline void comm_gather_chunks(comm_gather_gemm f, void *ctx, const float *x, size_t ldx, int row0, int rows) {
+    for (int i = 0, chunk = comm_chunk_rows(rows); i < rows; i += chunk)
+        f(ctx, x + (size_t)i * ldx, ldx, row0 + i, rows - i < chunk ? rows - i : chunk);
+}
+static inline void comm_partial_chunks(comm_partial_gemm f, void *ctx, int row0, int rows, float *y, size_t ldy) {
+    for (int i = 0, chunk = comm_chunk_rows(rows); i < rows; i += chunk)
+        f(ctx, row0 + i, rows - i < chunk ? rows - i : chunk, y + (size_t)i * ldy, ldy);
+}
+
 /* Sums blocks[0..size) (each [rows, cols], contiguous) in rank order into out. */
 void comm_sum_blocks(const loom_comm *c, const float **blocks, int rows, int cols, float *out, size_t ldo);
 

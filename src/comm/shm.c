@@ -176,11 +176,11 @@ static int shm_all_gather_matmul(loom_comm *c, const float *shard, size_t lds, i
     float *mine = slot_of(a, set, c->rank);
     for (int i = 0; i < rows; i++) memcpy(mine + (size_t)i * cols, shard + (size_t)i * lds, cols * sizeof(float));
     post(a, c->rank, seq);
-    f(ctx, shard, lds, c->rank * rows, rows); /* own block first: nothing to wait for */
+    comm_gather_chunks(f, ctx, shard, lds, c->rank * rows, rows); /* own block first: nothing to wait for */
     for (int k = 1; k < c->size; k++) {
         int src = (c->rank + k) % c->size;
         if (wait_posted(c, src, seq, err)) return -1;
-        f(ctx, slot_of(a, set, src), cols, src * rows, rows); /* read in place */
+        comm_gather_chunks(f, ctx, slot_of(a, set, src), cols, src * rows, rows); /* read in place */
     }
     return 0;
 }
@@ -196,7 +196,7 @@ static int shm_matmul_reduce_scatter(loom_comm *c, int rows, int cols, comm_part
     float *mine = slot_of(a, set, c->rank);
     for (int k = 1; k <= c->size; k++) { /* the next peer's block first, the own one last */
         int dst = (c->rank + k) % c->size;
-        f(ctx, dst * rows, rows, mine + dst * block, cols);
+        comm_partial_chunks(f, ctx, dst * rows, rows, mine + dst * block, cols);
         if (k == c->size - 1) post(a, c->rank, seq); /* every peer's block is written */
     }
     if (c->size == 1) post(a, c->rank, seq);

@@ -32,6 +32,7 @@ typedef enum step_kind {
     STEP_GATHER_LOGITS,  /* SHARD -> LOGITS: the wanted rows, from the ranks that own them */
     STEP_AG_MATMUL,      /* async TP: SHARD input -> column-parallel linear's TOKENS output */
     STEP_MATMUL_RS,      /* async TP: TOKENS input -> row-parallel linear's sum, SHARD rows */
+    STEP_KIND_COUNT
 } step_kind;
 
 typedef struct plan_value {

@@ -234,7 +234,8 @@ static int run_collective(loom_engine *e, const plan_step *s, const loom_batch *
         break;
     case STEP_OP:
     case STEP_AG_MATMUL:
-    case STEP_MATMUL_RS: break;
+    case STEP_MATMUL_RS:
+    case STEP_KIND_COUNT: break;
     }
     if (!rc && s->bias[0]) {
         int rows = value_rows(e, ov, b);
@@ -300,16 +301,20 @@ static void run_step(loom_engine *e, const plan_step *s, const loom_batch *b) {
     switch (o->kind) {
     case OP_EMBED: embed_rows(&s->w[0], s->vocab0, b->ids, rows, out, ldo); break;
     case OP_LINEAR: {
-        /* Sharded linears run in the row blocks the fused collectives use (T padded to a
-         * multiple of the ranks, one block per rank), so that every mode hands the BLAS the
-         * same GEMM shapes and TP, SP and async TP agree bit for bit by construction. */
-        int n = e->comm->size, block = o->lin->style == PAR_COLUMN || o->lin->style == PAR_ROW
-                                           ? round_up(rows, n) / n : rows;
-        for (int r0 = 0; r0 < rows; r0 += block) {
-            int m = rows - r0 < block ? rows - r0 : block;
-            for (int i = 0; i < o->lin->n_parts; i++)
-                linear(in0 + (size_t)r0 * ld0, ld0, m, rows, &s->w[i], s->bias[i], out + (size_t)r0 * ldo + s->col[i], ldo);
-        }
+        /* Sharded linears run in the row chunks the fused collectives use (T padded to a
+         * multiple of the ranks, one block per rank, cut in comm_chunk_rows), so that every
+         * mode hands the BLAS the same GEMM shapes and TP, SP and async TP agree bit for bit
+         * by construction. */
+        bool sharded = o->lin->style == PAR_COLUMN || o->lin->style == PAR_ROW;
+        int block = sharded ? round_up(rows, e->comm->size) / e->comm->size : rows, chunk = comm_chunk_rows(block);
+        for (int b0 = 0; b0 < rows; b0 += block)
+            for (int r0 = b0; r0 < b0 + block && r0 < rows; r0 += chunk) {
+                int m = b0 + block - r0 < chunk ? b0 + block - r0 : chunk;
+                if (m > rows - r0) m = rows - r0;
+                for (int i = 0; i < o->lin->n_parts; i++)
+                    linear(in0 + (size_t)r0 * ld0, ld0, m, rows, &s->w[i], s->bias[i], out + (size_t)r0 * ldo + s->col[i],
+                           ldo);
+            }
         break;
     }
     case OP_RMS_NORM: rms_norm(in0, ld0, out, ldo, rows, w, o->group ? o->group : w, s->norm_w, o->eps); break;
@@ -339,12 +344,11 @@ int loom_forward(loom_engine *e, const loom_batch *b, const float **logits, loom
     e->cur = &e->plans[e->n_plans > 1 && b->n_tokens < e->sp_min_tokens];
     for (int i = 0; i < e->cur->p.n_steps; i++) {
         const plan_step *s = &e->cur->p.steps[i];
-        if (s->kind == STEP_AG_MATMUL || s->kind == STEP_MATMUL_RS) {
-            if (run_fused(e, s, b, err)) return -1;
-            continue;
-        }
         if (s->kind != STEP_OP) {
-            if (run_collective(e, s, b, err)) return -1;
+            double waited = e->comm->blocked_s;
+            bool fused = s->kind == STEP_AG_MATMUL || s->kind == STEP_MATMUL_RS;
+            if (fused ? run_fused(e, s, b, err) : run_collective(e, s, b, err)) return -1;
+            e->waited_seconds[s->kind] += e->comm->blocked_s - waited;
             continue;
         }
         if (!e->profile) {
@@ -370,6 +374,7 @@ size_t loom_engine_kv_bytes(const loom_engine *e) { return e->kv_bytes; }
 void loom_engine_set_profile(loom_engine *e, bool on) {
     e->profile = on;
     memset(e->op_seconds, 0, sizeof e->op_seconds);
+    memset(e->waited_seconds, 0, sizeof e->waited_seconds);
     e->comm_seconds = 0;
 }
 
@@ -380,5 +385,11 @@ void loom_engine_print_profile(const loom_engine *e, FILE *f) {
     for (int k = 0; k < OP_KIND_COUNT; k++)
         if (e->op_seconds[k] > 0) fprintf(f, " %s %.1f%%", op_kind_name(k), 100 * e->op_seconds[k] / total);
     if (e->comm->size > 1) fprintf(f, " collectives %.1f%%", 100 * e->comm_seconds / total);
+    fputc('\n', f);
+    if (e->comm->size == 1) return;
+    /* what the fused ops' GEMMs did not hide shows here, apart from the GEMMs themselves */
+    fprintf(f, "waiting in collectives (rank %d):", e->comm->rank);
+    for (int k = STEP_ALL_REDUCE; k < STEP_KIND_COUNT; k++)
+        if (e->waited_seconds[k] > 0) fprintf(f, " %s %.3f s", step_kind_name(k), e->waited_seconds[k]);
     fputc('\n', f);
 }

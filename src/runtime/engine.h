@@ -28,6 +28,7 @@ struct loom_engine {
     size_t activation_bytes, kv_bytes;
     bool profile;               /* time each step kind */
     double op_seconds[OP_KIND_COUNT], comm_seconds;
+    double waited_seconds[STEP_KIND_COUNT]; /* blocked in each kind of collective */
 };
 
 #endif
