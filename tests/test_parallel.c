@@ -16,7 +16,7 @@
 #define ATOL 1e-4
 
 static const char *cases[] = {"llama", "llama_tied", "mistral", "qwen2", "qwen3", "granite", "llama_bf16", "llama_tp3",
-                              "llama_f16", "llama_bias"};
+                              "llama_f16", "llama_bias", "olmoe", "mixtral", "qwen2_moe", "qwen3_moe", "granitemoe"};
 
 typedef enum mode { MODE_TP, MODE_SP, MODE_ASYNC, MODE_ASYNC_THRESHOLD } mode;
 static const char *mode_names[] = {"TP", "SP", "async TP", "async TP above 4 tokens"};
@@ -220,7 +220,8 @@ int main(int argc, char **argv) {
             printf("%-12s tp=%d max |logit diff| vs transformers: %.2e, vs tp=1: %.2e; SP %s TP, async TP %s TP\n",
                    cases[c], tp, worst, vs1, sp && !memcmp(sp, out, bytes) ? "==" : "!=",
                    as && !memcmp(as, out, bytes) ? "==" : "!=");
-            if (tp == 2 && (!strcmp(cases[c], "llama") || !strcmp(cases[c], "qwen2") || !strcmp(cases[c], "llama_bias"))) {
+            if (tp == 2 && (!strcmp(cases[c], "llama") || !strcmp(cases[c], "qwen2") || !strcmp(cases[c], "llama_bias") ||
+                            !strcmp(cases[c], "olmoe") || !strcmp(cases[c], "qwen2_moe"))) {
                 check_mpi_matches_shm(cases[c], MODE_TP, &g, out);
                 if (sp) check_mpi_matches_shm(cases[c], MODE_SP, &g, sp);
                 if (as) check_mpi_matches_shm(cases[c], MODE_ASYNC, &g, as);

@@ -1,22 +1,48 @@
-/* Row-wise kernels: RMSNorm, SiLU-and-mul, residual add, scaling, embedding lookup. */
+/* Row-wise kernels: RMSNorm (also in two steps, for a norm whose row spans ranks), SiLU-and-mul,
+ * residual add, scaling, sigmoid gating, embedding lookup. */
 #include <math.h>
 #include <string.h>
 
 #include "kernels/kernels.h"
 #include "util/half.h"
 
+static float sum_sq(const float *x, int n) {
+    float ss = 0;
+    for (int c = 0; c < n; c++) ss += x[c] * x[c];
+    return ss;
+}
+
+/* o = x / sqrt(ss / n + eps) * weight, for one row's n columns */
+static void rms_apply(const float *x, float ss, int n, int cols, const float *weight, float eps, float *o) {
+    float inv = 1.0f / sqrtf(ss / n + eps);
+    for (int c = 0; c < cols; c++) o[c] = x[c] * inv * weight[c];
+}
+
 void rms_norm(const float *x, size_t ldx, float *out, size_t ldo, int rows, int cols, int group,
               const float *weight, float eps) {
 #pragma omp parallel for schedule(static) if (rows > 1)
-    for (int r = 0; r < rows; r++) {
+    for (int r = 0; r < rows; r++)
         for (int g0 = 0; g0 < cols; g0 += group) {
             const float *xr = x + (size_t)r * ldx + g0;
-            float *o = out + (size_t)r * ldo + g0;
-            float ss = 0;
-            for (int c = 0; c < group; c++) ss += xr[c] * xr[c];
-            float inv = 1.0f / sqrtf(ss / group + eps);
-            for (int c = 0; c < group; c++) o[c] = xr[c] * inv * weight[c];
+            rms_apply(xr, sum_sq(xr, group), group, group, weight, eps, out + (size_t)r * ldo + g0);
         }
+}
+
+void sum_squares(const float *x, size_t ldx, float *out, size_t ldo, int rows, int cols) {
+    for (int r = 0; r < rows; r++) out[(size_t)r * ldo] = sum_sq(x + (size_t)r * ldx, cols);
+}
+
+void rms_norm_by(const float *x, size_t ldx, const float *ss, size_t lds, float *out, size_t ldo, int rows, int cols,
+                 int features, const float *weight, float eps) {
+#pragma omp parallel for schedule(static) if (rows > 1)
+    for (int r = 0; r < rows; r++)
+        rms_apply(x + (size_t)r * ldx, ss[(size_t)r * lds], features, cols, weight, eps, out + (size_t)r * ldo);
+}
+
+void sigmoid_gate(const float *x, size_t ldx, const float *g, size_t ldg, float *out, size_t ldo, int rows, int cols) {
+    for (int r = 0; r < rows; r++) {
+        float s = 1.0f / (1.0f + expf(-g[(size_t)r * ldg]));
+        for (int c = 0; c < cols; c++) out[(size_t)r * ldo + c] = x[(size_t)r * ldx + c] * s;
     }
 }
 

@@ -28,6 +28,15 @@ void rope_table_free(rope_table *t);
 void rope_apply(const rope_table *t, const float *x, size_t ldx, float *out, size_t ldo, int rows,
                 int n_heads, const int32_t *pos);
 
+/* The same norm in two steps, for rows whose columns are spread over ranks: ss[r] = the sum of
+ * squares of this rank's columns; once the ranks' ss are summed, rms_norm_by normalises by
+ * sqrt(ss / features + eps), `features` being the whole row's width. */
+void sum_squares(const float *x, size_t ldx, float *ss, size_t lds, int rows, int cols);
+void rms_norm_by(const float *x, size_t ldx, const float *ss, size_t lds, float *out, size_t ldo, int rows, int cols,
+                 int features, const float *weight, float eps);
+/* out = x * sigmoid(g), g one value per row (Qwen2-MoE's shared-expert gate). */
+void sigmoid_gate(const float *x, size_t ldx, const float *g, size_t ldg, float *out, size_t ldo, int rows, int cols);
+
 void silu_mul(const float *gate, size_t ldg, const float *up, size_t ldu, float *out, size_t ldo,
               int rows, int cols);
 void add_rows(const float *a, size_t lda, const float *b, size_t ldb, float *out, size_t ldo, int rows,
@@ -35,6 +44,29 @@ void add_rows(const float *a, size_t lda, const float *b, size_t ldb, float *out
 void scale_rows(const float *a, size_t lda, float s, float *out, size_t ldo, int rows, int cols);
 /* out[r] = table[ids[r]] (ids outside [v0, v0 + table.rows) give zero rows: vocab shards). */
 void embed_rows(const wmat *table, int v0, const int32_t *ids, int rows, float *out, size_t ldo);
+
+/* Mixture of experts over a batch of rows (see moe.c). */
+typedef struct moe_shape {
+    int hidden, inter, n_experts, top_k; /* inter: the expert features this rank holds */
+    bool softmax_of_topk; /* GraniteMoE: softmax over the k chosen logits; else over all, then top k */
+    bool norm_topk;       /* renormalise the chosen probabilities to sum to 1 */
+} moe_shape;
+
+/* Buffers for moe_forward, sized once for the engine's largest batch. */
+typedef struct moe_scratch {
+    int32_t *choice, *count, *start, *token;
+    float *weight, *token_weight, *x, *gate, *up, *y;
+} moe_scratch;
+int moe_scratch_init(moe_scratch *s, int rows, const moe_shape *sh);
+void moe_scratch_free(moe_scratch *s);
+
+/* Routing: choice[r*k + j], weight[r*k + j] = the j-th expert of row r and its weight. Ties go
+ * to the lower expert index, so every rank (and every mode) routes a row the same way. */
+void moe_route(const float *logits, size_t ldl, int rows, const moe_shape *sh, int32_t *choice, float *weight);
+/* out[r] = sum over row r's experts e, in increasing e, of weight * down_e(silu(gate_e x) * up_e x);
+ * experts[3e..3e+2] = gate, up, down. Each expert runs as GEMMs over the rows routed to it. */
+void moe_forward(const moe_shape *sh, const wmat *experts, const float *x, size_t ldx, const float *logits,
+                 size_t ldl, int rows, float *out, size_t ldo, moe_scratch *s);
 
 /* KV cache of one layer: [n_seqs][max_ctx][kv_width] for K and for V. */
 typedef struct kv_layer {

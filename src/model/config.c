@@ -121,6 +121,37 @@ static int parse_eos(reader *r, model_config *c) {
     return 0;
 }
 
+/* Mixture-of-experts fields, as Mixtral, OLMoE, Qwen2/3-MoE and GraniteMoE name them. */
+static int parse_moe(reader *r, model_config *c) {
+    const cJSON *root = r->root;
+    const char *count = cJSON_GetObjectItemCaseSensitive(root, "num_experts") ? "num_experts" : "num_local_experts";
+    if (get_int(r, root, count, 0, false, 0, &c->n_experts)) return -1;
+    if (!c->n_experts) return 0;
+    if (get_int(r, root, "num_experts_per_tok", 2, false, 1, &c->top_k) ||
+        get_int(r, root, "moe_intermediate_size", c->intermediate, false, 1, &c->moe_intermediate) ||
+        get_int(r, root, "shared_expert_intermediate_size", 0, false, 0, &c->shared_intermediate) ||
+        get_int(r, root, "decoder_sparse_step", 1, false, 1, &c->sparse_step) ||
+        get_bool(r, "norm_topk_prob", false, &c->norm_topk))
+        return -1;
+    if (c->n_experts > 512) return loom_errf(r->err, "%s: %d experts: at most 512 are supported", r->name, c->n_experts);
+    if (c->top_k > c->n_experts)
+        return loom_errf(r->err, "%s: num_experts_per_tok %d exceeds the %d experts", r->name, c->top_k, c->n_experts);
+    if (c->n_layers > (int)sizeof c->mlp_only)
+        return loom_errf(r->err, "%s: %d layers: at most %zu in a mixture-of-experts model", r->name, c->n_layers,
+                         sizeof c->mlp_only);
+    const cJSON *only = cJSON_GetObjectItemCaseSensitive(root, "mlp_only_layers"), *l;
+    if (only && !cJSON_IsNull(only) && !cJSON_IsArray(only))
+        return loom_errf(r->err, "%s: field 'mlp_only_layers' must be a list of layer indices", r->name);
+    cJSON_ArrayForEach(l, only) {
+        if (!cJSON_IsNumber(l) || l->valueint < 0 || l->valueint >= c->n_layers)
+            return loom_errf(r->err, "%s: 'mlp_only_layers' entries must be layers 0..%d", r->name, c->n_layers - 1);
+        c->mlp_only[l->valueint] = 1;
+    }
+    const cJSON *clip = cJSON_GetObjectItemCaseSensitive(root, "clip_qkv");
+    if (clip && !cJSON_IsNull(clip)) return loom_errf(r->err, "%s: field 'clip_qkv' is not supported", r->name);
+    return 0;
+}
+
 static int parse(reader *r, model_config *c) {
     const cJSON *root = r->root;
     memset(c, 0, sizeof *c);
@@ -164,7 +195,7 @@ static int parse(reader *r, model_config *c) {
         get_float(r, root, "logits_scaling", 1.0, false, &c->logits_scale))
         return -1;
     if (c->logits_scale == 0) return loom_errf(r->err, "%s: field 'logits_scaling' must be non-zero", r->name);
-    if (get_int(r, root, "bos_token_id", -1, false, -1, &c->bos_id) || parse_eos(r, c)) return -1;
+    if (parse_moe(r, c) || get_int(r, root, "bos_token_id", -1, false, -1, &c->bos_id) || parse_eos(r, c)) return -1;
     const char *dt = get_str(root, "torch_dtype");
     if (!dt) dt = get_str(root, "dtype");
     snprintf(c->dtype, sizeof c->dtype, "%s", dt ? dt : "");

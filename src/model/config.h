@@ -19,6 +19,10 @@ typedef struct model_config {
     int sliding_window; /* 0: full causal attention */
     /* Granite multipliers; 1 (and attention 1/sqrt(head_dim)) for the others */
     float embedding_mult, attention_mult, residual_mult, logits_scale;
+    /* mixture of experts; n_experts 0: dense */
+    int n_experts, top_k, moe_intermediate, shared_intermediate, sparse_step;
+    bool norm_topk;         /* renormalise the top-k routing weights */
+    unsigned char mlp_only[256]; /* per layer: 1 = dense MLP in an MoE model (mlp_only_layers) */
     int bos_id;
     int eos_ids[8];
     int n_eos;

@@ -195,10 +195,10 @@ static const st_tensor *find(weight_store *w, const char *name, const char **fil
 
 static bool aligned(const void *p, size_t a) { return (uintptr_t)p % a == 0; }
 
-int weights_get(weight_store *w, const char *name, int rows, int cols, int r0, int nr, int c0, int nc,
-                bool as_f32, float init, wmat *out, loom_err *err) {
-    if (!nr) nr = rows;
-    if (!nc) nc = cols ? cols : 1;
+/* Fetches rows [r0, r0+nr) x columns [c0, c0+nc) of tensor `name`, which must have the ndim
+ * dimensions `shape`, read as a [rows, cols] matrix (rows: the leading dimensions together). */
+static int fetch(weight_store *w, const char *name, int ndim, const int *shape, int cols, int r0, int nr, int c0, int nc,
+                 bool as_f32, float init, wmat *out, loom_err *err) {
     *out = (wmat){.rows = nr, .cols = nc};
     bool keep_bf16 = !as_f32 && w->keep == WDT_BF16;
     if (w->dummy) return fill_dummy(w, name, cols, r0, nr, c0, nc, !keep_bf16, init, out);
@@ -206,14 +206,14 @@ int weights_get(weight_store *w, const char *name, int rows, int cols, int r0, i
     const char *file;
     const st_tensor *t = find(w, name, &file);
     if (!t) return loom_errf(err, "%s: missing tensor '%s'", w->dir, name);
-    bool shape_ok = cols ? (t->ndim == 2 && t->shape[0] == rows && t->shape[1] == cols)
-                         : (t->ndim == 1 && t->shape[0] == rows);
+    bool shape_ok = t->ndim == ndim;
+    for (int i = 0; i < ndim && shape_ok; i++) shape_ok = t->shape[i] == shape[i];
     if (!shape_ok) {
-        char got[128] = "";
+        char got[128] = "", want[128] = "";
         for (int i = 0; i < t->ndim; i++)
             snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", i ? ", " : "", (long long)t->shape[i]);
-        if (cols) return loom_errf(err, "%s: tensor '%s' has shape [%s], expected [%d, %d]", file, name, got, rows, cols);
-        return loom_errf(err, "%s: tensor '%s' has shape [%s], expected [%d]", file, name, got, rows);
+        for (int i = 0; i < ndim; i++) snprintf(want + strlen(want), sizeof want - strlen(want), "%s%d", i ? ", " : "", shape[i]);
+        return loom_errf(err, "%s: tensor '%s' has shape [%s], expected [%s]", file, name, got, want);
     }
     if (t->dtype != DT_F32 && t->dtype != DT_BF16 && t->dtype != DT_F16)
         return loom_errf(err, "%s: tensor '%s' has dtype %s (supported: F32, F16, BF16)", file, name,
@@ -249,6 +249,19 @@ int weights_get(weight_store *w, const char *name, int rows, int cols, int r0, i
     }
     out->data = dst;
     return 0;
+}
+
+int weights_get(weight_store *w, const char *name, int rows, int cols, int r0, int nr, int c0, int nc,
+                bool as_f32, float init, wmat *out, loom_err *err) {
+    int shape[2] = {rows, cols};
+    return fetch(w, name, cols ? 2 : 1, shape, cols, r0, nr ? nr : rows, c0, nc ? nc : cols ? cols : 1, as_f32, init,
+                 out, err);
+}
+
+int weights_get_expert(weight_store *w, const char *name, int n_experts, int expert, int rows, int cols, int r0,
+                       int nr, int c0, int nc, float init, wmat *out, loom_err *err) {
+    int shape[3] = {n_experts, rows, cols};
+    return fetch(w, name, 3, shape, cols, expert * rows + r0, nr ? nr : rows, c0, nc ? nc : cols, false, init, out, err);
 }
 
 char **weights_unused(const weight_store *w) {

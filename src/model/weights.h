@@ -42,6 +42,10 @@ void weights_close(weight_store *w);
  * stores the values are generated: `init` is the scale, or the constant 1 for norms (init<0). */
 int weights_get(weight_store *w, const char *name, int rows, int cols, int r0, int nr, int c0, int nc,
                 bool as_f32, float init, wmat *out, loom_err *err);
+/* Rows [r0, r0+nr) x columns [c0, c0+nc) of expert `expert`'s [rows, cols] matrix in a stacked
+ * [n_experts, rows, cols] tensor (GraniteMoE's experts), as weights_get fetches a linear. */
+int weights_get_expert(weight_store *w, const char *name, int n_experts, int expert, int rows, int cols, int r0,
+                       int nr, int c0, int nc, float init, wmat *out, loom_err *err);
 /* Names of tensors in the files that the model never asked for (NULL-terminated, malloc'd). */
 char **weights_unused(const weight_store *w);
 

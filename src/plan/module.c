@@ -8,7 +8,7 @@
 
 static const char *kind_names[OP_KIND_COUNT] = {
     "embed", "linear", "split", "rms_norm", "rope", "attention",
-    "silu_mul", "add", "scale", "logit_rows", "call", "custom",
+    "silu_mul", "add", "scale", "logit_rows", "call", "custom", "moe", "sigmoid_gate",
 };
 
 const char *op_kind_name(op_kind k) { return kind_names[k]; }
@@ -28,6 +28,7 @@ void module_free(module *m) {
     if (!m) return;
     for (int i = 0; i < m->n_ops; i++) {
         free(m->ops[i].lin);
+        free(m->ops[i].moe);
         if (m->ops[i].kind == OP_CALL) module_free(m->ops[i].child);
         if (m->ops[i].kind == OP_CUSTOM) free((char *)m->ops[i].custom.name);
     }
@@ -142,6 +143,17 @@ int emit_scale(module *m, int in, float s, const char *name) {
 }
 
 int emit_logit_rows(module *m, int in) { return new_op(m, OP_LOGIT_ROWS, 1, &in, "last")->out[0]; }
+
+int emit_moe(module *m, int x, int router_logits, const moe_desc *d) {
+    op *o = new_op(m, OP_MOE, 2, (int[]){x, router_logits}, "experts");
+    o->moe = malloc(sizeof *o->moe);
+    *o->moe = *d;
+    return o->out[0];
+}
+
+int emit_sigmoid_gate(module *m, int in, int gate, const char *name) {
+    return new_op(m, OP_SIGMOID_GATE, 2, (int[]){in, gate}, name)->out[0];
+}
 
 int emit_call(module *m, module *child, const int *ins, int n_in, const char *name) {
     op *o = new_op(m, OP_CALL, n_in, ins, name);

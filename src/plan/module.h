@@ -19,6 +19,9 @@ typedef enum op_kind {
     OP_LOGIT_ROWS,  /* out = the rows of in0 whose logits are wanted                */
     OP_CALL,        /* outs = child(ins)                                            */
     OP_CUSTOM,      /* out = a user's function of in0, of a declared class           */
+    OP_MOE,         /* out = the routed experts' weighted sum for in0, routed by the
+                       router logits in1                                           */
+    OP_SIGMOID_GATE,/* out = in0 * sigmoid(in1), in1 one column per row            */
     OP_KIND_COUNT
 } op_kind;
 
@@ -48,6 +51,25 @@ typedef struct linear_desc {
     bool no_fuse; /* keep plain collectives around it under async TP (quantized, or asked) */
 } linear_desc;
 
+/* A mixture-of-experts layer: each token goes to the top_k experts of its router logits,
+ * each a SwiGLU MLP of `inter` features, and gets their outputs weighted by its routing
+ * probabilities. Under TP every rank holds a 1/tp share of every expert's features (gate and
+ * up column-parallel, down row-parallel), so the output is a partial sum. */
+typedef enum moe_routing {
+    ROUTE_SOFTMAX_TOPK, /* softmax over all experts, then the top k (renormalised if norm_topk) */
+    ROUTE_TOPK_SOFTMAX, /* the top k logits, then a softmax over those (GraniteMoE) */
+} moe_routing;
+
+typedef struct moe_desc {
+    int hidden, inter, n_experts, top_k;
+    moe_routing routing;
+    bool norm_topk;
+    /* per-expert tensors: printf patterns with one %d for the expert ("...experts.%d.w1.weight");
+     * stacked: gate holds [E, 2*inter, hidden] (gate rows, then up rows), down [E, hidden, inter] */
+    bool stacked;
+    char gate[128], up[128], down[128];
+} moe_desc;
+
 typedef struct attn_desc {
     int layer, n_heads, n_kv_heads, head_dim, sliding_window;
     float scale;
@@ -67,11 +89,15 @@ typedef struct op {
     char weight[128];   /* OP_RMS_NORM */
     float eps;          /* OP_RMS_NORM */
     int group;          /* OP_RMS_NORM: 0 = whole row, else normalise each `group` columns */
+    bool across_ranks;  /* OP_RMS_NORM over a whole head-sharded projection (OLMoE's q/k
+                           norms): under TP, its sum of squares is all-reduced */
+    int features;       /* OP_RMS_NORM across ranks: the projection's whole width */
     int part;           /* OP_SPLIT */
     float scalar;       /* OP_SCALE */
     attn_desc attn;     /* OP_ATTENTION */
     rope_desc rope;     /* OP_ROPE */
     module *child;      /* OP_CALL */
+    moe_desc *moe;      /* OP_MOE */
     loom_custom_op custom; /* OP_CUSTOM (name owned by the op) */
 } op;
 
@@ -103,6 +129,8 @@ int emit_silu_mul(module *m, int gate, int up);
 int emit_add(module *m, int a, int b, const char *name);
 int emit_scale(module *m, int in, float s, const char *name);
 int emit_logit_rows(module *m, int in);
+int emit_moe(module *m, int x, int router_logits, const moe_desc *d);
+int emit_sigmoid_gate(module *m, int in, int gate, const char *name);
 /* Runs child on ins; returns its first output (children here have one). */
 int emit_call(module *m, module *child, const int *ins, int n_in, const char *name);
 

@@ -35,6 +35,7 @@ plan_step *plan_new_step(plan *p, step_kind kind, const op *o, const module *m) 
     s->kind = kind;
     s->op = o;
     s->mod = m;
+    s->n_in = kind == STEP_OP && o ? o->n_in : 1;
     return s;
 }
 
@@ -71,7 +72,23 @@ static void report_progress(plan *p) {
 
 static int flatten(plan *p, const module *m, const int *bind, weight_store *ws, loom_err *err);
 
+/* Under TP, a mixture of experts sums its routed and shared experts' partials before its one
+ * all-reduce, as vLLM does, which is also what SP's region does before its reduce-scatter:
+ * the two modes then add the same numbers in the same order. */
+static bool defers_reduction(const plan *p, const module *parent, const module *child) {
+    return p->o.tp > 1 && !p->o.sp && !strcmp(parent->kind, "decoder_layer") && !strcmp(child->kind, "moe");
+}
+
 static int flatten_call(plan *p, const module *m, const op *o, const int *in, weight_store *ws, loom_err *err) {
+    if (defers_reduction(p, m, o->child)) {
+        p->in_region++;
+        int out = flatten(p, o->child, in, ws, err);
+        p->in_region--;
+        if (out < 0) return -1;
+        if (p->values[out].dist != DIST_PARTIAL)
+            return loom_errf(err, "%s: %s does not end in a partial sum of its experts", m->name, o->child->name);
+        return plan_collective(p, STEP_ALL_REDUCE, o, m, out, p->values[out].width, p->values[out].rows);
+    }
     if (!sp_is_region(p, m, o->child)) {
         int out = flatten(p, o->child, in, ws, err);
         if (out >= 0 && !strcmp(o->child->kind, "decoder_layer")) report_progress(p);
@@ -99,6 +116,8 @@ static int flatten_split(plan *p, const module *m, const op *o, int fused, loom_
     int v = plan_new_value(p, end - ps->col[o->part], o, f.rows, f.dist);
     p->values[v].base = f.base;
     p->values[v].col = f.col + ps->col[o->part];
+    p->values[v].feat0 = ps->feat0[o->part];
+    p->values[v].replicated_heads = ps->replicated[o->part];
     return v;
 }
 
@@ -106,8 +125,8 @@ static int flatten_split(plan *p, const module *m, const op *o, int fused, loom_
  * to the region's exit, and outside one the embedding's is reduce-scattered into the residual. */
 static int complete_partial(plan *p, const module *m, const op *o, int v, loom_err *err) {
     const plan_value pv = p->values[v];
-    if (!p->o.sp) return plan_collective(p, STEP_ALL_REDUCE, o, m, v, pv.width, pv.rows);
     if (p->in_region) return v;
+    if (!p->o.sp) return plan_collective(p, STEP_ALL_REDUCE, o, m, v, pv.width, pv.rows);
     if (o->kind == OP_EMBED) return plan_collective(p, STEP_REDUCE_SCATTER, o, m, v, pv.width, ROWS_SHARD);
     return loom_errf(err, "%s: sequence parallelism cannot place `%s`: it reduces across ranks outside a region",
                      m->name, op_kind_name(o->kind));
@@ -131,14 +150,18 @@ static int bind_op(plan *p, plan_step *s, const module *m, const op *o, int widt
         p->kv_width = kv * a->head_dim;
         return h * a->head_dim;
     }
-    case OP_RMS_NORM:
+    case OP_RMS_NORM: {
+        /* across ranks: this rank's columns of the whole projection's weight */
+        int n = o->group ? o->group : o->across_ranks ? o->features : width, c0 = o->across_ranks ? p->values[s->in[0]].feat0 : 0;
         if (ws) {
             wmat nw;
-            if (weights_get(ws, o->weight, o->group ? o->group : width, 0, 0, 0, 0, 0, true, -1.0f, &nw, err))
+            if (weights_get(ws, o->weight, n, 0, c0, o->group ? 0 : width, 0, 0, true, -1.0f, &nw, err))
                 return loom_err_prefix(err, "%s", m->name);
             s->norm_w = nw.data;
         }
         return width;
+    }
+    case OP_MOE: return shard_bind_moe(p, s, o->moe, m, ws, err);
     default: /* rope, silu_mul, add, scale, logit_rows keep their input's width */
         return width;
     }
@@ -152,11 +175,27 @@ static int output_dist(plan *p, const module *m, const op *o, const int *in, loo
         return o->lin->style == PAR_ROW ? DIST_PARTIAL : o->lin->style == PAR_REPLICATED ? DIST_FULL : DIST_SHARDED;
     }
     if (o->kind == OP_LINEAR) return DIST_FULL;
+    if (o->kind == OP_MOE && p->o.tp > 1 && p->values[in[0]].dist != DIST_PARTIAL) return DIST_PARTIAL;
     int d = sp_output_dist(p, m, o, in, err);
-    if (d == DIST_SHARDED && o->kind == OP_RMS_NORM && !o->group)
+    if (d == DIST_SHARDED && o->kind == OP_RMS_NORM && !o->group && !o->across_ranks)
         return loom_errf(err, "%s: %s normalises over features split across ranks; its statistic would cover only "
                               "this rank's share", m->name, o->weight);
     return d;
+}
+
+/* An RMSNorm over a whole projection that TP shards by heads: each rank sums the squares of
+ * its columns, an all-reduce adds the ranks' sums (in rank order, like every reduction), and
+ * the norm step divides by the whole width. Returns the summed statistic's value. */
+static int norm_statistic(plan *p, const module *m, const op *o, int x, loom_err *err) {
+    const plan_value xv = p->values[x];
+    if (xv.replicated_heads)
+        return loom_errf(err, "%s: %s normalises a whole projection whose heads are replicated across %d ranks (fewer "
+                              "kv heads than ranks): each would count more than once", m->name, o->weight, p->o.tp);
+    plan_step *s = plan_new_step(p, STEP_OP, o, m);
+    s->in[0] = x;
+    s->sum_squares = true;
+    s->out = plan_new_value(p, 1, o, xv.rows, DIST_PARTIAL);
+    return plan_collective(p, STEP_ALL_REDUCE, o, m, s->out, 1, xv.rows);
 }
 
 static int flatten_op(plan *p, const module *m, const op *o, int *map, weight_store *ws, loom_err *err) {
@@ -177,12 +216,17 @@ static int flatten_op(plan *p, const module *m, const op *o, int *map, weight_st
         return 0;
     }
     sp_check_outside(p, m, o);
+    int stat = o->kind == OP_RMS_NORM && o->across_ranks && d == DIST_SHARDED ? norm_statistic(p, m, o, in[0], err) : 0;
+    if (stat < 0) return -1;
     plan_step *s = plan_new_step(p, STEP_OP, o, m);
     memcpy(s->in, in, sizeof in);
+    if (stat) s->in[1] = stat, s->n_in = 2;
     int width = bind_op(p, s, m, o, v0 ? v0->width : 0, ws, err);
     if (width < 0) return -1;
     int v = plan_new_value(p, width, o, o->kind == OP_LOGIT_ROWS ? ROWS_LOGITS : rows, d);
     s->out = v;
+    if (o->kind == OP_LINEAR) p->values[v].feat0 = s->feat0[0], p->values[v].replicated_heads = s->replicated[0];
+    else if (v0) p->values[v].feat0 = v0->feat0, p->values[v].replicated_heads = v0->replicated_heads;
     if (d == DIST_PARTIAL && !(v0 && v0->dist == DIST_PARTIAL)) v = complete_partial(p, m, o, v, err);
     else if (o->kind == OP_LINEAR && o->lin->style == PAR_VOCAB && p->o.tp > 1)
         v = plan_collective(p, STEP_GATHER_COLS, o, m, v, o->lin->parts[0].out, rows);
@@ -201,7 +245,7 @@ static int flatten(plan *p, const module *m, const int *bind, weight_store *ws, 
     return out;
 }
 
-int plan_step_inputs(const plan_step *s) { return s->kind == STEP_OP ? s->op->n_in : 1; }
+int plan_step_inputs(const plan_step *s) { return s->n_in; }
 
 /* Liveness: a base buffer lives from its definition to the last use of it or of any view of
  * it; buffers are handed out greedily, the narrowest free one of the right row kind that is
@@ -266,6 +310,10 @@ static void fuse_async_tp(plan *p) {
         plan_step *s = &p->steps[i];
         if (s->op->kind != OP_CALL || (s->kind != STEP_GATHER_ROWS && s->kind != STEP_REDUCE_SCATTER)) continue;
         p->n_region_collectives++;
+        if (!strcmp(s->op->child->kind, "moe")) {
+            note_unfused(p, s, "kept: mixture-of-experts regions keep plain collectives, as seed 001's do");
+            continue;
+        }
         if (s->kind == STEP_GATHER_ROWS) {
             plan_step *c = sole_consumer(p, s->out);
             if (!fusable(c, PAR_COLUMN) || c->in[0] != s->out) {
@@ -321,6 +369,7 @@ void plan_free(plan *p) {
     for (int i = 0; i < p->n_warnings; i++) free(p->warnings[i]);
     free(p->warnings);
     free(p->regions);
+    for (int i = 0; i < p->n_steps; i++) free(p->steps[i].experts);
     free(p->steps);
     free(p->values);
     free(p->buffer_width);

@@ -41,6 +41,8 @@ typedef struct plan_value {
     int col;       /* first column inside the base's rows */
     row_kind rows;
     dist dist;
+    int feat0;     /* first of the model's features this rank's columns hold (sharded values) */
+    bool replicated_heads; /* its heads are copies held by several ranks (kv heads < tp) */
     const op *producer;
     int def_step, last_use; /* step indices, for buffer assignment */
     int buffer;             /* for bases: buffer index */
@@ -50,12 +52,17 @@ typedef struct plan_step {
     step_kind kind;
     const op *op;      /* STEP_OP, and the op a collective completes */
     const module *mod; /* owning module, for messages and the plan printer */
-    int in[4], out;
+    int n_in, in[4], out;
+    bool sum_squares;  /* OP_RMS_NORM across ranks: this step makes the row statistic */
     /* resolved parameters of this rank */
     wmat w[LIN_MAX_PARTS];
     const float *bias[LIN_MAX_PARTS]; /* collectives: bias added to the completed sum */
     const float *row_bias;  /* row-parallel linear: its bias, held on every rank */
     int col[LIN_MAX_PARTS]; /* output column of each part */
+    int feat0[LIN_MAX_PARTS]; /* first output feature of each part this rank holds */
+    bool replicated[LIN_MAX_PARTS]; /* the part's heads are replicated across ranks */
+    wmat *experts;          /* OP_MOE: gate, up, down of each expert (this rank's share) */
+    int expert_inter;       /* OP_MOE: features of each expert this rank holds */
     const float *norm_w;
     int vocab0;             /* first vocabulary row this rank holds (embedding) */
     attn_shape attn;        /* this rank's heads */

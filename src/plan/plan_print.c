@@ -28,10 +28,21 @@ static void print_module(FILE *f, const module *m, int depth) {
         for (int j = 0; j < o->n_in; j++) fprintf(f, "%s%s", j ? ", " : "", m->value_names[o->in[j]]);
         fputc(')', f);
         if (o->lin && o->kind == OP_LINEAR) {
-            static const char *styles[] = {"replicated", "column", "row", "vocab"};
-            fprintf(f, "  %s-parallel, out", styles[o->lin->style]);
+            static const char *styles[] = {"replicated", "column-parallel", "row-parallel", "vocab-parallel"};
+            fprintf(f, "  %s, out", styles[o->lin->style]);
             for (int j = 0; j < o->lin->n_parts; j++) fprintf(f, "%s%d", j ? "+" : " ", o->lin->parts[j].out);
         }
+        if (o->kind == OP_MOE) {
+            const moe_desc *d = o->moe;
+            fprintf(f, "  %d experts of %d features, top %d (%s), each expert's gate/up column-parallel and down "
+                       "row-parallel", d->n_experts, d->inter, d->top_k,
+                    d->routing == ROUTE_TOPK_SOFTMAX ? "softmax over the chosen logits"
+                    : d->norm_topk                   ? "softmax, renormalised"
+                                                     : "softmax");
+        }
+        if (o->kind == OP_RMS_NORM && o->across_ranks)
+            fprintf(f, "  over the whole projection: under TP each rank sums its heads' squares and an all_reduce "
+                       "adds them");
         fputc('\n', f);
     }
 }
@@ -43,7 +54,8 @@ static void print_sp(FILE *f, const plan *p) {
     for (int i = 0; i < p->n_regions; i++) {
         const plan_region *r = &p->regions[i];
         verified += r->verified;
-        fprintf(f, "  region %-28s all-gather in, reduce-scatter out: %s\n", r->mod->name,
+        fprintf(f, "  region %-28s all-gather in, reduce-scatter out: %s%s\n", r->mod->name,
+                strcmp(r->mod->kind, "moe") ? "" : "mixture of experts (a reducer, like a row-parallel linear), ",
                 r->verified ? "verified (partial sums reach the exit only through additive, pass-through and "
                               "scaling ops)"
                             : "could not verify (an opaque op acts on a partial sum)");

@@ -1,16 +1,19 @@
 /* Tensor parallelism: each rank's share of the weights, following Megatron-LM as vLLM does:
  * column-parallel linears split their output features (whole heads for q/k/v; kv heads are
  * replicated when there are fewer than ranks), row-parallel linears split their input features
- * and produce a partial sum (its bias counted once: see plan_collective), and
- * the embedding and LM head split the vocabulary. */
+ * and produce a partial sum (its bias counted once: see plan_collective), the embedding and
+ * LM head split the vocabulary, and each expert of a mixture is split like an MLP (every rank
+ * holds a share of every expert, as vLLM's TP without expert parallelism does). */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "plan/plan_impl.h"
 #include "util/err.h"
 
 /* The rows [*r0, *r0 + *nr) of a column-parallel part that this rank holds. */
-static int shard_rows(const plan *p, const linear_part *pt, const module *m, int *r0, int *nr, loom_err *err) {
+static int shard_rows(const plan *p, const linear_part *pt, const module *m, int *r0, int *nr, bool *replicated,
+                      loom_err *err) {
     int tp = p->o.tp, rank = p->o.rank;
     if (pt->head_dim) {
         int heads = pt->out / pt->head_dim, hd = pt->head_dim;
@@ -22,6 +25,7 @@ static int shard_rows(const plan *p, const linear_part *pt, const module *m, int
         if (pt->replicable && tp % heads == 0) { /* fewer kv heads than ranks: each rank keeps one */
             *r0 = rank * heads / tp * hd;
             *nr = hd;
+            *replicated = true;
             return 0;
         }
         return loom_errf(err, "%s: %s has %d heads, which cannot be split across %d ranks", m->name, pt->weight,
@@ -48,7 +52,7 @@ int shard_bind_linear(plan *p, plan_step *s, const linear_desc *l, int in_width,
         bool bias = pt->bias[0];
         switch (l->style) {
         case PAR_COLUMN:
-            if (shard_rows(p, pt, m, &r0, &nr, err)) return -1;
+            if (shard_rows(p, pt, m, &r0, &nr, &s->replicated[i], err)) return -1;
             break;
         case PAR_ROW:
             if (l->in % p->o.tp || in_width != l->in / p->o.tp)
@@ -77,9 +81,39 @@ int shard_bind_linear(plan *p, plan_step *s, const linear_desc *l, int in_width,
             if (row) s->row_bias = b.data;
         }
         s->col[i] = col;
+        s->feat0[i] = r0;
         col += nr;
     }
     return col;
+}
+
+int shard_bind_moe(plan *p, plan_step *s, const moe_desc *d, const module *m, weight_store *ws, loom_err *err) {
+    int tp = p->o.tp, I = d->inter, H = d->hidden;
+    if (I % tp)
+        return loom_errf(err, "%s: its experts have %d features, not divisible by %d ranks", m->name, I, tp);
+    int nr = I / tp, r0 = p->o.rank * nr;
+    s->expert_inter = nr;
+    if (!ws) return H;
+    s->experts = calloc(3 * (size_t)d->n_experts, sizeof *s->experts);
+    for (int e = 0; e < d->n_experts; e++) {
+        wmat *w = &s->experts[3 * e];
+        int rc;
+        if (d->stacked) { /* gate rows, then up rows, of one [2I, H] matrix per expert */
+            rc = weights_get_expert(ws, d->gate, d->n_experts, e, 2 * I, H, r0, nr, 0, 0, linear_init(H), &w[0], err) ||
+                 weights_get_expert(ws, d->up, d->n_experts, e, 2 * I, H, I + r0, nr, 0, 0, linear_init(H), &w[1], err) ||
+                 weights_get_expert(ws, d->down, d->n_experts, e, H, I, 0, 0, r0, nr, linear_init(I), &w[2], err);
+        } else {
+            char g[160], u[160], dn[160];
+            snprintf(g, sizeof g, d->gate, e);
+            snprintf(u, sizeof u, d->up, e);
+            snprintf(dn, sizeof dn, d->down, e);
+            rc = weights_get(ws, g, I, H, r0, nr, 0, 0, false, linear_init(H), &w[0], err) ||
+                 weights_get(ws, u, I, H, r0, nr, 0, 0, false, linear_init(H), &w[1], err) ||
+                 weights_get(ws, dn, H, I, 0, 0, r0, nr, false, linear_init(I), &w[2], err);
+        }
+        if (rc) return loom_err_prefix(err, "%s", m->name);
+    }
+    return H;
 }
 
 /* Vocabulary shards: ceil(V / tp) rows each, the last rank the rest. */

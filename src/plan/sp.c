@@ -1,10 +1,11 @@
 /* Sequence parallelism at plan time, after seed 001. Between the embedding and the LM head the
  * residual stream holds only this rank's tokens. A region -- a child of a decoder layer that
- * reduces across ranks -- all-gathers its input, and its reducers skip their all-reduce: their
+ * reduces across ranks (a row-parallel linear, or a mixture of experts) -- all-gathers its input, and its reducers skip their all-reduce: their
  * partial sums flow on to the region's exit, which reduce-scatters them. That is only correct
  * if every op between a reducer and the exit commutes with the sum over ranks, which is what
  * sp_output_dist checks op by op: additive ops need every input partial, pass-through ops keep
- * their first input's partial sum, a scaling op may scale exactly one partial input; any other
+ * their first input's partial sum, a scaling op may scale exactly one partial input (by a constant,
+ * or by a complete value: Qwen2-MoE's sigmoid gate); any other
  * op on a partial sum (a norm, an activation, a residual add with a complete value, a second
  * reduction) is an error naming the op and the module. */
 #include <stdarg.h>
@@ -18,7 +19,9 @@
 static bool reduces(const module *m) {
     for (int i = 0; i < m->n_ops; i++) {
         const op *o = &m->ops[i];
-        if ((o->kind == OP_LINEAR && o->lin->style == PAR_ROW) || (o->kind == OP_CALL && reduces(o->child))) return true;
+        if ((o->kind == OP_LINEAR && o->lin->style == PAR_ROW) || o->kind == OP_MOE ||
+            (o->kind == OP_CALL && reduces(o->child)))
+            return true;
     }
     return false;
 }
@@ -53,6 +56,10 @@ int sp_output_dist(plan *p, const module *m, const op *o, const int *in, loom_er
     case OP_LOGIT_ROWS: /* pass-through */
         return DIST_PARTIAL;
     case OP_SCALE: /* scaling by a constant */
+        return DIST_PARTIAL;
+    case OP_SIGMOID_GATE: /* scaling by a complete value: each rank's share scales alike */
+        if (p->values[in[1]].dist == DIST_PARTIAL)
+            return loom_errf(err, "%s: `%s` gates by a partial sum", m->name, name);
         return DIST_PARTIAL;
     case OP_LINEAR:
         if (o->lin->style == PAR_ROW) return loom_errf(err, "%s: `%s` reduces a partial sum again", m->name, name);

@@ -45,6 +45,26 @@ static int alloc_buffers(loom_engine *e, engine_plan *ep, loom_err *err) {
     return 0;
 }
 
+/* One scratch serves every MoE step: sized for the widest of them and the largest batch. */
+static int alloc_moe_scratch(loom_engine *e, loom_err *err) {
+    moe_shape most = {0};
+    for (int i = 0; i < e->n_plans; i++)
+        for (int k = 0; k < e->plans[i].p.n_steps; k++) {
+            const plan_step *s = &e->plans[i].p.steps[k];
+            if (s->kind != STEP_OP || s->op->kind != OP_MOE) continue;
+            const moe_desc *d = s->op->moe;
+            most.hidden = d->hidden > most.hidden ? d->hidden : most.hidden;
+            most.inter = s->expert_inter > most.inter ? s->expert_inter : most.inter;
+            most.n_experts = d->n_experts > most.n_experts ? d->n_experts : most.n_experts;
+            most.top_k = d->top_k > most.top_k ? d->top_k : most.top_k;
+        }
+    if (!most.n_experts) return 0;
+    if (moe_scratch_init(&e->moe, e->max_tokens, &most))
+        return loom_errf(err, "out of memory allocating the experts' scratch for %d tokens", e->max_tokens);
+    e->activation_bytes += (size_t)e->max_tokens * (2 * most.hidden + 2 * most.inter) * sizeof(float);
+    return 0;
+}
+
 static int alloc_state(loom_engine *e, loom_err *err) {
     const model_config *c = &e->model->cfg;
     const plan *p = &e->plans[0].p;
@@ -60,6 +80,7 @@ static int alloc_state(loom_engine *e, loom_err *err) {
             return -1;
         e->kv_bytes += 2 * per;
     }
+    if (alloc_moe_scratch(e, err)) return -1;
     e->seq_len = calloc(e->max_seqs, sizeof *e->seq_len);
     e->logits = alloc_or_fail((size_t)e->max_logits * c->vocab * sizeof(float), "logits", err);
     return e->logits ? rope_table_init(&e->rope, c, e->max_ctx, err) : -1;
@@ -166,6 +187,7 @@ void loom_engine_free(loom_engine *e) {
     free(e->seq_len);
     free(e->logits);
     rope_table_free(&e->rope);
+    moe_scratch_free(&e->moe);
     comm_free(e->own_comm);
     free(e);
 }
@@ -295,9 +317,9 @@ static void run_step(loom_engine *e, const plan_step *s, const loom_batch *b) {
     int rows = value_rows(e, ov, b), w = ov->width;
     size_t ldo, ld0 = 0, ld1 = 0, ld2 = 0;
     float *out = value_ptr(e, s->out, &ldo);
-    const float *in0 = o->n_in > 0 ? value_ptr(e, s->in[0], &ld0) : NULL;
-    const float *in1 = o->n_in > 1 ? value_ptr(e, s->in[1], &ld1) : NULL;
-    const float *in2 = o->n_in > 2 ? value_ptr(e, s->in[2], &ld2) : NULL;
+    const float *in0 = s->n_in > 0 ? value_ptr(e, s->in[0], &ld0) : NULL;
+    const float *in1 = s->n_in > 1 ? value_ptr(e, s->in[1], &ld1) : NULL;
+    const float *in2 = s->n_in > 2 ? value_ptr(e, s->in[2], &ld2) : NULL;
     switch (o->kind) {
     case OP_EMBED: embed_rows(&s->w[0], s->vocab0, b->ids, rows, out, ldo); break;
     case OP_LINEAR: {
@@ -317,7 +339,18 @@ static void run_step(loom_engine *e, const plan_step *s, const loom_batch *b) {
             }
         break;
     }
-    case OP_RMS_NORM: rms_norm(in0, ld0, out, ldo, rows, w, o->group ? o->group : w, s->norm_w, o->eps); break;
+    case OP_RMS_NORM:
+        if (s->sum_squares) sum_squares(in0, ld0, out, ldo, rows, e->cur->p.values[s->in[0]].width);
+        else if (in1) rms_norm_by(in0, ld0, in1, ld1, out, ldo, rows, w, o->features, s->norm_w, o->eps);
+        else rms_norm(in0, ld0, out, ldo, rows, w, o->group ? o->group : w, s->norm_w, o->eps);
+        break;
+    case OP_MOE: {
+        moe_shape sh = {o->moe->hidden, s->expert_inter, o->moe->n_experts, o->moe->top_k,
+                        o->moe->routing == ROUTE_TOPK_SOFTMAX, o->moe->norm_topk};
+        moe_forward(&sh, s->experts, in0, ld0, in1, ld1, rows, out, ldo, &e->moe);
+        break;
+    }
+    case OP_SIGMOID_GATE: sigmoid_gate(in0, ld0, in1, ld1, out, ldo, rows, w); break;
     case OP_ROPE: rope_apply(&e->rope, in0, ld0, out, ldo, rows, w / o->rope.head_dim, b->pos); break;
     case OP_ATTENTION:
         attention(&s->attn, &e->kv[o->attn.layer], in0, ld0, in1, ld1, in2, ld2, out, ldo, rows, b->pos, b->seq);

@@ -22,6 +22,7 @@ struct loom_engine {
     int n_plans, sp_min_tokens;
     kv_layer *kv;
     rope_table rope;
+    moe_scratch moe; /* shared by the MoE steps */
     int max_seqs, max_ctx, max_tokens, max_logits;
     int *seq_len; /* positions each sequence's KV cache holds */
     float *logits;

@@ -43,6 +43,11 @@ from transformers import (  # noqa: E402
     MistralConfig, MistralForCausalLM,
     Qwen2Config, Qwen2ForCausalLM,
     Qwen3Config, Qwen3ForCausalLM,
+    OlmoeConfig, OlmoeForCausalLM,
+    MixtralConfig, MixtralForCausalLM,
+    Qwen2MoeConfig, Qwen2MoeForCausalLM,
+    Qwen3MoeConfig, Qwen3MoeForCausalLM,
+    GraniteMoeConfig, GraniteMoeForCausalLM,
 )
 
 torch.set_num_threads(1)
@@ -58,6 +63,9 @@ BASE = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
             num_key_value_heads=2, intermediate_size=96, vocab_size=128,
             max_position_embeddings=256, rms_norm_eps=1e-5,
             bos_token_id=1, eos_token_id=2)
+
+
+MOE = dict(BASE, intermediate_size=48)
 
 
 def case_defs():
@@ -111,7 +119,50 @@ def case_defs():
         "llama_bias": (LlamaForCausalLM, LlamaConfig, dict(
             BASE, tie_word_embeddings=False, attention_bias=True, mlp_bias=True,
             rope_parameters={"rope_type": "default", "rope_theta": 10000.0}), {}),
+        # Mixtures of experts: 8 experts of 48 features (divisible by 2, 3 and 4 ranks), top-k
+        # >= 2. A decode step routes 2 tokens to at most 2k experts, so some get none.
+        # OLMoE: q/k norms over the whole projections; 4 kv heads as in OLMoE-1B-7B.
+        "olmoe": (OlmoeForCausalLM, OlmoeConfig, dict(
+            MOE, num_key_value_heads=4, num_experts=8, num_experts_per_tok=2,
+            norm_topk_prob=False, tie_word_embeddings=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0}), {}),
+        # Mixtral, with a routing tie: experts 3 and 5 share router row and weights, so every
+        # token's logits tie between them exactly (the output cannot depend on which wins)
+        "mixtral": (MixtralForCausalLM, MixtralConfig, dict(
+            MOE, num_local_experts=8, num_experts_per_tok=2, tie_word_embeddings=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 1e6}),
+            {"tie_experts": (3, 5)}),
+        # Qwen2-MoE: shared expert with a sigmoid gate, biases on q/k/v, a dense layer (1)
+        "qwen2_moe": (Qwen2MoeForCausalLM, Qwen2MoeConfig, dict(
+            MOE, num_hidden_layers=3, num_experts=8, num_experts_per_tok=2,
+            moe_intermediate_size=48, shared_expert_intermediate_size=64,
+            norm_topk_prob=False, decoder_sparse_step=1, mlp_only_layers=[1],
+            tie_word_embeddings=False, use_sliding_window=False, rms_norm_eps=1e-6,
+            rope_parameters={"rope_type": "default", "rope_theta": 1e6}), {}),
+        # Qwen3-MoE: per-head q/k norms, renormalised top 3, sparse every 2nd layer (layer 0 dense)
+        "qwen3_moe": (Qwen3MoeForCausalLM, Qwen3MoeConfig, dict(
+            MOE, head_dim=32, num_experts=8, num_experts_per_tok=3, moe_intermediate_size=48,
+            norm_topk_prob=True, decoder_sparse_step=2, tie_word_embeddings=False,
+            use_sliding_window=False, attention_bias=False, rms_norm_eps=1e-6,
+            rope_parameters={"rope_type": "default", "rope_theta": 1e6}), {}),
+        # GraniteMoE: the router is a module of its own, experts in stacked tensors, multipliers
+        "granitemoe": (GraniteMoeForCausalLM, GraniteMoeConfig, dict(
+            MOE, num_local_experts=8, num_experts_per_tok=2, tie_word_embeddings=False,
+            embedding_multiplier=12.0, attention_multiplier=0.15, residual_multiplier=0.22,
+            logits_scaling=8.0,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0}),
+            {"lm_head_std_scale": 8.0}),
     }
+
+
+def tie_experts(model, a, b):
+    """Copies expert a's router row and weights to expert b (every tensor whose first
+    dimension is the expert count, in the MoE modules)."""
+    n = model.config.num_local_experts
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() >= 2 and p.shape[0] == n and (".experts." in name or name.endswith("mlp.gate.weight")):
+                p[b].copy_(p[a])
 
 
 def reinit(model, opts):
@@ -221,6 +272,8 @@ def build_case(idx, name, model_cls, cfg_cls, cfg_kw, opts):
     model = model_cls(cfg).eval()
     assert model.config._attn_implementation == "eager"
     reinit(model, opts)
+    if "tie_experts" in opts:
+        tie_experts(model, *opts["tie_experts"])
     if cfg.tie_word_embeddings:
         assert model.lm_head.weight.data_ptr() == \
             model.model.embed_tokens.weight.data_ptr()

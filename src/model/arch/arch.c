@@ -5,6 +5,17 @@
 
 #include "util/err.h"
 
+static const moe_layout olmoe_moe = {"mlp", "gate.weight", false, false, "experts.%d.gate_proj.weight",
+                                     "experts.%d.up_proj.weight", "experts.%d.down_proj.weight", ROUTE_SOFTMAX_TOPK,
+                                     false, false};
+static const moe_layout qwen_moe = {"mlp", "gate.weight", false, false, "experts.%d.gate_proj.weight",
+                                    "experts.%d.up_proj.weight", "experts.%d.down_proj.weight", ROUTE_SOFTMAX_TOPK,
+                                    false, true};
+static const moe_layout mixtral_moe = {"block_sparse_moe", "gate.weight", false, false, "experts.%d.w1.weight",
+                                       "experts.%d.w3.weight", "experts.%d.w2.weight", ROUTE_SOFTMAX_TOPK, true, false};
+static const moe_layout granite_moe = {"block_sparse_moe", "router", true, true, "input_linear.weight", NULL,
+                                       "output_linear.weight", ROUTE_TOPK_SOFTMAX, false, false};
+
 static const struct {
     const char *name;
     llama_variant variant;
@@ -14,6 +25,11 @@ static const struct {
     {"Qwen2ForCausalLM", {.qkv_bias = true}},
     {"Qwen3ForCausalLM", {.qk_norm = true}},
     {"GraniteForCausalLM", {0}}, /* multipliers come from the config */
+    {"OlmoeForCausalLM", {.qk_norm_whole = true, .moe = &olmoe_moe}},
+    {"MixtralForCausalLM", {.sliding_window = true, .moe = &mixtral_moe}},
+    {"Qwen2MoeForCausalLM", {.qkv_bias = true, .moe = &qwen_moe}},
+    {"Qwen3MoeForCausalLM", {.qk_norm = true, .moe = &qwen_moe}},
+    {"GraniteMoeForCausalLM", {.moe = &granite_moe}},
 };
 
 module *arch_build(const model_config *c, loom_err *err) {

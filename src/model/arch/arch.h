@@ -6,14 +6,34 @@
 #include "model/config.h"
 #include "plan/module.h"
 
+/* How an architecture lays out its mixture-of-experts layers (names relative to the layer's
+ * MoE module; expert patterns have one %d). */
+typedef struct moe_layout {
+    const char *module;     /* the decoder layer's child: "mlp", "block_sparse_moe" */
+    const char *router;     /* router weight ("gate.weight"), or with external_router the
+                               router module's name ("router", holding "layer.weight") */
+    bool external_router;   /* GraniteMoE: the router is a module of its own */
+    bool stacked;           /* experts in two 3-D tensors: gate = [E, 2I, H], down = [E, H, I] */
+    const char *gate, *up, *down;
+    moe_routing routing;
+    bool always_norm_topk;  /* Mixtral renormalises the top k whatever the config says */
+    bool shared_expert;     /* Qwen2-MoE: shared_expert + sigmoid shared_expert_gate, when sized */
+} moe_layout;
+
 /* Options that distinguish Llama-like architectures. */
 typedef struct llama_variant {
     bool qkv_bias;      /* Qwen2: q/k/v projections have biases */
     bool qk_norm;       /* Qwen3: per-head RMSNorm of q and k before RoPE */
+    bool qk_norm_whole; /* OLMoE: RMSNorm of the whole q and k projections, across heads */
     bool sliding_window;/* Mistral: honour config sliding_window */
+    const moe_layout *moe; /* MoE architectures: their expert layers (dense ones: NULL) */
 } llama_variant;
 
 module *build_llama_family(const model_config *c, const llama_variant *v);
+/* SwiGLU MLP `name` (gate_proj/up_proj/down_proj) of `inter` features. */
+module *mlp_module(const model_config *c, const char *name, int inter);
+/* Layer `layer`'s mixture-of-experts module (moe_blocks.c). */
+module *moe_module(const model_config *c, const moe_layout *l, int layer);
 
 /* Returns the model tree for c->arch, or NULL with err naming the architecture. */
 module *arch_build(const model_config *c, loom_err *err);

@@ -26,6 +26,17 @@ static module *attention_block(const model_config *c, const llama_variant *v, in
     int q = emit_split(m, fused, 0, "q");
     int k = emit_split(m, fused, 1, "k");
     int val = emit_split(m, fused, 2, "v");
+    if (v->qk_norm_whole) { /* one statistic over all heads: across ranks under TP */
+        char w[128];
+        snprintf(w, sizeof w, "%s.q_norm.weight", m->name);
+        q = emit_rms_norm(m, q, w, c->rms_eps, 0, "q_normed");
+        m->ops[m->n_ops - 1].across_ranks = true;
+        m->ops[m->n_ops - 1].features = q_out;
+        snprintf(w, sizeof w, "%s.k_norm.weight", m->name);
+        k = emit_rms_norm(m, k, w, c->rms_eps, 0, "k_normed");
+        m->ops[m->n_ops - 1].across_ranks = true;
+        m->ops[m->n_ops - 1].features = kv_out;
+    }
     if (v->qk_norm) {
         char w[128];
         snprintf(w, sizeof w, "%s.q_norm.weight", m->name);
@@ -45,16 +56,16 @@ static module *attention_block(const model_config *c, const llama_variant *v, in
     return m;
 }
 
-static module *mlp_block(const model_config *c, int layer) {
-    module *m = module_new("mlp", "model.layers.%d.mlp", layer);
+module *mlp_module(const model_config *c, const char *name, int inter) {
+    module *m = module_new("mlp", "%s", name);
     int x = module_input(m, "x");
     linear_desc gu = {.in = c->hidden, .n_parts = 2, .style = PAR_COLUMN};
-    part(&gu.parts[0], m->name, "gate_proj", c->intermediate, 0, c->mlp_bias);
-    part(&gu.parts[1], m->name, "up_proj", c->intermediate, 0, c->mlp_bias);
+    part(&gu.parts[0], m->name, "gate_proj", inter, 0, c->mlp_bias);
+    part(&gu.parts[1], m->name, "up_proj", inter, 0, c->mlp_bias);
     int fused = emit_linear(m, x, &gu);
     int gate = emit_split(m, fused, 0, "gate"), up = emit_split(m, fused, 1, "up");
     int act = emit_silu_mul(m, gate, up);
-    linear_desc d = {.in = c->intermediate, .n_parts = 1, .style = PAR_ROW};
+    linear_desc d = {.in = inter, .n_parts = 1, .style = PAR_ROW};
     part(&d.parts[0], m->name, "down_proj", c->hidden, 0, c->mlp_bias);
     module_output(m, emit_linear(m, act, &d));
     return m;
@@ -75,7 +86,12 @@ static module *decoder_layer(const model_config *c, const llama_variant *v, int 
     module *m = module_new("decoder_layer", "model.layers.%d", layer);
     int h = module_input(m, "hidden");
     h = residual_branch(m, c, h, "input_layernorm", attention_block(c, v, layer), "resid_attn");
-    h = residual_branch(m, c, h, "post_attention_layernorm", mlp_block(c, layer), "resid_mlp");
+    /* MoE models keep dense MLPs in their mlp_only_layers and between sparse steps */
+    bool sparse = v->moe && c->n_experts && !c->mlp_only[layer] && (layer + 1) % c->sparse_step == 0;
+    char mlp[96];
+    snprintf(mlp, sizeof mlp, "model.layers.%d.mlp", layer);
+    h = residual_branch(m, c, h, "post_attention_layernorm",
+                        sparse ? moe_module(c, v->moe, layer) : mlp_module(c, mlp, c->intermediate), "resid_mlp");
     module_output(m, h);
     return m;
 }

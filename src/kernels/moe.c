@@ -1,0 +1,113 @@
+/* Mixture-of-experts kernels: routing (softmax and top-k), then one pass per expert over the
+ * rows routed to it -- gathered into a contiguous block, so each expert is three GEMMs of
+ * n_e rows rather than n_e matrix-vector products -- and a weighted scatter-add back. The
+ * experts are visited in increasing index, so each row's sum has one fixed order. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/kernels.h"
+
+int moe_scratch_init(moe_scratch *s, int rows, const moe_shape *sh) {
+    size_t routed = (size_t)rows * sh->top_k;
+    s->choice = malloc(routed * sizeof *s->choice);
+    s->weight = malloc(routed * sizeof *s->weight);
+    s->token = malloc(routed * sizeof *s->token);
+    s->token_weight = malloc(routed * sizeof *s->token_weight);
+    s->count = malloc(sh->n_experts * sizeof *s->count);
+    s->start = malloc((sh->n_experts + 1) * sizeof *s->start);
+    /* one expert's rows at a time: at most every row */
+    s->x = malloc((size_t)rows * sh->hidden * sizeof *s->x);
+    s->y = malloc((size_t)rows * sh->hidden * sizeof *s->y);
+    s->gate = malloc((size_t)rows * sh->inter * sizeof *s->gate);
+    s->up = malloc((size_t)rows * sh->inter * sizeof *s->up);
+    return s->choice && s->weight && s->token && s->token_weight && s->count && s->start && s->x && s->y && s->gate &&
+                   s->up
+               ? 0
+               : -1;
+}
+
+void moe_scratch_free(moe_scratch *s) {
+    free(s->choice), free(s->weight), free(s->token), free(s->token_weight), free(s->count), free(s->start);
+    free(s->x), free(s->y), free(s->gate), free(s->up);
+    memset(s, 0, sizeof *s);
+}
+
+/* The k largest of v[0..n), largest first; on equal values the lower index first. */
+static void top_k(const float *v, int n, int k, int32_t *idx) {
+    for (int j = 0; j < k; j++) {
+        int best = -1;
+        for (int e = 0; e < n; e++) {
+            bool taken = false;
+            for (int i = 0; i < j && !taken; i++) taken = idx[i] == e;
+            if (!taken && (best < 0 || v[e] > v[best])) best = e;
+        }
+        idx[j] = best;
+    }
+}
+
+static void softmax(const float *v, int n, float *p) {
+    float max = v[0], sum = 0;
+    for (int i = 1; i < n; i++) max = v[i] > max ? v[i] : max;
+    for (int i = 0; i < n; i++) sum += p[i] = expf(v[i] - max);
+    for (int i = 0; i < n; i++) p[i] /= sum;
+}
+
+void moe_route(const float *logits, size_t ldl, int rows, const moe_shape *sh, int32_t *choice, float *weight) {
+    int E = sh->n_experts, k = sh->top_k;
+#pragma omp parallel for schedule(static) if (rows > 16)
+    for (int r = 0; r < rows; r++) {
+        const float *l = logits + (size_t)r * ldl;
+        int32_t *c = choice + (size_t)r * k;
+        float *w = weight + (size_t)r * k, probs[512], chosen[512];
+        if (sh->softmax_of_topk) {
+            top_k(l, E, k, c);
+            for (int j = 0; j < k; j++) chosen[j] = l[c[j]];
+            softmax(chosen, k, w);
+            continue;
+        }
+        softmax(l, E, probs);
+        top_k(probs, E, k, c);
+        float sum = 0;
+        for (int j = 0; j < k; j++) sum += w[j] = probs[c[j]];
+        if (sh->norm_topk)
+            for (int j = 0; j < k; j++) w[j] /= sum;
+    }
+}
+
+void moe_forward(const moe_shape *sh, const wmat *experts, const float *x, size_t ldx, const float *logits,
+                 size_t ldl, int rows, float *out, size_t ldo, moe_scratch *s) {
+    int E = sh->n_experts, k = sh->top_k, H = sh->hidden, I = sh->inter;
+    moe_route(logits, ldl, rows, sh, s->choice, s->weight);
+    /* bucket the (row, expert) pairs by expert, rows in increasing order within each */
+    memset(s->count, 0, E * sizeof *s->count);
+    for (int i = 0; i < rows * k; i++) s->count[s->choice[i]]++;
+    s->start[0] = 0;
+    for (int e = 0; e < E; e++) s->start[e + 1] = s->start[e] + s->count[e];
+    memset(s->count, 0, E * sizeof *s->count);
+    for (int i = 0; i < rows * k; i++) {
+        int e = s->choice[i], at = s->start[e] + s->count[e]++;
+        s->token[at] = i / k;
+        s->token_weight[at] = s->weight[i];
+    }
+    for (int r = 0; r < rows; r++) memset(out + (size_t)r * ldo, 0, H * sizeof *out);
+    for (int e = 0; e < E; e++) {
+        int n = s->count[e];
+        if (!n) continue; /* an expert no row chose costs nothing */
+        const int32_t *tok = s->token + s->start[e];
+        const float *tw = s->token_weight + s->start[e];
+#pragma omp parallel for schedule(static) if (n > 16)
+        for (int i = 0; i < n; i++) memcpy(s->x + (size_t)i * H, x + (size_t)tok[i] * ldx, H * sizeof *x);
+        linear(s->x, H, n, n, &experts[3 * e], NULL, s->gate, I);
+        linear(s->x, H, n, n, &experts[3 * e + 1], NULL, s->up, I);
+        silu_mul(s->gate, I, s->up, I, s->gate, I, n, I);
+        linear(s->gate, I, n, n, &experts[3 * e + 2], NULL, s->y, H);
+        /* rows within one expert are distinct, so the scatter-add is race-free */
+#pragma omp parallel for schedule(static) if (n > 16)
+        for (int i = 0; i < n; i++) {
+            float *o = out + (size_t)tok[i] * ldo;
+            const float *y = s->y + (size_t)i * H;
+            for (int c = 0; c < H; c++) o[c] += tw[i] * y[c];
+        }
+    }
+}
