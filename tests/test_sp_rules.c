@@ -42,6 +42,42 @@ static void column_on_partial(module *r, int x, int z) {
     module_output(r, emit_linear(r, z, &d));
 }
 
+/* Mixture-of-experts pieces: a router (replicated), the experts (a reducer), a sigmoid gate */
+static int router(module *r, int x) {
+    linear_desc g = lin("router.weight", H, 4, PAR_REPLICATED);
+    return emit_linear(r, x, &g);
+}
+
+static int experts(module *r, int in, int logits) {
+    moe_desc d = {.hidden = H, .inter = 4, .n_experts = 4, .top_k = 2};
+    snprintf(d.gate, sizeof d.gate, "e.%%d.gate.weight");
+    snprintf(d.up, sizeof d.up, "e.%%d.up.weight");
+    snprintf(d.down, sizeof d.down, "e.%%d.down.weight");
+    return emit_moe(r, in, logits, &d);
+}
+
+static void moe_beside(module *r, int x, int z) { module_output(r, emit_add(r, z, experts(r, x, router(r, x)), "sum")); }
+static void moe_on_partial(module *r, int x, int z) { module_output(r, experts(r, z, router(r, x))); }
+static void gate_complete(module *r, int x, int z) {
+    linear_desc g = lin("g.weight", H, 1, PAR_REPLICATED);
+    module_output(r, emit_sigmoid_gate(r, z, emit_linear(r, x, &g), "gated"));
+}
+static void gate_partial(module *r, int x, int z) { (void)x, module_output(r, emit_sigmoid_gate(r, z, z, "gated")); }
+
+/* OLMoE's norm over a whole head-sharded projection of `heads` heads of 4 (k heads: replicable) */
+static void projection_norm(module *r, int x, int z, int heads) {
+    linear_desc k = lin("k.weight", H, heads * 4, PAR_COLUMN);
+    k.parts[0].head_dim = 4;
+    k.parts[0].replicable = true;
+    int n = emit_rms_norm(r, emit_linear(r, x, &k), "kn.weight", 1e-5f, 0, "k_normed");
+    r->ops[r->n_ops - 1].across_ranks = true;
+    r->ops[r->n_ops - 1].features = heads * 4;
+    linear_desc o = lin("o.weight", heads * 4, H, PAR_ROW);
+    module_output(r, emit_add(r, z, emit_linear(r, n, &o), "sum"));
+}
+static void norm_two_heads(module *r, int x, int z) { projection_norm(r, x, z, 2); }
+static void norm_one_head(module *r, int x, int z) { projection_norm(r, x, z, 1); }
+
 /* A tree whose region ends with tail; `outside` may add ops to the decoder layer's input. */
 static module *model(tail_fn tail, void (*outside)(module *layer, int *h)) {
     module *region = module_new("mlp", "model.layers.0.mlp");
@@ -155,6 +191,25 @@ int main(void) {
     linear_desc q = lin("q.weight", H, H, PAR_COLUMN);
     emit_rms_norm(r, emit_linear(r, 0, &q), "qn.weight", 1e-5f, 0, "q_normed");
     expect_error("norm over sharded features", m, "normalises over features split across ranks");
+
+    expect_ok("experts beside the MLP: two partial sums added", model(moe_beside, NULL), true, NULL);
+    expect_error("experts on a partial sum", model(moe_on_partial, NULL), "`moe` is applied to a partial sum");
+    expect_ok("a sigmoid gate by a complete value (Qwen2-MoE's shared expert)", model(gate_complete, NULL), true, NULL);
+    expect_error("a gate by a partial sum", model(gate_partial, NULL), "`sigmoid_gate` gates by a partial sum");
+    expect_error("a whole-projection norm over replicated heads", model(norm_one_head, NULL),
+                 "heads are replicated across 2 ranks");
+    /* ...and over heads each rank owns: its statistic is the all-reduced sum of squares */
+    m = model(norm_two_heads, NULL);
+    plan np;
+    loom_err nerr = {{0}};
+    CHECK(plan_sp(m, &np, &nerr) == 0, "whole-projection norm: %s", nerr.msg);
+    int stat = -1;
+    for (int i = 0; i + 2 < np.n_steps && nerr.msg[0] == 0; i++)
+        if (np.steps[i].sum_squares && np.steps[i + 1].kind == STEP_ALL_REDUCE && np.steps[i + 2].in[1] == np.steps[i + 1].out)
+            stat = i;
+    CHECK(stat >= 0, "whole-projection norm: want sum of squares -> all_reduce -> norm steps");
+    if (!nerr.msg[0]) plan_free(&np);
+    module_free(m);
 
     /* async TP: which collectives fuse, and the fallbacks with their reasons */
     struct { const char *what; tail_fn tail; bool unfusable; int fused; const char *why; } fuse_cases[] = {

@@ -1,0 +1,98 @@
+/* Mixture-of-experts routing and expert kernels, on data built so that the answer is known:
+ * routing ties (lower expert index first, never an expert twice), the two routing orders
+ * (softmax then top-k, top-k then softmax), renormalisation, and a forward pass in which some
+ * experts receive no row, against a per-row reference. The architectures themselves are
+ * checked against transformers in test_golden and test_parallel. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "kernels/kernels.h"
+
+static void check_route(const char *what, const float *logits, int n_experts, int top_k, bool softmax_of_topk,
+                        bool norm, const int32_t *want, const float *want_w) {
+    moe_shape sh = {.n_experts = n_experts, .top_k = top_k, .softmax_of_topk = softmax_of_topk, .norm_topk = norm};
+    int32_t choice[8];
+    float weight[8];
+    moe_route(logits, n_experts, 1, &sh, choice, weight);
+    for (int j = 0; j < top_k; j++) {
+        CHECK(choice[j] == want[j], "%s: choice %d is expert %d, expected %d", what, j, choice[j], want[j]);
+        CHECK(fabsf(weight[j] - want_w[j]) < 1e-6f, "%s: weight %d is %g, expected %g", what, j, weight[j], want_w[j]);
+    }
+}
+
+static void routing(void) {
+    float equal[4] = {1, 1, 1, 1};
+    check_route("all tied, top 2", equal, 4, 2, false, false, (int32_t[]){0, 1}, (float[]){0.25f, 0.25f});
+    check_route("all tied, top 2, renormalised", equal, 4, 2, false, true, (int32_t[]){0, 1}, (float[]){0.5f, 0.5f});
+    check_route("all tied, every expert", equal, 4, 4, false, false, (int32_t[]){0, 1, 2, 3},
+                (float[]){0.25f, 0.25f, 0.25f, 0.25f});
+    /* experts 1 and 3 tie for first, 0 and 2 for third */
+    float pairs[4] = {0, logf(3), 0, logf(3)};
+    check_route("tied pairs, top 3", pairs, 4, 3, false, false, (int32_t[]){1, 3, 0},
+                (float[]){3.0f / 8, 3.0f / 8, 1.0f / 8});
+    check_route("tied pairs, top 3, renormalised", pairs, 4, 3, false, true, (int32_t[]){1, 3, 0},
+                (float[]){3.0f / 7, 3.0f / 7, 1.0f / 7});
+    /* GraniteMoE: softmax over the chosen logits only */
+    float spread[4] = {-5, logf(3), 2, 0};
+    check_route("softmax of the top 2", spread, 4, 2, true, false, (int32_t[]){2, 1},
+                (float[]){expf(2) / (expf(2) + 3), 3 / (expf(2) + 3)});
+}
+
+/* Experts with distinct weights; three rows, top 2 of 6 experts, so at least two get nothing. */
+#define H 5
+#define I 3
+#define E 6
+#define ROWS 3
+
+static float val(int i) { return (float)((i * 7919) % 23) / 23.0f - 0.5f; }
+
+static void forward(void) {
+    static float w[E][3][H * I];
+    wmat experts[3 * E];
+    for (int e = 0; e < E; e++)
+        for (int m = 0; m < 3; m++) {
+            for (int i = 0; i < H * I; i++) w[e][m][i] = val(1000 * e + 100 * m + i);
+            /* gate, up: [I, H]; down: [H, I] */
+            experts[3 * e + m] = (wmat){DT_F32, m < 2 ? I : H, m < 2 ? H : I, m < 2 ? H : I, w[e][m]};
+        }
+    float x[ROWS * H], logits[ROWS * E] = {0}, out[ROWS * H];
+    for (int i = 0; i < ROWS * H; i++) x[i] = val(i + 77);
+    /* row 0 -> experts 4, 1; row 1 -> 1, 4 (the same two, the other way round); row 2 -> 5, 1 */
+    logits[0 * E + 4] = 3, logits[0 * E + 1] = 2;
+    logits[1 * E + 1] = 3, logits[1 * E + 4] = 2;
+    logits[2 * E + 5] = 3, logits[2 * E + 1] = 1;
+    moe_shape sh = {H, I, E, 2, false, true};
+    moe_scratch s;
+    CHECK(moe_scratch_init(&s, ROWS, &sh) == 0, "scratch");
+    moe_forward(&sh, experts, x, H, logits, E, ROWS, out, H, &s);
+    int used[E] = {0};
+    for (int i = 0; i < ROWS * 2; i++) used[s.choice[i]]++;
+    CHECK(!used[0] && !used[2] && !used[3], "experts 0, 2 and 3 should receive no row");
+    for (int r = 0; r < ROWS; r++) {
+        double p[E], sum = 0, ref[H] = {0};
+        for (int e = 0; e < E; e++) sum += p[e] = exp(logits[r * E + e]);
+        int c0 = s.choice[r * 2], c1 = s.choice[r * 2 + 1];
+        for (int j = 0; j < 2; j++) {
+            int e = j ? c1 : c0;
+            double wt = p[e] / (p[c0] + p[c1]), act[I];
+            for (int f = 0; f < I; f++) {
+                double g = 0, u = 0;
+                for (int c = 0; c < H; c++) g += w[e][0][f * H + c] * x[r * H + c], u += w[e][1][f * H + c] * x[r * H + c];
+                act[f] = g / (1 + exp(-g)) * u;
+            }
+            for (int c = 0; c < H; c++)
+                for (int f = 0; f < I; f++) ref[c] += wt * w[e][2][c * I + f] * act[f];
+        }
+        for (int c = 0; c < H; c++)
+            CHECK(fabs(out[r * H + c] - ref[c]) < 1e-6, "row %d column %d: %g, expected %g", r, c, out[r * H + c], ref[c]);
+    }
+    moe_scratch_free(&s);
+}
+
+int main(void) {
+    routing();
+    forward();
+    return check_done();
+}
