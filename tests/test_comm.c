@@ -82,8 +82,8 @@ static void partial_cb(void *ctx, int row0, int rows, float *y, size_t ldy) {
         for (int j = 0; j < COLS; j++) y[r * ldy + j] = value(f->rank, (row0 + r) * COLS + j);
 }
 
-/* rows per rank: ROWS runs whole, BIG_ROWS in comm_chunk_rows chunks (the last one shorter) */
-#define BIG_ROWS 261
+/* rows per rank: ROWS runs whole, BIG_ROWS over MPI in comm_chunk_rows chunks (the last shorter) */
+#define BIG_ROWS 517
 
 static int check_fused_rows(loom_comm *c, int rows) {
     loom_err err = {{0}};

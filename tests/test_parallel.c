@@ -30,10 +30,10 @@ typedef struct job {
 } job;
 
 /* The long batch: LONG_SEQS sequences of LONG_LEN tokens in one prefill, so that each rank's
- * block at tp=2 (300 rows) runs in comm_chunk_rows chunks, then one decode step of each;
+ * block at tp=2 (524 rows) runs over MPI in comm_chunk_rows chunks, then one decode step of each;
  * the logits of each sequence's last token in both passes. */
-#define LONG_SEQS 4
-#define LONG_LEN 150
+#define LONG_SEQS 8
+#define LONG_LEN 131
 #define LONG_ROWS (2 * LONG_SEQS)
 
 static int long_run(loom_engine *e, int vocab, float *out, loom_err *err) {
@@ -148,40 +148,52 @@ static bool shardable(const char *name, int tp) {
     return i.n_heads % tp == 0 && (i.n_kv_heads % tp == 0 || tp % i.n_kv_heads == 0) && i.intermediate % tp == 0;
 }
 
-static int mpi_dump(const char *name, mode md, const char *path) {
+/* `--mpi-dump CASE MODE FILE`; MODE + LONG_DUMP: the long batch */
+#define LONG_DUMP 10
+
+static int mpi_dump(const char *name, int md, const char *path) {
     golden g;
     if (golden_open(&g, name, "logits")) return 1;
     loom_err err = {{0}};
-    float *out = run_tp(name, &g, 2, md, "mpi", &err);
+    bool long_batch = md >= LONG_DUMP;
+    float *out = run_job(name, &g, 2, (mode)(md % LONG_DUMP), long_batch, "mpi", &err);
     if (!out) fprintf(stderr, "test_tp --mpi-dump %s: %s\n", name, err.msg);
     if (out && getenv("OMPI_COMM_WORLD_RANK") && atoi(getenv("OMPI_COMM_WORLD_RANK")) == 0) {
         FILE *f = fopen(path, "wb");
-        fwrite(out, sizeof(float), (size_t)golden_rows(&g) * g.vocab, f);
+        fwrite(out, sizeof(float), (size_t)(long_batch ? LONG_ROWS : golden_rows(&g)) * g.vocab, f);
         fclose(f);
     }
     golden_close(&g);
     return out ? 0 : 1;
 }
 
-static void check_mpi_matches_shm(const char *name, mode md, const golden *g, const float *shm) {
+/* The logits of case `name` at tp=2 over MPI (mpirun starting this binary), or NULL. */
+static float *mpi_logits(const char *name, int md, const golden *g) {
     char path[128], cmd[2048];
     snprintf(path, sizeof path, "/tmp/loom-test-mpi-%d.bin", (int)getpid());
-    snprintf(cmd, sizeof cmd, MPIRUN " -np 2 %s --mpi-dump %s %d %s", LOOM_TEST_SELF, name, (int)md, path);
+    snprintf(cmd, sizeof cmd, MPIRUN " -np 2 %s --mpi-dump %s %d %s", LOOM_TEST_SELF, name, md, path);
     int rc = system(cmd);
     CHECK(rc == 0, "%s: mpirun exited with %d", name, rc);
     FILE *f = fopen(path, "rb");
-    size_t n = (size_t)golden_rows(g) * g->vocab;
+    size_t n = (size_t)(md >= LONG_DUMP ? LONG_ROWS : golden_rows(g)) * g->vocab;
     float *mpi = malloc(n * sizeof *mpi);
     size_t got = f ? fread(mpi, sizeof *mpi, n, f) : 0;
     if (f) fclose(f);
     remove(path);
-    CHECK(got == n && !memcmp(mpi, shm, n * sizeof *mpi), "%s (%s): MPI tp=2 logits are not bit-identical to shm",
-          name, mode_names[md]);
+    if (got == n) return mpi;
+    free(mpi);
+    return NULL;
+}
+
+static void check_mpi_matches_shm(const char *name, mode md, const golden *g, const float *shm) {
+    float *mpi = mpi_logits(name, md, g);
+    CHECK(mpi && !memcmp(mpi, shm, (size_t)golden_rows(g) * g->vocab * sizeof *mpi),
+          "%s (%s): MPI tp=2 logits are not bit-identical to shm", name, mode_names[md]);
     free(mpi);
 }
 
 int main(int argc, char **argv) {
-    if (argc == 5 && !strcmp(argv[1], "--mpi-dump")) return mpi_dump(argv[2], (mode)atoi(argv[3]), argv[4]);
+    if (argc == 5 && !strcmp(argv[1], "--mpi-dump")) return mpi_dump(argv[2], atoi(argv[3]), argv[4]);
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         golden g;
         if (golden_open(&g, cases[c], "logits")) {
@@ -246,11 +258,20 @@ int main(int argc, char **argv) {
         if (runs[0] && runs[3]) {
             double d = max_abs_diff(runs[0], runs[3], LONG_ROWS * lg.vocab);
             CHECK(d <= ATOL, "long batch: tp=2 differs from tp=1 by %.3g", d);
-            printf("long batch (%d x %d tokens, chunked blocks) tp=2 vs tp=1: %.2e\n", LONG_SEQS, LONG_LEN, d);
+            printf("long batch (%d x %d tokens) tp=2 vs tp=1: %.2e\n", LONG_SEQS, LONG_LEN, d);
         }
         for (int md = 1; md < 3; md++)
             CHECK(runs[0] && runs[md] && !memcmp(runs[0], runs[md], bytes), "long batch: %s is not bit-identical to TP",
                   mode_names[md]);
+        /* over MPI every sharded linear runs in chunks, the fused ops' as the chunks arrive */
+        float *mpi_tp = mpi_logits("llama_bias", LONG_DUMP + MODE_TP, &lg);
+        float *mpi_async = mpi_logits("llama_bias", LONG_DUMP + MODE_ASYNC, &lg);
+        CHECK(mpi_tp && mpi_async && !memcmp(mpi_tp, mpi_async, bytes),
+              "long batch over MPI (chunked): async TP is not bit-identical to TP");
+        CHECK(mpi_tp && runs[3] && max_abs_diff(mpi_tp, runs[3], LONG_ROWS * lg.vocab) <= ATOL,
+              "long batch over MPI: tp=2 differs from tp=1");
+        free(mpi_tp);
+        free(mpi_async);
         for (int i = 0; i < 4; i++)
             if (runs[i]) munmap(runs[i], bytes);
         golden_close(&lg);

@@ -229,19 +229,21 @@ static void local_free(loom_comm *c) {
 static int local_all_gather_matmul(loom_comm *c, const float *shard, size_t lds, int rows, int cols,
                                    comm_gather_gemm f, void *ctx, loom_err *err) {
     (void)c, (void)cols, (void)err;
-    comm_gather_chunks(f, ctx, shard, lds, 0, rows);
+    f(ctx, shard, lds, 0, rows);
     return 0;
 }
 
 static int local_matmul_reduce_scatter(loom_comm *c, int rows, int cols, comm_partial_gemm f, void *ctx, float *out,
                                        size_t ldo, loom_err *err) {
     (void)c, (void)cols, (void)err;
-    comm_partial_chunks(f, ctx, 0, rows, out, ldo);
+    f(ctx, 0, rows, out, ldo);
     return 0;
 }
 
-static const comm_backend local_backend = {"local",      local_exchange,          local_barrier,
-                                           local_free,   local_all_gather_matmul, local_matmul_reduce_scatter};
+static const comm_backend local_backend = {"local",         1,
+                                           local_exchange,  local_barrier,
+                                           local_free,      local_all_gather_matmul,
+                                           local_matmul_reduce_scatter};
 
 loom_comm *comm_local(void) {
     loom_comm *c = malloc(sizeof *c);

@@ -16,6 +16,7 @@ typedef void (*comm_partial_gemm)(void *ctx, int row0, int rows, float *y, size_
 
 typedef struct comm_backend {
     const char *name;
+    int chunks; /* a fused op's block moves in this many chunks (see comm_chunk_rows) */
     /* Publishes mine ([rows, cols[rank]], row stride ld); blocks[r] receives rank r's block as a
      * contiguous [rows, cols[r]] matrix, readable until this rank's next exchange. */
     int (*exchange)(loom_comm *c, const float *mine, size_t ld, int rows, const int *cols, const float **blocks,
@@ -81,23 +82,17 @@ int comm_all_gather_matmul(loom_comm *c, const float *shard, size_t lds, int row
                            void *ctx, loom_err *err);
 int comm_matmul_reduce_scatter(loom_comm *c, int rows, int cols, comm_partial_gemm f, void *ctx, float *out,
                                size_t ldo, loom_err *err);
-/* The fused ops run their GEMMs in chunks of a rank's block of rows, so that a block starts
- * travelling before all of it is computed and the receiver's GEMM can start on the first
- * chunk to arrive. Every mode runs sharded linears in these same chunks (see the engine): the
- * BLAS then sees the same shapes, and gives the same bits, in TP, SP and async TP. Short blocks
- * stay whole, where chunking would only cost GEMM efficiency. */
+/* Over MPI the fused ops move a rank's block of rows in chunks, so that a block starts
+ * travelling before all of it is computed and the receiver's GEMM starts on the first chunk
+ * to arrive; their callbacks then get single chunks. Every sharded linear runs in the same
+ * chunks in every mode (see the engine), so the BLAS sees the same shapes, and gives the same
+ * bits, in TP, SP and async TP. On shm a block is read in place once whole, so chunks would
+ * only cost GEMM efficiency (each chunk's GEMM packs the weights again): one chunk per block
+ * there, and for short blocks everywhere. */
 #define COMM_MAX_CHUNKS 4
-static inline int comm_chunk_rows(int block_rows) {
-    return block_rows >= 64 * COMM_MAX_CHUNKS ? (block_rows + COMM_MAX_CHUNKS - 1) / COMM_MAX_CHUNKS : block_rows;
-}
-/* f over rows [row0, row0 + rows) of x, chunk by chunk. */
-static inline void comm_gather_chunks(comm_gather_gemm f, void *ctx, const float *x, size_t ldx, int row0, int rows) {
-    for (int i = 0, chunk = comm_chunk_rows(rows); i < rows; i += chunk)
-        f(ctx, x + (size_t)i * ldx, ldx, row0 + i, rows - i < chunk ? rows - i : chunk);
-}
-static inline void comm_partial_chunks(comm_partial_gemm f, void *ctx, int row0, int rows, float *y, size_t ldy) {
-    for (int i = 0, chunk = comm_chunk_rows(rows); i < rows; i += chunk)
-        f(ctx, row0 + i, rows - i < chunk ? rows - i : chunk, y + (size_t)i * ldy, ldy);
+static inline int comm_chunk_rows(const loom_comm *c, int block_rows) {
+    int n = c->be->chunks;
+    return block_rows >= 128 * n ? (block_rows + n - 1) / n : block_rows;
 }
 
 /* Sums blocks[0..size) (each [rows, cols], contiguous) in rank order into out. */

@@ -77,8 +77,8 @@ typedef struct chunking {
     int rows, cols, chunk, n;
 } chunking;
 
-static chunking chunks_of(int rows, int cols) {
-    int chunk = comm_chunk_rows(rows);
+static chunking chunks_of(const loom_comm *c, int rows, int cols) {
+    int chunk = comm_chunk_rows(c, rows);
     return (chunking){rows, cols, chunk, (rows + chunk - 1) / chunk};
 }
 
@@ -112,14 +112,14 @@ static int mpi_all_gather_matmul(loom_comm *c, const float *shard, size_t lds, i
     mpi_state *s = c->impl;
     int N = c->size;
     size_t n = (size_t)rows * cols;
-    chunking k = chunks_of(rows, cols);
+    chunking k = chunks_of(c, rows, cols);
     s->send = grow(s->send, &s->send_cap, n * sizeof(float) + 4);
     s->recv = grow(s->recv, &s->recv_cap, n * N * sizeof(float) + 4);
     for (int i = 0; i < rows; i++) memcpy(s->send + (size_t)i * cols, shard + (size_t)i * lds, cols * sizeof(float));
     post_recvs(c, &k, s->recv);
     for (int r = 0; r < N; r++)
         for (int i = 0; i < k.n && r != c->rank; i++) send_chunk(c, &k, s->send, r, i);
-    comm_gather_chunks(f, ctx, shard, lds, c->rank * rows, rows);
+    f(ctx, shard, lds, c->rank * rows, rows);
     for (int step = 1; step < N; step++) {
         int src = (c->rank + step) % N;
         for (int i = 0; i < k.n; i++) {
@@ -136,7 +136,7 @@ static int mpi_matmul_reduce_scatter(loom_comm *c, int rows, int cols, comm_part
     mpi_state *s = c->impl;
     int N = c->size;
     size_t n = (size_t)rows * cols;
-    chunking k = chunks_of(rows, cols);
+    chunking k = chunks_of(c, rows, cols);
     s->send = grow(s->send, &s->send_cap, n * N * sizeof(float) + 4);
     s->recv = grow(s->recv, &s->recv_cap, n * N * sizeof(float) + 4);
     post_recvs(c, &k, s->recv);
@@ -169,7 +169,7 @@ static void mpi_free(loom_comm *c) {
     free(s);
 }
 
-static const comm_backend mpi_backend = {"mpi", mpi_exchange, mpi_barrier, mpi_free, mpi_all_gather_matmul,
+static const comm_backend mpi_backend = {"mpi", COMM_MAX_CHUNKS, mpi_exchange, mpi_barrier, mpi_free, mpi_all_gather_matmul,
                                           mpi_matmul_reduce_scatter};
 
 int comm_mpi_run(int tp, double timeout_s, loom_rank_fn fn, void *arg, loom_err *err) {

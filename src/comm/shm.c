@@ -176,11 +176,11 @@ static int shm_all_gather_matmul(loom_comm *c, const float *shard, size_t lds, i
     float *mine = slot_of(a, set, c->rank);
     for (int i = 0; i < rows; i++) memcpy(mine + (size_t)i * cols, shard + (size_t)i * lds, cols * sizeof(float));
     post(a, c->rank, seq);
-    comm_gather_chunks(f, ctx, shard, lds, c->rank * rows, rows); /* own block first: nothing to wait for */
+    f(ctx, shard, lds, c->rank * rows, rows); /* own block first: nothing to wait for */
     for (int k = 1; k < c->size; k++) {
         int src = (c->rank + k) % c->size;
         if (wait_posted(c, src, seq, err)) return -1;
-        comm_gather_chunks(f, ctx, slot_of(a, set, src), cols, src * rows, rows); /* read in place */
+        f(ctx, slot_of(a, set, src), cols, src * rows, rows); /* read in place */
     }
     return 0;
 }
@@ -196,7 +196,7 @@ static int shm_matmul_reduce_scatter(loom_comm *c, int rows, int cols, comm_part
     float *mine = slot_of(a, set, c->rank);
     for (int k = 1; k <= c->size; k++) { /* the next peer's block first, the own one last */
         int dst = (c->rank + k) % c->size;
-        comm_partial_chunks(f, ctx, dst * rows, rows, mine + dst * block, cols);
+        f(ctx, dst * rows, rows, mine + dst * block, cols);
         if (k == c->size - 1) post(a, c->rank, seq); /* every peer's block is written */
     }
     if (c->size == 1) post(a, c->rank, seq);
@@ -227,7 +227,7 @@ static int shm_exchange(loom_comm *c, const float *mine, size_t ld, int rows, co
 
 static void shm_free(loom_comm *c) { free(c->impl); }
 
-static const comm_backend shm_backend = {"shm", shm_exchange, shm_barrier, shm_free, shm_all_gather_matmul,
+static const comm_backend shm_backend = {"shm", 1, shm_exchange, shm_barrier, shm_free, shm_all_gather_matmul,
                                           shm_matmul_reduce_scatter};
 
 loom_comm *comm_shm(shm_arena *a, int rank) {

@@ -11,6 +11,10 @@
  * each row the same whatever M is. */
 void linear(const float *x, size_t ldx, int m, int pass_rows, const wmat *w, const float *bias, float *y,
             size_t ldy);
+/* The same product as one GEMM per `chunk` rows (the last chunk shorter), as the fused
+ * collectives compute it; bf16 weights are widened once for all the chunks. */
+void linear_chunked(const float *x, size_t ldx, int m, int chunk, int pass_rows, const wmat *w, const float *bias,
+                    float *y, size_t ldy);
 
 /* out = x / sqrt(mean(x^2) + eps) * weight, over each `group` columns of `cols` (group = cols
  * for a whole-row norm); weight has `group` entries. */

@@ -94,7 +94,9 @@ static void linear_few(const float *x, size_t ldx, int m, const wmat *w, float *
         }
 }
 
-static void linear_bf16_panels(const float *x, size_t ldx, int m, const wmat *w, float *y, size_t ldy) {
+/* Rows in chunks of `chunk`, each its own sgemm (see linear_chunked); a bf16 panel is widened
+ * once for all of them. */
+static void linear_bf16_panels(const float *x, size_t ldx, int m, int chunk, const wmat *w, float *y, size_t ldy) {
     /* a scratch panel per calling thread, grown once: steady-state calls allocate nothing */
     static _Thread_local float *panel;
     static _Thread_local size_t panel_cap;
@@ -114,22 +116,29 @@ static void linear_bf16_panels(const float *x, size_t ldx, int m, const wmat *w,
             float *dst = pn + (size_t)r * w->cols;
             for (int c = 0; c < w->cols; c++) dst[c] = bf16_to_f32(src[c]);
         }
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, nb, w->cols, 1.0f, x, (int)ldx, pn, w->cols, 0.0f,
-                    y + n0, (int)ldy);
+        for (int r0 = 0; r0 < m; r0 += chunk)
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m - r0 < chunk ? m - r0 : chunk, nb, w->cols, 1.0f,
+                        x + (size_t)r0 * ldx, (int)ldx, pn, w->cols, 0.0f, y + (size_t)r0 * ldy + n0, (int)ldy);
     }
+}
+
+void linear_chunked(const float *x, size_t ldx, int m, int chunk, int pass_rows, const wmat *w, const float *bias,
+                    float *y, size_t ldy) {
+    if (m <= 0) return;
+    if (pass_rows <= FEW_ROWS) /* rows are independent here: chunks change nothing */
+        linear_few(x, ldx, m, w, y, ldy);
+    else if (w->dt == DT_F32)
+        for (int r0 = 0; r0 < m; r0 += chunk)
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m - r0 < chunk ? m - r0 : chunk, w->rows, w->cols, 1.0f,
+                        x + (size_t)r0 * ldx, (int)ldx, w->data, (int)w->ld, 0.0f, y + (size_t)r0 * ldy, (int)ldy);
+    else
+        linear_bf16_panels(x, ldx, m, chunk, w, y, ldy);
+    if (bias)
+        for (int r = 0; r < m; r++)
+            for (int c = 0; c < w->rows; c++) y[(size_t)r * ldy + c] += bias[c];
 }
 
 void linear(const float *x, size_t ldx, int m, int pass_rows, const wmat *w, const float *bias, float *y,
             size_t ldy) {
-    if (m <= 0) return;
-    if (pass_rows <= FEW_ROWS)
-        linear_few(x, ldx, m, w, y, ldy);
-    else if (w->dt == DT_F32)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, w->rows, w->cols, 1.0f, x, (int)ldx, w->data,
-                    (int)w->ld, 0.0f, y, (int)ldy);
-    else
-        linear_bf16_panels(x, ldx, m, w, y, ldy);
-    if (bias)
-        for (int r = 0; r < m; r++)
-            for (int c = 0; c < w->rows; c++) y[(size_t)r * ldy + c] += bias[c];
+    linear_chunked(x, ldx, m, m, pass_rows, w, bias, y, ldy);
 }

@@ -268,27 +268,31 @@ static int run_collective(loom_engine *e, const plan_step *s, const loom_batch *
     return rc;
 }
 
-/* The GEMM of a fused step, over one block of rows (see comm.h's callbacks). */
+static int chunk_rows(const loom_engine *e, int block) { return comm_chunk_rows(e->comm, block); }
+
+/* The GEMM of a fused step, over one block of rows or one chunk of it (see comm.h's callbacks). */
 typedef struct fused_gemm {
     const plan_step *s;
     const float *in; /* matmul-reduce-scatter: the whole input */
     size_t ldi, ldo;
     float *out;      /* all-gather-matmul: the whole output */
     int tokens;      /* real rows of the pass: the kernel is chosen by it, blocks past it skipped */
+    int chunk;       /* rows per GEMM */
 } fused_gemm;
 
 static void gather_gemm(void *ctx, const float *x, size_t ldx, int row0, int rows) {
     fused_gemm *g = ctx;
     int n = g->tokens - row0 < rows ? g->tokens - row0 : rows;
     for (int i = 0; i < g->s->op->lin->n_parts; i++)
-        linear(x, ldx, n, g->tokens, &g->s->w[i], g->s->bias[i], g->out + (size_t)row0 * g->ldo + g->s->col[i], g->ldo);
+        linear_chunked(x, ldx, n, g->chunk, g->tokens, &g->s->w[i], g->s->bias[i],
+                       g->out + (size_t)row0 * g->ldo + g->s->col[i], g->ldo);
 }
 
 static void partial_gemm(void *ctx, int row0, int rows, float *y, size_t ldy) {
     fused_gemm *g = ctx;
     int n = g->tokens - row0 < rows ? g->tokens - row0 : rows;
     if (n < 0) n = 0;
-    linear(g->in + (size_t)row0 * g->ldi, g->ldi, n, g->tokens, &g->s->w[0], NULL, y, ldy);
+    linear_chunked(g->in + (size_t)row0 * g->ldi, g->ldi, n, g->chunk, g->tokens, &g->s->w[0], NULL, y, ldy);
     for (int r = n; r < rows; r++) memset(y + (size_t)r * ldy, 0, g->s->w[0].rows * sizeof *y); /* padding */
 }
 
@@ -298,7 +302,7 @@ static int run_fused(loom_engine *e, const plan_step *s, const loom_batch *b, lo
     size_t ldi, ldo;
     const float *in = value_ptr(e, s->in[0], &ldi);
     float *out = value_ptr(e, s->out, &ldo);
-    fused_gemm g = {s, in, ldi, ldo, out, b->n_tokens};
+    fused_gemm g = {s, in, ldi, ldo, out, b->n_tokens, chunk_rows(e, shard)};
     comm_set_phase(e->comm, "%s in %s", step_kind_name(s->kind), s->mod->name);
     double t0 = omp_get_wtime();
     int rc = s->kind == STEP_AG_MATMUL
@@ -323,20 +327,18 @@ static void run_step(loom_engine *e, const plan_step *s, const loom_batch *b) {
     switch (o->kind) {
     case OP_EMBED: embed_rows(&s->w[0], s->vocab0, b->ids, rows, out, ldo); break;
     case OP_LINEAR: {
-        /* Sharded linears run in the row chunks the fused collectives use (T padded to a
-         * multiple of the ranks, one block per rank, cut in comm_chunk_rows), so that every
-         * mode hands the BLAS the same GEMM shapes and TP, SP and async TP agree bit for bit
-         * by construction. */
+        /* Sharded linears run in the blocks and chunks the fused collectives use (T padded to a
+         * multiple of the ranks, one block per rank, cut as comm_chunk_rows says), so that
+         * every mode hands the BLAS the same GEMM shapes and TP, SP and async TP agree bit for
+         * bit by construction. */
         bool sharded = o->lin->style == PAR_COLUMN || o->lin->style == PAR_ROW;
-        int block = sharded ? round_up(rows, e->comm->size) / e->comm->size : rows, chunk = comm_chunk_rows(block);
-        for (int b0 = 0; b0 < rows; b0 += block)
-            for (int r0 = b0; r0 < b0 + block && r0 < rows; r0 += chunk) {
-                int m = b0 + block - r0 < chunk ? b0 + block - r0 : chunk;
-                if (m > rows - r0) m = rows - r0;
-                for (int i = 0; i < o->lin->n_parts; i++)
-                    linear(in0 + (size_t)r0 * ld0, ld0, m, rows, &s->w[i], s->bias[i], out + (size_t)r0 * ldo + s->col[i],
-                           ldo);
-            }
+        int block = sharded ? round_up(rows, e->comm->size) / e->comm->size : rows;
+        for (int r0 = 0; r0 < rows; r0 += block) {
+            int m = rows - r0 < block ? rows - r0 : block;
+            for (int i = 0; i < o->lin->n_parts; i++)
+                linear_chunked(in0 + (size_t)r0 * ld0, ld0, m, chunk_rows(e, block), rows, &s->w[i], s->bias[i],
+                               out + (size_t)r0 * ldo + s->col[i], ldo);
+        }
         break;
     }
     case OP_RMS_NORM:
