@@ -130,6 +130,15 @@ int main(void) {
     fresh_case("{\"architectures\": [\"LlamaForCausalLM\"], \"hidden_size\": 64, \"intermediate_size\": 96,"
                " \"num_hidden_layers\": 2, \"num_attention_heads\": 5, \"vocab_size\": 128}");
     expect("config: heads do not divide hidden", BENCH, 1, "not a multiple of num_attention_heads");
+#define MOE_CONFIG(extra)                                                                                           \
+    "{\"architectures\": [\"OlmoeForCausalLM\"], \"hidden_size\": 64, \"intermediate_size\": 48, "               \
+    "\"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"vocab_size\": 128, \"num_experts\": 4" extra "}"
+    fresh_case(MOE_CONFIG(", \"num_experts_per_tok\": 5"));
+    expect("config: more experts per token than experts", BENCH, 1, "num_experts_per_tok 5 exceeds the 4 experts");
+    fresh_case(MOE_CONFIG(", \"mlp_only_layers\": [2]"));
+    expect("config: a dense layer that does not exist", BENCH, 1, "'mlp_only_layers' entries must be layers 0..1");
+    fresh_case(MOE_CONFIG(", \"clip_qkv\": 8.0"));
+    expect("config: OLMoE's clip_qkv", BENCH, 1, "field 'clip_qkv' is not supported");
 
     char *data, *whole;
     size_t dlen;
