@@ -203,7 +203,8 @@ static int flatten_op(plan *p, const module *m, const op *o, int *map, weight_st
     for (int i = 0; i < o->n_in; i++) in[i] = map[o->in[i]];
     if (o->kind == OP_CALL) return (map[o->out[0]] = flatten_call(p, m, o, in, ws, err)) < 0 ? -1 : 0;
     if (o->kind == OP_SPLIT) return (map[o->out[0]] = flatten_split(p, m, o, in[0], err)) < 0 ? -1 : 0;
-    const plan_value *v0 = o->n_in ? &p->values[in[0]] : NULL;
+    /* a copy: plan_new_value may move the array */
+    const plan_value first = o->n_in ? p->values[in[0]] : (plan_value){.rows = ROWS_TOKENS}, *v0 = o->n_in ? &first : NULL;
     row_kind rows = v0 ? v0->rows : ROWS_TOKENS;
     bool same_width = o->kind == OP_ADD || o->kind == OP_SILU_MUL; /* elementwise over all inputs */
     for (int i = 1; i < o->n_in; i++)
