@@ -58,17 +58,20 @@ typedef struct moe_shape {
 
 /* Buffers for moe_forward, sized once for the engine's largest batch. */
 typedef struct moe_scratch {
-    int32_t *choice, *count, *start, *token;
-    float *weight, *token_weight, *x, *gate, *up, *y;
+    int threads;
+    int32_t *choice, *count, *start, *token, *slot; /* slot[r*k + j]: where pair (r, j)'s output is */
+    float *weight, *x, *gate, *up, *y;              /* x, gate, up: one set per thread */
 } moe_scratch;
 int moe_scratch_init(moe_scratch *s, int rows, const moe_shape *sh);
+size_t moe_scratch_bytes(int rows, const moe_shape *sh, int threads);
 void moe_scratch_free(moe_scratch *s);
 
 /* Routing: choice[r*k + j], weight[r*k + j] = the j-th expert of row r and its weight. Ties go
  * to the lower expert index, so every rank (and every mode) routes a row the same way. */
 void moe_route(const float *logits, size_t ldl, int rows, const moe_shape *sh, int32_t *choice, float *weight);
 /* out[r] = sum over row r's experts e, in increasing e, of weight * down_e(silu(gate_e x) * up_e x);
- * experts[3e..3e+2] = gate, up, down. Each expert runs as GEMMs over the rows routed to it. */
+ * experts[3e..3e+2] = gate, up, down. Each expert runs as GEMMs over the rows routed to it, the
+ * experts spread over the threads (one GEMM of few rows uses one core better than two). */
 void moe_forward(const moe_shape *sh, const wmat *experts, const float *x, size_t ldx, const float *logits,
                  size_t ldl, int rows, float *out, size_t ldo, moe_scratch *s);
 

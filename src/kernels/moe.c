@@ -1,8 +1,9 @@
 /* Mixture-of-experts kernels: routing (softmax and top-k), then one pass per expert over the
  * rows routed to it -- gathered into a contiguous block, so each expert is three GEMMs of
- * n_e rows rather than n_e matrix-vector products -- and a weighted scatter-add back. The
- * experts are visited in increasing index, so each row's sum has one fixed order. */
+ * n_e rows rather than n_e matrix-vector products -- and a weighted sum back per row, over
+ * its experts in increasing index, so each row's sum has one fixed order. */
 #include <math.h>
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -10,25 +11,30 @@
 
 int moe_scratch_init(moe_scratch *s, int rows, const moe_shape *sh) {
     size_t routed = (size_t)rows * sh->top_k;
+    s->threads = omp_get_max_threads();
     s->choice = malloc(routed * sizeof *s->choice);
     s->weight = malloc(routed * sizeof *s->weight);
     s->token = malloc(routed * sizeof *s->token);
-    s->token_weight = malloc(routed * sizeof *s->token_weight);
+    s->slot = malloc(routed * sizeof *s->slot);
     s->count = malloc(sh->n_experts * sizeof *s->count);
     s->start = malloc((sh->n_experts + 1) * sizeof *s->start);
-    /* one expert's rows at a time: at most every row */
-    s->x = malloc((size_t)rows * sh->hidden * sizeof *s->x);
-    s->y = malloc((size_t)rows * sh->hidden * sizeof *s->y);
-    s->gate = malloc((size_t)rows * sh->inter * sizeof *s->gate);
-    s->up = malloc((size_t)rows * sh->inter * sizeof *s->up);
-    return s->choice && s->weight && s->token && s->token_weight && s->count && s->start && s->x && s->y && s->gate &&
-                   s->up
+    /* per thread, one expert's rows at a time (at most every row); y holds every pair's output */
+    s->x = malloc((size_t)s->threads * rows * sh->hidden * sizeof *s->x);
+    s->gate = malloc((size_t)s->threads * rows * sh->inter * sizeof *s->gate);
+    s->up = malloc((size_t)s->threads * rows * sh->inter * sizeof *s->up);
+    s->y = malloc(routed * sh->hidden * sizeof *s->y);
+    return s->choice && s->weight && s->token && s->slot && s->count && s->start && s->x && s->y && s->gate && s->up
                ? 0
                : -1;
 }
 
+size_t moe_scratch_bytes(int rows, const moe_shape *sh, int threads) {
+    size_t routed = (size_t)rows * sh->top_k;
+    return (routed * sh->hidden + (size_t)threads * rows * (sh->hidden + 2 * sh->inter)) * sizeof(float);
+}
+
 void moe_scratch_free(moe_scratch *s) {
-    free(s->choice), free(s->weight), free(s->token), free(s->token_weight), free(s->count), free(s->start);
+    free(s->choice), free(s->weight), free(s->token), free(s->slot), free(s->count), free(s->start);
     free(s->x), free(s->y), free(s->gate), free(s->up);
     memset(s, 0, sizeof *s);
 }
@@ -88,26 +94,39 @@ void moe_forward(const moe_shape *sh, const wmat *experts, const float *x, size_
     for (int i = 0; i < rows * k; i++) {
         int e = s->choice[i], at = s->start[e] + s->count[e]++;
         s->token[at] = i / k;
-        s->token_weight[at] = s->weight[i];
+        s->slot[i] = at;
     }
-    for (int r = 0; r < rows; r++) memset(out + (size_t)r * ldo, 0, H * sizeof *out);
+    /* each expert on one thread: its three GEMMs then run single-threaded (OpenBLAS inside a
+     * parallel region), and an expert no row chose costs nothing */
+#pragma omp parallel for schedule(dynamic, 1) num_threads(s->threads)
     for (int e = 0; e < E; e++) {
-        int n = s->count[e];
-        if (!n) continue; /* an expert no row chose costs nothing */
+        int n = s->count[e], t = omp_get_thread_num();
+        if (!n) continue;
         const int32_t *tok = s->token + s->start[e];
-        const float *tw = s->token_weight + s->start[e];
-#pragma omp parallel for schedule(static) if (n > 16)
-        for (int i = 0; i < n; i++) memcpy(s->x + (size_t)i * H, x + (size_t)tok[i] * ldx, H * sizeof *x);
-        linear(s->x, H, n, n, &experts[3 * e], NULL, s->gate, I);
-        linear(s->x, H, n, n, &experts[3 * e + 1], NULL, s->up, I);
-        silu_mul(s->gate, I, s->up, I, s->gate, I, n, I);
-        linear(s->gate, I, n, n, &experts[3 * e + 2], NULL, s->y, H);
-        /* rows within one expert are distinct, so the scatter-add is race-free */
-#pragma omp parallel for schedule(static) if (n > 16)
-        for (int i = 0; i < n; i++) {
-            float *o = out + (size_t)tok[i] * ldo;
-            const float *y = s->y + (size_t)i * H;
-            for (int c = 0; c < H; c++) o[c] += tw[i] * y[c];
+        float *xs = s->x + (size_t)t * rows * H, *g = s->gate + (size_t)t * rows * I, *u = s->up + (size_t)t * rows * I;
+        for (int i = 0; i < n; i++) memcpy(xs + (size_t)i * H, x + (size_t)tok[i] * ldx, H * sizeof *x);
+        linear(xs, H, n, n, &experts[3 * e], NULL, g, I);
+        linear(xs, H, n, n, &experts[3 * e + 1], NULL, u, I);
+        silu_mul(g, I, u, I, g, I, n, I);
+        linear(g, I, n, n, &experts[3 * e + 2], NULL, s->y + (size_t)s->start[e] * H, H);
+    }
+    /* weighted sum per row, its experts in increasing index: one order whatever the threads */
+#pragma omp parallel for schedule(static) if (rows > 16)
+    for (int r = 0; r < rows; r++) {
+        int32_t order[64];
+        const int32_t *c = s->choice + (size_t)r * k;
+        for (int j = 0; j < k; j++) { /* insertion sort of the k (<= 64) choices by expert */
+            int i = j;
+            for (; i > 0 && c[order[i - 1]] > c[j]; i--) order[i] = order[i - 1];
+            order[i] = j;
+        }
+        float *o = out + (size_t)r * ldo;
+        memset(o, 0, H * sizeof *o);
+        for (int j = 0; j < k; j++) {
+            int pair = r * k + order[j];
+            const float *y = s->y + (size_t)s->slot[pair] * H;
+            float w = s->weight[pair];
+            for (int col = 0; col < H; col++) o[col] += w * y[col];
         }
     }
 }

@@ -134,6 +134,7 @@ static int parse_moe(reader *r, model_config *c) {
         get_bool(r, "norm_topk_prob", false, &c->norm_topk))
         return -1;
     if (c->n_experts > 512) return loom_errf(r->err, "%s: %d experts: at most 512 are supported", r->name, c->n_experts);
+    if (c->top_k > 64) return loom_errf(r->err, "%s: num_experts_per_tok %d: at most 64 are supported", r->name, c->top_k);
     if (c->top_k > c->n_experts)
         return loom_errf(r->err, "%s: num_experts_per_tok %d exceeds the %d experts", r->name, c->top_k, c->n_experts);
     if (c->n_layers > (int)sizeof c->mlp_only)

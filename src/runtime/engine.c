@@ -61,7 +61,7 @@ static int alloc_moe_scratch(loom_engine *e, loom_err *err) {
     if (!most.n_experts) return 0;
     if (moe_scratch_init(&e->moe, e->max_tokens, &most))
         return loom_errf(err, "out of memory allocating the experts' scratch for %d tokens", e->max_tokens);
-    e->activation_bytes += (size_t)e->max_tokens * (2 * most.hidden + 2 * most.inter) * sizeof(float);
+    e->activation_bytes += moe_scratch_bytes(e->max_tokens, &most, e->moe.threads);
     return 0;
 }
 
