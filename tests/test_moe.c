@@ -88,6 +88,17 @@ static void forward(void) {
         for (int c = 0; c < H; c++)
             CHECK(fabs(out[r * H + c] - ref[c]) < 1e-6, "row %d column %d: %g, expected %g", r, c, out[r * H + c], ref[c]);
     }
+    /* one thread adds each expert's rows at once; several keep every output and sum per row:
+     * the same terms in the same order, so the same bits */
+    float again[ROWS * H];
+    int threads = s.threads;
+    s.threads = threads > 1 ? 1 : 2;
+    if (s.threads == 2) { /* grow y for the several-thread path */
+        free(s.y);
+        s.y = malloc((size_t)ROWS * 2 * H * sizeof *s.y);
+    }
+    moe_forward(&sh, experts, x, H, logits, E, ROWS, again, H, &s);
+    CHECK(!memcmp(out, again, sizeof out), "one thread and several give different bits");
     moe_scratch_free(&s);
 }
 

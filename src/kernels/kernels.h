@@ -59,7 +59,8 @@ typedef struct moe_shape {
 /* Buffers for moe_forward, sized once for the engine's largest batch. */
 typedef struct moe_scratch {
     int threads;
-    int32_t *choice, *count, *start, *token, *slot; /* slot[r*k + j]: where pair (r, j)'s output is */
+    int32_t *choice, *count, *start; /* routing; pairs per expert, where each expert's begin */
+    int32_t *token, *pair, *slot;    /* by expert: row and pair (r*k + j); slot[pair]: its place */
     float *weight, *x, *gate, *up, *y;              /* x, gate, up: one set per thread */
 } moe_scratch;
 int moe_scratch_init(moe_scratch *s, int rows, const moe_shape *sh);

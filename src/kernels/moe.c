@@ -16,25 +16,26 @@ int moe_scratch_init(moe_scratch *s, int rows, const moe_shape *sh) {
     s->weight = malloc(routed * sizeof *s->weight);
     s->token = malloc(routed * sizeof *s->token);
     s->slot = malloc(routed * sizeof *s->slot);
+    s->pair = malloc(routed * sizeof *s->pair);
     s->count = malloc(sh->n_experts * sizeof *s->count);
     s->start = malloc((sh->n_experts + 1) * sizeof *s->start);
-    /* per thread, one expert's rows at a time (at most every row); y holds every pair's output */
+    /* per thread, one expert's rows at a time (at most every row); y: see moe_forward */
     s->x = malloc((size_t)s->threads * rows * sh->hidden * sizeof *s->x);
     s->gate = malloc((size_t)s->threads * rows * sh->inter * sizeof *s->gate);
     s->up = malloc((size_t)s->threads * rows * sh->inter * sizeof *s->up);
-    s->y = malloc(routed * sh->hidden * sizeof *s->y);
-    return s->choice && s->weight && s->token && s->slot && s->count && s->start && s->x && s->y && s->gate && s->up
+    s->y = malloc((s->threads > 1 ? routed : (size_t)rows) * sh->hidden * sizeof *s->y);
+    return s->choice && s->weight && s->token && s->slot && s->pair && s->count && s->start && s->x && s->y && s->gate && s->up
                ? 0
                : -1;
 }
 
 size_t moe_scratch_bytes(int rows, const moe_shape *sh, int threads) {
-    size_t routed = (size_t)rows * sh->top_k;
-    return (routed * sh->hidden + (size_t)threads * rows * (sh->hidden + 2 * sh->inter)) * sizeof(float);
+    size_t y_rows = threads > 1 ? (size_t)rows * sh->top_k : (size_t)rows;
+    return (y_rows * sh->hidden + (size_t)threads * rows * (sh->hidden + 2 * sh->inter)) * sizeof(float);
 }
 
 void moe_scratch_free(moe_scratch *s) {
-    free(s->choice), free(s->weight), free(s->token), free(s->slot), free(s->count), free(s->start);
+    free(s->choice), free(s->weight), free(s->token), free(s->slot), free(s->pair), free(s->count), free(s->start);
     free(s->x), free(s->y), free(s->gate), free(s->up);
     memset(s, 0, sizeof *s);
 }
@@ -81,6 +82,17 @@ void moe_route(const float *logits, size_t ldl, int rows, const moe_shape *sh, i
     }
 }
 
+/* y[n, H] = down(silu(gate x) * up x) for the n rows tok[] of x, through the scratch xs, g, u. */
+static void run_expert(const moe_shape *sh, const wmat *w, const float *x, size_t ldx, const int32_t *tok, int n,
+                       float *xs, float *g, float *u, float *y) {
+    int H = sh->hidden, I = sh->inter;
+    for (int i = 0; i < n; i++) memcpy(xs + (size_t)i * H, x + (size_t)tok[i] * ldx, H * sizeof *x);
+    linear(xs, H, n, n, &w[0], NULL, g, I);
+    linear(xs, H, n, n, &w[1], NULL, u, I);
+    silu_mul(g, I, u, I, g, I, n, I);
+    linear(g, I, n, n, &w[2], NULL, y, H);
+}
+
 void moe_forward(const moe_shape *sh, const wmat *experts, const float *x, size_t ldx, const float *logits,
                  size_t ldl, int rows, float *out, size_t ldo, moe_scratch *s) {
     int E = sh->n_experts, k = sh->top_k, H = sh->hidden, I = sh->inter;
@@ -94,23 +106,36 @@ void moe_forward(const moe_shape *sh, const wmat *experts, const float *x, size_
     for (int i = 0; i < rows * k; i++) {
         int e = s->choice[i], at = s->start[e] + s->count[e]++;
         s->token[at] = i / k;
+        s->pair[at] = i;
         s->slot[i] = at;
     }
-    /* each expert on one thread: its three GEMMs then run single-threaded (OpenBLAS inside a
-     * parallel region), and an expert no row chose costs nothing */
+    /* One thread: each expert's output is added into its rows at once, experts in increasing
+     * index, so y holds one expert's rows (top_k times less than every pair's). Several: the experts are spread over the threads, each expert's
+     * GEMMs single-threaded (OpenBLAS inside a parallel region), one GEMM of few rows using a
+     * core better than two do; every pair's output is kept, and each row then sums its experts
+     * in increasing index. Both add the same terms in the same order: the same bits. */
+    if (s->threads == 1) {
+        for (int r = 0; r < rows; r++) memset(out + (size_t)r * ldo, 0, H * sizeof *out);
+        for (int e = 0; e < E; e++) {
+            int n = s->count[e];
+            if (!n) continue;
+            run_expert(sh, experts + 3 * e, x, ldx, s->token + s->start[e], n, s->x, s->gate, s->up, s->y);
+            for (int i = 0; i < n; i++) {
+                int r = s->token[s->start[e] + i];
+                float w = s->weight[s->pair[s->start[e] + i]], *o = out + (size_t)r * ldo;
+                const float *y = s->y + (size_t)i * H;
+                for (int col = 0; col < H; col++) o[col] += w * y[col];
+            }
+        }
+        return;
+    }
 #pragma omp parallel for schedule(dynamic, 1) num_threads(s->threads)
     for (int e = 0; e < E; e++) {
         int n = s->count[e], t = omp_get_thread_num();
-        if (!n) continue;
-        const int32_t *tok = s->token + s->start[e];
-        float *xs = s->x + (size_t)t * rows * H, *g = s->gate + (size_t)t * rows * I, *u = s->up + (size_t)t * rows * I;
-        for (int i = 0; i < n; i++) memcpy(xs + (size_t)i * H, x + (size_t)tok[i] * ldx, H * sizeof *x);
-        linear(xs, H, n, n, &experts[3 * e], NULL, g, I);
-        linear(xs, H, n, n, &experts[3 * e + 1], NULL, u, I);
-        silu_mul(g, I, u, I, g, I, n, I);
-        linear(g, I, n, n, &experts[3 * e + 2], NULL, s->y + (size_t)s->start[e] * H, H);
+        if (n)
+            run_expert(sh, experts + 3 * e, x, ldx, s->token + s->start[e], n, s->x + (size_t)t * rows * H,
+                       s->gate + (size_t)t * rows * I, s->up + (size_t)t * rows * I, s->y + (size_t)s->start[e] * H);
     }
-    /* weighted sum per row, its experts in increasing index: one order whatever the threads */
 #pragma omp parallel for schedule(static) if (rows > 16)
     for (int r = 0; r < rows; r++) {
         int32_t order[64];
