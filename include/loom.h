@@ -119,6 +119,8 @@ typedef struct loom_launch_options {
     double timeout_s;     /* collective deadline (default 60) */
     int spin;             /* busy-wait iterations before sleeping in a collective (default 2000) */
     bool isolate;         /* shm: fork even a single rank, leaving this process untouched */
+    bool mpi_progress;    /* mpi: a progress thread in the transport, which async TP's transfers
+                             need to overlap its GEMMs and which slows plain collectives */
 } loom_launch_options;
 int loom_launch(const loom_launch_options *o, loom_rank_fn fn, void *arg, loom_err *err);
 int loom_comm_rank(const loom_comm *c);

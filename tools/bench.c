@@ -261,7 +261,8 @@ static int bench_latency(int argc, char **argv) {
     loom_model *m = cli_load_model(&o.c, false);
     if (!m) return 1;
     if (!o.n_modes) o.modes[o.n_modes++] = known_modes[o.c.async_tp ? 2 : o.c.sp ? 1 : 0];
-    for (int k = 0; k < o.n_modes; k++) o.c.sp |= o.modes[k].sp; /* collectives are sized for the widest */
+    for (int k = 0; k < o.n_modes; k++) /* collectives are sized for the widest; async TP's MPI needs */
+        o.c.sp |= o.modes[k].sp, o.c.async_tp |= o.modes[k].async_tp; /* the progress thread */
     /* prompts go in passes of at most max_batched tokens (default: up to 8192 at once) */
     int limit = o.max_batched ? o.max_batched : 8192, chunk = o.batch * o.input_len < limit ? o.batch * o.input_len : limit;
     if (chunk < o.batch) chunk = o.batch;

@@ -85,7 +85,7 @@ int cli_launch(const cli_common *c, const loom_model *m, const loom_engine_optio
         return 1;
     }
     loom_launch_options lo = {.tp = c->tp, .backend = c->backend, .timeout_s = c->comm_timeout, .spin = c->comm_spin,
-                              .isolate = c->isolate,
+                              .isolate = c->isolate, .mpi_progress = eo->async_tp,
                               .slot_bytes = loom_comm_slot_bytes(m, c->tp > 0 ? c->tp : 1, eo)};
     int rc = loom_launch(&lo, fn, arg, &err);
     if (rc && err.msg[0]) fprintf(stderr, "loom: %s\n", err.msg);

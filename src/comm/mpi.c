@@ -172,14 +172,16 @@ static void mpi_free(loom_comm *c) {
 static const comm_backend mpi_backend = {"mpi", COMM_MAX_CHUNKS, mpi_exchange, mpi_barrier, mpi_free, mpi_all_gather_matmul,
                                           mpi_matmul_reduce_scatter};
 
-int comm_mpi_run(int tp, double timeout_s, loom_rank_fn fn, void *arg, loom_err *err) {
+int comm_mpi_run(int tp, double timeout_s, bool progress_thread, loom_rank_fn fn, void *arg, loom_err *err) {
     int provided, rank, size;
     /* Open MPI's TCP transport moves a large message only while some MPI call runs, so the
      * blocks posted ahead of a fused collective's GEMMs would wait for the GEMMs to end. Its
      * progress thread (asleep in epoll until a socket is ready) moves them meanwhile: at
-     * 1 Gbit/s, an 8 MiB send beside 200 ms of compute goes from 68 ms of waiting to none.
-     * Left to the user when set; other MPIs ignore the variable. */
-    setenv("OMPI_MCA_btl_tcp_progress_thread", "1", 0);
+     * 1 Gbit/s, an 8 MiB send beside 200 ms of compute goes from 68 ms of waiting to none. It
+     * also slows the plain collectives (TP's all-reduces waited 9.3 s a pass with it, 5.4 s
+     * without, in benches/netns-mpi.sh), so only async TP asks for it. Left to the user when
+     * set; other MPIs ignore the variable. */
+    if (progress_thread) setenv("OMPI_MCA_btl_tcp_progress_thread", "1", 0);
     if (MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
         loom_errf(err, "MPI_Init failed (is this process started by mpirun?)");
         return 1;

@@ -6,6 +6,6 @@
 /* Initialises MPI, checks tp against the job's size (0: take the job's size), runs fn as this
  * process's rank, finalises. A rank whose fn fails, or whose collective passes timeout_s,
  * aborts the whole job with a message naming it. Returns fn's result. */
-int comm_mpi_run(int tp, double timeout_s, loom_rank_fn fn, void *arg, loom_err *err);
+int comm_mpi_run(int tp, double timeout_s, bool progress_thread, loom_rank_fn fn, void *arg, loom_err *err);
 
 #endif
