@@ -69,9 +69,7 @@ static void projection_norm(module *r, int x, int z, int heads) {
     linear_desc k = lin("k.weight", H, heads * 4, PAR_COLUMN);
     k.parts[0].head_dim = 4;
     k.parts[0].replicable = true;
-    int n = emit_rms_norm(r, emit_linear(r, x, &k), "kn.weight", 1e-5f, 0, "k_normed");
-    r->ops[r->n_ops - 1].across_ranks = true;
-    r->ops[r->n_ops - 1].features = heads * 4;
+    int n = emit_rms_norm_across(r, emit_linear(r, x, &k), "kn.weight", 1e-5f, heads * 4, "k_normed");
     linear_desc o = lin("o.weight", heads * 4, H, PAR_ROW);
     module_output(r, emit_add(r, z, emit_linear(r, n, &o), "sum"));
 }

@@ -37,14 +37,6 @@ void comm_set_phase(loom_comm *c, const char *fmt, ...) {
     va_end(ap);
 }
 
-/* out[i] = sum over ranks r of blocks[r] row (row0 + i), added in rank order 0..N-1: the one
- * order every reduction uses, so all-reduce, reduce-scatter and their fused form agree bit for
- * bit. */
-static void sum_rows(loom_comm *c, int row0, int rows, int cols, float *out, size_t ldo) {
-    for (int r = 0; r < c->size; r++) c->blocks[r] += (size_t)row0 * cols;
-    comm_sum_blocks(c, c->blocks, rows, cols, out, ldo);
-}
-
 /* Every rank publishes [rows, cols] of in. */
 static int exchange_same(loom_comm *c, const float *in, size_t ldi, int rows, int cols, loom_err *err) {
     for (int r = 0; r < c->size; r++) c->cols[r] = cols;
@@ -55,7 +47,7 @@ int comm_all_reduce(loom_comm *c, const float *in, size_t ldi, float *out, size_
                     loom_err *err) {
     double t0 = omp_get_wtime();
     if (exchange_same(c, in, ldi, rows, cols, err)) return -1;
-    sum_rows(c, 0, rows, cols, out, ldo);
+    comm_sum_blocks(c, c->blocks, rows, cols, out, ldo);
     c->blocked_s += omp_get_wtime() - t0;
     return 0;
 }
@@ -131,6 +123,8 @@ int comm_gather_rows_at(loom_comm *c, const float *in, size_t ldi, int block, co
     return 0;
 }
 
+/* The one order every reduction uses (all-reduce, reduce-scatter and their fused form), so all
+ * agree bit for bit. */
 void comm_sum_blocks(const loom_comm *c, const float **blocks, int rows, int cols, float *out, size_t ldo) {
 #pragma omp parallel for schedule(static) if (rows > 1)
     for (int i = 0; i < rows; i++) {
@@ -210,7 +204,7 @@ static int local_exchange(loom_comm *c, const float *mine, size_t ld, int rows, 
         s->buf = malloc(need * sizeof *s->buf);
         s->cap = need;
     }
-    for (int i = 0; i < rows; i++) memcpy(s->buf + (size_t)i * cols[0], mine + (size_t)i * ld, cols[0] * sizeof(float));
+    comm_pack_rows(s->buf, mine, ld, rows, cols[0]);
     blocks[0] = s->buf;
     return 0;
 }

@@ -1,11 +1,12 @@
 /* The communicator: what a rank knows of the others. Above this interface nothing knows how
  * ranks talk. A backend makes each rank's block of a float matrix readable by every rank
  * (`exchange`), waits for all ranks (`barrier`) and runs the two fused ops; the collectives are
- * built on those here,
- * with one arithmetic for every backend: partial sums are added in rank order 0..N-1, so shm,
- * MPI, TP and SP give bit-identical results and runs are deterministic. */
+ * built on those here, with one arithmetic for every backend: partial sums are added in rank
+ * order 0..N-1, so shm, MPI, TP and SP give bit-identical results and runs are deterministic. */
 #ifndef LOOM_COMM_COMM_H
 #define LOOM_COMM_COMM_H
+#include <string.h>
+
 #include "loom.h"
 
 /* The GEMM a fused collective runs, block by block. For all-gather-matmul: consume the input
@@ -43,6 +44,11 @@ struct loom_comm {
     float *scratch;      /* packing space, grown to the largest need once */
     size_t scratch_cap;
 };
+
+/* dst[rows, cols] (contiguous) = src's rows, whose stride is ld: a block as backends publish it. */
+static inline void comm_pack_rows(float *dst, const float *src, size_t ld, int rows, int cols) {
+    for (int i = 0; i < rows; i++) memcpy(dst + (size_t)i * cols, src + (size_t)i * ld, cols * sizeof *dst);
+}
 
 /* Fills the parts every backend shares; impl is the backend's state. */
 void comm_init(loom_comm *c, int rank, int size, const comm_backend *be, void *impl);

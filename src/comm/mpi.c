@@ -56,7 +56,7 @@ static int mpi_exchange(loom_comm *c, const float *mine, size_t ld, int rows, co
     int w = cols[c->rank];
     s->send = grow(s->send, &s->send_cap, (size_t)rows * w * sizeof(float) + 4);
     s->recv = grow(s->recv, &s->recv_cap, total * sizeof(float) + 4);
-    for (int i = 0; i < rows; i++) memcpy(s->send + (size_t)i * w, mine + (size_t)i * ld, w * sizeof(float));
+    comm_pack_rows(s->send, mine, ld, rows, w);
     MPI_Request req;
     MPI_Iallgatherv(s->send, s->counts[c->rank], MPI_FLOAT, s->recv, s->counts, s->displs, MPI_FLOAT, MPI_COMM_WORLD,
                     &req);
@@ -115,7 +115,7 @@ static int mpi_all_gather_matmul(loom_comm *c, const float *shard, size_t lds, i
     chunking k = chunks_of(c, rows, cols);
     s->send = grow(s->send, &s->send_cap, n * sizeof(float) + 4);
     s->recv = grow(s->recv, &s->recv_cap, n * N * sizeof(float) + 4);
-    for (int i = 0; i < rows; i++) memcpy(s->send + (size_t)i * cols, shard + (size_t)i * lds, cols * sizeof(float));
+    comm_pack_rows(s->send, shard, lds, rows, cols);
     post_recvs(c, &k, s->recv);
     for (int r = 0; r < N; r++)
         for (int i = 0; i < k.n && r != c->rank; i++) send_chunk(c, &k, s->send, r, i);

@@ -174,7 +174,7 @@ static int shm_all_gather_matmul(loom_comm *c, const float *shard, size_t lds, i
     unsigned set = s->exchanges++ & 1;
     uint32_t seq = ++s->fused;
     float *mine = slot_of(a, set, c->rank);
-    for (int i = 0; i < rows; i++) memcpy(mine + (size_t)i * cols, shard + (size_t)i * lds, cols * sizeof(float));
+    comm_pack_rows(mine, shard, lds, rows, cols);
     post(a, c->rank, seq);
     f(ctx, shard, lds, c->rank * rows, rows); /* own block first: nothing to wait for */
     for (int k = 1; k < c->size; k++) {
@@ -217,11 +217,9 @@ static int shm_exchange(loom_comm *c, const float *mine, size_t ld, int rows, co
             return loom_errf(err, "rank %d: '%s': exchange of %zu bytes exceeds the shm slot of %zu", c->rank,
                              c->phase, (size_t)rows * cols[r] * sizeof(float), a->slot_bytes);
     unsigned set = s->exchanges++ & 1;
-    float *slot = (float *)(a->slots + ((size_t)set * a->size + c->rank) * a->slot_bytes);
-    int w = cols[c->rank];
-    for (int i = 0; i < rows; i++) memcpy(slot + (size_t)i * w, mine + (size_t)i * ld, w * sizeof(float));
+    comm_pack_rows(slot_of(a, set, c->rank), mine, ld, rows, cols[c->rank]);
     if (shm_barrier(c, err)) return -1;
-    for (int r = 0; r < c->size; r++) blocks[r] = (const float *)(a->slots + ((size_t)set * a->size + r) * a->slot_bytes);
+    for (int r = 0; r < c->size; r++) blocks[r] = slot_of(a, set, r);
     return 0;
 }
 

@@ -6,9 +6,8 @@
 #include "model/weights.h"
 
 /* y[m, 0:W.rows] = x[m, 0:W.cols] @ W^T (+ bias). The m rows may be one block of a product
- * of pass_rows rows: the kernel is chosen by pass_rows, so a product computed block by block
- * (as the fused collectives do) equals the whole one bit for bit -- OpenBLAS's sgemm computes
- * each row the same whatever M is. */
+ * of pass_rows rows: the kernel (streaming or sgemm) is chosen by pass_rows, so every block of
+ * one product takes the same one. */
 void linear(const float *x, size_t ldx, int m, int pass_rows, const wmat *w, const float *bias, float *y,
             size_t ldy);
 /* The same product as one GEMM per `chunk` rows (the last chunk shorter), as the fused
@@ -43,6 +42,7 @@ void sigmoid_gate(const float *x, size_t ldx, const float *g, size_t ldg, float 
 
 void silu_mul(const float *gate, size_t ldg, const float *up, size_t ldu, float *out, size_t ldo,
               int rows, int cols);
+/* (ldb 0 adds one row, e.g. a bias, to every row of a; out may be a) */
 void add_rows(const float *a, size_t lda, const float *b, size_t ldb, float *out, size_t ldo, int rows,
               int cols);
 void scale_rows(const float *a, size_t lda, float s, float *out, size_t ldo, int rows, int cols);

@@ -82,6 +82,10 @@ void moe_route(const float *logits, size_t ldl, int rows, const moe_shape *sh, i
     }
 }
 
+static void add_weighted(float *o, float w, const float *y, int n) {
+    for (int i = 0; i < n; i++) o[i] += w * y[i];
+}
+
 /* y[n, H] = down(silu(gate x) * up x) for the n rows tok[] of x, through the scratch xs, g, u. */
 static void run_expert(const moe_shape *sh, const wmat *w, const float *x, size_t ldx, const int32_t *tok, int n,
                        float *xs, float *g, float *u, float *y) {
@@ -110,22 +114,20 @@ void moe_forward(const moe_shape *sh, const wmat *experts, const float *x, size_
         s->slot[i] = at;
     }
     /* One thread: each expert's output is added into its rows at once, experts in increasing
-     * index, so y holds one expert's rows (top_k times less than every pair's). Several: the experts are spread over the threads, each expert's
-     * GEMMs single-threaded (OpenBLAS inside a parallel region), one GEMM of few rows using a
-     * core better than two do; every pair's output is kept, and each row then sums its experts
-     * in increasing index. Both add the same terms in the same order: the same bits. */
+     * index, so y holds one expert's rows (top_k times less than every pair's). Several: the
+     * experts are spread over the threads, each expert's GEMMs single-threaded (OpenBLAS inside
+     * a parallel region), one GEMM of few rows using a core better than two do; every pair's
+     * output is kept, and each row then sums its experts in increasing index. Both add the same
+     * terms in the same order: the same bits. */
     if (s->threads == 1) {
         for (int r = 0; r < rows; r++) memset(out + (size_t)r * ldo, 0, H * sizeof *out);
         for (int e = 0; e < E; e++) {
             int n = s->count[e];
             if (!n) continue;
             run_expert(sh, experts + 3 * e, x, ldx, s->token + s->start[e], n, s->x, s->gate, s->up, s->y);
-            for (int i = 0; i < n; i++) {
-                int r = s->token[s->start[e] + i];
-                float w = s->weight[s->pair[s->start[e] + i]], *o = out + (size_t)r * ldo;
-                const float *y = s->y + (size_t)i * H;
-                for (int col = 0; col < H; col++) o[col] += w * y[col];
-            }
+            for (int i = 0; i < n; i++)
+                add_weighted(out + (size_t)s->token[s->start[e] + i] * ldo, s->weight[s->pair[s->start[e] + i]],
+                             s->y + (size_t)i * H, H);
         }
         return;
     }
@@ -149,9 +151,7 @@ void moe_forward(const moe_shape *sh, const wmat *experts, const float *x, size_
         memset(o, 0, H * sizeof *o);
         for (int j = 0; j < k; j++) {
             int pair = r * k + order[j];
-            const float *y = s->y + (size_t)s->slot[pair] * H;
-            float w = s->weight[pair];
-            for (int col = 0; col < H; col++) o[col] += w * y[col];
+            add_weighted(o, s->weight[pair], s->y + (size_t)s->slot[pair] * H, H);
         }
     }
 }

@@ -116,6 +116,13 @@ int emit_rms_norm(module *m, int in, const char *weight, float eps, int group, c
     return o->out[0];
 }
 
+int emit_rms_norm_across(module *m, int in, const char *weight, float eps, int features, const char *name) {
+    int v = emit_rms_norm(m, in, weight, eps, 0, name);
+    m->ops[m->n_ops - 1].across_ranks = true;
+    m->ops[m->n_ops - 1].features = features;
+    return v;
+}
+
 int emit_rope(module *m, int in, int n_heads, int head_dim, const char *name) {
     op *o = new_op(m, OP_ROPE, 1, &in, name);
     o->rope = (rope_desc){n_heads, head_dim};

@@ -123,6 +123,8 @@ int emit_embed(module *m, const char *table, int vocab, int hidden);
 int emit_linear(module *m, int in, const linear_desc *lin);
 int emit_split(module *m, int fused, int part, const char *name);
 int emit_rms_norm(module *m, int in, const char *weight, float eps, int group, const char *name);
+/* RMSNorm over a whole projection of `features` that TP shards by heads (across_ranks). */
+int emit_rms_norm_across(module *m, int in, const char *weight, float eps, int features, const char *name);
 int emit_rope(module *m, int in, int n_heads, int head_dim, const char *name);
 int emit_attention(module *m, int q, int k, int v, const attn_desc *a);
 int emit_silu_mul(module *m, int gate, int up);

@@ -152,7 +152,8 @@ static int bind_op(plan *p, plan_step *s, const module *m, const op *o, int widt
     }
     case OP_RMS_NORM: {
         /* across ranks: this rank's columns of the whole projection's weight */
-        int n = o->group ? o->group : o->across_ranks ? o->features : width, c0 = o->across_ranks ? p->values[s->in[0]].feat0 : 0;
+        int n = o->group ? o->group : o->across_ranks ? o->features : width;
+        int c0 = o->across_ranks ? p->values[s->in[0]].feat0 : 0;
         if (ws) {
             wmat nw;
             if (weights_get(ws, o->weight, n, 0, c0, o->group ? 0 : width, 0, 0, true, -1.0f, &nw, err))
@@ -204,8 +205,9 @@ static int flatten_op(plan *p, const module *m, const op *o, int *map, weight_st
     if (o->kind == OP_CALL) return (map[o->out[0]] = flatten_call(p, m, o, in, ws, err)) < 0 ? -1 : 0;
     if (o->kind == OP_SPLIT) return (map[o->out[0]] = flatten_split(p, m, o, in[0], err)) < 0 ? -1 : 0;
     /* a copy: plan_new_value may move the array */
-    const plan_value first = o->n_in ? p->values[in[0]] : (plan_value){.rows = ROWS_TOKENS}, *v0 = o->n_in ? &first : NULL;
-    row_kind rows = v0 ? v0->rows : ROWS_TOKENS;
+    const plan_value first = o->n_in ? p->values[in[0]] : (plan_value){.rows = ROWS_TOKENS};
+    const plan_value *v0 = o->n_in ? &first : NULL;
+    row_kind rows = first.rows;
     bool same_width = o->kind == OP_ADD || o->kind == OP_SILU_MUL; /* elementwise over all inputs */
     for (int i = 1; i < o->n_in; i++)
         if (p->values[in[i]].rows != rows || (same_width && p->values[in[i]].width != v0->width))

@@ -104,7 +104,6 @@ static void engine_rows(const loom_engine_options *o, int *tokens, int *logits) 
     *logits = o->all_logits ? *tokens : (seqs < *tokens ? seqs : *tokens);
 }
 
-
 size_t loom_comm_slot_bytes(const loom_model *m, int tp, const loom_engine_options *o) {
     plan p;
     loom_err err;
@@ -259,16 +258,10 @@ static int run_collective(loom_engine *e, const plan_step *s, const loom_batch *
     case STEP_MATMUL_RS:
     case STEP_KIND_COUNT: break;
     }
-    if (!rc && s->bias[0]) {
-        int rows = value_rows(e, ov, b);
-        for (int r = 0; r < rows; r++)
-            for (int c = 0; c < ov->width; c++) out[(size_t)r * ldo + c] += s->bias[0][c];
-    }
+    if (!rc && s->bias[0]) add_rows(out, ldo, s->bias[0], 0, out, ldo, value_rows(e, ov, b), ov->width);
     e->comm_seconds += omp_get_wtime() - t0;
     return rc;
 }
-
-static int chunk_rows(const loom_engine *e, int block) { return comm_chunk_rows(e->comm, block); }
 
 /* The GEMM of a fused step, over one block of rows or one chunk of it (see comm.h's callbacks). */
 typedef struct fused_gemm {
@@ -302,15 +295,13 @@ static int run_fused(loom_engine *e, const plan_step *s, const loom_batch *b, lo
     size_t ldi, ldo;
     const float *in = value_ptr(e, s->in[0], &ldi);
     float *out = value_ptr(e, s->out, &ldo);
-    fused_gemm g = {s, in, ldi, ldo, out, b->n_tokens, chunk_rows(e, shard)};
+    fused_gemm g = {s, in, ldi, ldo, out, b->n_tokens, comm_chunk_rows(e->comm, shard)};
     comm_set_phase(e->comm, "%s in %s", step_kind_name(s->kind), s->mod->name);
     double t0 = omp_get_wtime();
     int rc = s->kind == STEP_AG_MATMUL
                  ? comm_all_gather_matmul(e->comm, in, ldi, shard, e->cur->p.values[s->in[0]].width, gather_gemm, &g, err)
                  : comm_matmul_reduce_scatter(e->comm, shard, ov->width, partial_gemm, &g, out, ldo, err);
-    if (!rc && s->kind == STEP_MATMUL_RS && s->bias[0])
-        for (int r = 0; r < shard; r++)
-            for (int c = 0; c < ov->width; c++) out[(size_t)r * ldo + c] += s->bias[0][c];
+    if (!rc && s->kind == STEP_MATMUL_RS && s->bias[0]) add_rows(out, ldo, s->bias[0], 0, out, ldo, shard, ov->width);
     e->comm_seconds += omp_get_wtime() - t0;
     return rc;
 }
@@ -336,7 +327,7 @@ static void run_step(loom_engine *e, const plan_step *s, const loom_batch *b) {
         for (int r0 = 0; r0 < rows; r0 += block) {
             int m = rows - r0 < block ? rows - r0 : block;
             for (int i = 0; i < o->lin->n_parts; i++)
-                linear_chunked(in0 + (size_t)r0 * ld0, ld0, m, chunk_rows(e, block), rows, &s->w[i], s->bias[i],
+                linear_chunked(in0 + (size_t)r0 * ld0, ld0, m, comm_chunk_rows(e->comm, block), rows, &s->w[i], s->bias[i],
                                out + (size_t)r0 * ldo + s->col[i], ldo);
         }
         break;

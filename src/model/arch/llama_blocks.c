@@ -12,6 +12,16 @@ static void part(linear_part *p, const char *prefix, const char *proj, int out, 
     p->head_dim = head_dim;
 }
 
+/* q_norm / k_norm before RoPE: per head (Qwen3), or over the whole projection of `features`
+ * (OLMoE), whose statistic then spans the ranks under TP. */
+static int qk_norm(module *m, const model_config *c, const llama_variant *v, int x, const char *which, int features) {
+    char w[128], name[16];
+    snprintf(w, sizeof w, "%s.%s_norm.weight", m->name, which);
+    snprintf(name, sizeof name, "%s_normed", which);
+    return v->qk_norm_whole ? emit_rms_norm_across(m, x, w, c->rms_eps, features, name)
+                            : emit_rms_norm(m, x, w, c->rms_eps, c->head_dim, name);
+}
+
 static module *attention_block(const model_config *c, const llama_variant *v, int layer) {
     module *m = module_new("attention", "model.layers.%d.self_attn", layer);
     int x = module_input(m, "x");
@@ -26,23 +36,9 @@ static module *attention_block(const model_config *c, const llama_variant *v, in
     int q = emit_split(m, fused, 0, "q");
     int k = emit_split(m, fused, 1, "k");
     int val = emit_split(m, fused, 2, "v");
-    if (v->qk_norm_whole) { /* one statistic over all heads: across ranks under TP */
-        char w[128];
-        snprintf(w, sizeof w, "%s.q_norm.weight", m->name);
-        q = emit_rms_norm(m, q, w, c->rms_eps, 0, "q_normed");
-        m->ops[m->n_ops - 1].across_ranks = true;
-        m->ops[m->n_ops - 1].features = q_out;
-        snprintf(w, sizeof w, "%s.k_norm.weight", m->name);
-        k = emit_rms_norm(m, k, w, c->rms_eps, 0, "k_normed");
-        m->ops[m->n_ops - 1].across_ranks = true;
-        m->ops[m->n_ops - 1].features = kv_out;
-    }
-    if (v->qk_norm) {
-        char w[128];
-        snprintf(w, sizeof w, "%s.q_norm.weight", m->name);
-        q = emit_rms_norm(m, q, w, c->rms_eps, hd, "q_normed");
-        snprintf(w, sizeof w, "%s.k_norm.weight", m->name);
-        k = emit_rms_norm(m, k, w, c->rms_eps, hd, "k_normed");
+    if (v->qk_norm || v->qk_norm_whole) {
+        q = qk_norm(m, c, v, q, "q", q_out);
+        k = qk_norm(m, c, v, k, "k", kv_out);
     }
     q = emit_rope(m, q, c->n_heads, hd, "q_rot");
     k = emit_rope(m, k, c->n_kv_heads, hd, "k_rot");
