@@ -177,6 +177,19 @@ int loom_print_plan(loom_model *m, int tp, bool sequence_parallel, bool async_tp
 /* Forgets what sequence slot `seq` holds (its positions restart at 0). */
 void loom_engine_reset_seq(loom_engine *e, int seq);
 
+/* The CPU and the variant of loom's kernels chosen for it at start-up: the best it runs, or the
+ * one the LOOM_CPU environment variable names (generic, avx2, avx512 or neon). Fails when
+ * LOOM_CPU names a variant this build lacks or this CPU cannot run; loom_model_load fails then
+ * too, with the same message. */
+typedef struct loom_cpu_info {
+    char model[128];     /* as the OS reports it */
+    const char *variant; /* in use */
+    char runnable[128];  /* every variant this CPU runs, best first (filled even on failure) */
+} loom_cpu_info;
+int loom_cpu_get_info(loom_cpu_info *info, loom_err *err);
+/* The chosen variant's sum of squares of x[0..n): `loom bench machine` streams memory through it. */
+float loom_cpu_sum_squares(const float *x, int n);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # Configures and builds loom into build/ (or build-asan/ with --sanitize). Installs the
-# Debian packages first. Used by run.sh, test.sh and CI.
+# Debian packages first. Used by run.sh, test.sh and CI. LOOM_NATIVE=ON tunes all code for this
+# machine (-march=native); the default build runs on any CPU and picks its kernels at run time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 "$PWD/scripts/install-deps.sh"
 dir=build
-args=(-DCMAKE_BUILD_TYPE=Release)
+args=(-DCMAKE_BUILD_TYPE=Release -DLOOM_NATIVE="${LOOM_NATIVE:-OFF}")
 if [ "${1:-}" = --sanitize ]; then
   dir=build-asan
-  args=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DLOOM_SANITIZE=ON)
+  args=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DLOOM_SANITIZE=ON -DLOOM_NATIVE="${LOOM_NATIVE:-OFF}")
 fi
 cmake -S . -B "$dir" "${args[@]}" >/dev/null
 cmake --build "$dir" -j "$(nproc)"

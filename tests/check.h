@@ -3,6 +3,10 @@
 #ifndef LOOM_TESTS_CHECK_H
 #define LOOM_TESTS_CHECK_H
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "loom.h"
 
 static int check_passed, check_failed;
 
@@ -21,5 +25,16 @@ static int check_passed, check_failed;
 static inline int check_done(void) {
     printf("%d passed, %d failed\n", check_passed, check_failed);
     return check_failed ? 1 : 0;
+}
+/* Tests registered once per CPU variant (LOOM_CPU set by ctest) skip, with ctest's code 77,
+ * where this CPU cannot run the variant; they print the variant they test otherwise. */
+static inline void check_cpu_variant(void) {
+    loom_cpu_info ci;
+    loom_err err = {{0}};
+    if (loom_cpu_get_info(&ci, &err)) {
+        printf("skipped: %s\n", err.msg);
+        exit(77);
+    }
+    printf("CPU: %s, kernels %s\n", ci.model, ci.variant);
 }
 #endif

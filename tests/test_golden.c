@@ -98,6 +98,7 @@ static int reshard(const char *name, char *out_dir, size_t cap) {
 }
 
 int main(void) {
+    check_cpu_variant();
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(cases[i], "auto");
     /* the bf16 checkpoint widened at load takes the f32 kernels: it must match as well */
     run_case("llama_bf16", "float32");

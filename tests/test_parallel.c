@@ -194,6 +194,7 @@ static void check_mpi_matches_shm(const char *name, mode md, const golden *g, co
 
 int main(int argc, char **argv) {
     if (argc == 5 && !strcmp(argv[1], "--mpi-dump")) return mpi_dump(argv[2], atoi(argv[3]), argv[4]);
+    check_cpu_variant();
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         golden g;
         if (golden_open(&g, cases[c], "logits")) {

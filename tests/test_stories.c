@@ -9,7 +9,7 @@
 #include "mpirun.h"
 #include "loom.h"
 
-#define EXPECTED LOOM_SHARED_DIR "/models/stories260K/expected_greedy_200tokens"
+#define EXPECTED LOOM_SOURCE_DIR "/tests/data/stories260K/expected_greedy_200tokens"
 
 static char *slurp(const char *path, size_t *len) {
     FILE *f = fopen(path, "rb");
@@ -95,6 +95,7 @@ static void check_verify(int tp) {
 }
 
 int main(void) {
+    check_cpu_variant();
     check_verify(2);
     check_verify(4);
     check_ids();

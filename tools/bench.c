@@ -170,10 +170,12 @@ static int latency_rank(loom_comm *comm, void *arg) {
     batch_bufs b = {malloc(chunk * 4), malloc(chunk * 4), malloc(chunk * 4), malloc(chunk * 4)};
     uint64_t rng = o->c.seed + 1;
     double t_start = 0;
-    if (!rc && loom_comm_rank(comm) == 0)
+    if (!rc && loom_comm_rank(comm) == 0) {
+        cli_print_cpu("bench", stdout);
         fprintf(stderr, "loom bench: %s, tp=%d, %d threads per rank, batch %d, input %d, output %d, %d warm-up + %d "
                         "iterations%s\n", info.arch, loom_comm_size(comm), omp_get_max_threads(), o->batch,
                 o->input_len, o->output_len, o->warmup, o->iters, o->n_modes > 1 ? ", modes alternating" : "");
+    }
     /* modes alternate iteration by iteration, so drift on the host hits them alike */
     for (int it = 0; it < o->warmup + o->iters && !rc; it++)
         for (int k = 0; k < o->n_modes && !rc; k++) {
@@ -287,6 +289,7 @@ static int bench_machine(int argc, char **argv) {
         }
     }
     if (threads) omp_set_num_threads(threads), openblas_set_num_threads(threads);
+    if (cli_print_cpu("bench machine", stdout)) return 1;
     int M = 512, N = 2048, K = 2048;
     float *a = aligned_alloc(64, (size_t)M * K * 4), *w = aligned_alloc(64, (size_t)N * K * 4),
           *c = aligned_alloc(64, (size_t)M * N * 4);
@@ -310,8 +313,9 @@ static int bench_machine(int argc, char **argv) {
     for (int r = 0; r < 5; r++) {
         double t0 = now();
         float s = 0;
-#pragma omp parallel for simd reduction(+ : s)
-        for (size_t i = 0; i < n; i++) s += buf[i];
+        const int block = 1 << 16; /* floats per call of the kernel variant's streaming read */
+#pragma omp parallel for reduction(+ : s)
+        for (size_t i = 0; i < n; i += block) s += loom_cpu_sum_squares(buf + i, block);
         double t = now() - t0;
         sink += s;
         if (t < best) best = t;

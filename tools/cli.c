@@ -107,3 +107,14 @@ loom_engine *cli_rank_engine(const char *cmd, loom_comm *comm, loom_model *m, co
     if (!e) cli_rank_error(cmd, comm, &err);
     return e;
 }
+
+int cli_print_cpu(const char *cmd, FILE *f) {
+    loom_cpu_info ci;
+    loom_err err = {{0}};
+    if (loom_cpu_get_info(&ci, &err)) {
+        fprintf(stderr, "loom %s: %s\n", cmd, err.msg);
+        return 1;
+    }
+    fprintf(f, "CPU: %s, kernels %s (this CPU runs: %s)\n", ci.model, ci.variant, ci.runnable);
+    return 0;
+}

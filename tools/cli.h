@@ -44,6 +44,9 @@ int cli_launch(const cli_common *c, const loom_model *m, const loom_engine_optio
 loom_engine *cli_rank_engine(const char *cmd, loom_comm *comm, loom_model *m, const loom_engine_options *eo);
 /* Prints err for this rank: "loom CMD: msg" (with the rank when there are several). */
 void cli_rank_error(const char *cmd, const loom_comm *comm, const loom_err *err);
+/* Prints "CPU: <model>, kernels <variant> (runs: ...)" to f; 1 if LOOM_CPU is unusable (printed
+ * as "loom CMD: ..."). */
+int cli_print_cpu(const char *cmd, FILE *f);
 int cli_bench(int argc, char **argv);
 int cli_plan(int argc, char **argv);
 int cli_verify(int argc, char **argv);

@@ -93,11 +93,13 @@ static int generate_text(loom_comm *comm, void *arg) {
         fputc('\n', stdout);
         fflush(stdout);
     }
-    if (!rc && o->verbose && loom_comm_rank(comm) == 0)
+    if (!rc && o->verbose && loom_comm_rank(comm) == 0) {
+        cli_print_cpu("run", stderr);
         fprintf(stderr, "loom: prompt %d tokens in %.3f s (%.1f tok/s), generated %d tokens in %.3f s (%.1f tok/s)%s\n",
                 st.prompt_tokens, st.prefill_s, st.prompt_tokens / (st.prefill_s > 0 ? st.prefill_s : 1e-9),
                 st.generated, st.decode_s, st.generated / (st.decode_s > 0 ? st.decode_s : 1e-9),
                 st.stopped_at_eos ? ", stopped at EOS" : "");
+    }
     if (rc) cli_rank_error("run", comm, &err);
     loom_engine_free(e);
     return rc ? 1 : 0;

@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu/cpu.h"
+
 void comm_init(loom_comm *c, int rank, int size, const comm_backend *be, void *impl) {
     memset(c, 0, sizeof *c);
     c->rank = rank;
@@ -130,11 +132,8 @@ void comm_sum_blocks(const loom_comm *c, const float **blocks, int rows, int col
     for (int i = 0; i < rows; i++) {
         float *o = out + (size_t)i * ldo;
         const float *b0 = blocks[0] + (size_t)i * cols;
-        for (int j = 0; j < cols; j++) o[j] = b0[j];
-        for (int r = 1; r < c->size; r++) {
-            const float *br = blocks[r] + (size_t)i * cols;
-            for (int j = 0; j < cols; j++) o[j] += br[j];
-        }
+        memmove(o, b0, cols * sizeof *o);
+        for (int r = 1; r < c->size; r++) cpu()->add(o, blocks[r] + (size_t)i * cols, o, cols);
     }
 }
 

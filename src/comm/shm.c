@@ -7,7 +7,6 @@
 #include "comm/shm.h"
 
 #include <errno.h>
-#include <immintrin.h>
 #include <linux/futex.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -18,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cpu/cpu.h"
 #include "util/err.h"
 
 #define MAX_RANKS 64
@@ -108,7 +108,7 @@ static int wait_change(loom_comm *c, _Atomic uint32_t *word, uint32_t old, int p
         if (atomic_load(&a->abort))
             return loom_errf(err, "rank %d: stopping in '%s': another rank failed", c->rank, c->phase);
         if (i < a->spin) {
-            _mm_pause();
+            cpu_relax();
             continue;
         }
         if (!deadline) deadline = now() + a->timeout_s;

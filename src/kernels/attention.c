@@ -3,13 +3,15 @@
  * with all the query heads that share it (GQA): their rows are stacked into one small matrix
  * so that scores and the weighted sum of values are sgemm calls (the OpenMP OpenBLAS runs them
  * single-threaded inside our parallel loop). Key blocks past the block's last position are
- * never visited; inside a block the causal mask and sliding window are applied per row. */
+ * never visited; inside a block the causal mask and sliding window are applied per row. The
+ * softmax's exponentials and rescaling are the CPU variant's kernels. */
 #include <cblas.h>
 #include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu/cpu.h"
 #include "kernels/kernels.h"
 
 #define QB 16 /* queries per task */
@@ -50,6 +52,7 @@ static void write_cache(kv_layer *c, const float *k, size_t ldk, const float *v,
 static void attend_block(const attn_shape *s, const kv_layer *c, const float *q, size_t ldq, float *out,
                          size_t ldo, int r0, int nq, int kvh, int sq, int p0) {
     int hd = s->head_dim, g = s->n_heads / s->n_kv_heads, rows = nq * g;
+    const cpu_kernels *k = cpu();
     scratch *sc = thread_scratch((size_t)QB * g, hd);
     for (int i = 0; i < nq; i++)
         memcpy(sc->q + (size_t)i * g * hd, q + (size_t)(r0 + i) * ldq + (size_t)kvh * g * hd,
@@ -72,15 +75,10 @@ static void attend_block(const attn_shape *s, const kv_layer *c, const float *q,
                 if (k0 + j > p || k0 + j < lo) sr[j] = -INFINITY;
                 else if (sr[j] > bm) bm = sr[j];
             }
-            float mn = bm > sc->m[r] ? bm : sc->m[r], corr = expf(sc->m[r] - mn), sum = 0;
-            for (int j = 0; j < nk; j++) {
-                sr[j] = expf(sr[j] - mn); /* masked: exp(-inf) = 0 */
-                sum += sr[j];
-            }
-            sc->l[r] = sc->l[r] * corr + sum;
+            float mn = bm > sc->m[r] ? bm : sc->m[r], corr = expf(sc->m[r] - mn);
+            sc->l[r] = sc->l[r] * corr + k->exp_sum(sr, nk, mn); /* masked: exp(-inf) = 0 */
             sc->m[r] = mn;
-            if (corr != 1.0f)
-                for (int e = 0; e < hd; e++) sc->acc[(size_t)r * hd + e] *= corr;
+            if (corr != 1.0f) k->scale(sc->acc + (size_t)r * hd, corr, sc->acc + (size_t)r * hd, hd);
         }
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hd, nk, 1.0f, sc->s, KB,
                     vbase + (size_t)k0 * c->kv_width, c->kv_width, 1.0f, sc->acc, hd);
@@ -88,8 +86,8 @@ static void attend_block(const attn_shape *s, const kv_layer *c, const float *q,
     for (int i = 0; i < nq; i++)
         for (int j = 0; j < g; j++) {
             int r = i * g + j;
-            float *o = out + (size_t)(r0 + i) * ldo + (size_t)(kvh * g + j) * hd, inv = 1.0f / sc->l[r];
-            for (int e = 0; e < hd; e++) o[e] = sc->acc[(size_t)r * hd + e] * inv;
+            k->scale(sc->acc + (size_t)r * hd, 1.0f / sc->l[r], out + (size_t)(r0 + i) * ldo + (size_t)(kvh * g + j) * hd,
+                     hd);
         }
 }
 

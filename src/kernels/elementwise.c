@@ -1,21 +1,15 @@
 /* Row-wise kernels: RMSNorm (also in two steps, for a norm whose row spans ranks), SiLU-and-mul,
- * residual add, scaling, sigmoid gating, embedding lookup. */
+ * residual add, scaling, sigmoid gating, embedding lookup. The loops over rows are here; the
+ * loop over a row's columns is the CPU variant's (cpu/variant.c). */
 #include <math.h>
 #include <string.h>
 
+#include "cpu/cpu.h"
 #include "kernels/kernels.h"
-#include "util/half.h"
 
-static float sum_sq(const float *x, int n) {
-    float ss = 0;
-    for (int c = 0; c < n; c++) ss += x[c] * x[c];
-    return ss;
-}
-
-/* o = x / sqrt(ss / n + eps) * weight, for one row's n columns */
+/* o = x / sqrt(ss / n + eps) * weight, for one row's cols columns */
 static void rms_apply(const float *x, float ss, int n, int cols, const float *weight, float eps, float *o) {
-    float inv = 1.0f / sqrtf(ss / n + eps);
-    for (int c = 0; c < cols; c++) o[c] = x[c] * inv * weight[c];
+    cpu()->scale_mul(x, 1.0f / sqrtf(ss / n + eps), weight, o, cols);
 }
 
 void rms_norm(const float *x, size_t ldx, float *out, size_t ldo, int rows, int cols, int group,
@@ -24,12 +18,12 @@ void rms_norm(const float *x, size_t ldx, float *out, size_t ldo, int rows, int 
     for (int r = 0; r < rows; r++)
         for (int g0 = 0; g0 < cols; g0 += group) {
             const float *xr = x + (size_t)r * ldx + g0;
-            rms_apply(xr, sum_sq(xr, group), group, group, weight, eps, out + (size_t)r * ldo + g0);
+            rms_apply(xr, cpu()->sum_squares(xr, group), group, group, weight, eps, out + (size_t)r * ldo + g0);
         }
 }
 
 void sum_squares(const float *x, size_t ldx, float *out, size_t ldo, int rows, int cols) {
-    for (int r = 0; r < rows; r++) out[(size_t)r * ldo] = sum_sq(x + (size_t)r * ldx, cols);
+    for (int r = 0; r < rows; r++) out[(size_t)r * ldo] = cpu()->sum_squares(x + (size_t)r * ldx, cols);
 }
 
 void rms_norm_by(const float *x, size_t ldx, const float *ss, size_t lds, float *out, size_t ldo, int rows, int cols,
@@ -42,30 +36,23 @@ void rms_norm_by(const float *x, size_t ldx, const float *ss, size_t lds, float 
 void sigmoid_gate(const float *x, size_t ldx, const float *g, size_t ldg, float *out, size_t ldo, int rows, int cols) {
     for (int r = 0; r < rows; r++) {
         float s = 1.0f / (1.0f + expf(-g[(size_t)r * ldg]));
-        for (int c = 0; c < cols; c++) out[(size_t)r * ldo + c] = x[(size_t)r * ldx + c] * s;
+        cpu()->scale(x + (size_t)r * ldx, s, out + (size_t)r * ldo, cols);
     }
 }
 
 void silu_mul(const float *gate, size_t ldg, const float *up, size_t ldu, float *out, size_t ldo,
               int rows, int cols) {
 #pragma omp parallel for schedule(static) if (rows > 1)
-    for (int r = 0; r < rows; r++)
-        for (int c = 0; c < cols; c++) {
-            float g = gate[(size_t)r * ldg + c];
-            out[(size_t)r * ldo + c] = g / (1.0f + expf(-g)) * up[(size_t)r * ldu + c];
-        }
+    for (int r = 0; r < rows; r++) cpu()->silu_mul(gate + (size_t)r * ldg, up + (size_t)r * ldu, out + (size_t)r * ldo, cols);
 }
 
 void add_rows(const float *a, size_t lda, const float *b, size_t ldb, float *out, size_t ldo, int rows,
               int cols) {
-    for (int r = 0; r < rows; r++)
-        for (int c = 0; c < cols; c++)
-            out[(size_t)r * ldo + c] = a[(size_t)r * lda + c] + b[(size_t)r * ldb + c];
+    for (int r = 0; r < rows; r++) cpu()->add(a + (size_t)r * lda, b + (size_t)r * ldb, out + (size_t)r * ldo, cols);
 }
 
 void scale_rows(const float *a, size_t lda, float s, float *out, size_t ldo, int rows, int cols) {
-    for (int r = 0; r < rows; r++)
-        for (int c = 0; c < cols; c++) out[(size_t)r * ldo + c] = a[(size_t)r * lda + c] * s;
+    for (int r = 0; r < rows; r++) cpu()->scale(a + (size_t)r * lda, s, out + (size_t)r * ldo, cols);
 }
 
 void embed_rows(const wmat *table, int v0, const int32_t *ids, int rows, float *out, size_t ldo) {
@@ -77,8 +64,7 @@ void embed_rows(const wmat *table, int v0, const int32_t *ids, int rows, float *
         } else if (table->dt == DT_F32) {
             memcpy(o, (const float *)table->data + (size_t)id * table->ld, table->cols * sizeof *o);
         } else {
-            const uint16_t *src = (const uint16_t *)table->data + (size_t)id * table->ld;
-            for (int c = 0; c < table->cols; c++) o[c] = bf16_to_f32(src[c]);
+            cpu()->widen_bf16((const uint16_t *)table->data + (size_t)id * table->ld, o, table->cols);
         }
     }
 }

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu/cpu.h"
 #include "kernels/kernels.h"
 
 int moe_scratch_init(moe_scratch *s, int rows, const moe_shape *sh) {
@@ -82,10 +83,6 @@ void moe_route(const float *logits, size_t ldl, int rows, const moe_shape *sh, i
     }
 }
 
-static void add_weighted(float *o, float w, const float *y, int n) {
-    for (int i = 0; i < n; i++) o[i] += w * y[i];
-}
-
 /* y[n, H] = down(silu(gate x) * up x) for the n rows tok[] of x, through the scratch xs, g, u. */
 static void run_expert(const moe_shape *sh, const wmat *w, const float *x, size_t ldx, const int32_t *tok, int n,
                        float *xs, float *g, float *u, float *y) {
@@ -126,8 +123,7 @@ void moe_forward(const moe_shape *sh, const wmat *experts, const float *x, size_
             if (!n) continue;
             run_expert(sh, experts + 3 * e, x, ldx, s->token + s->start[e], n, s->x, s->gate, s->up, s->y);
             for (int i = 0; i < n; i++)
-                add_weighted(out + (size_t)s->token[s->start[e] + i] * ldo, s->weight[s->pair[s->start[e] + i]],
-                             s->y + (size_t)i * H, H);
+                cpu()->axpy(s->weight[s->pair[s->start[e] + i]], s->y + (size_t)i * H, out + (size_t)s->token[s->start[e] + i] * ldo, H);
         }
         return;
     }
@@ -151,7 +147,7 @@ void moe_forward(const moe_shape *sh, const wmat *experts, const float *x, size_
         memset(o, 0, H * sizeof *o);
         for (int j = 0; j < k; j++) {
             int pair = r * k + order[j];
-            add_weighted(o, s->weight[pair], s->y + (size_t)s->slot[pair] * H, H);
+            cpu()->axpy(s->weight[pair], s->y + (size_t)s->slot[pair] * H, o, H);
         }
     }
 }

@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "cpu/cpu.h"
 #include "kernels/kernels.h"
 #include "util/err.h"
 
@@ -53,14 +54,7 @@ void rope_apply(const rope_table *t, const float *x, size_t ldx, float *out, siz
 #pragma omp parallel for schedule(static) if (rows > 1)
     for (int r = 0; r < rows; r++) {
         const float *cs = t->cos + (size_t)pos[r] * half, *sn = t->sin + (size_t)pos[r] * half;
-        for (int h = 0; h < n_heads; h++) {
-            const float *xi = x + (size_t)r * ldx + h * 2 * half;
-            float *o = out + (size_t)r * ldo + h * 2 * half;
-            for (int i = 0; i < half; i++) {
-                float a = xi[i], b = xi[i + half];
-                o[i] = a * cs[i] - b * sn[i];
-                o[i + half] = b * cs[i] + a * sn[i];
-            }
-        }
+        for (int h = 0; h < n_heads; h++)
+            cpu()->rope(x + (size_t)r * ldx + h * 2 * half, cs, sn, out + (size_t)r * ldo + h * 2 * half, half);
     }
 }

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "cpu/cpu.h"
 #include "model/arch/arch.h"
 #include "model/embedded.h"
 #include "runtime/model.h"
@@ -73,6 +74,7 @@ static int open_sources(loom_model *m, const loom_model_options *o, loom_err *er
 }
 
 loom_model *loom_model_load(const loom_model_options *o, loom_err *err) {
+    if (cpu_init(err)) return NULL;
     loom_model *m = calloc(1, sizeof *m);
     int rc;
     if (open_sources(m, o, err) == 0) {

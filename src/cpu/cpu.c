@@ -1,0 +1,124 @@
+/* Choosing the CPU variant: the list of variants this architecture is built with, best first,
+ * each with the test of what the CPU must report to run it; the LOOM_CPU override; the CPU's
+ * model name for reports. */
+#include "cpu/cpu.h"
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#if defined(__aarch64__)
+#include <sys/auxv.h>
+#endif
+
+#include "util/err.h"
+
+extern const cpu_kernels cpu_generic;
+#if defined(__x86_64__)
+extern const cpu_kernels cpu_avx2, cpu_avx512;
+/* libgcc's checks include the OS's consent (XCR0) to save the wider registers */
+static bool has_avx512(void) { return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma"); }
+static bool has_avx2(void) { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"); }
+#elif defined(__aarch64__)
+extern const cpu_kernels cpu_neon;
+static bool has_neon(void) { return getauxval(AT_HWCAP) & HWCAP_ASIMD; }
+#endif
+static bool always(void) { return true; }
+
+static const struct variant {
+    const cpu_kernels *k;
+    bool (*runs)(void);
+} variants[] = {
+#if defined(__x86_64__)
+    {&cpu_avx512, has_avx512},
+    {&cpu_avx2, has_avx2},
+#elif defined(__aarch64__)
+    {&cpu_neon, has_neon},
+#endif
+    {&cpu_generic, always},
+};
+#define N_VARIANTS (int)(sizeof variants / sizeof *variants)
+
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+static const cpu_kernels *chosen;
+static loom_err choose_err;
+
+static void list_variants(char *buf, size_t cap, bool runnable_only) {
+    buf[0] = 0;
+    for (int i = 0; i < N_VARIANTS; i++)
+        if (!runnable_only || variants[i].runs())
+            snprintf(buf + strlen(buf), cap - strlen(buf), "%s%s", buf[0] ? " " : "", variants[i].k->name);
+}
+
+static void choose(void) {
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+#endif
+    const char *want = getenv("LOOM_CPU");
+    if (!want || !*want) {
+        for (int i = 0; i < N_VARIANTS && !chosen; i++)
+            if (variants[i].runs()) chosen = variants[i].k;
+        return;
+    }
+    char built[128], runnable[128];
+    list_variants(built, sizeof built, false);
+    list_variants(runnable, sizeof runnable, true);
+    for (int i = 0; i < N_VARIANTS; i++) {
+        if (strcmp(want, variants[i].k->name)) continue;
+        if (variants[i].runs()) chosen = variants[i].k;
+        else loom_errf(&choose_err, "LOOM_CPU=%s: this CPU cannot run it (it runs: %s)", want, runnable);
+        return;
+    }
+    loom_errf(&choose_err, "LOOM_CPU=%s: unknown variant (this build has: %s)", want, built);
+}
+
+int cpu_init(loom_err *err) {
+    pthread_once(&once, choose);
+    if (chosen) return 0;
+    if (err) *err = choose_err;
+    return -1;
+}
+
+const cpu_kernels *cpu(void) {
+    loom_err err;
+    if (cpu_init(&err)) {
+        fprintf(stderr, "loom: %s\n", err.msg);
+        exit(2);
+    }
+    return chosen;
+}
+
+/* "model name" on x86; aarch64 kernels report the implementer and part numbers instead */
+static void cpu_model(char *out, size_t cap) {
+    snprintf(out, cap, "unknown CPU");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f) return;
+    char line[256], impl[32] = "", part[32] = "";
+    while (fgets(line, sizeof line, f)) {
+        char *colon = strchr(line, ':');
+        if (!colon) continue;
+        char *v = colon + 1 + strspn(colon + 1, " \t");
+        v[strcspn(v, "\n")] = 0;
+        if (!strncmp(line, "model name", 10)) {
+            snprintf(out, cap, "%s", v);
+            break;
+        }
+        if (!strncmp(line, "CPU implementer", 15)) snprintf(impl, sizeof impl, "%s", v);
+        if (!strncmp(line, "CPU part", 8)) snprintf(part, sizeof part, "%s", v);
+    }
+    fclose(f);
+    if (impl[0] && !strcmp(out, "unknown CPU")) snprintf(out, cap, "aarch64 (implementer %s, part %s)", impl, part);
+}
+
+int loom_cpu_get_info(loom_cpu_info *info, loom_err *err) {
+    memset(info, 0, sizeof *info);
+    cpu_model(info->model, sizeof info->model);
+    pthread_once(&once, choose); /* __builtin_cpu_init before the runs() tests */
+    list_variants(info->runnable, sizeof info->runnable, true);
+    if (cpu_init(err)) return -1;
+    info->variant = chosen->name;
+    return 0;
+}
+
+float loom_cpu_sum_squares(const float *x, int n) { return cpu()->sum_squares(x, n); }

@@ -1,0 +1,50 @@
+/* CPU variants: the one home of everything that depends on the instruction set. Each variant
+ * (generic C, AVX2+FMA, AVX-512, NEON) is a table of the hand-written hot kernels, all built
+ * from the same source (variant.c over simd.h) with that variant's compiler flags. The table is
+ * chosen once, at start-up, from what the CPU reports (cpuid on x86-64, hwcaps on aarch64), so
+ * one binary runs everywhere at the speed its CPU allows; LOOM_CPU forces a lower variant.
+ * GEMMs are not here: OpenBLAS dispatches on the CPU itself. */
+#ifndef LOOM_CPU_CPU_H
+#define LOOM_CPU_CPU_H
+#include <stddef.h>
+#include <stdint.h>
+
+#include "loom.h"
+
+typedef struct cpu_kernels {
+    const char *name;
+    /* y[r][j] = x[r] . w[j] over k columns, for nr (1 or 2) input rows and the four weight rows
+     * w[0..3] (row stride ld elements): the streaming GEMV of decode, which reads each weight
+     * once for both input rows. */
+    void (*gemv4_f32)(const float *const *x, int nr, const float *w, size_t ld, int k, float y[2][4]);
+    void (*gemv4_bf16)(const float *const *x, int nr, const uint16_t *w, size_t ld, int k, float y[2][4]);
+    void (*widen_bf16)(const uint16_t *src, float *dst, int n);
+    float (*sum_squares)(const float *x, int n);
+    /* out = x * s * w (RMSNorm's scaling by its inverse root and weight) */
+    void (*scale_mul)(const float *x, float s, const float *w, float *out, int n);
+    /* one head of rotate_half RoPE: out[i], out[i+half] from x[i], x[i+half] */
+    void (*rope)(const float *x, const float *cos, const float *sin, float *out, int half);
+    void (*silu_mul)(const float *gate, const float *up, float *out, int n);
+    void (*add)(const float *a, const float *b, float *out, int n);
+    void (*axpy)(float a, const float *x, float *y, int n); /* y += a * x (the MoE combine) */
+    void (*scale)(const float *x, float s, float *out, int n);
+    /* s[i] = exp(s[i] - max), returning their sum (attention's softmax; exp(-inf) is 0) */
+    float (*exp_sum)(float *s, int n, float max);
+} cpu_kernels;
+
+/* The variant in use; chosen on first use if cpu_init was not called (an unusable LOOM_CPU is
+ * then fatal, since a kernel has no error path). */
+const cpu_kernels *cpu(void);
+/* Chooses the variant: the best this CPU runs, or LOOM_CPU's if it names one the CPU runs. */
+int cpu_init(loom_err *err);
+
+/* A spinning waiter's pause: lets the sibling hyperthread run and saves power. */
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ volatile("yield");
+#endif
+}
+
+#endif

@@ -1,0 +1,162 @@
+/* The vector vocabulary variant.c writes its kernels in: a vector `vf` of VL floats and the
+ * handful of operations the kernels need, for the one variant this translation unit is built
+ * as (CMake defines LOOM_VARIANT_<NAME> and passes that variant's -m flags). This is the only
+ * file with intrinsics. The generic variant is the same code with VL = 1: portable C that the
+ * compiler may vectorise for the baseline ISA. */
+#ifndef LOOM_CPU_SIMD_H
+#define LOOM_CPU_SIMD_H
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#if defined(LOOM_VARIANT_AVX512)
+#include <immintrin.h>
+#define VL 16
+typedef __m512 vf;
+typedef __m512i vi;
+static inline vf vload(const float *p) { return _mm512_loadu_ps(p); }
+static inline void vstore(float *p, vf v) { _mm512_storeu_ps(p, v); }
+static inline vf vset1(float x) { return _mm512_set1_ps(x); }
+static inline vf vadd(vf a, vf b) { return _mm512_add_ps(a, b); }
+static inline vf vsub(vf a, vf b) { return _mm512_sub_ps(a, b); }
+static inline vf vmul(vf a, vf b) { return _mm512_mul_ps(a, b); }
+static inline vf vdiv(vf a, vf b) { return _mm512_div_ps(a, b); }
+static inline vf vfma(vf a, vf b, vf c) { return _mm512_fmadd_ps(a, b, c); }
+static inline vf vmin(vf a, vf b) { return _mm512_min_ps(a, b); }
+static inline vf vmax(vf a, vf b) { return _mm512_max_ps(a, b); }
+static inline vf vfloor(vf a) { return _mm512_roundscale_ps(a, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC); }
+static inline float vhsum(vf a) { return _mm512_reduce_add_ps(a); }
+static inline vf vload_bf16(const uint16_t *p) {
+    __m256i h = _mm256_loadu_si256((const __m256i *)p);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+/* 2^n for integral n in [-126, 127] */
+static inline vf vpow2i(vf n) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(_mm512_cvttps_epi32(n), _mm512_set1_epi32(127)), 23));
+}
+/* v where x >= lo, else 0 (NaN and -inf give 0) */
+static inline vf vkeep_ge(vf x, float lo, vf v) { return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, vset1(lo), _CMP_GE_OQ), v); }
+
+#elif defined(LOOM_VARIANT_AVX2)
+#include <immintrin.h>
+#define VL 8
+typedef __m256 vf;
+static inline vf vload(const float *p) { return _mm256_loadu_ps(p); }
+static inline void vstore(float *p, vf v) { _mm256_storeu_ps(p, v); }
+static inline vf vset1(float x) { return _mm256_set1_ps(x); }
+static inline vf vadd(vf a, vf b) { return _mm256_add_ps(a, b); }
+static inline vf vsub(vf a, vf b) { return _mm256_sub_ps(a, b); }
+static inline vf vmul(vf a, vf b) { return _mm256_mul_ps(a, b); }
+static inline vf vdiv(vf a, vf b) { return _mm256_div_ps(a, b); }
+static inline vf vfma(vf a, vf b, vf c) { return _mm256_fmadd_ps(a, b, c); }
+static inline vf vmin(vf a, vf b) { return _mm256_min_ps(a, b); }
+static inline vf vmax(vf a, vf b) { return _mm256_max_ps(a, b); }
+static inline vf vfloor(vf a) { return _mm256_floor_ps(a); }
+static inline float vhsum(vf a) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+}
+static inline vf vload_bf16(const uint16_t *p) {
+    __m128i h = _mm_loadu_si128((const __m128i *)p);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+static inline vf vpow2i(vf n) {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_cvttps_epi32(n), _mm256_set1_epi32(127)), 23));
+}
+static inline vf vkeep_ge(vf x, float lo, vf v) { return _mm256_and_ps(_mm256_cmp_ps(x, vset1(lo), _CMP_GE_OQ), v); }
+
+#elif defined(LOOM_VARIANT_NEON)
+#include <arm_neon.h>
+#define VL 4
+typedef float32x4_t vf;
+static inline vf vload(const float *p) { return vld1q_f32(p); }
+static inline void vstore(float *p, vf v) { vst1q_f32(p, v); }
+static inline vf vset1(float x) { return vdupq_n_f32(x); }
+static inline vf vadd(vf a, vf b) { return vaddq_f32(a, b); }
+static inline vf vsub(vf a, vf b) { return vsubq_f32(a, b); }
+static inline vf vmul(vf a, vf b) { return vmulq_f32(a, b); }
+static inline vf vdiv(vf a, vf b) { return vdivq_f32(a, b); }
+static inline vf vfma(vf a, vf b, vf c) { return vfmaq_f32(c, a, b); }
+static inline vf vmin(vf a, vf b) { return vminq_f32(a, b); }
+static inline vf vmax(vf a, vf b) { return vmaxq_f32(a, b); }
+static inline vf vfloor(vf a) { return vrndmq_f32(a); }
+static inline float vhsum(vf a) { return vaddvq_f32(a); }
+static inline vf vload_bf16(const uint16_t *p) { return vreinterpretq_f32_u32(vshll_n_u16(vld1_u16(p), 16)); }
+static inline vf vpow2i(vf n) {
+    return vreinterpretq_f32_s32(vshlq_n_s32(vaddq_s32(vcvtq_s32_f32(n), vdupq_n_s32(127)), 23));
+}
+static inline vf vkeep_ge(vf x, float lo, vf v) {
+    return vreinterpretq_f32_u32(vandq_u32(vcgeq_f32(x, vset1(lo)), vreinterpretq_u32_f32(v)));
+}
+
+#elif defined(LOOM_VARIANT_GENERIC)
+#define VL 1
+typedef float vf;
+static inline vf vload(const float *p) { return *p; }
+static inline void vstore(float *p, vf v) { *p = v; }
+static inline vf vset1(float x) { return x; }
+static inline vf vadd(vf a, vf b) { return a + b; }
+static inline vf vsub(vf a, vf b) { return a - b; }
+static inline vf vmul(vf a, vf b) { return a * b; }
+static inline vf vdiv(vf a, vf b) { return a / b; }
+static inline vf vfma(vf a, vf b, vf c) { return a * b + c; } /* unfused: no FMA in the baseline ISA */
+static inline vf vmin(vf a, vf b) { return a < b ? a : b; }
+static inline vf vmax(vf a, vf b) { return a > b ? a : b; }
+static inline vf vfloor(vf a) { return floorf(a); }
+static inline float vhsum(vf a) { return a; }
+static inline vf vload_bf16(const uint16_t *p) {
+    uint32_t u = (uint32_t)*p << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+static inline vf vpow2i(vf n) {
+    uint32_t u = (uint32_t)((int32_t)n + 127) << 23;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+static inline vf vkeep_ge(vf x, float lo, vf v) { return x >= lo ? v : 0.0f; }
+
+#else
+#error "build variant.c with one LOOM_VARIANT_<NAME> defined (see CMakeLists.txt)"
+#endif
+
+/* The last partial vector of a row: n < VL floats, the other lanes `fill`; stored back the same
+ * way. Every kernel takes its tail through these, so one code path covers every length. */
+static inline vf vload_part(const float *p, int n, float fill) {
+    float t[VL];
+    for (int i = 0; i < VL; i++) t[i] = i < n ? p[i] : fill;
+    return vload(t);
+}
+static inline vf vload_bf16_part(const uint16_t *p, int n) {
+    uint16_t t[VL] = {0};
+    memcpy(t, p, (size_t)n * sizeof *p);
+    return vload_bf16(t);
+}
+static inline void vstore_part(float *p, vf v, int n) {
+    float t[VL];
+    vstore(t, v);
+    memcpy(p, t, (size_t)n * sizeof *p);
+}
+
+/* exp(x) to within ~2 ulp: x = n ln2 + r, |r| <= ln2/2, e^r by Cephes' degree-6 polynomial
+ * (the same in every variant, so variants differ only in summation order). Below the smallest
+ * normal's exponent the result is 0, so exp(-inf) = 0 as softmax masking needs. */
+static inline vf vexp(vf x) {
+    const float lo = -87.33654f, hi = 88.0f; /* 2^-126 and below 2^127: n stays a normal exponent */
+    vf xc = vmin(vmax(x, vset1(lo)), vset1(hi));
+    vf n = vfloor(vfma(xc, vset1(1.44269504088896341f), vset1(0.5f)));
+    vf r = vsub(vsub(xc, vmul(n, vset1(0.693359375f))), vmul(n, vset1(-2.12194440e-4f)));
+    vf p = vset1(1.9875691500e-4f);
+    p = vfma(p, r, vset1(1.3981999507e-3f));
+    p = vfma(p, r, vset1(8.3334519073e-3f));
+    p = vfma(p, r, vset1(4.1665795894e-2f));
+    p = vfma(p, r, vset1(1.6666665459e-1f));
+    p = vfma(p, r, vset1(5.0000001201e-1f));
+    p = vadd(vfma(p, vmul(r, r), r), vset1(1.0f));
+    return vkeep_ge(x, lo, vmul(p, vpow2i(n)));
+}
+
+#endif

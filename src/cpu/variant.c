@@ -1,0 +1,151 @@
+/* The hot kernels of one CPU variant, written once over simd.h's vector vocabulary. CMake
+ * compiles this file once per variant (generic, avx2, avx512 on x86-64; generic, neon on
+ * aarch64) with that variant's flags, each defining the table cpu_<variant>; cpu.c picks one
+ * at start-up. Every loop takes whole vectors and then one partial vector (simd.h's *_part),
+ * so a kernel has a single code path for every length. */
+#include <stdbool.h>
+
+#include "cpu/cpu.h"
+#include "cpu/simd.h"
+
+#define CAT2(a, b) a##b
+#define CAT(a, b) CAT2(a, b)
+#define STR2(a) #a
+#define STR(a) STR2(a)
+#define TABLE CAT(cpu_, LOOM_VARIANT)
+
+/* Bytes ahead of the current weight column to prefetch in each of the four rows streamed at
+ * once: the hardware prefetcher alone keeps too few lines in flight for four streams. */
+#define PF_BYTES 384
+
+static inline vf wload(const void *w, bool bf16, size_t i, int n) {
+    if (bf16) return n == VL ? vload_bf16((const uint16_t *)w + i) : vload_bf16_part((const uint16_t *)w + i, n);
+    return n == VL ? vload((const float *)w + i) : vload_part((const float *)w + i, n, 0.0f);
+}
+
+/* nr (1 or 2) input rows against four weight rows: 4*nr independent FMA chains hide the FMA
+ * latency, and each weight vector loaded serves both input rows. Inlined with nr and bf16
+ * constant, so each of the four uses below is its own specialised loop. */
+static inline __attribute__((always_inline)) void dots(const float *const *x, int nr, const void *w, bool bf16,
+                                                       size_t ld, int k, float y[2][4]) {
+    const size_t esize = bf16 ? 2 : 4, pf_every = 64 / esize < VL ? VL : 64 / esize;
+    vf a[2][4];
+    for (int r = 0; r < nr; r++)
+        for (int j = 0; j < 4; j++) a[r][j] = vset1(0.0f);
+    for (int i = 0; i < k; i += VL) {
+        int n = k - i < VL ? k - i : VL;
+        vf xv[2];
+        for (int r = 0; r < nr; r++) xv[r] = n == VL ? vload(x[r] + i) : vload_part(x[r] + i, n, 0.0f);
+        for (int j = 0; j < 4; j++) {
+            if ((size_t)i % pf_every == 0) __builtin_prefetch((const char *)w + (j * ld + i) * esize + PF_BYTES);
+            vf wj = wload(w, bf16, j * ld + i, n);
+            for (int r = 0; r < nr; r++) a[r][j] = vfma(wj, xv[r], a[r][j]);
+        }
+    }
+    for (int r = 0; r < nr; r++)
+        for (int j = 0; j < 4; j++) y[r][j] = vhsum(a[r][j]);
+}
+
+static void gemv4_f32(const float *const *x, int nr, const float *w, size_t ld, int k, float y[2][4]) {
+    if (nr == 2) dots(x, 2, w, false, ld, k, y);
+    else dots(x, 1, w, false, ld, k, y);
+}
+
+static void gemv4_bf16(const float *const *x, int nr, const uint16_t *w, size_t ld, int k, float y[2][4]) {
+    if (nr == 2) dots(x, 2, w, true, ld, k, y);
+    else dots(x, 1, w, true, ld, k, y);
+}
+
+static void widen_bf16(const uint16_t *src, float *dst, int n) {
+    for (int i = 0; i < n; i += VL) {
+        if (n - i >= VL) vstore(dst + i, vload_bf16(src + i));
+        else vstore_part(dst + i, vload_bf16_part(src + i, n - i), n - i);
+    }
+}
+
+/* Four accumulators: RMSNorm rows are a few thousand floats, and one chain would wait on the
+ * add latency (`loom bench machine` also streams memory through this). */
+static float sum_squares(const float *x, int n) {
+    vf a[4] = {vset1(0.0f), vset1(0.0f), vset1(0.0f), vset1(0.0f)};
+    int i = 0;
+    for (; i + 4 * VL <= n; i += 4 * VL)
+        for (int j = 0; j < 4; j++) {
+            vf v = vload(x + i + j * VL);
+            a[j] = vfma(v, v, a[j]);
+        }
+    for (; i < n; i += VL) {
+        vf v = n - i >= VL ? vload(x + i) : vload_part(x + i, n - i, 0.0f);
+        a[0] = vfma(v, v, a[0]);
+    }
+    return vhsum(vadd(vadd(a[0], a[1]), vadd(a[2], a[3])));
+}
+
+/* The elementwise kernels share one loop shape: whole vectors, then the tail through a
+ * partial load and store; only the operation on the loaded vectors differs. */
+#define ELEMENTWISE(n, ...)                   \
+    for (int i = 0; i < (n); i += VL) {       \
+        int m_ = (n) - i < VL ? (n) - i : VL; \
+        __VA_ARGS__                           \
+    }
+#define LD(p) (m_ == VL ? vload((p) + i) : vload_part((p) + i, m_, 0.0f))
+#define ST(p, v) (m_ == VL ? vstore((p) + i, (v)) : vstore_part((p) + i, (v), m_))
+
+static void scale_mul(const float *x, float s, const float *w, float *out, int n) {
+    vf sv = vset1(s);
+    ELEMENTWISE(n, ST(out, vmul(vmul(LD(x), sv), LD(w)));)
+}
+
+static void rope(const float *x, const float *cs, const float *sn, float *out, int half) {
+    ELEMENTWISE(half, {
+        vf a = LD(x), b = LD(x + half), c = LD(cs), s = LD(sn);
+        ST(out, vsub(vmul(a, c), vmul(b, s)));
+        ST(out + half, vadd(vmul(b, c), vmul(a, s)));
+    })
+}
+
+static void silu_mul(const float *gate, const float *up, float *out, int n) {
+    vf one = vset1(1.0f), zero = vset1(0.0f);
+    ELEMENTWISE(n, {
+        vf g = LD(gate);
+        ST(out, vmul(vdiv(g, vadd(one, vexp(vsub(zero, g)))), LD(up)));
+    })
+}
+
+static void add(const float *a, const float *b, float *out, int n) { ELEMENTWISE(n, ST(out, vadd(LD(a), LD(b)));) }
+
+static void axpy(float a, const float *x, float *y, int n) {
+    vf av = vset1(a);
+    ELEMENTWISE(n, ST(y, vfma(av, LD(x), LD(y)));)
+}
+
+static void scale(const float *x, float s, float *out, int n) {
+    vf sv = vset1(s);
+    ELEMENTWISE(n, ST(out, vmul(LD(x), sv));)
+}
+
+static float exp_sum(float *s, int n, float max) {
+    vf mv = vset1(max), sum = vset1(0.0f);
+    for (int i = 0; i < n; i += VL) {
+        int m = n - i < VL ? n - i : VL;
+        vf e = vexp(vsub(m == VL ? vload(s + i) : vload_part(s + i, m, -INFINITY), mv));
+        sum = vadd(sum, e);
+        if (m == VL) vstore(s + i, e);
+        else vstore_part(s + i, e, m);
+    }
+    return vhsum(sum);
+}
+
+const cpu_kernels TABLE = {
+    .name = STR(LOOM_VARIANT),
+    .gemv4_f32 = gemv4_f32,
+    .gemv4_bf16 = gemv4_bf16,
+    .widen_bf16 = widen_bf16,
+    .sum_squares = sum_squares,
+    .scale_mul = scale_mul,
+    .rope = rope,
+    .silu_mul = silu_mul,
+    .add = add,
+    .axpy = axpy,
+    .scale = scale,
+    .exp_sum = exp_sum,
+};
