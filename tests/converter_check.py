@@ -28,9 +28,9 @@ import tempfile
 import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SHARED = os.environ.get("LOOM_SHARED_MODELS", "/work/shared/models")
-S260 = os.path.join(SHARED, "stories260K")
-LLAMA2_TOK = os.path.join(SHARED, "tokenizers", "llama2")
+DATA = os.environ.get("LOOM_TEST_DATA", os.path.join(os.path.dirname(os.path.abspath(__file__)), "data"))
+S260 = os.path.join(DATA, "stories260K")
+LLAMA2_TOK = os.path.join(DATA, "tokenizers", "llama2")
 CONVERTER = os.path.join(ROOT, "tools", "llama2c_to_hf.py")
 sys.path.insert(0, os.path.join(ROOT, "tools"))
 import llama2c_to_hf as conv  # noqa: E402

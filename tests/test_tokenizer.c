@@ -1,4 +1,4 @@
-/* Tokenizer tests on the real tokenizer.json files in shared/models/tokenizers (see its SOURCE.md):
+/* Tokenizer tests on the real tokenizer.json files in tests/data/tokenizers (see its SOURCE.md):
  * ids recorded from sentencepiece and tokenizers.js, round trips, streaming decode == whole decode,
  * byte-fallback and byte-level edge cases, speed, and errors for bad files.
  *
@@ -14,7 +14,7 @@
 #include "text/tokenizer.h"
 #include "util/file.h"
 
-#define TOKDIR LOOM_SHARED_DIR "/models/tokenizers/"
+#define TOKDIR LOOM_SOURCE_DIR "/tests/data/tokenizers/"
 #define NBSP "\xC2\xA0"
 #define FFFD "\xEF\xBF\xBD"
 

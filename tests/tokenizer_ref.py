@@ -21,7 +21,7 @@ import unicodedata
 
 from tokenizers import Tokenizer
 
-SHARED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "models", "tokenizers")
+DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "tokenizers")
 LLAMA3_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
                 r"|\s*[\r\n]+|\s+(?!\S)|\s+")
 QWEN_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
@@ -40,7 +40,7 @@ def texts_for(tok, seed):
     """The shared case texts, EXTRA, added tokens placed in text, and random mixtures."""
     texts = []
     for f in ("llama2/test_cases_sentencepiece.json", "phi-2/test_cases_tokenizersjs.json"):
-        texts += [c["text"] for c in json.load(open(os.path.join(SHARED, f)))]
+        texts += [c["text"] for c in json.load(open(os.path.join(DATA, f)))]
     texts += EXTRA
     added = [t.content for t in tok.get_added_tokens_decoder().values() if t.content.strip()][:12]
     for a in added:
@@ -106,7 +106,7 @@ def write(out_dir, name, tj, seed):
 
 
 def load(rel):
-    return json.load(open(os.path.join(SHARED, rel), encoding="utf-8"))
+    return json.load(open(os.path.join(DATA, rel), encoding="utf-8"))
 
 
 def llama2_fixed():
