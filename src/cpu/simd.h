@@ -131,14 +131,14 @@ static inline vf vload_part(const float *p, int n, float fill) {
     return vload(t);
 }
 static inline vf vload_bf16_part(const uint16_t *p, int n) {
-    uint16_t t[VL] = {0};
-    memcpy(t, p, (size_t)n * sizeof *p);
+    uint16_t t[VL];
+    for (int i = 0; i < VL; i++) t[i] = i < n ? p[i] : 0;
     return vload_bf16(t);
 }
 static inline void vstore_part(float *p, vf v, int n) {
     float t[VL];
     vstore(t, v);
-    memcpy(p, t, (size_t)n * sizeof *p);
+    for (int i = 0; i < n && i < VL; i++) p[i] = t[i];
 }
 
 /* exp(x) to within ~2 ulp: x = n ln2 + r, |r| <= ln2/2, e^r by Cephes' degree-6 polynomial
