@@ -23,26 +23,43 @@ static inline vf wload(const void *w, bool bf16, size_t i, int n) {
     return n == VL ? vload((const float *)w + i) : vload_part((const float *)w + i, n, 0.0f);
 }
 
+/* One step of `dots` at column i over n <= VL columns (n == VL in the main loop, constant there,
+ * so its loads are plain; the partial loads only run at a row's tail). */
+static inline __attribute__((always_inline)) void dots_step(const float *const *x, int nr, const void *w, bool bf16,
+                                                            size_t ld, int i, int n, vf a[2][4]) {
+    vf xv[2];
+#pragma GCC unroll 2
+    for (int r = 0; r < nr; r++) xv[r] = n == VL ? vload(x[r] + i) : vload_part(x[r] + i, n, 0.0f);
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; j++) {
+        vf wj = wload(w, bf16, j * ld + i, n);
+#pragma GCC unroll 2
+        for (int r = 0; r < nr; r++) a[r][j] = vfma(wj, xv[r], a[r][j]);
+    }
+}
+
 /* nr (1 or 2) input rows against four weight rows: 4*nr independent FMA chains hide the FMA
  * latency, and each weight vector loaded serves both input rows. Inlined with nr and bf16
- * constant, so each of the four uses below is its own specialised loop. */
+ * constant, so each of the four uses below is its own loop with its accumulators in registers. */
 static inline __attribute__((always_inline)) void dots(const float *const *x, int nr, const void *w, bool bf16,
                                                        size_t ld, int k, float y[2][4]) {
     const size_t esize = bf16 ? 2 : 4, pf_every = 64 / esize < VL ? VL : 64 / esize;
     vf a[2][4];
-    for (int r = 0; r < nr; r++)
+#pragma GCC unroll 2
+    for (int r = 0; r < 2; r++)
+#pragma GCC unroll 4
         for (int j = 0; j < 4; j++) a[r][j] = vset1(0.0f);
-    for (int i = 0; i < k; i += VL) {
-        int n = k - i < VL ? k - i : VL;
-        vf xv[2];
-        for (int r = 0; r < nr; r++) xv[r] = n == VL ? vload(x[r] + i) : vload_part(x[r] + i, n, 0.0f);
-        for (int j = 0; j < 4; j++) {
-            if ((size_t)i % pf_every == 0) __builtin_prefetch((const char *)w + (j * ld + i) * esize + PF_BYTES);
-            vf wj = wload(w, bf16, j * ld + i, n);
-            for (int r = 0; r < nr; r++) a[r][j] = vfma(wj, xv[r], a[r][j]);
-        }
+    int kv = k / VL * VL;
+    for (int i = 0; i < kv; i += VL) {
+        if ((size_t)i % pf_every == 0)
+#pragma GCC unroll 4
+            for (int j = 0; j < 4; j++) __builtin_prefetch((const char *)w + (j * ld + i) * esize + PF_BYTES);
+        dots_step(x, nr, w, bf16, ld, i, VL, a);
     }
+    if (kv < k) dots_step(x, nr, w, bf16, ld, kv, k - kv, a);
+#pragma GCC unroll 2
     for (int r = 0; r < nr; r++)
+#pragma GCC unroll 4
         for (int j = 0; j < 4; j++) y[r][j] = vhsum(a[r][j]);
 }
 

@@ -112,8 +112,14 @@ static int launch_shm(const loom_launch_options *o, loom_rank_fn fn, void *arg, 
 
 int loom_launch(const loom_launch_options *o, loom_rank_fn fn, void *arg, loom_err *err) {
     const char *be = o->backend ? o->backend : "shm";
-    if (!strcmp(be, "mpi"))
+    if (!strcmp(be, "mpi")) {
+#if LOOM_HAVE_MPI
         return comm_mpi_run(o->tp, o->timeout_s > 0 ? o->timeout_s : 60, o->mpi_progress, fn, arg, err);
+#else
+        loom_errf(err, "--backend mpi: this build has no MPI backend (configured with -DLOOM_MPI=OFF)");
+        return 2;
+#endif
+    }
     if (strcmp(be, "shm")) {
         loom_errf(err, "--backend: unknown '%s' (shm, mpi)", be);
         return 2;
