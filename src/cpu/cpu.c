@@ -89,26 +89,32 @@ const cpu_kernels *cpu(void) {
     return chosen;
 }
 
-/* "model name" on x86; aarch64 kernels report the implementer and part numbers instead */
+/* "model name" on x86, with the family and model numbers (a virtual machine may report only a
+ * brand, as "AMD EPYC"); aarch64 kernels report the implementer and part numbers instead */
 static void cpu_model(char *out, size_t cap) {
     snprintf(out, cap, "unknown CPU");
     FILE *f = fopen("/proc/cpuinfo", "r");
     if (!f) return;
-    char line[256], impl[32] = "", part[32] = "";
+    char line[256], name[128] = "", family[16] = "", model[16] = "", impl[32] = "", part[32] = "";
     while (fgets(line, sizeof line, f)) {
+        if (line[0] == '\n' && (name[0] || impl[0])) break; /* the first processor's block is enough */
         char *colon = strchr(line, ':');
         if (!colon) continue;
         char *v = colon + 1 + strspn(colon + 1, " \t");
         v[strcspn(v, "\n")] = 0;
-        if (!strncmp(line, "model name", 10)) {
-            snprintf(out, cap, "%s", v);
-            break;
-        }
-        if (!strncmp(line, "CPU implementer", 15)) snprintf(impl, sizeof impl, "%s", v);
-        if (!strncmp(line, "CPU part", 8)) snprintf(part, sizeof part, "%s", v);
+        *colon = 0;
+        char *key = line;
+        key[strcspn(key, "\t")] = 0;
+        if (!strcmp(key, "model name")) snprintf(name, sizeof name, "%s", v);
+        else if (!strcmp(key, "cpu family")) snprintf(family, sizeof family, "%s", v);
+        else if (!strcmp(key, "model")) snprintf(model, sizeof model, "%s", v);
+        else if (!strcmp(key, "CPU implementer")) snprintf(impl, sizeof impl, "%s", v);
+        else if (!strcmp(key, "CPU part")) snprintf(part, sizeof part, "%s", v);
     }
     fclose(f);
-    if (impl[0] && !strcmp(out, "unknown CPU")) snprintf(out, cap, "aarch64 (implementer %s, part %s)", impl, part);
+    if (name[0] && family[0]) snprintf(out, cap, "%s (family %s, model %s)", name, family, model);
+    else if (name[0]) snprintf(out, cap, "%s", name);
+    else if (impl[0]) snprintf(out, cap, "aarch64 (implementer %s, part %s)", impl, part);
 }
 
 int loom_cpu_get_info(loom_cpu_info *info, loom_err *err) {

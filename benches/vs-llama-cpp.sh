@@ -1,0 +1,270 @@
+#!/usr/bin/env bash
+# loom against llama.cpp on the Llama-3.2-1B shape (random weights, fp32 and bf16, 2 threads),
+# in one job, the two engines taking turns on each row so both see the same machine state.
+#
+# Usage: benches/vs-llama-cpp.sh [LOOM_BINARY|BUILD_DIR]  (default build/loom; built if missing)
+#
+# What it does (each step skipped when its output is already there, so a rerun only measures):
+#   1. pip-downloads the llama-cpp-python sdist (its vendor/llama.cpp is llama.cpp's source) into
+#      build-bench/dl and unpacks it into build-bench/src;
+#   2. builds llama.cpp's llama-bench twice with nice -j2: default CPU backend (build-bench/
+#      llama-cpu) and with OpenBLAS (build-bench/llama-blas, GGML_BLAS=ON, Debian's
+#      libopenblas-openmp-dev as loom uses; apt-get installs what is missing);
+#   3. writes random-weight GGUFs of configs/llama-3.2-1b.json, f32 and bf16, with llama.cpp's
+#      gguf-py (benches/make_gguf.py, in a venv at build-bench/venv; no tokenizer: vocab type
+#      "none");
+#   4. runs `loom bench machine` (sgemm rate, memory read bandwidth), then for each weight dtype
+#      and row: loom once per variant (LOOM_CPU=<variant>), then llama-bench (CPU build; and
+#      the OpenBLAS build with OMP_WAIT_POLICY=PASSIVE for prefill rows);
+#   5. prints one markdown table per dtype (benches/vs_llama_cpp_report.py) and keeps every raw
+#      output in build-bench/results-<date>/ (report.md is the printed tables).
+#
+# Knobs (environment):
+#   VARIANTS="avx512 avx2"   loom's rows once per variant with LOOM_CPU set ("default": unset;
+#                            default "default")
+#   DTYPES="f32 bf16"        weight dtypes
+#   ROWS="pp512 pp2048 tg64" ppN: prefill of N tokens; tgN: N decode steps after a DECODE_CTX
+#                            prompt (llama-bench -n N -d DECODE_CTX)
+#   DECODE_CTX=16            prompt before the decode steps
+#   REPS=2                   timed repetitions (plus one warm-up each, both engines)
+#   THREADS=2                threads for both engines
+#   BLAS_ROWS="f32:pp bf16:pp"  which dtype:kind rows also run the OpenBLAS llama.cpp build
+#                            ("" for none; kind is pp or tg)
+#   CONFIG=configs/llama-3.2-1b.json   the model shape
+#   LLAMA_ARGS=""            extra llama-bench arguments (e.g. "-fa 1")
+#   RESULTS=build-bench/results-<date>  where the raw outputs go
+#   QUIET_WAIT=0             before each row, wait up to this many seconds for the machine to be
+#                            quiet (no other runnable threads); the threads other jobs had
+#                            runnable before each row go to load.txt and the report either way
+# A quick check: REPS=1 ROWS="pp64 tg8" DTYPES=bf16 benches/vs-llama-cpp.sh
+set -euo pipefail
+{ # the whole script is read before it runs, so editing it mid-run is safe
+cd "$(dirname "$0")/.."
+root=$PWD
+
+die() { echo "vs-llama-cpp.sh: $*" >&2; exit 1; }
+stamp() { date +%s; }
+phase_t0=0
+phase() { phase_t0=$(stamp); echo "== $*" >&2; }
+phase_end() { echo "   ($(( $(stamp) - phase_t0 )) s)" >&2; timings+=("$1: $(( $(stamp) - phase_t0 )) s"); }
+timings=()
+
+loom=${1:-build/loom}
+[ -d "$loom" ] && loom=${loom%/}/loom
+VARIANTS=${VARIANTS:-default}
+DTYPES=${DTYPES:-f32 bf16}
+ROWS=${ROWS:-pp512 pp2048 tg64}
+DECODE_CTX=${DECODE_CTX:-16}
+REPS=${REPS:-2}
+THREADS=${THREADS:-2}
+BLAS_ROWS=${BLAS_ROWS-f32:pp bf16:pp}
+CONFIG=${CONFIG:-configs/llama-3.2-1b.json}
+LLAMA_ARGS=${LLAMA_ARGS:-}
+QUIET_WAIT=${QUIET_WAIT:-0}
+bench=$root/build-bench
+RESULTS=${RESULTS:-$bench/results-$(date +%Y%m%d-%H%M%S)}
+
+for t in python3 cmake make gcc g++ pip3 lscpu; do
+  command -v "$t" >/dev/null || die "'$t' is missing (Debian: apt-get install cmake g++ make python3-pip util-linux)"
+done
+[ -f "$CONFIG" ] || die "no model config $CONFIG"
+for r in $ROWS; do [[ $r =~ ^(pp|tg)[0-9]+$ ]] || die "ROWS: '$r' is not ppN or tgN"; done
+for d in $DTYPES; do [[ $d =~ ^(f32|bf16)$ ]] || die "DTYPES: '$d' is not f32 or bf16"; done
+mkdir -p "$bench" "$RESULTS"
+
+# --- loom -------------------------------------------------------------------------------------
+if [ ! -x "$loom" ]; then
+  [ "$loom" = build/loom ] || die "no loom binary at $loom"
+  phase "building loom into build/ (only the loom target)"
+  scripts/install-deps.sh
+  nice -n 10 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
+  nice -n 10 cmake --build build --target loom -j2 >"$RESULTS/loom-build.log" 2>&1 \
+    || { tail -20 "$RESULTS/loom-build.log" >&2; die "loom did not build (log: $RESULTS/loom-build.log)"; }
+  phase_end "loom build"
+fi
+# run a copy, so a rebuild of build/ during the job cannot change the binary between rows
+cp "$loom" "$RESULTS/loom"
+loom_src=$(cd "$(dirname "$loom")" && pwd)/$(basename "$loom")
+loom=$RESULTS/loom
+
+# --- llama.cpp source -------------------------------------------------------------------------
+sdist=$(ls "$bench"/dl/llama_cpp_python-*.tar.gz 2>/dev/null | sort -V | tail -1 || true)
+if [ -z "$sdist" ]; then
+  phase "downloading the llama-cpp-python sdist from PyPI"
+  pip3 download --no-deps --no-binary :all: llama-cpp-python -d "$bench/dl" >"$bench/dl.log" 2>&1 \
+    || { tail -20 "$bench/dl.log" >&2; die "pip download of llama-cpp-python failed (log: $bench/dl.log)"; }
+  sdist=$(ls "$bench"/dl/llama_cpp_python-*.tar.gz | sort -V | tail -1)
+  phase_end "sdist download"
+fi
+pyver=$(basename "$sdist" .tar.gz); pyver=${pyver#llama_cpp_python-}
+src=$bench/src/llama_cpp_python-$pyver
+lcpp=$src/vendor/llama.cpp
+if [ ! -f "$lcpp/CMakeLists.txt" ]; then
+  phase "unpacking $(basename "$sdist")"
+  mkdir -p "$bench/src"
+  tar -xzf "$sdist" -C "$bench/src"
+  [ -f "$lcpp/CMakeLists.txt" ] || die "$sdist has no vendor/llama.cpp"
+  phase_end "unpack"
+fi
+# llama-cpp-python's changelog names the llama.cpp commit it vendors ("update llama.cpp to
+# ggml-org/llama.cpp@<commit>", the first such line under the release's heading)
+commit=$(awk -v v="## [$pyver]" 'index($0, v) == 1 {f = 1; next} f && /^## \[/ {exit}
+  f && match($0, /llama\.cpp@[0-9a-f]+/) {print substr($0, RSTART + 10, RLENGTH - 10); exit}' "$src/CHANGELOG.md")
+commit=${commit:-unknown}
+ggmlver=$(sed -n 's/^set(GGML_VERSION_\(MAJOR\|MINOR\|PATCH\) \([0-9]*\))/\2/p' "$lcpp/ggml/CMakeLists.txt" | paste -sd.)
+llama_version="llama.cpp $commit (ggml $ggmlver, from llama-cpp-python $pyver)"
+
+# --- llama.cpp builds -------------------------------------------------------------------------
+have_pkg() { dpkg -s "$1:$(dpkg --print-architecture)" >/dev/null 2>&1 || dpkg -s "$1" >/dev/null 2>&1; }
+need_apt=()
+have_pkg libopenblas-openmp-dev || need_apt+=(libopenblas-openmp-dev)
+command -v pkg-config >/dev/null || need_apt+=(pkg-config)
+if [ -n "$BLAS_ROWS" ] && [ ${#need_apt[@]} -gt 0 ]; then
+  phase "apt-get install ${need_apt[*]}"
+  SUDO=; [ "$(id -u)" -ne 0 ] && SUDO=sudo
+  $SUDO apt-get update -q >/dev/null
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${need_apt[@]}" >/dev/null
+  phase_end "apt-get"
+fi
+build_llama() { # dir, label, extra cmake args
+  local dir=$1 label=$2; shift 2
+  [ -x "$dir/bin/llama-bench" ] && return 0
+  phase "building llama.cpp llama-bench ($label) in $dir"
+  nice -n 10 cmake -S "$lcpp" -B "$dir" -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF \
+    -DLLAMA_BUILD_COMMIT="$commit" "$@" >"$dir.log" 2>&1 \
+    || { tail -20 "$dir.log" >&2; die "llama.cpp cmake ($label) failed (log: $dir.log)"; }
+  nice -n 10 cmake --build "$dir" --target llama-bench -j2 >>"$dir.log" 2>&1 \
+    || { grep -m5 -B2 -A5 'error' "$dir.log" >&2 || tail -20 "$dir.log" >&2; die "llama.cpp build ($label) failed (log: $dir.log)"; }
+  [ -x "$dir/bin/llama-bench" ] || die "no $dir/bin/llama-bench after the build"
+  phase_end "llama.cpp build ($label)"
+}
+build_llama "$bench/llama-cpu" "CPU"
+if [ -n "$BLAS_ROWS" ]; then
+  build_llama "$bench/llama-blas" "OpenBLAS" -DGGML_BLAS=ON -DGGML_BLAS_VENDOR=OpenBLAS
+  ls "$bench/llama-blas/bin" | grep -q ggml-blas \
+    || die "the OpenBLAS build of llama.cpp has no BLAS backend (log: $bench/llama-blas.log; delete $bench/llama-blas to rebuild)"
+fi
+
+# --- GGUF files -------------------------------------------------------------------------------
+py=$bench/venv/bin/python
+if ! "$py" -c 'import gguf, numpy' 2>/dev/null; then
+  phase "venv with numpy and llama.cpp's gguf-py in $bench/venv"
+  python3 -m venv "$bench/venv" || die "python3 -m venv failed (Debian: apt-get install python3-venv)"
+  nice -n 10 "$bench/venv/bin/pip" install -q numpy "$lcpp/gguf-py" >"$bench/venv.log" 2>&1 \
+    || { tail -20 "$bench/venv.log" >&2; die "pip install of numpy and gguf-py failed (log: $bench/venv.log)"; }
+  phase_end "venv"
+fi
+model=$(basename "$CONFIG" .json)
+gguf_args=()
+for d in $DTYPES; do
+  f=$bench/gguf/$model-random-$d.gguf
+  [ -s "$f" ] || gguf_args+=(--"$d" "$f.tmp")
+done
+if [ ${#gguf_args[@]} -gt 0 ]; then
+  phase "writing random-weight GGUFs of $CONFIG (${gguf_args[*]})"
+  mkdir -p "$bench/gguf"
+  nice -n 10 "$py" benches/make_gguf.py "$CONFIG" "${gguf_args[@]}"
+  for d in $DTYPES; do [ -f "$bench/gguf/$model-random-$d.gguf.tmp" ] && mv "$bench/gguf/$model-random-$d.gguf.tmp" "$bench/gguf/$model-random-$d.gguf"; done
+  phase_end "GGUF writing"
+fi
+
+# --- runs -------------------------------------------------------------------------------------
+cpu=$(lscpu | sed -n 's/^Model name: *//p' | head -1)
+{
+  echo "date: $(date -Is)"
+  echo "cpu: $cpu"
+  echo "cpu flags (avx512/amx/bf16): $(grep -m1 -o -w 'avx2\|avx512f\|avx512_bf16\|amx_tile\|amx_bf16' /proc/cpuinfo | sort -u | paste -sd' ')"
+  echo "llama.cpp: $llama_version"
+  echo "loom: $loom_src (git $(git rev-parse --short HEAD 2>/dev/null || echo '?')$(git diff --quiet HEAD 2>/dev/null || echo ', with uncommitted changes'))"
+  echo "config: $CONFIG"
+  echo "threads: $THREADS"
+  echo "reps: $REPS (+1 warm-up)"
+  echo "rows: $ROWS"
+  echo "decode context: $DECODE_CTX"
+  echo "dtypes: $DTYPES"
+  echo "variants: $VARIANTS"
+  echo "llama.cpp builds: cpu ($bench/llama-cpu)$( [ -n "$BLAS_ROWS" ] && echo ", blas ($bench/llama-blas, OMP_WAIT_POLICY=PASSIVE) for $BLAS_ROWS")"
+} | tee "$RESULTS/info.txt" >&2
+
+run_loom() { # variant, then loom's arguments; prints to stdout, stderr kept too
+  local v=$1; shift
+  if [ "$v" = default ]; then env -u LOOM_CPU "$loom" "$@"
+  else LOOM_CPU=$v "$loom" "$@"; fi
+}
+
+# Other jobs' runnable threads, in tenths, averaged over 10 samples of /proc/stat's procs_running
+# (a machine-wide count, so it sees other containers' processes too; minus this awk).
+others_running() {
+  local s=0 r i
+  for i in 1 2 3 4 5 6 7 8 9 10; do
+    r=$(awk '/^procs_running/ {print $2}' /proc/stat); s=$((s + r - 1)); sleep 0.1
+  done
+  echo "$s"
+}
+note_load() { # label: waits up to QUIET_WAIT s for quiet, then logs what it saw
+  local t0 o waited=0
+  t0=$(stamp); o=$(others_running)
+  while [ "$o" -gt 5 ] && [ $(( $(stamp) - t0 )) -lt "$QUIET_WAIT" ]; do sleep 5; o=$(others_running); waited=1; done
+  printf '%s: %d.%d other runnable threads (loadavg %s)%s\n' "$1" $((o / 10)) $((o % 10)) \
+    "$(cut -d' ' -f1-3 /proc/loadavg)" "$([ $waited = 1 ] && echo ", waited $(( $(stamp) - t0 )) s")" >>"$RESULTS/load.txt"
+  tail -1 "$RESULTS/load.txt" | sed 's/^/   /' >&2
+}
+
+phase "loom bench machine"
+ok=()
+for v in $VARIANTS; do
+  note_load "loom bench machine [$v]"
+  if run_loom "$v" bench machine --threads "$THREADS" >"$RESULTS/machine-$v.txt" 2>&1; then ok+=("$v")
+  else echo "   LOOM_CPU=$v: loom bench machine failed, variant left out:" >&2; fi
+  sed "s/^/   [$v] /" "$RESULTS/machine-$v.txt" >&2
+done
+[ ${#ok[@]} -gt 0 ] || die "loom bench machine failed for every variant ($VARIANTS)"
+VARIANTS=${ok[*]}
+sed -i "s/^variants: .*/variants: $VARIANTS/" "$RESULTS/info.txt"
+phase_end "loom bench machine"
+
+llama_run() { # build, dtype, row, label, extra env...
+  local b=$1 d=$2 row=$3 label=$4; shift 4
+  local n=${row#??} args
+  if [[ $row == pp* ]]; then args=(-p "$n" -n 0); else args=(-p 0 -n "$n" -d "$DECODE_CTX"); fi
+  local out=$RESULTS/llama-$d-$row-$label
+  # shellcheck disable=SC2086
+  if ! env "$@" "$bench/llama-$b/bin/llama-bench" -m "$bench/gguf/$model-random-$d.gguf" -t "$THREADS" \
+      -r "$REPS" "${args[@]}" -o json $LLAMA_ARGS >"$out.json" 2>"$out.log"; then
+    tail -20 "$out.log" >&2; die "llama-bench ($label, $d, $row) failed (log: $out.log)"
+  fi
+  echo "   llama.cpp $label: $(python3 -c 'import json, sys; j = json.load(open(sys.argv[1]))[0]; print("%.2f tok/s (sd %.2f)" % (j["avg_ts"], j["stddev_ts"]))' "$out.json" 2>/dev/null || echo '?')" >&2
+}
+
+for d in $DTYPES; do
+  ldtype=$([ "$d" = f32 ] && echo float32 || echo bfloat16)
+  for row in $ROWS; do
+    phase "$d $row"
+    n=${row#??}
+    if [[ $row == pp* ]]; then largs=(--input-len "$n" --output-len 1)
+    else largs=(--input-len "$DECODE_CTX" --output-len $((n + 1))); fi
+    for v in $VARIANTS; do
+      out=$RESULTS/loom-$d-$row-$v.txt
+      note_load "loom [$v] $d $row"
+      run_loom "$v" bench latency -m "$CONFIG" --load-format dummy --dtype "$ldtype" --threads "$THREADS" \
+        --batch-size 1 --num-iters-warmup 1 --num-iters "$REPS" "${largs[@]}" >"$out" 2>&1 \
+        || { tail -20 "$out" >&2; die "loom bench latency failed ($v, $d, $row; output: $out)"; }
+      echo "   loom [$v]: $(grep -E '^(Prefill|Decode):' "$out" | { if [[ $row == pp* ]]; then grep ^Prefill; else grep ^Decode; fi; } | head -1)" >&2
+    done
+    note_load "llama.cpp cpu $d $row"
+    llama_run cpu "$d" "$row" cpu
+    if [[ " $BLAS_ROWS " == *" $d:${row:0:2} "* ]]; then
+      note_load "llama.cpp blas $d $row"
+      llama_run blas "$d" "$row" blas OMP_WAIT_POLICY=PASSIVE
+    fi
+    phase_end "$d $row"
+  done
+done
+
+printf '%s\n' "${timings[@]}" >"$RESULTS/timings.txt"
+python3 benches/vs_llama_cpp_report.py "$RESULTS" | tee "$RESULTS/report.md"
+echo >&2
+echo "timings:" >&2; sed 's/^/  /' "$RESULTS/timings.txt" >&2
+echo "raw outputs: $RESULTS" >&2
+exit 0
+}
