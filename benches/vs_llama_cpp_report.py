@@ -27,6 +27,11 @@ def info_fields(d):
     return out
 
 
+def read(path):
+    """The file's text, or None where the run left no such file."""
+    return open(path).read() if os.path.exists(path) else None
+
+
 def row_key(r):
     return (r[:2] != "pp", int(r[2:]))
 
@@ -39,26 +44,21 @@ def main():
     variants = info.get("variants", "default").split()
     dtypes = info.get("dtypes", "f32 bf16").split()
 
-    machine = {}
+    # per variant: `loom bench machine`'s rates, and what loom says about its CPU variant
+    # ("CPU: <model>, kernels <variant> (...)")
+    machine, said = {}, {}
     for v in variants:
-        p = os.path.join(d, f"machine-{v}.txt")
-        if not os.path.exists(p):
+        t = read(os.path.join(d, f"machine-{v}.txt"))
+        if t is None:
             continue
-        t = open(p).read()
         sg = re.search(r"^sgemm .*?: ([\d.]+) GFLOP/s", t, re.M)
         bw = re.search(r"^memory read: ([\d.]+) GB/s", t, re.M)
         machine[v] = (float(sg.group(1)) if sg else None, float(bw.group(1)) if bw else None)
+        cpu = re.search(r"^.*(kernels|variant|LOOM_CPU).*$", t, re.M)
+        if cpu:
+            said[v] = cpu.group(0).strip()
     bws = [m[1] for m in machine.values() if m[1]]
     bw = max(bws) if bws else None
-
-    # what loom says about its CPU variant ("CPU: <model>, kernels <variant> (...)"), per variant
-    said = {}
-    for v in variants:
-        p = os.path.join(d, f"machine-{v}.txt")
-        for line in open(p) if os.path.exists(p) else []:
-            if re.search(r"kernels|variant|LOOM_CPU", line):
-                said[v] = line.strip()
-                break
 
     print(f"CPU: **{info.get('cpu', '?')}** ({info.get('cpu flags (avx512/amx/bf16)', '')})  ")
     for v in variants:
@@ -98,10 +98,9 @@ def main():
             kind, n = r[:2], int(r[2:])
             loom = {}
             for v in variants:
-                p = os.path.join(d, f"loom-{dt}-{r}-{v}.txt")
-                if not os.path.exists(p):
+                t = read(os.path.join(d, f"loom-{dt}-{r}-{v}.txt"))
+                if t is None:
                     continue
-                t = open(p).read()
                 m = re.search(r"^Prefill: [\d.]+ s avg, ([\d.]+) tok/s" if kind == "pp" else
                               r"^Decode: [\d.]+ s avg, ([\d.]+) tok/s", t, re.M)
                 w = re.search(r"^Memory \(rank 0\): weights ([\d.]+) MiB", t, re.M)
