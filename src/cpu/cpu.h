@@ -13,11 +13,10 @@
 
 typedef struct cpu_kernels {
     const char *name;
-    /* y[r][j] = x[r] . w[j] over k columns, for nr (1 or 2) input rows and the four weight rows
-     * w[0..3] (row stride ld elements): the streaming GEMV of decode, which reads each weight
-     * once for both input rows. */
-    void (*gemv4_f32)(const float *const *x, int nr, const float *w, size_t ld, int k, float y[2][4]);
-    void (*gemv4_bf16)(const float *const *x, int nr, const uint16_t *w, size_t ld, int k, float y[2][4]);
+    /* y[r] = x[r] . w over k columns, for nr (1 or 2) input rows and one weight row: the
+     * streaming GEMV of decode, which reads each weight once for both input rows. */
+    void (*dot_f32)(const float *const *x, int nr, const float *w, int k, float y[2]);
+    void (*dot_bf16)(const float *const *x, int nr, const uint16_t *w, int k, float y[2]);
     void (*widen_bf16)(const uint16_t *src, float *dst, int n);
     float (*sum_squares)(const float *x, int n);
     /* out = x * s * w (RMSNorm's scaling by its inverse root and weight) */

@@ -14,63 +14,50 @@
 #define STR(a) STR2(a)
 #define TABLE CAT(cpu_, LOOM_VARIANT)
 
-/* Bytes ahead of the current weight column to prefetch in each of the four rows streamed at
- * once: the hardware prefetcher alone keeps too few lines in flight for four streams. */
-#define PF_BYTES 384
-
-static inline vf wload(const void *w, bool bf16, size_t i, int n) {
+static inline vf wload(const void *w, bool bf16, int i, int n) {
     if (bf16) return n == VL ? vload_bf16((const uint16_t *)w + i) : vload_bf16_part((const uint16_t *)w + i, n);
     return n == VL ? vload((const float *)w + i) : vload_part((const float *)w + i, n, 0.0f);
 }
 
-/* One step of `dots` at column i over n <= VL columns (n == VL in the main loop, constant there,
- * so its loads are plain; the partial loads only run at a row's tail). */
-static inline __attribute__((always_inline)) void dots_step(const float *const *x, int nr, const void *w, bool bf16,
-                                                            size_t ld, int i, int n, vf a[2][4]) {
-    vf xv[2];
-#pragma GCC unroll 2
-    for (int r = 0; r < nr; r++) xv[r] = n == VL ? vload(x[r] + i) : vload_part(x[r] + i, n, 0.0f);
-#pragma GCC unroll 4
-    for (int j = 0; j < 4; j++) {
-        vf wj = wload(w, bf16, j * ld + i, n);
-#pragma GCC unroll 2
-        for (int r = 0; r < nr; r++) a[r][j] = vfma(wj, xv[r], a[r][j]);
-    }
-}
-
-/* nr (1 or 2) input rows against four weight rows: 4*nr independent FMA chains hide the FMA
- * latency, and each weight vector loaded serves both input rows. Inlined with nr and bf16
- * constant, so each of the four uses below is its own loop with its accumulators in registers. */
-static inline __attribute__((always_inline)) void dots(const float *const *x, int nr, const void *w, bool bf16,
-                                                       size_t ld, int k, float y[2][4]) {
-    const size_t esize = bf16 ? 2 : 4, pf_every = 64 / esize < VL ? VL : 64 / esize;
+/* One weight row against nr (1 or 2) input rows, so the row is read once for both. Four
+ * accumulators per input row over consecutive vectors hide the FMA latency. The row is
+ * streamed alone, at sequential addresses: streaming four rows side by side (one x load for
+ * four rows) measured 20-30% below this on Zen 4 with bf16 weights, since the hardware
+ * prefetchers follow one stream far better than four interleaved ones. Inlined with nr and
+ * bf16 constant, so each of the four uses below is its own loop with registers for a[][]. */
+static inline __attribute__((always_inline)) void dot_row(const float *const *x, int nr, const void *w, bool bf16,
+                                                          int k, float y[2]) {
     vf a[2][4];
 #pragma GCC unroll 2
     for (int r = 0; r < 2; r++)
 #pragma GCC unroll 4
-        for (int j = 0; j < 4; j++) a[r][j] = vset1(0.0f);
-    int kv = k / VL * VL;
-    for (int i = 0; i < kv; i += VL) {
-        if ((size_t)i % pf_every == 0)
+        for (int u = 0; u < 4; u++) a[r][u] = vset1(0.0f);
+    int k4 = k / (4 * VL) * (4 * VL);
+    for (int i = 0; i < k4; i += 4 * VL)
 #pragma GCC unroll 4
-            for (int j = 0; j < 4; j++) __builtin_prefetch((const char *)w + (j * ld + i) * esize + PF_BYTES);
-        dots_step(x, nr, w, bf16, ld, i, VL, a);
-    }
-    if (kv < k) dots_step(x, nr, w, bf16, ld, kv, k - kv, a);
+        for (int u = 0; u < 4; u++) {
+            vf wv = wload(w, bf16, i + u * VL, VL);
 #pragma GCC unroll 2
-    for (int r = 0; r < nr; r++)
-#pragma GCC unroll 4
-        for (int j = 0; j < 4; j++) y[r][j] = vhsum(a[r][j]);
+            for (int r = 0; r < nr; r++) a[r][u] = vfma(wv, vload(x[r] + i + u * VL), a[r][u]);
+        }
+    for (int i = k4; i < k; i += VL) {
+        int n = k - i < VL ? k - i : VL;
+        vf wv = wload(w, bf16, i, n);
+#pragma GCC unroll 2
+        for (int r = 0; r < nr; r++) a[r][0] = vfma(wv, n == VL ? vload(x[r] + i) : vload_part(x[r] + i, n, 0.0f), a[r][0]);
+    }
+#pragma GCC unroll 2
+    for (int r = 0; r < nr; r++) y[r] = vhsum(vadd(vadd(a[r][0], a[r][1]), vadd(a[r][2], a[r][3])));
 }
 
-static void gemv4_f32(const float *const *x, int nr, const float *w, size_t ld, int k, float y[2][4]) {
-    if (nr == 2) dots(x, 2, w, false, ld, k, y);
-    else dots(x, 1, w, false, ld, k, y);
+static void dot_f32(const float *const *x, int nr, const float *w, int k, float y[2]) {
+    if (nr == 2) dot_row(x, 2, w, false, k, y);
+    else dot_row(x, 1, w, false, k, y);
 }
 
-static void gemv4_bf16(const float *const *x, int nr, const uint16_t *w, size_t ld, int k, float y[2][4]) {
-    if (nr == 2) dots(x, 2, w, true, ld, k, y);
-    else dots(x, 1, w, true, ld, k, y);
+static void dot_bf16(const float *const *x, int nr, const uint16_t *w, int k, float y[2]) {
+    if (nr == 2) dot_row(x, 2, w, true, k, y);
+    else dot_row(x, 1, w, true, k, y);
 }
 
 static void widen_bf16(const uint16_t *src, float *dst, int n) {
@@ -154,8 +141,8 @@ static float exp_sum(float *s, int n, float max) {
 
 const cpu_kernels TABLE = {
     .name = STR(LOOM_VARIANT),
-    .gemv4_f32 = gemv4_f32,
-    .gemv4_bf16 = gemv4_bf16,
+    .dot_f32 = dot_f32,
+    .dot_bf16 = dot_bf16,
     .widen_bf16 = widen_bf16,
     .sum_squares = sum_squares,
     .scale_mul = scale_mul,

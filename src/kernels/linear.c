@@ -8,40 +8,25 @@
 
 #include "cpu/cpu.h"
 #include "kernels/kernels.h"
-#include "util/half.h"
 
 #define FEW_ROWS 8 /* up to this many rows use the streaming kernel */
-#define PANEL 256  /* bf16 weight rows widened per sgemm call */
+/* f32 bytes of bf16 weights widened per sgemm call: wide enough that each call is a large GEMM
+ * for OpenBLAS (256 rows of 2048 columns measured slower at 512 tokens), small enough to stay
+ * a modest scratch for any width */
+#define PANEL_BYTES ((size_t)8 << 20)
 
-static inline float weight_at(const wmat *w, size_t i) {
-    return w->dt == DT_F32 ? ((const float *)w->data)[i] : bf16_to_f32(((const uint16_t *)w->data)[i]);
-}
-
-/* y[r][j] = x[r] . W[n0 + j] for nr (1 or 2) input rows and four weight rows. */
-static void block_4(const cpu_kernels *k, const float *const *x, int nr, const wmat *w, int n0, float y[2][4]) {
-    size_t off = (size_t)n0 * w->ld;
-    if (w->dt == DT_F32) k->gemv4_f32(x, nr, (const float *)w->data + off, w->ld, w->cols, y);
-    else k->gemv4_bf16(x, nr, (const uint16_t *)w->data + off, w->ld, w->cols, y);
-}
-
+/* Each weight row is read once for a pair of input rows (the last may be alone). */
 static void linear_few(const float *x, size_t ldx, int m, const wmat *w, float *y, size_t ldy) {
     const cpu_kernels *k = cpu();
-    int nb = w->rows / 4 * 4;
 #pragma omp parallel for schedule(static)
-    for (int n = 0; n < nb; n += 4)
+    for (int n = 0; n < w->rows; n++)
         for (int r = 0; r < m; r += 2) {
             int nr = r + 1 < m ? 2 : 1;
             const float *xr[2] = {x + (size_t)r * ldx, x + (size_t)(r + nr - 1) * ldx};
-            float acc[2][4];
-            block_4(k, xr, nr, w, n, acc);
-            for (int i = 0; i < nr; i++)
-                for (int j = 0; j < 4; j++) y[(size_t)(r + i) * ldy + n + j] = acc[i][j];
-        }
-    for (int n = nb; n < w->rows; n++) /* fewer than four rows left */
-        for (int r = 0; r < m; r++) {
-            float s = 0;
-            for (int i = 0; i < w->cols; i++) s += weight_at(w, (size_t)n * w->ld + i) * x[(size_t)r * ldx + i];
-            y[(size_t)r * ldy + n] = s;
+            float acc[2];
+            if (w->dt == DT_F32) k->dot_f32(xr, nr, (const float *)w->data + (size_t)n * w->ld, w->cols, acc);
+            else k->dot_bf16(xr, nr, (const uint16_t *)w->data + (size_t)n * w->ld, w->cols, acc);
+            for (int i = 0; i < nr; i++) y[(size_t)(r + i) * ldy + n] = acc[i];
         }
 }
 
@@ -51,7 +36,9 @@ static void linear_bf16_panels(const float *x, size_t ldx, int m, int chunk, con
     /* a scratch panel per calling thread, grown once: steady-state calls allocate nothing */
     static _Thread_local float *panel;
     static _Thread_local size_t panel_cap;
-    size_t need = (size_t)PANEL * w->cols;
+    int rows = (int)(PANEL_BYTES / sizeof(float) / (size_t)w->cols);
+    if (rows < 16) rows = 16;
+    size_t need = (size_t)rows * w->cols;
     if (need > panel_cap) {
         free(panel);
         panel = aligned_alloc(64, need * sizeof *panel);
@@ -60,8 +47,8 @@ static void linear_bf16_panels(const float *x, size_t ldx, int m, int chunk, con
     const uint16_t *wd = w->data;
     const cpu_kernels *k = cpu();
     float *pn = panel; /* the worker threads below have their own (empty) thread-locals */
-    for (int n0 = 0; n0 < w->rows; n0 += PANEL) {
-        int nb = w->rows - n0 < PANEL ? w->rows - n0 : PANEL;
+    for (int n0 = 0; n0 < w->rows; n0 += rows) {
+        int nb = w->rows - n0 < rows ? w->rows - n0 : rows;
 #pragma omp parallel for schedule(static)
         for (int r = 0; r < nb; r++) k->widen_bf16(wd + (size_t)(n0 + r) * w->ld, pn + (size_t)r * w->cols, w->cols);
         for (int r0 = 0; r0 < m; r0 += chunk)

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "util/err.h"
 #include "util/file.h"
@@ -115,7 +116,12 @@ static void *own(weight_store *w, size_t bytes) {
         w->cap_owned = w->cap_owned ? 2 * w->cap_owned : 64;
         w->owned = realloc(w->owned, w->cap_owned * sizeof *w->owned);
     }
-    void *p = aligned_alloc(64, (bytes + 63) / 64 * 64);
+    /* Large tensors go on 2 MiB pages where the kernel allows it (THP "madvise"): decode
+     * streams every weight once per token, and 4 KiB pages cost a TLB miss per page. */
+    const size_t huge = (size_t)2 << 20;
+    size_t align = bytes >= huge ? huge : 64;
+    void *p = aligned_alloc(align, (bytes + align - 1) / align * align);
+    if (p && align == huge) madvise(p, (bytes + align - 1) / align * align, MADV_HUGEPAGE);
     w->owned[w->n_owned++] = p;
     w->bytes_owned += bytes;
     return p;
