@@ -88,22 +88,27 @@ static void check_cli_text(const char *prefix, const char *args) {
 
 /* `loom verify` on the trained model (its tokenizer's prompts, lengths not multiples of the
  * ranks, 16 greedy steps each): SP and async TP must be bit-identical to TP at tp = 2 and 4. */
-static void check_verify(int tp) {
+static void check_verify(int tp, const char *args) {
     char cmd[1024];
-    snprintf(cmd, sizeof cmd, "%s verify -tp %d 2>/dev/null | grep -c 'bit-identical to TP' | grep -qx 2", LOOM_BIN, tp);
-    CHECK(system(cmd) == 0, "loom verify -tp %d: SP and async TP are not both bit-identical to TP", tp);
+    snprintf(cmd, sizeof cmd, "%s verify -tp %d %s 2>/dev/null | grep -c 'bit-identical to TP' | grep -qx 2", LOOM_BIN, tp,
+             args);
+    CHECK(system(cmd) == 0, "loom verify -tp %d %s: SP and async TP are not both bit-identical to TP", tp, args);
 }
 
 int main(void) {
     check_cpu_variant();
-    check_verify(2);
-    check_verify(4);
+    check_verify(2, "");
+    check_verify(4, "");
+    check_verify(2, "-q int8");
     check_ids();
     check_cli_text("", "");
     check_cli_text("", "run -tp 2");
     check_cli_text("", "run -tp 4");
     check_cli_text("", "run -tp 2 --enable-sequence-parallel");
     check_cli_text("", "run -tp 4 --enable-sequence-parallel");
+    /* weights quantized at load to int8 per channel (the LM head stays float) keep the story */
+    check_cli_text("", "run -q int8");
+    check_cli_text("", "run -q int8 -tp 2 --enable-async-tp");
     if (mpi_available("test_stories")) {
         check_cli_text(MPIRUN " -np 2", "run --backend mpi");
         check_cli_text(MPIRUN " -np 2", "run --backend mpi --enable-sequence-parallel");

@@ -47,6 +47,10 @@ int cli_common_arg(cli_common *c, int argc, char **argv, int *i) {
             return -1;
         }
     } else if (!strcmp(a, "--dtype")) c->dtype = cli_value(argc, argv, i);
+    else if (!strcmp(a, "-q") || !strcmp(a, "--quantization")) c->quantization = cli_value(argc, argv, i);
+    else if (!strcmp(a, "--quant-group-size"))
+        c->quant_group = (int)cli_int(a, cli_value(argc, argv, i), 1, 1 << 20);
+    else if (!strcmp(a, "--quantize-lm-head")) c->quantize_lm_head = true;
     else if (!strcmp(a, "--seed")) c->seed = (uint64_t)cli_int(a, cli_value(argc, argv, i), 0, 1L << 62);
     else if (!strcmp(a, "--threads") || !strcmp(a, "-t")) c->threads = (int)cli_int(a, cli_value(argc, argv, i), 1, 1024);
     else if (!strcmp(a, "-tp") || !strcmp(a, "--tensor-parallel-size"))
@@ -72,7 +76,9 @@ loom_model *cli_load_model(cli_common *c, bool tokenizer) {
         c->sp = c->async_tp = false;
     }
     loom_model_options o = {.path = c->model, .dummy = c->dummy, .seed = c->seed, .dtype = c->dtype,
-                            .progress = true, .load_tokenizer = tokenizer};
+                            .quantization = c->quantization, .quant_group = c->quant_group,
+                            .quantize_lm_head = c->quantize_lm_head, .progress = true,
+                            .load_tokenizer = tokenizer};
     loom_model *m = loom_model_load(&o, &err);
     if (!m) fprintf(stderr, "loom: %s\n", err.msg);
     return m;

@@ -7,6 +7,9 @@ typedef struct cli_common {
     const char *model;       /* -m */
     bool dummy;              /* --load-format dummy */
     const char *dtype;       /* --dtype */
+    const char *quantization; /* --quantization */
+    int quant_group;         /* --quant-group-size */
+    bool quantize_lm_head;   /* --quantize-lm-head */
     uint64_t seed;           /* --seed */
     int threads;             /* --threads */
     int tp;                  /* -tp (0: as many as mpirun started) */

@@ -11,6 +11,8 @@
 
 #include "loom.h"
 
+struct qlayout;
+
 typedef struct cpu_kernels {
     const char *name;
     /* y[r] = x[r] . w over k columns, for nr (1 or 2) input rows and one weight row: the
@@ -18,6 +20,10 @@ typedef struct cpu_kernels {
     void (*dot_f32)(const float *const *x, int nr, const float *w, int k, float y[2]);
     void (*dot_bf16)(const float *const *x, int nr, const uint16_t *w, int k, float y[2]);
     void (*widen_bf16)(const uint16_t *src, float *dst, int n);
+    /* The same for one row of a quantized matrix (quant/quant.h): x in its packed column
+     * order, sz the row's scales and zero points; and the row dequantized into dst[q->kp]. */
+    void (*dot_q)(const float *const *x, int nr, const uint8_t *w, const struct qlayout *q, const float *sz, float y[2]);
+    void (*dequant_q)(const uint8_t *w, const struct qlayout *q, const float *sz, float *dst);
     float (*sum_squares)(const float *x, int n);
     /* out = x * s * w (RMSNorm's scaling by its inverse root and weight) */
     void (*scale_mul)(const float *x, float s, const float *w, float *out, int n);

@@ -30,6 +30,15 @@ static inline vf vload_bf16(const uint16_t *p) {
     __m256i h = _mm256_loadu_si256((const __m256i *)p);
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
+/* VL bytes as floats; and the low and high nibbles of VL bytes */
+static inline vf vload_u8(const uint8_t *p) {
+    return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p)));
+}
+static inline void vload_nib(const uint8_t *p, vf *lo, vf *hi) {
+    __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p));
+    *lo = _mm512_cvtepi32_ps(_mm512_and_si512(b, _mm512_set1_epi32(15)));
+    *hi = _mm512_cvtepi32_ps(_mm512_srli_epi32(b, 4));
+}
 /* 2^n for integral n in [-126, 127] */
 static inline vf vpow2i(vf n) {
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(_mm512_cvttps_epi32(n), _mm512_set1_epi32(127)), 23));
@@ -61,6 +70,14 @@ static inline vf vload_bf16(const uint16_t *p) {
     __m128i h = _mm_loadu_si128((const __m128i *)p);
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
 }
+static inline vf vload_u8(const uint8_t *p) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p)));
+}
+static inline void vload_nib(const uint8_t *p, vf *lo, vf *hi) {
+    __m256i b = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p));
+    *lo = _mm256_cvtepi32_ps(_mm256_and_si256(b, _mm256_set1_epi32(15)));
+    *hi = _mm256_cvtepi32_ps(_mm256_srli_epi32(b, 4));
+}
 static inline vf vpow2i(vf n) {
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_cvttps_epi32(n), _mm256_set1_epi32(127)), 23));
 }
@@ -83,6 +100,17 @@ static inline vf vmax(vf a, vf b) { return vmaxq_f32(a, b); }
 static inline vf vfloor(vf a) { return vrndmq_f32(a); }
 static inline float vhsum(vf a) { return vaddvq_f32(a); }
 static inline vf vload_bf16(const uint16_t *p) { return vreinterpretq_f32_u32(vshll_n_u16(vld1_u16(p), 16)); }
+static inline uint32x4_t vload_u8_u32(const uint8_t *p) {
+    uint32_t u;
+    memcpy(&u, p, 4);
+    return vmovl_u16(vget_low_u16(vmovl_u8(vreinterpret_u8_u32(vdup_n_u32(u)))));
+}
+static inline vf vload_u8(const uint8_t *p) { return vcvtq_f32_u32(vload_u8_u32(p)); }
+static inline void vload_nib(const uint8_t *p, vf *lo, vf *hi) {
+    uint32x4_t b = vload_u8_u32(p);
+    *lo = vcvtq_f32_u32(vandq_u32(b, vdupq_n_u32(15)));
+    *hi = vcvtq_f32_u32(vshrq_n_u32(b, 4));
+}
 static inline vf vpow2i(vf n) {
     return vreinterpretq_f32_s32(vshlq_n_s32(vaddq_s32(vcvtq_s32_f32(n), vdupq_n_s32(127)), 23));
 }
@@ -110,6 +138,11 @@ static inline vf vload_bf16(const uint16_t *p) {
     float f;
     memcpy(&f, &u, 4);
     return f;
+}
+static inline vf vload_u8(const uint8_t *p) { return (float)*p; }
+static inline void vload_nib(const uint8_t *p, vf *lo, vf *hi) {
+    *lo = (float)(*p & 15);
+    *hi = (float)(*p >> 4);
 }
 static inline vf vpow2i(vf n) {
     uint32_t u = (uint32_t)((int32_t)n + 127) << 23;

@@ -7,6 +7,7 @@
 
 #include "cpu/cpu.h"
 #include "cpu/simd.h"
+#include "quant/quant.h"
 
 #define CAT2(a, b) a##b
 #define CAT(a, b) CAT2(a, b)
@@ -58,6 +59,74 @@ static void dot_f32(const float *const *x, int nr, const float *w, int k, float 
 static void dot_bf16(const float *const *x, int nr, const uint16_t *w, int k, float y[2]) {
     if (nr == 2) dot_row(x, 2, w, true, k, y);
     else dot_row(x, 1, w, true, k, y);
+}
+
+#define QV (QBLOCK / VL) /* vectors in a packed block */
+
+/* A packed block of QBLOCK weights as QV vectors of consecutive columns, each weight
+ * dequantized exactly as the reference does: (q - zero) * scale, one rounding. */
+static inline __attribute__((always_inline)) void qblock(const uint8_t *blk, int bits, vf s, vf z, vf out[QV]) {
+    if (bits == 8) {
+#pragma GCC unroll 32
+        for (int u = 0; u < QV; u++) out[u] = vmul(vsub(vload_u8(blk + u * VL), z), s);
+        return;
+    }
+#pragma GCC unroll 16
+    for (int u = 0; u < QV / 2; u++) {
+        vf lo, hi;
+        vload_nib(blk + u * VL, &lo, &hi);
+        out[u] = vmul(vsub(lo, z), s);
+        out[u + QV / 2] = vmul(vsub(hi, z), s);
+    }
+}
+
+/* dot_row for a quantized row: the packed bytes are streamed once and widened in registers,
+ * so 4-bit weights move an eighth of f32's bytes; bits and nr are constant once inlined. */
+static inline __attribute__((always_inline)) void dot_q_row(const float *const *x, int nr, const uint8_t *w, int bits,
+                                                            const qlayout *q, const float *sz, float y[2]) {
+    vf a[2][4];
+#pragma GCC unroll 2
+    for (int r = 0; r < 2; r++)
+#pragma GCC unroll 4
+        for (int u = 0; u < 4; u++) a[r][u] = vset1(0.0f);
+    const int block_bytes = bits * QBLOCK / 8;
+    for (int g = 0, c = 0; g < q->n_groups; g++) {
+        vf s = vset1(sz[2 * g]), z = vset1(sz[2 * g + 1]);
+        for (; c < q->group_end[g]; c += QBLOCK) {
+            vf wv[QV];
+            qblock(w + c / QBLOCK * block_bytes, bits, s, z, wv);
+#pragma GCC unroll 32
+            for (int u = 0; u < QV; u++)
+#pragma GCC unroll 2
+                for (int r = 0; r < nr; r++) a[r][u & 3] = vfma(wv[u], vload(x[r] + c + u * VL), a[r][u & 3]);
+        }
+    }
+#pragma GCC unroll 2
+    for (int r = 0; r < nr; r++) y[r] = vhsum(vadd(vadd(a[r][0], a[r][1]), vadd(a[r][2], a[r][3])));
+}
+
+static void dot_q(const float *const *x, int nr, const uint8_t *w, const qlayout *q, const float *sz, float y[2]) {
+    if (q->bits == 4) {
+        if (nr == 2) dot_q_row(x, 2, w, 4, q, sz, y);
+        else dot_q_row(x, 1, w, 4, q, sz, y);
+    } else {
+        if (nr == 2) dot_q_row(x, 2, w, 8, q, sz, y);
+        else dot_q_row(x, 1, w, 8, q, sz, y);
+    }
+}
+
+static void dequant_q(const uint8_t *w, const qlayout *q, const float *sz, float *dst) {
+    const int block_bytes = q->bits * QBLOCK / 8;
+    for (int g = 0, c = 0; g < q->n_groups; g++) {
+        vf s = vset1(sz[2 * g]), z = vset1(sz[2 * g + 1]);
+        for (; c < q->group_end[g]; c += QBLOCK) {
+            vf wv[QV];
+            if (q->bits == 4) qblock(w + c / QBLOCK * block_bytes, 4, s, z, wv);
+            else qblock(w + c / QBLOCK * block_bytes, 8, s, z, wv);
+#pragma GCC unroll 32
+            for (int u = 0; u < QV; u++) vstore(dst + c + u * VL, wv[u]);
+        }
+    }
 }
 
 static void widen_bf16(const uint16_t *src, float *dst, int n) {
@@ -144,6 +213,8 @@ const cpu_kernels TABLE = {
     .dot_f32 = dot_f32,
     .dot_bf16 = dot_bf16,
     .widen_bf16 = widen_bf16,
+    .dot_q = dot_q,
+    .dequant_q = dequant_q,
     .sum_squares = sum_squares,
     .scale_mul = scale_mul,
     .rope = rope,

@@ -107,11 +107,12 @@ void weights_close(weight_store *w) {
     free(w->used);
     free(w->owned);
     free(w->dummies);
+    free(w->made);
     free(w->dir);
     memset(w, 0, sizeof *w);
 }
 
-static void *own(weight_store *w, size_t bytes) {
+void *weights_alloc(weight_store *w, size_t bytes) {
     if (w->n_owned == w->cap_owned) {
         w->cap_owned = w->cap_owned ? 2 * w->cap_owned : 64;
         w->owned = realloc(w->owned, w->cap_owned * sizeof *w->owned);
@@ -154,6 +155,15 @@ struct dummy_entry {
     const void *data;
 };
 
+/* Rows [r0, r0+nr) x columns [c0, c0+nc) of the dummy tensor `key` as f32 */
+static void dummy_f32(uint64_t key, int cols, int r0, int nr, int c0, int nc, float init, float *p) {
+    size_t full_cols = cols ? cols : 1;
+#pragma omp parallel for
+    for (int r = 0; r < nr; r++)
+        for (int c = 0; c < nc; c++)
+            p[(size_t)r * nc + c] = init < 0 ? 1.0f : dummy_value(key, (size_t)(r0 + r) * full_cols + c0 + c, init);
+}
+
 static int fill_dummy(weight_store *w, const char *name, int cols, int r0, int nr, int c0, int nc,
                       bool f32, float init, wmat *out) {
     size_t n = (size_t)nr * nc, full_cols = cols ? cols : 1;
@@ -168,14 +178,11 @@ static int fill_dummy(weight_store *w, const char *name, int cols, int r0, int n
         }
     }
     if (f32) {
-        float *p = own(w, n * 4);
-#pragma omp parallel for
-        for (int r = 0; r < nr; r++)
-            for (int c = 0; c < nc; c++)
-                p[(size_t)r * nc + c] = init < 0 ? 1.0f : dummy_value(key, (size_t)(r0 + r) * full_cols + c0 + c, init);
+        float *p = weights_alloc(w, n * 4);
+        dummy_f32(key, cols, r0, nr, c0, nc, init, p);
         out->data = p;
     } else {
-        uint16_t *p = own(w, n * 2);
+        uint16_t *p = weights_alloc(w, n * 2);
 #pragma omp parallel for
         for (int r = 0; r < nr; r++)
             for (int c = 0; c < nc; c++)
@@ -201,6 +208,60 @@ static const st_tensor *find(weight_store *w, const char *name, const char **fil
 
 static bool aligned(const void *p, size_t a) { return (uintptr_t)p % a == 0; }
 
+/* Tensor `name`, which must have the ndim dimensions `shape` and a float dtype. */
+static const st_tensor *locate(weight_store *w, const char *name, int ndim, const int *shape, const char **file,
+                               loom_err *err) {
+    const st_tensor *t = find(w, name, file);
+    if (!t) {
+        loom_errf(err, "%s: missing tensor '%s'", w->dir, name);
+        return NULL;
+    }
+    bool shape_ok = t->ndim == ndim;
+    for (int i = 0; i < ndim && shape_ok; i++) shape_ok = t->shape[i] == shape[i];
+    if (!shape_ok) {
+        char got[128] = "", want[128] = "";
+        for (int i = 0; i < t->ndim; i++)
+            snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", i ? ", " : "", (long long)t->shape[i]);
+        for (int i = 0; i < ndim; i++) snprintf(want + strlen(want), sizeof want - strlen(want), "%s%d", i ? ", " : "", shape[i]);
+        loom_errf(err, "%s: tensor '%s' has shape [%s], expected [%s]", *file, name, got, want);
+        return NULL;
+    }
+    if (t->dtype != DT_F32 && t->dtype != DT_BF16 && t->dtype != DT_F16) {
+        loom_errf(err, "%s: tensor '%s' has dtype %s (supported: F32, F16, BF16)", *file, name, dtype_name(t->dtype));
+        return NULL;
+    }
+    return t;
+}
+
+/* Element i of a float tensor's row as f32 (exact for every float dtype it holds). */
+static float elem(const uint8_t *row, enum dtype dt, int i) {
+    uint16_t h;
+    float f;
+    if (dt == DT_F32) {
+        memcpy(&f, row + (size_t)i * 4, 4);
+        return f;
+    }
+    memcpy(&h, row + (size_t)i * 2, 2);
+    return dt == DT_BF16 ? bf16_to_f32(h) : f16_to_f32(h);
+}
+
+int weights_read_f32(weight_store *w, const char *name, int ndim, const int *shape, int cols, int r0, int nr, int c0,
+                     int nc, float init, float *dst, loom_err *err) {
+    if (w->dummy) {
+        dummy_f32(name_hash(name, w->seed), cols, r0, nr, c0, nc, init, dst);
+        return 0;
+    }
+    const char *file;
+    const st_tensor *t = locate(w, name, ndim, shape, &file, err);
+    if (!t) return -1;
+    size_t ld = cols ? (size_t)cols : 1, es = dtype_size(t->dtype);
+    const uint8_t *src = (const uint8_t *)t->data + ((size_t)r0 * ld + c0) * es;
+#pragma omp parallel for
+    for (int r = 0; r < nr; r++)
+        for (int c = 0; c < nc; c++) dst[(size_t)r * nc + c] = elem(src + (size_t)r * ld * es, t->dtype, c);
+    return 0;
+}
+
 /* Fetches rows [r0, r0+nr) x columns [c0, c0+nc) of tensor `name`, which must have the ndim
  * dimensions `shape`, read as a [rows, cols] matrix (rows: the leading dimensions together). */
 static int fetch(weight_store *w, const char *name, int ndim, const int *shape, int cols, int r0, int nr, int c0, int nc,
@@ -210,20 +271,8 @@ static int fetch(weight_store *w, const char *name, int ndim, const int *shape, 
     if (w->dummy) return fill_dummy(w, name, cols, r0, nr, c0, nc, !keep_bf16, init, out);
 
     const char *file;
-    const st_tensor *t = find(w, name, &file);
-    if (!t) return loom_errf(err, "%s: missing tensor '%s'", w->dir, name);
-    bool shape_ok = t->ndim == ndim;
-    for (int i = 0; i < ndim && shape_ok; i++) shape_ok = t->shape[i] == shape[i];
-    if (!shape_ok) {
-        char got[128] = "", want[128] = "";
-        for (int i = 0; i < t->ndim; i++)
-            snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", i ? ", " : "", (long long)t->shape[i]);
-        for (int i = 0; i < ndim; i++) snprintf(want + strlen(want), sizeof want - strlen(want), "%s%d", i ? ", " : "", shape[i]);
-        return loom_errf(err, "%s: tensor '%s' has shape [%s], expected [%s]", file, name, got, want);
-    }
-    if (t->dtype != DT_F32 && t->dtype != DT_BF16 && t->dtype != DT_F16)
-        return loom_errf(err, "%s: tensor '%s' has dtype %s (supported: F32, F16, BF16)", file, name,
-                         dtype_name(t->dtype));
+    const st_tensor *t = locate(w, name, ndim, shape, &file, err);
+    if (!t) return -1;
     size_t ld = cols ? (size_t)cols : 1, es = dtype_size(t->dtype);
     const uint8_t *src = (const uint8_t *)t->data + ((size_t)r0 * ld + c0) * es;
     /* Use the mapping in place when the kernels can read it as is. */
@@ -238,21 +287,13 @@ static int fetch(weight_store *w, const char *name, int ndim, const int *shape, 
     }
     out->ld = nc;
     out->dt = keep_bf16 ? DT_BF16 : DT_F32;
-    void *dst = own(w, (size_t)nr * nc * (keep_bf16 ? 2 : 4));
-    for (int r = 0; r < nr; r++) {
-        const uint8_t *row = src + (size_t)r * ld * es;
+    void *dst = weights_alloc(w, (size_t)nr * nc * (keep_bf16 ? 2 : 4));
+    for (int r = 0; r < nr; r++)
         for (int c = 0; c < nc; c++) {
-            uint16_t h;
-            float f;
-            if (t->dtype == DT_F32) memcpy(&f, row + c * 4, 4);
-            else {
-                memcpy(&h, row + c * 2, 2);
-                f = t->dtype == DT_BF16 ? bf16_to_f32(h) : f16_to_f32(h);
-            }
+            float f = elem(src + (size_t)r * ld * es, t->dtype, c);
             if (keep_bf16) ((uint16_t *)dst)[(size_t)r * nc + c] = f32_to_bf16(f);
             else ((float *)dst)[(size_t)r * nc + c] = f;
         }
-    }
     out->data = dst;
     return 0;
 }

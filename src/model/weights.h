@@ -6,15 +6,32 @@
 #define LOOM_MODEL_WEIGHTS_H
 #include "model/safetensors.h"
 
-/* A row-major [rows, cols] matrix with leading dimension ld (elements), f32 or bf16. */
+/* A row-major [rows, cols] matrix with leading dimension ld (elements), f32 or bf16; or, when
+ * q is set, quantized: dt DT_U8, ld bytes per packed row, q the layout (quant/quant.h). */
 typedef struct wmat {
     enum dtype dt;
     int rows, cols;
     size_t ld;
     const void *data;
+    const struct qlayout *q;
 } wmat;
 
-enum weight_dtype { WDT_AUTO, WDT_F32, WDT_BF16 }; /* what linears are kept in */
+enum weight_dtype { WDT_AUTO, WDT_F32, WDT_BF16 }; /* what float linears are kept in */
+
+/* What linears are quantized to at load (--quantization; quant/quant.h). */
+typedef struct quant_scheme {
+    int bits;  /* 0: float weights as stored */
+    int group; /* columns per scale; 0: one per output channel */
+    bool head; /* the LM head too, at 8 bits per channel */
+} quant_scheme;
+
+/* A matrix made at load (quantized), kept so that a second plan over the same slices (the
+ * engine's plain-TP plan beside its SP one) reuses it. */
+typedef struct wmat_made {
+    char name[256];
+    int r0, nr, c0, nc, bits, group;
+    wmat w;
+} wmat_made;
 
 typedef struct weight_store {
     char *dir;
@@ -24,8 +41,11 @@ typedef struct weight_store {
     bool dummy;
     uint64_t seed;
     enum weight_dtype keep;
+    quant_scheme quant;
     struct dummy_entry *dummies; /* generated tensors, so a tied table is made once */
     int n_dummies;
+    wmat_made *made;
+    int n_made;
     void **owned;       /* converted or generated buffers */
     int n_owned, cap_owned;
     size_t bytes_owned, bytes_mapped_used;
@@ -42,6 +62,12 @@ void weights_close(weight_store *w);
  * stores the values are generated: `init` is the scale, or the constant 1 for norms (init<0). */
 int weights_get(weight_store *w, const char *name, int rows, int cols, int r0, int nr, int c0, int nc,
                 bool as_f32, float init, wmat *out, loom_err *err);
+/* The same slice of tensor `name` (ndim dimensions `shape`, read as [rows, cols]) as f32 into
+ * dst (nr x nc), nothing kept: what quantizing at load reads. */
+int weights_read_f32(weight_store *w, const char *name, int ndim, const int *shape, int cols, int r0, int nr, int c0,
+                     int nc, float init, float *dst, loom_err *err);
+/* Owned by the store until weights_close. */
+void *weights_alloc(weight_store *w, size_t bytes);
 /* Rows [r0, r0+nr) x columns [c0, c0+nc) of expert `expert`'s [rows, cols] matrix in a stacked
  * [n_experts, rows, cols] tensor (GraniteMoE's experts), as weights_get fetches a linear. */
 int weights_get_expert(weight_store *w, const char *name, int n_experts, int expert, int rows, int cols, int r0,

@@ -79,6 +79,7 @@ typedef struct plan_options {
     bool sp;       /* --enable-sequence-parallel */
     bool async_tp; /* --enable-async-tp (implies sp) */
     bool progress; /* report weight binding per decoder layer */
+    quant_scheme quant; /* what linears are quantized to at load (--quantization) */
 } plan_options;
 
 typedef struct plan {

@@ -3,7 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "plan/plan.h"
+#include "plan/plan_impl.h"
 #include "runtime/model.h"
 
 static void print_module(FILE *f, const module *m, int depth) {
@@ -65,8 +65,22 @@ static void print_sp(FILE *f, const plan *p) {
             verified, p->n_regions - verified, p->n_warnings, p->n_warnings == 1 ? "" : "s");
 }
 
+/* A fused linear's weight format: quantized linears fuse like float ones, since the fused
+ * steps run the same row-blocked kernels (linear_chunked) whatever the weights are. */
+static void print_format(FILE *f, const plan *p, const plan_step *s) {
+    quant_scheme q = shard_scheme(p, s->op->lin->style);
+    if (!q.bits) fputs("  (float)", f);
+    else if (q.group) fprintf(f, "  (int%d, groups of %d)", q.bits, q.group);
+    else fprintf(f, "  (int%d, per channel)", q.bits);
+}
+
 static void print_async(FILE *f, const plan *p) {
-    fprintf(f, "\nasync TP: fused %d/%d region collectives\n", p->n_fused, p->n_region_collectives);
+    int quantized = 0;
+    for (int i = 0; i < p->n_steps; i++)
+        quantized += (p->steps[i].kind == STEP_AG_MATMUL || p->steps[i].kind == STEP_MATMUL_RS) &&
+                     shard_scheme(p, p->steps[i].op->lin->style).bits;
+    fprintf(f, "\nasync TP: fused %d/%d region collectives (%d of them with quantized linears)\n", p->n_fused,
+            p->n_region_collectives, quantized);
     for (int i = 0; i < p->n_steps; i++) {
         const plan_step *s = &p->steps[i];
         if (s->kind != STEP_AG_MATMUL && s->kind != STEP_MATMUL_RS) continue;
@@ -76,6 +90,7 @@ static void print_async(FILE *f, const plan *p) {
             int len = linear_part_name(&s->op->lin->parts[j], &start);
             fprintf(f, "%s%.*s", j ? "+" : "", len, start);
         }
+        print_format(f, p, s);
         fputc('\n', f);
     }
     for (int i = 0; i < p->n_unfused; i++) fprintf(f, "  not fused: %s\n", p->unfused[i]);
@@ -83,7 +98,7 @@ static void print_async(FILE *f, const plan *p) {
 
 int loom_print_plan(loom_model *m, int tp, bool sequence_parallel, bool async_tp, FILE *f, loom_err *err) {
     plan p;
-    plan_options po = {.tp = tp, .sp = sequence_parallel, .async_tp = async_tp};
+    plan_options po = {.tp = tp, .sp = sequence_parallel, .async_tp = async_tp, .quant = m->ws.quant};
     if (plan_build(&p, m->tree, &po, NULL, err)) return -1;
     fprintf(f, "model %s from %s: %d layers, hidden %d, %d heads (%d kv) of %d, vocab %d\n", m->cfg.arch,
             m->source, m->cfg.n_layers, m->cfg.hidden, m->cfg.n_heads, m->cfg.n_kv_heads, m->cfg.head_dim,

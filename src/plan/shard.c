@@ -9,6 +9,7 @@
 #include <stdlib.h>
 
 #include "plan/plan_impl.h"
+#include "quant/quant.h"
 #include "util/err.h"
 
 /* The rows [*r0, *r0 + *nr) of a column-parallel part that this rank holds. */
@@ -43,6 +44,31 @@ static int shard_rows(const plan *p, const linear_part *pt, const module *m, int
  * a = sqrt(3/in) gives unit-variance outputs for unit-variance inputs. */
 static float linear_init(int in) { return sqrtf(3.0f / (float)in); }
 
+/* The scheme a linear is quantized to at load: every sharded linear and expert takes
+ * --quantization's; replicated linears (routers, gates: tiny) stay float, and so does the LM
+ * head unless asked (--quantize-lm-head: 8 bits per channel, as llama.cpp keeps its output
+ * layer wider than a 4-bit body), since the logits feel its error directly: on stories260K
+ * an int8 head alone moves greedy decoding off the published story at token 61. */
+quant_scheme shard_scheme(const plan *p, par_style style) {
+    if (!p->o.quant.bits || style == PAR_REPLICATED) return (quant_scheme){0};
+    if (style == PAR_VOCAB) return p->o.quant.head ? (quant_scheme){8, 0, true} : (quant_scheme){0};
+    return p->o.quant;
+}
+
+/* Rows [r0, r0+nr) x columns [c0, c0+nc) of linear weight `name` (ndim dimensions `shape`,
+ * read as [rows, cols]): quantized at load where the scheme says, else as stored. A split
+ * that cuts a quantization group is refused here, before any weight is read (ws NULL). */
+static int bind_weight(const plan *p, weight_store *ws, par_style style, const char *name, int ndim, const int *shape,
+                       int cols, int r0, int nr, int c0, int nc, wmat *out, loom_err *err) {
+    quant_scheme q = shard_scheme(p, style);
+    if (q.bits && quant_check_split(&q, name, cols, c0, nc, err)) return -1;
+    if (!ws) return 0;
+    if (q.bits) return quant_online(ws, &q, name, ndim, shape, cols, r0, nr, c0, nc, linear_init(cols), out, err);
+    if (ndim == 2) return weights_get(ws, name, shape[0], cols, r0, nr, c0, nc, false, linear_init(cols), out, err);
+    return weights_get_expert(ws, name, shape[0], r0 / shape[1], shape[1], cols, r0 % shape[1], nr, c0, nc,
+                              linear_init(cols), out, err);
+}
+
 int shard_bind_linear(plan *p, plan_step *s, const linear_desc *l, int in_width, const module *m, weight_store *ws,
                       loom_err *err) {
     int col = 0;
@@ -68,7 +94,8 @@ int shard_bind_linear(plan *p, plan_step *s, const linear_desc *l, int in_width,
         case PAR_REPLICATED:
             break;
         }
-        if (ws && weights_get(ws, pt->weight, pt->out, l->in, r0, nr, c0, nc, false, linear_init(l->in), &s->w[i], err))
+        int shape[2] = {pt->out, l->in};
+        if (bind_weight(p, ws, l->style, pt->weight, 2, shape, l->in, r0, nr, c0, nc, &s->w[i], err))
             return loom_err_prefix(err, "%s", m->name);
         if (ws && bias) {
             wmat b;
@@ -93,25 +120,27 @@ int shard_bind_moe(plan *p, plan_step *s, const moe_desc *d, const module *m, we
         return loom_errf(err, "%s: its experts have %d features, not divisible by %d ranks", m->name, I, tp);
     int nr = I / tp, r0 = p->o.rank * nr;
     s->expert_inter = nr;
-    if (!ws) return H;
-    s->experts = calloc(3 * (size_t)d->n_experts, sizeof *s->experts);
+    if (ws) s->experts = calloc(3 * (size_t)d->n_experts, sizeof *s->experts);
     for (int e = 0; e < d->n_experts; e++) {
-        wmat *w = &s->experts[3 * e];
+        wmat *w = ws ? &s->experts[3 * e] : &(wmat[3]){0}[0];
         int rc;
         if (d->stacked) { /* gate rows, then up rows, of one [2I, H] matrix per expert */
-            rc = weights_get_expert(ws, d->gate, d->n_experts, e, 2 * I, H, r0, nr, 0, 0, linear_init(H), &w[0], err) ||
-                 weights_get_expert(ws, d->up, d->n_experts, e, 2 * I, H, I + r0, nr, 0, 0, linear_init(H), &w[1], err) ||
-                 weights_get_expert(ws, d->down, d->n_experts, e, H, I, 0, 0, r0, nr, linear_init(I), &w[2], err);
+            int gu[3] = {d->n_experts, 2 * I, H}, dn[3] = {d->n_experts, H, I};
+            rc = bind_weight(p, ws, PAR_COLUMN, d->gate, 3, gu, H, e * 2 * I + r0, nr, 0, H, &w[0], err) ||
+                 bind_weight(p, ws, PAR_COLUMN, d->up, 3, gu, H, e * 2 * I + I + r0, nr, 0, H, &w[1], err) ||
+                 bind_weight(p, ws, PAR_ROW, d->down, 3, dn, I, e * H, H, r0, nr, &w[2], err);
         } else {
             char g[160], u[160], dn[160];
             snprintf(g, sizeof g, d->gate, e);
             snprintf(u, sizeof u, d->up, e);
             snprintf(dn, sizeof dn, d->down, e);
-            rc = weights_get(ws, g, I, H, r0, nr, 0, 0, false, linear_init(H), &w[0], err) ||
-                 weights_get(ws, u, I, H, r0, nr, 0, 0, false, linear_init(H), &w[1], err) ||
-                 weights_get(ws, dn, H, I, 0, 0, r0, nr, false, linear_init(I), &w[2], err);
+            int gu_shape[2] = {I, H}, dn_shape[2] = {H, I};
+            rc = bind_weight(p, ws, PAR_COLUMN, g, 2, gu_shape, H, r0, nr, 0, H, &w[0], err) ||
+                 bind_weight(p, ws, PAR_COLUMN, u, 2, gu_shape, H, r0, nr, 0, H, &w[1], err) ||
+                 bind_weight(p, ws, PAR_ROW, dn, 2, dn_shape, I, 0, H, r0, nr, &w[2], err);
         }
         if (rc) return loom_err_prefix(err, "%s", m->name);
+        if (!ws) break; /* the split checks are the same for every expert */
     }
     return H;
 }

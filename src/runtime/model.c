@@ -9,6 +9,7 @@
 #include "cpu/cpu.h"
 #include "model/arch/arch.h"
 #include "model/embedded.h"
+#include "quant/quant.h"
 #include "runtime/model.h"
 #include "util/err.h"
 
@@ -80,6 +81,7 @@ loom_model *loom_model_load(const loom_model_options *o, loom_err *err) {
     if (open_sources(m, o, err) == 0) {
         m->ws.keep = parse_dtype(o->dtype, m->cfg.dtype, o->dummy, err, &rc);
         m->progress = o->progress;
+        if (rc == 0) rc = quant_scheme_parse(&m->ws.quant, o->quantization, o->quant_group, o->quantize_lm_head, err);
         if (rc == 0) return m;
     }
     loom_model_free(m);

@@ -1,0 +1,103 @@
+/* Repacking into loom's quantized layout (quant.h): orders a shard's columns by group, pads
+ * each group to whole blocks, and packs every row's codes with its scales and zero points.
+ * Every format's reader ends here, so the kernels see one layout. */
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "quant/quant.h"
+#include "util/err.h"
+
+typedef struct colkey {
+    int32_t group, col;
+} colkey;
+
+static int by_group(const void *a, const void *b) {
+    const colkey *x = a, *y = b;
+    if (x->group != y->group) return x->group < y->group ? -1 : 1;
+    return x->col < y->col ? -1 : x->col > y->col;
+}
+
+/* Packs one row's codes (in packed-column order) into bytes. */
+static void pack_row(const qlayout *q, const uint8_t *codes, uint8_t *dst) {
+    if (q->bits == 8) {
+        memcpy(dst, codes, (size_t)q->kp);
+        return;
+    }
+    for (int b = 0; b < q->kp; b += QBLOCK)
+        for (int j = 0; j < QBLOCK / 2; j++)
+            dst[b / 2 + j] = (uint8_t)(codes[b + j] | codes[b + QBLOCK / 2 + j] << 4);
+}
+
+int qmat_build(weight_store *ws, const qsource *src, wmat *out, loom_err *err) {
+    int cols = src->cols, rows = src->rows;
+    colkey *keys = malloc((size_t)cols * sizeof *keys);
+    for (int c = 0; c < cols; c++) {
+        int g = src->group_of ? src->group_of[c] : (src->col0 + c) / src->group_size;
+        if (g < 0 || g >= src->n_groups) {
+            free(keys);
+            return loom_errf(err, "column %d belongs to group %d, outside the %d groups", src->col0 + c, g, src->n_groups);
+        }
+        keys[c] = (colkey){g, c};
+    }
+    qsort(keys, (size_t)cols, sizeof *keys, by_group);
+
+    /* the groups present, in order, each padded to whole blocks */
+    int n_groups = 0, kp = 0;
+    int32_t *gid = malloc((size_t)cols * sizeof *gid), *gend = malloc((size_t)cols * sizeof *gend);
+    for (int c = 0; c < cols; c++) {
+        if (c == 0 || keys[c].group != keys[c - 1].group) {
+            if (n_groups) kp = gend[n_groups - 1] = (kp + QBLOCK - 1) / QBLOCK * QBLOCK;
+            gid[n_groups++] = keys[c].group;
+        }
+        kp++;
+    }
+    kp = gend[n_groups - 1] = (kp + QBLOCK - 1) / QBLOCK * QBLOCK;
+
+    qlayout *q = weights_alloc(ws, sizeof *q);
+    int32_t *group_end = weights_alloc(ws, (size_t)n_groups * sizeof *group_end);
+    memcpy(group_end, gend, (size_t)n_groups * sizeof *group_end);
+    int32_t *col_of = weights_alloc(ws, (size_t)kp * sizeof *col_of);
+    bool identity = kp == cols;
+    for (int g = 0, c = 0, p = 0; g < n_groups; g++) {
+        for (; c < cols && keys[c].group == gid[g]; c++, p++) identity &= (col_of[p] = keys[c].col) == p;
+        for (; p < group_end[g]; p++) col_of[p] = -1;
+    }
+    float *sz = weights_alloc(ws, (size_t)rows * n_groups * 2 * sizeof *sz);
+    size_t row_bytes = (size_t)kp * src->bits / 8;
+    uint8_t *data = weights_alloc(ws, (size_t)rows * row_bytes);
+    *q = (qlayout){src->bits, kp, n_groups, group_end, identity ? NULL : col_of, sz};
+    *out = (wmat){.dt = DT_U8, .rows = rows, .cols = cols, .ld = row_bytes, .data = data, .q = q};
+
+    int rc = 0;
+    uint8_t *codes = malloc((size_t)omp_get_max_threads() * ((size_t)cols + kp));
+    float *scale = malloc((size_t)omp_get_max_threads() * 2 * src->n_groups * sizeof *scale);
+    for (int r0 = 0; r0 < rows && !rc; r0 += QCHUNK) {
+        int n = rows - r0 < QCHUNK ? rows - r0 : QCHUNK;
+        if (src->chunk && (rc = src->chunk(src->ctx, r0, n, err))) break;
+#pragma omp parallel for schedule(dynamic, 8)
+        for (int r = r0; r < r0 + n; r++) {
+            int t = omp_get_thread_num();
+            uint8_t *code = codes + (size_t)t * (cols + kp), *packed = code + cols;
+            float *s = scale + (size_t)t * 2 * src->n_groups, *z = s + src->n_groups;
+            loom_err mine = {{0}};
+            if (src->row(src->ctx, r, code, s, z, &mine)) {
+#pragma omp critical
+                if (!rc) rc = -1, *err = mine;
+                continue;
+            }
+            for (int p = 0; p < kp; p++) packed[p] = col_of[p] >= 0 ? code[col_of[p]] : 0;
+            pack_row(q, packed, data + (size_t)r * row_bytes);
+            for (int g = 0; g < n_groups; g++) {
+                sz[((size_t)r * n_groups + g) * 2] = s[gid[g]];
+                sz[((size_t)r * n_groups + g) * 2 + 1] = z[gid[g]];
+            }
+        }
+    }
+    free(codes);
+    free(scale);
+    free(keys);
+    free(gid);
+    free(gend);
+    return rc;
+}
