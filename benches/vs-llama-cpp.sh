@@ -22,7 +22,10 @@
 # Knobs (environment):
 #   VARIANTS="avx512 avx2"   loom's rows once per variant with LOOM_CPU set ("default": unset;
 #                            default "default")
-#   DTYPES="f32 bf16"        weight dtypes
+#   DTYPES="f32 bf16"        weight dtypes; also q4 and q8: llama.cpp's Q4_0 and Q8_0 (llama-quantize
+#                            of the bf16 GGUF, its defaults: a Q4_0 model keeps the tied
+#                            embedding/LM head at Q6_K) against loom's int4 (groups of 128) and
+#                            int8 (per channel) quantized at load, LM head int8 per channel
 #   ROWS="pp512 pp2048 tg64" ppN: prefill of N tokens; tgN: N decode steps after a DECODE_CTX
 #                            prompt (llama-bench -n N -d DECODE_CTX)
 #   DECODE_CTX=16            prompt before the decode steps
@@ -69,7 +72,7 @@ for t in python3 cmake make gcc g++ pip3 lscpu; do
 done
 [ -f "$CONFIG" ] || die "no model config $CONFIG"
 for r in $ROWS; do [[ $r =~ ^(pp|tg)[0-9]+$ ]] || die "ROWS: '$r' is not ppN or tgN"; done
-for d in $DTYPES; do [[ $d =~ ^(f32|bf16)$ ]] || die "DTYPES: '$d' is not f32 or bf16"; done
+for d in $DTYPES; do [[ $d =~ ^(f32|bf16|q4|q8)$ ]] || die "DTYPES: '$d' is not f32, bf16, q4 or q8"; done
 mkdir -p "$bench" "$RESULTS"
 
 # --- loom -------------------------------------------------------------------------------------
@@ -128,12 +131,12 @@ if [ -n "$BLAS_ROWS" ] && [ ${#need_apt[@]} -gt 0 ]; then
 fi
 build_llama() { # dir, label, extra cmake args
   local dir=$1 label=$2; shift 2
-  [ -x "$dir/bin/llama-bench" ] && return 0
-  phase "building llama.cpp llama-bench ($label) in $dir"
+  [ -x "$dir/bin/llama-bench" ] && [ -x "$dir/bin/llama-quantize" ] && return 0
+  phase "building llama.cpp llama-bench and llama-quantize ($label) in $dir"
   nice -n 10 cmake -S "$lcpp" -B "$dir" -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF \
     -DLLAMA_BUILD_COMMIT="$commit" "$@" >"$dir.log" 2>&1 \
     || { tail -20 "$dir.log" >&2; die "llama.cpp cmake ($label) failed (log: $dir.log)"; }
-  nice -n 10 cmake --build "$dir" --target llama-bench -j2 >>"$dir.log" 2>&1 \
+  nice -n 10 cmake --build "$dir" --target llama-bench llama-quantize -j2 >>"$dir.log" 2>&1 \
     || { grep -m5 -B2 -A5 'error' "$dir.log" >&2 || tail -20 "$dir.log" >&2; die "llama.cpp build ($label) failed (log: $dir.log)"; }
   [ -x "$dir/bin/llama-bench" ] || die "no $dir/bin/llama-bench after the build"
   phase_end "llama.cpp build ($label)"
@@ -156,7 +159,8 @@ if ! "$py" -c 'import gguf, numpy' 2>/dev/null; then
 fi
 model=$(basename "$CONFIG" .json)
 gguf_args=()
-for d in $DTYPES; do
+float_dtypes=$(for d in $DTYPES; do case $d in q*) echo bf16 ;; *) echo "$d" ;; esac; done | sort -u)
+for d in $float_dtypes; do
   f=$bench/gguf/$model-random-$d.gguf
   [ -s "$f" ] || gguf_args+=(--"$d" "$f.tmp")
 done
@@ -164,9 +168,19 @@ if [ ${#gguf_args[@]} -gt 0 ]; then
   phase "writing random-weight GGUFs of $CONFIG (${gguf_args[*]})"
   mkdir -p "$bench/gguf"
   nice -n 10 "$py" benches/make_gguf.py "$CONFIG" "${gguf_args[@]}"
-  for d in $DTYPES; do [ -f "$bench/gguf/$model-random-$d.gguf.tmp" ] && mv "$bench/gguf/$model-random-$d.gguf.tmp" "$bench/gguf/$model-random-$d.gguf"; done
+  for d in $float_dtypes; do [ -f "$bench/gguf/$model-random-$d.gguf.tmp" ] && mv "$bench/gguf/$model-random-$d.gguf.tmp" "$bench/gguf/$model-random-$d.gguf"; done
   phase_end "GGUF writing"
 fi
+for d in $DTYPES; do
+  case $d in q4) type=Q4_0 ;; q8) type=Q8_0 ;; *) continue ;; esac
+  f=$bench/gguf/$model-random-$d.gguf
+  [ -s "$f" ] && continue
+  phase "llama-quantize to $type"
+  nice -n 10 "$bench/llama-cpu/bin/llama-quantize" "$bench/gguf/$model-random-bf16.gguf" "$f.tmp" "$type" "$THREADS" \
+    >"$RESULTS/quantize-$d.log" 2>&1 || { tail -20 "$RESULTS/quantize-$d.log" >&2; die "llama-quantize $type failed"; }
+  mv "$f.tmp" "$f"
+  phase_end "llama-quantize $type"
+done
 
 # --- runs -------------------------------------------------------------------------------------
 cpu=$(lscpu | sed -n 's/^Model name: *//p' | head -1)
@@ -238,6 +252,7 @@ llama_run() { # build, dtype, row, label, extra env...
 
 for d in $DTYPES; do
   ldtype=$([ "$d" = f32 ] && echo float32 || echo bfloat16)
+  case $d in q4) qargs=(-q int4 --quantize-lm-head) ;; q8) qargs=(-q int8 --quantize-lm-head) ;; *) qargs=() ;; esac
   for row in $ROWS; do
     phase "$d $row"
     n=${row#??}
@@ -246,7 +261,7 @@ for d in $DTYPES; do
     for v in $VARIANTS; do
       out=$RESULTS/loom-$d-$row-$v.txt
       note_load "loom [$v] $d $row"
-      run_loom "$v" bench latency -m "$CONFIG" --load-format dummy --dtype "$ldtype" --threads "$THREADS" \
+      run_loom "$v" bench latency -m "$CONFIG" --load-format dummy --dtype "$ldtype" "${qargs[@]}" --threads "$THREADS" \
         --batch-size 1 --num-iters-warmup 1 --num-iters "$REPS" "${largs[@]}" >"$out" 2>&1 \
         || { tail -20 "$out" >&2; die "loom bench latency failed ($v, $d, $row; output: $out)"; }
       echo "   loom [$v]: $(grep -E '^(Prefill|Decode):' "$out" | { if [[ $row == pp* ]]; then grep ^Prefill; else grep ^Decode; fi; } | head -1)" >&2

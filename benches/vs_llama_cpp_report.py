@@ -7,9 +7,10 @@ Reads info.txt, machine-<variant>.txt (`loom bench machine`), loom-<dtype>-<row>
 (`loom bench latency` output) and llama-<dtype>-<row>-<config>.json (`llama-bench -o json`).
 Per weight dtype: one row per ppN / tgN, loom's tok/s per variant, llama.cpp's best config and
 its tok/s, loom / llama.cpp, and for decode rows the share of the measured memory read
-bandwidth the rate implies (weight bytes per token x tok/s / read GB/s; loom's bytes are its
-`weights` figure, llama.cpp's its model_size: the whole model is read once per token, the tied
-embedding as the LM head).
+bandwidth the rate implies (weight bytes per token x tok/s / read GB/s; loom's bytes are what
+it reports reading per decode step (every linear, the LM head included), or its `weights`
+figure where it does not say; llama.cpp's its model_size: the whole model is read once per
+token, the tied embedding as the LM head). Below each table, the weights each engine holds.
 """
 import glob
 import json
@@ -91,6 +92,7 @@ def main():
         hdr = ["row"] + [f"loom [{v}] tok/s" for v in variants] + ["llama.cpp tok/s (best)", "llama.cpp config"]
         hdr += [f"loom [{v}] / llama.cpp" for v in variants]
         hdr += ["decode: share of read bandwidth"]
+        held = {}
         print(f"### {dt} weights\n")
         print("| " + " | ".join(hdr) + " |")
         print("|" + "|".join("---" for _ in hdr) + "|")
@@ -104,8 +106,12 @@ def main():
                 m = re.search(r"^Prefill: [\d.]+ s avg, ([\d.]+) tok/s" if kind == "pp" else
                               r"^Decode: [\d.]+ s avg, ([\d.]+) tok/s", t, re.M)
                 w = re.search(r"^Memory \(rank 0\): weights ([\d.]+) MiB", t, re.M)
+                rd = re.search(r"^Decode reads \(rank 0\): ([\d.]+) MiB", t, re.M)
+                rd = rd or w
+                if w:
+                    held[f"loom [{v}]"] = float(w.group(1))
                 if m:
-                    loom[v] = (float(m.group(1)), float(w.group(1)) * 1048576 if w else None)
+                    loom[v] = (float(m.group(1)), float(rd.group(1)) * 1048576 if rd else None)
             best = None  # (tok/s, config, sd, bytes)
             for p in sorted(glob.glob(os.path.join(d, f"llama-{dt}-{r}-*.json"))):
                 cfg = os.path.basename(p)[len(f"llama-{dt}-{r}-"):-len(".json")]
@@ -115,6 +121,8 @@ def main():
                     continue
                 fa = {-1: "auto", 0: "off", 1: "on"}.get(j.get("flash_attn"), j.get("flash_attn"))
                 desc = f"{cfg} build (flash-attn {fa}, backends {j.get('backends')})"
+                if j.get("model_size"):
+                    held["llama.cpp"] = j["model_size"] / 1048576
                 if best is None or j["avg_ts"] > best[0]:
                     best = (j["avg_ts"], desc, j.get("stddev_ts", 0), j.get("model_size"))
             cells = [f"{'prefill' if kind == 'pp' else 'decode'} {n}" + (f" (after {info.get('decode context', '?')})" if kind == "tg" else "")]
@@ -135,6 +143,8 @@ def main():
                 cells.append("")
             print("| " + " | ".join(cells) + " |")
         print()
+        if held:
+            print("Weights held: " + ", ".join(f"{k} {mib:.0f} MiB" for k, mib in sorted(held.items())) + "\n")
 
 
 if __name__ == "__main__":

@@ -167,6 +167,9 @@ int loom_generate(loom_engine *e, const int32_t *prompt, int n_prompt, int max_n
 /* Memory the engine holds for activations and for the KV cache, in bytes. */
 size_t loom_engine_activation_bytes(const loom_engine *e);
 size_t loom_engine_kv_bytes(const loom_engine *e);
+/* Weight bytes one decode step of one token streams on this rank: every linear (the LM head
+ * included; the embedding table only gives a row) and, for mixtures, top_k of the experts. */
+size_t loom_engine_decode_bytes(const loom_engine *e);
 
 /* Per-op-kind timing of forward passes (for benchmarks; off by default). */
 void loom_engine_set_profile(loom_engine *e, bool on);

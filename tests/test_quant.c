@@ -70,32 +70,30 @@ static void check_case(const char *what, src_case *s) {
 
 int main(void) {
     check_cpu_variant();
-    for (int bits = 4; bits <= 8; bits += 4) {
-        char what[96];
-        src_case a = {bits, 37, 256, 0, 2, 128, NULL};
-        snprintf(what, sizeof what, "%d-bit, groups of 128", bits);
-        check_case(what, &a);
-        src_case b = {bits, 19, 96, 0, 3, 32, NULL};
-        snprintf(what, sizeof what, "%d-bit, groups of 32", bits);
-        check_case(what, &b);
-        src_case c = {bits, 21, 100, 0, 1, 100, NULL};
-        snprintf(what, sizeof what, "%d-bit, per channel, 100 columns (padded)", bits);
-        check_case(what, &c);
+    /* act-order: 8 groups of 16 numbered in a shuffled column order */
+    int32_t gi[128];
+    for (int i = 0; i < 128; i++) gi[i] = (int)(mix((uint32_t)i + 99) % 8);
+    const struct {
+        const char *what;
+        src_case c;
+    } cases[] = {
+        {"groups of 128", {0, 37, 256, 0, 2, 128, NULL}},
+        {"groups of 32", {0, 19, 96, 0, 3, 32, NULL}},
+        {"per channel, 100 columns (padded)", {0, 21, 100, 0, 1, 100, NULL}},
         /* the second half of a 256-column matrix's groups of 64: a row-parallel shard */
-        src_case d = {bits, 11, 128, 128, 4, 64, NULL};
-        snprintf(what, sizeof what, "%d-bit, columns [128, 256) of groups of 64", bits);
-        check_case(what, &d);
-        /* act-order: 8 groups of 16 numbered in a shuffled column order, and a shard of 80
-         * columns of it that holds parts of groups (as a row-parallel rank's g_idx slice) */
-        int32_t gi[128];
-        for (int i = 0; i < 128; i++) gi[i] = (int)(mix((uint32_t)i + 99) % 8);
-        src_case e = {bits, 13, 128, 0, 8, 16, gi};
-        snprintf(what, sizeof what, "%d-bit, act-order groups", bits);
-        check_case(what, &e);
-        src_case f = {bits, 13, 80, 48, 8, 16, gi + 48};
-        snprintf(what, sizeof what, "%d-bit, act-order, columns [48, 128)", bits);
-        check_case(what, &f);
-    }
+        {"columns [128, 256) of groups of 64", {0, 11, 128, 128, 4, 64, NULL}},
+        {"act-order groups", {0, 13, 128, 0, 8, 16, gi}},
+        /* a shard of 80 columns holding parts of groups, as a row-parallel rank's g_idx slice */
+        {"act-order, columns [48, 128)", {0, 13, 80, 48, 8, 16, gi + 48}},
+    };
+    for (int bits = 4; bits <= 8; bits += 4)
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+            char what[96];
+            src_case c = cases[i].c;
+            c.bits = bits;
+            snprintf(what, sizeof what, "%d-bit, %s", bits, cases[i].what);
+            check_case(what, &c);
+        }
     quant_scheme s;
     loom_err err = {{0}};
     CHECK(quant_scheme_parse(&s, "int3", 0, false, &err) && strstr(err.msg, "--quantization: unknown 'int3'"), "%s",

@@ -93,7 +93,7 @@ typedef struct rank_figures {
 
 /* Prints one mode's report (vLLM's lines first); returns its average latency. */
 static double report(const latency_opts *o, const char *mode, double *lat, double pre, double dec, size_t weights,
-                     size_t act, size_t kv, const rank_figures *ranks, int n_ranks) {
+                     size_t streamed, size_t act, size_t kv, const rank_figures *ranks, int n_ranks) {
     int n = o->iters;
     double avg = 0;
     for (int i = 0; i < n; i++) avg += lat[i];
@@ -109,6 +109,9 @@ static double report(const latency_opts *o, const char *mode, double *lat, doubl
                o->batch * (o->output_len - 1) / dec_avg, o->output_len - 1, o->batch);
     printf("Memory (rank 0): weights %.1f MiB, activations %.1f MiB, KV cache %.1f MiB\n", weights / 1048576.0,
            act / 1048576.0, kv / 1048576.0);
+    if (o->output_len > 1)
+        printf("Decode reads (rank 0): %.1f MiB of weights per step, %.1f GB/s\n", streamed / 1048576.0,
+               streamed * (o->output_len - 1) / dec_avg / 1e9);
     for (int r = 0; r < n_ranks; r++)
         printf("Rank %d: peak RSS %.1f MiB, activations %.1f MiB, %.1f%% of the time in collectives\n", r,
                ranks[r].peak_rss_mib, ranks[r].activation_mib, 100 * ranks[r].comm_share);
@@ -204,7 +207,7 @@ static int latency_rank(loom_comm *comm, void *arg) {
             mode_run *r = &runs[k];
             if (o->n_modes > 1) printf("== mode %s\n", o->modes[k].name);
             avg[k] = report(o, o->modes[k].name, r->lat, r->pre, r->dec, info.weight_bytes,
-                            loom_engine_activation_bytes(r->e), loom_engine_kv_bytes(r->e), all + (size_t)k * n_ranks,
+                            loom_engine_decode_bytes(r->e), loom_engine_activation_bytes(r->e), loom_engine_kv_bytes(r->e), all + (size_t)k * n_ranks,
                             n_ranks);
             if (o->profile) loom_engine_print_profile(r->e, stdout);
         }

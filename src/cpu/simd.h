@@ -30,14 +30,24 @@ static inline vf vload_bf16(const uint16_t *p) {
     __m256i h = _mm256_loadu_si256((const __m256i *)p);
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
-/* VL bytes as floats; and the low and high nibbles of VL bytes */
+/* VL bytes as floats */
 static inline vf vload_u8(const uint8_t *p) {
     return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p)));
 }
-static inline void vload_nib(const uint8_t *p, vf *lo, vf *hi) {
+/* 4-bit codes dequantized, (q - z) * s: the 16 values a group's codes can take, made once per
+ * group, then one permute per vector looks them up (it reads an index's low 4 bits only, so
+ * the low nibbles need no mask) */
+typedef struct vqtab {
+    vf v;
+} vqtab;
+static inline vqtab vqtab_make(float s, float z) {
+    const vf iota = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    return (vqtab){_mm512_mul_ps(_mm512_sub_ps(iota, _mm512_set1_ps(z)), _mm512_set1_ps(s))};
+}
+static inline void vdequant_nib(const uint8_t *p, vqtab t, vf *lo, vf *hi) {
     __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p));
-    *lo = _mm512_cvtepi32_ps(_mm512_and_si512(b, _mm512_set1_epi32(15)));
-    *hi = _mm512_cvtepi32_ps(_mm512_srli_epi32(b, 4));
+    *lo = _mm512_permutexvar_ps(b, t.v);
+    *hi = _mm512_permutexvar_ps(_mm512_srli_epi32(b, 4), t.v);
 }
 /* 2^n for integral n in [-126, 127] */
 static inline vf vpow2i(vf n) {
@@ -73,10 +83,16 @@ static inline vf vload_bf16(const uint16_t *p) {
 static inline vf vload_u8(const uint8_t *p) {
     return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p)));
 }
-static inline void vload_nib(const uint8_t *p, vf *lo, vf *hi) {
+/* 4-bit codes dequantized, (q - z) * s (a 16-entry lookup needs two 8-lane permutes and a
+ * blend here: no cheaper than converting) */
+typedef struct vqtab {
+    vf s, z;
+} vqtab;
+static inline vqtab vqtab_make(float s, float z) { return (vqtab){vset1(s), vset1(z)}; }
+static inline void vdequant_nib(const uint8_t *p, vqtab t, vf *lo, vf *hi) {
     __m256i b = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p));
-    *lo = _mm256_cvtepi32_ps(_mm256_and_si256(b, _mm256_set1_epi32(15)));
-    *hi = _mm256_cvtepi32_ps(_mm256_srli_epi32(b, 4));
+    *lo = vmul(vsub(_mm256_cvtepi32_ps(_mm256_and_si256(b, _mm256_set1_epi32(15))), t.z), t.s);
+    *hi = vmul(vsub(_mm256_cvtepi32_ps(_mm256_srli_epi32(b, 4)), t.z), t.s);
 }
 static inline vf vpow2i(vf n) {
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_cvttps_epi32(n), _mm256_set1_epi32(127)), 23));
@@ -106,10 +122,14 @@ static inline uint32x4_t vload_u8_u32(const uint8_t *p) {
     return vmovl_u16(vget_low_u16(vmovl_u8(vreinterpret_u8_u32(vdup_n_u32(u)))));
 }
 static inline vf vload_u8(const uint8_t *p) { return vcvtq_f32_u32(vload_u8_u32(p)); }
-static inline void vload_nib(const uint8_t *p, vf *lo, vf *hi) {
+typedef struct vqtab {
+    vf s, z;
+} vqtab;
+static inline vqtab vqtab_make(float s, float z) { return (vqtab){vset1(s), vset1(z)}; }
+static inline void vdequant_nib(const uint8_t *p, vqtab t, vf *lo, vf *hi) {
     uint32x4_t b = vload_u8_u32(p);
-    *lo = vcvtq_f32_u32(vandq_u32(b, vdupq_n_u32(15)));
-    *hi = vcvtq_f32_u32(vshrq_n_u32(b, 4));
+    *lo = vmul(vsub(vcvtq_f32_u32(vandq_u32(b, vdupq_n_u32(15))), t.z), t.s);
+    *hi = vmul(vsub(vcvtq_f32_u32(vshrq_n_u32(b, 4)), t.z), t.s);
 }
 static inline vf vpow2i(vf n) {
     return vreinterpretq_f32_s32(vshlq_n_s32(vaddq_s32(vcvtq_s32_f32(n), vdupq_n_s32(127)), 23));
@@ -140,9 +160,13 @@ static inline vf vload_bf16(const uint16_t *p) {
     return f;
 }
 static inline vf vload_u8(const uint8_t *p) { return (float)*p; }
-static inline void vload_nib(const uint8_t *p, vf *lo, vf *hi) {
-    *lo = (float)(*p & 15);
-    *hi = (float)(*p >> 4);
+typedef struct vqtab {
+    vf s, z;
+} vqtab;
+static inline vqtab vqtab_make(float s, float z) { return (vqtab){s, z}; }
+static inline void vdequant_nib(const uint8_t *p, vqtab t, vf *lo, vf *hi) {
+    *lo = ((float)(*p & 15) - t.z) * t.s;
+    *hi = ((float)(*p >> 4) - t.z) * t.s;
 }
 static inline vf vpow2i(vf n) {
     uint32_t u = (uint32_t)((int32_t)n + 127) << 23;

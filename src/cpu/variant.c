@@ -64,20 +64,17 @@ static void dot_bf16(const float *const *x, int nr, const uint16_t *w, int k, fl
 #define QV (QBLOCK / VL) /* vectors in a packed block */
 
 /* A packed block of QBLOCK weights as QV vectors of consecutive columns, each weight
- * dequantized exactly as the reference does: (q - zero) * scale, one rounding. */
-static inline __attribute__((always_inline)) void qblock(const uint8_t *blk, int bits, vf s, vf z, vf out[QV]) {
+ * dequantized exactly as the reference does: (q - zero) * scale, one rounding (4-bit blocks
+ * through simd.h's vdequant_nib, given the group's vqtab). */
+static inline __attribute__((always_inline)) void qblock(const uint8_t *blk, int bits, float s, float z, vqtab t,
+                                                         vf out[QV]) {
     if (bits == 8) {
 #pragma GCC unroll 32
-        for (int u = 0; u < QV; u++) out[u] = vmul(vsub(vload_u8(blk + u * VL), z), s);
+        for (int u = 0; u < QV; u++) out[u] = vmul(vsub(vload_u8(blk + u * VL), vset1(z)), vset1(s));
         return;
     }
 #pragma GCC unroll 16
-    for (int u = 0; u < QV / 2; u++) {
-        vf lo, hi;
-        vload_nib(blk + u * VL, &lo, &hi);
-        out[u] = vmul(vsub(lo, z), s);
-        out[u + QV / 2] = vmul(vsub(hi, z), s);
-    }
+    for (int u = 0; u < QV / 2; u++) vdequant_nib(blk + u * VL, t, &out[u], &out[u + QV / 2]);
 }
 
 /* dot_row for a quantized row: the packed bytes are streamed once and widened in registers,
@@ -91,10 +88,11 @@ static inline __attribute__((always_inline)) void dot_q_row(const float *const *
         for (int u = 0; u < 4; u++) a[r][u] = vset1(0.0f);
     const int block_bytes = bits * QBLOCK / 8;
     for (int g = 0, c = 0; g < q->n_groups; g++) {
-        vf s = vset1(sz[2 * g]), z = vset1(sz[2 * g + 1]);
+        float s = sz[2 * g], z = sz[2 * g + 1];
+        vqtab t = vqtab_make(s, z);
         for (; c < q->group_end[g]; c += QBLOCK) {
             vf wv[QV];
-            qblock(w + c / QBLOCK * block_bytes, bits, s, z, wv);
+            qblock(w + c / QBLOCK * block_bytes, bits, s, z, t, wv);
 #pragma GCC unroll 32
             for (int u = 0; u < QV; u++)
 #pragma GCC unroll 2
@@ -118,11 +116,12 @@ static void dot_q(const float *const *x, int nr, const uint8_t *w, const qlayout
 static void dequant_q(const uint8_t *w, const qlayout *q, const float *sz, float *dst) {
     const int block_bytes = q->bits * QBLOCK / 8;
     for (int g = 0, c = 0; g < q->n_groups; g++) {
-        vf s = vset1(sz[2 * g]), z = vset1(sz[2 * g + 1]);
+        float s = sz[2 * g], z = sz[2 * g + 1];
+        vqtab t = vqtab_make(s, z);
         for (; c < q->group_end[g]; c += QBLOCK) {
             vf wv[QV];
-            if (q->bits == 4) qblock(w + c / QBLOCK * block_bytes, 4, s, z, wv);
-            else qblock(w + c / QBLOCK * block_bytes, 8, s, z, wv);
+            if (q->bits == 4) qblock(w + c / QBLOCK * block_bytes, 4, s, z, t, wv);
+            else qblock(w + c / QBLOCK * block_bytes, 8, s, z, t, wv);
 #pragma GCC unroll 32
             for (int u = 0; u < QV; u++) vstore(dst + c + u * VL, wv[u]);
         }

@@ -9,6 +9,7 @@
 
 #include "kernels/kernels.h"
 #include "plan/plan.h"
+#include "quant/quant.h"
 #include "runtime/engine.h"
 #include "util/err.h"
 
@@ -396,6 +397,25 @@ int loom_forward(loom_engine *e, const loom_batch *b, const float **logits, loom
 
 size_t loom_engine_activation_bytes(const loom_engine *e) { return e->activation_bytes; }
 size_t loom_engine_kv_bytes(const loom_engine *e) { return e->kv_bytes; }
+
+static size_t wmat_bytes(const wmat *w) {
+    if (w->q) return (size_t)w->rows * (w->ld + (size_t)w->q->n_groups * 2 * sizeof(float));
+    return (size_t)w->rows * w->cols * dtype_size(w->dt);
+}
+
+size_t loom_engine_decode_bytes(const loom_engine *e) {
+    const plan *p = &e->plans[0].p;
+    double bytes = 0;
+    for (int i = 0; i < p->n_steps; i++) {
+        const plan_step *s = &p->steps[i];
+        if (s->op->kind == OP_LINEAR)
+            for (int j = 0; j < s->op->lin->n_parts; j++) bytes += (double)wmat_bytes(&s->w[j]);
+        if (s->op->kind == OP_MOE && s->experts) /* a token reads top_k of the experts */
+            for (int j = 0; j < 3 * s->op->moe->n_experts; j++)
+                bytes += (double)wmat_bytes(&s->experts[j]) * s->op->moe->top_k / s->op->moe->n_experts;
+    }
+    return (size_t)bytes;
+}
 
 void loom_engine_set_profile(loom_engine *e, bool on) {
     e->profile = on;
