@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Cross-builds loom for aarch64 into build-aarch64/ (Debian's gcc-aarch64-linux-gnu and arm64
 # multiarch libraries, no MPI backend; see cmake/aarch64-linux-gnu.cmake) and runs tests under
-# qemu-aarch64: test_golden, test_stories and test_parallel, once per CPU variant (generic,
-# neon), or the tests that a ctest -R regex given as argument picks.
+# qemu-aarch64: test_golden, test_stories, test_parallel and test_quant, once per CPU variant
+# (generic, neon), or the tests that a ctest -R regex given as argument picks.
 # Installs the Debian packages first (adds the arm64 architecture to dpkg).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,4 +15,4 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
 # Under qemu, OpenMP threads that spin at barriers slow each other down badly (test_stories:
 # ~50 s spinning, ~20 s sleeping).
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
-ctest --test-dir "$dir" -R "${1:-^(test_golden|test_stories|test_parallel)(\.|\$)}" --output-on-failure
+ctest --test-dir "$dir" -R "${1:-^(test_golden|test_stories|test_parallel|test_quant)(\.|\$)}" --output-on-failure

@@ -44,6 +44,7 @@ static void check_case(const char *what, src_case *s) {
     float *x = malloc((size_t)M * s->cols * sizeof *x), *y = malloc((size_t)M * s->rows * sizeof *y);
     for (int i = 0; i < M * s->cols; i++) x[i] = (float)((int)(mix((uint32_t)i) % 2001) - 1000) / 1000.0f;
     static const int ms[] = {1, 2, 3, 9, M};
+    double worst_all = 0;
     for (size_t t = 0; t < sizeof ms / sizeof ms[0]; t++) {
         int m = ms[t];
         linear(x, s->cols, m, m, &w, NULL, y, s->rows);
@@ -61,8 +62,10 @@ static void check_case(const char *what, src_case *s) {
             }
         CHECK(worst < 1e-6, "%s, %d rows (%s): relative error %.3g against the reference", what, m,
               m <= 8 ? "decode kernel" : "prefill panels", worst);
+        if (worst > worst_all) worst_all = worst;
     }
-    printf("%-48s kp %d of %d columns, %d groups held\n", what, w.q->kp, s->cols, w.q->n_groups);
+    printf("%-48s kp %d of %d columns, %d groups held, worst relative error %.1e\n", what, w.q->kp, s->cols,
+           w.q->n_groups, worst_all);
     free(x);
     free(y);
     weights_close(&ws);
