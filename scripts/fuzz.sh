@@ -6,17 +6,18 @@ cd "$(dirname "$0")/.."
 secs=${1:-60}
 LOOM_WITH_FUZZ=1 scripts/install-deps.sh
 cmake -S . -B build-fuzz -DCMAKE_C_COMPILER=clang -DLOOM_FUZZ=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-cmake --build build-fuzz -j "$(nproc)" --target fuzz_safetensors fuzz_config fuzz_tokenizer
-for t in safetensors config tokenizer; do
+cmake --build build-fuzz -j "$(nproc)" --target fuzz_safetensors fuzz_config fuzz_tokenizer fuzz_quant
+for t in safetensors config tokenizer quant; do
   corpus=build-fuzz/corpus-$t
   mkdir -p "$corpus"
   case $t in
     safetensors) cp tests/golden/*/golden.safetensors models/stories260K/model.safetensors "$corpus/" 2>/dev/null || true
                  cp fuzz/regressions/safetensors-* "$corpus/"
                  for f in tests/golden/*/model.safetensors; do cp "$f" "$corpus/$(basename "$(dirname "$f")").st"; done ;;
-    config) for f in tests/golden/*/config.json models/stories260K/config.json configs/*.json; do
+    config) for f in tests/golden/*/config.json models/stories260K/config.json configs/*.json fuzz/seeds/config-*.json; do
               cp "$f" "$corpus/$(echo "$f" | tr / _)"; done ;;
     tokenizer) cp models/stories260K/tokenizer.json "$corpus/stories.json" ;;
+    quant) cp fuzz/seeds/quant-*.safetensors "$corpus/" ;;
   esac
   echo "fuzz_$t: ${secs}s"
   if ! (cd build-fuzz && ./fuzz_$t -max_total_time="$secs" -max_len=65536 -rss_limit_mb=4096 "corpus-$t" > "fuzz-$t.log" 2>&1); then

@@ -107,7 +107,69 @@ static void expect(const char *what, const char *args, int want_rc, const char *
     free(msg);
 }
 
+/* The case's config with quantization_config.key set to the JSON value v. */
+static void quant_config_set(const char *key, const char *v) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/config.json", src_dir);
+    size_t n;
+    char *text = slurp(path, &n);
+    cJSON *c = cJSON_Parse(text);
+    cJSON_ReplaceItemInObject(cJSON_GetObjectItem(c, "quantization_config"), key, cJSON_Parse(v));
+    char *out = cJSON_Print(c);
+    fresh_case(out);
+    free(out);
+    free(text);
+    cJSON_Delete(c);
+}
+
+static void bad_quantized(void);
+
 #define BENCH "bench latency -m %s/m --input-len 3 --output-len 2 --batch-size 1 --num-iters 1 --num-iters-warmup 0"
+
+/* Broken copies of the GPTQ golden checkpoint (4-bit, groups of 32, act-order). */
+static void bad_quantized(void) {
+    snprintf(src_dir, sizeof src_dir, "%s/tests/golden/gptq_llama", LOOM_SOURCE_DIR);
+    fresh_case(NULL);
+    expect("gptq: the unmodified copy loads", BENCH, 0, "Avg latency");
+    quant_config_set("bits", "3");
+    expect("gptq: 3-bit", BENCH, 1, "config.json: quantization_config.bits: 3-bit weights are not supported (4 or 8)");
+    quant_config_set("group_size", "48");
+    expect("gptq: group size not dividing the input features", BENCH, 1,
+           "q_proj.weight: quantization_config.group_size 48 does not divide its 128 input features");
+    quant_config_set("quant_method", "\"bitsandbytes\"");
+    expect("an unsupported quant_method", BENCH, 1,
+           "quantization_config.quant_method 'bitsandbytes' is not supported (gptq, awq, compressed-tensors)");
+
+    char *data, *whole;
+    size_t dlen;
+    cJSON *h = orig_header(&data, &dlen, &whole);
+    cJSON *c = cJSON_Duplicate(h, 1);
+    cJSON_ReplaceItemInObject(cJSON_GetObjectItem(c, "model.layers.0.self_attn.q_proj.qweight"), "shape",
+                              cJSON_CreateIntArray((int[]){128, 16}, 2));
+    fresh_case(NULL);
+    write_modified(c, data, dlen);
+    expect("gptq: wrong packed shape", BENCH, 1,
+           "tensor 'model.layers.0.self_attn.q_proj.qweight' has shape [128, 16], expected [16, 128]");
+    cJSON_Delete(c);
+
+    c = cJSON_Duplicate(h, 1);
+    cJSON_DeleteItemFromObject(c, "model.layers.1.mlp.down_proj.scales");
+    fresh_case(NULL);
+    write_modified(c, data, dlen);
+    expect("gptq: missing scales", BENCH, 1, "missing tensor 'model.layers.1.mlp.down_proj.scales'");
+    cJSON_Delete(c);
+
+    /* entry 5 of q_proj's g_idx set to 99, past its 4 groups */
+    const cJSON *off = cJSON_GetObjectItem(cJSON_GetObjectItem(h, "model.layers.0.self_attn.q_proj.g_idx"), "data_offsets");
+    int32_t bad = 99;
+    memcpy(data + cJSON_GetArrayItem(off, 0)->valueint + 5 * 4, &bad, 4);
+    fresh_case(NULL);
+    write_modified(h, data, dlen);
+    expect("gptq: g_idx out of range", BENCH, 1,
+           "tensor 'model.layers.0.self_attn.q_proj.g_idx': entry 5 is 99, outside the 4 groups");
+    cJSON_Delete(h);
+    free(whole);
+}
 
 int main(void) {
     snprintf(tmp, sizeof tmp, "/tmp/loom-bad-XXXXXX");
@@ -241,6 +303,7 @@ int main(void) {
 
     cJSON_Delete(h);
     free(whole);
+    bad_quantized();
     char cmd[1024];
     snprintf(cmd, sizeof cmd, "rm -rf %s", tmp);
     CHECK(system(cmd) == 0, "cleanup");

@@ -200,6 +200,8 @@ static int parse(reader *r, model_config *c) {
     const char *dt = get_str(root, "torch_dtype");
     if (!dt) dt = get_str(root, "dtype");
     snprintf(c->dtype, sizeof c->dtype, "%s", dt ? dt : "");
+    const cJSON *qc = cJSON_GetObjectItemCaseSensitive(root, "quantization_config");
+    if (qc && !cJSON_IsNull(qc)) return quant_config_parse(&c->quant, qc, r->name, r->err);
     return 0;
 }
 

@@ -3,6 +3,7 @@
 #ifndef LOOM_MODEL_CONFIG_H
 #define LOOM_MODEL_CONFIG_H
 #include "loom.h"
+#include "quant/format.h"
 
 enum rope_kind { ROPE_DEFAULT, ROPE_LLAMA3, ROPE_LINEAR };
 
@@ -27,6 +28,7 @@ typedef struct model_config {
     int eos_ids[8];
     int n_eos;
     char dtype[16]; /* torch_dtype / dtype as written, "" if absent */
+    quant_config quant; /* quantization_config (format QF_NONE if absent) */
 } model_config;
 
 /* Parses config.json text. name is used in error messages (usually the file path). */

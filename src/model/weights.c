@@ -85,7 +85,10 @@ int weights_open_image(weight_store *w, const void *buf, size_t size, const char
     memset(w, 0, sizeof *w);
     w->dir = strdup(name);
     st_file f;
-    if (st_parse(&f, buf, size, name, err)) return -1;
+    if (st_parse(&f, buf, size, name, err)) {
+        weights_close(w);
+        return -1;
+    }
     add_file(w, &f);
     return 0;
 }
@@ -204,6 +207,11 @@ static const st_tensor *find(weight_store *w, const char *name, const char **fil
         }
     }
     return NULL;
+}
+
+const st_tensor *weights_tensor(weight_store *w, const char *name, const char **file) {
+    const char *f;
+    return find(w, name, file ? file : &f);
 }
 
 static bool aligned(const void *p, size_t a) { return (uintptr_t)p % a == 0; }

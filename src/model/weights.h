@@ -29,7 +29,7 @@ typedef struct quant_scheme {
  * engine's plain-TP plan beside its SP one) reuses it. */
 typedef struct wmat_made {
     char name[256];
-    int r0, nr, c0, nc, bits, group;
+    int r0, nr, c0, nc;
     wmat w;
 } wmat_made;
 
@@ -66,6 +66,9 @@ int weights_get(weight_store *w, const char *name, int rows, int cols, int r0, i
  * dst (nr x nc), nothing kept: what quantizing at load reads. */
 int weights_read_f32(weight_store *w, const char *name, int ndim, const int *shape, int cols, int r0, int nr, int c0,
                      int nc, float init, float *dst, loom_err *err);
+/* Tensor `name` as the files hold it (any dtype, marked used), its file in *file; NULL if no
+ * file has it. What the quantized formats' readers start from. */
+const st_tensor *weights_tensor(weight_store *w, const char *name, const char **file);
 /* Owned by the store until weights_close. */
 void *weights_alloc(weight_store *w, size_t bytes);
 /* Rows [r0, r0+nr) x columns [c0, c0+nc) of expert `expert`'s [rows, cols] matrix in a stacked

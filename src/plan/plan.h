@@ -80,6 +80,7 @@ typedef struct plan_options {
     bool async_tp; /* --enable-async-tp (implies sp) */
     bool progress; /* report weight binding per decoder layer */
     quant_scheme quant; /* what linears are quantized to at load (--quantization) */
+    const quant_config *checkpoint; /* how the checkpoint stores quantized linears (NULL: float) */
 } plan_options;
 
 typedef struct plan {

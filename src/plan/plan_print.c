@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "plan/plan_impl.h"
+#include "quant/checkpoint.h"
 #include "runtime/model.h"
 
 static void print_module(FILE *f, const module *m, int depth) {
@@ -69,16 +70,25 @@ static void print_sp(FILE *f, const plan *p) {
  * steps run the same row-blocked kernels (linear_chunked) whatever the weights are. */
 static void print_format(FILE *f, const plan *p, const plan_step *s) {
     quant_scheme q = shard_scheme(p, s->op->lin->style);
-    if (!q.bits) fputs("  (float)", f);
+    const quant_config *cq = p->o.checkpoint;
+    if (cq && quant_checkpoint_applies(cq, s->op->lin->parts[0].weight, s->op->lin->style)) {
+        fprintf(f, "  (%s int%d, ", quant_format_name(cq->format), cq->bits);
+        if (cq->group) fprintf(f, "groups of %d%s)", cq->group, cq->act_order ? ", act-order" : "");
+        else fputs("per channel)", f);
+    } else if (!q.bits) fputs("  (float)", f);
     else if (q.group) fprintf(f, "  (int%d, groups of %d)", q.bits, q.group);
     else fprintf(f, "  (int%d, per channel)", q.bits);
 }
 
 static void print_async(FILE *f, const plan *p) {
     int quantized = 0;
-    for (int i = 0; i < p->n_steps; i++)
-        quantized += (p->steps[i].kind == STEP_AG_MATMUL || p->steps[i].kind == STEP_MATMUL_RS) &&
-                     shard_scheme(p, p->steps[i].op->lin->style).bits;
+    for (int i = 0; i < p->n_steps; i++) {
+        const plan_step *s = &p->steps[i];
+        if (s->kind != STEP_AG_MATMUL && s->kind != STEP_MATMUL_RS) continue;
+        quantized += shard_scheme(p, s->op->lin->style).bits ||
+                     (p->o.checkpoint && quant_checkpoint_applies(p->o.checkpoint, s->op->lin->parts[0].weight,
+                                                                  s->op->lin->style));
+    }
     fprintf(f, "\nasync TP: fused %d/%d region collectives (%d of them with quantized linears)\n", p->n_fused,
             p->n_region_collectives, quantized);
     for (int i = 0; i < p->n_steps; i++) {
@@ -98,7 +108,8 @@ static void print_async(FILE *f, const plan *p) {
 
 int loom_print_plan(loom_model *m, int tp, bool sequence_parallel, bool async_tp, FILE *f, loom_err *err) {
     plan p;
-    plan_options po = {.tp = tp, .sp = sequence_parallel, .async_tp = async_tp, .quant = m->ws.quant};
+    plan_options po = {.tp = tp, .sp = sequence_parallel, .async_tp = async_tp, .quant = m->ws.quant,
+                       .checkpoint = &m->cfg.quant};
     if (plan_build(&p, m->tree, &po, NULL, err)) return -1;
     fprintf(f, "model %s from %s: %d layers, hidden %d, %d heads (%d kv) of %d, vocab %d\n", m->cfg.arch,
             m->source, m->cfg.n_layers, m->cfg.hidden, m->cfg.n_heads, m->cfg.n_kv_heads, m->cfg.head_dim,

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 
 #include "plan/plan_impl.h"
-#include "quant/quant.h"
+#include "quant/checkpoint.h"
 #include "util/err.h"
 
 /* The rows [*r0, *r0 + *nr) of a column-parallel part that this rank holds. */
@@ -60,6 +60,13 @@ quant_scheme shard_scheme(const plan *p, par_style style) {
  * that cuts a quantization group is refused here, before any weight is read (ws NULL). */
 static int bind_weight(const plan *p, weight_store *ws, par_style style, const char *name, int ndim, const int *shape,
                        int cols, int r0, int nr, int c0, int nc, wmat *out, loom_err *err) {
+    const quant_config *cq = p->o.checkpoint;
+    if (cq && quant_checkpoint_applies(cq, name, style)) {
+        if (ndim != 2) return loom_errf(err, "%s: quantized stacked expert tensors are not supported", name);
+        if (quant_checkpoint_check(cq, name, shape[0], cols, r0, nr, c0, nc, err)) return -1;
+        if (ws && quant_checkpoint_has(ws, cq, name))
+            return quant_checkpoint_get(ws, cq, name, shape[0], cols, r0, nr, c0, nc, out, err);
+    }
     quant_scheme q = shard_scheme(p, style);
     if (q.bits && quant_check_split(&q, name, cols, c0, nc, err)) return -1;
     if (!ws) return 0;

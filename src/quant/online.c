@@ -78,15 +78,7 @@ int quant_online(weight_store *ws, const quant_scheme *s, const char *name, int 
                  int nr, int c0, int nc, float init, wmat *out, loom_err *err) {
     int group = s->group ? s->group : cols;
     if (quant_check_split(s, name, cols, c0, nc, err)) return -1;
-    if (strlen(name) >= sizeof ws->made->name) return loom_errf(err, "%s: tensor name too long", name);
-    for (int i = 0; i < ws->n_made; i++) {
-        const wmat_made *m = &ws->made[i];
-        if (!strcmp(m->name, name) && m->r0 == r0 && m->nr == nr && m->c0 == c0 && m->nc == nc && m->bits == s->bits &&
-            m->group == s->group) {
-            *out = m->w;
-            return 0;
-        }
-    }
+    if (qmat_find(ws, name, r0, nr, c0, nc, out)) return 0;
     online_src o = {ws, name, ndim, shape, cols, r0, c0, nc, group, s->bits, init,
                     malloc((size_t)QCHUNK * cols * sizeof(float)), 0};
     qsource src = {.bits = s->bits, .rows = nr, .cols = nc, .col0 = c0, .n_groups = cols / group,
@@ -94,10 +86,7 @@ int quant_online(weight_store *ws, const quant_scheme *s, const char *name, int 
     int rc = qmat_build(ws, &src, out, err);
     free(o.buf);
     if (rc) return rc;
-    ws->made = realloc(ws->made, (ws->n_made + 1) * sizeof *ws->made);
-    wmat_made *m = &ws->made[ws->n_made++];
-    *m = (wmat_made){.r0 = r0, .nr = nr, .c0 = c0, .nc = nc, .bits = s->bits, .group = s->group, .w = *out};
-    strcpy(m->name, name);
+    qmat_keep(ws, name, r0, nr, c0, nc, out);
     return 0;
 }
 

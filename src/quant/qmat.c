@@ -2,6 +2,7 @@
  * each group to whole blocks, and packs every row's codes with its scales and zero points.
  * Every format's reader ends here, so the kernels see one layout. */
 #include <omp.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -27,6 +28,24 @@ static void pack_row(const qlayout *q, const uint8_t *codes, uint8_t *dst) {
     for (int b = 0; b < q->kp; b += QBLOCK)
         for (int j = 0; j < QBLOCK / 2; j++)
             dst[b / 2 + j] = (uint8_t)(codes[b + j] | codes[b + QBLOCK / 2 + j] << 4);
+}
+
+bool qmat_find(weight_store *ws, const char *name, int r0, int nr, int c0, int nc, wmat *out) {
+    for (int i = 0; i < ws->n_made; i++) {
+        const wmat_made *m = &ws->made[i];
+        if (!strcmp(m->name, name) && m->r0 == r0 && m->nr == nr && m->c0 == c0 && m->nc == nc) {
+            *out = m->w;
+            return true;
+        }
+    }
+    return false;
+}
+
+void qmat_keep(weight_store *ws, const char *name, int r0, int nr, int c0, int nc, const wmat *w) {
+    ws->made = realloc(ws->made, (ws->n_made + 1) * sizeof *ws->made);
+    wmat_made *m = &ws->made[ws->n_made++];
+    *m = (wmat_made){.r0 = r0, .nr = nr, .c0 = c0, .nc = nc, .w = *w};
+    snprintf(m->name, sizeof m->name, "%s", name);
 }
 
 int qmat_build(weight_store *ws, const qsource *src, wmat *out, loom_err *err) {

@@ -109,7 +109,8 @@ size_t loom_comm_slot_bytes(const loom_model *m, int tp, const loom_engine_optio
     plan p;
     loom_err err;
     int tokens, logits;
-    plan_options po = {.tp = tp, .sp = o->sequence_parallel, .async_tp = o->async_tp, .quant = m->ws.quant};
+    plan_options po = {.tp = tp, .sp = o->sequence_parallel, .async_tp = o->async_tp, .quant = m->ws.quant,
+                       .checkpoint = &m->cfg.quant};
     if (plan_build(&p, m->tree, &po, NULL, &err)) return 0;
     engine_rows(o, &tokens, &logits);
     tokens = round_up(tokens, tp);
@@ -125,7 +126,9 @@ size_t loom_comm_slot_bytes(const loom_model *m, int tp, const loom_engine_optio
 int loom_check_sharding(const loom_model *m, int tp, bool sequence_parallel, loom_err *err) {
     for (int r = 0; r < tp; r++) {
         plan p;
-        plan_options po = {.tp = tp, .rank = r, .sp = sequence_parallel, .quant = m->ws.quant}; /* async TP plans the same shapes */
+        /* async TP plans the same shapes */
+        plan_options po = {.tp = tp, .rank = r, .sp = sequence_parallel, .quant = m->ws.quant,
+                           .checkpoint = &m->cfg.quant};
         if (plan_build(&p, m->tree, &po, NULL, err))
             return loom_err_prefix(err, "%s cannot run with -tp %d%s", m->cfg.arch, tp,
                                    sequence_parallel ? " and sequence parallelism" : "");
@@ -152,13 +155,14 @@ loom_engine *loom_engine_new(loom_model *m, const loom_engine_options *o, loom_e
     loom_model_get_info(m, &info);
     bool progress = m->progress && info.n_params > (64u << 20);
     plan_options po = {.tp = e->comm->size, .rank = e->comm->rank, .sp = o->sequence_parallel,
-                       .async_tp = o->async_tp, .progress = progress, .quant = m->ws.quant};
+                       .async_tp = o->async_tp, .progress = progress, .quant = m->ws.quant,
+                       .checkpoint = &m->cfg.quant};
     e->n_plans = 1;
     e->plans[0].max_tokens = e->max_tokens;
     if (plan_build(&e->plans[0].p, m->tree, &po, &m->ws, err)) goto fail;
     e->sp_min_tokens = e->plans[0].p.o.sp ? o->sp_min_tokens : 0;
     if (e->sp_min_tokens > 1) { /* the short passes' plain TP plan (weights are shared: same slices) */
-        plan_options tp_only = {.tp = po.tp, .rank = po.rank, .quant = po.quant};
+        plan_options tp_only = {.tp = po.tp, .rank = po.rank, .quant = po.quant, .checkpoint = po.checkpoint};
         e->plans[1].max_tokens = e->sp_min_tokens - 1 < e->max_tokens ? e->sp_min_tokens - 1 : e->max_tokens;
         if (plan_build(&e->plans[1].p, m->tree, &tp_only, &m->ws, err)) goto fail;
         e->n_plans = 2;

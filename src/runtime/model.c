@@ -74,6 +74,22 @@ static int open_sources(loom_model *m, const loom_model_options *o, loom_err *er
     return 0;
 }
 
+/* A quantized checkpoint is read as stored, so --quantization does not apply to it; dummy
+ * weights of its config are quantized at load to its bits and group size instead (its
+ * format's packing does not change the numbers). */
+static int checkpoint_quantization(loom_model *m, bool dummy, loom_err *err) {
+    quant_config *q = &m->cfg.quant;
+    if (!q->format) return 0;
+    if (m->ws.quant.bits)
+        return loom_errf(err, "%s: the checkpoint is already quantized (%s, %d-bit); --quantization applies to float "
+                              "checkpoints", m->source, quant_format_name(q->format), q->bits);
+    if (dummy) {
+        m->ws.quant = (quant_scheme){q->bits, q->group, q->format == QF_GPTQ ? q->lm_head : false};
+        q->format = QF_NONE;
+    }
+    return 0;
+}
+
 loom_model *loom_model_load(const loom_model_options *o, loom_err *err) {
     if (cpu_init(err)) return NULL;
     loom_model *m = calloc(1, sizeof *m);
@@ -82,6 +98,7 @@ loom_model *loom_model_load(const loom_model_options *o, loom_err *err) {
         m->ws.keep = parse_dtype(o->dtype, m->cfg.dtype, o->dummy, err, &rc);
         m->progress = o->progress;
         if (rc == 0) rc = quant_scheme_parse(&m->ws.quant, o->quantization, o->quant_group, o->quantize_lm_head, err);
+        if (rc == 0) rc = checkpoint_quantization(m, o->dummy, err);
         if (rc == 0) return m;
     }
     loom_model_free(m);

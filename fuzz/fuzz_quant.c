@@ -1,0 +1,28 @@
+/* libFuzzer target: the quantized checkpoint readers (GPTQ, AWQ, compressed-tensors packed and
+ * int8) on an arbitrary safetensors image holding one 128 x 128 linear `q_proj`, read whole
+ * and as a tensor-parallel rank's slice. Whatever the tensors' shapes, dtypes and values, a
+ * reader must fail with a message or build a matrix, never read outside them. */
+#include "quant/checkpoint.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    static const quant_config formats[] = {
+        {.format = QF_GPTQ, .bits = 4, .group = 32, .act_order = true},
+        {.format = QF_GPTQ, .bits = 8, .group = 0, .sym = true, .gptq_v2 = true},
+        {.format = QF_AWQ, .bits = 4, .group = 32},
+        {.format = QF_CT_PACKED, .bits = 4, .group = 32},
+        {.format = QF_CT_INT, .bits = 8, .group = 0, .sym = true},
+    };
+    weight_store ws;
+    loom_err err;
+    if (weights_open_image(&ws, data, size, "fuzz", &err)) return 0;
+    for (size_t i = 0; i < sizeof formats / sizeof formats[0]; i++) {
+        wmat w;
+        if (quant_checkpoint_has(&ws, &formats[i], "q_proj.weight")) {
+            quant_checkpoint_get(&ws, &formats[i], "q_proj.weight", 128, 128, 0, 128, 0, 128, &w, &err);
+            quant_checkpoint_get(&ws, &formats[i], "q_proj.weight", 128, 128, 64, 64, 64, 64, &w, &err);
+        }
+    }
+    weights_close(&ws);
+    return 0;
+}
