@@ -4,14 +4,18 @@
 # alternately in one session, as ratios of average latency; per-rank peak memory and the share
 # of time in collectives; then the collective wait strategy (spin before sleeping) at decode,
 # where collectives are most frequent. Usage: benches/tp.sh [build-dir] [iterations]
+# Environment: LOOM_ARGS (extra loom arguments, e.g. "-q int4 --quantize-lm-head"), LENS
+# (input lengths, default "512 2048"), SPINS (--comm-spin values; "" skips that part).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 loom=${1:-build}/loom
 iters=${2:-2}
 cfg=configs/llama-3.2-1b.json
-run() { "$loom" bench latency -m "$cfg" --load-format dummy --batch-size 1 --num-iters-warmup 1 --num-iters "$iters" "$@" 2>/dev/null; }
+# shellcheck disable=SC2086
+run() { "$loom" bench latency -m "$cfg" --load-format dummy --batch-size 1 --num-iters-warmup 1 --num-iters "$iters" \
+  ${LOOM_ARGS:-} "$@" 2>/dev/null; }
 avg() { awk '/^Avg latency/ {print $3}'; }
-for len in 512 2048; do
+for len in ${LENS:-512 2048}; do
   for out in 1 32; do
     t1=$(run --input-len "$len" --output-len "$out" -tp 1 --threads 2 | tee /tmp/loom-tp1.txt | avg)
     t2=$(run --input-len "$len" --output-len "$out" -tp 2 --threads 1 | tee /tmp/loom-tp2.txt | avg)
@@ -21,8 +25,9 @@ for len in 512 2048; do
     grep -h "^Rank" /tmp/loom-tp2.txt | sed 's/^/    tp=2 /'
   done
 done
+[ -n "${SPINS-x}" ] || exit 0
 echo "== collective wait strategy at decode (tp=2, input 128, 32 new tokens)"
-for spin in 0 2000 100000000; do
+for spin in ${SPINS:-0 2000 100000000}; do
   t=$(run --input-len 128 --output-len 33 -tp 2 --threads 1 --comm-spin "$spin" | tee /tmp/loom-spin.txt | avg)
   printf "  --comm-spin %-9s avg latency %.3f s; %s\n" "$spin" "$t" "$(grep -h '^Decode' /tmp/loom-spin.txt)"
 done
