@@ -77,8 +77,22 @@ static inline __attribute__((always_inline)) void qblock(const uint8_t *blk, int
     for (int u = 0; u < QV / 2; u++) vdequant_nib(blk + u * VL, t, &out[u], &out[u + QV / 2]);
 }
 
+/* Block at column c into the accumulators from index `first` on (mod 4). */
+static inline __attribute__((always_inline)) void dot_q_block(const float *const *x, int nr, const uint8_t *w, int bits,
+                                                              float s, float z, vqtab t, int c, int first,
+                                                              vf a[2][4]) {
+    vf wv[QV];
+    qblock(w + c / QBLOCK * (bits * QBLOCK / 8), bits, s, z, t, wv);
+#pragma GCC unroll 32
+    for (int u = 0; u < QV; u++)
+#pragma GCC unroll 2
+        for (int r = 0; r < nr; r++) a[r][(first + u) & 3] = vfma(wv[u], vload(x[r] + c + u * VL), a[r][(first + u) & 3]);
+}
+
 /* dot_row for a quantized row: the packed bytes are streamed once and widened in registers,
- * so 4-bit weights move an eighth of f32's bytes; bits and nr are constant once inlined. */
+ * so 4-bit weights move an eighth of f32's bytes; bits and nr are constant once inlined.
+ * Blocks go in pairs, the second into the other accumulators: with 16 lanes a block is two
+ * vectors, and two accumulator chains alone would wait on the FMA latency. */
 static inline __attribute__((always_inline)) void dot_q_row(const float *const *x, int nr, const uint8_t *w, int bits,
                                                             const qlayout *q, const float *sz, float y[2]) {
     vf a[2][4];
@@ -86,18 +100,15 @@ static inline __attribute__((always_inline)) void dot_q_row(const float *const *
     for (int r = 0; r < 2; r++)
 #pragma GCC unroll 4
         for (int u = 0; u < 4; u++) a[r][u] = vset1(0.0f);
-    const int block_bytes = bits * QBLOCK / 8;
     for (int g = 0, c = 0; g < q->n_groups; g++) {
         float s = sz[2 * g], z = sz[2 * g + 1];
         vqtab t = vqtab_make(s, z);
-        for (; c < q->group_end[g]; c += QBLOCK) {
-            vf wv[QV];
-            qblock(w + c / QBLOCK * block_bytes, bits, s, z, t, wv);
-#pragma GCC unroll 32
-            for (int u = 0; u < QV; u++)
-#pragma GCC unroll 2
-                for (int r = 0; r < nr; r++) a[r][u & 3] = vfma(wv[u], vload(x[r] + c + u * VL), a[r][u & 3]);
+        int end = q->group_end[g];
+        for (; c + 2 * QBLOCK <= end; c += 2 * QBLOCK) {
+            dot_q_block(x, nr, w, bits, s, z, t, c, 0, a);
+            dot_q_block(x, nr, w, bits, s, z, t, c + QBLOCK, QV, a);
         }
+        if (c < end) dot_q_block(x, nr, w, bits, s, z, t, c, 0, a), c += QBLOCK;
     }
 #pragma GCC unroll 2
     for (int r = 0; r < nr; r++) y[r] = vhsum(vadd(vadd(a[r][0], a[r][1]), vadd(a[r][2], a[r][3])));
