@@ -5,6 +5,9 @@
 #include "model/config.h"
 #include "model/weights.h"
 
+/* y[m, n] = x[m, k] @ w[n, k]^T, row-major with leading dimensions (gemm.c). */
+void gemm_f32(int m, int n, int k, const float *x, size_t ldx, const float *w, size_t ldw, float *y, size_t ldy);
+
 /* y[m, 0:W.rows] = x[m, 0:W.cols] @ W^T (+ bias). The m rows may be one block of a product
  * of pass_rows rows: the kernel (streaming or sgemm) is chosen by pass_rows, so every block of
  * one product takes the same one. */

@@ -4,7 +4,6 @@
  * bound: a fused kernel streams each weight row once, widening in registers, so bf16 moves
  * half the bytes of f32 and 4-bit weights an eighth. A quantized matrix's columns may be in a
  * packed order (quant/quant.h); the input is then gathered into that order first. */
-#include <cblas.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -92,8 +91,8 @@ static void linear_panels(const float *x, size_t ldx, int m, int chunk, const wm
 #pragma omp parallel for schedule(static)
         for (int r = 0; r < nb; r++) widen_row(k, w, n0 + r, pn + (size_t)r * cols);
         for (int r0 = 0; r0 < m; r0 += chunk)
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m - r0 < chunk ? m - r0 : chunk, nb, cols, 1.0f,
-                        x + (size_t)r0 * ldx, (int)ldx, pn, cols, 0.0f, y + (size_t)r0 * ldy + n0, (int)ldy);
+            gemm_f32(m - r0 < chunk ? m - r0 : chunk, nb, cols, x + (size_t)r0 * ldx, ldx, pn, cols,
+                     y + (size_t)r0 * ldy + n0, ldy);
     }
 }
 
@@ -104,8 +103,8 @@ void linear_chunked(const float *x, size_t ldx, int m, int chunk, int pass_rows,
         linear_few(x, ldx, m, w, y, ldy);
     else if (w->dt == DT_F32 && !w->q)
         for (int r0 = 0; r0 < m; r0 += chunk)
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m - r0 < chunk ? m - r0 : chunk, w->rows, w->cols, 1.0f,
-                        x + (size_t)r0 * ldx, (int)ldx, w->data, (int)w->ld, 0.0f, y + (size_t)r0 * ldy, (int)ldy);
+            gemm_f32(m - r0 < chunk ? m - r0 : chunk, w->rows, w->cols, x + (size_t)r0 * ldx, ldx, w->data, w->ld,
+                     y + (size_t)r0 * ldy, ldy);
     else
         linear_panels(x, ldx, m, chunk, w, y, ldy);
     if (bias) add_rows(y, ldy, bias, 0, y, ldy, m, w->rows);

@@ -1,0 +1,137 @@
+/* The f32 GEMM of every linear with many rows: y = x w^T through oneDNN's matmul, which runs
+ * at 1.7x OpenBLAS's sgemm on the prefill shapes of CPUs with AVX-512 (benches/RESULTS.md,
+ * "Prefill GEMM backends") and is fp32 all the same. Weights stay in loom's row-major layout
+ * (oneDNN runs as fast on it as on its own blocked one). Primitives for each shape are made
+ * once per calling thread and kept in a small table with their memory objects, so a steady
+ * stream of passes allocates nothing; a shape oneDNN will not take falls back to sgemm.
+ *
+ * oneDNN's blocking, and so its summation order, depends on the leading dimensions and the
+ * alignment of its operands, which differ between the modes for the same product (a fused
+ * collective hands over rows in its own buffers). TP, SP and async TP must agree bit for bit,
+ * so x and y pass through contiguous, aligned per-thread copies unless they already are:
+ * every mode then runs the very same primitive on the same layout. */
+#include <cblas.h>
+#include <dnnl.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/kernels.h"
+
+typedef struct gemm_entry {
+    int m, n, k;
+    size_t ldx, ldw, ldy;
+    dnnl_primitive_t p;
+    dnnl_memory_t x, w, y;
+    unsigned used; /* the table's clock at the last use */
+} gemm_entry;
+
+#define GEMM_SHAPES 48 /* per thread: a model's linears at a few pass lengths */
+
+static dnnl_engine_t engine;
+static pthread_once_t engine_once = PTHREAD_ONCE_INIT;
+
+static void engine_init(void) {
+    if (dnnl_engine_create(&engine, dnnl_cpu, 0) != dnnl_success) engine = NULL;
+}
+
+static void entry_free(gemm_entry *e) {
+    if (!e->p) return;
+    dnnl_primitive_destroy(e->p);
+    dnnl_memory_destroy(e->x);
+    dnnl_memory_destroy(e->w);
+    dnnl_memory_destroy(e->y);
+    memset(e, 0, sizeof *e);
+}
+
+/* The primitive and memory objects of one shape (x: m x k, w: n x k, y: m x n, row-major with
+ * the given leading dimensions); false if oneDNN has none. */
+static bool entry_make(gemm_entry *e, int m, int n, int k, size_t ldx, size_t ldw, size_t ldy) {
+    dnnl_memory_desc_t xd, wd, yd;
+    dnnl_dims_t xdims = {m, k}, xstr = {(dnnl_dim_t)ldx, 1};
+    dnnl_dims_t wdims = {k, n}, wstr = {1, (dnnl_dim_t)ldw}; /* w^T: element (k, n) at n * ldw + k */
+    dnnl_dims_t ydims = {m, n}, ystr = {(dnnl_dim_t)ldy, 1};
+    dnnl_matmul_desc_t md;
+    dnnl_primitive_desc_t pd = NULL;
+    *e = (gemm_entry){.m = m, .n = n, .k = k, .ldx = ldx, .ldw = ldw, .ldy = ldy};
+    bool ok = dnnl_memory_desc_init_by_strides(&xd, 2, xdims, dnnl_f32, xstr) == dnnl_success &&
+              dnnl_memory_desc_init_by_strides(&wd, 2, wdims, dnnl_f32, wstr) == dnnl_success &&
+              dnnl_memory_desc_init_by_strides(&yd, 2, ydims, dnnl_f32, ystr) == dnnl_success &&
+              dnnl_matmul_desc_init(&md, &xd, &wd, NULL, &yd) == dnnl_success &&
+              dnnl_primitive_desc_create(&pd, &md, NULL, engine, NULL) == dnnl_success &&
+              dnnl_primitive_create(&e->p, pd) == dnnl_success &&
+              dnnl_memory_create(&e->x, &xd, engine, DNNL_MEMORY_NONE) == dnnl_success &&
+              dnnl_memory_create(&e->w, &wd, engine, DNNL_MEMORY_NONE) == dnnl_success &&
+              dnnl_memory_create(&e->y, &yd, engine, DNNL_MEMORY_NONE) == dnnl_success;
+    if (pd) dnnl_primitive_desc_destroy(pd);
+    if (!ok) {
+        if (e->p) dnnl_primitive_destroy(e->p);
+        if (e->x) dnnl_memory_destroy(e->x);
+        if (e->w) dnnl_memory_destroy(e->w);
+        memset(e, 0, sizeof *e);
+    }
+    return ok;
+}
+
+/* This thread's entry for the shape: found, or made in place of the least recently used. */
+static gemm_entry *entry_for(int m, int n, int k, size_t ldx, size_t ldw, size_t ldy) {
+    static _Thread_local gemm_entry table[GEMM_SHAPES];
+    static _Thread_local unsigned clock;
+    gemm_entry *victim = &table[0];
+    clock++;
+    for (int i = 0; i < GEMM_SHAPES; i++) {
+        gemm_entry *e = &table[i];
+        if (e->p && e->m == m && e->n == n && e->k == k && e->ldx == ldx && e->ldw == ldw && e->ldy == ldy) {
+            e->used = clock;
+            return e;
+        }
+        if (!e->p || e->used < victim->used) victim = e;
+    }
+    entry_free(victim);
+    if (!entry_make(victim, m, n, k, ldx, ldw, ldy)) return NULL;
+    victim->used = clock;
+    return victim;
+}
+
+/* A per-thread buffer of at least n floats, 64-byte aligned, grown once. */
+static float *scratch(float **p, size_t *cap, size_t n) {
+    if (n > *cap) {
+        free(*p);
+        *p = aligned_alloc(64, (n * sizeof **p + 63) / 64 * 64);
+        *cap = n;
+    }
+    return *p;
+}
+
+static bool packed(const float *p, size_t ld, int cols) { return ld == (size_t)cols && (uintptr_t)p % 64 == 0; }
+
+void gemm_f32(int m, int n, int k, const float *x, size_t ldx, const float *w, size_t ldw, float *y, size_t ldy) {
+    static _Thread_local dnnl_stream_t stream; /* a stream serves one thread at a time */
+    static _Thread_local float *xs, *ys;
+    static _Thread_local size_t xcap, ycap;
+    pthread_once(&engine_once, engine_init);
+    gemm_entry *e = engine ? entry_for(m, n, k, (size_t)k, ldw, (size_t)n) : NULL;
+    if (e && !stream && dnnl_stream_create(&stream, engine, dnnl_stream_default_flags) != dnnl_success) stream = NULL;
+    if (!e || !stream) {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, k, 1.0f, x, (int)ldx, w, (int)ldw, 0.0f, y, (int)ldy);
+        return;
+    }
+    const float *xp = x;
+    if (!packed(x, ldx, k)) {
+        float *c = scratch(&xs, &xcap, (size_t)m * k);
+        for (int r = 0; r < m; r++) memcpy(c + (size_t)r * k, x + (size_t)r * ldx, (size_t)k * sizeof *c);
+        xp = c;
+    }
+    float *yp = packed(y, ldy, n) ? y : scratch(&ys, &ycap, (size_t)m * n);
+    dnnl_memory_set_data_handle(e->x, (void *)xp);
+    dnnl_memory_set_data_handle(e->w, (void *)w);
+    dnnl_memory_set_data_handle(e->y, yp);
+    dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, e->x}, {DNNL_ARG_WEIGHTS, e->w}, {DNNL_ARG_DST, e->y}};
+    if (dnnl_primitive_execute(e->p, stream, 3, args) != dnnl_success || dnnl_stream_wait(stream) != dnnl_success) {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, k, 1.0f, x, (int)ldx, w, (int)ldw, 0.0f, y, (int)ldy);
+        return;
+    }
+    if (yp != y)
+        for (int r = 0; r < m; r++) memcpy(y + (size_t)r * ldy, yp + (size_t)r * n, (size_t)n * sizeof *y);
+}
