@@ -52,7 +52,8 @@ def main():
         t = read(os.path.join(d, f"machine-{v}.txt"))
         if t is None:
             continue
-        sg = re.search(r"^sgemm .*?: ([\d.]+) GFLOP/s", t, re.M)
+        sg = (re.search(r"^linears' GEMM .*?: ([\d.]+) GFLOP/s", t, re.M)
+              or re.search(r"^sgemm .*?: ([\d.]+) GFLOP/s", t, re.M))
         bw = re.search(r"^memory read: ([\d.]+) GB/s", t, re.M)
         machine[v] = (float(sg.group(1)) if sg else None, float(bw.group(1)) if bw else None)
         cpu = re.search(r"^.*(kernels|variant|LOOM_CPU).*$", t, re.M)
@@ -69,7 +70,7 @@ def main():
     print(f"llama.cpp: {info.get('llama.cpp', '?')}; builds: {info.get('llama.cpp builds', '?')}  ")
     print(f"threads {info.get('threads', '?')}, reps {info.get('reps', '?')}, {info.get('date', '')}  ")
     for v, (sg, b) in machine.items():
-        print(f"`loom bench machine` [{v}]: sgemm {sg} GFLOP/s, memory read {b} GB/s  ")
+        print(f"`loom bench machine` [{v}]: GEMM {sg} GFLOP/s, memory read {b} GB/s  ")
     lp = os.path.join(d, "load.txt")
     if os.path.exists(lp):
         seen = [(l.split(":")[0], float(m.group(1))) for l in open(lp)

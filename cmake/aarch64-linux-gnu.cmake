@@ -1,9 +1,9 @@
 # Cross-build for 64-bit Arm Linux with Debian's cross compiler and arm64 multiarch libraries
 # (LOOM_WITH_AARCH64=1 scripts/install-deps.sh installs them; scripts/test-aarch64.sh uses this):
 #   cmake -S . -B build-aarch64 -DCMAKE_TOOLCHAIN_FILE=cmake/aarch64-linux-gnu.cmake \
-#         -DLOOM_NATIVE=OFF -DLOOM_MPI=OFF
-# (-march=native means nothing to a cross compiler; Debian's arm64 Open MPI cannot be installed
-# beside the amd64 one, hence no MPI.)
+#         -DLOOM_NATIVE=OFF -DLOOM_MPI=OFF -DLOOM_DNNL=OFF
+# (-march=native means nothing to a cross compiler; Debian's arm64 Open MPI and oneDNN cannot
+# be installed beside the amd64 ones, hence no MPI and GEMMs on OpenBLAS.)
 # ctest runs the test binaries under qemu-aarch64 (CMAKE_CROSSCOMPILING_EMULATOR), and the
 # tests run the loom binary under it too (LOOM_BIN in CMakeLists.txt), so binfmt_misc is not
 # needed.

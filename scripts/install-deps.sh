@@ -6,10 +6,10 @@ pkgs=(cmake gcc make pkg-config libopenblas-openmp-dev libdnnl-dev libpcre2-dev 
 # The aarch64 cross build (scripts/test-aarch64.sh): cross gcc, qemu, and the arm64 multiarch
 # libraries it links. Not libopenmpi-dev:arm64: it conflicts with the amd64 libopenmpi-dev
 # above (and needs gfortran-12:arm64, which would replace the amd64 gcc), so that build has
-# no MPI (-DLOOM_MPI=OFF).
+# no MPI (-DLOOM_MPI=OFF). Nor libdnnl-dev:arm64: its dnnl_config.h differs from the amd64
+# one's at the same path, so that build runs its GEMMs on OpenBLAS (-DLOOM_DNNL=OFF).
 [ "${LOOM_WITH_AARCH64:-0}" = 1 ] && pkgs+=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user
-                                             libopenblas-openmp-dev:arm64 libdnnl-dev:arm64 libpcre2-dev:arm64
-                                             libcjson-dev:arm64)
+                                             libopenblas-openmp-dev:arm64 libpcre2-dev:arm64 libcjson-dev:arm64)
 missing=()
 # A bare name is ambiguous to dpkg once the arm64 instance of a library is installed too: the
 # native one is then asked for by name:arch.

@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 LOOM_WITH_AARCH64=1 scripts/install-deps.sh
 dir=build-aarch64
 cmake -S . -B "$dir" -DCMAKE_TOOLCHAIN_FILE=cmake/aarch64-linux-gnu.cmake -DCMAKE_BUILD_TYPE=Release \
-      -DLOOM_NATIVE=OFF -DLOOM_MPI=OFF >/dev/null
+      -DLOOM_NATIVE=OFF -DLOOM_MPI=OFF -DLOOM_DNNL=OFF >/dev/null
 cmake --build "$dir" -j "$(nproc)"
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
 # Under qemu, OpenMP threads that spin at barriers slow each other down badly (test_stories:

@@ -280,7 +280,8 @@ static int bench_latency(int argc, char **argv) {
     return rc;
 }
 
-/* sgemm at a prefill-like shape and a multi-threaded streaming read, best of a few runs. */
+/* OpenBLAS's sgemm and the linears' GEMM (oneDNN) at a prefill-like shape and a
+ * multi-threaded streaming read, best of a few runs. */
 static int bench_machine(int argc, char **argv) {
     int threads = 0;
     for (int i = 0; i < argc; i++) {
@@ -298,20 +299,24 @@ static int bench_machine(int argc, char **argv) {
           *c = aligned_alloc(64, (size_t)M * N * 4);
     for (size_t i = 0; i < (size_t)M * K; i++) a[i] = (float)(i % 7) * 0.1f;
     for (size_t i = 0; i < (size_t)N * K; i++) w[i] = (float)(i % 5) * 0.1f;
-    double best = 1e9;
-    for (int r = 0; r < 8; r++) {
-        double t0 = now();
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1, a, K, w, K, 0, c, N);
-        double t = now() - t0;
-        if (t < best) best = t;
+    for (int lib = 0; lib < 2; lib++) {
+        double best = 1e9;
+        for (int r = 0; r < 8; r++) {
+            double t0 = now();
+            if (lib) loom_gemm(M, N, K, a, w, c);
+            else cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1, a, K, w, K, 0, c, N);
+            double t = now() - t0;
+            if (t < best) best = t;
+        }
+        printf("%s %dx%dx%d: %.1f GFLOP/s (%d threads)\n", lib ? "linears' GEMM" : "sgemm (OpenBLAS)", M, N, K,
+               2.0 * M * N * K / best / 1e9, omp_get_max_threads());
     }
-    printf("sgemm %dx%dx%d: %.1f GFLOP/s (%d threads)\n", M, N, K, 2.0 * M * N * K / best / 1e9, omp_get_max_threads());
     free(a), free(w), free(c);
     size_t n = (size_t)1 << 28; /* 1 GiB of floats */
     float *buf = aligned_alloc(64, n * 4);
 #pragma omp parallel for
     for (size_t i = 0; i < n; i++) buf[i] = 1.0f;
-    best = 1e9;
+    double best = 1e9;
     volatile float sink = 0;
     for (int r = 0; r < 5; r++) {
         double t0 = now();

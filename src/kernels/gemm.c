@@ -9,15 +9,28 @@
  * alignment of its operands, which differ between the modes for the same product (a fused
  * collective hands over rows in its own buffers). TP, SP and async TP must agree bit for bit,
  * so x and y pass through contiguous, aligned per-thread copies unless they already are:
- * every mode then runs the very same primitive on the same layout. */
+ * every mode then runs the very same primitive on the same layout.
+ *
+ * A build without oneDNN (LOOM_DNNL off: the aarch64 cross build, whose arm64 oneDNN package
+ * cannot sit beside the amd64 one) runs every GEMM on OpenBLAS; this file is its one place. */
 #include <cblas.h>
+
+#include "kernels/kernels.h"
+
+static void sgemm(int m, int n, int k, const float *x, size_t ldx, const float *w, size_t ldw, float *y, size_t ldy) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, k, 1.0f, x, (int)ldx, w, (int)ldw, 0.0f, y, (int)ldy);
+}
+
+#if !defined(LOOM_DNNL)
+void gemm_f32(int m, int n, int k, const float *x, size_t ldx, const float *w, size_t ldw, float *y, size_t ldy) {
+    sgemm(m, n, k, x, ldx, w, ldw, y, ldy);
+}
+#else
 #include <dnnl.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include "kernels/kernels.h"
 
 typedef struct gemm_entry {
     int m, n, k;
@@ -114,7 +127,7 @@ void gemm_f32(int m, int n, int k, const float *x, size_t ldx, const float *w, s
     gemm_entry *e = engine ? entry_for(m, n, k, (size_t)k, ldw, (size_t)n) : NULL;
     if (e && !stream && dnnl_stream_create(&stream, engine, dnnl_stream_default_flags) != dnnl_success) stream = NULL;
     if (!e || !stream) {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, k, 1.0f, x, (int)ldx, w, (int)ldw, 0.0f, y, (int)ldy);
+        sgemm(m, n, k, x, ldx, w, ldw, y, ldy);
         return;
     }
     const float *xp = x;
@@ -129,9 +142,14 @@ void gemm_f32(int m, int n, int k, const float *x, size_t ldx, const float *w, s
     dnnl_memory_set_data_handle(e->y, yp);
     dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, e->x}, {DNNL_ARG_WEIGHTS, e->w}, {DNNL_ARG_DST, e->y}};
     if (dnnl_primitive_execute(e->p, stream, 3, args) != dnnl_success || dnnl_stream_wait(stream) != dnnl_success) {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, k, 1.0f, x, (int)ldx, w, (int)ldw, 0.0f, y, (int)ldy);
+        sgemm(m, n, k, x, ldx, w, ldw, y, ldy);
         return;
     }
     if (yp != y)
         for (int r = 0; r < m; r++) memcpy(y + (size_t)r * ldy, yp + (size_t)r * n, (size_t)n * sizeof *y);
+}
+#endif
+
+void loom_gemm(int m, int n, int k, const float *x, const float *w, float *y) {
+    gemm_f32(m, n, k, x, (size_t)k, w, (size_t)k, y, (size_t)n);
 }
