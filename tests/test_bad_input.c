@@ -107,6 +107,8 @@ static void expect(const char *what, const char *args, int want_rc, const char *
     free(msg);
 }
 
+#define BENCH "bench latency -m %s/m --input-len 3 --output-len 2 --batch-size 1 --num-iters 1 --num-iters-warmup 0"
+
 /* The case's config with quantization_config.key set to the JSON value v. */
 static void quant_config_set(const char *key, const char *v) {
     char path[1024];
@@ -122,9 +124,20 @@ static void quant_config_set(const char *key, const char *v) {
     cJSON_Delete(c);
 }
 
+/* The case's weights without `tensor` must fail naming it. */
+static void expect_missing(const cJSON *h, char *data, size_t dlen, const char *what, const char *tensor) {
+    cJSON *c = cJSON_Duplicate(h, 1);
+    cJSON_DeleteItemFromObject(c, tensor);
+    fresh_case(NULL);
+    write_modified(c, data, dlen);
+    char needle[300];
+    snprintf(needle, sizeof needle, "missing tensor '%s'", tensor);
+    expect(what, BENCH, 1, needle);
+    cJSON_Delete(c);
+}
+
 static void bad_quantized(void);
 
-#define BENCH "bench latency -m %s/m --input-len 3 --output-len 2 --batch-size 1 --num-iters 1 --num-iters-warmup 0"
 
 /* Broken copies of the GPTQ golden checkpoint (4-bit, groups of 32, act-order). */
 static void bad_quantized(void) {
@@ -152,12 +165,7 @@ static void bad_quantized(void) {
            "tensor 'model.layers.0.self_attn.q_proj.qweight' has shape [128, 16], expected [16, 128]");
     cJSON_Delete(c);
 
-    c = cJSON_Duplicate(h, 1);
-    cJSON_DeleteItemFromObject(c, "model.layers.1.mlp.down_proj.scales");
-    fresh_case(NULL);
-    write_modified(c, data, dlen);
-    expect("gptq: missing scales", BENCH, 1, "missing tensor 'model.layers.1.mlp.down_proj.scales'");
-    cJSON_Delete(c);
+    expect_missing(h, data, dlen, "gptq: missing scales", "model.layers.1.mlp.down_proj.scales");
 
     /* entry 5 of q_proj's g_idx set to 99, past its 4 groups */
     const cJSON *off = cJSON_GetObjectItem(cJSON_GetObjectItem(h, "model.layers.0.self_attn.q_proj.g_idx"), "data_offsets");
@@ -252,12 +260,7 @@ int main(void) {
     expect("safetensors: unsupported dtype", BENCH, 1, "'model.norm.weight': unsupported dtype 'F8_E4M3'");
     cJSON_Delete(c);
 
-    c = cJSON_Duplicate(h, 1);
-    cJSON_DeleteItemFromObject(c, "model.layers.1.mlp.down_proj.weight");
-    fresh_case(NULL);
-    write_modified(c, data, dlen);
-    expect("weights: missing tensor", BENCH, 1, "missing tensor 'model.layers.1.mlp.down_proj.weight'");
-    cJSON_Delete(c);
+    expect_missing(h, data, dlen, "weights: missing tensor", "model.layers.1.mlp.down_proj.weight");
 
     c = cJSON_Duplicate(h, 1);
     t = cJSON_GetObjectItem(c, "model.layers.0.mlp.up_proj.weight");
