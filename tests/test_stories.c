@@ -69,10 +69,10 @@ static void check_ids(void) {
     loom_model_free(m);
 }
 
-/* `prefix loom args` must print exactly the published story. */
-static void check_cli_text(const char *prefix, const char *args) {
+/* `prefix loom args` must print exactly the text of file `expected`. */
+static void check_cli_output(const char *prefix, const char *args, const char *expected) {
     size_t want_len, got_len;
-    char *want = slurp(EXPECTED ".txt", &want_len);
+    char *want = slurp(expected, &want_len);
     char cmd[2048];
     snprintf(cmd, sizeof cmd, "%s %s %s > /tmp/loom-stories-%d.txt", prefix, LOOM_BIN, args, (int)getpid());
     CHECK(system(cmd) == 0, "%s failed", cmd);
@@ -80,11 +80,14 @@ static void check_cli_text(const char *prefix, const char *args) {
     char *got = slurp(cmd, &got_len);
     remove(cmd);
     CHECK(want && got && got_len == want_len && !memcmp(got, want, want_len),
-          "`%s loom %s` output differs from the published story:\n--- got (%zu bytes)\n%s\n--- want (%zu bytes)\n%s",
-          prefix, args, got_len, got ? got : "", want_len, want ? want : "");
+          "`%s loom %s` output differs from %s:\n--- got (%zu bytes)\n%s\n--- want (%zu bytes)\n%s", prefix, args,
+          expected, got_len, got ? got : "", want_len, want ? want : "");
     free(want);
     free(got);
 }
+
+/* `prefix loom args` must print exactly the published story. */
+static void check_cli_text(const char *prefix, const char *args) { check_cli_output(prefix, args, EXPECTED ".txt"); }
 
 /* `loom verify` on the trained model (its tokenizer's prompts, lengths not multiples of the
  * ranks, 16 greedy steps each): SP and async TP must be bit-identical to TP at tp = 2 and 4. */
@@ -109,6 +112,10 @@ int main(void) {
     /* weights quantized at load to int8 per channel (the LM head stays float) keep the story */
     check_cli_text("", "run -q int8");
     check_cli_text("", "run -q int8 -tp 2 --enable-async-tp");
+    /* a completion continues its prompt: its first piece keeps the space transformers' decode of
+     * prompt + completion gives it */
+    check_cli_output("", "run -p 'The robot' -n 8",
+                     LOOM_SOURCE_DIR "/tests/data/stories260K/prompt_the_robot_8tokens.txt");
     if (mpi_available("test_stories")) {
         check_cli_text(MPIRUN " -np 2", "run --backend mpi");
         check_cli_text(MPIRUN " -np 2", "run --backend mpi --enable-sequence-parallel");

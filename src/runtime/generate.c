@@ -50,6 +50,11 @@ int loom_generate(loom_engine *e, const int32_t *prompt, int n_prompt, int max_n
     tok_decoder_init(&dec);
     size_t cap = e->model->tok ? tokenizer_decode_cap(e->model->tok) + 1 : 1;
     char *piece = malloc(cap);
+    /* The decoder reads the prompt first, its text dropped: the completion then continues it
+     * (a SentencePiece "▁was" after "The robot" keeps its space, which a decoder starting on
+     * the completion strips), so prompt + completion is the decode of all the ids. */
+    for (int i = 0; e->model->tok && i < n_prompt; i++)
+        tokenizer_decode_next(e->model->tok, &dec, prompt[i], piece, cap - 1);
     loom_engine_reset_seq(e, 0);
     const float *logits;
     int32_t *pos = malloc(e->max_tokens * sizeof *pos), *seq = calloc(e->max_tokens, sizeof *seq);
