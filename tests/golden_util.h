@@ -14,11 +14,10 @@
 #include "model/safetensors.h"
 
 /* The quantized checkpoints (tests/golden/make_quant_golden.py): GPTQ, AWQ and
- * compressed-tensors, each on a Llama, a Qwen2 with biases and (GPTQ, compressed-tensors) a
- * mixture of experts; every sharded dimension divides by 4 in whole groups and packed units. */
+ * compressed-tensors, each on a Llama, a Qwen2 with biases and a mixture of experts; every sharded dimension divides by 4 in whole groups and packed units. */
 #define QUANTIZED_CASES                                                                             \
-    "gptq_llama", "gptq_qwen2", "gptq_mixtral", "awq_llama", "awq_qwen2", "ct_llama", "ct_qwen2", \
-        "ct_mixtral"
+    "gptq_llama", "gptq_qwen2", "gptq_mixtral", "awq_llama", "awq_qwen2", "awq_mixtral", "ct_llama", \
+        "ct_qwen2", "ct_mixtral"
 
 typedef struct golden {
     st_file f;

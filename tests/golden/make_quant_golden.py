@@ -67,6 +67,7 @@ CASES = {
     "ct_llama": ("llama", "ct-pack", dict(bits=4, group=32, sym=False, act_order=False)),
     "ct_qwen2": ("qwen2", "ct-pack", dict(bits=8, group=0, sym=True, act_order=False)),
     "ct_mixtral": ("mixtral", "ct-int", dict(bits=8, group=0, sym=True, act_order=False)),
+    "awq_mixtral": ("mixtral", "awq", dict(bits=4, group=32)),  # last: each case's seed is its index
 }
 
 # transformers' KV-cache path against its own full forward (a check of the reference, not of
