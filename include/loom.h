@@ -28,7 +28,7 @@ typedef struct loom_model_options {
     const char *dtype;   /* "auto" (as stored; f16 widened to f32), "float32", "bfloat16" */
     const char *quantization; /* quantize float linears at load: NULL/"none", "int8", "int4" */
     int quant_group;     /* columns per scale for it (0: per channel for int8, 128 for int4) */
-    bool quantize_lm_head; /* the LM head too (int8 per channel); else it stays float */
+    bool quantize_lm_head; /* the LM head and embedding table too (int8 per channel); else float */
     bool progress;       /* print a progress line on stderr while loading */
     bool load_tokenizer; /* read tokenizer.json (needed for text in/out) */
 } loom_model_options;

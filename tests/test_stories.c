@@ -103,6 +103,7 @@ int main(void) {
     check_verify(2, "");
     check_verify(4, "");
     check_verify(2, "-q int8");
+    check_verify(2, "-q int8 --quantize-lm-head");
     check_ids();
     check_cli_text("", "");
     check_cli_text("", "run -tp 2");

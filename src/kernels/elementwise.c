@@ -2,10 +2,12 @@
  * residual add, scaling, sigmoid gating, embedding lookup. The loops over rows are here; the
  * loop over a row's columns is the CPU variant's (cpu/variant.c). */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cpu/cpu.h"
 #include "kernels/kernels.h"
+#include "quant/quant.h"
 
 /* o = x / sqrt(ss / n + eps) * weight, for one row's cols columns */
 static void rms_apply(const float *x, float ss, int n, int cols, const float *weight, float eps, float *o) {
@@ -55,12 +57,29 @@ void scale_rows(const float *a, size_t lda, float s, float *out, size_t ldo, int
     for (int r = 0; r < rows; r++) cpu()->scale(a + (size_t)r * lda, s, out + (size_t)r * ldo, cols);
 }
 
+/* Row `id` of a quantized table, dequantized into o (through the packed order, if any). */
+static void embed_quantized(const wmat *t, int id, float *o) {
+    static _Thread_local float *row;
+    static _Thread_local int cap;
+    const qlayout *q = t->q;
+    if (q->kp > cap) {
+        free(row);
+        row = malloc((size_t)q->kp * sizeof *row);
+        cap = q->kp;
+    }
+    cpu()->dequant_q((const uint8_t *)t->data + (size_t)id * t->ld, q, q->sz + (size_t)id * q->n_groups * 2, row);
+    for (int p = 0; p < q->kp; p++)
+        if (!q->col_of || q->col_of[p] >= 0) o[q->col_of ? q->col_of[p] : p] = row[p];
+}
+
 void embed_rows(const wmat *table, int v0, const int32_t *ids, int rows, float *out, size_t ldo) {
     for (int r = 0; r < rows; r++) {
         float *o = out + (size_t)r * ldo;
         int id = ids[r] - v0;
         if (id < 0 || id >= table->rows) {
             memset(o, 0, table->cols * sizeof *o);
+        } else if (table->q) {
+            embed_quantized(table, id, o);
         } else if (table->dt == DT_F32) {
             memcpy(o, (const float *)table->data + (size_t)id * table->ld, table->cols * sizeof *o);
         } else {

@@ -22,7 +22,7 @@ enum weight_dtype { WDT_AUTO, WDT_F32, WDT_BF16 }; /* what float linears are kep
 typedef struct quant_scheme {
     int bits;  /* 0: float weights as stored */
     int group; /* columns per scale; 0: one per output channel */
-    bool head; /* the LM head too, at 8 bits per channel */
+    bool head; /* the LM head and embedding table too, at 8 bits per channel */
 } quant_scheme;
 
 /* A matrix made at load (quantized), kept so that a second plan over the same slices (the

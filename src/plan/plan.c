@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "plan/plan_impl.h"
+#include "quant/quant.h"
 #include "util/err.h"
 
 static const char *step_names[] = {"op",         "all_reduce",           "all_gather (vocab)",   "reduce_scatter",
@@ -136,10 +137,15 @@ static int bind_op(plan *p, plan_step *s, const module *m, const op *o, int widt
     switch (o->kind) {
     case OP_LINEAR: return shard_bind_linear(p, s, o->lin, width, m, ws, err);
     case OP_EMBED: {
+        /* quantized like the LM head where that is (a tied head is then the same matrix) */
         const linear_part *pt = &o->lin->parts[0];
+        quant_scheme q = shard_scheme(p, PAR_VOCAB);
+        int shape[2] = {pt->out, o->lin->in}, width = p->vocab_width[p->o.rank];
         s->vocab0 = p->vocab_col0[p->o.rank];
-        if (ws && weights_get(ws, pt->weight, pt->out, o->lin->in, s->vocab0, p->vocab_width[p->o.rank], 0, 0, false,
-                              1.0f, &s->w[0], err))
+        if (ws && (q.bits ? quant_online(ws, &q, pt->weight, 2, shape, o->lin->in, s->vocab0, width, 0, o->lin->in, 1.0f,
+                                         &s->w[0], err)
+                          : weights_get(ws, pt->weight, pt->out, o->lin->in, s->vocab0, width, 0, 0, false, 1.0f,
+                                        &s->w[0], err)))
             return loom_err_prefix(err, "%s", m->name);
         return o->lin->in;
     }

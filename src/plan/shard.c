@@ -45,10 +45,11 @@ static int shard_rows(const plan *p, const linear_part *pt, const module *m, int
 static float linear_init(int in) { return sqrtf(3.0f / (float)in); }
 
 /* The scheme a linear is quantized to at load: every sharded linear and expert takes
- * --quantization's; replicated linears (routers, gates: tiny) stay float, and so does the LM
- * head unless asked (--quantize-lm-head: 8 bits per channel, as llama.cpp keeps its output
- * layer wider than a 4-bit body), since the logits feel its error directly: on stories260K
- * an int8 head alone moves greedy decoding off the published story at token 61. */
+ * --quantization's; replicated linears (routers, gates: tiny) stay float, and so do the LM
+ * head and the embedding table (PAR_VOCAB) unless asked (--quantize-lm-head: 8 bits per
+ * channel, as llama.cpp keeps its output layer wider than a 4-bit body), since the logits feel
+ * the head's error directly: on stories260K an int8 head alone moves greedy decoding off the
+ * published story at token 61. */
 quant_scheme shard_scheme(const plan *p, par_style style) {
     if (!p->o.quant.bits || style == PAR_REPLICATED) return (quant_scheme){0};
     if (style == PAR_VOCAB) return p->o.quant.head ? (quant_scheme){8, 0, true} : (quant_scheme){0};
