@@ -193,10 +193,10 @@ typedef struct loom_cpu_info {
     char runnable[128];  /* every variant this CPU runs, best first (filled even on failure) */
 } loom_cpu_info;
 int loom_cpu_get_info(loom_cpu_info *info, loom_err *err);
-/* The chosen variant's sum of squares of x[0..n): `loom bench machine` streams memory through it. */
 /* y[m, n] = x[m, k] @ w[n, k]^T (contiguous rows) through the GEMM loom's linears run (oneDNN,
  * or OpenBLAS in a build without it), for `loom bench machine`. */
 void loom_gemm(int m, int n, int k, const float *x, const float *w, float *y);
+/* The chosen variant's sum of squares of x[0..n): `loom bench machine` streams memory through it. */
 float loom_cpu_sum_squares(const float *x, int n);
 
 #ifdef __cplusplus

@@ -2,7 +2,6 @@
  * residual add, scaling, sigmoid gating, embedding lookup. The loops over rows are here; the
  * loop over a row's columns is the CPU variant's (cpu/variant.c). */
 #include <math.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "cpu/cpu.h"
@@ -59,14 +58,9 @@ void scale_rows(const float *a, size_t lda, float s, float *out, size_t ldo, int
 
 /* Row `id` of a quantized table, dequantized into o (through the packed order, if any). */
 static void embed_quantized(const wmat *t, int id, float *o) {
-    static _Thread_local float *row;
-    static _Thread_local int cap;
+    static _Thread_local fbuf buf;
     const qlayout *q = t->q;
-    if (q->kp > cap) {
-        free(row);
-        row = malloc((size_t)q->kp * sizeof *row);
-        cap = q->kp;
-    }
+    float *row = fbuf_get(&buf, (size_t)q->kp);
     cpu()->dequant_q((const uint8_t *)t->data + (size_t)id * t->ld, q, q->sz + (size_t)id * q->n_groups * 2, row);
     for (int p = 0; p < q->kp; p++)
         if (!q->col_of || q->col_of[p] >= 0) o[q->col_of ? q->col_of[p] : p] = row[p];

@@ -107,22 +107,11 @@ static gemm_entry *entry_for(int m, int n, int k, size_t ldx, size_t ldw, size_t
     return victim;
 }
 
-/* A per-thread buffer of at least n floats, 64-byte aligned, grown once. */
-static float *scratch(float **p, size_t *cap, size_t n) {
-    if (n > *cap) {
-        free(*p);
-        *p = aligned_alloc(64, (n * sizeof **p + 63) / 64 * 64);
-        *cap = n;
-    }
-    return *p;
-}
-
 static bool packed(const float *p, size_t ld, int cols) { return ld == (size_t)cols && (uintptr_t)p % 64 == 0; }
 
 void gemm_f32(int m, int n, int k, const float *x, size_t ldx, const float *w, size_t ldw, float *y, size_t ldy) {
     static _Thread_local dnnl_stream_t stream; /* a stream serves one thread at a time */
-    static _Thread_local float *xs, *ys;
-    static _Thread_local size_t xcap, ycap;
+    static _Thread_local fbuf xs, ys;
     pthread_once(&engine_once, engine_init);
     gemm_entry *e = engine ? entry_for(m, n, k, (size_t)k, ldw, (size_t)n) : NULL;
     if (e && !stream && dnnl_stream_create(&stream, engine, dnnl_stream_default_flags) != dnnl_success) stream = NULL;
@@ -132,11 +121,11 @@ void gemm_f32(int m, int n, int k, const float *x, size_t ldx, const float *w, s
     }
     const float *xp = x;
     if (!packed(x, ldx, k)) {
-        float *c = scratch(&xs, &xcap, (size_t)m * k);
+        float *c = fbuf_get(&xs, (size_t)m * k);
         for (int r = 0; r < m; r++) memcpy(c + (size_t)r * k, x + (size_t)r * ldx, (size_t)k * sizeof *c);
         xp = c;
     }
-    float *yp = packed(y, ldy, n) ? y : scratch(&ys, &ycap, (size_t)m * n);
+    float *yp = packed(y, ldy, n) ? y : fbuf_get(&ys, (size_t)m * n);
     dnnl_memory_set_data_handle(e->x, (void *)xp);
     dnnl_memory_set_data_handle(e->w, (void *)w);
     dnnl_memory_set_data_handle(e->y, yp);

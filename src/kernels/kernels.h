@@ -2,8 +2,26 @@
  * floats. GEMMs go to the BLAS; the rest are OpenMP loops. */
 #ifndef LOOM_KERNELS_H
 #define LOOM_KERNELS_H
+#include <stdlib.h>
+
 #include "model/config.h"
 #include "model/weights.h"
+
+/* A float buffer grown once, 64-byte aligned: kept per thread (_Thread_local) by the kernels
+ * that need scratch, so steady-state calls allocate nothing. The worker threads of a parallel
+ * loop have their own, empty, thread-locals: callers hand the pointer to them. */
+typedef struct fbuf {
+    float *p;
+    size_t cap;
+} fbuf;
+static inline float *fbuf_get(fbuf *b, size_t floats) {
+    if (floats > b->cap) {
+        free(b->p);
+        b->p = aligned_alloc(64, (floats * sizeof *b->p + 63) / 64 * 64);
+        b->cap = floats;
+    }
+    return b->p;
+}
 
 /* y[m, n] = x[m, k] @ w[n, k]^T, row-major with leading dimensions (gemm.c). */
 void gemm_f32(int m, int n, int k, const float *x, size_t ldx, const float *w, size_t ldw, float *y, size_t ldy);

@@ -1,6 +1,6 @@
 /* Linear layers y = x W^T. Many rows (prefill) are compute bound: f32 weights go straight to
- * sgemm; bf16 and quantized weights are widened (dequantized) panel by panel into a scratch
- * buffer for sgemm, the conversion amortised over the rows. Few rows (decode) are memory
+ * the GEMM (gemm.c); bf16 and quantized weights are widened (dequantized) panel by panel into
+ * a scratch buffer for it, the conversion amortised over the rows. Few rows (decode) are memory
  * bound: a fused kernel streams each weight row once, widening in registers, so bf16 moves
  * half the bytes of f32 and 4-bit weights an eighth. A quantized matrix's columns may be in a
  * packed order (quant/quant.h); the input is then gathered into that order first. */
@@ -17,33 +17,16 @@
  * a modest scratch for any width */
 #define PANEL_BYTES ((size_t)8 << 20)
 
-/* A scratch buffer per calling thread, grown once: steady-state calls allocate nothing. (The
- * worker threads of a parallel loop have their own, empty, thread-locals: callers hand the
- * pointer to them.) */
-typedef struct scratch {
-    float *p;
-    size_t cap;
-} scratch;
-
-static float *scratch_get(scratch *s, size_t floats) {
-    if (floats > s->cap) {
-        free(s->p);
-        s->p = aligned_alloc(64, floats * sizeof *s->p);
-        s->cap = floats;
-    }
-    return s->p;
-}
-
 /* The columns a row of w's kernels reads: its packed columns when quantized. */
 static int kernel_cols(const wmat *w) { return w->q ? w->q->kp : w->cols; }
 
 /* x's m rows in w's packed column order (zero where a packed column is padding), or x itself
  * when w's columns are in input order. */
 static const float *packed_input(const float *x, size_t *ldx, int m, const wmat *w) {
-    static _Thread_local scratch gathered;
+    static _Thread_local fbuf gathered;
     if (!w->q || !w->q->col_of) return x;
     int kp = w->q->kp;
-    float *g = scratch_get(&gathered, (size_t)m * kp);
+    float *g = fbuf_get(&gathered, (size_t)m * kp);
     const int32_t *col_of = w->q->col_of;
     for (int r = 0; r < m; r++)
         for (int p = 0; p < kp; p++) g[(size_t)r * kp + p] = col_of[p] >= 0 ? x[(size_t)r * *ldx + col_of[p]] : 0.0f;
@@ -79,11 +62,11 @@ static void widen_row(const cpu_kernels *k, const wmat *w, int n, float *dst) {
 /* Rows in chunks of `chunk`, each its own sgemm (see linear_chunked); a panel of bf16 or
  * quantized weights is widened once for all of them. */
 static void linear_panels(const float *x, size_t ldx, int m, int chunk, const wmat *w, float *y, size_t ldy) {
-    static _Thread_local scratch panel;
+    static _Thread_local fbuf panel;
     int cols = kernel_cols(w);
     int rows = (int)(PANEL_BYTES / sizeof(float) / (size_t)cols);
     if (rows < 16) rows = 16;
-    float *pn = scratch_get(&panel, (size_t)rows * cols);
+    float *pn = fbuf_get(&panel, (size_t)rows * cols);
     x = packed_input(x, &ldx, m, w);
     const cpu_kernels *k = cpu();
     for (int n0 = 0; n0 < w->rows; n0 += rows) {

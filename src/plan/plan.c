@@ -7,7 +7,6 @@
 #include <unistd.h>
 
 #include "plan/plan_impl.h"
-#include "quant/quant.h"
 #include "util/err.h"
 
 static const char *step_names[] = {"op",         "all_reduce",           "all_gather (vocab)",   "reduce_scatter",
@@ -136,19 +135,7 @@ static int complete_partial(plan *p, const module *m, const op *o, int v, loom_e
 static int bind_op(plan *p, plan_step *s, const module *m, const op *o, int width, weight_store *ws, loom_err *err) {
     switch (o->kind) {
     case OP_LINEAR: return shard_bind_linear(p, s, o->lin, width, m, ws, err);
-    case OP_EMBED: {
-        /* quantized like the LM head where that is (a tied head is then the same matrix) */
-        const linear_part *pt = &o->lin->parts[0];
-        quant_scheme q = shard_scheme(p, PAR_VOCAB);
-        int shape[2] = {pt->out, o->lin->in}, width = p->vocab_width[p->o.rank];
-        s->vocab0 = p->vocab_col0[p->o.rank];
-        if (ws && (q.bits ? quant_online(ws, &q, pt->weight, 2, shape, o->lin->in, s->vocab0, width, 0, o->lin->in, 1.0f,
-                                         &s->w[0], err)
-                          : weights_get(ws, pt->weight, pt->out, o->lin->in, s->vocab0, width, 0, 0, false, 1.0f,
-                                        &s->w[0], err)))
-            return loom_err_prefix(err, "%s", m->name);
-        return o->lin->in;
-    }
+    case OP_EMBED: return shard_bind_embed(p, s, &o->lin->parts[0], o->lin->in, m, ws, err);
     case OP_ATTENTION: {
         const attn_desc *a = &o->attn;
         int kv = a->n_kv_heads >= p->o.tp ? a->n_kv_heads / p->o.tp : 1, h = a->n_heads / p->o.tp;

@@ -56,9 +56,23 @@ quant_scheme shard_scheme(const plan *p, par_style style) {
     return p->o.quant;
 }
 
-/* Rows [r0, r0+nr) x columns [c0, c0+nc) of linear weight `name` (ndim dimensions `shape`,
- * read as [rows, cols]): quantized at load where the scheme says, else as stored. A split
- * that cuts a quantization group is refused here, before any weight is read (ws NULL). */
+/* Rows [r0, r0+nr) x columns [c0, c0+nc) of float tensor `name` (ndim dimensions `shape`, read
+ * as [rows, cols]): quantized at load where the scheme for its style says, else as stored
+ * (dummy values of scale `init`). A split that cuts a quantization group is refused here,
+ * before any weight is read (ws NULL). */
+static int bind_stored(const plan *p, weight_store *ws, par_style style, const char *name, int ndim, const int *shape,
+                       int cols, int r0, int nr, int c0, int nc, float init, wmat *out, loom_err *err) {
+    quant_scheme q = shard_scheme(p, style);
+    if (q.bits && quant_check_split(&q, name, cols, c0, nc, err)) return -1;
+    if (!ws) return 0;
+    if (q.bits) return quant_online(ws, &q, name, ndim, shape, cols, r0, nr, c0, nc, init, out, err);
+    if (ndim == 2) return weights_get(ws, name, shape[0], cols, r0, nr, c0, nc, false, init, out, err);
+    return weights_get_expert(ws, name, shape[0], r0 / shape[1], shape[1], cols, r0 % shape[1], nr, c0, nc, init, out,
+                              err);
+}
+
+/* A linear weight's slice: read from a quantized checkpoint where it stores this linear
+ * quantized, else as bind_stored gives it. */
 static int bind_weight(const plan *p, weight_store *ws, par_style style, const char *name, int ndim, const int *shape,
                        int cols, int r0, int nr, int c0, int nc, wmat *out, loom_err *err) {
     const quant_config *cq = p->o.checkpoint;
@@ -68,13 +82,7 @@ static int bind_weight(const plan *p, weight_store *ws, par_style style, const c
         if (ws && quant_checkpoint_has(ws, cq, name))
             return quant_checkpoint_get(ws, cq, name, shape[0], cols, r0, nr, c0, nc, out, err);
     }
-    quant_scheme q = shard_scheme(p, style);
-    if (q.bits && quant_check_split(&q, name, cols, c0, nc, err)) return -1;
-    if (!ws) return 0;
-    if (q.bits) return quant_online(ws, &q, name, ndim, shape, cols, r0, nr, c0, nc, linear_init(cols), out, err);
-    if (ndim == 2) return weights_get(ws, name, shape[0], cols, r0, nr, c0, nc, false, linear_init(cols), out, err);
-    return weights_get_expert(ws, name, shape[0], r0 / shape[1], shape[1], cols, r0 % shape[1], nr, c0, nc,
-                              linear_init(cols), out, err);
+    return bind_stored(p, ws, style, name, ndim, shape, cols, r0, nr, c0, nc, linear_init(cols), out, err);
 }
 
 int shard_bind_linear(plan *p, plan_step *s, const linear_desc *l, int in_width, const module *m, weight_store *ws,
@@ -151,6 +159,17 @@ int shard_bind_moe(plan *p, plan_step *s, const moe_desc *d, const module *m, we
         if (!ws) break; /* the split checks are the same for every expert */
     }
     return H;
+}
+
+int shard_bind_embed(plan *p, plan_step *s, const linear_part *table, int hidden, const module *m, weight_store *ws,
+                     loom_err *err) {
+    int shape[2] = {table->out, hidden};
+    s->vocab0 = p->vocab_col0[p->o.rank];
+    /* quantized like the LM head where that is (a tied head is then the same matrix) */
+    if (bind_stored(p, ws, PAR_VOCAB, table->weight, 2, shape, hidden, s->vocab0, p->vocab_width[p->o.rank], 0, hidden,
+                    1.0f, &s->w[0], err))
+        return loom_err_prefix(err, "%s", m->name);
+    return hidden;
 }
 
 /* Vocabulary shards: ceil(V / tp) rows each, the last rank the rest. */

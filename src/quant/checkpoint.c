@@ -170,8 +170,8 @@ static int ckpt_row(void *ctx, int r, uint8_t *codes, float *scale, float *zero,
         default: codes[c] = (uint8_t)(((const int8_t *)k->w->data)[(size_t)o * cols + i] + mid); break;
         }
     }
+    bool by_group_rows = q->format == QF_GPTQ || q->format == QF_AWQ; /* scales [groups, out] vs [out, groups] */
     for (int g = 0; g < k->groups; g++) {
-        bool by_group_rows = q->format == QF_GPTQ || q->format == QF_AWQ; /* [groups, out] vs [out, groups] */
         scale[g] = real(k->s, by_group_rows ? (size_t)g * rows + o : (size_t)o * k->groups + g);
         if (!isfinite(scale[g]))
             return loom_errf(err, "scale of output %d, group %d is not finite", o, g);
