@@ -124,6 +124,8 @@ typedef struct loom_launch_options {
     bool isolate;         /* shm: fork even a single rank, leaving this process untouched */
     bool mpi_progress;    /* mpi: a progress thread in the transport, which async TP's transfers
                              need to overlap its GEMMs and which slows plain collectives */
+    bool forward_signals; /* shm: SIGTERM and SIGINT to the launcher go to rank 0 (which then
+                             stops the job itself, as `loom serve` drains) instead of ending it */
 } loom_launch_options;
 int loom_launch(const loom_launch_options *o, loom_rank_fn fn, void *arg, loom_err *err);
 int loom_comm_rank(const loom_comm *c);

@@ -6,10 +6,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 "$PWD/scripts/install-deps.sh"
 dir=build
-args=(-DCMAKE_BUILD_TYPE=Release -DLOOM_NATIVE="${LOOM_NATIVE:-OFF}")
+args=(-DCMAKE_BUILD_TYPE=Release -DLOOM_NATIVE="${LOOM_NATIVE:-OFF}" -DLOOM_TEST_PYTHON="${LOOM_TEST_PYTHON:-}")
 if [ "${1:-}" = --sanitize ]; then
   dir=build-asan
-  args=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DLOOM_SANITIZE=ON -DLOOM_NATIVE="${LOOM_NATIVE:-OFF}")
+  args=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DLOOM_SANITIZE=ON -DLOOM_NATIVE="${LOOM_NATIVE:-OFF}"
+        -DLOOM_TEST_PYTHON="${LOOM_TEST_PYTHON:-}")
 fi
 cmake -S . -B "$dir" "${args[@]}" >/dev/null
 cmake --build "$dir" -j "$(nproc)"

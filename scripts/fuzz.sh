@@ -6,8 +6,8 @@ cd "$(dirname "$0")/.."
 secs=${1:-60}
 LOOM_WITH_FUZZ=1 scripts/install-deps.sh
 cmake -S . -B build-fuzz -DCMAKE_C_COMPILER=clang -DLOOM_FUZZ=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-cmake --build build-fuzz -j "$(nproc)" --target fuzz_safetensors fuzz_config fuzz_tokenizer fuzz_quant
-for t in safetensors config tokenizer quant; do
+cmake --build build-fuzz -j "$(nproc)" --target fuzz_safetensors fuzz_config fuzz_tokenizer fuzz_quant fuzz_request fuzz_template
+for t in safetensors config tokenizer quant request template; do
   corpus=build-fuzz/corpus-$t
   mkdir -p "$corpus"
   case $t in
@@ -18,6 +18,14 @@ for t in safetensors config tokenizer quant; do
               cp "$f" "$corpus/$(echo "$f" | tr / _)"; done ;;
     tokenizer) cp models/stories260K/tokenizer.json "$corpus/stories.json" ;;
     quant) cp fuzz/seeds/quant-*.safetensors "$corpus/" ;;
+    template) # each published template, a NUL, then one of its cases' contexts
+      for d in tests/data/templates/*/; do
+        [ -f "$d/template.jinja" ] || continue
+        python3 -c 'import json, sys; print(json.dumps(json.load(open(sys.argv[1]))[-1]["context"]), end="")' "$d/cases.json" >"$corpus/ctx.json"
+        { cat "$d/template.jinja"; printf '\0'; cat "$corpus/ctx.json"; } >"$corpus/$(basename "$d")"
+      done
+      rm -f "$corpus/ctx.json" ;;
+    request) cp fuzz/seeds/request-*.bin "$corpus/" ;;
   esac
   echo "fuzz_$t: ${secs}s"
   if ! (cd build-fuzz && ./fuzz_$t -max_total_time="$secs" -max_len=65536 -rss_limit_mb=4096 "corpus-$t" > "fuzz-$t.log" 2>&1); then

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian packages loom builds and tests with. Idempotent; run as root (or with sudo).
 set -euo pipefail
-pkgs=(cmake gcc make pkg-config libopenblas-openmp-dev libdnnl-dev libpcre2-dev libcjson-dev libopenmpi-dev openmpi-bin)
+pkgs=(cmake gcc make pkg-config libopenblas-openmp-dev libdnnl-dev libpcre2-dev libcjson-dev libmicrohttpd-dev libopenmpi-dev openmpi-bin
+      python3 python3-venv)
 [ "${LOOM_WITH_FUZZ:-0}" = 1 ] && pkgs+=(clang libclang-rt-14-dev libomp-14-dev)
 # The aarch64 cross build (scripts/test-aarch64.sh): cross gcc, qemu, and the arm64 multiarch
 # libraries it links. Not libopenmpi-dev:arm64: it conflicts with the amd64 libopenmpi-dev
@@ -9,7 +10,8 @@ pkgs=(cmake gcc make pkg-config libopenblas-openmp-dev libdnnl-dev libpcre2-dev 
 # no MPI (-DLOOM_MPI=OFF). Nor libdnnl-dev:arm64: its dnnl_config.h differs from the amd64
 # one's at the same path, so that build runs its GEMMs on OpenBLAS (-DLOOM_DNNL=OFF).
 [ "${LOOM_WITH_AARCH64:-0}" = 1 ] && pkgs+=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user
-                                             libopenblas-openmp-dev:arm64 libpcre2-dev:arm64 libcjson-dev:arm64)
+                                             libopenblas-openmp-dev:arm64 libpcre2-dev:arm64 libcjson-dev:arm64
+                                             libmicrohttpd-dev:arm64)
 missing=()
 # A bare name is ambiguous to dpkg once the arm64 instance of a library is installed too: the
 # native one is then asked for by name:arch.

@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "check.h"
+#include "check_json.h"
 #include "text/tokenizer.h"
 #include "util/file.h"
 
@@ -22,16 +23,6 @@ static double now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static cJSON *read_json(const char *path) {
-    loom_err err = {{0}};
-    char *s = file_read_all(path, NULL, &err);
-    CHECK(s, "%s", err.msg);
-    cJSON *j = s ? cJSON_Parse(s) : NULL;
-    free(s);
-    CHECK(j, "%s: not JSON", path);
-    return j;
 }
 
 static tokenizer *load_timed(const char *path) {

@@ -275,7 +275,7 @@ static int bench_latency(int argc, char **argv) {
                      .eo = {.max_seqs = o.batch, .max_ctx = o.input_len + o.output_len, .max_tokens = chunk,
                             .threads = o.c.threads, .sequence_parallel = o.c.sp, .async_tp = o.c.async_tp,
                             .sp_min_tokens = o.c.sp_min_tokens}};
-    int rc = cli_launch(&o.c, m, &j.eo, latency_rank, &j);
+    int rc = cli_launch(&o.c, m, &j.eo, 0, latency_rank, &j);
     loom_model_free(m);
     return rc;
 }

@@ -84,15 +84,18 @@ loom_model *cli_load_model(cli_common *c, bool tokenizer) {
     return m;
 }
 
-int cli_launch(const cli_common *c, const loom_model *m, const loom_engine_options *eo, loom_rank_fn fn, void *arg) {
+int cli_launch(const cli_common *c, const loom_model *m, const loom_engine_options *eo, size_t min_slot_bytes,
+               loom_rank_fn fn, void *arg) {
     loom_err err = {{0}};
     if (c->tp > 1 && loom_check_sharding(m, c->tp, c->sp, &err)) {
         fprintf(stderr, "loom: %s\n", err.msg);
         return 1;
     }
+    size_t slot = loom_comm_slot_bytes(m, c->tp > 0 ? c->tp : 1, eo);
     loom_launch_options lo = {.tp = c->tp, .backend = c->backend, .timeout_s = c->comm_timeout, .spin = c->comm_spin,
                               .isolate = c->isolate, .mpi_progress = eo->async_tp,
-                              .slot_bytes = loom_comm_slot_bytes(m, c->tp > 0 ? c->tp : 1, eo)};
+                              .slot_bytes = slot > min_slot_bytes ? slot : min_slot_bytes,
+                              .forward_signals = min_slot_bytes > 0};
     int rc = loom_launch(&lo, fn, arg, &err);
     if (rc && err.msg[0]) fprintf(stderr, "loom: %s\n", err.msg);
     return rc;

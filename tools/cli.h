@@ -40,8 +40,10 @@ const char *cli_value(int argc, char **argv, int *i);
 /* Loads -m (or the embedded model); settles flags that depend on each other first. */
 loom_model *cli_load_model(cli_common *c, bool tokenizer);
 /* Checks that the model shards across the ranks asked for, starts them and runs fn in each
- * (fn fills eo->comm from its argument before building an engine). Returns the exit status. */
-int cli_launch(const cli_common *c, const loom_model *m, const loom_engine_options *eo, loom_rank_fn fn, void *arg);
+ * (fn fills eo->comm from its argument before building an engine); the shm slots hold at
+ * least min_slot_bytes (what the command itself sends). Returns the exit status. */
+int cli_launch(const cli_common *c, const loom_model *m, const loom_engine_options *eo, size_t min_slot_bytes,
+               loom_rank_fn fn, void *arg);
 /* This rank's engine from the job's options (eo with comm filled in); prints the error as
  * "loom CMD: ..." and returns NULL on failure. */
 loom_engine *cli_rank_engine(const char *cmd, loom_comm *comm, loom_model *m, const loom_engine_options *eo);
@@ -53,5 +55,6 @@ int cli_print_cpu(const char *cmd, FILE *f);
 int cli_bench(int argc, char **argv);
 int cli_plan(int argc, char **argv);
 int cli_verify(int argc, char **argv);
+int cli_serve(int argc, char **argv);
 
 #endif

@@ -14,6 +14,7 @@ static void usage(FILE *f) {
           "  bench machine  sgemm rate and memory bandwidth of this machine\n"
           "  plan           print the module tree and the execution plan (regions and verdicts with -sp)\n"
           "  verify         run tp=1, TP and TP+SP on the same prompts and compare them (needs -tp N)\n"
+          "  serve          OpenAI-compatible HTTP server with continuous batching (see serve options)\n"
           "common options:\n"
           "  -m, --model PATH          Hugging Face folder (or config.json with --load-format dummy)\n"
           "  --load-format auto|dummy  dummy: real shapes, seeded random weights\n"
@@ -39,7 +40,16 @@ static void usage(FILE *f) {
           "  --temp T                  temperature (default 0: greedy)\n"
           "  --top-k K, --top-p P      sampling filters (default off)\n"
           "  --ignore-eos              do not stop at EOS\n"
-          "  -v, --verbose             print the timing summary on stderr\n",
+          "  -v, --verbose             print the timing summary on stderr\n"
+          "serve options:\n"
+          "  --host ADDR, --port N     where to listen (default 127.0.0.1:8000; port 0: any free one)\n"
+          "  --served-model-name NAME  the model's name in the API (default: the -m argument)\n"
+          "  --chat-template FILE      Jinja chat template (default: the model's chat_template.jinja or\n"
+          "                            tokenizer_config.json's)\n"
+          "  --max-num-seqs N          sequences generating at once, each with a KV slot (default 8)\n"
+          "  --max-num-batched-tokens N  tokens per engine step: decode tokens plus prompt chunks (default 2048)\n"
+          "  --max-queue N             requests waiting for a slot; more get 503 (default 256)\n"
+          "  --max-body-bytes N        larger request bodies get 413 (default 1 MiB)\n",
           f);
 }
 
@@ -124,7 +134,7 @@ static int run_ranks(loom_model *m, const run_opts *o) {
                                  .sp_min_tokens = o->c.sp_min_tokens,
                                  .max_ctx = o->c.max_model_len ? o->c.max_model_len
                                                                : (need < info.max_pos ? need : info.max_pos)};
-    int rc = cli_launch(&o->c, m, &j.eo, generate_text, &j);
+    int rc = cli_launch(&o->c, m, &j.eo, 0, generate_text, &j);
     free(j.ids);
     return rc;
 }
@@ -169,6 +179,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "bench")) return cli_bench(argc - 2, argv + 2);
     if (!strcmp(cmd, "plan")) return cli_plan(argc - 2, argv + 2);
     if (!strcmp(cmd, "verify")) return cli_verify(argc - 2, argv + 2);
+    if (!strcmp(cmd, "serve")) return cli_serve(argc - 2, argv + 2);
     if (cmd[0] == '-') return cmd_run(argc - 1, argv + 1);
     fprintf(stderr, "loom: unknown command '%s'\n", cmd);
     usage(stderr);

@@ -178,7 +178,7 @@ int cli_verify(int argc, char **argv) {
         j.eo.async_tp = mc.async_tp;
         j.eo.sp_min_tokens = 0; /* verify compares the modes themselves, on every pass */
         fprintf(stderr, "loom verify: running %s\n", r[k].name);
-        rc = cli_launch(&mc, m, &j.eo, verify_rank, &j);
+        rc = cli_launch(&mc, m, &j.eo, 0, verify_rank, &j);
     }
     if (!rc) {
         printf("loom verify: %s, tp=%d, %d prompts, %d greedy tokens each\n", info.arch, tp, N_PROMPTS, n_new);

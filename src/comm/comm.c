@@ -187,6 +187,15 @@ int loom_comm_all_gather(loom_comm *c, const float *mine, int n, float *all, loo
     return rc;
 }
 
+/* A small fixed-size message (ints, moved as their bytes) from rank 0 to every rank: what
+ * `loom serve` uses to hand each step's batch to the other ranks. */
+int comm_broadcast_ints(loom_comm *c, int32_t *buf, int n, loom_err *err) {
+    for (int r = 0; r < c->size; r++) c->cols[r] = r == 0 ? n : 0;
+    if (c->be->exchange(c, (const float *)buf, n, 1, c->cols, c->blocks, err)) return -1;
+    if (c->rank != 0) memcpy(buf, c->blocks[0], n * sizeof *buf);
+    return 0;
+}
+
 /* tp=1: the exchange hands back the rank's own data, packed. */
 typedef struct local_state {
     float *buf;

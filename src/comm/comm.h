@@ -64,6 +64,9 @@ int comm_all_reduce(loom_comm *c, const float *in, size_t ldi, float *out, size_
 int comm_all_gather_cols(loom_comm *c, const float *in, size_t ldi, float *out, size_t ldo, int rows,
                          const int *col0, const int *widths, loom_err *err);
 
+/* buf[0..n) of rank 0 to every rank (n the same on all). */
+int comm_broadcast_ints(loom_comm *c, int32_t *buf, int n, loom_err *err);
+
 /* Sequence parallelism: the rows of a [rows, cols] batch are split in tp equal blocks (rows is
  * a multiple of tp), rank r owning block r. */
 /* out[rows/tp, cols] = this rank's block of the sum over ranks of in[rows, cols]. */

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "util/err.h"
 
@@ -28,14 +29,20 @@ static void *grow(void *p, size_t *cap, size_t need) {
     return malloc(need);
 }
 
-/* Waits for req, giving up at the deadline. */
+/* Waits for req, giving up at the deadline. It polls flat out for the first millisecond (a
+ * collective's partner is usually that close), then every 100 us: a rank waiting long (an
+ * idle server's followers wait for the next step) should not hold a core. */
 static int wait_for(loom_comm *c, MPI_Request *req, const char *what, loom_err *err) {
     mpi_state *s = c->impl;
-    double deadline = MPI_Wtime() + s->timeout_s;
+    double start = MPI_Wtime(), deadline = start + s->timeout_s;
     for (;;) {
         int done = 0;
         MPI_Test(req, &done, MPI_STATUS_IGNORE);
         if (done) return 0;
+        if (MPI_Wtime() - start > 1e-3) {
+            struct timespec nap = {0, 100 * 1000};
+            nanosleep(&nap, NULL);
+        }
         if (MPI_Wtime() > deadline)
             return loom_errf(err, "rank %d: %s in '%s' waited %.0f s for the other ranks", c->rank, what, c->phase,
                              s->timeout_s);

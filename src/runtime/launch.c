@@ -82,6 +82,12 @@ static int supervise(shm_arena *a, pid_t *pids, int n, loom_err *err) {
     return WIFSIGNALED(first_status) ? 128 + WTERMSIG(first_status) : WEXITSTATUS(first_status);
 }
 
+/* forward_signals: the launcher passes SIGTERM/SIGINT on to rank 0 */
+static volatile pid_t rank0_pid;
+static void forward_to_rank0(int sig) {
+    if (rank0_pid > 0) kill(rank0_pid, sig);
+}
+
 static int launch_shm(const loom_launch_options *o, loom_rank_fn fn, void *arg, loom_err *err) {
     shm_arena *a = shm_arena_create(o->tp, o->slot_bytes, o->timeout_s > 0 ? o->timeout_s : 60,
                                     o->spin >= 0 ? o->spin : 2000, err);
@@ -103,7 +109,18 @@ static int launch_shm(const loom_launch_options *o, loom_rank_fn fn, void *arg, 
         for (int r = 0; r < forked; r++) kill(pids[r], SIGKILL), waitpid(pids[r], NULL, 0);
         rc = 1;
     } else {
+        struct sigaction fwd = {.sa_handler = forward_to_rank0}, old_term, old_int;
+        if (o->forward_signals) {
+            rank0_pid = pids[0];
+            sigaction(SIGTERM, &fwd, &old_term);
+            sigaction(SIGINT, &fwd, &old_int);
+        }
         rc = supervise(a, pids, o->tp, err);
+        if (o->forward_signals) {
+            sigaction(SIGTERM, &old_term, NULL);
+            sigaction(SIGINT, &old_int, NULL);
+            rank0_pid = 0;
+        }
     }
     free(pids);
     shm_arena_destroy(a);

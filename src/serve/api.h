@@ -1,0 +1,40 @@
+/* OpenAI's API as JSON: request bodies parsed into requests (api_request.c), and responses,
+ * stream chunks and error bodies built from them (api_response.c), in the shapes OpenAI's
+ * clients parse. vLLM's extensions are taken where clients send them (top_k, ignore_eos,
+ * chat_template_kwargs, add_generation_prompt, /tokenize, /detokenize). */
+#ifndef LOOM_SERVE_API_H
+#define LOOM_SERVE_API_H
+#include <cjson/cJSON.h>
+
+#include "serve/serve.h"
+
+/* An error as the API reports it: HTTP status, message, and the request field at fault. */
+typedef struct api_error {
+    int status;
+    char msg[512];
+    char param[64];
+    const char *code; /* e.g. "model_not_found"; NULL: none */
+} api_error;
+
+int api_fail(api_error *e, int status, const char *param, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+/* Parses a /v1/completions or /v1/chat/completions body into a new request (prompt tokenized,
+ * chat template rendered, sampler ready). NULL with e filled (4xx) when the body is not a
+ * valid request for this server. */
+request *api_parse_generate(server *srv, req_kind kind, const char *body, size_t len, api_error *e);
+/* POST /tokenize and /detokenize: the response body, or NULL with e filled. */
+char *api_tokenize(server *srv, const char *body, size_t len, api_error *e);
+char *api_detokenize(server *srv, const char *body, size_t len, api_error *e);
+
+/* Response bodies (malloc'd JSON). Caller holds the server lock. */
+char *api_response(const server *srv, const request *r);
+/* A stream chunk carrying r's text [text_from, text_to) and tokens [tok_from, tok_to);
+ * `first` adds the chat role, `last` the finish reason. */
+char *api_chunk(const server *srv, const request *r, size_t text_from, size_t text_to, int tok_from, int tok_to,
+                bool first, bool last);
+/* The final chunk with only usage (stream_options.include_usage). */
+char *api_usage_chunk(const server *srv, const request *r);
+char *api_error_body(const api_error *e);
+char *api_models(const server *srv);
+
+#endif

@@ -1,0 +1,177 @@
+/* Response bodies of the OpenAI API: completions and chat completions, whole or as stream
+ * chunks, with usage and log-probabilities; models; errors (see api.h). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "serve/api.h"
+
+/* Token `id` as text for the log-probabilities of output position i (malloc'd). The chosen
+ * token is its piece of the output, so the tokens spell the text exactly; an alternative is
+ * what decoding it after the previous token adds (so a SentencePiece "▁was" keeps its space).
+ * Without a tokenizer: "token_id:N", as vLLM writes it. */
+static char *token_text(const server *srv, const request *r, int i, int32_t id) {
+    char *out;
+    if (!srv->tok) {
+        if (asprintf(&out, "token_id:%d", id) < 0) out = NULL;
+        return out;
+    }
+    if (id == r->tokens[i].id) {
+        size_t from = i ? r->tokens[i - 1].text_end : 0;
+        return strndup(r->text ? r->text + from : "", r->tokens[i].text_end - from);
+    }
+    int32_t pair[2] = {i ? r->tokens[i - 1].id : r->prompt[r->n_prompt - 1], id};
+    char *both = tokenizer_decode(srv->tok, pair, 2, true), *prev = tokenizer_decode(srv->tok, pair, 1, true);
+    size_t n = strlen(prev);
+    out = strdup(strncmp(both, prev, n) ? both : both + n);
+    free(both);
+    free(prev);
+    return out;
+}
+
+/* JSON has no -inf: a token the model rules out gets vLLM's floor. */
+static double finite_logprob(float lp) { return isfinite(lp) ? lp : -9999.0; }
+
+static cJSON *chat_logprob(const char *text, float lp) {
+    cJSON *o = cJSON_CreateObject(), *bytes = cJSON_CreateArray();
+    cJSON_AddStringToObject(o, "token", text);
+    cJSON_AddNumberToObject(o, "logprob", finite_logprob(lp));
+    for (const unsigned char *p = (const unsigned char *)text; *p; p++) cJSON_AddItemToArray(bytes, cJSON_CreateNumber(*p));
+    cJSON_AddItemToObject(o, "bytes", bytes);
+    return o;
+}
+
+/* Log-probabilities of tokens [from, to): chat's {"content": [...]}, or the legacy shape. */
+static cJSON *logprobs(const server *srv, const request *r, int from, int to) {
+    cJSON *out = cJSON_CreateObject();
+    char *text;
+    if (r->kind == REQ_CHAT) {
+        cJSON *content = cJSON_AddArrayToObject(out, "content");
+        for (int i = from; i < to; i++) {
+            const req_token *t = &r->tokens[i];
+            cJSON *e = chat_logprob((text = token_text(srv, r, i, t->id)), t->logprob);
+            cJSON *top = cJSON_AddArrayToObject(e, "top_logprobs");
+            free(text);
+            for (int k = 0; k < t->n_top; k++) {
+                cJSON_AddItemToArray(top, chat_logprob((text = token_text(srv, r, i, t->top_id[k])), t->top_logprob[k]));
+                free(text);
+            }
+            cJSON_AddItemToArray(content, e);
+        }
+    } else {
+        cJSON *tokens = cJSON_AddArrayToObject(out, "tokens"), *lps = cJSON_AddArrayToObject(out, "token_logprobs"),
+              *tops = r->top_logprobs ? cJSON_AddArrayToObject(out, "top_logprobs") : NULL,
+              *offs = cJSON_AddArrayToObject(out, "text_offset");
+        if (!tops) cJSON_AddNullToObject(out, "top_logprobs");
+        for (int i = from; i < to; i++) {
+            const req_token *t = &r->tokens[i];
+            cJSON_AddItemToArray(tokens, cJSON_CreateString((text = token_text(srv, r, i, t->id))));
+            free(text);
+            cJSON_AddItemToArray(lps, cJSON_CreateNumber(finite_logprob(t->logprob)));
+            cJSON_AddItemToArray(offs, cJSON_CreateNumber(i ? (double)r->tokens[i - 1].text_end : 0));
+            if (!tops) continue;
+            cJSON *top = cJSON_CreateObject();
+            for (int k = 0; k < t->n_top; k++) {
+                text = token_text(srv, r, i, t->top_id[k]);
+                if (!cJSON_GetObjectItemCaseSensitive(top, text))
+                    cJSON_AddNumberToObject(top, text, finite_logprob(t->top_logprob[k]));
+                free(text);
+            }
+            cJSON_AddItemToArray(tops, top);
+        }
+    }
+    return out;
+}
+
+static cJSON *usage(const request *r) {
+    cJSON *u = cJSON_CreateObject();
+    cJSON_AddNumberToObject(u, "prompt_tokens", r->n_prompt);
+    cJSON_AddNumberToObject(u, "completion_tokens", r->n_tokens);
+    cJSON_AddNumberToObject(u, "total_tokens", r->n_prompt + r->n_tokens);
+    return u;
+}
+
+/* The envelope every response and chunk shares. */
+static cJSON *envelope(const server *srv, const request *r, bool chunk) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "id", r->id);
+    cJSON_AddStringToObject(o, "object", r->kind == REQ_CHAT ? (chunk ? "chat.completion.chunk" : "chat.completion")
+                                                             : "text_completion");
+    cJSON_AddNumberToObject(o, "created", (double)r->created);
+    cJSON_AddStringToObject(o, "model", srv->o->served_name);
+    return o;
+}
+
+static char *print(cJSON *o) {
+    char *s = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return s;
+}
+
+/* One choice: text [text_from, text_to) and tokens [tok_from, tok_to); chat puts the text in
+ * a message (whole) or a delta (chunk). */
+static cJSON *choice(const server *srv, const request *r, size_t text_from, size_t text_to, int tok_from, int tok_to,
+                     bool chunk, bool first, bool last) {
+    cJSON *c = cJSON_CreateObject();
+    cJSON_AddNumberToObject(c, "index", 0);
+    char *text = strndup(r->text ? r->text + text_from : "", text_to - text_from);
+    if (r->kind == REQ_CHAT) {
+        cJSON *m = cJSON_AddObjectToObject(c, chunk ? "delta" : "message");
+        if (!chunk || first) cJSON_AddStringToObject(m, "role", "assistant");
+        if (!chunk || first || text_to > text_from) cJSON_AddStringToObject(m, "content", text);
+    } else {
+        cJSON_AddStringToObject(c, "text", text);
+    }
+    free(text);
+    if (r->logprobs && tok_to > tok_from) cJSON_AddItemToObject(c, "logprobs", logprobs(srv, r, tok_from, tok_to));
+    else cJSON_AddNullToObject(c, "logprobs");
+    if (last) cJSON_AddStringToObject(c, "finish_reason", request_finish_name(r));
+    else cJSON_AddNullToObject(c, "finish_reason");
+    return c;
+}
+
+char *api_response(const server *srv, const request *r) {
+    cJSON *o = envelope(srv, r, false);
+    cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "choices"), choice(srv, r, 0, r->text_len, 0, r->n_tokens, false, false, true));
+    cJSON_AddItemToObject(o, "usage", usage(r));
+    return print(o);
+}
+
+char *api_chunk(const server *srv, const request *r, size_t text_from, size_t text_to, int tok_from, int tok_to,
+                bool first, bool last) {
+    cJSON *o = envelope(srv, r, true);
+    cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "choices"), choice(srv, r, text_from, text_to, tok_from, tok_to, true, first, last));
+    if (r->include_usage) cJSON_AddNullToObject(o, "usage");
+    return print(o);
+}
+
+char *api_usage_chunk(const server *srv, const request *r) {
+    cJSON *o = envelope(srv, r, true);
+    cJSON_AddArrayToObject(o, "choices");
+    cJSON_AddItemToObject(o, "usage", usage(r));
+    return print(o);
+}
+
+char *api_error_body(const api_error *e) {
+    cJSON *o = cJSON_CreateObject(), *err = cJSON_AddObjectToObject(o, "error");
+    cJSON_AddStringToObject(err, "message", e->msg);
+    cJSON_AddStringToObject(err, "type", e->status >= 500 ? "server_error" : "invalid_request_error");
+    if (e->param[0]) cJSON_AddStringToObject(err, "param", e->param);
+    else cJSON_AddNullToObject(err, "param");
+    if (e->code) cJSON_AddStringToObject(err, "code", e->code);
+    else cJSON_AddNumberToObject(err, "code", e->status);
+    return print(o);
+}
+
+char *api_models(const server *srv) {
+    cJSON *o = cJSON_CreateObject(), *m = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "object", "list");
+    cJSON_AddStringToObject(m, "id", srv->o->served_name);
+    cJSON_AddStringToObject(m, "object", "model");
+    cJSON_AddNumberToObject(m, "created", 0);
+    cJSON_AddStringToObject(m, "owned_by", "loom");
+    cJSON_AddNumberToObject(m, "max_model_len", srv->max_ctx);
+    cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "data"), m);
+    return print(o);
+}

@@ -1,0 +1,83 @@
+/* Prometheus text exposition of the server's metrics (see metrics.h). */
+#include "serve/metrics.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* seconds: time to first token and end-to-end latency span ms to minutes; inter-token
+ * latency lies in the low buckets */
+static const double latency_bounds[HIST_BUCKETS] = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1,
+                                                    0.25,  0.5,   1,    2.5,  10,   60};
+
+void metrics_init(metrics *m, int slots_total) {
+    memset(m, 0, sizeof *m);
+    m->slots_total = slots_total;
+    m->ttft.bounds = m->itl.bounds = m->e2e.bounds = latency_bounds;
+}
+
+void histogram_add(histogram *h, double v) {
+    int b = 0;
+    while (b < HIST_BUCKETS && v > h->bounds[b]) b++;
+    h->count[b]++;
+    h->sum += v;
+}
+
+typedef struct text {
+    char *s;
+    size_t len, cap;
+} text;
+
+static void put(text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void put(text *t, const char *fmt, ...) {
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(t->s + t->len, t->cap - t->len, fmt, ap);
+        va_end(ap);
+        if ((size_t)n < t->cap - t->len) {
+            t->len += n;
+            return;
+        }
+        t->cap = (t->cap + n + 1) * 2;
+        t->s = realloc(t->s, t->cap);
+    }
+}
+
+static void scalar(text *t, const char *name, const char *type, const char *help, const char *label, double v) {
+    put(t, "# HELP loom:%s %s\n# TYPE loom:%s %s\nloom:%s{%s} %.17g\n", name, help, name, type, name, label, v);
+}
+
+static void hist(text *t, const char *name, const char *help, const char *label, const histogram *h) {
+    put(t, "# HELP loom:%s %s\n# TYPE loom:%s histogram\n", name, help, name);
+    uint64_t acc = 0;
+    for (int b = 0; b <= HIST_BUCKETS; b++) {
+        acc += h->count[b];
+        if (b < HIST_BUCKETS) put(t, "loom:%s_bucket{%s,le=\"%g\"} %llu\n", name, label, h->bounds[b], (unsigned long long)acc);
+        else put(t, "loom:%s_bucket{%s,le=\"+Inf\"} %llu\n", name, label, (unsigned long long)acc);
+    }
+    put(t, "loom:%s_sum{%s} %.17g\nloom:%s_count{%s} %llu\n", name, label, h->sum, name, label, (unsigned long long)acc);
+}
+
+char *metrics_text(const metrics *m, const char *model_name) {
+    text t = {.cap = 4096};
+    t.s = malloc(t.cap);
+    char label[256];
+    snprintf(label, sizeof label, "model_name=\"%s\"", model_name);
+    scalar(&t, "num_requests_running", "gauge", "Requests holding a sequence slot.", label, m->running);
+    scalar(&t, "num_requests_waiting", "gauge", "Requests queued for a slot.", label, m->waiting);
+    scalar(&t, "kv_slots_used", "gauge", "KV cache sequence slots in use.", label, m->slots_used);
+    scalar(&t, "kv_slots_total", "gauge", "KV cache sequence slots (--max-num-seqs).", label, m->slots_total);
+    scalar(&t, "prompt_tokens_total", "counter", "Prompt tokens prefilled.", label, (double)m->prompt_tokens);
+    scalar(&t, "generation_tokens_total", "counter", "Tokens generated.", label, (double)m->generation_tokens);
+    put(&t, "# HELP loom:request_success_total Requests finished, by reason.\n# TYPE loom:request_success_total counter\n");
+    put(&t, "loom:request_success_total{%s,finished_reason=\"stop\"} %llu\n", label, (unsigned long long)m->finished_stop);
+    put(&t, "loom:request_success_total{%s,finished_reason=\"length\"} %llu\n", label, (unsigned long long)m->finished_length);
+    put(&t, "loom:request_success_total{%s,finished_reason=\"abort\"} %llu\n", label, (unsigned long long)m->finished_abort);
+    scalar(&t, "request_failure_total", "counter", "Requests the engine failed.", label, (double)m->failed);
+    hist(&t, "time_to_first_token_seconds", "Time from arrival to the first generated token.", label, &m->ttft);
+    hist(&t, "inter_token_latency_seconds", "Time between consecutive generated tokens.", label, &m->itl);
+    hist(&t, "e2e_request_latency_seconds", "Time from arrival to the last token.", label, &m->e2e);
+    return t.s;
+}

@@ -1,0 +1,29 @@
+/* The server's Prometheus metrics (GET /metrics), named as vLLM names its own with a loom:
+ * prefix: gauges of requests running and waiting and of KV slots in use, counters of tokens
+ * and finished requests, and latency histograms. Updated under the server lock. */
+#ifndef LOOM_SERVE_METRICS_H
+#define LOOM_SERVE_METRICS_H
+#include <stddef.h>
+#include <stdint.h>
+
+#define HIST_BUCKETS 14
+
+typedef struct histogram {
+    const double *bounds; /* upper bounds of the buckets, ascending; +Inf implied */
+    uint64_t count[HIST_BUCKETS + 1];
+    double sum;
+} histogram;
+
+typedef struct metrics {
+    int running, waiting, slots_used, slots_total;
+    uint64_t prompt_tokens, generation_tokens;
+    uint64_t finished_stop, finished_length, finished_abort, failed;
+    histogram ttft, itl, e2e;
+} metrics;
+
+void metrics_init(metrics *m, int slots_total);
+void histogram_add(histogram *h, double v);
+/* The Prometheus text exposition of m; malloc'd. */
+char *metrics_text(const metrics *m, const char *model_name);
+
+#endif

@@ -1,0 +1,100 @@
+/* A request's life and its output text: decoding tokens as they come and applying stop
+ * strings, which may be split across tokens (see request.h). */
+#include "serve/request.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+request *request_new(req_kind kind) {
+    request *r = calloc(1, sizeof *r);
+    r->kind = kind;
+    r->max_tokens = -1;
+    r->sampling.top_p = 1;
+    r->slot = -1;
+    r->refs = 1;
+    pthread_cond_init(&r->changed, NULL);
+    tok_decoder_init(&r->dec);
+    return r;
+}
+
+void request_unref(request *r) {
+    if (!r || --r->refs > 0) return;
+    free(r->prompt);
+    for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
+    free(r->rendered);
+    free(r->tokens);
+    free(r->text);
+    sampler_free(&r->smp);
+    pthread_cond_destroy(&r->changed);
+    free(r);
+}
+
+static void append_text(request *r, const char *s, size_t n) {
+    if (r->text_len + n + 1 > r->text_cap) {
+        r->text_cap = (r->text_len + n + 1) * 2;
+        r->text = realloc(r->text, r->text_cap);
+    }
+    memcpy(r->text + r->text_len, s, n);
+    r->text_len += n;
+    r->text[r->text_len] = 0;
+}
+
+/* After text grew from `from` bytes: cuts it at the earliest stop string that ends in the new
+ * part (finishing r), or holds back the longest tail that a stop string may still complete. */
+static void apply_stops(request *r, size_t from) {
+    size_t ready = r->text_len, cut = (size_t)-1;
+    for (int i = 0; i < r->n_stop; i++) {
+        size_t n = strlen(r->stop[i]);
+        size_t start = from >= n - 1 ? from - (n - 1) : 0;
+        const char *hit = memmem(r->text + start, r->text_len - start, r->stop[i], n);
+        if (hit && (size_t)(hit - r->text) < cut) cut = (size_t)(hit - r->text);
+        /* a tail of the text that is a proper prefix of this stop string */
+        for (size_t k = n - 1 < r->text_len ? n - 1 : r->text_len; k > 0; k--)
+            if (!memcmp(r->text + r->text_len - k, r->stop[i], k)) {
+                if (r->text_len - k < ready) ready = r->text_len - k;
+                break;
+            }
+    }
+    if (cut != (size_t)-1) {
+        r->text_len = ready = cut;
+        r->text[cut] = 0;
+        r->finish = FINISH_STOP;
+    }
+    if (ready > r->text_ready) r->text_ready = ready;
+}
+
+void request_add_token(request *r, const tokenizer *tok, const req_token *t, char *piece, size_t cap) {
+    if (r->n_tokens == r->cap_tokens) {
+        r->cap_tokens = r->cap_tokens ? 2 * r->cap_tokens : 16;
+        r->tokens = realloc(r->tokens, r->cap_tokens * sizeof *r->tokens);
+    }
+    req_token *k = &r->tokens[r->n_tokens++];
+    *k = *t;
+    size_t from = r->text_len;
+    if (tok && r->finish == FINISH_NONE) {
+        size_t len = tokenizer_decode_next(tok, &r->dec, t->id, piece, cap);
+        append_text(r, piece, len);
+        apply_stops(r, from);
+    }
+    k->text_end = r->text_len;
+}
+
+void request_end_text(request *r, const tokenizer *tok, char *piece, size_t cap) {
+    if (tok && r->finish != FINISH_STOP) {
+        size_t from = r->text_len, len = tokenizer_decode_flush(tok, &r->dec, piece, cap);
+        append_text(r, piece, len);
+        apply_stops(r, from);
+        if (r->n_tokens) r->tokens[r->n_tokens - 1].text_end = r->text_len;
+    }
+    r->text_ready = r->text_len;
+}
+
+const char *request_finish_name(const request *r) {
+    switch (r->finish) {
+    case FINISH_STOP: return "stop";
+    case FINISH_LENGTH: return "length";
+    case FINISH_CANCELLED: return "abort";
+    default: return NULL;
+    }
+}

@@ -1,0 +1,86 @@
+/* One generation request as the server holds it: what the client asked (parsed from its JSON by
+ * api_request.c), and what the scheduler has produced so far. The HTTP thread that owns the client
+ * and the scheduler thread share it under the server's lock; each keeps a reference, and the
+ * last to let go frees it. */
+#ifndef LOOM_SERVE_REQUEST_H
+#define LOOM_SERVE_REQUEST_H
+#include <pthread.h>
+
+#include "runtime/sampling.h"
+#include "text/tokenizer.h"
+
+#define REQ_MAX_STOPS 8       /* stop strings per request (OpenAI allows 4) */
+#define REQ_MAX_TOP_LOGPROBS 20 /* as OpenAI's API */
+
+typedef enum req_kind { REQ_COMPLETION, REQ_CHAT } req_kind;
+
+typedef enum req_state {
+    REQ_WAITING,  /* queued for a sequence slot */
+    REQ_RUNNING,  /* holds a slot: prefilling, then decoding */
+    REQ_FINISHED, /* done (finish reason set) or failed (error set) */
+} req_state;
+
+typedef enum req_finish { FINISH_NONE, FINISH_STOP, FINISH_LENGTH, FINISH_CANCELLED } req_finish;
+
+/* One generated token with its log-probability and the most likely alternatives. */
+typedef struct req_token {
+    int32_t id;
+    float logprob;
+    int n_top;
+    int32_t top_id[REQ_MAX_TOP_LOGPROBS];
+    float top_logprob[REQ_MAX_TOP_LOGPROBS];
+    size_t text_end; /* bytes of the output text once this token is decoded */
+} req_token;
+
+typedef struct request {
+    /* asked */
+    req_kind kind;
+    char id[40];
+    long created; /* unix time */
+    int32_t *prompt;
+    int n_prompt;
+    int max_tokens;      /* new tokens at most */
+    loom_sampling sampling;
+    char *stop[REQ_MAX_STOPS];
+    int n_stop;
+    bool stream, include_usage;
+    bool logprobs;       /* return log-probabilities of the chosen tokens */
+    int top_logprobs;    /* and of this many alternatives */
+    char *rendered;      /* chat: the prompt the template made (for /tokenize) */
+
+    /* produced (under the server lock) */
+    req_state state;
+    req_finish finish;
+    char error[512];     /* set when the request failed in the engine */
+    int slot;            /* KV sequence slot while running */
+    int prefilled;       /* prompt tokens fed so far */
+    req_token *tokens;   /* generated, in order */
+    int n_tokens, cap_tokens;
+    char *text;          /* decoded output, stop string excluded */
+    size_t text_len, text_cap;
+    size_t text_ready;   /* bytes of text that no stop string can still claim */
+    double t_arrive, t_first, t_last; /* monotonic seconds: arrival, first token, latest token */
+    bool cancel;         /* the client left: free the slot at the next step */
+
+    /* generation state (scheduler only) */
+    sampler smp;
+    tok_decoder dec;
+
+    pthread_cond_t changed; /* signalled when tokens, text or state change */
+    int refs;
+} request;
+
+/* A request with its defaults (max_tokens unset: -1; greedy; no stops) and one reference. */
+request *request_new(req_kind kind);
+/* Drops a reference; frees on the last. Caller holds the server lock. */
+void request_unref(request *r);
+/* Appends token id (and its log-probabilities) to r's output: decodes it, applies the stop
+ * strings (across token boundaries: text a stop string might still claim is held back), and
+ * sets finish when a stop string matched. piece is decode scratch of tokenizer_decode_cap bytes. */
+void request_add_token(request *r, const tokenizer *tok, const req_token *t, char *piece, size_t cap);
+/* Ends r's text: flushes the decoder's held-back bytes and releases held-back text. */
+void request_end_text(request *r, const tokenizer *tok, char *piece, size_t cap);
+/* The finish reason as OpenAI names it. */
+const char *request_finish_name(const request *r);
+
+#endif

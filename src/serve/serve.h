@@ -1,0 +1,71 @@
+/* `loom serve`: an OpenAI-compatible HTTP server over the engine, with continuous batching.
+ * The pieces, one file each:
+ *  - http.c:      the HTTP front (GNU libmicrohttpd): routes, body limits, responses, streaming;
+ *  - api_request.c, api_response.c: OpenAI's API as JSON: request bodies into `request`s;
+ *                 responses, stream chunks and error bodies out;
+ *  - scheduler.c: continuous batching: admits requests into KV slots, builds each step's batch
+ *                 (every running sequence's next token plus chunks of prompts), samples;
+ *  - steps.c:     how rank 0 hands each step to the other ranks, and their loop;
+ *  - metrics.c:   the Prometheus counters and histograms behind GET /metrics;
+ *  - request.c:   a request's output text: streaming decode and stop strings;
+ *  - serve.c:     start-up and shutdown on each rank.
+ * Rank 0 runs HTTP and the scheduler; the others only run the steps they are sent. */
+#ifndef LOOM_SERVE_SERVE_H
+#define LOOM_SERVE_SERVE_H
+#include <pthread.h>
+
+#include "loom.h"
+#include "serve/metrics.h"
+#include "serve/request.h"
+
+typedef struct serve_options {
+    const char *host;            /* address to listen on */
+    int port;                    /* 0: any free port (printed) */
+    const char *served_name;     /* the model's name in the API */
+    const char *model_dir;       /* where to look for a chat template (NULL: embedded model) */
+    const char *chat_template;   /* --chat-template FILE */
+    int max_num_seqs;            /* sequences running at once (KV slots) */
+    int max_num_batched_tokens;  /* tokens per engine step */
+    int max_queue;               /* requests waiting beyond that; more get 503 */
+    size_t max_body_bytes;       /* larger request bodies get 413 */
+    uint64_t seed;               /* seeds of requests that give none derive from it */
+} serve_options;
+
+/* Runs the server on this rank until SIGTERM/SIGINT (drained: 0) or a failure (1). */
+int serve_run(loom_comm *comm, loom_model *m, loom_engine *e, const serve_options *o);
+/* What the engine needs for the server's steps (max_tokens, max_seqs), given eo's other fields. */
+loom_engine_options serve_engine_options(const loom_engine_options *eo, const serve_options *o);
+
+struct chat_template;
+typedef struct sched sched;
+
+/* State shared by the HTTP threads and the scheduler. `lock` guards every request and the
+ * queues; the engine runs outside it. */
+typedef struct server {
+    const serve_options *o;
+    loom_model *m;
+    const tokenizer *tok;
+    loom_model_info info;
+    int max_ctx;
+    struct chat_template *tmpl; /* NULL: the model has none (chat requests get 400) */
+    char *tmpl_error;           /* why there is none */
+    char *bos_token, *eos_token;
+    pthread_mutex_t lock;
+    pthread_cond_t work;        /* a request arrived or was cancelled: wakes the scheduler */
+    sched *sch;
+    metrics met;
+    bool draining;              /* SIGTERM: finish what runs, take nothing new */
+    char failed[512];           /* the engine failed: every request fails with this */
+    uint64_t next_id;
+} server;
+
+/* Queues r (one more reference is taken); returns 0, or an HTTP status with msg filled: 503
+ * when the queue is full or the server is draining or failed. Caller holds the lock. */
+int sched_submit(sched *s, request *r, char *msg, size_t cap);
+
+/* The HTTP front: starts listening (printing the address), returns NULL with err on failure. */
+typedef struct http_front http_front;
+http_front *http_start(server *srv, loom_err *err);
+void http_stop(http_front *h);
+
+#endif

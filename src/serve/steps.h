@@ -1,0 +1,26 @@
+/* One engine step of the server, and how it reaches every rank (see steps.c). */
+#ifndef LOOM_SERVE_STEPS_H
+#define LOOM_SERVE_STEPS_H
+#include "loom.h"
+
+enum step_cmd { STEP_RUN = 1, STEP_STOP = 2 };
+
+typedef struct step {
+    int32_t cmd, n_tokens, n_logits, n_reset;
+    int32_t *ids, *pos, *seq, *logit_rows, *reset; /* inside msg */
+    int32_t *msg;
+    int n_ints, max_tokens, max_seqs;
+} step;
+
+/* Bytes a step's message takes on the communicator, for an engine with eo's sizes. */
+size_t serve_step_bytes(const loom_engine_options *eo);
+void step_init(step *s, int max_tokens, int max_seqs);
+void step_free(step *s);
+/* Empties s for the next step (a run of nothing). */
+void step_clear(step *s);
+/* Rank 0: sends s to the other ranks, then runs it here (resets, then the tokens if any). */
+int step_run(loom_engine *e, loom_comm *c, step *s, const float **logits, loom_err *err);
+/* Other ranks: run the steps rank 0 sends until it sends STEP_STOP (0) or a collective fails. */
+int step_follow(loom_engine *e, loom_comm *c, step *s, loom_err *err);
+
+#endif

@@ -1,0 +1,163 @@
+/* Finding a model's chat template as transformers' tokenizer loading does (tokenization_utils_base:
+ * chat_template.jinja and additional_chat_templates/ replace tokenizer_config.json's entry; of
+ * several named templates get_chat_template picks "tool_use" for a call with tools, else
+ * "default"), and reading the bos/eos special tokens from tokenizer_config.json. */
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "template/template.h"
+#include "util/err.h"
+#include "util/file.h"
+
+typedef struct named_template {
+    char *name, *source;
+} named_template;
+
+typedef struct found {
+    named_template *v;
+    int n;
+} found;
+
+static bool add(found *f, const char *name, char *source) {
+    named_template *v = realloc(f->v, (size_t)(f->n + 1) * sizeof *v);
+    char *copy = strdup(name);
+    if (!v || !copy) {
+        free(copy);
+        free(source);
+        if (v) f->v = v;
+        return false;
+    }
+    f->v = v;
+    f->v[f->n++] = (named_template){copy, source};
+    return true;
+}
+
+static void found_free(found *f) {
+    for (int i = 0; i < f->n; i++) {
+        free(f->v[i].name);
+        free(f->v[i].source);
+    }
+    free(f->v);
+}
+
+static bool is_file(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+/* A special token as tokenizer_config.json writes it: a string or {"content": "..."}. */
+static char *token_string(const cJSON *v) {
+    if (cJSON_IsObject(v)) v = cJSON_GetObjectItemCaseSensitive(v, "content");
+    return cJSON_IsString(v) ? strdup(v->valuestring) : NULL;
+}
+
+/* chat_template.jinja and additional_chat_templates/NAME.jinja; -1 on a read error. */
+static int read_jinja_files(const char *dir, found *f, loom_err *err) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/chat_template.jinja", dir);
+    if (is_file(path)) {
+        char *s = file_read_all(path, NULL, err);
+        if (!s || !add(f, "default", s)) return s ? loom_errf(err, "out of memory") : -1;
+    }
+    snprintf(path, sizeof path, "%s/additional_chat_templates", dir);
+    DIR *d = opendir(path);
+    if (!d) return 0;
+    int rc = 0;
+    for (struct dirent *e; rc == 0 && (e = readdir(d));) {
+        size_t n = strlen(e->d_name);
+        if (n <= 6 || strcmp(e->d_name + n - 6, ".jinja")) continue;
+        char file[4096 + 256];
+        snprintf(file, sizeof file, "%s/%s", path, e->d_name);
+        if (!is_file(file)) continue;
+        char *s = file_read_all(file, NULL, err), name[256];
+        snprintf(name, sizeof name, "%.*s", (int)(n - 6), e->d_name);
+        if (!s) rc = -1;
+        else if (!add(f, name, s)) rc = loom_errf(err, "out of memory");
+    }
+    closedir(d);
+    return rc;
+}
+
+/* tokenizer_config.json's "chat_template": a string, or a list of {"name", "template"}. */
+static int read_config_templates(const cJSON *cfg, const char *path, found *f, loom_err *err) {
+    const cJSON *ct = cJSON_GetObjectItemCaseSensitive(cfg, "chat_template");
+    if (!ct || cJSON_IsNull(ct)) return 0;
+    if (cJSON_IsString(ct)) return add(f, "default", strdup(ct->valuestring)) ? 0 : loom_errf(err, "out of memory");
+    if (!cJSON_IsArray(ct)) return loom_errf(err, "%s: chat_template is neither a string nor a list", path);
+    for (const cJSON *e = ct->child; e; e = e->next) {
+        const cJSON *name = cJSON_GetObjectItemCaseSensitive(e, "name");
+        const cJSON *tmpl = cJSON_GetObjectItemCaseSensitive(e, "template");
+        if (!cJSON_IsString(name) || !cJSON_IsString(tmpl))
+            return loom_errf(err, "%s: a chat_template entry lacks a string name or template", path);
+        if (!add(f, name->valuestring, strdup(tmpl->valuestring))) return loom_errf(err, "out of memory");
+    }
+    return 0;
+}
+
+static const named_template *pick(const found *f, bool has_tools, const char *where, loom_err *err) {
+    if (f->n == 1 && !strcmp(f->v[0].name, "default")) return &f->v[0];
+    const named_template *dflt = NULL;
+    for (int i = 0; i < f->n; i++) {
+        if (has_tools && !strcmp(f->v[i].name, "tool_use")) return &f->v[i];
+        if (!strcmp(f->v[i].name, "default")) dflt = &f->v[i];
+    }
+    if (dflt) return dflt;
+    char names[256] = "";
+    for (int i = 0; i < f->n; i++)
+        snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", i ? ", " : "", f->v[i].name);
+    loom_errf(err, "%s: several chat templates and none is \"default\" (%s)", where, names);
+    return NULL;
+}
+
+chat_template *chat_template_load(const char *model_dir, const char *override_path, bool has_tools, char **bos_token,
+                                  char **eos_token, loom_err *err) {
+    *bos_token = *eos_token = NULL;
+    char cfg_path[4096];
+    snprintf(cfg_path, sizeof cfg_path, "%s/tokenizer_config.json", model_dir);
+    cJSON *cfg = NULL;
+    if (is_file(cfg_path)) {
+        char *text = file_read_all(cfg_path, NULL, err);
+        if (!text) return NULL;
+        cfg = cJSON_Parse(text);
+        free(text);
+        if (!cJSON_IsObject(cfg)) {
+            cJSON_Delete(cfg);
+            loom_errf(err, "%s: not a JSON object", cfg_path);
+            return NULL;
+        }
+        *bos_token = token_string(cJSON_GetObjectItemCaseSensitive(cfg, "bos_token"));
+        *eos_token = token_string(cJSON_GetObjectItemCaseSensitive(cfg, "eos_token"));
+    }
+    found f = {0};
+    const char *where = override_path ? override_path : model_dir;
+    int rc = 0;
+    if (override_path) {
+        char *s = file_read_all(override_path, NULL, err);
+        rc = !s ? -1 : add(&f, "default", s) ? 0 : loom_errf(err, "out of memory");
+    } else {
+        rc = read_jinja_files(model_dir, &f, err);
+        if (rc == 0 && f.n == 0 && cfg) rc = read_config_templates(cfg, cfg_path, &f, err);
+    }
+    cJSON_Delete(cfg);
+    chat_template *t = NULL;
+    if (rc == 0 && f.n == 0)
+        loom_errf(err, "%s: no chat template (looked for chat_template.jinja, additional_chat_templates/ and "
+                       "tokenizer_config.json's chat_template)", model_dir);
+    const named_template *chosen = rc == 0 && f.n ? pick(&f, has_tools, where, err) : NULL;
+    if (chosen) {
+        char name[4200];
+        snprintf(name, sizeof name, "%s%s%s", where, strcmp(chosen->name, "default") ? ":" : "",
+                 strcmp(chosen->name, "default") ? chosen->name : "");
+        t = chat_template_parse(chosen->source, name, err);
+    }
+    found_free(&f);
+    if (!t) {
+        free(*bos_token);
+        free(*eos_token);
+        *bos_token = *eos_token = NULL;
+    }
+    return t;
+}

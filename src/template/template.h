@@ -1,0 +1,60 @@
+/* Chat templates: Hugging Face's Jinja2 chat templates rendered exactly as transformers'
+ * apply_chat_template renders them (jinja2's ImmutableSandboxedEnvironment with trim_blocks,
+ * lstrip_blocks and loop controls; the raise_exception and strftime_now globals; transformers'
+ * tojson filter and {% generation %} tag). The subset of Jinja2 that published templates use is
+ * implemented; anything else is refused with an error naming it, at parse time where the
+ * construct can be recognised statically (unknown tags, filters and tests, unsupported syntax),
+ * otherwise when it is reached (e.g. an unsupported string method).
+ *
+ * Known differences from Python: integers are 64-bit (overflow is an error, not a bignum); JSON
+ * numbers arrive through cJSON, so an integral number written as 1.0 in the context is the int
+ * 1, and integers beyond 2^53 lose precision; case mapping (lower, upper, title, ...) of letters
+ * outside ASCII is an error rather than Python's Unicode tables; str()/repr() treat as
+ * printable every code point except controls, separators and the common format characters.
+ *
+ * Limits (each an error return, so no template or context can hang or exhaust memory):
+ * output TMPL_MAX_OUTPUT bytes, TMPL_MAX_MEMORY bytes of working memory per render,
+ * TMPL_MAX_STEPS evaluation steps, macro calls nested TMPL_MAX_DEPTH deep, and expressions or
+ * blocks nested TMPL_MAX_NESTING deep in the source. */
+#ifndef LOOM_TEMPLATE_TEMPLATE_H
+#define LOOM_TEMPLATE_TEMPLATE_H
+#include <cjson/cJSON.h>
+#include <stdbool.h>
+
+#include "loom.h"
+
+#define TMPL_MAX_OUTPUT (16u << 20)
+#define TMPL_MAX_MEMORY (256u << 20)
+#define TMPL_MAX_STEPS 20000000L
+#define TMPL_MAX_DEPTH 100
+#define TMPL_MAX_NESTING 200
+
+typedef struct chat_template chat_template;
+
+/* Parses a template's source; name is used in error messages ("chat template NAME: line N: ..."). */
+chat_template *chat_template_parse(const char *source, const char *name, loom_err *err);
+
+/* Renders with the given context, a cJSON object whose members are the template's variables
+ * (messages, tools, documents, add_generation_prompt, bos_token, eos_token and any extra kwargs
+ * such as enable_thinking or date_string). As apply_chat_template does, each message's keys
+ * whose value is null are dropped, a message's reasoning given as "reasoning_content",
+ * "thinking" or "reasoning" is passed under both "thinking" and "reasoning_content", and tools,
+ * documents (none) and add_generation_prompt (false) are always defined. strftime_now reads the
+ * local clock, or SOURCE_DATE_EPOCH when it is set (reproducible prompts and tests). *out is
+ * malloc'd and NUL-terminated; raise_exception(msg) becomes an error whose message contains msg. */
+int chat_template_render(const chat_template *t, const cJSON *context, char **out, loom_err *err);
+
+void chat_template_free(chat_template *t);
+
+/* Finds a model's template as transformers' tokenizer does: override_path (--chat-template, a
+ * file) if non-NULL; else chat_template.jinja and additional_chat_templates/NAME.jinja in
+ * model_dir, which replace tokenizer_config.json's "chat_template" (a string, or a list of
+ * {"name", "template"}). Of several named templates it picks "tool_use" when has_tools (the
+ * request passes tools, even an empty list) and one exists, else "default"; none of those is an
+ * error listing the names. Also returns tokenizer_config.json's bos_token / eos_token (strings
+ * or {"content": ...}) as malloc'd strings, NULL if absent. Returns NULL with err filled when
+ * there is no template, naming the files looked at. */
+chat_template *chat_template_load(const char *model_dir, const char *override_path, bool has_tools, char **bos_token,
+                                  char **eos_token, loom_err *err);
+
+#endif

@@ -1,0 +1,422 @@
+/* `loom serve` from the outside, over loopback only: bad requests (each a 4xx with an OpenAI
+ * error body, the server serving on), a client leaving mid-stream, a slow client, no leaked KV
+ * slots or descriptors, streamed pieces joining to the whole text, the completion equal to
+ * `loom run`'s, the same under -tp 2 (with a rank killed: every open request fails cleanly and
+ * the job names the rank), and SIGTERM draining the running requests before exiting 0.
+ * Requests are written by hand here because most of them are malformed on purpose; the real
+ * client (the `openai` package) is tests/serve_openai.py. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "mpirun.h"
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+static void nap(double s) {
+    struct timespec t = {(time_t)s, (long)((s - (time_t)s) * 1e9)};
+    nanosleep(&t, NULL);
+}
+
+typedef struct server {
+    pid_t pid;      /* what we started (loom, or mpirun) */
+    pid_t rank0;    /* the process serving HTTP, as it reports */
+    int port;
+    char log[128];
+} server;
+
+/* Starts `PREFIX loom serve --port 0 ARGS` with its stderr in a file and waits for its address. */
+static int start_with(server *s, const char *prefix, const char *args) {
+    snprintf(s->log, sizeof s->log, "/tmp/loom-test-serve-%d-%d.txt", (int)getpid(), (int)(now() * 1000) % 100000);
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "exec %s %s serve --port 0 %s 2>%s", prefix, LOOM_BIN, args, s->log);
+    s->pid = fork();
+    if (s->pid == 0) {
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    s->port = 0;
+    for (double t0 = now(); now() - t0 < 120 && !s->port; nap(0.05)) {
+        FILE *f = fopen(s->log, "r");
+        char line[512];
+        while (f && fgets(line, sizeof line, f)) {
+            char *p = strstr(line, "listening on http://127.0.0.1:");
+            if (p && sscanf(p, "listening on http://127.0.0.1:%d (pid %d)", &s->port, &s->rank0) != 2) s->port = 0;
+        }
+        if (f) fclose(f);
+        if (waitpid(s->pid, NULL, WNOHANG) == s->pid) break;
+    }
+    if (!s->port) fprintf(stderr, "server did not start: %s\n", cmd);
+    return s->port ? 0 : -1;
+}
+
+static int start(server *s, const char *args) { return start_with(s, "", args); }
+
+/* Sends sig to `to` and returns the server's exit status (-1 if it did not exit in time). */
+static int stop_via(server *s, pid_t to, int sig, double within_s) {
+    kill(to, sig);
+    for (double t0 = now(); now() - t0 < within_s; nap(0.02)) {
+        int st;
+        if (waitpid(s->pid, &st, WNOHANG) == s->pid) {
+            unlink(s->log);
+            return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+        }
+    }
+    kill(s->pid, SIGKILL);
+    waitpid(s->pid, NULL, 0);
+    return -1;
+}
+
+static int stop(server *s, int sig, double within_s) { return stop_via(s, s->pid, sig, within_s); }
+
+static int connect_to(int port) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    if (connect(fd, (struct sockaddr *)&a, sizeof a)) {
+        close(fd);
+        return -1;
+    }
+    struct timeval tv = {30, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    return fd;
+}
+
+static void send_all(int fd, const char *p, size_t n) {
+    while (n) {
+        ssize_t k = send(fd, p, n, MSG_NOSIGNAL);
+        if (k <= 0) return;
+        p += k, n -= (size_t)k;
+    }
+}
+
+/* The whole response of an HTTP/1.0 exchange (the server closes when done); malloc'd. */
+static char *read_all(int fd) {
+    size_t len = 0, cap = 4096;
+    char *buf = malloc(cap);
+    for (;;) {
+        if (len + 1024 > cap) buf = realloc(buf, cap *= 2);
+        ssize_t k = read(fd, buf + len, cap - len - 1);
+        if (k <= 0) break;
+        len += (size_t)k;
+    }
+    buf[len] = 0;
+    return buf;
+}
+
+typedef struct reply {
+    int status;
+    char *all, *body;
+} reply;
+
+static reply request_raw(int port, const char *raw, size_t n) {
+    reply r = {0};
+    int fd = connect_to(port);
+    if (fd < 0) return r;
+    send_all(fd, raw, n);
+    r.all = read_all(fd);
+    close(fd);
+    sscanf(r.all, "HTTP/1.%*d %d", &r.status);
+    char *b = strstr(r.all, "\r\n\r\n");
+    r.body = b ? b + 4 : r.all + strlen(r.all);
+    return r;
+}
+
+static reply call(int port, const char *method, const char *path, const char *body) {
+    char head[512];
+    size_t n = body ? strlen(body) : 0;
+    int h = snprintf(head, sizeof head, "%s %s HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                     "Content-Length: %zu\r\n\r\n", method, path, n);
+    char *raw = malloc(h + n + 1);
+    memcpy(raw, head, h);
+    if (n) memcpy(raw + h, body, n);
+    reply r = request_raw(port, raw, h + n);
+    free(raw);
+    return r;
+}
+
+static void reply_free(reply *r) { free(r->all); }
+
+/* A JSON string field's value in body (first occurrence; escapes kept), into out. */
+static int json_str(const char *body, const char *key, char *out, size_t cap) {
+    char pat[64];
+    snprintf(pat, sizeof pat, "\"%s\":\"", key);
+    const char *p = strstr(body, pat);
+    if (!p) return -1;
+    p += strlen(pat);
+    size_t n = 0;
+    while (*p && *p != '"' && n + 1 < cap) {
+        if (*p == '\\' && p[1]) out[n++] = *p++;
+        out[n++] = *p++;
+    }
+    out[n] = 0;
+    return 0;
+}
+
+static double metric(int port, const char *name) {
+    reply r = call(port, "GET", "/metrics", NULL);
+    double v = -1;
+    char pat[128];
+    snprintf(pat, sizeof pat, "\nloom:%s{", name);
+    const char *p = r.body ? strstr(r.body, pat) : NULL;
+    if (p && (p = strchr(p, '}'))) v = atof(p + 1);
+    reply_free(&r);
+    return v;
+}
+
+static int open_fds(pid_t pid) {
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "ls /proc/%d/fd | wc -l", (int)pid);
+    FILE *f = popen(cmd, "r");
+    int n = -1;
+    if (f && fscanf(f, "%d", &n) != 1) n = -1;
+    if (f) pclose(f);
+    return n;
+}
+
+/* The text `loom run` prints for a prompt (its trailing newline dropped). */
+static char *loom_run(const char *args) {
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "%s run %s 2>/dev/null", LOOM_BIN, args);
+    FILE *f = popen(cmd, "r");
+    char *out = read_all(fileno(f));
+    pclose(f);
+    size_t n = strlen(out);
+    if (n && out[n - 1] == '\n') out[n - 1] = 0;
+    return out;
+}
+
+static void expect_error(int port, const char *what, const char *method, const char *path, const char *body, int status,
+                         const char *needle) {
+    reply r = call(port, method, path, body);
+    CHECK(r.status == status, "%s: status %d, want %d: %s", what, r.status, status, r.body ? r.body : "");
+    CHECK(r.body && strstr(r.body, "{\"error\":{\"message\":") && strstr(r.body, needle), "%s: body %s lacks '%s'", what,
+          r.body ? r.body : "(none)", needle);
+    reply_free(&r);
+}
+
+static void bad_requests(int port) {
+    const char *c = "/v1/completions";
+    expect_error(port, "malformed JSON", "POST", c, "{\"prompt\": \"x\",", 400, "not valid JSON");
+    expect_error(port, "not an object", "POST", c, "[1,2]", 400, "must be a JSON object");
+    expect_error(port, "max_tokens a string", "POST", c, "{\"prompt\":\"x\",\"max_tokens\":\"5\"}", 400, "max_tokens");
+    expect_error(port, "temperature negative", "POST", c, "{\"prompt\":\"x\",\"temperature\":-1}", 400, "temperature");
+    expect_error(port, "stop a number", "POST", c, "{\"prompt\":\"x\",\"stop\":5}", 400, "'stop'");
+    expect_error(port, "prompt missing", "POST", c, "{\"max_tokens\":3}", 400, "'prompt' is required");
+    expect_error(port, "token id out of range", "POST", c, "{\"prompt\":[1,99999]}", 400, "not a token id");
+    expect_error(port, "unknown model", "POST", c, "{\"prompt\":\"x\",\"model\":\"gpt-4\"}", 404, "model_not_found");
+    expect_error(port, "max_tokens 0", "POST", c, "{\"prompt\":\"x\",\"max_tokens\":0}", 400, "max_tokens");
+    expect_error(port, "max_tokens negative", "POST", c, "{\"prompt\":\"x\",\"max_tokens\":-3}", 400, "max_tokens");
+    expect_error(port, "n 2", "POST", c, "{\"prompt\":\"x\",\"n\":2}", 400, "'n' must be 1");
+    expect_error(port, "chat without messages", "POST", "/v1/chat/completions", "{\"model\":\"stories260K\"}", 400,
+                 "messages");
+    expect_error(port, "unknown route", "GET", "/v2/nothing", NULL, 404, "no route");
+    expect_error(port, "wrong method", "GET", c, NULL, 405, "does not take GET");
+    /* the context is 512 tokens (--max-model-len): a longer prompt, and one that leaves no room */
+    char body[8192] = "{\"prompt\":[1";
+    for (int i = 0; i < 600; i++) strcat(body, ",300");
+    strcat(body, "]}");
+    expect_error(port, "prompt beyond the context", "POST", c, body, 400, "maximum context length is 512");
+    expect_error(port, "completion beyond the context", "POST", c, "{\"prompt\":\"x\",\"max_tokens\":1000}", 400,
+                 "maximum context length is 512");
+    /* oversized body: refused from its Content-Length, before it is read */
+    const char *big_head = "POST /v1/completions HTTP/1.0\r\nContent-Length: 100000000\r\n\r\n{\"prompt\":\"";
+    reply r = request_raw(port, big_head, strlen(big_head));
+    CHECK(r.status == 413 && strstr(r.body, "exceeds the limit"), "oversized body: %d %s", r.status, r.body);
+    reply_free(&r);
+    r = call(port, "GET", "/health", NULL);
+    CHECK(r.status == 200, "health after the bad requests: %d", r.status);
+    reply_free(&r);
+}
+
+/* The streamed text (SSE "text" fields joined) of a completion request. */
+static char *stream_text(int port, const char *body) {
+    reply r = call(port, "POST", "/v1/completions", body);
+    size_t cap = 65536, len = 0;
+    char *text = calloc(1, cap);
+    for (const char *p = r.body; p && (p = strstr(p, "data: {")); p++) {
+        char piece[4096];
+        if (json_str(p, "text", piece, sizeof piece)) continue;
+        len += snprintf(text + len, cap - len, "%s", piece);
+    }
+    CHECK(r.body && strstr(r.body, "data: [DONE]\n\n"), "stream does not end with [DONE]: %s", r.body ? r.body : "");
+    reply_free(&r);
+    return text;
+}
+
+static void completions_match_run(int port, const char *run_args) {
+    char *want = loom_run(run_args);
+    reply r = call(port, "POST", "/v1/completions",
+                   "{\"prompt\":\"The robot\",\"max_tokens\":24,\"temperature\":0,\"ignore_eos\":true}");
+    char text[4096] = "";
+    CHECK(r.status == 200 && !json_str(r.body, "text", text, sizeof text), "completion: %d %s", r.status, r.body);
+    CHECK(!strcmp(text, want), "completion '%s' differs from loom run's '%s'", text, want);
+    CHECK(strstr(r.body, "\"finish_reason\":\"length\"") && strstr(r.body, "\"completion_tokens\":24"),
+          "usage or finish reason: %s", r.body);
+    reply_free(&r);
+    char *streamed = stream_text(port, "{\"prompt\":\"The robot\",\"max_tokens\":24,\"temperature\":0,\"ignore_eos\":true,"
+                                       "\"stream\":true}");
+    CHECK(!strcmp(streamed, want), "streamed pieces join to '%s', not '%s'", streamed, want);
+    free(streamed);
+    free(want);
+}
+
+/* A client that leaves mid-stream frees its slot at the next step. */
+static void client_leaves(int port) {
+    int fd = connect_to(port);
+    const char *body = "{\"prompt\":[1,2,3],\"max_tokens\":400,\"ignore_eos\":true,\"stream\":true}";
+    char raw[512];
+    int n = snprintf(raw, sizeof raw, "POST /v1/completions HTTP/1.0\r\nContent-Length: %zu\r\n\r\n%s", strlen(body), body);
+    send_all(fd, raw, n);
+    char buf[256];
+    CHECK(recv(fd, buf, sizeof buf, 0) > 0, "no stream started");
+    CHECK(metric(port, "kv_slots_used") == 1, "a streaming request holds no slot");
+    close(fd);
+    double t0 = now();
+    while (metric(port, "kv_slots_used") != 0 && now() - t0 < 5) nap(0.05);
+    CHECK(metric(port, "kv_slots_used") == 0, "the slot of a client that left was not freed within 5 s");
+    CHECK(metric(port, "request_success_total") >= 0, "metrics unreadable");
+}
+
+/* A client sending its request a byte a second does not hold up another one. */
+static void slow_client(int port) {
+    int fd = connect_to(port);
+    const char *raw = "POST /v1/completions HTTP/1.0\r\nContent-Length: 30\r\n\r\n{\"prompt\":\"Hi\",\"max_tokens\":2}";
+    send_all(fd, raw, 3);
+    double t0 = now();
+    for (int i = 3; i < 6; i++) {
+        nap(1.0);
+        send_all(fd, raw + i, 1);
+    }
+    reply r = call(port, "POST", "/v1/completions", "{\"prompt\":\"The\",\"max_tokens\":4}");
+    CHECK(r.status == 200, "a request beside a slow client: %d", r.status);
+    CHECK(now() - t0 < 10, "a request beside a slow client took until %.1f s", now() - t0);
+    reply_free(&r);
+    send_all(fd, raw + 6, strlen(raw + 6));
+    char *resp = read_all(fd);
+    CHECK(strstr(resp, "HTTP/1.") && strstr(resp, " 200 "), "the slow client's own request: %s", resp);
+    free(resp);
+    close(fd);
+}
+
+static void no_leaks(const server *s, int fds_before) {
+    for (int i = 0; i < 20; i++) {
+        reply r = call(s->port, "POST", "/v1/completions", "{\"prompt\":\"A\",\"max_tokens\":3}");
+        reply_free(&r);
+    }
+    nap(0.3);
+    int fds = open_fds(s->pid);
+    CHECK(fds <= fds_before, "descriptors grew from %d to %d over 20 requests", fds_before, fds);
+    CHECK(metric(s->port, "kv_slots_used") == 0 && metric(s->port, "num_requests_running") == 0 &&
+          metric(s->port, "num_requests_waiting") == 0, "slots or requests left over");
+}
+
+/* SIGTERM while a long request runs: it completes, then the server exits 0. */
+static void sigterm_drains(server *s) {
+    int fd = connect_to(s->port);
+    const char *body = "{\"prompt\":[1,2,3],\"max_tokens\":60,\"ignore_eos\":true}";
+    char raw[512];
+    int n = snprintf(raw, sizeof raw, "POST /v1/completions HTTP/1.0\r\nContent-Length: %zu\r\n\r\n%s", strlen(body), body);
+    send_all(fd, raw, n);
+    double t0 = now();
+    while (metric(s->port, "kv_slots_used") != 1 && now() - t0 < 5) nap(0.005);
+    int rc = stop(s, SIGTERM, 30);
+    char *resp = read_all(fd);
+    close(fd);
+    CHECK(rc == 0, "after SIGTERM the server exited with %d", rc);
+    CHECK(strstr(resp, " 200 ") && strstr(resp, "\"completion_tokens\":60"), "the running request was not drained: %s",
+          resp);
+    free(resp);
+}
+
+/* -tp 2: the same completion as `loom run -tp 2`, then rank 1 killed while a request runs: the
+ * request fails with an error naming the failure, the job ends naming rank 1. */
+static void ranks(void) {
+    server s;
+    if (start(&s, "-tp 2 --enable-async-tp --max-model-len 256")) {
+        CHECK(0, "-tp 2 server did not start");
+        return;
+    }
+    completions_match_run(s.port, "-tp 2 --enable-async-tp -p 'The robot' -n 24 --ignore-eos");
+    int fd = connect_to(s.port);
+    const char *body = "{\"prompt\":\"Once\",\"max_tokens\":200,\"ignore_eos\":true,\"stream\":true}";
+    char raw[512];
+    int n = snprintf(raw, sizeof raw, "POST /v1/completions HTTP/1.0\r\nContent-Length: %zu\r\n\r\n%s", strlen(body), body);
+    send_all(fd, raw, n);
+    char probe[64];
+    CHECK(recv(fd, probe, sizeof probe, MSG_PEEK) > 0, "no stream started under -tp 2");
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "pgrep -P %d | sort -n | sed -n 2p", (int)s.pid);
+    FILE *f = popen(cmd, "r");
+    int rank1 = 0;
+    if (fscanf(f, "%d", &rank1) != 1) rank1 = 0;
+    pclose(f);
+    CHECK(rank1 > 0, "rank 1 not found");
+    if (rank1 > 0) kill(rank1, SIGKILL);
+    char *resp = read_all(fd);
+    close(fd);
+    CHECK(strstr(resp, "\"error\"") && strstr(resp, "data: [DONE]"), "the open stream did not fail cleanly: %.300s",
+          resp + (strlen(resp) > 300 ? strlen(resp) - 300 : 0));
+    free(resp);
+    double t0 = now();
+    int st = 0;
+    while (waitpid(s.pid, &st, WNOHANG) != s.pid && now() - t0 < 15) nap(0.05);
+    CHECK(now() - t0 < 15 && WIFEXITED(st) && WEXITSTATUS(st) != 0, "the job did not end with a failure");
+    char log[8192] = "";
+    f = fopen(s.log, "r");
+    size_t len = f ? fread(log, 1, sizeof log - 1, f) : 0;
+    log[len] = 0;
+    if (f) fclose(f);
+    CHECK(strstr(log, "rank 1 was killed by signal 9"), "the failure does not name rank 1: %s", log);
+    unlink(s.log);
+}
+
+/* Under mpirun: rank 0 serves, rank 1 follows its steps over MPI; SIGTERM to rank 0 drains and
+ * the job exits 0 (mpirun's own SIGTERM handling ends the job at once: that is Open MPI's). */
+static void over_mpi(void) {
+    server s;
+    if (!mpi_available("test_serve")) return;
+    if (start_with(&s, "env " MPIRUN " -np 2", "--backend mpi --max-model-len 256")) {
+        CHECK(0, "the MPI server did not start");
+        return;
+    }
+    completions_match_run(s.port, "-tp 2 -p 'The robot' -n 24 --ignore-eos");
+    CHECK(stop_via(&s, s.rank0, SIGTERM, 60) == 0, "the MPI job did not exit 0 after SIGTERM to rank 0");
+}
+
+int main(void) {
+    signal(SIGPIPE, SIG_IGN);
+    server s;
+    if (start(&s, "--max-model-len 512 --max-num-seqs 4")) {
+        CHECK(0, "server did not start");
+        return check_done();
+    }
+    int fds = open_fds(s.pid);
+    bad_requests(s.port);
+    completions_match_run(s.port, "-p 'The robot' -n 24 --ignore-eos");
+    slow_client(s.port);
+    no_leaks(&s, fds);
+    CHECK(stop(&s, SIGTERM, 30) == 0, "an idle server did not exit 0 on SIGTERM");
+    /* a model slow enough (~100M parameters, dummy weights) that requests are still running
+     * when the client leaves or SIGTERM comes */
+    if (start(&s, "-m " LOOM_SOURCE_DIR "/configs/llama-100m.json --load-format dummy --max-model-len 512")) {
+        CHECK(0, "the 100M server did not start");
+        return check_done();
+    }
+    client_leaves(s.port);
+    sigterm_drains(&s);
+    ranks();
+    over_mpi();
+    return check_done();
+}

@@ -1,0 +1,87 @@
+/* `loom serve`: the OpenAI-compatible server (src/serve/) with the engine flags `run` takes. */
+#include <libgen.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "serve/serve.h"
+#include "serve/steps.h"
+
+typedef struct serve_job {
+    loom_model *m;
+    loom_engine_options eo;
+    serve_options so;
+} serve_job;
+
+static int serve_rank(loom_comm *comm, void *arg) {
+    serve_job *j = arg;
+    loom_engine *e = cli_rank_engine("serve", comm, j->m, &j->eo);
+    if (!e) return 1;
+    int rc = serve_run(comm, j->m, e, &j->so);
+    loom_engine_free(e);
+    return rc;
+}
+
+/* The folder a chat template would be found in: -m itself, or a config.json's folder. */
+static char *model_dir(const char *model) {
+    struct stat st;
+    if (!model || stat(model, &st)) return NULL;
+    if (S_ISDIR(st.st_mode)) return strdup(model);
+    char *copy = strdup(model), *dir = strdup(dirname(copy));
+    free(copy);
+    return dir;
+}
+
+int cli_serve(int argc, char **argv) {
+    cli_common c = CLI_COMMON_DEFAULTS;
+    serve_job j = {.so = {.host = "127.0.0.1", .port = 8000, .max_num_seqs = 8, .max_num_batched_tokens = 2048,
+                          .max_queue = 256, .max_body_bytes = 1 << 20}};
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        int r = cli_common_arg(&c, argc, argv, &i);
+        if (r < 0) return 2;
+        if (r) continue;
+        if (!strcmp(a, "--host")) j.so.host = cli_value(argc, argv, &i);
+        else if (!strcmp(a, "--port")) j.so.port = (int)cli_int(a, cli_value(argc, argv, &i), 0, 65535);
+        else if (!strcmp(a, "--served-model-name")) j.so.served_name = cli_value(argc, argv, &i);
+        else if (!strcmp(a, "--chat-template")) j.so.chat_template = cli_value(argc, argv, &i);
+        else if (!strcmp(a, "--max-num-seqs")) j.so.max_num_seqs = (int)cli_int(a, cli_value(argc, argv, &i), 1, 4096);
+        else if (!strcmp(a, "--max-num-batched-tokens"))
+            j.so.max_num_batched_tokens = (int)cli_int(a, cli_value(argc, argv, &i), 1, 1 << 20);
+        else if (!strcmp(a, "--max-queue")) j.so.max_queue = (int)cli_int(a, cli_value(argc, argv, &i), 1, 1 << 20);
+        else if (!strcmp(a, "--max-body-bytes"))
+            j.so.max_body_bytes = (size_t)cli_int(a, cli_value(argc, argv, &i), 1024, 1L << 32);
+        else {
+            fprintf(stderr, "loom serve: unknown option '%s' (see loom --help)\n", a);
+            return 2;
+        }
+    }
+    if (j.so.max_num_batched_tokens < j.so.max_num_seqs) {
+        fprintf(stderr, "loom serve: --max-num-batched-tokens %d is below --max-num-seqs %d: a step must hold every "
+                "running sequence's next token\n", j.so.max_num_batched_tokens, j.so.max_num_seqs);
+        return 2;
+    }
+    j.so.seed = c.seed;
+    if (!j.so.served_name) j.so.served_name = c.model ? c.model : "stories260K";
+    char *dir = model_dir(c.model);
+    j.so.model_dir = dir;
+    /* a folder without tokenizer.json still serves prompts given as token ids */
+    char tok[4096];
+    snprintf(tok, sizeof tok, "%s/tokenizer.json", dir ? dir : "");
+    bool text = !dir || !access(tok, R_OK);
+    if (!text) fprintf(stderr, "loom serve: %s has no tokenizer.json: prompts must be token ids, and outputs are ids\n", dir);
+    if (!(j.m = cli_load_model(&c, text))) {
+        free(dir);
+        return 1;
+    }
+    loom_engine_options eo = {.threads = c.threads, .sequence_parallel = c.sp, .async_tp = c.async_tp,
+                              .sp_min_tokens = c.sp_min_tokens, .max_ctx = c.max_model_len};
+    j.eo = serve_engine_options(&eo, &j.so);
+    int rc = cli_launch(&c, j.m, &j.eo, serve_step_bytes(&j.eo), serve_rank, &j);
+    loom_model_free(j.m);
+    free(dir);
+    return rc;
+}
