@@ -45,12 +45,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 
-die() { echo "vs-llama-cpp.sh: $*" >&2; exit 1; }
-stamp() { date +%s; }
-phase_t0=0
-phase() { phase_t0=$(stamp); echo "== $*" >&2; }
-phase_end() { echo "   ($(( $(stamp) - phase_t0 )) s)" >&2; timings+=("$1: $(( $(stamp) - phase_t0 )) s"); }
-timings=()
+. benches/common.sh
 
 loom=${1:-build/loom}
 [ -d "$loom" ] && loom=${loom%/}/loom
@@ -76,46 +71,10 @@ for d in $DTYPES; do [[ $d =~ ^(f32|bf16|q4|q8)$ ]] || die "DTYPES: '$d' is not 
 mkdir -p "$bench" "$RESULTS"
 
 # --- loom -------------------------------------------------------------------------------------
-if [ ! -x "$loom" ]; then
-  [ "$loom" = build/loom ] || die "no loom binary at $loom"
-  phase "building loom into build/ (only the loom target)"
-  scripts/install-deps.sh
-  nice -n 10 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
-  nice -n 10 cmake --build build --target loom -j2 >"$RESULTS/loom-build.log" 2>&1 \
-    || { tail -20 "$RESULTS/loom-build.log" >&2; die "loom did not build (log: $RESULTS/loom-build.log)"; }
-  phase_end "loom build"
-fi
-# run a copy, so a rebuild of build/ during the job cannot change the binary between rows
-cp "$loom" "$RESULTS/loom"
-loom_src=$(cd "$(dirname "$loom")" && pwd)/$(basename "$loom")
-loom=$RESULTS/loom
+loom_prepare
 
 # --- llama.cpp source -------------------------------------------------------------------------
-sdist=$(ls "$bench"/dl/llama_cpp_python-*.tar.gz 2>/dev/null | sort -V | tail -1 || true)
-if [ -z "$sdist" ]; then
-  phase "downloading the llama-cpp-python sdist from PyPI"
-  pip3 download --no-deps --no-binary :all: llama-cpp-python -d "$bench/dl" >"$bench/dl.log" 2>&1 \
-    || { tail -20 "$bench/dl.log" >&2; die "pip download of llama-cpp-python failed (log: $bench/dl.log)"; }
-  sdist=$(ls "$bench"/dl/llama_cpp_python-*.tar.gz | sort -V | tail -1)
-  phase_end "sdist download"
-fi
-pyver=$(basename "$sdist" .tar.gz); pyver=${pyver#llama_cpp_python-}
-src=$bench/src/llama_cpp_python-$pyver
-lcpp=$src/vendor/llama.cpp
-if [ ! -f "$lcpp/CMakeLists.txt" ]; then
-  phase "unpacking $(basename "$sdist")"
-  mkdir -p "$bench/src"
-  tar -xzf "$sdist" -C "$bench/src"
-  [ -f "$lcpp/CMakeLists.txt" ] || die "$sdist has no vendor/llama.cpp"
-  phase_end "unpack"
-fi
-# llama-cpp-python's changelog names the llama.cpp commit it vendors ("update llama.cpp to
-# ggml-org/llama.cpp@<commit>", the first such line under the release's heading)
-commit=$(awk -v v="## [$pyver]" 'index($0, v) == 1 {f = 1; next} f && /^## \[/ {exit}
-  f && match($0, /llama\.cpp@[0-9a-f]+/) {print substr($0, RSTART + 10, RLENGTH - 10); exit}' "$src/CHANGELOG.md")
-commit=${commit:-unknown}
-ggmlver=$(sed -n 's/^set(GGML_VERSION_\(MAJOR\|MINOR\|PATCH\) \([0-9]*\))/\2/p' "$lcpp/ggml/CMakeLists.txt" | paste -sd.)
-llama_version="llama.cpp $commit (ggml $ggmlver, from llama-cpp-python $pyver)"
+llama_cpp_source
 
 # --- llama.cpp builds -------------------------------------------------------------------------
 have_pkg() { dpkg -s "$1:$(dpkg --print-architecture)" >/dev/null 2>&1 || dpkg -s "$1" >/dev/null 2>&1; }

@@ -3,7 +3,7 @@
 Checks, against oracles loom did not write:
 - greedy completions and chat completions equal `loom run`'s text for the same prompt (and
   the chat prompt equals what the server's /tokenize renders), streamed or not, at tp=1 and
-  with -tp 2 --enable-async-tp;
+  with -tp 2 --enable-async-tp (prompt steps sharded by SP);
 - stop strings (one that spans tokens), max_tokens, usage, finish reasons, logprobs;
 - on a golden model (no tokenizer: prompts as ids, tokens as "token_id:N"), the first
   token's logprobs equal transformers' log-softmax of its logits (tests/golden/) to 1e-4;
@@ -204,7 +204,9 @@ def golden(run_flags):
 
 def main():
     template = f"{SRC}/tests/data/templates/chatml/template.jinja"
-    for flags in ([], ["-tp", "2", "--enable-async-tp"]):
+    # --sp-min-tokens 2: every step of two tokens or more shards the sequence (SP with async TP),
+    # single-token decode steps stay plain TP, as a long prefill and decode do by default
+    for flags in ([], ["-tp", "2", "--enable-async-tp", "--sp-min-tokens", "2"]):
         s = Server("--chat-template", template, "--max-num-seqs", "8", *flags)
         try:
             completions(s, flags, "stories260K")

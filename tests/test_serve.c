@@ -395,8 +395,26 @@ static void over_mpi(void) {
     CHECK(stop_via(&s, s.rank0, SIGTERM, 60) == 0, "the MPI job did not exit 0 after SIGTERM to rank 0");
 }
 
+/* A chat template outside the supported subset stops start-up, naming the construct. */
+static void bad_template(void) {
+    char path[128], cmd[512];
+    snprintf(path, sizeof path, "/tmp/loom-test-serve-%d.jinja", (int)getpid());
+    FILE *f = fopen(path, "w");
+    fputs("{% for m in messages %}{% include 'header.jinja' %}{{ m.content }}{% endfor %}", f);
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "%s serve --port 0 --chat-template %s 2>&1", LOOM_BIN, path);
+    FILE *p = popen(cmd, "r");
+    char *out = read_all(fileno(p));
+    int st = pclose(p);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) != 0 && strstr(out, "include") && strstr(out, path),
+          "a template with {%% include %%} did not stop start-up by name: %s", out);
+    free(out);
+    unlink(path);
+}
+
 int main(void) {
     signal(SIGPIPE, SIG_IGN);
+    bad_template();
     server s;
     if (start(&s, "--max-model-len 512 --max-num-seqs 4")) {
         CHECK(0, "server did not start");

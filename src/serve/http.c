@@ -121,7 +121,10 @@ static bool next_events(stream *s) {
         int tokens = r->n_tokens;
         if (!done)
             while (tokens > s->sent_tokens && r->tokens[tokens - 1].text_end > r->text_ready) tokens--;
-        if (done || r->text_ready > s->sent_text || (r->logprobs && tokens > s->sent_tokens)) {
+        /* a token that adds no text still makes a chunk when it has log-probabilities to show,
+         * or when the model has no tokenizer (no text will ever come) */
+        bool new_tokens = tokens > s->sent_tokens && (r->logprobs || !s->srv->tok);
+        if (done || r->text_ready > s->sent_text || new_tokens) {
             size_t to = done ? r->text_len : r->text_ready;
             sse(s, api_chunk(s->srv, r, s->sent_text, to, s->sent_tokens, tokens, !s->started, done));
             s->sent_text = to;

@@ -1,0 +1,61 @@
+# Sourced by the benchmarks that run llama.cpp beside loom (vs-llama-cpp.sh, serve.sh), from
+# the repository root: progress lines (phase, phase_end, timings), die, the loom binary a job
+# runs (loom_prepare), and llama.cpp's source (llama_cpp_source).
+
+die() { echo "$(basename "$0"): $*" >&2; exit 1; }
+stamp() { date +%s; }
+phase_t0=0
+phase() { phase_t0=$(stamp); echo "== $*" >&2; }
+phase_end() { echo "   ($(( $(stamp) - phase_t0 )) s)" >&2; timings+=("$1: $(( $(stamp) - phase_t0 )) s"); }
+timings=()
+
+# loom_prepare: builds build/loom if $loom is that and missing, then runs a copy in $RESULTS, so
+# a rebuild of build/ during the job cannot change the binary between rows; sets loom (the
+# copy) and loom_src (the original).
+loom_prepare() {
+  if [ ! -x "$loom" ]; then
+    [ "$loom" = build/loom ] || die "no loom binary at $loom"
+    phase "building loom into build/ (only the loom target)"
+    scripts/install-deps.sh
+    nice -n 10 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
+    nice -n 10 cmake --build build --target loom -j2 >"$RESULTS/loom-build.log" 2>&1 \
+      || { tail -20 "$RESULTS/loom-build.log" >&2; die "loom did not build (log: $RESULTS/loom-build.log)"; }
+    phase_end "loom build"
+  fi
+  cp "$loom" "$RESULTS/loom"
+  loom_src=$(cd "$(dirname "$loom")" && pwd)/$(basename "$loom")
+  loom=$RESULTS/loom
+}
+
+# llama_cpp_source fetches llama.cpp's source as PyPI carries it (the llama-cpp-python sdist,
+# whose vendor/llama.cpp is llama.cpp's whole tree) into $bench/dl, unpacks it into $bench/src,
+# and sets src, lcpp (the llama.cpp tree), commit and llama_version. Uses the caller's $bench,
+# phase, phase_end and die.
+llama_cpp_source() {
+  local sdist pyver ggmlver
+  sdist=$(ls "$bench"/dl/llama_cpp_python-*.tar.gz 2>/dev/null | sort -V | tail -1 || true)
+  if [ -z "$sdist" ]; then
+    phase "downloading the llama-cpp-python sdist from PyPI"
+    pip3 download --no-deps --no-binary :all: llama-cpp-python -d "$bench/dl" >"$bench/dl.log" 2>&1 \
+      || { tail -20 "$bench/dl.log" >&2; die "pip download of llama-cpp-python failed (log: $bench/dl.log)"; }
+    sdist=$(ls "$bench"/dl/llama_cpp_python-*.tar.gz | sort -V | tail -1)
+    phase_end "sdist download"
+  fi
+  pyver=$(basename "$sdist" .tar.gz); pyver=${pyver#llama_cpp_python-}
+  src=$bench/src/llama_cpp_python-$pyver
+  lcpp=$src/vendor/llama.cpp
+  if [ ! -f "$lcpp/CMakeLists.txt" ]; then
+    phase "unpacking $(basename "$sdist")"
+    mkdir -p "$bench/src"
+    tar -xzf "$sdist" -C "$bench/src"
+    [ -f "$lcpp/CMakeLists.txt" ] || die "$sdist has no vendor/llama.cpp"
+    phase_end "unpack"
+  fi
+  # llama-cpp-python's changelog names the llama.cpp commit it vendors ("update llama.cpp to
+  # ggml-org/llama.cpp@<commit>", the first such line under the release's heading)
+  commit=$(awk -v v="## [$pyver]" 'index($0, v) == 1 {f = 1; next} f && /^## \[/ {exit}
+    f && match($0, /llama\.cpp@[0-9a-f]+/) {print substr($0, RSTART + 10, RLENGTH - 10); exit}' "$src/CHANGELOG.md")
+  commit=${commit:-unknown}
+  ggmlver=$(sed -n 's/^set(GGML_VERSION_\(MAJOR\|MINOR\|PATCH\) \([0-9]*\))/\2/p' "$lcpp/ggml/CMakeLists.txt" | paste -sd.)
+  llama_version="llama.cpp $commit (ggml $ggmlver, from llama-cpp-python $pyver)"
+}

@@ -1,0 +1,359 @@
+#!/usr/bin/env bash
+# Serving benchmark: `loom serve` against llama.cpp's `llama-server` on the Llama-3.2-1B shape
+# (random weights, bf16, 2 threads, the same number of parallel slots), in one job, the two
+# servers taking turns on each concurrency level so both see the same machine state; then
+# `loom serve -tp 2` with and without --enable-sequence-parallel on long prompts.
+#
+# Usage: benches/serve.sh [LOOM_BINARY|BUILD_DIR]  (default build/loom; built if missing)
+#
+# What it does (each set-up step skipped when its output is already there):
+#   1. llama.cpp's source as benches/vs-llama-cpp.sh gets it (the llama-cpp-python sdist from
+#      PyPI into build-bench/dl, unpacked into build-bench/src; its vendor/llama.cpp), and
+#      builds the llama-server target with nice -j2 into build-bench/llama-server (CPU backend;
+#      no web UI, no OpenSSL, no curl);
+#   2. the bf16 random-weight GGUF of the config (benches/make_gguf.py, as vs-llama-cpp.sh
+#      writes it, venv at build-bench/venv), and a copy of it whose tokenizer.ggml.model is
+#      "test" with a token list of the vocabulary size (gguf-py's copy_with_new_metadata): the
+#      GGUF make_gguf.py writes has vocab type "none", with which llama-server aborts on its
+#      first generated token (GGML_ASSERT(type != LLAMA_VOCAB_TYPE_NONE) in
+#      llama_vocab::impl::token_get_attr, from common_token_to_piece); llama.cpp's "test" vocab
+#      (LLAMA_VOCAB_TYPE_TEST, a dummy tokenizer) detokenizes a token as its id in hex. Weights
+#      and shapes are unchanged; prompts are token ids, so the tokenizer itself is never used;
+#   3. starts `loom serve` (--load-format dummy --dtype bfloat16 -t THREADS --max-num-seqs
+#      SLOTS --max-model-len CTX) and `llama-server` (-t THREADS -tb THREADS -np SLOTS
+#      -c SLOTS*CTX, continuous batching, its defaults otherwise) on 127.0.0.1, one warm-up
+#      request each, then for each concurrency level runs benches/serve_load.py against each
+#      server in turn (which one goes first alternates between levels): REQUESTS streaming
+#      completions of PROMPT_LEN random token ids (seeded; the same prompts for both servers;
+#      no two requests share a prefix), OUTPUT_LEN tokens each (ignore_eos, temperature 0);
+#   4. stops both, then for SP in off on: starts `loom serve -tp 2 --threads THREADS/2`
+#      (--enable-sequence-parallel for on) and runs LONG_REQUESTS requests of LONG_PROMPT-token
+#      prompts at LONG_CONCURRENCY;
+#   5. prints markdown tables (engine, concurrency, requests, output tok/s, TTFT and ITL p50 and
+#      p99) and keeps every raw output in build-bench/results-serve-<date>/ (report.md is the
+#      printed tables, results.jsonl serve_load.py's lines, *.log the servers' stderr).
+# Servers are stopped on exit (SIGTERM, then SIGKILL after 30 s); every request has a timeout.
+#
+# Knobs (environment):
+#   CONCURRENCY="1 4 16"     concurrency levels
+#   REQUESTS=""              requests per level (default: 2 x concurrency, at least 4, at most
+#                            16: one wave at concurrency 16 keeps the job near 11 minutes on 2
+#                            cores; with equal lengths, later waves start together too)
+#   PROMPT_LEN=128 OUTPUT_LEN=128
+#   SLOTS=16                 loom --max-num-seqs, llama-server -np
+#   CTX=1024                 context per sequence (loom --max-model-len; llama-server -c SLOTS*CTX)
+#   THREADS=2                threads for both (loom -t; llama-server -t and -tb)
+#   ENGINES="loom llama-server"   which servers the concurrency levels run ("": none, only
+#                            the -tp 2 workload)
+#   LONG_PROMPT=2048 LONG_OUTPUT=16 LONG_REQUESTS=2 LONG_CONCURRENCY=2
+#                            the -tp 2 workload (LONG_PROMPT=0 skips it); its context is
+#                            LONG_PROMPT + LONG_OUTPUT, its --max-num-seqs LONG_CONCURRENCY
+#   TIMEOUT=600              seconds allowed per request
+#   CONFIG=configs/llama-3.2-1b.json   the model shape
+#   LOOM_ARGS="" LLAMA_ARGS=""   extra arguments for loom serve / llama-server
+#   RESULTS=build-bench/results-serve-<date>   where the raw outputs go
+#   QUIET_WAIT=0             before each run, wait up to this many seconds for the machine to be
+#                            quiet (other jobs below 0.1 cores); what was seen goes to load.txt
+#                            and the report's note column either way (with the cores the server
+#                            kept busy during the run, its CPU time / wall time, and the whole
+#                            machine's busy cores over the run, from /proc/stat)
+# A quick check: CONCURRENCY="1 2" OUTPUT_LEN=8 LONG_PROMPT=256 LONG_OUTPUT=4 benches/serve.sh
+set -euo pipefail
+{ # the whole script is read before it runs, so editing it mid-run is safe
+cd "$(dirname "$0")/.."
+root=$PWD
+
+. benches/common.sh
+
+loom=${1:-build/loom}
+[ -d "$loom" ] && loom=${loom%/}/loom
+CONCURRENCY=${CONCURRENCY:-1 4 16}
+REQUESTS=${REQUESTS:-}
+PROMPT_LEN=${PROMPT_LEN:-128}
+OUTPUT_LEN=${OUTPUT_LEN:-128}
+SLOTS=${SLOTS:-16}
+CTX=${CTX:-1024}
+THREADS=${THREADS:-2}
+ENGINES=${ENGINES-loom llama-server}
+LONG_PROMPT=${LONG_PROMPT:-2048}
+LONG_OUTPUT=${LONG_OUTPUT:-16}
+LONG_REQUESTS=${LONG_REQUESTS:-2}
+LONG_CONCURRENCY=${LONG_CONCURRENCY:-2}
+TIMEOUT=${TIMEOUT:-600}
+CONFIG=${CONFIG:-configs/llama-3.2-1b.json}
+LOOM_ARGS=${LOOM_ARGS:-}
+LLAMA_ARGS=${LLAMA_ARGS:-}
+QUIET_WAIT=${QUIET_WAIT:-0}
+bench=$root/build-bench
+RESULTS=${RESULTS:-$bench/results-serve-$(date +%Y%m%d-%H%M%S)}
+
+for t in python3 cmake make gcc g++ pip3 lscpu curl setsid pgrep; do
+  command -v "$t" >/dev/null || die "'$t' is missing (Debian: apt-get install cmake g++ make python3-pip util-linux curl procps)"
+done
+[ -f "$CONFIG" ] || die "no model config $CONFIG"
+for e in $ENGINES; do [[ $e =~ ^(loom|llama-server)$ ]] || die "ENGINES: '$e' is not loom or llama-server"; done
+[ $((PROMPT_LEN + OUTPUT_LEN)) -le "$CTX" ] || die "PROMPT_LEN + OUTPUT_LEN is over CTX ($CTX)"
+mkdir -p "$bench" "$RESULTS"
+[[ " $ENGINES " == *" llama-server "* ]] && need_llama=1 || need_llama=0
+
+# --- loom -------------------------------------------------------------------------------------
+loom_prepare
+
+# --- llama.cpp source and llama-server (as vs-llama-cpp.sh gets the source) --------------------
+llama_version=none
+if [ $need_llama = 1 ]; then
+  llama_cpp_source
+
+  lsdir=$bench/llama-server
+  if [ ! -x "$lsdir/bin/llama-server" ]; then
+    phase "building llama.cpp llama-server (CPU) in $lsdir"
+    # LLAMA_USE_PREBUILT_UI=OFF: the build would otherwise fetch the web UI from Hugging Face
+    nice -n 10 cmake -S "$lcpp" -B "$lsdir" -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF \
+      -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_TESTS=OFF \
+      -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_COMMIT="$commit" >"$lsdir.log" 2>&1 \
+      || { tail -20 "$lsdir.log" >&2; die "llama.cpp cmake failed (log: $lsdir.log)"; }
+    nice -n 10 cmake --build "$lsdir" --target llama-server -j2 >>"$lsdir.log" 2>&1 \
+      || { grep -m5 -B2 -A5 'error' "$lsdir.log" >&2 || tail -20 "$lsdir.log" >&2; die "llama-server build failed (log: $lsdir.log)"; }
+    [ -x "$lsdir/bin/llama-server" ] || die "no $lsdir/bin/llama-server after the build"
+    phase_end "llama-server build"
+  fi
+
+  # --- GGUF: make_gguf.py's bf16 file, and a copy with llama.cpp's "test" vocab --------------
+  py=$bench/venv/bin/python
+  if ! "$py" -c 'import gguf, numpy, tqdm' 2>/dev/null; then
+    phase "venv with numpy and llama.cpp's gguf-py in $bench/venv"
+    python3 -m venv "$bench/venv" || die "python3 -m venv failed (Debian: apt-get install python3-venv)"
+    nice -n 10 "$bench/venv/bin/pip" install -q numpy "$lcpp/gguf-py" >"$bench/venv.log" 2>&1 \
+      || { tail -20 "$bench/venv.log" >&2; die "pip install of numpy and gguf-py failed (log: $bench/venv.log)"; }
+    phase_end "venv"
+  fi
+  model=$(basename "$CONFIG" .json)
+  gguf_bf16=$bench/gguf/$model-random-bf16.gguf
+  gguf=$bench/gguf/$model-random-bf16-testvocab.gguf
+  if [ ! -s "$gguf_bf16" ]; then
+    phase "writing the random-weight bf16 GGUF of $CONFIG"
+    mkdir -p "$bench/gguf"
+    nice -n 10 "$py" benches/make_gguf.py "$CONFIG" --bf16 "$gguf_bf16.tmp"
+    mv "$gguf_bf16.tmp" "$gguf_bf16"
+    phase_end "GGUF writing"
+  fi
+  if [ ! -s "$gguf" ] || [ "$gguf" -ot "$gguf_bf16" ]; then
+    phase "copying it with tokenizer.ggml.model \"test\" (llama-server cannot generate with vocab \"none\")"
+    nice -n 10 "$py" - "$gguf_bf16" "$gguf.tmp" <<'EOF' 2>"$RESULTS/gguf-testvocab.log" \
+      || { tail -5 "$RESULTS/gguf-testvocab.log" >&2; die "writing $gguf failed"; }
+import sys
+import gguf
+from gguf.scripts.gguf_new_metadata import MetadataDetails, copy_with_new_metadata
+src, dst = sys.argv[1], sys.argv[2]
+reader = gguf.GGUFReader(src)
+arch = reader.get_field(gguf.Keys.General.ARCHITECTURE).contents()
+n_vocab = int(reader.get_field(gguf.Keys.LLM.VOCAB_SIZE.format(arch=arch)).contents())
+T = gguf.GGUFValueType
+new = {gguf.Keys.Tokenizer.MODEL: MetadataDetails(T.STRING, "test"),
+       gguf.Keys.Tokenizer.LIST: MetadataDetails(T.ARRAY, ["%x" % i for i in range(n_vocab)], sub_type=T.STRING)}
+copy_with_new_metadata(reader, gguf.GGUFWriter(dst, arch), new, [])
+print("%s: vocab \"test\" with %d tokens -> %s" % (src, n_vocab, dst), file=sys.stderr)
+EOF
+    mv "$gguf.tmp" "$gguf"
+    phase_end "GGUF test-vocab copy"
+  fi
+fi
+
+# --- info -------------------------------------------------------------------------------------
+cpu=$(lscpu | sed -n 's/^Model name: *//p' | head -1)
+variant=$(cd "$RESULTS" && "$loom" run -v -n 1 2>&1 >/dev/null | awk '/^CPU:/ && !f {print; f = 1}' || true)
+variant=${variant:-CPU: ?}
+{
+  echo "date: $(date -Is)"
+  echo "cpu: $cpu ($(nproc) cores online)"
+  echo "loom $variant"
+  echo "llama.cpp: $llama_version"
+  echo "loom: $loom_src (git $(git rev-parse --short HEAD 2>/dev/null || echo '?')$(git diff --quiet HEAD 2>/dev/null || echo ', with uncommitted changes'))"
+  echo "config: $CONFIG, bf16 weights, dummy/random"
+  echo "threads: $THREADS; slots: $SLOTS; context per sequence: $CTX"
+  echo "workload: concurrency $CONCURRENCY; prompt $PROMPT_LEN token ids, $OUTPUT_LEN output tokens; requests per level: ${REQUESTS:-2 x concurrency, at least 4, at most 16}"
+  echo "engines: $ENGINES"
+  [ "$LONG_PROMPT" -le 0 ] || echo "long: loom -tp 2 (--threads $(( THREADS > 1 ? THREADS / 2 : 1 )) a rank), SP off/on; prompt $LONG_PROMPT, $LONG_OUTPUT output tokens, $LONG_REQUESTS requests at concurrency $LONG_CONCURRENCY"
+  echo "loom args: $LOOM_ARGS; llama-server args: $LLAMA_ARGS"
+} | tee "$RESULTS/info.txt" >&2
+
+# --- servers ----------------------------------------------------------------------------------
+declare -A srv_pid=() srv_port=()
+stop_server() { # name
+  local name=$1 pid=${srv_pid[$1]:-} i
+  [ -n "$pid" ] || return 0
+  unset "srv_pid[$name]"
+  kill -0 "$pid" 2>/dev/null || return 0
+  kill -TERM "$pid" 2>/dev/null || true
+  for i in $(seq 60); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
+  if kill -0 "$pid" 2>/dev/null; then
+    echo "   $name (pid $pid) still up 30 s after SIGTERM: SIGKILL to its process group" >&2
+    kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
+  fi
+  wait "$pid" 2>/dev/null || true
+}
+cleanup() { local n; for n in "${!srv_pid[@]}"; do stop_server "$n"; done; }
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+start_loom() { # name, loom serve arguments...
+  local name=$1 log=$RESULTS/$1.log i port; shift
+  # setsid: its own process group (with any -tp ranks), so a stuck server can be killed whole
+  setsid "$loom" serve -m "$CONFIG" --load-format dummy --dtype bfloat16 --host 127.0.0.1 --port 0 \
+    "$@" $LOOM_ARGS >"$log" 2>&1 </dev/null &
+  srv_pid[$name]=$!
+  echo "   $name: pid $! ($loom serve $* $LOOM_ARGS)" >&2
+  for i in $(seq 600); do
+    port=$(sed -n 's|^loom serve: listening on http://127\.0\.0\.1:\([0-9]*\).*|\1|p' "$log" | head -1)
+    [ -n "$port" ] && break
+    kill -0 "${srv_pid[$name]}" 2>/dev/null || { tail -20 "$log" >&2; die "$name exited before listening (log: $log)"; }
+    sleep 0.5
+  done
+  [ -n "$port" ] || die "$name not listening after 300 s (log: $log)"
+  srv_port[$name]=$port
+}
+start_llama() { # name, llama-server arguments...
+  local name=$1 log=$RESULTS/$1.log i port; shift
+  port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  # shellcheck disable=SC2086
+  setsid "$lsdir/bin/llama-server" -m "$gguf" --host 127.0.0.1 --port "$port" "$@" $LLAMA_ARGS \
+    >"$log" 2>&1 </dev/null &
+  srv_pid[$name]=$!
+  echo "   $name: pid $! (llama-server $* $LLAMA_ARGS, port $port)" >&2
+  for i in $(seq 600); do
+    curl -s -m 2 "http://127.0.0.1:$port/health" 2>/dev/null | grep -q '"ok"' && break
+    kill -0 "${srv_pid[$name]}" 2>/dev/null || { tail -20 "$log" >&2; die "$name exited before it was ready (log: $log)"; }
+    sleep 0.5
+  done
+  curl -s -m 2 "http://127.0.0.1:$port/health" | grep -q '"ok"' || die "$name not ready after 300 s (log: $log)"
+  srv_port[$name]=$port
+}
+
+# /proc/stat's cpu line: busy ticks (user, nice, system, irq, softirq, steal), all ticks
+cpu_line() { awk '/^cpu / {print $2 + $3 + $4 + $7 + $8 + $9, $2 + $3 + $4 + $5 + $6 + $7 + $8 + $9}' /proc/stat; }
+# Cores other jobs kept busy, in hundredths: one second of /proc/stat's cpu line (user, nice,
+# system, irq, softirq, steal over all fields), times the online cores. Taken while the servers
+# are idle, so it counts others only. (procs_running is not used: in some containers it reads
+# 1-2 above what the cpu line shows on an idle machine.)
+others_busy() {
+  local a b
+  a=$(cpu_line); sleep 1; b=$(cpu_line)
+  awk -v a="$a" -v b="$b" -v n="$(nproc)" 'BEGIN {split(a, x, " "); split(b, y, " ");
+    d = y[2] - x[2]; printf "%d", (d > 0 ? 100 * n * (y[1] - x[1]) / d + 0.5 : 0)}'
+}
+load_note=""
+note_load() { # label: waits up to QUIET_WAIT s for quiet, then logs what it saw
+  local t0 o waited=0
+  t0=$(stamp); o=$(others_busy)
+  while [ "$o" -gt 10 ] && [ $(( $(stamp) - t0 )) -lt "$QUIET_WAIT" ]; do sleep 4; o=$(others_busy); waited=1; done
+  load_note=$(printf 'others %d.%02d cores' $((o / 100)) $((o % 100)))
+  printf '%s: other jobs busy %d.%02d cores before the run (loadavg %s)%s\n' "$1" $((o / 100)) $((o % 100)) \
+    "$(cut -d' ' -f1-3 /proc/loadavg)" "$([ $waited = 1 ] && echo ", waited $(( $(stamp) - t0 )) s")" >>"$RESULTS/load.txt"
+}
+cpu_ticks() { # pid: utime + stime of its session (the server's threads and any -tp ranks), in ticks
+  local p t=0 x
+  for p in $(pgrep -s "$1" 2>/dev/null || echo "$1"); do
+    x=$(awk '{print $14 + $15}' "/proc/$p/stat" 2>/dev/null || echo 0); t=$((t + x))
+  done
+  echo "$t"
+}
+hz=$(getconf CLK_TCK)
+
+run_load() { # name, label, concurrency, requests, prompt len, output len, [extra serve_load args]
+  local name=$1 label=$2 c=$3 n=$4 p=$5 o=$6; shift 6
+  local pid=${srv_pid[$name]} out=$RESULTS/run-$name-c$c-p$p.json others=() t0=() t1=() k busy=""
+  note_load "$label c=$c p=$p"
+  for k in "${!srv_pid[@]}"; do if [ "$k" != "$name" ]; then others+=("$k"); fi; done
+  for k in "${others[@]}"; do t0+=("$(cpu_ticks "${srv_pid[$k]}")"); done
+  local s0 m0; s0=$(cpu_ticks "$pid"); m0=$(cpu_line)
+  python3 benches/serve_load.py --port "${srv_port[$name]}" --concurrency "$c" --requests "$n" \
+    --prompt-len "$p" --output-len "$o" --timeout "$TIMEOUT" --label "$label" "$@" \
+    --note "$load_note" >"$out" || echo "   $label c=$c: some requests failed (see $out)" >&2
+  local s1 m1; s1=$(cpu_ticks "$pid"); m1=$(cpu_line)
+  for k in "${!others[@]}"; do
+    busy+=", idle ${others[$k]} used $(awk -v a="${t0[$k]}" -v b="$(cpu_ticks "${srv_pid[${others[$k]}]}")" -v hz="$hz" 'BEGIN {printf "%.1f", (b - a) / hz}') s CPU"
+  done
+  local cpu_s machine; cpu_s=$(awk -v a="$s0" -v b="$s1" -v hz="$hz" 'BEGIN {printf "%.1f", (b - a) / hz}')
+  machine=$(awk -v a="$m0" -v b="$m1" -v n="$(nproc)" 'BEGIN {split(a, x, " "); split(b, y, " ");
+    d = y[2] - x[2]; printf "%.2f", (d > 0 ? n * (y[1] - x[1]) / d : 0)}')
+  printf '   %s: server used %s s CPU%s; the whole machine was busy %s cores on average\n' \
+    "$label c=$c" "$cpu_s" "$busy" "$machine" >>"$RESULTS/load.txt"
+  [ -s "$out" ] || die "serve_load.py printed nothing for $label c=$c (server log: $RESULTS/$name.log)"
+  # the cores the server kept busy (its CPU time over the run's wall time) and the whole
+  # machine's busy cores over the run join the note: machine minus server (minus the load
+  # generator's few percent) is what other jobs took during the run
+  python3 -c 'import json, sys; r = json.loads(open(sys.argv[1]).read()); r["server_cpu_s"] = float(sys.argv[2])
+r["machine_busy_cores"] = float(sys.argv[3])
+r["note"] += ", server %.2f, machine %.2f cores" % (r["server_cpu_s"] / r["wall_s"], r["machine_busy_cores"]) if r["wall_s"] else ""
+print(json.dumps(r))' "$out" "$cpu_s" "$machine" >>"$RESULTS/results.jsonl"
+  tail -1 "$RESULTS/results.jsonl" >"$out"
+  python3 -c 'import json, sys; r = json.loads(open(sys.argv[1]).read())
+print("   %-14s c=%-3d %2d/%-2d ok  %7.2f tok/s  TTFT p50 %8.1f p99 %8.1f ms  ITL p50 %7.1f p99 %7.1f ms  (%s)%s" % (
+    r["label"], r["concurrency"], r["ok"], r["requests"], r["output_tok_s"] or 0, r["ttft_ms"]["p50"] or 0,
+    r["ttft_ms"]["p99"] or 0, r["itl_ms"]["p50"] or 0, r["itl_ms"]["p99"] or 0, r["note"],
+    "  ERRORS: %s" % r["errors"] if r["errors"] else ""))' "$out" >&2
+  tail -1 "$RESULTS/load.txt" >&2
+}
+loom_load_args=(--logprobs)  # loom sends a chunk per token only with logprobs when it has no tokenizer
+
+# --- concurrency levels: loom and llama-server taking turns -----------------------------------
+if [ -n "$ENGINES" ]; then
+  phase "starting the servers"
+  for e in $ENGINES; do
+    case $e in
+      loom) start_loom loom -t "$THREADS" --max-num-seqs "$SLOTS" --max-model-len "$CTX" ;;
+      llama-server) start_llama llama-server -t "$THREADS" -tb "$THREADS" -np "$SLOTS" -c $((SLOTS * CTX)) --cont-batching ;;
+    esac
+  done
+  for e in $ENGINES; do  # warm-up: first touches of weights and buffers, not measured
+    a=(); if [ "$e" = loom ]; then a=("${loom_load_args[@]}"); fi
+    python3 benches/serve_load.py --port "${srv_port[$e]}" --concurrency 1 --requests 1 --prompt-len "$PROMPT_LEN" \
+      --output-len 8 --seed 0 --timeout "$TIMEOUT" --label "$e warm-up" "${a[@]}" >"$RESULTS/warmup-$e.json" \
+      || { cat "$RESULTS/warmup-$e.json" >&2; die "$e's warm-up request failed (log: $RESULTS/$e.log)"; }
+  done
+  phase_end "server start-up and warm-up"
+  k=0
+  for c in $CONCURRENCY; do
+    phase "concurrency $c"
+    n=${REQUESTS:-$(( 2 * c < 4 ? 4 : 2 * c > 16 ? 16 : 2 * c ))}
+    order=$ENGINES
+    [ $((k % 2)) = 0 ] || order=$(echo "$ENGINES" | tr ' ' '\n' | tac | paste -sd' ')
+    for e in $order; do
+      a=(); if [ "$e" = loom ]; then a=("${loom_load_args[@]}"); fi
+      run_load "$e" "$e" "$c" "$n" "$PROMPT_LEN" "$OUTPUT_LEN" "${a[@]}"
+    done
+    k=$((k + 1))
+    phase_end "concurrency $c"
+  done
+  for e in $ENGINES; do stop_server "$e"; done
+fi
+
+# --- long prompts: loom -tp 2, sequence parallelism off and on ---------------------------------
+if [ "$LONG_PROMPT" -gt 0 ]; then
+  rank_threads=$(( THREADS > 1 ? THREADS / 2 : 1 ))
+  for sp in off on; do
+    name=loom-tp2 label="loom tp2" spa=()
+    if [ $sp = on ]; then name=loom-tp2-sp label="loom tp2 + SP" spa=(--enable-sequence-parallel); fi
+    phase "$label, prompt $LONG_PROMPT"
+    start_loom "$name" -tp 2 --threads "$rank_threads" --max-num-seqs "$LONG_CONCURRENCY" \
+      --max-model-len $((LONG_PROMPT + LONG_OUTPUT)) "${spa[@]}"
+    python3 benches/serve_load.py --port "${srv_port[$name]}" --concurrency 1 --requests 1 --prompt-len 16 \
+      --output-len 4 --seed 0 --timeout "$TIMEOUT" --label "$label warm-up" "${loom_load_args[@]}" \
+      >"$RESULTS/warmup-$name.json" || { cat "$RESULTS/warmup-$name.json" >&2; die "$name's warm-up request failed"; }
+    run_load "$name" "$label" "$LONG_CONCURRENCY" "$LONG_REQUESTS" "$LONG_PROMPT" "$LONG_OUTPUT" "${loom_load_args[@]}"
+    stop_server "$name"
+    phase_end "$label"
+  done
+fi
+
+printf '%s\n' "${timings[@]}" >"$RESULTS/timings.txt"
+{
+  sed 's/^/    /' "$RESULTS/info.txt"
+  echo
+  [ ! -s "$RESULTS/results.jsonl" ] || python3 benches/serve_load.py --report "$RESULTS/results.jsonl" --base llama-server
+} | tee "$RESULTS/report.md"
+echo >&2
+echo "timings:" >&2; sed 's/^/  /' "$RESULTS/timings.txt" >&2
+echo "raw outputs: $RESULTS" >&2
+exit 0
+}
