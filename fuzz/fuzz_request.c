@@ -26,6 +26,7 @@ static server *fuzz_server(void) {
     loom_model_get_info(srv.m, &srv.info);
     srv.max_ctx = 512;
     if (!(srv.tmpl = chat_template_parse(chatml, "chatml", &err))) abort();
+    srv.tmpl_tools = srv.tmpl;
     return &srv;
 }
 

@@ -412,9 +412,40 @@ static void bad_template(void) {
     unlink(path);
 }
 
+/* A model with named templates: requests with `tools` render "tool_use", others "default", as
+ * transformers picks them. */
+static void named_templates(void) {
+    char dir[128], cmd[512];
+    snprintf(dir, sizeof dir, "/tmp/loom-test-serve-model-%d", (int)getpid());
+    snprintf(cmd, sizeof cmd, "rm -rf %s && cp -r %s/models/stories260K %s", dir, LOOM_SOURCE_DIR, dir);
+    CHECK(system(cmd) == 0, "%s", cmd);
+    snprintf(cmd, sizeof cmd, "%s/tokenizer_config.json", dir);
+    FILE *f = fopen(cmd, "w");
+    fputs("{\"bos_token\": \"<s>\", \"eos_token\": \"</s>\", \"chat_template\": ["
+          "{\"name\": \"default\", \"template\": \"D:{{ messages[0].content }}\"},"
+          "{\"name\": \"tool_use\", \"template\": \"T:{{ tools | length }}:{{ messages[0].content }}\"}]}", f);
+    fclose(f);
+    server s;
+    snprintf(cmd, sizeof cmd, "-m %s", dir);
+    if (start(&s, cmd)) {
+        CHECK(0, "server with named templates did not start");
+        return;
+    }
+    reply r = call(s.port, "POST", "/tokenize", "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}");
+    CHECK(r.status == 200 && strstr(r.body, "\"prompt\":\"D:hi\""), "default template: %s", r.body);
+    reply_free(&r);
+    r = call(s.port, "POST", "/tokenize", "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"tools\":[]}");
+    CHECK(r.status == 200 && strstr(r.body, "\"prompt\":\"T:0:hi\""), "tool_use template: %s", r.body);
+    reply_free(&r);
+    CHECK(stop(&s, SIGTERM, 30) == 0, "named-template server did not exit 0");
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    CHECK(system(cmd) == 0, "%s", cmd);
+}
+
 int main(void) {
     signal(SIGPIPE, SIG_IGN);
     bad_template();
+    named_templates();
     server s;
     if (start(&s, "--max-model-len 512 --max-num-seqs 4")) {
         CHECK(0, "server did not start");

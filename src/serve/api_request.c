@@ -265,7 +265,8 @@ static char *render_chat(server *srv, const cJSON *root, api_error *e) {
     if (srv->eos_token) cJSON_AddStringToObject(ctx, "eos_token", srv->eos_token);
     char *text = NULL;
     loom_err err = {{0}};
-    if (chat_template_render(srv->tmpl, ctx, &text, &err)) api_fail(e, 400, "messages", "%s", err.msg);
+    if (chat_template_render(tools ? srv->tmpl_tools : srv->tmpl, ctx, &text, &err))
+        api_fail(e, 400, "messages", "%s", err.msg);
     cJSON_Delete(ctx);
     return text;
 fail:

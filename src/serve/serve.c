@@ -54,7 +54,12 @@ static int load_template(server *srv, loom_err *err) {
         return 0;
     }
     srv->tmpl = chat_template_load(srv->o->model_dir, srv->o->chat_template, false, &srv->bos_token, &srv->eos_token, err);
-    return srv->tmpl ? 0 : -1;
+    if (!srv->tmpl) return -1;
+    char *bos, *eos;
+    srv->tmpl_tools = chat_template_load(srv->o->model_dir, srv->o->chat_template, true, &bos, &eos, err);
+    free(bos);
+    free(eos);
+    return srv->tmpl_tools ? 0 : -1;
 }
 
 static int serve_rank0(loom_comm *comm, loom_model *m, loom_engine *e, const serve_options *o) {
@@ -89,6 +94,7 @@ done:
     http_stop(h); /* after the scheduler: open streams have ended (finished or failed) */
     sched_free(srv.sch);
     chat_template_free(srv.tmpl);
+    chat_template_free(srv.tmpl_tools);
     free(srv.tmpl_error);
     free(srv.bos_token);
     free(srv.eos_token);

@@ -48,6 +48,8 @@ typedef struct server {
     loom_model_info info;
     int max_ctx;
     struct chat_template *tmpl; /* NULL: the model has none (chat requests get 400) */
+    struct chat_template *tmpl_tools; /* for requests with `tools`: a named "tool_use" template
+                                         where the model has one (as transformers picks), else tmpl */
     char *tmpl_error;           /* why there is none */
     char *bos_token, *eos_token;
     pthread_mutex_t lock;
