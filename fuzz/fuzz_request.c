@@ -25,8 +25,7 @@ static server *fuzz_server(void) {
     srv.tok = srv.m->tok;
     loom_model_get_info(srv.m, &srv.info);
     srv.max_ctx = 512;
-    if (!(srv.tmpl = chat_template_parse(chatml, "chatml", &err))) abort();
-    srv.tmpl_tools = srv.tmpl;
+    if (!(srv.tmpl.plain = srv.tmpl.tools = chat_template_parse(chatml, "chatml", &err))) abort();
     return &srv;
 }
 

@@ -6,12 +6,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 "$PWD/scripts/install-deps.sh"
 dir=build
-args=(-DCMAKE_BUILD_TYPE=Release -DLOOM_NATIVE="${LOOM_NATIVE:-OFF}" -DLOOM_TEST_PYTHON="${LOOM_TEST_PYTHON:-}")
+args=(-DCMAKE_BUILD_TYPE=Release -DLOOM_NATIVE="${LOOM_NATIVE:-OFF}")
 if [ "${1:-}" = --sanitize ]; then
   dir=build-asan
-  args=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DLOOM_SANITIZE=ON -DLOOM_NATIVE="${LOOM_NATIVE:-OFF}"
-        -DLOOM_TEST_PYTHON="${LOOM_TEST_PYTHON:-}")
+  args=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DLOOM_SANITIZE=ON -DLOOM_NATIVE="${LOOM_NATIVE:-OFF}")
 fi
+# test.sh names the Python with the openai client; a build without it (run.sh) keeps what the
+# build directory had
+[ -n "${LOOM_TEST_PYTHON:-}" ] && args+=(-DLOOM_TEST_PYTHON="$LOOM_TEST_PYTHON")
 cmake -S . -B "$dir" "${args[@]}" >/dev/null
 cmake --build "$dir" -j "$(nproc)"
 echo "$dir"

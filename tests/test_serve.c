@@ -148,6 +148,16 @@ static reply call(int port, const char *method, const char *path, const char *bo
 
 static void reply_free(reply *r) { free(r->all); }
 
+/* Sends a completion request and returns the open connection, for reading its answer as it
+ * comes (or leaving). */
+static int post_completion(int port, const char *body) {
+    int fd = connect_to(port);
+    char raw[512];
+    int n = snprintf(raw, sizeof raw, "POST /v1/completions HTTP/1.0\r\nContent-Length: %zu\r\n\r\n%s", strlen(body), body);
+    send_all(fd, raw, n);
+    return fd;
+}
+
 /* A JSON string field's value in body (first occurrence; escapes kept), into out. */
 static int json_str(const char *body, const char *key, char *out, size_t cap) {
     char pat[64];
@@ -274,11 +284,7 @@ static void completions_match_run(int port, const char *run_args) {
 
 /* A client that leaves mid-stream frees its slot at the next step. */
 static void client_leaves(int port) {
-    int fd = connect_to(port);
-    const char *body = "{\"prompt\":[1,2,3],\"max_tokens\":400,\"ignore_eos\":true,\"stream\":true}";
-    char raw[512];
-    int n = snprintf(raw, sizeof raw, "POST /v1/completions HTTP/1.0\r\nContent-Length: %zu\r\n\r\n%s", strlen(body), body);
-    send_all(fd, raw, n);
+    int fd = post_completion(port, "{\"prompt\":[1,2,3],\"max_tokens\":400,\"ignore_eos\":true,\"stream\":true}");
     char buf[256];
     CHECK(recv(fd, buf, sizeof buf, 0) > 0, "no stream started");
     CHECK(metric(port, "kv_slots_used") == 1, "a streaming request holds no slot");
@@ -324,11 +330,7 @@ static void no_leaks(const server *s, int fds_before) {
 
 /* SIGTERM while a long request runs: it completes, then the server exits 0. */
 static void sigterm_drains(server *s) {
-    int fd = connect_to(s->port);
-    const char *body = "{\"prompt\":[1,2,3],\"max_tokens\":60,\"ignore_eos\":true}";
-    char raw[512];
-    int n = snprintf(raw, sizeof raw, "POST /v1/completions HTTP/1.0\r\nContent-Length: %zu\r\n\r\n%s", strlen(body), body);
-    send_all(fd, raw, n);
+    int fd = post_completion(s->port, "{\"prompt\":[1,2,3],\"max_tokens\":60,\"ignore_eos\":true}");
     double t0 = now();
     while (metric(s->port, "kv_slots_used") != 1 && now() - t0 < 5) nap(0.005);
     int rc = stop(s, SIGTERM, 30);
@@ -349,11 +351,7 @@ static void ranks(void) {
         return;
     }
     completions_match_run(s.port, "-tp 2 --enable-async-tp -p 'The robot' -n 24 --ignore-eos");
-    int fd = connect_to(s.port);
-    const char *body = "{\"prompt\":\"Once\",\"max_tokens\":200,\"ignore_eos\":true,\"stream\":true}";
-    char raw[512];
-    int n = snprintf(raw, sizeof raw, "POST /v1/completions HTTP/1.0\r\nContent-Length: %zu\r\n\r\n%s", strlen(body), body);
-    send_all(fd, raw, n);
+    int fd = post_completion(s.port, "{\"prompt\":\"Once\",\"max_tokens\":200,\"ignore_eos\":true,\"stream\":true}");
     char probe[64];
     CHECK(recv(fd, probe, sizeof probe, MSG_PEEK) > 0, "no stream started under -tp 2");
     char cmd[128];

@@ -2,7 +2,7 @@
  * cases.json, byte for byte against transformers' rendering (tests/golden/make_template_golden.py),
  * and raising where transformers raises; the interpreter's corners in _unit/cases.json (inline
  * templates, expectations from the same oracle); constructs that must be refused at parse time
- * with their name; bad contexts; and chat_template_load's choice of template. */
+ * with their name; bad contexts; and chat_templates_load's choice of template. */
 #include <cjson/cJSON.h>
 #include <dirent.h>
 #include <stdio.h>
@@ -225,34 +225,38 @@ static void test_load(void) {
     char dir[] = "/tmp/loom_tmpl_XXXXXX", path[256];
     CHECK(mkdtemp(dir), "mkdtemp");
     loom_err err = {{0}};
-    char *bos, *eos;
-    CHECK(!chat_template_load(dir, NULL, false, &bos, &eos, &err) && strstr(err.msg, "no chat template"), "%s", err.msg);
+    chat_templates t;
+    CHECK(chat_templates_load(dir, NULL, &t, &err) == 0 && !t.plain && !t.tools, "no template: %s", err.msg);
 
     snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
     write_file(path, "{\"bos_token\": {\"content\": \"<s>\", \"lstrip\": false}, \"eos_token\": \"</s>\","
                      " \"chat_template\": [{\"name\": \"default\", \"template\": \"D\"}, {\"name\": \"tool_use\", \"template\": \"T\"}]}");
-    chat_template *t = chat_template_load(dir, NULL, false, &bos, &eos, &err);
-    char *out = render_simple(t);
-    CHECK(out && !strcmp(out, "D") && bos && !strcmp(bos, "<s>") && eos && !strcmp(eos, "</s>"), "default: %s", out ? out : err.msg);
-    free(out), free(bos), free(eos), chat_template_free(t);
-    t = chat_template_load(dir, NULL, true, &bos, &eos, &err);
-    out = render_simple(t);
+    CHECK(chat_templates_load(dir, NULL, &t, &err) == 0, "%s", err.msg);
+    char *out = render_simple(t.plain);
+    CHECK(out && !strcmp(out, "D") && t.bos_token && !strcmp(t.bos_token, "<s>") && t.eos_token &&
+          !strcmp(t.eos_token, "</s>"), "default: %s", out ? out : err.msg);
+    free(out);
+    out = render_simple(t.tools);
     CHECK(out && !strcmp(out, "T"), "tool_use: %s", out ? out : err.msg);
-    free(out), free(bos), free(eos), chat_template_free(t);
+    free(out), chat_templates_free(&t);
 
     snprintf(path, sizeof path, "%s/chat_template.jinja", dir);
     write_file(path, "J");
-    t = chat_template_load(dir, NULL, true, &bos, &eos, &err);
-    out = render_simple(t);
-    CHECK(out && !strcmp(out, "J"), "chat_template.jinja replaces the config's: %s", out ? out : err.msg);
-    free(out), free(bos), free(eos), chat_template_free(t);
+    CHECK(chat_templates_load(dir, NULL, &t, &err) == 0, "%s", err.msg);
+    out = render_simple(t.tools);
+    CHECK(out && !strcmp(out, "J") && t.tools == t.plain, "chat_template.jinja replaces the config's: %s",
+          out ? out : err.msg);
+    free(out), chat_templates_free(&t);
 
     snprintf(path, sizeof path, "%s/override.jinja", dir);
     write_file(path, "O{{ 1 + 1 }}");
-    t = chat_template_load(dir, path, false, &bos, &eos, &err);
-    out = render_simple(t);
+    CHECK(chat_templates_load(dir, path, &t, &err) == 0, "%s", err.msg);
+    out = render_simple(t.plain);
     CHECK(out && !strcmp(out, "O2"), "override: %s", out ? out : err.msg);
-    free(out), free(bos), free(eos), chat_template_free(t);
+    free(out), chat_templates_free(&t);
+    CHECK(chat_templates_load(NULL, path, &t, &err) == 0 && t.plain && !t.bos_token, "override without a folder: %s",
+          err.msg);
+    chat_templates_free(&t);
 
     const char *names[] = {"tokenizer_config.json", "chat_template.jinja", "override.jinja"};
     for (int i = 0; i < 3; i++) {

@@ -241,7 +241,9 @@ fail:
 
 /* Renders the chat template for a body with `messages` (chat completions, /tokenize). */
 static char *render_chat(server *srv, const cJSON *root, api_error *e) {
-    if (!srv->tmpl) return api_fail(e, 400, "messages", "%s", srv->tmpl_error), NULL;
+    if (!srv->tmpl.plain)
+        return api_fail(e, 400, "messages", "the model has no chat template; start the server with --chat-template FILE"),
+               NULL;
     cJSON *msgs = template_messages(field(root, "messages"), e);
     if (!msgs) return NULL;
     cJSON *ctx = cJSON_CreateObject();
@@ -261,11 +263,11 @@ static char *render_chat(server *srv, const cJSON *root, api_error *e) {
     msgs = NULL;
     if (tools) cJSON_AddItemToObject(ctx, "tools", cJSON_Duplicate(tools, true));
     cJSON_AddBoolToObject(ctx, "add_generation_prompt", agp);
-    if (srv->bos_token) cJSON_AddStringToObject(ctx, "bos_token", srv->bos_token);
-    if (srv->eos_token) cJSON_AddStringToObject(ctx, "eos_token", srv->eos_token);
+    if (srv->tmpl.bos_token) cJSON_AddStringToObject(ctx, "bos_token", srv->tmpl.bos_token);
+    if (srv->tmpl.eos_token) cJSON_AddStringToObject(ctx, "eos_token", srv->tmpl.eos_token);
     char *text = NULL;
     loom_err err = {{0}};
-    if (chat_template_render(tools ? srv->tmpl_tools : srv->tmpl, ctx, &text, &err))
+    if (chat_template_render(tools ? srv->tmpl.tools : srv->tmpl.plain, ctx, &text, &err))
         api_fail(e, 400, "messages", "%s", err.msg);
     cJSON_Delete(ctx);
     return text;

@@ -230,33 +230,47 @@ static enum MHD_Result generate(server *srv, struct MHD_Connection *c, req_kind 
     return send_body(c, MHD_HTTP_OK, body, "application/json");
 }
 
+typedef enum route_id { COMPLETIONS, CHAT, TOKENIZE, DETOKENIZE, MODELS, HEALTH, METRICS } route_id;
+
+static const struct route {
+    const char *path, *method;
+    route_id id;
+} routes[] = {
+    {"/v1/completions", "POST", COMPLETIONS}, {"/v1/chat/completions", "POST", CHAT},
+    {"/tokenize", "POST", TOKENIZE},          {"/detokenize", "POST", DETOKENIZE},
+    {"/v1/models", "GET", MODELS},            {"/health", "GET", HEALTH},
+    {"/metrics", "GET", METRICS},
+};
+
 static enum MHD_Result route(server *srv, struct MHD_Connection *c, const char *url, const char *method, const upload *u) {
-    bool get = !strcmp(method, "GET"), post = !strcmp(method, "POST");
+    const struct route *r = NULL;
+    for (size_t i = 0; i < sizeof routes / sizeof *routes && !r; i++)
+        if (!strcmp(url, routes[i].path)) r = &routes[i];
+    if (!r) return fail(c, MHD_HTTP_NOT_FOUND, "no route %s %s", method, url);
+    if (strcmp(method, r->method)) return fail(c, MHD_HTTP_METHOD_NOT_ALLOWED, "%s does not take %s", url, method);
     const char *body = u->body ? u->body : "";
     api_error e = {0};
     char *out = NULL;
-    if (!strcmp(url, "/v1/completions") && post) return generate(srv, c, REQ_COMPLETION, u);
-    if (!strcmp(url, "/v1/chat/completions") && post) return generate(srv, c, REQ_CHAT, u);
-    if (!strcmp(url, "/tokenize") && post) out = api_tokenize(srv, body, u->len, &e);
-    else if (!strcmp(url, "/detokenize") && post) out = api_detokenize(srv, body, u->len, &e);
-    else if (!strcmp(url, "/v1/models") && get) out = api_models(srv);
-    else if (!strcmp(url, "/health") && get) {
+    switch (r->id) {
+    case COMPLETIONS: return generate(srv, c, REQ_COMPLETION, u);
+    case CHAT: return generate(srv, c, REQ_CHAT, u);
+    case TOKENIZE: out = api_tokenize(srv, body, u->len, &e); break;
+    case DETOKENIZE: out = api_detokenize(srv, body, u->len, &e); break;
+    case MODELS: out = api_models(srv); break;
+    case HEALTH: {
         pthread_mutex_lock(&srv->lock);
         bool up = !srv->draining && !srv->failed[0];
         pthread_mutex_unlock(&srv->lock);
         if (!up) return fail(c, MHD_HTTP_SERVICE_UNAVAILABLE, "the server is %s", srv->failed[0] ? "failed" : "shutting down");
         out = strdup("{\"status\":\"ok\"}");
-    } else if (!strcmp(url, "/metrics") && get) {
+        break;
+    }
+    case METRICS:
         pthread_mutex_lock(&srv->lock);
+        sched_gauges(srv->sch, &srv->met);
         out = metrics_text(&srv->met, srv->o->served_name);
         pthread_mutex_unlock(&srv->lock);
         return send_body(c, MHD_HTTP_OK, out, "text/plain; version=0.0.4");
-    } else {
-        static const char *const known[] = {"/v1/completions", "/v1/chat/completions", "/tokenize", "/detokenize",
-                                            "/v1/models", "/health", "/metrics"};
-        for (size_t i = 0; i < sizeof known / sizeof *known; i++)
-            if (!strcmp(url, known[i])) return fail(c, MHD_HTTP_METHOD_NOT_ALLOWED, "%s does not take %s", url, method);
-        return fail(c, MHD_HTTP_NOT_FOUND, "no route %s %s", method, url);
     }
     if (!out) return send_error(c, &e);
     return send_body(c, MHD_HTTP_OK, out, "application/json");

@@ -1,6 +1,7 @@
 /* The server's Prometheus metrics (GET /metrics), named as vLLM names its own with a loom:
  * prefix: gauges of requests running and waiting and of KV slots in use, counters of tokens
- * and finished requests, and latency histograms. Updated under the server lock. */
+ * and finished requests, and latency histograms. Updated under the server lock; the gauges
+ * are read from the scheduler when the metrics are asked for. */
 #ifndef LOOM_SERVE_METRICS_H
 #define LOOM_SERVE_METRICS_H
 #include <stddef.h>

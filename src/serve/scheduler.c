@@ -83,8 +83,14 @@ int sched_submit(sched *s, request *r, char *msg, size_t cap) {
     r->t_arrive = serve_now();
     r->refs++;
     s->queue[(s->q_head + s->q_len++) % s->max_queue] = r;
-    srv->met.waiting = s->q_len;
     return 0;
+}
+
+void sched_gauges(const sched *s, metrics *m) {
+    m->running = s->n_running;
+    m->waiting = s->q_len;
+    m->slots_used = 0;
+    for (int i = 0; i < s->max_seqs; i++) m->slots_used += s->slot_used[i];
 }
 
 static void finish(sched *s, request *r, req_finish why) {
@@ -108,7 +114,6 @@ static void release(sched *s, int i, req_finish why) {
     s->slot_used[r->slot] = false;
     memmove(s->running + i, s->running + i + 1, (s->n_running - i - 1) * sizeof *s->running);
     s->n_running--;
-    s->srv->met.running = s->srv->met.slots_used = s->n_running;
     request_unref(r);
 }
 
@@ -135,8 +140,6 @@ static void admit(sched *s) {
         r->state = REQ_RUNNING;
         s->running[s->n_running++] = r;
     }
-    s->srv->met.waiting = s->q_len;
-    s->srv->met.running = s->srv->met.slots_used = s->n_running;
 }
 
 /* Fills the step: decode tokens first, then prompt chunks within the token budget. */
@@ -255,7 +258,6 @@ static void fail_all(sched *s, const char *why) {
         finish(s, r, FINISH_CANCELLED);
         request_unref(r);
     }
-    srv->met.waiting = 0;
     pthread_mutex_unlock(&srv->lock);
 }
 

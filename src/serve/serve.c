@@ -7,13 +7,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "runtime/engine.h"
 #include "serve/scheduler.h"
 #include "serve/steps.h"
 #include "template/template.h"
-#include "util/file.h"
 
 static volatile int stop_signal;
 static void on_stop_signal(int sig) {
@@ -29,39 +27,6 @@ loom_engine_options serve_engine_options(const loom_engine_options *eo, const se
     return e;
 }
 
-/* Whether the model folder carries a chat template where chat_template_load looks. */
-static bool model_has_template(const char *dir) {
-    if (!dir) return false;
-    char path[4096];
-    snprintf(path, sizeof path, "%s/chat_template.jinja", dir);
-    if (!access(path, R_OK)) return true;
-    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
-    loom_err err;
-    size_t len;
-    char *text = file_read_all(path, &len, &err);
-    cJSON *cfg = text ? cJSON_ParseWithLength(text, len) : NULL;
-    bool has = cJSON_GetObjectItemCaseSensitive(cfg, "chat_template") != NULL;
-    cJSON_Delete(cfg);
-    free(text);
-    return has;
-}
-
-/* The chat template: --chat-template, else the model's own. A model without one still serves
- * completions; a template that cannot be rendered stops start-up. */
-static int load_template(server *srv, loom_err *err) {
-    if (!srv->o->chat_template && !model_has_template(srv->o->model_dir)) {
-        srv->tmpl_error = strdup("the model has no chat template; start the server with --chat-template FILE");
-        return 0;
-    }
-    srv->tmpl = chat_template_load(srv->o->model_dir, srv->o->chat_template, false, &srv->bos_token, &srv->eos_token, err);
-    if (!srv->tmpl) return -1;
-    char *bos, *eos;
-    srv->tmpl_tools = chat_template_load(srv->o->model_dir, srv->o->chat_template, true, &bos, &eos, err);
-    free(bos);
-    free(eos);
-    return srv->tmpl_tools ? 0 : -1;
-}
-
 static int serve_rank0(loom_comm *comm, loom_model *m, loom_engine *e, const serve_options *o) {
     loom_err err = {{0}};
     server srv = {.o = o, .m = m, .tok = m->tok, .max_ctx = e->max_ctx};
@@ -71,7 +36,9 @@ static int serve_rank0(loom_comm *comm, loom_model *m, loom_engine *e, const ser
     metrics_init(&srv.met, o->max_num_seqs);
     int rc = 1;
     http_front *h = NULL;
-    if (load_template(&srv, &err)) {
+    /* --chat-template, else the model's own; a model without one still serves completions, a
+     * template that cannot be rendered stops start-up */
+    if (chat_templates_load(o->model_dir, o->chat_template, &srv.tmpl, &err)) {
         fprintf(stderr, "loom serve: %s\n", err.msg);
         goto done;
     }
@@ -83,7 +50,7 @@ static int serve_rank0(loom_comm *comm, loom_model *m, loom_engine *e, const ser
     fprintf(stderr, "loom serve: model %s as '%s', %d rank%s, %d sequences of up to %d tokens (KV cache %.1f MiB a rank), "
             "%d tokens a step%s\n", m->source, o->served_name, loom_comm_size(comm), loom_comm_size(comm) > 1 ? "s" : "",
             o->max_num_seqs, e->max_ctx, loom_engine_kv_bytes(e) / 1048576.0, o->max_num_batched_tokens,
-            srv.tmpl ? ", chat template loaded" : ", no chat template");
+            srv.tmpl.plain ? ", chat template loaded" : ", no chat template");
     struct sigaction sa = {.sa_handler = on_stop_signal};
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
@@ -93,11 +60,7 @@ static int serve_rank0(loom_comm *comm, loom_model *m, loom_engine *e, const ser
 done:
     http_stop(h); /* after the scheduler: open streams have ended (finished or failed) */
     sched_free(srv.sch);
-    chat_template_free(srv.tmpl);
-    chat_template_free(srv.tmpl_tools);
-    free(srv.tmpl_error);
-    free(srv.bos_token);
-    free(srv.eos_token);
+    chat_templates_free(&srv.tmpl);
     pthread_cond_destroy(&srv.work);
     pthread_mutex_destroy(&srv.lock);
     return rc;

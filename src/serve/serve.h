@@ -17,6 +17,7 @@
 #include "loom.h"
 #include "serve/metrics.h"
 #include "serve/request.h"
+#include "template/template.h"
 
 typedef struct serve_options {
     const char *host;            /* address to listen on */
@@ -36,7 +37,6 @@ int serve_run(loom_comm *comm, loom_model *m, loom_engine *e, const serve_option
 /* What the engine needs for the server's steps (max_tokens, max_seqs), given eo's other fields. */
 loom_engine_options serve_engine_options(const loom_engine_options *eo, const serve_options *o);
 
-struct chat_template;
 typedef struct sched sched;
 
 /* State shared by the HTTP threads and the scheduler. `lock` guards every request and the
@@ -47,11 +47,7 @@ typedef struct server {
     const tokenizer *tok;
     loom_model_info info;
     int max_ctx;
-    struct chat_template *tmpl; /* NULL: the model has none (chat requests get 400) */
-    struct chat_template *tmpl_tools; /* for requests with `tools`: a named "tool_use" template
-                                         where the model has one (as transformers picks), else tmpl */
-    char *tmpl_error;           /* why there is none */
-    char *bos_token, *eos_token;
+    chat_templates tmpl;        /* none: chat requests get 400 */
     pthread_mutex_t lock;
     pthread_cond_t work;        /* a request arrived or was cancelled: wakes the scheduler */
     sched *sch;
@@ -64,6 +60,8 @@ typedef struct server {
 /* Queues r (one more reference is taken); returns 0, or an HTTP status with msg filled: 503
  * when the queue is full or the server is draining or failed. Caller holds the lock. */
 int sched_submit(sched *s, request *r, char *msg, size_t cap);
+/* m's gauges (requests running and waiting, KV slots in use) as they are now. Lock held. */
+void sched_gauges(const sched *s, metrics *m);
 
 /* The HTTP front: starts listening (printing the address), returns NULL with err on failure. */
 typedef struct http_front http_front;

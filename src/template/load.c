@@ -97,6 +97,8 @@ static int read_config_templates(const cJSON *cfg, const char *path, found *f, l
     return 0;
 }
 
+/* The template of the name get_chat_template picks: "tool_use" for a call with tools where
+ * there is one, else "default" (a single unnamed template is "default"). */
 static const named_template *pick(const found *f, bool has_tools, const char *where, loom_err *err) {
     if (f->n == 1 && !strcmp(f->v[0].name, "default")) return &f->v[0];
     const named_template *dflt = NULL;
@@ -112,24 +114,30 @@ static const named_template *pick(const found *f, bool has_tools, const char *wh
     return NULL;
 }
 
-chat_template *chat_template_load(const char *model_dir, const char *override_path, bool has_tools, char **bos_token,
-                                  char **eos_token, loom_err *err) {
-    *bos_token = *eos_token = NULL;
+/* A chosen template parsed, named in errors by where it came from ("DIR:tool_use"). */
+static chat_template *parse_chosen(const named_template *chosen, const char *where, loom_err *err) {
+    char name[4200];
+    bool named = strcmp(chosen->name, "default") != 0;
+    snprintf(name, sizeof name, "%s%s%s", where, named ? ":" : "", named ? chosen->name : "");
+    return chat_template_parse(chosen->source, name, err);
+}
+
+int chat_templates_load(const char *model_dir, const char *override_path, chat_templates *out, loom_err *err) {
+    *out = (chat_templates){0};
     char cfg_path[4096];
-    snprintf(cfg_path, sizeof cfg_path, "%s/tokenizer_config.json", model_dir);
     cJSON *cfg = NULL;
-    if (is_file(cfg_path)) {
+    snprintf(cfg_path, sizeof cfg_path, "%s/tokenizer_config.json", model_dir ? model_dir : "");
+    if (model_dir && is_file(cfg_path)) {
         char *text = file_read_all(cfg_path, NULL, err);
-        if (!text) return NULL;
+        if (!text) return -1;
         cfg = cJSON_Parse(text);
         free(text);
         if (!cJSON_IsObject(cfg)) {
             cJSON_Delete(cfg);
-            loom_errf(err, "%s: not a JSON object", cfg_path);
-            return NULL;
+            return loom_errf(err, "%s: not a JSON object", cfg_path);
         }
-        *bos_token = token_string(cJSON_GetObjectItemCaseSensitive(cfg, "bos_token"));
-        *eos_token = token_string(cJSON_GetObjectItemCaseSensitive(cfg, "eos_token"));
+        out->bos_token = token_string(cJSON_GetObjectItemCaseSensitive(cfg, "bos_token"));
+        out->eos_token = token_string(cJSON_GetObjectItemCaseSensitive(cfg, "eos_token"));
     }
     found f = {0};
     const char *where = override_path ? override_path : model_dir;
@@ -137,27 +145,25 @@ chat_template *chat_template_load(const char *model_dir, const char *override_pa
     if (override_path) {
         char *s = file_read_all(override_path, NULL, err);
         rc = !s ? -1 : add(&f, "default", s) ? 0 : loom_errf(err, "out of memory");
-    } else {
+    } else if (model_dir) {
         rc = read_jinja_files(model_dir, &f, err);
         if (rc == 0 && f.n == 0 && cfg) rc = read_config_templates(cfg, cfg_path, &f, err);
     }
     cJSON_Delete(cfg);
-    chat_template *t = NULL;
-    if (rc == 0 && f.n == 0)
-        loom_errf(err, "%s: no chat template (looked for chat_template.jinja, additional_chat_templates/ and "
-                       "tokenizer_config.json's chat_template)", model_dir);
-    const named_template *chosen = rc == 0 && f.n ? pick(&f, has_tools, where, err) : NULL;
-    if (chosen) {
-        char name[4200];
-        snprintf(name, sizeof name, "%s%s%s", where, strcmp(chosen->name, "default") ? ":" : "",
-                 strcmp(chosen->name, "default") ? chosen->name : "");
-        t = chat_template_parse(chosen->source, name, err);
+    if (rc == 0 && f.n) {
+        const named_template *plain = pick(&f, false, where, err), *tools = plain ? pick(&f, true, where, err) : NULL;
+        if (!plain || !(out->plain = parse_chosen(plain, where, err))) rc = -1;
+        else if (!(out->tools = tools == plain ? out->plain : parse_chosen(tools, where, err))) rc = -1;
     }
     found_free(&f);
-    if (!t) {
-        free(*bos_token);
-        free(*eos_token);
-        *bos_token = *eos_token = NULL;
-    }
-    return t;
+    if (rc) chat_templates_free(out);
+    return rc;
+}
+
+void chat_templates_free(chat_templates *t) {
+    if (t->tools != t->plain) chat_template_free(t->tools);
+    chat_template_free(t->plain);
+    free(t->bos_token);
+    free(t->eos_token);
+    *t = (chat_templates){0};
 }

@@ -46,15 +46,22 @@ int chat_template_render(const chat_template *t, const cJSON *context, char **ou
 
 void chat_template_free(chat_template *t);
 
-/* Finds a model's template as transformers' tokenizer does: override_path (--chat-template, a
- * file) if non-NULL; else chat_template.jinja and additional_chat_templates/NAME.jinja in
- * model_dir, which replace tokenizer_config.json's "chat_template" (a string, or a list of
- * {"name", "template"}). Of several named templates it picks "tool_use" when has_tools (the
- * request passes tools, even an empty list) and one exists, else "default"; none of those is an
- * error listing the names. Also returns tokenizer_config.json's bos_token / eos_token (strings
- * or {"content": ...}) as malloc'd strings, NULL if absent. Returns NULL with err filled when
- * there is no template, naming the files looked at. */
-chat_template *chat_template_load(const char *model_dir, const char *override_path, bool has_tools, char **bos_token,
-                                  char **eos_token, loom_err *err);
+/* A model's chat templates: the one a request without tools renders, and the one a request
+ * with tools (even an empty list) renders, which is a named "tool_use" template where the model
+ * has one and the same template otherwise; both NULL when the model has none. Also
+ * tokenizer_config.json's bos_token / eos_token (strings or {"content": ...}), NULL if absent. */
+typedef struct chat_templates {
+    chat_template *plain, *tools;
+    char *bos_token, *eos_token;
+} chat_templates;
+
+/* Finds them as transformers' tokenizer does: override_path (--chat-template, a file) if
+ * non-NULL; else chat_template.jinja and additional_chat_templates/NAME.jinja in model_dir
+ * (NULL: no folder), which replace tokenizer_config.json's "chat_template" (a string, or a list
+ * of {"name", "template"}). Of several named templates, "tool_use" and "default" as above;
+ * no "default" among several is an error listing the names. Returns 0 (with no templates when
+ * the model has none), or -1 with err filled when a file cannot be read or a template parsed. */
+int chat_templates_load(const char *model_dir, const char *override_path, chat_templates *out, loom_err *err);
+void chat_templates_free(chat_templates *t);
 
 #endif
