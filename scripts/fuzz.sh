@@ -14,7 +14,7 @@ for t in safetensors config tokenizer quant request template; do
     safetensors) cp tests/golden/*/golden.safetensors models/stories260K/model.safetensors "$corpus/" 2>/dev/null || true
                  cp fuzz/regressions/safetensors-* "$corpus/"
                  for f in tests/golden/*/model.safetensors; do cp "$f" "$corpus/$(basename "$(dirname "$f")").st"; done ;;
-    config) for f in tests/golden/*/config.json models/stories260K/config.json configs/*.json fuzz/seeds/config-*.json; do
+    config) for f in tests/golden/*/config.json models/stories260K/config.json configs/*.json fuzz/seeds/config-*.json fuzz/regressions/config-*.json; do
               cp "$f" "$corpus/$(echo "$f" | tr / _)"; done ;;
     tokenizer) cp models/stories260K/tokenizer.json "$corpus/stories.json" ;;
     quant) cp fuzz/seeds/quant-*.safetensors "$corpus/" ;;

@@ -3,6 +3,7 @@
  * from what the checkpoint means (another method, an activation scheme, AWQ's other kernel
  * layouts) is refused, naming the field. */
 #include <cjson/cJSON.h>
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
@@ -28,7 +29,9 @@ static const cJSON *item(const qreader *r, const char *key) { return cJSON_GetOb
 static int int_field(const qreader *r, const char *key, int def, int *out) {
     const cJSON *v = item(r, key);
     if (!v || cJSON_IsNull(v)) return *out = def, 0;
-    if (!cJSON_IsNumber(v) || v->valuedouble != (double)(int)v->valuedouble)
+    /* range first: converting a double outside int's range is undefined */
+    if (!cJSON_IsNumber(v) || !(v->valuedouble >= INT_MIN && v->valuedouble <= INT_MAX) ||
+        v->valuedouble != (double)(int)v->valuedouble)
         return loom_errf(r->err, "%s: %s.%s must be an integer", r->file, r->where, key);
     *out = (int)v->valuedouble;
     return 0;
