@@ -49,7 +49,9 @@ void loom_model_get_info(const loom_model *m, loom_model_info *info);
 
 typedef struct loom_engine_options {
     int max_seqs;       /* sequences with a KV cache slot */
-    int max_ctx;        /* positions per sequence (0: min(max_position_embeddings, 4096)) */
+    int max_ctx;        /* positions per sequence (0: as many as the KV budget holds, up to
+                           max_position_embeddings) */
+    size_t kv_cache_bytes; /* KV cache budget on each rank (0: 4 GiB, as vLLM's CPU backend) */
     int max_tokens;     /* tokens per forward pass */
     bool all_logits;    /* logits for every token, not only requested rows */
     int threads;        /* 0: all cores / ranks */
@@ -169,6 +171,9 @@ int loom_generate(loom_engine *e, const int32_t *prompt, int n_prompt, int max_n
 /* Memory the engine holds for activations and for the KV cache, in bytes. */
 size_t loom_engine_activation_bytes(const loom_engine *e);
 size_t loom_engine_kv_bytes(const loom_engine *e);
+/* KV cache bytes one token of one sequence takes on this rank, over all layers (a latent cache:
+ * one latent row per layer, else K and V of this rank's kv heads). */
+size_t loom_engine_kv_bytes_per_token(const loom_engine *e);
 /* Weight bytes one decode step of one token streams on this rank: every linear (the LM head
  * included; the embedding table only gives a row) and, for mixtures, top_k of the experts. */
 size_t loom_engine_decode_bytes(const loom_engine *e);

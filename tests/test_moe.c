@@ -1,6 +1,7 @@
 /* Mixture-of-experts routing and expert kernels, on data built so that the answer is known:
  * routing ties (lower expert index first, never an expert twice), the two routing orders
- * (softmax then top-k, top-k then softmax), renormalisation, and a forward pass in which some
+ * (softmax then top-k, top-k then softmax), renormalisation, DeepSeek's group-limited routing
+ * (ties between groups, too), correction bias and scaling, and a forward pass in which some
  * experts receive no row, against a per-row reference. The architectures themselves are
  * checked against transformers in test_golden and test_parallel. */
 #include <math.h>
@@ -10,16 +11,21 @@
 #include "check.h"
 #include "kernels/kernels.h"
 
-static void check_route(const char *what, const float *logits, int n_experts, int top_k, bool softmax_of_topk,
-                        bool norm, const int32_t *want, const float *want_w) {
-    moe_shape sh = {.n_experts = n_experts, .top_k = top_k, .softmax_of_topk = softmax_of_topk, .norm_topk = norm};
+static void check_route_shape(const char *what, const float *logits, const moe_shape *sh, const int32_t *want,
+                              const float *want_w) {
     int32_t choice[8];
     float weight[8];
-    moe_route(logits, n_experts, 1, &sh, choice, weight);
-    for (int j = 0; j < top_k; j++) {
+    moe_route(logits, sh->n_experts, 1, sh, choice, weight);
+    for (int j = 0; j < sh->top_k; j++) {
         CHECK(choice[j] == want[j], "%s: choice %d is expert %d, expected %d", what, j, choice[j], want[j]);
         CHECK(fabsf(weight[j] - want_w[j]) < 1e-6f, "%s: weight %d is %g, expected %g", what, j, weight[j], want_w[j]);
     }
+}
+
+static void check_route(const char *what, const float *logits, int n_experts, int top_k, bool softmax_of_topk,
+                        bool norm, const int32_t *want, const float *want_w) {
+    moe_shape sh = {.n_experts = n_experts, .top_k = top_k, .softmax_of_topk = softmax_of_topk, .norm_topk = norm};
+    check_route_shape(what, logits, &sh, want, want_w);
 }
 
 static void routing(void) {
@@ -38,6 +44,58 @@ static void routing(void) {
     float spread[4] = {-5, logf(3), 2, 0};
     check_route("softmax of the top 2", spread, 4, 2, true, false, (int32_t[]){2, 1},
                 (float[]){expf(2) / (expf(2) + 3), 3 / (expf(2) + 3)});
+    /* DeepSeek-V2's routed_scaling_factor, without renormalisation */
+    moe_shape scaled = {.n_experts = 4, .top_k = 3, .scale = 1.5f};
+    check_route_shape("tied pairs, top 3, scaled by 1.5", pairs, &scaled, (int32_t[]){1, 3, 0},
+                      (float[]){1.5f * 3 / 8, 1.5f * 3 / 8, 1.5f * 1 / 8});
+}
+
+/* The logits whose softmax is p[0..n) / sum(p). */
+static void logits_of(const float *p, int n, float *l) {
+    for (int i = 0; i < n; i++) l[i] = logf(p[i]);
+}
+
+/* DeepSeek-V2 group_limited_greedy: softmax scores, a group scores its best, only the experts of
+ * the topk_group best groups can be chosen. */
+static void group_limited(void) {
+    float l[8];
+    /* groups {0,1} {2,3} {4,5} {6,7} score 4, 3, 3, 1: groups 1 and 2 tie, and group 1 (the lower)
+     * joins group 0; so expert 5 (2.9) is passed over for expert 3 (2.5), and expert 4 (3) for its
+     * equal, expert 2 -- without groups the top 3 would be 0, 2, 4 */
+    logits_of((float[]){4, 1, 3, 2.5f, 3, 2.9f, 1, 1}, 8, l);
+    moe_shape sh = {.n_experts = 8, .top_k = 3, .n_group = 4, .topk_group = 2};
+    check_route_shape("groups tie", l, &sh, (int32_t[]){0, 2, 3},
+                      (float[]){4 / 18.4f, 3 / 18.4f, 2.5f / 18.4f});
+    moe_shape flat = {.n_experts = 8, .top_k = 3};
+    check_route_shape("groups tie, without groups", l, &flat, (int32_t[]){0, 2, 4},
+                      (float[]){4 / 18.4f, 3 / 18.4f, 3 / 18.4f});
+    /* groups {0..3} {4..7} score 3 and 2.5: only group 0 stays, where experts 1, 2 and 3 tie for
+     * second (expert 1 takes it), although experts 4, 5 and 6 score more */
+    logits_of((float[]){3, 1, 1, 1, 2, 2.5f, 2.5f, 1}, 8, l);
+    sh = (moe_shape){.n_experts = 8, .top_k = 2, .norm_topk = true, .n_group = 2, .topk_group = 1};
+    check_route_shape("experts tie within a group, renormalised", l, &sh, (int32_t[]){0, 1},
+                      (float[]){3.0f / 4, 1.0f / 4});
+}
+
+static float sigmoid(float x) { return 1 / (1 + expf(-x)); }
+
+/* DeepSeek-V3 noaux_tc: sigmoid scores; the correction bias moves the choice (groups scoring the
+ * sum of their two best, then experts), while the weights are the scores without it. */
+static void noaux_tc(void) {
+    float l[8] = {2, -1, 1, 1, 0, 0.5f, -2, -3};
+    moe_shape sh = {.n_experts = 8, .top_k = 3, .norm_topk = true, .sigmoid = true, .n_group = 4, .topk_group = 2,
+                    .group_top2_sum = true, .scale = 2.5f};
+    /* no bias: groups {0,1} {2,3} {4,5} {6,7} score s(2)+s(-1) = 1.15, 2s(1) = 1.46, s(0)+s(0.5) =
+     * 1.12 and 0.17: groups 1 and 0; then s(2) = 0.88, and experts 2 and 3 tie at s(1) = 0.73 */
+    float sum = sigmoid(2) + 2 * sigmoid(1);
+    check_route_shape("sigmoid, top-2 groups", l, &sh, (int32_t[]){0, 2, 3},
+                      (float[]){2.5f * sigmoid(2) / sum, 2.5f * sigmoid(1) / sum, 2.5f * sigmoid(1) / sum});
+    /* the bias lifts group 2 to 1.12 + 1 = 2.12 and drops group 1 to 1.36, still above group 0:
+     * groups 2 and 1; then 4 and 5 at 1.0 and 1.12, and expert 3 (0.73) above expert 2 (0.63) */
+    sh.bias = (float[]){0, 0, -0.1f, 0, 0.5f, 0.5f, 0, 0};
+    sum = sigmoid(0.5f) + sigmoid(0) + sigmoid(1);
+    check_route_shape("sigmoid, top-2 groups, bias", l, &sh, (int32_t[]){5, 4, 3},
+                      (float[]){2.5f * sigmoid(0.5f) / sum, 2.5f * sigmoid(0) / sum, 2.5f * sigmoid(1) / sum});
 }
 
 /* Experts with distinct weights; three rows, top 2 of 6 experts, so at least two get nothing. */
@@ -63,7 +121,7 @@ static void forward(void) {
     logits[0 * E + 4] = 3, logits[0 * E + 1] = 2;
     logits[1 * E + 1] = 3, logits[1 * E + 4] = 2;
     logits[2 * E + 5] = 3, logits[2 * E + 1] = 1;
-    moe_shape sh = {H, I, E, 2, false, true};
+    moe_shape sh = {.hidden = H, .inter = I, .n_experts = E, .top_k = 2, .norm_topk = true};
     moe_scratch s;
     CHECK(moe_scratch_init(&s, ROWS, &sh) == 0, "scratch");
     moe_forward(&sh, experts, x, H, logits, E, ROWS, out, H, &s);
@@ -104,6 +162,8 @@ static void forward(void) {
 
 int main(void) {
     routing();
+    group_limited();
+    noaux_tc();
     forward();
     return check_done();
 }

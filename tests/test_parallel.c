@@ -17,7 +17,7 @@
 
 static const char *cases[] = {"llama", "llama_tied", "mistral", "qwen2", "qwen3", "granite", "llama_bf16", "llama_tp3",
                               "llama_f16", "llama_bias", "olmoe", "mixtral", "qwen2_moe", "qwen3_moe", "granitemoe",
-                              QUANTIZED_CASES};
+                              "deepseek_v2", "deepseek_v3", QUANTIZED_CASES};
 
 typedef enum mode { MODE_TP, MODE_SP, MODE_ASYNC, MODE_ASYNC_THRESHOLD } mode;
 static const char *mode_names[] = {"TP", "SP", "async TP", "async TP above 4 tokens"};
@@ -223,9 +223,11 @@ static void check_mpi_matches_shm(const char *name, mode md, const golden *g, co
     free(mpi);
 }
 
-/* The cases also run over MPI at tp=2 (a dense, a biased, two mixtures, two quantized). */
+/* The cases also run over MPI at tp=2 (a dense, a biased, two mixtures, latent attention, two
+ * quantized). */
 static bool over_mpi(const char *name) {
-    static const char *names[] = {"llama", "qwen2", "llama_bias", "olmoe", "qwen2_moe", "gptq_llama", "ct_mixtral"};
+    static const char *names[] = {"llama", "qwen2", "llama_bias", "olmoe", "qwen2_moe", "deepseek_v3", "gptq_llama",
+                                  "ct_mixtral"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (!strcmp(name, names[i])) return true;
     return false;
@@ -235,6 +237,7 @@ int main(int argc, char **argv) {
     if (argc == 5 && !strcmp(argv[1], "--mpi-dump")) return mpi_dump(argv[2], atoi(argv[3]), argv[4]);
     check_cpu_variant();
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        if (argc == 2 && strcmp(argv[1], cases[c])) continue; /* `test_parallel CASE`: that case alone */
         golden g;
         if (golden_open(&g, cases[c], "logits")) {
             CHECK(0, "%s: cannot read golden data", cases[c]);

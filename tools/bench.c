@@ -93,7 +93,8 @@ typedef struct rank_figures {
 
 /* Prints one mode's report (vLLM's lines first); returns its average latency. */
 static double report(const latency_opts *o, const char *mode, double *lat, double pre, double dec, size_t weights,
-                     size_t streamed, size_t act, size_t kv, const rank_figures *ranks, int n_ranks) {
+                     size_t streamed, size_t act, size_t kv, size_t kv_per_token, const rank_figures *ranks,
+                     int n_ranks) {
     int n = o->iters;
     double avg = 0;
     for (int i = 0; i < n; i++) avg += lat[i];
@@ -107,8 +108,8 @@ static double report(const latency_opts *o, const char *mode, double *lat, doubl
     if (o->output_len > 1)
         printf("Decode: %.4f s avg, %.2f tok/s (%d steps of %d sequences)\n", dec_avg,
                o->batch * (o->output_len - 1) / dec_avg, o->output_len - 1, o->batch);
-    printf("Memory (rank 0): weights %.1f MiB, activations %.1f MiB, KV cache %.1f MiB\n", weights / 1048576.0,
-           act / 1048576.0, kv / 1048576.0);
+    printf("Memory (rank 0): weights %.1f MiB, activations %.1f MiB, KV cache %.1f MiB (%zu bytes per token)\n",
+           weights / 1048576.0, act / 1048576.0, kv / 1048576.0, kv_per_token);
     if (o->output_len > 1)
         printf("Decode reads (rank 0): %.1f MiB of weights per step, %.1f GB/s\n", streamed / 1048576.0,
                streamed * (o->output_len - 1) / dec_avg / 1e9);
@@ -128,8 +129,8 @@ static double report(const latency_opts *o, const char *mode, double *lat, doubl
     for (int i = 0; i < n; i++) fprintf(f, "%s%.9f", i ? ", " : "", lat[i]);
     fprintf(f, "], \"percentiles\": {");
     for (int i = 0; i < 6; i++) fprintf(f, "%s\"%d\": %.9f", i ? ", " : "", pct[i], percentile(lat, n, pct[i]));
-    fprintf(f, "}, \"prefill_avg_s\": %.9f, \"decode_avg_s\": %.9f, \"tp\": %d, \"ranks\": [", pre_avg, dec_avg,
-            n_ranks);
+    fprintf(f, "}, \"prefill_avg_s\": %.9f, \"decode_avg_s\": %.9f, \"kv_bytes_per_token\": %zu, \"tp\": %d, "
+               "\"ranks\": [", pre_avg, dec_avg, kv_per_token, n_ranks);
     for (int r = 0; r < n_ranks; r++)
         fprintf(f, "%s{\"peak_rss_mib\": %.1f, \"activation_mib\": %.1f, \"collective_share\": %.4f}", r ? ", " : "",
                 ranks[r].peak_rss_mib, ranks[r].activation_mib, ranks[r].comm_share);
@@ -207,8 +208,8 @@ static int latency_rank(loom_comm *comm, void *arg) {
             mode_run *r = &runs[k];
             if (o->n_modes > 1) printf("== mode %s\n", o->modes[k].name);
             avg[k] = report(o, o->modes[k].name, r->lat, r->pre, r->dec, info.weight_bytes,
-                            loom_engine_decode_bytes(r->e), loom_engine_activation_bytes(r->e), loom_engine_kv_bytes(r->e), all + (size_t)k * n_ranks,
-                            n_ranks);
+                            loom_engine_decode_bytes(r->e), loom_engine_activation_bytes(r->e), loom_engine_kv_bytes(r->e),
+                            loom_engine_kv_bytes_per_token(r->e), all + (size_t)k * n_ranks, n_ranks);
             if (o->profile) loom_engine_print_profile(r->e, stdout);
         }
         for (int k = 1; k < o->n_modes; k++)
@@ -274,7 +275,7 @@ static int bench_latency(int argc, char **argv) {
     latency_job j = {.o = &o, .m = m,
                      .eo = {.max_seqs = o.batch, .max_ctx = o.input_len + o.output_len, .max_tokens = chunk,
                             .threads = o.c.threads, .sequence_parallel = o.c.sp, .async_tp = o.c.async_tp,
-                            .sp_min_tokens = o.c.sp_min_tokens}};
+                            .sp_min_tokens = o.c.sp_min_tokens, .kv_cache_bytes = o.c.kv_cache_bytes}};
     int rc = cli_launch(&o.c, m, &j.eo, 0, latency_rank, &j);
     loom_model_free(m);
     return rc;

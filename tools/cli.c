@@ -2,6 +2,7 @@
 #include "cli.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,6 +36,21 @@ double cli_float(const char *opt, const char *val) {
     return v;
 }
 
+size_t cli_bytes(const char *opt, const char *val) {
+    char *end;
+    errno = 0;
+    double v = strtod(val, &end);
+    const char *units = "kmgt", *binary = "KMGT", *u;
+    if (*end && end[1] == 0 && (u = strchr(units, *end))) v *= pow(1000, (double)(u - units + 1));
+    else if (*end && end[1] == 0 && (u = strchr(binary, *end))) v *= pow(1024, (double)(u - binary + 1));
+    else if (*end) v = -1;
+    if (errno || end == val || !(v >= 1) || v > 1e18) {
+        fprintf(stderr, "loom: %s: '%s' is not a size in bytes (e.g. 4G, 512M, 2000000000)\n", opt, val);
+        exit(2);
+    }
+    return (size_t)v;
+}
+
 int cli_common_arg(cli_common *c, int argc, char **argv, int *i) {
     const char *a = argv[*i];
     if (!strcmp(a, "-m") || !strcmp(a, "--model")) c->model = cli_value(argc, argv, i);
@@ -56,6 +72,7 @@ int cli_common_arg(cli_common *c, int argc, char **argv, int *i) {
     else if (!strcmp(a, "-tp") || !strcmp(a, "--tensor-parallel-size"))
         c->tp = (int)cli_int(a, cli_value(argc, argv, i), 1, 256);
     else if (!strcmp(a, "--max-model-len")) c->max_model_len = (int)cli_int(a, cli_value(argc, argv, i), 1, 1 << 24);
+    else if (!strcmp(a, "--kv-cache-memory-bytes")) c->kv_cache_bytes = cli_bytes(a, cli_value(argc, argv, i));
     else if (!strcmp(a, "--backend")) {
         c->backend = cli_value(argc, argv, i);
         if (!strcmp(c->backend, "mpi") && c->tp == 1) c->tp = 0; /* the job's size unless -tp says */

@@ -14,6 +14,7 @@ typedef struct cli_common {
     int threads;             /* --threads */
     int tp;                  /* -tp (0: as many as mpirun started) */
     int max_model_len;       /* --max-model-len */
+    size_t kv_cache_bytes;   /* --kv-cache-memory-bytes (0: the engine's default) */
     const char *backend;     /* --backend shm|mpi */
     double comm_timeout;     /* --comm-timeout seconds */
     int comm_spin;           /* --comm-spin iterations (-1: default) */
@@ -34,6 +35,9 @@ int cli_common_arg(cli_common *c, int argc, char **argv, int *i);
 /* Parses an integer option value; exits with a message naming the option on bad input. */
 long cli_int(const char *opt, const char *val, long min, long max);
 double cli_float(const char *opt, const char *val);
+/* A byte count as vLLM writes them: digits with an optional suffix, k/m/g/t decimal (1k =
+ * 1000), K/M/G/T binary (1K = 1024); exits with a message naming the option on bad input. */
+size_t cli_bytes(const char *opt, const char *val);
 /* Value of option argv[*i], advancing *i; exits if missing. */
 const char *cli_value(int argc, char **argv, int *i);
 

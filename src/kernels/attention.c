@@ -2,7 +2,8 @@
  * exists. A task is one block of up to QB consecutive queries of one sequence and one kv head
  * with all the query heads that share it (GQA): their rows are stacked into one small matrix
  * so that scores and the weighted sum of values are sgemm calls (the OpenMP OpenBLAS runs them
- * single-threaded inside our parallel loop). Key blocks past the block's last position are
+ * single-threaded inside our parallel loop). attend() is that task over any keys and values,
+ * which latent attention (mla.c) also runs. Key blocks past the block's last position are
  * never visited; inside a block the causal mask and sliding window are applied per row. The
  * softmax's exponentials and rescaling are the CPU variant's kernels. */
 #include <cblas.h>
@@ -18,18 +19,17 @@
 #define KB 64 /* keys per block */
 
 typedef struct scratch {
-    float *q, *s, *acc, *m, *l;
-    size_t cap_rows, cap_hd;
+    float *s, *acc, *m, *l;
+    size_t cap_rows, cap_dim;
 } scratch;
 
-static scratch *thread_scratch(size_t rows, size_t hd) {
+static scratch *thread_scratch(size_t rows, size_t dim) {
     static _Thread_local scratch sc;
-    if (rows > sc.cap_rows || hd > sc.cap_hd) {
-        free(sc.q), free(sc.s), free(sc.acc), free(sc.m), free(sc.l);
+    if (rows > sc.cap_rows || dim > sc.cap_dim) {
+        free(sc.s), free(sc.acc), free(sc.m), free(sc.l);
         sc.cap_rows = rows > sc.cap_rows ? rows : sc.cap_rows;
-        sc.cap_hd = hd > sc.cap_hd ? hd : sc.cap_hd;
-        sc.q = malloc(sc.cap_rows * sc.cap_hd * sizeof(float));
-        sc.acc = malloc(sc.cap_rows * sc.cap_hd * sizeof(float));
+        sc.cap_dim = dim > sc.cap_dim ? dim : sc.cap_dim;
+        sc.acc = malloc(sc.cap_rows * sc.cap_dim * sizeof(float));
         sc.s = malloc(sc.cap_rows * KB * sizeof(float));
         sc.m = malloc(sc.cap_rows * sizeof(float));
         sc.l = malloc(sc.cap_rows * sizeof(float));
@@ -47,29 +47,21 @@ static void write_cache(kv_layer *c, const float *k, size_t ldk, const float *v,
     }
 }
 
-/* Queries r0..r0+nq-1 of the batch (sequence sq, positions p0..), kv head kvh. Stacked row
- * i*g + j is query i, head kvh*g + j. */
-static void attend_block(const attn_shape *s, const kv_layer *c, const float *q, size_t ldq, float *out,
-                         size_t ldo, int r0, int nq, int kvh, int sq, int p0) {
-    int hd = s->head_dim, g = s->n_heads / s->n_kv_heads, rows = nq * g;
+void attend(const attend_task *t) {
+    int rows = t->rows, g = t->g, dq = t->qk_dim, dv = t->v_dim;
     const cpu_kernels *k = cpu();
-    scratch *sc = thread_scratch((size_t)QB * g, hd);
-    for (int i = 0; i < nq; i++)
-        memcpy(sc->q + (size_t)i * g * hd, q + (size_t)(r0 + i) * ldq + (size_t)kvh * g * hd,
-               (size_t)g * hd * sizeof(float));
+    scratch *sc = thread_scratch((size_t)rows, dv);
     for (int r = 0; r < rows; r++) sc->m[r] = -FLT_MAX, sc->l[r] = 0;
-    memset(sc->acc, 0, (size_t)rows * hd * sizeof(float));
-    const float *kbase = c->k + (size_t)sq * c->max_ctx * c->kv_width + (size_t)kvh * hd;
-    const float *vbase = c->v + (size_t)sq * c->max_ctx * c->kv_width + (size_t)kvh * hd;
-    int last = p0 + nq - 1, first = s->window ? p0 - s->window + 1 : 0;
+    memset(sc->acc, 0, (size_t)rows * dv * sizeof(float));
+    int last = t->p0 + rows / g - 1, first = t->window ? t->p0 - t->window + 1 : 0;
     if (first < 0) first = 0;
     for (int k0 = first; k0 <= last; k0 += KB) {
         int nk = last + 1 - k0 < KB ? last + 1 - k0 : KB;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, nk, hd, s->scale, sc->q, hd,
-                    kbase + (size_t)k0 * c->kv_width, c->kv_width, 0.0f, sc->s, KB);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, nk, dq, t->scale, t->q, t->ldq, t->k + (size_t)k0 * t->ldk,
+                    t->ldk, 0.0f, sc->s, KB);
         for (int r = 0; r < rows; r++) {
             float *sr = sc->s + (size_t)r * KB;
-            int p = p0 + r / g, lo = s->window ? p - s->window + 1 : 0;
+            int p = t->p0 + r / g, lo = t->window ? p - t->window + 1 : 0;
             float bm = -FLT_MAX;
             for (int j = 0; j < nk; j++) {
                 if (k0 + j > p || k0 + j < lo) sr[j] = -INFINITY;
@@ -78,23 +70,34 @@ static void attend_block(const attn_shape *s, const kv_layer *c, const float *q,
             float mn = bm > sc->m[r] ? bm : sc->m[r], corr = expf(sc->m[r] - mn);
             sc->l[r] = sc->l[r] * corr + k->exp_sum(sr, nk, mn); /* masked: exp(-inf) = 0 */
             sc->m[r] = mn;
-            if (corr != 1.0f) k->scale(sc->acc + (size_t)r * hd, corr, sc->acc + (size_t)r * hd, hd);
+            if (corr != 1.0f) k->scale(sc->acc + (size_t)r * dv, corr, sc->acc + (size_t)r * dv, dv);
         }
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hd, nk, 1.0f, sc->s, KB,
-                    vbase + (size_t)k0 * c->kv_width, c->kv_width, 1.0f, sc->acc, hd);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, dv, nk, 1.0f, sc->s, KB, t->v + (size_t)k0 * t->ldv,
+                    t->ldv, 1.0f, sc->acc, dv);
     }
-    for (int i = 0; i < nq; i++)
-        for (int j = 0; j < g; j++) {
-            int r = i * g + j;
-            k->scale(sc->acc + (size_t)r * hd, 1.0f / sc->l[r], out + (size_t)(r0 + i) * ldo + (size_t)(kvh * g + j) * hd,
-                     hd);
-        }
+    for (int r = 0; r < rows; r++)
+        k->scale(sc->acc + (size_t)r * dv, 1.0f / sc->l[r], t->out + (size_t)(r / g) * t->ldo + (size_t)(r % g) * t->head_stride,
+                 dv);
 }
 
-/* End of the query block starting at row r: same sequence, consecutive positions, <= QB. */
-static int block_end(int r, int rows, const int32_t *pos, const int32_t *seq) {
+/* Queries r0..r0+nq-1 of the batch (sequence sq, positions p0..), kv head kvh, with the query
+ * heads that share it stacked: row i*g + j is query i, head kvh*g + j. */
+static void attend_block(const attn_shape *s, const kv_layer *c, const float *q, size_t ldq, float *out,
+                         size_t ldo, int r0, int nq, int kvh, int sq, int p0) {
+    static _Thread_local fbuf stacked_rows;
+    int hd = s->head_dim, g = s->n_heads / s->n_kv_heads;
+    float *stacked = fbuf_get(&stacked_rows, (size_t)nq * g * hd);
+    for (int i = 0; i < nq; i++)
+        memcpy(stacked + (size_t)i * g * hd, q + (size_t)(r0 + i) * ldq + (size_t)kvh * g * hd,
+               (size_t)g * hd * sizeof(float));
+    size_t seq0 = (size_t)sq * c->max_ctx * c->kv_width + (size_t)kvh * hd;
+    attend(&(attend_task){stacked, hd, nq * g, g, hd, hd, p0, s->window, s->scale, c->k + seq0, c->v + seq0, c->kv_width,
+                          c->kv_width, out + (size_t)r0 * ldo + (size_t)kvh * g * hd, ldo, hd});
+}
+
+int attention_run_end(int r, int rows, const int32_t *pos, const int32_t *seq, int most) {
     int e = r + 1;
-    while (e < rows && seq[e] == seq[r] && pos[e] == pos[e - 1] + 1 && e - r < QB) e++;
+    while (e < rows && seq[e] == seq[r] && pos[e] == pos[e - 1] + 1 && e - r < most) e++;
     return e;
 }
 
@@ -103,9 +106,9 @@ void attention(const attn_shape *s, kv_layer *cache, const float *q, size_t ldq,
                const int32_t *pos, const int32_t *seq) {
     write_cache(cache, k, ldk, v, ldv, rows, pos, seq);
     int n_blocks = 0;
-    for (int r = 0; r < rows; r = block_end(r, rows, pos, seq)) n_blocks++;
+    for (int r = 0; r < rows; r = attention_run_end(r, rows, pos, seq, QB)) n_blocks++;
     int starts[n_blocks + 1], b = 0;
-    for (int r = 0; r < rows; r = block_end(r, rows, pos, seq)) starts[b++] = r;
+    for (int r = 0; r < rows; r = attention_run_end(r, rows, pos, seq, QB)) starts[b++] = r;
     starts[n_blocks] = rows;
     int tasks = n_blocks * s->n_kv_heads;
 #pragma omp parallel for schedule(dynamic, 1)

@@ -36,21 +36,27 @@ void linear(const float *x, size_t ldx, int m, int pass_rows, const wmat *w, con
 void linear_chunked(const float *x, size_t ldx, int m, int chunk, int pass_rows, const wmat *w, const float *bias,
                     float *y, size_t ldy);
 
+/* t[w.cols, w.rows] = W^T in f32, whatever W's format. */
+void linear_transpose(const wmat *w, float *t);
+
 /* out = x / sqrt(mean(x^2) + eps) * weight, over each `group` columns of `cols` (group = cols
  * for a whole-row norm); weight has `group` entries. */
 void rms_norm(const float *x, size_t ldx, float *out, size_t ldo, int rows, int cols, int group,
               const float *weight, float eps);
 
-/* RoPE tables: cos/sin [max_pos, head_dim/2] following transformers' rope initialisers. */
+/* RoPE tables: cos/sin [max_pos, head_dim/2] following transformers' rope initialisers (YaRN's
+ * attention factor included: it multiplies cos and sin). */
 typedef struct rope_table {
     int max_pos, half;
     float *cos, *sin;
 } rope_table;
 int rope_table_init(rope_table *t, const model_config *c, int max_pos, loom_err *err);
 void rope_table_free(rope_table *t);
-/* rotate_half RoPE on n_heads heads of head_dim per row at positions pos[row]. */
-void rope_apply(const rope_table *t, const float *x, size_t ldx, float *out, size_t ldo, int rows,
-                int n_heads, const int32_t *pos);
+/* RoPE at positions pos[row] on n_heads heads of `stride` columns per row, rotating columns
+ * [offset, offset + head_dim) of each (rotate_half pairs, or interleaved ones: see rope_desc)
+ * and copying the others. */
+void rope_apply(const rope_table *t, const float *x, size_t ldx, float *out, size_t ldo, int rows, int n_heads,
+                int stride, int offset, bool interleaved, const int32_t *pos);
 
 /* The same norm in two steps, for rows whose columns are spread over ranks: ss[r] = the sum of
  * squares of this rank's columns; once the ranks' ss are summed, rms_norm_by normalises by
@@ -75,6 +81,12 @@ typedef struct moe_shape {
     int hidden, inter, n_experts, top_k; /* inter: the expert features this rank holds */
     bool softmax_of_topk; /* GraniteMoE: softmax over the k chosen logits; else over all, then top k */
     bool norm_topk;       /* renormalise the chosen probabilities to sum to 1 */
+    /* DeepSeek routing (moe_route describes the order of the steps) */
+    bool sigmoid;         /* scores are sigmoid(logit), each on its own, instead of a softmax */
+    int n_group, topk_group; /* group-limited selection over n_group equal groups (0: none) */
+    bool group_top2_sum;  /* a group's score is the sum of its two best scores, else its best */
+    const float *bias;    /* e_score_correction_bias: added to the scores to choose, not to weigh (NULL: none) */
+    float scale;          /* routed_scaling_factor: multiplies the final weights (0 counts as 1) */
 } moe_shape;
 
 /* Buffers for moe_forward, sized once for the engine's largest batch. */
@@ -89,7 +101,13 @@ size_t moe_scratch_bytes(int rows, const moe_shape *sh, int threads);
 void moe_scratch_free(moe_scratch *s);
 
 /* Routing: choice[r*k + j], weight[r*k + j] = the j-th expert of row r and its weight. Ties go
- * to the lower expert index, so every rank (and every mode) routes a row the same way. */
+ * to the lower expert index (and between groups to the lower group), so every rank (and every
+ * mode) routes a row the same way. Steps: scores (softmax over all, or sigmoid each); the
+ * choosing scores are the scores plus bias; with groups, each group's choosing score (its best,
+ * or the sum of its two best) picks topk_group groups and only their experts stay candidates;
+ * the top_k candidates by choosing score are chosen; their weights are their scores (without
+ * the bias), renormalised if norm_topk (sum + 1e-20 under sigmoid, as transformers' DeepSeek-V3
+ * does), then multiplied by scale. softmax_of_topk (GraniteMoE) takes none of these options. */
 void moe_route(const float *logits, size_t ldl, int rows, const moe_shape *sh, int32_t *choice, float *weight);
 /* out[r] = sum over row r's experts e, in increasing e, of weight * down_e(silu(gate_e x) * up_e x);
  * experts[3e..3e+2] = gate, up, down. Each expert runs as GEMMs over the rows routed to it, the
@@ -97,11 +115,17 @@ void moe_route(const float *logits, size_t ldl, int rows, const moe_shape *sh, i
 void moe_forward(const moe_shape *sh, const wmat *experts, const float *x, size_t ldx, const float *logits,
                  size_t ldl, int rows, float *out, size_t ldo, moe_scratch *s);
 
-/* KV cache of one layer: [n_seqs][max_ctx][kv_width] for K and for V. */
+/* KV cache of one layer: [n_seqs][max_ctx][kv_width] for K and for V; a latent cache (MLA)
+ * has no V: its rows are kv_c then k_pe. */
 typedef struct kv_layer {
     float *k, *v;
     int max_ctx, kv_width;
 } kv_layer;
+
+/* Multi-head latent attention's dimensions (kv_lora 0: plain attention). */
+typedef struct mla_shape {
+    int kv_lora, nope, rope, v_dim;
+} mla_shape;
 
 /* Causal attention for a flattened batch: row r is token at position pos[r] of sequence
  * seq[r]. Writes k/v into the cache first, then each query attends to its sequence's keys
@@ -109,9 +133,37 @@ typedef struct kv_layer {
 typedef struct attn_shape {
     int n_heads, n_kv_heads, head_dim, window;
     float scale;
+    mla_shape mla;
 } attn_shape;
 void attention(const attn_shape *s, kv_layer *cache, const float *q, size_t ldq, const float *k,
                size_t ldk, const float *v, size_t ldv, float *out, size_t ldo, int rows,
                const int32_t *pos, const int32_t *seq);
+
+/* One attention task (attention.c): `rows` query rows q + r*ldq, row i*g + j being query i (at
+ * position p0 + i) of head j, each qk_dim long, over the keys k[key*ldk] and values v[key*ldv]
+ * of positions 0..p0+i (or the last `window`); row i*g + j's output (v_dim) goes to
+ * out + i*ldo + j*head_stride. */
+typedef struct attend_task {
+    const float *q;
+    size_t ldq;
+    int rows, g, qk_dim, v_dim, p0, window;
+    float scale;
+    const float *k, *v;
+    size_t ldk, ldv;
+    float *out;
+    size_t ldo, head_stride;
+} attend_task;
+void attend(const attend_task *t);
+/* The end of the run of rows starting at r: same sequence, consecutive positions, at most `most`. */
+int attention_run_end(int r, int rows, const int32_t *pos, const int32_t *seq, int most);
+
+/* Multi-head latent attention (mla.c): q holds n_heads heads of nope + rope (rotated) columns,
+ * kv_c the normalised latent, k_pe the rotated shared key; the cache takes [kv_c | k_pe] per
+ * token. kv_b_t is kv_b_proj's transpose [kv_lora, n_heads * (nope + v_dim)] (f32). A sequence
+ * decoding one token attends over the latent cache (absorbed: q_nope times W_UK per head, the
+ * latent output times W_UV); longer runs expand the cache into per-head K and V. */
+void mla_attention(const attn_shape *s, kv_layer *cache, const float *q, size_t ldq, const float *kv_c, size_t ldc,
+                   const float *k_pe, size_t ldp, const float *kv_b_t, float *out, size_t ldo, int rows,
+                   const int32_t *pos, const int32_t *seq);
 
 #endif

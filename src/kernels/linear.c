@@ -100,3 +100,13 @@ void linear(const float *x, size_t ldx, int m, int pass_rows, const wmat *w, con
             size_t ldy) {
     linear_chunked(x, ldx, m, m, pass_rows, w, bias, y, ldy);
 }
+
+/* Through the product with an identity, so every weight format comes out widened exactly as the
+ * kernels widen it. */
+void linear_transpose(const wmat *w, float *t) {
+    int n = w->cols;
+    float *eye = calloc((size_t)n * n, sizeof *eye);
+    for (int i = 0; i < n; i++) eye[(size_t)i * n + i] = 1;
+    linear(eye, n, n, n, w, NULL, t, w->rows);
+    free(eye);
+}

@@ -1,7 +1,7 @@
-/* Mixture-of-experts kernels: routing (softmax and top-k), then one pass per expert over the
- * rows routed to it -- gathered into a contiguous block, so each expert is three GEMMs of
- * n_e rows rather than n_e matrix-vector products -- and a weighted sum back per row, over
- * its experts in increasing index, so each row's sum has one fixed order. */
+/* Mixture-of-experts kernels: routing (scores, then top-k, optionally limited to the best groups),
+ * then one pass per expert over the rows routed to it -- gathered into a contiguous block, so each
+ * expert is three GEMMs of n_e rows rather than n_e matrix-vector products -- and a weighted sum
+ * back per row, over its experts in increasing index, so each row's sum has one fixed order. */
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
@@ -61,25 +61,63 @@ static void softmax(const float *v, int n, float *p) {
     for (int i = 0; i < n; i++) p[i] /= sum;
 }
 
+/* A group's score for group-limited routing: its best, or the sum of its two best (DeepSeek-V3). */
+static float group_score(const float *v, int n, bool top2) {
+    int32_t best[2];
+    int k = top2 && n > 1 ? 2 : 1;
+    top_k(v, n, k, best);
+    return k == 2 ? v[best[0]] + v[best[1]] : v[best[0]];
+}
+
+/* The scores to choose the experts by: the scores plus the correction bias, and -inf outside the
+ * topk_group best groups, so that no expert there can be chosen (transformers fills 0 there: the
+ * same choice while the candidates' choosing scores are positive). Without bias or groups, the
+ * scores themselves; else written to buf. */
+static const float *choosing_scores(const float *score, const moe_shape *sh, float *buf) {
+    int E = sh->n_experts, G = sh->n_group;
+    if (!sh->bias && !G) return score;
+    for (int e = 0; e < E; e++) buf[e] = score[e] + (sh->bias ? sh->bias[e] : 0);
+    if (!G) return buf;
+    int size = E / G;
+    float gscore[512];
+    int32_t best[512];
+    bool keep[512] = {false};
+    for (int g = 0; g < G; g++) gscore[g] = group_score(buf + g * size, size, sh->group_top2_sum);
+    top_k(gscore, G, sh->topk_group, best);
+    for (int j = 0; j < sh->topk_group; j++) keep[best[j]] = true;
+    for (int g = 0; g < G; g++)
+        if (!keep[g])
+            for (int e = g * size; e < (g + 1) * size; e++) buf[e] = -INFINITY;
+    return buf;
+}
+
 void moe_route(const float *logits, size_t ldl, int rows, const moe_shape *sh, int32_t *choice, float *weight) {
     int E = sh->n_experts, k = sh->top_k;
+    float scale = sh->scale == 0 ? 1 : sh->scale; /* 0: a shape that does not set it */
 #pragma omp parallel for schedule(static) if (rows > 16)
     for (int r = 0; r < rows; r++) {
         const float *l = logits + (size_t)r * ldl;
         int32_t *c = choice + (size_t)r * k;
-        float *w = weight + (size_t)r * k, probs[512], chosen[512];
+        float *w = weight + (size_t)r * k, score[512], buf[512];
         if (sh->softmax_of_topk) {
             top_k(l, E, k, c);
-            for (int j = 0; j < k; j++) chosen[j] = l[c[j]];
-            softmax(chosen, k, w);
+            for (int j = 0; j < k; j++) buf[j] = l[c[j]];
+            softmax(buf, k, w);
             continue;
         }
-        softmax(l, E, probs);
-        top_k(probs, E, k, c);
+        if (sh->sigmoid)
+            for (int e = 0; e < E; e++) score[e] = 1 / (1 + expf(-l[e]));
+        else
+            softmax(l, E, score);
+        top_k(choosing_scores(score, sh, buf), E, k, c);
         float sum = 0;
-        for (int j = 0; j < k; j++) sum += w[j] = probs[c[j]];
-        if (sh->norm_topk)
+        for (int j = 0; j < k; j++) sum += w[j] = score[c[j]];
+        if (sh->norm_topk) {
+            if (sh->sigmoid) sum += 1e-20f; /* as transformers' DeepSeek-V3 does */
             for (int j = 0; j < k; j++) w[j] /= sum;
+        }
+        if (scale != 1)
+            for (int j = 0; j < k; j++) w[j] *= scale;
     }
 }
 

@@ -67,6 +67,38 @@ static const char *get_str(const cJSON *obj, const char *key) {
     return cJSON_IsString(v) ? v->valuestring : NULL;
 }
 
+/* YaRN's mscale: how much a context stretched `scale` times sharpens attention. */
+static double yarn_mscale(double scale, double mscale) { return scale <= 1 ? 1.0 : 0.1 * mscale * log(scale) + 1.0; }
+
+/* YaRN, as transformers' _compute_yarn_parameters reads it: the attention factor defaults to
+ * mscale(factor, mscale) / mscale(factor, mscale_all_dim) when both are set, else to
+ * mscale(factor); the frequencies are computed in rope.c. */
+static int parse_yarn(reader *r, model_config *c, const cJSON *s) {
+    float mscale, attention_factor;
+    c->rope_kind = ROPE_YARN;
+    if (get_int(r, s, "original_max_position_embeddings", c->max_pos, false, 1, &c->rope_orig_max_pos) ||
+        get_float(r, s, "beta_fast", 32.0, false, &c->rope_beta_fast) ||
+        get_float(r, s, "beta_slow", 1.0, false, &c->rope_beta_slow) ||
+        get_float(r, s, "mscale", 0.0, false, &mscale) ||
+        get_float(r, s, "mscale_all_dim", 0.0, false, &c->rope_mscale_all_dim) ||
+        get_float(r, s, "attention_factor", -1.0, false, &attention_factor))
+        return -1;
+    const cJSON *factor = cJSON_GetObjectItemCaseSensitive(s, "factor");
+    if (!factor || cJSON_IsNull(factor)) c->rope_factor = (float)c->max_pos / (float)c->rope_orig_max_pos;
+    if (!(c->rope_factor > 0)) return loom_errf(r->err, "%s: rope 'factor' must be positive", r->name);
+    /* "or 32", "or 1" in transformers: zero means the default too */
+    if (c->rope_beta_fast == 0) c->rope_beta_fast = 32;
+    if (c->rope_beta_slow == 0) c->rope_beta_slow = 1;
+    const cJSON *truncate = cJSON_GetObjectItemCaseSensitive(s, "truncate");
+    c->rope_truncate = !cJSON_IsFalse(truncate);
+    if (attention_factor >= 0) c->rope_attention_factor = attention_factor;
+    else if (mscale != 0 && c->rope_mscale_all_dim != 0)
+        c->rope_attention_factor = (float)(yarn_mscale(c->rope_factor, mscale) /
+                                           yarn_mscale(c->rope_factor, c->rope_mscale_all_dim));
+    else c->rope_attention_factor = (float)yarn_mscale(c->rope_factor, 1.0);
+    return 0;
+}
+
 /* RoPE settings: transformers 5 writes "rope_parameters" (theta inside), older versions
  * "rope_theta" plus an optional "rope_scaling"; accept both. */
 static int parse_rope(reader *r, model_config *c) {
@@ -81,11 +113,12 @@ static int parse_rope(reader *r, model_config *c) {
     if (cJSON_IsObject(scaling)) s = scaling;
     c->rope_kind = ROPE_DEFAULT;
     c->rope_factor = 1;
+    c->rope_attention_factor = 1;
     if (!s) return 0;
     const char *type = get_str(s, "rope_type");
     if (!type) type = get_str(s, "type");
     if (!type || !strcmp(type, "default")) return 0;
-    if (get_float(r, s, "factor", 1.0, true, &c->rope_factor)) return -1;
+    if (get_float(r, s, "factor", 1.0, strcmp(type, "yarn") != 0, &c->rope_factor)) return -1;
     if (!strcmp(type, "linear")) {
         c->rope_kind = ROPE_LINEAR;
         return 0;
@@ -100,7 +133,8 @@ static int parse_rope(reader *r, model_config *c) {
             return loom_errf(r->err, "%s: rope high_freq_factor must exceed low_freq_factor", r->name);
         return 0;
     }
-    return loom_errf(r->err, "%s: unsupported rope type '%s' (supported: default, linear, llama3)",
+    if (!strcmp(type, "yarn")) return parse_yarn(r, c, s);
+    return loom_errf(r->err, "%s: unsupported rope type '%s' (supported: default, linear, llama3, yarn)",
                      r->name, type);
 }
 
@@ -121,10 +155,89 @@ static int parse_eos(reader *r, model_config *c) {
     return 0;
 }
 
+/* A string field that must be one of `names` (NULL-terminated); *out = its index, or def if absent. */
+static int get_choice(reader *r, const char *key, const char *const *names, int def, int *out) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(r->root, key);
+    *out = def;
+    if (!v || cJSON_IsNull(v)) return 0;
+    char list[160] = "";
+    for (int i = 0; names[i]; i++) {
+        if (cJSON_IsString(v) && !strcmp(v->valuestring, names[i])) return *out = i, 0;
+        strcat(strcat(list, i ? ", " : ""), names[i]);
+    }
+    return loom_errf(r->err, "%s: unsupported %s %s%s%s (supported: %s)", r->name, key, cJSON_IsString(v) ? "'" : "",
+                     cJSON_IsString(v) ? v->valuestring : "value", cJSON_IsString(v) ? "'" : "", list);
+}
+
+/* DeepSeek's routing and layer layout. Its defaults are those of transformers' config classes,
+ * except where the V3 model ignores a field: its router always scores with a sigmoid and picks
+ * groups by their two best (noaux_tc), which is what its checkpoints declare. Like vLLM (and
+ * DeepSeek's own code), loom honours norm_topk_prob and moe_layer_freq in V2 as well, which
+ * transformers' V2 ignores; every released V2 config has them false and 1. */
+static int parse_deepseek_moe(reader *r, model_config *c) {
+    static const char *const methods[] = {"greedy", "group_limited_greedy", "noaux_tc", NULL};
+    static const char *const scoring[] = {"softmax", "sigmoid", NULL};
+    bool v3 = !strcmp(c->arch, "DeepseekV3ForCausalLM");
+    int method, score, first_dense, freq, shared;
+    c->routed_scale = 1;
+    if (get_choice(r, "topk_method", methods, v3 ? TOPK_NOAUX_TC : TOPK_GREEDY, &method) ||
+        get_choice(r, "scoring_func", scoring, v3, &score) ||
+        get_int(r, r->root, "n_group", 1, false, 1, &c->n_group) ||
+        get_int(r, r->root, "topk_group", 1, false, 1, &c->topk_group) ||
+        get_float(r, r->root, "routed_scaling_factor", 1.0, false, &c->routed_scale) ||
+        get_int(r, r->root, "first_k_dense_replace", 0, false, 0, &first_dense) ||
+        get_int(r, r->root, "moe_layer_freq", 1, false, 1, &freq) ||
+        get_int(r, r->root, "n_shared_experts", 0, false, 0, &shared))
+        return -1;
+    c->topk_method = (enum topk_method)method;
+    c->sigmoid_scores = score == 1;
+    if (!(c->routed_scale > 0)) return loom_errf(r->err, "%s: field 'routed_scaling_factor' must be positive", r->name);
+    if (first_dense > c->n_layers)
+        return loom_errf(r->err, "%s: first_k_dense_replace %d exceeds the %d layers", r->name, first_dense, c->n_layers);
+    for (int l = 0; l < c->n_layers; l++)
+        if (l < first_dense || l % freq) c->mlp_only[l] = 1;
+    if (shared) c->shared_intermediate = shared * c->moe_intermediate;
+    if (c->topk_method == TOPK_GREEDY) return 0;
+    int per = c->n_experts / c->n_group;
+    if (c->n_experts % c->n_group)
+        return loom_errf(r->err, "%s: n_group %d does not divide the %d experts", r->name, c->n_group, c->n_experts);
+    if (c->topk_group > c->n_group)
+        return loom_errf(r->err, "%s: topk_group %d exceeds n_group %d", r->name, c->topk_group, c->n_group);
+    if (c->top_k > c->topk_group * per)
+        return loom_errf(r->err, "%s: num_experts_per_tok %d exceeds the %d experts of topk_group %d groups", r->name,
+                         c->top_k, c->topk_group * per, c->topk_group);
+    if (c->topk_method == TOPK_NOAUX_TC && per < 2)
+        return loom_errf(r->err, "%s: noaux_tc scores a group by its two best experts; groups of %d have fewer",
+                         r->name, per);
+    return 0;
+}
+
+/* Multi-head latent attention's dimensions (present when kv_lora_rank is). The rotary part is
+ * what RoPE tables are built for, so it becomes head_dim, as transformers' config sets it. */
+static int parse_mla(reader *r, model_config *c) {
+    mla_config *a = &c->mla;
+    const cJSON *root = r->root;
+    if (!cJSON_GetObjectItemCaseSensitive(root, "kv_lora_rank")) return 0;
+    if (get_int(r, root, "kv_lora_rank", 0, true, 1, &a->kv_lora_rank) ||
+        get_int(r, root, "q_lora_rank", 0, false, 0, &a->q_lora_rank) ||
+        get_int(r, root, "qk_nope_head_dim", 0, true, 1, &a->qk_nope_head_dim) ||
+        get_int(r, root, "qk_rope_head_dim", 0, true, 2, &a->qk_rope_head_dim) ||
+        get_int(r, root, "v_head_dim", 0, true, 1, &a->v_head_dim) ||
+        get_bool(r, "rope_interleave", true, &a->rope_interleave))
+        return -1;
+    if (a->qk_rope_head_dim % 2 || a->qk_rope_head_dim > 1024)
+        return loom_errf(r->err, "%s: qk_rope_head_dim %d must be even for RoPE, and at most 1024", r->name,
+                         a->qk_rope_head_dim);
+    c->head_dim = a->qk_rope_head_dim;
+    return 0;
+}
+
 /* Mixture-of-experts fields, as Mixtral, OLMoE, Qwen2/3-MoE and GraniteMoE name them. */
 static int parse_moe(reader *r, model_config *c) {
     const cJSON *root = r->root;
-    const char *count = cJSON_GetObjectItemCaseSensitive(root, "num_experts") ? "num_experts" : "num_local_experts";
+    const char *count = cJSON_GetObjectItemCaseSensitive(root, "num_experts")        ? "num_experts"
+                        : cJSON_GetObjectItemCaseSensitive(root, "n_routed_experts") ? "n_routed_experts"
+                                                                                     : "num_local_experts";
     if (get_int(r, root, count, 0, false, 0, &c->n_experts)) return -1;
     if (!c->n_experts) return 0;
     if (get_int(r, root, "num_experts_per_tok", 2, false, 1, &c->top_k) ||
@@ -150,7 +263,7 @@ static int parse_moe(reader *r, model_config *c) {
     }
     const cJSON *clip = cJSON_GetObjectItemCaseSensitive(root, "clip_qkv");
     if (clip && !cJSON_IsNull(clip)) return loom_errf(r->err, "%s: field 'clip_qkv' is not supported", r->name);
-    return 0;
+    return parse_deepseek_moe(r, c);
 }
 
 static int parse(reader *r, model_config *c) {
@@ -174,7 +287,8 @@ static int parse(reader *r, model_config *c) {
         return loom_errf(r->err, "%s: hidden_size %d is not a multiple of num_attention_heads %d",
                          r->name, c->hidden, c->n_heads);
     if (get_int(r, root, "head_dim", c->hidden / c->n_heads, false, 1, &c->head_dim)) return -1;
-    if (c->head_dim % 2) return loom_errf(r->err, "%s: head_dim %d must be even for RoPE", r->name, c->head_dim);
+    if (c->head_dim % 2 || c->head_dim > 1024)
+        return loom_errf(r->err, "%s: head_dim %d must be even for RoPE, and at most 1024", r->name, c->head_dim);
     if (c->n_heads % c->n_kv_heads)
         return loom_errf(r->err, "%s: num_attention_heads %d is not a multiple of num_key_value_heads %d",
                          r->name, c->n_heads, c->n_kv_heads);
@@ -182,7 +296,7 @@ static int parse(reader *r, model_config *c) {
     const char *act = get_str(root, "hidden_act");
     if (act && strcmp(act, "silu"))
         return loom_errf(r->err, "%s: unsupported hidden_act '%s' (only silu)", r->name, act);
-    if (parse_rope(r, c)) return -1;
+    if (parse_mla(r, c) || parse_rope(r, c)) return -1;
     if (get_bool(r, "tie_word_embeddings", false, &c->tie_embeddings) ||
         get_bool(r, "attention_bias", false, &c->attention_bias) ||
         get_bool(r, "mlp_bias", false, &c->mlp_bias))

@@ -5,7 +5,17 @@
 #include "loom.h"
 #include "quant/format.h"
 
-enum rope_kind { ROPE_DEFAULT, ROPE_LLAMA3, ROPE_LINEAR };
+enum rope_kind { ROPE_DEFAULT, ROPE_LLAMA3, ROPE_LINEAR, ROPE_YARN };
+
+/* How a mixture of experts picks its experts (DeepSeek's topk_method). */
+enum topk_method { TOPK_GREEDY, TOPK_GROUP_LIMITED, TOPK_NOAUX_TC };
+
+/* Multi-head latent attention (DeepSeek-V2/V3); kv_lora_rank 0: the model has none. */
+typedef struct mla_config {
+    int q_lora_rank; /* 0: a plain q_proj */
+    int kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim;
+    bool rope_interleave; /* rotary pairs are (2i, 2i+1), not (i, i + d/2) */
+} mla_config;
 
 typedef struct model_config {
     char arch[64]; /* architectures[0], e.g. "LlamaForCausalLM" */
@@ -16,6 +26,11 @@ typedef struct model_config {
     enum rope_kind rope_kind;
     float rope_factor, rope_low_freq, rope_high_freq;
     int rope_orig_max_pos;
+    /* YaRN: the ramp between beta_fast and beta_slow rotations, the factor cos and sin are
+     * multiplied by, and mscale_all_dim (DeepSeek's softmax scale grows by mscale(factor, it)^2) */
+    float rope_beta_fast, rope_beta_slow, rope_attention_factor, rope_mscale_all_dim;
+    bool rope_truncate;
+    mla_config mla;
     bool tie_embeddings, attention_bias, mlp_bias;
     int sliding_window; /* 0: full causal attention */
     /* Granite multipliers; 1 (and attention 1/sqrt(head_dim)) for the others */
@@ -23,6 +38,10 @@ typedef struct model_config {
     /* mixture of experts; n_experts 0: dense */
     int n_experts, top_k, moe_intermediate, shared_intermediate, sparse_step;
     bool norm_topk;         /* renormalise the top-k routing weights */
+    bool sigmoid_scores;    /* scoring_func sigmoid (DeepSeek-V3), else softmax */
+    enum topk_method topk_method;
+    int n_group, topk_group;
+    float routed_scale;     /* routed_scaling_factor */
     unsigned char mlp_only[256]; /* per layer: 1 = dense MLP in an MoE model (mlp_only_layers) */
     int bos_id;
     int eos_ids[8];

@@ -209,6 +209,12 @@ static const st_tensor *find(weight_store *w, const char *name, const char **fil
     return NULL;
 }
 
+bool weights_has(const weight_store *w, const char *name) {
+    for (int i = 0; i < w->n_files; i++)
+        if (st_find(&w->files[i], name)) return true;
+    return false;
+}
+
 const st_tensor *weights_tensor(weight_store *w, const char *name, const char **file) {
     const char *f;
     return find(w, name, file ? file : &f);

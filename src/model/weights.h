@@ -69,6 +69,8 @@ int weights_read_f32(weight_store *w, const char *name, int ndim, const int *sha
 /* Tensor `name` as the files hold it (any dtype, marked used), its file in *file; NULL if no
  * file has it. What the quantized formats' readers start from. */
 const st_tensor *weights_tensor(weight_store *w, const char *name, const char **file);
+/* Whether the files hold tensor `name` (dummy stores hold none); nothing is marked used. */
+bool weights_has(const weight_store *w, const char *name);
 /* Owned by the store until weights_close. */
 void *weights_alloc(weight_store *w, size_t bytes);
 /* Rows [r0, r0+nr) x columns [c0, c0+nc) of expert `expert`'s [rows, cols] matrix in a stacked

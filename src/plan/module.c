@@ -123,9 +123,9 @@ int emit_rms_norm_across(module *m, int in, const char *weight, float eps, int f
     return v;
 }
 
-int emit_rope(module *m, int in, int n_heads, int head_dim, const char *name) {
+int emit_rope(module *m, int in, const rope_desc *r, const char *name) {
     op *o = new_op(m, OP_ROPE, 1, &in, name);
-    o->rope = (rope_desc){n_heads, head_dim};
+    o->rope = *r;
     return o->out[0];
 }
 
@@ -133,6 +133,12 @@ int emit_attention(module *m, int q, int k, int v, const attn_desc *a) {
     op *o = new_op(m, OP_ATTENTION, 3, (int[]){q, k, v}, "attn");
     o->attn = *a;
     return o->out[0];
+}
+
+int emit_mla_attention(module *m, int q, int kv_c, int k_pe, const attn_desc *a, const linear_desc *kv_b) {
+    int v = emit_attention(m, q, kv_c, k_pe, a);
+    m->ops[m->n_ops - 1].lin = copy_lin(kv_b);
+    return v;
 }
 
 int emit_silu_mul(module *m, int gate, int up) {

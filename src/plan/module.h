@@ -11,8 +11,9 @@ typedef enum op_kind {
     OP_LINEAR,      /* out = in @ W^T (+ bias), W given in parts fused along out    */
     OP_SPLIT,       /* out = view of part `part` of a fused linear's output         */
     OP_RMS_NORM,    /* out = rms_norm(in) * w, over rows or over groups of `group`  */
-    OP_ROPE,        /* out = rotary embedding of in (heads of head_dim, rotate_half) */
-    OP_ATTENTION,   /* out = causal attention(q, k, v) through the layer's KV cache */
+    OP_ROPE,        /* out = in with the rotary part of each head rotated            */
+    OP_ATTENTION,   /* out = causal attention(q, k, v) through the layer's KV cache;
+                       multi-head latent attention: (q, kv_c, k_pe) and kv_b_proj  */
     OP_SILU_MUL,    /* out = silu(in0) * in1                                        */
     OP_ADD,         /* out = in0 + in1                                              */
     OP_SCALE,       /* out = in0 * scalar                                           */
@@ -41,6 +42,9 @@ typedef struct linear_part {
     int out;          /* logical output features */
     int head_dim;     /* >0: sharded by whole heads of this size (q/k/v), else by features */
     bool replicable;  /* heads may be replicated when fewer than ranks (k/v, as vLLM does) */
+    bool whole;       /* every rank holds all of it (MLA's down-projections beside q_proj) */
+    int row0, tensor_rows; /* the part is rows [row0, row0 + out) of a tensor of tensor_rows
+                              (0: the whole tensor), as MLA splits kv_a_proj_with_mqa */
 } linear_part;
 
 typedef struct linear_desc {
@@ -64,6 +68,14 @@ typedef struct moe_desc {
     int hidden, inter, n_experts, top_k;
     moe_routing routing;
     bool norm_topk;
+    /* DeepSeek's routing (kernels.h's moe_shape says how they combine) */
+    bool sigmoid, group_top2_sum;
+    int n_group, topk_group;
+    float scale;
+    char bias[128]; /* e_score_correction_bias, "" when absent */
+    /* the fused alternative of per-expert tensors, used when the checkpoint has it (transformers'
+     * in-memory layout): gate_up [E, 2*inter, hidden], down [E, hidden, inter]; "" if none */
+    char fused_gate_up[128], fused_down[128];
     /* per-expert tensors: printf patterns with one %d for the expert ("...experts.%d.w1.weight");
      * stacked: gate holds [E, 2*inter, hidden] (gate rows, then up rows), down [E, hidden, inter] */
     bool stacked;
@@ -71,12 +83,19 @@ typedef struct moe_desc {
 } moe_desc;
 
 typedef struct attn_desc {
-    int layer, n_heads, n_kv_heads, head_dim, sliding_window;
+    int layer, n_heads, n_kv_heads, head_dim, sliding_window; /* head_dim: of q and k */
     float scale;
+    /* multi-head latent attention (kv_lora 0: none): the cache holds each token's latent kv_c
+     * (kv_lora) and rotated k_pe (rope); kv_b_proj (the op's lin) expands the latent into
+     * per-head k_nope (nope) and v (v_dim) */
+    int kv_lora, nope, rope, v_dim;
 } attn_desc;
 
+/* n_heads heads of `stride` columns each, whose columns [offset, offset + rotary dims) rotate;
+ * interleaved: rotary pairs are (2i, 2i+1), rotated into transformers' de-interleaved order. */
 typedef struct rope_desc {
-    int n_heads, head_dim;
+    int n_heads, stride, offset;
+    bool interleaved;
 } rope_desc;
 
 typedef struct module module;
@@ -125,8 +144,11 @@ int emit_split(module *m, int fused, int part, const char *name);
 int emit_rms_norm(module *m, int in, const char *weight, float eps, int group, const char *name);
 /* RMSNorm over a whole projection of `features` that TP shards by heads (across_ranks). */
 int emit_rms_norm_across(module *m, int in, const char *weight, float eps, int features, const char *name);
-int emit_rope(module *m, int in, int n_heads, int head_dim, const char *name);
+int emit_rope(module *m, int in, const rope_desc *r, const char *name);
 int emit_attention(module *m, int q, int k, int v, const attn_desc *a);
+/* Latent attention over q (rotated), the normalised latent kv_c and the rotated k_pe, with
+ * kv_b_proj (a column-parallel linear by head of nope + v_dim) applied inside. */
+int emit_mla_attention(module *m, int q, int kv_c, int k_pe, const attn_desc *a, const linear_desc *kv_b);
 int emit_silu_mul(module *m, int gate, int up);
 int emit_add(module *m, int a, int b, const char *name);
 int emit_scale(module *m, int in, float s, const char *name);

@@ -113,11 +113,13 @@ static int flatten_split(plan *p, const module *m, const op *o, int fused, loom_
     /* the parts' widths on this rank are the gaps between their output columns */
     const plan_step *ps = &p->steps[f.def_step];
     int end = o->part + 1 < prod->lin->n_parts ? ps->col[o->part + 1] : f.width;
-    int v = plan_new_value(p, end - ps->col[o->part], o, f.rows, f.dist);
+    /* a part every rank holds whole (MLA's latents) is complete where the rest is sharded */
+    bool whole = prod->lin->parts[o->part].whole && f.dist == DIST_SHARDED;
+    int v = plan_new_value(p, end - ps->col[o->part], o, f.rows, whole ? DIST_FULL : f.dist);
     p->values[v].base = f.base;
     p->values[v].col = f.col + ps->col[o->part];
     p->values[v].feat0 = ps->feat0[o->part];
-    p->values[v].replicated_heads = ps->replicated[o->part];
+    p->values[v].replicated_heads = ps->replicated[o->part] && !whole;
     return v;
 }
 
@@ -132,6 +134,23 @@ static int complete_partial(plan *p, const module *m, const op *o, int v, loom_e
                      m->name, op_kind_name(o->kind));
 }
 
+/* Latent attention: this rank's heads of kv_b_proj, and the f32 transpose of them that both of
+ * its forms read (kernels.h's mla_attention); every rank caches the whole latent. */
+static int bind_latent_attention(plan *p, plan_step *s, const module *m, const op *o, weight_store *ws, loom_err *err) {
+    const attn_desc *a = &o->attn;
+    int cols = shard_bind_linear(p, s, o->lin, a->kv_lora, m, ws, err);
+    if (cols < 0) return -1;
+    s->attn.mla = (mla_shape){a->kv_lora, a->nope, a->rope, a->v_dim};
+    p->kv_width = a->kv_lora + a->rope;
+    p->kv_latent = true;
+    if (ws) {
+        float *t = weights_alloc(ws, (size_t)a->kv_lora * cols * sizeof *t);
+        linear_transpose(&s->w[0], t);
+        s->w[1] = (wmat){DT_F32, a->kv_lora, cols, cols, t, NULL};
+    }
+    return cols / (a->nope + a->v_dim) * a->v_dim;
+}
+
 static int bind_op(plan *p, plan_step *s, const module *m, const op *o, int width, weight_store *ws, loom_err *err) {
     switch (o->kind) {
     case OP_LINEAR: return shard_bind_linear(p, s, o->lin, width, m, ws, err);
@@ -139,9 +158,9 @@ static int bind_op(plan *p, plan_step *s, const module *m, const op *o, int widt
     case OP_ATTENTION: {
         const attn_desc *a = &o->attn;
         int kv = a->n_kv_heads >= p->o.tp ? a->n_kv_heads / p->o.tp : 1, h = a->n_heads / p->o.tp;
-        s->attn = (attn_shape){h, kv, a->head_dim, a->sliding_window, a->scale};
+        s->attn = (attn_shape){h, kv, a->head_dim, a->sliding_window, a->scale, {0}};
         p->kv_width = kv * a->head_dim;
-        return h * a->head_dim;
+        return a->kv_lora ? bind_latent_attention(p, s, m, o, ws, err) : h * a->head_dim;
     }
     case OP_RMS_NORM: {
         /* across ranks: this rank's columns of the whole projection's weight */
@@ -276,8 +295,9 @@ static void assign_buffers(plan *p) {
 }
 
 static void note_unfused(plan *p, const plan_step *s, const char *why) {
-    char buf[256];
-    snprintf(buf, sizeof buf, "%s: %s %s", s->mod->name, step_kind_name(s->kind), why);
+    char buf[512];
+    if (s->kind == STEP_OP) snprintf(buf, sizeof buf, "%s: %s", s->mod->name, why);
+    else snprintf(buf, sizeof buf, "%s: %s %s", s->mod->name, step_kind_name(s->kind), why);
     p->unfused = realloc(p->unfused, (p->n_unfused + 1) * sizeof *p->unfused);
     p->unfused[p->n_unfused++] = strdup(buf);
 }
@@ -296,6 +316,28 @@ static plan_step *sole_consumer(plan *p, int v) {
 
 static bool fusable(const plan_step *s, par_style style) {
     return s && s->kind == STEP_OP && s->op->kind == OP_LINEAR && s->op->lin->style == style && !s->op->lin->no_fuse;
+}
+
+/* Latent attention's q_b_proj and kv_b_proj read latents made inside the region (kv_b_proj
+ * inside the attention op, from the cache): no collective borders them, so there is nothing for
+ * them to overlap. The plan says so for each column-parallel linear past the region's entry. */
+static void note_inner_linears(plan *p, int gather) {
+    const op *region = p->steps[gather].op;
+    for (int i = gather + 1; i < p->n_steps; i++) {
+        const plan_step *s = &p->steps[i];
+        if (s->op == region) break;
+        if (s->kind != STEP_OP || !s->op->lin || s->op->lin->style != PAR_COLUMN) continue;
+        const char *start, *in = s->mod->value_names[s->op->in[0]];
+        int len = linear_part_name(&s->op->lin->parts[0], &start);
+        char why[256];
+        if (s->op->kind == OP_ATTENTION)
+            snprintf(why, sizeof why, "%.*s (inside attention) kept: it expands the latent cache, not the region "
+                                      "input", len, start);
+        else
+            snprintf(why, sizeof why, "%.*s kept: its input %s is made inside the region from the gathered rows, so no "
+                                      "collective borders it", len, start, in);
+        note_unfused(p, s, why);
+    }
 }
 
 /* Async TP, after seed 001's Region._fuse: a region's all-gather fuses with the column-parallel
@@ -320,6 +362,7 @@ static void fuse_async_tp(plan *p) {
             }
             c->kind = STEP_AG_MATMUL;
             c->in[0] = s->in[0];
+            note_inner_linears(p, i);
         } else {
             plan_step *prod = &p->steps[p->values[s->in[0]].def_step];
             if (!fusable(prod, PAR_ROW) || prod->out != s->in[0] || sole_consumer(p, prod->out) != s) {

@@ -55,13 +55,14 @@ typedef struct plan_step {
     int n_in, in[4], out;
     bool sum_squares;  /* OP_RMS_NORM across ranks: this step makes the row statistic */
     /* resolved parameters of this rank */
-    wmat w[LIN_MAX_PARTS];
+    wmat w[LIN_MAX_PARTS];  /* MLA attention: kv_b_proj, then its f32 transpose */
     const float *bias[LIN_MAX_PARTS]; /* collectives: bias added to the completed sum */
     const float *row_bias;  /* row-parallel linear: its bias, held on every rank */
     int col[LIN_MAX_PARTS]; /* output column of each part */
     int feat0[LIN_MAX_PARTS]; /* first output feature of each part this rank holds */
     bool replicated[LIN_MAX_PARTS]; /* the part's heads are replicated across ranks */
     wmat *experts;          /* OP_MOE: gate, up, down of each expert (this rank's share) */
+    const float *route_bias; /* OP_MOE: e_score_correction_bias (NULL: none) */
     int expert_inter;       /* OP_MOE: features of each expert this rank holds */
     const float *norm_w;
     int vocab0;             /* first vocabulary row this rank holds (embedding) */
@@ -91,6 +92,7 @@ typedef struct plan {
     int n_values, cap_values;
     int output;   /* logits value */
     int kv_width; /* this rank's K (and V) columns per layer */
+    bool kv_latent; /* the cache holds one latent row per token (MLA), not K and V */
     int *vocab_col0, *vocab_width; /* [tp]: each rank's vocabulary shard */
     int n_buffers;
     size_t *buffer_width; /* floats per row of each buffer */

@@ -7,45 +7,112 @@
 #include "quant/checkpoint.h"
 #include "runtime/model.h"
 
+/* "column-parallel, out 48+32+16" and which parts every rank holds whole */
+static void print_linear(FILE *f, const linear_desc *l) {
+    static const char *styles[] = {"replicated", "column-parallel", "row-parallel", "vocab-parallel"};
+    int whole = 0;
+    fprintf(f, "%s", styles[l->style]);
+    for (int j = 0; j < l->n_parts; j++) {
+        const char *start;
+        int len = linear_part_name(&l->parts[j], &start);
+        fprintf(f, "%s%.*s", j ? "+" : " ", len, start);
+        if (l->parts[j].tensor_rows) fprintf(f, "[%d:%d]", l->parts[j].row0, l->parts[j].row0 + l->parts[j].out);
+        whole += l->parts[j].whole;
+    }
+    fprintf(f, ", out");
+    for (int j = 0; j < l->n_parts; j++) fprintf(f, "%s%d%s", j ? "+" : " ", l->parts[j].out, l->parts[j].whole ? "*" : "");
+    if (whole) fputs(" (*: held whole by every rank)", f);
+}
+
+/* Layers of the same shape: the same kinds of child, in the same order. */
+static bool same_shape(const module *a, const module *b) {
+    if (a->n_ops != b->n_ops) return false;
+    for (int i = 0; i < a->n_ops; i++)
+        if (a->ops[i].kind != b->ops[i].kind ||
+            (a->ops[i].kind == OP_CALL && strcmp(a->ops[i].child->kind, b->ops[i].child->kind)))
+            return false;
+    return true;
+}
+
+static void print_repeats(FILE *f, int depth, int repeats) {
+    if (repeats) fprintf(f, "%*s... %d more decoder layer%s of the same shape\n", 2 * depth + 2, "", repeats,
+                         repeats > 1 ? "s" : "");
+}
+
 static void print_module(FILE *f, const module *m, int depth) {
     fprintf(f, "%*s%s [%s]\n", 2 * depth, "", m->name, m->kind);
+    const module *shown = NULL; /* the last decoder layer shown in full */
+    int repeats = 0;            /* layers since, of its shape */
     for (int i = 0; i < m->n_ops; i++) {
         const op *o = &m->ops[i];
+        if (o->kind != OP_CALL) {
+            print_repeats(f, depth, repeats);
+            repeats = 0;
+        }
         if (o->kind == OP_CALL) {
-            /* identical decoder layers: show the first in full, count the rest */
-            bool layer = !strcmp(o->child->kind, "decoder_layer");
-            int first = -1;
-            for (int j = 0; j < m->n_ops && layer; j++)
-                if (m->ops[j].kind == OP_CALL && !strcmp(m->ops[j].child->kind, "decoder_layer")) {
-                    first = j;
-                    break;
-                }
-            if (!layer || first == i) print_module(f, o->child, depth + 1);
-            else if (i + 1 == m->n_ops || m->ops[i + 1].kind != OP_CALL)
-                fprintf(f, "%*s... %d more decoder layers of the same shape\n", 2 * depth + 2, "", i - first);
+            /* decoder layers: show a layer in full where its shape changes (a dense layer
+             * before the experts' ones), count the ones like it after */
+            if (strcmp(o->child->kind, "decoder_layer")) {
+                print_module(f, o->child, depth + 1);
+                continue;
+            }
+            if (!shown || !same_shape(shown, o->child)) {
+                print_repeats(f, depth, repeats);
+                print_module(f, o->child, depth + 1);
+                shown = o->child, repeats = 0;
+            } else {
+                repeats++;
+            }
             continue;
         }
         fprintf(f, "%*s%s = %s(", 2 * depth + 2, "", m->value_names[o->out[0]], op_kind_name(o->kind));
         for (int j = 0; j < o->n_in; j++) fprintf(f, "%s%s", j ? ", " : "", m->value_names[o->in[j]]);
         fputc(')', f);
         if (o->lin && o->kind == OP_LINEAR) {
-            static const char *styles[] = {"replicated", "column-parallel", "row-parallel", "vocab-parallel"};
-            fprintf(f, "  %s, out", styles[o->lin->style]);
-            for (int j = 0; j < o->lin->n_parts; j++) fprintf(f, "%s%d", j ? "+" : " ", o->lin->parts[j].out);
+            fputs("  ", f);
+            print_linear(f, o->lin);
         }
+        if (o->kind == OP_ATTENTION && o->attn.kv_lora) {
+            const attn_desc *a = &o->attn;
+            fprintf(f, "  latent cache of %d+%d per token (kv_c, k_pe) on every rank; ", a->kv_lora, a->rope);
+            print_linear(f, o->lin);
+            fprintf(f, " inside: absorbed when a sequence decodes one token, expanded into K (%d+%d) and V (%d) "
+                       "for longer runs", a->nope, a->rope, a->v_dim);
+        }
+        if (o->kind == OP_ROPE && (o->rope.offset || o->rope.interleaved))
+            fprintf(f, "  the rotary part of each head (from column %d)%s", o->rope.offset,
+                    o->rope.interleaved ? ", interleaved pairs" : "");
         if (o->kind == OP_MOE) {
             const moe_desc *d = o->moe;
-            fprintf(f, "  %d experts of %d features, top %d (%s), each expert's gate/up column-parallel and down "
+            fprintf(f, "  %d experts of %d features, top %d (%s%s), each expert's gate/up column-parallel and down "
                        "row-parallel", d->n_experts, d->inter, d->top_k,
                     d->routing == ROUTE_TOPK_SOFTMAX ? "softmax over the chosen logits"
-                    : d->norm_topk                   ? "softmax, renormalised"
-                                                     : "softmax");
+                    : d->sigmoid                     ? "sigmoid"
+                                                     : "softmax",
+                    d->norm_topk ? ", renormalised" : "");
+            if (d->n_group)
+                fprintf(f, "; within the best %d of %d groups by their %s%s", d->topk_group, d->n_group,
+                        d->group_top2_sum ? "two best scores' sum" : "best score",
+                        d->bias[0] ? ", choosing with the correction bias" : "");
+            if (d->scale != 1) fprintf(f, "; weights times %g", d->scale);
         }
         if (o->kind == OP_RMS_NORM && o->across_ranks)
             fprintf(f, "  over the whole projection: under TP each rank sums its heads' squares and an all_reduce "
                        "adds them");
         fputc('\n', f);
     }
+}
+
+/* What the latent cache saves: per token, one latent row per layer on each rank, against the
+ * K and V of this rank's heads that a full cache would hold. */
+static void print_latent_kv(FILE *f, const loom_model *m, const plan *p) {
+    const mla_config *a = &m->cfg.mla;
+    size_t latent = (size_t)m->cfg.n_layers * p->kv_width * sizeof(float);
+    size_t full = (size_t)m->cfg.n_layers * m->cfg.n_heads / p->o.tp *
+                  (a->qk_nope_head_dim + a->qk_rope_head_dim + a->v_head_dim) * sizeof(float);
+    fprintf(f, "KV cache per token on each rank: %zu bytes (latent kv_c %d + k_pe %d per layer) against %zu for full "
+               "per-head K and V: %.1fx smaller\n", latent, a->kv_lora_rank, a->qk_rope_head_dim, full,
+            (double)full / (double)latent);
 }
 
 static void print_sp(FILE *f, const plan *p) {
@@ -111,9 +178,17 @@ int loom_print_plan(loom_model *m, int tp, bool sequence_parallel, bool async_tp
     plan_options po = {.tp = tp, .sp = sequence_parallel, .async_tp = async_tp, .quant = m->ws.quant,
                        .checkpoint = &m->cfg.quant};
     if (plan_build(&p, m->tree, &po, NULL, err)) return -1;
-    fprintf(f, "model %s from %s: %d layers, hidden %d, %d heads (%d kv) of %d, vocab %d\n", m->cfg.arch,
-            m->source, m->cfg.n_layers, m->cfg.hidden, m->cfg.n_heads, m->cfg.n_kv_heads, m->cfg.head_dim,
-            m->cfg.vocab);
+    const mla_config *a = &m->cfg.mla;
+    if (a->kv_lora_rank)
+        fprintf(f, "model %s from %s: %d layers, hidden %d, %d heads of latent attention (q/k %d+%d, v %d, latent %d, "
+                   "%s %d), vocab %d\n", m->cfg.arch, m->source, m->cfg.n_layers, m->cfg.hidden, m->cfg.n_heads,
+                a->qk_nope_head_dim, a->qk_rope_head_dim, a->v_head_dim, a->kv_lora_rank,
+                a->q_lora_rank ? "q_lora" : "plain q_proj of", a->q_lora_rank ? a->q_lora_rank : m->cfg.hidden,
+                m->cfg.vocab);
+    else
+        fprintf(f, "model %s from %s: %d layers, hidden %d, %d heads (%d kv) of %d, vocab %d\n", m->cfg.arch,
+                m->source, m->cfg.n_layers, m->cfg.hidden, m->cfg.n_heads, m->cfg.n_kv_heads, m->cfg.head_dim,
+                m->cfg.vocab);
     if (tp == 1) fprintf(f, "parallelism: tp=1 (single rank)\n");
     else
         fprintf(f, "parallelism: tensor parallel across %d ranks (column/row-parallel linears, vocab-parallel "
@@ -131,9 +206,11 @@ int loom_print_plan(loom_model *m, int tp, bool sequence_parallel, bool async_tp
         fprintf(f, "collectives per forward pass:");
         for (int k = STEP_ALL_REDUCE; k <= STEP_MATMUL_RS; k++)
             if (count[k]) fprintf(f, " %d %s", count[k], step_kind_name(k));
-        fprintf(f, "\nrank 0 holds %d of %d q heads, %d kv columns, vocabulary rows %d..%d\n", m->cfg.n_heads / tp,
-                m->cfg.n_heads, p.kv_width, p.vocab_col0[0], p.vocab_col0[0] + p.vocab_width[0] - 1);
+        fprintf(f, "\nrank 0 holds %d of %d q heads, %d %s columns, vocabulary rows %d..%d\n", m->cfg.n_heads / tp,
+                m->cfg.n_heads, p.kv_width, p.kv_latent ? "latent cache" : "kv", p.vocab_col0[0],
+                p.vocab_col0[0] + p.vocab_width[0] - 1);
     }
+    if (p.kv_latent) print_latent_kv(f, m, &p);
     if (p.o.sp) print_sp(f, &p);
     if (p.o.async_tp) print_async(f, &p);
     plan_free(&p);

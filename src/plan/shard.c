@@ -16,6 +16,12 @@
 static int shard_rows(const plan *p, const linear_part *pt, const module *m, int *r0, int *nr, bool *replicated,
                       loom_err *err) {
     int tp = p->o.tp, rank = p->o.rank;
+    if (pt->whole) {
+        *r0 = 0;
+        *nr = pt->out;
+        *replicated = tp > 1;
+        return 0;
+    }
     if (pt->head_dim) {
         int heads = pt->out / pt->head_dim, hd = pt->head_dim;
         if (heads % tp == 0) {
@@ -110,12 +116,13 @@ int shard_bind_linear(plan *p, plan_step *s, const linear_desc *l, int in_width,
         case PAR_REPLICATED:
             break;
         }
-        int shape[2] = {pt->out, l->in};
-        if (bind_weight(p, ws, l->style, pt->weight, 2, shape, l->in, r0, nr, c0, nc, &s->w[i], err))
+        /* a part that is a row range of its tensor reads from row0 on */
+        int shape[2] = {pt->tensor_rows ? pt->tensor_rows : pt->out, l->in};
+        if (bind_weight(p, ws, l->style, pt->weight, 2, shape, l->in, pt->row0 + r0, nr, c0, nc, &s->w[i], err))
             return loom_err_prefix(err, "%s", m->name);
         if (ws && bias) {
             wmat b;
-            if (weights_get(ws, pt->bias, pt->out, 0, r0, nr, 0, 0, true, 0.02f, &b, err))
+            if (weights_get(ws, pt->bias, shape[0], 0, pt->row0 + r0, nr, 0, 0, true, 0.02f, &b, err))
                 return loom_err_prefix(err, "%s", m->name);
             /* a row-parallel bias must enter the sum over ranks once: rank 0 adds it to its
              * partial, unless the completing collective takes it over (plan_collective) */
@@ -136,15 +143,24 @@ int shard_bind_moe(plan *p, plan_step *s, const moe_desc *d, const module *m, we
         return loom_errf(err, "%s: its experts have %d features, not divisible by %d ranks", m->name, I, tp);
     int nr = I / tp, r0 = p->o.rank * nr;
     s->expert_inter = nr;
+    /* per-expert tensors, or the layout's fused alternative where the checkpoint holds that */
+    bool fused = ws && d->fused_gate_up[0] && weights_has(ws, d->fused_gate_up);
+    const char *gate = fused ? d->fused_gate_up : d->gate, *down = fused ? d->fused_down : d->down;
+    if (ws && d->bias[0]) {
+        wmat b;
+        if (weights_get(ws, d->bias, d->n_experts, 0, 0, 0, 0, 0, true, 0.02f, &b, err))
+            return loom_err_prefix(err, "%s", m->name);
+        s->route_bias = b.data;
+    }
     if (ws) s->experts = calloc(3 * (size_t)d->n_experts, sizeof *s->experts);
     for (int e = 0; e < d->n_experts; e++) {
         wmat *w = ws ? &s->experts[3 * e] : &(wmat[3]){0}[0];
         int rc;
-        if (d->stacked) { /* gate rows, then up rows, of one [2I, H] matrix per expert */
+        if (d->stacked || fused) { /* gate rows, then up rows, of one [2I, H] matrix per expert */
             int gu[3] = {d->n_experts, 2 * I, H}, dn[3] = {d->n_experts, H, I};
-            rc = bind_weight(p, ws, PAR_COLUMN, d->gate, 3, gu, H, e * 2 * I + r0, nr, 0, H, &w[0], err) ||
-                 bind_weight(p, ws, PAR_COLUMN, d->up, 3, gu, H, e * 2 * I + I + r0, nr, 0, H, &w[1], err) ||
-                 bind_weight(p, ws, PAR_ROW, d->down, 3, dn, I, e * H, H, r0, nr, &w[2], err);
+            rc = bind_weight(p, ws, PAR_COLUMN, gate, 3, gu, H, e * 2 * I + r0, nr, 0, H, &w[0], err) ||
+                 bind_weight(p, ws, PAR_COLUMN, gate, 3, gu, H, e * 2 * I + I + r0, nr, 0, H, &w[1], err) ||
+                 bind_weight(p, ws, PAR_ROW, down, 3, dn, I, e * H, H, r0, nr, &w[2], err);
         } else {
             char g[160], u[160], dn[160];
             snprintf(g, sizeof g, d->gate, e);

@@ -74,12 +74,12 @@ static int alloc_state(loom_engine *e, loom_err *err) {
     e->kv = calloc(c->n_layers, sizeof *e->kv);
     size_t kv_width = (size_t)p->kv_width; /* the same in both plans */
     size_t per = (size_t)e->max_seqs * e->max_ctx * kv_width * sizeof(float);
-    for (int l = 0; l < c->n_layers; l++) {
+    for (int l = 0; l < c->n_layers; l++) { /* a latent cache (MLA) has no V */
         e->kv[l] = (kv_layer){.max_ctx = e->max_ctx, .kv_width = (int)kv_width};
         if (!(e->kv[l].k = alloc_or_fail(per, "the KV cache", err)) ||
-            !(e->kv[l].v = alloc_or_fail(per, "the KV cache", err)))
+            (!p->kv_latent && !(e->kv[l].v = alloc_or_fail(per, "the KV cache", err))))
             return -1;
-        e->kv_bytes += 2 * per;
+        e->kv_bytes += (p->kv_latent ? 1 : 2) * per;
     }
     if (alloc_moe_scratch(e, err)) return -1;
     e->seq_len = calloc(e->max_seqs, sizeof *e->seq_len);
@@ -137,18 +137,41 @@ int loom_check_sharding(const loom_model *m, int tp, bool sequence_parallel, loo
     return 0;
 }
 
+#define KV_BUDGET_DEFAULT ((size_t)4 << 30)
+
+static size_t kv_bytes_per_token(const loom_engine *e) {
+    const plan *p = &e->plans[0].p;
+    return (size_t)e->model->cfg.n_layers * p->kv_width * (p->kv_latent ? 1 : 2) * sizeof(float);
+}
+
+/* The context: as asked, or as long as the KV budget holds for every sequence (up to the
+ * model's maximum), so a latent cache's smaller rows buy a longer context. */
+static int size_context(loom_engine *e, const loom_engine_options *o, loom_err *err) {
+    size_t budget = o->kv_cache_bytes ? o->kv_cache_bytes : KV_BUDGET_DEFAULT, per = kv_bytes_per_token(e);
+    size_t fits = budget / ((size_t)e->max_seqs * per);
+    int max_pos = e->model->cfg.max_pos;
+    if (o->max_ctx > max_pos)
+        return loom_errf(err, "max context %d exceeds the model's max_position_embeddings %d", o->max_ctx, max_pos);
+    if (o->max_ctx > 0 && (size_t)o->max_ctx > fits)
+        return loom_errf(err, "a context of %d for %d sequences needs %.2f GiB of KV cache on each rank (%zu bytes per "
+                              "token), over its budget of %.2f GiB: shorten the context (--max-model-len), run fewer "
+                              "sequences (--max-num-seqs) or raise the budget (--kv-cache-memory-bytes)",
+                         o->max_ctx, e->max_seqs, (double)o->max_ctx * e->max_seqs * per / (1 << 30), per,
+                         (double)budget / (1 << 30));
+    if (!o->max_ctx && !fits)
+        return loom_errf(err, "%d sequences do not fit one token each in the KV budget of %zu bytes on each rank (%zu "
+                              "bytes per token): raise --kv-cache-memory-bytes", e->max_seqs, budget, per);
+    e->max_ctx = o->max_ctx > 0 ? o->max_ctx : fits < (size_t)max_pos ? (int)fits : max_pos;
+    return 0;
+}
+
 loom_engine *loom_engine_new(loom_model *m, const loom_engine_options *o, loom_err *err) {
     loom_engine *e = calloc(1, sizeof *e);
     e->model = m;
     e->max_seqs = o->max_seqs > 0 ? o->max_seqs : 1;
-    e->max_ctx = o->max_ctx > 0 ? o->max_ctx : (m->cfg.max_pos < 4096 ? m->cfg.max_pos : 4096);
     engine_rows(o, &e->max_tokens, &e->max_logits);
     e->comm = o->comm ? o->comm : (e->own_comm = comm_local());
     set_threads(o->threads, e->comm->size);
-    if (e->max_ctx > m->cfg.max_pos) {
-        loom_errf(err, "max context %d exceeds the model's max_position_embeddings %d", e->max_ctx, m->cfg.max_pos);
-        goto fail;
-    }
     /* a progress line only where loading takes long enough to wonder (dummy or converted
      * weights of a large model; mapped f32/bf16 tensors load lazily) */
     loom_model_info info;
@@ -168,6 +191,7 @@ loom_engine *loom_engine_new(loom_model *m, const loom_engine_options *o, loom_e
         e->n_plans = 2;
     }
     e->cur = &e->plans[0];
+    if (size_context(e, o, err)) goto fail;
     if (e->comm->rank == 0) {
         warn_unused(m);
         for (int i = 0; i < e->plans[0].p.n_warnings; i++) fprintf(stderr, "loom: warning: %s\n", e->plans[0].p.warnings[i]);
@@ -343,15 +367,25 @@ static void run_step(loom_engine *e, const plan_step *s, const loom_batch *b) {
         else rms_norm(in0, ld0, out, ldo, rows, w, o->group ? o->group : w, s->norm_w, o->eps);
         break;
     case OP_MOE: {
-        moe_shape sh = {o->moe->hidden, s->expert_inter, o->moe->n_experts, o->moe->top_k,
-                        o->moe->routing == ROUTE_TOPK_SOFTMAX, o->moe->norm_topk};
+        const moe_desc *d = o->moe;
+        moe_shape sh = {.hidden = d->hidden, .inter = s->expert_inter, .n_experts = d->n_experts, .top_k = d->top_k,
+                        .softmax_of_topk = d->routing == ROUTE_TOPK_SOFTMAX, .norm_topk = d->norm_topk,
+                        .sigmoid = d->sigmoid, .n_group = d->n_group, .topk_group = d->topk_group,
+                        .group_top2_sum = d->group_top2_sum, .bias = s->route_bias, .scale = d->scale};
         moe_forward(&sh, s->experts, in0, ld0, in1, ld1, rows, out, ldo, &e->moe);
         break;
     }
     case OP_SIGMOID_GATE: sigmoid_gate(in0, ld0, in1, ld1, out, ldo, rows, w); break;
-    case OP_ROPE: rope_apply(&e->rope, in0, ld0, out, ldo, rows, w / o->rope.head_dim, b->pos); break;
+    case OP_ROPE:
+        rope_apply(&e->rope, in0, ld0, out, ldo, rows, w / o->rope.stride, o->rope.stride, o->rope.offset,
+                   o->rope.interleaved, b->pos);
+        break;
     case OP_ATTENTION:
-        attention(&s->attn, &e->kv[o->attn.layer], in0, ld0, in1, ld1, in2, ld2, out, ldo, rows, b->pos, b->seq);
+        if (s->attn.mla.kv_lora)
+            mla_attention(&s->attn, &e->kv[o->attn.layer], in0, ld0, in1, ld1, in2, ld2, s->w[1].data, out, ldo, rows,
+                          b->pos, b->seq);
+        else
+            attention(&s->attn, &e->kv[o->attn.layer], in0, ld0, in1, ld1, in2, ld2, out, ldo, rows, b->pos, b->seq);
         break;
     case OP_SILU_MUL: silu_mul(in0, ld0, in1, ld1, out, ldo, rows, w); break;
     case OP_ADD: add_rows(in0, ld0, in1, ld1, out, ldo, rows, w); break;
@@ -401,6 +435,7 @@ int loom_forward(loom_engine *e, const loom_batch *b, const float **logits, loom
 
 size_t loom_engine_activation_bytes(const loom_engine *e) { return e->activation_bytes; }
 size_t loom_engine_kv_bytes(const loom_engine *e) { return e->kv_bytes; }
+size_t loom_engine_kv_bytes_per_token(const loom_engine *e) { return kv_bytes_per_token(e); }
 
 static size_t wmat_bytes(const wmat *w) {
     if (w->q) return (size_t)w->rows * (w->ld + (size_t)w->q->n_groups * 2 * sizeof(float));

@@ -5,7 +5,9 @@ Run:  python3 tests/golden/make_golden.py            (all cases)
       python3 tests/golden/make_golden.py llama qwen3 (a subset)
 
 For each case, tests/golden/<case>/ gets:
-  config.json, model.safetensors   -- written by save_pretrained (single file)
+  config.json, model.safetensors   -- written by save_pretrained (single file);
+                                      deepseek_v3's model.safetensors is rewritten
+                                      from state_dict() (fused expert tensors)
   generation_config.json           -- harmless leftover of save_pretrained
   golden.safetensors               -- ids_0/ids_1 (I64), logits_0/logits_1 (F32,
                                       [n, vocab]) + __metadata__ (prefill_0,
@@ -25,6 +27,7 @@ path (DynamicSlidingWindowLayer) agrees with the full forward.
 """
 import inspect
 import json
+import math
 import os
 import shutil
 import sys
@@ -48,6 +51,8 @@ from transformers import (  # noqa: E402
     Qwen2MoeConfig, Qwen2MoeForCausalLM,
     Qwen3MoeConfig, Qwen3MoeForCausalLM,
     GraniteMoeConfig, GraniteMoeForCausalLM,
+    DeepseekV2Config, DeepseekV2ForCausalLM,
+    DeepseekV3Config, DeepseekV3ForCausalLM,
 )
 
 torch.set_num_threads(1)
@@ -66,6 +71,12 @@ BASE = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
 
 
 MOE = dict(BASE, intermediate_size=48)
+
+# DeepSeek (MLA attention + routed/shared experts): 3 layers, layer 0 dense, layers 1-2 MoE.
+DEEPSEEK = dict(BASE, num_hidden_layers=3, num_key_value_heads=4, rms_norm_eps=1e-6,
+                intermediate_size=96, moe_intermediate_size=32, kv_lora_rank=32,
+                qk_nope_head_dim=32, qk_rope_head_dim=16, v_head_dim=24,
+                first_k_dense_replace=1, tie_word_embeddings=False)
 
 
 def case_defs():
@@ -152,6 +163,34 @@ def case_defs():
             logits_scaling=8.0,
             rope_parameters={"rope_type": "default", "rope_theta": 10000.0}),
             {"lm_head_std_scale": 8.0}),
+        # DeepSeek-V2: MLA with a plain q_proj, YaRN (attention factor != 1 since mscale !=
+        # mscale_all_dim), softmax router with group-limited greedy top-2 (group score = max),
+        # no renormalisation, 2 shared experts. Per-expert tensors (save_pretrained).
+        # New cases go at the END of this dict: a case's seeds derive from its index.
+        "deepseek_v2": (DeepseekV2ForCausalLM, DeepseekV2Config, dict(
+            DEEPSEEK, q_lora_rank=None, n_routed_experts=8, num_experts_per_tok=2,
+            n_shared_experts=2, topk_method="group_limited_greedy", n_group=4, topk_group=2,
+            routed_scaling_factor=1.5, norm_topk_prob=False,
+            rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+                             "original_max_position_embeddings": 32, "mscale": 1.0,
+                             "mscale_all_dim": 0.707, "beta_fast": 32, "beta_slow": 1}),
+            {"routing": "v2", "router_std": 0.3, "seed_tries": 20,
+             "yarn_attention_factor_not_1": True}),
+        # DeepSeek-V3: q LoRA (q_a_proj/q_a_layernorm/q_b_proj), interleaved YaRN rope,
+        # sigmoid router with a non-zero e_score_correction_bias, group score = sum of the
+        # top-2, renormalised top-3, 1 shared expert. Experts stored FUSED (gate_up_proj,
+        # down_proj as in memory). 16 experts make the folder ~1.3 MB, hence max_bytes.
+        "deepseek_v3": (DeepseekV3ForCausalLM, DeepseekV3Config, dict(
+            DEEPSEEK, q_lora_rank=48, n_routed_experts=16, num_experts_per_tok=3,
+            n_group=4, topk_group=2, n_shared_experts=1, routed_scaling_factor=2.5,
+            norm_topk_prob=True, rope_interleave=True,
+            topk_method="noaux_tc", scoring_func="sigmoid",
+            rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 8.0,
+                             "original_max_position_embeddings": 32, "mscale": 1.0,
+                             "mscale_all_dim": 1.0, "beta_fast": 32, "beta_slow": 1}),
+            {"routing": "v3", "router_std": 0.3, "score_bias_std": 0.1, "seed_tries": 20,
+             "fused_experts": True, "max_bytes": 3 << 19,
+             "config_keys": {"topk_method": "noaux_tc", "scoring_func": "sigmoid"}}),
     }
 
 
@@ -177,7 +216,86 @@ def reinit(model, opts):
                 std = 0.15
                 if name.startswith("lm_head."):
                     std *= opts.get("lm_head_std_scale", 1.0)
+                if name.endswith("mlp.gate.weight") and "router_std" in opts:
+                    std = opts["router_std"]
                 p.normal_(0.0, std)
+        if "score_bias_std" in opts:  # buffers are not parameters: set them explicitly
+            for name, b in model.named_buffers():
+                if name.endswith("e_score_correction_bias"):
+                    b.normal_(0.0, opts["score_bias_std"])
+
+
+def yarn_mscale(scale, mscale=1.0):
+    """transformers' yarn_get_mscale / get_mscale."""
+    return 1.0 if scale <= 1 else 0.1 * mscale * math.log(scale) + 1.0
+
+
+def route(kind, logits, bias, n_group, topk_group, top_k):
+    """Re-implements the DeepSeek router selection on fp32 router logits [T, E].
+    Returns (experts [T, top_k] sorted ascending, expert margin [T], group margin [T]):
+    the margins are the gap between the last chosen and the best unchosen candidate
+    (choosing-score of experts inside the chosen groups; group score)."""
+    t, e = logits.shape
+    if kind == "v2":     # softmax; group score = max; experts of other groups masked out
+        choose = logits.softmax(dim=-1, dtype=torch.float32)
+        gscore = choose.view(t, n_group, e // n_group).max(dim=-1).values
+    else:                # sigmoid + correction bias; group score = sum of the group's top 2
+        choose = logits.sigmoid() + bias
+        gscore = choose.view(t, n_group, e // n_group).topk(2, dim=-1)[0].sum(dim=-1)
+    gs = gscore.sort(dim=-1, descending=True)
+    gmargin = gs.values[:, topk_group - 1] - gs.values[:, topk_group]
+    gmask = torch.zeros_like(gscore, dtype=torch.bool)
+    gmask.scatter_(1, gs.indices[:, :topk_group], True)
+    allowed = gmask[:, :, None].expand(t, n_group, e // n_group).reshape(t, e)
+    assert int(allowed[0].sum()) > top_k
+    es = choose.masked_fill(~allowed, float("-inf")).sort(dim=-1, descending=True)
+    emargin = es.values[:, top_k - 1] - es.values[:, top_k]
+    return es.indices[:, :top_k].sort(dim=-1).values, emargin, gmargin
+
+
+@torch.no_grad()
+def check_routing(model, ids, kind, min_margin=1e-4):
+    """Full forward of each sequence; the router input of every MoE layer is captured by a
+    hook on mlp.gate. The selection recomputed here must equal HF's, and every token of
+    every MoE layer must clear the margins (an engine whose router logits differ by ~1e-6
+    then picks the same experts). Returns (ok, report)."""
+    cfg = model.config
+    caps = []
+    hooks = []
+    for li, layer in enumerate(model.model.layers):
+        if hasattr(layer.mlp, "experts"):
+            hooks.append(layer.mlp.gate.register_forward_hook(
+                lambda mod, inp, out, li=li: caps.append(
+                    (li, mod, inp[0].detach().reshape(-1, mod.hidden_dim).float().clone(),
+                     out[2].detach().clone()))))
+    try:
+        for s in ids:
+            model(input_ids=s[None, :], use_cache=False)
+    finally:
+        for h in hooks:
+            h.remove()
+    assert caps and len(caps) == len(ids) * sum(
+        hasattr(l.mlp, "experts") for l in model.model.layers)
+    emin, gmin, bias_changed, tokens = float("inf"), float("inf"), 0, 0
+    for li, gate, x, hf_idx in caps:
+        logits = torch.nn.functional.linear(x, gate.weight.float())
+        bias = getattr(gate, "e_score_correction_bias", None)
+        sel, em, gm = route(kind, logits, bias, cfg.n_group, cfg.topk_group,
+                            cfg.num_experts_per_tok)
+        assert torch.equal(sel, hf_idx.sort(dim=-1).values), \
+            f"layer {li}: recomputed selection differs from HF's"
+        emin, gmin = min(emin, em.min().item()), min(gmin, gm.min().item())
+        tokens += x.shape[0]
+        if kind == "v3":
+            nb, _, _ = route(kind, logits, torch.zeros_like(bias), cfg.n_group,
+                             cfg.topk_group, cfg.num_experts_per_tok)
+            bias_changed += int((nb != sel).any(dim=-1).sum())
+    report = {"expert_margin": emin, "group_margin": gmin, "routed_tokens": tokens}
+    ok = emin > min_margin and gmin > min_margin
+    if kind == "v3":
+        report["tokens_changed_by_bias"] = bias_changed
+        ok = ok and bias_changed > 0
+    return ok, report
 
 
 def make_ids(gen, vocab, n):
@@ -225,10 +343,12 @@ def check_sliding_window(model, ids, window):
             f"layer {li}: sliding-window pattern differs from (q-W, q]"
 
 
-def save_safetensors(tensors, path, metadata):
+def save_safetensors(tensors, path, metadata, align=8):
     """Like safetensors.torch.save_file, but with a deterministic header
     (save_file's Rust HashMap orders __metadata__ randomly, which would make
-    every regeneration a spurious git diff).  Data is read back and checked."""
+    every regeneration a spurious git diff).  Data is read back and checked.
+    align=64 pads the header so that every tensor starts 64-byte aligned in the
+    file (each tensor's size must then be a multiple of 64 bytes)."""
     dt = {torch.float32: "F32", torch.int64: "I64"}
     header = {"__metadata__": dict(sorted(metadata.items()))}
     blobs, off = [], 0
@@ -237,10 +357,11 @@ def save_safetensors(tensors, path, metadata):
         b = t.numpy().astype(t.numpy().dtype.newbyteorder("<")).tobytes()
         header[k] = {"dtype": dt[t.dtype], "shape": list(t.shape),
                      "data_offsets": [off, off + len(b)]}
+        assert len(b) % align == 0, f"{k}: {len(b)} bytes, not a multiple of {align}"
         blobs.append(b)
         off += len(b)
     h = json.dumps(header, separators=(",", ":")).encode()
-    h += b" " * (-len(h) % 8)
+    h += b" " * (-(8 + len(h)) % align)
     with open(path, "wb") as f:
         f.write(len(h).to_bytes(8, "little"))
         f.write(h)
@@ -266,21 +387,34 @@ def build_case(idx, name, model_cls, cfg_cls, cfg_kw, opts):
         shutil.rmtree(out_dir)
     os.makedirs(out_dir)
 
-    torch.manual_seed(1234 + idx)
-    cfg = cfg_cls(**cfg_kw)
-    cfg._attn_implementation = "eager"
-    model = model_cls(cfg).eval()
-    assert model.config._attn_implementation == "eager"
-    reinit(model, opts)
-    if "tie_experts" in opts:
-        tie_experts(model, *opts["tie_experts"])
+    gen = torch.Generator().manual_seed(4321 + idx)  # independent of the weight seed
+    ids = [make_ids(gen, cfg_kw["vocab_size"], p + DECODE_STEPS) for p in PREFILL]
+
+    # Weight seed 1234 + idx. Cases with a routing check (DeepSeek) move on to
+    # 1234 + idx + 1000*k, k = 1, 2, ... while the routing sits on a knife-edge.
+    extra_info = {}
+    for attempt in range(opts.get("seed_tries", 1)):
+        seed = 1234 + idx + 1000 * attempt
+        torch.manual_seed(seed)
+        cfg = cfg_cls(**cfg_kw)
+        cfg._attn_implementation = "eager"
+        model = model_cls(cfg).eval()
+        assert model.config._attn_implementation == "eager"
+        reinit(model, opts)
+        if "tie_experts" in opts:
+            tie_experts(model, *opts["tie_experts"])
+        if "routing" not in opts:
+            break
+        ok, report = check_routing(model, ids, opts["routing"])
+        if ok:
+            extra_info.update(seed=seed, **report)
+            break
+        print(f"{name}: weight seed {seed} rejected: {json.dumps(report)}", flush=True)
+    else:
+        raise AssertionError(f"{name}: no weight seed passed the routing checks")
     if cfg.tie_word_embeddings:
         assert model.lm_head.weight.data_ptr() == \
             model.model.embed_tokens.weight.data_ptr()
-
-    gen = torch.Generator().manual_seed(4321 + idx)
-    vocab = cfg.vocab_size
-    ids = [make_ids(gen, vocab, p + DECODE_STEPS) for p in PREFILL]
 
     half = getattr(torch, opts["half"]) if "half" in opts else None
     bf16 = half is torch.bfloat16
@@ -289,6 +423,29 @@ def build_case(idx, name, model_cls, cfg_cls, cfg_kw, opts):
     model.save_pretrained(out_dir, safe_serialization=True)
     clean_dir(out_dir)
     ref_sd = {k: v.clone() for k, v in model.state_dict().items()}
+    st_path = os.path.join(out_dir, "model.safetensors")
+    if opts.get("fused_experts"):
+        # Replace save_pretrained's per-expert conversion by the in-memory names
+        # (mlp.experts.gate_up_proj [E, 2I, H], mlp.experts.down_proj [E, H, I]).
+        # 64-byte aligned: from_pretrained maps these tensors straight from the file, and
+        # torch's grouped_mm experts path rounds differently on a misaligned mmap
+        # (~1e-6), which would break the exact in-memory == reloaded logits check.
+        assert half is None
+        save_safetensors(ref_sd, st_path, {"format": "pt"}, align=64)
+    with safe_open(st_path, "pt") as f:
+        keys = set(f.keys())
+    if "routing" in opts:
+        fused = {k for k in keys if k.endswith(("mlp.experts.gate_up_proj",
+                                                 "mlp.experts.down_proj"))}
+        per_expert = {k for k in keys if ".mlp.experts." in k and k.endswith(".weight")}
+        if opts.get("fused_experts"):
+            assert fused and not per_expert, f"{name}: expected fused experts"
+        else:
+            assert per_expert and not fused, f"{name}: expected per-expert tensors"
+    with open(os.path.join(out_dir, "config.json")) as f:
+        written = json.load(f)
+    for k, v in opts.get("config_keys", {}).items():
+        assert written.get(k) == v, f"{name}: config.json {k}={written.get(k)!r}"
     # (half: model.to(half) also rounds the rotary inv_freq buffer; from_pretrained
     # recomputes it in fp32, as the C engine does, so compare logits only in fp32.)
     ref_mem = None if half is not None else [full_logits(model, s) for s in ids]
@@ -337,6 +494,40 @@ def build_case(idx, name, model_cls, cfg_cls, cfg_kw, opts):
             "no frequency in the fully-scaled (low-frequency) band"
         assert (changed & ~torch.isclose(inv, base / f, rtol=1e-6, atol=0)).any(), \
             "no frequency in the smooth-interpolation band"
+    if m.config.rope_parameters.get("rope_type") == "yarn":
+        rp = m.config.rope_parameters
+        rot = m.model.rotary_emb
+        inv = rot.inv_freq
+        hd = m.config.head_dim  # DeepSeek: head_dim := qk_rope_head_dim
+        base = 1.0 / (rp["rope_theta"] **
+                      (torch.arange(0, hd, 2, dtype=torch.float32) / hd))
+        f = rp["factor"]
+        changed = ~torch.isclose(inv, base, rtol=1e-6, atol=0)
+        assert 0 < int(changed.sum()) < inv.numel(), "yarn rope not exercised"
+        assert torch.isclose(inv, base / f, rtol=1e-6, atol=0).any(), \
+            "no fully interpolated yarn frequency"
+        assert (changed & ~torch.isclose(inv, base / f, rtol=1e-6, atol=0)).any(), \
+            "no blended yarn frequency"
+        ms, msa = rp.get("mscale"), rp.get("mscale_all_dim")
+        want = (yarn_mscale(f, ms) / yarn_mscale(f, msa) if ms and msa
+                else yarn_mscale(f))
+        assert abs(rot.attention_scaling - want) < 1e-12, \
+            f"{name}: yarn attention factor {rot.attention_scaling} != {want}"
+        if opts.get("yarn_attention_factor_not_1"):
+            assert rot.attention_scaling != 1.0, f"{name}: yarn attention factor is 1"
+        extra_info["yarn_attention_factor"] = rot.attention_scaling
+        if msa and hasattr(m.config, "qk_nope_head_dim"):  # DeepSeek softmax scale
+            qk = m.config.qk_nope_head_dim + m.config.qk_rope_head_dim
+            for layer in m.model.layers:
+                sc = layer.self_attn.scaling
+                assert sc != qk ** -0.5, f"{name}: mscale_all_dim did not change the scale"
+                assert abs(sc - qk ** -0.5 * yarn_mscale(f, msa) ** 2) < 1e-12
+            extra_info["softmax_scale"] = m.model.layers[0].self_attn.scaling
+    if "routing" in opts:
+        # Same weights as the in-memory model checked above; check the reloaded one too.
+        ok, report = check_routing(m, ids, opts["routing"])
+        assert ok and report["expert_margin"] == extra_info["expert_margin"], \
+            f"{name}: reloaded model routes differently: {report}"
     if "check_window" in opts:
         assert m.config.sliding_window == opts["check_window"]
         for s in ids:
@@ -360,8 +551,9 @@ def build_case(idx, name, model_cls, cfg_cls, cfg_kw, opts):
             for i in range(2))
     size = sum(os.path.getsize(os.path.join(out_dir, f))
                for f in os.listdir(out_dir))
-    assert size < 1 << 20, f"{name}: {size} bytes, too big"
+    assert size < opts.get("max_bytes", 1 << 20), f"{name}: {size} bytes, too big"
     info["bytes"] = size
+    info.update(extra_info)
     return info
 
 

@@ -5,16 +5,20 @@
 
 #include "util/err.h"
 
-static const moe_layout olmoe_moe = {"mlp", "gate.weight", false, false, "experts.%d.gate_proj.weight",
-                                     "experts.%d.up_proj.weight", "experts.%d.down_proj.weight", ROUTE_SOFTMAX_TOPK,
-                                     false, false};
-static const moe_layout qwen_moe = {"mlp", "gate.weight", false, false, "experts.%d.gate_proj.weight",
-                                    "experts.%d.up_proj.weight", "experts.%d.down_proj.weight", ROUTE_SOFTMAX_TOPK,
-                                    false, true};
+#define PER_EXPERT_PROJ "experts.%d.gate_proj.weight", "experts.%d.up_proj.weight", "experts.%d.down_proj.weight"
+static const moe_layout olmoe_moe = {"mlp", "gate.weight", false, false, PER_EXPERT_PROJ, .routing = ROUTE_SOFTMAX_TOPK};
+static const moe_layout qwen_moe = {"mlp", "gate.weight", false, false, PER_EXPERT_PROJ, .routing = ROUTE_SOFTMAX_TOPK,
+                                    .shared = "shared_expert", .shared_gated = true};
 static const moe_layout mixtral_moe = {"block_sparse_moe", "gate.weight", false, false, "experts.%d.w1.weight",
-                                       "experts.%d.w3.weight", "experts.%d.w2.weight", ROUTE_SOFTMAX_TOPK, true, false};
+                                       "experts.%d.w3.weight", "experts.%d.w2.weight", .routing = ROUTE_SOFTMAX_TOPK,
+                                       .always_norm_topk = true};
 static const moe_layout granite_moe = {"block_sparse_moe", "router", true, true, "input_linear.weight", NULL,
-                                       "output_linear.weight", ROUTE_TOPK_SOFTMAX, false, false};
+                                       "output_linear.weight", .routing = ROUTE_TOPK_SOFTMAX};
+/* DeepSeek: checkpoints hold experts one by one; transformers' in-memory fused layout loads too */
+static const moe_layout deepseek_moe = {"mlp", "gate.weight", false, false, PER_EXPERT_PROJ,
+                                        .fused_gate_up = "experts.gate_up_proj", .fused_down = "experts.down_proj",
+                                        .routing = ROUTE_SOFTMAX_TOPK, .shared = "shared_experts",
+                                        .bias = "gate.e_score_correction_bias"};
 
 static const struct {
     const char *name;
@@ -30,12 +34,14 @@ static const struct {
     {"Qwen2MoeForCausalLM", {.qkv_bias = true, .moe = &qwen_moe}},
     {"Qwen3MoeForCausalLM", {.qk_norm = true, .moe = &qwen_moe}},
     {"GraniteMoeForCausalLM", {.moe = &granite_moe}},
+    {"DeepseekV2ForCausalLM", {.mla = true, .interleaved = true, .moe = &deepseek_moe}},
+    {"DeepseekV3ForCausalLM", {.mla = true, .moe = &deepseek_moe}},
 };
 
 module *arch_build(const model_config *c, loom_err *err) {
     for (size_t i = 0; i < sizeof llama_like / sizeof llama_like[0]; i++)
         if (!strcmp(c->arch, llama_like[i].name)) return build_llama_family(c, &llama_like[i].variant);
-    char list[256] = "";
+    char list[512] = "";
     for (size_t i = 0; i < sizeof llama_like / sizeof llama_like[0]; i++)
         strcat(strcat(list, i ? ", " : ""), llama_like[i].name);
     loom_errf(err, "config.json: unsupported architecture '%s' (supported: %s)", c->arch, list);

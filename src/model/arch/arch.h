@@ -15,9 +15,13 @@ typedef struct moe_layout {
     bool external_router;   /* GraniteMoE: the router is a module of its own */
     bool stacked;           /* experts in two 3-D tensors: gate = [E, 2I, H], down = [E, H, I] */
     const char *gate, *up, *down;
+    const char *fused_gate_up, *fused_down; /* per-expert layouts' fused alternative, if any */
     moe_routing routing;
     bool always_norm_topk;  /* Mixtral renormalises the top k whatever the config says */
-    bool shared_expert;     /* Qwen2-MoE: shared_expert + sigmoid shared_expert_gate, when sized */
+    const char *shared;     /* the shared experts' MLP when the config sizes one, or NULL */
+    bool shared_gated;      /* Qwen2-MoE: times sigmoid(shared_expert_gate x) */
+    const char *bias;       /* DeepSeek: routing from the config, with this correction bias under
+                               noaux_tc (NULL: the layout's own routing) */
 } moe_layout;
 
 /* Options that distinguish Llama-like architectures. */
@@ -26,12 +30,19 @@ typedef struct llama_variant {
     bool qk_norm;       /* Qwen3: per-head RMSNorm of q and k before RoPE */
     bool qk_norm_whole; /* OLMoE: RMSNorm of the whole q and k projections, across heads */
     bool sliding_window;/* Mistral: honour config sliding_window */
+    bool mla;           /* DeepSeek: multi-head latent attention (mla_blocks.c) */
+    bool interleaved;   /* DeepSeek-V2: rotary pairs always interleaved (V3: rope_interleave) */
     const moe_layout *moe; /* MoE architectures: their expert layers (dense ones: NULL) */
 } llama_variant;
 
 module *build_llama_family(const model_config *c, const llama_variant *v);
 /* SwiGLU MLP `name` (gate_proj/up_proj/down_proj) of `inter` features. */
 module *mlp_module(const model_config *c, const char *name, int inter);
+/* Layer `layer`'s latent attention module (mla_blocks.c). */
+module *mla_attention_module(const model_config *c, const llama_variant *v, int layer);
+/* A linear part: weight (and bias) `proj` of module prefix, out features, sharded by heads of
+ * head_dim (0: by features). */
+void linear_part_init(linear_part *p, const char *prefix, const char *proj, int out, int head_dim, bool bias);
 /* Layer `layer`'s mixture-of-experts module (moe_blocks.c). */
 module *moe_module(const model_config *c, const moe_layout *l, int layer);
 

@@ -4,8 +4,7 @@
 
 #include "model/arch/arch.h"
 
-static void part(linear_part *p, const char *prefix, const char *proj, int out, int head_dim,
-                 bool bias) {
+void linear_part_init(linear_part *p, const char *prefix, const char *proj, int out, int head_dim, bool bias) {
     snprintf(p->weight, sizeof p->weight, "%s.%s.weight", prefix, proj);
     if (bias) snprintf(p->bias, sizeof p->bias, "%s.%s.bias", prefix, proj);
     p->out = out;
@@ -28,9 +27,9 @@ static module *attention_block(const model_config *c, const llama_variant *v, in
     int hd = c->head_dim, q_out = c->n_heads * hd, kv_out = c->n_kv_heads * hd;
     linear_desc qkv = {.in = c->hidden, .n_parts = 3, .style = PAR_COLUMN};
     bool bias = v->qkv_bias || c->attention_bias;
-    part(&qkv.parts[0], m->name, "q_proj", q_out, hd, bias);
-    part(&qkv.parts[1], m->name, "k_proj", kv_out, hd, bias);
-    part(&qkv.parts[2], m->name, "v_proj", kv_out, hd, bias);
+    linear_part_init(&qkv.parts[0], m->name, "q_proj", q_out, hd, bias);
+    linear_part_init(&qkv.parts[1], m->name, "k_proj", kv_out, hd, bias);
+    linear_part_init(&qkv.parts[2], m->name, "v_proj", kv_out, hd, bias);
     qkv.parts[1].replicable = qkv.parts[2].replicable = true;
     int fused = emit_linear(m, x, &qkv);
     int q = emit_split(m, fused, 0, "q");
@@ -40,14 +39,14 @@ static module *attention_block(const model_config *c, const llama_variant *v, in
         q = qk_norm(m, c, v, q, "q", q_out);
         k = qk_norm(m, c, v, k, "k", kv_out);
     }
-    q = emit_rope(m, q, c->n_heads, hd, "q_rot");
-    k = emit_rope(m, k, c->n_kv_heads, hd, "k_rot");
+    q = emit_rope(m, q, &(rope_desc){c->n_heads, hd, 0, false}, "q_rot");
+    k = emit_rope(m, k, &(rope_desc){c->n_kv_heads, hd, 0, false}, "k_rot");
     attn_desc a = {.layer = layer, .n_heads = c->n_heads, .n_kv_heads = c->n_kv_heads, .head_dim = hd,
                    .sliding_window = v->sliding_window ? c->sliding_window : 0,
                    .scale = c->attention_mult};
     int att = emit_attention(m, q, k, val, &a);
     linear_desc o = {.in = q_out, .n_parts = 1, .style = PAR_ROW};
-    part(&o.parts[0], m->name, "o_proj", c->hidden, 0, c->attention_bias);
+    linear_part_init(&o.parts[0], m->name, "o_proj", c->hidden, 0, c->attention_bias);
     module_output(m, emit_linear(m, att, &o));
     return m;
 }
@@ -56,13 +55,13 @@ module *mlp_module(const model_config *c, const char *name, int inter) {
     module *m = module_new("mlp", "%s", name);
     int x = module_input(m, "x");
     linear_desc gu = {.in = c->hidden, .n_parts = 2, .style = PAR_COLUMN};
-    part(&gu.parts[0], m->name, "gate_proj", inter, 0, c->mlp_bias);
-    part(&gu.parts[1], m->name, "up_proj", inter, 0, c->mlp_bias);
+    linear_part_init(&gu.parts[0], m->name, "gate_proj", inter, 0, c->mlp_bias);
+    linear_part_init(&gu.parts[1], m->name, "up_proj", inter, 0, c->mlp_bias);
     int fused = emit_linear(m, x, &gu);
     int gate = emit_split(m, fused, 0, "gate"), up = emit_split(m, fused, 1, "up");
     int act = emit_silu_mul(m, gate, up);
     linear_desc d = {.in = inter, .n_parts = 1, .style = PAR_ROW};
-    part(&d.parts[0], m->name, "down_proj", c->hidden, 0, c->mlp_bias);
+    linear_part_init(&d.parts[0], m->name, "down_proj", c->hidden, 0, c->mlp_bias);
     module_output(m, emit_linear(m, act, &d));
     return m;
 }
@@ -81,7 +80,8 @@ static int residual_branch(module *m, const model_config *c, int h, const char *
 static module *decoder_layer(const model_config *c, const llama_variant *v, int layer) {
     module *m = module_new("decoder_layer", "model.layers.%d", layer);
     int h = module_input(m, "hidden");
-    h = residual_branch(m, c, h, "input_layernorm", attention_block(c, v, layer), "resid_attn");
+    module *attn = v->mla ? mla_attention_module(c, v, layer) : attention_block(c, v, layer);
+    h = residual_branch(m, c, h, "input_layernorm", attn, "resid_attn");
     /* MoE models keep dense MLPs in their mlp_only_layers and between sparse steps */
     bool sparse = v->moe && c->n_experts && !c->mlp_only[layer] && (layer + 1) % c->sparse_step == 0;
     char mlp[96];

@@ -1,7 +1,8 @@
 /* Mixture-of-experts blocks: a router (a replicated linear, so every rank routes every token
- * the same way), the routed experts as one OP_MOE, and Qwen2-MoE's shared expert, gated by a
- * sigmoid of one more replicated linear. The module's output is the sum of partial sums under
- * TP, which is what makes it a sequence-parallel region like a dense MLP. */
+ * the same way), the routed experts as one OP_MOE, and the shared experts beside them (Qwen2-
+ * MoE's gated by a sigmoid of one more replicated linear, DeepSeek's added as they are). The
+ * module's output is the sum of partial sums under TP, which is what makes it a sequence-
+ * parallel region like a dense MLP. */
 #include <stdio.h>
 
 #include "model/arch/arch.h"
@@ -31,17 +32,31 @@ module *moe_module(const model_config *c, const moe_layout *l, int layer) {
     int logits = l->external_router ? emit_call(m, router_module(c, name), &x, 1, "router_logits")
                                     : replicated_linear(m, x, name, c->hidden, c->n_experts);
     moe_desc d = {.hidden = c->hidden, .inter = c->moe_intermediate, .n_experts = c->n_experts, .top_k = c->top_k,
-                  .routing = l->routing, .norm_topk = c->norm_topk || l->always_norm_topk, .stacked = l->stacked};
+                  .routing = l->routing, .norm_topk = c->norm_topk || l->always_norm_topk, .stacked = l->stacked,
+                  .scale = 1};
     snprintf(d.gate, sizeof d.gate, "%s.%s", m->name, l->gate);
     snprintf(d.up, sizeof d.up, "%s.%s", m->name, l->stacked ? l->gate : l->up);
     snprintf(d.down, sizeof d.down, "%s.%s", m->name, l->down);
+    if (l->fused_gate_up) {
+        snprintf(d.fused_gate_up, sizeof d.fused_gate_up, "%s.%s", m->name, l->fused_gate_up);
+        snprintf(d.fused_down, sizeof d.fused_down, "%s.%s", m->name, l->fused_down);
+    }
+    if (l->bias) { /* DeepSeek's routing, as its config describes it */
+        d.sigmoid = c->sigmoid_scores;
+        d.scale = c->routed_scale;
+        if (c->topk_method != TOPK_GREEDY) d.n_group = c->n_group, d.topk_group = c->topk_group;
+        d.group_top2_sum = c->topk_method == TOPK_NOAUX_TC;
+        if (c->topk_method == TOPK_NOAUX_TC) snprintf(d.bias, sizeof d.bias, "%s.%s", m->name, l->bias);
+    }
     int out = emit_moe(m, x, logits, &d);
-    if (l->shared_expert && c->shared_intermediate) {
-        snprintf(name, sizeof name, "%s.shared_expert", m->name);
+    if (l->shared && c->shared_intermediate) { /* partial sums both: they meet before the one reduction */
+        snprintf(name, sizeof name, "%s.%s", m->name, l->shared);
         int shared = emit_call(m, mlp_module(c, name, c->shared_intermediate), &x, 1, "shared");
-        snprintf(name, sizeof name, "%s.shared_expert_gate.weight", m->name);
-        int gate = replicated_linear(m, x, name, c->hidden, 1);
-        out = emit_add(m, out, emit_sigmoid_gate(m, shared, gate, "shared_gated"), "moe_out");
+        if (l->shared_gated) {
+            snprintf(name, sizeof name, "%s.shared_expert_gate.weight", m->name);
+            shared = emit_sigmoid_gate(m, shared, replicated_linear(m, x, name, c->hidden, 1), "shared_gated");
+        }
+        out = emit_add(m, out, shared, "moe_out");
     }
     module_output(m, out);
     return m;

@@ -1,0 +1,98 @@
+/* Multi-head latent attention over a latent KV cache (DeepSeek-V2/V3). A token's cache row is
+ * its normalised latent kv_c and its rotated k_pe, shared by every head; kv_b_proj turns kv_c
+ * into each head's k_nope and v. Two forms give the same attention:
+ * - expanded (runs of several queries, i.e. prefill): the sequence's cached latents times
+ *   kv_b_proj give per-head K (k_nope, then the shared k_pe) and V, attended as usual;
+ * - absorbed (a sequence decoding one token): W_UK, kv_b_proj's K half, is folded into the
+ *   query (q_nope W_UK: one latent-sized query per head, next to q_pe), every head attends
+ *   over the cache rows themselves as keys and over their kv_c as values, and W_UV, the V
+ *   half, is applied to the latent result. No per-head K or V is ever made, which is what
+ *   makes decoding read kv_lora + rope floats per cached token instead of heads * (K + V).
+ * Both take kv_b_proj as its f32 transpose T [kv_lora, heads * (nope + v_dim)], whose column
+ * blocks are W_UK^T and W_UV^T of each head, so each product is one sgemm per head. */
+#include <cblas.h>
+#include <string.h>
+
+#include "kernels/kernels.h"
+
+#define QB 16 /* queries per task in the expanded form */
+
+static void write_latent(kv_layer *c, const mla_shape *m, const float *kv_c, size_t ldc, const float *k_pe, size_t ldp,
+                         int rows, const int32_t *pos, const int32_t *seq) {
+    for (int r = 0; r < rows; r++) {
+        float *at = c->k + ((size_t)seq[r] * c->max_ctx + pos[r]) * c->kv_width;
+        memcpy(at, kv_c + (size_t)r * ldc, m->kv_lora * sizeof *at);
+        memcpy(at + m->kv_lora, k_pe + (size_t)r * ldp, m->rope * sizeof *at);
+    }
+}
+
+/* The decoding rows idx[0..n), one query each, in the absorbed form. */
+static void absorbed(const attn_shape *s, const kv_layer *c, const float *q, size_t ldq, const float *t, float *out,
+                     size_t ldo, const int *idx, int n, const int32_t *pos, const int32_t *seq) {
+    static _Thread_local fbuf qb, ab, lb, ob;
+    const mla_shape *m = &s->mla;
+    int H = s->n_heads, qk = m->nope + m->rope, lat = m->kv_lora + m->rope, kvb = m->nope + m->v_dim;
+    size_t ldt = (size_t)H * kvb;
+    float *qd = fbuf_get(&qb, (size_t)n * H * qk), *qa = fbuf_get(&ab, (size_t)n * H * lat);
+    float *ol = fbuf_get(&lb, (size_t)n * H * m->kv_lora), *od = fbuf_get(&ob, (size_t)n * H * m->v_dim);
+    for (int i = 0; i < n; i++) memcpy(qd + (size_t)i * H * qk, q + (size_t)idx[i] * ldq, (size_t)H * qk * sizeof *qd);
+    for (int h = 0; h < H; h++) { /* each head's query over the latent: [q_nope W_UK | q_pe] */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, m->kv_lora, m->nope, 1.0f, qd + (size_t)h * qk,
+                    (size_t)H * qk, t + (size_t)h * kvb, ldt, 0.0f, qa + (size_t)h * lat, (size_t)H * lat);
+        for (int i = 0; i < n; i++)
+            memcpy(qa + ((size_t)i * H + h) * lat + m->kv_lora, qd + ((size_t)i * H + h) * qk + m->nope,
+                   m->rope * sizeof *qa);
+    }
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int i = 0; i < n; i++) { /* the heads stacked over one key matrix: the cache itself */
+        const float *rows = c->k + (size_t)seq[idx[i]] * c->max_ctx * c->kv_width;
+        attend(&(attend_task){qa + (size_t)i * H * lat, lat, H, H, lat, m->kv_lora, pos[idx[i]], 0, s->scale, rows, rows,
+                              c->kv_width, c->kv_width, ol + (size_t)i * H * m->kv_lora, (size_t)H * m->kv_lora,
+                              m->kv_lora});
+    }
+    for (int h = 0; h < H; h++) /* the latent outputs through W_UV */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, m->v_dim, m->kv_lora, 1.0f, ol + (size_t)h * m->kv_lora,
+                    (size_t)H * m->kv_lora, t + (size_t)h * kvb + m->nope, ldt, 0.0f, od + (size_t)h * m->v_dim,
+                    (size_t)H * m->v_dim);
+    for (int i = 0; i < n; i++)
+        memcpy(out + (size_t)idx[i] * ldo, od + (size_t)i * H * m->v_dim, (size_t)H * m->v_dim * sizeof *out);
+}
+
+/* Rows r0..r0+n-1, one sequence at positions p0.., in the expanded form. */
+static void expanded(const attn_shape *s, const kv_layer *c, const float *q, size_t ldq, const float *t, float *out,
+                     size_t ldo, int r0, int n, int sq, int p0) {
+    static _Thread_local fbuf vb, kb;
+    const mla_shape *m = &s->mla;
+    int H = s->n_heads, qk = m->nope + m->rope, kvb = m->nope + m->v_dim, ctx = p0 + n;
+    const float *lat = c->k + (size_t)sq * c->max_ctx * c->kv_width;
+    float *kv = fbuf_get(&vb, (size_t)ctx * H * kvb), *k = fbuf_get(&kb, (size_t)ctx * H * qk);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, ctx, H * kvb, m->kv_lora, 1.0f, lat, c->kv_width, t,
+                (size_t)H * kvb, 0.0f, kv, (size_t)H * kvb);
+    for (int p = 0; p < ctx; p++) /* each head's key: its k_nope, then the shared k_pe */
+        for (int h = 0; h < H; h++) {
+            float *kh = k + ((size_t)p * H + h) * qk;
+            memcpy(kh, kv + ((size_t)p * H + h) * kvb, m->nope * sizeof *k);
+            memcpy(kh + m->nope, lat + (size_t)p * c->kv_width + m->kv_lora, m->rope * sizeof *k);
+        }
+    int blocks = (n + QB - 1) / QB;
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int task = 0; task < blocks * H; task++) {
+        int b = task / H, h = task % H, i0 = b * QB, nq = n - i0 < QB ? n - i0 : QB;
+        attend(&(attend_task){q + (size_t)(r0 + i0) * ldq + (size_t)h * qk, ldq, nq, 1, qk, m->v_dim, p0 + i0, 0,
+                              s->scale, k + (size_t)h * qk, kv + (size_t)h * kvb + m->nope, (size_t)H * qk,
+                              (size_t)H * kvb, out + (size_t)(r0 + i0) * ldo + (size_t)h * m->v_dim, ldo, 0});
+    }
+}
+
+void mla_attention(const attn_shape *s, kv_layer *cache, const float *q, size_t ldq, const float *kv_c, size_t ldc,
+                   const float *k_pe, size_t ldp, const float *kv_b_t, float *out, size_t ldo, int rows,
+                   const int32_t *pos, const int32_t *seq) {
+    write_latent(cache, &s->mla, kv_c, ldc, k_pe, ldp, rows, pos, seq);
+    int decoding[rows], n = 0;
+    for (int r = 0, e; r < rows; r = e) {
+        e = attention_run_end(r, rows, pos, seq, rows);
+        if (e - r == 1) decoding[n++] = r;
+        else expanded(s, cache, q, ldq, kv_b_t, out, ldo, r, e - r, seq[r], pos[r]);
+    }
+    if (n) absorbed(s, cache, q, ldq, kv_b_t, out, ldo, decoding, n, pos, seq);
+}
