@@ -47,11 +47,14 @@ typedef struct loom_model_info {
 } loom_model_info;
 void loom_model_get_info(const loom_model *m, loom_model_info *info);
 
+/* The KV cache budget per rank unless asked: 4 GiB, as vLLM's CPU backend defaults to. */
+#define LOOM_KV_CACHE_BYTES_DEFAULT ((size_t)4 << 30)
+
 typedef struct loom_engine_options {
     int max_seqs;       /* sequences with a KV cache slot */
     int max_ctx;        /* positions per sequence (0: as many as the KV budget holds, up to
                            max_position_embeddings) */
-    size_t kv_cache_bytes; /* KV cache budget on each rank (0: 4 GiB, as vLLM's CPU backend) */
+    size_t kv_cache_bytes; /* KV cache budget on each rank (0: LOOM_KV_CACHE_BYTES_DEFAULT) */
     int max_tokens;     /* tokens per forward pass */
     bool all_logits;    /* logits for every token, not only requested rows */
     int threads;        /* 0: all cores / ranks */

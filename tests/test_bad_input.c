@@ -137,6 +137,7 @@ static void expect_missing(const cJSON *h, char *data, size_t dlen, const char *
 }
 
 static void bad_quantized(void);
+static void bad_deepseek(void);
 
 
 /* Broken copies of the GPTQ golden checkpoint (4-bit, groups of 32, act-order). */
@@ -209,6 +210,7 @@ int main(void) {
     expect("config: a dense layer that does not exist", BENCH, 1, "'mlp_only_layers' entries must be layers 0..1");
     fresh_case(MOE_CONFIG(", \"clip_qkv\": 8.0"));
     expect("config: OLMoE's clip_qkv", BENCH, 1, "field 'clip_qkv' is not supported");
+    bad_deepseek();
 
     char *data, *whole;
     size_t dlen;
@@ -311,4 +313,54 @@ int main(void) {
     snprintf(cmd, sizeof cmd, "rm -rf %s", tmp);
     CHECK(system(cmd) == 0, "cleanup");
     return check_done();
+}
+
+/* DeepSeek's latent attention and routing fields: each bad value named, before any weight. */
+#define DEEPSEEK_CONFIG(extra)                                                                                       \
+    "{\"architectures\": [\"DeepseekV3ForCausalLM\"], \"hidden_size\": 64, \"intermediate_size\": 96, "            \
+    "\"moe_intermediate_size\": 32, \"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"vocab_size\": 128, "    \
+    "\"n_routed_experts\": 8, \"kv_lora_rank\": 32, \"q_lora_rank\": 48, \"v_head_dim\": 24" extra "}"
+/* what each case does not change (JSON objects take a key once) */
+#define ROPE ", \"qk_rope_head_dim\": 16"
+#define NOPE ", \"qk_nope_head_dim\": 32"
+#define TOPK ", \"num_experts_per_tok\": 2"
+#define GROUPS ", \"n_group\": 4, \"topk_group\": 2"
+
+static void bad_deepseek(void) {
+    static const struct {
+        const char *what, *extra, *needle;
+    } cases[] = {
+        {"no qk_nope_head_dim", ROPE TOPK GROUPS, "missing field 'qk_nope_head_dim'"},
+        {"odd rotary dims", NOPE TOPK GROUPS ", \"qk_rope_head_dim\": 15", "qk_rope_head_dim 15 must be even"},
+        {"unknown topk_method", ROPE NOPE TOPK GROUPS ", \"topk_method\": \"bogus\"",
+         "unsupported topk_method 'bogus' (supported: greedy, group_limited_greedy, noaux_tc)"},
+        {"unknown scoring_func", ROPE NOPE TOPK GROUPS ", \"scoring_func\": \"tanh\"", "unsupported scoring_func 'tanh'"},
+        {"groups that do not divide the experts", ROPE NOPE TOPK ", \"n_group\": 3, \"topk_group\": 2",
+         "n_group 3 does not divide the 8 experts"},
+        {"more groups kept than exist", ROPE NOPE TOPK ", \"n_group\": 4, \"topk_group\": 5",
+         "topk_group 5 exceeds n_group 4"},
+        {"more experts per token than the kept groups hold", ROPE NOPE ", \"n_group\": 4, \"topk_group\": 1, "
+         "\"num_experts_per_tok\": 3", "num_experts_per_tok 3 exceeds the 2 experts of topk_group 1 groups"},
+        {"noaux_tc over groups of one", ROPE NOPE TOPK ", \"n_group\": 8, \"topk_group\": 2", "groups of 1 have fewer"},
+        {"first_k_dense_replace past the layers", ROPE NOPE TOPK GROUPS ", \"first_k_dense_replace\": 3",
+         "first_k_dense_replace 3 exceeds the 2 layers"},
+        {"zero routed_scaling_factor", ROPE NOPE TOPK GROUPS ", \"routed_scaling_factor\": 0",
+         "field 'routed_scaling_factor' must be positive"},
+        {"an unknown RoPE type", ROPE NOPE TOPK GROUPS ", \"rope_scaling\": {\"type\": \"dynamic\", \"factor\": 2}",
+         "unsupported rope type 'dynamic'"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char what[128];
+        snprintf(what, sizeof what, "deepseek config: %s", cases[i].what);
+        char json[2048];
+        snprintf(json, sizeof json, DEEPSEEK_CONFIG("%s"), cases[i].extra);
+        fresh_case(json);
+        expect(what, BENCH, 1, cases[i].needle);
+    }
+    /* the context against the KV budget: too long for it, and a budget that is not a size */
+    fresh_case(NULL);
+    expect("kv budget: context over it", BENCH " --kv-cache-memory-bytes 1K", 1,
+           "over its budget of");
+    expect("kv budget: not a size", BENCH " --kv-cache-memory-bytes 4Q", 2,
+           "--kv-cache-memory-bytes: '4Q' is not a size in bytes");
 }

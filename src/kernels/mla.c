@@ -87,6 +87,7 @@ static void expanded(const attn_shape *s, const kv_layer *c, const float *q, siz
 void mla_attention(const attn_shape *s, kv_layer *cache, const float *q, size_t ldq, const float *kv_c, size_t ldc,
                    const float *k_pe, size_t ldp, const float *kv_b_t, float *out, size_t ldo, int rows,
                    const int32_t *pos, const int32_t *seq) {
+    if (rows <= 0) return;
     write_latent(cache, &s->mla, kv_c, ldc, k_pe, ldp, rows, pos, seq);
     int decoding[rows], n = 0;
     for (int r = 0, e; r < rows; r = e) {

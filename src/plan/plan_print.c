@@ -113,6 +113,9 @@ static void print_latent_kv(FILE *f, const loom_model *m, const plan *p) {
     fprintf(f, "KV cache per token on each rank: %zu bytes (latent kv_c %d + k_pe %d per layer) against %zu for full "
                "per-head K and V: %.1fx smaller\n", latent, a->kv_lora_rank, a->qk_rope_head_dim, full,
             (double)full / (double)latent);
+    size_t budget = LOOM_KV_CACHE_BYTES_DEFAULT;
+    fprintf(f, "KV budget of 4 GiB per rank (the default): %zu positions of one sequence, against %zu with full K and "
+               "V (the model's maximum: %d)\n", budget / latent, budget / full, m->cfg.max_pos);
 }
 
 static void print_sp(FILE *f, const plan *p) {

@@ -137,8 +137,6 @@ int loom_check_sharding(const loom_model *m, int tp, bool sequence_parallel, loo
     return 0;
 }
 
-#define KV_BUDGET_DEFAULT ((size_t)4 << 30)
-
 static size_t kv_bytes_per_token(const loom_engine *e) {
     const plan *p = &e->plans[0].p;
     return (size_t)e->model->cfg.n_layers * p->kv_width * (p->kv_latent ? 1 : 2) * sizeof(float);
@@ -147,7 +145,7 @@ static size_t kv_bytes_per_token(const loom_engine *e) {
 /* The context: as asked, or as long as the KV budget holds for every sequence (up to the
  * model's maximum), so a latent cache's smaller rows buy a longer context. */
 static int size_context(loom_engine *e, const loom_engine_options *o, loom_err *err) {
-    size_t budget = o->kv_cache_bytes ? o->kv_cache_bytes : KV_BUDGET_DEFAULT, per = kv_bytes_per_token(e);
+    size_t budget = o->kv_cache_bytes ? o->kv_cache_bytes : LOOM_KV_CACHE_BYTES_DEFAULT, per = kv_bytes_per_token(e);
     size_t fits = budget / ((size_t)e->max_seqs * per);
     int max_pos = e->model->cfg.max_pos;
     if (o->max_ctx > max_pos)
