@@ -119,7 +119,7 @@ static int flatten_split(plan *p, const module *m, const op *o, int fused, loom_
     p->values[v].base = f.base;
     p->values[v].col = f.col + ps->col[o->part];
     p->values[v].feat0 = ps->feat0[o->part];
-    p->values[v].replicated_heads = ps->replicated[o->part] && !whole;
+    p->values[v].replicated_heads = ps->replicated[o->part];
     return v;
 }
 

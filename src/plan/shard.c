@@ -16,10 +16,9 @@
 static int shard_rows(const plan *p, const linear_part *pt, const module *m, int *r0, int *nr, bool *replicated,
                       loom_err *err) {
     int tp = p->o.tp, rank = p->o.rank;
-    if (pt->whole) {
+    if (pt->whole) { /* complete on every rank: its split is DIST_FULL (flatten_split) */
         *r0 = 0;
         *nr = pt->out;
-        *replicated = tp > 1;
         return 0;
     }
     if (pt->head_dim) {
