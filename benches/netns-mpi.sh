@@ -6,6 +6,9 @@
 # exposed communication (for async TP: what its GEMMs did not hide). Run as root; the
 # namespaces are removed on exit. Usage: [MPIRUN_ARGS=...] benches/netns-mpi.sh [build-dir] [rate...]
 # (e.g. MPIRUN_ARGS='--mca btl_tcp_progress_thread 0' to run without Open MPI's progress thread)
+# JOBS='name:loom args;name:loom args' runs those layouts instead of the TP/SP/async comparison,
+# alternating ROUNDS times, each with the bytes that crossed the link per iteration (both
+# directions, MPI's start-up included), e.g. JOBS='tp=2:-tp 2;pp=2:-pp 2'.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 loom=$(realpath "${1:-build}")/loom
@@ -41,12 +44,34 @@ bench() {
     --batch-size 1 --input-len ${LEN:-2048} --output-len 1 --num-iters-warmup ${WARMUP:-1} --num-iters ${ITERS:-2} \
     --profile "$@" 2>/dev/null
 }
+link_bytes() {
+  echo $(( $(ip netns exec $a cat /sys/class/net/vA/statistics/tx_bytes) +
+           $(ip netns exec $a cat /sys/class/net/vA/statistics/rx_bytes) ))
+}
+# one JOBS entry: its report and the link's bytes per iteration (warm-up ones included)
+layout() {
+  local name=${1%%:*} args=${1#*:} before after
+  before=$(link_bytes)
+  # shellcheck disable=SC2086
+  bench $args > /tmp/loom-netns-job.txt
+  after=$(link_bytes)
+  echo "== $name ($args)"
+  grep -E "^(Avg latency|Rank|waiting)" /tmp/loom-netns-job.txt
+  echo "link: $(( (after - before) / (${WARMUP:-1} + ${ITERS:-2}) )) bytes per iteration"
+}
 for rate in ${rates[*]}; do
   for dev in "$a vA" "$b vB"; do
     set -- $dev
     ip netns exec "$1" tc qdisc replace dev "$2" root tbf rate "$rate" burst 256kb latency 100ms
   done
   echo "== link $rate, ${MODEL:-llama-3.2-1b}, input ${LEN:-2048}, output 1, one MPI rank per namespace"
+  if [ -n "${JOBS:-}" ]; then
+    IFS=';' read -ra jobs <<< "$JOBS"
+    for round in $(seq "${ROUNDS:-1}"); do
+      for job in "${jobs[@]}"; do layout "$job"; done
+    done
+    continue
+  fi
   bench --compare tp,sp,async | grep -E "^(== mode|Avg latency|Rank|waiting)"
   # loom gives MPI a progress thread only when async TP runs (it slows plain collectives), so
   # the job above runs TP with it: TP as loom runs it alone, for comparison

@@ -62,7 +62,19 @@ typedef struct loom_engine_options {
     bool sequence_parallel; /* shard the residual stream by tokens between decoder layers */
     bool async_tp;          /* fuse region collectives with their GEMMs (implies sequence_parallel) */
     int sp_min_tokens;      /* passes of fewer tokens run as plain TP (0: never) */
+    /* Pipeline parallelism: comm holds tp * pp ranks, rank = stage * tp + tp rank; stage s
+     * runs a contiguous range of decoder layers, the first the embedding, the last the LM head. */
+    int pipeline_parallel;          /* stages (0 or 1: one) */
+    const char *pp_layer_partition; /* layers per stage, "3,2" as vLLM's VLLM_PP_LAYER_PARTITION
+                                       (NULL: even, the remainder to the stages before the last) */
+    int pp_microbatches;            /* most microbatches a pass of several sequences splits into
+                                       (0: up to 4 per stage, each of LOOM_PP_MICROBATCH_MIN_TOKENS
+                                       or more; 1: none) */
 } loom_engine_options;
+
+/* The default split keeps microbatches at least this long: shorter ones (decode steps) would
+ * read every weight of a stage once per microbatch, and a memory-bound pass costs its reads. */
+#define LOOM_PP_MICROBATCH_MIN_TOKENS 64
 
 loom_engine *loom_engine_new(loom_model *m, const loom_engine_options *o, loom_err *err);
 void loom_engine_free(loom_engine *e);
@@ -122,6 +134,8 @@ int loom_model_mark_unfusable(loom_model *m, const char *path, loom_err *err);
 typedef int (*loom_rank_fn)(loom_comm *comm, void *arg);
 typedef struct loom_launch_options {
     int tp;
+    int pp;               /* pipeline stages (0 or 1: one); the job has tp * pp ranks, rank =
+                             stage * tp + tp rank */
     const char *backend;  /* "shm", "mpi" */
     size_t slot_bytes;    /* largest block one rank publishes in a collective (shm) */
     double timeout_s;     /* collective deadline (default 60) */
@@ -135,13 +149,13 @@ typedef struct loom_launch_options {
 int loom_launch(const loom_launch_options *o, loom_rank_fn fn, void *arg, loom_err *err);
 int loom_comm_rank(const loom_comm *c);
 int loom_comm_size(const loom_comm *c);
-double loom_comm_blocked_seconds(const loom_comm *c); /* time spent in collectives so far */
-/* The slot_bytes an engine with these options needs on each of tp ranks. */
+/* The slot_bytes an engine with these options needs on each of tp (* pp) ranks. */
 size_t loom_comm_slot_bytes(const loom_model *m, int tp, const loom_engine_options *o);
 /* all[r * n + i] = rank r's mine[i], on every rank (small metadata, e.g. per-rank figures). */
 int loom_comm_all_gather(loom_comm *c, const float *mine, int n, float *all, loom_err *err);
-/* Checks that m can be sharded across tp ranks, before any weight is read. */
-int loom_check_sharding(const loom_model *m, int tp, bool sequence_parallel, loom_err *err);
+/* Checks that m can be sharded across tp ranks (and split into o's pipeline stages) with o's
+ * sequence parallelism, before any weight is read. */
+int loom_check_sharding(const loom_model *m, int tp, const loom_engine_options *o, loom_err *err);
 
 /* Text */
 int loom_tokenize(const loom_model *m, const char *text, bool add_special, int32_t **ids, size_t *n,
@@ -181,14 +195,22 @@ size_t loom_engine_kv_bytes_per_token(const loom_engine *e);
  * included; the embedding table only gives a row) and, for mixtures, top_k of the experts. */
 size_t loom_engine_decode_bytes(const loom_engine *e);
 
+/* Time this rank's engine spent in collectives and stage hand-overs so far. */
+double loom_engine_blocked_seconds(const loom_engine *e);
+/* Pipeline parallelism: this rank's stage (0 with one), and the share of its forward passes'
+ * time it spent waiting for the other stages (the bubble) since loom_engine_set_profile. */
+int loom_engine_stage(const loom_engine *e);
+double loom_engine_pipeline_idle(const loom_engine *e);
+
 /* Per-op-kind timing of forward passes (for benchmarks; off by default). */
 void loom_engine_set_profile(loom_engine *e, bool on);
 void loom_engine_print_profile(const loom_engine *e, FILE *f);
 
-/* Prints the module tree and rank 0's plan for tp ranks (steps, collectives, buffers; with
- * sequence parallelism its regions, the safety verdicts and warnings; with async TP what was
- * fused) to f. */
-int loom_print_plan(loom_model *m, int tp, bool sequence_parallel, bool async_tp, FILE *f, loom_err *err);
+/* Prints the module tree and rank 0's plan for tp ranks with o's parallelism (steps,
+ * collectives, buffers; with sequence parallelism its regions, the safety verdicts and warnings;
+ * with async TP what was fused; with pipeline stages each stage's layers, ranks and what
+ * crosses each boundary) to f. */
+int loom_print_plan(loom_model *m, int tp, const loom_engine_options *o, FILE *f, loom_err *err);
 
 /* Forgets what sequence slot `seq` holds (its positions restart at 0). */
 void loom_engine_reset_seq(loom_engine *e, int seq);

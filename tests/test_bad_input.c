@@ -138,9 +138,28 @@ static void expect_missing(const cJSON *h, char *data, size_t dlen, const char *
 
 static void bad_quantized(void);
 static void bad_deepseek(void);
+static void bad_pipeline(void);
 
 
 /* Broken copies of the GPTQ golden checkpoint (4-bit, groups of 32, act-order). */
+/* Stage layouts refused at plan time, before any rank starts (the case has 2 layers). */
+static void bad_pipeline(void) {
+    expect("pp: more stages than layers", BENCH " -pp 3", 1,
+           "cannot run with -pp 3: -pp 3: the model has 2 decoder layers, fewer than the stages");
+    expect("pp: a stage with no layers", BENCH " -pp 2 --pp-layer-partition 2,0", 1,
+           "--pp-layer-partition '2,0': stage 1 has no layers");
+    expect("pp: a partition that does not add up", BENCH " -pp 2 --pp-layer-partition 1,2", 1,
+           "--pp-layer-partition '1,2' adds up to 3 layers, but the model has 2");
+    expect("pp: a partition of more stages", BENCH " -pp 2 --pp-layer-partition 1,1,0", 1,
+           "--pp-layer-partition '1,1,0' names more stages than -pp 2");
+    expect("pp: a partition without -pp", BENCH " --pp-layer-partition 1,1", 1,
+           "--pp-layer-partition '1,1' names more stages than -pp 1");
+    expect("pp: not a count", BENCH " -pp 2 --pp-layer-partition 1,x", 1,
+           "--pp-layer-partition '1,x': 'x' is not a layer count");
+    expect("pp: zero stages", BENCH " -pp 0", 1, "-pp");
+    expect("pp: the unmodified copy runs in two stages", BENCH " -pp 2 --pp-layer-partition 1,1", 0, "Avg latency");
+}
+
 static void bad_quantized(void) {
     snprintf(src_dir, sizeof src_dir, "%s/tests/golden/gptq_llama", LOOM_SOURCE_DIR);
     fresh_case(NULL);
@@ -187,6 +206,7 @@ int main(void) {
 
     fresh_case(NULL);
     expect("sanity: the unmodified copy loads", BENCH, 0, "Avg latency");
+    bad_pipeline();
 
     fresh_case("{\"architectures\": [\"LlamaForCausalLM\"], \"num_hidden_layers\": 2}");
     expect("config: missing field", BENCH, 1, "config.json: missing field 'hidden_size'");

@@ -1,9 +1,10 @@
 /* Collectives on every backend and several rank counts, odd sizes included: all_reduce must
  * equal the rank-ordered sum computed here, bit for bit (that order is what makes TP, SP and
  * both backends agree), so must reduce_scatter's blocks, and all_gather must place every rank's
- * columns. Also the deadline: a
- * rank that never arrives fails the collective instead of hanging it. `test_comm --mpi` is the
- * mode mpirun starts. */
+ * columns. Pipeline stages: a stage's communicator, its collectives interleaved with the
+ * world's, and point-to-point chains from each stage to the next. Also the deadline: a rank
+ * that never arrives (or never sends) fails the wait instead of hanging it, and is named with
+ * its stage. `test_comm --mpi` and `--mpi-stages TP PP` are the modes mpirun starts. */
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -123,6 +124,175 @@ static int check_fused(loom_comm *c, void *arg) {
 
 static int check_all(loom_comm *c, void *arg) { return check_collectives(c, arg) || check_fused(c, arg); }
 
+/* The sum over world ranks [w0, w0 + n) of value(w, i), in rank order. */
+static float sum_of(int w0, int n, int i) {
+    float want = value(w0, i);
+    for (int w = w0 + 1; w < w0 + n; w++) want += value(w, i);
+    return want;
+}
+
+/* Pipeline stages of tp ranks: the stage communicator's shape, and its collectives interleaved
+ * with the world's. */
+typedef struct layout {
+    int tp, pp;
+} layout;
+
+static int check_stage_collectives(loom_comm *w, loom_comm *st, const layout *l) {
+    loom_err err = {{0}};
+    int stage = w->rank / l->tp, first = stage * l->tp, bad = 0;
+    char name[32], want_name[32];
+    if (l->pp > 1) snprintf(want_name, sizeof want_name, "%d (stage %d)", w->rank, stage);
+    else snprintf(want_name, sizeof want_name, "%d", w->rank);
+    bad += st->rank != w->rank % l->tp || st->size != l->tp || st->rank0 != first || st->stage_size != l->tp ||
+           w->stage_size != l->tp;
+    bad += strcmp(comm_rank_name(st, st->rank, name, sizeof name), want_name) != 0;
+    bad += strcmp(comm_rank_name(w, w->rank, name, sizeof name), want_name) != 0;
+    float in[ROWS * COLS], out[ROWS * (COLS + 1)], gathered[ROWS * COLS * 8], bcast[ROWS * COLS];
+    for (int i = 0; i < ROWS * COLS; i++) in[i] = value(w->rank, i);
+    int root = w->size - l->tp; /* the last stage's first rank, as the engine's logits come */
+    for (int rep = 0; rep < 3; rep++) { /* several rounds: each communicator's slots alternate */
+        if (comm_all_reduce(st, in, COLS, out, COLS + 1, ROWS, COLS, &err)) return fprintf(stderr, "%s\n", err.msg), 1;
+        for (int r = 0; r < ROWS; r++)
+            for (int j = 0; j < COLS; j++) {
+                float want = sum_of(first, l->tp, r * COLS + j);
+                bad += memcmp(&want, &out[r * (COLS + 1) + j], sizeof want) != 0;
+            }
+        for (int i = 0; i < ROWS * COLS; i++) bcast[i] = w->rank == root ? value(root + rep, i) : -1;
+        if (comm_broadcast_floats(w, root, bcast, ROWS * COLS, &err)) return fprintf(stderr, "%s\n", err.msg), 1;
+        for (int i = 0; i < ROWS * COLS; i++) bad += bcast[i] != value(root + rep, i);
+        int32_t ints[3] = {st->rank, rep, first};
+        if (comm_broadcast_ints(st, ints, 3, &err)) return fprintf(stderr, "%s\n", err.msg), 1;
+        bad += ints[0] != 0 || ints[1] != rep || ints[2] != first;
+        if (comm_all_gather_rows(st, in, COLS, gathered, COLS, ROWS, COLS, &err))
+            return fprintf(stderr, "%s\n", err.msg), 1;
+        for (int i = 0; i < ROWS * COLS * l->tp; i++)
+            bad += gathered[i] != value(first + i / (ROWS * COLS), i % (ROWS * COLS));
+        if (comm_all_reduce(w, in, COLS, out, COLS, ROWS, COLS, &err)) return fprintf(stderr, "%s\n", err.msg), 1;
+        for (int i = 0; i < ROWS * COLS; i++) {
+            float want = sum_of(0, w->size, i);
+            bad += memcmp(&want, &out[i], sizeof want) != 0;
+        }
+    }
+    if (bad) fprintf(stderr, "rank %s: %d mismatches in the stage collectives\n", want_name, bad);
+    return bad;
+}
+
+/* Messages from stage s rank r to stage s+1 rank r: uneven and empty ones, rows strided on
+ * either side or not, all sent before the receiver (which starts late) takes the first, so the
+ * sender waits for room. Then a receive of the wrong size, which names both ranks and leaves
+ * the message for the right one. */
+#define N_MSG 5
+static const int msg_rows[N_MSG] = {5, 0, 3, 7, 1};
+
+static float msg_value(int from, int k, int i) { return value(from + 100 * (k + 1), i); }
+
+static int check_send_recv(loom_comm *w, const layout *l) {
+    loom_err err = {{0}};
+    int stage = w->rank / l->tp, bad = 0;
+    float buf[8 * (COLS + 5)];
+    if (stage < l->pp - 1) {
+        for (int k = 0; k < N_MSG; k++) {
+            size_t ld = k % 2 ? COLS : COLS + 2;
+            for (int i = 0; i < msg_rows[k]; i++)
+                for (int j = 0; j < COLS; j++) buf[i * ld + j] = msg_value(w->rank, k, i * COLS + j);
+            if (comm_send_rows(w, w->rank + l->tp, buf, ld, msg_rows[k], COLS, &err))
+                return fprintf(stderr, "%s\n", err.msg), 1;
+        }
+        for (int i = 0; i < 2 * COLS; i++) buf[i] = msg_value(w->rank, N_MSG, i);
+        if (comm_send_rows(w, w->rank + l->tp, buf, COLS, 2, COLS, &err)) return fprintf(stderr, "%s\n", err.msg), 1;
+    }
+    if (stage > 0) {
+        int from = w->rank - l->tp;
+        usleep(100 * 1000);
+        for (int k = 0; k < N_MSG; k++) {
+            size_t ld = k % 3 ? COLS + 5 : COLS;
+            for (size_t i = 0; i < sizeof buf / sizeof *buf; i++) buf[i] = -7;
+            if (comm_recv_rows(w, from, buf, ld, msg_rows[k], COLS, &err)) return fprintf(stderr, "%s\n", err.msg), 1;
+            for (int i = 0; i < 8; i++)
+                for (size_t j = 0; j < ld; j++)
+                    bad += buf[i * ld + j] != (i < msg_rows[k] && j < COLS ? msg_value(from, k, i * COLS + j) : -7);
+        }
+        /* 3 rows asked for, 2 sent */
+        char want[160];
+        snprintf(want, sizeof want,
+                 "rank %d (stage %d): '%s' expected %d floats from rank %d (stage %d), whose message holds %d", w->rank,
+                 stage, w->phase, 3 * COLS, from, stage - 1, 2 * COLS);
+        if (!comm_recv_rows(w, from, buf, COLS, 3, COLS, &err) || !strstr(err.msg, want))
+            bad++, fprintf(stderr, "rank %d: a receive of the wrong size gave '%s'\n", w->rank, err.msg);
+        if (comm_recv_rows(w, from, buf, COLS, 2, COLS, &err)) return fprintf(stderr, "%s\n", err.msg), 1;
+        for (int i = 0; i < 2 * COLS; i++) bad += buf[i] != msg_value(from, N_MSG, i);
+    }
+    if (bad) fprintf(stderr, "rank %d: %d mismatches in the messages\n", w->rank, bad);
+    return bad;
+}
+
+static int check_stages(loom_comm *w, void *arg) {
+    const layout *l = arg;
+    loom_err err = {{0}};
+    loom_comm *st;
+    if (comm_split_stages(w, l->tp, &st, &err)) return fprintf(stderr, "%s\n", err.msg), 1;
+    /* the messages travel between stage collectives: each stage's next collective waits for them */
+    int bad = check_stage_collectives(w, st, l) || check_send_recv(w, l) || check_stage_collectives(w, st, l);
+    comm_free(st);
+    return bad;
+}
+
+/* Faults in a 2 x 2 job (rank 2 is stage 1's first): rank 0 never sends to rank 2, or rank 3
+ * never joins its stage's collective; rank 2 must fail at the deadline naming the rank it waited
+ * for, with its stage. */
+static int peer_never_sends(loom_comm *w, void *arg) {
+    (void)arg;
+    loom_err err = {{0}};
+    float x = 1;
+    comm_set_phase(w, "the deadline test");
+    if (w->rank == 1) return comm_send_rows(w, 3, &x, 1, 1, 1, &err) ? 1 : 0;
+    if (w->rank == 3) return comm_recv_rows(w, 1, &x, 1, 1, 1, &err) ? 1 : 0;
+    if (w->rank == 0) {
+        sleep(2);
+        return 0;
+    }
+    int rc = comm_recv_rows(w, 0, &x, 1, 1, 1, &err);
+    if (rc && strstr(err.msg, "rank 2 (stage 1): 'the deadline test' waited 1 s for rank 0 (stage 0) ('the deadline"))
+        return 3;
+    fprintf(stderr, "rank %d: unexpected: rc %d, '%s'\n", w->rank, rc, err.msg);
+    return 1;
+}
+
+static int stage_peer_missing(loom_comm *w, void *arg) {
+    (void)arg;
+    loom_err err = {{0}};
+    loom_comm *st;
+    if (comm_split_stages(w, 2, &st, &err)) return fprintf(stderr, "%s\n", err.msg), 1;
+    int rc = 0;
+    if (w->rank == 2) {
+        float x = 1, y;
+        comm_set_phase(st, "the stage deadline test");
+        rc = comm_all_reduce(st, &x, 1, &y, 1, 1, 1, &err);
+        rc = rc && strstr(err.msg, "waited 1 s for rank 3 (stage 1) ('start-up')") ? 3 : 1;
+        if (rc != 3) fprintf(stderr, "rank 2: unexpected: '%s'\n", err.msg);
+    } else if (w->rank == 3) {
+        sleep(2);
+    }
+    comm_free(st);
+    return rc;
+}
+
+/* One rank: a stage of itself, and no peer to send to. */
+static void check_local(void) {
+    loom_err err = {{0}};
+    loom_comm *w = comm_local(), *st;
+    float x = 1;
+    CHECK(comm_split_stages(w, 1, &st, &err) == 0 && st->size == 1 && st->rank0 == 0, "tp=1: split: %s", err.msg);
+    CHECK(comm_send_rows(st, 0, &x, 1, 1, 1, &err) && strstr(err.msg, "send to rank 0 of a communicator of 1"),
+          "tp=1: a send to itself must fail: '%s'", err.msg);
+    CHECK(comm_recv_rows(w, 0, &x, 1, 1, 1, &err) && strstr(err.msg, "receive from rank 0"),
+          "tp=1: a receive from itself must fail: '%s'", err.msg);
+    CHECK(comm_split_stages(w, 2, &st, &err) && strstr(err.msg, "1 ranks do not split into stages of 2"),
+          "tp=1: split into 2: '%s'", err.msg);
+    comm_free(st);
+    comm_free(w);
+}
+
 /* Rank 1 never takes part: the others must fail at the deadline, naming rank 1. */
 static int one_rank_missing(loom_comm *c, void *arg) {
     (void)arg;
@@ -139,14 +309,31 @@ static int one_rank_missing(loom_comm *c, void *arg) {
     return 1;
 }
 
+/* The job's error message lands in err. */
+static int launch_stages(int tp, int pp, const char *backend, loom_rank_fn fn, double timeout, loom_err *err) {
+    layout l = {tp, pp};
+    loom_launch_options o = {.tp = tp,
+                             .pp = pp,
+                             .backend = backend,
+                             .slot_bytes = (size_t)BIG_ROWS * 5 * COLS * sizeof(float),
+                             .timeout_s = timeout,
+                             .spin = -1};
+    return loom_launch(&o, fn, &l, err);
+}
+
 static int launch(int tp, const char *backend, loom_rank_fn fn, double timeout) {
     loom_err err = {{0}};
-    loom_launch_options o = {.tp = tp, .backend = backend, .slot_bytes = (size_t)BIG_ROWS * 5 * COLS * sizeof(float), .timeout_s = timeout, .spin = -1};
-    return loom_launch(&o, fn, NULL, &err);
+    return launch_stages(tp, 1, backend, fn, timeout, &err);
 }
 
 int main(int argc, char **argv) {
     if (argc == 2 && !strcmp(argv[1], "--mpi")) return launch(0, "mpi", check_all, 30); /* MPI starts once */
+    if (argc == 4 && !strcmp(argv[1], "--mpi-stages")) {
+        loom_err err = {{0}};
+        int rc = launch_stages(atoi(argv[2]), atoi(argv[3]), "mpi", check_stages, 30, &err);
+        if (err.msg[0]) fprintf(stderr, "%s\n", err.msg);
+        return rc;
+    }
     /* tp=1 runs in this process and starts its OpenMP pool, which a later fork would inherit
      * half-alive (as loom_launch documents): so it goes last */
     for (int tp = 2; tp <= 5; tp++) CHECK(launch(tp, "shm", check_collectives, 30) == 0, "shm tp=%d", tp);
@@ -156,7 +343,34 @@ int main(int argc, char **argv) {
         snprintf(cmd, sizeof cmd, MPIRUN " -np %d %s --mpi", tp, LOOM_TEST_SELF);
         CHECK(system(cmd) == 0, "mpi tp=%d", tp);
     }
+    static const layout stages[] = {{1, 2}, {2, 2}, {1, 3}, {2, 3}, {3, 2}};
+    for (size_t i = 0; i < sizeof stages / sizeof *stages; i++) {
+        loom_err err = {{0}};
+        CHECK(launch_stages(stages[i].tp, stages[i].pp, "shm", check_stages, 30, &err) == 0, "shm tp=%d x pp=%d: %s",
+              stages[i].tp, stages[i].pp, err.msg);
+    }
+    for (int tp = 1; tp <= 2 && mpi_available("test_comm"); tp++) {
+        char cmd[1024];
+        snprintf(cmd, sizeof cmd, MPIRUN " -np %d %s --mpi-stages %d 2", 2 * tp, LOOM_TEST_SELF, tp);
+        CHECK(system(cmd) == 0, "mpi tp=%d x pp=2", tp);
+    }
+    if (mpi_available("test_comm")) {
+        char cmd[1024];
+        snprintf(cmd, sizeof cmd, MPIRUN " -np 3 %s --mpi-stages 2 2 2>&1 | grep -q -- '%s'", LOOM_TEST_SELF,
+                 "-tp 2 x -pp 2 = 4 ranks but mpirun started 3");
+        CHECK(system(cmd) == 0, "mpi: 3 ranks for -tp 2 x -pp 2 must be refused, saying so");
+    }
+    loom_err err = {{0}};
+    CHECK(launch_stages(2, 2, "shm", peer_never_sends, 1, &err) == 3 &&
+              strstr(err.msg, "rank 2 (stage 1) exited with status 3 during 'the deadline test'"),
+          "a peer that never sends must fail the receiver at the deadline: '%s'", err.msg);
+    CHECK(launch_stages(2, 2, "shm", stage_peer_missing, 1, &err) == 3 &&
+              strstr(err.msg, "rank 2 (stage 1) exited with status 3 during 'the stage deadline test'"),
+          "a stage peer that never arrives must fail the stage at the deadline: '%s'", err.msg);
+    CHECK(launch_stages(2, -1, "shm", check_stages, 1, &err) == 2 && strstr(err.msg, "-pp -1: need at least one stage"),
+          "-pp -1: '%s'", err.msg);
     CHECK(launch(3, "shm", one_rank_missing, 1) == 3, "a missing rank must fail the others at the deadline");
     CHECK(launch(1, "shm", check_collectives, 30) == 0, "tp=1");
+    check_local();
     return check_done();
 }

@@ -53,9 +53,9 @@ static int children(pid_t pid, pid_t *out, int cap) {
     return n;
 }
 
-/* Starts a long tp=2 run, lets it get going, hits rank `victim` with sig, and checks how the
- * job ends. */
-static void fault(const char *what, int victim, int sig, const char *extra, const char *needle) {
+/* Starts a long run of `ranks` ranks (-tp 2, or the layout extra gives), lets it get going, hits
+ * rank `victim` with sig, and checks how the job ends. */
+static void fault(const char *what, int ranks_started, int victim, int sig, const char *extra, const char *needle) {
     char errpath[128], cmd[2048];
     snprintf(errpath, sizeof errpath, "/tmp/loom-faults-%d.txt", (int)getpid());
     snprintf(cmd, sizeof cmd,
@@ -70,10 +70,10 @@ static void fault(const char *what, int victim, int sig, const char *extra, cons
     }
     pid_t ranks[8];
     int n = 0;
-    for (double t0 = now(); now() - t0 < 30 && (n = children(pid, ranks, 8)) < 2;) usleep(20000);
-    CHECK(n == 2, "%s: the two ranks did not start", what);
+    for (double t0 = now(); now() - t0 < 30 && (n = children(pid, ranks, 8)) < ranks_started;) usleep(20000);
+    CHECK(n == ranks_started, "%s: the %d ranks did not start", what, ranks_started);
     sleep(4); /* into the iterations: the dummy weights take a moment */
-    if (n == 2) kill(ranks[victim], sig);
+    if (n == ranks_started) kill(ranks[victim], sig);
     double t_hit = now();
     int status = 0;
     while (waitpid(pid, &status, WNOHANG) == 0 && now() - t_hit < 30) usleep(20000);
@@ -93,8 +93,11 @@ static void fault(const char *what, int victim, int sig, const char *extra, cons
 }
 
 int main(void) {
-    fault("rank 1 killed", 1, SIGKILL, "", "rank 1 was killed by signal 9");
-    fault("rank 1 killed, phase named", 1, SIGKILL, "", "during '");
-    fault("rank 0 stops answering", 0, SIGSTOP, "--comm-timeout 2", "waited 2 s for rank 0");
+    fault("rank 1 killed", 2, 1, SIGKILL, "", "rank 1 was killed by signal 9");
+    fault("rank 1 killed, phase named", 2, 1, SIGKILL, "", "during '");
+    fault("rank 0 stops answering", 2, 0, SIGSTOP, "--comm-timeout 2", "waited 2 s for rank 0");
+    /* pipeline stages (-tp 2 -pp 2): rank 3 is tp rank 1 of stage 1 */
+    fault("rank 3 (stage 1) killed", 4, 3, SIGKILL, "-pp 2", "rank 3 (stage 1) was killed by signal 9 (Killed) during '");
+    fault("rank 2 (stage 1) stops answering", 4, 2, SIGSTOP, "-pp 2 --comm-timeout 2", "for rank 2 (stage 1)");
     return check_done();
 }

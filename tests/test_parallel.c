@@ -127,10 +127,9 @@ static float *run_job(const char *name, golden *g, int tp, mode md, bool long_ba
     loom_engine_options eo = golden_engine_options(NULL);
     if (long_batch) eo.max_tokens = LONG_SEQS * LONG_LEN;
     eo.sequence_parallel = md != MODE_TP;
-    bool sp = eo.sequence_parallel;
     loom_launch_options lo = {.tp = tp, .backend = backend, .slot_bytes = loom_comm_slot_bytes(m, tp, &eo),
                               .timeout_s = 30, .spin = -1, .isolate = true};
-    int rc = loom_check_sharding(m, tp, sp, err);
+    int rc = loom_check_sharding(m, tp, &eo, err);
     if (!rc) rc = loom_launch(&lo, rank_main, &j, err);
     loom_model_free(m);
     if (rc) {

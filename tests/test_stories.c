@@ -115,11 +115,22 @@ int main(void) {
     check_cli_text("", "run -q int8 -tp 2 --enable-async-tp");
     /* a completion continues its prompt: its first piece keeps the space transformers' decode of
      * prompt + completion gives it */
+    /* pipeline stages: the boundary moves the hidden state and does no arithmetic. stories260K
+     * has 5 layers: pp=2 splits them 3 + 2, the partition flag 1 + 4 */
+    check_cli_text("", "run -pp 2");
+    check_cli_text("", "run -pp 3");
+    check_cli_text("", "run -pp 2 --pp-layer-partition 1,4");
+    check_cli_text("", "run -tp 2 -pp 2");
+    check_cli_text("", "run -tp 2 -pp 2 --enable-sequence-parallel --sp-min-tokens 0");
+    check_cli_text("", "run -tp 2 -pp 2 --enable-async-tp --sp-min-tokens 0");
+    check_verify(2, "-pp 2");
     check_cli_output("", "run -p 'The robot' -n 8",
                      LOOM_SOURCE_DIR "/tests/data/stories260K/prompt_the_robot_8tokens.txt");
     if (mpi_available("test_stories")) {
         check_cli_text(MPIRUN " -np 2", "run --backend mpi");
         check_cli_text(MPIRUN " -np 2", "run --backend mpi --enable-sequence-parallel");
+        check_cli_text(MPIRUN " -np 2", "run --backend mpi -pp 2");
+        check_cli_text(MPIRUN " -np 4", "run --backend mpi -tp 2 -pp 2 --enable-sequence-parallel --sp-min-tokens 0");
     } else {
         CHECK(system(LOOM_BIN " run --backend mpi 2>&1 | grep -q 'this build has no MPI backend'") == 0,
               "`loom run --backend mpi` must say that this build has no MPI backend");

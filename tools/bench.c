@@ -89,7 +89,9 @@ static int one_iteration(loom_engine *e, const latency_opts *o, batch_bufs *b, u
 /* Figures every rank measured, gathered so rank 0 can report them. */
 typedef struct rank_figures {
     float peak_rss_mib, comm_share, activation_mib;
+    float stage, idle_share; /* pipeline: the rank's stage, its forward passes' time spent waiting */
 } rank_figures;
+#define RANK_FIGURES (sizeof(rank_figures) / sizeof(float))
 
 /* Prints one mode's report (vLLM's lines first); returns its average latency. */
 static double report(const latency_opts *o, const char *mode, double *lat, double pre, double dec, size_t weights,
@@ -113,9 +115,12 @@ static double report(const latency_opts *o, const char *mode, double *lat, doubl
     if (o->output_len > 1)
         printf("Decode reads (rank 0): %.1f MiB of weights per step, %.1f GB/s\n", streamed / 1048576.0,
                streamed * (o->output_len - 1) / dec_avg / 1e9);
-    for (int r = 0; r < n_ranks; r++)
-        printf("Rank %d: peak RSS %.1f MiB, activations %.1f MiB, %.1f%% of the time in collectives\n", r,
+    for (int r = 0; r < n_ranks; r++) {
+        printf("Rank %d: peak RSS %.1f MiB, activations %.1f MiB, %.1f%% of the time in collectives", r,
                ranks[r].peak_rss_mib, ranks[r].activation_mib, 100 * ranks[r].comm_share);
+        if (o->c.pp > 1) printf(", stage %d idle %.1f%% (the bubble)", (int)ranks[r].stage, 100 * ranks[r].idle_share);
+        putchar('\n');
+    }
     if (!o->json) return avg;
     char path[1024];
     if (o->n_modes > 1) snprintf(path, sizeof path, "%s.%s.json", o->json, mode);
@@ -132,8 +137,9 @@ static double report(const latency_opts *o, const char *mode, double *lat, doubl
     fprintf(f, "}, \"prefill_avg_s\": %.9f, \"decode_avg_s\": %.9f, \"kv_bytes_per_token\": %zu, \"tp\": %d, "
                "\"ranks\": [", pre_avg, dec_avg, kv_per_token, n_ranks);
     for (int r = 0; r < n_ranks; r++)
-        fprintf(f, "%s{\"peak_rss_mib\": %.1f, \"activation_mib\": %.1f, \"collective_share\": %.4f}", r ? ", " : "",
-                ranks[r].peak_rss_mib, ranks[r].activation_mib, ranks[r].comm_share);
+        fprintf(f, "%s{\"peak_rss_mib\": %.1f, \"activation_mib\": %.1f, \"collective_share\": %.4f, \"stage\": %d, "
+                   "\"idle_share\": %.4f}", r ? ", " : "", ranks[r].peak_rss_mib, ranks[r].activation_mib,
+                ranks[r].comm_share, (int)ranks[r].stage, ranks[r].idle_share);
     fprintf(f, "], \"mode\": \"%s\"}\n", mode);
     fclose(f);
     return avg;
@@ -176,8 +182,8 @@ static int latency_rank(loom_comm *comm, void *arg) {
     double t_start = 0;
     if (!rc && loom_comm_rank(comm) == 0) {
         cli_print_cpu("bench", stdout);
-        fprintf(stderr, "loom bench: %s, tp=%d, %d threads per rank, batch %d, input %d, output %d, %d warm-up + %d "
-                        "iterations%s\n", info.arch, loom_comm_size(comm), omp_get_max_threads(), o->batch,
+        fprintf(stderr, "loom bench: %s, tp=%d, pp=%d, %d threads per rank, batch %d, input %d, output %d, %d warm-up + %d "
+                        "iterations%s\n", info.arch, loom_comm_size(comm) / o->c.pp, o->c.pp, omp_get_max_threads(), o->batch,
                 o->input_len, o->output_len, o->warmup, o->iters, o->n_modes > 1 ? ", modes alternating" : "");
     }
     /* modes alternate iteration by iteration, so drift on the host hits them alike */
@@ -185,11 +191,11 @@ static int latency_rank(loom_comm *comm, void *arg) {
         for (int k = 0; k < o->n_modes && !rc; k++) {
             mode_run *r = &runs[k];
             if (it == o->warmup) loom_engine_set_profile(r->e, o->profile), t_start = t_start ? t_start : now();
-            double p = 0, d = 0, b0 = loom_comm_blocked_seconds(comm);
+            double p = 0, d = 0, b0 = loom_engine_blocked_seconds(r->e);
             rc = one_iteration(r->e, o, &b, &rng, chunk, info.vocab, &p, &d, &err);
             if (it < o->warmup) continue;
             r->lat[it - o->warmup] = p + d;
-            r->pre += p, r->dec += d, r->blocked += loom_comm_blocked_seconds(comm) - b0;
+            r->pre += p, r->dec += d, r->blocked += loom_engine_blocked_seconds(r->e) - b0;
         }
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
@@ -197,9 +203,10 @@ static int latency_rank(loom_comm *comm, void *arg) {
     rank_figures *all = malloc((size_t)n_ranks * o->n_modes * sizeof *all);
     for (int k = 0; k < o->n_modes && !rc; k++) {
         mode_run *r = &runs[k];
-        float mine[3] = {ru.ru_maxrss / 1024.0f, (float)(r->blocked / (r->pre + r->dec)),
-                         (float)(loom_engine_activation_bytes(r->e) / 1048576.0)};
-        rc = loom_comm_all_gather(comm, mine, 3, (float *)(all + (size_t)k * n_ranks), &err);
+        rank_figures mine = {ru.ru_maxrss / 1024.0f, (float)(r->blocked / (r->pre + r->dec)),
+                             (float)(loom_engine_activation_bytes(r->e) / 1048576.0), (float)loom_engine_stage(r->e),
+                             (float)loom_engine_pipeline_idle(r->e)};
+        rc = loom_comm_all_gather(comm, (const float *)&mine, RANK_FIGURES, (float *)(all + (size_t)k * n_ranks), &err);
     }
     if (rc && err.msg[0]) cli_rank_error("bench", comm, &err);
     else if (!rc && loom_comm_rank(comm) == 0) {
@@ -273,9 +280,8 @@ static int bench_latency(int argc, char **argv) {
     int limit = o.max_batched ? o.max_batched : 8192, chunk = o.batch * o.input_len < limit ? o.batch * o.input_len : limit;
     if (chunk < o.batch) chunk = o.batch;
     latency_job j = {.o = &o, .m = m,
-                     .eo = {.max_seqs = o.batch, .max_ctx = o.input_len + o.output_len, .max_tokens = chunk,
-                            .threads = o.c.threads, .sequence_parallel = o.c.sp, .async_tp = o.c.async_tp,
-                            .sp_min_tokens = o.c.sp_min_tokens, .kv_cache_bytes = o.c.kv_cache_bytes}};
+                     .eo = cli_engine_options(&o.c)};
+    j.eo.max_seqs = o.batch, j.eo.max_ctx = o.input_len + o.output_len, j.eo.max_tokens = chunk;
     int rc = cli_launch(&o.c, m, &j.eo, 0, latency_rank, &j);
     loom_model_free(m);
     return rc;

@@ -81,8 +81,19 @@ int cli_common_arg(cli_common *c, int argc, char **argv, int *i) {
     else if (!strcmp(a, "--enable-sequence-parallel") || !strcmp(a, "-sp")) c->sp = true;
     else if (!strcmp(a, "--enable-async-tp")) c->async_tp = c->sp = true;
     else if (!strcmp(a, "--sp-min-tokens")) c->sp_min_tokens = (int)cli_int(a, cli_value(argc, argv, i), 0, 1 << 24);
+    else if (!strcmp(a, "-pp") || !strcmp(a, "--pipeline-parallel-size"))
+        c->pp = (int)cli_int(a, cli_value(argc, argv, i), 1, 256);
+    else if (!strcmp(a, "--pp-layer-partition")) c->pp_partition = cli_value(argc, argv, i);
+    else if (!strcmp(a, "--pp-microbatches")) c->pp_microbatches = (int)cli_int(a, cli_value(argc, argv, i), 1, 1 << 16);
     else return 0;
     return 1;
+}
+
+loom_engine_options cli_engine_options(const cli_common *c) {
+    return (loom_engine_options){.threads = c->threads, .sequence_parallel = c->sp, .async_tp = c->async_tp,
+                                 .sp_min_tokens = c->sp_min_tokens, .kv_cache_bytes = c->kv_cache_bytes,
+                                 .max_ctx = c->max_model_len, .pipeline_parallel = c->pp,
+                                 .pp_layer_partition = c->pp_partition, .pp_microbatches = c->pp_microbatches};
 }
 
 loom_model *cli_load_model(cli_common *c, bool tokenizer) {
@@ -104,12 +115,12 @@ loom_model *cli_load_model(cli_common *c, bool tokenizer) {
 int cli_launch(const cli_common *c, const loom_model *m, const loom_engine_options *eo, size_t min_slot_bytes,
                loom_rank_fn fn, void *arg) {
     loom_err err = {{0}};
-    if (c->tp > 1 && loom_check_sharding(m, c->tp, c->sp, &err)) {
+    if ((c->tp > 1 || c->pp > 1 || c->pp_partition) && loom_check_sharding(m, c->tp > 0 ? c->tp : 1, eo, &err)) {
         fprintf(stderr, "loom: %s\n", err.msg);
         return 1;
     }
     size_t slot = loom_comm_slot_bytes(m, c->tp > 0 ? c->tp : 1, eo);
-    loom_launch_options lo = {.tp = c->tp, .backend = c->backend, .timeout_s = c->comm_timeout, .spin = c->comm_spin,
+    loom_launch_options lo = {.tp = c->tp, .pp = c->pp, .backend = c->backend, .timeout_s = c->comm_timeout, .spin = c->comm_spin,
                               .isolate = c->isolate, .mpi_progress = eo->async_tp,
                               .slot_bytes = slot > min_slot_bytes ? slot : min_slot_bytes,
                               .forward_signals = min_slot_bytes > 0};

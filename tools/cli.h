@@ -21,13 +21,16 @@ typedef struct cli_common {
     bool sp;                 /* --enable-sequence-parallel */
     bool async_tp;           /* --enable-async-tp (implies sp) */
     int sp_min_tokens;       /* --sp-min-tokens: shorter passes run as plain TP */
+    int pp;                  /* -pp, --pipeline-parallel-size */
+    const char *pp_partition; /* --pp-layer-partition "3,2" */
+    int pp_microbatches;     /* --pp-microbatches (0: the engine's default) */
     bool isolate;            /* run even a single rank in its own process */
 } cli_common;
 
 /* Below this many tokens a pass runs as plain TP: on one machine SP and async TP only pay on
  * long prefills (benches/RESULTS.md, issue 5), and decode steps are a few tokens. */
 #define SP_MIN_TOKENS_DEFAULT 1024
-#define CLI_COMMON_DEFAULTS {.tp = 1, .backend = "shm", .comm_spin = -1, .sp_min_tokens = SP_MIN_TOKENS_DEFAULT}
+#define CLI_COMMON_DEFAULTS {.tp = 1, .pp = 1, .backend = "shm", .comm_spin = -1, .sp_min_tokens = SP_MIN_TOKENS_DEFAULT}
 
 /* If argv[*i] is a common option, consumes it (and its value) and returns 1; 0 if not one of
  * them; -1 after printing an error. */
@@ -41,6 +44,8 @@ size_t cli_bytes(const char *opt, const char *val);
 /* Value of option argv[*i], advancing *i; exits if missing. */
 const char *cli_value(int argc, char **argv, int *i);
 
+/* The engine options the common flags set (threads, parallelism, KV budget, context). */
+loom_engine_options cli_engine_options(const cli_common *c);
 /* Loads -m (or the embedded model); settles flags that depend on each other first. */
 loom_model *cli_load_model(cli_common *c, bool tokenizer);
 /* Checks that the model shards across the ranks asked for, starts them and runs fn in each

@@ -33,6 +33,12 @@ static void usage(FILE *f) {
           "  --enable-sequence-parallel  shard the residual stream by tokens across the ranks (-tp >= 2)\n"
           "  --enable-async-tp         fuse region collectives with their GEMMs (implies sequence parallel)\n"
           "  --sp-min-tokens N         passes of fewer tokens run as plain TP (default 1024; 0: never)\n"
+          "  -pp, --pipeline-parallel-size N  pipeline stages, each a range of decoder layers on its own\n"
+          "                            -tp ranks (the job has tp x pp ranks; rank = stage x tp + tp rank)\n"
+          "  --pp-layer-partition L    decoder layers per stage, e.g. 3,2 (default: even, the remainder\n"
+          "                            to the stages before the last)\n"
+          "  --pp-microbatches N       most microbatches a pass of several sequences splits into\n"
+          "                            (default: up to 4 per stage of 64+ tokens each; 1: none)\n"
           "  --max-model-len N         context length (default: what the KV budget holds, up to the model's)\n"
           "  --kv-cache-memory-bytes N KV cache budget on each rank, e.g. 8G (default 4G)\n"
           "run options:\n"
@@ -131,10 +137,9 @@ static int run_ranks(loom_model *m, const run_opts *o) {
     loom_model_info info;
     loom_model_get_info(m, &info);
     int need = (int)j.n + o->n_predict;
-    j.eo = (loom_engine_options){.max_seqs = 1, .max_tokens = 512, .threads = o->c.threads, .sequence_parallel = o->c.sp, .async_tp = o->c.async_tp,
-                                 .sp_min_tokens = o->c.sp_min_tokens, .kv_cache_bytes = o->c.kv_cache_bytes,
-                                 .max_ctx = o->c.max_model_len ? o->c.max_model_len
-                                                               : (need < info.max_pos ? need : info.max_pos)};
+    j.eo = cli_engine_options(&o->c);
+    j.eo.max_seqs = 1, j.eo.max_tokens = 512;
+    if (!j.eo.max_ctx) j.eo.max_ctx = need < info.max_pos ? need : info.max_pos;
     int rc = cli_launch(&o->c, m, &j.eo, 0, generate_text, &j);
     free(j.ids);
     return rc;

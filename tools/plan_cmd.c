@@ -18,7 +18,8 @@ int cli_plan(int argc, char **argv) {
     loom_model *m = cli_load_model(&c, false);
     if (!m) return 1;
     loom_err err = {{0}};
-    int rc = loom_print_plan(m, c.tp > 0 ? c.tp : 1, c.sp, c.async_tp, stdout, &err);
+    loom_engine_options eo = cli_engine_options(&c);
+    int rc = loom_print_plan(m, c.tp > 0 ? c.tp : 1, &eo, stdout, &err);
     if (rc) fprintf(stderr, "loom plan: %s\n", err.msg);
     loom_model_free(m);
     return rc ? 1 : 0;

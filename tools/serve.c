@@ -77,9 +77,7 @@ int cli_serve(int argc, char **argv) {
         free(dir);
         return 1;
     }
-    loom_engine_options eo = {.threads = c.threads, .sequence_parallel = c.sp, .async_tp = c.async_tp,
-                              .sp_min_tokens = c.sp_min_tokens, .max_ctx = c.max_model_len,
-                              .kv_cache_bytes = c.kv_cache_bytes};
+    loom_engine_options eo = cli_engine_options(&c);
     j.eo = serve_engine_options(&eo, &j.so);
     int rc = cli_launch(&c, j.m, &j.eo, serve_step_bytes(&j.eo), serve_rank, &j);
     loom_model_free(j.m);

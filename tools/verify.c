@@ -174,6 +174,9 @@ int cli_verify(int argc, char **argv) {
         j.logits = r[k].logits, j.ids = r[k].ids;
         cli_common mc = c;
         mc.tp = modes[k].tp, mc.sp = modes[k].sp, mc.async_tp = modes[k].async_tp, mc.isolate = true;
+        mc.pp = k ? c.pp : 1; /* the parallel modes run in -pp stages; tp=1 is one rank */
+        j.eo.pipeline_parallel = mc.pp, j.eo.pp_layer_partition = mc.pp_partition;
+        j.eo.pp_microbatches = c.pp_microbatches;
         j.eo.sequence_parallel = mc.sp;
         j.eo.async_tp = mc.async_tp;
         j.eo.sp_min_tokens = 0; /* verify compares the modes themselves, on every pass */
@@ -181,7 +184,8 @@ int cli_verify(int argc, char **argv) {
         rc = cli_launch(&mc, m, &j.eo, 0, verify_rank, &j);
     }
     if (!rc) {
-        printf("loom verify: %s, tp=%d, %d prompts, %d greedy tokens each\n", info.arch, tp, N_PROMPTS, n_new);
+        printf("loom verify: %s, tp=%d, pp=%d, %d prompts, %d greedy tokens each\n", info.arch, tp, c.pp, N_PROMPTS,
+               n_new);
         print_table(&j, r, N_MODES);
     }
     for (int k = 0; k < N_MODES; k++) {

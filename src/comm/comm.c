@@ -8,11 +8,13 @@
 #include <string.h>
 
 #include "cpu/cpu.h"
+#include "util/err.h"
 
 void comm_init(loom_comm *c, int rank, int size, const comm_backend *be, void *impl) {
     memset(c, 0, sizeof *c);
     c->rank = rank;
     c->size = size;
+    c->stage_size = c->world_size = size;
     c->be = be;
     c->impl = impl;
     c->cols = calloc(size, sizeof *c->cols);
@@ -99,19 +101,23 @@ int comm_all_gather_rows(loom_comm *c, const float *in, size_t ldi, float *out, 
     return 0;
 }
 
+/* c->scratch with room for n floats. */
+static float *scratch(loom_comm *c, size_t n) {
+    if (n > c->scratch_cap) {
+        free(c->scratch);
+        c->scratch = malloc(n * sizeof *c->scratch);
+        c->scratch_cap = n;
+    }
+    return c->scratch;
+}
+
 int comm_gather_rows_at(loom_comm *c, const float *in, size_t ldi, int block, const int32_t *want, int n_want,
                         float *out, size_t ldo, int cols, loom_err *err) {
     double t0 = omp_get_wtime();
     /* each rank sends the wanted rows it owns, in the order wanted, as one flat row */
     for (int r = 0; r < c->size; r++) c->cols[r] = 0;
     for (int i = 0; i < n_want; i++) c->cols[want[i] / block] += cols;
-    size_t need = (size_t)n_want * cols;
-    if (need > c->scratch_cap) {
-        free(c->scratch);
-        c->scratch = malloc(need * sizeof *c->scratch);
-        c->scratch_cap = need;
-    }
-    float *mine = c->scratch;
+    float *mine = scratch(c, (size_t)n_want * cols);
     int k = 0;
     for (int i = 0; i < n_want; i++)
         if (want[i] / block == c->rank) memcpy(mine + (size_t)k++ * cols, in + (size_t)(want[i] % block) * ldi, cols * sizeof *mine);
@@ -187,13 +193,92 @@ int loom_comm_all_gather(loom_comm *c, const float *mine, int n, float *all, loo
     return rc;
 }
 
-/* A small fixed-size message (ints, moved as their bytes) from rank 0 to every rank: what
- * `loom serve` uses to hand each step's batch to the other ranks. */
-int comm_broadcast_ints(loom_comm *c, int32_t *buf, int n, loom_err *err) {
-    for (int r = 0; r < c->size; r++) c->cols[r] = r == 0 ? n : 0;
-    if (c->be->exchange(c, (const float *)buf, n, 1, c->cols, c->blocks, err)) return -1;
-    if (c->rank != 0) memcpy(buf, c->blocks[0], n * sizeof *buf);
+/* n 4-byte words from rank root to every rank: an exchange in which only the root publishes. */
+_Static_assert(sizeof(int32_t) == sizeof(float), "ints travel as floats' bytes");
+static int broadcast_words(loom_comm *c, int root, void *buf, size_t n, loom_err *err) {
+    char me[32];
+    comm_rank_name(c, c->rank, me, sizeof me);
+    if (root < 0 || root >= c->size)
+        return loom_errf(err, "rank %s: broadcast from rank %d of a communicator of %d", me, root, c->size);
+    if (n > INT32_MAX) return loom_errf(err, "rank %s: a broadcast of %zu words is too large", me, n);
+    for (int r = 0; r < c->size; r++) c->cols[r] = r == root ? (int)n : 0;
+    if (c->be->exchange(c, buf, n, 1, c->cols, c->blocks, err)) return -1;
+    if (c->rank != root && n) memcpy(buf, c->blocks[root], n * sizeof(float));
     return 0;
+}
+
+/* A small fixed-size message (ints, moved as their bytes) from rank 0 to every rank: what
+ * `loom serve` uses to hand each step's batch to the other ranks. Not counted in blocked_s: a
+ * server's followers wait here for the next request. */
+int comm_broadcast_ints(loom_comm *c, int32_t *buf, int n, loom_err *err) {
+    return broadcast_words(c, 0, buf, (size_t)n, err);
+}
+
+int comm_broadcast_floats(loom_comm *c, int root, float *buf, size_t n, loom_err *err) {
+    double t0 = omp_get_wtime();
+    int rc = broadcast_words(c, root, buf, n, err);
+    c->blocked_s += omp_get_wtime() - t0;
+    return rc;
+}
+
+const char *comm_format_rank(int w, int stage_size, int world_size, char *buf, size_t cap) {
+    if (stage_size < world_size) snprintf(buf, cap, "%d (stage %d)", w, w / stage_size);
+    else snprintf(buf, cap, "%d", w);
+    return buf;
+}
+
+const char *comm_rank_name(const loom_comm *c, int r, char *buf, size_t cap) {
+    return comm_format_rank(c->rank0 + r, c->stage_size, c->world_size, buf, cap);
+}
+
+int comm_split_stages(loom_comm *world, int stage_size, loom_comm **stage, loom_err *err) {
+    char who[32];
+    comm_rank_name(world, world->rank, who, sizeof who);
+    if (world->size != world->world_size)
+        return loom_errf(err, "rank %s: only the job's communicator splits into stages", who);
+    if (stage_size < 1 || world->size % stage_size)
+        return loom_errf(err, "rank %s: %d ranks do not split into stages of %d", who, world->size, stage_size);
+    if (world->be->split(world, stage_size, stage, err)) return -1;
+    loom_comm *s = *stage;
+    world->stage_size = s->stage_size = stage_size;
+    s->world_size = world->size;
+    s->rank0 = world->rank - world->rank % stage_size;
+    s->phase = world->phase;
+    return 0;
+}
+
+/* The checks every backend shares: a peer is another rank of c. */
+static int check_peer(loom_comm *c, int peer, const char *what, loom_err *err) {
+    if (peer >= 0 && peer < c->size && peer != c->rank) return 0;
+    char me[32];
+    return loom_errf(err, "rank %s: '%s': %s rank %d of a communicator of %d (it must be another rank)",
+                     comm_rank_name(c, c->rank, me, sizeof me), c->phase, what, peer, c->size);
+}
+
+/* Rows that are not contiguous travel packed, through c->scratch. */
+int comm_send_rows(loom_comm *c, int dst, const float *in, size_t ld, int rows, int cols, loom_err *err) {
+    if (check_peer(c, dst, "send to", err)) return -1;
+    double t0 = omp_get_wtime();
+    size_t n = (size_t)rows * cols;
+    if (ld != (size_t)cols && rows > 1) {
+        comm_pack_rows(scratch(c, n), in, ld, rows, cols);
+        in = c->scratch;
+    }
+    int rc = c->be->send(c, dst, in, n, err);
+    c->blocked_s += omp_get_wtime() - t0;
+    return rc;
+}
+
+int comm_recv_rows(loom_comm *c, int src, float *out, size_t ld, int rows, int cols, loom_err *err) {
+    if (check_peer(c, src, "receive from", err)) return -1;
+    double t0 = omp_get_wtime();
+    size_t n = (size_t)rows * cols;
+    bool packed = ld != (size_t)cols && rows > 1;
+    int rc = c->be->recv(c, src, packed ? scratch(c, n) : out, n, err);
+    if (!rc && packed)
+        for (int i = 0; i < rows; i++) memcpy(out + (size_t)i * ld, c->scratch + (size_t)i * cols, cols * sizeof *out);
+    c->blocked_s += omp_get_wtime() - t0;
+    return rc;
 }
 
 /* tp=1: the exchange hands back the rank's own data, packed. */
@@ -242,10 +327,22 @@ static int local_matmul_reduce_scatter(loom_comm *c, int rows, int cols, comm_pa
     return 0;
 }
 
-static const comm_backend local_backend = {"local",         1,
-                                           local_exchange,  local_barrier,
-                                           local_free,      local_all_gather_matmul,
-                                           local_matmul_reduce_scatter};
+static int local_split(loom_comm *c, int stage_size, loom_comm **stage, loom_err *err) {
+    (void)c, (void)stage_size, (void)err; /* comm_split_stages checked: one stage of one rank */
+    *stage = comm_local();
+    return 0;
+}
+
+static const comm_backend local_backend = {"local",
+                                           1,
+                                           local_exchange,
+                                           local_barrier,
+                                           local_free,
+                                           local_all_gather_matmul,
+                                           local_matmul_reduce_scatter,
+                                           local_split,
+                                           NULL, /* send, recv: no peer to talk to */
+                                           NULL};
 
 loom_comm *comm_local(void) {
     loom_comm *c = malloc(sizeof *c);

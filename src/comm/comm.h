@@ -30,10 +30,23 @@ typedef struct comm_backend {
                              void *ctx, loom_err *err);
     int (*matmul_reduce_scatter)(loom_comm *c, int rows, int cols, comm_partial_gemm f, void *ctx, float *out,
                                  size_t ldo, loom_err *err);
+    /* Pipeline parallelism (see comm_split_stages, comm_send_rows). split: this rank's
+     * communicator among the ranks of its stage, made with comm_init (comm_split_stages fills
+     * in the stage fields). send/recv: n contiguous floats to rank dst / from rank src of c
+     * (never c's own rank), delivered in order between each pair of ranks. NULL in the
+     * single-rank backend, which has no peer. */
+    int (*split)(loom_comm *c, int stage_size, loom_comm **stage, loom_err *err);
+    int (*send)(loom_comm *c, int dst, const float *data, size_t n, loom_err *err);
+    int (*recv)(loom_comm *c, int src, float *data, size_t n, loom_err *err);
 } comm_backend;
 
 struct loom_comm {
     int rank, size;
+    /* Pipeline parallelism: the job's world_size ranks form stages of stage_size consecutive
+     * ranks (world rank = stage * stage_size + rank within the stage; stage_size == world_size:
+     * one stage), and rank0 is the world rank of this communicator's rank 0 (non-zero for a
+     * later stage's). */
+    int stage_size, rank0, world_size;
     const comm_backend *be;
     void *impl;
     char *phase;         /* what this rank is doing, for fault reports (shm: in the arena) */
@@ -103,6 +116,29 @@ static inline int comm_chunk_rows(const loom_comm *c, int block_rows) {
     int n = c->be->chunks;
     return block_rows >= 128 * n ? (block_rows + n - 1) / n : block_rows;
 }
+
+/* Pipeline parallelism. comm_split_stages: this rank's communicator among the ranks of its
+ * stage (world ranks [s * stage_size, (s + 1) * stage_size) for s = rank / stage_size), called
+ * by every rank of the world at once and freed before the world; it shares the world's phase,
+ * and its errors (and, from then on, the world's) name world ranks and their stages. The
+ * stage's collectives and the world's may interleave in any order.
+ * comm_send_rows / comm_recv_rows: [rows, cols] (row stride ld; rows may be 0) to rank dst /
+ * from rank src of c, never c's own rank; a pair of ranks talks over one communicator, and
+ * each receiver takes its messages in the order they were sent. A send returns once the rows
+ * are copied out (the caller may reuse its buffer); it waits only while two earlier messages
+ * of this rank, to any receivers, are untaken (shm: its outbox has two slots of slot_bytes),
+ * so a rank can send twice before its receiver takes the first. A receive whose size differs
+ * from the message's is an error naming both ranks, and leaves the message where it is. Waits
+ * have the collectives' deadline and name the peer they waited for. */
+int comm_split_stages(loom_comm *world, int stage_size, loom_comm **stage, loom_err *err);
+int comm_send_rows(loom_comm *c, int dst, const float *in, size_t ld, int rows, int cols, loom_err *err);
+int comm_recv_rows(loom_comm *c, int src, float *out, size_t ld, int rows, int cols, loom_err *err);
+/* buf[0..n) of rank root to every rank of c (n the same on all). */
+int comm_broadcast_floats(loom_comm *c, int root, float *buf, size_t n, loom_err *err);
+/* "3" or, when the job has several stages, "3 (stage 1)": rank r of c as messages name it.
+ * comm_format_rank: the same for world rank w of a job of world_size ranks (the supervisor's). */
+const char *comm_rank_name(const loom_comm *c, int r, char *buf, size_t cap);
+const char *comm_format_rank(int w, int stage_size, int world_size, char *buf, size_t cap);
 
 /* Sums blocks[0..size) (each [rows, cols], contiguous) in rank order into out. */
 void comm_sum_blocks(const loom_comm *c, const float **blocks, int rows, int cols, float *out, size_t ldo);

@@ -1,7 +1,8 @@
 /* MPI backend (see mpi.h). An exchange is one MPI_Iallgatherv of the ranks' packed blocks,
  * completed by polling MPI_Test so that a deadline can end a wait that would otherwise hang
  * (an MPI collective has no timeout of its own); the arithmetic on the blocks is comm.c's, the
- * same as shm's, so both backends give bit-identical results. */
+ * same as shm's, so both backends give bit-identical results. The world's communicator is
+ * MPI_COMM_WORLD; a stage's, one MPI_Comm_split of it. */
 #include "comm/mpi.h"
 
 #include <mpi.h>
@@ -13,14 +14,22 @@
 #include "util/err.h"
 
 typedef struct mpi_state {
+    MPI_Comm comm;
     double timeout_s;
     float *send, *recv;
     size_t send_cap, recv_cap;
     int *counts, *displs;
     MPI_Request *reqs; /* [2 * size * COMM_MAX_CHUNKS]: receives, then sends, of a fused collective */
+    /* point-to-point: message k is sent from msg[k & 1], once the send of message k - 2 is done */
+    float *msg[2];
+    size_t msg_cap[2];
+    MPI_Request msg_req[2];
+    int msg_dst[2];
+    unsigned msgs;
 } mpi_state;
 
-#define FUSED_TAG 7
+#define FUSED_TAG 7                           /* + the chunk's index, up to COMM_MAX_CHUNKS - 1 */
+#define P2P_TAG (FUSED_TAG + COMM_MAX_CHUNKS) /* comm_send_rows' messages */
 
 static void *grow(void *p, size_t *cap, size_t need) {
     if (need <= *cap) return p;
@@ -29,24 +38,37 @@ static void *grow(void *p, size_t *cap, size_t need) {
     return malloc(need);
 }
 
-/* Waits for req, giving up at the deadline. It polls flat out for the first millisecond (a
- * collective's partner is usually that close), then every 100 us: a rank waiting long (an
- * idle server's followers wait for the next step) should not hold a core. */
-static int wait_for(loom_comm *c, MPI_Request *req, const char *what, loom_err *err) {
+/* Polls done(arg) until it is true, giving up at the deadline. It polls flat out for the first
+ * millisecond (a collective's partner is usually that close), then every 100 us: a rank
+ * waiting long (an idle server's followers wait for the next step) should not hold a core. A
+ * wait names rank `peer` of c, or with peer < 0 the other ranks. */
+static int poll_until(loom_comm *c, int (*done)(void *), void *arg, const char *what, int peer, loom_err *err) {
     mpi_state *s = c->impl;
     double start = MPI_Wtime(), deadline = start + s->timeout_s;
     for (;;) {
-        int done = 0;
-        MPI_Test(req, &done, MPI_STATUS_IGNORE);
-        if (done) return 0;
+        if (done(arg)) return 0;
         if (MPI_Wtime() - start > 1e-3) {
             struct timespec nap = {0, 100 * 1000};
             nanosleep(&nap, NULL);
         }
-        if (MPI_Wtime() > deadline)
-            return loom_errf(err, "rank %d: %s in '%s' waited %.0f s for the other ranks", c->rank, what, c->phase,
-                             s->timeout_s);
+        if (MPI_Wtime() > deadline) {
+            char me[32], name[32], who[48] = "the other ranks";
+            if (peer >= 0) snprintf(who, sizeof who, "rank %s", comm_rank_name(c, peer, name, sizeof name));
+            return loom_errf(err, "rank %s: %s in '%s' waited %.0f s for %s", comm_rank_name(c, c->rank, me, sizeof me),
+                             what, c->phase, s->timeout_s, who);
+        }
     }
+}
+
+static int request_done(void *req) {
+    int done = 0;
+    MPI_Test(req, &done, MPI_STATUS_IGNORE);
+    return done;
+}
+
+/* Waits for req (see poll_until). */
+static int wait_for(loom_comm *c, MPI_Request *req, const char *what, int peer, loom_err *err) {
+    return poll_until(c, request_done, req, what, peer, err);
 }
 
 static int mpi_exchange(loom_comm *c, const float *mine, size_t ld, int rows, const int *cols, const float **blocks,
@@ -65,9 +87,8 @@ static int mpi_exchange(loom_comm *c, const float *mine, size_t ld, int rows, co
     s->recv = grow(s->recv, &s->recv_cap, total * sizeof(float) + 4);
     comm_pack_rows(s->send, mine, ld, rows, w);
     MPI_Request req;
-    MPI_Iallgatherv(s->send, s->counts[c->rank], MPI_FLOAT, s->recv, s->counts, s->displs, MPI_FLOAT, MPI_COMM_WORLD,
-                    &req);
-    if (wait_for(c, &req, "exchange", err)) return -1;
+    MPI_Iallgatherv(s->send, s->counts[c->rank], MPI_FLOAT, s->recv, s->counts, s->displs, MPI_FLOAT, s->comm, &req);
+    if (wait_for(c, &req, "exchange", -1, err)) return -1;
     for (int r = 0; r < c->size; r++) blocks[r] = s->recv + s->displs[r];
     return 0;
 }
@@ -75,7 +96,7 @@ static int mpi_exchange(loom_comm *c, const float *mine, size_t ld, int rows, co
 /* Completes every request in reqs[0..n) (MPI_REQUEST_NULL ones are done already). */
 static int wait_all(loom_comm *c, MPI_Request *reqs, int n, loom_err *err) {
     for (int i = 0; i < n; i++)
-        if (reqs[i] != MPI_REQUEST_NULL && wait_for(c, &reqs[i], "fused collective", err)) return -1;
+        if (reqs[i] != MPI_REQUEST_NULL && wait_for(c, &reqs[i], "fused collective", -1, err)) return -1;
     return 0;
 }
 
@@ -102,13 +123,13 @@ static void post_recvs(loom_comm *c, const chunking *k, float *recv) {
             *q = s->reqs[(c->size + r) * k->n + i] = MPI_REQUEST_NULL;
             if (r != c->rank)
                 MPI_Irecv(recv + ((size_t)r * k->rows + (size_t)i * k->chunk) * k->cols, chunk_floats(k, i), MPI_FLOAT,
-                          r, FUSED_TAG + i, MPI_COMM_WORLD, q);
+                          r, FUSED_TAG + i, s->comm, q);
         }
 }
 
 static void send_chunk(loom_comm *c, const chunking *k, const float *block, int dst, int i) {
     mpi_state *s = c->impl;
-    MPI_Isend(block + (size_t)i * k->chunk * k->cols, chunk_floats(k, i), MPI_FLOAT, dst, FUSED_TAG + i, MPI_COMM_WORLD,
+    MPI_Isend(block + (size_t)i * k->chunk * k->cols, chunk_floats(k, i), MPI_FLOAT, dst, FUSED_TAG + i, s->comm,
               &s->reqs[(c->size + dst) * k->n + i]);
 }
 
@@ -130,7 +151,7 @@ static int mpi_all_gather_matmul(loom_comm *c, const float *shard, size_t lds, i
     for (int step = 1; step < N; step++) {
         int src = (c->rank + step) % N;
         for (int i = 0; i < k.n; i++) {
-            if (wait_for(c, &s->reqs[src * k.n + i], "all_gather_matmul", err)) return -1;
+            if (wait_for(c, &s->reqs[src * k.n + i], "all_gather_matmul", src, err)) return -1;
             int r0 = i * k.chunk;
             f(ctx, s->recv + ((size_t)src * rows + r0) * cols, cols, src * rows + r0, chunk_floats(&k, i) / cols);
         }
@@ -166,20 +187,109 @@ static int mpi_matmul_reduce_scatter(loom_comm *c, int rows, int cols, comm_part
 
 static int mpi_barrier(loom_comm *c, loom_err *err) {
     MPI_Request req;
-    MPI_Ibarrier(MPI_COMM_WORLD, &req);
-    return wait_for(c, &req, "barrier", err);
+    MPI_Ibarrier(((mpi_state *)c->impl)->comm, &req);
+    return wait_for(c, &req, "barrier", -1, err);
 }
 
+/* The message is copied out, so the caller may reuse its rows at once; the buffer it left is
+ * reused two messages later, once its send is done. */
+static int mpi_send(loom_comm *c, int dst, const float *data, size_t n, loom_err *err) {
+    mpi_state *s = c->impl;
+    char me[32];
+    if (n > (size_t)INT32_MAX)
+        return loom_errf(err, "rank %s: a message of %zu floats is too large for MPI",
+                         comm_rank_name(c, c->rank, me, sizeof me), n);
+    unsigned i = s->msgs++ & 1;
+    if (wait_for(c, &s->msg_req[i], "send", s->msg_dst[i], err)) return -1;
+    s->msg[i] = grow(s->msg[i], &s->msg_cap[i], n * sizeof(float) + 4);
+    if (n) memcpy(s->msg[i], data, n * sizeof *data);
+    s->msg_dst[i] = dst;
+    MPI_Isend(s->msg[i], (int)n, MPI_FLOAT, dst, P2P_TAG, s->comm, &s->msg_req[i]);
+    return 0;
+}
+
+/* A receive first probes for the message, so that one of another size is reported as such
+ * (and left where it is, as shm leaves it) rather than truncated, which MPI's default error
+ * handler would turn into an abort of its own. The receive that follows matches the probed
+ * message: nothing else receives on this process between them. */
+typedef struct probe {
+    int src;
+    MPI_Comm comm;
+    MPI_Status status;
+} probe;
+
+static int probed(void *arg) {
+    probe *p = arg;
+    int found = 0;
+    MPI_Iprobe(p->src, P2P_TAG, p->comm, &found, &p->status);
+    return found;
+}
+
+static int mpi_recv(loom_comm *c, int src, float *data, size_t n, loom_err *err) {
+    mpi_state *s = c->impl;
+    probe p = {.src = src, .comm = s->comm};
+    if (poll_until(c, probed, &p, "receive", src, err)) return -1;
+    int count;
+    MPI_Get_count(&p.status, MPI_FLOAT, &count);
+    if ((size_t)count != n) {
+        char me[32], peer[32];
+        return loom_errf(err, "rank %s: '%s' expected %zu floats from rank %s, whose message holds %d",
+                         comm_rank_name(c, c->rank, me, sizeof me), c->phase, n,
+                         comm_rank_name(c, src, peer, sizeof peer), count);
+    }
+    MPI_Request req;
+    MPI_Irecv(data, count, MPI_FLOAT, src, P2P_TAG, s->comm, &req);
+    return wait_for(c, &req, "receive", src, err);
+}
+
+static mpi_state *state_new(MPI_Comm comm, int size, double timeout_s) {
+    mpi_state *s = calloc(1, sizeof *s);
+    s->comm = comm;
+    s->timeout_s = timeout_s;
+    s->counts = calloc(size, sizeof *s->counts);
+    s->displs = calloc(size, sizeof *s->displs);
+    s->reqs = calloc(2 * (size_t)size * COMM_MAX_CHUNKS, sizeof *s->reqs);
+    s->msg_req[0] = s->msg_req[1] = MPI_REQUEST_NULL;
+    return s;
+}
+
+static int mpi_split(loom_comm *c, int stage_size, loom_comm **stage, loom_err *err);
+
+/* A send still in flight completes before its buffer goes: the receiver takes it in a run that
+ * succeeds. In one that fails it may never: the wait ends at the deadline, and the buffer is
+ * left to MPI (the job is aborting). */
 static void mpi_free(loom_comm *c) {
     mpi_state *s = c->impl;
+    for (int i = 0; i < 2; i++) {
+        loom_err ignored;
+        if (wait_for(c, &s->msg_req[i], "send", s->msg_dst[i], &ignored)) {
+            MPI_Request_free(&s->msg_req[i]);
+            s->msg[i] = NULL;
+        }
+        free(s->msg[i]);
+    }
+    if (s->comm != MPI_COMM_WORLD) MPI_Comm_free(&s->comm);
     free(s->send), free(s->recv), free(s->counts), free(s->displs), free(s->reqs);
     free(s);
 }
 
-static const comm_backend mpi_backend = {"mpi", COMM_MAX_CHUNKS, mpi_exchange, mpi_barrier, mpi_free, mpi_all_gather_matmul,
-                                          mpi_matmul_reduce_scatter};
+static const comm_backend mpi_backend = {"mpi",     COMM_MAX_CHUNKS, mpi_exchange, mpi_barrier,
+                                          mpi_free,  mpi_all_gather_matmul,         mpi_matmul_reduce_scatter,
+                                          mpi_split, mpi_send,        mpi_recv};
 
-int comm_mpi_run(int tp, double timeout_s, bool progress_thread, loom_rank_fn fn, void *arg, loom_err *err) {
+/* MPI_Comm_split has no deadline: a barrier that has one goes first, so that a missing rank
+ * fails there instead of hanging the split. */
+static int mpi_split(loom_comm *c, int stage_size, loom_comm **stage, loom_err *err) {
+    mpi_state *s = c->impl;
+    if (mpi_barrier(c, err)) return -1;
+    MPI_Comm comm;
+    MPI_Comm_split(s->comm, c->rank / stage_size, c->rank, &comm);
+    *stage = malloc(sizeof **stage);
+    comm_init(*stage, c->rank % stage_size, stage_size, &mpi_backend, state_new(comm, stage_size, s->timeout_s));
+    return 0;
+}
+
+int comm_mpi_run(int tp, int pp, double timeout_s, bool progress_thread, loom_rank_fn fn, void *arg, loom_err *err) {
     int provided, rank, size;
     /* Open MPI's TCP transport moves a large message only while some MPI call runs, so the
      * blocks posted ahead of a fused collective's GEMMs would wait for the GEMMs to end. Its
@@ -195,24 +305,29 @@ int comm_mpi_run(int tp, double timeout_s, bool progress_thread, loom_rank_fn fn
     }
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
-    if (tp && tp != size) {
-        loom_errf(err, "-tp %d but mpirun started %d ranks: they must agree (or leave -tp out)", tp, size);
+    if (pp < 1) pp = 1;
+    if (!tp && size % pp == 0) tp = size / pp;
+    if (tp * pp != size) {
+        if (!tp) loom_errf(err, "-pp %d does not divide the %d ranks mpirun started", pp, size);
+        else if (pp == 1)
+            loom_errf(err, "-tp %d but mpirun started %d ranks: they must agree (or leave -tp out)", tp, size);
+        else
+            loom_errf(err, "-tp %d x -pp %d = %d ranks but mpirun started %d: they must agree (or leave -tp out)", tp,
+                      pp, tp * pp, size);
         MPI_Finalize();
         return 2;
     }
     if (rank != 0 && !freopen("/dev/null", "w", stdout)) MPI_Abort(MPI_COMM_WORLD, 1);
-    mpi_state *s = calloc(1, sizeof *s);
-    s->timeout_s = timeout_s;
-    s->counts = calloc(size, sizeof *s->counts);
-    s->displs = calloc(size, sizeof *s->displs);
-    s->reqs = calloc(2 * (size_t)size * COMM_MAX_CHUNKS, sizeof *s->reqs);
     loom_comm *c = malloc(sizeof *c);
-    comm_init(c, rank, size, &mpi_backend, s);
+    comm_init(c, rank, size, &mpi_backend, state_new(MPI_COMM_WORLD, size, timeout_s));
+    c->stage_size = tp;
     int rc = fn(c, arg);
     fflush(stdout);
     fflush(stderr);
     if (rc) {
-        fprintf(stderr, "loom: rank %d failed during '%s'; aborting the MPI job\n", rank, c->phase);
+        char who[32];
+        fprintf(stderr, "loom: rank %s failed during '%s'; aborting the MPI job\n",
+                comm_rank_name(c, rank, who, sizeof who), c->phase);
         MPI_Abort(MPI_COMM_WORLD, rc);
     }
     comm_free(c);

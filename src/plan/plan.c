@@ -7,10 +7,12 @@
 #include <unistd.h>
 
 #include "plan/plan_impl.h"
+#include "plan/stage.h"
 #include "util/err.h"
 
 static const char *step_names[] = {"op",         "all_reduce",           "all_gather (vocab)",   "reduce_scatter",
-                                   "all_gather", "all_gather (logit rows)", "all_gather_matmul", "matmul_reduce_scatter"};
+                                   "all_gather", "all_gather (logit rows)", "all_gather_matmul", "matmul_reduce_scatter",
+                                   "send",       "recv"};
 
 const char *step_kind_name(step_kind k) { return step_names[k]; }
 
@@ -213,7 +215,10 @@ static int norm_statistic(plan *p, const module *m, const op *o, int x, loom_err
 
 static int flatten_op(plan *p, const module *m, const op *o, int *map, weight_store *ws, loom_err *err) {
     int in[4] = {0};
-    for (int i = 0; i < o->n_in; i++) in[i] = map[o->in[i]];
+    for (int i = 0; i < o->n_in; i++)
+        if ((in[i] = map[o->in[i]]) < 0)
+            return loom_errf(err, "pipeline stage %d: %s reads `%s`, which an earlier stage makes: only the hidden "
+                                  "state crosses a stage boundary", p->o.stage, m->name, m->value_names[o->in[i]]);
     if (o->kind == OP_CALL) return (map[o->out[0]] = flatten_call(p, m, o, in, ws, err)) < 0 ? -1 : 0;
     if (o->kind == OP_SPLIT) return (map[o->out[0]] = flatten_split(p, m, o, in[0], err)) < 0 ? -1 : 0;
     /* a copy: plan_new_value may move the array */
@@ -250,12 +255,37 @@ static int flatten_op(plan *p, const module *m, const op *o, int *map, weight_st
     return 0;
 }
 
+/* The stage boundary: the hidden state as the previous stage's last layer left it (this rank's
+ * token shard under SP, all tokens otherwise) arrives before the first op this stage runs, and
+ * leaves after the last; it moves data and does no arithmetic. */
+static int stage_recv(plan *p, const module *m, const op *first) {
+    plan_step *s = plan_new_step(p, STEP_RECV, first, m);
+    s->n_in = 0;
+    s->out = plan_new_value(p, stage_hidden_width(m), first, p->o.sp ? ROWS_SHARD : ROWS_TOKENS, DIST_FULL);
+    return s->out;
+}
+
+static int stage_send(plan *p, const module *m, const op *last, int v) {
+    plan_step *s = plan_new_step(p, STEP_SEND, last, m);
+    s->in[0] = v;
+    s->out = -1;
+    return v;
+}
+
 static int flatten(plan *p, const module *m, const int *bind, weight_store *ws, loom_err *err) {
     int *map = malloc(m->n_values * sizeof *map);
-    if (m->n_inputs) memcpy(map, bind, m->n_inputs * sizeof *map);
+    for (int i = 0; i < m->n_values; i++) map[i] = i < m->n_inputs ? bind[i] : -1;
     int rc = 0;
-    for (int i = 0; i < m->n_ops && !rc; i++) rc = flatten_op(p, m, &m->ops[i], map, ws, err);
+    const op *last = NULL; /* the last op this stage runs of the top module */
+    for (int i = 0; i < m->n_ops && !rc; i++) {
+        const op *o = &m->ops[i];
+        if (m == p->tree && !stage_runs_op(&p->o, m, i)) continue;
+        if (m == p->tree && !last && p->o.stage > 0) map[o->in[0]] = stage_recv(p, m, o);
+        rc = flatten_op(p, m, o, map, ws, err);
+        last = o;
+    }
     int out = rc ? -1 : map[m->outputs[0]];
+    if (!rc && m == p->tree && p->o.stage < p->o.pp - 1) out = stage_send(p, m, last, map[last->out[0]]);
     free(map);
     return out;
 }
@@ -271,9 +301,10 @@ static void assign_buffers(plan *p) {
             plan_value *b = &p->values[p->values[p->steps[s].in[i]].base];
             if (b->last_use < s) b->last_use = s;
         }
-    p->values[p->values[p->output].base].last_use = p->n_steps;
+    if (p->output >= 0) p->values[p->values[p->output].base].last_use = p->n_steps;
     int *free_at = NULL; /* per buffer: the step after which it is free */
     for (int s = 0; s < p->n_steps; s++) {
+        if (p->steps[s].out < 0) continue; /* a send */
         plan_value *v = &p->values[p->steps[s].out];
         int best = -1;
         for (int b = 0; b < p->n_buffers; b++)
@@ -383,20 +414,23 @@ static void fuse_async_tp(plan *p) {
         if (!(p->steps[i].kind == STEP_OP && p->steps[i].op->kind == OP_CALL)) p->steps[n++] = p->steps[i];
     p->n_steps = n;
     /* step indices moved: liveness starts again from the new ones */
-    for (int i = 0; i < n; i++) p->values[p->steps[i].out].def_step = p->values[p->steps[i].out].last_use = i;
+    for (int i = 0; i < n; i++)
+        if (p->steps[i].out >= 0) p->values[p->steps[i].out].def_step = p->values[p->steps[i].out].last_use = i;
 }
 
 int plan_build(plan *p, const module *tree, const plan_options *o, weight_store *ws, loom_err *err) {
     memset(p, 0, sizeof *p);
     p->o = *o;
+    p->tree = tree;
     p->o.sp = (o->sp || o->async_tp) && o->tp > 1;
     p->o.async_tp = o->async_tp && o->tp > 1;
-    for (int i = 0; i < tree->n_ops; i++)
-        p->layers_total += tree->ops[i].kind == OP_CALL && !strcmp(tree->ops[i].child->kind, "decoder_layer");
+    if (p->o.pp <= 1) p->o.pp = 1, p->o.stage = 0, p->o.layer0 = 0, p->o.layer1 = stage_count_layers(tree);
+    p->layers_total = p->o.layer1 - p->o.layer0;
     if (shard_vocab(p, tree, err) || (p->output = flatten(p, tree, NULL, ws, err)) < 0) {
         plan_free(p);
         return -1;
     }
+    if (p->o.stage < p->o.pp - 1) p->output = -1; /* what it makes is sent on */
     if (p->o.async_tp) fuse_async_tp(p);
     assign_buffers(p);
     return 0;

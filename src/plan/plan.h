@@ -32,6 +32,8 @@ typedef enum step_kind {
     STEP_GATHER_LOGITS,  /* SHARD -> LOGITS: the wanted rows, from the ranks that own them */
     STEP_AG_MATMUL,      /* async TP: SHARD input -> column-parallel linear's TOKENS output */
     STEP_MATMUL_RS,      /* async TP: TOKENS input -> row-parallel linear's sum, SHARD rows */
+    STEP_SEND,           /* pipeline: the hidden state, as it is, to this TP rank of the next stage */
+    STEP_RECV,           /* pipeline: the hidden state from this TP rank of the previous stage */
     STEP_KIND_COUNT
 } step_kind;
 
@@ -52,7 +54,7 @@ typedef struct plan_step {
     step_kind kind;
     const op *op;      /* STEP_OP, and the op a collective completes */
     const module *mod; /* owning module, for messages and the plan printer */
-    int n_in, in[4], out;
+    int n_in, in[4], out; /* out: -1 for a send */
     bool sum_squares;  /* OP_RMS_NORM across ranks: this step makes the row statistic */
     /* resolved parameters of this rank */
     wmat w[LIN_MAX_PARTS];  /* MLA attention: kv_b_proj, then its f32 transpose */
@@ -77,6 +79,9 @@ typedef struct plan_region {
 
 typedef struct plan_options {
     int tp, rank;
+    /* pipeline parallelism (pp 0 or 1: one stage): this rank's stage runs decoder layers
+     * [layer0, layer1), with the embedding if it is the first and the LM head if the last */
+    int pp, stage, layer0, layer1;
     bool sp;       /* --enable-sequence-parallel */
     bool async_tp; /* --enable-async-tp (implies sp) */
     bool progress; /* report weight binding per decoder layer */
@@ -86,11 +91,12 @@ typedef struct plan_options {
 
 typedef struct plan {
     plan_options o;
+    const module *tree;
     plan_step *steps;
     int n_steps, cap_steps;
     plan_value *values;
     int n_values, cap_values;
-    int output;   /* logits value */
+    int output;   /* logits value (-1: a stage before the last, which sends its output) */
     int kv_width; /* this rank's K (and V) columns per layer */
     bool kv_latent; /* the cache holds one latent row per token (MLA), not K and V */
     int *vocab_col0, *vocab_width; /* [tp]: each rank's vocabulary shard */
@@ -113,7 +119,7 @@ typedef struct plan {
     int layers_done, layers_total;
 } plan;
 
-/* Flattens the tree for o->rank of o->tp and resolves its weights through ws (NULL: shapes
+/* Flattens the tree (the stage's part of it) for o->rank of o->tp and resolves its weights through ws (NULL: shapes
  * only, e.g. to check that a model can be sharded before any weight is read, or to print);
  * errors name the module and the op, tensor or dimension at fault. */
 int plan_build(plan *p, const module *tree, const plan_options *o, weight_store *ws, loom_err *err);

@@ -1,9 +1,11 @@
 /* `loom plan`: the module tree with each module's op list, then the flattened plan's size and
  * buffer use. Built without touching weights, so it is instant for any model. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "plan/plan_impl.h"
+#include "plan/stage.h"
 #include "quant/checkpoint.h"
 #include "runtime/model.h"
 
@@ -107,8 +109,8 @@ static void print_module(FILE *f, const module *m, int depth) {
  * K and V of this rank's heads that a full cache would hold. */
 static void print_latent_kv(FILE *f, const loom_model *m, const plan *p) {
     const mla_config *a = &m->cfg.mla;
-    size_t latent = (size_t)m->cfg.n_layers * p->kv_width * sizeof(float);
-    size_t full = (size_t)m->cfg.n_layers * m->cfg.n_heads / p->o.tp *
+    size_t layers = (size_t)(p->o.layer1 - p->o.layer0), latent = layers * p->kv_width * sizeof(float);
+    size_t full = layers * m->cfg.n_heads / p->o.tp *
                   (a->qk_nope_head_dim + a->qk_rope_head_dim + a->v_head_dim) * sizeof(float);
     fprintf(f, "KV cache per token on each rank: %zu bytes (latent kv_c %d + k_pe %d per layer) against %zu for full "
                "per-head K and V: %.1fx smaller\n", latent, a->kv_lora_rank, a->qk_rope_head_dim, full,
@@ -176,11 +178,42 @@ static void print_async(FILE *f, const plan *p) {
     for (int i = 0; i < p->n_unfused; i++) fprintf(f, "  not fused: %s\n", p->unfused[i]);
 }
 
-int loom_print_plan(loom_model *m, int tp, bool sequence_parallel, bool async_tp, FILE *f, loom_err *err) {
+/* The stages, their ranks and layers, and what crosses each boundary (stage.c). */
+static void print_stages(FILE *f, const loom_model *m, const plan_options *po, const int *first) {
+    int tp = po->tp, pp = po->pp, hidden = stage_hidden_width(m->tree);
+    fprintf(f, "\npipeline: %d stages of %d rank%s (rank = stage x %d + tp rank)\n", pp, tp, tp > 1 ? "s" : "", tp);
+    for (int s = 0; s < pp; s++) {
+        fprintf(f, "  stage %d: rank%s %d", s, tp > 1 ? "s" : "", s * tp);
+        if (tp > 1) fprintf(f, "-%d", s * tp + tp - 1);
+        fprintf(f, ", decoder layers %d..%d (%d)%s%s\n", first[s], first[s + 1] - 1, first[s + 1] - first[s],
+                s == 0 ? ", the embedding" : "", s == pp - 1 ? ", the final norm and LM head" : "");
+    }
+    for (int s = 0; s + 1 < pp; s++) {
+        if (po->sp)
+            fprintf(f, "  stage %d -> %d: each tp rank r sends its own token shard, [T/%d, %d] (%zu bytes per token "
+                       "per rank pair), to tp rank r of stage %d; nothing is gathered\n",
+                    s, s + 1, tp, hidden, hidden * sizeof(float) / tp, s + 1);
+        else
+            fprintf(f, "  stage %d -> %d: the complete hidden state, [T, %d] (%zu bytes per token), from each tp rank r "
+                       "to tp rank r of stage %d\n", s, s + 1, hidden, hidden * sizeof(float), s + 1);
+    }
+    fprintf(f, "  logits: rank %d (stage %d) hands [rows, %d] to every rank\n", (pp - 1) * tp, pp - 1, m->cfg.vocab);
+    fprintf(f, "  a pass of several sequences splits into microbatches that flow through the stages\n");
+}
+
+int loom_print_plan(loom_model *m, int tp, const loom_engine_options *o, FILE *f, loom_err *err) {
     plan p;
-    plan_options po = {.tp = tp, .sp = sequence_parallel, .async_tp = async_tp, .quant = m->ws.quant,
-                       .checkpoint = &m->cfg.quant};
-    if (plan_build(&p, m->tree, &po, NULL, err)) return -1;
+    int pp = o->pipeline_parallel > 1 ? o->pipeline_parallel : 1, *first = calloc(pp + 1, sizeof *first);
+    if (stage_layers(stage_count_layers(m->tree), pp, o->pp_layer_partition, first, err)) {
+        free(first);
+        return -1;
+    }
+    plan_options po = {.tp = tp, .sp = o->sequence_parallel, .async_tp = o->async_tp, .quant = m->ws.quant,
+                       .checkpoint = &m->cfg.quant, .pp = pp, .layer1 = first[1]};
+    if (plan_build(&p, m->tree, &po, NULL, err)) {
+        free(first);
+        return -1;
+    }
     const mla_config *a = &m->cfg.mla;
     if (a->kv_lora_rank)
         fprintf(f, "model %s from %s: %d layers, hidden %d, %d heads of latent attention (q/k %d+%d, v %d, latent %d, "
@@ -192,22 +225,24 @@ int loom_print_plan(loom_model *m, int tp, bool sequence_parallel, bool async_tp
         fprintf(f, "model %s from %s: %d layers, hidden %d, %d heads (%d kv) of %d, vocab %d\n", m->cfg.arch,
                 m->source, m->cfg.n_layers, m->cfg.hidden, m->cfg.n_heads, m->cfg.n_kv_heads, m->cfg.head_dim,
                 m->cfg.vocab);
-    if (tp == 1) fprintf(f, "parallelism: tp=1 (single rank)\n");
+    if (tp == 1 && pp == 1) fprintf(f, "parallelism: tp=1 (single rank)\n");
+    else if (tp == 1) fprintf(f, "parallelism: %d pipeline stages of one rank\n", pp);
     else
         fprintf(f, "parallelism: tensor parallel across %d ranks (column/row-parallel linears, vocab-parallel "
                    "embedding and LM head)%s\n", tp, p.o.async_tp ? " + sequence parallel + async TP" : p.o.sp ? " + sequence parallel" : "");
     fprintf(f, "\nmodule tree:\n");
     print_module(f, m->tree, 1);
+    if (pp > 1) print_stages(f, m, &p.o, first);
     size_t floats = 0;
     for (int b = 0; b < p.n_buffers; b++)
         if (p.buffer_rows[b] == ROWS_TOKENS) floats += p.buffer_width[b];
-    int count[STEP_MATMUL_RS + 1] = {0};
+    int count[STEP_KIND_COUNT] = {0};
     for (int i = 0; i < p.n_steps; i++) count[p.steps[i].kind]++;
-    fprintf(f, "\nplan (rank 0 of %d): %d steps over %d values in %d reused buffers (%zu floats per token)\n", tp,
-            p.n_steps, p.n_values, p.n_buffers, floats);
-    if (tp > 1) {
+    fprintf(f, "\nplan (rank 0 of %d%s): %d steps over %d values in %d reused buffers (%zu floats per token)\n", tp,
+            pp > 1 ? ", stage 0" : "", p.n_steps, p.n_values, p.n_buffers, floats);
+    if (tp > 1 || pp > 1) {
         fprintf(f, "collectives per forward pass:");
-        for (int k = STEP_ALL_REDUCE; k <= STEP_MATMUL_RS; k++)
+        for (int k = STEP_ALL_REDUCE; k < STEP_KIND_COUNT; k++)
             if (count[k]) fprintf(f, " %d %s", count[k], step_kind_name(k));
         fprintf(f, "\nrank 0 holds %d of %d q heads, %d %s columns, vocabulary rows %d..%d\n", m->cfg.n_heads / tp,
                 m->cfg.n_heads, p.kv_width, p.kv_latent ? "latent cache" : "kv", p.vocab_col0[0],
@@ -217,5 +252,6 @@ int loom_print_plan(loom_model *m, int tp, bool sequence_parallel, bool async_tp
     if (p.o.sp) print_sp(f, &p);
     if (p.o.async_tp) print_async(f, &p);
     plan_free(&p);
+    free(first);
     return 0;
 }

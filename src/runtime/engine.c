@@ -9,6 +9,7 @@
 
 #include "kernels/kernels.h"
 #include "plan/plan.h"
+#include "plan/stage.h"
 #include "quant/quant.h"
 #include "runtime/engine.h"
 #include "util/err.h"
@@ -71,10 +72,10 @@ static int alloc_state(loom_engine *e, loom_err *err) {
     const plan *p = &e->plans[0].p;
     for (int i = 0; i < e->n_plans; i++)
         if (alloc_buffers(e, &e->plans[i], err)) return -1;
-    e->kv = calloc(c->n_layers, sizeof *e->kv);
+    e->kv = calloc(c->n_layers, sizeof *e->kv); /* indexed by layer; this stage's are allocated */
     size_t kv_width = (size_t)p->kv_width; /* the same in both plans */
     size_t per = (size_t)e->max_seqs * e->max_ctx * kv_width * sizeof(float);
-    for (int l = 0; l < c->n_layers; l++) { /* a latent cache (MLA) has no V */
+    for (int l = e->layer0; l < e->layer1; l++) { /* a latent cache (MLA) has no V */
         e->kv[l] = (kv_layer){.max_ctx = e->max_ctx, .kv_width = (int)kv_width};
         if (!(e->kv[l].k = alloc_or_fail(per, "the KV cache", err)) ||
             (!p->kv_latent && !(e->kv[l].v = alloc_or_fail(per, "the KV cache", err))))
@@ -87,15 +88,33 @@ static int alloc_state(loom_engine *e, loom_err *err) {
     return e->logits ? rope_table_init(&e->rope, c, e->max_ctx, err) : -1;
 }
 
-static void warn_unused(const loom_model *m) {
+/* Tensors no op reads, reported by the first rank of each stage for its own part. */
+static void warn_unused(const loom_model *m, const plan_options *po) {
     char **unused = weights_unused(&m->ws);
-    int n = 0;
-    while (unused[n]) n++;
-    if (n) {
-        fprintf(stderr, "loom: warning: %s: %d tensor%s not used by %s, e.g. '%s'\n", m->ws.dir, n,
-                n > 1 ? "s" : "", m->cfg.arch, unused[0]);
-    }
+    int n = 0, first = -1;
+    for (int i = 0; unused[i]; i++)
+        if (!stage_foreign_tensor(po, m->tree, unused[i]) && n++ == 0) first = i;
+    if (n)
+        fprintf(stderr, "loom: warning: %s: %d tensor%s not used by %s, e.g. '%s'\n", m->ws.dir, n, n > 1 ? "s" : "",
+                m->cfg.arch, unused[first]);
     free(unused);
+}
+
+/* This rank's place in the pipeline: its stage's communicator and decoder layers. */
+static int join_stage(loom_engine *e, const loom_engine_options *o, loom_err *err) {
+    e->pp = o->pipeline_parallel > 1 ? o->pipeline_parallel : 1;
+    int n_layers = stage_count_layers(e->model->tree), *first = calloc(e->pp + 1, sizeof *first);
+    int rc = stage_layers(n_layers, e->pp, o->pp_layer_partition, first, err);
+    if (!rc && e->world->size % e->pp)
+        rc = loom_errf(err, "-pp %d does not divide the job's %d ranks", e->pp, e->world->size);
+    if (!rc && e->pp > 1) rc = comm_split_stages(e->world, e->world->size / e->pp, &e->own_comm, err);
+    if (!rc) {
+        e->comm = e->pp > 1 ? e->own_comm : e->world;
+        e->stage = e->world->rank / e->comm->size;
+        e->layer0 = first[e->stage], e->layer1 = first[e->stage + 1];
+    }
+    free(first);
+    return rc;
 }
 
 /* Rows an engine with these options runs at most: all tokens, and the rows with logits. */
@@ -109,10 +128,13 @@ size_t loom_comm_slot_bytes(const loom_model *m, int tp, const loom_engine_optio
     plan p;
     loom_err err;
     int tokens, logits;
+    engine_rows(o, &tokens, &logits);
+    /* pipeline: a stage sends at most every token's hidden state, and the last broadcasts logits */
+    size_t pipe = o->pipeline_parallel > 1 ? (size_t)round_up(tokens, tp) * stage_hidden_width(m->tree) : 0;
+    if (o->pipeline_parallel > 1 && (size_t)logits * m->cfg.vocab > pipe) pipe = (size_t)logits * m->cfg.vocab;
     plan_options po = {.tp = tp, .sp = o->sequence_parallel, .async_tp = o->async_tp, .quant = m->ws.quant,
                        .checkpoint = &m->cfg.quant};
     if (plan_build(&p, m->tree, &po, NULL, &err)) return 0;
-    engine_rows(o, &tokens, &logits);
     tokens = round_up(tokens, tp);
     size_t need[3] = {(size_t)tokens * p.max_comm_cols[ROWS_TOKENS],
                       (size_t)tokens / tp * p.max_comm_cols[ROWS_SHARD],
@@ -120,26 +142,33 @@ size_t loom_comm_slot_bytes(const loom_model *m, int tp, const loom_engine_optio
                                             ? p.max_comm_cols[ROWS_LOGITS] : p.max_comm_cols[ROWS_SHARD])};
     plan_free(&p);
     size_t most = need[0] > need[1] ? need[0] : need[1];
-    return (most > need[2] ? most : need[2]) * sizeof(float);
+    most = most > need[2] ? most : need[2];
+    return (most > pipe ? most : pipe) * sizeof(float);
 }
 
-int loom_check_sharding(const loom_model *m, int tp, bool sequence_parallel, loom_err *err) {
-    for (int r = 0; r < tp; r++) {
-        plan p;
-        /* async TP plans the same shapes */
-        plan_options po = {.tp = tp, .rank = r, .sp = sequence_parallel, .quant = m->ws.quant,
-                           .checkpoint = &m->cfg.quant};
-        if (plan_build(&p, m->tree, &po, NULL, err))
-            return loom_err_prefix(err, "%s cannot run with -tp %d%s", m->cfg.arch, tp,
-                                   sequence_parallel ? " and sequence parallelism" : "");
-        plan_free(&p);
-    }
-    return 0;
+int loom_check_sharding(const loom_model *m, int tp, const loom_engine_options *o, loom_err *err) {
+    int pp = o->pipeline_parallel > 1 ? o->pipeline_parallel : 1, *first = calloc(pp + 1, sizeof *first), rc = 0;
+    if (stage_layers(stage_count_layers(m->tree), pp, o->pp_layer_partition, first, err))
+        rc = loom_err_prefix(err, "%s cannot run with -pp %d", m->cfg.arch, pp);
+    for (int s = 0; s < pp && !rc; s++)
+        for (int r = 0; r < tp && !rc; r++) {
+            plan p;
+            /* async TP plans the same shapes */
+            plan_options po = {.tp = tp, .rank = r, .sp = o->sequence_parallel, .quant = m->ws.quant,
+                               .checkpoint = &m->cfg.quant, .pp = pp, .stage = s, .layer0 = first[s],
+                               .layer1 = first[s + 1]};
+            if (plan_build(&p, m->tree, &po, NULL, err))
+                rc = loom_err_prefix(err, "%s cannot run with -tp %d%s", m->cfg.arch, tp,
+                                     o->sequence_parallel ? " and sequence parallelism" : "");
+            else plan_free(&p);
+        }
+    free(first);
+    return rc;
 }
 
 static size_t kv_bytes_per_token(const loom_engine *e) {
     const plan *p = &e->plans[0].p;
-    return (size_t)e->model->cfg.n_layers * p->kv_width * (p->kv_latent ? 1 : 2) * sizeof(float);
+    return (size_t)(e->layer1 - e->layer0) * p->kv_width * (p->kv_latent ? 1 : 2) * sizeof(float);
 }
 
 /* The context: as asked, or as long as the KV budget holds for every sequence (up to the
@@ -168,8 +197,10 @@ loom_engine *loom_engine_new(loom_model *m, const loom_engine_options *o, loom_e
     e->model = m;
     e->max_seqs = o->max_seqs > 0 ? o->max_seqs : 1;
     engine_rows(o, &e->max_tokens, &e->max_logits);
-    e->comm = o->comm ? o->comm : (e->own_comm = comm_local());
-    set_threads(o->threads, e->comm->size);
+    e->world = o->comm ? o->comm : (e->own_comm = comm_local());
+    set_threads(o->threads, e->world->size);
+    if (join_stage(e, o, err)) goto fail;
+    pipeline_init(e, o);
     /* a progress line only where loading takes long enough to wonder (dummy or converted
      * weights of a large model; mapped f32/bf16 tensors load lazily) */
     loom_model_info info;
@@ -177,21 +208,23 @@ loom_engine *loom_engine_new(loom_model *m, const loom_engine_options *o, loom_e
     bool progress = m->progress && info.n_params > (64u << 20);
     plan_options po = {.tp = e->comm->size, .rank = e->comm->rank, .sp = o->sequence_parallel,
                        .async_tp = o->async_tp, .progress = progress, .quant = m->ws.quant,
-                       .checkpoint = &m->cfg.quant};
+                       .checkpoint = &m->cfg.quant, .pp = e->pp, .stage = e->stage, .layer0 = e->layer0,
+                       .layer1 = e->layer1};
     e->n_plans = 1;
     e->plans[0].max_tokens = e->max_tokens;
     if (plan_build(&e->plans[0].p, m->tree, &po, &m->ws, err)) goto fail;
     e->sp_min_tokens = e->plans[0].p.o.sp ? o->sp_min_tokens : 0;
     if (e->sp_min_tokens > 1) { /* the short passes' plain TP plan (weights are shared: same slices) */
-        plan_options tp_only = {.tp = po.tp, .rank = po.rank, .quant = po.quant, .checkpoint = po.checkpoint};
+        plan_options tp_only = {.tp = po.tp, .rank = po.rank, .quant = po.quant, .checkpoint = po.checkpoint,
+                                .pp = po.pp, .stage = po.stage, .layer0 = po.layer0, .layer1 = po.layer1};
         e->plans[1].max_tokens = e->sp_min_tokens - 1 < e->max_tokens ? e->sp_min_tokens - 1 : e->max_tokens;
         if (plan_build(&e->plans[1].p, m->tree, &tp_only, &m->ws, err)) goto fail;
         e->n_plans = 2;
     }
     e->cur = &e->plans[0];
     if (size_context(e, o, err)) goto fail;
-    if (e->comm->rank == 0) {
-        warn_unused(m);
+    if (e->comm->rank == 0) { /* each stage's first rank, for its layers */
+        warn_unused(m, &po);
         for (int i = 0; i < e->plans[0].p.n_warnings; i++) fprintf(stderr, "loom: warning: %s\n", e->plans[0].p.warnings[i]);
     }
     if (alloc_state(e, err)) goto fail;
@@ -203,12 +236,13 @@ fail:
 
 void loom_engine_free(loom_engine *e) {
     if (!e) return;
+    pipeline_free(e);
     for (int i = 0; i < 2; i++) {
         for (int b = 0; e->plans[i].buffers && b < e->plans[i].p.n_buffers; b++) free(e->plans[i].buffers[b]);
         free(e->plans[i].buffers);
         plan_free(&e->plans[i].p);
     }
-    for (int l = 0; e->kv && l < e->model->cfg.n_layers; l++) free(e->kv[l].k), free(e->kv[l].v);
+    for (int l = e->layer0; e->kv && l < e->layer1; l++) free(e->kv[l].k), free(e->kv[l].v);
     free(e->kv);
     free(e->seq_len);
     free(e->logits);
@@ -283,6 +317,8 @@ static int run_collective(loom_engine *e, const plan_step *s, const loom_batch *
     case STEP_OP:
     case STEP_AG_MATMUL:
     case STEP_MATMUL_RS:
+    case STEP_SEND:
+    case STEP_RECV:
     case STEP_KIND_COUNT: break;
     }
     if (!rc && s->bias[0]) add_rows(out, ldo, s->bias[0], 0, out, ldo, value_rows(e, ov, b), ov->width);
@@ -402,11 +438,32 @@ static void run_step(loom_engine *e, const plan_step *s, const loom_batch *b) {
     }
 }
 
-int loom_forward(loom_engine *e, const loom_batch *b, const float **logits, loom_err *err) {
-    if (check_batch(e, b, err)) return -1;
+/* A stage boundary: the hidden state, as the plan holds it on this rank, goes to or comes from
+ * the rank of the same TP rank in the next or previous stage. */
+static int run_boundary(loom_engine *e, const plan_step *s, const loom_batch *b, loom_err *err) {
+    bool send = s->kind == STEP_SEND;
+    int v = send ? s->in[0] : s->out, tp = e->comm->size, peer = e->world->rank + (send ? tp : -tp);
+    const plan_value *pv = &e->cur->p.values[v];
+    size_t ld;
+    float *x = value_ptr(e, v, &ld);
+    int rows = value_rows(e, pv, b);
+    comm_set_phase(e->world, "stage %d: %s of %d rows %s stage %d", e->stage, send ? "send" : "recv", rows,
+                   send ? "to" : "from", e->stage + (send ? 1 : -1));
+    double t0 = omp_get_wtime();
+    int rc = send ? comm_send_rows(e->world, peer, x, ld, rows, pv->width, err)
+                  : comm_recv_rows(e->world, peer, x, ld, rows, pv->width, err);
+    *(send ? &e->pipe.wait_next_s : &e->pipe.wait_prev_s) += omp_get_wtime() - t0;
+    return rc;
+}
+
+int engine_run_pass(loom_engine *e, const loom_batch *b, loom_err *err) {
     e->cur = &e->plans[e->n_plans > 1 && b->n_tokens < e->sp_min_tokens];
     for (int i = 0; i < e->cur->p.n_steps; i++) {
         const plan_step *s = &e->cur->p.steps[i];
+        if (s->kind == STEP_SEND || s->kind == STEP_RECV) {
+            if (run_boundary(e, s, b, err)) return -1;
+            continue;
+        }
         if (s->kind != STEP_OP) {
             double waited = e->comm->blocked_s;
             bool fused = s->kind == STEP_AG_MATMUL || s->kind == STEP_MATMUL_RS;
@@ -422,16 +479,29 @@ int loom_forward(loom_engine *e, const loom_batch *b, const float **logits, loom
         run_step(e, s, b);
         e->op_seconds[s->op->kind] += omp_get_wtime() - t0;
     }
-    for (int i = 0; i < b->n_tokens; i++) e->seq_len[b->seq[i]] = b->pos[i] + 1;
+    return 0;
+}
+
+void engine_take_logits(loom_engine *e, const loom_batch *b, const int32_t *at) {
     size_t ld;
     const float *out = value_ptr(e, e->cur->p.output, &ld);
-    int vocab = e->model->cfg.vocab;
-    for (int r = 0; r < b->n_logits; r++) memcpy(e->logits + (size_t)r * vocab, out + r * ld, vocab * sizeof *out);
+    size_t vocab = e->model->cfg.vocab;
+    for (int r = 0; r < b->n_logits; r++) memcpy(e->logits + (at ? at[r] : r) * vocab, out + r * ld, vocab * sizeof *out);
+}
+
+int loom_forward(loom_engine *e, const loom_batch *b, const float **logits, loom_err *err) {
+    if (check_batch(e, b, err)) return -1;
+    if (e->pp > 1 ? pipeline_forward(e, b, err) : engine_run_pass(e, b, err)) return -1;
+    if (e->pp == 1) engine_take_logits(e, b, NULL);
+    for (int i = 0; i < b->n_tokens; i++) e->seq_len[b->seq[i]] = b->pos[i] + 1;
     *logits = e->logits;
     return 0;
 }
 
 size_t loom_engine_activation_bytes(const loom_engine *e) { return e->activation_bytes; }
+double loom_engine_blocked_seconds(const loom_engine *e) {
+    return e->comm->blocked_s + (e->world != e->comm ? e->world->blocked_s : 0);
+}
 size_t loom_engine_kv_bytes(const loom_engine *e) { return e->kv_bytes; }
 size_t loom_engine_kv_bytes_per_token(const loom_engine *e) { return kv_bytes_per_token(e); }
 
@@ -458,20 +528,22 @@ void loom_engine_set_profile(loom_engine *e, bool on) {
     e->profile = on;
     memset(e->op_seconds, 0, sizeof e->op_seconds);
     memset(e->waited_seconds, 0, sizeof e->waited_seconds);
+    memset(&e->pipe, 0, sizeof e->pipe);
     e->comm_seconds = 0;
 }
 
 void loom_engine_print_profile(const loom_engine *e, FILE *f) {
     double total = e->comm_seconds;
     for (int k = 0; k < OP_KIND_COUNT; k++) total += e->op_seconds[k];
-    fprintf(f, "time by op (rank %d, %.3f s in all):", e->comm->rank, total);
+    fprintf(f, "time by op (rank %d, %.3f s in all):", e->world->rank, total);
     for (int k = 0; k < OP_KIND_COUNT; k++)
         if (e->op_seconds[k] > 0) fprintf(f, " %s %.1f%%", op_kind_name(k), 100 * e->op_seconds[k] / total);
     if (e->comm->size > 1) fprintf(f, " collectives %.1f%%", 100 * e->comm_seconds / total);
     fputc('\n', f);
+    if (e->pp > 1) pipeline_print_profile(e, f);
     if (e->comm->size == 1) return;
     /* what the fused ops' GEMMs did not hide shows here, apart from the GEMMs themselves */
-    fprintf(f, "waiting in collectives (rank %d):", e->comm->rank);
+    fprintf(f, "waiting in collectives (rank %d):", e->world->rank);
     for (int k = STEP_ALL_REDUCE; k < STEP_KIND_COUNT; k++)
         if (e->waited_seconds[k] > 0) fprintf(f, " %s %.3f s", step_kind_name(k), e->waited_seconds[k]);
     fputc('\n', f);

@@ -15,9 +15,23 @@ typedef struct engine_plan {
     int max_tokens; /* tokens per pass this plan runs */
 } engine_plan;
 
+/* Where a pipeline stage's time went in forward passes (the bubble is the waiting). */
+typedef struct pipeline_stats {
+    double pass_s;                                    /* in pipelined forward passes */
+    double wait_prev_s, wait_next_s, wait_logits_s;   /* for the stage before, after, the logits */
+    long passes, microbatches;
+} pipeline_stats;
+
 struct loom_engine {
     loom_model *model;
-    loom_comm *comm, *own_comm; /* own_comm: made here for tp=1 */
+    /* comm: the ranks of this stage, which tensor parallelism shards across; world: the whole
+     * job (comm itself with one stage). own_comm: made here (tp=1, or this stage's) */
+    loom_comm *comm, *world, *own_comm;
+    int pp, stage, layer0, layer1; /* this rank's pipeline stage runs decoder layers [layer0, layer1) */
+    int max_microbatches;          /* 0: the default split (pipeline.c) */
+    int *mb_first;                 /* pipeline.c's scratch: microbatch bounds, logit rows */
+    int32_t *mb_rows, *mb_at;
+    pipeline_stats pipe;
     engine_plan plans[2], *cur;
     int n_plans, sp_min_tokens;
     kv_layer *kv;
@@ -31,5 +45,16 @@ struct loom_engine {
     double op_seconds[OP_KIND_COUNT], comm_seconds;
     double waited_seconds[STEP_KIND_COUNT]; /* blocked in each kind of collective */
 };
+
+/* Runs this rank's steps over b: the whole pass, or its stage's part of it. */
+int engine_run_pass(loom_engine *e, const loom_batch *b, loom_err *err);
+/* Copies the logit rows of the pass just run into e->logits: its row i to row at[i] (NULL: i). */
+void engine_take_logits(loom_engine *e, const loom_batch *b, const int32_t *at);
+/* A pass through the pipeline stages (pipeline.c): b splits into microbatches, each run through
+ * this stage as soon as the previous stage hands it over; then every rank gets the logits. */
+int pipeline_forward(loom_engine *e, const loom_batch *b, loom_err *err);
+void pipeline_init(loom_engine *e, const loom_engine_options *o);
+void pipeline_free(loom_engine *e);
+void pipeline_print_profile(const loom_engine *e, FILE *f);
 
 #endif

@@ -1,8 +1,9 @@
-/* Rank launching and supervision. shm: the calling process maps the arena, forks one process
- * per rank and waits for them; when one fails (exit code, signal, or a collective's deadline)
- * it stops the rest, first through the arena's abort flag, then with SIGKILL, and reports the
- * first failure with the rank and the phase it was in. The arena is an anonymous mapping, so
- * however the job ends nothing is left in /dev/shm. mpi: this process is one rank. */
+/* Rank launching and supervision. shm: the calling process maps one arena for the job's
+ * tp x pp ranks, forks one process per rank and waits for them; when one fails (exit code,
+ * signal, or a collective's deadline) it stops the rest, first through the arena's abort flag,
+ * then with SIGKILL, and reports the first failure with the rank, its stage and the phase it
+ * was in. The arena is an anonymous mapping, so however the job ends nothing is left in
+ * /dev/shm. mpi: this process is one rank. */
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -44,7 +45,8 @@ static void describe(int status, char *out, size_t cap) {
         snprintf(out, cap, "exited with status %d", WEXITSTATUS(status));
 }
 
-static int supervise(shm_arena *a, pid_t *pids, int n, loom_err *err) {
+/* n ranks in stages of stage_size. */
+static int supervise(shm_arena *a, pid_t *pids, int n, int stage_size, loom_err *err) {
     int live = n, first = -1, first_status = 0;
     char first_phase[96] = "";
     double kill_at = 0;
@@ -76,9 +78,10 @@ static int supervise(shm_arena *a, pid_t *pids, int n, loom_err *err) {
         }
     }
     if (first < 0) return 0;
-    char how[128];
+    char who[32], how[128];
     describe(first_status, how, sizeof how);
-    loom_errf(err, "rank %d %s during '%s'; the other ranks were stopped", first, how, first_phase);
+    loom_errf(err, "rank %s %s during '%s'; the other ranks were stopped",
+              comm_format_rank(first, stage_size, n, who, sizeof who), how, first_phase);
     return WIFSIGNALED(first_status) ? 128 + WTERMSIG(first_status) : WEXITSTATUS(first_status);
 }
 
@@ -88,22 +91,23 @@ static void forward_to_rank0(int sig) {
     if (rank0_pid > 0) kill(rank0_pid, sig);
 }
 
-static int launch_shm(const loom_launch_options *o, loom_rank_fn fn, void *arg, loom_err *err) {
-    shm_arena *a = shm_arena_create(o->tp, o->slot_bytes, o->timeout_s > 0 ? o->timeout_s : 60,
+static int launch_shm(const loom_launch_options *o, int pp, loom_rank_fn fn, void *arg, loom_err *err) {
+    int n = o->tp * pp;
+    shm_arena *a = shm_arena_create(n, o->tp, o->slot_bytes, o->timeout_s > 0 ? o->timeout_s : 60,
                                     o->spin >= 0 ? o->spin : 2000, err);
     if (!a) return 1;
     fflush(stdout);
     fflush(stderr);
-    pid_t parent = getpid(), *pids = calloc(o->tp, sizeof *pids);
+    pid_t parent = getpid(), *pids = calloc(n, sizeof *pids);
     int forked = 0;
-    for (; forked < o->tp; forked++) {
+    for (; forked < n; forked++) {
         pid_t pid = fork();
         if (pid == 0) run_rank(a, forked, parent, fn, arg);
         if (pid < 0) break;
         pids[forked] = pid;
     }
     int rc;
-    if (forked < o->tp) {
+    if (forked < n) {
         loom_errf(err, "cannot start rank %d: %s", forked, strerror(errno));
         shm_arena_abort(a);
         for (int r = 0; r < forked; r++) kill(pids[r], SIGKILL), waitpid(pids[r], NULL, 0);
@@ -115,7 +119,7 @@ static int launch_shm(const loom_launch_options *o, loom_rank_fn fn, void *arg, 
             sigaction(SIGTERM, &fwd, &old_term);
             sigaction(SIGINT, &fwd, &old_int);
         }
-        rc = supervise(a, pids, o->tp, err);
+        rc = supervise(a, pids, n, o->tp, err);
         if (o->forward_signals) {
             sigaction(SIGTERM, &old_term, NULL);
             sigaction(SIGINT, &old_int, NULL);
@@ -129,9 +133,14 @@ static int launch_shm(const loom_launch_options *o, loom_rank_fn fn, void *arg, 
 
 int loom_launch(const loom_launch_options *o, loom_rank_fn fn, void *arg, loom_err *err) {
     const char *be = o->backend ? o->backend : "shm";
+    if (o->pp < 0) {
+        loom_errf(err, "-pp %d: need at least one stage", o->pp);
+        return 2;
+    }
+    int pp = o->pp > 1 ? o->pp : 1;
     if (!strcmp(be, "mpi")) {
 #if LOOM_HAVE_MPI
-        return comm_mpi_run(o->tp, o->timeout_s > 0 ? o->timeout_s : 60, o->mpi_progress, fn, arg, err);
+        return comm_mpi_run(o->tp, pp, o->timeout_s > 0 ? o->timeout_s : 60, o->mpi_progress, fn, arg, err);
 #else
         loom_errf(err, "--backend mpi: this build has no MPI backend (configured with -DLOOM_MPI=OFF)");
         return 2;
@@ -145,15 +154,14 @@ int loom_launch(const loom_launch_options *o, loom_rank_fn fn, void *arg, loom_e
         loom_errf(err, "-tp %d: need at least one rank", o->tp);
         return 2;
     }
-    if (o->tp == 1 && !o->isolate) { /* no ranks to start: run here */
+    if (o->tp * pp == 1 && !o->isolate) { /* no ranks to start: run here */
         loom_comm *c = comm_local();
         int rc = fn(c, arg);
         comm_free(c);
         return rc;
     }
-    return launch_shm(o, fn, arg, err);
+    return launch_shm(o, pp, fn, arg, err);
 }
 
 int loom_comm_rank(const loom_comm *c) { return c->rank; }
 int loom_comm_size(const loom_comm *c) { return c->size; }
-double loom_comm_blocked_seconds(const loom_comm *c) { return c->blocked_s; }
