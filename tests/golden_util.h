@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "loom.h"
 #include "model/safetensors.h"
@@ -133,5 +134,19 @@ static double golden_worst(const golden *g, const float *out) {
             if (!(d <= worst)) worst = d;
         }
     return worst;
+}
+/* Runs fn on tp x pp ranks of m (forked shm ranks, or this process under mpirun) after checking
+ * that m shards that way with eo's parallelism; frees m. On failure, unmaps out (bytes) and
+ * returns NULL; else out, which the ranks filled. */
+static inline float *golden_launch(loom_model *m, int tp, int pp, const char *backend, const loom_engine_options *eo,
+                                   loom_rank_fn fn, void *job, float *out, size_t bytes, loom_err *err) {
+    loom_launch_options lo = {.tp = tp, .pp = pp, .backend = backend, .slot_bytes = loom_comm_slot_bytes(m, tp, eo),
+                              .timeout_s = 30, .spin = -1, .isolate = true};
+    int rc = loom_check_sharding(m, tp, eo, err);
+    if (!rc) rc = loom_launch(&lo, fn, job, err);
+    loom_model_free(m);
+    if (!rc) return out;
+    munmap(out, bytes);
+    return NULL;
 }
 #endif

@@ -127,16 +127,7 @@ static float *run_job(const char *name, golden *g, int tp, mode md, bool long_ba
     loom_engine_options eo = golden_engine_options(NULL);
     if (long_batch) eo.max_tokens = LONG_SEQS * LONG_LEN;
     eo.sequence_parallel = md != MODE_TP;
-    loom_launch_options lo = {.tp = tp, .backend = backend, .slot_bytes = loom_comm_slot_bytes(m, tp, &eo),
-                              .timeout_s = 30, .spin = -1, .isolate = true};
-    int rc = loom_check_sharding(m, tp, &eo, err);
-    if (!rc) rc = loom_launch(&lo, rank_main, &j, err);
-    loom_model_free(m);
-    if (rc) {
-        munmap(out, bytes);
-        return NULL;
-    }
-    return out;
+    return golden_launch(m, tp, 1, backend, &eo, rank_main, &j, out, bytes, err);
 }
 
 static float *run_tp(const char *name, golden *g, int tp, mode md, const char *backend, loom_err *err) {

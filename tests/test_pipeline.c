@@ -61,16 +61,7 @@ static float *run(const char *name, golden *g, int tp, int pp, mode md, const ch
     float *out = j.out = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     loom_engine_options eo = golden_engine_options(NULL);
     eo.sequence_parallel = md != MODE_TP, eo.pipeline_parallel = pp;
-    loom_launch_options lo = {.tp = tp, .pp = pp, .backend = backend, .slot_bytes = loom_comm_slot_bytes(m, tp, &eo),
-                              .timeout_s = 30, .spin = -1, .isolate = true};
-    int rc = loom_check_sharding(m, tp, &eo, err);
-    if (!rc) rc = loom_launch(&lo, rank_main, &j, err);
-    loom_model_free(m);
-    if (rc) {
-        munmap(out, bytes);
-        return NULL;
-    }
-    return out;
+    return golden_launch(m, tp, pp, backend, &eo, rank_main, &j, out, bytes, err);
 }
 
 static int mpi_dump(const char *name, int tp, int md, const char *path) {

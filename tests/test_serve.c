@@ -380,6 +380,33 @@ static void ranks(void) {
     unlink(s.log);
 }
 
+/* -tp 2 -pp 2: two stages of two ranks; a step of several requests' tokens splits into
+ * microbatches that flow through the stages, and each request still gets `loom run`'s text. */
+static void stages(void) {
+    server s;
+    if (start(&s, "-tp 2 -pp 2 --enable-sequence-parallel --sp-min-tokens 0 --pp-microbatches 4 --max-model-len 256")) {
+        CHECK(0, "-tp 2 -pp 2 server did not start");
+        return;
+    }
+    completions_match_run(s.port, "-tp 2 -pp 2 -p 'The robot' -n 24 --ignore-eos");
+    enum { N = 3 };
+    int fds[N];
+    for (int i = 0; i < N; i++)
+        fds[i] = post_completion(s.port, "{\"prompt\":\"The robot\",\"max_tokens\":24,\"temperature\":0,"
+                                          "\"ignore_eos\":true}");
+    char *want = loom_run("-p 'The robot' -n 24 --ignore-eos");
+    for (int i = 0; i < N; i++) {
+        char *resp = read_all(fds[i]), text[4096] = "";
+        close(fds[i]);
+        const char *body = strstr(resp, "\r\n\r\n");
+        CHECK(body && !json_str(body, "text", text, sizeof text) && !strcmp(text, want),
+              "concurrent request %d under -pp 2: '%s', not '%s'", i, text, want);
+        free(resp);
+    }
+    free(want);
+    CHECK(stop(&s, SIGTERM, 30) == 0, "the -tp 2 -pp 2 server did not exit 0 on SIGTERM");
+}
+
 /* Under mpirun: rank 0 serves, rank 1 follows its steps over MPI; SIGTERM to rank 0 drains and
  * the job exits 0 (mpirun's own SIGTERM handling ends the job at once: that is Open MPI's). */
 static void over_mpi(void) {
@@ -464,6 +491,7 @@ int main(void) {
     client_leaves(s.port);
     sigterm_drains(&s);
     ranks();
+    stages();
     over_mpi();
     return check_done();
 }

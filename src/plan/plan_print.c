@@ -122,7 +122,7 @@ static void print_latent_kv(FILE *f, const loom_model *m, const plan *p) {
 
 static void print_sp(FILE *f, const plan *p) {
     fprintf(f, "\nsequence parallelism: the residual stream holds T/%d tokens per rank between the embedding "
-               "and the LM head\n", p->o.tp);
+               "and the LM head%s\n", p->o.tp, p->o.pp > 1 ? ", across the stage boundaries too (regions below: stage 0's)" : "");
     int verified = 0;
     for (int i = 0; i < p->n_regions; i++) {
         const plan_region *r = &p->regions[i];
@@ -201,6 +201,15 @@ static void print_stages(FILE *f, const loom_model *m, const plan_options *po, c
     fprintf(f, "  a pass of several sequences splits into microbatches that flow through the stages\n");
 }
 
+static void print_collectives(FILE *f, const plan *p) {
+    int count[STEP_KIND_COUNT] = {0};
+    for (int i = 0; i < p->n_steps; i++) count[p->steps[i].kind]++;
+    fprintf(f, "collectives and stage hand-overs per forward pass:");
+    for (int k = STEP_ALL_REDUCE; k < STEP_KIND_COUNT; k++)
+        if (count[k]) fprintf(f, " %d %s", count[k], step_kind_name(k));
+    fputc('\n', f);
+}
+
 int loom_print_plan(loom_model *m, int tp, const loom_engine_options *o, FILE *f, loom_err *err) {
     plan p;
     int pp = o->pipeline_parallel > 1 ? o->pipeline_parallel : 1, *first = calloc(pp + 1, sizeof *first);
@@ -236,15 +245,24 @@ int loom_print_plan(loom_model *m, int tp, const loom_engine_options *o, FILE *f
     size_t floats = 0;
     for (int b = 0; b < p.n_buffers; b++)
         if (p.buffer_rows[b] == ROWS_TOKENS) floats += p.buffer_width[b];
-    int count[STEP_KIND_COUNT] = {0};
-    for (int i = 0; i < p.n_steps; i++) count[p.steps[i].kind]++;
     fprintf(f, "\nplan (rank 0 of %d%s): %d steps over %d values in %d reused buffers (%zu floats per token)\n", tp,
             pp > 1 ? ", stage 0" : "", p.n_steps, p.n_values, p.n_buffers, floats);
     if (tp > 1 || pp > 1) {
-        fprintf(f, "collectives per forward pass:");
-        for (int k = STEP_ALL_REDUCE; k < STEP_KIND_COUNT; k++)
-            if (count[k]) fprintf(f, " %d %s", count[k], step_kind_name(k));
-        fprintf(f, "\nrank 0 holds %d of %d q heads, %d %s columns, vocabulary rows %d..%d\n", m->cfg.n_heads / tp,
+        print_collectives(f, &p);
+        for (int s = 1; s < pp; s++) { /* the later stages' own steps */
+            plan ps;
+            plan_options so = po;
+            so.stage = s, so.layer0 = first[s], so.layer1 = first[s + 1];
+            if (plan_build(&ps, m->tree, &so, NULL, err)) {
+                plan_free(&p);
+                free(first);
+                return -1;
+            }
+            fprintf(f, "plan (rank %d, stage %d): %d steps; ", s * tp, s, ps.n_steps);
+            print_collectives(f, &ps);
+            plan_free(&ps);
+        }
+        fprintf(f, "rank 0 holds %d of %d q heads, %d %s columns, vocabulary rows %d..%d\n", m->cfg.n_heads / tp,
                 m->cfg.n_heads, p.kv_width, p.kv_latent ? "latent cache" : "kv", p.vocab_col0[0],
                 p.vocab_col0[0] + p.vocab_width[0] - 1);
     }
