@@ -8,7 +8,7 @@
 # The 2 cores make every layout 2 ranks of one thread. The cross-machine part (pp=2 against
 # tp=2 over MPI at 1 Gbit/s, bytes on the link) is benches/netns-mpi.sh with JOBS set; this
 # script runs it last when run as root with PP_NETNS=1.
-# Usage: benches/pp.sh [build-dir] [rounds]
+# Usage: [PARTS="1 2 3 4"] benches/pp.sh [build-dir] [rounds] (part 4 also needs PP_NETNS=1)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 loom=${1:-build}/loom
@@ -20,22 +20,24 @@ avg() { awk '/^Avg latency/ {print $3}'; }
 "$loom" bench latency -m "$cfg" --load-format dummy --input-len 1 --output-len 1 --num-iters 1 --num-iters-warmup 0 \
   2>/dev/null | grep '^CPU'
 
-echo "== 1. memory per rank (input 128, output 1)"
-for layout in "-tp 1 --threads 2" "-tp 2" "-pp 2"; do
+part() { [[ " ${PARTS:-1 2 3 4} " == *" $1 "* ]]; }
+
+part 1 && echo "== 1. memory per rank (input 128, output 1)"
+part 1 && for layout in "-tp 1 --threads 2" "-tp 2" "-pp 2"; do
   # shellcheck disable=SC2086
   bench --input-len 128 --output-len 1 --batch-size 1 --num-iters 1 $layout | grep '^Rank' | sed "s/^/  $layout: /"
 done
 
-echo "== 2. prefill of 2048 tokens, batch 1: pp=2 against tp=2, alternating ($rounds rounds of 2 iterations)"
-for r in $(seq "$rounds"); do
+part 2 && echo "== 2. prefill of 2048 tokens, batch 1: pp=2 against tp=2, alternating ($rounds rounds of 2 iterations)"
+part 2 && for r in $(seq "$rounds"); do
   t_tp=$(bench --input-len 2048 --output-len 1 --batch-size 1 --num-iters 2 -tp 2 | avg)
   t_pp=$(bench --input-len 2048 --output-len 1 --batch-size 1 --num-iters 2 -pp 2 --profile | tee /tmp/loom-pp-lat.txt | avg)
   printf "  round %d: tp=2 %.3f s, pp=2 %.3f s, pp/tp = %s; %s\n" "$r" "$t_tp" "$t_pp" \
     "$(awk "BEGIN {printf \"%.3f\", $t_pp / $t_tp}")" "$(grep -h '^Rank' /tmp/loom-pp-lat.txt | sed 's/.*stage/stage/' | paste -sd';')"
 done
 
-echo "== 3. batch 8 x 512 tokens (one prefill pass of 4096): pp=2 with microbatches against without"
-for r in $(seq "$rounds"); do
+part 3 && echo "== 3. batch 8 x 512 tokens (one prefill pass of 4096): pp=2 with microbatches against without"
+part 3 && for r in $(seq "$rounds"); do
   t_one=$(bench --input-len 512 --output-len 1 --batch-size 8 --num-iters 2 -pp 2 --pp-microbatches 1 | tee /tmp/loom-pp-one.txt | avg)
   t_mb=$(bench --input-len 512 --output-len 1 --batch-size 8 --num-iters 2 -pp 2 | tee /tmp/loom-pp-mb.txt | avg)
   t_tp=$(bench --input-len 512 --output-len 1 --batch-size 8 --num-iters 2 -tp 2 | avg)
@@ -46,7 +48,7 @@ for r in $(seq "$rounds"); do
   echo "    with:    $(grep -h '^Rank' /tmp/loom-pp-mb.txt | sed 's/.*stage/stage/' | paste -sd';')"
 done
 
-if [ "${PP_NETNS:-0}" = 1 ]; then
+if part 4 && [ "${PP_NETNS:-0}" = 1 ]; then
   echo "== 4. across a 1 Gbit/s link (two network namespaces, one MPI rank each): pp=2 against tp=2"
   JOBS='tp=2:-tp 2;pp=2:-pp 2' ROUNDS=$rounds benches/netns-mpi.sh "$(dirname "$loom")" 1gbit
 fi

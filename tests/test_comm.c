@@ -239,7 +239,8 @@ static int check_stages(loom_comm *w, void *arg) {
 
 /* Faults in a 2 x 2 job (rank 2 is stage 1's first): rank 0 never sends to rank 2, or rank 3
  * never joins its stage's collective; rank 2 must fail at the deadline naming the rank it waited
- * for, with its stage. */
+ * for, with its stage: a hand-over's deadline is COMM_HANDOVER_WAIT times the collectives'
+ * (0.2 s here: 2 s), and rank 0 is still there when it passes. */
 static int peer_never_sends(loom_comm *w, void *arg) {
     (void)arg;
     loom_err err = {{0}};
@@ -248,11 +249,11 @@ static int peer_never_sends(loom_comm *w, void *arg) {
     if (w->rank == 1) return comm_send_rows(w, 3, &x, 1, 1, 1, &err) ? 1 : 0;
     if (w->rank == 3) return comm_recv_rows(w, 1, &x, 1, 1, 1, &err) ? 1 : 0;
     if (w->rank == 0) {
-        sleep(2);
+        sleep(3);
         return 0;
     }
     int rc = comm_recv_rows(w, 0, &x, 1, 1, 1, &err);
-    if (rc && strstr(err.msg, "rank 2 (stage 1): 'the deadline test' waited 1 s for rank 0 (stage 0) ('the deadline"))
+    if (rc && strstr(err.msg, "rank 2 (stage 1): 'the deadline test' waited 2 s for rank 0 (stage 0) ('the deadline"))
         return 3;
     fprintf(stderr, "rank %d: unexpected: rc %d, '%s'\n", w->rank, rc, err.msg);
     return 1;
@@ -361,7 +362,7 @@ int main(int argc, char **argv) {
         CHECK(system(cmd) == 0, "mpi: 3 ranks for -tp 2 x -pp 2 must be refused, saying so");
     }
     loom_err err = {{0}};
-    CHECK(launch_stages(2, 2, "shm", peer_never_sends, 1, &err) == 3 &&
+    CHECK(launch_stages(2, 2, "shm", peer_never_sends, 0.2, &err) == 3 &&
               strstr(err.msg, "rank 2 (stage 1) exited with status 3 during 'the deadline test'"),
           "a peer that never sends must fail the receiver at the deadline: '%s'", err.msg);
     CHECK(launch_stages(2, 2, "shm", stage_peer_missing, 1, &err) == 3 &&

@@ -15,6 +15,7 @@ void comm_init(loom_comm *c, int rank, int size, const comm_backend *be, void *i
     c->rank = rank;
     c->size = size;
     c->stage_size = c->world_size = size;
+    c->deadline_scale = 1;
     c->be = be;
     c->impl = impl;
     c->cols = calloc(size, sizeof *c->cols);
@@ -216,7 +217,9 @@ int comm_broadcast_ints(loom_comm *c, int32_t *buf, int n, loom_err *err) {
 
 int comm_broadcast_floats(loom_comm *c, int root, float *buf, size_t n, loom_err *err) {
     double t0 = omp_get_wtime();
+    c->deadline_scale = COMM_HANDOVER_WAIT;
     int rc = broadcast_words(c, root, buf, n, err);
+    c->deadline_scale = 1;
     c->blocked_s += omp_get_wtime() - t0;
     return rc;
 }
@@ -264,7 +267,9 @@ int comm_send_rows(loom_comm *c, int dst, const float *in, size_t ld, int rows, 
         comm_pack_rows(scratch(c, n), in, ld, rows, cols);
         in = c->scratch;
     }
+    c->deadline_scale = COMM_HANDOVER_WAIT;
     int rc = c->be->send(c, dst, in, n, err);
+    c->deadline_scale = 1;
     c->blocked_s += omp_get_wtime() - t0;
     return rc;
 }
@@ -274,7 +279,9 @@ int comm_recv_rows(loom_comm *c, int src, float *out, size_t ld, int rows, int c
     double t0 = omp_get_wtime();
     size_t n = (size_t)rows * cols;
     bool packed = ld != (size_t)cols && rows > 1;
+    c->deadline_scale = COMM_HANDOVER_WAIT;
     int rc = c->be->recv(c, src, packed ? scratch(c, n) : out, n, err);
+    c->deadline_scale = 1;
     if (!rc && packed)
         for (int i = 0; i < rows; i++) memcpy(out + (size_t)i * ld, c->scratch + (size_t)i * cols, cols * sizeof *out);
     c->blocked_s += omp_get_wtime() - t0;

@@ -47,6 +47,9 @@ struct loom_comm {
      * one stage), and rank0 is the world rank of this communicator's rank 0 (non-zero for a
      * later stage's). */
     int stage_size, rank0, world_size;
+    /* The backends' deadline is this times the collective one: COMM_HANDOVER_WAIT during a
+     * stage hand-over (send, receive, the logits' broadcast), 1 otherwise. */
+    int deadline_scale;
     const comm_backend *be;
     void *impl;
     char *phase;         /* what this rank is doing, for fault reports (shm: in the arena) */
@@ -131,6 +134,10 @@ static inline int comm_chunk_rows(const loom_comm *c, int block_rows) {
  * from the message's is an error naming both ranks, and leaves the message where it is. Waits
  * have the collectives' deadline and name the peer they waited for. */
 int comm_split_stages(loom_comm *world, int stage_size, loom_comm **stage, loom_err *err);
+/* A stage legitimately waits for the previous stages' whole share of a microbatch (a long
+ * prefill on a slow core: minutes), where a collective waits for a peer's few GEMMs; so a
+ * hand-over may wait this many times --comm-timeout before the peer counts as stuck. */
+#define COMM_HANDOVER_WAIT 10
 int comm_send_rows(loom_comm *c, int dst, const float *in, size_t ld, int rows, int cols, loom_err *err);
 int comm_recv_rows(loom_comm *c, int src, float *out, size_t ld, int rows, int cols, loom_err *err);
 /* buf[0..n) of rank root to every rank of c (n the same on all). */

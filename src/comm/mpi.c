@@ -44,7 +44,7 @@ static void *grow(void *p, size_t *cap, size_t need) {
  * wait names rank `peer` of c, or with peer < 0 the other ranks. */
 static int poll_until(loom_comm *c, int (*done)(void *), void *arg, const char *what, int peer, loom_err *err) {
     mpi_state *s = c->impl;
-    double start = MPI_Wtime(), deadline = start + s->timeout_s;
+    double start = MPI_Wtime(), deadline = start + s->timeout_s * c->deadline_scale;
     for (;;) {
         if (done(arg)) return 0;
         if (MPI_Wtime() - start > 1e-3) {
@@ -55,7 +55,7 @@ static int poll_until(loom_comm *c, int (*done)(void *), void *arg, const char *
             char me[32], name[32], who[48] = "the other ranks";
             if (peer >= 0) snprintf(who, sizeof who, "rank %s", comm_rank_name(c, peer, name, sizeof name));
             return loom_errf(err, "rank %s: %s in '%s' waited %.0f s for %s", comm_rank_name(c, c->rank, me, sizeof me),
-                             what, c->phase, s->timeout_s, who);
+                             what, c->phase, s->timeout_s * c->deadline_scale, who);
         }
     }
 }

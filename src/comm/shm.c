@@ -176,14 +176,14 @@ static int wait_change(loom_comm *c, _Atomic uint32_t *word, uint32_t old, int p
             cpu_relax();
             continue;
         }
-        if (!deadline) deadline = now() + a->timeout_s;
+        if (!deadline) deadline = now() + a->timeout_s * c->deadline_scale;
         futex_wait(word, old, 20 * 1000 * 1000);
         if (now() > deadline && atomic_load(word) == old) {
             if (peer >= 0) name_waited(c, peer, who, sizeof who);
             else missing_ranks(c, old, who, sizeof who);
             shm_arena_abort(a);
             return loom_errf(err, "rank %s: '%s' waited %.0f s for rank %s", comm_rank_name(c, c->rank, me, sizeof me),
-                             c->phase, a->timeout_s, who);
+                             c->phase, a->timeout_s * c->deadline_scale, who);
         }
     }
 }

@@ -83,10 +83,12 @@ double loom_engine_pipeline_idle(const loom_engine *e) {
 
 void pipeline_print_profile(const loom_engine *e, FILE *f) {
     const pipeline_stats *s = &e->pipe;
-    double idle = s->wait_prev_s + s->wait_next_s + s->wait_logits_s;
-    fprintf(f, "pipeline stage %d of %d (rank %d, layers %d..%d): %.2f microbatches a pass, idle %.1f%% of %.3f s "
-               "(waiting for stage %d's hidden state %.3f s, for stage %d to take ours %.3f s, for the logits %.3f s)\n",
+    fprintf(f, "pipeline stage %d of %d (rank %d, layers %d..%d): %.2f microbatches a pass, idle %.1f%% of %.3f s",
             e->stage, e->pp, e->world->rank, e->layer0, e->layer1 - 1,
-            s->passes ? (double)s->microbatches / s->passes : 0.0, s->pass_s > 0 ? 100 * idle / s->pass_s : 0.0,
-            s->pass_s, e->stage - 1, s->wait_prev_s, e->stage + 1, s->wait_next_s, s->wait_logits_s);
+            s->passes ? (double)s->microbatches / s->passes : 0.0, 100 * loom_engine_pipeline_idle(e), s->pass_s);
+    if (e->stage > 0) fprintf(f, "; waiting for stage %d's hidden state %.3f s", e->stage - 1, s->wait_prev_s);
+    if (e->stage < e->pp - 1)
+        fprintf(f, "; for stage %d to take ours %.3f s; for the logits %.3f s", e->stage + 1, s->wait_next_s,
+                s->wait_logits_s);
+    fputc('\n', f);
 }
