@@ -5,9 +5,9 @@
 #   2. latency: prefill of 2048 tokens at pp=2 against tp=2, alternating job by job;
 #   3. throughput: a batch of 8 x 512 tokens at pp=2 with microbatches (the default split)
 #      against without (--pp-microbatches 1), alternating, with each stage's bubble;
-# The 2 cores make every layout 2 ranks of one thread. The cross-machine part (pp=2 against
-# tp=2 over MPI at 1 Gbit/s, bytes on the link) is benches/netns-mpi.sh with JOBS set; this
-# script runs it last when run as root with PP_NETNS=1.
+#   4. across a network: pp=2 against tp=2 over MPI at 1 Gbit/s with the bytes on the link, at
+#      batch 1 x 2048 and 8 x 512 (benches/netns-mpi.sh with JOBS; root, PP_NETNS=1).
+# The 2 cores make every layout 2 ranks of one thread.
 # Usage: [PARTS="1 2 3 4"] benches/pp.sh [build-dir] [rounds] (part 4 also needs PP_NETNS=1)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -51,4 +51,7 @@ done
 if part 4 && [ "${PP_NETNS:-0}" = 1 ]; then
   echo "== 4. across a 1 Gbit/s link (two network namespaces, one MPI rank each): pp=2 against tp=2"
   JOBS='tp=2:-tp 2;pp=2:-pp 2' ROUNDS=$rounds benches/netns-mpi.sh "$(dirname "$loom")" 1gbit
+  echo "== 4b. the same link, a batch of 8 x 512 tokens (pp=2 in microbatches)"
+  JOBS='tp=2 batch 8x512:-tp 2 --batch-size 8 --input-len 512;pp=2 batch 8x512:-pp 2 --batch-size 8 --input-len 512' \
+    ITERS=1 benches/netns-mpi.sh "$(dirname "$loom")" 1gbit
 fi

@@ -142,7 +142,8 @@ typedef struct loom_launch_options {
     int spin;             /* busy-wait iterations before sleeping in a collective (default 2000) */
     bool isolate;         /* shm: fork even a single rank, leaving this process untouched */
     bool mpi_progress;    /* mpi: a progress thread in the transport, which async TP's transfers
-                             need to overlap its GEMMs and which slows plain collectives */
+                             and pipeline stages' hand-overs need to overlap the GEMMs after
+                             them, and which slows plain collectives */
     bool forward_signals; /* shm: SIGTERM and SIGINT to the launcher go to rank 0 (which then
                              stops the job itself, as `loom serve` drains) instead of ending it */
 } loom_launch_options;

@@ -121,7 +121,8 @@ int cli_launch(const cli_common *c, const loom_model *m, const loom_engine_optio
     }
     size_t slot = loom_comm_slot_bytes(m, c->tp > 0 ? c->tp : 1, eo);
     loom_launch_options lo = {.tp = c->tp, .pp = c->pp, .backend = c->backend, .timeout_s = c->comm_timeout, .spin = c->comm_spin,
-                              .isolate = c->isolate, .mpi_progress = eo->async_tp,
+                              .isolate = c->isolate,
+                              .mpi_progress = eo->async_tp || eo->pipeline_parallel > 1,
                               .slot_bytes = slot > min_slot_bytes ? slot : min_slot_bytes,
                               .forward_signals = min_slot_bytes > 0};
     int rc = loom_launch(&lo, fn, arg, &err);

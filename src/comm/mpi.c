@@ -292,12 +292,13 @@ static int mpi_split(loom_comm *c, int stage_size, loom_comm **stage, loom_err *
 int comm_mpi_run(int tp, int pp, double timeout_s, bool progress_thread, loom_rank_fn fn, void *arg, loom_err *err) {
     int provided, rank, size;
     /* Open MPI's TCP transport moves a large message only while some MPI call runs, so the
-     * blocks posted ahead of a fused collective's GEMMs would wait for the GEMMs to end. Its
-     * progress thread (asleep in epoll until a socket is ready) moves them meanwhile: at
-     * 1 Gbit/s, an 8 MiB send beside 200 ms of compute goes from 68 ms of waiting to none. It
-     * also slows the plain collectives (TP's all-reduces waited 9.3 s a pass with it, 5.4 s
-     * without, in benches/netns-mpi.sh), so only async TP asks for it. Left to the user when
-     * set; other MPIs ignore the variable. */
+     * blocks posted ahead of a fused collective's GEMMs would wait for the GEMMs to end, and a
+     * stage's hand-over would reach the next stage only when the sender calls MPI again, after
+     * its next microbatch. Its progress thread (asleep in epoll until a socket is ready) moves
+     * them meanwhile: at 1 Gbit/s, an 8 MiB send beside 200 ms of compute goes from 68 ms of
+     * waiting to none. It also slows the plain collectives (TP's all-reduces waited 9.3 s a
+     * pass with it, 5.4 s without, in benches/netns-mpi.sh), so only async TP and pipeline
+     * stages ask for it. Left to the user when set; other MPIs ignore the variable. */
     if (progress_thread) setenv("OMPI_MCA_btl_tcp_progress_thread", "1", 0);
     if (MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
         loom_errf(err, "MPI_Init failed (is this process started by mpirun?)");
