@@ -4,7 +4,9 @@
  * columns. Pipeline stages: a stage's communicator, its collectives interleaved with the
  * world's, and point-to-point chains from each stage to the next. Also the deadline: a rank
  * that never arrives (or never sends) fails the wait instead of hanging it, and is named with
- * its stage. `test_comm --mpi` and `--mpi-stages TP PP` are the modes mpirun starts. */
+ * its stage. The all-to-all: uneven counts with empty messages, strided rows, dispatch then
+ * combine, and its refusals. `test_comm --mpi` and `--mpi-stages TP PP` are the modes mpirun
+ * starts. */
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -15,11 +17,172 @@
 
 #define ROWS 7
 #define COLS 13
+/* rows per rank: ROWS runs whole, BIG_ROWS over MPI in comm_chunk_rows chunks (the last shorter) */
+#define BIG_ROWS 517
+#define SLOT_BYTES ((size_t)BIG_ROWS * 5 * COLS * sizeof(float))
 
 static float value(int rank, int i) { /* deterministic, rank-dependent, not exactly summable */
     uint32_t x = (uint32_t)(rank * 7919 + i) * 2654435761u;
     return (float)(x >> 8) / 16777216.0f * 2.0f - 1.0f + 1e-3f * rank;
 }
+
+/* The sum over world ranks [w0, w0 + n) of value(w, i), in rank order. */
+static float sum_of(int w0, int n, int i) {
+    float want = value(w0, i);
+    for (int w = w0 + 1; w < w0 + n; w++) want += value(w, i);
+    return want;
+}
+
+/* Expert parallelism's all-to-all. Rounds of uneven counts (rows rank s sends rank d), each
+ * followed by an all-reduce so that the shm slot sets alternate under it; rows strided on both
+ * sides (the padding must stay untouched), every row checked bit for bit against its
+ * (round, source, destination, index). */
+#define A2A_ROUNDS 5
+static int a2a_rows(int round, int n, int s, int d) {
+    switch (round) {
+    case 0: return n > 1 && d == n - 1 ? 0 : (s * 3 + d * 5 + 1) % 4; /* zero-row messages; the last rank gets none */
+    case 1: return d == 0 ? 2000 + 100 * s : 0; /* all to rank 0, in messages past MPI's eager size */
+    case 2: return 400 + 13 * s + 7 * d;        /* nearly a slot's worth from each rank */
+    case 3: return 0;                           /* nothing anywhere */
+    default: return (s + 2 * d) % 5;
+    }
+}
+
+static float a2a_value(int round, int s, int d, int i, int j) { return value(1000 * round + 64 * s + d, i * COLS + j); }
+
+#define A2A_LDI (COLS + 2)
+#define A2A_LDO (COLS + 3)
+static const float pad = -7;
+
+static int all_reduce_ok(loom_comm *c) {
+    loom_err err = {{0}};
+    float in[COLS], out[COLS];
+    for (int j = 0; j < COLS; j++) in[j] = value(c->rank, j);
+    if (comm_all_reduce(c, in, COLS, out, COLS, 1, COLS, &err)) return fprintf(stderr, "%s\n", err.msg), 0;
+    int bad = 0;
+    for (int j = 0; j < COLS; j++) {
+        float want = sum_of(0, c->size, j);
+        bad += memcmp(&want, &out[j], sizeof want) != 0;
+    }
+    return !bad;
+}
+
+static int a2a_rounds(loom_comm *c) {
+    loom_err err = {{0}};
+    int n = c->size, me = c->rank, bad = 0, send_rows[16], recv_rows[16];
+    for (int round = 0; round < A2A_ROUNDS; round++) {
+        int sent = 0, taken = 0;
+        for (int k = 0; k < n; k++)
+            sent += send_rows[k] = a2a_rows(round, n, me, k), taken += a2a_rows(round, n, k, me);
+        float *in = malloc(((size_t)sent * A2A_LDI + 1) * sizeof *in);
+        float *out = malloc(((size_t)taken + 1) * A2A_LDO * sizeof *out);
+        for (int d = 0, i0 = 0; d < n; i0 += send_rows[d++])
+            for (int i = 0; i < send_rows[d]; i++)
+                for (int j = 0; j < A2A_LDI; j++)
+                    in[(size_t)(i0 + i) * A2A_LDI + j] = j < COLS ? a2a_value(round, me, d, i, j) : pad;
+        for (size_t i = 0; i < ((size_t)taken + 1) * A2A_LDO; i++) out[i] = pad;
+        int max_rows = round % 2 ? taken + 5 : taken; /* a max that is exactly reached is fine */
+        if (comm_all_to_all_rows(c, in, A2A_LDI, send_rows, COLS, out, A2A_LDO, max_rows, recv_rows, &err))
+            return fprintf(stderr, "round %d: %s\n", round, err.msg), 1;
+        for (int s = 0, i0 = 0; s < n; i0 += a2a_rows(round, n, s++, me)) {
+            bad += recv_rows[s] != a2a_rows(round, n, s, me);
+            for (int i = 0; i < a2a_rows(round, n, s, me); i++)
+                for (int j = 0; j < A2A_LDO; j++) {
+                    float want = j < COLS ? a2a_value(round, s, me, i, j) : pad;
+                    bad += memcmp(&want, &out[(size_t)(i0 + i) * A2A_LDO + j], sizeof want) != 0;
+                }
+        }
+        for (int j = 0; j < A2A_LDO; j++) bad += out[(size_t)taken * A2A_LDO + j] != pad;
+        free(in), free(out);
+        if (!all_reduce_ok(c)) return fprintf(stderr, "rank %d: the all-reduce after round %d\n", me, round), 1;
+    }
+    if (bad) fprintf(stderr, "rank %d of %d: %d mismatches in the all-to-all\n", me, n, bad);
+    return bad;
+}
+
+/* Dispatch and combine as expert parallelism runs them: each of this rank's tokens goes to two
+ * ranks (its experts' owners), its rows grouped by destination; each receiver transforms what it
+ * got; the same call with the received counts as send counts brings the rows back, each to the
+ * position it left from, and every token adds its two results in a fixed order. The transforms
+ * scale by powers of two, so the expected values are exact however the compiler contracts them. */
+#define TOP_K 2
+static int a2a_owner(int rank, int n, int t, int k) { return k ? (t + 1) % n : (t * 7 + rank) % n; }
+static float a2a_expert(float v, int owner) { return v * 0.5f + (float)(owner + 1); }
+
+static int a2a_round_trip(loom_comm *c) {
+    loom_err err = {{0}};
+    int n = c->size, me = c->rank, tokens = 6 + me, bad = 0;
+    int send_rows[16] = {0}, recv_rows[16], back_rows[16], slot[32], max_rows = n * (6 + n) * TOP_K;
+    float x[32 * COLS], in[32 * TOP_K * A2A_LDI], back[32 * TOP_K * (COLS + 1)];
+    float *mid = malloc((size_t)max_rows * COLS * sizeof *mid);
+    for (int i = 0; i < tokens * COLS; i++) x[i] = value(100 + me, i);
+    int m = 0; /* slot[t * TOP_K + k]: the outgoing row of token t's k-th choice */
+    for (int d = 0; d < n; d++)
+        for (int t = 0; t < tokens; t++)
+            for (int k = 0; k < TOP_K; k++)
+                if (a2a_owner(me, n, t, k) == d) {
+                    memcpy(in + (size_t)m * A2A_LDI, x + t * COLS, COLS * sizeof *x);
+                    slot[t * TOP_K + k] = m++;
+                    send_rows[d]++;
+                }
+    if (comm_all_to_all_rows(c, in, A2A_LDI, send_rows, COLS, mid, COLS, max_rows, recv_rows, &err))
+        return fprintf(stderr, "dispatch: %s\n", err.msg), 1;
+    int got = 0;
+    for (int s = 0; s < n; s++) got += recv_rows[s];
+    for (int i = 0; i < got * COLS; i++) mid[i] = a2a_expert(mid[i], me);
+    if (comm_all_to_all_rows(c, mid, COLS, recv_rows, COLS, back, COLS + 1, tokens * TOP_K, back_rows, &err))
+        return fprintf(stderr, "combine: %s\n", err.msg), 1;
+    for (int d = 0; d < n; d++) bad += back_rows[d] != send_rows[d];
+    for (int t = 0; t < tokens; t++)
+        for (int j = 0; j < COLS; j++) {
+            float y = 0, want = 0;
+            for (int k = 0; k < TOP_K; k++) {
+                float w = 0.25f * (k + 1);
+                y += w * back[slot[t * TOP_K + k] * (COLS + 1) + j];
+                want += w * a2a_expert(x[t * COLS + j], a2a_owner(me, n, t, k));
+            }
+            bad += memcmp(&y, &want, sizeof y) != 0;
+        }
+    free(mid);
+    if (bad) fprintf(stderr, "rank %d of %d: %d mismatches after dispatch and combine\n", me, n, bad);
+    return bad;
+}
+
+/* Refusals, alike on every rank and leaving the communicator usable: a rank that would receive
+ * more than its max_rows, and on shm a rank whose message overflows its slot (launch's slots
+ * hold SLOT_BYTES). */
+static int a2a_refusals(loom_comm *c) {
+    loom_err err = {{0}};
+    int n = c->size, me = c->rank, target = n > 1 ? 1 : 0, send_rows[16], recv_rows[16], bad = 0;
+    int big = (SLOT_BYTES + 64) / (COLS * sizeof(float)) + 1; /* past the slot, which shm rounds up to 64 bytes */
+    float *in = calloc((size_t)big * COLS, sizeof *in), *out = malloc(16 * COLS * sizeof *out);
+    char want[256], counts[64] = "";
+    comm_set_phase(c, "the all-to-all test");
+    for (int d = 0; d < n; d++) send_rows[d] = d == target ? 1 + me : 0;
+    for (int s = 0; s < n; s++)
+        snprintf(counts + strlen(counts), sizeof counts - strlen(counts), "%s%d", s ? ", " : "", 1 + s);
+    int max_rows = n * (n + 1) / 2 - 1;
+    snprintf(want, sizeof want,
+             "rank %d: 'the all-to-all test': all-to-all: rank %d would receive %d rows, more than its max_rows of %d "
+             "(%s from ranks 0 to %d in turn)", me, target, max_rows + 1, max_rows, counts, n - 1);
+    if (!comm_all_to_all_rows(c, in, COLS, send_rows, COLS, out, COLS, me == target ? max_rows : 16, recv_rows, &err) ||
+        !strstr(err.msg, want))
+        bad++, fprintf(stderr, "rank %d: max_rows overflow gave '%s'\n", me, err.msg);
+    if (!strcmp(c->be->name, "shm")) {
+        for (int d = 0; d < n; d++) send_rows[d] = d == 0 ? (me == target ? big : 1) : 0;
+        snprintf(want, sizeof want,
+                 "rank %d: 'the all-to-all test': an exchange of %zu bytes from rank %d exceeds the shm slot", me,
+                 (size_t)big * COLS * sizeof(float), target);
+        if (!comm_all_to_all_rows(c, in, COLS, send_rows, COLS, out, COLS, 1 << 20, recv_rows, &err) ||
+            !strstr(err.msg, want))
+            bad++, fprintf(stderr, "rank %d: slot overflow gave '%s'\n", me, err.msg);
+    }
+    free(in), free(out);
+    comm_set_phase(c, "after the all-to-all test");
+    return bad || !all_reduce_ok(c);
+}
+
+static int check_all_to_all(loom_comm *c) { return a2a_rounds(c) || a2a_round_trip(c) || a2a_refusals(c); }
 
 /* Returns the number of mismatches; rank 0 prints them. */
 static int check_collectives(loom_comm *c, void *arg) {
@@ -61,7 +224,7 @@ static int check_collectives(loom_comm *c, void *arg) {
         }
     free(partial);
     if (bad) fprintf(stderr, "rank %d of %d: %d mismatches\n", c->rank, n, bad);
-    return bad ? 1 : 0;
+    return bad ? 1 : check_all_to_all(c);
 }
 
 /* The fused ops against their unfused forms, on the same data. The "GEMM" here is a fixed
@@ -82,9 +245,6 @@ static void partial_cb(void *ctx, int row0, int rows, float *y, size_t ldy) {
     for (int r = 0; r < rows; r++)
         for (int j = 0; j < COLS; j++) y[r * ldy + j] = value(f->rank, (row0 + r) * COLS + j);
 }
-
-/* rows per rank: ROWS runs whole, BIG_ROWS over MPI in comm_chunk_rows chunks (the last shorter) */
-#define BIG_ROWS 517
 
 static int check_fused_rows(loom_comm *c, int rows) {
     loom_err err = {{0}};
@@ -123,13 +283,6 @@ static int check_fused(loom_comm *c, void *arg) {
 }
 
 static int check_all(loom_comm *c, void *arg) { return check_collectives(c, arg) || check_fused(c, arg); }
-
-/* The sum over world ranks [w0, w0 + n) of value(w, i), in rank order. */
-static float sum_of(int w0, int n, int i) {
-    float want = value(w0, i);
-    for (int w = w0 + 1; w < w0 + n; w++) want += value(w, i);
-    return want;
-}
 
 /* Pipeline stages of tp ranks: the stage communicator's shape, and its collectives interleaved
  * with the world's. */
@@ -316,7 +469,7 @@ static int launch_stages(int tp, int pp, const char *backend, loom_rank_fn fn, d
     loom_launch_options o = {.tp = tp,
                              .pp = pp,
                              .backend = backend,
-                             .slot_bytes = (size_t)BIG_ROWS * 5 * COLS * sizeof(float),
+                             .slot_bytes = SLOT_BYTES,
                              .timeout_s = timeout,
                              .spin = -1};
     return loom_launch(&o, fn, &l, err);
@@ -337,6 +490,9 @@ int main(int argc, char **argv) {
     }
     /* tp=1 runs in this process and starts its OpenMP pool, which a later fork would inherit
      * half-alive (as loom_launch documents): so it goes last */
+    loom_launch_options one = {.tp = 1, .backend = "shm", .slot_bytes = SLOT_BYTES, .timeout_s = 30, .spin = -1,
+                               .isolate = true}; /* a single shm rank, where tp=1 would run in this process */
+    CHECK(loom_launch(&one, check_collectives, NULL, &(loom_err){{0}}) == 0, "shm, one rank");
     for (int tp = 2; tp <= 5; tp++) CHECK(launch(tp, "shm", check_collectives, 30) == 0, "shm tp=%d", tp);
     for (int tp = 2; tp <= 4; tp++) CHECK(launch(tp, "shm", check_fused, 30) == 0, "shm fused ops, tp=%d", tp);
     for (int tp = 2; tp <= 3 && mpi_available("test_comm"); tp++) {

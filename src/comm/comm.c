@@ -21,6 +21,7 @@ void comm_init(loom_comm *c, int rank, int size, const comm_backend *be, void *i
     c->cols = calloc(size, sizeof *c->cols);
     c->next = calloc(size, sizeof *c->next);
     c->blocks = calloc(size, sizeof *c->blocks);
+    c->a2a = calloc((size_t)size * (size + 1), sizeof *c->a2a);
     c->phase = c->own_phase;
     snprintf(c->phase, sizeof c->own_phase, "start-up");
 }
@@ -31,6 +32,7 @@ void comm_free(loom_comm *c) {
     free(c->cols);
     free(c->next);
     free(c->blocks);
+    free(c->a2a);
     free(c->scratch);
     free(c);
 }
@@ -112,6 +114,13 @@ static float *scratch(loom_comm *c, size_t n) {
     return c->scratch;
 }
 
+/* Rows that are not contiguous travel packed, through c->scratch. */
+static const float *contiguous(loom_comm *c, const float *in, size_t ld, int rows, int cols) {
+    if (ld == (size_t)cols || rows <= 1) return in;
+    comm_pack_rows(scratch(c, (size_t)rows * cols), in, ld, rows, cols);
+    return c->scratch;
+}
+
 int comm_gather_rows_at(loom_comm *c, const float *in, size_t ldi, int block, const int32_t *want, int n_want,
                         float *out, size_t ldo, int cols, loom_err *err) {
     double t0 = omp_get_wtime();
@@ -128,6 +137,72 @@ int comm_gather_rows_at(loom_comm *c, const float *in, size_t ldi, int block, co
         int r = want[i] / block;
         memcpy(out + (size_t)i * ldo, c->blocks[r] + (size_t)c->next[r]++ * cols, cols * sizeof *out);
     }
+    c->blocked_s += omp_get_wtime() - t0;
+    return 0;
+}
+
+/* The all-to-all's first step: every rank's counts to every rank (its send_rows, then its
+ * max_rows, as floats' bytes), so that every rank makes the same checks on the same table and
+ * a refusal stops all of them before any row moves. Each rank's whole message, and what each
+ * receives, must also stay within MPI's int counts. */
+static int a2a_counts(loom_comm *c, const int *send_rows, int cols, int max_rows, loom_err *err) {
+    int n = c->size, w = n + 1;
+    int32_t *mine = c->a2a + (size_t)c->rank * w;
+    for (int d = 0; d < n; d++) mine[d] = send_rows[d];
+    mine[n] = max_rows;
+    for (int r = 0; r < n; r++) c->cols[r] = w;
+    if (c->be->exchange(c, (const float *)mine, w, 1, c->cols, c->blocks, err)) return -1;
+    for (int r = 0; r < n; r++) memcpy(c->a2a + (size_t)r * w, c->blocks[r], w * sizeof *c->a2a);
+    char me[32], s_name[32], d_name[32], last[32];
+    comm_rank_name(c, c->rank, me, sizeof me);
+    for (int s = 0; s < n; s++)
+        for (int d = 0; d < n; d++)
+            if (comm_a2a_rows(c, s, d) < 0)
+                return loom_errf(err, "rank %s: '%s': all-to-all: rank %s sends %d rows to rank %s", me, c->phase,
+                                 comm_rank_name(c, s, s_name, sizeof s_name), comm_a2a_rows(c, s, d),
+                                 comm_rank_name(c, d, d_name, sizeof d_name));
+    for (int d = 0; d < n; d++) {
+        size_t sent = comm_a2a_send_off(c, d, n), taken = comm_a2a_recv_off(c, n, d);
+        comm_rank_name(c, d, d_name, sizeof d_name);
+        if ((long long)taken > comm_a2a_rows(c, d, n)) {
+            char counts[320];
+            size_t k = 0;
+            for (int s = 0; s < n && k < sizeof counts; s++)
+                k += snprintf(counts + k, sizeof counts - k, "%s%d", s ? ", " : "", comm_a2a_rows(c, s, d));
+            return loom_errf(err,
+                             "rank %s: '%s': all-to-all: rank %s would receive %zu rows, more than its max_rows of %d "
+                             "(%s from ranks %s to %s in turn)",
+                             me, c->phase, d_name, taken, comm_a2a_rows(c, d, n), counts,
+                             comm_rank_name(c, 0, s_name, sizeof s_name), comm_rank_name(c, n - 1, last, sizeof last));
+        }
+        if ((sent > taken ? sent : taken) * cols > INT32_MAX)
+            return loom_errf(err, "rank %s: '%s': all-to-all: rank %s sends %zu and receives %zu rows of %d: too many",
+                             me, c->phase, d_name, sent, taken, cols);
+    }
+    return 0;
+}
+
+/* The rows over the exchange: every rank publishes its outgoing rows, and copies out its part of
+ * each rank's. */
+static int a2a_exchange(loom_comm *c, const float *in, int cols, float *out, size_t ldo, loom_err *err) {
+    for (int r = 0; r < c->size; r++) c->cols[r] = (int)comm_a2a_send_off(c, r, c->size) * cols;
+    if (c->be->exchange(c, in, c->cols[c->rank], 1, c->cols, c->blocks, err)) return -1;
+    for (int s = 0; s < c->size; s++) {
+        const float *from = c->blocks[s] + comm_a2a_send_off(c, s, c->rank) * cols;
+        float *to = out + comm_a2a_recv_off(c, s, c->rank) * ldo;
+        for (int i = 0; i < comm_a2a_rows(c, s, c->rank); i++)
+            memcpy(to + (size_t)i * ldo, from + (size_t)i * cols, cols * sizeof *out);
+    }
+    return 0;
+}
+
+int comm_all_to_all_rows(loom_comm *c, const float *in, size_t ldi, const int *send_rows, int cols, float *out,
+                         size_t ldo, int max_rows, int *recv_rows, loom_err *err) {
+    double t0 = omp_get_wtime();
+    if (a2a_counts(c, send_rows, cols, max_rows, err)) return -1;
+    in = contiguous(c, in, ldi, (int)comm_a2a_send_off(c, c->rank, c->size), cols);
+    if ((c->be->all_to_all ? c->be->all_to_all : a2a_exchange)(c, in, cols, out, ldo, err)) return -1;
+    for (int s = 0; s < c->size; s++) recv_rows[s] = comm_a2a_rows(c, s, c->rank);
     c->blocked_s += omp_get_wtime() - t0;
     return 0;
 }
@@ -258,17 +333,12 @@ static int check_peer(loom_comm *c, int peer, const char *what, loom_err *err) {
                      comm_rank_name(c, c->rank, me, sizeof me), c->phase, what, peer, c->size);
 }
 
-/* Rows that are not contiguous travel packed, through c->scratch. */
 int comm_send_rows(loom_comm *c, int dst, const float *in, size_t ld, int rows, int cols, loom_err *err) {
     if (check_peer(c, dst, "send to", err)) return -1;
     double t0 = omp_get_wtime();
-    size_t n = (size_t)rows * cols;
-    if (ld != (size_t)cols && rows > 1) {
-        comm_pack_rows(scratch(c, n), in, ld, rows, cols);
-        in = c->scratch;
-    }
+    in = contiguous(c, in, ld, rows, cols);
     c->deadline_scale = COMM_HANDOVER_WAIT;
-    int rc = c->be->send(c, dst, in, n, err);
+    int rc = c->be->send(c, dst, in, (size_t)rows * cols, err);
     c->deadline_scale = 1;
     c->blocked_s += omp_get_wtime() - t0;
     return rc;
@@ -349,7 +419,8 @@ static const comm_backend local_backend = {"local",
                                            local_matmul_reduce_scatter,
                                            local_split,
                                            NULL, /* send, recv: no peer to talk to */
-                                           NULL};
+                                           NULL,
+                                           NULL}; /* all_to_all: its own rows, through the exchange */
 
 loom_comm *comm_local(void) {
     loom_comm *c = malloc(sizeof *c);

@@ -1,8 +1,9 @@
 /* The communicator: what a rank knows of the others. Above this interface nothing knows how
  * ranks talk. A backend makes each rank's block of a float matrix readable by every rank
- * (`exchange`), waits for all ranks (`barrier`) and runs the two fused ops; the collectives are
- * built on those here, with one arithmetic for every backend: partial sums are added in rank
- * order 0..N-1, so shm, MPI, TP and SP give bit-identical results and runs are deterministic. */
+ * (`exchange`), waits for all ranks (`barrier`) and runs the two fused ops (and may move an
+ * all-to-all's rows itself); the collectives are built on those here, with one arithmetic for
+ * every backend: partial sums are added in rank order 0..N-1, so shm, MPI, TP and SP give
+ * bit-identical results and runs are deterministic. */
 #ifndef LOOM_COMM_COMM_H
 #define LOOM_COMM_COMM_H
 #include <string.h>
@@ -38,6 +39,12 @@ typedef struct comm_backend {
     int (*split)(loom_comm *c, int stage_size, loom_comm **stage, loom_err *err);
     int (*send)(loom_comm *c, int dst, const float *data, size_t n, loom_err *err);
     int (*recv)(loom_comm *c, int src, float *data, size_t n, loom_err *err);
+    /* Expert parallelism: the rows of comm_all_to_all_rows, called once every rank's counts
+     * are in c->a2a and each rank's outgoing rows are packed in `in`; out as there. Optional:
+     * NULL moves them with `exchange`, which shows every rank's whole message to every rank:
+     * on shm that is each rank reading its part of its peers' slots in place, over MPI it
+     * would carry every row to every rank. */
+    int (*all_to_all)(loom_comm *c, const float *in, int cols, float *out, size_t ldo, loom_err *err);
 } comm_backend;
 
 struct loom_comm {
@@ -59,7 +66,25 @@ struct loom_comm {
     const float **blocks;/* [size] scratch */
     float *scratch;      /* packing space, grown to the largest need once */
     size_t scratch_cap;
+    int32_t *a2a;        /* [size][size + 1] the all-to-all's counts (see comm_a2a_rows) */
 };
+
+/* Inside an all-to-all, once every rank's counts are in: the rows rank s sends rank d, and at
+ * d == size the most rank s takes (its max_rows). */
+static inline int comm_a2a_rows(const loom_comm *c, int s, int d) { return c->a2a[(size_t)s * (c->size + 1) + d]; }
+/* Where rank s's rows for rank d start: among s's outgoing rows, which are grouped by
+ * destination (send_off), and among d's incoming ones, grouped by source (recv_off). With
+ * d == size / s == size: all of s's outgoing / d's incoming rows. */
+static inline size_t comm_a2a_send_off(const loom_comm *c, int s, int d) {
+    size_t n = 0;
+    for (int k = 0; k < d; k++) n += comm_a2a_rows(c, s, k);
+    return n;
+}
+static inline size_t comm_a2a_recv_off(const loom_comm *c, int s, int d) {
+    size_t n = 0;
+    for (int k = 0; k < s; k++) n += comm_a2a_rows(c, k, d);
+    return n;
+}
 
 /* dst[rows, cols] (contiguous) = src's rows, whose stride is ld: a block as backends publish it. */
 static inline void comm_pack_rows(float *dst, const float *src, size_t ld, int rows, int cols) {
@@ -82,6 +107,20 @@ int comm_all_gather_cols(loom_comm *c, const float *in, size_t ldi, float *out, 
 
 /* buf[0..n) of rank 0 to every rank (n the same on all). */
 int comm_broadcast_ints(loom_comm *c, int32_t *buf, int n, loom_err *err);
+
+/* Expert parallelism's dispatch and combine: each rank sends each rank rows of its own. in holds
+ * this rank's outgoing rows grouped by destination, send_rows[d] of them for rank d, rank 0's
+ * first ([sum, cols], row stride ldi). On return out holds the rows every rank sent this one,
+ * grouped by source in rank order (source s's from row recv_rows[0] + ... + recv_rows[s - 1]),
+ * row stride ldo, each bit for bit as sent; recv_rows[s] is how many came from rank s (learnt
+ * inside the call). Zero-row messages are fine; cols is the same on every rank; in and out do
+ * not overlap. Every rank's counts and max_rows reach every rank before any row moves, so a
+ * rank that would receive more than its max_rows rows (or a negative count) is refused alike
+ * on every rank, in an error naming it and its counts, and no rank is left waiting. The
+ * combine is the same call with send_rows = the dispatch's recv_rows: every row goes back to
+ * the rank, and the position, it came from. */
+int comm_all_to_all_rows(loom_comm *c, const float *in, size_t ldi, const int *send_rows, int cols, float *out,
+                         size_t ldo, int max_rows, int *recv_rows, loom_err *err);
 
 /* Sequence parallelism: the rows of a [rows, cols] batch are split in tp equal blocks (rows is
  * a multiple of tp), rank r owning block r. */

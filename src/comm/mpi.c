@@ -18,7 +18,7 @@ typedef struct mpi_state {
     double timeout_s;
     float *send, *recv;
     size_t send_cap, recv_cap;
-    int *counts, *displs;
+    int *counts, *displs; /* [2 * size]: an exchange's, or an all-to-all's sends then receives */
     MPI_Request *reqs; /* [2 * size * COMM_MAX_CHUNKS]: receives, then sends, of a fused collective */
     /* point-to-point: message k is sent from msg[k & 1], once the send of message k - 2 is done */
     float *msg[2];
@@ -185,6 +185,29 @@ static int mpi_matmul_reduce_scatter(loom_comm *c, int rows, int cols, comm_part
     return wait_all(c, s->reqs + N * k.n, N * k.n, err);
 }
 
+/* One MPI_Ialltoallv: each rank's rows go only to their destination, where an exchange would
+ * carry every rank's whole message to every rank. Its counts are floats, c->a2a's rows times
+ * cols, which comm.c checked fit in an int. The rows land in out itself when it is contiguous.
+ * Point-to-point (an Isend and Irecv per pair with rows) measured the same on loopback, within
+ * 8% either way at 2 and 3 ranks and 0.06 to 24 MiB a rank, so the one collective stays. */
+static int mpi_all_to_all(loom_comm *c, const float *in, int cols, float *out, size_t ldo, loom_err *err) {
+    mpi_state *s = c->impl;
+    int N = c->size, *sc = s->counts, *sd = s->displs, *rc = s->counts + N, *rd = s->displs + N;
+    for (int r = 0; r < N; r++) {
+        sc[r] = comm_a2a_rows(c, c->rank, r) * cols, sd[r] = (int)comm_a2a_send_off(c, c->rank, r) * cols;
+        rc[r] = comm_a2a_rows(c, r, c->rank) * cols, rd[r] = (int)comm_a2a_recv_off(c, r, c->rank) * cols;
+    }
+    size_t rows = comm_a2a_recv_off(c, N, c->rank);
+    bool direct = ldo == (size_t)cols;
+    float *recv = direct ? out : (s->recv = grow(s->recv, &s->recv_cap, rows * cols * sizeof(float) + 4));
+    MPI_Request req;
+    MPI_Ialltoallv(in, sc, sd, MPI_FLOAT, recv, rc, rd, MPI_FLOAT, s->comm, &req);
+    if (wait_for(c, &req, "all-to-all", -1, err)) return -1;
+    if (!direct)
+        for (size_t i = 0; i < rows; i++) memcpy(out + i * ldo, recv + i * cols, cols * sizeof *out);
+    return 0;
+}
+
 static int mpi_barrier(loom_comm *c, loom_err *err) {
     MPI_Request req;
     MPI_Ibarrier(((mpi_state *)c->impl)->comm, &req);
@@ -246,8 +269,8 @@ static mpi_state *state_new(MPI_Comm comm, int size, double timeout_s) {
     mpi_state *s = calloc(1, sizeof *s);
     s->comm = comm;
     s->timeout_s = timeout_s;
-    s->counts = calloc(size, sizeof *s->counts);
-    s->displs = calloc(size, sizeof *s->displs);
+    s->counts = calloc(2 * (size_t)size, sizeof *s->counts);
+    s->displs = calloc(2 * (size_t)size, sizeof *s->displs);
     s->reqs = calloc(2 * (size_t)size * COMM_MAX_CHUNKS, sizeof *s->reqs);
     s->msg_req[0] = s->msg_req[1] = MPI_REQUEST_NULL;
     return s;
@@ -275,7 +298,7 @@ static void mpi_free(loom_comm *c) {
 
 static const comm_backend mpi_backend = {"mpi",     COMM_MAX_CHUNKS, mpi_exchange, mpi_barrier,
                                           mpi_free,  mpi_all_gather_matmul,         mpi_matmul_reduce_scatter,
-                                          mpi_split, mpi_send,        mpi_recv};
+                                          mpi_split, mpi_send,        mpi_recv,     mpi_all_to_all};
 
 /* MPI_Comm_split has no deadline: a barrier that has one goes first, so that a missing rank
  * fails there instead of hanging the split. */

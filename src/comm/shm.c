@@ -225,12 +225,14 @@ static float *slot_of(const loom_comm *c, unsigned set, int rank) {
     return (float *)(s->slots + ((size_t)set * c->size + rank) * s->a->slot_bytes);
 }
 
-static int check_fits(loom_comm *c, const char *what, size_t floats, loom_err *err) {
+/* Whose data is too large is named: in an exchange (an all-to-all's, say) it may be a peer's. */
+static int check_fits(loom_comm *c, int owner, const char *what, size_t floats, loom_err *err) {
     shm_arena *a = ((shm_state *)c->impl)->a;
     if (floats * sizeof(float) <= a->slot_bytes) return 0;
-    char me[32];
-    return loom_errf(err, "rank %s: '%s': %s of %zu bytes exceeds the shm slot of %zu",
-                     comm_rank_name(c, c->rank, me, sizeof me), c->phase, what, floats * sizeof(float), a->slot_bytes);
+    char me[32], who[32];
+    return loom_errf(err, "rank %s: '%s': %s of %zu bytes from rank %s exceeds the shm slot of %zu",
+                     comm_rank_name(c, c->rank, me, sizeof me), c->phase, what, floats * sizeof(float),
+                     comm_rank_name(c, owner, who, sizeof who), a->slot_bytes);
 }
 
 /* Slots are reused two collectives later; each fused collective waits for every peer's block,
@@ -238,7 +240,7 @@ static int check_fits(loom_comm *c, const char *what, size_t floats, loom_err *e
 static int shm_all_gather_matmul(loom_comm *c, const float *shard, size_t lds, int rows, int cols, comm_gather_gemm f,
                                  void *ctx, loom_err *err) {
     shm_state *s = c->impl;
-    if (check_fits(c, "a block", (size_t)rows * cols, err)) return -1;
+    if (check_fits(c, c->rank, "a block", (size_t)rows * cols, err)) return -1;
     unsigned set = s->exchanges++ & 1;
     uint32_t seq = ++s->fused;
     float *mine = slot_of(c, set, c->rank);
@@ -257,7 +259,7 @@ static int shm_matmul_reduce_scatter(loom_comm *c, int rows, int cols, comm_part
                                      size_t ldo, loom_err *err) {
     shm_state *s = c->impl;
     size_t block = (size_t)rows * cols; /* this rank's slot holds one block per destination */
-    if (check_fits(c, "a block", block * c->size, err)) return -1;
+    if (check_fits(c, c->rank, "a block", block * c->size, err)) return -1;
     unsigned set = s->exchanges++ & 1;
     uint32_t seq = ++s->fused;
     float *mine = slot_of(c, set, c->rank);
@@ -279,7 +281,7 @@ static int shm_exchange(loom_comm *c, const float *mine, size_t ld, int rows, co
                         loom_err *err) {
     shm_state *s = c->impl;
     for (int r = 0; r < c->size; r++)
-        if (check_fits(c, "an exchange", (size_t)rows * cols[r], err)) return -1;
+        if (check_fits(c, r, "an exchange", (size_t)rows * cols[r], err)) return -1;
     unsigned set = s->exchanges++ & 1;
     comm_pack_rows(slot_of(c, set, c->rank), mine, ld, rows, cols[c->rank]);
     if (shm_barrier(c, err)) return -1;
@@ -299,7 +301,7 @@ static int shm_send(loom_comm *c, int dst, const float *data, size_t n, loom_err
     shm_arena *a = ((shm_state *)c->impl)->a;
     int me = c->rank0 + c->rank;
     rank_slot *rs = &a->ranks[me];
-    if (check_fits(c, "a message", n, err)) return -1;
+    if (check_fits(c, c->rank, "a message", n, err)) return -1;
     uint32_t k = atomic_load(&rs->sent);
     message *m = &rs->box[k & 1];
     for (;;) { /* taken is read first: a take after the head's load changes it */
@@ -351,9 +353,10 @@ static int shm_split(loom_comm *c, int stage_size, loom_comm **stage, loom_err *
 
 static void shm_free(loom_comm *c) { free(c->impl); }
 
+/* all_to_all: NULL, the exchange's: each rank reads its part of every slot in place. */
 static const comm_backend shm_backend = {"shm",     1,        shm_exchange, shm_barrier,
                                           shm_free,  shm_all_gather_matmul,  shm_matmul_reduce_scatter,
-                                          shm_split, shm_send,  shm_recv};
+                                          shm_split, shm_send,  shm_recv,     NULL};
 
 /* Rank `rank` of group g's communicator of `size` ranks. */
 static loom_comm *group_comm(shm_arena *a, int g, int rank, int size) {
