@@ -145,7 +145,7 @@ static void bad_pipeline(void);
 /* Stage layouts refused at plan time, before any rank starts (the case has 2 layers). */
 static void bad_pipeline(void) {
     expect("pp: more stages than layers", BENCH " -pp 3", 1,
-           "cannot run with -pp 3: -pp 3: the model has 2 decoder layers, fewer than the stages");
+           "cannot run with -pp 3: the model has 2 decoder layers, fewer than the 3 stages (each needs one)");
     expect("pp: a stage with no layers", BENCH " -pp 2 --pp-layer-partition 2,0", 1,
            "--pp-layer-partition '2,0': stage 1 has no layers");
     expect("pp: a partition that does not add up", BENCH " -pp 2 --pp-layer-partition 1,2", 1,

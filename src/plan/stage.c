@@ -47,8 +47,7 @@ int stage_layers(int n_layers, int pp, const char *partition, int *first, loom_e
     int *count = calloc(pp, sizeof *count), rc = 0, total = 0;
     if (partition && *partition) rc = parse_partition(partition, pp, count, err);
     else if (n_layers < pp)
-        rc = loom_errf(err, "-pp %d: the model has %d decoder layers, fewer than the stages (each needs one)", pp,
-                       n_layers);
+        rc = loom_errf(err, "the model has %d decoder layers, fewer than the %d stages (each needs one)", n_layers, pp);
     else even_split(n_layers, pp, count);
     for (int s = 0; s < pp && !rc; s++) total += count[s];
     if (!rc && total != n_layers)
