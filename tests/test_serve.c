@@ -346,14 +346,13 @@ static void sigterm_drains(server *s) {
  * request fails with an error naming the failure, the job ends naming rank 1. */
 static void ranks(void) {
     server s;
-    if (start(&s, "-tp 2 --enable-async-tp --max-model-len 256")) {
+    if (start(&s, "-tp 2 --enable-async-tp --max-model-len 512")) {
         CHECK(0, "-tp 2 server did not start");
         return;
     }
     completions_match_run(s.port, "-tp 2 --enable-async-tp -p 'The robot' -n 24 --ignore-eos");
-    int fd = post_completion(s.port, "{\"prompt\":\"Once\",\"max_tokens\":200,\"ignore_eos\":true,\"stream\":true}");
-    char probe[64];
-    CHECK(recv(fd, probe, sizeof probe, MSG_PEEK) > 0, "no stream started under -tp 2");
+    /* rank 1 is found first, so that the kill follows the stream's start at once: the small
+     * model makes a token in well under a millisecond, and the request must still be running */
     char cmd[128];
     snprintf(cmd, sizeof cmd, "pgrep -P %d | sort -n | sed -n 2p", (int)s.pid);
     FILE *f = popen(cmd, "r");
@@ -361,6 +360,9 @@ static void ranks(void) {
     if (fscanf(f, "%d", &rank1) != 1) rank1 = 0;
     pclose(f);
     CHECK(rank1 > 0, "rank 1 not found");
+    int fd = post_completion(s.port, "{\"prompt\":\"Once\",\"max_tokens\":500,\"ignore_eos\":true,\"stream\":true}");
+    char probe[64];
+    CHECK(recv(fd, probe, sizeof probe, MSG_PEEK) > 0, "no stream started under -tp 2");
     if (rank1 > 0) kill(rank1, SIGKILL);
     char *resp = read_all(fd);
     close(fd);
