@@ -188,10 +188,8 @@ static int a2a_exchange(loom_comm *c, const float *in, int cols, float *out, siz
     for (int r = 0; r < c->size; r++) c->cols[r] = (int)comm_a2a_send_off(c, r, c->size) * cols;
     if (c->be->exchange(c, in, c->cols[c->rank], 1, c->cols, c->blocks, err)) return -1;
     for (int s = 0; s < c->size; s++) {
-        const float *from = c->blocks[s] + comm_a2a_send_off(c, s, c->rank) * cols;
-        float *to = out + comm_a2a_recv_off(c, s, c->rank) * ldo;
-        for (int i = 0; i < comm_a2a_rows(c, s, c->rank); i++)
-            memcpy(to + (size_t)i * ldo, from + (size_t)i * cols, cols * sizeof *out);
+        comm_unpack_rows(out + comm_a2a_recv_off(c, s, c->rank) * ldo, ldo,
+                         c->blocks[s] + comm_a2a_send_off(c, s, c->rank) * cols, comm_a2a_rows(c, s, c->rank), cols);
     }
     return 0;
 }
@@ -352,8 +350,7 @@ int comm_recv_rows(loom_comm *c, int src, float *out, size_t ld, int rows, int c
     c->deadline_scale = COMM_HANDOVER_WAIT;
     int rc = c->be->recv(c, src, packed ? scratch(c, n) : out, n, err);
     c->deadline_scale = 1;
-    if (!rc && packed)
-        for (int i = 0; i < rows; i++) memcpy(out + (size_t)i * ld, c->scratch + (size_t)i * cols, cols * sizeof *out);
+    if (!rc && packed) comm_unpack_rows(out, ld, c->scratch, rows, cols);
     c->blocked_s += omp_get_wtime() - t0;
     return rc;
 }

@@ -91,6 +91,11 @@ static inline void comm_pack_rows(float *dst, const float *src, size_t ld, int r
     for (int i = 0; i < rows; i++) memcpy(dst + (size_t)i * cols, src + (size_t)i * ld, cols * sizeof *dst);
 }
 
+/* The reverse: a contiguous [rows, cols] block into dst's rows, whose stride is ld. */
+static inline void comm_unpack_rows(float *dst, size_t ld, const float *src, int rows, int cols) {
+    for (int i = 0; i < rows; i++) memcpy(dst + (size_t)i * ld, src + (size_t)i * cols, cols * sizeof *dst);
+}
+
 /* Fills the parts every backend shares; impl is the backend's state. */
 void comm_init(loom_comm *c, int rank, int size, const comm_backend *be, void *impl);
 /* Single-rank communicator (tp=1). */

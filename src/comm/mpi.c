@@ -203,8 +203,7 @@ static int mpi_all_to_all(loom_comm *c, const float *in, int cols, float *out, s
     MPI_Request req;
     MPI_Ialltoallv(in, sc, sd, MPI_FLOAT, recv, rc, rd, MPI_FLOAT, s->comm, &req);
     if (wait_for(c, &req, "all-to-all", -1, err)) return -1;
-    if (!direct)
-        for (size_t i = 0; i < rows; i++) memcpy(out + i * ldo, recv + i * cols, cols * sizeof *out);
+    if (!direct) comm_unpack_rows(out, ldo, recv, (int)rows, cols);
     return 0;
 }
 
