@@ -62,6 +62,10 @@ typedef struct loom_engine_options {
     bool sequence_parallel; /* shard the residual stream by tokens between decoder layers */
     bool async_tp;          /* fuse region collectives with their GEMMs (implies sequence_parallel) */
     int sp_min_tokens;      /* passes of fewer tokens run as plain TP (0: never) */
+    /* Expert parallelism (vLLM's --enable-expert-parallel): the ranks of a stage hold whole
+     * experts (E/tp each, contiguous; the first E % tp ranks one more), rows travel to them in
+     * an all-to-all and back; attention and dense layers stay tensor-parallel. */
+    bool expert_parallel;
     /* Pipeline parallelism: comm holds tp * pp ranks, rank = stage * tp + tp rank; stage s
      * runs a contiguous range of decoder layers, the first the embedding, the last the LM head. */
     int pipeline_parallel;          /* stages (0 or 1: one) */
@@ -206,6 +210,13 @@ double loom_engine_pipeline_idle(const loom_engine *e);
 /* Per-op-kind timing of forward passes (for benchmarks; off by default). */
 void loom_engine_set_profile(loom_engine *e, bool on);
 void loom_engine_print_profile(const loom_engine *e, FILE *f);
+/* The experts' GEMM rate on this rank, and under expert parallelism the rows each rank received
+ * in each MoE layer (the load imbalance) and the bytes between ranks, since the profile reset
+ * (per_layer: a line per layer, else the summary). Every rank holds every rank's counts. */
+void loom_engine_print_experts(const loom_engine *e, FILE *f, bool per_layer);
+/* Under expert parallelism: rows `rank` of this stage received in this stage's MoE layer number
+ * `layer` (0: its first) since the profile reset; -1 for a layer or rank it does not have. */
+long loom_engine_expert_rows(const loom_engine *e, int layer, int rank);
 
 /* Prints the module tree and rank 0's plan for tp ranks with o's parallelism (steps,
  * collectives, buffers; with sequence parallelism its regions, the safety verdicts and warnings;

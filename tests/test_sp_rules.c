@@ -2,7 +2,8 @@
  * module trees built here (plans are built without weights: the analysis needs only shapes).
  * Every model has one decoder layer whose region is `x -> column linear -> row linear -> TAIL`
  * and whose output is added to the residual; TAIL is what each case puts on the partial sum.
- * Custom ops (the public API for a user's own layer) are checked the same way. */
+ * Custom ops (the public API for a user's own layer) are checked the same way, and so are
+ * expert-parallel regions, whose experts' output is complete rather than partial. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -133,6 +134,85 @@ static void expect_ok(const char *what, module *m, bool verified, const char *wa
     module_free(m);
 }
 
+/* Expert parallelism: a region `x -> router -> experts -> TAIL`, where the experts' output y is
+ * complete (every rank's share already in it); TAIL is what each case does with it. */
+typedef void (*ep_tail_fn)(module *region, int x, int y);
+
+static void ep_plain(module *r, int x, int y) { (void)x, module_output(r, y); }
+static void ep_norm(module *r, int x, int y) { (void)x, module_output(r, emit_rms_norm(r, y, "n.weight", 1e-5f, 0, "normed")); }
+static void ep_residual(module *r, int x, int y) { module_output(r, emit_add(r, y, x, "resid")); }
+static void ep_reduce_again(module *r, int x, int y) {
+    (void)x;
+    linear_desc d = lin("again.weight", H, H, PAR_ROW);
+    module_output(r, emit_linear(r, y, &d));
+}
+static void ep_column_on_output(module *r, int x, int y) {
+    (void)x;
+    linear_desc d = lin("col.weight", H, H, PAR_COLUMN);
+    module_output(r, emit_linear(r, y, &d));
+}
+/* a tensor-parallel shared expert beside them, optionally gated by a replicated linear of x */
+static int shared_expert(module *r, int x) {
+    linear_desc up = lin("s.up.weight", H, 2 * H, PAR_COLUMN), down = lin("s.down.weight", 2 * H, H, PAR_ROW);
+    return emit_linear(r, emit_linear(r, x, &up), &down);
+}
+static void ep_shared(module *r, int x, int y) { module_output(r, emit_add(r, y, shared_expert(r, x), "sum")); }
+static void ep_shared_gated(module *r, int x, int y) {
+    linear_desc g = lin("g.weight", H, 1, PAR_REPLICATED);
+    int gated = emit_sigmoid_gate(r, shared_expert(r, x), emit_linear(r, x, &g), "gated");
+    module_output(r, emit_add(r, y, gated, "sum"));
+}
+
+static module *ep_model(ep_tail_fn tail) {
+    module *region = module_new("moe", "model.layers.0.mlp");
+    int x = module_input(region, "x");
+    tail(region, x, experts(region, x, router(region, x)));
+    module *layer = module_new("decoder_layer", "model.layers.0");
+    int h = module_input(layer, "hidden");
+    int r = emit_call(layer, region, &h, 1, "mlp");
+    module_output(layer, emit_add(layer, h, r, "resid"));
+    module *m = module_new("model", "model");
+    int e = emit_call(m, layer, (int[]){emit_embed(m, "embed.weight", V, H)}, 1, "hidden");
+    linear_desc head = lin("embed.weight", H, V, PAR_VOCAB);
+    module_output(m, emit_linear(m, emit_logit_rows(m, e), &head));
+    return m;
+}
+
+/* The EP plan of rank 0 of 2, with or without SP: accepted, with `gathers` all-gathers and
+ * `scatters` reduce-scatters (the embedding's counts under SP) and the region's exit step. */
+static void expect_ep(const char *what, ep_tail_fn tail, bool sp, int gathers, int scatters, step_kind exit) {
+    module *m = ep_model(tail);
+    plan p;
+    loom_err err = {{0}};
+    plan_options o = {.tp = 2, .sp = sp, .ep = true};
+    int rc = plan_build(&p, m, &o, NULL, &err);
+    CHECK(rc == 0, "%s: %s", what, err.msg);
+    if (!rc) {
+        int ag = 0, rs = 0;
+        for (int i = 0; i < p.n_steps; i++) ag += p.steps[i].kind == STEP_GATHER_ROWS, rs += p.steps[i].kind == STEP_REDUCE_SCATTER;
+        CHECK(ag == gathers && rs == scatters, "%s: want %d all-gathers and %d reduce-scatters, got %d and %d", what,
+              gathers, scatters, ag, rs);
+        CHECK(p.n_regions == 1 && p.regions[0].ep && p.regions[0].exit == exit, "%s: the region's exit is %s, not %s",
+              what, p.n_regions ? step_kind_name(p.regions[0].exit) : "missing", step_kind_name(exit));
+        plan_free(&p);
+    }
+    module_free(m);
+}
+
+static void expect_ep_error(const char *what, ep_tail_fn tail, const char *needle) {
+    for (int sp = 0; sp < 2; sp++) {
+        module *m = ep_model(tail);
+        plan p;
+        loom_err err = {{0}};
+        plan_options o = {.tp = 2, .sp = sp, .ep = true};
+        int rc = plan_build(&p, m, &o, NULL, &err);
+        CHECK(rc != 0 && strstr(err.msg, needle), "%s (sp %d): want an error with '%s', got %s", what, sp, needle,
+              rc ? err.msg : "a plan");
+        if (!rc) plan_free(&p);
+        module_free(m);
+    }
+}
+
 static void ident(void *u, const float *in, size_t ldi, float *out, size_t ldo, int rows, int cols, const int32_t *pos,
                   const int32_t *seq) {
     (void)u, (void)pos, (void)seq;
@@ -208,6 +288,24 @@ int main(void) {
     CHECK(stat >= 0, "whole-projection norm: want sum of squares -> all_reduce -> norm steps");
     if (!nerr.msg[0]) plan_free(&np);
     module_free(m);
+
+    /* expert parallelism: the experts' output is complete. Under SP the region takes this rank's
+     * rows and leaves them as they are (only the embedding reduce-scatters); under plain TP it
+     * slices them and all-gathers the complete rows back. */
+    expect_ep("EP+SP: no gather in, no reduce-scatter out", ep_plain, true, 0, 1, STEP_OP);
+    expect_ep("EP: slice in, all-gather out", ep_plain, false, 1, 0, STEP_GATHER_ROWS);
+    expect_ep("EP+SP: a norm after the experts", ep_norm, true, 0, 1, STEP_OP);
+    expect_ep("EP+SP: a residual add of the complete output before the exit", ep_residual, true, 0, 1, STEP_OP);
+    expect_ep("EP: a residual add before the exit", ep_residual, false, 1, 0, STEP_GATHER_ROWS);
+    /* a shared expert stays tensor-parallel: the input gathered for it (under SP), its partial
+     * sum reduce-scattered to this rank's rows before the routed output joins */
+    expect_ep("EP+SP: a shared expert beside", ep_shared, true, 1, 2, STEP_OP);
+    expect_ep("EP: a shared expert beside", ep_shared, false, 1, 1, STEP_GATHER_ROWS);
+    expect_ep("EP+SP: a gated shared expert (Qwen2-MoE)", ep_shared_gated, true, 1, 2, STEP_OP);
+    expect_ep_error("EP: a second reduction of the experts' output", ep_reduce_again,
+                    "model.layers.0.mlp: `linear` reduces across ranks a value the experts' combine already completed");
+    expect_ep_error("EP: a tensor-parallel linear on the experts' output", ep_column_on_output,
+                    "`linear` reads every token, but its input is made inside the expert-parallel region");
 
     /* async TP: which collectives fuse, and the fallbacks with their reasons */
     struct { const char *what; tail_fn tail; bool unfusable; int fused; const char *why; } fuse_cases[] = {

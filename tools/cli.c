@@ -80,6 +80,7 @@ int cli_common_arg(cli_common *c, int argc, char **argv, int *i) {
     else if (!strcmp(a, "--comm-spin")) c->comm_spin = (int)cli_int(a, cli_value(argc, argv, i), 0, 1 << 30);
     else if (!strcmp(a, "--enable-sequence-parallel") || !strcmp(a, "-sp")) c->sp = true;
     else if (!strcmp(a, "--enable-async-tp")) c->async_tp = c->sp = true;
+    else if (!strcmp(a, "--enable-expert-parallel") || !strcmp(a, "-ep")) c->ep = true;
     else if (!strcmp(a, "--sp-min-tokens")) c->sp_min_tokens = (int)cli_int(a, cli_value(argc, argv, i), 0, 1 << 24);
     else if (!strcmp(a, "-pp") || !strcmp(a, "--pipeline-parallel-size"))
         c->pp = (int)cli_int(a, cli_value(argc, argv, i), 1, 256);
@@ -91,7 +92,7 @@ int cli_common_arg(cli_common *c, int argc, char **argv, int *i) {
 
 loom_engine_options cli_engine_options(const cli_common *c) {
     return (loom_engine_options){.threads = c->threads, .sequence_parallel = c->sp, .async_tp = c->async_tp,
-                                 .sp_min_tokens = c->sp_min_tokens, .kv_cache_bytes = c->kv_cache_bytes,
+                                 .expert_parallel = c->ep, .sp_min_tokens = c->sp_min_tokens, .kv_cache_bytes = c->kv_cache_bytes,
                                  .max_ctx = c->max_model_len, .pipeline_parallel = c->pp,
                                  .pp_layer_partition = c->pp_partition, .pp_microbatches = c->pp_microbatches};
 }

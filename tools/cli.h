@@ -20,6 +20,7 @@ typedef struct cli_common {
     int comm_spin;           /* --comm-spin iterations (-1: default) */
     bool sp;                 /* --enable-sequence-parallel */
     bool async_tp;           /* --enable-async-tp (implies sp) */
+    bool ep;                 /* --enable-expert-parallel */
     int sp_min_tokens;       /* --sp-min-tokens: shorter passes run as plain TP */
     int pp;                  /* -pp, --pipeline-parallel-size */
     const char *pp_partition; /* --pp-layer-partition "3,2" */

@@ -33,6 +33,8 @@ static void usage(FILE *f) {
           "  --enable-sequence-parallel  shard the residual stream by tokens across the ranks (-tp >= 2)\n"
           "  --enable-async-tp         fuse region collectives with their GEMMs (implies sequence parallel)\n"
           "  --sp-min-tokens N         passes of fewer tokens run as plain TP (default 1024; 0: never)\n"
+          "  --enable-expert-parallel  each rank holds whole experts (E/tp, contiguous) and tokens travel\n"
+          "                            to them in an all-to-all; attention stays tensor-parallel\n"
           "  -pp, --pipeline-parallel-size N  pipeline stages, each a range of decoder layers on its own\n"
           "                            -tp ranks (the job has tp x pp ranks; rank = stage x tp + tp rank)\n"
           "  --pp-layer-partition L    decoder layers per stage, e.g. 3,2 (default: even, the remainder\n"

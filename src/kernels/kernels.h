@@ -114,6 +114,11 @@ void moe_route(const float *logits, size_t ldl, int rows, const moe_shape *sh, i
  * experts spread over the threads (one GEMM of few rows uses one core better than two). */
 void moe_forward(const moe_shape *sh, const wmat *experts, const float *x, size_t ldx, const float *logits,
                  size_t ldl, int rows, float *out, size_t ldo, moe_scratch *s);
+/* The experts' part of moe_forward, with each row's choices given: choice[r*k + j] indexes
+ * `experts` (n_experts of them), negative where the pair belongs to another call (expert
+ * parallelism: an expert on another rank); a row with no pair here gets zeros. */
+void moe_experts(const moe_shape *sh, const wmat *experts, const float *x, size_t ldx, int rows,
+                 const int32_t *choice, const float *weight, float *out, size_t ldo, moe_scratch *s);
 
 /* KV cache of one layer: [n_seqs][max_ctx][kv_width] for K and for V; a latent cache (MLA)
  * has no V: its rows are kv_c then k_pe. */

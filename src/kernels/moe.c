@@ -134,16 +134,23 @@ static void run_expert(const moe_shape *sh, const wmat *w, const float *x, size_
 
 void moe_forward(const moe_shape *sh, const wmat *experts, const float *x, size_t ldx, const float *logits,
                  size_t ldl, int rows, float *out, size_t ldo, moe_scratch *s) {
-    int E = sh->n_experts, k = sh->top_k, H = sh->hidden, I = sh->inter;
     moe_route(logits, ldl, rows, sh, s->choice, s->weight);
+    moe_experts(sh, experts, x, ldx, rows, s->choice, s->weight, out, ldo, s);
+}
+
+void moe_experts(const moe_shape *sh, const wmat *experts, const float *x, size_t ldx, int rows,
+                 const int32_t *choice, const float *weight, float *out, size_t ldo, moe_scratch *s) {
+    int E = sh->n_experts, k = sh->top_k, H = sh->hidden, I = sh->inter;
     /* bucket the (row, expert) pairs by expert, rows in increasing order within each */
     memset(s->count, 0, E * sizeof *s->count);
-    for (int i = 0; i < rows * k; i++) s->count[s->choice[i]]++;
+    for (int i = 0; i < rows * k; i++)
+        if (choice[i] >= 0) s->count[choice[i]]++;
     s->start[0] = 0;
     for (int e = 0; e < E; e++) s->start[e + 1] = s->start[e] + s->count[e];
     memset(s->count, 0, E * sizeof *s->count);
     for (int i = 0; i < rows * k; i++) {
-        int e = s->choice[i], at = s->start[e] + s->count[e]++;
+        if (choice[i] < 0) continue;
+        int e = choice[i], at = s->start[e] + s->count[e]++;
         s->token[at] = i / k;
         s->pair[at] = i;
         s->slot[i] = at;
@@ -161,7 +168,7 @@ void moe_forward(const moe_shape *sh, const wmat *experts, const float *x, size_
             if (!n) continue;
             run_expert(sh, experts + 3 * e, x, ldx, s->token + s->start[e], n, s->x, s->gate, s->up, s->y);
             for (int i = 0; i < n; i++)
-                cpu()->axpy(s->weight[s->pair[s->start[e] + i]], s->y + (size_t)i * H, out + (size_t)s->token[s->start[e] + i] * ldo, H);
+                cpu()->axpy(weight[s->pair[s->start[e] + i]], s->y + (size_t)i * H, out + (size_t)s->token[s->start[e] + i] * ldo, H);
         }
         return;
     }
@@ -175,17 +182,19 @@ void moe_forward(const moe_shape *sh, const wmat *experts, const float *x, size_
 #pragma omp parallel for schedule(static) if (rows > 16)
     for (int r = 0; r < rows; r++) {
         int32_t order[64];
-        const int32_t *c = s->choice + (size_t)r * k;
+        const int32_t *c = choice + (size_t)r * k;
+        int n = 0;
         for (int j = 0; j < k; j++) { /* insertion sort of the k (<= 64) choices by expert */
-            int i = j;
+            if (c[j] < 0) continue;
+            int i = n++;
             for (; i > 0 && c[order[i - 1]] > c[j]; i--) order[i] = order[i - 1];
             order[i] = j;
         }
         float *o = out + (size_t)r * ldo;
         memset(o, 0, H * sizeof *o);
-        for (int j = 0; j < k; j++) {
+        for (int j = 0; j < n; j++) {
             int pair = r * k + order[j];
-            cpu()->axpy(s->weight[pair], s->y + (size_t)s->slot[pair] * H, o, H);
+            cpu()->axpy(weight[pair], s->y + (size_t)s->slot[pair] * H, o, H);
         }
     }
 }

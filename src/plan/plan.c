@@ -12,7 +12,7 @@
 
 static const char *step_names[] = {"op",         "all_reduce",           "all_gather (vocab)",   "reduce_scatter",
                                    "all_gather", "all_gather (logit rows)", "all_gather_matmul", "matmul_reduce_scatter",
-                                   "send",       "recv"};
+                                   "send",       "recv",                 "slice (own rows)"};
 
 const char *step_kind_name(step_kind k) { return step_names[k]; }
 
@@ -78,10 +78,19 @@ static int flatten(plan *p, const module *m, const int *bind, weight_store *ws, 
  * all-reduce, as vLLM does, which is also what SP's region does before its reduce-scatter:
  * the two modes then add the same numbers in the same order. */
 static bool defers_reduction(const plan *p, const module *parent, const module *child) {
-    return p->o.tp > 1 && !p->o.sp && !strcmp(parent->kind, "decoder_layer") && !strcmp(child->kind, "moe");
+    return p->o.tp > 1 && !p->o.sp && !p->o.ep && !strcmp(parent->kind, "decoder_layer") && !strcmp(child->kind, "moe");
 }
 
 static int flatten_call(plan *p, const module *m, const op *o, const int *in, weight_store *ws, loom_err *err) {
+    if (ep_is_region(p, m, o->child)) {
+        int args[4];
+        memcpy(args, in, o->n_in * sizeof *in);
+        args[0] = ep_enter_region(p, m, o, in[0]);
+        p->in_region++;
+        int out = flatten(p, o->child, args, ws, err);
+        p->in_region--;
+        return out < 0 ? -1 : ep_exit_region(p, m, o, out, err);
+    }
     if (defers_reduction(p, m, o->child)) {
         p->in_region++;
         int out = flatten(p, o->child, in, ws, err);
@@ -185,6 +194,9 @@ static int bind_op(plan *p, plan_step *s, const module *m, const op *o, int widt
 /* The dist of an op's output on this rank. */
 static int output_dist(plan *p, const module *m, const op *o, const int *in, loom_err *err) {
     if (o->kind == OP_EMBED) return p->o.tp > 1 ? DIST_PARTIAL : DIST_FULL; /* rows outside the shard are zero */
+    if (o->kind == OP_MOE && p->o.ep && p->o.tp > 1) return ep_moe_dist(p, m, in, err);
+    for (int i = 0; i < o->n_in; i++)
+        if (p->values[in[i]].dist == DIST_COMPLETE) return sp_output_dist(p, m, o, in, err);
     if (o->kind == OP_LINEAR && p->o.tp > 1) {
         if (p->values[in[0]].dist == DIST_PARTIAL) return sp_output_dist(p, m, o, in, err);
         return o->lin->style == PAR_ROW ? DIST_PARTIAL : o->lin->style == PAR_REPLICATED ? DIST_FULL : DIST_SHARDED;
@@ -221,6 +233,7 @@ static int flatten_op(plan *p, const module *m, const op *o, int *map, weight_st
                                   "state crosses a stage boundary", p->o.stage, m->name, m->value_names[o->in[i]]);
     if (o->kind == OP_CALL) return (map[o->out[0]] = flatten_call(p, m, o, in, ws, err)) < 0 ? -1 : 0;
     if (o->kind == OP_SPLIT) return (map[o->out[0]] = flatten_split(p, m, o, in[0], err)) < 0 ? -1 : 0;
+    if (p->ep.call && ep_place_inputs(p, m, o, in, err)) return -1;
     /* a copy: plan_new_value may move the array */
     const plan_value first = o->n_in ? p->values[in[0]] : (plan_value){.rows = ROWS_TOKENS};
     const plan_value *v0 = o->n_in ? &first : NULL;
@@ -424,6 +437,7 @@ int plan_build(plan *p, const module *tree, const plan_options *o, weight_store 
     p->tree = tree;
     p->o.sp = (o->sp || o->async_tp) && o->tp > 1;
     p->o.async_tp = o->async_tp && o->tp > 1;
+    p->o.ep = o->ep && o->tp > 1;
     if (p->o.pp <= 1) p->o.pp = 1, p->o.stage = 0, p->o.layer0 = 0, p->o.layer1 = stage_count_layers(tree);
     p->layers_total = p->o.layer1 - p->o.layer0;
     if (shard_vocab(p, tree, err) || (p->output = flatten(p, tree, NULL, ws, err)) < 0) {

@@ -14,6 +14,9 @@ typedef enum dist {
     DIST_FULL,    /* every rank holds all of it */
     DIST_SHARDED, /* each rank holds its columns (heads, features, vocabulary) */
     DIST_PARTIAL, /* each rank holds a partial sum of all of it */
+    /* expert parallelism: each rank holds the finished values of its own token rows, which the
+     * experts' combine already summed across ranks; reducing it again would count it per rank */
+    DIST_COMPLETE,
 } dist;
 
 /* Which rows a value has in a forward pass of T tokens. */
@@ -34,6 +37,7 @@ typedef enum step_kind {
     STEP_MATMUL_RS,      /* async TP: TOKENS input -> row-parallel linear's sum, SHARD rows */
     STEP_SEND,           /* pipeline: the hidden state, as it is, to this TP rank of the next stage */
     STEP_RECV,           /* pipeline: the hidden state from this TP rank of the previous stage */
+    STEP_SLICE_ROWS,     /* TOKENS -> SHARD: this rank's rows, copied (expert-parallel regions) */
     STEP_KIND_COUNT
 } step_kind;
 
@@ -66,15 +70,21 @@ typedef struct plan_step {
     wmat *experts;          /* OP_MOE: gate, up, down of each expert (this rank's share) */
     const float *route_bias; /* OP_MOE: e_score_correction_bias (NULL: none) */
     int expert_inter;       /* OP_MOE: features of each expert this rank holds */
+    int expert0, n_experts; /* OP_MOE: the experts this rank holds (all of them but under EP) */
     const float *norm_w;
     int vocab0;             /* first vocabulary row this rank holds (embedding) */
     attn_shape attn;        /* this rank's heads */
 } plan_step;
 
-/* A child of a decoder layer that reduces across ranks, under sequence parallelism. */
+/* A child of a decoder layer that reduces across ranks, under sequence parallelism, or that
+ * holds an expert-parallel mixture of experts. */
 typedef struct plan_region {
     const module *mod;
     bool verified; /* false: an opaque op touched a partial sum */
+    bool ep;       /* its experts are expert-parallel: rows dispatched and combined inside */
+    step_kind entry, exit; /* the collective at each end (STEP_OP: none) */
+    int gathers;   /* under EP: all-gathers of its input for what stays tensor-parallel (shared experts) */
+    int completes; /* under EP: reduce-scatters completing those partial sums before the routed output joins */
 } plan_region;
 
 typedef struct plan_options {
@@ -84,6 +94,7 @@ typedef struct plan_options {
     int pp, stage, layer0, layer1;
     bool sp;       /* --enable-sequence-parallel */
     bool async_tp; /* --enable-async-tp (implies sp) */
+    bool ep;       /* --enable-expert-parallel: each rank holds whole experts (ep.c) */
     bool progress; /* report weight binding per decoder layer */
     quant_scheme quant; /* what linears are quantized to at load (--quantization) */
     const quant_config *checkpoint; /* how the checkpoint stores quantized linears (NULL: float) */
@@ -108,6 +119,11 @@ typedef struct plan {
     /* sequence parallelism */
     plan_region *regions;
     int n_regions, in_region;
+    struct {             /* the expert-parallel region being flattened (call NULL: none) */
+        const op *call;
+        const module *parent;
+        int shard_in, tokens_in; /* its input as this rank's token rows, and as every token's (-1: not yet) */
+    } ep;
     bool region_unverified;
     char **warnings;
     int n_warnings;
@@ -125,6 +141,12 @@ typedef struct plan {
 int plan_build(plan *p, const module *tree, const plan_options *o, weight_store *ws, loom_err *err);
 void plan_free(plan *p);
 int plan_step_inputs(const plan_step *s);
+/* Expert parallelism's placement (ep.c): rank r of `ranks` holds experts [*first, *first + *count),
+ * contiguous, the first n_experts % ranks ranks one more than the others. */
+void ep_placement(int n_experts, int ranks, int rank, int *first, int *count);
+int ep_owner(int n_experts, int ranks, int expert);
+/* A per-expert tensor of an expert another rank holds (so this rank never reads it). */
+bool ep_foreign_tensor(const plan *p, const char *name);
 const char *step_kind_name(step_kind k);
 
 #endif

@@ -32,4 +32,15 @@ void sp_warn(plan *p, const char *fmt, ...) __attribute__((format(printf, 2, 3))
 /* Warnings for ops outside regions that may mix tokens or cannot be analysed. */
 void sp_check_outside(plan *p, const module *m, const op *o);
 
+/* Expert parallelism (ep.c) */
+bool ep_is_region(const plan *p, const module *parent, const module *child);
+/* Region entry: its input x as this rank's token rows (sliced from every token's under plain TP). */
+int ep_enter_region(plan *p, const module *m, const op *call, int x);
+/* Inside the region, before op o runs: every-token ops get the gathered input, and a partial sum
+ * of every token meeting this rank's rows is reduce-scattered first. */
+int ep_place_inputs(plan *p, const module *m, const op *o, int *in, loom_err *err);
+/* The experts' output dist under EP: DIST_COMPLETE, or -1 where they cannot run expert-parallel. */
+int ep_moe_dist(plan *p, const module *m, const int *in, loom_err *err);
+int ep_exit_region(plan *p, const module *m, const op *call, int out, loom_err *err);
+
 #endif

@@ -120,6 +120,43 @@ static void print_latent_kv(FILE *f, const loom_model *m, const plan *p) {
                "V (the model's maximum: %d)\n", budget / latent, budget / full, m->cfg.max_pos);
 }
 
+/* An expert-parallel region: where its rows come from, the dispatch and combine, what stays
+ * tensor-parallel inside, how it leaves, and the verdict. */
+static void print_ep_region(FILE *f, const plan *p, const plan_region *r) {
+    const plan_step *s = NULL;
+    for (int i = 0; i < p->n_steps && !s; i++)
+        if (p->steps[i].kind == STEP_OP && p->steps[i].op->kind == OP_MOE && !strncmp(p->steps[i].mod->name, r->mod->name,
+                                                                                       strlen(r->mod->name)))
+            s = &p->steps[i];
+    if (!s) return;
+    const moe_desc *d = s->op->moe;
+    fprintf(f, "  region %-28s expert parallel: %s\n", r->mod->name,
+            r->entry == STEP_SLICE_ROWS ? "its rows sliced from every token's (no communication)"
+                                        : "this rank's token shard in directly, no all-gather");
+    fprintf(f, "    route: this rank's rows; dispatch: all_to_all, one row per (token, owning rank), [rows, %d + 2 x %d] "
+               "(hidden state, local experts, weights); rank 0 holds experts %d..%d of %d\n", d->hidden, d->top_k,
+            s->expert0, s->expert0 + s->n_experts - 1, d->n_experts);
+    fprintf(f, "    combine: all_to_all back, one sum per row of its experts there (increasing index); each token adds "
+               "its owners' sums in rank order: output complete\n");
+    if (r->gathers || r->completes)
+        fprintf(f, "    tensor-parallel beside them (shared experts): %d all_gather of the region input, %d reduce_scatter "
+                   "completing their partial sum before the routed output is added\n", r->gathers, r->completes);
+    fprintf(f, "    exit: %s; verified (a complete value: a norm or a residual add may follow it, a second reduction is "
+               "refused)\n", r->exit == STEP_OP               ? "none, this rank's complete rows are its residual shard"
+                          : r->exit == STEP_GATHER_ROWS      ? "all_gather of every rank's complete rows (plain TP's residual)"
+                          : r->exit == STEP_SLICE_ROWS       ? "slice of this rank's rows"
+                                                             : step_kind_name(r->exit));
+}
+
+static void print_ep(FILE *f, const plan *p) {
+    int n = 0;
+    for (int i = 0; i < p->n_regions; i++) n += p->regions[i].ep;
+    fprintf(f, "\nexpert parallelism: %d ranks hold whole experts (contiguous, the first E %% %d ranks one more); "
+               "attention and dense layers stay tensor-parallel; %d expert-parallel regions\n", p->o.tp, p->o.tp, n);
+    for (int i = 0; i < p->n_regions; i++)
+        if (p->regions[i].ep) print_ep_region(f, p, &p->regions[i]);
+}
+
 static void print_sp(FILE *f, const plan *p) {
     fprintf(f, "\nsequence parallelism: the residual stream holds T/%d tokens per rank between the embedding "
                "and the LM head%s\n", p->o.tp, p->o.pp > 1 ? ", across the stage boundaries too (regions below: stage 0's)" : "");
@@ -127,6 +164,11 @@ static void print_sp(FILE *f, const plan *p) {
     for (int i = 0; i < p->n_regions; i++) {
         const plan_region *r = &p->regions[i];
         verified += r->verified;
+        if (r->ep) {
+            fprintf(f, "  region %-28s expert parallel (below): takes this rank's tokens, leaves complete\n",
+                    r->mod->name);
+            continue;
+        }
         fprintf(f, "  region %-28s all-gather in, reduce-scatter out: %s%s\n", r->mod->name,
                 strcmp(r->mod->kind, "moe") ? "" : "mixture of experts (a reducer, like a row-parallel linear), ",
                 r->verified ? "verified (partial sums reach the exit only through additive, pass-through and "
@@ -217,7 +259,8 @@ int loom_print_plan(loom_model *m, int tp, const loom_engine_options *o, FILE *f
         free(first);
         return -1;
     }
-    plan_options po = {.tp = tp, .sp = o->sequence_parallel, .async_tp = o->async_tp, .quant = m->ws.quant,
+    plan_options po = {.tp = tp, .sp = o->sequence_parallel, .async_tp = o->async_tp, .ep = o->expert_parallel,
+                       .quant = m->ws.quant,
                        .checkpoint = &m->cfg.quant, .pp = pp, .layer1 = first[1]};
     if (plan_build(&p, m->tree, &po, NULL, err)) {
         free(first);
@@ -238,7 +281,8 @@ int loom_print_plan(loom_model *m, int tp, const loom_engine_options *o, FILE *f
     else if (tp == 1) fprintf(f, "parallelism: %d pipeline stages of one rank\n", pp);
     else
         fprintf(f, "parallelism: tensor parallel across %d ranks (column/row-parallel linears, vocab-parallel "
-                   "embedding and LM head)%s\n", tp, p.o.async_tp ? " + sequence parallel + async TP" : p.o.sp ? " + sequence parallel" : "");
+                   "embedding and LM head)%s%s\n", tp, p.o.async_tp ? " + sequence parallel + async TP" : p.o.sp ? " + sequence parallel" : "",
+                p.o.ep ? " + expert parallel" : "");
     fprintf(f, "\nmodule tree:\n");
     print_module(f, m->tree, 1);
     if (pp > 1) print_stages(f, m, &p.o, first);
@@ -268,6 +312,7 @@ int loom_print_plan(loom_model *m, int tp, const loom_engine_options *o, FILE *f
     }
     if (p.kv_latent) print_latent_kv(f, m, &p);
     if (p.o.sp) print_sp(f, &p);
+    if (p.o.ep) print_ep(f, &p);
     if (p.o.async_tp) print_async(f, &p);
     plan_free(&p);
     free(first);

@@ -3,7 +3,8 @@
  * replicated when there are fewer than ranks), row-parallel linears split their input features
  * and produce a partial sum (its bias counted once: see plan_collective), the embedding and
  * LM head split the vocabulary, and each expert of a mixture is split like an MLP (every rank
- * holds a share of every expert, as vLLM's TP without expert parallelism does). */
+ * holds a share of every expert, as vLLM's TP without expert parallelism does), or under expert
+ * parallelism held whole by one rank (ep.c places them). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -138,10 +139,18 @@ int shard_bind_linear(plan *p, plan_step *s, const linear_desc *l, int in_width,
 
 int shard_bind_moe(plan *p, plan_step *s, const moe_desc *d, const module *m, weight_store *ws, loom_err *err) {
     int tp = p->o.tp, I = d->inter, H = d->hidden;
-    if (I % tp)
+    /* expert parallelism: whole experts, a contiguous range of them per rank (ep.c) */
+    bool ep = p->o.ep && tp > 1;
+    if (!ep && I % tp)
         return loom_errf(err, "%s: its experts have %d features, not divisible by %d ranks", m->name, I, tp);
-    int nr = I / tp, r0 = p->o.rank * nr;
+    int nr = ep ? I : I / tp, r0 = ep ? 0 : p->o.rank * nr;
     s->expert_inter = nr;
+    s->expert0 = 0, s->n_experts = d->n_experts;
+    if (ep) {
+        ep_placement(d->n_experts, tp, p->o.rank, &s->expert0, &s->n_experts);
+        /* a dispatched row: the token's hidden state, then its experts on the rank and their weights */
+        if (H + 2 * d->top_k > p->max_comm_cols[ROWS_TOKENS]) p->max_comm_cols[ROWS_TOKENS] = H + 2 * d->top_k;
+    }
     /* per-expert tensors, or the layout's fused alternative where the checkpoint holds that */
     bool fused = ws && d->fused_gate_up[0] && weights_has(ws, d->fused_gate_up);
     const char *gate = fused ? d->fused_gate_up : d->gate, *down = fused ? d->fused_down : d->down;
@@ -151,9 +160,9 @@ int shard_bind_moe(plan *p, plan_step *s, const moe_desc *d, const module *m, we
             return loom_err_prefix(err, "%s", m->name);
         s->route_bias = b.data;
     }
-    if (ws) s->experts = calloc(3 * (size_t)d->n_experts, sizeof *s->experts);
-    for (int e = 0; e < d->n_experts; e++) {
-        wmat *w = ws ? &s->experts[3 * e] : &(wmat[3]){0}[0];
+    if (ws) s->experts = calloc(3 * (size_t)(s->n_experts ? s->n_experts : 1), sizeof *s->experts);
+    for (int e = s->expert0; e < s->expert0 + s->n_experts; e++) {
+        wmat *w = ws ? &s->experts[3 * (e - s->expert0)] : &(wmat[3]){0}[0];
         int rc;
         if (d->stacked || fused) { /* gate rows, then up rows, of one [2I, H] matrix per expert */
             int gu[3] = {d->n_experts, 2 * I, H}, dn[3] = {d->n_experts, H, I};

@@ -43,9 +43,16 @@ void sp_warn(plan *p, const char *fmt, ...) {
 }
 
 int sp_output_dist(plan *p, const module *m, const op *o, const int *in, loom_err *err) {
-    int partial = 0;
-    for (int i = 0; i < o->n_in; i++) partial += p->values[in[i]].dist == DIST_PARTIAL;
-    if (!partial) return p->values[in[0]].dist;
+    int partial = 0, complete = 0;
+    for (int i = 0; i < o->n_in; i++) {
+        partial += p->values[in[i]].dist == DIST_PARTIAL;
+        complete += p->values[in[i]].dist == DIST_COMPLETE;
+    }
+    /* an expert-parallel combine's output: every rank's share is already in it */
+    if (complete && ((o->kind == OP_LINEAR && o->lin->style == PAR_ROW) || o->kind == OP_MOE))
+        return loom_errf(err, "%s: `%s` reduces across ranks a value the experts' combine already completed: the sum "
+                              "would count it once per rank", m->name, op_kind_name(o->kind));
+    if (!partial) return complete ? DIST_COMPLETE : p->values[in[0]].dist;
     const char *name = op_kind_name(o->kind);
     switch (o->kind) {
     case OP_ADD: /* additive */
@@ -92,7 +99,8 @@ int sp_output_dist(plan *p, const module *m, const op *o, const int *in, loom_er
 int sp_exit_region(plan *p, const module *m, const op *call, int out, loom_err *err) {
     const plan_value v = p->values[out];
     p->regions = realloc(p->regions, (p->n_regions + 1) * sizeof *p->regions);
-    p->regions[p->n_regions++] = (plan_region){call->child, !p->region_unverified};
+    p->regions[p->n_regions++] = (plan_region){.mod = call->child, .verified = !p->region_unverified,
+                                               .entry = STEP_GATHER_ROWS, .exit = STEP_REDUCE_SCATTER};
     p->region_unverified = false;
     if (v.rows != ROWS_TOKENS || v.dist != DIST_PARTIAL)
         return loom_errf(err, "%s: sequence parallelism does not support region %s: its output is not a partial sum "

@@ -16,7 +16,7 @@
 
 static int round_up(int n, int k) { return (n + k - 1) / k * k; }
 
-static float *value_ptr(const loom_engine *e, int v, size_t *ld) {
+float *engine_value(const loom_engine *e, int v, size_t *ld) {
     const plan_value *pv = &e->cur->p.values[v];
     int buf = e->cur->p.values[pv->base].buffer;
     *ld = e->cur->p.buffer_width[buf];
@@ -61,9 +61,11 @@ static int alloc_moe_scratch(loom_engine *e, loom_err *err) {
             most.top_k = d->top_k > most.top_k ? d->top_k : most.top_k;
         }
     if (!most.n_experts) return 0;
-    if (moe_scratch_init(&e->moe, e->max_tokens, &most))
+    /* under expert parallelism a rank's experts may receive every rank's rows of a padded batch */
+    int rows = round_up(e->max_tokens, e->comm->size);
+    if (moe_scratch_init(&e->moe, rows, &most))
         return loom_errf(err, "out of memory allocating the experts' scratch for %d tokens", e->max_tokens);
-    e->activation_bytes += moe_scratch_bytes(e->max_tokens, &most, e->moe.threads);
+    e->activation_bytes += moe_scratch_bytes(rows, &most, e->moe.threads);
     return 0;
 }
 
@@ -82,18 +84,19 @@ static int alloc_state(loom_engine *e, loom_err *err) {
             return -1;
         e->kv_bytes += (p->kv_latent ? 1 : 2) * per;
     }
-    if (alloc_moe_scratch(e, err)) return -1;
+    if (alloc_moe_scratch(e, err) || ep_init(e, err)) return -1;
     e->seq_len = calloc(e->max_seqs, sizeof *e->seq_len);
     e->logits = alloc_or_fail((size_t)e->max_logits * c->vocab * sizeof(float), "logits", err);
     return e->logits ? rope_table_init(&e->rope, c, e->max_ctx, err) : -1;
 }
 
-/* Tensors no op reads, reported by the first rank of each stage for its own part. */
-static void warn_unused(const loom_model *m, const plan_options *po) {
+/* Tensors no op reads, reported by the first rank of each stage for its own part (under expert
+ * parallelism, without the other ranks' experts). */
+static void warn_unused(const loom_model *m, const plan *p) {
     char **unused = weights_unused(&m->ws);
     int n = 0, first = -1;
     for (int i = 0; unused[i]; i++)
-        if (!stage_foreign_tensor(po, m->tree, unused[i]) && n++ == 0) first = i;
+        if (!stage_foreign_tensor(&p->o, m->tree, unused[i]) && !ep_foreign_tensor(p, unused[i]) && n++ == 0) first = i;
     if (n)
         fprintf(stderr, "loom: warning: %s: %d tensor%s not used by %s, e.g. '%s'\n", m->ws.dir, n, n > 1 ? "s" : "",
                 m->cfg.arch, unused[first]);
@@ -132,7 +135,8 @@ size_t loom_comm_slot_bytes(const loom_model *m, int tp, const loom_engine_optio
     /* pipeline: a stage sends at most every token's hidden state, and the last broadcasts logits */
     size_t pipe = o->pipeline_parallel > 1 ? (size_t)round_up(tokens, tp) * stage_hidden_width(m->tree) : 0;
     if (o->pipeline_parallel > 1 && (size_t)logits * m->cfg.vocab > pipe) pipe = (size_t)logits * m->cfg.vocab;
-    plan_options po = {.tp = tp, .sp = o->sequence_parallel, .async_tp = o->async_tp, .quant = m->ws.quant,
+    plan_options po = {.tp = tp, .sp = o->sequence_parallel, .async_tp = o->async_tp, .ep = o->expert_parallel,
+                       .quant = m->ws.quant,
                        .checkpoint = &m->cfg.quant};
     if (plan_build(&p, m->tree, &po, NULL, &err)) return 0;
     tokens = round_up(tokens, tp);
@@ -154,12 +158,14 @@ int loom_check_sharding(const loom_model *m, int tp, const loom_engine_options *
         for (int r = 0; r < tp && !rc; r++) {
             plan p;
             /* async TP plans the same shapes */
-            plan_options po = {.tp = tp, .rank = r, .sp = o->sequence_parallel, .quant = m->ws.quant,
+            plan_options po = {.tp = tp, .rank = r, .sp = o->sequence_parallel, .ep = o->expert_parallel,
+                               .quant = m->ws.quant,
                                .checkpoint = &m->cfg.quant, .pp = pp, .stage = s, .layer0 = first[s],
                                .layer1 = first[s + 1]};
             if (plan_build(&p, m->tree, &po, NULL, err))
-                rc = loom_err_prefix(err, "%s cannot run with -tp %d%s", m->cfg.arch, tp,
-                                     o->sequence_parallel ? " and sequence parallelism" : "");
+                rc = loom_err_prefix(err, "%s cannot run with -tp %d%s%s", m->cfg.arch, tp,
+                                     o->sequence_parallel ? " and sequence parallelism" : "",
+                                     o->expert_parallel ? " and expert parallelism" : "");
             else plan_free(&p);
         }
     free(first);
@@ -207,7 +213,7 @@ loom_engine *loom_engine_new(loom_model *m, const loom_engine_options *o, loom_e
     loom_model_get_info(m, &info);
     bool progress = m->progress && info.n_params > (64u << 20);
     plan_options po = {.tp = e->comm->size, .rank = e->comm->rank, .sp = o->sequence_parallel,
-                       .async_tp = o->async_tp, .progress = progress, .quant = m->ws.quant,
+                       .async_tp = o->async_tp, .ep = o->expert_parallel, .progress = progress, .quant = m->ws.quant,
                        .checkpoint = &m->cfg.quant, .pp = e->pp, .stage = e->stage, .layer0 = e->layer0,
                        .layer1 = e->layer1};
     e->n_plans = 1;
@@ -215,7 +221,7 @@ loom_engine *loom_engine_new(loom_model *m, const loom_engine_options *o, loom_e
     if (plan_build(&e->plans[0].p, m->tree, &po, &m->ws, err)) goto fail;
     e->sp_min_tokens = e->plans[0].p.o.sp ? o->sp_min_tokens : 0;
     if (e->sp_min_tokens > 1) { /* the short passes' plain TP plan (weights are shared: same slices) */
-        plan_options tp_only = {.tp = po.tp, .rank = po.rank, .quant = po.quant, .checkpoint = po.checkpoint,
+        plan_options tp_only = {.tp = po.tp, .rank = po.rank, .ep = po.ep, .quant = po.quant, .checkpoint = po.checkpoint,
                                 .pp = po.pp, .stage = po.stage, .layer0 = po.layer0, .layer1 = po.layer1};
         e->plans[1].max_tokens = e->sp_min_tokens - 1 < e->max_tokens ? e->sp_min_tokens - 1 : e->max_tokens;
         if (plan_build(&e->plans[1].p, m->tree, &tp_only, &m->ws, err)) goto fail;
@@ -224,7 +230,7 @@ loom_engine *loom_engine_new(loom_model *m, const loom_engine_options *o, loom_e
     e->cur = &e->plans[0];
     if (size_context(e, o, err)) goto fail;
     if (e->comm->rank == 0) { /* each stage's first rank, for its layers */
-        warn_unused(m, &po);
+        warn_unused(m, &e->plans[0].p);
         for (int i = 0; i < e->plans[0].p.n_warnings; i++) fprintf(stderr, "loom: warning: %s\n", e->plans[0].p.warnings[i]);
     }
     if (alloc_state(e, err)) goto fail;
@@ -248,6 +254,7 @@ void loom_engine_free(loom_engine *e) {
     free(e->logits);
     rope_table_free(&e->rope);
     moe_scratch_free(&e->moe);
+    ep_free(e);
     comm_free(e->own_comm);
     free(e);
 }
@@ -296,7 +303,7 @@ static int run_collective(loom_engine *e, const plan_step *s, const loom_batch *
     const plan_value *iv = &e->cur->p.values[s->in[0]], *ov = &e->cur->p.values[s->out];
     int n = e->comm->size, t_pad = round_up(b->n_tokens, n), shard = t_pad / n, w = iv->width;
     size_t ldi, ldo;
-    float *in = value_ptr(e, s->in[0], &ldi), *out = value_ptr(e, s->out, &ldo);
+    float *in = engine_value(e, s->in[0], &ldi), *out = engine_value(e, s->out, &ldo);
     comm_set_phase(e->comm, "%s in %s", step_kind_name(s->kind), s->mod->name);
     double t0 = omp_get_wtime();
     int rc = 0;
@@ -311,6 +318,13 @@ static int run_collective(loom_engine *e, const plan_step *s, const loom_batch *
         rc = comm_reduce_scatter_rows(e->comm, in, ldi, out, ldo, t_pad, w, err);
         break;
     case STEP_GATHER_ROWS: rc = comm_all_gather_rows(e->comm, in, ldi, out, ldo, shard, w, err); break;
+    case STEP_SLICE_ROWS: /* this rank's rows; those past the batch are padding, zeros as a reduce-scatter leaves */
+        for (int i = 0; i < shard; i++) {
+            int r = e->comm->rank * shard + i;
+            if (r < b->n_tokens) memcpy(out + (size_t)i * ldo, in + (size_t)r * ldi, w * sizeof *out);
+            else memset(out + (size_t)i * ldo, 0, w * sizeof *out);
+        }
+        break;
     case STEP_GATHER_LOGITS:
         rc = comm_gather_rows_at(e->comm, in, ldi, shard, b->logit_rows, b->n_logits, out, ldo, w, err);
         break;
@@ -356,8 +370,8 @@ static int run_fused(loom_engine *e, const plan_step *s, const loom_batch *b, lo
     const plan_value *ov = &e->cur->p.values[s->out];
     int shard = round_up(b->n_tokens, e->comm->size) / e->comm->size;
     size_t ldi, ldo;
-    const float *in = value_ptr(e, s->in[0], &ldi);
-    float *out = value_ptr(e, s->out, &ldo);
+    const float *in = engine_value(e, s->in[0], &ldi);
+    float *out = engine_value(e, s->out, &ldo);
     fused_gemm g = {s, in, ldi, ldo, out, b->n_tokens, comm_chunk_rows(e->comm, shard)};
     comm_set_phase(e->comm, "%s in %s", step_kind_name(s->kind), s->mod->name);
     double t0 = omp_get_wtime();
@@ -369,15 +383,23 @@ static int run_fused(loom_engine *e, const plan_step *s, const loom_batch *b, lo
     return rc;
 }
 
+moe_shape engine_moe_shape(const plan_step *s) {
+    const moe_desc *d = s->op->moe;
+    return (moe_shape){.hidden = d->hidden, .inter = s->expert_inter, .n_experts = d->n_experts, .top_k = d->top_k,
+                       .softmax_of_topk = d->routing == ROUTE_TOPK_SOFTMAX, .norm_topk = d->norm_topk,
+                       .sigmoid = d->sigmoid, .n_group = d->n_group, .topk_group = d->topk_group,
+                       .group_top2_sum = d->group_top2_sum, .bias = s->route_bias, .scale = d->scale};
+}
+
 static void run_step(loom_engine *e, const plan_step *s, const loom_batch *b) {
     const op *o = s->op;
     const plan_value *ov = &e->cur->p.values[s->out];
     int rows = value_rows(e, ov, b), w = ov->width;
     size_t ldo, ld0 = 0, ld1 = 0, ld2 = 0;
-    float *out = value_ptr(e, s->out, &ldo);
-    const float *in0 = s->n_in > 0 ? value_ptr(e, s->in[0], &ld0) : NULL;
-    const float *in1 = s->n_in > 1 ? value_ptr(e, s->in[1], &ld1) : NULL;
-    const float *in2 = s->n_in > 2 ? value_ptr(e, s->in[2], &ld2) : NULL;
+    float *out = engine_value(e, s->out, &ldo);
+    const float *in0 = s->n_in > 0 ? engine_value(e, s->in[0], &ld0) : NULL;
+    const float *in1 = s->n_in > 1 ? engine_value(e, s->in[1], &ld1) : NULL;
+    const float *in2 = s->n_in > 2 ? engine_value(e, s->in[2], &ld2) : NULL;
     switch (o->kind) {
     case OP_EMBED: embed_rows(&s->w[0], s->vocab0, b->ids, rows, out, ldo); break;
     case OP_LINEAR: {
@@ -401,12 +423,11 @@ static void run_step(loom_engine *e, const plan_step *s, const loom_batch *b) {
         else rms_norm(in0, ld0, out, ldo, rows, w, o->group ? o->group : w, s->norm_w, o->eps);
         break;
     case OP_MOE: {
-        const moe_desc *d = o->moe;
-        moe_shape sh = {.hidden = d->hidden, .inter = s->expert_inter, .n_experts = d->n_experts, .top_k = d->top_k,
-                        .softmax_of_topk = d->routing == ROUTE_TOPK_SOFTMAX, .norm_topk = d->norm_topk,
-                        .sigmoid = d->sigmoid, .n_group = d->n_group, .topk_group = d->topk_group,
-                        .group_top2_sum = d->group_top2_sum, .bias = s->route_bias, .scale = d->scale};
+        moe_shape sh = engine_moe_shape(s);
+        double t0 = omp_get_wtime();
         moe_forward(&sh, s->experts, in0, ld0, in1, ld1, rows, out, ldo, &e->moe);
+        e->expert_seconds += omp_get_wtime() - t0;
+        e->expert_flop += 6.0 * sh.hidden * sh.inter * rows * sh.top_k; /* gate, up, down: 2 flops a weight */
         break;
     }
     case OP_SIGMOID_GATE: sigmoid_gate(in0, ld0, in1, ld1, out, ldo, rows, w); break;
@@ -445,7 +466,7 @@ static int run_boundary(loom_engine *e, const plan_step *s, const loom_batch *b,
     int v = send ? s->in[0] : s->out, tp = e->comm->size, peer = e->world->rank + (send ? tp : -tp);
     const plan_value *pv = &e->cur->p.values[v];
     size_t ld;
-    float *x = value_ptr(e, v, &ld);
+    float *x = engine_value(e, v, &ld);
     int rows = value_rows(e, pv, b);
     comm_set_phase(e->world, "stage %d: %s of %d rows %s stage %d", e->stage, send ? "send" : "recv", rows,
                    send ? "to" : "from", e->stage + (send ? 1 : -1));
@@ -458,8 +479,14 @@ static int run_boundary(loom_engine *e, const plan_step *s, const loom_batch *b,
 
 int engine_run_pass(loom_engine *e, const loom_batch *b, loom_err *err) {
     e->cur = &e->plans[e->n_plans > 1 && b->n_tokens < e->sp_min_tokens];
+    e->ep.layer = 0;
+    e->ep.passes += e->ep.n_layers > 0;
     for (int i = 0; i < e->cur->p.n_steps; i++) {
         const plan_step *s = &e->cur->p.steps[i];
+        if (s->kind == STEP_OP && s->op->kind == OP_MOE && e->cur->p.o.ep) {
+            if (ep_moe_step(e, s, b, err)) return -1;
+            continue;
+        }
         if (s->kind == STEP_SEND || s->kind == STEP_RECV) {
             if (run_boundary(e, s, b, err)) return -1;
             continue;
@@ -484,7 +511,7 @@ int engine_run_pass(loom_engine *e, const loom_batch *b, loom_err *err) {
 
 void engine_take_logits(loom_engine *e, const loom_batch *b, const int32_t *at) {
     size_t ld;
-    const float *out = value_ptr(e, e->cur->p.output, &ld);
+    const float *out = engine_value(e, e->cur->p.output, &ld);
     size_t vocab = e->model->cfg.vocab;
     for (int r = 0; r < b->n_logits; r++) memcpy(e->logits + (at ? at[r] : r) * vocab, out + r * ld, vocab * sizeof *out);
 }
@@ -518,7 +545,7 @@ size_t loom_engine_decode_bytes(const loom_engine *e) {
         if (s->op->kind == OP_LINEAR)
             for (int j = 0; j < s->op->lin->n_parts; j++) bytes += (double)wmat_bytes(&s->w[j]);
         if (s->op->kind == OP_MOE && s->experts) /* a token reads top_k of the experts */
-            for (int j = 0; j < 3 * s->op->moe->n_experts; j++)
+            for (int j = 0; j < 3 * s->n_experts; j++) /* this rank's: all, or its share under EP */
                 bytes += (double)wmat_bytes(&s->experts[j]) * s->op->moe->top_k / s->op->moe->n_experts;
     }
     return (size_t)bytes;
@@ -529,7 +556,8 @@ void loom_engine_set_profile(loom_engine *e, bool on) {
     memset(e->op_seconds, 0, sizeof e->op_seconds);
     memset(e->waited_seconds, 0, sizeof e->waited_seconds);
     memset(&e->pipe, 0, sizeof e->pipe);
-    e->comm_seconds = 0;
+    e->comm_seconds = e->expert_seconds = e->expert_flop = 0;
+    ep_reset_stats(e);
 }
 
 void loom_engine_print_profile(const loom_engine *e, FILE *f) {
@@ -541,6 +569,7 @@ void loom_engine_print_profile(const loom_engine *e, FILE *f) {
     if (e->comm->size > 1) fprintf(f, " collectives %.1f%%", 100 * e->comm_seconds / total);
     fputc('\n', f);
     if (e->pp > 1) pipeline_print_profile(e, f);
+    loom_engine_print_experts(e, f, true);
     if (e->comm->size == 1) return;
     /* what the fused ops' GEMMs did not hide shows here, apart from the GEMMs themselves */
     fprintf(f, "waiting in collectives (rank %d):", e->world->rank);

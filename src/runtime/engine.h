@@ -22,6 +22,20 @@ typedef struct pipeline_stats {
     long passes, microbatches;
 } pipeline_stats;
 
+/* Expert parallelism's buffers and per-MoE-layer counts (expert_parallel.c). */
+typedef struct expert_parallel {
+    int n_layers, layer; /* MoE steps in the plan; the next one in this pass */
+    int max_rows;        /* rows a rank may receive in one all-to-all: the padded batch */
+    int32_t *choice, *local_choice, *row_at;
+    float *weight, *local_weight;
+    float *send, *recv, *sums, *back; /* dispatched rows, received; experts' sums, and those come back */
+    int *send_rows, *recv_rows, *start;
+    const char **name;   /* [n_layers]: each MoE module */
+    long *received;      /* [n_layers][ranks]: rows each rank received, since the profile reset */
+    double *bytes;       /* [n_layers]: bytes between ranks, both all-to-alls */
+    long passes;
+} expert_parallel;
+
 struct loom_engine {
     loom_model *model;
     /* comm: the ranks of this stage, which tensor parallelism shards across; world: the whole
@@ -37,6 +51,8 @@ struct loom_engine {
     kv_layer *kv;
     rope_table rope;
     moe_scratch moe; /* shared by the MoE steps */
+    expert_parallel ep;
+    double expert_seconds, expert_flop; /* in the experts' GEMMs (routing included under TP) */
     int max_seqs, max_ctx, max_tokens, max_logits;
     int *seq_len; /* positions each sequence's KV cache holds */
     float *logits;
@@ -45,6 +61,16 @@ struct loom_engine {
     double op_seconds[OP_KIND_COUNT], comm_seconds;
     double waited_seconds[STEP_KIND_COUNT]; /* blocked in each kind of collective */
 };
+
+/* Where value v of the current plan lives, and its row stride. */
+float *engine_value(const loom_engine *e, int v, size_t *ld);
+/* The shape moe_forward runs step s's experts with (all experts, for routing). */
+moe_shape engine_moe_shape(const plan_step *s);
+int ep_init(loom_engine *e, loom_err *err);
+void ep_free(loom_engine *e);
+void ep_reset_stats(loom_engine *e);
+/* An MoE step of an expert-parallel region: route, dispatch, this rank's experts, combine. */
+int ep_moe_step(loom_engine *e, const plan_step *s, const loom_batch *b, loom_err *err);
 
 /* Runs this rank's steps over b: the whole pass, or its stage's part of it. */
 int engine_run_pass(loom_engine *e, const loom_batch *b, loom_err *err);

@@ -61,6 +61,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 PREFILL = (7, 4)       # prefill lengths for sequence 0 and 1
 DECODE_STEPS = 3       # teacher-forced single-token steps after the prefill
 INCR_TOL = 1e-5        # HF cache path vs HF full forward
+SKEW_BIAS = 10.0       # added to the correction bias of the skewed experts ("skew_experts")
 KEEP_FILES = {"config.json", "model.safetensors", "generation_config.json",
               "golden.safetensors"}
 
@@ -191,6 +192,23 @@ def case_defs():
             {"routing": "v3", "router_std": 0.3, "score_bias_std": 0.1, "seed_tries": 20,
              "fused_experts": True, "max_bytes": 3 << 19,
              "config_keys": {"topk_method": "noaux_tc", "scoring_func": "sigmoid"}}),
+        # DeepSeek-V3 with skewed routing, for expert parallelism's extremes: +10 on the
+        # correction bias of experts 0 and 1 sends every token of the MoE layer (layer 1,
+        # the only one) to exactly those two (top-2), i.e. all to the experts of rank 0, and
+        # the other ranks receive nothing. The bias only chooses the experts; their weights
+        # are the plain sigmoid scores, so the outputs stay well-conditioned. Per-expert
+        # tensors (save_pretrained).
+        "deepseek_v3_skewed": (DeepseekV3ForCausalLM, DeepseekV3Config, dict(
+            DEEPSEEK, num_hidden_layers=2, q_lora_rank=48, n_routed_experts=8,
+            num_experts_per_tok=2, n_group=4, topk_group=2, n_shared_experts=1,
+            routed_scaling_factor=2.5, norm_topk_prob=True, rope_interleave=True,
+            topk_method="noaux_tc", scoring_func="sigmoid",
+            rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 8.0,
+                             "original_max_position_embeddings": 32, "mscale": 1.0,
+                             "mscale_all_dim": 1.0, "beta_fast": 32, "beta_slow": 1}),
+            {"routing": "v3", "router_std": 0.3, "score_bias_std": 0.1, "seed_tries": 20,
+             "skew_experts": 2,
+             "config_keys": {"topk_method": "noaux_tc", "scoring_func": "sigmoid"}}),
     }
 
 
@@ -223,6 +241,8 @@ def reinit(model, opts):
             for name, b in model.named_buffers():
                 if name.endswith("e_score_correction_bias"):
                     b.normal_(0.0, opts["score_bias_std"])
+                    if "skew_experts" in opts:  # experts 0..n-1 win every token
+                        b[:opts["skew_experts"]] += SKEW_BIAS
 
 
 def yarn_mscale(scale, mscale=1.0):
@@ -254,11 +274,12 @@ def route(kind, logits, bias, n_group, topk_group, top_k):
 
 
 @torch.no_grad()
-def check_routing(model, ids, kind, min_margin=1e-4):
+def check_routing(model, ids, kind, min_margin=1e-4, skew=0):
     """Full forward of each sequence; the router input of every MoE layer is captured by a
     hook on mlp.gate. The selection recomputed here must equal HF's, and every token of
     every MoE layer must clear the margins (an engine whose router logits differ by ~1e-6
-    then picks the same experts). Returns (ok, report)."""
+    then picks the same experts). skew > 0 asserts that every token of every MoE layer
+    chose exactly experts 0..skew-1 (skew == top_k). Returns (ok, report)."""
     cfg = model.config
     caps = []
     hooks = []
@@ -284,6 +305,11 @@ def check_routing(model, ids, kind, min_margin=1e-4):
                             cfg.num_experts_per_tok)
         assert torch.equal(sel, hf_idx.sort(dim=-1).values), \
             f"layer {li}: recomputed selection differs from HF's"
+        if skew:
+            assert skew == cfg.num_experts_per_tok
+            want = torch.arange(skew).expand_as(sel)
+            assert torch.equal(sel, want), \
+                f"layer {li}: a token chose experts other than 0..{skew - 1}: {sel.tolist()}"
         emin, gmin = min(emin, em.min().item()), min(gmin, gm.min().item())
         tokens += x.shape[0]
         if kind == "v3":
@@ -291,6 +317,8 @@ def check_routing(model, ids, kind, min_margin=1e-4):
                              cfg.topk_group, cfg.num_experts_per_tok)
             bias_changed += int((nb != sel).any(dim=-1).sum())
     report = {"expert_margin": emin, "group_margin": gmin, "routed_tokens": tokens}
+    if skew:
+        report["skewed_tokens"] = tokens  # every routed token went to experts 0..skew-1
     ok = emin > min_margin and gmin > min_margin
     if kind == "v3":
         report["tokens_changed_by_bias"] = bias_changed
@@ -405,7 +433,8 @@ def build_case(idx, name, model_cls, cfg_cls, cfg_kw, opts):
             tie_experts(model, *opts["tie_experts"])
         if "routing" not in opts:
             break
-        ok, report = check_routing(model, ids, opts["routing"])
+        ok, report = check_routing(model, ids, opts["routing"],
+                                   skew=opts.get("skew_experts", 0))
         if ok:
             extra_info.update(seed=seed, **report)
             break
@@ -525,7 +554,8 @@ def build_case(idx, name, model_cls, cfg_cls, cfg_kw, opts):
             extra_info["softmax_scale"] = m.model.layers[0].self_attn.scaling
     if "routing" in opts:
         # Same weights as the in-memory model checked above; check the reloaded one too.
-        ok, report = check_routing(m, ids, opts["routing"])
+        ok, report = check_routing(m, ids, opts["routing"],
+                                   skew=opts.get("skew_experts", 0))
         assert ok and report["expert_margin"] == extra_info["expert_margin"], \
             f"{name}: reloaded model routes differently: {report}"
     if "check_window" in opts:

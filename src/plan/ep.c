@@ -1,0 +1,151 @@
+/* Expert parallelism at plan time. Under --enable-expert-parallel each rank of the tensor-parallel
+ * group holds whole experts (ep_placement) instead of a share of every expert's features, and a
+ * decoder layer's child holding the experts becomes an expert-parallel region that works on this
+ * rank's token rows: the rows the sequence-parallel residual already holds, or under plain TP
+ * the same rows sliced from the complete hidden state, so that both modes run the same steps on
+ * the same rows and agree bit for bit. Inside, the router runs on those rows and the experts'
+ * op dispatches each row to the ranks that own its experts and combines what comes back
+ * (runtime/expert_parallel.c), so its output is DIST_COMPLETE: already summed across ranks.
+ *
+ * What stays tensor-parallel inside (the shared experts) reads every token: the region's input is
+ * all-gathered for it on first use (under plain TP it is the input itself). Its partial sum is
+ * completed by a reduce-scatter where it meets this rank's rows, before the complete routed
+ * output is added: a complete value added to a partial one would be counted once per rank. At the
+ * exit, this rank's complete rows are the residual's shard under SP, and are all-gathered into
+ * every token's under plain TP; a partial sum leaving the region is reduced as in any region. */
+#include <stdio.h>
+#include <string.h>
+
+#include "plan/plan_impl.h"
+#include "util/err.h"
+
+void ep_placement(int n_experts, int ranks, int rank, int *first, int *count) {
+    int q = n_experts / ranks, extra = n_experts % ranks;
+    *count = q + (rank < extra);
+    *first = rank * q + (rank < extra ? rank : extra);
+}
+
+int ep_owner(int n_experts, int ranks, int expert) {
+    int q = n_experts / ranks, extra = n_experts % ranks, big = extra * (q + 1);
+    return expert < big ? expert / (q + 1) : extra + (expert - big) / q;
+}
+
+bool ep_foreign_tensor(const plan *p, const char *name) {
+    for (int i = 0; p->o.ep && i < p->n_steps; i++) {
+        const plan_step *s = &p->steps[i];
+        if (s->kind != STEP_OP || s->op->kind != OP_MOE || s->op->moe->stacked) continue;
+        const moe_desc *d = s->op->moe;
+        for (int e = 0; e < d->n_experts; e++) {
+            if (e >= s->expert0 && e < s->expert0 + s->n_experts) continue;
+            const char *pattern[3] = {d->gate, d->up, d->down};
+            for (int k = 0; k < 3; k++) {
+                char t[160];
+                snprintf(t, sizeof t, pattern[k], e);
+                if (!strcmp(t, name)) return true;
+            }
+        }
+    }
+    return false;
+}
+
+static bool holds_experts(const module *m) {
+    for (int i = 0; i < m->n_ops; i++)
+        if (m->ops[i].kind == OP_MOE) return true;
+    return false;
+}
+
+bool ep_is_region(const plan *p, const module *parent, const module *child) {
+    return p->o.ep && p->o.tp > 1 && !strcmp(parent->kind, "decoder_layer") && holds_experts(child);
+}
+
+static plan_region *region_new(plan *p, const op *call) {
+    p->regions = realloc(p->regions, (p->n_regions + 1) * sizeof *p->regions);
+    plan_region *r = &p->regions[p->n_regions++];
+    *r = (plan_region){.mod = call->child, .verified = true, .ep = true, .entry = STEP_OP, .exit = STEP_OP};
+    return r;
+}
+
+int ep_enter_region(plan *p, const module *m, const op *call, int x) {
+    plan_region *r = region_new(p, call);
+    p->ep.call = call, p->ep.parent = m;
+    const plan_value v = p->values[x];
+    if (v.rows == ROWS_SHARD) {
+        p->ep.shard_in = x, p->ep.tokens_in = -1;
+        return x;
+    }
+    r->entry = STEP_SLICE_ROWS;
+    p->ep.tokens_in = x;
+    return p->ep.shard_in = plan_collective(p, STEP_SLICE_ROWS, call, m, x, v.width, ROWS_SHARD);
+}
+
+/* An op that reads every token (a tensor-parallel linear, attention, a token-mixing custom op). */
+static bool reads_every_token(const op *o) {
+    return (o->kind == OP_LINEAR && o->lin->style == PAR_COLUMN) || o->kind == OP_ATTENTION ||
+           (o->kind == OP_CUSTOM && o->custom.cls == LOOM_OP_TOKEN_MIXING);
+}
+
+int ep_place_inputs(plan *p, const module *m, const op *o, int *in, loom_err *err) {
+    plan_region *r = &p->regions[p->n_regions - 1];
+    if (o->n_in && reads_every_token(o) && p->values[in[0]].rows == ROWS_SHARD) {
+        if (in[0] != p->ep.shard_in)
+            return loom_errf(err, "%s: `%s` reads every token, but its input is made inside the expert-parallel "
+                                  "region %s from this rank's tokens only", m->name, op_kind_name(o->kind),
+                             p->ep.call->child->name);
+        if (p->ep.tokens_in < 0) {
+            const plan_value v = p->values[in[0]];
+            p->ep.tokens_in = plan_collective(p, STEP_GATHER_ROWS, p->ep.call, p->ep.parent, in[0], v.width, ROWS_TOKENS);
+            r->gathers++;
+        }
+        in[0] = p->ep.tokens_in;
+    }
+    bool shard = false, tokens = false;
+    for (int i = 0; i < o->n_in; i++) {
+        shard |= p->values[in[i]].rows == ROWS_SHARD;
+        tokens |= p->values[in[i]].rows == ROWS_TOKENS;
+    }
+    if (!(shard && tokens)) return 0;
+    for (int i = 0; i < o->n_in; i++) { /* a tensor-parallel partial sum meets this rank's rows: complete it */
+        const plan_value v = p->values[in[i]];
+        if (v.rows != ROWS_TOKENS) continue;
+        if (v.dist != DIST_PARTIAL)
+            return loom_errf(err, "%s: `%s` mixes every token's rows with this rank's inside the expert-parallel "
+                                  "region %s", m->name, op_kind_name(o->kind), p->ep.call->child->name);
+        in[i] = plan_collective(p, STEP_REDUCE_SCATTER, p->ep.call, p->ep.parent, in[i], v.width, ROWS_SHARD);
+        r->completes++;
+    }
+    return 0;
+}
+
+int ep_moe_dist(plan *p, const module *m, const int *in, loom_err *err) {
+    if (!p->ep.call || p->values[in[0]].rows != ROWS_SHARD)
+        return loom_errf(err, "%s: expert parallelism runs the experts inside a decoder layer's expert region, on "
+                              "this rank's tokens", m->name);
+    if (p->values[in[0]].dist != DIST_FULL && p->values[in[0]].dist != DIST_COMPLETE)
+        return loom_errf(err, "%s: the experts' input is %s, not complete", m->name,
+                         p->values[in[0]].dist == DIST_PARTIAL ? "a partial sum" : "split across ranks");
+    return DIST_COMPLETE;
+}
+
+int ep_exit_region(plan *p, const module *m, const op *call, int out, loom_err *err) {
+    plan_region *r = &p->regions[p->n_regions - 1];
+    const plan_value v = p->values[out];
+    p->ep.call = NULL;
+    if (v.dist == DIST_SHARDED)
+        return loom_errf(err, "%s: region %s ends in a value split across ranks", m->name, call->child->name);
+    if (v.rows == ROWS_TOKENS && v.dist == DIST_PARTIAL) { /* a partial sum leaves as in any region */
+        r->exit = p->o.sp ? STEP_REDUCE_SCATTER : STEP_ALL_REDUCE;
+        return plan_collective(p, r->exit, call, m, out, v.width, p->o.sp ? ROWS_SHARD : ROWS_TOKENS);
+    }
+    if (v.rows == ROWS_TOKENS) { /* complete on every token: under SP keep this rank's */
+        if (!p->o.sp) return out;
+        r->exit = STEP_SLICE_ROWS;
+        return plan_collective(p, STEP_SLICE_ROWS, call, m, out, v.width, ROWS_SHARD);
+    }
+    if (!p->o.sp) {
+        r->exit = STEP_GATHER_ROWS;
+        return plan_collective(p, STEP_GATHER_ROWS, call, m, out, v.width, ROWS_TOKENS);
+    }
+    /* outside the region, this rank's complete rows are simply the residual's shard */
+    p->values[out].dist = DIST_FULL;
+    return out;
+}

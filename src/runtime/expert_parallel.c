@@ -1,0 +1,221 @@
+/* Expert parallelism at run time: one MoE step of an expert-parallel region (plan/ep.c). This
+ * rank routes its own token rows, sends each row once to every rank owning one of its experts
+ * (the row carries the experts it wants there and their weights), runs its own experts over
+ * what arrives, and sends back, per received row, the weighted sum of that rank's experts. Each
+ * token then adds the sums it gets back in rank order, which, since ranks hold contiguous expert
+ * ranges, is the order of its experts' indices grouped by owner: fixed for a given rank count,
+ * whatever order the rows arrive in, and the same with and without sequence parallelism.
+ * Sending a row once per owning rank rather than once per expert, and one sum back, keeps the
+ * bytes at most min(top_k, ranks) rows each way per token. */
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu/cpu.h"
+#include "runtime/engine.h"
+#include "util/err.h"
+
+static int round_up(int n, int k) { return (n + k - 1) / k * k; }
+
+/* One dispatched row: the token's hidden state, then for each of its top_k slots the local
+ * index of an expert on the destination (-1: none) and, after those, their weights. */
+static int row_width(const moe_desc *d) { return d->hidden + 2 * d->top_k; }
+
+int ep_init(loom_engine *e, loom_err *err) {
+    expert_parallel *x = &e->ep;
+    const plan *p = &e->plans[0].p;
+    int widest = 0, hidden = 0, k = 0, n = e->comm->size;
+    for (int i = 0; i < p->n_steps; i++) {
+        const plan_step *s = &p->steps[i];
+        if (!p->o.ep || s->kind != STEP_OP || s->op->kind != OP_MOE) continue;
+        x->n_layers++;
+        widest = row_width(s->op->moe) > widest ? row_width(s->op->moe) : widest;
+        hidden = s->op->moe->hidden > hidden ? s->op->moe->hidden : hidden;
+        k = s->op->moe->top_k > k ? s->op->moe->top_k : k;
+    }
+    if (!x->n_layers) return 0;
+    /* a rank sends at most each of its T_pad/n rows to each rank, and receives as many */
+    x->max_rows = round_up(e->max_tokens, n);
+    size_t rows = (size_t)x->max_rows, shard = rows / n;
+    x->choice = malloc(shard * k * sizeof *x->choice);
+    x->weight = malloc(shard * k * sizeof *x->weight);
+    x->local_choice = malloc(rows * k * sizeof *x->local_choice);
+    x->local_weight = malloc(rows * k * sizeof *x->local_weight);
+    x->row_at = malloc(shard * n * sizeof *x->row_at);
+    x->send_rows = calloc(n, sizeof *x->send_rows);
+    x->recv_rows = calloc(n, sizeof *x->recv_rows);
+    x->start = calloc(n + 1, sizeof *x->start);
+    x->name = calloc(x->n_layers, sizeof *x->name);
+    x->received = calloc((size_t)x->n_layers * n, sizeof *x->received);
+    x->bytes = calloc(x->n_layers, sizeof *x->bytes);
+    size_t floats = rows * (2 * (size_t)widest + 2 * hidden);
+    x->send = malloc(rows * widest * sizeof(float));
+    x->recv = malloc(rows * widest * sizeof(float));
+    x->sums = malloc(rows * hidden * sizeof(float));
+    x->back = malloc(rows * hidden * sizeof(float));
+    e->activation_bytes += floats * sizeof(float);
+    if (!x->choice || !x->weight || !x->local_choice || !x->local_weight || !x->row_at || !x->send || !x->recv ||
+        !x->sums || !x->back)
+        return loom_errf(err, "out of memory allocating expert parallelism's buffers for %d tokens", e->max_tokens);
+    return 0;
+}
+
+void ep_free(loom_engine *e) {
+    expert_parallel *x = &e->ep;
+    free(x->choice), free(x->weight), free(x->local_choice), free(x->local_weight), free(x->row_at);
+    free(x->send_rows), free(x->recv_rows), free(x->start), free(x->name), free(x->received), free(x->bytes);
+    free(x->send), free(x->recv), free(x->sums), free(x->back);
+    memset(x, 0, sizeof *x);
+}
+
+void ep_reset_stats(loom_engine *e) {
+    expert_parallel *x = &e->ep;
+    if (!x->n_layers) return;
+    memset(x->received, 0, (size_t)x->n_layers * e->comm->size * sizeof *x->received);
+    memset(x->bytes, 0, x->n_layers * sizeof *x->bytes);
+    x->passes = 0;
+}
+
+/* Packs this rank's `real` routed rows for their owners, grouped by destination in rank order,
+ * tokens in order within each; row_at[i * n + d]: where token i's row for rank d went (-1). */
+static void pack_dispatch(expert_parallel *x, const plan_step *s, const float *in, size_t ld, int real, int n) {
+    const moe_desc *d = s->op->moe;
+    int k = d->top_k, H = d->hidden, W = row_width(d), E = d->n_experts;
+    memset(x->send_rows, 0, n * sizeof *x->send_rows);
+    for (int i = 0; i < real; i++) {
+        for (int r = 0; r < n; r++) x->row_at[(size_t)i * n + r] = -1;
+        for (int j = 0; j < k; j++) {
+            int r = ep_owner(E, n, x->choice[(size_t)i * k + j]);
+            if (x->row_at[(size_t)i * n + r] < 0) x->row_at[(size_t)i * n + r] = x->send_rows[r]++;
+        }
+    }
+    int *start = x->start;
+    start[0] = 0;
+    for (int r = 0; r < n; r++) start[r + 1] = start[r] + x->send_rows[r];
+    for (int i = 0; i < real; i++)
+        for (int r = 0; r < n; r++) {
+            int at = x->row_at[(size_t)i * n + r];
+            if (at < 0) continue;
+            at = x->row_at[(size_t)i * n + r] = start[r] + at;
+            float *row = x->send + (size_t)at * W;
+            memcpy(row, in + (size_t)i * ld, H * sizeof *row);
+            int first, count, m = 0;
+            ep_placement(E, n, r, &first, &count);
+            for (int j = 0; j < k; j++) {
+                int e = x->choice[(size_t)i * k + j];
+                if (e < first || e >= first + count) continue;
+                row[H + m] = (float)(e - first);
+                row[H + k + m++] = x->weight[(size_t)i * k + j];
+            }
+            for (; m < k; m++) row[H + m] = -1, row[H + k + m] = 0;
+        }
+}
+
+/* Per MoE layer: rows each rank received, and bytes that crossed between ranks both ways. */
+static void count_layer(loom_engine *e, const moe_desc *d) {
+    expert_parallel *x = &e->ep;
+    int n = e->comm->size, layer = x->layer;
+    for (int s = 0; s < n; s++)
+        for (int r = 0; r < n; r++) {
+            long rows = comm_a2a_rows(e->comm, s, r);
+            x->received[(size_t)layer * n + r] += rows;
+            if (s != r) x->bytes[layer] += (double)rows * (row_width(d) + d->hidden) * sizeof(float);
+        }
+}
+
+int ep_moe_step(loom_engine *e, const plan_step *s, const loom_batch *b, loom_err *err) {
+    expert_parallel *x = &e->ep;
+    const moe_desc *d = s->op->moe;
+    int n = e->comm->size, shard = round_up(b->n_tokens, n) / n, k = d->top_k, H = d->hidden, W = row_width(d);
+    int real = b->n_tokens - e->comm->rank * shard;
+    real = real < 0 ? 0 : real > shard ? shard : real; /* rows past the batch are padding */
+    size_t ldx, ldl, ldo;
+    const float *in = engine_value(e, s->in[0], &ldx), *logits = engine_value(e, s->in[1], &ldl);
+    float *out = engine_value(e, s->out, &ldo);
+    moe_shape sh = engine_moe_shape(s);
+    moe_route(logits, ldl, real, &sh, x->choice, x->weight);
+    pack_dispatch(x, s, in, ldx, real, n);
+    comm_set_phase(e->comm, "expert dispatch in %s", s->mod->name);
+    double t0 = omp_get_wtime();
+    if (comm_all_to_all_rows(e->comm, x->send, W, x->send_rows, W, x->recv, W, x->max_rows, x->recv_rows, err))
+        return -1;
+    if (x->layer < x->n_layers) {
+        x->name[x->layer] = s->mod->name;
+        count_layer(e, d);
+    }
+    double t1 = omp_get_wtime();
+    int got = 0;
+    for (int r = 0; r < n; r++) got += x->recv_rows[r];
+    for (int i = 0; i < got; i++)
+        for (int j = 0; j < k; j++) {
+            const float *row = x->recv + (size_t)i * W;
+            x->local_choice[(size_t)i * k + j] = (int32_t)row[H + j];
+            x->local_weight[(size_t)i * k + j] = row[H + k + j];
+        }
+    sh.n_experts = s->n_experts;
+    moe_experts(&sh, s->experts, x->recv, W, got, x->local_choice, x->local_weight, x->sums, H, &e->moe);
+    double t2 = omp_get_wtime();
+    long pairs = 0;
+    for (int i = 0; i < got * k; i++) pairs += x->local_choice[i] >= 0;
+    e->expert_flop += 6.0 * H * s->expert_inter * pairs; /* gate, up and down: 2 flops per weight */
+    e->expert_seconds += t2 - t1;
+    comm_set_phase(e->comm, "expert combine in %s", s->mod->name);
+    if (comm_all_to_all_rows(e->comm, x->sums, H, x->recv_rows, H, x->back, H, x->max_rows, x->send_rows, err))
+        return -1;
+    e->comm_seconds += omp_get_wtime() - t2 + (t1 - t0);
+    /* each token: its owners' sums in rank order (the first copied, as every reduction here) */
+    for (int i = 0; i < shard; i++) {
+        float *o = out + (size_t)i * ldo;
+        bool first = true;
+        for (int r = 0; r < n && i < real; r++) {
+            int at = x->row_at[(size_t)i * n + r];
+            if (at < 0) continue;
+            if (first) memcpy(o, x->back + (size_t)at * H, H * sizeof *o);
+            else cpu()->add(o, x->back + (size_t)at * H, o, H);
+            first = false;
+        }
+        if (first) memset(o, 0, H * sizeof *o);
+    }
+    x->layer++;
+    return 0;
+}
+
+void loom_engine_print_experts(const loom_engine *e, FILE *f, bool per_layer) {
+    if (e->expert_seconds > 0)
+        fprintf(f, "experts (rank %d): %.1f GFLOP/s in their GEMMs, %.3f s\n", e->world->rank,
+                e->expert_flop / e->expert_seconds / 1e9, e->expert_seconds);
+    const expert_parallel *x = &e->ep;
+    int n = e->comm->size;
+    if (!x->n_layers || !x->passes) return;
+    fprintf(f, "expert parallelism: rows received per rank in each MoE layer over %ld passes%s\n", x->passes,
+            per_layer ? "" : " (all layers)");
+    double worst = 0, mean_imb = 0, bytes = 0;
+    long *total = calloc(n, sizeof *total);
+    int worst_at = 0;
+    for (int l = 0; l < x->n_layers; l++) {
+        long most = 0, sum = 0;
+        for (int r = 0; r < n; r++) {
+            long v = x->received[(size_t)l * n + r];
+            most = v > most ? v : most, sum += v, total[r] += v;
+        }
+        double imb = sum ? most * (double)n / sum : 1;
+        mean_imb += imb / x->n_layers, bytes += x->bytes[l] / x->n_layers;
+        if (imb > worst) worst = imb, worst_at = l;
+        if (!per_layer) continue;
+        fprintf(f, "  %-28s", x->name[l] ? x->name[l] : "?");
+        for (int r = 0; r < n; r++) fprintf(f, " rank %d: %ld", r, x->received[(size_t)l * n + r]);
+        fprintf(f, "  imbalance (max/mean) %.3f, %.2f MiB between ranks per pass\n", imb,
+                x->bytes[l] / x->passes / 1048576.0);
+    }
+    fprintf(f, "  per layer:");
+    for (int r = 0; r < n; r++) fprintf(f, " rank %d %.1f rows", r, (double)total[r] / x->n_layers / x->passes);
+    fprintf(f, " per pass; imbalance mean %.3f, worst %.3f (%s); %.2f MiB between ranks per layer per pass\n", mean_imb,
+            worst, x->name[worst_at] ? x->name[worst_at] : "?", bytes / x->passes / 1048576.0);
+    free(total);
+}
+
+long loom_engine_expert_rows(const loom_engine *e, int layer, int rank) {
+    const expert_parallel *x = &e->ep;
+    if (layer < 0 || layer >= x->n_layers || rank < 0 || rank >= e->comm->size) return -1;
+    return x->received[(size_t)layer * e->comm->size + rank];
+}

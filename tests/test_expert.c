@@ -1,0 +1,212 @@
+/* Expert parallelism against the oracles. Every mixture-of-experts golden model runs with
+ * --enable-expert-parallel on 2 and 4 shm ranks (whole experts per rank, rows dispatched and
+ * combined by all-to-alls) and must match transformers within 1e-4 at every position; with
+ * sequence parallelism (the experts taking each rank's token shard directly), with async TP and
+ * with --sp-min-tokens (SP prefill, plain decode) the logits must be bit-identical to plain EP,
+ * and MPI ranks bit-identical to shm ones. Routing extremes: each sequence also runs alone, so
+ * decode steps carry one token (at 4 ranks three ranks hold only padding and most ranks receive
+ * nothing), and deepseek_v3_skewed's correction bias sends every token to experts 0 and 1, on
+ * rank 0: the other ranks must receive no row at all, which the engine's counts show.
+ * `test_expert CASE` runs one case; `--mpi-dump CASE MODE FILE` is the mode mpirun starts. */
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "golden_util.h"
+#include "mpirun.h"
+
+#define ATOL 1e-4
+#define MAX_MOE_LAYERS 4
+
+static const char *cases[] = {"olmoe",       "mixtral",     "qwen2_moe",         "qwen3_moe", "granitemoe",
+                              "deepseek_v2", "deepseek_v3", "deepseek_v3_skewed"};
+
+typedef enum mode { MODE_EP, MODE_SP, MODE_ASYNC, MODE_THRESHOLD, N_MODES } mode;
+static const char *mode_names[] = {"EP", "EP+SP", "EP+async TP", "EP+SP above 4 tokens"};
+
+typedef struct job {
+    loom_model *m;
+    golden *g;
+    mode mode;
+    bool alone; /* each sequence on its own: decode steps of one token */
+    float *out; /* shared with the forked ranks (MAP_SHARED), or local under MPI */
+    long *received; /* [MAX_MOE_LAYERS][ranks]: rows each rank's experts received (shared) */
+} job;
+
+static loom_engine_options options(loom_comm *comm, mode md) {
+    loom_engine_options eo = golden_engine_options(comm);
+    eo.expert_parallel = true;
+    eo.sequence_parallel = md != MODE_EP;
+    eo.async_tp = md == MODE_ASYNC;
+    eo.sp_min_tokens = md == MODE_THRESHOLD ? 4 : 0; /* prefill of 11 SP, decode of 2 plain EP */
+    return eo;
+}
+
+/* Sequence s alone: its prefill, then its decode steps one token each. */
+static int run_alone(loom_engine *e, const golden *g, float *out, loom_err *err) {
+    for (int s = 0; s < 2; s++) {
+        int32_t ids[32], pos[32], seq[32], rows[32];
+        for (int i = 0; i < g->n[s]; i++) ids[i] = g->ids[s][i], pos[i] = i, seq[i] = 0, rows[i] = i;
+        loom_engine_reset_seq(e, 0);
+        for (int t0 = 0; t0 < g->n[s];) {
+            int n = t0 ? 1 : g->prefill[s];
+            loom_batch b = {n, ids + t0, pos + t0, seq + t0, n, rows};
+            const float *lg;
+            if (loom_forward(e, &b, &lg, err)) return -1;
+            memcpy(out + (size_t)golden_row(g, s, t0) * g->vocab, lg, (size_t)n * g->vocab * sizeof *lg);
+            t0 += n;
+        }
+    }
+    return 0;
+}
+
+static int rank_main(loom_comm *comm, void *arg) {
+    job *j = arg;
+    loom_err err = {{0}};
+    loom_engine_options eo = options(comm, j->mode);
+    loom_engine *e = loom_engine_new(j->m, &eo, &err);
+    size_t n = (size_t)golden_rows(j->g) * j->g->vocab;
+    float *mine = malloc(n * sizeof *mine);
+    int rc = e && (j->alone ? run_alone(e, j->g, mine, &err) : golden_run(e, j->g, mine, &err)) == 0 ? 0 : 1;
+    if (rc) fprintf(stderr, "rank %d: %s\n", loom_comm_rank(comm), err.msg);
+    else if (loom_comm_rank(comm) == 0) {
+        memcpy(j->out, mine, n * sizeof *mine);
+        int ranks = loom_comm_size(comm);
+        for (int l = 0; l < MAX_MOE_LAYERS; l++)
+            for (int r = 0; r < ranks; r++) j->received[l * ranks + r] = loom_engine_expert_rows(e, l, r);
+    }
+    free(mine);
+    loom_engine_free(e);
+    return rc;
+}
+
+/* Logits of case `name` on n ranks over backend (munmap'd by the caller), the rows each rank
+ * received per MoE layer in *received ([MAX_MOE_LAYERS][n], when not NULL), or NULL. */
+static float *run(const char *name, golden *g, int n, mode md, bool alone, const char *backend, long *received,
+                  loom_err *err) {
+    char dir[900];
+    golden_dir(dir, sizeof dir, name);
+    loom_model_options mo = {.path = dir};
+    loom_model *m = loom_model_load(&mo, err);
+    if (!m) return NULL;
+    size_t bytes = (size_t)golden_rows(g) * g->vocab * sizeof(float);
+    long *rows = mmap(NULL, MAX_MOE_LAYERS * 8 * sizeof *rows, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    job j = {m, g, md, alone, mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0), rows};
+    loom_engine_options eo = options(NULL, md);
+    float *out = golden_launch(m, n, 1, backend, &eo, rank_main, &j, j.out, bytes, err);
+    if (received) memcpy(received, rows, MAX_MOE_LAYERS * n * sizeof *rows);
+    munmap(rows, MAX_MOE_LAYERS * 8 * sizeof *rows);
+    return out;
+}
+
+/* `--mpi-dump CASE MODE FILE`: MODE + 10: each sequence alone */
+static int mpi_dump(const char *name, int md, const char *path) {
+    golden g;
+    if (golden_open(&g, name, "logits")) return 1;
+    loom_err err = {{0}};
+    float *out = run(name, &g, 2, (mode)(md % 10), md >= 10, "mpi", NULL, &err);
+    if (!out) fprintf(stderr, "test_expert --mpi-dump %s: %s\n", name, err.msg);
+    if (out && getenv("OMPI_COMM_WORLD_RANK") && atoi(getenv("OMPI_COMM_WORLD_RANK")) == 0) {
+        FILE *f = fopen(path, "wb");
+        fwrite(out, sizeof(float), (size_t)golden_rows(&g) * g.vocab, f);
+        fclose(f);
+    }
+    golden_close(&g);
+    return out ? 0 : 1;
+}
+
+static void check_mpi_matches_shm(const char *name, int md, const golden *g, const float *shm) {
+    if (!mpi_available("test_expert")) return;
+    char path[128], cmd[2048];
+    snprintf(path, sizeof path, "/tmp/loom-test-expert-%d.bin", (int)getpid());
+    snprintf(cmd, sizeof cmd, MPIRUN " -np 2 %s --mpi-dump %s %d %s", LOOM_TEST_SELF, name, md, path);
+    int rc = system(cmd);
+    size_t n = (size_t)golden_rows(g) * g->vocab;
+    float *mpi = malloc(n * sizeof *mpi);
+    FILE *f = fopen(path, "rb");
+    size_t got = f ? fread(mpi, sizeof *mpi, n, f) : 0;
+    if (f) fclose(f);
+    remove(path);
+    CHECK(rc == 0 && got == n && !memcmp(mpi, shm, n * sizeof *mpi), "%s (%s%s): MPI logits are not bit-identical to shm",
+          name, mode_names[md % 10], md >= 10 ? ", alone" : "");
+    free(mpi);
+}
+
+/* The cases also run over MPI at 2 ranks: a plain mixture, one with a gated shared expert, one
+ * with latent attention and shared experts. */
+static bool over_mpi(const char *name) {
+    return !strcmp(name, "olmoe") || !strcmp(name, "qwen2_moe") || !strcmp(name, "deepseek_v3");
+}
+
+/* Rows received per rank, in the MoE layers that ran (a layer whose ranks all got nothing did
+ * not run: the skewed case's dense layer). */
+static void check_skew(const char *name, int n, const long *received, bool alone) {
+    int layers = 0;
+    for (int l = 0; l < MAX_MOE_LAYERS; l++) {
+        if (received[l * n] < 0) break;
+        layers++;
+        for (int r = 1; r < n; r++)
+            CHECK(received[l * n + r] == 0, "%s at %d ranks%s: MoE layer %d sent rank %d %ld rows, though every token "
+                  "chose experts 0 and 1 (rank 0's)", name, n, alone ? " (alone)" : "", l, r, received[l * n + r]);
+        CHECK(received[l * n] > 0, "%s: rank 0 received no row in MoE layer %d", name, l);
+    }
+    CHECK(layers > 0, "%s: no MoE layer counted", name);
+    printf("%-18s ep=%d%s: rank 0 received %ld rows in its MoE layer, ranks 1..%d none\n", name, n,
+           alone ? " alone" : "", received[0], n - 1);
+}
+
+static void one_case(const char *name) {
+    golden g;
+    if (golden_open(&g, name, "logits")) {
+        CHECK(0, "%s: cannot read golden data", name);
+        return;
+    }
+    size_t bytes = (size_t)golden_rows(&g) * g.vocab * sizeof(float);
+    bool skewed = strstr(name, "skewed") != NULL;
+    for (int n = 2; n <= 4; n += 2) {
+        loom_err err = {{0}};
+        long received[MAX_MOE_LAYERS * 4];
+        float *runs[N_MODES], *alone[2];
+        for (int md = 0; md < N_MODES; md++) runs[md] = run(name, &g, n, (mode)md, false, "shm", received, &err);
+        CHECK(runs[MODE_EP], "%s ep=%d: %s", name, n, err.msg);
+        if (!runs[MODE_EP]) continue;
+        if (skewed) check_skew(name, n, received, false);
+        double worst = golden_worst(&g, runs[MODE_EP]);
+        CHECK(worst <= ATOL, "%s ep=%d: max |logit diff| vs transformers %.3g", name, n, worst);
+        for (int md = 1; md < N_MODES; md++)
+            CHECK(runs[md] && !memcmp(runs[md], runs[MODE_EP], bytes), "%s ep=%d: %s is not bit-identical to EP: %s",
+                  name, n, mode_names[md], runs[md] ? "they differ" : err.msg);
+        /* alone: one-token decode steps */
+        alone[0] = run(name, &g, n, MODE_EP, true, "shm", NULL, &err);
+        alone[1] = run(name, &g, n, MODE_SP, true, "shm", received, &err);
+        CHECK(alone[0] && alone[1], "%s ep=%d alone: %s", name, n, err.msg);
+        double worst_alone = alone[0] ? golden_worst(&g, alone[0]) : 1;
+        CHECK(worst_alone <= ATOL, "%s ep=%d alone: max |logit diff| vs transformers %.3g", name, n, worst_alone);
+        CHECK(alone[0] && alone[1] && !memcmp(alone[0], alone[1], bytes),
+              "%s ep=%d alone: EP+SP is not bit-identical to EP", name, n);
+        if (skewed && alone[1]) check_skew(name, n, received, true);
+        printf("%-18s ep=%d max |logit diff| vs transformers: %.2e (batch), %.2e (alone, 1-token decode); "
+               "EP+SP, async, threshold == EP: %s\n", name, n, worst, worst_alone,
+               runs[1] && runs[2] && runs[3] && !memcmp(runs[1], runs[0], bytes) && !memcmp(runs[2], runs[0], bytes) &&
+                       !memcmp(runs[3], runs[0], bytes) ? "yes" : "no");
+        if (n == 2 && over_mpi(name)) {
+            check_mpi_matches_shm(name, MODE_EP, &g, runs[MODE_EP]);
+            if (runs[MODE_SP]) check_mpi_matches_shm(name, MODE_SP, &g, runs[MODE_SP]);
+            if (alone[1]) check_mpi_matches_shm(name, 10 + MODE_SP, &g, alone[1]);
+        }
+        for (int md = 0; md < N_MODES; md++)
+            if (runs[md]) munmap(runs[md], bytes);
+        for (int k = 0; k < 2; k++)
+            if (alone[k]) munmap(alone[k], bytes);
+    }
+    golden_close(&g);
+}
+
+int main(int argc, char **argv) {
+    if (argc == 5 && !strcmp(argv[1], "--mpi-dump")) return mpi_dump(argv[2], atoi(argv[3]), argv[4]);
+    check_cpu_variant();
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+        if (argc < 2 || !strcmp(argv[1], cases[c])) one_case(cases[c]);
+    return check_done();
+}
