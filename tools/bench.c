@@ -31,7 +31,7 @@ static double percentile(const double *sorted, int n, double q) {
 
 typedef struct bench_mode {
     const char *name;
-    bool sp, async_tp;
+    bool sp, async_tp, ep;
 } bench_mode;
 
 typedef struct latency_opts {
@@ -169,6 +169,7 @@ static int latency_rank(loom_comm *comm, void *arg) {
         loom_engine_options eo = j->eo;
         eo.sequence_parallel = o->modes[k].sp;
         eo.async_tp = o->modes[k].async_tp;
+        eo.expert_parallel = o->modes[k].ep;
         if (o->n_modes > 1) eo.sp_min_tokens = 0; /* comparing modes: each runs as itself on every pass */
         runs[k].e = cli_rank_engine("bench", comm, j->m, &eo);
         runs[k].lat = calloc(o->iters, sizeof *runs[k].lat);
@@ -218,6 +219,7 @@ static int latency_rank(loom_comm *comm, void *arg) {
                             loom_engine_decode_bytes(r->e), loom_engine_activation_bytes(r->e), loom_engine_kv_bytes(r->e),
                             loom_engine_kv_bytes_per_token(r->e), all + (size_t)k * n_ranks, n_ranks);
             if (o->profile) loom_engine_print_profile(r->e, stdout);
+            else loom_engine_print_experts(r->e, stdout, false);
         }
         for (int k = 1; k < o->n_modes; k++)
             printf("Avg latency %s / %s: %.3f\n", o->modes[k].name, o->modes[0].name, avg[k] / avg[0]);
@@ -228,7 +230,10 @@ static int latency_rank(loom_comm *comm, void *arg) {
     return rc ? 1 : 0;
 }
 
-static const bench_mode known_modes[] = {{"tp", false, false}, {"sp", true, false}, {"async", true, true}};
+/* ep, ep-sp: expert parallelism beside tensor-parallel attention, without and with SP */
+static const bench_mode known_modes[] = {{"tp", false, false, false}, {"sp", true, false, false},
+                                         {"async", true, true, false}, {"ep", false, false, true},
+                                         {"ep-sp", true, false, true}};
 
 /* --compare tp,sp,async: the modes to alternate (default: the one the flags say). */
 static int parse_modes(latency_opts *o, const char *list) {
@@ -239,7 +244,7 @@ static int parse_modes(latency_opts *o, const char *list) {
         size_t k = 0;
         while (k < sizeof known_modes / sizeof known_modes[0] && strcmp(t, known_modes[k].name)) k++;
         if (o->n_modes == MAX_MODES || k == sizeof known_modes / sizeof known_modes[0]) {
-            fprintf(stderr, "loom bench latency: --compare takes up to %d of: tp, sp, async (got '%s')\n", MAX_MODES,
+            fprintf(stderr, "loom bench latency: --compare takes up to %d of: tp, sp, async, ep, ep-sp (got '%s')\n", MAX_MODES,
                     list);
             return -1;
         }
@@ -273,14 +278,17 @@ static int bench_latency(int argc, char **argv) {
     }
     loom_model *m = cli_load_model(&o.c, false);
     if (!m) return 1;
-    if (!o.n_modes) o.modes[o.n_modes++] = known_modes[o.c.async_tp ? 2 : o.c.sp ? 1 : 0];
+    if (!o.n_modes) o.modes[o.n_modes++] = known_modes[o.c.async_tp ? 2 : o.c.ep ? 3 + o.c.sp : o.c.sp ? 1 : 0];
     for (int k = 0; k < o.n_modes; k++) /* collectives are sized for the widest; async TP's MPI needs */
         o.c.sp |= o.modes[k].sp, o.c.async_tp |= o.modes[k].async_tp; /* the progress thread */
+    bool ep = false; /* the plan checked and the slots sized for: expert parallel where a mode is */
+    for (int k = 0; k < o.n_modes; k++) ep |= o.modes[k].ep;
     /* prompts go in passes of at most max_batched tokens (default: up to 8192 at once) */
     int limit = o.max_batched ? o.max_batched : 8192, chunk = o.batch * o.input_len < limit ? o.batch * o.input_len : limit;
     if (chunk < o.batch) chunk = o.batch;
     latency_job j = {.o = &o, .m = m,
                      .eo = cli_engine_options(&o.c)};
+    j.eo.expert_parallel = ep;
     j.eo.max_seqs = o.batch, j.eo.max_ctx = o.input_len + o.output_len, j.eo.max_tokens = chunk;
     int rc = cli_launch(&o.c, m, &j.eo, 0, latency_rank, &j);
     loom_model_free(m);
