@@ -8,7 +8,8 @@
 # (e.g. MPIRUN_ARGS='--mca btl_tcp_progress_thread 0' to run without Open MPI's progress thread)
 # JOBS='name:loom args;name:loom args' runs those layouts instead of the TP/SP/async comparison,
 # alternating ROUNDS times, each with the bytes that crossed the link per iteration (both
-# directions, MPI's start-up included), e.g. JOBS='tp=2:-tp 2;pp=2:-pp 2'.
+# directions, MPI's start-up included), e.g. JOBS='tp=2:-tp 2;pp=2:-pp 2'. CONFIG=path runs
+# that config instead of configs/$MODEL.json.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 loom=$(realpath "${1:-build}")/loom
@@ -40,7 +41,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 bench() {
   ip netns exec $a mpirun -np 2 --bind-to none ${MPIRUN_ARGS:-} --hostfile "$hosts" --mca plm_rsh_agent "$agent" \
     --mca btl self,tcp --mca btl_tcp_if_include 10.77.0.0/24 --mca oob_tcp_if_include 10.77.0.0/24 \
-    "$loom" bench latency -m "$PWD/configs/${MODEL:-llama-3.2-1b}.json" --load-format dummy --backend mpi --threads 1 \
+    "$loom" bench latency -m "${CONFIG:-$PWD/configs/${MODEL:-llama-3.2-1b}.json}" --load-format dummy --backend mpi --threads 1 \
     --batch-size 1 --input-len ${LEN:-2048} --output-len 1 --num-iters-warmup ${WARMUP:-1} --num-iters ${ITERS:-2} \
     --profile "$@" 2>/dev/null
 }
@@ -56,7 +57,7 @@ layout() {
   bench $args > /tmp/loom-netns-job.txt
   after=$(link_bytes)
   echo "== $name ($args)"
-  grep -E "^(Avg latency|Rank|waiting)" /tmp/loom-netns-job.txt
+  grep -E "^(Avg latency|Prefill|Decode|Rank|waiting|experts|  per layer)" /tmp/loom-netns-job.txt
   echo "link: $(( (after - before) / (${WARMUP:-1} + ${ITERS:-2}) )) bytes per iteration"
 }
 for rate in ${rates[*]}; do
@@ -64,7 +65,7 @@ for rate in ${rates[*]}; do
     set -- $dev
     ip netns exec "$1" tc qdisc replace dev "$2" root tbf rate "$rate" burst 256kb latency 100ms
   done
-  echo "== link $rate, ${MODEL:-llama-3.2-1b}, input ${LEN:-2048}, output 1, one MPI rank per namespace"
+  echo "== link $rate, $(basename "${CONFIG:-${MODEL:-llama-3.2-1b}}" .json), input ${LEN:-2048}, output 1, one MPI rank per namespace"
   if [ -n "${JOBS:-}" ]; then
     IFS=';' read -ra jobs <<< "$JOBS"
     for round in $(seq "${ROUNDS:-1}"); do

@@ -214,6 +214,10 @@ void loom_engine_print_profile(const loom_engine *e, FILE *f);
  * in each MoE layer (the load imbalance) and the bytes between ranks, since the profile reset
  * (per_layer: a line per layer, else the summary). Every rank holds every rank's counts. */
 void loom_engine_print_experts(const loom_engine *e, FILE *f, bool per_layer);
+/* The experts' GEMMs on this rank since the profile reset: their time (with routing, under
+ * TP-MoE), GFLOP and (token, expert) pairs computed; the pairs' spread over the ranks is the
+ * expert load imbalance. */
+void loom_engine_expert_work(const loom_engine *e, double *seconds, double *gflop, long *pairs);
 /* Under expert parallelism: rows `rank` of this stage received in this stage's MoE layer number
  * `layer` (0: its first) since the profile reset; -1 for a layer or rank it does not have. */
 long loom_engine_expert_rows(const loom_engine *e, int layer, int rank);

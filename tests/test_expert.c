@@ -6,7 +6,8 @@
  * and MPI ranks bit-identical to shm ones. Routing extremes: each sequence also runs alone, so
  * decode steps carry one token (at 4 ranks three ranks hold only padding and most ranks receive
  * nothing), and deepseek_v3_skewed's correction bias sends every token to experts 0 and 1, on
- * rank 0: the other ranks must receive no row at all, which the engine's counts show.
+ * rank 0: the other ranks must receive no row at all, which the engine's counts show. Three
+ * cases also run in two pipeline stages of two expert-parallel ranks each, bit-identical to one.
  * `test_expert CASE` runs one case; `--mpi-dump CASE MODE FILE` is the mode mpirun starts. */
 #include <stdlib.h>
 #include <sys/mman.h>
@@ -30,12 +31,15 @@ typedef struct job {
     golden *g;
     mode mode;
     bool alone; /* each sequence on its own: decode steps of one token */
+    int pp;     /* pipeline stages, each of the n expert-parallel ranks */
     float *out; /* shared with the forked ranks (MAP_SHARED), or local under MPI */
     long *received; /* [MAX_MOE_LAYERS][ranks]: rows each rank's experts received (shared) */
 } job;
 
-static loom_engine_options options(loom_comm *comm, mode md) {
+static loom_engine_options options(loom_comm *comm, mode md, int pp) {
     loom_engine_options eo = golden_engine_options(comm);
+    eo.pipeline_parallel = pp;
+    eo.pp_microbatches = 2;
     eo.expert_parallel = true;
     eo.sequence_parallel = md != MODE_EP;
     eo.async_tp = md == MODE_ASYNC;
@@ -64,7 +68,7 @@ static int run_alone(loom_engine *e, const golden *g, float *out, loom_err *err)
 static int rank_main(loom_comm *comm, void *arg) {
     job *j = arg;
     loom_err err = {{0}};
-    loom_engine_options eo = options(comm, j->mode);
+    loom_engine_options eo = options(comm, j->mode, j->pp);
     loom_engine *e = loom_engine_new(j->m, &eo, &err);
     size_t n = (size_t)golden_rows(j->g) * j->g->vocab;
     float *mine = malloc(n * sizeof *mine);
@@ -83,8 +87,8 @@ static int rank_main(loom_comm *comm, void *arg) {
 
 /* Logits of case `name` on n ranks over backend (munmap'd by the caller), the rows each rank
  * received per MoE layer in *received ([MAX_MOE_LAYERS][n], when not NULL), or NULL. */
-static float *run(const char *name, golden *g, int n, mode md, bool alone, const char *backend, long *received,
-                  loom_err *err) {
+static float *run_pp(const char *name, golden *g, int n, int pp, mode md, bool alone, const char *backend,
+                     long *received, loom_err *err) {
     char dir[900];
     golden_dir(dir, sizeof dir, name);
     loom_model_options mo = {.path = dir};
@@ -92,12 +96,17 @@ static float *run(const char *name, golden *g, int n, mode md, bool alone, const
     if (!m) return NULL;
     size_t bytes = (size_t)golden_rows(g) * g->vocab * sizeof(float);
     long *rows = mmap(NULL, MAX_MOE_LAYERS * 8 * sizeof *rows, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    job j = {m, g, md, alone, mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0), rows};
-    loom_engine_options eo = options(NULL, md);
-    float *out = golden_launch(m, n, 1, backend, &eo, rank_main, &j, j.out, bytes, err);
+    job j = {m, g, md, alone, pp, mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0), rows};
+    loom_engine_options eo = options(NULL, md, pp);
+    float *out = golden_launch(m, n, pp, backend, &eo, rank_main, &j, j.out, bytes, err);
     if (received) memcpy(received, rows, MAX_MOE_LAYERS * n * sizeof *rows);
     munmap(rows, MAX_MOE_LAYERS * 8 * sizeof *rows);
     return out;
+}
+
+static float *run(const char *name, golden *g, int n, mode md, bool alone, const char *backend, long *received,
+                  loom_err *err) {
+    return run_pp(name, g, n, 1, md, alone, backend, received, err);
 }
 
 /* `--mpi-dump CASE MODE FILE`: MODE + 10: each sequence alone */
@@ -190,7 +199,11 @@ static void one_case(const char *name) {
                "EP+SP, async, threshold == EP: %s\n", name, n, worst, worst_alone,
                runs[1] && runs[2] && runs[3] && !memcmp(runs[1], runs[0], bytes) && !memcmp(runs[2], runs[0], bytes) &&
                        !memcmp(runs[3], runs[0], bytes) ? "yes" : "no");
-        if (n == 2 && over_mpi(name)) {
+        if (n == 2 && over_mpi(name)) { /* and in two pipeline stages of 2 expert-parallel ranks */
+            float *pp = run_pp(name, &g, 2, 2, MODE_SP, false, "shm", NULL, &err);
+            CHECK(pp && runs[MODE_SP] && !memcmp(pp, runs[MODE_SP], bytes),
+                  "%s: EP+SP at tp=2 x pp=2 is not bit-identical to EP+SP at 2 ranks: %s", name, pp ? "they differ" : err.msg);
+            if (pp) munmap(pp, bytes);
             check_mpi_matches_shm(name, MODE_EP, &g, runs[MODE_EP]);
             if (runs[MODE_SP]) check_mpi_matches_shm(name, MODE_SP, &g, runs[MODE_SP]);
             if (alone[1]) check_mpi_matches_shm(name, 10 + MODE_SP, &g, alone[1]);
@@ -203,9 +216,33 @@ static void one_case(const char *name) {
     golden_close(&g);
 }
 
+/* `loom plan` shows each expert-parallel region's rows, dispatch, combine, exit and verdict. */
+static void plan_shows(const char *flags, const char *const *want) {
+    char cmd[1024], out[1 << 16];
+    snprintf(cmd, sizeof cmd, "%s plan -m %s/tests/golden/qwen2_moe -tp 2 --enable-expert-parallel %s 2>&1", LOOM_BIN,
+             LOOM_SOURCE_DIR, flags);
+    FILE *f = popen(cmd, "r");
+    size_t n = f ? fread(out, 1, sizeof out - 1, f) : 0;
+    out[n] = 0;
+    CHECK(f && pclose(f) == 0, "loom plan %s failed: %s", flags, out);
+    for (int i = 0; want[i]; i++) CHECK(strstr(out, want[i]), "loom plan %s does not say '%s':\n%s", flags, want[i], out);
+}
+
 int main(int argc, char **argv) {
     if (argc == 5 && !strcmp(argv[1], "--mpi-dump")) return mpi_dump(argv[2], atoi(argv[3]), argv[4]);
     check_cpu_variant();
+    if (argc < 2) {
+        const char *sp[] = {"region model.layers.0.mlp           expert parallel: this rank's token shard in directly",
+                            "dispatch: all_to_all, one row per (token, owning rank), [rows, 64 + 2 x 2]",
+                            "rank 0 holds experts 0..3 of 8", "combine: all_to_all back",
+                            "every token's rows (an all_gather of the region input), then 1 reduce_scatter",
+                            "exit: none, this rank's complete rows are its residual shard; verified", NULL};
+        const char *tp[] = {"expert parallel: its rows sliced from every token's",
+                            "every token's rows (the region input as it is), then 1 reduce_scatter",
+                            "exit: all_gather of every rank's complete rows", NULL};
+        plan_shows("--enable-sequence-parallel", sp);
+        plan_shows("", tp);
+    }
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
         if (argc < 2 || !strcmp(argv[1], cases[c])) one_case(cases[c]);
     return check_done();

@@ -339,5 +339,11 @@ int main(void) {
     snprintf(cmd, sizeof cmd, "%s run -n 4 --enable-sequence-parallel 2>&1 >/dev/null | grep -q 'no effect with one rank'",
              LOOM_BIN);
     CHECK(system(cmd) == 0, "loom run --enable-sequence-parallel at tp=1 must warn");
+    snprintf(cmd, sizeof cmd, "%s run -n 4 --enable-expert-parallel 2>&1 >/dev/null | grep -q 'no effect with one rank'",
+             LOOM_BIN);
+    CHECK(system(cmd) == 0, "loom run --enable-expert-parallel at tp=1 must warn");
+    snprintf(cmd, sizeof cmd, "%s run -n 4 -tp 2 --enable-expert-parallel 2>&1 >/dev/null | grep -q 'no "
+             "mixture-of-experts layers'", LOOM_BIN);
+    CHECK(system(cmd) == 0, "loom run --enable-expert-parallel on a dense model must warn");
     return check_done();
 }

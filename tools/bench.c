@@ -90,6 +90,7 @@ static int one_iteration(loom_engine *e, const latency_opts *o, batch_bufs *b, u
 typedef struct rank_figures {
     float peak_rss_mib, comm_share, activation_mib;
     float stage, idle_share; /* pipeline: the rank's stage, its forward passes' time spent waiting */
+    float expert_s, expert_gflop, expert_pairs; /* the experts' GEMMs: their time, work and (token, expert) pairs */
 } rank_figures;
 #define RANK_FIGURES (sizeof(rank_figures) / sizeof(float))
 
@@ -119,6 +120,9 @@ static double report(const latency_opts *o, const char *mode, double *lat, doubl
         printf("Rank %d: peak RSS %.1f MiB, activations %.1f MiB, %.1f%% of the time in collectives", r,
                ranks[r].peak_rss_mib, ranks[r].activation_mib, 100 * ranks[r].comm_share);
         if (o->c.pp > 1) printf(", stage %d idle %.1f%% (the bubble)", (int)ranks[r].stage, 100 * ranks[r].idle_share);
+        if (ranks[r].expert_s > 0)
+            printf(", experts %.0f pairs in %.3f s, %.1f GFLOP/s", ranks[r].expert_pairs, ranks[r].expert_s,
+                   ranks[r].expert_gflop / ranks[r].expert_s);
         putchar('\n');
     }
     if (!o->json) return avg;
@@ -138,8 +142,9 @@ static double report(const latency_opts *o, const char *mode, double *lat, doubl
                "\"ranks\": [", pre_avg, dec_avg, kv_per_token, n_ranks);
     for (int r = 0; r < n_ranks; r++)
         fprintf(f, "%s{\"peak_rss_mib\": %.1f, \"activation_mib\": %.1f, \"collective_share\": %.4f, \"stage\": %d, "
-                   "\"idle_share\": %.4f}", r ? ", " : "", ranks[r].peak_rss_mib, ranks[r].activation_mib,
-                ranks[r].comm_share, (int)ranks[r].stage, ranks[r].idle_share);
+                   "\"idle_share\": %.4f, \"expert_seconds\": %.6f, \"expert_gflop\": %.3f, \"expert_pairs\": %.0f}",
+                r ? ", " : "", ranks[r].peak_rss_mib, ranks[r].activation_mib, ranks[r].comm_share, (int)ranks[r].stage,
+                ranks[r].idle_share, ranks[r].expert_s, ranks[r].expert_gflop, ranks[r].expert_pairs);
     fprintf(f, "], \"mode\": \"%s\"}\n", mode);
     fclose(f);
     return avg;
@@ -204,9 +209,12 @@ static int latency_rank(loom_comm *comm, void *arg) {
     rank_figures *all = malloc((size_t)n_ranks * o->n_modes * sizeof *all);
     for (int k = 0; k < o->n_modes && !rc; k++) {
         mode_run *r = &runs[k];
+        double expert_s, expert_gflop;
+        long pairs;
+        loom_engine_expert_work(r->e, &expert_s, &expert_gflop, &pairs);
         rank_figures mine = {ru.ru_maxrss / 1024.0f, (float)(r->blocked / (r->pre + r->dec)),
                              (float)(loom_engine_activation_bytes(r->e) / 1048576.0), (float)loom_engine_stage(r->e),
-                             (float)loom_engine_pipeline_idle(r->e)};
+                             (float)loom_engine_pipeline_idle(r->e), (float)expert_s, (float)expert_gflop, (float)pairs};
         rc = loom_comm_all_gather(comm, (const float *)&mine, RANK_FIGURES, (float *)(all + (size_t)k * n_ranks), &err);
     }
     if (rc && err.msg[0]) cli_rank_error("bench", comm, &err);

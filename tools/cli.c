@@ -104,6 +104,10 @@ loom_model *cli_load_model(cli_common *c, bool tokenizer) {
                 c->async_tp ? "--enable-async-tp" : "--enable-sequence-parallel");
         c->sp = c->async_tp = false;
     }
+    if (c->ep && c->tp == 1) {
+        fprintf(stderr, "loom: warning: --enable-expert-parallel has no effect with one rank (-tp 1); ignored\n");
+        c->ep = false;
+    }
     loom_model_options o = {.path = c->model, .dummy = c->dummy, .seed = c->seed, .dtype = c->dtype,
                             .quantization = c->quantization, .quant_group = c->quant_group,
                             .quantize_lm_head = c->quantize_lm_head, .progress = true,

@@ -54,6 +54,17 @@ static bool holds_experts(const module *m) {
     return false;
 }
 
+static bool has_experts(const module *m) {
+    for (int i = 0; i < m->n_ops; i++)
+        if (m->ops[i].kind == OP_MOE || (m->ops[i].kind == OP_CALL && has_experts(m->ops[i].child))) return true;
+    return false;
+}
+
+void ep_check_model(plan *p, const module *tree) {
+    if (p->o.ep && !has_experts(tree))
+        sp_warn(p, "--enable-expert-parallel has no effect: the model has no mixture-of-experts layers");
+}
+
 bool ep_is_region(const plan *p, const module *parent, const module *child) {
     return p->o.ep && p->o.tp > 1 && !strcmp(parent->kind, "decoder_layer") && holds_experts(child);
 }

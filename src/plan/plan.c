@@ -440,6 +440,7 @@ int plan_build(plan *p, const module *tree, const plan_options *o, weight_store 
     p->o.ep = o->ep && o->tp > 1;
     if (p->o.pp <= 1) p->o.pp = 1, p->o.stage = 0, p->o.layer0 = 0, p->o.layer1 = stage_count_layers(tree);
     p->layers_total = p->o.layer1 - p->o.layer0;
+    ep_check_model(p, tree);
     if (shard_vocab(p, tree, err) || (p->output = flatten(p, tree, NULL, ws, err)) < 0) {
         plan_free(p);
         return -1;

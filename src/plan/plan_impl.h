@@ -34,6 +34,8 @@ void sp_check_outside(plan *p, const module *m, const op *o);
 
 /* Expert parallelism (ep.c) */
 bool ep_is_region(const plan *p, const module *parent, const module *child);
+/* A warning when expert parallelism is asked of a model without experts. */
+void ep_check_model(plan *p, const module *tree);
 /* Region entry: its input x as this rank's token rows (sliced from every token's under plain TP). */
 int ep_enter_region(plan *p, const module *m, const op *call, int x);
 /* Inside the region, before op o runs: every-token ops get the gathered input, and a partial sum

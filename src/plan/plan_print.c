@@ -139,8 +139,9 @@ static void print_ep_region(FILE *f, const plan *p, const plan_region *r) {
     fprintf(f, "    combine: all_to_all back, one sum per row of its experts there (increasing index); each token adds "
                "its owners' sums in rank order: output complete\n");
     if (r->gathers || r->completes)
-        fprintf(f, "    tensor-parallel beside them (shared experts): %d all_gather of the region input, %d reduce_scatter "
-                   "completing their partial sum before the routed output is added\n", r->gathers, r->completes);
+        fprintf(f, "    tensor-parallel beside them (shared experts): every token's rows (%s), then %d reduce_scatter "
+                   "completing their partial sum on this rank's rows before the routed output is added\n",
+                r->gathers ? "an all_gather of the region input" : "the region input as it is", r->completes);
     fprintf(f, "    exit: %s; verified (a complete value: a norm or a residual add may follow it, a second reduction is "
                "refused)\n", r->exit == STEP_OP               ? "none, this rank's complete rows are its residual shard"
                           : r->exit == STEP_GATHER_ROWS      ? "all_gather of every rank's complete rows (plain TP's residual)"

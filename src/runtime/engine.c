@@ -428,6 +428,7 @@ static void run_step(loom_engine *e, const plan_step *s, const loom_batch *b) {
         moe_forward(&sh, s->experts, in0, ld0, in1, ld1, rows, out, ldo, &e->moe);
         e->expert_seconds += omp_get_wtime() - t0;
         e->expert_flop += 6.0 * sh.hidden * sh.inter * rows * sh.top_k; /* gate, up, down: 2 flops a weight */
+        e->expert_pairs += (long)rows * sh.top_k;
         break;
     }
     case OP_SIGMOID_GATE: sigmoid_gate(in0, ld0, in1, ld1, out, ldo, rows, w); break;
@@ -559,6 +560,7 @@ void loom_engine_set_profile(loom_engine *e, bool on) {
     memset(e->waited_seconds, 0, sizeof e->waited_seconds);
     memset(&e->pipe, 0, sizeof e->pipe);
     e->comm_seconds = e->expert_seconds = e->expert_flop = 0;
+    e->expert_pairs = 0;
     ep_reset_stats(e);
 }
 
@@ -577,5 +579,6 @@ void loom_engine_print_profile(const loom_engine *e, FILE *f) {
     fprintf(f, "waiting in collectives (rank %d):", e->world->rank);
     for (int k = STEP_ALL_REDUCE; k < STEP_KIND_COUNT; k++)
         if (e->waited_seconds[k] > 0) fprintf(f, " %s %.3f s", step_kind_name(k), e->waited_seconds[k]);
+    if (e->ep.n_layers) fprintf(f, " all_to_all (experts) %.3f s", e->ep.waited_s);
     fputc('\n', f);
 }

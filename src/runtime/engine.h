@@ -34,6 +34,7 @@ typedef struct expert_parallel {
     long *received;      /* [n_layers][ranks]: rows each rank received, since the profile reset */
     double *bytes;       /* [n_layers]: bytes between ranks, both all-to-alls */
     long passes;
+    double waited_s;     /* blocked in the all-to-alls (profile) */
 } expert_parallel;
 
 struct loom_engine {
@@ -53,6 +54,7 @@ struct loom_engine {
     moe_scratch moe; /* shared by the MoE steps */
     expert_parallel ep;
     double expert_seconds, expert_flop; /* in the experts' GEMMs (routing included under TP) */
+    long expert_pairs;
     int max_seqs, max_ctx, max_tokens, max_logits;
     int *seq_len; /* positions each sequence's KV cache holds */
     float *logits;

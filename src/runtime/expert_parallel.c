@@ -74,6 +74,7 @@ void ep_reset_stats(loom_engine *e) {
     memset(x->received, 0, (size_t)x->n_layers * e->comm->size * sizeof *x->received);
     memset(x->bytes, 0, x->n_layers * sizeof *x->bytes);
     x->passes = 0;
+    x->waited_s = 0;
 }
 
 /* Packs this rank's `real` routed rows for their owners, grouped by destination in rank order,
@@ -136,7 +137,7 @@ int ep_moe_step(loom_engine *e, const plan_step *s, const loom_batch *b, loom_er
     moe_route(logits, ldl, real, &sh, x->choice, x->weight);
     pack_dispatch(x, s, in, ldx, real, n);
     comm_set_phase(e->comm, "expert dispatch in %s", s->mod->name);
-    double t0 = omp_get_wtime();
+    double t0 = omp_get_wtime(), blocked0 = e->comm->blocked_s;
     if (comm_all_to_all_rows(e->comm, x->send, W, x->send_rows, W, x->recv, W, x->max_rows, x->recv_rows, err))
         return -1;
     if (x->layer < x->n_layers) {
@@ -158,11 +159,13 @@ int ep_moe_step(loom_engine *e, const plan_step *s, const loom_batch *b, loom_er
     long pairs = 0;
     for (int i = 0; i < got * k; i++) pairs += x->local_choice[i] >= 0;
     e->expert_flop += 6.0 * H * s->expert_inter * pairs; /* gate, up and down: 2 flops per weight */
+    e->expert_pairs += pairs;
     e->expert_seconds += t2 - t1;
     comm_set_phase(e->comm, "expert combine in %s", s->mod->name);
     if (comm_all_to_all_rows(e->comm, x->sums, H, x->recv_rows, H, x->back, H, x->max_rows, x->send_rows, err))
         return -1;
     e->comm_seconds += omp_get_wtime() - t2 + (t1 - t0);
+    x->waited_s += e->comm->blocked_s - blocked0;
     /* each token: its owners' sums in rank order (the first copied, as every reduction here) */
     for (int i = 0; i < shard; i++) {
         float *o = out + (size_t)i * ldo;
@@ -218,4 +221,8 @@ long loom_engine_expert_rows(const loom_engine *e, int layer, int rank) {
     const expert_parallel *x = &e->ep;
     if (layer < 0 || layer >= x->n_layers || rank < 0 || rank >= e->comm->size) return -1;
     return x->received[(size_t)layer * e->comm->size + rank];
+}
+
+void loom_engine_expert_work(const loom_engine *e, double *seconds, double *gflop, long *pairs) {
+    *seconds = e->expert_seconds, *gflop = e->expert_flop / 1e9, *pairs = e->expert_pairs;
 }
