@@ -10,9 +10,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include "loom.h"
 #include "model/safetensors.h"
+#include "mpirun.h"
 
 /* The quantized checkpoints (tests/golden/make_quant_golden.py): GPTQ, AWQ and
  * compressed-tensors, each on a Llama, a Qwen2 with biases and a mixture of experts; every sharded dimension divides by 4 in whole groups and packed units. */
@@ -147,6 +149,31 @@ static inline float *golden_launch(loom_model *m, int tp, int pp, const char *ba
     loom_model_free(m);
     if (!rc) return out;
     munmap(out, bytes);
+    return NULL;
+}
+
+/* The MPI side of a test: `SELF --mpi-dump ARGS FILE` under mpirun runs the job, and its world
+ * rank 0 writes the n logits to FILE (golden_dump); golden_mpi_run starts it on `ranks` ranks
+ * and returns what rank 0 wrote (malloc'd), or NULL if mpirun failed or the file is short. */
+static inline void golden_dump(const float *out, size_t n, const char *path) {
+    if (!out || !getenv("OMPI_COMM_WORLD_RANK") || atoi(getenv("OMPI_COMM_WORLD_RANK")) != 0) return;
+    FILE *f = fopen(path, "wb");
+    if (f) fwrite(out, sizeof *out, n, f), fclose(f);
+}
+
+static inline float *golden_mpi_run(int ranks, const char *args, size_t n) {
+    char path[128], cmd[2048];
+    snprintf(path, sizeof path, "/tmp/loom-test-mpi-%d.bin", (int)getpid());
+    snprintf(cmd, sizeof cmd, MPIRUN " -np %d %s --mpi-dump %s %s", ranks, LOOM_TEST_SELF, args, path);
+    int rc = system(cmd);
+    float *mpi = malloc(n * sizeof *mpi);
+    FILE *f = fopen(path, "rb");
+    size_t got = f ? fread(mpi, sizeof *mpi, n, f) : 0;
+    if (f) fclose(f);
+    remove(path);
+    if (rc == 0 && got == n) return mpi;
+    fprintf(stderr, "mpirun -np %d ... --mpi-dump %s: exit %d, %zu of %zu logits\n", ranks, args, rc, got, n);
+    free(mpi);
     return NULL;
 }
 #endif

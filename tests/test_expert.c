@@ -15,7 +15,6 @@
 
 #include "check.h"
 #include "golden_util.h"
-#include "mpirun.h"
 
 #define ATOL 1e-4
 #define MAX_MOE_LAYERS 4
@@ -116,29 +115,19 @@ static int mpi_dump(const char *name, int md, const char *path) {
     loom_err err = {{0}};
     float *out = run(name, &g, 2, (mode)(md % 10), md >= 10, "mpi", NULL, &err);
     if (!out) fprintf(stderr, "test_expert --mpi-dump %s: %s\n", name, err.msg);
-    if (out && getenv("OMPI_COMM_WORLD_RANK") && atoi(getenv("OMPI_COMM_WORLD_RANK")) == 0) {
-        FILE *f = fopen(path, "wb");
-        fwrite(out, sizeof(float), (size_t)golden_rows(&g) * g.vocab, f);
-        fclose(f);
-    }
+    golden_dump(out, (size_t)golden_rows(&g) * g.vocab, path);
     golden_close(&g);
     return out ? 0 : 1;
 }
 
 static void check_mpi_matches_shm(const char *name, int md, const golden *g, const float *shm) {
     if (!mpi_available("test_expert")) return;
-    char path[128], cmd[2048];
-    snprintf(path, sizeof path, "/tmp/loom-test-expert-%d.bin", (int)getpid());
-    snprintf(cmd, sizeof cmd, MPIRUN " -np 2 %s --mpi-dump %s %d %s", LOOM_TEST_SELF, name, md, path);
-    int rc = system(cmd);
+    char args[256];
+    snprintf(args, sizeof args, "%s %d", name, md);
     size_t n = (size_t)golden_rows(g) * g->vocab;
-    float *mpi = malloc(n * sizeof *mpi);
-    FILE *f = fopen(path, "rb");
-    size_t got = f ? fread(mpi, sizeof *mpi, n, f) : 0;
-    if (f) fclose(f);
-    remove(path);
-    CHECK(rc == 0 && got == n && !memcmp(mpi, shm, n * sizeof *mpi), "%s (%s%s): MPI logits are not bit-identical to shm",
-          name, mode_names[md % 10], md >= 10 ? ", alone" : "");
+    float *mpi = golden_mpi_run(2, args, n);
+    CHECK(mpi && !memcmp(mpi, shm, n * sizeof *mpi), "%s (%s%s): MPI logits are not bit-identical to shm", name,
+          mode_names[md % 10], md >= 10 ? ", alone" : "");
     free(mpi);
 }
 

@@ -10,7 +10,6 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "mpirun.h"
 #include "golden_util.h"
 
 #define ATOL 1e-4
@@ -178,31 +177,16 @@ static int mpi_dump(const char *name, int md, const char *path) {
     bool long_batch = md >= LONG_DUMP;
     float *out = run_job(name, &g, 2, (mode)(md % LONG_DUMP), long_batch, "mpi", &err);
     if (!out) fprintf(stderr, "test_tp --mpi-dump %s: %s\n", name, err.msg);
-    if (out && getenv("OMPI_COMM_WORLD_RANK") && atoi(getenv("OMPI_COMM_WORLD_RANK")) == 0) {
-        FILE *f = fopen(path, "wb");
-        fwrite(out, sizeof(float), (size_t)(long_batch ? LONG_ROWS : golden_rows(&g)) * g.vocab, f);
-        fclose(f);
-    }
+    golden_dump(out, (size_t)(long_batch ? LONG_ROWS : golden_rows(&g)) * g.vocab, path);
     golden_close(&g);
     return out ? 0 : 1;
 }
 
 /* The logits of case `name` at tp=2 over MPI (mpirun starting this binary), or NULL. */
 static float *mpi_logits(const char *name, int md, const golden *g) {
-    char path[128], cmd[2048];
-    snprintf(path, sizeof path, "/tmp/loom-test-mpi-%d.bin", (int)getpid());
-    snprintf(cmd, sizeof cmd, MPIRUN " -np 2 %s --mpi-dump %s %d %s", LOOM_TEST_SELF, name, md, path);
-    int rc = system(cmd);
-    CHECK(rc == 0, "%s: mpirun exited with %d", name, rc);
-    FILE *f = fopen(path, "rb");
-    size_t n = (size_t)(md >= LONG_DUMP ? LONG_ROWS : golden_rows(g)) * g->vocab;
-    float *mpi = malloc(n * sizeof *mpi);
-    size_t got = f ? fread(mpi, sizeof *mpi, n, f) : 0;
-    if (f) fclose(f);
-    remove(path);
-    if (got == n) return mpi;
-    free(mpi);
-    return NULL;
+    char args[256];
+    snprintf(args, sizeof args, "%s %d", name, md);
+    return golden_mpi_run(2, args, (size_t)(md >= LONG_DUMP ? LONG_ROWS : golden_rows(g)) * g->vocab);
 }
 
 static void check_mpi_matches_shm(const char *name, mode md, const golden *g, const float *shm) {

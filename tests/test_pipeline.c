@@ -11,7 +11,6 @@
 
 #include "check.h"
 #include "golden_util.h"
-#include "mpirun.h"
 
 #define ATOL 1e-4
 
@@ -70,32 +69,20 @@ static int mpi_dump(const char *name, int tp, int md, const char *path) {
     loom_err err = {{0}};
     float *out = run(name, &g, tp, 2, (mode)md, "mpi", &err);
     if (!out) fprintf(stderr, "test_pipeline --mpi-dump %s: %s\n", name, err.msg);
-    if (out && getenv("OMPI_COMM_WORLD_RANK") && atoi(getenv("OMPI_COMM_WORLD_RANK")) == 0) {
-        FILE *f = fopen(path, "wb");
-        fwrite(out, sizeof(float), (size_t)golden_rows(&g) * g.vocab, f);
-        fclose(f);
-    }
+    golden_dump(out, (size_t)golden_rows(&g) * g.vocab, path);
     golden_close(&g);
     return out ? 0 : 1;
 }
 
 /* The same run over MPI (mpirun starting this binary on tp x 2 ranks) must give shm's bits. */
 static void check_mpi_matches_shm(const char *name, int tp, mode md, const golden *g, const float *shm) {
-    char path[128], cmd[2048];
-    snprintf(path, sizeof path, "/tmp/loom-test-pp-mpi-%d.bin", (int)getpid());
-    snprintf(cmd, sizeof cmd, MPIRUN " -np %d %s --mpi-dump %s %d %d %s", 2 * tp, LOOM_TEST_SELF, name, tp, md, path);
-    int rc = system(cmd);
-    CHECK(rc == 0, "%s: mpirun exited with %d", name, rc);
+    char args[256];
+    snprintf(args, sizeof args, "%s %d %d", name, tp, md);
     size_t n = (size_t)golden_rows(g) * g->vocab;
-    float *mpi = malloc(n * sizeof *mpi);
-    FILE *f = fopen(path, "rb");
-    size_t got = f ? fread(mpi, sizeof *mpi, n, f) : 0;
-    if (f) fclose(f);
-    remove(path);
-    CHECK(got == n && !memcmp(mpi, shm, n * sizeof *mpi), "%s tp=%d x pp=2 (%s): MPI logits are not bit-identical to shm",
-          name, tp, mode_names[md]);
-    printf("%-12s tp=%d x pp=2 (%s) over MPI: %s shm\n", name, tp, mode_names[md],
-           got == n && !memcmp(mpi, shm, n * sizeof *mpi) ? "==" : "!=");
+    float *mpi = golden_mpi_run(2 * tp, args, n);
+    bool same = mpi && !memcmp(mpi, shm, n * sizeof *mpi);
+    CHECK(same, "%s tp=%d x pp=2 (%s): MPI logits are not bit-identical to shm", name, tp, mode_names[md]);
+    printf("%-12s tp=%d x pp=2 (%s) over MPI: %s shm\n", name, tp, mode_names[md], same ? "==" : "!=");
     free(mpi);
 }
 
