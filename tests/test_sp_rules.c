@@ -307,6 +307,21 @@ int main(void) {
     expect_ep_error("EP: a tensor-parallel linear on the experts' output", ep_column_on_output,
                     "`linear` reads every token, but its input is made inside the expert-parallel region");
 
+    /* placement: contiguous ranges covering every expert once, the first E % N ranks one more,
+     * and ep_owner agreeing with them */
+    bool placed = true;
+    for (int experts = 1; experts <= 70; experts++)
+        for (int ranks = 1; ranks <= 9; ranks++)
+            for (int r = 0, next = 0; r < ranks; r++) {
+                int first, count;
+                ep_placement(experts, ranks, r, &first, &count);
+                placed &= first == next && count == experts / ranks + (r < experts % ranks);
+                for (int e = first; e < first + count; e++) placed &= ep_owner(experts, ranks, e) == r;
+                next = first + count;
+                placed &= r + 1 < ranks || next == experts;
+            }
+    CHECK(placed, "ep_placement / ep_owner: experts not spread contiguously and evenly, or owners disagree");
+
     /* async TP: which collectives fuse, and the fallbacks with their reasons */
     struct { const char *what; tail_fn tail; bool unfusable; int fused; const char *why; } fuse_cases[] = {
         {"plain region: gather and scatter both fuse", no_tail, false, 2, NULL},

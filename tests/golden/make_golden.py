@@ -209,6 +209,15 @@ def case_defs():
             {"routing": "v3", "router_std": 0.3, "score_bias_std": 0.1, "seed_tries": 20,
              "skew_experts": 2,
              "config_keys": {"topk_method": "noaux_tc", "scoring_func": "sigmoid"}}),
+        # Mixtral for expert parallelism's uneven placement at 3 ranks: attention shards 3
+        # ways as llama_tp3's (hidden 96, 6 heads, 3 kv heads, head_dim 16, vocab 120), but
+        # the 8 experts do not divide by 3 (3, 3 and 2 per rank). Experts of 24 features
+        # (divisible by 2, 3 and 4 ranks): 48 would make the folder ~1.2 MB. No routing tie.
+        "mixtral_ep3": (MixtralForCausalLM, MixtralConfig, dict(
+            MOE, hidden_size=96, num_attention_heads=6, num_key_value_heads=3,
+            intermediate_size=24, vocab_size=120, num_local_experts=8,
+            num_experts_per_tok=2, tie_word_embeddings=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 1e6}), {}),
     }
 
 
