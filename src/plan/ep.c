@@ -13,7 +13,9 @@
  * output is added: a complete value added to a partial one would be counted once per rank. At the
  * exit, this rank's complete rows are the residual's shard under SP, and are all-gathered into
  * every token's under plain TP; a partial sum leaving the region is reduced as in any region. */
+#include <ctype.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "plan/plan_impl.h"
@@ -30,20 +32,23 @@ int ep_owner(int n_experts, int ranks, int expert) {
     return expert < big ? expert / (q + 1) : extra + (expert - big) / q;
 }
 
+/* The expert a tensor of step d's per-expert layout belongs to: any tensor under the expert's
+ * module ("...experts.7.w1.qweight" as well as ".weight"), or -1. */
+static int expert_of(const moe_desc *d, const char *name) {
+    const char *at = strstr(d->gate, "%d");
+    size_t n = at ? (size_t)(at - d->gate) : 0;
+    if (!at || strncmp(name, d->gate, n) || !isdigit((unsigned char)name[n])) return -1;
+    char *end;
+    long e = strtol(name + n, &end, 10);
+    return *end == '.' && e < d->n_experts ? (int)e : -1;
+}
+
 bool ep_foreign_tensor(const plan *p, const char *name) {
     for (int i = 0; p->o.ep && i < p->n_steps; i++) {
         const plan_step *s = &p->steps[i];
         if (s->kind != STEP_OP || s->op->kind != OP_MOE || s->op->moe->stacked) continue;
-        const moe_desc *d = s->op->moe;
-        for (int e = 0; e < d->n_experts; e++) {
-            if (e >= s->expert0 && e < s->expert0 + s->n_experts) continue;
-            const char *pattern[3] = {d->gate, d->up, d->down};
-            for (int k = 0; k < 3; k++) {
-                char t[160];
-                snprintf(t, sizeof t, pattern[k], e);
-                if (!strcmp(t, name)) return true;
-            }
-        }
+        int e = expert_of(s->op->moe, name);
+        if (e >= 0) return e < s->expert0 || e >= s->expert0 + s->n_experts;
     }
     return false;
 }

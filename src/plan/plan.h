@@ -145,7 +145,7 @@ int plan_step_inputs(const plan_step *s);
  * contiguous, the first n_experts % ranks ranks one more than the others. */
 void ep_placement(int n_experts, int ranks, int rank, int *first, int *count);
 int ep_owner(int n_experts, int ranks, int expert);
-/* A per-expert tensor of an expert another rank holds (so this rank never reads it). */
+/* A tensor of an expert another rank holds, in a per-expert layout (so this rank never reads it). */
 bool ep_foreign_tensor(const plan *p, const char *name);
 const char *step_kind_name(step_kind k);
 
