@@ -140,8 +140,6 @@ static void bad_quantized(void);
 static void bad_deepseek(void);
 static void bad_pipeline(void);
 
-
-/* Broken copies of the GPTQ golden checkpoint (4-bit, groups of 32, act-order). */
 /* Stage layouts refused at plan time, before any rank starts (the case has 2 layers). */
 static void bad_pipeline(void) {
     expect("pp: more stages than layers", BENCH " -pp 3", 1,
@@ -160,6 +158,7 @@ static void bad_pipeline(void) {
     expect("pp: the unmodified copy runs in two stages", BENCH " -pp 2 --pp-layer-partition 1,1", 0, "Avg latency");
 }
 
+/* Broken copies of the GPTQ golden checkpoint (4-bit, groups of 32, act-order). */
 static void bad_quantized(void) {
     snprintf(src_dir, sizeof src_dir, "%s/tests/golden/gptq_llama", LOOM_SOURCE_DIR);
     fresh_case(NULL);
