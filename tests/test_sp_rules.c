@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "check.h"
-#include "plan/module.h"
+#include "graph/module.h"
 #include "plan/plan.h"
 
 #define H 8

@@ -7,7 +7,7 @@
 
 #include "cpu/cpu.h"
 #include "cpu/simd.h"
-#include "quant/quant.h"
+#include "tensor/tensor.h"
 
 #define CAT2(a, b) a##b
 #define CAT(a, b) CAT2(a, b)

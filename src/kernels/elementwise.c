@@ -6,7 +6,7 @@
 
 #include "cpu/cpu.h"
 #include "kernels/kernels.h"
-#include "quant/quant.h"
+#include "tensor/tensor.h"
 
 /* o = x / sqrt(ss / n + eps) * weight, for one row's cols columns */
 static void rms_apply(const float *x, float ss, int n, int cols, const float *weight, float eps, float *o) {

@@ -4,8 +4,8 @@
 #define LOOM_KERNELS_H
 #include <stdlib.h>
 
-#include "model/config.h"
-#include "model/weights.h"
+#include "loom.h"
+#include "tensor/tensor.h"
 
 /* A float buffer grown once, 64-byte aligned: kept per thread (_Thread_local) by the kernels
  * that need scratch, so steady-state calls allocate nothing. The worker threads of a parallel
@@ -44,13 +44,14 @@ void linear_transpose(const wmat *w, float *t);
 void rms_norm(const float *x, size_t ldx, float *out, size_t ldo, int rows, int cols, int group,
               const float *weight, float eps);
 
-/* RoPE tables: cos/sin [max_pos, head_dim/2] following transformers' rope initialisers (YaRN's
- * attention factor included: it multiplies cos and sin). */
+/* RoPE tables: cos/sin [max_pos, half] of positions times the inverse frequencies inv_freq[half]
+ * (the model's rope initialiser gives them: model/rope_freq.h), each multiplied by `factor`
+ * (YaRN's attention factor; 1 otherwise). */
 typedef struct rope_table {
     int max_pos, half;
     float *cos, *sin;
 } rope_table;
-int rope_table_init(rope_table *t, const model_config *c, int max_pos, loom_err *err);
+int rope_table_init(rope_table *t, const float *inv_freq, int half, float factor, int max_pos, loom_err *err);
 void rope_table_free(rope_table *t);
 /* RoPE at positions pos[row] on n_heads heads of `stride` columns per row, rotating columns
  * [offset, offset + head_dim) of each (rotate_half pairs, or interleaved ones: see rope_desc)

@@ -9,7 +9,7 @@
 
 #include "cpu/cpu.h"
 #include "kernels/kernels.h"
-#include "quant/quant.h"
+#include "tensor/tensor.h"
 
 /* Up to this many rows use the streaming kernel. A decode step of 16 sequences on the 1B shape
  * (Zen 2, AVX2): bf16 weights 543 ms streamed against 636 ms widened into panels for the GEMM,

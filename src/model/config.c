@@ -225,7 +225,7 @@ static int parse_mla(reader *r, model_config *c) {
         get_int(r, root, "v_head_dim", 0, true, 1, &a->v_head_dim) ||
         get_bool(r, "rope_interleave", true, &a->rope_interleave))
         return -1;
-    if (a->qk_rope_head_dim % 2 || a->qk_rope_head_dim > 1024)
+    if (a->qk_rope_head_dim % 2 || a->qk_rope_head_dim > CONFIG_MAX_HEAD_DIM)
         return loom_errf(r->err, "%s: qk_rope_head_dim %d must be even for RoPE, and at most 1024", r->name,
                          a->qk_rope_head_dim);
     c->head_dim = a->qk_rope_head_dim;
@@ -287,7 +287,7 @@ static int parse(reader *r, model_config *c) {
         return loom_errf(r->err, "%s: hidden_size %d is not a multiple of num_attention_heads %d",
                          r->name, c->hidden, c->n_heads);
     if (get_int(r, root, "head_dim", c->hidden / c->n_heads, false, 1, &c->head_dim)) return -1;
-    if (c->head_dim % 2 || c->head_dim > 1024)
+    if (c->head_dim % 2 || c->head_dim > CONFIG_MAX_HEAD_DIM)
         return loom_errf(r->err, "%s: head_dim %d must be even for RoPE, and at most 1024", r->name, c->head_dim);
     if (c->n_heads % c->n_kv_heads)
         return loom_errf(r->err, "%s: num_attention_heads %d is not a multiple of num_key_value_heads %d",

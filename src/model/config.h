@@ -3,7 +3,10 @@
 #ifndef LOOM_MODEL_CONFIG_H
 #define LOOM_MODEL_CONFIG_H
 #include "loom.h"
-#include "quant/format.h"
+#include "model/quant_config.h"
+
+/* The widest head (and rotary part) config_parse accepts: RoPE's per-row scratch is sized by it. */
+#define CONFIG_MAX_HEAD_DIM 1024
 
 enum rope_kind { ROPE_DEFAULT, ROPE_LLAMA3, ROPE_LINEAR, ROPE_YARN };
 

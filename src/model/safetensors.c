@@ -8,19 +8,6 @@
 
 #include "util/err.h"
 
-static const struct {
-    const char *name;
-    enum dtype dt;
-    size_t size;
-} dtypes[] = {
-    {"F32", DT_F32, 4}, {"F16", DT_F16, 2}, {"BF16", DT_BF16, 2}, {"I64", DT_I64, 8},
-    {"I32", DT_I32, 4}, {"I16", DT_I16, 2}, {"I8", DT_I8, 1},     {"U8", DT_U8, 1},
-    {"BOOL", DT_BOOL, 1}, {"F64", DT_F64, 8},
-};
-
-size_t dtype_size(enum dtype d) { return dtypes[d].size; }
-const char *dtype_name(enum dtype d) { return dtypes[d].name; }
-
 #define MAX_HEADER (100u << 20) /* the format's own limit */
 
 static int by_name(const void *a, const void *b) {
@@ -44,19 +31,15 @@ static int parse_tensor(st_tensor *t, const cJSON *e, const uint8_t *data, size_
     const cJSON *offs = cJSON_GetObjectItemCaseSensitive(e, "data_offsets");
     if (!cJSON_IsObject(e)) return loom_errf(err, "%s: tensor '%s': entry is not an object", fname, n);
     if (!cJSON_IsString(dt)) return loom_errf(err, "%s: tensor '%s': missing 'dtype'", fname, n);
-    size_t k;
-    for (k = 0; k < sizeof dtypes / sizeof dtypes[0]; k++)
-        if (!strcmp(dt->valuestring, dtypes[k].name)) break;
-    if (k == sizeof dtypes / sizeof dtypes[0])
+    if (!dtype_from_name(dt->valuestring, &t->dtype))
         return loom_errf(err, "%s: tensor '%s': unsupported dtype '%s'", fname, n, dt->valuestring);
-    t->dtype = dtypes[k].dt;
     if (!cJSON_IsArray(shape)) return loom_errf(err, "%s: tensor '%s': missing 'shape'", fname, n);
     int nd = cJSON_GetArraySize(shape);
     if (nd > ST_MAX_DIMS) return loom_errf(err, "%s: tensor '%s': %d dimensions (max %d)", fname, n, nd, ST_MAX_DIMS);
     t->ndim = nd;
     /* numel * size must fit; dims bounded by the data section so the product cannot overflow
      * unnoticed: check after each multiplication. */
-    size_t bytes = dtypes[k].size;
+    size_t bytes = dtype_size(t->dtype);
     const cJSON *d;
     int i = 0;
     cJSON_ArrayForEach(d, shape) {

@@ -3,11 +3,8 @@
 #ifndef LOOM_MODEL_SAFETENSORS_H
 #define LOOM_MODEL_SAFETENSORS_H
 #include "loom.h"
+#include "tensor/tensor.h"
 #include "util/file.h"
-
-enum dtype { DT_F32, DT_F16, DT_BF16, DT_I64, DT_I32, DT_I16, DT_I8, DT_U8, DT_BOOL, DT_F64 };
-size_t dtype_size(enum dtype d);
-const char *dtype_name(enum dtype d);
 
 #define ST_MAX_DIMS 8
 

@@ -10,7 +10,7 @@
 
 #include "util/err.h"
 #include "util/file.h"
-#include "util/half.h"
+#include "tensor/half.h"
 
 static void add_file(weight_store *w, const st_file *f) {
     w->files = realloc(w->files, (w->n_files + 1) * sizeof *w->files);

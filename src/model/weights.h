@@ -6,16 +6,6 @@
 #define LOOM_MODEL_WEIGHTS_H
 #include "model/safetensors.h"
 
-/* A row-major [rows, cols] matrix with leading dimension ld (elements), f32 or bf16; or, when
- * q is set, quantized: dt DT_U8, ld bytes per packed row, q the layout (quant/quant.h). */
-typedef struct wmat {
-    enum dtype dt;
-    int rows, cols;
-    size_t ld;
-    const void *data;
-    const struct qlayout *q;
-} wmat;
-
 enum weight_dtype { WDT_AUTO, WDT_F32, WDT_BF16 }; /* what float linears are kept in */
 
 /* What linears are quantized to at load (--quantization; quant/quant.h). */

@@ -5,9 +5,10 @@
  * (the CPU analogue of CUDA graphs). */
 #ifndef LOOM_PLAN_PLAN_H
 #define LOOM_PLAN_PLAN_H
+#include "graph/module.h"
 #include "kernels/kernels.h"
+#include "model/quant_config.h"
 #include "model/weights.h"
-#include "plan/module.h"
 
 /* How a value's columns are spread over the ranks. */
 typedef enum dist {
@@ -148,5 +149,8 @@ int ep_owner(int n_experts, int ranks, int expert);
 /* A tensor of an expert another rank holds, in a per-expert layout (so this rank never reads it). */
 bool ep_foreign_tensor(const plan *p, const char *name);
 const char *step_kind_name(step_kind k);
+
+/* What a linear of this style is quantized to at load (bits 0: float). */
+quant_scheme shard_scheme(const plan *p, par_style style);
 
 #endif

@@ -11,8 +11,6 @@ int plan_collective(plan *p, step_kind k, const op *o, const module *m, int v, i
 
 /* Tensor parallelism (shard.c) */
 int shard_vocab(plan *p, const module *tree, loom_err *err);
-/* What a linear of this style is quantized to at load (bits 0: float). */
-quant_scheme shard_scheme(const plan *p, par_style style);
 /* The experts of an OP_MOE: each rank holds 1/tp of every expert's features. */
 /* The embedding table's vocabulary shard for this rank (quantized like the LM head). */
 int shard_bind_embed(plan *p, plan_step *s, const linear_part *table, int hidden, const module *m, weight_store *ws,

@@ -24,7 +24,7 @@
 
 #include "quant/checkpoint.h"
 #include "util/err.h"
-#include "util/half.h"
+#include "tensor/half.h"
 
 /* Features packed into one int32 along the input (in_pack) and the output (out_pack). */
 static int in_pack(const quant_config *q) {

@@ -2,8 +2,8 @@
  * splits its packing allows, and reading a rank's slice into loom's layout. */
 #ifndef LOOM_QUANT_CHECKPOINT_H
 #define LOOM_QUANT_CHECKPOINT_H
-#include "plan/module.h"
-#include "quant/format.h"
+#include "graph/module.h"
+#include "model/quant_config.h"
 #include "quant/quant.h"
 
 /* Whether linear weight `name` ("<module>.weight") of this style is stored quantized: every

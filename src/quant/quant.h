@@ -1,5 +1,5 @@
 /* Quantized weights: the one home of integer weight formats. A quantized linear reaches the
- * kernels as a wmat whose `q` describes loom's own packed layout (below), whatever the
+ * kernels as a wmat whose `q` describes loom's own packed layout (tensor/tensor.h's qlayout), whatever the
  * checkpoint stored: each format's reader (online.c for float checkpoints and dummy weights)
  * turns its tensors into integer codes, scales and zero points, and qmat.c repacks them.
  *
@@ -10,25 +10,7 @@
 #define LOOM_QUANT_QUANT_H
 #include "model/weights.h"
 
-/* Columns of a packed block. A 4-bit block is 16 bytes, byte j holding column j in its low
- * nibble and column j + 16 in its high one, so a vector of bytes widens into two vectors of
- * consecutive columns with an and and a shift (any vector length dividing 16); an 8-bit block
- * is 32 bytes in column order. */
-#define QBLOCK 32
 #define QCHUNK 256 /* rows read at a time while repacking */
-
-/* The packed layout of one matrix. Its columns are the input features reordered so that each
- * quantization group is contiguous (act-order checkpoints number groups out of column order),
- * each group padded with zero codes to whole blocks: packed column p holds input column
- * col_of[p] (-1: padding, which meets a zero input). */
-typedef struct qlayout {
-    int bits;                 /* 4 or 8 */
-    int kp;                   /* packed columns per row */
-    int n_groups;             /* groups this matrix holds (a row-parallel shard: its share) */
-    const int32_t *group_end; /* [n_groups]: the packed column where each group ends */
-    const int32_t *col_of;    /* [kp]; NULL when packed column p is input column p (kp == cols) */
-    const float *sz;          /* [rows][n_groups][2]: scale, zero point */
-} qlayout;
 
 /* Parses --quantization's value ("none", "int8", "int4"), --quant-group-size (0: the
  * default, per channel for int8 and 128 for int4) and --quantize-lm-head. */

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "kernels/kernels.h"
+#include "model/rope_freq.h"
 #include "plan/plan.h"
 #include "plan/stage.h"
 #include "quant/quant.h"
@@ -87,7 +88,10 @@ static int alloc_state(loom_engine *e, loom_err *err) {
     if (alloc_moe_scratch(e, err) || ep_init(e, err)) return -1;
     e->seq_len = calloc(e->max_seqs, sizeof *e->seq_len);
     e->logits = alloc_or_fail((size_t)e->max_logits * c->vocab * sizeof(float), "logits", err);
-    return e->logits ? rope_table_init(&e->rope, c, e->max_ctx, err) : -1;
+    if (!e->logits) return -1;
+    float inv_freq[CONFIG_MAX_HEAD_DIM / 2];
+    rope_inv_freq(c, inv_freq);
+    return rope_table_init(&e->rope, inv_freq, c->head_dim / 2, c->rope_attention_factor, e->max_ctx, err);
 }
 
 /* Tensors no op reads, reported by the first rank of each stage for its own part (under expert

@@ -3,7 +3,7 @@
 #define LOOM_RUNTIME_MODEL_H
 #include "model/config.h"
 #include "model/weights.h"
-#include "plan/module.h"
+#include "graph/module.h"
 #include "text/tokenizer.h"
 
 struct loom_model {

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "template/tmpl_impl.h"
-#include "text/tokenizer_impl.h" /* UTF-8 decoding (text/utf8.c) */
+#include "util/utf8.h"
 
 struct chunk {
     chunk *prev;

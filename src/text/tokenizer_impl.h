@@ -3,12 +3,12 @@
  * stage exports to the others:
  *   tokenizer.c       string arena, id -> token lookups, the public queries
  *   tokenizer_load.c  reading and validating tokenizer.json; tokenizer_free
- *   utf8.c            UTF-8 decoding, encoding and validation
  *   bpe.c             vocab and merge tables, merging a word into ids (the BPE model)
  *   pretokenize.c     regex/literal patterns, the normalizer, the pre-tokenizers
  *   added.c           the added-token index and splitting text on added tokens
  *   encode.c          the encode pipeline and the post-processor templates
- *   decode.c          the decoder chain, streaming and whole-sequence */
+ *   decode.c          the decoder chain, streaming and whole-sequence
+ * UTF-8 decoding and validation are util/utf8.c's. */
 #ifndef LOOM_TEXT_TOKENIZER_IMPL_H
 #define LOOM_TEXT_TOKENIZER_IMPL_H
 #define PCRE2_CODE_UNIT_WIDTH 8
@@ -18,6 +18,7 @@
 
 #include "text/tokenizer.h"
 #include "util/err.h"
+#include "util/utf8.h"
 
 #define NONE UINT32_MAX
 #define MAX_STEPS 16 /* normalizers, pre-tokenizers, templates */
@@ -52,21 +53,6 @@ static inline bool sb_put(strbuf *b, const void *s, size_t n) {
     b->n += n;
     return true;
 }
-
-/* ---------------------------------------------------------------- UTF-8 (utf8.c) */
-
-/* Length of the UTF-8 sequence led by b, for text already known to be well formed. */
-static inline size_t u8len(uint8_t b) { return b < 0x80 ? 1 : b < 0xE0 ? 2 : b < 0xF0 ? 3 : 4; }
-/* The code point at s (well formed), its length in *len. */
-uint32_t u8decode(const char *s, size_t *len);
-/* Writes c (below 0x10000) as UTF-8; returns the length. */
-size_t u8encode(uint32_t c, char *out);
-/* Well-formedness of s[0..n) at its start (Unicode table 3-7): the length of a complete sequence,
- * 0 when s is a valid but unfinished start of one, or -k when its first k bytes are a maximal
- * invalid subpart (Rust's from_utf8_lossy turns each such subpart into one U+FFFD). */
-int u8check(const uint8_t *s, size_t n);
-/* Offset of the first byte of s that does not belong to well-formed UTF-8, or n. */
-size_t u8invalid(const char *s, size_t n);
 
 /* ---------------------------------------------------------------- the tokenizer */
 

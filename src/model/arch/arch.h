@@ -4,7 +4,7 @@
 #ifndef LOOM_MODEL_ARCH_H
 #define LOOM_MODEL_ARCH_H
 #include "model/config.h"
-#include "plan/module.h"
+#include "graph/module.h"
 
 /* How an architecture lays out its mixture-of-experts layers (names relative to the layer's
  * MoE module; expert patterns have one %d). */

@@ -1,5 +1,5 @@
 /* Module tree construction (see module.h). */
-#include "plan/module.h"
+#include "graph/module.h"
 
 #include <stdarg.h>
 #include <stdio.h>

@@ -2,8 +2,8 @@
  * named values local to the module; OP_CALL runs a child module. There is no tracing: the op
  * list is the graph, so the planner (and later the parallelism analyses) read it directly.
  * Widths are logical (the whole model's); the planner derives each rank's share. */
-#ifndef LOOM_PLAN_MODULE_H
-#define LOOM_PLAN_MODULE_H
+#ifndef LOOM_GRAPH_MODULE_H
+#define LOOM_GRAPH_MODULE_H
 #include "loom.h"
 
 typedef enum op_kind {

@@ -8,7 +8,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "quant/format.h"
+#include "model/quant_config.h"
 #include "util/err.h"
 
 const char *quant_format_name(quant_format f) {

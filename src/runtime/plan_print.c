@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "plan/plan_impl.h"
+#include "plan/plan.h"
 #include "plan/stage.h"
 #include "quant/checkpoint.h"
 #include "runtime/model.h"

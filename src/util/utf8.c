@@ -1,6 +1,5 @@
-/* UTF-8 for the tokenizer: decoding and encoding code points, and the well-formedness checks
- * that both input validation and the decoder's lossy byte handling are built on. */
-#include "text/tokenizer_impl.h"
+/* UTF-8 (see utf8.h). */
+#include "util/utf8.h"
 
 uint32_t u8decode(const char *s, size_t *len) {
     const uint8_t *u = (const uint8_t *)s;

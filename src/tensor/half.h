@@ -1,6 +1,6 @@
 /* bf16 / f16 <-> f32 conversions (scalar; the hot loops vectorise them). */
-#ifndef LOOM_UTIL_HALF_H
-#define LOOM_UTIL_HALF_H
+#ifndef LOOM_TENSOR_HALF_H
+#define LOOM_TENSOR_HALF_H
 #include <stdint.h>
 #include <string.h>
 

@@ -1,0 +1,45 @@
+/* The bottom layer's types: element dtypes, the matrix the kernels read (wmat), and loom's
+ * packed layout of quantized matrices. Every layer above shares them; this one includes none. */
+#ifndef LOOM_TENSOR_TENSOR_H
+#define LOOM_TENSOR_TENSOR_H
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Element types, as safetensors names them (dtype_name). */
+enum dtype { DT_F32, DT_F16, DT_BF16, DT_I64, DT_I32, DT_I16, DT_I8, DT_U8, DT_BOOL, DT_F64 };
+size_t dtype_size(enum dtype d);
+const char *dtype_name(enum dtype d);
+/* The dtype safetensors calls `name` ("BF16"); false if there is none. */
+bool dtype_from_name(const char *name, enum dtype *d);
+
+/* Columns of a packed block. A 4-bit block is 16 bytes, byte j holding column j in its low
+ * nibble and column j + 16 in its high one, so a vector of bytes widens into two vectors of
+ * consecutive columns with an and and a shift (any vector length dividing 16); an 8-bit block
+ * is 32 bytes in column order. */
+#define QBLOCK 32
+
+/* The packed layout of one quantized matrix (quant/ builds it). Its columns are the input
+ * features reordered so that each quantization group is contiguous (act-order checkpoints
+ * number groups out of column order), each group padded with zero codes to whole blocks:
+ * packed column p holds input column col_of[p] (-1: padding, which meets a zero input). */
+typedef struct qlayout {
+    int bits;                 /* 4 or 8 */
+    int kp;                   /* packed columns per row */
+    int n_groups;             /* groups this matrix holds (a row-parallel shard: its share) */
+    const int32_t *group_end; /* [n_groups]: the packed column where each group ends */
+    const int32_t *col_of;    /* [kp]; NULL when packed column p is input column p (kp == cols) */
+    const float *sz;          /* [rows][n_groups][2]: scale, zero point */
+} qlayout;
+
+/* A row-major [rows, cols] matrix with leading dimension ld (elements), f32 or bf16; or, when
+ * q is set, quantized: dt DT_U8, ld bytes per packed row, q the layout. */
+typedef struct wmat {
+    enum dtype dt;
+    int rows, cols;
+    size_t ld;
+    const void *data;
+    const qlayout *q;
+} wmat;
+
+#endif
