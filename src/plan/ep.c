@@ -46,7 +46,7 @@ static int expert_of(const moe_desc *d, const char *name) {
 bool ep_foreign_tensor(const plan *p, const char *name) {
     for (int i = 0; p->o.ep && i < p->n_steps; i++) {
         const plan_step *s = &p->steps[i];
-        if (s->kind != STEP_OP || s->op->kind != OP_MOE || s->op->moe->stacked) continue;
+        if (s->kind != STEP_EP_MOE || s->op->moe->stacked) continue;
         int e = expert_of(s->op->moe, name);
         if (e >= 0) return e < s->expert0 || e >= s->expert0 + s->n_experts;
     }

@@ -10,9 +10,10 @@
 #include "plan/stage.h"
 #include "util/err.h"
 
-static const char *step_names[] = {"op",         "all_reduce",           "all_gather (vocab)",   "reduce_scatter",
-                                   "all_gather", "all_gather (logit rows)", "all_gather_matmul", "matmul_reduce_scatter",
-                                   "send",       "recv",                 "slice (own rows)"};
+static const char *step_names[] = {
+    "op",         "moe (expert parallel)",   "all_reduce",        "all_gather (vocab)",    "reduce_scatter",
+    "all_gather", "all_gather (logit rows)", "all_gather_matmul", "matmul_reduce_scatter", "send",
+    "recv",       "slice (own rows)"};
 
 const char *step_kind_name(step_kind k) { return step_names[k]; }
 
@@ -37,7 +38,7 @@ plan_step *plan_new_step(plan *p, step_kind kind, const op *o, const module *m) 
     s->kind = kind;
     s->op = o;
     s->mod = m;
-    s->n_in = kind == STEP_OP && o ? o->n_in : 1;
+    s->n_in = (kind == STEP_OP || kind == STEP_EP_MOE) && o ? o->n_in : 1;
     return s;
 }
 
@@ -251,7 +252,7 @@ static int flatten_op(plan *p, const module *m, const op *o, int *map, weight_st
     sp_check_outside(p, m, o);
     int stat = o->kind == OP_RMS_NORM && o->across_ranks && d == DIST_SHARDED ? norm_statistic(p, m, o, in[0], err) : 0;
     if (stat < 0) return -1;
-    plan_step *s = plan_new_step(p, STEP_OP, o, m);
+    plan_step *s = plan_new_step(p, o->kind == OP_MOE && p->o.ep ? STEP_EP_MOE : STEP_OP, o, m);
     memcpy(s->in, in, sizeof in);
     if (stat) s->in[1] = stat, s->n_in = 2;
     int width = bind_op(p, s, m, o, v0 ? v0->width : 0, ws, err);
@@ -384,16 +385,17 @@ static void note_inner_linears(plan *p, int gather) {
     }
 }
 
-/* Async TP, after seed 001's Region._fuse: a region's all-gather fuses with the column-parallel
- * linear that alone consumes the gathered input, and its reduce-scatter with the row-parallel
- * linear whose output the region returns unmodified; the fused step replaces both. */
+/* Async TP, after Region._fuse of vLLM's Transformers-backend sequence parallelism: a region's
+ * all-gather fuses with the column-parallel linear that alone consumes the gathered input, and
+ * its reduce-scatter with the row-parallel linear whose output the region returns unmodified;
+ * the fused step replaces both. */
 static void fuse_async_tp(plan *p) {
     for (int i = 0; i < p->n_steps; i++) {
         plan_step *s = &p->steps[i];
         if (s->op->kind != OP_CALL || (s->kind != STEP_GATHER_ROWS && s->kind != STEP_REDUCE_SCATTER)) continue;
         p->n_region_collectives++;
         if (!strcmp(s->op->child->kind, "moe")) {
-            note_unfused(p, s, "kept: mixture-of-experts regions keep plain collectives, as seed 001's do");
+            note_unfused(p, s, "kept: mixture-of-experts regions keep plain collectives, as vLLM's do");
             continue;
         }
         if (s->kind == STEP_GATHER_ROWS) {

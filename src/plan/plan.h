@@ -29,6 +29,8 @@ typedef enum row_kind {
 
 typedef enum step_kind {
     STEP_OP,             /* the op's kernel */
+    STEP_EP_MOE,         /* expert parallelism's MoE: route this rank's rows, dispatch them to the ranks
+                            holding their experts, run this rank's experts, combine the sums back */
     STEP_ALL_REDUCE,     /* TOKENS partial -> TOKENS full */
     STEP_GATHER_COLS,    /* vocabulary-sharded -> full (logits) */
     STEP_REDUCE_SCATTER, /* TOKENS partial -> SHARD full: region exit, embedding under SP */

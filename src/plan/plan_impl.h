@@ -22,7 +22,7 @@ int shard_bind_linear(plan *p, plan_step *s, const linear_desc *l, int in_width,
 /* Sequence parallelism (sp.c) */
 bool sp_is_region(const plan *p, const module *parent, const module *child);
 /* dist of an op's output given its inputs', or -1 with err when the op may not act on a partial
- * sum (the rules of seed 001's _check_partial_output). */
+ * sum (the rules of _check_partial_output in vLLM's Transformers-backend sequence parallelism). */
 int sp_output_dist(plan *p, const module *m, const op *o, const int *in, loom_err *err);
 /* Region exit: its output must be the partial sum of its reductions; reduce-scatter it. */
 int sp_exit_region(plan *p, const module *m, const op *call, int out, loom_err *err);

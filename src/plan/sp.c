@@ -1,5 +1,6 @@
-/* Sequence parallelism at plan time, after seed 001. Between the embedding and the LM head the
- * residual stream holds only this rank's tokens. A region -- a child of a decoder layer that
+/* Sequence parallelism at plan time, after vLLM's Transformers-backend sequence parallelism (its
+ * per-module Region). Between the embedding and the LM head the residual stream holds only
+ * this rank's tokens. A region -- a child of a decoder layer that
  * reduces across ranks (a row-parallel linear, or a mixture of experts) -- all-gathers its input, and its reducers skip their all-reduce: their
  * partial sums flow on to the region's exit, which reduce-scatters them. That is only correct
  * if every op between a reducer and the exit commutes with the sum over ranks, which is what
@@ -80,7 +81,7 @@ int sp_output_dist(plan *p, const module *m, const op *o, const int *in, loom_er
         case LOOM_OP_PASSTHROUGH:
         case LOOM_OP_SCALING:
             return DIST_PARTIAL;
-        case LOOM_OP_OPAQUE: /* as seed 001 does for what it cannot trace: warn, and trust it */
+        case LOOM_OP_OPAQUE: /* as vLLM's Transformers-backend SP does for what it cannot trace: warn, and trust it */
             p->region_unverified = true;
             sp_warn(p, "%s: could not verify that `%s` is compatible with sequence parallelism (an opaque op on a "
                        "partial sum)", m->name, name);

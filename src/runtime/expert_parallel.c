@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "cpu/cpu.h"
-#include "runtime/engine.h"
+#include "runtime/expert_parallel.h"
 #include "util/err.h"
 
 static int round_up(int n, int k) { return (n + k - 1) / k * k; }
@@ -21,13 +21,11 @@ static int round_up(int n, int k) { return (n + k - 1) / k * k; }
  * index of an expert on the destination (-1: none) and, after those, their weights. */
 static int row_width(const moe_desc *d) { return d->hidden + 2 * d->top_k; }
 
-int ep_init(loom_engine *e, loom_err *err) {
-    expert_parallel *x = &e->ep;
-    const plan *p = &e->plans[0].p;
-    int widest = 0, hidden = 0, k = 0, n = e->comm->size;
+int ep_init(expert_parallel *x, const plan *p, int ranks, int max_tokens, size_t *bytes, loom_err *err) {
+    int widest = 0, hidden = 0, k = 0, n = ranks;
     for (int i = 0; i < p->n_steps; i++) {
         const plan_step *s = &p->steps[i];
-        if (!p->o.ep || s->kind != STEP_OP || s->op->kind != OP_MOE) continue;
+        if (s->kind != STEP_EP_MOE) continue;
         x->n_layers++;
         widest = row_width(s->op->moe) > widest ? row_width(s->op->moe) : widest;
         hidden = s->op->moe->hidden > hidden ? s->op->moe->hidden : hidden;
@@ -35,7 +33,7 @@ int ep_init(loom_engine *e, loom_err *err) {
     }
     if (!x->n_layers) return 0;
     /* a rank sends at most each of its T_pad/n rows to each rank, and receives as many */
-    x->max_rows = round_up(e->max_tokens, n);
+    x->max_rows = round_up(max_tokens, n);
     size_t rows = (size_t)x->max_rows, shard = rows / n;
     x->choice = malloc(shard * k * sizeof *x->choice);
     x->weight = malloc(shard * k * sizeof *x->weight);
@@ -53,28 +51,31 @@ int ep_init(loom_engine *e, loom_err *err) {
     x->recv = malloc(rows * widest * sizeof(float));
     x->sums = malloc(rows * hidden * sizeof(float));
     x->back = malloc(rows * hidden * sizeof(float));
-    e->activation_bytes += floats * sizeof(float);
+    *bytes += floats * sizeof(float);
     if (!x->choice || !x->weight || !x->local_choice || !x->local_weight || !x->row_at || !x->send || !x->recv ||
         !x->sums || !x->back)
-        return loom_errf(err, "out of memory allocating expert parallelism's buffers for %d tokens", e->max_tokens);
+        return loom_errf(err, "out of memory allocating expert parallelism's buffers for %d tokens", max_tokens);
     return 0;
 }
 
-void ep_free(loom_engine *e) {
-    expert_parallel *x = &e->ep;
+void ep_free(expert_parallel *x) {
     free(x->choice), free(x->weight), free(x->local_choice), free(x->local_weight), free(x->row_at);
     free(x->send_rows), free(x->recv_rows), free(x->start), free(x->name), free(x->received), free(x->bytes);
     free(x->send), free(x->recv), free(x->sums), free(x->back);
     memset(x, 0, sizeof *x);
 }
 
-void ep_reset_stats(loom_engine *e) {
-    expert_parallel *x = &e->ep;
+void ep_reset_stats(expert_parallel *x, int ranks) {
     if (!x->n_layers) return;
-    memset(x->received, 0, (size_t)x->n_layers * e->comm->size * sizeof *x->received);
+    memset(x->received, 0, (size_t)x->n_layers * ranks * sizeof *x->received);
     memset(x->bytes, 0, x->n_layers * sizeof *x->bytes);
     x->passes = 0;
     x->waited_s = 0;
+}
+
+void ep_begin_pass(expert_parallel *x) {
+    x->layer = 0;
+    x->passes += x->n_layers > 0;
 }
 
 /* Packs this rank's `real` routed rows for their owners, grouped by destination in rank order,
@@ -113,36 +114,33 @@ static void pack_dispatch(expert_parallel *x, const plan_step *s, const float *i
 }
 
 /* Per MoE layer: rows each rank received, and bytes that crossed between ranks both ways. */
-static void count_layer(loom_engine *e, const moe_desc *d) {
-    expert_parallel *x = &e->ep;
-    int n = e->comm->size, layer = x->layer;
+static void count_layer(expert_parallel *x, const loom_comm *c, const moe_desc *d) {
+    int n = c->size, layer = x->layer;
     for (int s = 0; s < n; s++)
         for (int r = 0; r < n; r++) {
-            long rows = comm_a2a_rows(e->comm, s, r);
+            long rows = comm_a2a_rows(c, s, r);
             x->received[(size_t)layer * n + r] += rows;
             if (s != r) x->bytes[layer] += (double)rows * (row_width(d) + d->hidden) * sizeof(float);
         }
 }
 
-int ep_moe_step(loom_engine *e, const plan_step *s, const loom_batch *b, loom_err *err) {
-    expert_parallel *x = &e->ep;
+int ep_moe_step(expert_parallel *x, loom_comm *c, moe_scratch *scratch, const plan_step *s, const moe_shape *route,
+                const float *in, size_t ldx, const float *logits, size_t ldl, float *out, size_t ldo, int n_tokens,
+                expert_work *work, double *comm_s, loom_err *err) {
     const moe_desc *d = s->op->moe;
-    int n = e->comm->size, shard = round_up(b->n_tokens, n) / n, k = d->top_k, H = d->hidden, W = row_width(d);
-    int real = b->n_tokens - e->comm->rank * shard;
+    int n = c->size, shard = round_up(n_tokens, n) / n, k = d->top_k, H = d->hidden, W = row_width(d);
+    int real = n_tokens - c->rank * shard;
     real = real < 0 ? 0 : real > shard ? shard : real; /* rows past the batch are padding */
-    size_t ldx, ldl, ldo;
-    const float *in = engine_value(e, s->in[0], &ldx), *logits = engine_value(e, s->in[1], &ldl);
-    float *out = engine_value(e, s->out, &ldo);
-    moe_shape sh = engine_moe_shape(s);
+    moe_shape sh = *route;
     moe_route(logits, ldl, real, &sh, x->choice, x->weight);
     pack_dispatch(x, s, in, ldx, real, n);
-    comm_set_phase(e->comm, "expert dispatch in %s", s->mod->name);
-    double t0 = omp_get_wtime(), blocked0 = e->comm->blocked_s;
-    if (comm_all_to_all_rows(e->comm, x->send, W, x->send_rows, W, x->recv, W, x->max_rows, x->recv_rows, err))
+    comm_set_phase(c, "expert dispatch in %s", s->mod->name);
+    double t0 = omp_get_wtime(), blocked0 = c->blocked_s;
+    if (comm_all_to_all_rows(c, x->send, W, x->send_rows, W, x->recv, W, x->max_rows, x->recv_rows, err))
         return -1;
     if (x->layer < x->n_layers) {
         x->name[x->layer] = s->mod->name;
-        count_layer(e, d);
+        count_layer(x, c, d);
     }
     double t1 = omp_get_wtime();
     int got = 0;
@@ -154,18 +152,18 @@ int ep_moe_step(loom_engine *e, const plan_step *s, const loom_batch *b, loom_er
             x->local_weight[(size_t)i * k + j] = row[H + k + j];
         }
     sh.n_experts = s->n_experts;
-    moe_experts(&sh, s->experts, x->recv, W, got, x->local_choice, x->local_weight, x->sums, H, &e->moe);
+    moe_experts(&sh, s->experts, x->recv, W, got, x->local_choice, x->local_weight, x->sums, H, scratch);
     double t2 = omp_get_wtime();
     long pairs = 0;
     for (int i = 0; i < got * k; i++) pairs += x->local_choice[i] >= 0;
-    e->expert_flop += 6.0 * H * s->expert_inter * pairs; /* gate, up and down: 2 flops per weight */
-    e->expert_pairs += pairs;
-    e->expert_seconds += t2 - t1;
-    comm_set_phase(e->comm, "expert combine in %s", s->mod->name);
-    if (comm_all_to_all_rows(e->comm, x->sums, H, x->recv_rows, H, x->back, H, x->max_rows, x->send_rows, err))
+    work->flop += 6.0 * H * s->expert_inter * pairs; /* gate, up and down: 2 flops per weight */
+    work->pairs += pairs;
+    work->seconds += t2 - t1;
+    comm_set_phase(c, "expert combine in %s", s->mod->name);
+    if (comm_all_to_all_rows(c, x->sums, H, x->recv_rows, H, x->back, H, x->max_rows, x->send_rows, err))
         return -1;
-    e->comm_seconds += omp_get_wtime() - t2 + (t1 - t0);
-    x->waited_s += e->comm->blocked_s - blocked0;
+    *comm_s += omp_get_wtime() - t2 + (t1 - t0);
+    x->waited_s += c->blocked_s - blocked0;
     /* each token: its owners' sums in rank order (the first copied, as every reduction here) */
     for (int i = 0; i < shard; i++) {
         float *o = out + (size_t)i * ldo;
@@ -183,12 +181,10 @@ int ep_moe_step(loom_engine *e, const plan_step *s, const loom_batch *b, loom_er
     return 0;
 }
 
-void loom_engine_print_experts(const loom_engine *e, FILE *f, bool per_layer) {
-    if (e->expert_seconds > 0)
-        fprintf(f, "experts (rank %d): %.1f GFLOP/s in their GEMMs, %.3f s\n", e->world->rank,
-                e->expert_flop / e->expert_seconds / 1e9, e->expert_seconds);
-    const expert_parallel *x = &e->ep;
-    int n = e->comm->size;
+void ep_print(const expert_parallel *x, const expert_work *w, int rank, int n, FILE *f, bool per_layer) {
+    if (w->seconds > 0)
+        fprintf(f, "experts (rank %d): %.1f GFLOP/s in their GEMMs, %.3f s\n", rank, w->flop / w->seconds / 1e9,
+                w->seconds);
     if (!x->n_layers || !x->passes) return;
     fprintf(f, "expert parallelism: rows received per rank in each MoE layer over %ld passes%s\n", x->passes,
             per_layer ? "" : " (all layers)");
@@ -215,14 +211,4 @@ void loom_engine_print_experts(const loom_engine *e, FILE *f, bool per_layer) {
     fprintf(f, " per pass; imbalance mean %.3f, worst %.3f (%s); %.2f MiB between ranks per layer per pass\n", mean_imb,
             worst, x->name[worst_at] ? x->name[worst_at] : "?", bytes / x->passes / 1048576.0);
     free(total);
-}
-
-long loom_engine_expert_rows(const loom_engine *e, int layer, int rank) {
-    const expert_parallel *x = &e->ep;
-    if (layer < 0 || layer >= x->n_layers || rank < 0 || rank >= e->comm->size) return -1;
-    return x->received[(size_t)layer * e->comm->size + rank];
-}
-
-void loom_engine_expert_work(const loom_engine *e, double *seconds, double *gflop, long *pairs) {
-    *seconds = e->expert_seconds, *gflop = e->expert_flop / 1e9, *pairs = e->expert_pairs;
 }

@@ -10,31 +10,34 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "runtime/engine.h"
+#include "runtime/pipeline.h"
 #include "util/err.h"
 
-void pipeline_init(loom_engine *e, const loom_engine_options *o) {
-    e->max_microbatches = o->pp_microbatches;
-    if (e->pp == 1) return;
-    e->mb_first = calloc((size_t)e->max_seqs + 1, sizeof *e->mb_first); /* a microbatch holds a sequence or more */
-    e->mb_rows = calloc(e->max_logits, sizeof *e->mb_rows);
-    e->mb_at = calloc(e->max_logits, sizeof *e->mb_at);
+int pipeline_init(pipeline *pl, int pp, int stage, int max_microbatches, int max_seqs, int max_logits, loom_err *err) {
+    *pl = (pipeline){.pp = pp, .stage = stage, .max_microbatches = max_microbatches};
+    if (pp == 1) return 0;
+    pl->mb_first = calloc((size_t)max_seqs + 1, sizeof *pl->mb_first); /* a microbatch holds a sequence or more */
+    pl->mb_rows = calloc(max_logits, sizeof *pl->mb_rows);
+    pl->mb_at = calloc(max_logits, sizeof *pl->mb_at);
+    if (!pl->mb_first || !pl->mb_rows || !pl->mb_at)
+        return loom_errf(err, "out of memory allocating the pipeline's microbatch tables");
+    return 0;
 }
 
-void pipeline_free(loom_engine *e) {
-    free(e->mb_first);
-    free(e->mb_rows);
-    free(e->mb_at);
+void pipeline_free(pipeline *pl) {
+    free(pl->mb_first);
+    free(pl->mb_rows);
+    free(pl->mb_at);
 }
 
 /* Microbatch k is tokens [first[k], first[k + 1]); returns how many. Cuts fall between
  * sequences, at the first one past each equal share of the tokens. */
-static int split_microbatches(const loom_engine *e, const loom_batch *b, int *first) {
+static int split_microbatches(const pipeline *pl, const loom_batch *b, int *first) {
     int runs = 1;
     for (int i = 1; i < b->n_tokens; i++) runs += b->seq[i] != b->seq[i - 1];
-    int m = e->max_microbatches;
+    int m = pl->max_microbatches;
     if (m <= 0) {
-        m = 4 * e->pp;
+        m = 4 * pl->pp;
         if (m > b->n_tokens / LOOM_PP_MICROBATCH_MIN_TOKENS) m = b->n_tokens / LOOM_PP_MICROBATCH_MIN_TOKENS;
     }
     if (m > runs) m = runs;
@@ -49,46 +52,42 @@ static int split_microbatches(const loom_engine *e, const loom_batch *b, int *fi
     return k;
 }
 
-int pipeline_forward(loom_engine *e, const loom_batch *b, loom_err *err) {
+int pipeline_forward(pipeline *pl, executor *x, const loom_batch *b, float *logits, size_t vocab, loom_err *err) {
     double t0 = omp_get_wtime();
-    int m = split_microbatches(e, b, e->mb_first);
-    bool last = e->stage == e->pp - 1;
+    int m = split_microbatches(pl, b, pl->mb_first);
+    bool last = pl->stage == pl->pp - 1;
     for (int k = 0; k < m; k++) {
-        int t = e->mb_first[k], n = e->mb_first[k + 1] - t, nl = 0;
+        int t = pl->mb_first[k], n = pl->mb_first[k + 1] - t, nl = 0;
         for (int i = 0; i < b->n_logits; i++)
-            if (b->logit_rows[i] >= t && b->logit_rows[i] < t + n) e->mb_rows[nl] = b->logit_rows[i] - t, e->mb_at[nl++] = i;
+            if (b->logit_rows[i] >= t && b->logit_rows[i] < t + n) pl->mb_rows[nl] = b->logit_rows[i] - t, pl->mb_at[nl++] = i;
         loom_batch mb = {.n_tokens = n, .ids = b->ids + t, .pos = b->pos + t, .seq = b->seq + t, .n_logits = nl,
-                         .logit_rows = e->mb_rows};
-        if (engine_run_pass(e, &mb, err)) return -1;
-        if (last) engine_take_logits(e, &mb, e->mb_at);
+                         .logit_rows = pl->mb_rows};
+        if (executor_run_pass(x, &mb, err)) return -1;
+        if (last) executor_take_logits(x, &mb, logits, vocab, pl->mb_at);
     }
-    int root = (e->pp - 1) * e->comm->size;
-    comm_set_phase(e->world, "stage %d: logits of %d rows from rank %d", e->stage, b->n_logits, root);
+    int root = (pl->pp - 1) * x->comm->size;
+    comm_set_phase(x->world, "stage %d: logits of %d rows from rank %d", pl->stage, b->n_logits, root);
     double t1 = omp_get_wtime();
-    if (comm_broadcast_floats(e->world, root, e->logits, (size_t)b->n_logits * e->model->cfg.vocab, err)) return -1;
+    if (comm_broadcast_floats(x->world, root, logits, (size_t)b->n_logits * vocab, err)) return -1;
     double t2 = omp_get_wtime();
-    e->pipe.wait_logits_s += t2 - t1;
-    e->pipe.pass_s += t2 - t0;
-    e->pipe.passes++;
-    e->pipe.microbatches += m;
+    pl->wait_logits_s += t2 - t1;
+    pl->pass_s += t2 - t0;
+    pl->passes++;
+    pl->microbatches += m;
     return 0;
 }
 
-int loom_engine_stage(const loom_engine *e) { return e->stage; }
-
-double loom_engine_pipeline_idle(const loom_engine *e) {
-    const pipeline_stats *s = &e->pipe;
-    return s->pass_s > 0 ? (s->wait_prev_s + s->wait_next_s + s->wait_logits_s) / s->pass_s : 0;
+double pipeline_idle(const pipeline *pl, const exec_stats *st) {
+    return pl->pass_s > 0 ? (st->wait_prev_s + st->wait_next_s + pl->wait_logits_s) / pl->pass_s : 0;
 }
 
-void pipeline_print_profile(const loom_engine *e, FILE *f) {
-    const pipeline_stats *s = &e->pipe;
+void pipeline_print(const pipeline *pl, const exec_stats *st, int rank, int layer0, int layer1, FILE *f) {
     fprintf(f, "pipeline stage %d of %d (rank %d, layers %d..%d): %.2f microbatches a pass, idle %.1f%% of %.3f s",
-            e->stage, e->pp, e->world->rank, e->layer0, e->layer1 - 1,
-            s->passes ? (double)s->microbatches / s->passes : 0.0, 100 * loom_engine_pipeline_idle(e), s->pass_s);
-    if (e->stage > 0) fprintf(f, "; waiting for stage %d's hidden state %.3f s", e->stage - 1, s->wait_prev_s);
-    if (e->stage < e->pp - 1)
-        fprintf(f, "; for stage %d to take ours %.3f s; for the logits %.3f s", e->stage + 1, s->wait_next_s,
-                s->wait_logits_s);
+            pl->stage, pl->pp, rank, layer0, layer1 - 1, pl->passes ? (double)pl->microbatches / pl->passes : 0.0,
+            100 * pipeline_idle(pl, st), pl->pass_s);
+    if (pl->stage > 0) fprintf(f, "; waiting for stage %d's hidden state %.3f s", pl->stage - 1, st->wait_prev_s);
+    if (pl->stage < pl->pp - 1)
+        fprintf(f, "; for stage %d to take ours %.3f s; for the logits %.3f s", pl->stage + 1, st->wait_next_s,
+                pl->wait_logits_s);
     fputc('\n', f);
 }

@@ -7,7 +7,7 @@
 #include "plan/plan.h"
 #include "plan/stage.h"
 #include "quant/checkpoint.h"
-#include "runtime/model.h"
+#include "runtime/engine.h"
 
 /* "column-parallel, out 48+32+16" and which parts every rank holds whole */
 static void print_linear(FILE *f, const linear_desc *l) {
@@ -125,8 +125,7 @@ static void print_latent_kv(FILE *f, const loom_model *m, const plan *p) {
 static void print_ep_region(FILE *f, const plan *p, const plan_region *r) {
     const plan_step *s = NULL;
     for (int i = 0; i < p->n_steps && !s; i++)
-        if (p->steps[i].kind == STEP_OP && p->steps[i].op->kind == OP_MOE && !strncmp(p->steps[i].mod->name, r->mod->name,
-                                                                                       strlen(r->mod->name)))
+        if (p->steps[i].kind == STEP_EP_MOE && !strncmp(p->steps[i].mod->name, r->mod->name, strlen(r->mod->name)))
             s = &p->steps[i];
     if (!s) return;
     const moe_desc *d = s->op->moe;
@@ -260,9 +259,7 @@ int loom_print_plan(loom_model *m, int tp, const loom_engine_options *o, FILE *f
         free(first);
         return -1;
     }
-    plan_options po = {.tp = tp, .sp = o->sequence_parallel, .async_tp = o->async_tp, .ep = o->expert_parallel,
-                       .quant = m->ws.quant,
-                       .checkpoint = &m->cfg.quant, .pp = pp, .layer1 = first[1]};
+    plan_options po = engine_plan_options(m, o, tp, 0, pp, 0, first[0], first[1]);
     if (plan_build(&p, m->tree, &po, NULL, err)) {
         free(first);
         return -1;

@@ -1,0 +1,343 @@
+/* The executor (executor.h): the run-time state of one rank's plans, allocated once, and the
+ * loop that runs their steps. Sharded linears run in the row blocks and chunks the fused
+ * collectives use, so TP, SP and async TP agree bit for bit (DESIGN 4.2); nothing here
+ * allocates per forward pass. */
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/executor.h"
+#include "util/err.h"
+
+static int round_up(int n, int k) { return (n + k - 1) / k * k; }
+
+/* Where value v of the current plan lives, and its row stride. */
+static float *value_at(const executor *x, int v, size_t *ld) {
+    const plan_value *pv = &x->cur->p.values[v];
+    int buf = x->cur->p.values[pv->base].buffer;
+    *ld = x->cur->p.buffer_width[buf];
+    return x->cur->buffers[buf] + pv->col;
+}
+
+static void *alloc_or_fail(size_t bytes, const char *what, loom_err *err) {
+    void *p = aligned_alloc(64, (bytes + 63) / 64 * 64);
+    if (!p) loom_errf(err, "out of memory allocating %s (%zu MiB)", what, bytes >> 20);
+    return p;
+}
+
+static int alloc_buffers(executor *x, engine_plan *ep, loom_err *err) {
+    const plan *p = &ep->p;
+    int n = x->comm->size, pad = round_up(ep->max_tokens, n);
+    int logits = ep->max_tokens < x->max_logits ? ep->max_tokens : x->max_logits;
+    ep->buffers = calloc(p->n_buffers, sizeof *ep->buffers);
+    for (int b = 0; b < p->n_buffers; b++) {
+        size_t rows = p->buffer_rows[b] == ROWS_LOGITS ? logits : p->buffer_rows[b] == ROWS_SHARD ? pad / n : pad;
+        if (!(ep->buffers[b] = alloc_or_fail(rows * p->buffer_width[b] * sizeof(float), "activations", err))) return -1;
+        x->activation_bytes += rows * p->buffer_width[b] * sizeof(float);
+    }
+    return 0;
+}
+
+/* One scratch serves every MoE step: sized for the widest of them and the largest batch. */
+static int alloc_moe_scratch(executor *x, loom_err *err) {
+    moe_shape most = {0};
+    for (int i = 0; i < x->n_plans; i++)
+        for (int k = 0; k < x->plans[i].p.n_steps; k++) {
+            const plan_step *s = &x->plans[i].p.steps[k];
+            if ((s->kind != STEP_OP && s->kind != STEP_EP_MOE) || s->op->kind != OP_MOE) continue;
+            const moe_desc *d = s->op->moe;
+            most.hidden = d->hidden > most.hidden ? d->hidden : most.hidden;
+            most.inter = s->expert_inter > most.inter ? s->expert_inter : most.inter;
+            most.n_experts = d->n_experts > most.n_experts ? d->n_experts : most.n_experts;
+            most.top_k = d->top_k > most.top_k ? d->top_k : most.top_k;
+        }
+    if (!most.n_experts) return 0;
+    /* under expert parallelism a rank's experts may receive every rank's rows of a padded batch */
+    int rows = round_up(x->max_tokens, x->comm->size);
+    if (moe_scratch_init(&x->moe, rows, &most))
+        return loom_errf(err, "out of memory allocating the experts' scratch for %d tokens", x->max_tokens);
+    x->activation_bytes += moe_scratch_bytes(rows, &most, x->moe.threads);
+    return 0;
+}
+
+int executor_init(executor *x, const float *inv_freq, int half, float rope_factor, loom_err *err) {
+    const plan *p = &x->plans[0].p;
+    x->cur = &x->plans[0];
+    for (int i = 0; i < x->n_plans; i++)
+        if (alloc_buffers(x, &x->plans[i], err)) return -1;
+    x->kv = calloc(x->layer1, sizeof *x->kv); /* indexed by layer; this stage's are allocated */
+    size_t kv_width = (size_t)p->kv_width; /* the same in both plans */
+    size_t per = (size_t)x->max_seqs * x->max_ctx * kv_width * sizeof(float);
+    for (int l = x->layer0; l < x->layer1; l++) { /* a latent cache (MLA) has no V */
+        x->kv[l] = (kv_layer){.max_ctx = x->max_ctx, .kv_width = (int)kv_width};
+        if (!(x->kv[l].k = alloc_or_fail(per, "the KV cache", err)) ||
+            (!p->kv_latent && !(x->kv[l].v = alloc_or_fail(per, "the KV cache", err))))
+            return -1;
+        x->kv_bytes += (p->kv_latent ? 1 : 2) * per;
+    }
+    if (alloc_moe_scratch(x, err) || ep_init(&x->ep, p, x->comm->size, x->max_tokens, &x->activation_bytes, err))
+        return -1;
+    return rope_table_init(&x->rope, inv_freq, half, rope_factor, x->max_ctx, err);
+}
+
+void executor_free(executor *x) {
+    for (int i = 0; i < 2; i++) {
+        for (int b = 0; x->plans[i].buffers && b < x->plans[i].p.n_buffers; b++) free(x->plans[i].buffers[b]);
+        free(x->plans[i].buffers);
+        plan_free(&x->plans[i].p);
+    }
+    for (int l = x->layer0; x->kv && l < x->layer1; l++) free(x->kv[l].k), free(x->kv[l].v);
+    free(x->kv);
+    rope_table_free(&x->rope);
+    moe_scratch_free(&x->moe);
+    ep_free(&x->ep);
+}
+
+/* Rows a value has in this pass: T tokens, this rank's T_pad/tp under SP, or the logit rows. */
+static int value_rows(const executor *x, const plan_value *v, const loom_batch *b) {
+    switch (v->rows) {
+    case ROWS_LOGITS: return b->n_logits;
+    case ROWS_SHARD: return round_up(b->n_tokens, x->comm->size) / x->comm->size;
+    case ROWS_TOKENS: break;
+    }
+    return b->n_tokens;
+}
+
+static int run_collective(executor *x, const plan_step *s, const loom_batch *b, loom_err *err) {
+    const plan_value *iv = &x->cur->p.values[s->in[0]], *ov = &x->cur->p.values[s->out];
+    int n = x->comm->size, t_pad = round_up(b->n_tokens, n), shard = t_pad / n, w = iv->width;
+    size_t ldi, ldo;
+    float *in = value_at(x, s->in[0], &ldi), *out = value_at(x, s->out, &ldo);
+    comm_set_phase(x->comm, "%s in %s", step_kind_name(s->kind), s->mod->name);
+    double t0 = omp_get_wtime();
+    int rc = 0;
+    switch (s->kind) {
+    case STEP_ALL_REDUCE: rc = comm_all_reduce(x->comm, in, ldi, out, ldo, value_rows(x, ov, b), w, err); break;
+    case STEP_GATHER_COLS:
+        rc = comm_all_gather_cols(x->comm, in, ldi, out, ldo, value_rows(x, ov, b), x->cur->p.vocab_col0,
+                                  x->cur->p.vocab_width, err);
+        break;
+    case STEP_REDUCE_SCATTER: /* padded rows at the end carry zeros, so every shard is whole */
+        for (int r = b->n_tokens; r < t_pad; r++) memset(in + (size_t)r * ldi, 0, w * sizeof *in);
+        rc = comm_reduce_scatter_rows(x->comm, in, ldi, out, ldo, t_pad, w, err);
+        break;
+    case STEP_GATHER_ROWS: rc = comm_all_gather_rows(x->comm, in, ldi, out, ldo, shard, w, err); break;
+    case STEP_SLICE_ROWS: /* this rank's rows; those past the batch are padding, zeros as a reduce-scatter leaves */
+        for (int i = 0; i < shard; i++) {
+            int r = x->comm->rank * shard + i;
+            if (r < b->n_tokens) memcpy(out + (size_t)i * ldo, in + (size_t)r * ldi, w * sizeof *out);
+            else memset(out + (size_t)i * ldo, 0, w * sizeof *out);
+        }
+        break;
+    case STEP_GATHER_LOGITS:
+        rc = comm_gather_rows_at(x->comm, in, ldi, shard, b->logit_rows, b->n_logits, out, ldo, w, err);
+        break;
+    case STEP_OP:
+    case STEP_EP_MOE:
+    case STEP_AG_MATMUL:
+    case STEP_MATMUL_RS:
+    case STEP_SEND:
+    case STEP_RECV:
+    case STEP_KIND_COUNT: break;
+    }
+    if (!rc && s->bias[0]) add_rows(out, ldo, s->bias[0], 0, out, ldo, value_rows(x, ov, b), ov->width);
+    x->st.comm_seconds += omp_get_wtime() - t0;
+    return rc;
+}
+
+/* The GEMM of a fused step, over one block of rows or one chunk of it (see comm.h's callbacks). */
+typedef struct fused_gemm {
+    const plan_step *s;
+    const float *in; /* matmul-reduce-scatter: the whole input */
+    size_t ldi, ldo;
+    float *out;      /* all-gather-matmul: the whole output */
+    int tokens;      /* real rows of the pass: the kernel is chosen by it, blocks past it skipped */
+    int chunk;       /* rows per GEMM */
+} fused_gemm;
+
+static void gather_gemm(void *ctx, const float *x, size_t ldx, int row0, int rows) {
+    fused_gemm *g = ctx;
+    int n = g->tokens - row0 < rows ? g->tokens - row0 : rows;
+    for (int i = 0; i < g->s->op->lin->n_parts; i++)
+        linear_chunked(x, ldx, n, g->chunk, g->tokens, &g->s->w[i], g->s->bias[i],
+                       g->out + (size_t)row0 * g->ldo + g->s->col[i], g->ldo);
+}
+
+static void partial_gemm(void *ctx, int row0, int rows, float *y, size_t ldy) {
+    fused_gemm *g = ctx;
+    int n = g->tokens - row0 < rows ? g->tokens - row0 : rows;
+    if (n < 0) n = 0;
+    linear_chunked(g->in + (size_t)row0 * g->ldi, g->ldi, n, g->chunk, g->tokens, &g->s->w[0], NULL, y, ldy);
+    for (int r = n; r < rows; r++) memset(y + (size_t)r * ldy, 0, g->s->w[0].rows * sizeof *y); /* padding */
+}
+
+static int run_fused(executor *x, const plan_step *s, const loom_batch *b, loom_err *err) {
+    const plan_value *ov = &x->cur->p.values[s->out];
+    int shard = round_up(b->n_tokens, x->comm->size) / x->comm->size;
+    size_t ldi, ldo;
+    const float *in = value_at(x, s->in[0], &ldi);
+    float *out = value_at(x, s->out, &ldo);
+    fused_gemm g = {s, in, ldi, ldo, out, b->n_tokens, comm_chunk_rows(x->comm, shard)};
+    comm_set_phase(x->comm, "%s in %s", step_kind_name(s->kind), s->mod->name);
+    double t0 = omp_get_wtime();
+    int rc = s->kind == STEP_AG_MATMUL
+                 ? comm_all_gather_matmul(x->comm, in, ldi, shard, x->cur->p.values[s->in[0]].width, gather_gemm, &g, err)
+                 : comm_matmul_reduce_scatter(x->comm, shard, ov->width, partial_gemm, &g, out, ldo, err);
+    if (!rc && s->kind == STEP_MATMUL_RS && s->bias[0]) add_rows(out, ldo, s->bias[0], 0, out, ldo, shard, ov->width);
+    x->st.comm_seconds += omp_get_wtime() - t0;
+    return rc;
+}
+
+/* The shape the kernels run step s's experts with (all of them, for routing). */
+static moe_shape moe_shape_of(const plan_step *s) {
+    const moe_desc *d = s->op->moe;
+    return (moe_shape){.hidden = d->hidden, .inter = s->expert_inter, .n_experts = d->n_experts, .top_k = d->top_k,
+                       .softmax_of_topk = d->routing == ROUTE_TOPK_SOFTMAX, .norm_topk = d->norm_topk,
+                       .sigmoid = d->sigmoid, .n_group = d->n_group, .topk_group = d->topk_group,
+                       .group_top2_sum = d->group_top2_sum, .bias = s->route_bias, .scale = d->scale};
+}
+
+static void run_step(executor *x, const plan_step *s, const loom_batch *b) {
+    const op *o = s->op;
+    const plan_value *ov = &x->cur->p.values[s->out];
+    int rows = value_rows(x, ov, b), w = ov->width;
+    size_t ldo, ld0 = 0, ld1 = 0, ld2 = 0;
+    float *out = value_at(x, s->out, &ldo);
+    const float *in0 = s->n_in > 0 ? value_at(x, s->in[0], &ld0) : NULL;
+    const float *in1 = s->n_in > 1 ? value_at(x, s->in[1], &ld1) : NULL;
+    const float *in2 = s->n_in > 2 ? value_at(x, s->in[2], &ld2) : NULL;
+    switch (o->kind) {
+    case OP_EMBED: embed_rows(&s->w[0], s->vocab0, b->ids, rows, out, ldo); break;
+    case OP_LINEAR: {
+        /* Sharded linears run in the blocks and chunks the fused collectives use (T padded to a
+         * multiple of the ranks, one block per rank, cut as comm_chunk_rows says), so that
+         * every mode hands the BLAS the same GEMM shapes and TP, SP and async TP agree bit for
+         * bit by construction. */
+        bool sharded = o->lin->style == PAR_COLUMN || o->lin->style == PAR_ROW;
+        int block = sharded ? round_up(rows, x->comm->size) / x->comm->size : rows;
+        for (int r0 = 0; r0 < rows; r0 += block) {
+            int m = rows - r0 < block ? rows - r0 : block;
+            for (int i = 0; i < o->lin->n_parts; i++)
+                linear_chunked(in0 + (size_t)r0 * ld0, ld0, m, comm_chunk_rows(x->comm, block), rows, &s->w[i], s->bias[i],
+                               out + (size_t)r0 * ldo + s->col[i], ldo);
+        }
+        break;
+    }
+    case OP_RMS_NORM:
+        if (s->sum_squares) sum_squares(in0, ld0, out, ldo, rows, x->cur->p.values[s->in[0]].width);
+        else if (in1) rms_norm_by(in0, ld0, in1, ld1, out, ldo, rows, w, o->features, s->norm_w, o->eps);
+        else rms_norm(in0, ld0, out, ldo, rows, w, o->group ? o->group : w, s->norm_w, o->eps);
+        break;
+    case OP_MOE: {
+        moe_shape sh = moe_shape_of(s);
+        double t0 = omp_get_wtime();
+        moe_forward(&sh, s->experts, in0, ld0, in1, ld1, rows, out, ldo, &x->moe);
+        x->st.experts.seconds += omp_get_wtime() - t0;
+        x->st.experts.flop += 6.0 * sh.hidden * sh.inter * rows * sh.top_k; /* gate, up, down: 2 flops a weight */
+        x->st.experts.pairs += (long)rows * sh.top_k;
+        break;
+    }
+    case OP_SIGMOID_GATE: sigmoid_gate(in0, ld0, in1, ld1, out, ldo, rows, w); break;
+    case OP_ROPE:
+        rope_apply(&x->rope, in0, ld0, out, ldo, rows, w / o->rope.stride, o->rope.stride, o->rope.offset,
+                   o->rope.interleaved, b->pos);
+        break;
+    case OP_ATTENTION:
+        if (s->attn.mla.kv_lora)
+            mla_attention(&s->attn, &x->kv[o->attn.layer], in0, ld0, in1, ld1, in2, ld2, s->w[1].data, out, ldo, rows,
+                          b->pos, b->seq);
+        else
+            attention(&s->attn, &x->kv[o->attn.layer], in0, ld0, in1, ld1, in2, ld2, out, ldo, rows, b->pos, b->seq);
+        break;
+    case OP_SILU_MUL: silu_mul(in0, ld0, in1, ld1, out, ldo, rows, w); break;
+    case OP_ADD: add_rows(in0, ld0, in1, ld1, out, ldo, rows, w); break;
+    case OP_SCALE: scale_rows(in0, ld0, o->scalar, out, ldo, rows, w); break;
+    case OP_CUSTOM: {
+        bool tokens = ov->rows == ROWS_TOKENS;
+        o->custom.forward(o->custom.user, in0, ld0, out, ldo, rows, w, tokens ? b->pos : NULL, tokens ? b->seq : NULL);
+        break;
+    }
+    case OP_LOGIT_ROWS:
+        for (int i = 0; i < rows; i++) memcpy(out + i * ldo, in0 + (size_t)b->logit_rows[i] * ld0, w * sizeof *out);
+        break;
+    case OP_SPLIT:
+    case OP_CALL:
+    case OP_KIND_COUNT: break; /* never steps */
+    }
+}
+
+/* A stage boundary: the hidden state, as the plan holds it on this rank, goes to or comes from
+ * the rank of the same TP rank in the next or previous stage. */
+static int run_boundary(executor *x, const plan_step *s, const loom_batch *b, loom_err *err) {
+    bool send = s->kind == STEP_SEND;
+    int v = send ? s->in[0] : s->out, tp = x->comm->size, peer = x->world->rank + (send ? tp : -tp);
+    const plan_value *pv = &x->cur->p.values[v];
+    size_t ld;
+    float *rows_at = value_at(x, v, &ld);
+    int rows = value_rows(x, pv, b);
+    comm_set_phase(x->world, "stage %d: %s of %d rows %s stage %d", x->stage, send ? "send" : "recv", rows,
+                   send ? "to" : "from", x->stage + (send ? 1 : -1));
+    double t0 = omp_get_wtime();
+    int rc = send ? comm_send_rows(x->world, peer, rows_at, ld, rows, pv->width, err)
+                  : comm_recv_rows(x->world, peer, rows_at, ld, rows, pv->width, err);
+    *(send ? &x->st.wait_next_s : &x->st.wait_prev_s) += omp_get_wtime() - t0;
+    return rc;
+}
+
+/* An expert-parallel MoE step: expert_parallel.c routes, dispatches, runs this rank's experts
+ * and combines; its all-to-alls count as collectives, the rest as the moe op. */
+static int run_ep_moe(executor *x, const plan_step *s, const loom_batch *b, loom_err *err) {
+    size_t ldx, ldl, ldo;
+    const float *in = value_at(x, s->in[0], &ldx), *logits = value_at(x, s->in[1], &ldl);
+    float *out = value_at(x, s->out, &ldo);
+    moe_shape sh = moe_shape_of(s);
+    double t0 = omp_get_wtime(), comm0 = x->st.comm_seconds;
+    if (ep_moe_step(&x->ep, x->comm, &x->moe, s, &sh, in, ldx, logits, ldl, out, ldo, b->n_tokens, &x->st.experts,
+                    &x->st.comm_seconds, err))
+        return -1;
+    if (x->profile) x->st.op_seconds[OP_MOE] += omp_get_wtime() - t0 - (x->st.comm_seconds - comm0);
+    return 0;
+}
+
+int executor_run_pass(executor *x, const loom_batch *b, loom_err *err) {
+    x->cur = &x->plans[x->n_plans > 1 && b->n_tokens < x->sp_min_tokens];
+    ep_begin_pass(&x->ep);
+    for (int i = 0; i < x->cur->p.n_steps; i++) {
+        const plan_step *s = &x->cur->p.steps[i];
+        switch (s->kind) {
+        case STEP_OP: {
+            double t0 = x->profile ? omp_get_wtime() : 0;
+            run_step(x, s, b);
+            if (x->profile) x->st.op_seconds[s->op->kind] += omp_get_wtime() - t0;
+            break;
+        }
+        case STEP_EP_MOE:
+            if (run_ep_moe(x, s, b, err)) return -1;
+            break;
+        case STEP_SEND:
+        case STEP_RECV:
+            if (run_boundary(x, s, b, err)) return -1;
+            break;
+        default: {
+            double waited = x->comm->blocked_s;
+            bool fused = s->kind == STEP_AG_MATMUL || s->kind == STEP_MATMUL_RS;
+            if (fused ? run_fused(x, s, b, err) : run_collective(x, s, b, err)) return -1;
+            x->st.waited_seconds[s->kind] += x->comm->blocked_s - waited;
+        }
+        }
+    }
+    return 0;
+}
+
+void executor_take_logits(const executor *x, const loom_batch *b, float *logits, size_t vocab, const int32_t *at) {
+    size_t ld;
+    const float *out = value_at(x, x->cur->p.output, &ld);
+    for (int r = 0; r < b->n_logits; r++) memcpy(logits + (at ? at[r] : r) * vocab, out + r * ld, vocab * sizeof *out);
+}
+
+void executor_reset_stats(executor *x, bool profile) {
+    x->profile = profile;
+    memset(&x->st, 0, sizeof x->st);
+    ep_reset_stats(&x->ep, x->comm->size);
+}

@@ -1,0 +1,61 @@
+/* The step executor (executor.c): what one rank's plans run on (their buffers, the KV cache,
+ * the RoPE tables, the experts' scratch) and the loop that runs a plan's steps over a batch:
+ * kernels for op steps, the communicator for collectives, fused collectives and stage
+ * hand-overs, expert_parallel.c for expert-parallel MoE steps. Calls go one way: the engine
+ * and the pipeline call the executor, which calls expert_parallel.c, the kernels and comm. */
+#ifndef LOOM_RUNTIME_EXECUTOR_H
+#define LOOM_RUNTIME_EXECUTOR_H
+#include "comm/comm.h"
+#include "kernels/kernels.h"
+#include "plan/plan.h"
+#include "runtime/expert_parallel.h"
+
+/* A plan with its buffers. An engine has one, or two with --sp-min-tokens: the sequence-
+ * parallel plan for long passes and a plain TP one for short passes (decode), which SP and
+ * async TP would only slow down; both give the same bits. */
+typedef struct engine_plan {
+    plan p;
+    float **buffers;
+    int max_tokens; /* tokens per pass this plan runs */
+} engine_plan;
+
+/* Where this rank's time went since the profile reset. */
+typedef struct exec_stats {
+    double op_seconds[OP_KIND_COUNT];       /* per op kind, when profiling */
+    double comm_seconds;                    /* in collectives and the experts' all-to-alls */
+    double waited_seconds[STEP_KIND_COUNT]; /* blocked in each kind of collective */
+    double wait_prev_s, wait_next_s;        /* pipeline: for the previous stage, for the next */
+    expert_work experts;
+} exec_stats;
+
+typedef struct executor {
+    /* comm: the ranks of this stage, which TP shards across; world: the whole job */
+    loom_comm *comm, *world;
+    int stage;
+    engine_plan plans[2], *cur;
+    int n_plans, sp_min_tokens; /* passes shorter than sp_min_tokens run plans[1] */
+    int max_tokens, max_logits, max_seqs, max_ctx;
+    int layer0, layer1; /* the decoder layers whose KV cache this rank holds */
+    kv_layer *kv;       /* indexed by layer */
+    rope_table rope;
+    moe_scratch moe; /* shared by the MoE steps */
+    expert_parallel ep;
+    size_t activation_bytes, kv_bytes;
+    bool profile; /* time each op kind */
+    exec_stats st;
+} executor;
+
+/* Allocates what the plans run on, once: their buffers, the KV cache of layers [layer0,
+ * layer1) for max_seqs x max_ctx positions, the RoPE tables (inverse frequencies inv_freq of
+ * `half` rotary pairs, scaled by rope_factor), the experts' scratch and expert parallelism's
+ * buffers. The caller has set comm, world, stage, the plans and the max_* sizes. */
+int executor_init(executor *x, const float *inv_freq, int half, float rope_factor, loom_err *err);
+void executor_free(executor *x);
+/* Runs this rank's steps over b: the whole pass, or its stage's part of it. */
+int executor_run_pass(executor *x, const loom_batch *b, loom_err *err);
+/* Copies the logit rows of the pass just run, vocab wide, into logits: its row i to row at[i]
+ * (NULL: i). */
+void executor_take_logits(const executor *x, const loom_batch *b, float *logits, size_t vocab, const int32_t *at);
+void executor_reset_stats(executor *x, bool profile);
+
+#endif

@@ -1,0 +1,48 @@
+/* Expert parallelism at run time (expert_parallel.c): the buffers of the all-to-alls and the
+ * per-MoE-layer counts, and the one step it runs, given its inputs and output by the executor. */
+#ifndef LOOM_RUNTIME_EXPERT_PARALLEL_H
+#define LOOM_RUNTIME_EXPERT_PARALLEL_H
+#include "comm/comm.h"
+#include "kernels/kernels.h"
+#include "plan/plan.h"
+
+/* The experts' GEMMs on this rank since the profile reset (routing included under TP-MoE). */
+typedef struct expert_work {
+    double seconds, flop;
+    long pairs; /* (token, expert) pairs computed */
+} expert_work;
+
+typedef struct expert_parallel {
+    int n_layers, layer; /* expert-parallel MoE steps in the plan; the next one in this pass */
+    int max_rows;        /* rows a rank may receive in one all-to-all: the padded batch */
+    int32_t *choice, *local_choice, *row_at;
+    float *weight, *local_weight;
+    float *send, *recv, *sums, *back; /* dispatched rows, received; experts' sums, and those come back */
+    int *send_rows, *recv_rows, *start;
+    const char **name;   /* [n_layers]: each MoE module */
+    long *received;      /* [n_layers][ranks]: rows each rank received, since the profile reset */
+    double *bytes;       /* [n_layers]: bytes between ranks, both all-to-alls */
+    long passes;
+    double waited_s;     /* blocked in the all-to-alls (profile) */
+} expert_parallel;
+
+/* Sized for p's expert-parallel steps over `ranks` ranks and passes of up to max_tokens; adds
+ * the bytes it holds to *bytes. Nothing to do (0) when p has none. */
+int ep_init(expert_parallel *x, const plan *p, int ranks, int max_tokens, size_t *bytes, loom_err *err);
+void ep_free(expert_parallel *x);
+void ep_reset_stats(expert_parallel *x, int ranks);
+/* A pass begins: its expert-parallel steps count from the first layer again. */
+void ep_begin_pass(expert_parallel *x);
+
+/* An expert-parallel MoE step over a pass of n_tokens: route this rank's rows of in (router
+ * logits in logits) with sh, dispatch, run this rank's experts (s->experts), combine into out.
+ * Adds the experts' work to *work and the all-to-alls' time to *comm_s. */
+int ep_moe_step(expert_parallel *x, loom_comm *c, moe_scratch *scratch, const plan_step *s, const moe_shape *sh,
+                const float *in, size_t ldx, const float *logits, size_t ldl, float *out, size_t ldo, int n_tokens,
+                expert_work *work, double *comm_s, loom_err *err);
+
+/* The report of loom_engine_print_experts: the experts' GEMM rate, and under expert parallelism
+ * the rows each rank received per layer and the bytes between ranks. */
+void ep_print(const expert_parallel *x, const expert_work *w, int rank, int ranks, FILE *f, bool per_layer);
+
+#endif
