@@ -109,19 +109,46 @@ static void expect(const char *what, const char *args, int want_rc, const char *
 
 #define BENCH "bench latency -m %s/m --input-len 3 --output-len 2 --batch-size 1 --num-iters 1 --num-iters-warmup 0"
 
-/* The case's config with quantization_config.key set to the JSON value v. */
-static void quant_config_set(const char *key, const char *v) {
+/* A case that changes one field of the golden model and must fail with `needle`: obj.key, in
+ * config.json (config) or in the safetensors header, set to the JSON `value` (a printf format, in
+ * which %zu stands for the data section's size plus 256) or, with `like`, to a copy of like.key. */
+typedef struct {
+    const char *what;
+    bool config;
+    const char *obj, *key, *value, *like, *needle;
+} field_edit;
+
+/* Runs the n cases of e on the model of src_dir, whose header is h over data. */
+static void expect_edits(const field_edit *e, size_t n, const cJSON *h, char *data, size_t dlen) {
     char path[1024];
     snprintf(path, sizeof path, "%s/config.json", src_dir);
-    size_t n;
-    char *text = slurp(path, &n);
-    cJSON *c = cJSON_Parse(text);
-    cJSON_ReplaceItemInObject(cJSON_GetObjectItem(c, "quantization_config"), key, cJSON_Parse(v));
-    char *out = cJSON_Print(c);
-    fresh_case(out);
-    free(out);
+    size_t len;
+    char *text = slurp(path, &len);
+    cJSON *config = cJSON_Parse(text);
+    for (; n > 0; n--, e++) {
+        cJSON *c = cJSON_Duplicate(e->config ? config : h, 1);
+        cJSON *v;
+        if (e->like) {
+            v = cJSON_Duplicate(cJSON_GetObjectItem(cJSON_GetObjectItem(c, e->like), e->key), 1);
+        } else {
+            char json[256];
+            snprintf(json, sizeof json, e->value, dlen + 256);
+            v = cJSON_Parse(json);
+        }
+        cJSON_ReplaceItemInObject(cJSON_GetObjectItem(c, e->obj), e->key, v);
+        if (e->config) {
+            char *out = cJSON_Print(c);
+            fresh_case(out);
+            free(out);
+        } else {
+            fresh_case(NULL);
+            write_modified(c, data, dlen);
+        }
+        expect(e->what, BENCH, 1, e->needle);
+        cJSON_Delete(c);
+    }
+    cJSON_Delete(config);
     free(text);
-    cJSON_Delete(c);
 }
 
 /* The case's weights without `tensor` must fail naming it. */
@@ -163,26 +190,21 @@ static void bad_quantized(void) {
     snprintf(src_dir, sizeof src_dir, "%s/tests/golden/gptq_llama", LOOM_SOURCE_DIR);
     fresh_case(NULL);
     expect("gptq: the unmodified copy loads", BENCH, 0, "Avg latency");
-    quant_config_set("bits", "3");
-    expect("gptq: 3-bit", BENCH, 1, "config.json: quantization_config.bits: 3-bit weights are not supported (4 or 8)");
-    quant_config_set("group_size", "48");
-    expect("gptq: group size not dividing the input features", BENCH, 1,
-           "q_proj.weight: quantization_config.group_size 48 does not divide its 128 input features");
-    quant_config_set("quant_method", "\"bitsandbytes\"");
-    expect("an unsupported quant_method", BENCH, 1,
-           "quantization_config.quant_method 'bitsandbytes' is not supported (gptq, awq, compressed-tensors)");
 
+    static const field_edit edits[] = {
+        {"gptq: 3-bit", true, "quantization_config", "bits", "3", NULL,
+         "config.json: quantization_config.bits: 3-bit weights are not supported (4 or 8)"},
+        {"gptq: group size not dividing the input features", true, "quantization_config", "group_size", "48", NULL,
+         "q_proj.weight: quantization_config.group_size 48 does not divide its 128 input features"},
+        {"an unsupported quant_method", true, "quantization_config", "quant_method", "\"bitsandbytes\"", NULL,
+         "quantization_config.quant_method 'bitsandbytes' is not supported (gptq, awq, compressed-tensors)"},
+        {"gptq: wrong packed shape", false, "model.layers.0.self_attn.q_proj.qweight", "shape", "[128, 16]", NULL,
+         "tensor 'model.layers.0.self_attn.q_proj.qweight' has shape [128, 16], expected [16, 128]"},
+    };
     char *data, *whole;
     size_t dlen;
     cJSON *h = orig_header(&data, &dlen, &whole);
-    cJSON *c = cJSON_Duplicate(h, 1);
-    cJSON_ReplaceItemInObject(cJSON_GetObjectItem(c, "model.layers.0.self_attn.q_proj.qweight"), "shape",
-                              cJSON_CreateIntArray((int[]){128, 16}, 2));
-    fresh_case(NULL);
-    write_modified(c, data, dlen);
-    expect("gptq: wrong packed shape", BENCH, 1,
-           "tensor 'model.layers.0.self_attn.q_proj.qweight' has shape [128, 16], expected [16, 128]");
-    cJSON_Delete(c);
+    expect_edits(edits, sizeof edits / sizeof *edits, h, data, dlen);
 
     expect_missing(h, data, dlen, "gptq: missing scales", "model.layers.1.mlp.down_proj.scales");
 
@@ -207,28 +229,39 @@ int main(void) {
     expect("sanity: the unmodified copy loads", BENCH, 0, "Avg latency");
     bad_pipeline();
 
-    fresh_case("{\"architectures\": [\"LlamaForCausalLM\"], \"num_hidden_layers\": 2}");
-    expect("config: missing field", BENCH, 1, "config.json: missing field 'hidden_size'");
-    fresh_case("{\"architectures\": [\"LlamaForCausalLM\"], \"hidden_size\": ");
-    expect("config: invalid JSON", BENCH, 1, "config.json: invalid JSON");
-    fresh_case("{\"architectures\": [\"GPT2LMHeadModel\"], \"hidden_size\": 64, \"intermediate_size\": 96,"
-               " \"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"vocab_size\": 128}");
-    expect("config: unsupported architecture", BENCH, 1, "unsupported architecture 'GPT2LMHeadModel'");
-    fresh_case("{\"architectures\": [\"LlamaForCausalLM\"], \"hidden_size\": \"64\", \"intermediate_size\": 96,"
-               " \"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"vocab_size\": 128}");
-    expect("config: wrong type", BENCH, 1, "field 'hidden_size' must be a number");
-    fresh_case("{\"architectures\": [\"LlamaForCausalLM\"], \"hidden_size\": 64, \"intermediate_size\": 96,"
-               " \"num_hidden_layers\": 2, \"num_attention_heads\": 5, \"vocab_size\": 128}");
-    expect("config: heads do not divide hidden", BENCH, 1, "not a multiple of num_attention_heads");
 #define MOE_CONFIG(extra)                                                                                           \
     "{\"architectures\": [\"OlmoeForCausalLM\"], \"hidden_size\": 64, \"intermediate_size\": 48, "               \
     "\"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"vocab_size\": 128, \"num_experts\": 4" extra "}"
-    fresh_case(MOE_CONFIG(", \"num_experts_per_tok\": 5"));
-    expect("config: more experts per token than experts", BENCH, 1, "num_experts_per_tok 5 exceeds the 4 experts");
-    fresh_case(MOE_CONFIG(", \"mlp_only_layers\": [2]"));
-    expect("config: a dense layer that does not exist", BENCH, 1, "'mlp_only_layers' entries must be layers 0..1");
-    fresh_case(MOE_CONFIG(", \"clip_qkv\": 8.0"));
-    expect("config: OLMoE's clip_qkv", BENCH, 1, "field 'clip_qkv' is not supported");
+    /* whole config.json files, over the golden weights */
+    static const struct {
+        const char *what, *json, *needle;
+    } configs[] = {
+        {"config: missing field", "{\"architectures\": [\"LlamaForCausalLM\"], \"num_hidden_layers\": 2}",
+         "config.json: missing field 'hidden_size'"},
+        {"config: invalid JSON", "{\"architectures\": [\"LlamaForCausalLM\"], \"hidden_size\": ",
+         "config.json: invalid JSON"},
+        {"config: unsupported architecture",
+         "{\"architectures\": [\"GPT2LMHeadModel\"], \"hidden_size\": 64, \"intermediate_size\": 96,"
+         " \"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"vocab_size\": 128}",
+         "unsupported architecture 'GPT2LMHeadModel'"},
+        {"config: wrong type",
+         "{\"architectures\": [\"LlamaForCausalLM\"], \"hidden_size\": \"64\", \"intermediate_size\": 96,"
+         " \"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"vocab_size\": 128}",
+         "field 'hidden_size' must be a number"},
+        {"config: heads do not divide hidden",
+         "{\"architectures\": [\"LlamaForCausalLM\"], \"hidden_size\": 64, \"intermediate_size\": 96,"
+         " \"num_hidden_layers\": 2, \"num_attention_heads\": 5, \"vocab_size\": 128}",
+         "not a multiple of num_attention_heads"},
+        {"config: more experts per token than experts", MOE_CONFIG(", \"num_experts_per_tok\": 5"),
+         "num_experts_per_tok 5 exceeds the 4 experts"},
+        {"config: a dense layer that does not exist", MOE_CONFIG(", \"mlp_only_layers\": [2]"),
+         "'mlp_only_layers' entries must be layers 0..1"},
+        {"config: OLMoE's clip_qkv", MOE_CONFIG(", \"clip_qkv\": 8.0"), "field 'clip_qkv' is not supported"},
+    };
+    for (size_t i = 0; i < sizeof configs / sizeof *configs; i++) {
+        fresh_case(configs[i].json);
+        expect(configs[i].what, BENCH, 1, configs[i].needle);
+    }
     bad_deepseek();
 
     char *data, *whole;
@@ -249,57 +282,24 @@ int main(void) {
     write_weights("[1, 2]   ", data, dlen);
     expect("safetensors: header not an object", BENCH, 1, "model.safetensors: header is not a JSON object");
 
-    cJSON *c = cJSON_Duplicate(h, 1);
-    cJSON *t = cJSON_GetObjectItem(c, "model.norm.weight");
-    cJSON_ReplaceItemInObject(t, "data_offsets", cJSON_CreateIntArray((int[]){0, (int)dlen + 256}, 2));
-    fresh_case(NULL);
-    write_modified(c, data, dlen);
-    expect("safetensors: offsets outside the file", BENCH, 1, "tensor 'model.norm.weight': data_offsets outside");
-    cJSON_Delete(c);
-
-    c = cJSON_Duplicate(h, 1);
-    t = cJSON_GetObjectItem(c, "model.norm.weight");
-    cJSON_ReplaceItemInObject(t, "shape", cJSON_CreateIntArray((int[]){65}, 1));
-    fresh_case(NULL);
-    write_modified(c, data, dlen);
-    expect("safetensors: shape x dtype != bytes", BENCH, 1, "'model.norm.weight': shape x dtype is 260 bytes");
-    cJSON_Delete(c);
-
-    c = cJSON_Duplicate(h, 1);
-    const cJSON *a = cJSON_GetObjectItem(c, "model.norm.weight"), *b = cJSON_GetObjectItem(c, "model.layers.0.input_layernorm.weight");
-    cJSON_ReplaceItemInObject((cJSON *)b, "data_offsets", cJSON_Duplicate(cJSON_GetObjectItem(a, "data_offsets"), 1));
-    fresh_case(NULL);
-    write_modified(c, data, dlen);
-    expect("safetensors: overlapping tensors", BENCH, 1, "overlap");
-    cJSON_Delete(c);
-
-    c = cJSON_Duplicate(h, 1);
-    t = cJSON_GetObjectItem(c, "model.norm.weight");
-    cJSON_ReplaceItemInObject(t, "dtype", cJSON_CreateString("F8_E4M3"));
-    fresh_case(NULL);
-    write_modified(c, data, dlen);
-    expect("safetensors: unsupported dtype", BENCH, 1, "'model.norm.weight': unsupported dtype 'F8_E4M3'");
-    cJSON_Delete(c);
-
+    static const field_edit edits[] = {
+        {"safetensors: offsets outside the file", false, "model.norm.weight", "data_offsets", "[0, %zu]", NULL,
+         "tensor 'model.norm.weight': data_offsets outside"},
+        {"safetensors: shape x dtype != bytes", false, "model.norm.weight", "shape", "[65]", NULL,
+         "'model.norm.weight': shape x dtype is 260 bytes"},
+        {"safetensors: overlapping tensors", false, "model.layers.0.input_layernorm.weight", "data_offsets", NULL,
+         "model.norm.weight", "overlap"},
+        {"safetensors: unsupported dtype", false, "model.norm.weight", "dtype", "\"F8_E4M3\"", NULL,
+         "'model.norm.weight': unsupported dtype 'F8_E4M3'"},
+        {"weights: transposed shape", false, "model.layers.0.mlp.up_proj.weight", "shape", "[64, 96]", NULL,
+         "'model.layers.0.mlp.up_proj.weight' has shape [64, 96], expected [96, 64]"},
+        {"weights: integer dtype", false, "model.norm.weight", "dtype", "\"I32\"", NULL,
+         "'model.norm.weight' has dtype I32"},
+    };
+    expect_edits(edits, sizeof edits / sizeof *edits, h, data, dlen);
     expect_missing(h, data, dlen, "weights: missing tensor", "model.layers.1.mlp.down_proj.weight");
 
-    c = cJSON_Duplicate(h, 1);
-    t = cJSON_GetObjectItem(c, "model.layers.0.mlp.up_proj.weight");
-    cJSON_ReplaceItemInObject(t, "shape", cJSON_CreateIntArray((int[]){64, 96}, 2));
-    fresh_case(NULL);
-    write_modified(c, data, dlen);
-    expect("weights: transposed shape", BENCH, 1, "'model.layers.0.mlp.up_proj.weight' has shape [64, 96], expected [96, 64]");
-    cJSON_Delete(c);
-
-    c = cJSON_Duplicate(h, 1);
-    t = cJSON_GetObjectItem(c, "model.norm.weight");
-    cJSON_ReplaceItemInObject(t, "dtype", cJSON_CreateString("I32"));
-    fresh_case(NULL);
-    write_modified(c, data, dlen);
-    expect("weights: integer dtype", BENCH, 1, "'model.norm.weight' has dtype I32");
-    cJSON_Delete(c);
-
-    c = cJSON_Duplicate(h, 1);
+    cJSON *c = cJSON_Duplicate(h, 1);
     cJSON_AddItemToObject(c, "model.extra.weight", cJSON_Duplicate(cJSON_GetObjectItem(c, "model.norm.weight"), 1));
     cJSON_ReplaceItemInObject(cJSON_GetObjectItem(c, "model.extra.weight"), "data_offsets",
                               cJSON_CreateIntArray((int[]){(int)dlen, (int)dlen + 256}, 2));

@@ -1,4 +1,5 @@
 /* Jinja2's filters and tests (jinja2/filters.py, jinja2/tests.py), with transformers' tojson.
+ * Each filter is a handler in the `filters` table, found by name; each test a case of apply_test.
  * select, reject, map, unique, items and reverse give generators as jinja's do: always true,
  * without len(), consumed by one pass. */
 #include <errno.h>
@@ -9,34 +10,10 @@
 
 #include "template/tmpl_impl.h"
 
-enum {
-    F_ABS, F_ATTR, F_CAPITALIZE, F_COUNT, F_DEFAULT, F_DICTSORT, F_ESCAPE, F_FIRST, F_FLOAT, F_INDENT, F_INT,
-    F_ITEMS, F_JOIN, F_LAST, F_LIST, F_LOWER, F_MAP, F_MAX, F_MIN, F_REJECT, F_REJECTATTR, F_REPLACE,
-    F_REVERSE, F_ROUND, F_SAFE, F_SELECT, F_SELECTATTR, F_SORT, F_STRING, F_SUM, F_TITLE, F_TOJSON, F_TRIM,
-    F_UNIQUE, F_UPPER,
-};
-
 typedef struct {
     const char *name;
     int id;
 } named;
-
-static const named filters[] = {
-    {"abs", F_ABS}, {"attr", F_ATTR}, {"capitalize", F_CAPITALIZE}, {"count", F_COUNT}, {"d", F_DEFAULT},
-    {"default", F_DEFAULT}, {"dictsort", F_DICTSORT}, {"e", F_ESCAPE}, {"escape", F_ESCAPE}, {"first", F_FIRST},
-    {"float", F_FLOAT}, {"indent", F_INDENT}, {"int", F_INT}, {"items", F_ITEMS}, {"join", F_JOIN},
-    {"last", F_LAST}, {"length", F_COUNT}, {"list", F_LIST}, {"lower", F_LOWER}, {"map", F_MAP}, {"max", F_MAX},
-    {"min", F_MIN}, {"reject", F_REJECT}, {"rejectattr", F_REJECTATTR}, {"replace", F_REPLACE},
-    {"reverse", F_REVERSE}, {"round", F_ROUND}, {"safe", F_SAFE}, {"select", F_SELECT},
-    {"selectattr", F_SELECTATTR}, {"sort", F_SORT}, {"string", F_STRING}, {"sum", F_SUM}, {"title", F_TITLE},
-    {"tojson", F_TOJSON}, {"trim", F_TRIM}, {"unique", F_UNIQUE}, {"upper", F_UPPER},
-};
-
-/* jinja2's other filters: refused by name rather than reported unknown */
-static const char *const missing_filters[] = {
-    "batch", "center", "filesizeformat", "forceescape", "format", "groupby", "pprint", "random", "slice",
-    "striptags", "truncate", "urlencode", "urlize", "wordcount", "wordwrap", "xmlattr", NULL,
-};
 
 enum {
     TS_ODD, TS_EVEN, TS_DIVISIBLEBY, TS_DEFINED, TS_UNDEFINED, TS_NONE, TS_BOOLEAN, TS_FALSE, TS_TRUE, TS_INTEGER,
@@ -55,26 +32,17 @@ static const named tests[] = {
 
 static const char *const missing_tests[] = {"escaped", "filter", "sameas", "test", NULL};
 
-static int lookup(const char *name, const named *table, size_t n, const char *const *missing) {
-    for (size_t i = 0; i < n; i++)
-        if (!strcmp(table[i].name, name)) return table[i].id;
+/* A name not in a table: -2 for jinja2's that this subset refuses by name, else -1. */
+static int not_found(const char *name, const char *const *missing) {
     for (int i = 0; missing[i]; i++)
         if (!strcmp(missing[i], name)) return -2;
     return -1;
 }
 
-int filter_lookup(const char *name) { return lookup(name, filters, sizeof filters / sizeof *filters, missing_filters); }
-int test_lookup(const char *name) { return lookup(name, tests, sizeof tests / sizeof *tests, missing_tests); }
-
-void filter_check_args(tctx *c, const node *f) {
-    int pos = f->fn == F_SELECT || f->fn == F_REJECT ? 0 : f->fn == F_SELECTATTR || f->fn == F_REJECTATTR ? 1 : -1;
-    bool is_filter = f->fn == F_MAP && !f->kw.n;
-    if (is_filter) pos = 0;
-    if (pos < 0 || f->args.n <= pos || f->args.v[pos]->kind != E_CONST || f->args.v[pos]->k.kind != V_STR) return;
-    const char *name = f->args.v[pos]->k.s.p;
-    int id = is_filter ? filter_lookup(name) : test_lookup(name);
-    if (id == -1) tfail(c, f->line, "unknown %s '%s'", is_filter ? "filter" : "test", name);
-    if (id == -2) tfail(c, f->line, "%s '%s' is not supported", is_filter ? "filter" : "test", name);
+int test_lookup(const char *name) {
+    for (size_t i = 0; i < sizeof tests / sizeof *tests; i++)
+        if (!strcmp(tests[i].name, name)) return tests[i].id;
+    return not_found(name, missing_tests);
 }
 
 void bind_args(render *r, int line, const char *fname, const args *a, int nparam, const char *const *params, value *out) {
@@ -389,194 +357,290 @@ static value sorted(render *r, int line, value v, const args *a) {
 
 static bool hashable(value v) { return v.kind != V_LIST && v.kind != V_DICT && v.kind != V_NS; }
 
+/* ---------------------------------------------------------------- filters */
+
+/* A filter's handler: v | name(a...) */
+typedef value filter_fn(render *r, int line, value v, const args *a);
+
+static value f_abs(render *r, int line, value v, const args *a) {
+    (void)a;
+    if (v.kind == V_FLOAT) return v_float(fabs(v.f));
+    if (v.kind == V_INT || v.kind == V_BOOL) {
+        int64_t i = v.kind == V_INT ? v.i : v.b;
+        if (i == INT64_MIN) tfail(&r->c, line, "integer overflow (these are 64-bit)");
+        return v_int(i < 0 ? -i : i);
+    }
+    tfail(&r->c, line, "bad operand type for abs(): '%s'", type_name(v));
+}
+
+static value f_attr(render *r, int line, value v, const args *a) {
+    static const char *const names[] = {"name"};
+    value p[1];
+    bind_args(r, line, "attr", a, 1, names, p);
+    if (p[0].kind != V_STR) tfail(&r->c, line, "attr: the name must be a string");
+    return getattr_v(r, line, v, p[0].s.p, p[0].s.n);
+}
+
+/* the filters without parameters (they ignore any arguments given) */
+static value f_capitalize(render *r, int line, value v, const args *a) {
+    (void)a;
+    return str_case(r, line, soft_str(r, line, v), CASE_CAPITALIZE);
+}
+static value f_lower(render *r, int line, value v, const args *a) {
+    (void)a;
+    return str_case(r, line, soft_str(r, line, v), CASE_LOWER);
+}
+static value f_upper(render *r, int line, value v, const args *a) {
+    (void)a;
+    return str_case(r, line, soft_str(r, line, v), CASE_UPPER);
+}
+static value f_title(render *r, int line, value v, const args *a) {
+    (void)a;
+    return title(r, line, soft_str(r, line, v));
+}
+static value f_string(render *r, int line, value v, const args *a) {
+    (void)a;
+    return soft_str(r, line, v);
+}
+static value f_escape(render *r, int line, value v, const args *a) {
+    (void)a;
+    return escape(r, line, v);
+}
+static value f_count(render *r, int line, value v, const args *a) {
+    (void)a;
+    return v_int(v_len(&r->c, line, v));
+}
+
+static value f_default(render *r, int line, value v, const args *a) {
+    static const char *const names[] = {"default_value", "boolean"};
+    value p[2];
+    bind_args(r, line, "default", a, 2, names, p);
+    if (v.kind == V_UNDEF || (truthy(p[1]) && !truthy(v))) return p[0].kind == V_NOARG ? v_str("", 0) : p[0];
+    return v;
+}
+
+/* (key, value) tuples of a dict's entries */
+static value pairs(render *r, value d, value out) {
+    for (size_t i = 0; i < d.d->n; i++) {
+        value t = v_list(&r->c, 2, V_TUPLE);
+        t.l->v[0] = d.d->k[i];
+        t.l->v[1] = d.d->v[i];
+        t.l->n = 2;
+        out.l->v[out.l->n++] = t;
+    }
+    return out;
+}
+
+static value f_dictsort(render *r, int line, value v, const args *a) {
+    static const char *const names[] = {"case_sensitive", "by", "reverse"};
+    value p[3];
+    bind_args(r, line, "dictsort", a, 3, names, p);
+    if (v.kind != V_DICT) tfail(&r->c, line, "dictsort: expected a dict, got %s", type_name(v));
+    int pos = 0;
+    if (p[1].kind == V_STR && p[1].s.n == 5 && !memcmp(p[1].s.p, "value", 5)) pos = 1;
+    else if (p[1].kind != V_NOARG && !(p[1].kind == V_STR && p[1].s.n == 3 && !memcmp(p[1].s.p, "key", 3)))
+        tfail(&r->c, line, "You can only sort by either \"key\" or \"value\"");
+    size_t n = v.d->n;
+    value out = pairs(r, v, v_list(&r->c, n, V_LIST)), *keys = talloc(&r->c, (n + 1) * sizeof *keys);
+    for (size_t i = 0; i < n; i++) keys[i] = ignore_case(r, line, pos ? v.d->v[i] : v.d->k[i], truthy(p[0]));
+    sort_by(r, line, out.l->v, keys, n, truthy(p[2]));
+    return out;
+}
+
+static value f_first(render *r, int line, value v, const args *a) {
+    (void)a;
+    if (v.kind == V_LIST && v.l->view == VIEW_GEN) {
+        if (v.l->pos < v.l->n) return v.l->v[v.l->pos++];
+        return v_undef("No first item, sequence was empty.");
+    }
+    list *items = v_iter(&r->c, line, v);
+    return items->n ? items->v[0] : v_undef("No first item, sequence was empty.");
+}
+
+static value f_float(render *r, int line, value v, const args *a) {
+    static const char *const names[] = {"default"};
+    value p[1];
+    bind_args(r, line, "float", a, 1, names, p);
+    double d;
+    if (is_num(v)) return v_float(as_double(v));
+    if (v.kind == V_STR && parse_float(v, &d)) return v_float(d);
+    return p[0].kind == V_NOARG ? v_float(0.0) : p[0];
+}
+
+static value f_indent(render *r, int line, value v, const args *a) {
+    static const char *const names[] = {"width", "first", "blank"};
+    value p[3];
+    bind_args(r, line, "indent", a, 3, names, p);
+    return indent(r, line, v, p[0], p[1], p[2]);
+}
+
+static value f_int(render *r, int line, value v, const args *a) {
+    static const char *const names[] = {"default", "base"};
+    value p[2];
+    bind_args(r, line, "int", a, 2, names, p);
+    return to_int(v, p[0], p[1]);
+}
+
+static value f_items(render *r, int line, value v, const args *a) {
+    (void)a;
+    if (v.kind == V_UNDEF) return gen(r, 0);
+    if (v.kind != V_DICT) tfail(&r->c, line, "Can only get item pairs from a mapping.");
+    return pairs(r, v, gen(r, v.d->n));
+}
+
+static value f_join(render *r, int line, value v, const args *a) {
+    static const char *const names[] = {"d", "attribute"};
+    value p[2];
+    bind_args(r, line, "join", a, 2, names, p);
+    list *items = v_iter(&r->c, line, v);
+    value sep = p[0].kind == V_NOARG ? v_str("", 0) : soft_str(r, line, p[0]);
+    tbuf b = {0};
+    tb_put(&r->c, &b, "", 0);
+    for (size_t i = 0; i < items->n; i++) {
+        if (i) tb_put(&r->c, &b, sep.s.p, sep.s.n);
+        v_str_to(&r->c, line, &b, get_path(r, line, items->v[i], p[1], V_MISSING));
+    }
+    return v_str(b.p, b.n);
+}
+
+static value f_last(render *r, int line, value v, const args *a) {
+    (void)a;
+    if (v.kind == V_LIST && v.l->view == VIEW_GEN) tfail(&r->c, line, "'generator' object is not reversible");
+    list *items = v_iter(&r->c, line, v);
+    return items->n ? items->v[items->n - 1] : v_undef("No last item, sequence was empty.");
+}
+
+static value f_list(render *r, int line, value v, const args *a) {
+    (void)a;
+    list *items = v_iter(&r->c, line, v);
+    value out = v_list(&r->c, items->n, V_LIST);
+    for (size_t i = 0; i < items->n; i++) out.l->v[out.l->n++] = items->v[i];
+    return out;
+}
+
+static value f_max(render *r, int line, value v, const args *a) { return min_max(r, line, v, a, true); }
+static value f_min(render *r, int line, value v, const args *a) { return min_max(r, line, v, a, false); }
+static value f_select(render *r, int line, value v, const args *a) { return select_items(r, line, v, a, false, true); }
+static value f_reject(render *r, int line, value v, const args *a) { return select_items(r, line, v, a, false, false); }
+static value f_selectattr(render *r, int line, value v, const args *a) { return select_items(r, line, v, a, true, true); }
+static value f_rejectattr(render *r, int line, value v, const args *a) { return select_items(r, line, v, a, true, false); }
+
+static value f_replace(render *r, int line, value v, const args *a) {
+    static const char *const names[] = {"old", "new", "count"};
+    value p[3];
+    bind_args(r, line, "replace", a, 3, names, p);
+    if (p[1].kind == V_NOARG) tfail(&r->c, line, "replace() needs old and new");
+    int64_t count = p[2].kind == V_INT ? p[2].i : -1;
+    return str_replace(r, line, soft_str(r, line, v), soft_str(r, line, p[0]), soft_str(r, line, p[1]), count);
+}
+
+static value f_reverse(render *r, int line, value v, const args *a) {
+    (void)a;
+    if (v.kind == V_STR) {
+        char *out = talloc(&r->c, v.s.n + 1);
+        for (size_t i = 0; i < v.s.n;) {
+            size_t at = i;
+            u8next(v.s.p, &i);
+            memcpy(out + v.s.n - i, v.s.p + at, i - at);
+        }
+        out[v.s.n] = 0;
+        return v_str(out, v.s.n);
+    }
+    /* reversed() gives an iterator; what it refuses (a generator) becomes a reversed list */
+    bool to_list = (v.kind == V_LIST && v.l->view == VIEW_GEN) || v.kind == V_UNDEF;
+    list *items = v_iter(&r->c, line, v);
+    value out = to_list ? v_list(&r->c, items->n, V_LIST) : gen(r, items->n);
+    for (size_t i = items->n; i-- > 0;) out.l->v[out.l->n++] = items->v[i];
+    return out;
+}
+
+static value f_round(render *r, int line, value v, const args *a) {
+    static const char *const names[] = {"precision", "method"};
+    value p[2];
+    bind_args(r, line, "round", a, 2, names, p);
+    return round_f(r, line, v, p[0], p[1]);
+}
+
+static value f_sum(render *r, int line, value v, const args *a) {
+    static const char *const names[] = {"attribute", "start"};
+    value p[2];
+    bind_args(r, line, "sum", a, 2, names, p);
+    list *items = v_iter(&r->c, line, v);
+    value acc = p[1].kind == V_NOARG ? v_int(0) : p[1];
+    for (size_t i = 0; i < items->n; i++)
+        acc = binary_op(r, line, OP_ADD, acc, get_path(r, line, items->v[i], p[0], V_MISSING));
+    return acc;
+}
+
+static value f_trim(render *r, int line, value v, const args *a) {
+    static const char *const names[] = {"chars"};
+    value p[1];
+    bind_args(r, line, "trim", a, 1, names, p);
+    return str_strip(r, line, soft_str(r, line, v), p[0], true, true);
+}
+
+static value f_unique(render *r, int line, value v, const args *a) {
+    static const char *const names[] = {"case_sensitive", "attribute"};
+    value p[2];
+    bind_args(r, line, "unique", a, 2, names, p);
+    list *items = v_iter(&r->c, line, v);
+    value out = gen(r, items->n), *seen = talloc(&r->c, (items->n + 1) * sizeof *seen);
+    size_t nseen = 0;
+    for (size_t i = 0; i < items->n; i++) {
+        value k = ignore_case(r, line, get_path(r, line, items->v[i], p[1], V_MISSING), truthy(p[0]));
+        if (!hashable(k)) tfail(&r->c, line, "unhashable type: '%s'", type_name(k));
+        size_t j = 0;
+        while (j < nseen && !v_eq(seen[j], k)) j++;
+        if (j < nseen) continue;
+        seen[nseen++] = k;
+        out.l->v[out.l->n++] = items->v[i];
+    }
+    return out;
+}
+
+/* A filter's id (what filter_lookup returns, and apply_filter takes) is its index here. */
+static const struct {
+    const char *name;
+    filter_fn *fn;
+} filters[] = {
+    {"abs", f_abs}, {"attr", f_attr}, {"capitalize", f_capitalize}, {"count", f_count}, {"d", f_default},
+    {"default", f_default}, {"dictsort", f_dictsort}, {"e", f_escape}, {"escape", f_escape}, {"first", f_first},
+    {"float", f_float}, {"indent", f_indent}, {"int", f_int}, {"items", f_items}, {"join", f_join},
+    {"last", f_last}, {"length", f_count}, {"list", f_list}, {"lower", f_lower}, {"map", map_items}, {"max", f_max},
+    {"min", f_min}, {"reject", f_reject}, {"rejectattr", f_rejectattr}, {"replace", f_replace},
+    {"reverse", f_reverse}, {"round", f_round}, {"safe", f_string}, {"select", f_select},
+    {"selectattr", f_selectattr}, {"sort", sorted}, {"string", f_string}, {"sum", f_sum}, {"title", f_title},
+    {"tojson", tojson}, {"trim", f_trim}, {"unique", f_unique}, {"upper", f_upper},
+};
+
+/* jinja2's other filters: refused by name rather than reported unknown */
+static const char *const missing_filters[] = {
+    "batch", "center", "filesizeformat", "forceescape", "format", "groupby", "pprint", "random", "slice",
+    "striptags", "truncate", "urlencode", "urlize", "wordcount", "wordwrap", "xmlattr", NULL,
+};
+
+int filter_lookup(const char *name) {
+    for (size_t i = 0; i < sizeof filters / sizeof *filters; i++)
+        if (!strcmp(filters[i].name, name)) return (int)i;
+    return not_found(name, missing_filters);
+}
+
+void filter_check_args(tctx *c, const node *f) {
+    filter_fn *h = filters[f->fn].fn;
+    int pos = h == f_select || h == f_reject ? 0 : h == f_selectattr || h == f_rejectattr ? 1 : -1;
+    bool is_filter = h == map_items && !f->kw.n;
+    if (is_filter) pos = 0;
+    if (pos < 0 || f->args.n <= pos || f->args.v[pos]->kind != E_CONST || f->args.v[pos]->k.kind != V_STR) return;
+    const char *name = f->args.v[pos]->k.s.p;
+    int id = is_filter ? filter_lookup(name) : test_lookup(name);
+    if (id == -1) tfail(c, f->line, "unknown %s '%s'", is_filter ? "filter" : "test", name);
+    if (id == -2) tfail(c, f->line, "%s '%s' is not supported", is_filter ? "filter" : "test", name);
+}
+
 value apply_filter(render *r, int line, int fn, value v, const args *a) {
     tstep(&r->c, line);
-    value p[4];
-    switch (fn) {
-    case F_ABS:
-        if (v.kind == V_FLOAT) return v_float(fabs(v.f));
-        if (v.kind == V_INT || v.kind == V_BOOL) {
-            int64_t i = v.kind == V_INT ? v.i : v.b;
-            if (i == INT64_MIN) tfail(&r->c, line, "integer overflow (these are 64-bit)");
-            return v_int(i < 0 ? -i : i);
-        }
-        tfail(&r->c, line, "bad operand type for abs(): '%s'", type_name(v));
-    case F_ATTR: {
-        static const char *const names[] = {"name"};
-        bind_args(r, line, "attr", a, 1, names, p);
-        if (p[0].kind != V_STR) tfail(&r->c, line, "attr: the name must be a string");
-        return getattr_v(r, line, v, p[0].s.p, p[0].s.n);
-    }
-    case F_CAPITALIZE: return str_case(r, line, soft_str(r, line, v), CASE_CAPITALIZE);
-    case F_COUNT: return v_int(v_len(&r->c, line, v));
-    case F_DEFAULT: {
-        static const char *const names[] = {"default_value", "boolean"};
-        bind_args(r, line, "default", a, 2, names, p);
-        if (v.kind == V_UNDEF || (truthy(p[1]) && !truthy(v))) return p[0].kind == V_NOARG ? v_str("", 0) : p[0];
-        return v;
-    }
-    case F_DICTSORT: {
-        static const char *const names[] = {"case_sensitive", "by", "reverse"};
-        bind_args(r, line, "dictsort", a, 3, names, p);
-        if (v.kind != V_DICT) tfail(&r->c, line, "dictsort: expected a dict, got %s", type_name(v));
-        int pos = 0;
-        if (p[1].kind == V_STR && p[1].s.n == 5 && !memcmp(p[1].s.p, "value", 5)) pos = 1;
-        else if (p[1].kind != V_NOARG && !(p[1].kind == V_STR && p[1].s.n == 3 && !memcmp(p[1].s.p, "key", 3)))
-            tfail(&r->c, line, "You can only sort by either \"key\" or \"value\"");
-        size_t n = v.d->n;
-        value out = v_list(&r->c, n, V_LIST), *keys = talloc(&r->c, (n + 1) * sizeof *keys);
-        for (size_t i = 0; i < n; i++) {
-            value t = v_list(&r->c, 2, V_TUPLE);
-            t.l->v[0] = v.d->k[i];
-            t.l->v[1] = v.d->v[i];
-            t.l->n = 2;
-            out.l->v[out.l->n++] = t;
-            keys[i] = ignore_case(r, line, pos ? v.d->v[i] : v.d->k[i], truthy(p[0]));
-        }
-        sort_by(r, line, out.l->v, keys, n, truthy(p[2]));
-        return out;
-    }
-    case F_ESCAPE: return escape(r, line, v);
-    case F_FIRST: {
-        if (v.kind == V_LIST && v.l->view == VIEW_GEN) {
-            if (v.l->pos < v.l->n) return v.l->v[v.l->pos++];
-            return v_undef("No first item, sequence was empty.");
-        }
-        list *items = v_iter(&r->c, line, v);
-        return items->n ? items->v[0] : v_undef("No first item, sequence was empty.");
-    }
-    case F_FLOAT: {
-        static const char *const names[] = {"default"};
-        bind_args(r, line, "float", a, 1, names, p);
-        double d;
-        if (is_num(v)) return v_float(as_double(v));
-        if (v.kind == V_STR && parse_float(v, &d)) return v_float(d);
-        return p[0].kind == V_NOARG ? v_float(0.0) : p[0];
-    }
-    case F_INDENT: {
-        static const char *const names[] = {"width", "first", "blank"};
-        bind_args(r, line, "indent", a, 3, names, p);
-        return indent(r, line, v, p[0], p[1], p[2]);
-    }
-    case F_INT: {
-        static const char *const names[] = {"default", "base"};
-        bind_args(r, line, "int", a, 2, names, p);
-        return to_int(v, p[0], p[1]);
-    }
-    case F_ITEMS: {
-        if (v.kind == V_UNDEF) return gen(r, 0);
-        if (v.kind != V_DICT) tfail(&r->c, line, "Can only get item pairs from a mapping.");
-        value out = gen(r, v.d->n);
-        for (size_t i = 0; i < v.d->n; i++) {
-            value t = v_list(&r->c, 2, V_TUPLE);
-            t.l->v[0] = v.d->k[i];
-            t.l->v[1] = v.d->v[i];
-            t.l->n = 2;
-            out.l->v[out.l->n++] = t;
-        }
-        return out;
-    }
-    case F_JOIN: {
-        static const char *const names[] = {"d", "attribute"};
-        bind_args(r, line, "join", a, 2, names, p);
-        list *items = v_iter(&r->c, line, v);
-        value sep = p[0].kind == V_NOARG ? v_str("", 0) : soft_str(r, line, p[0]);
-        tbuf b = {0};
-        tb_put(&r->c, &b, "", 0);
-        for (size_t i = 0; i < items->n; i++) {
-            if (i) tb_put(&r->c, &b, sep.s.p, sep.s.n);
-            v_str_to(&r->c, line, &b, get_path(r, line, items->v[i], p[1], V_MISSING));
-        }
-        return v_str(b.p, b.n);
-    }
-    case F_LAST: {
-        if (v.kind == V_LIST && v.l->view == VIEW_GEN) tfail(&r->c, line, "'generator' object is not reversible");
-        list *items = v_iter(&r->c, line, v);
-        return items->n ? items->v[items->n - 1] : v_undef("No last item, sequence was empty.");
-    }
-    case F_LIST: {
-        list *items = v_iter(&r->c, line, v);
-        value out = v_list(&r->c, items->n, V_LIST);
-        for (size_t i = 0; i < items->n; i++) out.l->v[out.l->n++] = items->v[i];
-        return out;
-    }
-    case F_LOWER: return str_case(r, line, soft_str(r, line, v), CASE_LOWER);
-    case F_UPPER: return str_case(r, line, soft_str(r, line, v), CASE_UPPER);
-    case F_MAP: return map_items(r, line, v, a);
-    case F_MAX:
-    case F_MIN: return min_max(r, line, v, a, fn == F_MAX);
-    case F_SELECT:
-    case F_REJECT: return select_items(r, line, v, a, false, fn == F_SELECT);
-    case F_SELECTATTR:
-    case F_REJECTATTR: return select_items(r, line, v, a, true, fn == F_SELECTATTR);
-    case F_REPLACE: {
-        static const char *const names[] = {"old", "new", "count"};
-        bind_args(r, line, "replace", a, 3, names, p);
-        if (p[1].kind == V_NOARG) tfail(&r->c, line, "replace() needs old and new");
-        int64_t count = p[2].kind == V_INT ? p[2].i : -1;
-        return str_replace(r, line, soft_str(r, line, v), soft_str(r, line, p[0]), soft_str(r, line, p[1]), count);
-    }
-    case F_REVERSE: {
-        if (v.kind == V_STR) {
-            char *out = talloc(&r->c, v.s.n + 1);
-            for (size_t i = 0; i < v.s.n;) {
-                size_t at = i;
-                u8next(v.s.p, &i);
-                memcpy(out + v.s.n - i, v.s.p + at, i - at);
-            }
-            out[v.s.n] = 0;
-            return v_str(out, v.s.n);
-        }
-        /* reversed() gives an iterator; what it refuses (a generator) becomes a reversed list */
-        bool to_list = (v.kind == V_LIST && v.l->view == VIEW_GEN) || v.kind == V_UNDEF;
-        list *items = v_iter(&r->c, line, v);
-        value out = to_list ? v_list(&r->c, items->n, V_LIST) : gen(r, items->n);
-        for (size_t i = items->n; i-- > 0;) out.l->v[out.l->n++] = items->v[i];
-        return out;
-    }
-    case F_ROUND: {
-        static const char *const names[] = {"precision", "method"};
-        bind_args(r, line, "round", a, 2, names, p);
-        return round_f(r, line, v, p[0], p[1]);
-    }
-    case F_SAFE:
-    case F_STRING: return soft_str(r, line, v);
-    case F_SORT: return sorted(r, line, v, a);
-    case F_SUM: {
-        static const char *const names[] = {"attribute", "start"};
-        bind_args(r, line, "sum", a, 2, names, p);
-        list *items = v_iter(&r->c, line, v);
-        value acc = p[1].kind == V_NOARG ? v_int(0) : p[1];
-        for (size_t i = 0; i < items->n; i++)
-            acc = binary_op(r, line, OP_ADD, acc, get_path(r, line, items->v[i], p[0], V_MISSING));
-        return acc;
-    }
-    case F_TITLE: return title(r, line, soft_str(r, line, v));
-    case F_TOJSON: return tojson(r, line, v, a);
-    case F_TRIM: {
-        static const char *const names[] = {"chars"};
-        bind_args(r, line, "trim", a, 1, names, p);
-        return str_strip(r, line, soft_str(r, line, v), p[0], true, true);
-    }
-    case F_UNIQUE: {
-        static const char *const names[] = {"case_sensitive", "attribute"};
-        bind_args(r, line, "unique", a, 2, names, p);
-        list *items = v_iter(&r->c, line, v);
-        value out = gen(r, items->n), *seen = talloc(&r->c, (items->n + 1) * sizeof *seen);
-        size_t nseen = 0;
-        for (size_t i = 0; i < items->n; i++) {
-            value k = ignore_case(r, line, get_path(r, line, items->v[i], p[1], V_MISSING), truthy(p[0]));
-            if (!hashable(k)) tfail(&r->c, line, "unhashable type: '%s'", type_name(k));
-            size_t j = 0;
-            while (j < nseen && !v_eq(seen[j], k)) j++;
-            if (j < nseen) continue;
-            seen[nseen++] = k;
-            out.l->v[out.l->n++] = items->v[i];
-        }
-        return out;
-    }
-    default: tfail(&r->c, line, "internal error: filter %d", fn);
-    }
+    if (fn < 0 || (size_t)fn >= sizeof filters / sizeof *filters) tfail(&r->c, line, "internal error: filter %d", fn);
+    return filters[fn].fn(r, line, v, a);
 }
 
 /* ---------------------------------------------------------------- tests */
