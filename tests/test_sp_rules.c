@@ -100,7 +100,7 @@ static module *model(tail_fn tail, void (*outside)(module *layer, int *h)) {
 /* Builds the SP plan for rank 0 of 2; returns 0 or -1 with err. */
 static int plan_sp(module *m, plan *p, loom_err *err) {
     plan_options o = {.tp = 2, .rank = 0, .sp = true};
-    return plan_build(p, m, &o, NULL, err);
+    return plan_build(p, m, &o, err);
 }
 
 static void expect_error(const char *what, module *m, const char *needle) {
@@ -185,7 +185,7 @@ static void expect_ep(const char *what, ep_tail_fn tail, bool sp, int gathers, i
     plan p;
     loom_err err = {{0}};
     plan_options o = {.tp = 2, .sp = sp, .ep = true};
-    int rc = plan_build(&p, m, &o, NULL, &err);
+    int rc = plan_build(&p, m, &o, &err);
     CHECK(rc == 0, "%s: %s", what, err.msg);
     if (!rc) {
         int ag = 0, rs = 0;
@@ -205,7 +205,7 @@ static void expect_ep_error(const char *what, ep_tail_fn tail, const char *needl
         plan p;
         loom_err err = {{0}};
         plan_options o = {.tp = 2, .sp = sp, .ep = true};
-        int rc = plan_build(&p, m, &o, NULL, &err);
+        int rc = plan_build(&p, m, &o, &err);
         CHECK(rc != 0 && strstr(err.msg, needle), "%s (sp %d): want an error with '%s', got %s", what, sp, needle,
               rc ? err.msg : "a plan");
         if (!rc) plan_free(&p);
@@ -336,7 +336,7 @@ int main(void) {
         plan p;
         loom_err err = {{0}};
         plan_options o = {.tp = 2, .async_tp = true};
-        int rc = plan_build(&p, fm, &o, NULL, &err);
+        int rc = plan_build(&p, fm, &o, &err);
         CHECK(rc == 0, "%s: %s", fuse_cases[i].what, err.msg);
         if (!rc) {
             CHECK(p.n_region_collectives == 2 && p.n_fused == fuse_cases[i].fused, "%s: fused %d/%d", fuse_cases[i].what,

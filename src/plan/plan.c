@@ -4,7 +4,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "plan/plan_impl.h"
 #include "plan/stage.h"
@@ -39,6 +38,7 @@ plan_step *plan_new_step(plan *p, step_kind kind, const op *o, const module *m) 
     s->op = o;
     s->mod = m;
     s->n_in = (kind == STEP_OP || kind == STEP_EP_MOE) && o ? o->n_in : 1;
+    s->layer = p->layers;
     return s;
 }
 
@@ -49,31 +49,21 @@ plan_step *plan_new_step(plan *p, step_kind kind, const op *o, const module *m) 
 int plan_collective(plan *p, step_kind k, const op *o, const module *m, int v, int width, row_kind rows) {
     const plan_value in = p->values[v]; /* a copy: plan_new_value may move the array */
     plan_step *prod = in.base == v && in.def_step >= 0 ? &p->steps[in.def_step] : NULL;
-    const float *bias = NULL;
-    if (prod && prod->kind == STEP_OP && prod->out == v && prod->row_bias &&
+    weight_ref bias = {0};
+    if (prod && prod->kind == STEP_OP && prod->out == v && prod->row_bias_ref.kind &&
         (k == STEP_ALL_REDUCE || k == STEP_REDUCE_SCATTER)) {
-        bias = prod->row_bias;
-        prod->bias[0] = NULL;
+        bias = prod->row_bias_ref;
+        prod->bias_ref[0] = (weight_ref){0};
     }
     plan_step *s = plan_new_step(p, k, o, m);
     s->in[0] = v;
-    s->bias[0] = bias;
+    s->bias_ref[0] = bias;
     s->out = plan_new_value(p, width, o, rows, DIST_FULL);
     if (in.width > p->max_comm_cols[in.rows]) p->max_comm_cols[in.rows] = in.width;
     return s->out;
 }
 
-/* Binding a layer is where weights are read, widened or generated: report it on stderr, in
- * place on a terminal, otherwise at every quarter so logs stay short. */
-static void report_progress(plan *p) {
-    p->layers_done++;
-    if (!p->o.progress) return;
-    int n = p->layers_done, t = p->layers_total;
-    if (isatty(2)) fprintf(stderr, "\rloading weights: layer %d/%d (%d%%)%s", n, t, 100 * n / t, n == t ? "\n" : "");
-    else if (n == t || (4 * n / t) != (4 * (n - 1) / t)) fprintf(stderr, "loading weights: layer %d/%d\n", n, t);
-}
-
-static int flatten(plan *p, const module *m, const int *bind, weight_store *ws, loom_err *err);
+static int flatten(plan *p, const module *m, const int *bind, loom_err *err);
 
 /* Under TP, a mixture of experts sums its routed and shared experts' partials before its one
  * all-reduce, as vLLM does, which is also what SP's region does before its reduce-scatter:
@@ -82,19 +72,19 @@ static bool defers_reduction(const plan *p, const module *parent, const module *
     return p->o.tp > 1 && !p->o.sp && !p->o.ep && !strcmp(parent->kind, "decoder_layer") && !strcmp(child->kind, "moe");
 }
 
-static int flatten_call(plan *p, const module *m, const op *o, const int *in, weight_store *ws, loom_err *err) {
+static int flatten_call(plan *p, const module *m, const op *o, const int *in, loom_err *err) {
     if (ep_is_region(p, m, o->child)) {
         int args[4];
         memcpy(args, in, o->n_in * sizeof *in);
         args[0] = ep_enter_region(p, m, o, in[0]);
         p->in_region++;
-        int out = flatten(p, o->child, args, ws, err);
+        int out = flatten(p, o->child, args, err);
         p->in_region--;
         return out < 0 ? -1 : ep_exit_region(p, m, o, out, err);
     }
     if (defers_reduction(p, m, o->child)) {
         p->in_region++;
-        int out = flatten(p, o->child, in, ws, err);
+        int out = flatten(p, o->child, in, err);
         p->in_region--;
         if (out < 0) return -1;
         if (p->values[out].dist != DIST_PARTIAL)
@@ -102,8 +92,8 @@ static int flatten_call(plan *p, const module *m, const op *o, const int *in, we
         return plan_collective(p, STEP_ALL_REDUCE, o, m, out, p->values[out].width, p->values[out].rows);
     }
     if (!sp_is_region(p, m, o->child)) {
-        int out = flatten(p, o->child, in, ws, err);
-        if (out >= 0 && !strcmp(o->child->kind, "decoder_layer")) report_progress(p);
+        int out = flatten(p, o->child, in, err);
+        if (out >= 0 && !strcmp(o->child->kind, "decoder_layer")) p->layers++;
         return out;
     }
     int x = in[0]; /* a region sees every token: gather its (first) input */
@@ -112,7 +102,7 @@ static int flatten_call(plan *p, const module *m, const op *o, const int *in, we
     memcpy(args, in, o->n_in * sizeof *in);
     args[0] = x;
     p->in_region++;
-    int out = flatten(p, o->child, args, ws, err);
+    int out = flatten(p, o->child, args, err);
     p->in_region--;
     return out < 0 ? -1 : sp_exit_region(p, m, o, out, err);
 }
@@ -146,47 +136,39 @@ static int complete_partial(plan *p, const module *m, const op *o, int v, loom_e
                      m->name, op_kind_name(o->kind));
 }
 
-/* Latent attention: this rank's heads of kv_b_proj, and the f32 transpose of them that both of
- * its forms read (kernels.h's mla_attention); every rank caches the whole latent. */
-static int bind_latent_attention(plan *p, plan_step *s, const module *m, const op *o, weight_store *ws, loom_err *err) {
+/* Latent attention: this rank's heads of kv_b_proj (the binder adds the f32 transpose of them
+ * that both of its forms read: kernels.h's mla_attention); every rank caches the whole latent. */
+static int shard_latent_attention(plan *p, plan_step *s, const module *m, const op *o, loom_err *err) {
     const attn_desc *a = &o->attn;
-    int cols = shard_bind_linear(p, s, o->lin, a->kv_lora, m, ws, err);
+    int cols = shard_linear(p, s, o->lin, a->kv_lora, m, err);
     if (cols < 0) return -1;
     s->attn.mla = (mla_shape){a->kv_lora, a->nope, a->rope, a->v_dim};
     p->kv_width = a->kv_lora + a->rope;
     p->kv_latent = true;
-    if (ws) {
-        float *t = weights_alloc(ws, (size_t)a->kv_lora * cols * sizeof *t);
-        linear_transpose(&s->w[0], t);
-        s->w[1] = (wmat){DT_F32, a->kv_lora, cols, cols, t, NULL};
-    }
     return cols / (a->nope + a->v_dim) * a->v_dim;
 }
 
-static int bind_op(plan *p, plan_step *s, const module *m, const op *o, int width, weight_store *ws, loom_err *err) {
+/* The step's parameters on this rank and the slices of the weights it reads; returns its
+ * output width. */
+static int shard_op(plan *p, plan_step *s, const module *m, const op *o, int width, loom_err *err) {
     switch (o->kind) {
-    case OP_LINEAR: return shard_bind_linear(p, s, o->lin, width, m, ws, err);
-    case OP_EMBED: return shard_bind_embed(p, s, &o->lin->parts[0], o->lin->in, m, ws, err);
+    case OP_LINEAR: return shard_linear(p, s, o->lin, width, m, err);
+    case OP_EMBED: return shard_embed(p, s, &o->lin->parts[0], o->lin->in, m, err);
     case OP_ATTENTION: {
         const attn_desc *a = &o->attn;
         int kv = a->n_kv_heads >= p->o.tp ? a->n_kv_heads / p->o.tp : 1, h = a->n_heads / p->o.tp;
         s->attn = (attn_shape){h, kv, a->head_dim, a->sliding_window, a->scale, {0}};
         p->kv_width = kv * a->head_dim;
-        return a->kv_lora ? bind_latent_attention(p, s, m, o, ws, err) : h * a->head_dim;
+        return a->kv_lora ? shard_latent_attention(p, s, m, o, err) : h * a->head_dim;
     }
     case OP_RMS_NORM: {
         /* across ranks: this rank's columns of the whole projection's weight */
         int n = o->group ? o->group : o->across_ranks ? o->features : width;
         int c0 = o->across_ranks ? p->values[s->in[0]].feat0 : 0;
-        if (ws) {
-            wmat nw;
-            if (weights_get(ws, o->weight, n, 0, c0, o->group ? 0 : width, 0, 0, true, -1.0f, &nw, err))
-                return loom_err_prefix(err, "%s", m->name);
-            s->norm_w = nw.data;
-        }
+        s->norm_ref = (weight_ref){WEIGHT_F32, o->weight, 1, {n}, 0, c0, o->group ? 0 : width, 0, 0, PAR_REPLICATED, -1.0f};
         return width;
     }
-    case OP_MOE: return shard_bind_moe(p, s, o->moe, m, ws, err);
+    case OP_MOE: return shard_moe(p, s, o->moe, m, err);
     default: /* rope, silu_mul, add, scale, logit_rows keep their input's width */
         return width;
     }
@@ -226,13 +208,13 @@ static int norm_statistic(plan *p, const module *m, const op *o, int x, loom_err
     return plan_collective(p, STEP_ALL_REDUCE, o, m, s->out, 1, xv.rows);
 }
 
-static int flatten_op(plan *p, const module *m, const op *o, int *map, weight_store *ws, loom_err *err) {
+static int flatten_op(plan *p, const module *m, const op *o, int *map, loom_err *err) {
     int in[4] = {0};
     for (int i = 0; i < o->n_in; i++)
         if ((in[i] = map[o->in[i]]) < 0)
             return loom_errf(err, "pipeline stage %d: %s reads `%s`, which an earlier stage makes: only the hidden "
                                   "state crosses a stage boundary", p->o.stage, m->name, m->value_names[o->in[i]]);
-    if (o->kind == OP_CALL) return (map[o->out[0]] = flatten_call(p, m, o, in, ws, err)) < 0 ? -1 : 0;
+    if (o->kind == OP_CALL) return (map[o->out[0]] = flatten_call(p, m, o, in, err)) < 0 ? -1 : 0;
     if (o->kind == OP_SPLIT) return (map[o->out[0]] = flatten_split(p, m, o, in[0], err)) < 0 ? -1 : 0;
     if (p->ep.call && ep_place_inputs(p, m, o, in, err)) return -1;
     /* a copy: plan_new_value may move the array */
@@ -255,7 +237,7 @@ static int flatten_op(plan *p, const module *m, const op *o, int *map, weight_st
     plan_step *s = plan_new_step(p, o->kind == OP_MOE && p->o.ep ? STEP_EP_MOE : STEP_OP, o, m);
     memcpy(s->in, in, sizeof in);
     if (stat) s->in[1] = stat, s->n_in = 2;
-    int width = bind_op(p, s, m, o, v0 ? v0->width : 0, ws, err);
+    int width = shard_op(p, s, m, o, v0 ? v0->width : 0, err);
     if (width < 0) return -1;
     int v = plan_new_value(p, width, o, o->kind == OP_LOGIT_ROWS ? ROWS_LOGITS : rows, d);
     s->out = v;
@@ -286,7 +268,7 @@ static int stage_send(plan *p, const module *m, const op *last, int v) {
     return v;
 }
 
-static int flatten(plan *p, const module *m, const int *bind, weight_store *ws, loom_err *err) {
+static int flatten(plan *p, const module *m, const int *bind, loom_err *err) {
     int *map = malloc(m->n_values * sizeof *map);
     for (int i = 0; i < m->n_values; i++) map[i] = i < m->n_inputs ? bind[i] : -1;
     int rc = 0;
@@ -295,7 +277,7 @@ static int flatten(plan *p, const module *m, const int *bind, weight_store *ws, 
         const op *o = &m->ops[i];
         if (m == p->tree && !stage_runs_op(&p->o, m, i)) continue;
         if (m == p->tree && !last && p->o.stage > 0) map[o->in[0]] = stage_recv(p, m, o);
-        rc = flatten_op(p, m, o, map, ws, err);
+        rc = flatten_op(p, m, o, map, err);
         last = o;
     }
     int out = rc ? -1 : map[m->outputs[0]];
@@ -419,7 +401,7 @@ static void fuse_async_tp(plan *p) {
             }
             prod->kind = STEP_MATMUL_RS;
             prod->out = s->out;
-            prod->bias[0] = s->bias[0]; /* the bias the reduction took over, added after the scatter */
+            prod->bias_ref[0] = s->bias_ref[0]; /* the bias the reduction took over, added after the scatter */
         }
         s->kind = STEP_OP; /* mark for removal: a region call is never an op step */
         p->n_fused++;
@@ -433,7 +415,7 @@ static void fuse_async_tp(plan *p) {
         if (p->steps[i].out >= 0) p->values[p->steps[i].out].def_step = p->values[p->steps[i].out].last_use = i;
 }
 
-int plan_build(plan *p, const module *tree, const plan_options *o, weight_store *ws, loom_err *err) {
+int plan_build(plan *p, const module *tree, const plan_options *o, loom_err *err) {
     memset(p, 0, sizeof *p);
     p->o = *o;
     p->tree = tree;
@@ -441,9 +423,9 @@ int plan_build(plan *p, const module *tree, const plan_options *o, weight_store 
     p->o.async_tp = o->async_tp && o->tp > 1;
     p->o.ep = o->ep && o->tp > 1;
     if (p->o.pp <= 1) p->o.pp = 1, p->o.stage = 0, p->o.layer0 = 0, p->o.layer1 = stage_count_layers(tree);
-    p->layers_total = p->o.layer1 - p->o.layer0;
+    p->n_layers = p->o.layer1 - p->o.layer0;
     ep_check_model(p, tree);
-    if (shard_vocab(p, tree, err) || (p->output = flatten(p, tree, NULL, ws, err)) < 0) {
+    if (shard_vocab(p, tree, err) || (p->output = flatten(p, tree, NULL, err)) < 0) {
         plan_free(p);
         return -1;
     }

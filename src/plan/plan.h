@@ -1,8 +1,10 @@
 /* The execution plan of one rank: the module tree flattened once, at start-up, into a list of
- * steps over values, with this rank's share of every weight (tensor parallelism), the tokens
- * it owns between decoder layers (sequence parallelism), the collectives both need, and each
- * value placed in a buffer by liveness so that steady-state forward passes allocate nothing
- * (the CPU analogue of CUDA graphs). */
+ * steps over values, with this rank's share of every weight (tensor parallelism) named by
+ * tensor and slice, the tokens it owns between decoder layers (sequence parallelism), the
+ * collectives both need, and each value placed in a buffer by liveness so that steady-state
+ * forward passes allocate nothing (the CPU analogue of CUDA graphs). Planning reads no weight:
+ * the runtime's binder (runtime/bind.c) reads, shards, repacks and quantizes the slices the
+ * steps name, into the steps' resolved fields. */
 #ifndef LOOM_PLAN_PLAN_H
 #define LOOM_PLAN_PLAN_H
 #include "graph/module.h"
@@ -57,16 +59,42 @@ typedef struct plan_value {
     int buffer;             /* for bases: buffer index */
 } plan_value;
 
+/* How a weight a step names is read. */
+typedef enum weight_kind {
+    WEIGHT_NONE,
+    WEIGHT_LINEAR, /* a linear's: stored quantized where the checkpoint says, else quantized at load
+                      where the scheme for its style says, else as stored */
+    WEIGHT_TABLE,  /* the embedding table: quantized at load like the LM head, else as stored */
+    WEIGHT_F32,    /* norms, biases, routing biases: an f32 copy */
+} weight_kind;
+
+/* Rows [r0, r0 + nr) x columns [c0, c0 + nc) of tensor `name`, read as a [rows, cols] matrix
+ * (cols 0: a vector of rows; nr or nc 0: all), `ndim` 3 for a stacked [shape[0], shape[1],
+ * cols] expert tensor. Names point into the module tree, which outlives the plan. */
+typedef struct weight_ref {
+    weight_kind kind;
+    const char *name;
+    int ndim, shape[3], cols;
+    int r0, nr, c0, nc;
+    par_style style; /* what decides a linear's quantization */
+    float init;      /* dummy weights' scale (negative: the constant 1 of a norm) */
+} weight_ref;
+
 typedef struct plan_step {
     step_kind kind;
     const op *op;      /* STEP_OP, and the op a collective completes */
     const module *mod; /* owning module, for messages and the plan printer */
     int n_in, in[4], out; /* out: -1 for a send */
     bool sum_squares;  /* OP_RMS_NORM across ranks: this step makes the row statistic */
-    /* resolved parameters of this rank */
+    int layer;         /* the decoder layer (0: the stage's first) it belongs to; -1: none */
+    /* what this rank reads: each part's weight and bias, a row-parallel bias every rank holds,
+     * a norm's weight, the routing bias; the experts' slices start at expert_r0 (expert_slices) */
+    weight_ref weight[LIN_MAX_PARTS], bias_ref[LIN_MAX_PARTS], row_bias_ref, norm_ref, route_bias_ref;
+    int expert_r0;
+    /* resolved by the binder (w[1] of latent attention: kv_b_proj's f32 transpose), and the
+     * parameters of this rank */
     wmat w[LIN_MAX_PARTS];  /* MLA attention: kv_b_proj, then its f32 transpose */
     const float *bias[LIN_MAX_PARTS]; /* collectives: bias added to the completed sum */
-    const float *row_bias;  /* row-parallel linear: its bias, held on every rank */
     int col[LIN_MAX_PARTS]; /* output column of each part */
     int feat0[LIN_MAX_PARTS]; /* first output feature of each part this rank holds */
     bool replicated[LIN_MAX_PARTS]; /* the part's heads are replicated across ranks */
@@ -98,7 +126,6 @@ typedef struct plan_options {
     bool sp;       /* --enable-sequence-parallel */
     bool async_tp; /* --enable-async-tp (implies sp) */
     bool ep;       /* --enable-expert-parallel: each rank holds whole experts (ep.c) */
-    bool progress; /* report weight binding per decoder layer */
     quant_scheme quant; /* what linears are quantized to at load (--quantization) */
     const quant_config *checkpoint; /* how the checkpoint stores quantized linears (NULL: float) */
 } plan_options;
@@ -134,14 +161,13 @@ typedef struct plan {
     int n_region_collectives, n_fused;
     char **unfused;
     int n_unfused;
-    /* loading progress, by decoder layer */
-    int layers_done, layers_total;
+    int layers, n_layers; /* decoder layers flattened so far; this stage's */
 } plan;
 
-/* Flattens the tree (the stage's part of it) for o->rank of o->tp and resolves its weights through ws (NULL: shapes
- * only, e.g. to check that a model can be sharded before any weight is read, or to print);
- * errors name the module and the op, tensor or dimension at fault. */
-int plan_build(plan *p, const module *tree, const plan_options *o, weight_store *ws, loom_err *err);
+/* Flattens the tree (the stage's part of it) for o->rank of o->tp, naming the slice of every
+ * weight this rank reads and refusing a split that cuts a quantization group or a packed word
+ * before any weight is read; errors name the module and the op, tensor or dimension at fault. */
+int plan_build(plan *p, const module *tree, const plan_options *o, loom_err *err);
 void plan_free(plan *p);
 int plan_step_inputs(const plan_step *s);
 /* Expert parallelism's placement (ep.c): rank r of `ranks` holds experts [*first, *first + *count),
@@ -154,5 +180,9 @@ const char *step_kind_name(step_kind k);
 
 /* What a linear of this style is quantized to at load (bits 0: float). */
 quant_scheme shard_scheme(const plan *p, par_style style);
+/* Expert e's gate, up and down slices of an MoE step, their names formatted into names: the
+ * per-expert tensors, or the stacked [E, ...] ones (GraniteMoE's, or the fused alternative a
+ * checkpoint may hold instead, when fused). */
+void expert_slices(const plan_step *s, int e, bool fused, char names[3][160], weight_ref out[3]);
 
 #endif

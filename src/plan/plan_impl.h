@@ -11,13 +11,12 @@ int plan_collective(plan *p, step_kind k, const op *o, const module *m, int v, i
 
 /* Tensor parallelism (shard.c) */
 int shard_vocab(plan *p, const module *tree, loom_err *err);
-/* The experts of an OP_MOE: each rank holds 1/tp of every expert's features. */
-/* The embedding table's vocabulary shard for this rank (quantized like the LM head). */
-int shard_bind_embed(plan *p, plan_step *s, const linear_part *table, int hidden, const module *m, weight_store *ws,
-                     loom_err *err);
-int shard_bind_moe(plan *p, plan_step *s, const moe_desc *d, const module *m, weight_store *ws, loom_err *err);
-int shard_bind_linear(plan *p, plan_step *s, const linear_desc *l, int in_width, const module *m, weight_store *ws,
-                      loom_err *err);
+/* The slices this rank reads of a linear (returns its output width on this rank), of the
+ * embedding table's vocabulary shard (quantized like the LM head), and of an OP_MOE's experts
+ * (each rank 1/tp of every expert's features, or under EP whole experts). */
+int shard_linear(plan *p, plan_step *s, const linear_desc *l, int in_width, const module *m, loom_err *err);
+int shard_embed(plan *p, plan_step *s, const linear_part *table, int hidden, const module *m, loom_err *err);
+int shard_moe(plan *p, plan_step *s, const moe_desc *d, const module *m, loom_err *err);
 
 /* Sequence parallelism (sp.c) */
 bool sp_is_region(const plan *p, const module *parent, const module *child);

@@ -4,7 +4,9 @@
  * and produce a partial sum (its bias counted once: see plan_collective), the embedding and
  * LM head split the vocabulary, and each expert of a mixture is split like an MLP (every rank
  * holds a share of every expert, as vLLM's TP without expert parallelism does), or under expert
- * parallelism held whole by one rank (ep.c places them). */
+ * parallelism held whole by one rank (ep.c places them). Each step names the slices this rank
+ * reads; a split the checkpoint's packing or the quantization scheme cannot take is refused
+ * here, before any weight is read (runtime/bind.c reads them). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -62,42 +64,24 @@ quant_scheme shard_scheme(const plan *p, par_style style) {
     return p->o.quant;
 }
 
-/* Rows [r0, r0+nr) x columns [c0, c0+nc) of float tensor `name` (ndim dimensions `shape`, read
- * as [rows, cols]): quantized at load where the scheme for its style says, else as stored
- * (dummy values of scale `init`). A split that cuts a quantization group is refused here,
- * before any weight is read (ws NULL). */
-static int bind_stored(const plan *p, weight_store *ws, par_style style, const char *name, int ndim, const int *shape,
-                       int cols, int r0, int nr, int c0, int nc, float init, wmat *out, loom_err *err) {
-    quant_scheme q = shard_scheme(p, style);
-    if (q.bits && quant_check_split(&q, name, cols, c0, nc, err)) return -1;
-    if (!ws) return 0;
-    if (q.bits) return quant_online(ws, &q, name, ndim, shape, cols, r0, nr, c0, nc, init, out, err);
-    if (ndim == 2) return weights_get(ws, name, shape[0], cols, r0, nr, c0, nc, false, init, out, err);
-    return weights_get_expert(ws, name, shape[0], r0 / shape[1], shape[1], cols, r0 % shape[1], nr, c0, nc, init, out,
-                              err);
-}
-
-/* A linear weight's slice: read from a quantized checkpoint where it stores this linear
- * quantized, else as bind_stored gives it. */
-static int bind_weight(const plan *p, weight_store *ws, par_style style, const char *name, int ndim, const int *shape,
-                       int cols, int r0, int nr, int c0, int nc, wmat *out, loom_err *err) {
+/* Refuses a split of r that cuts a quantization group or a packed word, naming the tensor and
+ * the numbers: a linear stored quantized is held to its checkpoint's packing, and any linear
+ * or table quantized at load to its scheme's groups. */
+static int check_split(const plan *p, const weight_ref *r, loom_err *err) {
     const quant_config *cq = p->o.checkpoint;
-    if (cq && quant_checkpoint_applies(cq, name, style)) {
-        if (ndim != 2) return loom_errf(err, "%s: quantized stacked expert tensors are not supported", name);
-        if (quant_checkpoint_check(cq, name, shape[0], cols, r0, nr, c0, nc, err)) return -1;
-        if (ws && quant_checkpoint_has(ws, cq, name))
-            return quant_checkpoint_get(ws, cq, name, shape[0], cols, r0, nr, c0, nc, out, err);
+    if (r->kind == WEIGHT_LINEAR && cq && quant_checkpoint_applies(cq, r->name, r->style)) {
+        if (r->ndim != 2) return loom_errf(err, "%s: quantized stacked expert tensors are not supported", r->name);
+        if (quant_checkpoint_check(cq, r->name, r->shape[0], r->cols, r->r0, r->nr, r->c0, r->nc, err)) return -1;
     }
-    return bind_stored(p, ws, style, name, ndim, shape, cols, r0, nr, c0, nc, linear_init(cols), out, err);
+    quant_scheme q = shard_scheme(p, r->style);
+    return q.bits ? quant_check_split(&q, r->name, r->cols, r->c0, r->nc, err) : 0;
 }
 
-int shard_bind_linear(plan *p, plan_step *s, const linear_desc *l, int in_width, const module *m, weight_store *ws,
-                      loom_err *err) {
+int shard_linear(plan *p, plan_step *s, const linear_desc *l, int in_width, const module *m, loom_err *err) {
     int col = 0;
     for (int i = 0; i < l->n_parts; i++) {
         const linear_part *pt = &l->parts[i];
         int r0 = 0, nr = pt->out, c0 = 0, nc = l->in;
-        bool bias = pt->bias[0];
         switch (l->style) {
         case PAR_COLUMN:
             if (shard_rows(p, pt, m, &r0, &nr, &s->replicated[i], err)) return -1;
@@ -117,18 +101,17 @@ int shard_bind_linear(plan *p, plan_step *s, const linear_desc *l, int in_width,
             break;
         }
         /* a part that is a row range of its tensor reads from row0 on */
-        int shape[2] = {pt->tensor_rows ? pt->tensor_rows : pt->out, l->in};
-        if (bind_weight(p, ws, l->style, pt->weight, 2, shape, l->in, pt->row0 + r0, nr, c0, nc, &s->w[i], err))
-            return loom_err_prefix(err, "%s", m->name);
-        if (ws && bias) {
-            wmat b;
-            if (weights_get(ws, pt->bias, shape[0], 0, pt->row0 + r0, nr, 0, 0, true, 0.02f, &b, err))
-                return loom_err_prefix(err, "%s", m->name);
+        int rows = pt->tensor_rows ? pt->tensor_rows : pt->out;
+        s->weight[i] = (weight_ref){WEIGHT_LINEAR, pt->weight, 2, {rows, l->in}, l->in, pt->row0 + r0, nr, c0, nc,
+                                    l->style, linear_init(l->in)};
+        if (check_split(p, &s->weight[i], err)) return loom_err_prefix(err, "%s", m->name);
+        if (pt->bias[0]) {
+            weight_ref b = {WEIGHT_F32, pt->bias, 1, {rows}, 0, pt->row0 + r0, nr, 0, 0, PAR_REPLICATED, 0.02f};
             /* a row-parallel bias must enter the sum over ranks once: rank 0 adds it to its
              * partial, unless the completing collective takes it over (plan_collective) */
             bool row = l->style == PAR_ROW && p->o.tp > 1;
-            s->bias[i] = row && p->o.rank ? NULL : b.data;
-            if (row) s->row_bias = b.data;
+            if (!(row && p->o.rank)) s->bias_ref[i] = b;
+            if (row) s->row_bias_ref = b;
         }
         s->col[i] = col;
         s->feat0[i] = r0;
@@ -137,62 +120,58 @@ int shard_bind_linear(plan *p, plan_step *s, const linear_desc *l, int in_width,
     return col;
 }
 
-int shard_bind_moe(plan *p, plan_step *s, const moe_desc *d, const module *m, weight_store *ws, loom_err *err) {
+void expert_slices(const plan_step *s, int e, bool fused, char names[3][160], weight_ref out[3]) {
+    const moe_desc *d = s->op->moe;
+    int E = d->n_experts, I = d->inter, H = d->hidden, r0 = s->expert_r0, nr = s->expert_inter;
+    if (d->stacked || fused) { /* gate rows, then up rows, of one [2I, H] matrix per expert */
+        const char *gate = fused ? d->fused_gate_up : d->gate, *down = fused ? d->fused_down : d->down;
+        out[0] = (weight_ref){WEIGHT_LINEAR, gate, 3, {E, 2 * I, H}, H, e * 2 * I + r0, nr, 0, H, PAR_COLUMN,
+                              linear_init(H)};
+        out[1] = out[0];
+        out[1].r0 += I;
+        out[2] = (weight_ref){WEIGHT_LINEAR, down, 3, {E, H, I}, I, e * H, H, r0, nr, PAR_ROW, linear_init(I)};
+        return;
+    }
+    const char *pattern[3] = {d->gate, d->up, d->down};
+    for (int j = 0; j < 3; j++) snprintf(names[j], 160, pattern[j], e);
+    out[0] = (weight_ref){WEIGHT_LINEAR, names[0], 2, {I, H}, H, r0, nr, 0, H, PAR_COLUMN, linear_init(H)};
+    out[1] = out[0];
+    out[1].name = names[1];
+    out[2] = (weight_ref){WEIGHT_LINEAR, names[2], 2, {H, I}, I, 0, H, r0, nr, PAR_ROW, linear_init(I)};
+}
+
+int shard_moe(plan *p, plan_step *s, const moe_desc *d, const module *m, loom_err *err) {
     int tp = p->o.tp, I = d->inter, H = d->hidden;
     /* expert parallelism: whole experts, a contiguous range of them per rank (ep.c) */
     bool ep = p->o.ep && tp > 1;
     if (!ep && I % tp)
         return loom_errf(err, "%s: its experts have %d features, not divisible by %d ranks", m->name, I, tp);
-    int nr = ep ? I : I / tp, r0 = ep ? 0 : p->o.rank * nr;
-    s->expert_inter = nr;
+    s->expert_inter = ep ? I : I / tp;
+    s->expert_r0 = ep ? 0 : p->o.rank * s->expert_inter;
     s->expert0 = 0, s->n_experts = d->n_experts;
     if (ep) {
         ep_placement(d->n_experts, tp, p->o.rank, &s->expert0, &s->n_experts);
         /* a dispatched row: the token's hidden state, then its experts on the rank and their weights */
         if (H + 2 * d->top_k > p->max_comm_cols[ROWS_TOKENS]) p->max_comm_cols[ROWS_TOKENS] = H + 2 * d->top_k;
     }
-    /* per-expert tensors, or the layout's fused alternative where the checkpoint holds that */
-    bool fused = ws && d->fused_gate_up[0] && weights_has(ws, d->fused_gate_up);
-    const char *gate = fused ? d->fused_gate_up : d->gate, *down = fused ? d->fused_down : d->down;
-    if (ws && d->bias[0]) {
-        wmat b;
-        if (weights_get(ws, d->bias, d->n_experts, 0, 0, 0, 0, 0, true, 0.02f, &b, err))
-            return loom_err_prefix(err, "%s", m->name);
-        s->route_bias = b.data;
-    }
-    if (ws) s->experts = calloc(3 * (size_t)(s->n_experts ? s->n_experts : 1), sizeof *s->experts);
-    for (int e = s->expert0; e < s->expert0 + s->n_experts; e++) {
-        wmat *w = ws ? &s->experts[3 * (e - s->expert0)] : &(wmat[3]){0}[0];
-        int rc;
-        if (d->stacked || fused) { /* gate rows, then up rows, of one [2I, H] matrix per expert */
-            int gu[3] = {d->n_experts, 2 * I, H}, dn[3] = {d->n_experts, H, I};
-            rc = bind_weight(p, ws, PAR_COLUMN, gate, 3, gu, H, e * 2 * I + r0, nr, 0, H, &w[0], err) ||
-                 bind_weight(p, ws, PAR_COLUMN, gate, 3, gu, H, e * 2 * I + I + r0, nr, 0, H, &w[1], err) ||
-                 bind_weight(p, ws, PAR_ROW, down, 3, dn, I, e * H, H, r0, nr, &w[2], err);
-        } else {
-            char g[160], u[160], dn[160];
-            snprintf(g, sizeof g, d->gate, e);
-            snprintf(u, sizeof u, d->up, e);
-            snprintf(dn, sizeof dn, d->down, e);
-            int gu_shape[2] = {I, H}, dn_shape[2] = {H, I};
-            rc = bind_weight(p, ws, PAR_COLUMN, g, 2, gu_shape, H, r0, nr, 0, H, &w[0], err) ||
-                 bind_weight(p, ws, PAR_COLUMN, u, 2, gu_shape, H, r0, nr, 0, H, &w[1], err) ||
-                 bind_weight(p, ws, PAR_ROW, dn, 2, dn_shape, I, 0, H, r0, nr, &w[2], err);
-        }
-        if (rc) return loom_err_prefix(err, "%s", m->name);
-        if (!ws) break; /* the split checks are the same for every expert */
-    }
+    if (d->bias[0])
+        s->route_bias_ref = (weight_ref){WEIGHT_F32, d->bias, 1, {d->n_experts}, 0, 0, 0, 0, 0, PAR_REPLICATED, 0.02f};
+    if (!s->n_experts) return H;
+    /* every expert splits alike: the first one's slices stand for all */
+    char names[3][160];
+    weight_ref w[3];
+    expert_slices(s, s->expert0, false, names, w);
+    for (int j = 0; j < 3; j++)
+        if (check_split(p, &w[j], err)) return loom_err_prefix(err, "%s", m->name);
     return H;
 }
 
-int shard_bind_embed(plan *p, plan_step *s, const linear_part *table, int hidden, const module *m, weight_store *ws,
-                     loom_err *err) {
-    int shape[2] = {table->out, hidden};
+int shard_embed(plan *p, plan_step *s, const linear_part *table, int hidden, const module *m, loom_err *err) {
     s->vocab0 = p->vocab_col0[p->o.rank];
     /* quantized like the LM head where that is (a tied head is then the same matrix) */
-    if (bind_stored(p, ws, PAR_VOCAB, table->weight, 2, shape, hidden, s->vocab0, p->vocab_width[p->o.rank], 0, hidden,
-                    1.0f, &s->w[0], err))
-        return loom_err_prefix(err, "%s", m->name);
+    s->weight[0] = (weight_ref){WEIGHT_TABLE, table->weight, 2, {table->out, hidden}, hidden, s->vocab0,
+                                p->vocab_width[p->o.rank], 0, hidden, PAR_VOCAB, 1.0f};
+    if (check_split(p, &s->weight[0], err)) return loom_err_prefix(err, "%s", m->name);
     return hidden;
 }
 

@@ -10,6 +10,7 @@
 
 #include "model/rope_freq.h"
 #include "plan/stage.h"
+#include "runtime/bind.h"
 #include "runtime/engine.h"
 #include "util/err.h"
 
@@ -76,7 +77,7 @@ size_t loom_comm_slot_bytes(const loom_model *m, int tp, const loom_engine_optio
     size_t pipe = o->pipeline_parallel > 1 ? (size_t)round_up(tokens, tp) * stage_hidden_width(m->tree) : 0;
     if (o->pipeline_parallel > 1 && (size_t)logits * m->cfg.vocab > pipe) pipe = (size_t)logits * m->cfg.vocab;
     plan_options po = engine_plan_options(m, o, tp, 0, 1, 0, 0, 0);
-    if (plan_build(&p, m->tree, &po, NULL, &err)) return 0;
+    if (plan_build(&p, m->tree, &po, &err)) return 0;
     tokens = round_up(tokens, tp);
     size_t need[3] = {(size_t)tokens * p.max_comm_cols[ROWS_TOKENS],
                       (size_t)tokens / tp * p.max_comm_cols[ROWS_SHARD],
@@ -96,7 +97,7 @@ int loom_check_sharding(const loom_model *m, int tp, const loom_engine_options *
         for (int r = 0; r < tp && !rc; r++) {
             plan p;
             plan_options po = engine_plan_options(m, o, tp, r, pp, s, first[s], first[s + 1]);
-            if (plan_build(&p, m->tree, &po, NULL, err))
+            if (plan_build(&p, m->tree, &po, err))
                 rc = loom_err_prefix(err, "%s cannot run with -tp %d%s%s", m->cfg.arch, tp,
                                      o->sequence_parallel ? " and sequence parallelism" : "",
                                      o->expert_parallel ? " and expert parallelism" : "");
@@ -137,17 +138,19 @@ static int build_plans(loom_engine *e, const loom_engine_options *o, int pp, loo
      * weights of a large model; mapped f32/bf16 tensors load lazily) */
     loom_model_info info;
     loom_model_get_info(m, &info);
+    bool progress = m->progress && info.n_params > (64u << 20);
     plan_options po = engine_plan_options(m, o, x->comm->size, x->comm->rank, pp, x->stage, e->layer0, e->layer1);
-    po.progress = m->progress && info.n_params > (64u << 20);
     x->n_plans = 1;
     x->plans[0].max_tokens = e->max_tokens;
-    if (plan_build(&x->plans[0].p, m->tree, &po, (weight_store *)&m->ws, err)) return -1;
+    if (plan_build(&x->plans[0].p, m->tree, &po, err) || bind_plan(&x->plans[0].p, &e->model->ws, progress, err))
+        return -1;
     x->sp_min_tokens = x->plans[0].p.o.sp ? o->sp_min_tokens : 0;
     if (x->sp_min_tokens > 1) {
         plan_options tp_only = po;
-        tp_only.sp = tp_only.async_tp = tp_only.progress = false;
+        tp_only.sp = tp_only.async_tp = false;
         x->plans[1].max_tokens = x->sp_min_tokens - 1 < e->max_tokens ? x->sp_min_tokens - 1 : e->max_tokens;
-        if (plan_build(&x->plans[1].p, m->tree, &tp_only, (weight_store *)&m->ws, err)) return -1;
+        if (plan_build(&x->plans[1].p, m->tree, &tp_only, err) || bind_plan(&x->plans[1].p, &e->model->ws, false, err))
+            return -1;
         x->n_plans = 2;
     }
     return 0;

@@ -260,7 +260,7 @@ int loom_print_plan(loom_model *m, int tp, const loom_engine_options *o, FILE *f
         return -1;
     }
     plan_options po = engine_plan_options(m, o, tp, 0, pp, 0, first[0], first[1]);
-    if (plan_build(&p, m->tree, &po, NULL, err)) {
+    if (plan_build(&p, m->tree, &po, err)) {
         free(first);
         return -1;
     }
@@ -295,7 +295,7 @@ int loom_print_plan(loom_model *m, int tp, const loom_engine_options *o, FILE *f
             plan ps;
             plan_options so = po;
             so.stage = s, so.layer0 = first[s], so.layer1 = first[s + 1];
-            if (plan_build(&ps, m->tree, &so, NULL, err)) {
+            if (plan_build(&ps, m->tree, &so, err)) {
                 plan_free(&p);
                 free(first);
                 return -1;

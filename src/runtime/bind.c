@@ -1,0 +1,93 @@
+/* The binder: the planner names each weight a step reads by tensor and slice (plan.h's
+ * weight_ref) and has already refused splits a format cannot take; this reads them. A linear
+ * comes from the checkpoint's quantized tensors where it stores it so (quant/checkpoint.c),
+ * else it is quantized at load where --quantization says (quant/online.c), else it is kept as
+ * stored (mapped where its dtype allows). Binding a layer is where the time of loading goes,
+ * so it reports progress by decoder layer. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "quant/checkpoint.h"
+#include "runtime/bind.h"
+#include "util/err.h"
+
+static int read_weight(const plan *p, weight_store *ws, const weight_ref *r, wmat *out, loom_err *err) {
+    if (r->kind == WEIGHT_F32)
+        return weights_get(ws, r->name, r->shape[0], r->cols, r->r0, r->nr, r->c0, r->nc, true, r->init, out, err);
+    const quant_config *cq = p->o.checkpoint;
+    if (r->kind == WEIGHT_LINEAR && cq && quant_checkpoint_applies(cq, r->name, r->style) &&
+        quant_checkpoint_has(ws, cq, r->name))
+        return quant_checkpoint_get(ws, cq, r->name, r->shape[0], r->cols, r->r0, r->nr, r->c0, r->nc, out, err);
+    quant_scheme q = shard_scheme(p, r->style);
+    if (q.bits) return quant_online(ws, &q, r->name, r->ndim, r->shape, r->cols, r->r0, r->nr, r->c0, r->nc, r->init, out, err);
+    if (r->ndim == 2)
+        return weights_get(ws, r->name, r->shape[0], r->cols, r->r0, r->nr, r->c0, r->nc, false, r->init, out, err);
+    return weights_get_expert(ws, r->name, r->shape[0], r->r0 / r->shape[1], r->shape[1], r->cols, r->r0 % r->shape[1],
+                              r->nr, r->c0, r->nc, r->init, out, err);
+}
+
+/* An f32 vector's data, or NULL for a step that names none. */
+static int read_vector(weight_store *ws, const weight_ref *r, const float **out, loom_err *err) {
+    wmat v;
+    if (!r->kind) return *out = NULL, 0;
+    if (weights_get(ws, r->name, r->shape[0], r->cols, r->r0, r->nr, r->c0, r->nc, true, r->init, &v, err)) return -1;
+    *out = v.data;
+    return 0;
+}
+
+/* This rank's experts of an MoE step: per-expert tensors, or the layout's fused alternative
+ * where the checkpoint holds that. */
+static int bind_experts(const plan *p, plan_step *s, weight_store *ws, loom_err *err) {
+    const moe_desc *d = s->op->moe;
+    bool fused = d->fused_gate_up[0] && weights_has(ws, d->fused_gate_up);
+    s->experts = calloc(3 * (size_t)(s->n_experts ? s->n_experts : 1), sizeof *s->experts);
+    if (!s->experts) return loom_errf(err, "out of memory for %d experts' matrices", s->n_experts);
+    for (int e = s->expert0; e < s->expert0 + s->n_experts; e++) {
+        char names[3][160];
+        weight_ref w[3];
+        expert_slices(s, e, fused, names, w);
+        for (int j = 0; j < 3; j++)
+            if (read_weight(p, ws, &w[j], &s->experts[3 * (e - s->expert0) + j], err)) return -1;
+    }
+    return 0;
+}
+
+static int bind_step(const plan *p, plan_step *s, weight_store *ws, loom_err *err) {
+    for (int i = 0; i < LIN_MAX_PARTS; i++) {
+        if (s->weight[i].kind && read_weight(p, ws, &s->weight[i], &s->w[i], err)) return -1;
+        if (read_vector(ws, &s->bias_ref[i], &s->bias[i], err)) return -1;
+    }
+    if (read_vector(ws, &s->norm_ref, &s->norm_w, err) || read_vector(ws, &s->route_bias_ref, &s->route_bias, err))
+        return -1;
+    if (s->op && s->op->kind == OP_MOE && (s->kind == STEP_OP || s->kind == STEP_EP_MOE) && bind_experts(p, s, ws, err))
+        return -1;
+    if (s->op && s->op->kind == OP_ATTENTION && s->attn.mla.kv_lora) {
+        /* both forms of latent attention read kv_b_proj as its f32 transpose, made once here
+         * through the linear kernel so every weight format widens as it would in a GEMM */
+        int kv_lora = s->attn.mla.kv_lora, cols = s->w[0].rows;
+        float *t = weights_alloc(ws, (size_t)kv_lora * cols * sizeof *t);
+        if (!t) return loom_errf(err, "out of memory for kv_b_proj's transpose (%d x %d)", kv_lora, cols);
+        linear_transpose(&s->w[0], t);
+        s->w[1] = (wmat){DT_F32, kv_lora, cols, cols, t, NULL};
+    }
+    return 0;
+}
+
+/* Decoder layer n of t is bound: on stderr, in place on a terminal, otherwise at every quarter
+ * so logs stay short. */
+static void report_progress(int n, int t) {
+    if (isatty(2)) fprintf(stderr, "\rloading weights: layer %d/%d (%d%%)%s", n, t, 100 * n / t, n == t ? "\n" : "");
+    else if (n == t || (4 * n / t) != (4 * (n - 1) / t)) fprintf(stderr, "loading weights: layer %d/%d\n", n, t);
+}
+
+int bind_plan(plan *p, weight_store *ws, bool progress, loom_err *err) {
+    int done = 0; /* decoder layers bound */
+    for (int i = 0; i < p->n_steps; i++) {
+        plan_step *s = &p->steps[i];
+        for (; progress && done < s->layer; done++) report_progress(done + 1, p->n_layers);
+        if (bind_step(p, s, ws, err)) return s->mod ? loom_err_prefix(err, "%s", s->mod->name) : -1;
+    }
+    for (; progress && done < p->layers; done++) report_progress(done + 1, p->n_layers);
+    return 0;
+}
