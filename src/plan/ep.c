@@ -67,22 +67,19 @@ static bool has_experts(const module *m) {
 
 void ep_check_model(plan *p, const module *tree) {
     if (p->o.ep && !has_experts(tree))
-        sp_warn(p, "--enable-expert-parallel has no effect: the model has no mixture-of-experts layers");
+        plan_warn(p, "--enable-expert-parallel has no effect: the model has no mixture-of-experts layers");
 }
 
-bool ep_is_region(const plan *p, const module *parent, const module *child) {
+static bool ep_is_region(const plan *p, const module *parent, const module *child) {
     return p->o.ep && p->o.tp > 1 && !strcmp(parent->kind, "decoder_layer") && holds_experts(child);
 }
 
-static plan_region *region_new(plan *p, const op *call) {
-    p->regions = realloc(p->regions, (p->n_regions + 1) * sizeof *p->regions);
-    plan_region *r = &p->regions[p->n_regions++];
-    *r = (plan_region){.mod = call->child, .verified = true, .ep = true, .entry = STEP_OP, .exit = STEP_OP};
-    return r;
-}
-
-int ep_enter_region(plan *p, const module *m, const op *call, int x) {
-    plan_region *r = region_new(p, call);
+/* The entry: the region's input x as this rank's token rows (sliced from every token's under
+ * plain TP). */
+static int ep_enter(plan *p, const module *m, const op *call, int x, loom_err *err) {
+    (void)err;
+    plan_region *r = plan_add_region(p, call, STEP_OP, STEP_OP);
+    r->ep = true;
     p->ep.call = call, p->ep.parent = m;
     const plan_value v = p->values[x];
     if (v.rows == ROWS_SHARD) {
@@ -100,7 +97,9 @@ static bool reads_every_token(const op *o) {
            (o->kind == OP_CUSTOM && o->custom.cls == LOOM_OP_TOKEN_MIXING);
 }
 
-int ep_place_inputs(plan *p, const module *m, const op *o, int *in, loom_err *err) {
+/* Before op o runs inside: an op reading every token gets the gathered input, and a partial sum
+ * of every token meeting this rank's rows is reduce-scattered first. */
+static int ep_place_inputs(plan *p, const module *m, const op *o, int *in, loom_err *err) {
     plan_region *r = &p->regions[p->n_regions - 1];
     if (o->n_in && reads_every_token(o) && p->values[in[0]].rows == ROWS_SHARD) {
         if (in[0] != p->ep.shard_in)
@@ -132,17 +131,19 @@ int ep_place_inputs(plan *p, const module *m, const op *o, int *in, loom_err *er
     return 0;
 }
 
-int ep_moe_dist(plan *p, const module *m, const int *in, loom_err *err) {
-    if (!p->ep.call || p->values[in[0]].rows != ROWS_SHARD)
-        return loom_errf(err, "%s: expert parallelism runs the experts inside a decoder layer's expert region, on "
-                              "this rank's tokens", m->name);
+/* The experts' output: DIST_COMPLETE, their combine having summed it across ranks (on
+ * another op or rows, dist.c's rules decide, refusing experts run on every token). */
+static int ep_output_dist(plan *p, const module *m, const op *o, const int *in, loom_err *err) {
+    if (o->kind != OP_MOE || p->values[in[0]].rows != ROWS_SHARD) return DIST_DEFAULT;
     if (p->values[in[0]].dist != DIST_FULL && p->values[in[0]].dist != DIST_COMPLETE)
         return loom_errf(err, "%s: the experts' input is %s, not complete", m->name,
                          p->values[in[0]].dist == DIST_PARTIAL ? "a partial sum" : "split across ranks");
     return DIST_COMPLETE;
 }
 
-int ep_exit_region(plan *p, const module *m, const op *call, int out, loom_err *err) {
+/* The exit: this rank's complete rows are the residual's shard under SP and are all-gathered
+ * under plain TP; a partial sum leaves as from any region. */
+static int ep_exit(plan *p, const module *m, const op *call, int out, loom_err *err) {
     plan_region *r = &p->regions[p->n_regions - 1];
     const plan_value v = p->values[out];
     p->ep.call = NULL;
@@ -165,3 +166,6 @@ int ep_exit_region(plan *p, const module *m, const op *call, int out, loom_err *
     p->values[out].dist = DIST_FULL;
     return out;
 }
+
+const region_kind region_ep = {.name = "expert parallel", .is_region = ep_is_region, .enter = ep_enter,
+                               .place_inputs = ep_place_inputs, .output_dist = ep_output_dist, .exit = ep_exit};

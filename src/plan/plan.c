@@ -1,6 +1,7 @@
-/* Plan construction: flattening the tree into steps, inserting the collectives that tensor and
- * sequence parallelism need, buffer assignment. What each rank holds of a weight is shard.c's
- * business; where the token-sharded regions are and whether they are safe, sp.c's. */
+/* Plan construction: flattening the tree into steps, with the collectives tensor parallelism
+ * needs and the regions' own (through the region kinds of plan_impl.h), async TP's fusions, and
+ * buffer assignment. Which slice of a weight each rank reads is shard.c's business; how each op
+ * spreads its output over the ranks, dist.c's; what a region does, its kind's. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,102 +10,25 @@
 #include "plan/stage.h"
 #include "util/err.h"
 
-static const char *step_names[] = {
-    "op",         "moe (expert parallel)",   "all_reduce",        "all_gather (vocab)",    "reduce_scatter",
-    "all_gather", "all_gather (logit rows)", "all_gather_matmul", "matmul_reduce_scatter", "send",
-    "recv",       "slice (own rows)"};
-
-const char *step_kind_name(step_kind k) { return step_names[k]; }
-
-int plan_new_value(plan *p, int width, const op *producer, row_kind rows, dist d) {
-    if (p->n_values == p->cap_values) {
-        p->cap_values = p->cap_values ? 2 * p->cap_values : 64;
-        p->values = realloc(p->values, p->cap_values * sizeof *p->values);
-    }
-    int id = p->n_values++;
-    p->values[id] = (plan_value){.width = width, .base = id, .rows = rows, .dist = d, .producer = producer,
-                                 .def_step = p->n_steps - 1, .last_use = p->n_steps - 1};
-    return id;
-}
-
-plan_step *plan_new_step(plan *p, step_kind kind, const op *o, const module *m) {
-    if (p->n_steps == p->cap_steps) {
-        p->cap_steps = p->cap_steps ? 2 * p->cap_steps : 64;
-        p->steps = realloc(p->steps, p->cap_steps * sizeof *p->steps);
-    }
-    plan_step *s = &p->steps[p->n_steps++];
-    memset(s, 0, sizeof *s);
-    s->kind = kind;
-    s->op = o;
-    s->mod = m;
-    s->n_in = (kind == STEP_OP || kind == STEP_EP_MOE) && o ? o->n_in : 1;
-    s->layer = p->layers;
-    return s;
-}
-
-/* When a row-parallel linear's own output is what a reduction completes, the bias moves to
- * after the reduction, where every rank adds it to the sum: the same place whether the sum is
- * an all-reduce, a reduce-scatter or a fused matmul-reduce-scatter, so all three give the same
- * bits. (With ops between the linear and the reduction, rank 0's partial keeps it.) */
-int plan_collective(plan *p, step_kind k, const op *o, const module *m, int v, int width, row_kind rows) {
-    const plan_value in = p->values[v]; /* a copy: plan_new_value may move the array */
-    plan_step *prod = in.base == v && in.def_step >= 0 ? &p->steps[in.def_step] : NULL;
-    weight_ref bias = {0};
-    if (prod && prod->kind == STEP_OP && prod->out == v && prod->row_bias_ref.kind &&
-        (k == STEP_ALL_REDUCE || k == STEP_REDUCE_SCATTER)) {
-        bias = prod->row_bias_ref;
-        prod->bias_ref[0] = (weight_ref){0};
-    }
-    plan_step *s = plan_new_step(p, k, o, m);
-    s->in[0] = v;
-    s->bias_ref[0] = bias;
-    s->out = plan_new_value(p, width, o, rows, DIST_FULL);
-    if (in.width > p->max_comm_cols[in.rows]) p->max_comm_cols[in.rows] = in.width;
-    return s->out;
-}
-
 static int flatten(plan *p, const module *m, const int *bind, loom_err *err);
 
-/* Under TP, a mixture of experts sums its routed and shared experts' partials before its one
- * all-reduce, as vLLM does, which is also what SP's region does before its reduce-scatter:
- * the two modes then add the same numbers in the same order. */
-static bool defers_reduction(const plan *p, const module *parent, const module *child) {
-    return p->o.tp > 1 && !p->o.sp && !p->o.ep && !strcmp(parent->kind, "decoder_layer") && !strcmp(child->kind, "moe");
-}
-
+/* A call of a child module: a region of some kind (region_of) is entered, flattened in its
+ * kind and left; a plain call's ops run in the region around it. */
 static int flatten_call(plan *p, const module *m, const op *o, const int *in, loom_err *err) {
-    if (ep_is_region(p, m, o->child)) {
-        int args[4];
-        memcpy(args, in, o->n_in * sizeof *in);
-        args[0] = ep_enter_region(p, m, o, in[0]);
-        p->in_region++;
-        int out = flatten(p, o->child, args, err);
-        p->in_region--;
-        return out < 0 ? -1 : ep_exit_region(p, m, o, out, err);
-    }
-    if (defers_reduction(p, m, o->child)) {
-        p->in_region++;
-        int out = flatten(p, o->child, in, err);
-        p->in_region--;
-        if (out < 0) return -1;
-        if (p->values[out].dist != DIST_PARTIAL)
-            return loom_errf(err, "%s: %s does not end in a partial sum of its experts", m->name, o->child->name);
-        return plan_collective(p, STEP_ALL_REDUCE, o, m, out, p->values[out].width, p->values[out].rows);
-    }
-    if (!sp_is_region(p, m, o->child)) {
+    const region_kind *k = region_of(p, m, o->child);
+    if (!k) {
         int out = flatten(p, o->child, in, err);
         if (out >= 0 && !strcmp(o->child->kind, "decoder_layer")) p->layers++;
         return out;
     }
-    int x = in[0]; /* a region sees every token: gather its (first) input */
-    if (p->values[x].rows == ROWS_SHARD) x = plan_collective(p, STEP_GATHER_ROWS, o, m, x, p->values[x].width, ROWS_TOKENS);
     int args[4];
     memcpy(args, in, o->n_in * sizeof *in);
-    args[0] = x;
-    p->in_region++;
+    if (k->enter && (args[0] = k->enter(p, m, o, in[0], err)) < 0) return -1;
+    const region_kind *around = p->region;
+    p->region = k;
     int out = flatten(p, o->child, args, err);
-    p->in_region--;
-    return out < 0 ? -1 : sp_exit_region(p, m, o, out, err);
+    p->region = around;
+    return out < 0 ? -1 : k->exit(p, m, o, out, err);
 }
 
 static int flatten_split(plan *p, const module *m, const op *o, int fused, loom_err *err) {
@@ -123,17 +47,6 @@ static int flatten_split(plan *p, const module *m, const op *o, int fused, loom_
     p->values[v].feat0 = ps->feat0[o->part];
     p->values[v].replicated_heads = ps->replicated[o->part];
     return v;
-}
-
-/* Under TP a partial sum is all-reduced where it is made; under SP, inside a region it flows
- * to the region's exit, and outside one the embedding's is reduce-scattered into the residual. */
-static int complete_partial(plan *p, const module *m, const op *o, int v, loom_err *err) {
-    const plan_value pv = p->values[v];
-    if (p->in_region) return v;
-    if (!p->o.sp) return plan_collective(p, STEP_ALL_REDUCE, o, m, v, pv.width, pv.rows);
-    if (o->kind == OP_EMBED) return plan_collective(p, STEP_REDUCE_SCATTER, o, m, v, pv.width, ROWS_SHARD);
-    return loom_errf(err, "%s: sequence parallelism cannot place `%s`: it reduces across ranks outside a region",
-                     m->name, op_kind_name(o->kind));
 }
 
 /* Latent attention: this rank's heads of kv_b_proj (the binder adds the f32 transpose of them
@@ -174,25 +87,6 @@ static int shard_op(plan *p, plan_step *s, const module *m, const op *o, int wid
     }
 }
 
-/* The dist of an op's output on this rank. */
-static int output_dist(plan *p, const module *m, const op *o, const int *in, loom_err *err) {
-    if (o->kind == OP_EMBED) return p->o.tp > 1 ? DIST_PARTIAL : DIST_FULL; /* rows outside the shard are zero */
-    if (o->kind == OP_MOE && p->o.ep && p->o.tp > 1) return ep_moe_dist(p, m, in, err);
-    for (int i = 0; i < o->n_in; i++)
-        if (p->values[in[i]].dist == DIST_COMPLETE) return sp_output_dist(p, m, o, in, err);
-    if (o->kind == OP_LINEAR && p->o.tp > 1) {
-        if (p->values[in[0]].dist == DIST_PARTIAL) return sp_output_dist(p, m, o, in, err);
-        return o->lin->style == PAR_ROW ? DIST_PARTIAL : o->lin->style == PAR_REPLICATED ? DIST_FULL : DIST_SHARDED;
-    }
-    if (o->kind == OP_LINEAR) return DIST_FULL;
-    if (o->kind == OP_MOE && p->o.tp > 1 && p->values[in[0]].dist != DIST_PARTIAL) return DIST_PARTIAL;
-    int d = sp_output_dist(p, m, o, in, err);
-    if (d == DIST_SHARDED && o->kind == OP_RMS_NORM && !o->group && !o->across_ranks)
-        return loom_errf(err, "%s: %s normalises over features split across ranks; its statistic would cover only "
-                              "this rank's share", m->name, o->weight);
-    return d;
-}
-
 /* An RMSNorm over a whole projection that TP shards by heads: each rank sums the squares of
  * its columns, an all-reduce adds the ranks' sums (in rank order, like every reduction), and
  * the norm step divides by the whole width. Returns the summed statistic's value. */
@@ -216,7 +110,7 @@ static int flatten_op(plan *p, const module *m, const op *o, int *map, loom_err 
                                   "state crosses a stage boundary", p->o.stage, m->name, m->value_names[o->in[i]]);
     if (o->kind == OP_CALL) return (map[o->out[0]] = flatten_call(p, m, o, in, err)) < 0 ? -1 : 0;
     if (o->kind == OP_SPLIT) return (map[o->out[0]] = flatten_split(p, m, o, in[0], err)) < 0 ? -1 : 0;
-    if (p->ep.call && ep_place_inputs(p, m, o, in, err)) return -1;
+    if (p->region->place_inputs && p->region->place_inputs(p, m, o, in, err)) return -1;
     /* a copy: plan_new_value may move the array */
     const plan_value first = o->n_in ? p->values[in[0]] : (plan_value){.rows = ROWS_TOKENS};
     const plan_value *v0 = o->n_in ? &first : NULL;
@@ -225,13 +119,12 @@ static int flatten_op(plan *p, const module *m, const op *o, int *map, loom_err 
     for (int i = 1; i < o->n_in; i++)
         if (p->values[in[i]].rows != rows || (same_width && p->values[in[i]].width != v0->width))
             return loom_errf(err, "%s: `%s` of values of different shapes on this rank", m->name, op_kind_name(o->kind));
-    int d = output_dist(p, m, o, in, err);
+    int d = op_output_dist(p, m, o, in, err);
     if (d < 0) return -1;
     if (o->kind == OP_LOGIT_ROWS && rows == ROWS_SHARD) { /* the SP zone ends: gather the wanted rows */
         map[o->out[0]] = plan_collective(p, STEP_GATHER_LOGITS, o, m, in[0], v0->width, ROWS_LOGITS);
         return 0;
     }
-    sp_check_outside(p, m, o);
     int stat = o->kind == OP_RMS_NORM && o->across_ranks && d == DIST_SHARDED ? norm_statistic(p, m, o, in[0], err) : 0;
     if (stat < 0) return -1;
     plan_step *s = plan_new_step(p, o->kind == OP_MOE && p->o.ep ? STEP_EP_MOE : STEP_OP, o, m);
@@ -243,7 +136,8 @@ static int flatten_op(plan *p, const module *m, const op *o, int *map, loom_err 
     s->out = v;
     if (o->kind == OP_LINEAR) p->values[v].feat0 = s->feat0[0], p->values[v].replicated_heads = s->replicated[0];
     else if (v0) p->values[v].feat0 = v0->feat0, p->values[v].replicated_heads = v0->replicated_heads;
-    if (d == DIST_PARTIAL && !(v0 && v0->dist == DIST_PARTIAL)) v = complete_partial(p, m, o, v, err);
+    if (d == DIST_PARTIAL && !(v0 && v0->dist == DIST_PARTIAL) && p->region->partial)
+        v = p->region->partial(p, m, o, v, err);
     else if (o->kind == OP_LINEAR && o->lin->style == PAR_VOCAB && p->o.tp > 1)
         v = plan_collective(p, STEP_GATHER_COLS, o, m, v, o->lin->parts[0].out, rows);
     if (v < 0) return -1;
@@ -422,6 +316,7 @@ int plan_build(plan *p, const module *tree, const plan_options *o, loom_err *err
     p->o.sp = (o->sp || o->async_tp) && o->tp > 1;
     p->o.async_tp = o->async_tp && o->tp > 1;
     p->o.ep = o->ep && o->tp > 1;
+    p->region = &region_plain;
     if (p->o.pp <= 1) p->o.pp = 1, p->o.stage = 0, p->o.layer0 = 0, p->o.layer1 = stage_count_layers(tree);
     p->n_layers = p->o.layer1 - p->o.layer0;
     ep_check_model(p, tree);

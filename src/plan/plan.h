@@ -109,6 +109,8 @@ typedef struct plan_step {
 
 /* A child of a decoder layer that reduces across ranks, under sequence parallelism, or that
  * holds an expert-parallel mixture of experts. */
+typedef struct region_kind region_kind; /* plan_impl.h */
+
 typedef struct plan_region {
     const module *mod;
     bool verified; /* false: an opaque op touched a partial sum */
@@ -148,7 +150,8 @@ typedef struct plan {
     int max_comm_cols[3];
     /* sequence parallelism */
     plan_region *regions;
-    int n_regions, in_region;
+    int n_regions;
+    const region_kind *region; /* the kind of region being flattened (region_plain: none) */
     struct {             /* the expert-parallel region being flattened (call NULL: none) */
         const op *call;
         const module *parent;

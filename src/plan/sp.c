@@ -1,17 +1,10 @@
-/* Sequence parallelism at plan time, after vLLM's Transformers-backend sequence parallelism (its
+/* Sequence parallelism's regions, after vLLM's Transformers-backend sequence parallelism (its
  * per-module Region). Between the embedding and the LM head the residual stream holds only
- * this rank's tokens. A region -- a child of a decoder layer that
- * reduces across ranks (a row-parallel linear, or a mixture of experts) -- all-gathers its input, and its reducers skip their all-reduce: their
- * partial sums flow on to the region's exit, which reduce-scatters them. That is only correct
- * if every op between a reducer and the exit commutes with the sum over ranks, which is what
- * sp_output_dist checks op by op: additive ops need every input partial, pass-through ops keep
- * their first input's partial sum, a scaling op may scale exactly one partial input (by a constant,
- * or by a complete value: Qwen2-MoE's sigmoid gate); any other
- * op on a partial sum (a norm, an activation, a residual add with a complete value, a second
- * reduction) is an error naming the op and the module. */
-#include <stdarg.h>
-#include <stdio.h>
-#include <stdlib.h>
+ * this rank's tokens. A region -- a child of a decoder layer that reduces across ranks (a
+ * row-parallel linear, or a mixture of experts) -- all-gathers its input, and its reducers skip
+ * their all-reduce: their partial sums flow on to the region's exit, which reduce-scatters
+ * them. That is only correct if every op between a reducer and the exit commutes with the sum
+ * over ranks, which dist.c's rules of partial sums check op by op. */
 #include <string.h>
 
 #include "plan/plan_impl.h"
@@ -27,81 +20,22 @@ static bool reduces(const module *m) {
     return false;
 }
 
-bool sp_is_region(const plan *p, const module *parent, const module *child) {
+static bool sp_is_region(const plan *p, const module *parent, const module *child) {
     return p->o.sp && !strcmp(parent->kind, "decoder_layer") && reduces(child);
 }
 
-void sp_warn(plan *p, const char *fmt, ...) {
-    char buf[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf, sizeof buf, fmt, ap);
-    va_end(ap);
-    for (int i = 0; i < p->n_warnings; i++)
-        if (!strcmp(p->warnings[i], buf)) return;
-    p->warnings = realloc(p->warnings, (p->n_warnings + 1) * sizeof *p->warnings);
-    p->warnings[p->n_warnings++] = strdup(buf);
+/* A region sees every token: its (first) input is gathered. */
+static int sp_enter(plan *p, const module *m, const op *call, int x, loom_err *err) {
+    (void)err;
+    const plan_value v = p->values[x];
+    return v.rows == ROWS_SHARD ? plan_collective(p, STEP_GATHER_ROWS, call, m, x, v.width, ROWS_TOKENS) : x;
 }
 
-int sp_output_dist(plan *p, const module *m, const op *o, const int *in, loom_err *err) {
-    int partial = 0, complete = 0;
-    for (int i = 0; i < o->n_in; i++) {
-        partial += p->values[in[i]].dist == DIST_PARTIAL;
-        complete += p->values[in[i]].dist == DIST_COMPLETE;
-    }
-    /* an expert-parallel combine's output: every rank's share is already in it */
-    if (complete && ((o->kind == OP_LINEAR && o->lin->style == PAR_ROW) || o->kind == OP_MOE))
-        return loom_errf(err, "%s: `%s` reduces across ranks a value the experts' combine already completed: the sum "
-                              "would count it once per rank", m->name, op_kind_name(o->kind));
-    if (!partial) return complete ? DIST_COMPLETE : p->values[in[0]].dist;
-    const char *name = op_kind_name(o->kind);
-    switch (o->kind) {
-    case OP_ADD: /* additive */
-        if (partial == o->n_in) return DIST_PARTIAL;
-        return loom_errf(err, "%s: `%s` adds a complete value to a partial sum (the sum over ranks would count it "
-                              "once per rank)", m->name, name);
-    case OP_SPLIT:
-    case OP_LOGIT_ROWS: /* pass-through */
-        return DIST_PARTIAL;
-    case OP_SCALE: /* scaling by a constant */
-        return DIST_PARTIAL;
-    case OP_SIGMOID_GATE: /* scaling by a complete value: each rank's share scales alike */
-        if (p->values[in[1]].dist == DIST_PARTIAL)
-            return loom_errf(err, "%s: `%s` gates by a partial sum", m->name, name);
-        return DIST_PARTIAL;
-    case OP_LINEAR:
-        if (o->lin->style == PAR_ROW) return loom_errf(err, "%s: `%s` reduces a partial sum again", m->name, name);
-        break;
-    case OP_CUSTOM:
-        name = o->custom.name;
-        switch (o->custom.cls) {
-        case LOOM_OP_ADDITIVE:
-            if (partial == o->n_in) return DIST_PARTIAL;
-            return loom_errf(err, "%s: `%s` adds a complete value to a partial sum", m->name, name);
-        case LOOM_OP_PASSTHROUGH:
-        case LOOM_OP_SCALING:
-            return DIST_PARTIAL;
-        case LOOM_OP_OPAQUE: /* as vLLM's Transformers-backend SP does for what it cannot trace: warn, and trust it */
-            p->region_unverified = true;
-            sp_warn(p, "%s: could not verify that `%s` is compatible with sequence parallelism (an opaque op on a "
-                       "partial sum)", m->name, name);
-            return DIST_PARTIAL;
-        case LOOM_OP_ELEMENTWISE:
-        case LOOM_OP_TOKEN_MIXING:
-            break;
-        }
-        break;
-    default:
-        break;
-    }
-    return loom_errf(err, "%s: `%s` is applied to a partial sum", m->name, name);
-}
-
-int sp_exit_region(plan *p, const module *m, const op *call, int out, loom_err *err) {
+/* The exit: the region's output must be the partial sum of its reductions; it is
+ * reduce-scattered into this rank's rows of the residual. */
+static int sp_exit(plan *p, const module *m, const op *call, int out, loom_err *err) {
     const plan_value v = p->values[out];
-    p->regions = realloc(p->regions, (p->n_regions + 1) * sizeof *p->regions);
-    p->regions[p->n_regions++] = (plan_region){.mod = call->child, .verified = !p->region_unverified,
-                                               .entry = STEP_GATHER_ROWS, .exit = STEP_REDUCE_SCATTER};
+    plan_add_region(p, call, STEP_GATHER_ROWS, STEP_REDUCE_SCATTER)->verified = !p->region_unverified;
     p->region_unverified = false;
     if (v.rows != ROWS_TOKENS || v.dist != DIST_PARTIAL)
         return loom_errf(err, "%s: sequence parallelism does not support region %s: its output is not a partial sum "
@@ -109,14 +43,17 @@ int sp_exit_region(plan *p, const module *m, const op *call, int out, loom_err *
     return plan_collective(p, STEP_REDUCE_SCATTER, call, m, out, v.width, ROWS_SHARD);
 }
 
+const region_kind region_sp = {.name = "sequence parallel", .is_region = sp_is_region, .enter = sp_enter,
+                               .exit = sp_exit};
+
 void sp_check_outside(plan *p, const module *m, const op *o) {
-    if (!p->o.sp || p->in_region) return;
+    if (!p->o.sp) return;
     if (o->kind == OP_ATTENTION)
-        sp_warn(p, "%s: `attention` outside a region may mix tokens, which sequence parallelism shards there", m->name);
+        plan_warn(p, "%s: `attention` outside a region may mix tokens, which sequence parallelism shards there", m->name);
     if (o->kind == OP_CUSTOM && o->custom.cls == LOOM_OP_TOKEN_MIXING)
-        sp_warn(p, "%s: `%s` may mix tokens, which sequence parallelism shards outside regions; outputs may be "
-                   "incorrect", m->name, o->custom.name);
+        plan_warn(p, "%s: `%s` may mix tokens, which sequence parallelism shards outside regions; outputs may be "
+                     "incorrect", m->name, o->custom.name);
     if (o->kind == OP_CUSTOM && o->custom.cls == LOOM_OP_OPAQUE)
-        sp_warn(p, "%s: could not verify `%s`: outside a region it sees only this rank's tokens", m->name,
-                o->custom.name);
+        plan_warn(p, "%s: could not verify `%s`: outside a region it sees only this rank's tokens", m->name,
+                  o->custom.name);
 }
