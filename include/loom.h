@@ -8,9 +8,31 @@
 #include <stdint.h>
 #include <stdio.h>
 
+/* The version of this header. CMakeLists.txt reads these three numbers for the project, the
+ * shared library's SONAME and the installed packages, so they are the only place it is written. */
+#define LOOM_VERSION_MAJOR 0
+#define LOOM_VERSION_MINOR 1
+#define LOOM_VERSION_PATCH 0
+#define LOOM_VERSION_STR_(x) #x
+#define LOOM_VERSION_XSTR_(x) LOOM_VERSION_STR_(x)
+#define LOOM_VERSION \
+    LOOM_VERSION_XSTR_(LOOM_VERSION_MAJOR) "." LOOM_VERSION_XSTR_(LOOM_VERSION_MINOR) "." LOOM_VERSION_XSTR_(LOOM_VERSION_PATCH)
+
+/* Marks the library's interface: it is compiled with hidden visibility, so libloom.so and
+ * libloom.a export these functions and nothing else. */
+#if defined(__GNUC__) || defined(__clang__)
+#define LOOM_API __attribute__((visibility("default")))
+#else
+#define LOOM_API
+#endif
+
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* The version of the library this program runs with (LOOM_VERSION as it was built), which can
+ * differ from the header's when the shared library was replaced. */
+LOOM_API const char *loom_version(void);
 
 /* One line describing the first error; filled by every call that can fail. */
 typedef struct loom_err {
@@ -33,8 +55,8 @@ typedef struct loom_model_options {
     bool load_tokenizer; /* read tokenizer.json (needed for text in/out) */
 } loom_model_options;
 
-loom_model *loom_model_load(const loom_model_options *o, loom_err *err);
-void loom_model_free(loom_model *m);
+LOOM_API loom_model *loom_model_load(const loom_model_options *o, loom_err *err);
+LOOM_API void loom_model_free(loom_model *m);
 
 typedef struct loom_model_info {
     const char *arch;
@@ -45,7 +67,7 @@ typedef struct loom_model_info {
     size_t n_params;
     size_t weight_bytes; /* as held in memory */
 } loom_model_info;
-void loom_model_get_info(const loom_model *m, loom_model_info *info);
+LOOM_API void loom_model_get_info(const loom_model *m, loom_model_info *info);
 
 /* The KV cache budget per rank unless asked: 4 GiB, as vLLM's CPU backend defaults to. */
 #define LOOM_KV_CACHE_BYTES_DEFAULT ((size_t)4 << 30)
@@ -80,8 +102,8 @@ typedef struct loom_engine_options {
  * read every weight of a stage once per microbatch, and a memory-bound pass costs its reads. */
 #define LOOM_PP_MICROBATCH_MIN_TOKENS 64
 
-loom_engine *loom_engine_new(loom_model *m, const loom_engine_options *o, loom_err *err);
-void loom_engine_free(loom_engine *e);
+LOOM_API loom_engine *loom_engine_new(loom_model *m, const loom_engine_options *o, loom_err *err);
+LOOM_API void loom_engine_free(loom_engine *e);
 
 /* One forward pass over a flattened batch: token i is ids[i] at position pos[i] of sequence
  * seq[i] (tokens of a sequence contiguous, in order; a sequence's positions continue from
@@ -93,7 +115,7 @@ typedef struct loom_batch {
     int n_logits;
     const int32_t *logit_rows;
 } loom_batch;
-int loom_forward(loom_engine *e, const loom_batch *b, const float **logits, loom_err *err);
+LOOM_API int loom_forward(loom_engine *e, const loom_batch *b, const float **logits, loom_err *err);
 
 /* Custom ops: a user's own layer inserted into a model's module tree, analysed by the planner
  * like a built-in op from the class it declares (what sequence parallelism needs to know:
@@ -121,11 +143,12 @@ typedef struct loom_custom_op {
 
 /* Applies op to the output of the module at `path` (e.g. "model.layers.0.mlp"), or to its first
  * input when at_input; call before building engines. Fails if no module has that path. */
-int loom_model_add_custom(loom_model *m, const char *path, bool at_input, const loom_custom_op *op, loom_err *err);
+LOOM_API int loom_model_add_custom(loom_model *m, const char *path, bool at_input, const loom_custom_op *op,
+                                   loom_err *err);
 
 /* Keeps plain collectives around every linear of the module at `path` under async TP (what a
  * quantized linear will need); `loom plan` reports them as not fused. */
-int loom_model_mark_unfusable(loom_model *m, const char *path, loom_err *err);
+LOOM_API int loom_model_mark_unfusable(loom_model *m, const char *path, loom_err *err);
 
 /* Ranks. loom_launch starts `tp` ranks and runs fn in each with its communicator:
  *  - "shm" (default): forks tp rank processes on this machine sharing a memory arena; the
@@ -151,20 +174,20 @@ typedef struct loom_launch_options {
     bool forward_signals; /* shm: SIGTERM and SIGINT to the launcher go to rank 0 (which then
                              stops the job itself, as `loom serve` drains) instead of ending it */
 } loom_launch_options;
-int loom_launch(const loom_launch_options *o, loom_rank_fn fn, void *arg, loom_err *err);
-int loom_comm_rank(const loom_comm *c);
-int loom_comm_size(const loom_comm *c);
+LOOM_API int loom_launch(const loom_launch_options *o, loom_rank_fn fn, void *arg, loom_err *err);
+LOOM_API int loom_comm_rank(const loom_comm *c);
+LOOM_API int loom_comm_size(const loom_comm *c);
 /* The slot_bytes an engine with these options needs on each of tp (* pp) ranks. */
-size_t loom_comm_slot_bytes(const loom_model *m, int tp, const loom_engine_options *o);
+LOOM_API size_t loom_comm_slot_bytes(const loom_model *m, int tp, const loom_engine_options *o);
 /* all[r * n + i] = rank r's mine[i], on every rank (small metadata, e.g. per-rank figures). */
-int loom_comm_all_gather(loom_comm *c, const float *mine, int n, float *all, loom_err *err);
+LOOM_API int loom_comm_all_gather(loom_comm *c, const float *mine, int n, float *all, loom_err *err);
 /* Checks that m can be sharded across tp ranks (and split into o's pipeline stages) with o's
  * sequence parallelism, before any weight is read. */
-int loom_check_sharding(const loom_model *m, int tp, const loom_engine_options *o, loom_err *err);
+LOOM_API int loom_check_sharding(const loom_model *m, int tp, const loom_engine_options *o, loom_err *err);
 
 /* Text */
-int loom_tokenize(const loom_model *m, const char *text, bool add_special, int32_t **ids, size_t *n,
-                  loom_err *err);
+LOOM_API int loom_tokenize(const loom_model *m, const char *text, bool add_special, int32_t **ids, size_t *n,
+                           loom_err *err);
 
 typedef struct loom_sampling {
     float temperature; /* 0: greedy */
@@ -186,50 +209,49 @@ typedef struct loom_gen_stats {
 
 /* Generates up to max_new tokens after prompt (sequence slot 0, starting empty), streaming
  * through cb. */
-int loom_generate(loom_engine *e, const int32_t *prompt, int n_prompt, int max_new,
-                  const loom_sampling *s, loom_token_cb cb, void *user, loom_gen_stats *stats,
-                  loom_err *err);
+LOOM_API int loom_generate(loom_engine *e, const int32_t *prompt, int n_prompt, int max_new, const loom_sampling *s,
+                           loom_token_cb cb, void *user, loom_gen_stats *stats, loom_err *err);
 
 /* Memory the engine holds for activations and for the KV cache, in bytes. */
-size_t loom_engine_activation_bytes(const loom_engine *e);
-size_t loom_engine_kv_bytes(const loom_engine *e);
+LOOM_API size_t loom_engine_activation_bytes(const loom_engine *e);
+LOOM_API size_t loom_engine_kv_bytes(const loom_engine *e);
 /* KV cache bytes one token of one sequence takes on this rank, over all layers (a latent cache:
  * one latent row per layer, else K and V of this rank's kv heads). */
-size_t loom_engine_kv_bytes_per_token(const loom_engine *e);
+LOOM_API size_t loom_engine_kv_bytes_per_token(const loom_engine *e);
 /* Weight bytes one decode step of one token streams on this rank: every linear (the LM head
  * included; the embedding table only gives a row) and, for mixtures, top_k of the experts. */
-size_t loom_engine_decode_bytes(const loom_engine *e);
+LOOM_API size_t loom_engine_decode_bytes(const loom_engine *e);
 
 /* Time this rank's engine spent in collectives and stage hand-overs so far. */
-double loom_engine_blocked_seconds(const loom_engine *e);
+LOOM_API double loom_engine_blocked_seconds(const loom_engine *e);
 /* Pipeline parallelism: this rank's stage (0 with one), and the share of its forward passes'
  * time it spent waiting for the other stages (the bubble) since loom_engine_set_profile. */
-int loom_engine_stage(const loom_engine *e);
-double loom_engine_pipeline_idle(const loom_engine *e);
+LOOM_API int loom_engine_stage(const loom_engine *e);
+LOOM_API double loom_engine_pipeline_idle(const loom_engine *e);
 
 /* Per-op-kind timing of forward passes (for benchmarks; off by default). */
-void loom_engine_set_profile(loom_engine *e, bool on);
-void loom_engine_print_profile(const loom_engine *e, FILE *f);
+LOOM_API void loom_engine_set_profile(loom_engine *e, bool on);
+LOOM_API void loom_engine_print_profile(const loom_engine *e, FILE *f);
 /* The experts' GEMM rate on this rank, and under expert parallelism the rows each rank received
  * in each MoE layer (the load imbalance) and the bytes between ranks, since the profile reset
  * (per_layer: a line per layer, else the summary). Every rank holds every rank's counts. */
-void loom_engine_print_experts(const loom_engine *e, FILE *f, bool per_layer);
+LOOM_API void loom_engine_print_experts(const loom_engine *e, FILE *f, bool per_layer);
 /* The experts' GEMMs on this rank since the profile reset: their time (with routing, under
  * TP-MoE), GFLOP and (token, expert) pairs computed; the pairs' spread over the ranks is the
  * expert load imbalance. */
-void loom_engine_expert_work(const loom_engine *e, double *seconds, double *gflop, long *pairs);
+LOOM_API void loom_engine_expert_work(const loom_engine *e, double *seconds, double *gflop, long *pairs);
 /* Under expert parallelism: rows `rank` of this stage received in this stage's MoE layer number
  * `layer` (0: its first) since the profile reset; -1 for a layer or rank it does not have. */
-long loom_engine_expert_rows(const loom_engine *e, int layer, int rank);
+LOOM_API long loom_engine_expert_rows(const loom_engine *e, int layer, int rank);
 
 /* Prints the module tree and rank 0's plan for tp ranks with o's parallelism (steps,
  * collectives, buffers; with sequence parallelism its regions, the safety verdicts and warnings;
  * with async TP what was fused; with pipeline stages each stage's layers, ranks and what
  * crosses each boundary) to f. */
-int loom_print_plan(loom_model *m, int tp, const loom_engine_options *o, FILE *f, loom_err *err);
+LOOM_API int loom_print_plan(loom_model *m, int tp, const loom_engine_options *o, FILE *f, loom_err *err);
 
 /* Forgets what sequence slot `seq` holds (its positions restart at 0). */
-void loom_engine_reset_seq(loom_engine *e, int seq);
+LOOM_API void loom_engine_reset_seq(loom_engine *e, int seq);
 
 /* The CPU and the variant of loom's kernels chosen for it at start-up: the best it runs, or the
  * one the LOOM_CPU environment variable names (generic, avx2, avx512 or neon). Fails when
@@ -240,12 +262,12 @@ typedef struct loom_cpu_info {
     const char *variant; /* in use */
     char runnable[128];  /* every variant this CPU runs, best first (filled even on failure) */
 } loom_cpu_info;
-int loom_cpu_get_info(loom_cpu_info *info, loom_err *err);
+LOOM_API int loom_cpu_get_info(loom_cpu_info *info, loom_err *err);
 /* y[m, n] = x[m, k] @ w[n, k]^T (contiguous rows) through the GEMM loom's linears run (oneDNN,
  * or OpenBLAS in a build without it), for `loom bench machine`. */
-void loom_gemm(int m, int n, int k, const float *x, const float *w, float *y);
+LOOM_API void loom_gemm(int m, int n, int k, const float *x, const float *w, float *y);
 /* The chosen variant's sum of squares of x[0..n): `loom bench machine` streams memory through it. */
-float loom_cpu_sum_squares(const float *x, int n);
+LOOM_API float loom_cpu_sum_squares(const float *x, int n);
 
 #ifdef __cplusplus
 }

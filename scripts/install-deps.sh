@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian packages loom builds and tests with. Idempotent; run as root (or with sudo).
 set -euo pipefail
-pkgs=(cmake gcc make pkg-config libopenblas-openmp-dev libdnnl-dev libpcre2-dev libcjson-dev libmicrohttpd-dev libopenmpi-dev openmpi-bin
+pkgs=(cmake gcc make pkg-config binutils libopenblas-openmp-dev libdnnl-dev libpcre2-dev libcjson-dev libmicrohttpd-dev libopenmpi-dev openmpi-bin
+      libunistring-dev
       python3 python3-venv)
 [ "${LOOM_WITH_FUZZ:-0}" = 1 ] && pkgs+=(clang libclang-rt-14-dev libomp-14-dev)
 # The aarch64 cross build (scripts/test-aarch64.sh): cross gcc, qemu, and the arm64 multiarch
