@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "cli.h"
+#include "util/alloc.h"
 
 static double now(void) {
     struct timespec t;
@@ -177,13 +178,18 @@ static int latency_rank(loom_comm *comm, void *arg) {
         eo.expert_parallel = o->modes[k].ep;
         if (o->n_modes > 1) eo.sp_min_tokens = 0; /* comparing modes: each runs as itself on every pass */
         runs[k].e = cli_rank_engine("bench", comm, j->m, &eo);
-        runs[k].lat = calloc(o->iters, sizeof *runs[k].lat);
-        rc = runs[k].e ? 0 : 1;
+        runs[k].lat = runs[k].e ? mem_zalloc((size_t)o->iters, sizeof *runs[k].lat, "the latencies", &err) : NULL;
+        rc = runs[k].lat ? 0 : 1;
     }
     loom_model_info info;
     loom_model_get_info(j->m, &info);
     int chunk = j->eo.max_tokens;
-    batch_bufs b = {malloc(chunk * 4), malloc(chunk * 4), malloc(chunk * 4), malloc(chunk * 4)};
+    batch_bufs b = {0};
+    if (!rc && (!(b.ids = mem_array((size_t)chunk, sizeof *b.ids, "a batch", &err)) ||
+                !(b.pos = mem_array((size_t)chunk, sizeof *b.pos, "a batch", &err)) ||
+                !(b.seq = mem_array((size_t)chunk, sizeof *b.seq, "a batch", &err)) ||
+                !(b.rows = mem_array((size_t)chunk, sizeof *b.rows, "a batch", &err))))
+        rc = 1;
     uint64_t rng = o->c.seed + 1;
     double t_start = 0;
     if (!rc && loom_comm_rank(comm) == 0) {
@@ -206,7 +212,8 @@ static int latency_rank(loom_comm *comm, void *arg) {
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     int n_ranks = loom_comm_size(comm);
-    rank_figures *all = malloc((size_t)n_ranks * o->n_modes * sizeof *all);
+    rank_figures *all = rc ? NULL : mem_array((size_t)n_ranks * o->n_modes, sizeof *all, "the ranks' figures", &err);
+    if (!all) rc = 1;
     for (int k = 0; k < o->n_modes && !rc; k++) {
         mode_run *r = &runs[k];
         double expert_s, expert_gflop;
@@ -318,8 +325,15 @@ static int bench_machine(int argc, char **argv) {
     if (threads) omp_set_num_threads(threads), openblas_set_num_threads(threads);
     if (cli_print_cpu("bench machine", stdout)) return 1;
     int M = 512, N = 2048, K = 2048;
-    float *a = aligned_alloc(64, (size_t)M * K * 4), *w = aligned_alloc(64, (size_t)N * K * 4),
-          *c = aligned_alloc(64, (size_t)M * N * 4);
+    loom_err err;
+    float *a = mem_aligned((size_t)M * K * 4, "the GEMM's input", &err);
+    float *w = a ? mem_aligned((size_t)N * K * 4, "the GEMM's weights", &err) : NULL;
+    float *c = w ? mem_aligned((size_t)M * N * 4, "the GEMM's output", &err) : NULL;
+    if (!c) {
+        free(a), free(w);
+        fprintf(stderr, "loom bench machine: %s\n", err.msg);
+        return 1;
+    }
     for (size_t i = 0; i < (size_t)M * K; i++) a[i] = (float)(i % 7) * 0.1f;
     for (size_t i = 0; i < (size_t)N * K; i++) w[i] = (float)(i % 5) * 0.1f;
     for (int lib = 0; lib < 2; lib++) {
@@ -336,7 +350,11 @@ static int bench_machine(int argc, char **argv) {
     }
     free(a), free(w), free(c);
     size_t n = (size_t)1 << 28; /* 1 GiB of floats */
-    float *buf = aligned_alloc(64, n * 4);
+    float *buf = mem_aligned(n * 4, "the memory read", &err);
+    if (!buf) {
+        fprintf(stderr, "loom bench machine: %s\n", err.msg);
+        return 1;
+    }
 #pragma omp parallel for
     for (size_t i = 0; i < n; i++) buf[i] = 1.0f;
     double best = 1e9;

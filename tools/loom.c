@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "util/alloc.h"
 
 static void usage(FILE *f) {
     fputs("usage: loom <command> [options]\n"
@@ -90,7 +91,7 @@ static int prompt_ids(loom_model *m, const run_opts *o, int32_t **ids, size_t *n
         snprintf(err->msg, sizeof err->msg, "the model has no bos_token_id to start from; give a prompt with -p");
         return -1;
     }
-    *ids = malloc(sizeof **ids);
+    if (!(*ids = mem_alloc(sizeof **ids, "the prompt", err))) return -1;
     (*ids)[0] = info.bos_id;
     *n = 1;
     return 0;

@@ -9,6 +9,7 @@
 #include "cli.h"
 #include "serve/serve.h"
 #include "serve/steps.h"
+#include "util/alloc.h"
 
 typedef struct serve_job {
     loom_model *m;
@@ -25,12 +26,13 @@ static int serve_rank(loom_comm *comm, void *arg) {
     return rc;
 }
 
-/* The folder a chat template would be found in: -m itself, or a config.json's folder. */
-static char *model_dir(const char *model) {
+/* The folder a chat template would be found in: -m itself, or a config.json's folder; NULL with
+ * err set when out of memory, or without when there is none. */
+static char *model_dir(const char *model, loom_err *err) {
     struct stat st;
     if (!model || stat(model, &st)) return NULL;
-    if (S_ISDIR(st.st_mode)) return strdup(model);
-    char *copy = strdup(model), *dir = strdup(dirname(copy));
+    if (S_ISDIR(st.st_mode)) return mem_strdup(model, "the model's folder", err);
+    char *copy = mem_strdup(model, "the model's path", err), *dir = copy ? mem_strdup(dirname(copy), "the model's folder", err) : NULL;
     free(copy);
     return dir;
 }
@@ -66,7 +68,12 @@ int cli_serve(int argc, char **argv) {
     }
     j.so.seed = c.seed;
     if (!j.so.served_name) j.so.served_name = c.model ? c.model : "stories260K";
-    char *dir = model_dir(c.model);
+    loom_err err = {{0}};
+    char *dir = model_dir(c.model, &err);
+    if (!dir && err.msg[0]) {
+        fprintf(stderr, "loom serve: %s\n", err.msg);
+        return 1;
+    }
     j.so.model_dir = dir;
     /* a folder without tokenizer.json still serves prompts given as token ids */
     char tok[4096];

@@ -9,6 +9,7 @@
 #include <sys/mman.h>
 
 #include "cli.h"
+#include "util/alloc.h"
 
 #define N_PROMPTS 4
 
@@ -40,7 +41,9 @@ static int verify_rank(loom_comm *comm, void *arg) {
     if (!e) return 1;
     int rc = 0, max = 0;
     for (int p = 0; p < N_PROMPTS; p++) max = j->n_prompt[p] > max ? j->n_prompt[p] : max;
-    int32_t *pos = malloc(max * sizeof *pos), *seq = calloc(max, sizeof *seq), tok;
+    int32_t *pos = mem_array((size_t)max, sizeof *pos, "the positions", &err), tok;
+    int32_t *seq = pos ? mem_zalloc((size_t)max, sizeof *seq, "the sequences", &err) : NULL;
+    if (!seq) rc = -1;
     for (int p = 0; p < N_PROMPTS && !rc; p++) {
         loom_engine_reset_seq(e, 0);
         const int32_t *ids = j->prompt[p];
@@ -113,7 +116,8 @@ static void print_table(const verify_job *j, const mode_result *r, int n_modes) 
     }
 }
 
-static int make_prompts(verify_job *j, const cli_common *c) {
+/* The prompts to compare on; -1 with e set when out of memory. */
+static int make_prompts(verify_job *j, const cli_common *c, loom_err *e) {
     loom_model_info info;
     loom_model_get_info(j->m, &info);
     uint64_t rng = c->seed + 7;
@@ -125,7 +129,7 @@ static int make_prompts(verify_job *j, const cli_common *c) {
             continue;
         }
         j->n_prompt[p] = 5 + 4 * p; /* no tokenizer: seeded ids, lengths that are not multiples of tp */
-        j->prompt[p] = malloc(j->n_prompt[p] * sizeof(int32_t));
+        if (!(j->prompt[p] = mem_array((size_t)j->n_prompt[p], sizeof(int32_t), "a prompt", e))) return -1;
         for (int i = 0; i < j->n_prompt[p]; i++) {
             rng = rng * 6364136223846793005ull + 1442695040888963407ull;
             j->prompt[p][i] = (int32_t)((rng >> 33) % (uint64_t)info.vocab);
@@ -157,7 +161,13 @@ int cli_verify(int argc, char **argv) {
     loom_model_info info;
     loom_model_get_info(m, &info);
     verify_job j = {.m = m, .vocab = info.vocab, .n_new = n_new};
-    make_prompts(&j, &c);
+    loom_err err;
+    if (make_prompts(&j, &c, &err)) {
+        fprintf(stderr, "loom verify: %s\n", err.msg);
+        for (int p = 0; p < N_PROMPTS; p++) free(j.prompt[p]);
+        loom_model_free(m);
+        return 1;
+    }
     int longest = 0;
     for (int p = 0; p < N_PROMPTS; p++) longest = j.n_prompt[p] > longest ? j.n_prompt[p] : longest;
     j.eo = (loom_engine_options){.max_seqs = 1, .max_tokens = longest, .threads = c.threads,
@@ -171,6 +181,14 @@ int cli_verify(int argc, char **argv) {
     for (int k = 0; k < N_MODES && !rc; k++) {
         r[k].logits = mmap(NULL, nl * sizeof(float), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
         r[k].ids = mmap(NULL, ni * sizeof(int32_t), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+        if (r[k].logits == MAP_FAILED || r[k].ids == MAP_FAILED) {
+            if (r[k].logits == MAP_FAILED) r[k].logits = NULL;
+            if (r[k].ids == MAP_FAILED) r[k].ids = NULL;
+            fprintf(stderr, "loom verify: cannot map %zu bytes for the %s results\n",
+                    nl * sizeof(float) + ni * sizeof(int32_t), r[k].name);
+            rc = 1;
+            break;
+        }
         j.logits = r[k].logits, j.ids = r[k].ids;
         cli_common mc = c;
         mc.tp = modes[k].tp, mc.sp = modes[k].sp, mc.async_tp = modes[k].async_tp, mc.isolate = true;

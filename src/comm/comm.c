@@ -8,22 +8,33 @@
 #include <string.h>
 
 #include "cpu/cpu.h"
+#include "util/alloc.h"
 #include "util/err.h"
 
-void comm_init(loom_comm *c, int rank, int size, const comm_backend *be, void *impl) {
-    memset(c, 0, sizeof *c);
+loom_comm *comm_new(int rank, int size, const comm_backend *be, void *impl, loom_err *err) {
+    if (!impl) return NULL;
+    loom_comm *c = mem_zalloc(1, sizeof *c, "a communicator", err);
+    if (!c) {
+        be->free(&(loom_comm){.be = be, .impl = impl});
+        return NULL;
+    }
     c->rank = rank;
     c->size = size;
     c->stage_size = c->world_size = size;
     c->deadline_scale = 1;
     c->be = be;
     c->impl = impl;
-    c->cols = calloc(size, sizeof *c->cols);
-    c->next = calloc(size, sizeof *c->next);
-    c->blocks = calloc(size, sizeof *c->blocks);
-    c->a2a = calloc((size_t)size * (size + 1), sizeof *c->a2a);
     c->phase = c->own_phase;
     snprintf(c->phase, sizeof c->own_phase, "start-up");
+    const char *what = "a communicator's tables";
+    if (!(c->cols = mem_zalloc((size_t)size, sizeof *c->cols, what, err)) ||
+        !(c->next = mem_zalloc((size_t)size, sizeof *c->next, what, err)) ||
+        !(c->blocks = mem_zalloc((size_t)size, sizeof *c->blocks, what, err)) ||
+        !(c->a2a = mem_zalloc((size_t)size * (size + 1), sizeof *c->a2a, what, err))) {
+        comm_free(c);
+        return NULL;
+    }
+    return c;
 }
 
 void comm_free(loom_comm *c) {
@@ -104,21 +115,18 @@ int comm_all_gather_rows(loom_comm *c, const float *in, size_t ldi, float *out, 
     return 0;
 }
 
-/* c->scratch with room for n floats. */
-static float *scratch(loom_comm *c, size_t n) {
-    if (n > c->scratch_cap) {
-        free(c->scratch);
-        c->scratch = malloc(n * sizeof *c->scratch);
-        c->scratch_cap = n;
-    }
-    return c->scratch;
+/* c->scratch with room for n floats (never NULL for n = 0: one more); NULL with err set when out
+ * of memory. */
+static float *scratch(loom_comm *c, size_t n, loom_err *err) {
+    return ARRAY_RESERVE(c->scratch, c->scratch_cap, n + 1, "a communicator's packing space", err) ? NULL : c->scratch;
 }
 
-/* Rows that are not contiguous travel packed, through c->scratch. */
-static const float *contiguous(loom_comm *c, const float *in, size_t ld, int rows, int cols) {
+/* Rows that are not contiguous travel packed, through c->scratch (NULL when out of memory). */
+static const float *contiguous(loom_comm *c, const float *in, size_t ld, int rows, int cols, loom_err *err) {
     if (ld == (size_t)cols || rows <= 1) return in;
-    comm_pack_rows(scratch(c, (size_t)rows * cols), in, ld, rows, cols);
-    return c->scratch;
+    float *packed = scratch(c, (size_t)rows * cols, err);
+    if (packed) comm_pack_rows(packed, in, ld, rows, cols);
+    return packed;
 }
 
 int comm_gather_rows_at(loom_comm *c, const float *in, size_t ldi, int block, const int32_t *want, int n_want,
@@ -127,7 +135,8 @@ int comm_gather_rows_at(loom_comm *c, const float *in, size_t ldi, int block, co
     /* each rank sends the wanted rows it owns, in the order wanted, as one flat row */
     for (int r = 0; r < c->size; r++) c->cols[r] = 0;
     for (int i = 0; i < n_want; i++) c->cols[want[i] / block] += cols;
-    float *mine = scratch(c, (size_t)n_want * cols);
+    float *mine = scratch(c, (size_t)n_want * cols, err);
+    if (!mine) return -1;
     int k = 0;
     for (int i = 0; i < n_want; i++)
         if (want[i] / block == c->rank) memcpy(mine + (size_t)k++ * cols, in + (size_t)(want[i] % block) * ldi, cols * sizeof *mine);
@@ -198,8 +207,8 @@ int comm_all_to_all_rows(loom_comm *c, const float *in, size_t ldi, const int *s
                          size_t ldo, int max_rows, int *recv_rows, loom_err *err) {
     double t0 = omp_get_wtime();
     if (a2a_counts(c, send_rows, cols, max_rows, err)) return -1;
-    in = contiguous(c, in, ldi, (int)comm_a2a_send_off(c, c->rank, c->size), cols);
-    if ((c->be->all_to_all ? c->be->all_to_all : a2a_exchange)(c, in, cols, out, ldo, err)) return -1;
+    in = contiguous(c, in, ldi, (int)comm_a2a_send_off(c, c->rank, c->size), cols, err);
+    if (!in || (c->be->all_to_all ? c->be->all_to_all : a2a_exchange)(c, in, cols, out, ldo, err)) return -1;
     for (int s = 0; s < c->size; s++) recv_rows[s] = comm_a2a_rows(c, s, c->rank);
     c->blocked_s += omp_get_wtime() - t0;
     return 0;
@@ -259,7 +268,12 @@ int comm_matmul_reduce_scatter(loom_comm *c, int rows, int cols, comm_partial_ge
 }
 
 int loom_comm_all_gather(loom_comm *c, const float *mine, int n, float *all, loom_err *err) {
-    int *col0 = malloc(c->size * sizeof *col0), *w = malloc(c->size * sizeof *w);
+    int *col0 = mem_array((size_t)c->size, sizeof *col0, "an all-gather's columns", err);
+    int *w = col0 ? mem_array((size_t)c->size, sizeof *w, "an all-gather's columns", err) : NULL;
+    if (!w) {
+        free(col0);
+        return -1;
+    }
     for (int r = 0; r < c->size; r++) col0[r] = r * n, w[r] = n;
     int rc = comm_all_gather_cols(c, mine, n, all, (size_t)n * c->size, 1, col0, w, err);
     free(col0);
@@ -337,7 +351,7 @@ static int check_peer(loom_comm *c, int peer, const char *what, loom_err *err) {
 int comm_send_rows(loom_comm *c, int dst, const float *in, size_t ld, int rows, int cols, loom_err *err) {
     if (check_peer(c, dst, "send to", err)) return -1;
     double t0 = omp_get_wtime();
-    in = contiguous(c, in, ld, rows, cols);
+    if (!(in = contiguous(c, in, ld, rows, cols, err))) return -1;
     c->deadline_scale = COMM_HANDOVER_WAIT;
     int rc = c->be->send(c, dst, in, (size_t)rows * cols, err);
     c->deadline_scale = 1;
@@ -350,8 +364,10 @@ int comm_recv_rows(loom_comm *c, int src, float *out, size_t ld, int rows, int c
     double t0 = omp_get_wtime();
     size_t n = (size_t)rows * cols;
     bool packed = ld != (size_t)cols && rows > 1;
+    float *into = packed ? scratch(c, n, err) : out;
+    if (!into) return -1;
     c->deadline_scale = COMM_HANDOVER_WAIT;
-    int rc = c->be->recv(c, src, packed ? scratch(c, n) : out, n, err);
+    int rc = c->be->recv(c, src, into, n, err);
     c->deadline_scale = 1;
     if (!rc && packed) comm_unpack_rows(out, ld, c->scratch, rows, cols);
     c->blocked_s += omp_get_wtime() - t0;
@@ -366,14 +382,8 @@ typedef struct local_state {
 
 static int local_exchange(loom_comm *c, const float *mine, size_t ld, int rows, const int *cols, const float **blocks,
                           loom_err *err) {
-    (void)err;
     local_state *s = c->impl;
-    size_t need = (size_t)rows * cols[0];
-    if (need > s->cap) {
-        free(s->buf);
-        s->buf = malloc(need * sizeof *s->buf);
-        s->cap = need;
-    }
+    if (ARRAY_RESERVE(s->buf, s->cap, (size_t)rows * cols[0], "an exchange's buffer", err)) return -1;
     comm_pack_rows(s->buf, mine, ld, rows, cols[0]);
     blocks[0] = s->buf;
     return 0;
@@ -404,10 +414,11 @@ static int local_matmul_reduce_scatter(loom_comm *c, int rows, int cols, comm_pa
     return 0;
 }
 
+static loom_comm *local_new(loom_err *err);
+
 static int local_split(loom_comm *c, int stage_size, loom_comm **stage, loom_err *err) {
-    (void)c, (void)stage_size, (void)err; /* comm_split_stages checked: one stage of one rank */
-    *stage = comm_local();
-    return 0;
+    (void)c, (void)stage_size; /* comm_split_stages checked: one stage of one rank */
+    return (*stage = local_new(err)) ? 0 : -1;
 }
 
 static const comm_backend local_backend = {"local",
@@ -422,8 +433,8 @@ static const comm_backend local_backend = {"local",
                                            NULL,
                                            NULL}; /* all_to_all: its own rows, through the exchange */
 
-loom_comm *comm_local(void) {
-    loom_comm *c = malloc(sizeof *c);
-    comm_init(c, 0, 1, &local_backend, calloc(1, sizeof(local_state)));
-    return c;
+static loom_comm *local_new(loom_err *err) {
+    return comm_new(0, 1, &local_backend, mem_zalloc(1, sizeof(local_state), "a communicator", err), err);
 }
+
+loom_comm *comm_local(void) { return local_new(NULL); }

@@ -96,9 +96,11 @@ static inline void comm_unpack_rows(float *dst, size_t ld, const float *src, int
     for (int i = 0; i < rows; i++) memcpy(dst + (size_t)i * ld, src + (size_t)i * cols, cols * sizeof *dst);
 }
 
-/* Fills the parts every backend shares; impl is the backend's state. */
-void comm_init(loom_comm *c, int rank, int size, const comm_backend *be, void *impl);
-/* Single-rank communicator (tp=1). */
+/* A communicator: the parts every backend shares, over impl, the backend's state, which it takes
+ * (be->free frees it, also when this fails). NULL with err set when out of memory, or when impl
+ * is NULL (its own allocation failed and said so). */
+loom_comm *comm_new(int rank, int size, const comm_backend *be, void *impl, loom_err *err);
+/* Single-rank communicator (tp=1); NULL when out of memory. */
 loom_comm *comm_local(void);
 void comm_free(loom_comm *c);
 void comm_set_phase(loom_comm *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

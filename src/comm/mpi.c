@@ -11,6 +11,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "util/alloc.h"
 #include "util/err.h"
 
 typedef struct mpi_state {
@@ -31,11 +32,12 @@ typedef struct mpi_state {
 #define FUSED_TAG 7                           /* + the chunk's index, up to COMM_MAX_CHUNKS - 1 */
 #define P2P_TAG (FUSED_TAG + COMM_MAX_CHUNKS) /* comm_send_rows' messages */
 
-static void *grow(void *p, size_t *cap, size_t need) {
-    if (need <= *cap) return p;
-    free(p);
-    *cap = need;
-    return malloc(need);
+/* Room for n floats in a message buffer (one more: MPI is never handed NULL); -1 with err set
+ * when out of memory. */
+static int buffer(loom_comm *c, float **buf, size_t *cap, size_t n, loom_err *err) {
+    if (!ARRAY_RESERVE(*buf, *cap, n + 1, "an MPI message buffer", err)) return 0;
+    char me[32];
+    return loom_err_prefix(err, "rank %s", comm_rank_name(c, c->rank, me, sizeof me));
 }
 
 /* Polls done(arg) until it is true, giving up at the deadline. It polls flat out for the first
@@ -83,8 +85,8 @@ static int mpi_exchange(loom_comm *c, const float *mine, size_t ld, int rows, co
         total += n;
     }
     int w = cols[c->rank];
-    s->send = grow(s->send, &s->send_cap, (size_t)rows * w * sizeof(float) + 4);
-    s->recv = grow(s->recv, &s->recv_cap, total * sizeof(float) + 4);
+    if (buffer(c, &s->send, &s->send_cap, (size_t)rows * w, err) || buffer(c, &s->recv, &s->recv_cap, total, err))
+        return -1;
     comm_pack_rows(s->send, mine, ld, rows, w);
     MPI_Request req;
     MPI_Iallgatherv(s->send, s->counts[c->rank], MPI_FLOAT, s->recv, s->counts, s->displs, MPI_FLOAT, s->comm, &req);
@@ -141,8 +143,7 @@ static int mpi_all_gather_matmul(loom_comm *c, const float *shard, size_t lds, i
     int N = c->size;
     size_t n = (size_t)rows * cols;
     chunking k = chunks_of(c, rows, cols);
-    s->send = grow(s->send, &s->send_cap, n * sizeof(float) + 4);
-    s->recv = grow(s->recv, &s->recv_cap, n * N * sizeof(float) + 4);
+    if (buffer(c, &s->send, &s->send_cap, n, err) || buffer(c, &s->recv, &s->recv_cap, n * N, err)) return -1;
     comm_pack_rows(s->send, shard, lds, rows, cols);
     post_recvs(c, &k, s->recv);
     for (int r = 0; r < N; r++)
@@ -165,8 +166,7 @@ static int mpi_matmul_reduce_scatter(loom_comm *c, int rows, int cols, comm_part
     int N = c->size;
     size_t n = (size_t)rows * cols;
     chunking k = chunks_of(c, rows, cols);
-    s->send = grow(s->send, &s->send_cap, n * N * sizeof(float) + 4);
-    s->recv = grow(s->recv, &s->recv_cap, n * N * sizeof(float) + 4);
+    if (buffer(c, &s->send, &s->send_cap, n * N, err) || buffer(c, &s->recv, &s->recv_cap, n * N, err)) return -1;
     post_recvs(c, &k, s->recv);
     for (int step = 1; step <= N; step++) { /* the next peer's block first, the own one last */
         int dst = (c->rank + step) % N;
@@ -199,7 +199,8 @@ static int mpi_all_to_all(loom_comm *c, const float *in, int cols, float *out, s
     }
     size_t rows = comm_a2a_recv_off(c, N, c->rank);
     bool direct = ldo == (size_t)cols;
-    float *recv = direct ? out : (s->recv = grow(s->recv, &s->recv_cap, rows * cols * sizeof(float) + 4));
+    if (!direct && buffer(c, &s->recv, &s->recv_cap, rows * cols, err)) return -1;
+    float *recv = direct ? out : s->recv;
     MPI_Request req;
     MPI_Ialltoallv(in, sc, sd, MPI_FLOAT, recv, rc, rd, MPI_FLOAT, s->comm, &req);
     if (wait_for(c, &req, "all-to-all", -1, err)) return -1;
@@ -223,7 +224,7 @@ static int mpi_send(loom_comm *c, int dst, const float *data, size_t n, loom_err
                          comm_rank_name(c, c->rank, me, sizeof me), n);
     unsigned i = s->msgs++ & 1;
     if (wait_for(c, &s->msg_req[i], "send", s->msg_dst[i], err)) return -1;
-    s->msg[i] = grow(s->msg[i], &s->msg_cap[i], n * sizeof(float) + 4);
+    if (buffer(c, &s->msg[i], &s->msg_cap[i], n, err)) return -1;
     if (n) memcpy(s->msg[i], data, n * sizeof *data);
     s->msg_dst[i] = dst;
     MPI_Isend(s->msg[i], (int)n, MPI_FLOAT, dst, P2P_TAG, s->comm, &s->msg_req[i]);
@@ -264,15 +265,23 @@ static int mpi_recv(loom_comm *c, int src, float *data, size_t n, loom_err *err)
     return wait_for(c, &req, "receive", src, err);
 }
 
-static mpi_state *state_new(MPI_Comm comm, int size, double timeout_s) {
-    mpi_state *s = calloc(1, sizeof *s);
-    s->comm = comm;
-    s->timeout_s = timeout_s;
-    s->counts = calloc(2 * (size_t)size, sizeof *s->counts);
-    s->displs = calloc(2 * (size_t)size, sizeof *s->displs);
-    s->reqs = calloc(2 * (size_t)size * COMM_MAX_CHUNKS, sizeof *s->reqs);
-    s->msg_req[0] = s->msg_req[1] = MPI_REQUEST_NULL;
-    return s;
+/* The state over comm (taken: freed on failure); NULL with err set when out of memory. */
+static mpi_state *state_new(MPI_Comm comm, int size, double timeout_s, loom_err *err) {
+    const char *what = "an MPI communicator's tables";
+    mpi_state *s = mem_zalloc(1, sizeof *s, what, err);
+    if (s) {
+        s->comm = comm;
+        s->timeout_s = timeout_s;
+        s->msg_req[0] = s->msg_req[1] = MPI_REQUEST_NULL;
+    }
+    if (s && (s->counts = mem_zalloc(2 * (size_t)size, sizeof *s->counts, what, err)) &&
+        (s->displs = mem_zalloc(2 * (size_t)size, sizeof *s->displs, what, err)) &&
+        (s->reqs = mem_zalloc(2 * (size_t)size * COMM_MAX_CHUNKS, sizeof *s->reqs, what, err)))
+        return s;
+    if (comm != MPI_COMM_WORLD) MPI_Comm_free(&comm);
+    if (s) free(s->counts), free(s->displs);
+    free(s);
+    return NULL;
 }
 
 static int mpi_split(loom_comm *c, int stage_size, loom_comm **stage, loom_err *err);
@@ -306,9 +315,8 @@ static int mpi_split(loom_comm *c, int stage_size, loom_comm **stage, loom_err *
     if (mpi_barrier(c, err)) return -1;
     MPI_Comm comm;
     MPI_Comm_split(s->comm, c->rank / stage_size, c->rank, &comm);
-    *stage = malloc(sizeof **stage);
-    comm_init(*stage, c->rank % stage_size, stage_size, &mpi_backend, state_new(comm, stage_size, s->timeout_s));
-    return 0;
+    *stage = comm_new(c->rank % stage_size, stage_size, &mpi_backend, state_new(comm, stage_size, s->timeout_s, err), err);
+    return *stage ? 0 : -1;
 }
 
 int comm_mpi_run(int tp, int pp, double timeout_s, bool progress_thread, loom_rank_fn fn, void *arg, loom_err *err) {
@@ -341,8 +349,13 @@ int comm_mpi_run(int tp, int pp, double timeout_s, bool progress_thread, loom_ra
         return 2;
     }
     if (rank != 0 && !freopen("/dev/null", "w", stdout)) MPI_Abort(MPI_COMM_WORLD, 1);
-    loom_comm *c = malloc(sizeof *c);
-    comm_init(c, rank, size, &mpi_backend, state_new(MPI_COMM_WORLD, size, timeout_s));
+    loom_err why; /* as a rank's failure below: the other ranks are already running */
+    loom_comm *c = comm_new(rank, size, &mpi_backend, state_new(MPI_COMM_WORLD, size, timeout_s, &why), &why);
+    if (!c) {
+        fprintf(stderr, "loom: rank %d: %s; aborting the MPI job\n", rank, why.msg);
+        MPI_Abort(MPI_COMM_WORLD, 1);
+        return 1;
+    }
     c->stage_size = tp;
     int rc = fn(c, arg);
     fflush(stdout);

@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "cpu/cpu.h"
+#include "util/alloc.h"
 #include "util/err.h"
 
 #define MAX_RANKS 64
@@ -358,15 +359,15 @@ static const comm_backend shm_backend = {"shm",     1,        shm_exchange, shm_
                                           shm_free,  shm_all_gather_matmul,  shm_matmul_reduce_scatter,
                                           shm_split, shm_send,  shm_recv,     NULL};
 
-/* Rank `rank` of group g's communicator of `size` ranks. */
-static loom_comm *group_comm(shm_arena *a, int g, int rank, int size) {
-    loom_comm *c = malloc(sizeof *c);
-    shm_state *s = calloc(1, sizeof *s);
-    s->a = a;
-    s->group = g;
-    s->slots = a->slots + group_offset(a, g);
-    comm_init(c, rank, size, &shm_backend, s);
-    return c;
+/* Rank `rank` of group g's communicator of `size` ranks; NULL with err set when out of memory. */
+static loom_comm *group_comm(shm_arena *a, int g, int rank, int size, loom_err *err) {
+    shm_state *s = mem_zalloc(1, sizeof *s, "a communicator", err);
+    if (s) {
+        s->a = a;
+        s->group = g;
+        s->slots = a->slots + group_offset(a, g);
+    }
+    return comm_new(rank, size, &shm_backend, s, err);
 }
 
 /* The stage communicator is a view over the arena: the stage's group. */
@@ -378,12 +379,13 @@ static int shm_split(loom_comm *c, int stage_size, loom_comm **stage, loom_err *
                          comm_rank_name(c, c->rank, me, sizeof me), stage_size, n_stages(a), n_stages(a) > 1 ? "s" : "",
                          a->stage_size);
     }
-    *stage = group_comm(a, 1 + c->rank / stage_size, c->rank % stage_size, stage_size);
-    return 0;
+    *stage = group_comm(a, 1 + c->rank / stage_size, c->rank % stage_size, stage_size, err);
+    return *stage ? 0 : -1;
 }
 
 loom_comm *comm_shm(shm_arena *a, int rank) {
-    loom_comm *c = group_comm(a, 0, rank, a->size);
+    loom_comm *c = group_comm(a, 0, rank, a->size, NULL);
+    if (!c) return NULL;
     c->stage_size = a->stage_size;
     c->phase = a->ranks[rank].phase;
     return c;

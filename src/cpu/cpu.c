@@ -80,13 +80,20 @@ int cpu_init(loom_err *err) {
     return -1;
 }
 
+static pthread_once_t warn_once = PTHREAD_ONCE_INIT;
+
+static void warn_fallback(void) { fprintf(stderr, "loom: %s; running the generic kernels\n", choose_err.msg); }
+
+/* A kernel cannot fail, and a library must not end its process, so a failed choice (an unusable
+ * LOOM_CPU) is not fatal here: the generic variant, which every CPU runs, takes its place after
+ * one warning. It is not recorded as the choice: cpu_init keeps reporting the failure, and
+ * loom_model_load and loom_cpu_get_info, which call it first, refuse to go on, so only a caller
+ * that skipped them ever runs on the fallback. */
 const cpu_kernels *cpu(void) {
-    loom_err err;
-    if (cpu_init(&err)) {
-        fprintf(stderr, "loom: %s\n", err.msg);
-        exit(2);
-    }
-    return chosen;
+    pthread_once(&once, choose);
+    if (chosen) return chosen;
+    pthread_once(&warn_once, warn_fallback);
+    return &cpu_generic;
 }
 
 /* "model name" on x86, with the family and model numbers (a virtual machine may report only a

@@ -37,8 +37,9 @@ typedef struct cpu_kernels {
     float (*exp_sum)(float *s, int n, float max);
 } cpu_kernels;
 
-/* The variant in use; chosen on first use if cpu_init was not called (an unusable LOOM_CPU is
- * then fatal, since a kernel has no error path). */
+/* The variant in use; chosen on first use if cpu_init was not called. Never fails: when the
+ * choice failed (an unusable LOOM_CPU, which cpu_init reports) it warns once on stderr and
+ * returns the generic variant. */
 const cpu_kernels *cpu(void);
 /* Chooses the variant: the best this CPU runs, or LOOM_CPU's if it names one the CPU runs. */
 int cpu_init(loom_err *err);

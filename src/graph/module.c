@@ -6,6 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "util/alloc.h"
+#include "util/err.h"
+
 static const char *kind_names[OP_KIND_COUNT] = {
     "embed", "linear", "split", "rms_norm", "rope", "attention",
     "silu_mul", "add", "scale", "logit_rows", "call", "custom", "moe", "sigmoid_gate",
@@ -15,7 +18,8 @@ const char *op_kind_name(op_kind k) { return kind_names[k]; }
 const char *op_name(const op *o) { return o->kind == OP_CUSTOM ? o->custom.name : kind_names[o->kind]; }
 
 module *module_new(const char *kind, const char *fmt, ...) {
-    module *m = calloc(1, sizeof *m);
+    module *m = mem_zalloc(1, sizeof *m, "a module", NULL);
+    if (!m) return NULL;
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(m->name, sizeof m->name, fmt, ap);
@@ -38,50 +42,79 @@ void module_free(module *m) {
     free(m);
 }
 
-static int new_value(module *m, const char *name) {
-    if (m->n_values == m->cap_values) {
-        m->cap_values = m->cap_values ? 2 * m->cap_values : 8;
-        m->value_names = realloc(m->value_names, m->cap_values * sizeof *m->value_names);
+int module_check(const module *root, loom_err *err) {
+    if (!root) return loom_errf(err, "cannot allocate %zu bytes for the model's root module", sizeof *root);
+    if (root->failed) {
+        if (err) *err = root->why;
+        return -1;
     }
-    m->value_names[m->n_values] = strdup(name);
+    for (int i = 0; i < root->n_ops; i++)
+        if (root->ops[i].kind == OP_CALL && module_check(root->ops[i].child, err)) return -1;
+    return 0;
+}
+
+/* Where an allocation for m reports: m's record of its first failure. */
+static loom_err *why(module *m) { return m->failed ? NULL : &m->why; }
+
+/* Marks m failed (its message already set); returns -1 for the emitters to pass on. */
+static int failed(module *m) {
+    m->failed = true;
+    return -1;
+}
+
+static int new_value(module *m, const char *name) {
+    char *copy = mem_strdup(name, "a value's name", why(m));
+    if (!copy || ARRAY_RESERVE(m->value_names, m->cap_values, (size_t)m->n_values + 1, "a module's values", why(m))) {
+        free(copy);
+        return failed(m);
+    }
+    m->value_names[m->n_values] = copy;
     return m->n_values++;
 }
 
 int module_input(module *m, const char *name) {
-    m->n_inputs++;
-    return new_value(m, name);
+    int v = m ? new_value(m, name) : -1;
+    if (v >= 0) m->n_inputs++;
+    return v;
 }
 
-void module_output(module *m, int value) { m->outputs[m->n_outputs++] = value; }
+void module_output(module *m, int value) {
+    if (m) m->outputs[m->n_outputs++] = value;
+}
 
+/* The op appended to m, or NULL (m marked failed) when out of memory. */
 static op *new_op(module *m, op_kind kind, int n_in, const int *in, const char *out_name) {
-    if (m->n_ops == m->cap_ops) {
-        m->cap_ops = m->cap_ops ? 2 * m->cap_ops : 8;
-        m->ops = realloc(m->ops, m->cap_ops * sizeof *m->ops);
+    if (!m) return NULL;
+    if (ARRAY_RESERVE(m->ops, m->cap_ops, (size_t)m->n_ops + 1, "a module's ops", why(m))) {
+        failed(m);
+        return NULL;
     }
+    int out = new_value(m, out_name);
+    if (out < 0) return NULL;
     op *o = &m->ops[m->n_ops++];
     memset(o, 0, sizeof *o);
     o->kind = kind;
     o->n_in = n_in;
     if (n_in) memcpy(o->in, in, n_in * sizeof *in);
     o->n_out = 1;
-    o->out[0] = new_value(m, out_name);
+    o->out[0] = out;
     return o;
 }
 
-static linear_desc *copy_lin(const linear_desc *l) {
-    linear_desc *c = malloc(sizeof *c);
-    *c = *l;
-    return c;
+/* Gives o (of m) its own copy of l; returns o's value, or -1 when out of memory. */
+static int attach_lin(module *m, op *o, const linear_desc *l) {
+    if (!(o->lin = mem_alloc(sizeof *o->lin, "a linear's description", why(m)))) return failed(m);
+    *o->lin = *l;
+    return o->out[0];
 }
 
 int emit_embed(module *m, const char *table, int vocab, int hidden) {
     op *o = new_op(m, OP_EMBED, 0, NULL, "embeds");
+    if (!o) return -1;
     linear_desc l = {.in = hidden, .n_parts = 1, .style = PAR_VOCAB};
     snprintf(l.parts[0].weight, sizeof l.parts[0].weight, "%s", table);
     l.parts[0].out = vocab;
-    o->lin = copy_lin(&l);
-    return o->out[0];
+    return attach_lin(m, o, &l);
 }
 
 int linear_part_name(const linear_part *p, const char **start) {
@@ -98,18 +131,19 @@ int emit_linear(module *m, int in, const linear_desc *lin) {
     int len = linear_part_name(&lin->parts[0], &start);
     snprintf(name, sizeof name, "%.*s%s", len, start, lin->n_parts > 1 ? "+" : "");
     op *o = new_op(m, OP_LINEAR, 1, &in, name);
-    o->lin = copy_lin(lin);
-    return o->out[0];
+    return o ? attach_lin(m, o, lin) : -1;
 }
 
 int emit_split(module *m, int fused, int part, const char *name) {
     op *o = new_op(m, OP_SPLIT, 1, &fused, name);
+    if (!o) return -1;
     o->part = part;
     return o->out[0];
 }
 
 int emit_rms_norm(module *m, int in, const char *weight, float eps, int group, const char *name) {
     op *o = new_op(m, OP_RMS_NORM, 1, &in, name);
+    if (!o) return -1;
     snprintf(o->weight, sizeof o->weight, "%s", weight);
     o->eps = eps;
     o->group = group;
@@ -118,6 +152,7 @@ int emit_rms_norm(module *m, int in, const char *weight, float eps, int group, c
 
 int emit_rms_norm_across(module *m, int in, const char *weight, float eps, int features, const char *name) {
     int v = emit_rms_norm(m, in, weight, eps, 0, name);
+    if (v < 0) return -1;
     m->ops[m->n_ops - 1].across_ranks = true;
     m->ops[m->n_ops - 1].features = features;
     return v;
@@ -125,60 +160,84 @@ int emit_rms_norm_across(module *m, int in, const char *weight, float eps, int f
 
 int emit_rope(module *m, int in, const rope_desc *r, const char *name) {
     op *o = new_op(m, OP_ROPE, 1, &in, name);
+    if (!o) return -1;
     o->rope = *r;
     return o->out[0];
 }
 
 int emit_attention(module *m, int q, int k, int v, const attn_desc *a) {
     op *o = new_op(m, OP_ATTENTION, 3, (int[]){q, k, v}, "attn");
+    if (!o) return -1;
     o->attn = *a;
     return o->out[0];
 }
 
 int emit_mla_attention(module *m, int q, int kv_c, int k_pe, const attn_desc *a, const linear_desc *kv_b) {
     int v = emit_attention(m, q, kv_c, k_pe, a);
-    m->ops[m->n_ops - 1].lin = copy_lin(kv_b);
-    return v;
+    return v < 0 ? -1 : attach_lin(m, &m->ops[m->n_ops - 1], kv_b);
 }
 
 int emit_silu_mul(module *m, int gate, int up) {
-    return new_op(m, OP_SILU_MUL, 2, (int[]){gate, up}, "act")->out[0];
+    op *o = new_op(m, OP_SILU_MUL, 2, (int[]){gate, up}, "act");
+    return o ? o->out[0] : -1;
 }
 
 int emit_add(module *m, int a, int b, const char *name) {
-    return new_op(m, OP_ADD, 2, (int[]){a, b}, name)->out[0];
+    op *o = new_op(m, OP_ADD, 2, (int[]){a, b}, name);
+    return o ? o->out[0] : -1;
 }
 
 int emit_scale(module *m, int in, float s, const char *name) {
     op *o = new_op(m, OP_SCALE, 1, &in, name);
+    if (!o) return -1;
     o->scalar = s;
     return o->out[0];
 }
 
-int emit_logit_rows(module *m, int in) { return new_op(m, OP_LOGIT_ROWS, 1, &in, "last")->out[0]; }
+int emit_logit_rows(module *m, int in) {
+    op *o = new_op(m, OP_LOGIT_ROWS, 1, &in, "last");
+    return o ? o->out[0] : -1;
+}
 
 int emit_moe(module *m, int x, int router_logits, const moe_desc *d) {
     op *o = new_op(m, OP_MOE, 2, (int[]){x, router_logits}, "experts");
-    o->moe = malloc(sizeof *o->moe);
+    if (!o) return -1;
+    if (!(o->moe = mem_alloc(sizeof *o->moe, "an MoE description", why(m)))) return failed(m);
     *o->moe = *d;
     return o->out[0];
 }
 
 int emit_sigmoid_gate(module *m, int in, int gate, const char *name) {
-    return new_op(m, OP_SIGMOID_GATE, 2, (int[]){in, gate}, name)->out[0];
+    op *o = new_op(m, OP_SIGMOID_GATE, 2, (int[]){in, gate}, name);
+    return o ? o->out[0] : -1;
 }
 
 int emit_call(module *m, module *child, const int *ins, int n_in, const char *name) {
+    if (!m || !child) { /* module_new's only failure */
+        if (m && !m->failed) loom_errf(&m->why, "cannot allocate %zu bytes for the module called as %s", sizeof *m, name);
+        if (m) failed(m);
+        module_free(child);
+        return -1;
+    }
     op *o = new_op(m, OP_CALL, n_in, ins, name);
+    if (!o) {
+        module_free(child);
+        return -1;
+    }
     o->child = child;
     return o->out[0];
 }
 
-void module_add_custom(module *m, bool at_input, const loom_custom_op *c) {
+int module_add_custom(module *m, bool at_input, const loom_custom_op *c) {
     int src = at_input ? 0 : m->outputs[0];
-    op *o = new_op(m, OP_CUSTOM, 1, &src, c->name);
+    char *name = mem_strdup(c->name, "a custom op's name", why(m));
+    op *o = name ? new_op(m, OP_CUSTOM, 1, &src, c->name) : NULL;
+    if (!o) {
+        free(name);
+        return failed(m);
+    }
     o->custom = *c;
-    o->custom.name = strdup(c->name);
+    o->custom.name = name;
     int v = o->out[0];
     if (at_input) { /* move the op first; every earlier reader of the input now reads v */
         op added = *o;
@@ -192,6 +251,7 @@ void module_add_custom(module *m, bool at_input, const loom_custom_op *c) {
     } else {
         m->outputs[0] = v;
     }
+    return 0;
 }
 
 module *module_find(module *root, const char *path) {

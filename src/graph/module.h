@@ -124,20 +124,31 @@ struct module {
     char name[96]; /* HF-style path: "model.layers.3.mlp" */
     char kind[24]; /* "model", "decoder_layer", "attention", "mlp", ... */
     int n_inputs;  /* values 0..n_inputs-1 are the inputs */
-    int n_values, cap_values;
+    int n_values;
+    size_t cap_values;
     char **value_names;
-    int n_ops, cap_ops;
+    int n_ops;
+    size_t cap_ops;
     op *ops;
     int n_outputs;
     int outputs[4];
+    bool failed; /* an allocation failed while building it: `why` says which (module_check) */
+    loom_err why;
 };
 
+/* Building never stops on an allocation failure: module_new returns NULL, and an emitter that
+ * cannot allocate marks its module failed and returns -1. Every emitter accepts a NULL module
+ * and -1 ids (and emit_call a NULL child), so a builder runs to its end unchecked, and whoever
+ * takes the tree asks module_check once, then frees a failed tree whole. */
 module *module_new(const char *kind, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void module_free(module *m); /* frees children reached through OP_CALL too */
+/* 0, or -1 with err set to the first allocation failure recorded in the tree (a NULL tree is
+ * one: its root could not be allocated). */
+int module_check(const module *root, loom_err *err);
 int module_input(module *m, const char *name);
 void module_output(module *m, int value);
 
-/* Op emitters: each returns the id of the value it defines. */
+/* Op emitters: each returns the id of the value it defines (-1 when out of memory). */
 int emit_embed(module *m, const char *table, int vocab, int hidden);
 int emit_linear(module *m, int in, const linear_desc *lin);
 int emit_split(module *m, int fused, int part, const char *name);
@@ -159,8 +170,9 @@ int emit_sigmoid_gate(module *m, int in, int gate, const char *name);
 int emit_call(module *m, module *child, const int *ins, int n_in, const char *name);
 
 /* Inserts a custom op on the module's output (or first input): later ops and the module's
- * outputs read the custom op's result instead. */
-void module_add_custom(module *m, bool at_input, const loom_custom_op *c);
+ * outputs read the custom op's result instead. Returns 0, or -1 when out of memory: the tree is
+ * then unchanged and the module marked failed (module_check says why). */
+int module_add_custom(module *m, bool at_input, const loom_custom_op *c);
 /* The module at `path` in the tree, or NULL. */
 module *module_find(module *root, const char *path);
 

@@ -14,6 +14,7 @@
 
 #include "cpu/cpu.h"
 #include "kernels/kernels.h"
+#include "util/alloc.h"
 
 #define QB 16 /* queries per task */
 #define KB 64 /* keys per block */
@@ -23,16 +24,25 @@ typedef struct scratch {
     size_t cap_rows, cap_dim;
 } scratch;
 
+/* This thread's scratch for rows x dim, or NULL when it cannot be allocated (recorded: kernels.h). */
 static scratch *thread_scratch(size_t rows, size_t dim) {
     static _Thread_local scratch sc;
     if (rows > sc.cap_rows || dim > sc.cap_dim) {
         free(sc.s), free(sc.acc), free(sc.m), free(sc.l);
-        sc.cap_rows = rows > sc.cap_rows ? rows : sc.cap_rows;
-        sc.cap_dim = dim > sc.cap_dim ? dim : sc.cap_dim;
-        sc.acc = malloc(sc.cap_rows * sc.cap_dim * sizeof(float));
-        sc.s = malloc(sc.cap_rows * KB * sizeof(float));
-        sc.m = malloc(sc.cap_rows * sizeof(float));
-        sc.l = malloc(sc.cap_rows * sizeof(float));
+        size_t cap_rows = rows > sc.cap_rows ? rows : sc.cap_rows, cap_dim = dim > sc.cap_dim ? dim : sc.cap_dim;
+        loom_err why;
+        sc = (scratch){0};
+        if (!(sc.acc = mem_array(cap_rows * cap_dim, sizeof(float), "attention's scratch", &why)) ||
+            !(sc.s = mem_array(cap_rows * KB, sizeof(float), "attention's scratch", &why)) ||
+            !(sc.m = mem_array(cap_rows, sizeof(float), "attention's scratch", &why)) ||
+            !(sc.l = mem_array(cap_rows, sizeof(float), "attention's scratch", &why))) {
+            free(sc.s), free(sc.acc), free(sc.m), free(sc.l);
+            sc = (scratch){0};
+            kernel_scratch_failed(&why);
+            return NULL;
+        }
+        sc.cap_rows = cap_rows;
+        sc.cap_dim = cap_dim;
     }
     return &sc;
 }
@@ -51,6 +61,7 @@ void attend(const attend_task *t) {
     int rows = t->rows, g = t->g, dq = t->qk_dim, dv = t->v_dim;
     const cpu_kernels *k = cpu();
     scratch *sc = thread_scratch((size_t)rows, dv);
+    if (!sc) return;
     for (int r = 0; r < rows; r++) sc->m[r] = -FLT_MAX, sc->l[r] = 0;
     memset(sc->acc, 0, (size_t)rows * dv * sizeof(float));
     int last = t->p0 + rows / g - 1, first = t->window ? t->p0 - t->window + 1 : 0;
@@ -87,6 +98,7 @@ static void attend_block(const attn_shape *s, const kv_layer *c, const float *q,
     static _Thread_local fbuf stacked_rows;
     int hd = s->head_dim, g = s->n_heads / s->n_kv_heads;
     float *stacked = fbuf_get(&stacked_rows, (size_t)nq * g * hd);
+    if (!stacked) return;
     for (int i = 0; i < nq; i++)
         memcpy(stacked + (size_t)i * g * hd, q + (size_t)(r0 + i) * ldq + (size_t)kvh * g * hd,
                (size_t)g * hd * sizeof(float));

@@ -9,19 +9,24 @@
 
 /* A float buffer grown once, 64-byte aligned: kept per thread (_Thread_local) by the kernels
  * that need scratch, so steady-state calls allocate nothing. The worker threads of a parallel
- * loop have their own, empty, thread-locals: callers hand the pointer to them. */
+ * loop have their own, empty, thread-locals: callers hand the pointer to them.
+ *
+ * Kernels have no error path: the executor runs them as steps that cannot fail, and a kernel
+ * inside a parallel loop could not return one anyway. So scratch that cannot be allocated is
+ * recorded instead of fatal (scratch.c): fbuf_get returns NULL and records why, the kernel skips
+ * its work (its output keeps whatever it held), and kernel_scratch_check, which the executor
+ * calls after its steps, turns the record into the pass's error. Nothing dereferences NULL and
+ * nothing exits; the pass that lost a kernel's work reports it instead of returning its logits. */
 typedef struct fbuf {
     float *p;
     size_t cap;
 } fbuf;
-static inline float *fbuf_get(fbuf *b, size_t floats) {
-    if (floats > b->cap) {
-        free(b->p);
-        b->p = aligned_alloc(64, (floats * sizeof *b->p + 63) / 64 * 64);
-        b->cap = floats;
-    }
-    return b->p;
-}
+/* The buffer, grown to hold `floats`; NULL (recorded) when it cannot be. */
+float *fbuf_get(fbuf *b, size_t floats);
+/* Records a kernel's failed allocation (the first since the last check is kept). */
+void kernel_scratch_failed(const loom_err *why);
+/* 0, or -1 with err set (and the record cleared) when a kernel lost its scratch since the last call. */
+int kernel_scratch_check(loom_err *err);
 
 /* y[m, n] = x[m, k] @ w[n, k]^T, row-major with leading dimensions (gemm.c). */
 void gemm_f32(int m, int n, int k, const float *x, size_t ldx, const float *w, size_t ldw, float *y, size_t ldy);
@@ -36,8 +41,9 @@ void linear(const float *x, size_t ldx, int m, int pass_rows, const wmat *w, con
 void linear_chunked(const float *x, size_t ldx, int m, int chunk, int pass_rows, const wmat *w, const float *bias,
                     float *y, size_t ldy);
 
-/* t[w.cols, w.rows] = W^T in f32, whatever W's format. */
-void linear_transpose(const wmat *w, float *t);
+/* t[w.cols, w.rows] = W^T in f32, whatever W's format. -1 when t is NULL (its allocation failed)
+ * or the identity it multiplies by cannot be allocated (recorded: kernel_scratch_check). */
+int linear_transpose(const wmat *w, float *t);
 
 /* out = x / sqrt(mean(x^2) + eps) * weight, over each `group` columns of `cols` (group = cols
  * for a whole-row norm); weight has `group` entries. */

@@ -10,6 +10,7 @@
 #include "cpu/cpu.h"
 #include "kernels/kernels.h"
 #include "tensor/tensor.h"
+#include "util/alloc.h"
 
 /* Up to this many rows use the streaming kernel. A decode step of 16 sequences on the 1B shape
  * (Zen 2, AVX2): bf16 weights 543 ms streamed against 636 ms widened into panels for the GEMM,
@@ -24,12 +25,13 @@
 static int kernel_cols(const wmat *w) { return w->q ? w->q->kp : w->cols; }
 
 /* x's m rows in w's packed column order (zero where a packed column is padding), or x itself
- * when w's columns are in input order. */
+ * when w's columns are in input order; NULL when its scratch cannot be had (kernels.h). */
 static const float *packed_input(const float *x, size_t *ldx, int m, const wmat *w) {
     static _Thread_local fbuf gathered;
     if (!w->q || !w->q->col_of) return x;
     int kp = w->q->kp;
     float *g = fbuf_get(&gathered, (size_t)m * kp);
+    if (!g) return NULL;
     const int32_t *col_of = w->q->col_of;
     for (int r = 0; r < m; r++)
         for (int p = 0; p < kp; p++) g[(size_t)r * kp + p] = col_of[p] >= 0 ? x[(size_t)r * *ldx + col_of[p]] : 0.0f;
@@ -40,7 +42,7 @@ static const float *packed_input(const float *x, size_t *ldx, int m, const wmat 
 /* Each weight row is read once for a pair of input rows (the last may be alone). */
 static void linear_few(const float *x, size_t ldx, int m, const wmat *w, float *y, size_t ldy) {
     const cpu_kernels *k = cpu();
-    x = packed_input(x, &ldx, m, w);
+    if (!(x = packed_input(x, &ldx, m, w))) return;
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < w->rows; n++)
         for (int r = 0; r < m; r += 2) {
@@ -70,7 +72,7 @@ static void linear_panels(const float *x, size_t ldx, int m, int chunk, const wm
     int rows = (int)(PANEL_BYTES / sizeof(float) / (size_t)cols);
     if (rows < 16) rows = 16;
     float *pn = fbuf_get(&panel, (size_t)rows * cols);
-    x = packed_input(x, &ldx, m, w);
+    if (!pn || !(x = packed_input(x, &ldx, m, w))) return;
     const cpu_kernels *k = cpu();
     for (int n0 = 0; n0 < w->rows; n0 += rows) {
         int nb = w->rows - n0 < rows ? w->rows - n0 : rows;
@@ -103,10 +105,16 @@ void linear(const float *x, size_t ldx, int m, int pass_rows, const wmat *w, con
 
 /* Through the product with an identity, so every weight format comes out widened exactly as the
  * kernels widen it. */
-void linear_transpose(const wmat *w, float *t) {
+int linear_transpose(const wmat *w, float *t) {
     int n = w->cols;
-    float *eye = calloc((size_t)n * n, sizeof *eye);
+    loom_err why;
+    float *eye = t ? mem_zalloc((size_t)n * n, sizeof *eye, "the identity of a transpose", &why) : NULL;
+    if (!eye) {
+        if (t) kernel_scratch_failed(&why);
+        return -1;
+    }
     for (int i = 0; i < n; i++) eye[(size_t)i * n + i] = 1;
     linear(eye, n, n, n, w, NULL, t, w->rows);
     free(eye);
+    return 0;
 }

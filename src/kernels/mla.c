@@ -35,6 +35,7 @@ static void absorbed(const attn_shape *s, const kv_layer *c, const float *q, siz
     size_t ldt = (size_t)H * kvb;
     float *qd = fbuf_get(&qb, (size_t)n * H * qk), *qa = fbuf_get(&ab, (size_t)n * H * lat);
     float *ol = fbuf_get(&lb, (size_t)n * H * m->kv_lora), *od = fbuf_get(&ob, (size_t)n * H * m->v_dim);
+    if (!qd || !qa || !ol || !od) return; /* recorded (kernels.h) */
     for (int i = 0; i < n; i++) memcpy(qd + (size_t)i * H * qk, q + (size_t)idx[i] * ldq, (size_t)H * qk * sizeof *qd);
     for (int h = 0; h < H; h++) { /* each head's query over the latent: [q_nope W_UK | q_pe] */
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, m->kv_lora, m->nope, 1.0f, qd + (size_t)h * qk,
@@ -66,6 +67,7 @@ static void expanded(const attn_shape *s, const kv_layer *c, const float *q, siz
     int H = s->n_heads, qk = m->nope + m->rope, kvb = m->nope + m->v_dim, ctx = p0 + n;
     const float *lat = c->k + (size_t)sq * c->max_ctx * c->kv_width;
     float *kv = fbuf_get(&vb, (size_t)ctx * H * kvb), *k = fbuf_get(&kb, (size_t)ctx * H * qk);
+    if (!kv || !k) return; /* recorded (kernels.h) */
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, ctx, H * kvb, m->kv_lora, 1.0f, lat, c->kv_width, t,
                 (size_t)H * kvb, 0.0f, kv, (size_t)H * kvb);
     for (int p = 0; p < ctx; p++) /* each head's key: its k_nope, then the shared k_pe */

@@ -9,25 +9,29 @@
 
 #include "cpu/cpu.h"
 #include "kernels/kernels.h"
+#include "util/alloc.h"
 
+/* The caller names the failure (it has the error path), so the sizes here report nowhere; on
+ * failure nothing stays allocated. */
 int moe_scratch_init(moe_scratch *s, int rows, const moe_shape *sh) {
-    size_t routed = (size_t)rows * sh->top_k;
-    s->threads = omp_get_max_threads();
-    s->choice = malloc(routed * sizeof *s->choice);
-    s->weight = malloc(routed * sizeof *s->weight);
-    s->token = malloc(routed * sizeof *s->token);
-    s->slot = malloc(routed * sizeof *s->slot);
-    s->pair = malloc(routed * sizeof *s->pair);
-    s->count = malloc(sh->n_experts * sizeof *s->count);
-    s->start = malloc((sh->n_experts + 1) * sizeof *s->start);
+    size_t routed = (size_t)rows * sh->top_k, per_thread = (size_t)omp_get_max_threads() * rows;
+    const char *what = "the experts' scratch";
+    *s = (moe_scratch){.threads = omp_get_max_threads()};
     /* per thread, one expert's rows at a time (at most every row); y: see moe_forward */
-    s->x = malloc((size_t)s->threads * rows * sh->hidden * sizeof *s->x);
-    s->gate = malloc((size_t)s->threads * rows * sh->inter * sizeof *s->gate);
-    s->up = malloc((size_t)s->threads * rows * sh->inter * sizeof *s->up);
-    s->y = malloc((s->threads > 1 ? routed : (size_t)rows) * sh->hidden * sizeof *s->y);
-    return s->choice && s->weight && s->token && s->slot && s->pair && s->count && s->start && s->x && s->y && s->gate && s->up
-               ? 0
-               : -1;
+    if ((s->choice = mem_array(routed, sizeof *s->choice, what, NULL)) &&
+        (s->weight = mem_array(routed, sizeof *s->weight, what, NULL)) &&
+        (s->token = mem_array(routed, sizeof *s->token, what, NULL)) &&
+        (s->slot = mem_array(routed, sizeof *s->slot, what, NULL)) &&
+        (s->pair = mem_array(routed, sizeof *s->pair, what, NULL)) &&
+        (s->count = mem_array((size_t)sh->n_experts, sizeof *s->count, what, NULL)) &&
+        (s->start = mem_array((size_t)sh->n_experts + 1, sizeof *s->start, what, NULL)) &&
+        (s->x = mem_array(per_thread * sh->hidden, sizeof *s->x, what, NULL)) &&
+        (s->gate = mem_array(per_thread * sh->inter, sizeof *s->gate, what, NULL)) &&
+        (s->up = mem_array(per_thread * sh->inter, sizeof *s->up, what, NULL)) &&
+        (s->y = mem_array((s->threads > 1 ? routed : (size_t)rows) * sh->hidden, sizeof *s->y, what, NULL)))
+        return 0;
+    moe_scratch_free(s);
+    return -1;
 }
 
 size_t moe_scratch_bytes(int rows, const moe_shape *sh, int threads) {

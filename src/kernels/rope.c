@@ -9,16 +9,17 @@
 
 #include "cpu/cpu.h"
 #include "kernels/kernels.h"
+#include "util/alloc.h"
 #include "util/err.h"
 
 int rope_table_init(rope_table *t, const float *inv_freq, int half, float factor, int max_pos, loom_err *err) {
     t->max_pos = max_pos;
     t->half = half;
-    t->cos = malloc((size_t)max_pos * half * sizeof *t->cos);
-    t->sin = malloc((size_t)max_pos * half * sizeof *t->sin);
-    if (!t->cos || !t->sin) {
+    t->cos = mem_array((size_t)max_pos * half, sizeof *t->cos, "the RoPE tables", err);
+    t->sin = t->cos ? mem_array((size_t)max_pos * half, sizeof *t->sin, "the RoPE tables", err) : NULL;
+    if (!t->sin) {
         rope_table_free(t);
-        return loom_errf(err, "out of memory for RoPE tables (%d positions)", max_pos);
+        return loom_err_prefix(err, "%d positions", max_pos);
     }
     for (int i = 0; i < half; i++) {
         for (int p = 0; p < max_pos; p++) {

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "util/alloc.h"
 #include "util/err.h"
 
 #define MAX_HEADER (100u << 20) /* the format's own limit */
@@ -69,7 +70,8 @@ static int parse_tensor(st_tensor *t, const cJSON *e, const uint8_t *data, size_
 }
 
 static int check_overlap(st_file *f, const uint8_t *data, loom_err *err) {
-    span *s = malloc((f->n + 1) * sizeof *s);
+    span *s = mem_array(f->n + 1, sizeof *s, "the tensors' spans", err);
+    if (!s) return loom_err_prefix(err, "%s", f->name);
     for (size_t i = 0; i < f->n; i++) {
         s[i].begin = (size_t)((const uint8_t *)f->tensors[i].data - data);
         s[i].end = s[i].begin + f->tensors[i].nbytes;
@@ -87,7 +89,10 @@ static int check_overlap(st_file *f, const uint8_t *data, loom_err *err) {
 
 int st_parse(st_file *f, const void *buf, size_t size, const char *name, loom_err *err) {
     memset(f, 0, sizeof *f);
-    f->name = strdup(name);
+    if (!(f->name = mem_strdup(name, "the file's name", err))) {
+        loom_err_prefix(err, "%s", name);
+        goto fail;
+    }
     const uint8_t *p = buf;
     if (size < 8) {
         loom_errf(err, "%s: too short for a safetensors header (%zu bytes)", name, size);
@@ -109,22 +114,26 @@ int st_parse(st_file *f, const void *buf, size_t size, const char *name, loom_er
     const uint8_t *data = p + 8 + hlen;
     size_t data_size = size - 8 - (size_t)hlen;
     size_t cap = (size_t)cJSON_GetArraySize(root);
-    f->tensors = calloc(cap ? cap : 1, sizeof *f->tensors);
     const cJSON *e;
     int rc = 0;
+    if (!(f->tensors = mem_zalloc(cap, sizeof *f->tensors, "the tensor index", err))) rc = loom_err_prefix(err, "%s", name);
     cJSON_ArrayForEach(e, root) {
+        if (rc) break;
         if (!strcmp(e->string, "__metadata__")) {
             if (!cJSON_IsObject(e)) {
                 rc = loom_errf(err, "%s: '__metadata__' is not an object", name);
                 break;
             }
             free(f->metadata); /* a repeated key: JSON keeps the last */
-            f->metadata = cJSON_PrintUnformatted(e);
+            if (!(f->metadata = cJSON_PrintUnformatted(e))) rc = loom_errf(err, "%s: cannot copy '__metadata__'", name);
             continue;
         }
         st_tensor *t = &f->tensors[f->n];
         if ((rc = parse_tensor(t, e, data, data_size, name, err))) break;
-        t->name = strdup(e->string);
+        if (!(t->name = mem_strdup(e->string, "a tensor's name", err))) {
+            rc = loom_err_prefix(err, "%s", name);
+            break;
+        }
         f->n++;
     }
     cJSON_Delete(root);

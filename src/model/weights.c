@@ -8,16 +8,23 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include "util/alloc.h"
 #include "util/err.h"
 #include "util/file.h"
 #include "tensor/half.h"
 
-static void add_file(weight_store *w, const st_file *f) {
-    w->files = realloc(w->files, (w->n_files + 1) * sizeof *w->files);
-    w->used = realloc(w->used, (w->n_files + 1) * sizeof *w->used);
+/* Adds an opened file, which the store then owns (closed here when out of memory). */
+static int add_file(weight_store *w, st_file *f, loom_err *err) {
+    bool *used = mem_zalloc(f->n, sizeof *used, "the tensors' marks", err);
+    if (!used || ARRAY_RESERVE(w->files, w->cap_files, (size_t)w->n_files + 1, "the list of weight files", err) ||
+        ARRAY_RESERVE(w->used, w->cap_used, (size_t)w->n_files + 1, "the list of weight files", err)) {
+        free(used);
+        st_close(f);
+        return -1;
+    }
     w->files[w->n_files] = *f;
-    w->used[w->n_files] = calloc(f->n ? f->n : 1, 1);
-    w->n_files++;
+    w->used[w->n_files++] = used;
+    return 0;
 }
 
 /* Sharded checkpoints: the index names each tensor's file; open every file it mentions once. */
@@ -45,8 +52,7 @@ static int open_index(weight_store *w, const char *dir, const char *index_path, 
         for (int i = 0; i < w->n_files && !seen; i++) seen = !strcmp(w->files[i].name, path);
         if (seen) continue;
         st_file f;
-        if ((rc = st_open(&f, path, err))) break;
-        add_file(w, &f);
+        if ((rc = st_open(&f, path, err)) || (rc = add_file(w, &f, err))) break;
     }
     /* every tensor the index lists must be in the file it names */
     cJSON_ArrayForEach(e, map) {
@@ -63,7 +69,8 @@ static int open_index(weight_store *w, const char *dir, const char *index_path, 
 
 int weights_open_dir(weight_store *w, const char *dir, loom_err *err) {
     memset(w, 0, sizeof *w);
-    w->dir = strdup(dir);
+    if (strlen(dir) >= sizeof w->dir) return loom_errf(err, "%s: the path is too long", dir);
+    snprintf(w->dir, sizeof w->dir, "%s", dir);
     char path[4096];
     snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
     FILE *f = fopen(path, "rb");
@@ -75,7 +82,7 @@ int weights_open_dir(weight_store *w, const char *dir, loom_err *err) {
         snprintf(path, sizeof path, "%s/model.safetensors", dir);
         st_file sf;
         rc = st_open(&sf, path, err);
-        if (!rc) add_file(w, &sf);
+        if (!rc) rc = add_file(w, &sf, err);
     }
     if (rc) weights_close(w);
     return rc;
@@ -83,19 +90,18 @@ int weights_open_dir(weight_store *w, const char *dir, loom_err *err) {
 
 int weights_open_image(weight_store *w, const void *buf, size_t size, const char *name, loom_err *err) {
     memset(w, 0, sizeof *w);
-    w->dir = strdup(name);
+    snprintf(w->dir, sizeof w->dir, "%s", name);
     st_file f;
-    if (st_parse(&f, buf, size, name, err)) {
+    if (st_parse(&f, buf, size, name, err) || add_file(w, &f, err)) {
         weights_close(w);
         return -1;
     }
-    add_file(w, &f);
     return 0;
 }
 
 void weights_init_dummy(weight_store *w, uint64_t seed) {
     memset(w, 0, sizeof *w);
-    w->dir = strdup("(dummy weights)");
+    snprintf(w->dir, sizeof w->dir, "(dummy weights)");
     w->dummy = true;
     w->seed = seed;
 }
@@ -111,25 +117,23 @@ void weights_close(weight_store *w) {
     free(w->owned);
     free(w->dummies);
     free(w->made);
-    free(w->dir);
     memset(w, 0, sizeof *w);
 }
 
-void *weights_alloc(weight_store *w, size_t bytes) {
-    if (w->n_owned == w->cap_owned) {
-        w->cap_owned = w->cap_owned ? 2 * w->cap_owned : 64;
-        w->owned = realloc(w->owned, w->cap_owned * sizeof *w->owned);
-    }
+void *weights_buffer(weight_store *w, size_t bytes, const char *what, loom_err *err) {
+    if (ARRAY_RESERVE(w->owned, w->cap_owned, (size_t)w->n_owned + 1, "the list of weight buffers", err)) return NULL;
     /* Large tensors go on 2 MiB pages where the kernel allows it (THP "madvise"): decode
      * streams every weight once per token, and 4 KiB pages cost a TLB miss per page. */
     const size_t huge = (size_t)2 << 20;
     size_t align = bytes >= huge ? huge : 64;
-    void *p = aligned_alloc(align, (bytes + align - 1) / align * align);
-    if (p && align == huge) madvise(p, (bytes + align - 1) / align * align, MADV_HUGEPAGE);
+    void *p = mem_aligned_to(align, bytes, what, err);
+    if (!p) return NULL;
+    if (align == huge) madvise(p, (bytes + align - 1) / align * align, MADV_HUGEPAGE);
     w->owned[w->n_owned++] = p;
     w->bytes_owned += bytes;
     return p;
 }
+
 
 static uint64_t splitmix(uint64_t x) {
     x += 0x9e3779b97f4a7c15ull;
@@ -168,7 +172,7 @@ static void dummy_f32(uint64_t key, int cols, int r0, int nr, int c0, int nc, fl
 }
 
 static int fill_dummy(weight_store *w, const char *name, int cols, int r0, int nr, int c0, int nc,
-                      bool f32, float init, wmat *out) {
+                      bool f32, float init, wmat *out, loom_err *err) {
     size_t n = (size_t)nr * nc, full_cols = cols ? cols : 1;
     uint64_t key = name_hash(name, w->seed);
     out->dt = f32 ? DT_F32 : DT_BF16;
@@ -180,19 +184,20 @@ static int fill_dummy(weight_store *w, const char *name, int cols, int r0, int n
             return 0;
         }
     }
+    if (ARRAY_RESERVE(w->dummies, w->cap_dummies, (size_t)w->n_dummies + 1, "the list of dummy tensors", err))
+        return -1;
+    void *data = weights_buffer(w, n * (f32 ? 4 : 2), "a dummy tensor", err);
+    if (!data) return loom_err_prefix(err, "%s", name);
     if (f32) {
-        float *p = weights_alloc(w, n * 4);
-        dummy_f32(key, cols, r0, nr, c0, nc, init, p);
-        out->data = p;
+        dummy_f32(key, cols, r0, nr, c0, nc, init, data);
     } else {
-        uint16_t *p = weights_alloc(w, n * 2);
+        uint16_t *p = data;
 #pragma omp parallel for
         for (int r = 0; r < nr; r++)
             for (int c = 0; c < nc; c++)
                 p[(size_t)r * nc + c] = f32_to_bf16(dummy_value(key, (size_t)(r0 + r) * full_cols + c0 + c, init));
-        out->data = p;
     }
-    w->dummies = realloc(w->dummies, (w->n_dummies + 1) * sizeof *w->dummies);
+    out->data = data;
     w->dummies[w->n_dummies++] = (struct dummy_entry){key, r0, nr, c0, nc, f32, out->data};
     return 0;
 }
@@ -282,7 +287,7 @@ static int fetch(weight_store *w, const char *name, int ndim, const int *shape, 
                  bool as_f32, float init, wmat *out, loom_err *err) {
     *out = (wmat){.rows = nr, .cols = nc};
     bool keep_bf16 = !as_f32 && w->keep == WDT_BF16;
-    if (w->dummy) return fill_dummy(w, name, cols, r0, nr, c0, nc, !keep_bf16, init, out);
+    if (w->dummy) return fill_dummy(w, name, cols, r0, nr, c0, nc, !keep_bf16, init, out, err);
 
     const char *file;
     const st_tensor *t = locate(w, name, ndim, shape, &file, err);
@@ -301,7 +306,8 @@ static int fetch(weight_store *w, const char *name, int ndim, const int *shape, 
     }
     out->ld = nc;
     out->dt = keep_bf16 ? DT_BF16 : DT_F32;
-    void *dst = weights_alloc(w, (size_t)nr * nc * (keep_bf16 ? 2 : 4));
+    void *dst = weights_buffer(w, (size_t)nr * nc * (keep_bf16 ? 2 : 4), "a converted tensor", err);
+    if (!dst) return loom_err_prefix(err, "%s: tensor '%s'", file, name);
     for (int r = 0; r < nr; r++)
         for (int c = 0; c < nc; c++) {
             float f = elem(src + (size_t)r * ld * es, t->dtype, c);
@@ -327,13 +333,14 @@ int weights_get_expert(weight_store *w, const char *name, int n_experts, int exp
 
 char **weights_unused(const weight_store *w) {
     size_t n = 0;
-    char **names = malloc(sizeof *names);
+    for (int i = 0; i < w->n_files; i++)
+        for (size_t j = 0; j < w->files[i].n; j++) n += !w->used[i][j];
+    char **names = mem_array(n + 1, sizeof *names, "the unused tensors' names", NULL);
+    if (!names) return NULL;
+    n = 0;
     for (int i = 0; i < w->n_files; i++)
         for (size_t j = 0; j < w->files[i].n; j++)
-            if (!w->used[i][j]) {
-                names = realloc(names, (n + 2) * sizeof *names);
-                names[n++] = w->files[i].tensors[j].name;
-            }
+            if (!w->used[i][j]) names[n++] = w->files[i].tensors[j].name;
     names[n] = NULL;
     return names;
 }

@@ -24,9 +24,10 @@ typedef struct wmat_made {
 } wmat_made;
 
 typedef struct weight_store {
-    char *dir;
+    char dir[4096];     /* the folder, or what else the weights come from, for messages */
     st_file *files;
     int n_files;
+    size_t cap_files, cap_used;
     bool **used;        /* per file, per tensor: claimed by the model */
     bool dummy;
     uint64_t seed;
@@ -34,10 +35,13 @@ typedef struct weight_store {
     quant_scheme quant;
     struct dummy_entry *dummies; /* generated tensors, so a tied table is made once */
     int n_dummies;
+    size_t cap_dummies;
     wmat_made *made;
     int n_made;
+    size_t cap_made;
     void **owned;       /* converted or generated buffers */
-    int n_owned, cap_owned;
+    int n_owned;
+    size_t cap_owned;
     size_t bytes_owned, bytes_mapped_used;
 } weight_store;
 
@@ -61,13 +65,15 @@ int weights_read_f32(weight_store *w, const char *name, int ndim, const int *sha
 const st_tensor *weights_tensor(weight_store *w, const char *name, const char **file);
 /* Whether the files hold tensor `name` (dummy stores hold none); nothing is marked used. */
 bool weights_has(const weight_store *w, const char *name);
-/* Owned by the store until weights_close. */
-void *weights_alloc(weight_store *w, size_t bytes);
+/* A buffer owned by the store until weights_close (64-byte aligned; 2 MiB and up on huge pages);
+ * NULL with err set ("cannot allocate N bytes for what") when out of memory. */
+void *weights_buffer(weight_store *w, size_t bytes, const char *what, loom_err *err);
 /* Rows [r0, r0+nr) x columns [c0, c0+nc) of expert `expert`'s [rows, cols] matrix in a stacked
  * [n_experts, rows, cols] tensor (GraniteMoE's experts), as weights_get fetches a linear. */
 int weights_get_expert(weight_store *w, const char *name, int n_experts, int expert, int rows, int cols, int r0,
                        int nr, int c0, int nc, float init, wmat *out, loom_err *err);
-/* Names of tensors in the files that the model never asked for (NULL-terminated, malloc'd). */
+/* Names of tensors in the files that the model never asked for (NULL-terminated, malloc'd);
+ * NULL when out of memory. */
 char **weights_unused(const weight_store *w);
 
 #endif

@@ -79,6 +79,7 @@ static bool ep_is_region(const plan *p, const module *parent, const module *chil
 static int ep_enter(plan *p, const module *m, const op *call, int x, loom_err *err) {
     (void)err;
     plan_region *r = plan_add_region(p, call, STEP_OP, STEP_OP);
+    if (!r) return -1;
     r->ep = true;
     p->ep.call = call, p->ep.parent = m;
     const plan_value v = p->values[x];
@@ -109,6 +110,7 @@ static int ep_place_inputs(plan *p, const module *m, const op *o, int *in, loom_
         if (p->ep.tokens_in < 0) {
             const plan_value v = p->values[in[0]];
             p->ep.tokens_in = plan_collective(p, STEP_GATHER_ROWS, p->ep.call, p->ep.parent, in[0], v.width, ROWS_TOKENS);
+            if (p->ep.tokens_in < 0) return -1;
             r->gathers++;
         }
         in[0] = p->ep.tokens_in;
@@ -126,6 +128,7 @@ static int ep_place_inputs(plan *p, const module *m, const op *o, int *in, loom_
             return loom_errf(err, "%s: `%s` mixes every token's rows with this rank's inside the expert-parallel "
                                   "region %s", m->name, op_kind_name(o->kind), p->ep.call->child->name);
         in[i] = plan_collective(p, STEP_REDUCE_SCATTER, p->ep.call, p->ep.parent, in[i], v.width, ROWS_SHARD);
+        if (in[i] < 0) return -1;
         r->completes++;
     }
     return 0;

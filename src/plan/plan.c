@@ -8,6 +8,7 @@
 
 #include "plan/plan_impl.h"
 #include "plan/stage.h"
+#include "util/alloc.h"
 #include "util/err.h"
 
 static int flatten(plan *p, const module *m, const int *bind, loom_err *err);
@@ -42,6 +43,7 @@ static int flatten_split(plan *p, const module *m, const op *o, int fused, loom_
     /* a part every rank holds whole (MLA's latents) is complete where the rest is sharded */
     bool whole = prod->lin->parts[o->part].whole && f.dist == DIST_SHARDED;
     int v = plan_new_value(p, end - ps->col[o->part], o, f.rows, whole ? DIST_FULL : f.dist);
+    if (v < 0) return -1;
     p->values[v].base = f.base;
     p->values[v].col = f.col + ps->col[o->part];
     p->values[v].feat0 = ps->feat0[o->part];
@@ -96,9 +98,10 @@ static int norm_statistic(plan *p, const module *m, const op *o, int x, loom_err
         return loom_errf(err, "%s: %s normalises a whole projection whose heads are replicated across %d ranks (fewer "
                               "kv heads than ranks): each would count more than once", m->name, o->weight, p->o.tp);
     plan_step *s = plan_new_step(p, STEP_OP, o, m);
+    if (!s) return -1;
     s->in[0] = x;
     s->sum_squares = true;
-    s->out = plan_new_value(p, 1, o, xv.rows, DIST_PARTIAL);
+    if ((s->out = plan_new_value(p, 1, o, xv.rows, DIST_PARTIAL)) < 0) return -1;
     return plan_collective(p, STEP_ALL_REDUCE, o, m, s->out, 1, xv.rows);
 }
 
@@ -122,17 +125,18 @@ static int flatten_op(plan *p, const module *m, const op *o, int *map, loom_err 
     int d = op_output_dist(p, m, o, in, err);
     if (d < 0) return -1;
     if (o->kind == OP_LOGIT_ROWS && rows == ROWS_SHARD) { /* the SP zone ends: gather the wanted rows */
-        map[o->out[0]] = plan_collective(p, STEP_GATHER_LOGITS, o, m, in[0], v0->width, ROWS_LOGITS);
-        return 0;
+        return (map[o->out[0]] = plan_collective(p, STEP_GATHER_LOGITS, o, m, in[0], v0->width, ROWS_LOGITS)) < 0 ? -1 : 0;
     }
     int stat = o->kind == OP_RMS_NORM && o->across_ranks && d == DIST_SHARDED ? norm_statistic(p, m, o, in[0], err) : 0;
     if (stat < 0) return -1;
     plan_step *s = plan_new_step(p, o->kind == OP_MOE && p->o.ep ? STEP_EP_MOE : STEP_OP, o, m);
+    if (!s) return -1;
     memcpy(s->in, in, sizeof in);
     if (stat) s->in[1] = stat, s->n_in = 2;
     int width = shard_op(p, s, m, o, v0 ? v0->width : 0, err);
     if (width < 0) return -1;
     int v = plan_new_value(p, width, o, o->kind == OP_LOGIT_ROWS ? ROWS_LOGITS : rows, d);
+    if (v < 0) return -1;
     s->out = v;
     if (o->kind == OP_LINEAR) p->values[v].feat0 = s->feat0[0], p->values[v].replicated_heads = s->replicated[0];
     else if (v0) p->values[v].feat0 = v0->feat0, p->values[v].replicated_heads = v0->replicated_heads;
@@ -150,28 +154,30 @@ static int flatten_op(plan *p, const module *m, const op *o, int *map, loom_err 
  * leaves after the last; it moves data and does no arithmetic. */
 static int stage_recv(plan *p, const module *m, const op *first) {
     plan_step *s = plan_new_step(p, STEP_RECV, first, m);
+    if (!s) return -1;
     s->n_in = 0;
-    s->out = plan_new_value(p, stage_hidden_width(m), first, p->o.sp ? ROWS_SHARD : ROWS_TOKENS, DIST_FULL);
-    return s->out;
+    return s->out = plan_new_value(p, stage_hidden_width(m), first, p->o.sp ? ROWS_SHARD : ROWS_TOKENS, DIST_FULL);
 }
 
 static int stage_send(plan *p, const module *m, const op *last, int v) {
     plan_step *s = plan_new_step(p, STEP_SEND, last, m);
+    if (!s) return -1;
     s->in[0] = v;
     s->out = -1;
     return v;
 }
 
 static int flatten(plan *p, const module *m, const int *bind, loom_err *err) {
-    int *map = malloc(m->n_values * sizeof *map);
+    int *map = mem_array(m->n_values, sizeof *map, "the planner's value map", &p->oom);
+    if (!map) return -1;
     for (int i = 0; i < m->n_values; i++) map[i] = i < m->n_inputs ? bind[i] : -1;
     int rc = 0;
     const op *last = NULL; /* the last op this stage runs of the top module */
     for (int i = 0; i < m->n_ops && !rc; i++) {
         const op *o = &m->ops[i];
         if (m == p->tree && !stage_runs_op(&p->o, m, i)) continue;
-        if (m == p->tree && !last && p->o.stage > 0) map[o->in[0]] = stage_recv(p, m, o);
-        rc = flatten_op(p, m, o, map, err);
+        if (m == p->tree && !last && p->o.stage > 0 && (map[o->in[0]] = stage_recv(p, m, o)) < 0) rc = -1;
+        else rc = flatten_op(p, m, o, map, err);
         last = o;
     }
     int out = rc ? -1 : map[m->outputs[0]];
@@ -184,15 +190,22 @@ int plan_step_inputs(const plan_step *s) { return s->n_in; }
 
 /* Liveness: a base buffer lives from its definition to the last use of it or of any view of
  * it; buffers are handed out greedily, the narrowest free one of the right row kind that is
- * wide enough. A step never writes into a buffer it reads, so no kernel minds aliasing. */
-static void assign_buffers(plan *p) {
+ * wide enough. A step never writes into a buffer it reads, so no kernel minds aliasing. There
+ * are at most as many buffers as steps. */
+static int assign_buffers(plan *p) {
     for (int s = 0; s < p->n_steps; s++)
         for (int i = 0; i < plan_step_inputs(&p->steps[s]); i++) {
             plan_value *b = &p->values[p->values[p->steps[s].in[i]].base];
             if (b->last_use < s) b->last_use = s;
         }
     if (p->output >= 0) p->values[p->values[p->output].base].last_use = p->n_steps;
-    int *free_at = NULL; /* per buffer: the step after which it is free */
+    int *free_at = mem_array(p->n_steps, sizeof *free_at, "buffer liveness", &p->oom); /* per buffer: the step after which it is free */
+    p->buffer_width = mem_array(p->n_steps, sizeof *p->buffer_width, "the plan's buffers", &p->oom);
+    p->buffer_rows = mem_array(p->n_steps, sizeof *p->buffer_rows, "the plan's buffers", &p->oom);
+    if (!free_at || !p->buffer_width || !p->buffer_rows) {
+        free(free_at);
+        return -1;
+    }
     for (int s = 0; s < p->n_steps; s++) {
         if (p->steps[s].out < 0) continue; /* a send */
         plan_value *v = &p->values[p->steps[s].out];
@@ -203,9 +216,6 @@ static void assign_buffers(plan *p) {
                 best = b;
         if (best < 0) {
             best = p->n_buffers++;
-            p->buffer_width = realloc(p->buffer_width, p->n_buffers * sizeof *p->buffer_width);
-            p->buffer_rows = realloc(p->buffer_rows, p->n_buffers * sizeof *p->buffer_rows);
-            free_at = realloc(free_at, p->n_buffers * sizeof *free_at);
             p->buffer_width[best] = v->width;
             p->buffer_rows[best] = v->rows;
         }
@@ -213,14 +223,19 @@ static void assign_buffers(plan *p) {
         v->buffer = best;
     }
     free(free_at);
+    return 0;
 }
 
 static void note_unfused(plan *p, const plan_step *s, const char *why) {
     char buf[512];
     if (s->kind == STEP_OP) snprintf(buf, sizeof buf, "%s: %s", s->mod->name, why);
     else snprintf(buf, sizeof buf, "%s: %s %s", s->mod->name, step_kind_name(s->kind), why);
-    p->unfused = realloc(p->unfused, (p->n_unfused + 1) * sizeof *p->unfused);
-    p->unfused[p->n_unfused++] = strdup(buf);
+    char *copy = mem_strdup(buf, "a note on async TP", &p->oom);
+    if (copy && ARRAY_RESERVE(p->unfused, p->cap_unfused, (size_t)p->n_unfused + 1, "the notes on async TP", &p->oom)) {
+        free(copy);
+        copy = NULL;
+    }
+    if (copy) p->unfused[p->n_unfused++] = copy; /* else plan_build fails on p->oom */
 }
 
 /* The step consuming value v, when exactly one does (views of v count as uses). */
@@ -320,14 +335,16 @@ int plan_build(plan *p, const module *tree, const plan_options *o, loom_err *err
     if (p->o.pp <= 1) p->o.pp = 1, p->o.stage = 0, p->o.layer0 = 0, p->o.layer1 = stage_count_layers(tree);
     p->n_layers = p->o.layer1 - p->o.layer0;
     ep_check_model(p, tree);
-    if (shard_vocab(p, tree, err) || (p->output = flatten(p, tree, NULL, err)) < 0) {
-        plan_free(p);
-        return -1;
+    int rc = shard_vocab(p, tree, err) || (p->output = flatten(p, tree, NULL, err)) < 0 ? -1 : 0;
+    if (!rc && p->o.stage < p->o.pp - 1) p->output = -1; /* what it makes is sent on */
+    if (!rc && p->o.async_tp) fuse_async_tp(p);
+    if (!rc) rc = assign_buffers(p);
+    if (p->oom.msg[0]) { /* a builder ran out of memory: that is the failure, whatever followed */
+        if (err) *err = p->oom;
+        rc = -1;
     }
-    if (p->o.stage < p->o.pp - 1) p->output = -1; /* what it makes is sent on */
-    if (p->o.async_tp) fuse_async_tp(p);
-    assign_buffers(p);
-    return 0;
+    if (rc) plan_free(p);
+    return rc;
 }
 
 void plan_free(plan *p) {

@@ -136,9 +136,11 @@ typedef struct plan {
     plan_options o;
     const module *tree;
     plan_step *steps;
-    int n_steps, cap_steps;
+    int n_steps;
+    size_t cap_steps;
     plan_value *values;
-    int n_values, cap_values;
+    int n_values;
+    size_t cap_values;
     int output;   /* logits value (-1: a stage before the last, which sends its output) */
     int kv_width; /* this rank's K (and V) columns per layer */
     bool kv_latent; /* the cache holds one latent row per token (MLA), not K and V */
@@ -151,6 +153,7 @@ typedef struct plan {
     /* sequence parallelism */
     plan_region *regions;
     int n_regions;
+    size_t cap_regions;
     const region_kind *region; /* the kind of region being flattened (region_plain: none) */
     struct {             /* the expert-parallel region being flattened (call NULL: none) */
         const op *call;
@@ -160,10 +163,13 @@ typedef struct plan {
     bool region_unverified;
     char **warnings;
     int n_warnings;
+    size_t cap_warnings;
     /* async TP: region collectives, how many were fused, and why the others were not */
     int n_region_collectives, n_fused;
     char **unfused;
     int n_unfused;
+    size_t cap_unfused;
+    loom_err oom; /* the first allocation that failed while planning */
     int layers, n_layers; /* decoder layers flattened so far; this stage's */
 } plan;
 

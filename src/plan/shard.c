@@ -13,6 +13,7 @@
 
 #include "plan/plan_impl.h"
 #include "quant/checkpoint.h"
+#include "util/alloc.h"
 #include "util/err.h"
 
 /* The rows [*r0, *r0 + *nr) of a column-parallel part that this rank holds. */
@@ -180,8 +181,9 @@ int shard_vocab(plan *p, const module *tree, loom_err *err) {
     int vocab = 0, tp = p->o.tp;
     for (int i = 0; i < tree->n_ops; i++)
         if (tree->ops[i].kind == OP_EMBED) vocab = tree->ops[i].lin->parts[0].out;
-    p->vocab_col0 = calloc(tp, sizeof *p->vocab_col0);
-    p->vocab_width = calloc(tp, sizeof *p->vocab_width);
+    p->vocab_col0 = mem_zalloc(tp, sizeof *p->vocab_col0, "the vocabulary shards", &p->oom);
+    p->vocab_width = mem_zalloc(tp, sizeof *p->vocab_width, "the vocabulary shards", &p->oom);
+    if (!p->vocab_col0 || !p->vocab_width) return -1;
     int per = (vocab + tp - 1) / tp;
     for (int r = 0; r < tp; r++) {
         p->vocab_col0[r] = r * per;

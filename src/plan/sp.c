@@ -35,7 +35,9 @@ static int sp_enter(plan *p, const module *m, const op *call, int x, loom_err *e
  * reduce-scattered into this rank's rows of the residual. */
 static int sp_exit(plan *p, const module *m, const op *call, int out, loom_err *err) {
     const plan_value v = p->values[out];
-    plan_add_region(p, call, STEP_GATHER_ROWS, STEP_REDUCE_SCATTER)->verified = !p->region_unverified;
+    plan_region *r = plan_add_region(p, call, STEP_GATHER_ROWS, STEP_REDUCE_SCATTER);
+    if (!r) return -1;
+    r->verified = !p->region_unverified;
     p->region_unverified = false;
     if (v.rows != ROWS_TOKENS || v.dist != DIST_PARTIAL)
         return loom_errf(err, "%s: sequence parallelism does not support region %s: its output is not a partial sum "

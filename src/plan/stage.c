@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "util/alloc.h"
 #include "util/err.h"
 
 static bool is_layer_call(const op *o) { return o->kind == OP_CALL && !strcmp(o->child->kind, "decoder_layer"); }
@@ -44,7 +45,8 @@ static int parse_partition(const char *partition, int pp, int *count, loom_err *
 }
 
 int stage_layers(int n_layers, int pp, const char *partition, int *first, loom_err *err) {
-    int *count = calloc(pp, sizeof *count), rc = 0, total = 0;
+    int *count = mem_zalloc(pp, sizeof *count, "the pipeline's stages", err), rc = 0, total = 0;
+    if (!count) return -1;
     if (partition && *partition) rc = parse_partition(partition, pp, count, err);
     else if (n_layers < pp)
         rc = loom_errf(err, "the model has %d decoder layers, fewer than the %d stages (each needs one)", n_layers, pp);

@@ -1,12 +1,14 @@
 /* The builders every part of the planner makes its plan with: values, steps, collectives,
  * region records and warnings. They sit beneath plan.c, the region kinds (sp.c, ep.c, region.c)
- * and shard.c, and call none of them. */
+ * and shard.c, and call none of them. Out of memory, a builder returns -1 or NULL with the
+ * message in p->oom, which plan_build reports. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "plan/plan_impl.h"
+#include "util/alloc.h"
 
 static const char *step_names[] = {
     "op",         "moe (expert parallel)",   "all_reduce",        "all_gather (vocab)",    "reduce_scatter",
@@ -16,10 +18,7 @@ static const char *step_names[] = {
 const char *step_kind_name(step_kind k) { return step_names[k]; }
 
 int plan_new_value(plan *p, int width, const op *producer, row_kind rows, dist d) {
-    if (p->n_values == p->cap_values) {
-        p->cap_values = p->cap_values ? 2 * p->cap_values : 64;
-        p->values = realloc(p->values, p->cap_values * sizeof *p->values);
-    }
+    if (ARRAY_RESERVE(p->values, p->cap_values, (size_t)p->n_values + 1, "the plan's values", &p->oom)) return -1;
     int id = p->n_values++;
     p->values[id] = (plan_value){.width = width, .base = id, .rows = rows, .dist = d, .producer = producer,
                                  .def_step = p->n_steps - 1, .last_use = p->n_steps - 1};
@@ -27,10 +26,7 @@ int plan_new_value(plan *p, int width, const op *producer, row_kind rows, dist d
 }
 
 plan_step *plan_new_step(plan *p, step_kind kind, const op *o, const module *m) {
-    if (p->n_steps == p->cap_steps) {
-        p->cap_steps = p->cap_steps ? 2 * p->cap_steps : 64;
-        p->steps = realloc(p->steps, p->cap_steps * sizeof *p->steps);
-    }
+    if (ARRAY_RESERVE(p->steps, p->cap_steps, (size_t)p->n_steps + 1, "the plan's steps", &p->oom)) return NULL;
     plan_step *s = &p->steps[p->n_steps++];
     memset(s, 0, sizeof *s);
     s->kind = kind;
@@ -55,9 +51,10 @@ int plan_collective(plan *p, step_kind k, const op *o, const module *m, int v, i
         prod->bias_ref[0] = (weight_ref){0};
     }
     plan_step *s = plan_new_step(p, k, o, m);
+    if (!s) return -1;
     s->in[0] = v;
     s->bias_ref[0] = bias;
-    s->out = plan_new_value(p, width, o, rows, DIST_FULL);
+    if ((s->out = plan_new_value(p, width, o, rows, DIST_FULL)) < 0) return -1;
     if (in.width > p->max_comm_cols[in.rows]) p->max_comm_cols[in.rows] = in.width;
     return s->out;
 }
@@ -70,12 +67,17 @@ void plan_warn(plan *p, const char *fmt, ...) {
     va_end(ap);
     for (int i = 0; i < p->n_warnings; i++)
         if (!strcmp(p->warnings[i], buf)) return;
-    p->warnings = realloc(p->warnings, (p->n_warnings + 1) * sizeof *p->warnings);
-    p->warnings[p->n_warnings++] = strdup(buf);
+    char *copy = mem_strdup(buf, "a warning", &p->oom);
+    if (copy && ARRAY_RESERVE(p->warnings, p->cap_warnings, (size_t)p->n_warnings + 1, "the warnings", &p->oom)) {
+        free(copy);
+        copy = NULL;
+    }
+    if (copy) p->warnings[p->n_warnings++] = copy; /* else plan_build fails on p->oom */
 }
 
 plan_region *plan_add_region(plan *p, const op *call, step_kind entry, step_kind exit) {
-    p->regions = realloc(p->regions, (p->n_regions + 1) * sizeof *p->regions);
+    if (ARRAY_RESERVE(p->regions, p->cap_regions, (size_t)p->n_regions + 1, "the plan's regions", &p->oom))
+        return NULL;
     plan_region *r = &p->regions[p->n_regions++];
     *r = (plan_region){.mod = call->child, .verified = true, .entry = entry, .exit = exit};
     return r;

@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "quant/checkpoint.h"
+#include "util/alloc.h"
 #include "util/err.h"
 #include "tensor/half.h"
 
@@ -194,7 +195,11 @@ static int ckpt_row(void *ctx, int r, uint8_t *codes, float *scale, float *zero,
 /* Each shard column's group, from the checkpoint's g_idx (act-order), checked. */
 static int32_t *read_g_idx(const st_tensor *t, const char *mod, const char *suffix, int c0, int nc, int groups,
                            loom_err *err) {
-    int32_t *g = malloc((size_t)nc * sizeof *g);
+    int32_t *g = mem_array((size_t)nc, sizeof *g, "its groups", err);
+    if (!g) {
+        loom_err_prefix(err, "tensor '%s.%s'", mod, suffix);
+        return NULL;
+    }
     for (int c = 0; c < nc; c++) {
         g[c] = (int32_t)word(t, (size_t)(c0 + c));
         if (g[c] < 0 || g[c] >= groups) {
@@ -262,6 +267,5 @@ int quant_checkpoint_get(weight_store *ws, const quant_config *q, const char *na
     rc = qmat_build(ws, &src, out, err);
     free(group_of);
     if (rc) return loom_err_prefix(err, "%s", mod);
-    qmat_keep(ws, name, r0, nr, c0, nc, out);
-    return 0;
+    return qmat_keep(ws, name, r0, nr, c0, nc, out, err);
 }

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "quant/quant.h"
+#include "util/alloc.h"
 #include "util/err.h"
 
 int quant_scheme_parse(quant_scheme *s, const char *name, int group, bool head, loom_err *err) {
@@ -80,14 +81,14 @@ int quant_online(weight_store *ws, const quant_scheme *s, const char *name, int 
     if (quant_check_split(s, name, cols, c0, nc, err)) return -1;
     if (qmat_find(ws, name, r0, nr, c0, nc, out)) return 0;
     online_src o = {ws, name, ndim, shape, cols, r0, c0, nc, group, s->bits, init,
-                    malloc((size_t)QCHUNK * cols * sizeof(float)), 0};
+                    mem_array((size_t)QCHUNK * cols, sizeof(float), "the rows being quantized", err), 0};
+    if (!o.buf) return loom_err_prefix(err, "%s", name);
     qsource src = {.bits = s->bits, .rows = nr, .cols = nc, .col0 = c0, .n_groups = cols / group,
                    .group_size = group, .ctx = &o, .chunk = online_chunk, .row = online_row};
     int rc = qmat_build(ws, &src, out, err);
     free(o.buf);
     if (rc) return rc;
-    qmat_keep(ws, name, r0, nr, c0, nc, out);
-    return 0;
+    return qmat_keep(ws, name, r0, nr, c0, nc, out, err);
 }
 
 int quant_check_split(const quant_scheme *s, const char *name, int cols, int c0, int nc, loom_err *err) {

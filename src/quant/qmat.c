@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "quant/quant.h"
+#include "util/alloc.h"
 #include "util/err.h"
 
 typedef struct colkey {
@@ -41,16 +42,18 @@ bool qmat_find(weight_store *ws, const char *name, int r0, int nr, int c0, int n
     return false;
 }
 
-void qmat_keep(weight_store *ws, const char *name, int r0, int nr, int c0, int nc, const wmat *w) {
-    ws->made = realloc(ws->made, (ws->n_made + 1) * sizeof *ws->made);
+int qmat_keep(weight_store *ws, const char *name, int r0, int nr, int c0, int nc, const wmat *w, loom_err *err) {
+    if (ARRAY_RESERVE(ws->made, ws->cap_made, (size_t)ws->n_made + 1, "the list of quantized matrices", err)) return -1;
     wmat_made *m = &ws->made[ws->n_made++];
     *m = (wmat_made){.r0 = r0, .nr = nr, .c0 = c0, .nc = nc, .w = *w};
     snprintf(m->name, sizeof m->name, "%s", name);
+    return 0;
 }
 
 int qmat_build(weight_store *ws, const qsource *src, wmat *out, loom_err *err) {
     int cols = src->cols, rows = src->rows;
-    colkey *keys = malloc((size_t)cols * sizeof *keys);
+    colkey *keys = mem_array((size_t)cols, sizeof *keys, "a quantized matrix's column order", err);
+    if (!keys) return -1;
     for (int c = 0; c < cols; c++) {
         int g = src->group_of ? src->group_of[c] : (src->col0 + c) / src->group_size;
         if (g < 0 || g >= src->n_groups) {
@@ -62,8 +65,13 @@ int qmat_build(weight_store *ws, const qsource *src, wmat *out, loom_err *err) {
     qsort(keys, (size_t)cols, sizeof *keys, by_group);
 
     /* the groups present, in order, each padded to whole blocks */
-    int n_groups = 0, kp = 0;
-    int32_t *gid = malloc((size_t)cols * sizeof *gid), *gend = malloc((size_t)cols * sizeof *gend);
+    int n_groups = 0, kp = 0, rc = -1, threads = omp_get_max_threads();
+    const char *what = "a quantized matrix";
+    int32_t *gid = mem_array((size_t)cols, sizeof *gid, what, err), *gend = NULL, *group_end, *col_of;
+    uint8_t *codes = NULL, *data;
+    float *scale = NULL, *sz;
+    qlayout *q;
+    if (!gid || !(gend = mem_array((size_t)cols, sizeof *gend, what, err))) goto done;
     for (int c = 0; c < cols; c++) {
         if (c == 0 || keys[c].group != keys[c - 1].group) {
             if (n_groups) kp = gend[n_groups - 1] = (kp + QBLOCK - 1) / QBLOCK * QBLOCK;
@@ -73,24 +81,25 @@ int qmat_build(weight_store *ws, const qsource *src, wmat *out, loom_err *err) {
     }
     kp = gend[n_groups - 1] = (kp + QBLOCK - 1) / QBLOCK * QBLOCK;
 
-    qlayout *q = weights_alloc(ws, sizeof *q);
-    int32_t *group_end = weights_alloc(ws, (size_t)n_groups * sizeof *group_end);
+    size_t row_bytes = (size_t)kp * src->bits / 8;
+    if (!(q = weights_buffer(ws, sizeof *q, what, err)) ||
+        !(group_end = weights_buffer(ws, (size_t)n_groups * sizeof *group_end, what, err)) ||
+        !(col_of = weights_buffer(ws, (size_t)kp * sizeof *col_of, what, err)) ||
+        !(sz = weights_buffer(ws, (size_t)rows * n_groups * 2 * sizeof *sz, what, err)) ||
+        !(data = weights_buffer(ws, (size_t)rows * row_bytes, what, err)) ||
+        !(codes = mem_array((size_t)threads, (size_t)cols + kp, "quantization scratch", err)) ||
+        !(scale = mem_array((size_t)threads * 2 * src->n_groups, sizeof *scale, "quantization scratch", err)))
+        goto done;
     memcpy(group_end, gend, (size_t)n_groups * sizeof *group_end);
-    int32_t *col_of = weights_alloc(ws, (size_t)kp * sizeof *col_of);
     bool identity = kp == cols;
     for (int g = 0, c = 0, p = 0; g < n_groups; g++) {
         for (; c < cols && keys[c].group == gid[g]; c++, p++) identity &= (col_of[p] = keys[c].col) == p;
         for (; p < group_end[g]; p++) col_of[p] = -1;
     }
-    float *sz = weights_alloc(ws, (size_t)rows * n_groups * 2 * sizeof *sz);
-    size_t row_bytes = (size_t)kp * src->bits / 8;
-    uint8_t *data = weights_alloc(ws, (size_t)rows * row_bytes);
     *q = (qlayout){src->bits, kp, n_groups, group_end, identity ? NULL : col_of, sz};
     *out = (wmat){.dt = DT_U8, .rows = rows, .cols = cols, .ld = row_bytes, .data = data, .q = q};
 
-    int rc = 0;
-    uint8_t *codes = malloc((size_t)omp_get_max_threads() * ((size_t)cols + kp));
-    float *scale = malloc((size_t)omp_get_max_threads() * 2 * src->n_groups * sizeof *scale);
+    rc = 0;
     for (int r0 = 0; r0 < rows && !rc; r0 += QCHUNK) {
         int n = rows - r0 < QCHUNK ? rows - r0 : QCHUNK;
         if (src->chunk && (rc = src->chunk(src->ctx, r0, n, err))) break;
@@ -113,6 +122,7 @@ int qmat_build(weight_store *ws, const qsource *src, wmat *out, loom_err *err) {
             }
         }
     }
+done:
     free(codes);
     free(scale);
     free(keys);

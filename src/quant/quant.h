@@ -35,7 +35,7 @@ int qmat_build(weight_store *ws, const qsource *src, wmat *out, loom_err *err);
 /* Matrices built at load are kept by tensor name and slice, so that a second plan over the
  * same slices (the engine's plain-TP plan beside its SP one) reuses them. */
 bool qmat_find(weight_store *ws, const char *name, int r0, int nr, int c0, int nc, wmat *out);
-void qmat_keep(weight_store *ws, const char *name, int r0, int nr, int c0, int nc, const wmat *w);
+int qmat_keep(weight_store *ws, const char *name, int r0, int nr, int c0, int nc, const wmat *w, loom_err *err);
 
 /* Rows [r0, r0+nr) x columns [c0, c0+nc) of float tensor `name` (ndim dimensions `shape`, read
  * as [rows, cols]), quantized with scheme s at load (dummy stores generate the float values

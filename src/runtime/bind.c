@@ -10,6 +10,7 @@
 
 #include "quant/checkpoint.h"
 #include "runtime/bind.h"
+#include "util/alloc.h"
 #include "util/err.h"
 
 static int read_weight(const plan *p, weight_store *ws, const weight_ref *r, wmat *out, loom_err *err) {
@@ -41,8 +42,8 @@ static int read_vector(weight_store *ws, const weight_ref *r, const float **out,
 static int bind_experts(const plan *p, plan_step *s, weight_store *ws, loom_err *err) {
     const moe_desc *d = s->op->moe;
     bool fused = d->fused_gate_up[0] && weights_has(ws, d->fused_gate_up);
-    s->experts = calloc(3 * (size_t)(s->n_experts ? s->n_experts : 1), sizeof *s->experts);
-    if (!s->experts) return loom_errf(err, "out of memory for %d experts' matrices", s->n_experts);
+    s->experts = mem_zalloc(3 * (size_t)(s->n_experts ? s->n_experts : 1), sizeof *s->experts, "the experts' matrices", err);
+    if (!s->experts) return -1;
     for (int e = s->expert0; e < s->expert0 + s->n_experts; e++) {
         char names[3][160];
         weight_ref w[3];
@@ -66,9 +67,8 @@ static int bind_step(const plan *p, plan_step *s, weight_store *ws, loom_err *er
         /* both forms of latent attention read kv_b_proj as its f32 transpose, made once here
          * through the linear kernel so every weight format widens as it would in a GEMM */
         int kv_lora = s->attn.mla.kv_lora, cols = s->w[0].rows;
-        float *t = weights_alloc(ws, (size_t)kv_lora * cols * sizeof *t);
-        if (!t) return loom_errf(err, "out of memory for kv_b_proj's transpose (%d x %d)", kv_lora, cols);
-        linear_transpose(&s->w[0], t);
+        float *t = weights_buffer(ws, (size_t)kv_lora * cols * sizeof *t, "kv_b_proj's transpose", err);
+        if (!t || linear_transpose(&s->w[0], t)) return t ? kernel_scratch_check(err) : -1;
         s->w[1] = (wmat){DT_F32, kv_lora, cols, cols, t, NULL};
     }
     return 0;

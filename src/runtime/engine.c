@@ -12,6 +12,7 @@
 #include "plan/stage.h"
 #include "runtime/bind.h"
 #include "runtime/engine.h"
+#include "util/alloc.h"
 #include "util/err.h"
 
 static int round_up(int n, int k) { return (n + k - 1) / k * k; }
@@ -26,6 +27,7 @@ static void set_threads(int threads, int ranks) {
  * parallelism, without the other ranks' experts). */
 static void warn_unused(const loom_model *m, const plan *p) {
     char **unused = weights_unused(&m->ws);
+    if (!unused) return; /* out of memory for the list: no warning */
     int n = 0, first = -1;
     for (int i = 0; unused[i]; i++)
         if (!stage_foreign_tensor(&p->o, m->tree, unused[i]) && !ep_foreign_tensor(p, unused[i]) && n++ == 0) first = i;
@@ -46,9 +48,8 @@ plan_options engine_plan_options(const loom_model *m, const loom_engine_options 
 static int join_stage(loom_engine *e, const loom_engine_options *o, int *pp, loom_err *err) {
     *pp = o->pipeline_parallel > 1 ? o->pipeline_parallel : 1;
     executor *x = &e->x;
-    int n_layers = stage_count_layers(e->model->tree), *first = calloc(*pp + 1, sizeof *first);
-    int rc = first ? stage_layers(n_layers, *pp, o->pp_layer_partition, first, err)
-                   : loom_errf(err, "out of memory for %d pipeline stages", *pp);
+    int n_layers = stage_count_layers(e->model->tree), *first = mem_zalloc(*pp + 1, sizeof *first, "the stages", err);
+    int rc = first ? stage_layers(n_layers, *pp, o->pp_layer_partition, first, err) : -1;
     if (!rc && x->world->size % *pp)
         rc = loom_errf(err, "-pp %d does not divide the job's %d ranks", *pp, x->world->size);
     if (!rc && *pp > 1) rc = comm_split_stages(x->world, x->world->size / *pp, &e->own_comm, err);
@@ -90,7 +91,9 @@ size_t loom_comm_slot_bytes(const loom_model *m, int tp, const loom_engine_optio
 }
 
 int loom_check_sharding(const loom_model *m, int tp, const loom_engine_options *o, loom_err *err) {
-    int pp = o->pipeline_parallel > 1 ? o->pipeline_parallel : 1, *first = calloc(pp + 1, sizeof *first), rc = 0;
+    int pp = o->pipeline_parallel > 1 ? o->pipeline_parallel : 1, rc = 0;
+    int *first = mem_zalloc(pp + 1, sizeof *first, "the stages", err);
+    if (!first) return -1;
     if (stage_layers(stage_count_layers(m->tree), pp, o->pp_layer_partition, first, err))
         rc = loom_err_prefix(err, "%s cannot run with -pp %d", m->cfg.arch, pp);
     for (int s = 0; s < pp && !rc; s++)
@@ -165,20 +168,22 @@ static int alloc_state(loom_engine *e, loom_err *err) {
     float inv_freq[CONFIG_MAX_HEAD_DIM / 2];
     rope_inv_freq(c, inv_freq);
     if (executor_init(x, inv_freq, c->head_dim / 2, c->rope_attention_factor, err)) return -1;
-    e->seq_len = calloc(e->max_seqs, sizeof *e->seq_len);
-    e->logits = malloc((size_t)e->max_logits * c->vocab * sizeof *e->logits);
-    if (!e->seq_len || !e->logits)
-        return loom_errf(err, "out of memory allocating logits for %d rows of %d", e->max_logits, c->vocab);
-    return 0;
+    e->seq_len = mem_zalloc(e->max_seqs, sizeof *e->seq_len, "the sequences' lengths", err);
+    e->logits = e->seq_len ? mem_array((size_t)e->max_logits * c->vocab, sizeof *e->logits, "the logits", err) : NULL;
+    return e->logits ? 0 : -1;
 }
 
 loom_engine *loom_engine_new(loom_model *m, const loom_engine_options *o, loom_err *err) {
-    loom_engine *e = calloc(1, sizeof *e);
-    if (!e) return loom_errf(err, "out of memory allocating an engine"), NULL;
+    loom_engine *e = mem_zalloc(1, sizeof *e, "an engine", err);
+    if (!e) return NULL;
     e->model = m;
     e->max_seqs = o->max_seqs > 0 ? o->max_seqs : 1;
     engine_rows(o, &e->max_tokens, &e->max_logits);
     e->x.world = o->comm ? o->comm : (e->own_comm = comm_local());
+    if (!e->x.world) {
+        loom_errf(err, "cannot allocate a communicator for one rank");
+        goto fail;
+    }
     set_threads(o->threads, e->x.world->size);
     int pp;
     if (join_stage(e, o, &pp, err) ||

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "runtime/executor.h"
+#include "util/alloc.h"
 #include "util/err.h"
 
 static int round_up(int n, int k) { return (n + k - 1) / k * k; }
@@ -20,20 +21,14 @@ static float *value_at(const executor *x, int v, size_t *ld) {
     return x->cur->buffers[buf] + pv->col;
 }
 
-static void *alloc_or_fail(size_t bytes, const char *what, loom_err *err) {
-    void *p = aligned_alloc(64, (bytes + 63) / 64 * 64);
-    if (!p) loom_errf(err, "out of memory allocating %s (%zu MiB)", what, bytes >> 20);
-    return p;
-}
-
 static int alloc_buffers(executor *x, engine_plan *ep, loom_err *err) {
     const plan *p = &ep->p;
     int n = x->comm->size, pad = round_up(ep->max_tokens, n);
     int logits = ep->max_tokens < x->max_logits ? ep->max_tokens : x->max_logits;
-    ep->buffers = calloc(p->n_buffers, sizeof *ep->buffers);
+    if (!(ep->buffers = mem_zalloc(p->n_buffers, sizeof *ep->buffers, "the activations", err))) return -1;
     for (int b = 0; b < p->n_buffers; b++) {
         size_t rows = p->buffer_rows[b] == ROWS_LOGITS ? logits : p->buffer_rows[b] == ROWS_SHARD ? pad / n : pad;
-        if (!(ep->buffers[b] = alloc_or_fail(rows * p->buffer_width[b] * sizeof(float), "activations", err))) return -1;
+        if (!(ep->buffers[b] = mem_aligned(rows * p->buffer_width[b] * sizeof(float), "activations", err))) return -1;
         x->activation_bytes += rows * p->buffer_width[b] * sizeof(float);
     }
     return 0;
@@ -66,13 +61,14 @@ int executor_init(executor *x, const float *inv_freq, int half, float rope_facto
     x->cur = &x->plans[0];
     for (int i = 0; i < x->n_plans; i++)
         if (alloc_buffers(x, &x->plans[i], err)) return -1;
-    x->kv = calloc(x->layer1, sizeof *x->kv); /* indexed by layer; this stage's are allocated */
+    x->kv = mem_zalloc(x->layer1, sizeof *x->kv, "the KV cache's layers", err); /* indexed by layer; this stage's are allocated */
+    if (!x->kv) return -1;
     size_t kv_width = (size_t)p->kv_width; /* the same in both plans */
     size_t per = (size_t)x->max_seqs * x->max_ctx * kv_width * sizeof(float);
     for (int l = x->layer0; l < x->layer1; l++) { /* a latent cache (MLA) has no V */
         x->kv[l] = (kv_layer){.max_ctx = x->max_ctx, .kv_width = (int)kv_width};
-        if (!(x->kv[l].k = alloc_or_fail(per, "the KV cache", err)) ||
-            (!p->kv_latent && !(x->kv[l].v = alloc_or_fail(per, "the KV cache", err))))
+        if (!(x->kv[l].k = mem_aligned(per, "the KV cache", err)) ||
+            (!p->kv_latent && !(x->kv[l].v = mem_aligned(per, "the KV cache", err))))
             return -1;
         x->kv_bytes += (p->kv_latent ? 1 : 2) * per;
     }
@@ -327,7 +323,7 @@ int executor_run_pass(executor *x, const loom_batch *b, loom_err *err) {
         }
         }
     }
-    return 0;
+    return kernel_scratch_check(err); /* a kernel that lost its scratch skipped its work: the pass failed */
 }
 
 void executor_take_logits(const executor *x, const loom_batch *b, float *logits, size_t vocab, const int32_t *at) {

@@ -13,6 +13,7 @@
 
 #include "cpu/cpu.h"
 #include "runtime/expert_parallel.h"
+#include "util/alloc.h"
 #include "util/err.h"
 
 static int round_up(int n, int k) { return (n + k - 1) / k * k; }
@@ -35,26 +36,25 @@ int ep_init(expert_parallel *x, const plan *p, int ranks, int max_tokens, size_t
     /* a rank sends at most each of its T_pad/n rows to each rank, and receives as many */
     x->max_rows = round_up(max_tokens, n);
     size_t rows = (size_t)x->max_rows, shard = rows / n;
-    x->choice = malloc(shard * k * sizeof *x->choice);
-    x->weight = malloc(shard * k * sizeof *x->weight);
-    x->local_choice = malloc(rows * k * sizeof *x->local_choice);
-    x->local_weight = malloc(rows * k * sizeof *x->local_weight);
-    x->row_at = malloc(shard * n * sizeof *x->row_at);
-    x->send_rows = calloc(n, sizeof *x->send_rows);
-    x->recv_rows = calloc(n, sizeof *x->recv_rows);
-    x->start = calloc(n + 1, sizeof *x->start);
-    x->name = calloc(x->n_layers, sizeof *x->name);
-    x->received = calloc((size_t)x->n_layers * n, sizeof *x->received);
-    x->bytes = calloc(x->n_layers, sizeof *x->bytes);
+    const char *what = "expert parallelism's buffers";
     size_t floats = rows * (2 * (size_t)widest + 2 * hidden);
-    x->send = malloc(rows * widest * sizeof(float));
-    x->recv = malloc(rows * widest * sizeof(float));
-    x->sums = malloc(rows * hidden * sizeof(float));
-    x->back = malloc(rows * hidden * sizeof(float));
+    if (!(x->choice = mem_array(shard * k, sizeof *x->choice, what, err)) ||
+        !(x->weight = mem_array(shard * k, sizeof *x->weight, what, err)) ||
+        !(x->local_choice = mem_array(rows * k, sizeof *x->local_choice, what, err)) ||
+        !(x->local_weight = mem_array(rows * k, sizeof *x->local_weight, what, err)) ||
+        !(x->row_at = mem_array(shard * n, sizeof *x->row_at, what, err)) ||
+        !(x->send_rows = mem_zalloc(n, sizeof *x->send_rows, what, err)) ||
+        !(x->recv_rows = mem_zalloc(n, sizeof *x->recv_rows, what, err)) ||
+        !(x->start = mem_zalloc(n + 1, sizeof *x->start, what, err)) ||
+        !(x->name = mem_zalloc(x->n_layers, sizeof *x->name, what, err)) ||
+        !(x->received = mem_zalloc((size_t)x->n_layers * n, sizeof *x->received, what, err)) ||
+        !(x->bytes = mem_zalloc(x->n_layers, sizeof *x->bytes, what, err)) ||
+        !(x->send = mem_array(rows * widest, sizeof(float), what, err)) ||
+        !(x->recv = mem_array(rows * widest, sizeof(float), what, err)) ||
+        !(x->sums = mem_array(rows * hidden, sizeof(float), what, err)) ||
+        !(x->back = mem_array(rows * hidden, sizeof(float), what, err)))
+        return -1;
     *bytes += floats * sizeof(float);
-    if (!x->choice || !x->weight || !x->local_choice || !x->local_weight || !x->row_at || !x->send || !x->recv ||
-        !x->sums || !x->back)
-        return loom_errf(err, "out of memory allocating expert parallelism's buffers for %d tokens", max_tokens);
     return 0;
 }
 
@@ -189,7 +189,8 @@ void ep_print(const expert_parallel *x, const expert_work *w, int rank, int n, F
     fprintf(f, "expert parallelism: rows received per rank in each MoE layer over %ld passes%s\n", x->passes,
             per_layer ? "" : " (all layers)");
     double worst = 0, mean_imb = 0, bytes = 0;
-    long *total = calloc(n, sizeof *total);
+    long *total = mem_zalloc(n, sizeof *total, "the report's totals", NULL);
+    if (!total) return;
     int worst_at = 0;
     for (int l = 0; l < x->n_layers; l++) {
         long most = 0, sum = 0;

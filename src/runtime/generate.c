@@ -6,6 +6,7 @@
 
 #include "runtime/engine.h"
 #include "runtime/sampling.h"
+#include "util/alloc.h"
 #include "util/err.h"
 
 static double now(void) {
@@ -49,7 +50,13 @@ int loom_generate(loom_engine *e, const int32_t *prompt, int n_prompt, int max_n
     tok_decoder dec;
     tok_decoder_init(&dec);
     size_t cap = e->model->tok ? tokenizer_decode_cap(e->model->tok) + 1 : 1;
-    char *piece = malloc(cap);
+    char *piece = mem_alloc(cap, "a decoded piece", err);
+    int32_t *pos = piece ? mem_array(e->max_tokens, sizeof *pos, "the positions", err) : NULL;
+    int32_t *seq = pos ? mem_zalloc(e->max_tokens, sizeof *seq, "the sequence ids", err) : NULL;
+    if (!seq) {
+        free(piece), free(pos), sampler_free(&smp);
+        return -1;
+    }
     /* The decoder reads the prompt first, its text dropped: the completion then continues it
      * (a SentencePiece "▁was" after "The robot" keeps its space, which a decoder starting on
      * the completion strips), so prompt + completion is the decode of all the ids. */
@@ -57,7 +64,6 @@ int loom_generate(loom_engine *e, const int32_t *prompt, int n_prompt, int max_n
         tokenizer_decode_next(e->model->tok, &dec, prompt[i], piece, cap - 1);
     loom_engine_reset_seq(e, 0);
     const float *logits;
-    int32_t *pos = malloc(e->max_tokens * sizeof *pos), *seq = calloc(e->max_tokens, sizeof *seq);
     double t0 = now();
     int rc = feed(e, prompt, n_prompt, 0, pos, seq, &logits, err);
     stats->prefill_s = now() - t0;

@@ -16,6 +16,7 @@
 
 #include "comm/mpi.h"
 #include "comm/shm.h"
+#include "util/alloc.h"
 #include "util/err.h"
 
 #define STOP_GRACE_S 3.0 /* after an abort, how long ranks get to exit on their own */
@@ -31,6 +32,11 @@ static int run_rank(shm_arena *a, int rank, pid_t parent, loom_rank_fn fn, void 
     if (getppid() != parent) _exit(1);
     if (rank != 0 && !freopen("/dev/null", "w", stdout)) _exit(1);
     loom_comm *c = comm_shm(a, rank);
+    if (!c) {
+        fprintf(stderr, "loom: rank %d: cannot allocate its communicator\n", rank);
+        shm_arena_abort(a);
+        _exit(1);
+    }
     int rc = fn(c, arg);
     if (rc) shm_arena_abort(a); /* peers waiting on this rank stop now, not at their deadline */
     fflush(stdout);
@@ -98,7 +104,11 @@ static int launch_shm(const loom_launch_options *o, int pp, loom_rank_fn fn, voi
     if (!a) return 1;
     fflush(stdout);
     fflush(stderr);
-    pid_t parent = getpid(), *pids = calloc(n, sizeof *pids);
+    pid_t parent = getpid(), *pids = mem_zalloc(n, sizeof *pids, "the ranks' process ids", err);
+    if (!pids) {
+        shm_arena_destroy(a);
+        return 1;
+    }
     int forked = 0;
     for (; forked < n; forked++) {
         pid_t pid = fork();
@@ -156,6 +166,10 @@ int loom_launch(const loom_launch_options *o, loom_rank_fn fn, void *arg, loom_e
     }
     if (o->tp * pp == 1 && !o->isolate) { /* no ranks to start: run here */
         loom_comm *c = comm_local();
+        if (!c) {
+            loom_errf(err, "cannot allocate a communicator for one rank");
+            return 1;
+        }
         int rc = fn(c, arg);
         comm_free(c);
         return rc;

@@ -11,6 +11,7 @@
 #include "model/embedded.h"
 #include "quant/quant.h"
 #include "runtime/model.h"
+#include "util/alloc.h"
 #include "util/err.h"
 
 static enum weight_dtype parse_dtype(const char *want, const char *stored, bool dummy, loom_err *err,
@@ -30,7 +31,7 @@ static enum weight_dtype parse_dtype(const char *want, const char *stored, bool 
 static int open_sources(loom_model *m, const loom_model_options *o, loom_err *err) {
     if (!o->path) {
         embedded_file c = embedded_get(EMBEDDED_CONFIG), w = embedded_get(EMBEDDED_SAFETENSORS);
-        m->source = strdup("(embedded stories260K)");
+        if (!(m->source = mem_strdup("(embedded stories260K)", "the model's name", err))) return -1;
         if (config_parse(&m->cfg, c.data, c.size, "embedded config.json", err)) return -1;
         if (!(m->tree = arch_build(&m->cfg, err))) return -1;
         if (o->dummy) weights_init_dummy(&m->ws, o->seed);
@@ -56,7 +57,7 @@ static int open_sources(loom_model *m, const loom_model_options *o, loom_err *er
         if (slash) *slash = 0;
         else snprintf(dir, sizeof dir, ".");
     }
-    m->source = strdup(o->path);
+    if (!(m->source = mem_strdup(o->path, "the model's path", err))) return -1;
     if (config_load_file(&m->cfg, cfg_path, err)) return -1;
     if (!(m->tree = arch_build(&m->cfg, err))) return loom_err_prefix(err, "%s", cfg_path);
     if (o->dummy) weights_init_dummy(&m->ws, o->seed);
@@ -92,7 +93,8 @@ static int checkpoint_quantization(loom_model *m, bool dummy, loom_err *err) {
 
 loom_model *loom_model_load(const loom_model_options *o, loom_err *err) {
     if (cpu_init(err)) return NULL;
-    loom_model *m = calloc(1, sizeof *m);
+    loom_model *m = mem_zalloc(1, sizeof *m, "a model", err);
+    if (!m) return NULL;
     int rc;
     if (open_sources(m, o, err) == 0) {
         m->ws.keep = parse_dtype(o->dtype, m->cfg.dtype, o->dummy, err, &rc);
@@ -137,8 +139,7 @@ int loom_model_add_custom(loom_model *m, const char *path, bool at_input, const 
     module *mod = module_find(m->tree, path);
     if (!mod) return loom_errf(err, "%s: no module '%s' in the model", m->source, path);
     if (!op->name || !op->forward) return loom_errf(err, "custom op for '%s' needs a name and a forward function", path);
-    module_add_custom(mod, at_input, op);
-    return 0;
+    return module_add_custom(mod, at_input, op) ? module_check(mod, err) : 0;
 }
 
 static void mark_unfusable(module *m) {

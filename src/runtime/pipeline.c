@@ -11,17 +11,19 @@
 #include <stdlib.h>
 
 #include "runtime/pipeline.h"
+#include "util/alloc.h"
 #include "util/err.h"
 
 int pipeline_init(pipeline *pl, int pp, int stage, int max_microbatches, int max_seqs, int max_logits, loom_err *err) {
     *pl = (pipeline){.pp = pp, .stage = stage, .max_microbatches = max_microbatches};
     if (pp == 1) return 0;
-    pl->mb_first = calloc((size_t)max_seqs + 1, sizeof *pl->mb_first); /* a microbatch holds a sequence or more */
-    pl->mb_rows = calloc(max_logits, sizeof *pl->mb_rows);
-    pl->mb_at = calloc(max_logits, sizeof *pl->mb_at);
-    if (!pl->mb_first || !pl->mb_rows || !pl->mb_at)
-        return loom_errf(err, "out of memory allocating the pipeline's microbatch tables");
-    return 0;
+    /* a microbatch holds a sequence or more */
+    const char *what = "the pipeline's microbatch tables";
+    return (pl->mb_first = mem_zalloc((size_t)max_seqs + 1, sizeof *pl->mb_first, what, err)) &&
+                   (pl->mb_rows = mem_zalloc(max_logits, sizeof *pl->mb_rows, what, err)) &&
+                   (pl->mb_at = mem_zalloc(max_logits, sizeof *pl->mb_at, what, err))
+               ? 0
+               : -1;
 }
 
 void pipeline_free(pipeline *pl) {

@@ -8,6 +8,7 @@
 #include "plan/stage.h"
 #include "quant/checkpoint.h"
 #include "runtime/engine.h"
+#include "util/alloc.h"
 
 /* "column-parallel, out 48+32+16" and which parts every rank holds whole */
 static void print_linear(FILE *f, const linear_desc *l) {
@@ -254,8 +255,9 @@ static void print_collectives(FILE *f, const plan *p) {
 
 int loom_print_plan(loom_model *m, int tp, const loom_engine_options *o, FILE *f, loom_err *err) {
     plan p;
-    int pp = o->pipeline_parallel > 1 ? o->pipeline_parallel : 1, *first = calloc(pp + 1, sizeof *first);
-    if (stage_layers(stage_count_layers(m->tree), pp, o->pp_layer_partition, first, err)) {
+    int pp = o->pipeline_parallel > 1 ? o->pipeline_parallel : 1;
+    int *first = mem_zalloc(pp + 1, sizeof *first, "the stages", err);
+    if (!first || stage_layers(stage_count_layers(m->tree), pp, o->pp_layer_partition, first, err)) {
         free(first);
         return -1;
     }

@@ -6,6 +6,7 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "util/alloc.h"
 #include "util/err.h"
 
 int sampler_init(sampler *s, const loom_sampling *cfg, int vocab, loom_err *err) {
@@ -15,9 +16,12 @@ int sampler_init(sampler *s, const loom_sampling *cfg, int vocab, loom_err *err)
     s->cfg = *cfg;
     s->state = cfg->seed * 0x9e3779b97f4a7c15ull + 1;
     s->vocab = vocab;
-    s->prob = malloc(vocab * sizeof *s->prob);
-    s->idx = malloc(vocab * sizeof *s->idx);
-    return 0;
+    s->prob = mem_array(vocab, sizeof *s->prob, "the sampler's probabilities", err);
+    s->idx = s->prob ? mem_array(vocab, sizeof *s->idx, "the sampler's ranking", err) : NULL;
+    if (s->idx) return 0;
+    free(s->prob);
+    s->prob = NULL;
+    return -1;
 }
 
 void sampler_free(sampler *s) {

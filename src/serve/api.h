@@ -20,13 +20,14 @@ int api_fail(api_error *e, int status, const char *param, const char *fmt, ...) 
 
 /* Parses a /v1/completions or /v1/chat/completions body into a new request (prompt tokenized,
  * chat template rendered, sampler ready). NULL with e filled (4xx) when the body is not a
- * valid request for this server. */
+ * valid request for this server (500 when out of memory). */
 request *api_parse_generate(server *srv, req_kind kind, const char *body, size_t len, api_error *e);
-/* POST /tokenize and /detokenize: the response body, or NULL with e filled. */
+/* POST /tokenize and /detokenize: the response body, or NULL with e filled (or, when cJSON ran
+ * out of memory printing it, NULL with e untouched). */
 char *api_tokenize(server *srv, const char *body, size_t len, api_error *e);
 char *api_detokenize(server *srv, const char *body, size_t len, api_error *e);
 
-/* Response bodies (malloc'd JSON). Caller holds the server lock. */
+/* Response bodies (malloc'd JSON; NULL when out of memory). Caller holds the server lock. */
 char *api_response(const server *srv, const request *r);
 /* A stream chunk carrying r's text [text_from, text_to) and tokens [tok_from, tok_to);
  * `first` adds the chat role, `last` the finish reason. */

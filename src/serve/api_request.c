@@ -9,6 +9,7 @@
 #include "runtime/model.h"
 #include "serve/api.h"
 #include "template/template.h"
+#include "util/alloc.h"
 
 int api_fail(api_error *e, int status, const char *param, const char *fmt, ...) {
     e->status = status;
@@ -20,6 +21,9 @@ int api_fail(api_error *e, int status, const char *param, const char *fmt, ...) 
     va_end(ap);
     return -1;
 }
+
+/* The server ran out of memory for this request: a 500 with the allocator's message. */
+static int out_of_memory(api_error *e, const loom_err *why) { return api_fail(e, 500, NULL, "%s", why->msg); }
 
 /* A member that is present and not null. */
 static const cJSON *field(const cJSON *o, const char *k) {
@@ -87,21 +91,26 @@ static int refuse_unsupported(const cJSON *root, req_kind kind, api_error *e) {
     return 0;
 }
 
+/* Adds stop string s (an empty one stops nothing: dropped). */
+static int add_stop(request *r, const char *s, api_error *e) {
+    loom_err why;
+    if (!s[0]) return 0;
+    if (!(r->stop[r->n_stop] = mem_strdup(s, "a stop string", &why))) return out_of_memory(e, &why);
+    r->n_stop++;
+    return 0;
+}
+
 static int parse_stop(const cJSON *root, request *r, api_error *e) {
     const cJSON *v = field(root, "stop");
     if (!v) return 0;
-    if (cJSON_IsString(v)) {
-        if (!v->valuestring[0]) return 0;
-        r->stop[r->n_stop++] = strdup(v->valuestring);
-        return 0;
-    }
+    if (cJSON_IsString(v)) return add_stop(r, v->valuestring, e);
     if (!cJSON_IsArray(v)) return api_fail(e, 400, "stop", "'stop' must be a string or an array of strings");
     if (cJSON_GetArraySize(v) > REQ_MAX_STOPS)
         return api_fail(e, 400, "stop", "'stop' has %d strings (at most %d)", cJSON_GetArraySize(v), REQ_MAX_STOPS);
     const cJSON *s;
     cJSON_ArrayForEach(s, v) {
         if (!cJSON_IsString(s)) return api_fail(e, 400, "stop", "'stop' must be a string or an array of strings");
-        if (s->valuestring[0]) r->stop[r->n_stop++] = strdup(s->valuestring);
+        if (add_stop(r, s->valuestring, e)) return -1;
     }
     return 0;
 }
@@ -164,7 +173,8 @@ static int parse_prompt(server *srv, const cJSON *root, request *r, api_error *e
     if (cJSON_IsString(p)) return tokenize(srv, p->valuestring, true, r, e);
     if (!cJSON_IsArray(p)) return api_fail(e, 400, "prompt", "'prompt' must be a string or an array of token ids");
     int n = cJSON_GetArraySize(p);
-    r->prompt = malloc((n ? n : 1) * sizeof *r->prompt);
+    loom_err why;
+    if (!(r->prompt = mem_array((size_t)n, sizeof *r->prompt, "the prompt", &why))) return out_of_memory(e, &why);
     const cJSON *t;
     cJSON_ArrayForEach(t, p) {
         if (!cJSON_IsNumber(t) || t->valuedouble != floor(t->valuedouble) || t->valuedouble < 0 ||
@@ -195,8 +205,14 @@ static cJSON *template_messages(const cJSON *msgs, api_error *e) {
         }
         cJSON *content = cJSON_GetObjectItemCaseSensitive(m, "content");
         if (cJSON_IsArray(content)) {
-            char *joined = calloc(1, 1);
-            size_t len = 0;
+            char *joined = NULL;
+            size_t len = 0, cap = 0;
+            loom_err why;
+            if (ARRAY_RESERVE(joined, cap, 1, "a message's text", &why)) {
+                out_of_memory(e, &why);
+                goto fail;
+            }
+            joined[0] = 0;
             const cJSON *part;
             cJSON_ArrayForEach(part, content) {
                 const cJSON *type = cJSON_GetObjectItemCaseSensitive(part, "type"),
@@ -207,7 +223,11 @@ static cJSON *template_messages(const cJSON *msgs, api_error *e) {
                     goto fail;
                 }
                 size_t n = strlen(text->valuestring);
-                joined = realloc(joined, len + n + 2);
+                if (ARRAY_RESERVE(joined, cap, len + n + 2, "a message's text", &why)) {
+                    free(joined);
+                    out_of_memory(e, &why);
+                    goto fail;
+                }
                 if (len) joined[len++] = '\n';
                 memcpy(joined + len, text->valuestring, n + 1);
                 len += n;
@@ -312,6 +332,11 @@ request *api_parse_generate(server *srv, req_kind kind, const char *body, size_t
     cJSON *root = parse_body(body, len, e);
     if (!root) return NULL;
     request *r = request_new(kind);
+    if (!r) {
+        cJSON_Delete(root);
+        api_fail(e, 500, NULL, "cannot allocate %zu bytes for a request", sizeof *r);
+        return NULL;
+    }
     long max_tokens = kind == REQ_COMPLETION ? 16 : 0; /* OpenAI's defaults: 16; chat: what fits */
     const char *max_key = kind == REQ_CHAT && field(root, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
     if (check_model(srv, root, e) || refuse_unsupported(root, kind, e) ||
@@ -345,6 +370,10 @@ char *api_tokenize(server *srv, const char *body, size_t len, api_error *e) {
     request *r = request_new(REQ_COMPLETION);
     char *out = NULL;
     bool chat = field(root, "messages") != NULL, add_special = !chat;
+    if (!r) {
+        api_fail(e, 500, NULL, "cannot allocate %zu bytes for a request", sizeof *r);
+        goto done;
+    }
     if (check_model(srv, root, e) || get_bool(root, "add_special_tokens", &add_special, e)) goto done;
     if (chat) {
         if (!(r->rendered = render_chat(srv, root, e)) || tokenize(srv, r->rendered, add_special, r, e)) goto done;
@@ -384,7 +413,12 @@ char *api_detokenize(server *srv, const char *body, size_t len, api_error *e) {
         goto done;
     }
     int n = cJSON_GetArraySize(t), k = 0;
-    int32_t *ids = malloc((n ? n : 1) * sizeof *ids);
+    loom_err why;
+    int32_t *ids = mem_array((size_t)n, sizeof *ids, "the tokens", &why);
+    if (!ids) {
+        out_of_memory(e, &why);
+        goto done;
+    }
     cJSON_ArrayForEach(v, t) {
         if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || v->valuedouble < 0 ||
             v->valuedouble >= srv->info.vocab) {
@@ -396,8 +430,12 @@ char *api_detokenize(server *srv, const char *body, size_t len, api_error *e) {
     }
     char *text = tokenizer_decode(srv->tok, ids, n, false);
     free(ids);
+    if (!text) {
+        api_fail(e, 500, NULL, "cannot allocate the text of %d tokens", n);
+        goto done;
+    }
     cJSON *res = cJSON_CreateObject();
-    cJSON_AddStringToObject(res, "prompt", text ? text : "");
+    cJSON_AddStringToObject(res, "prompt", text);
     free(text);
     out = cJSON_PrintUnformatted(res);
     cJSON_Delete(res);

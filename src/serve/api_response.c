@@ -6,8 +6,10 @@
 #include <string.h>
 
 #include "serve/api.h"
+#include "util/alloc.h"
 
-/* Token `id` as text for the log-probabilities of output position i (malloc'd). The chosen
+/* Token `id` as text for the log-probabilities of output position i (malloc'd; NULL when out of
+ * memory, as every builder below passes on: the caller answers 500). The chosen
  * token is its piece of the output, so the tokens spell the text exactly; an alternative is
  * what decoding it after the previous token adds (so a SentencePiece "▁was" keeps its space).
  * Without a tokenizer: "token_id:N", as vLLM writes it. */
@@ -19,12 +21,12 @@ static char *token_text(const server *srv, const request *r, int i, int32_t id) 
     }
     if (id == r->tokens[i].id) {
         size_t from = i ? r->tokens[i - 1].text_end : 0;
-        return strndup(r->text ? r->text + from : "", r->tokens[i].text_end - from);
+        return mem_strndup(r->text ? r->text + from : "", r->tokens[i].text_end - from, "a token's text", NULL);
     }
     int32_t pair[2] = {i ? r->tokens[i - 1].id : r->prompt[r->n_prompt - 1], id};
     char *both = tokenizer_decode(srv->tok, pair, 2, true), *prev = tokenizer_decode(srv->tok, pair, 1, true);
-    size_t n = strlen(prev);
-    out = strdup(strncmp(both, prev, n) ? both : both + n);
+    size_t n = prev ? strlen(prev) : 0;
+    out = both && prev ? mem_strdup(strncmp(both, prev, n) ? both : both + n, "a token's text", NULL) : NULL;
     free(both);
     free(prev);
     return out;
@@ -50,14 +52,16 @@ static cJSON *logprobs(const server *srv, const request *r, int from, int to) {
         cJSON *content = cJSON_AddArrayToObject(out, "content");
         for (int i = from; i < to; i++) {
             const req_token *t = &r->tokens[i];
-            cJSON *e = chat_logprob((text = token_text(srv, r, i, t->id)), t->logprob);
-            cJSON *top = cJSON_AddArrayToObject(e, "top_logprobs");
+            if (!(text = token_text(srv, r, i, t->id))) goto fail;
+            cJSON *e = chat_logprob(text, t->logprob);
             free(text);
+            cJSON_AddItemToArray(content, e);
+            cJSON *top = cJSON_AddArrayToObject(e, "top_logprobs");
             for (int k = 0; k < t->n_top; k++) {
-                cJSON_AddItemToArray(top, chat_logprob((text = token_text(srv, r, i, t->top_id[k])), t->top_logprob[k]));
+                if (!(text = token_text(srv, r, i, t->top_id[k]))) goto fail;
+                cJSON_AddItemToArray(top, chat_logprob(text, t->top_logprob[k]));
                 free(text);
             }
-            cJSON_AddItemToArray(content, e);
         }
     } else {
         cJSON *tokens = cJSON_AddArrayToObject(out, "tokens"), *lps = cJSON_AddArrayToObject(out, "token_logprobs"),
@@ -66,22 +70,26 @@ static cJSON *logprobs(const server *srv, const request *r, int from, int to) {
         if (!tops) cJSON_AddNullToObject(out, "top_logprobs");
         for (int i = from; i < to; i++) {
             const req_token *t = &r->tokens[i];
-            cJSON_AddItemToArray(tokens, cJSON_CreateString((text = token_text(srv, r, i, t->id))));
+            if (!(text = token_text(srv, r, i, t->id))) goto fail;
+            cJSON_AddItemToArray(tokens, cJSON_CreateString(text));
             free(text);
             cJSON_AddItemToArray(lps, cJSON_CreateNumber(finite_logprob(t->logprob)));
             cJSON_AddItemToArray(offs, cJSON_CreateNumber(i ? (double)r->tokens[i - 1].text_end : 0));
             if (!tops) continue;
             cJSON *top = cJSON_CreateObject();
+            cJSON_AddItemToArray(tops, top);
             for (int k = 0; k < t->n_top; k++) {
-                text = token_text(srv, r, i, t->top_id[k]);
+                if (!(text = token_text(srv, r, i, t->top_id[k]))) goto fail;
                 if (!cJSON_GetObjectItemCaseSensitive(top, text))
                     cJSON_AddNumberToObject(top, text, finite_logprob(t->top_logprob[k]));
                 free(text);
             }
-            cJSON_AddItemToArray(tops, top);
         }
     }
     return out;
+fail:
+    cJSON_Delete(out);
+    return NULL;
 }
 
 static cJSON *usage(const request *r) {
@@ -110,12 +118,18 @@ static char *print(cJSON *o) {
 }
 
 /* One choice: text [text_from, text_to) and tokens [tok_from, tok_to); chat puts the text in
- * a message (whole) or a delta (chunk). */
+ * a message (whole) or a delta (chunk). NULL when out of memory. */
 static cJSON *choice(const server *srv, const request *r, size_t text_from, size_t text_to, int tok_from, int tok_to,
                      bool chunk, bool first, bool last) {
+    bool with_logprobs = r->logprobs && tok_to > tok_from;
+    char *text = mem_strndup(r->text ? r->text + text_from : "", text_to - text_from, "a response's text", NULL);
+    cJSON *lp = text && with_logprobs ? logprobs(srv, r, tok_from, tok_to) : NULL;
+    if (!text || (with_logprobs && !lp)) {
+        free(text);
+        return NULL;
+    }
     cJSON *c = cJSON_CreateObject();
     cJSON_AddNumberToObject(c, "index", 0);
-    char *text = strndup(r->text ? r->text + text_from : "", text_to - text_from);
     if (r->kind == REQ_CHAT) {
         cJSON *m = cJSON_AddObjectToObject(c, chunk ? "delta" : "message");
         if (!chunk || first) cJSON_AddStringToObject(m, "role", "assistant");
@@ -124,7 +138,7 @@ static cJSON *choice(const server *srv, const request *r, size_t text_from, size
         cJSON_AddStringToObject(c, "text", text);
     }
     free(text);
-    if (r->logprobs && tok_to > tok_from) cJSON_AddItemToObject(c, "logprobs", logprobs(srv, r, tok_from, tok_to));
+    if (with_logprobs) cJSON_AddItemToObject(c, "logprobs", lp);
     else cJSON_AddNullToObject(c, "logprobs");
     if (last) cJSON_AddStringToObject(c, "finish_reason", request_finish_name(r));
     else cJSON_AddNullToObject(c, "finish_reason");
@@ -132,16 +146,20 @@ static cJSON *choice(const server *srv, const request *r, size_t text_from, size
 }
 
 char *api_response(const server *srv, const request *r) {
+    cJSON *c = choice(srv, r, 0, r->text_len, 0, r->n_tokens, false, false, true);
+    if (!c) return NULL;
     cJSON *o = envelope(srv, r, false);
-    cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "choices"), choice(srv, r, 0, r->text_len, 0, r->n_tokens, false, false, true));
+    cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "choices"), c);
     cJSON_AddItemToObject(o, "usage", usage(r));
     return print(o);
 }
 
 char *api_chunk(const server *srv, const request *r, size_t text_from, size_t text_to, int tok_from, int tok_to,
                 bool first, bool last) {
+    cJSON *c = choice(srv, r, text_from, text_to, tok_from, tok_to, true, first, last);
+    if (!c) return NULL;
     cJSON *o = envelope(srv, r, true);
-    cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "choices"), choice(srv, r, text_from, text_to, tok_from, tok_to, true, first, last));
+    cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "choices"), c);
     if (r->include_usage) cJSON_AddNullToObject(o, "usage");
     return print(o);
 }

@@ -21,6 +21,7 @@
 
 #include "serve/api.h"
 #include "serve/scheduler.h"
+#include "util/alloc.h"
 #include "util/err.h"
 
 #define POLL_S 0.2              /* how often a waiting thread checks its client is still there */
@@ -39,7 +40,7 @@ struct http_front {
 /* A connection's request body as it arrives. */
 typedef struct upload {
     char *body;
-    size_t len;
+    size_t len, cap;
     bool too_big;
 } upload;
 
@@ -50,14 +51,28 @@ typedef struct stream {
     request *r;
     int fd;
     char *out;
-    size_t out_len, out_off;
+    size_t out_len, out_off, out_cap;
     size_t sent_text;
     int sent_tokens;
     bool started, ended;
 } stream;
 
+/* A body that could not be made (NULL: out of memory) is answered with a fixed 500. */
 static enum MHD_Result send_body(struct MHD_Connection *c, int status, char *body, const char *type) {
-    struct MHD_Response *res = MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
+    static const char no_memory[] =
+        "{\"error\":{\"message\":\"out of memory making the response\",\"type\":\"server_error\",\"param\":null,"
+        "\"code\":500}}";
+    struct MHD_Response *res =
+        body ? MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE)
+             : MHD_create_response_from_buffer(strlen(no_memory), (void *)no_memory, MHD_RESPMEM_PERSISTENT);
+    if (!res) {
+        free(body);
+        return MHD_NO;
+    }
+    if (!body) {
+        status = MHD_HTTP_INTERNAL_SERVER_ERROR;
+        type = "application/json";
+    }
     MHD_add_response_header(res, "Content-Type", type);
     enum MHD_Result rc = MHD_queue_response(c, status, res);
     MHD_destroy_response(res);
@@ -99,24 +114,31 @@ static bool wait_or_gone(server *srv, request *r, int fd) {
     return true;
 }
 
-static void sse(stream *s, char *json) {
-    size_t n = strlen(json);
-    s->out = realloc(s->out, s->out_len + n + 9);
-    s->out_len += (size_t)sprintf(s->out + s->out_len, "data: %s\n\n", json);
+/* Appends the event "data: TEXT\n\n"; false when out of memory. */
+static bool sse_text(stream *s, const char *text) {
+    if (!text || ARRAY_RESERVE(s->out, s->out_cap, s->out_len + strlen(text) + 9, "a stream's events", NULL)) return false;
+    s->out_len += (size_t)sprintf(s->out + s->out_len, "data: %s\n\n", text);
+    return true;
+}
+
+/* The same with a body it frees (NULL: making it ran out of memory). */
+static bool sse(stream *s, char *json) {
+    bool ok = sse_text(s, json);
     free(json);
+    return ok;
 }
 
 /* Appends the events r's progress allows (lock held): text no stop string can still claim,
  * with the log-probabilities of the tokens it completes; at the end the finish reason, usage
- * and [DONE]. Returns whether it appended anything. */
-static bool next_events(stream *s) {
+ * and [DONE]. Returns whether it appended anything (1 or 0), or -1 when out of memory. */
+static int next_events(stream *s) {
     request *r = s->r;
-    bool done = r->state == REQ_FINISHED;
+    bool done = r->state == REQ_FINISHED, ok = true;
     size_t before = s->out_len;
     if (done && r->error[0]) {
         api_error e = {.status = 500};
         snprintf(e.msg, sizeof e.msg, "%s", r->error);
-        sse(s, api_error_body(&e));
+        ok = sse(s, api_error_body(&e));
     } else {
         int tokens = r->n_tokens;
         if (!done)
@@ -126,19 +148,18 @@ static bool next_events(stream *s) {
         bool new_tokens = tokens > s->sent_tokens && (r->logprobs || !s->srv->tok);
         if (done || r->text_ready > s->sent_text || new_tokens) {
             size_t to = done ? r->text_len : r->text_ready;
-            sse(s, api_chunk(s->srv, r, s->sent_text, to, s->sent_tokens, tokens, !s->started, done));
+            ok = sse(s, api_chunk(s->srv, r, s->sent_text, to, s->sent_tokens, tokens, !s->started, done));
             s->sent_text = to;
             s->sent_tokens = tokens;
             s->started = true;
         }
-        if (done && r->include_usage) sse(s, api_usage_chunk(s->srv, r));
+        if (ok && done && r->include_usage) ok = sse(s, api_usage_chunk(s->srv, r));
     }
-    if (done) {
-        s->out = realloc(s->out, s->out_len + 15);
-        s->out_len += (size_t)sprintf(s->out + s->out_len, "data: [DONE]\n\n");
+    if (ok && done) {
+        ok = sse_text(s, "[DONE]");
         s->ended = true;
     }
-    return s->out_len > before;
+    return !ok ? -1 : s->out_len > before;
 }
 
 static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
@@ -159,7 +180,14 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
             MHD_set_connection_option(s->c, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)IDLE_TIMEOUT_S);
             break;
         }
-        if (next_events(s)) continue;
+        int got = next_events(s);
+        if (got > 0) continue;
+        if (got < 0) { /* out of memory: the stream ends broken, the request stops at the next step */
+            s->r->cancel = true;
+            pthread_cond_signal(&srv->work);
+            pthread_mutex_unlock(&srv->lock);
+            return MHD_CONTENT_READER_END_WITH_ERROR;
+        }
         if (wait_or_gone(srv, s->r, s->fd)) {
             pthread_mutex_unlock(&srv->lock);
             return MHD_CONTENT_READER_END_WITH_ERROR;
@@ -193,12 +221,21 @@ static enum MHD_Result generate(server *srv, struct MHD_Connection *c, req_kind 
     api_error e = {0};
     request *r = api_parse_generate(srv, kind, u->body ? u->body : "", u->len, &e);
     if (!r) return send_error(c, &e);
+    loom_err why;
+    stream *s = r->stream ? mem_zalloc(1, sizeof *s, "a stream", &why) : NULL;
+    if (r->stream && !s) {
+        pthread_mutex_lock(&srv->lock);
+        request_unref(r);
+        pthread_mutex_unlock(&srv->lock);
+        return fail(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "%s", why.msg);
+    }
     r->created = time(NULL);
     pthread_mutex_lock(&srv->lock);
     int status = sched_submit(srv->sch, r, e.msg, sizeof e.msg);
     if (status) {
         request_unref(r);
         pthread_mutex_unlock(&srv->lock);
+        free(s);
         e.status = status;
         return send_error(c, &e);
     }
@@ -208,10 +245,13 @@ static enum MHD_Result generate(server *srv, struct MHD_Connection *c, req_kind 
     MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
     if (r->stream) {
         pthread_mutex_unlock(&srv->lock);
-        stream *s = calloc(1, sizeof *s);
         *s = (stream){.srv = srv, .c = c, .r = r, .fd = fd};
         struct MHD_Response *res = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, STREAM_BLOCK, stream_read, s,
                                                                      stream_done);
+        if (!res) {
+            stream_done(s);
+            return MHD_NO;
+        }
         MHD_add_response_header(res, "Content-Type", "text/event-stream");
         MHD_add_response_header(res, "Cache-Control", "no-cache");
         enum MHD_Result rc = MHD_queue_response(c, MHD_HTTP_OK, res);
@@ -221,7 +261,7 @@ static enum MHD_Result generate(server *srv, struct MHD_Connection *c, req_kind 
     bool gone = false;
     while (r->state != REQ_FINISHED) gone |= wait_or_gone(srv, r, fd);
     char *body = gone ? NULL : r->error[0] ? NULL : api_response(srv, r);
-    if (!gone && !body) snprintf(e.msg, sizeof e.msg, "%s", r->error);
+    if (!gone && !body) snprintf(e.msg, sizeof e.msg, "%s", r->error[0] ? r->error : "out of memory making the response");
     request_unref(r);
     pthread_mutex_unlock(&srv->lock);
     if (gone) return MHD_NO; /* nobody to answer: close */
@@ -262,7 +302,7 @@ static enum MHD_Result route(server *srv, struct MHD_Connection *c, const char *
         bool up = !srv->draining && !srv->failed[0];
         pthread_mutex_unlock(&srv->lock);
         if (!up) return fail(c, MHD_HTTP_SERVICE_UNAVAILABLE, "the server is %s", srv->failed[0] ? "failed" : "shutting down");
-        out = strdup("{\"status\":\"ok\"}");
+        out = mem_strdup("{\"status\":\"ok\"}", "the answer", NULL);
         break;
     }
     case METRICS:
@@ -272,8 +312,8 @@ static enum MHD_Result route(server *srv, struct MHD_Connection *c, const char *
         pthread_mutex_unlock(&srv->lock);
         return send_body(c, MHD_HTTP_OK, out, "text/plain; version=0.0.4");
     }
-    if (!out) return send_error(c, &e);
-    return send_body(c, MHD_HTTP_OK, out, "application/json");
+    if (!out && e.status) return send_error(c, &e);
+    return send_body(c, MHD_HTTP_OK, out, "application/json"); /* NULL: out of memory, a 500 */
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
@@ -284,7 +324,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     upload *u = *con_cls;
     size_t limit = srv->o->max_body_bytes;
     if (!u) { /* headers are in: refuse a declared oversized body before reading it */
-        *con_cls = u = calloc(1, sizeof *u);
+        if (!(*con_cls = u = mem_zalloc(1, sizeof *u, "a connection", NULL))) return MHD_NO; /* out of memory: close */
         h->in_flight++;
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
         if (cl && strtoull(cl, NULL, 10) > limit) {
@@ -298,7 +338,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
             u->too_big = true; /* a chunked body past the limit: drop the connection */
             return MHD_NO;
         }
-        u->body = realloc(u->body, u->len + *data_size + 1);
+        if (ARRAY_RESERVE(u->body, u->cap, u->len + *data_size + 1, "a request body", NULL))
+            return MHD_NO; /* out of memory: drop the connection */
         memcpy(u->body + u->len, data, *data_size);
         u->len += *data_size;
         u->body[u->len] = 0;
@@ -329,7 +370,11 @@ http_front *http_start(server *srv, loom_err *err) {
         loom_errf(err, "--host %s: %s", srv->o->host, gai_strerror(gai));
         return NULL;
     }
-    http_front *h = calloc(1, sizeof *h);
+    http_front *h = mem_zalloc(1, sizeof *h, "the HTTP front", err);
+    if (!h) {
+        freeaddrinfo(ai);
+        return NULL;
+    }
     h->srv = srv;
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ITC |
                      (ai->ai_family == AF_INET6 ? MHD_USE_IPv6 : 0);

@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "util/alloc.h"
+
 /* seconds: time to first token and end-to-end latency span ms to minutes; inter-token
  * latency lies in the low buckets */
 static const double latency_bounds[HIST_BUCKETS] = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1,
@@ -27,21 +29,21 @@ void histogram_add(histogram *h, double v) {
 typedef struct text {
     char *s;
     size_t len, cap;
+    bool failed; /* out of memory: the rest is dropped, and the text is NULL */
 } text;
 
 static void put(text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void put(text *t, const char *fmt, ...) {
-    for (;;) {
+    while (!t->failed) {
         va_list ap;
         va_start(ap, fmt);
-        int n = vsnprintf(t->s + t->len, t->cap - t->len, fmt, ap);
+        int n = vsnprintf(t->s ? t->s + t->len : NULL, t->cap - t->len, fmt, ap);
         va_end(ap);
-        if ((size_t)n < t->cap - t->len) {
+        if (n >= 0 && (size_t)n < t->cap - t->len) {
             t->len += n;
             return;
         }
-        t->cap = (t->cap + n + 1) * 2;
-        t->s = realloc(t->s, t->cap);
+        t->failed = n < 0 || ARRAY_RESERVE(t->s, t->cap, t->len + n + 1, "the metrics text", NULL);
     }
 }
 
@@ -61,8 +63,7 @@ static void hist(text *t, const char *name, const char *help, const char *label,
 }
 
 char *metrics_text(const metrics *m, const char *model_name) {
-    text t = {.cap = 4096};
-    t.s = malloc(t.cap);
+    text t = {0};
     char label[256];
     snprintf(label, sizeof label, "model_name=\"%s\"", model_name);
     scalar(&t, "num_requests_running", "gauge", "Requests holding a sequence slot.", label, m->running);
@@ -79,5 +80,7 @@ char *metrics_text(const metrics *m, const char *model_name) {
     hist(&t, "time_to_first_token_seconds", "Time from arrival to the first generated token.", label, &m->ttft);
     hist(&t, "inter_token_latency_seconds", "Time between consecutive generated tokens.", label, &m->itl);
     hist(&t, "e2e_request_latency_seconds", "Time from arrival to the last token.", label, &m->e2e);
-    return t.s;
+    if (!t.failed) return t.s;
+    free(t.s);
+    return NULL;
 }

@@ -24,7 +24,7 @@ typedef struct metrics {
 
 void metrics_init(metrics *m, int slots_total);
 void histogram_add(histogram *h, double v);
-/* The Prometheus text exposition of m; malloc'd. */
+/* The Prometheus text exposition of m; malloc'd (NULL when out of memory). */
 char *metrics_text(const metrics *m, const char *model_name);
 
 #endif

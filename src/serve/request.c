@@ -6,8 +6,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "util/alloc.h"
+
 request *request_new(req_kind kind) {
-    request *r = calloc(1, sizeof *r);
+    request *r = mem_zalloc(1, sizeof *r, "a request", NULL);
+    if (!r) return NULL;
     r->kind = kind;
     r->max_tokens = -1;
     r->sampling.top_p = 1;
@@ -30,14 +33,23 @@ void request_unref(request *r) {
     free(r);
 }
 
-static void append_text(request *r, const char *s, size_t n) {
-    if (r->text_len + n + 1 > r->text_cap) {
-        r->text_cap = (r->text_len + n + 1) * 2;
-        r->text = realloc(r->text, r->text_cap);
+/* r cannot hold its output: it fails with why, and ends at the next step. */
+static void out_of_memory(request *r, const loom_err *why) {
+    snprintf(r->error, sizeof r->error, "%s", why->msg);
+    if (r->finish == FINISH_NONE) r->finish = FINISH_CANCELLED;
+}
+
+/* false (r failed) when out of memory */
+static bool append_text(request *r, const char *s, size_t n) {
+    loom_err why;
+    if (ARRAY_RESERVE(r->text, r->text_cap, r->text_len + n + 1, "a request's text", &why)) {
+        out_of_memory(r, &why);
+        return false;
     }
     memcpy(r->text + r->text_len, s, n);
     r->text_len += n;
     r->text[r->text_len] = 0;
+    return true;
 }
 
 /* After text grew from `from` bytes: cuts it at the earliest stop string that ends in the new
@@ -65,17 +77,17 @@ static void apply_stops(request *r, size_t from) {
 }
 
 void request_add_token(request *r, const tokenizer *tok, const req_token *t, char *piece, size_t cap) {
-    if (r->n_tokens == r->cap_tokens) {
-        r->cap_tokens = r->cap_tokens ? 2 * r->cap_tokens : 16;
-        r->tokens = realloc(r->tokens, r->cap_tokens * sizeof *r->tokens);
+    loom_err why;
+    if (ARRAY_RESERVE(r->tokens, r->cap_tokens, (size_t)r->n_tokens + 1, "a request's tokens", &why)) {
+        out_of_memory(r, &why);
+        return;
     }
     req_token *k = &r->tokens[r->n_tokens++];
     *k = *t;
     size_t from = r->text_len;
     if (tok && r->finish == FINISH_NONE) {
         size_t len = tokenizer_decode_next(tok, &r->dec, t->id, piece, cap);
-        append_text(r, piece, len);
-        apply_stops(r, from);
+        if (append_text(r, piece, len)) apply_stops(r, from);
     }
     k->text_end = r->text_len;
 }
@@ -83,8 +95,7 @@ void request_add_token(request *r, const tokenizer *tok, const req_token *t, cha
 void request_end_text(request *r, const tokenizer *tok, char *piece, size_t cap) {
     if (tok && r->finish != FINISH_STOP) {
         size_t from = r->text_len, len = tokenizer_decode_flush(tok, &r->dec, piece, cap);
-        append_text(r, piece, len);
-        apply_stops(r, from);
+        if (append_text(r, piece, len)) apply_stops(r, from);
         if (r->n_tokens) r->tokens[r->n_tokens - 1].text_end = r->text_len;
     }
     r->text_ready = r->text_len;

@@ -55,7 +55,8 @@ typedef struct request {
     int slot;            /* KV sequence slot while running */
     int prefilled;       /* prompt tokens fed so far */
     req_token *tokens;   /* generated, in order */
-    int n_tokens, cap_tokens;
+    int n_tokens;
+    size_t cap_tokens;
     char *text;          /* decoded output, stop string excluded */
     size_t text_len, text_cap;
     size_t text_ready;   /* bytes of text that no stop string can still claim */
@@ -70,13 +71,15 @@ typedef struct request {
     int refs;
 } request;
 
-/* A request with its defaults (max_tokens unset: -1; greedy; no stops) and one reference. */
+/* A request with its defaults (max_tokens unset: -1; greedy; no stops) and one reference;
+ * NULL when out of memory. */
 request *request_new(req_kind kind);
 /* Drops a reference; frees on the last. Caller holds the server lock. */
 void request_unref(request *r);
 /* Appends token id (and its log-probabilities) to r's output: decodes it, applies the stop
  * strings (across token boundaries: text a stop string might still claim is held back), and
- * sets finish when a stop string matched. piece is decode scratch of tokenizer_decode_cap bytes. */
+ * sets finish when a stop string matched. piece is decode scratch of tokenizer_decode_cap bytes.
+ * Out of memory for its output, r fails: error says why, finish is set (cancelled). */
 void request_add_token(request *r, const tokenizer *tok, const req_token *t, char *piece, size_t cap);
 /* Ends r's text: flushes the decoder's held-back bytes and releases held-back text. */
 void request_end_text(request *r, const tokenizer *tok, char *piece, size_t cap);

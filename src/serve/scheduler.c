@@ -17,6 +17,7 @@
 #include <time.h>
 
 #include "serve/steps.h"
+#include "util/alloc.h"
 #include "util/err.h"
 
 struct sched {
@@ -42,23 +43,27 @@ double serve_now(void) {
     return t.tv_sec + t.tv_nsec * 1e-9;
 }
 
-sched *sched_new(server *srv, loom_engine *e, loom_comm *comm) {
-    sched *s = calloc(1, sizeof *s);
+sched *sched_new(server *srv, loom_engine *e, loom_comm *comm, loom_err *err) {
+    sched *s = mem_zalloc(1, sizeof *s, "the scheduler", err);
+    if (!s) return NULL;
     s->srv = srv;
     s->e = e;
     s->comm = comm;
     s->max_seqs = srv->o->max_num_seqs;
     s->max_tokens = srv->o->max_num_batched_tokens;
     s->max_queue = srv->o->max_queue;
-    s->queue = calloc(s->max_queue > 0 ? s->max_queue : 1, sizeof *s->queue);
-    s->running = calloc(s->max_seqs, sizeof *s->running);
-    s->slot_used = calloc(s->max_seqs, sizeof *s->slot_used);
-    s->row_req = calloc(s->max_seqs, sizeof *s->row_req);
-    step_init(&s->st, s->max_tokens, s->max_seqs);
     s->piece_cap = srv->tok ? tokenizer_decode_cap(srv->tok) + 1 : 1;
-    s->piece = malloc(s->piece_cap);
-    s->logprob = malloc(srv->info.vocab * sizeof *s->logprob);
-    return s;
+    const char *what = "the scheduler's tables";
+    if ((s->queue = mem_zalloc(s->max_queue > 0 ? (size_t)s->max_queue : 1, sizeof *s->queue, what, err)) &&
+        (s->running = mem_zalloc((size_t)s->max_seqs, sizeof *s->running, what, err)) &&
+        (s->slot_used = mem_zalloc((size_t)s->max_seqs, sizeof *s->slot_used, what, err)) &&
+        (s->row_req = mem_zalloc((size_t)s->max_seqs, sizeof *s->row_req, what, err)) &&
+        (s->piece = mem_alloc(s->piece_cap, "the scheduler's decode scratch", err)) &&
+        (s->logprob = mem_array((size_t)srv->info.vocab, sizeof *s->logprob, "the scheduler's log-probabilities", err)) &&
+        !step_init(&s->st, s->max_tokens, s->max_seqs, err))
+        return s;
+    sched_free(s);
+    return NULL;
 }
 
 void sched_free(sched *s) {

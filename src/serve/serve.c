@@ -42,8 +42,7 @@ static int serve_rank0(loom_comm *comm, loom_model *m, loom_engine *e, const ser
         fprintf(stderr, "loom serve: %s\n", err.msg);
         goto done;
     }
-    srv.sch = sched_new(&srv, e, comm);
-    if (!(h = http_start(&srv, &err))) {
+    if (!(srv.sch = sched_new(&srv, e, comm, &err)) || !(h = http_start(&srv, &err))) {
         fprintf(stderr, "loom serve: %s\n", err.msg);
         goto done;
     }
@@ -72,8 +71,11 @@ int serve_run(loom_comm *comm, loom_model *m, loom_engine *e, const serve_option
     signal(SIGTERM, SIG_IGN);
     signal(SIGINT, SIG_IGN);
     step s;
-    step_init(&s, o->max_num_batched_tokens, o->max_num_seqs);
     loom_err err = {{0}};
+    if (step_init(&s, o->max_num_batched_tokens, o->max_num_seqs, &err)) {
+        fprintf(stderr, "loom serve: rank %d: %s\n", loom_comm_rank(comm), err.msg);
+        return 1;
+    }
     int rc = step_follow(e, comm, &s, &err);
     if (rc) fprintf(stderr, "loom serve: rank %d: %s\n", loom_comm_rank(comm), err.msg);
     step_free(&s);

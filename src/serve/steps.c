@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "comm/comm.h"
+#include "util/alloc.h"
 #include "util/err.h"
 
 enum { HEADER = 4 };
@@ -22,12 +23,13 @@ size_t serve_step_bytes(const loom_engine_options *eo) {
     return (size_t)message_ints(eo->max_tokens, eo->max_seqs) * sizeof(int32_t);
 }
 
-void step_init(step *s, int max_tokens, int max_seqs) {
+int step_init(step *s, int max_tokens, int max_seqs, loom_err *err) {
     s->n_ints = message_ints(max_tokens, max_seqs);
-    s->msg = calloc(s->n_ints, sizeof *s->msg);
+    if (!(s->msg = mem_zalloc((size_t)s->n_ints, sizeof *s->msg, "a server step's message", err))) return -1;
     s->max_tokens = max_tokens;
     s->max_seqs = max_seqs;
     step_clear(s);
+    return 0;
 }
 
 void step_free(step *s) { free(s->msg); }

@@ -14,7 +14,8 @@ typedef struct step {
 
 /* Bytes a step's message takes on the communicator, for an engine with eo's sizes. */
 size_t serve_step_bytes(const loom_engine_options *eo);
-void step_init(step *s, int max_tokens, int max_seqs);
+/* 0, or -1 with err set when out of memory (s then needs no step_free). */
+int step_init(step *s, int max_tokens, int max_seqs, loom_err *err);
 void step_free(step *s);
 /* Empties s for the next step (a run of nothing). */
 void step_clear(step *s);

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "template/tmpl_impl.h"
+#include "util/alloc.h"
 #include "util/utf8.h"
 
 struct chunk {
@@ -21,8 +22,9 @@ void *talloc(tctx *c, size_t n) {
         if (n > TMPL_MAX_MEMORY || c->used + n > TMPL_MAX_MEMORY)
             tfail(c, 0, "more than %u MiB of working memory", TMPL_MAX_MEMORY >> 20);
         size_t size = n > CHUNK_MIN ? n : CHUNK_MIN;
-        chunk *k = malloc(sizeof *k + size);
-        if (!k) tfail(c, 0, "out of memory");
+        loom_err why;
+        chunk *k = mem_alloc(sizeof *k + size, "the template's working memory", &why);
+        if (!k) tfail(c, 0, "%s", why.msg);
         k->prev = c->chunks;
         c->chunks = k;
         c->next = (char *)k->data;

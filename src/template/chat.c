@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "template/tmpl_impl.h"
+#include "util/alloc.h"
 #include "util/err.h"
 
 struct chat_template {
@@ -17,9 +18,9 @@ struct chat_template {
 };
 
 chat_template *chat_template_parse(const char *source, const char *name, loom_err *err) {
-    chat_template *volatile t = calloc(1, sizeof *t); /* volatile: read after longjmp */
+    chat_template *volatile t = mem_zalloc(1, sizeof *t, "a chat template", err); /* volatile: read after longjmp */
     if (!t) {
-        loom_errf(err, "chat template %s: out of memory", name);
+        loom_err_prefix(err, "chat template %s", name);
         return NULL;
     }
     jmp_buf jb;
@@ -98,8 +99,8 @@ int chat_template_render(const chat_template *t, const cJSON *context, char **ou
     tbuf b = {0};
     tb_put(&r.c, &b, "", 0);
     render_template(&r, t->tree, &b);
-    *out = malloc(b.n + 1);
-    if (!*out) tfail(&r.c, 0, "out of memory");
+    loom_err why;
+    if (!(*out = mem_alloc(b.n + 1, "the rendered chat", &why))) tfail(&r.c, 0, "%s", why.msg);
     memcpy(*out, b.p, b.n + 1);
     tfree_all(&r.c);
     return 0;

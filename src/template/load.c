@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 
 #include "template/template.h"
+#include "util/alloc.h"
 #include "util/err.h"
 #include "util/file.h"
 
@@ -19,20 +20,20 @@ typedef struct named_template {
 typedef struct found {
     named_template *v;
     int n;
+    size_t cap;
 } found;
 
-static bool add(found *f, const char *name, char *source) {
-    named_template *v = realloc(f->v, (size_t)(f->n + 1) * sizeof *v);
-    char *copy = strdup(name);
-    if (!v || !copy) {
+/* Adds a template, taking source (NULL: its reading failed, err says why). 0 or -1. */
+static int add(found *f, const char *name, char *source, loom_err *err) {
+    if (!source) return -1;
+    char *copy = mem_strdup(name, "a chat template's name", err);
+    if (!copy || ARRAY_RESERVE(f->v, f->cap, (size_t)f->n + 1, "the chat templates", err)) {
         free(copy);
         free(source);
-        if (v) f->v = v;
-        return false;
+        return -1;
     }
-    f->v = v;
     f->v[f->n++] = (named_template){copy, source};
-    return true;
+    return 0;
 }
 
 static void found_free(found *f) {
@@ -48,10 +49,12 @@ static bool is_file(const char *path) {
     return stat(path, &st) == 0 && S_ISREG(st.st_mode);
 }
 
-/* A special token as tokenizer_config.json writes it: a string or {"content": "..."}. */
-static char *token_string(const cJSON *v) {
+/* A special token as tokenizer_config.json writes it: a string or {"content": "..."}, into *out
+ * (NULL when there is none); -1 when out of memory. */
+static int token_string(const cJSON *v, char **out, loom_err *err) {
     if (cJSON_IsObject(v)) v = cJSON_GetObjectItemCaseSensitive(v, "content");
-    return cJSON_IsString(v) ? strdup(v->valuestring) : NULL;
+    *out = cJSON_IsString(v) ? mem_strdup(v->valuestring, "a special token", err) : NULL;
+    return cJSON_IsString(v) && !*out ? -1 : 0;
 }
 
 /* chat_template.jinja and additional_chat_templates/NAME.jinja; -1 on a read error. */
@@ -59,8 +62,7 @@ static int read_jinja_files(const char *dir, found *f, loom_err *err) {
     char path[4096];
     snprintf(path, sizeof path, "%s/chat_template.jinja", dir);
     if (is_file(path)) {
-        char *s = file_read_all(path, NULL, err);
-        if (!s || !add(f, "default", s)) return s ? loom_errf(err, "out of memory") : -1;
+        if (add(f, "default", file_read_all(path, NULL, err), err)) return -1;
     }
     snprintf(path, sizeof path, "%s/additional_chat_templates", dir);
     DIR *d = opendir(path);
@@ -72,10 +74,9 @@ static int read_jinja_files(const char *dir, found *f, loom_err *err) {
         char file[4096 + 256];
         snprintf(file, sizeof file, "%s/%s", path, e->d_name);
         if (!is_file(file)) continue;
-        char *s = file_read_all(file, NULL, err), name[256];
+        char name[256];
         snprintf(name, sizeof name, "%.*s", (int)(n - 6), e->d_name);
-        if (!s) rc = -1;
-        else if (!add(f, name, s)) rc = loom_errf(err, "out of memory");
+        rc = add(f, name, file_read_all(file, NULL, err), err);
     }
     closedir(d);
     return rc;
@@ -85,14 +86,14 @@ static int read_jinja_files(const char *dir, found *f, loom_err *err) {
 static int read_config_templates(const cJSON *cfg, const char *path, found *f, loom_err *err) {
     const cJSON *ct = cJSON_GetObjectItemCaseSensitive(cfg, "chat_template");
     if (!ct || cJSON_IsNull(ct)) return 0;
-    if (cJSON_IsString(ct)) return add(f, "default", strdup(ct->valuestring)) ? 0 : loom_errf(err, "out of memory");
+    if (cJSON_IsString(ct)) return add(f, "default", mem_strdup(ct->valuestring, "a chat template", err), err);
     if (!cJSON_IsArray(ct)) return loom_errf(err, "%s: chat_template is neither a string nor a list", path);
     for (const cJSON *e = ct->child; e; e = e->next) {
         const cJSON *name = cJSON_GetObjectItemCaseSensitive(e, "name");
         const cJSON *tmpl = cJSON_GetObjectItemCaseSensitive(e, "template");
         if (!cJSON_IsString(name) || !cJSON_IsString(tmpl))
             return loom_errf(err, "%s: a chat_template entry lacks a string name or template", path);
-        if (!add(f, name->valuestring, strdup(tmpl->valuestring))) return loom_errf(err, "out of memory");
+        if (add(f, name->valuestring, mem_strdup(tmpl->valuestring, "a chat template", err), err)) return -1;
     }
     return 0;
 }
@@ -136,15 +137,18 @@ int chat_templates_load(const char *model_dir, const char *override_path, chat_t
             cJSON_Delete(cfg);
             return loom_errf(err, "%s: not a JSON object", cfg_path);
         }
-        out->bos_token = token_string(cJSON_GetObjectItemCaseSensitive(cfg, "bos_token"));
-        out->eos_token = token_string(cJSON_GetObjectItemCaseSensitive(cfg, "eos_token"));
+        if (token_string(cJSON_GetObjectItemCaseSensitive(cfg, "bos_token"), &out->bos_token, err) ||
+            token_string(cJSON_GetObjectItemCaseSensitive(cfg, "eos_token"), &out->eos_token, err)) {
+            cJSON_Delete(cfg);
+            chat_templates_free(out);
+            return -1;
+        }
     }
     found f = {0};
     const char *where = override_path ? override_path : model_dir;
     int rc = 0;
     if (override_path) {
-        char *s = file_read_all(override_path, NULL, err);
-        rc = !s ? -1 : add(&f, "default", s) ? 0 : loom_errf(err, "out of memory");
+        rc = add(&f, "default", file_read_all(override_path, NULL, err), err);
     } else if (model_dir) {
         rc = read_jinja_files(model_dir, &f, err);
         if (rc == 0 && f.n == 0 && cfg) rc = read_config_templates(cfg, cfg_path, &f, err);

@@ -8,7 +8,7 @@
 static int added_keys(tokenizer *t, loom_err *err) {
     pcre2_match_data *md = pcre2_match_data_create(1, NULL);
     strbuf out = {0}, tmp = {0};
-    int rc = md ? 0 : loom_errf(err, "out of memory");
+    int rc = md ? 0 : loom_errf(err, "cannot allocate PCRE2 match data");
     for (uint32_t i = 0; i < t->n_added && !rc; i++) {
         added_tok *a = &t->added[i];
         a->key = a->content;
@@ -33,11 +33,11 @@ static int cmp_set_entry(const void *a, const void *b) {
 }
 
 static int build_set(tokenizer *t, added_set *set, bool normalized, loom_err *err) {
-    set_entry *e = malloc((t->n_added + 1) * sizeof *e);
-    set->idx = malloc((t->n_added + 1) * sizeof *set->idx);
-    if (!e || !set->idx) {
+    set_entry *e = mem_array((size_t)t->n_added + 1, sizeof *e, "the added-token index", err);
+    set->idx = e ? mem_array((size_t)t->n_added + 1, sizeof *set->idx, "the added-token index", err) : NULL;
+    if (!set->idx) {
         free(e);
-        return loom_errf(err, "out of memory");
+        return -1;
     }
     for (uint32_t i = 0; i < t->n_added; i++) {
         const added_tok *a = &t->added[i];
@@ -64,7 +64,7 @@ int tok_added_index(tokenizer *t, loom_err *err) {
 /* ---------------------------------------------------------------- splitting */
 
 static int push_run(enc *e, runs *r, size_t s, size_t end, int32_t id) {
-    if (!RESERVE(r->p, r->cap, r->n + 1)) return enc_oom(e);
+    if (ARRAY_RESERVE(r->p, r->cap, r->n + 1, "added-token runs", e->err)) return -1;
     r->p[r->n++] = (run){s, end, id};
     return 0;
 }

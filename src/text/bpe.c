@@ -64,7 +64,7 @@ static bool pair_find(const tokenizer *t, int32_t a, int32_t b, uint32_t *rank, 
 static bool merge_less(merge a, merge b) { return a.rank != b.rank ? a.rank < b.rank : a.pos < b.pos; }
 
 static int heap_push(enc *e, merge m) {
-    if (!RESERVE(e->hp, e->cap_hp, e->n_hp + 1)) return enc_oom(e);
+    if (ARRAY_RESERVE(e->hp, e->cap_hp, e->n_hp + 1, "the BPE merge queue", e->err)) return -1;
     size_t i = e->n_hp++;
     for (; i > 0 && merge_less(m, e->hp[(i - 1) / 2]); i = (i - 1) / 2) e->hp[i] = e->hp[(i - 1) / 2];
     e->hp[i] = m;
@@ -131,7 +131,7 @@ int tok_bpe_word(enc *e, const char *w, size_t n) {
         int32_t id = tok_vocab_find(t, w, n);
         if (id >= 0) return enc_push_id(e, id);
     }
-    if (!RESERVE(e->sy, e->cap_sy, n)) return enc_oom(e);
+    if (ARRAY_RESERVE(e->sy, e->cap_sy, n, "BPE symbols", e->err)) return -1;
     size_t ns = 0;
     bool unk = false; /* an <unk> waiting to be added (fuse_unk grows it instead) */
     for (size_t i = 0, cl; i < n; i += cl) {

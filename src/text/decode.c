@@ -15,7 +15,7 @@ typedef struct {
 
 static void sink_put(sink *o, const char *s, size_t n) {
     if (o->grow) {
-        if (o->oom || (n && !RESERVE(o->p, o->cap, o->n + n))) {
+        if (o->oom || (n && ARRAY_RESERVE(o->p, o->cap, o->n + n, "decoded text", NULL))) {
             o->oom = true;
             return;
         }
@@ -71,7 +71,9 @@ static void dec_bytes(const tokenizer *t, tok_decoder *d, sink *o, const uint8_t
     dec_text(t, d, o, buf, k);
 }
 
-/* Step output buffers: small pieces stay on the stack. */
+/* Step output buffers: small pieces stay on the stack. Out of memory, a step has no output
+ * (NULL) and the sink is marked: tokenizer_decode then returns NULL, and decode_next, whose
+ * callers have no error path, leaves out that piece. */
 typedef struct {
     char *heap;
     char local[256];
@@ -80,7 +82,7 @@ typedef struct {
 static char *scratch_get(scratch *sc, size_t n) {
     if (n <= sizeof sc->local) return sc->local;
     free(sc->heap);
-    return sc->heap = malloc(n);
+    return sc->heap = mem_alloc(n, "decoder scratch", NULL);
 }
 
 static void dec_run(const tokenizer *t, tok_decoder *d, sink *o, int k, const char *s, size_t n);

@@ -27,8 +27,8 @@ static int apply_templates(enc *e) {
         const tmpl *tp = &e->t->tmpls[k];
         size_t n = 0;
         for (size_t i = 0; i < tp->n; i++) n += tp->items[i] < 0 ? e->n_ids : 1;
-        int32_t *ids = malloc((n ? n : 1) * sizeof *ids);
-        if (!ids) return enc_oom(e);
+        int32_t *ids = mem_array(n, sizeof *ids, "token ids", e->err);
+        if (!ids) return -1;
         size_t w = 0;
         for (size_t i = 0; i < tp->n; i++) {
             if (tp->items[i] >= 0) {
@@ -64,9 +64,9 @@ int tokenizer_encode(const tokenizer *t, const char *text, size_t len, bool add_
     if (bad < len) return loom_errf(err, "tokenizer_encode: invalid UTF-8 at byte %zu", bad);
     enc e = {.t = t, .err = err};
     e.md = pcre2_match_data_create(1, NULL);
-    int rc = e.md ? encode_text(&e, text, len) : enc_oom(&e);
+    int rc = e.md ? encode_text(&e, text, len) : loom_errf(err, "tokenizer_encode: cannot allocate PCRE2 match data");
     if (!rc && add_special) rc = apply_templates(&e);
-    if (!rc && !RESERVE(e.ids, e.cap_ids, 1)) rc = enc_oom(&e);
+    if (!rc && ARRAY_RESERVE(e.ids, e.cap_ids, 1, "token ids", err)) rc = -1;
     pcre2_match_data_free(e.md);
     free(e.norm.p);
     free(e.tmp.p);

@@ -46,10 +46,10 @@ static int replace_all(const tokenizer *t, const pattern *p, const char *with, s
         int r = pat_find(t, p, s, n, from, md, &ms, &me, err);
         if (r < 0) return -1;
         if (!r) break;
-        if (!sb_put(out, s + pos, ms - pos) || !sb_put(out, with, wn)) return loom_errf(err, "out of memory");
+        if (sb_put(out, s + pos, ms - pos, err) || sb_put(out, with, wn, err)) return -1;
         pos = me;
     }
-    return sb_put(out, s + pos, n - pos) ? 0 : loom_errf(err, "out of memory");
+    return sb_put(out, s + pos, n - pos, err);
 }
 
 /* ---------------------------------------------------------------- normalizer */
@@ -63,14 +63,13 @@ static void sb_swap(strbuf *a, strbuf *b) {
 int tok_normalize(const tokenizer *t, pcre2_match_data *md, const char *s, size_t n, strbuf *out,
                   strbuf *tmp, loom_err *err) {
     out->n = 0;
-    if (!sb_put(out, s, n)) return loom_errf(err, "out of memory");
+    if (sb_put(out, s, n, err)) return -1;
     for (int i = 0; i < t->n_norm; i++) {
         const norm_step *st = &t->norm[i];
         tmp->n = 0;
         if (st->kind == NORM_PREPEND) {
             if (!out->n) continue; /* HF prepends only to non-empty text */
-            if (!sb_put(tmp, S(t, st->str), st->str.len) || !sb_put(tmp, out->p, out->n))
-                return loom_errf(err, "out of memory");
+            if (sb_put(tmp, S(t, st->str), st->str.len, err) || sb_put(tmp, out->p, out->n, err)) return -1;
         } else if (replace_all(t, &st->pat, S(t, st->str), st->str.len, out->p ? out->p : "", out->n,
                                tmp, md, err)) {
             return -1;
@@ -87,16 +86,15 @@ int tok_normalize(const tokenizer *t, pcre2_match_data *md, const char *s, size_
 static int push_piece(enc *e, pieces *out, const char *s, size_t n, bool first, bool map) {
     if (!n) return 0;
     size_t off = out->s.n;
-    bool ok = true;
     if (map) {
-        for (size_t i = 0; i < n && ok; i++) {
+        for (size_t i = 0; i < n; i++) {
             uint8_t b = (uint8_t)s[i];
-            ok = sb_put(&out->s, e->t->byte_char[b], e->t->byte_char_len[b]);
+            if (sb_put(&out->s, e->t->byte_char[b], e->t->byte_char_len[b], e->err)) return -1;
         }
-    } else {
-        ok = sb_put(&out->s, s, n);
+    } else if (sb_put(&out->s, s, n, e->err)) {
+        return -1;
     }
-    if (!ok || !RESERVE(out->p, out->cap, out->n + 1)) return enc_oom(e);
+    if (ARRAY_RESERVE(out->p, out->cap, out->n + 1, "pre-tokenized pieces", e->err)) return -1;
     out->p[out->n++] = (piece){off, out->s.n - off, first};
     return 0;
 }
@@ -109,13 +107,13 @@ static int find_segs(enc *e, const pattern *p, const char *s, size_t n, bool inv
         int r = pat_find(e->t, p, s, n, from, e->md, &ms, &me, e->err);
         if (r < 0) return -1;
         if (!r) break;
-        if (!RESERVE(e->sg, e->cap_sg, e->n_sg + 2)) return enc_oom(e);
+        if (ARRAY_RESERVE(e->sg, e->cap_sg, e->n_sg + 2, "pattern matches", e->err)) return -1;
         if (prev != ms) e->sg[e->n_sg++] = (seg){prev, ms, false};
         e->sg[e->n_sg++] = (seg){ms, me, true};
         prev = me;
     }
     if (prev != n) {
-        if (!RESERVE(e->sg, e->cap_sg, e->n_sg + 1)) return enc_oom(e);
+        if (ARRAY_RESERVE(e->sg, e->cap_sg, e->n_sg + 1, "pattern matches", e->err)) return -1;
         e->sg[e->n_sg++] = (seg){prev, n, false};
     }
     for (size_t i = 0; invert && i < e->n_sg; i++) e->sg[i].m = !e->sg[i].m;
@@ -176,7 +174,7 @@ static int split_piece(enc *e, const pattern *p, bool invert, split_mode mode, c
 static int pre_bytelevel(enc *e, const pre_step *st, const char *s, size_t n, bool first, pieces *out) {
     if (st->prefix_space && s[0] != ' ') {
         e->pre_tmp.n = 0;
-        if (!sb_put(&e->pre_tmp, " ", 1) || !sb_put(&e->pre_tmp, s, n)) return enc_oom(e);
+        if (sb_put(&e->pre_tmp, " ", 1, e->err) || sb_put(&e->pre_tmp, s, n, e->err)) return -1;
         s = e->pre_tmp.p;
         n = e->pre_tmp.n;
     }
@@ -191,10 +189,10 @@ static int pre_metaspace(enc *e, const pre_step *st, const char *s, size_t n, bo
     bool starts = s[0] == ' ' || (n >= rn && !memcmp(s, r, rn)); /* after the replacement */
     strbuf *b = &e->pre_tmp;
     b->n = 0;
-    if ((st->prepend == PREPEND_ALWAYS || (st->prepend == PREPEND_FIRST && first)) && !starts && !sb_put(b, r, rn))
-        return enc_oom(e);
+    if ((st->prepend == PREPEND_ALWAYS || (st->prepend == PREPEND_FIRST && first)) && !starts && sb_put(b, r, rn, e->err))
+        return -1;
     for (size_t i = 0; i < n; i++)
-        if (!(s[i] == ' ' ? sb_put(b, r, rn) : sb_put(b, s + i, 1))) return enc_oom(e);
+        if (s[i] == ' ' ? sb_put(b, r, rn, e->err) : sb_put(b, s + i, 1, e->err)) return -1;
     if (st->split) return split_piece(e, &st->pat, false, SPLIT_MERGED_NEXT, b->p, b->n, first, false, out);
     return push_piece(e, out, b->p, b->n, first, false);
 }

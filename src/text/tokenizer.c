@@ -12,7 +12,7 @@ int tok_intern(tokenizer *t, const char *s, size_t n, span *out, loom_err *err) 
     if (t->arena.n + n + 1 >= NONE) return loom_errf(err, "strings exceed 4 GiB");
     out->off = (uint32_t)t->arena.n;
     out->len = (uint32_t)n;
-    if (!sb_put(&t->arena, s, n) || !sb_put(&t->arena, "", 1)) return loom_errf(err, "out of memory");
+    if (sb_put(&t->arena, s, n, err) || sb_put(&t->arena, "", 1, err)) return -1;
     return 0;
 }
 

@@ -1,5 +1,5 @@
 /* Internals shared by the tokenizer's files (not for the engine: it uses text/tokenizer.h). Owns
- * the tokenizer struct, the per-call encoder state, growable buffers, and the declarations each
+ * the tokenizer struct, the per-call encoder state, the string buffer, and the declarations each
  * stage exports to the others:
  *   tokenizer.c       string arena, id -> token lookups, the public queries
  *   tokenizer_load.c  reading and validating tokenizer.json; tokenizer_free
@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "text/tokenizer.h"
+#include "util/alloc.h"
 #include "util/err.h"
 #include "util/utf8.h"
 
@@ -30,28 +31,13 @@ typedef struct {
     size_t n, cap;
 } strbuf;
 
-/* Makes room for need elements in a malloc'd array; false when out of memory. The pointer is
- * passed by address and copied with memcpy so any element type can share this one function. */
-static inline bool tok_reserve(void *arrp, size_t *cap, size_t need, size_t elem) {
-    if (need <= *cap) return true;
-    size_t c = *cap ? *cap : 16;
-    while (c < need) c *= 2;
-    void *old;
-    memcpy(&old, arrp, sizeof old);
-    void *p = realloc(old, c * elem);
-    if (!p) return false;
-    memcpy(arrp, &p, sizeof p);
-    *cap = c;
-    return true;
-}
-#define RESERVE(arr, cap, need) tok_reserve(&(arr), &(cap), (need), sizeof *(arr))
-
-static inline bool sb_put(strbuf *b, const void *s, size_t n) {
-    if (!n) return true;
-    if (!RESERVE(b->p, b->cap, b->n + n)) return false;
+/* Appends s[0..n) (growing through util/alloc.h); -1 with err set when out of memory. */
+static inline int sb_put(strbuf *b, const void *s, size_t n, loom_err *err) {
+    if (!n) return 0;
+    if (ARRAY_RESERVE(b->p, b->cap, b->n + n, "tokenizer text", err)) return -1;
     memcpy(b->p + b->n, s, n);
     b->n += n;
-    return true;
+    return 0;
 }
 
 /* ---------------------------------------------------------------- the tokenizer */
@@ -231,10 +217,8 @@ typedef struct {
     size_t n_hp, cap_hp;
 } enc;
 
-static inline int enc_oom(enc *e) { return loom_errf(e->err, "tokenizer_encode: out of memory"); }
-
 static inline int enc_push_id(enc *e, int32_t id) {
-    if (!RESERVE(e->ids, e->cap_ids, e->n_ids + 1)) return enc_oom(e);
+    if (ARRAY_RESERVE(e->ids, e->cap_ids, e->n_ids + 1, "token ids", e->err)) return -1;
     e->ids[e->n_ids++] = id;
     return 0;
 }

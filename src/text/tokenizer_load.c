@@ -80,9 +80,9 @@ static int load_vocab(tokenizer *t, const cJSON *vocab, loom_err *err) {
         if (id >= t->model_n) t->model_n = id + 1;
     }
     uint32_t size = table_size(count);
-    t->model_str = malloc((size_t)(t->model_n ? t->model_n : 1) * sizeof *t->model_str);
-    t->vocab_slot = calloc(size, sizeof *t->vocab_slot);
-    if (!t->model_str || !t->vocab_slot) return loom_errf(err, "out of memory");
+    if (!(t->model_str = mem_array((size_t)t->model_n, sizeof *t->model_str, "model.vocab", err)) ||
+        !(t->vocab_slot = mem_zalloc(size, sizeof *t->vocab_slot, "the vocab table", err)))
+        return -1;
     t->vocab_mask = size - 1;
     for (int32_t i = 0; i < t->model_n; i++) t->model_str[i].off = NONE;
     for (const cJSON *e = vocab->child; e; e = e->next) {
@@ -94,11 +94,12 @@ static int load_vocab(tokenizer *t, const cJSON *vocab, loom_err *err) {
     return 0;
 }
 
-/* Ids of a merge's two parts and of their concatenation; false if any is not in the vocab. */
-static bool merge_parts(const tokenizer *t, strbuf *cat, const char *l, size_t ln, const char *r,
-                        size_t rn, int32_t ids[3]) {
+/* Ids of a merge's two parts and of their concatenation: 1, or 0 if any is not in the vocab
+ * (-1 with err set when out of memory). */
+static int merge_parts(const tokenizer *t, strbuf *cat, const char *l, size_t ln, const char *r,
+                       size_t rn, int32_t ids[3], loom_err *err) {
     cat->n = 0;
-    if (!sb_put(cat, l, ln) || !sb_put(cat, r, rn)) return false;
+    if (sb_put(cat, l, ln, err) || sb_put(cat, r, rn, err)) return -1;
     ids[0] = tok_vocab_find(t, l, ln);
     ids[1] = tok_vocab_find(t, r, rn);
     ids[2] = tok_vocab_find(t, cat->p, cat->n);
@@ -112,9 +113,10 @@ static int merge_entry(const tokenizer *t, const cJSON *m, uint32_t i, strbuf *c
         const cJSON *a = m->child, *b = a ? a->next : NULL;
         if (!cJSON_IsString(a) || !cJSON_IsString(b) || b->next)
             return loom_errf(err, "model.merges[%u]: expected two strings", i);
-        if (!merge_parts(t, cat, a->valuestring, strlen(a->valuestring), b->valuestring,
-                         strlen(b->valuestring), ids))
-            return loom_errf(err, "model.merges[%u]: [\"%s\", \"%s\"] (or their concatenation) is not in model.vocab",
+        int found = merge_parts(t, cat, a->valuestring, strlen(a->valuestring), b->valuestring,
+                                strlen(b->valuestring), ids, err);
+        if (found <= 0)
+            return found < 0 ? -1 : loom_errf(err, "model.merges[%u]: [\"%s\", \"%s\"] (or their concatenation) is not in model.vocab",
                              i, a->valuestring, b->valuestring);
         return 0;
     }
@@ -124,8 +126,10 @@ static int merge_entry(const tokenizer *t, const cJSON *m, uint32_t i, strbuf *c
      * parts and concatenation are all tokens. */
     const char *s = m->valuestring;
     size_t n = strlen(s);
-    for (size_t k = 0; k < n; k++)
-        if (s[k] == ' ' && merge_parts(t, cat, s, k, s + k + 1, n - k - 1, ids)) return 0;
+    for (size_t k = 0; k < n; k++) {
+        int found = s[k] == ' ' ? merge_parts(t, cat, s, k, s + k + 1, n - k - 1, ids, err) : 0;
+        if (found) return found > 0 ? 0 : -1;
+    }
     return loom_errf(err, "model.merges[%u]: \"%s\" is not two tokens of model.vocab whose concatenation is one", i, s);
 }
 
@@ -133,10 +137,10 @@ static int load_merges(tokenizer *t, const cJSON *merges, loom_err *err) {
     if (!cJSON_IsArray(merges)) return loom_errf(err, "model.merges: missing or not an array");
     size_t count = (size_t)cJSON_GetArraySize(merges);
     uint32_t size = table_size(count);
-    t->pair_key = malloc(size * sizeof *t->pair_key);
-    t->pair_rank = malloc(size * sizeof *t->pair_rank);
-    t->pair_new = malloc(size * sizeof *t->pair_new);
-    if (!t->pair_key || !t->pair_rank || !t->pair_new) return loom_errf(err, "out of memory");
+    if (!(t->pair_key = mem_array(size, sizeof *t->pair_key, "the merge table", err)) ||
+        !(t->pair_rank = mem_array(size, sizeof *t->pair_rank, "the merge table", err)) ||
+        !(t->pair_new = mem_array(size, sizeof *t->pair_new, "the merge table", err)))
+        return -1;
     t->pair_mask = size - 1;
     memset(t->pair_key, 0xFF, size * sizeof *t->pair_key);
     strbuf cat = {0};
@@ -311,7 +315,7 @@ static int load_template(tokenizer *t, const cJSON *o, const char *path, loom_er
         if (seq) {
             if (strcmp(seq, "A"))
                 return loom_errf(err, "%s.single[%d]: sequence \"%s\" in a one-sequence template", path, i, seq);
-            if (!RESERVE(tp->items, tp->cap, tp->n + 1)) return loom_errf(err, "out of memory");
+            if (ARRAY_RESERVE(tp->items, tp->cap, tp->n + 1, "a post-processor template", err)) return -1;
             tp->items[tp->n++] = -1;
             continue;
         }
@@ -321,7 +325,7 @@ static int load_template(tokenizer *t, const cJSON *o, const char *path, loom_er
         for (const cJSON *v = ids->child; v; v = v->next) {
             int32_t id = jid(v);
             if (id < 0) return loom_errf(err, "%s.special_tokens[\"%s\"].ids: bad id", path, name);
-            if (!RESERVE(tp->items, tp->cap, tp->n + 1)) return loom_errf(err, "out of memory");
+            if (ARRAY_RESERVE(tp->items, tp->cap, tp->n + 1, "a post-processor template", err)) return -1;
             tp->items[tp->n++] = id;
         }
     }
@@ -401,8 +405,8 @@ static int load_decoder(tokenizer *t, const cJSON *o, loom_err *err) {
 static int load_added(tokenizer *t, const cJSON *list, loom_err *err) {
     if (jnull(list)) return 0;
     if (!cJSON_IsArray(list)) return loom_errf(err, "added_tokens: not a list");
-    t->added = calloc((size_t)cJSON_GetArraySize(list) + 1, sizeof *t->added);
-    if (!t->added) return loom_errf(err, "out of memory");
+    if (!(t->added = mem_zalloc((size_t)cJSON_GetArraySize(list) + 1, sizeof *t->added, "added_tokens", err)))
+        return -1;
     int i = 0;
     for (const cJSON *o = list->child; o; o = o->next, i++) {
         const char *content = jstr(o, "content");
@@ -430,8 +434,7 @@ static int finish_added(tokenizer *t, loom_err *err) {
     t->n_ids = t->model_n;
     for (uint32_t i = 0; i < t->n_added; i++)
         if (t->added[i].id >= t->n_ids) t->n_ids = t->added[i].id + 1;
-    t->added_of = malloc((size_t)(t->n_ids ? t->n_ids : 1) * sizeof *t->added_of);
-    if (!t->added_of) return loom_errf(err, "out of memory");
+    if (!(t->added_of = mem_array((size_t)t->n_ids, sizeof *t->added_of, "the added-token lookup", err))) return -1;
     for (int32_t i = 0; i < t->n_ids; i++) t->added_of[i] = -1;
     for (uint32_t i = 0; i < t->n_added; i++) t->added_of[t->added[i].id] = (int32_t)i; /* last wins */
     for (int k = 0; k < t->n_tmpl; k++)
@@ -476,8 +479,8 @@ tokenizer *tokenizer_load_json(const char *json, size_t len, const char *name, l
         loom_errf(err, "%s: invalid JSON near byte %zu", name, end && end >= json ? (size_t)(end - json) : (size_t)0);
         return NULL;
     }
-    tokenizer *t = calloc(1, sizeof *t);
-    int rc = t ? load(t, root, err) : loom_errf(err, "out of memory");
+    tokenizer *t = mem_zalloc(1, sizeof *t, "the tokenizer", err);
+    int rc = t ? load(t, root, err) : -1;
     cJSON_Delete(root);
     if (rc) {
         loom_err_prefix(err, "%s", name);

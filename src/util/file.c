@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "util/alloc.h"
 #include "util/err.h"
 
 char *file_read_all(const char *path, size_t *len, loom_err *err) {
@@ -18,13 +19,17 @@ char *file_read_all(const char *path, size_t *len, loom_err *err) {
         loom_errf(err, "%s: cannot open: %s", path, strerror(errno));
         return NULL;
     }
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap + 1);
-    for (;;) {
-        n += fread(buf + n, 1, cap - n, f);
-        if (n < cap) break;
-        cap *= 2;
-        buf = realloc(buf, cap + 1);
+    size_t cap = 0, n = 0;
+    char *buf = NULL;
+    for (;;) { /* cap + 1 leaves room for the NUL */
+        if (ARRAY_RESERVE(buf, cap, n + ((size_t)1 << 16) + 1, "the file's contents", err)) {
+            free(buf);
+            fclose(f);
+            loom_err_prefix(err, "%s", path);
+            return NULL;
+        }
+        n += fread(buf + n, 1, cap - 1 - n, f);
+        if (n < cap - 1) break;
     }
     int bad = ferror(f);
     fclose(f);

@@ -40,7 +40,13 @@ static const struct {
 
 module *arch_build(const model_config *c, loom_err *err) {
     for (size_t i = 0; i < sizeof llama_like / sizeof llama_like[0]; i++)
-        if (!strcmp(c->arch, llama_like[i].name)) return build_llama_family(c, &llama_like[i].variant);
+        if (!strcmp(c->arch, llama_like[i].name)) {
+            module *root = build_llama_family(c, &llama_like[i].variant); /* checked once, here */
+            if (!module_check(root, err)) return root;
+            module_free(root);
+            loom_err_prefix(err, "building the module tree");
+            return NULL;
+        }
     char list[512] = "";
     for (size_t i = 0; i < sizeof llama_like / sizeof llama_like[0]; i++)
         strcat(strcat(list, i ? ", " : ""), llama_like[i].name);

@@ -23,6 +23,7 @@ static int qk_norm(module *m, const model_config *c, const llama_variant *v, int
 
 static module *attention_block(const model_config *c, const llama_variant *v, int layer) {
     module *m = module_new("attention", "model.layers.%d.self_attn", layer);
+    if (!m) return NULL;
     int x = module_input(m, "x");
     int hd = c->head_dim, q_out = c->n_heads * hd, kv_out = c->n_kv_heads * hd;
     linear_desc qkv = {.in = c->hidden, .n_parts = 3, .style = PAR_COLUMN};
@@ -53,6 +54,7 @@ static module *attention_block(const model_config *c, const llama_variant *v, in
 
 module *mlp_module(const model_config *c, const char *name, int inter) {
     module *m = module_new("mlp", "%s", name);
+    if (!m) return NULL;
     int x = module_input(m, "x");
     linear_desc gu = {.in = c->hidden, .n_parts = 2, .style = PAR_COLUMN};
     linear_part_init(&gu.parts[0], m->name, "gate_proj", inter, 0, c->mlp_bias);
@@ -72,13 +74,14 @@ static int residual_branch(module *m, const model_config *c, int h, const char *
     char w[128];
     snprintf(w, sizeof w, "%s.%s.weight", m->name, norm);
     int n = emit_rms_norm(m, h, w, c->rms_eps, 0, norm);
-    int out = emit_call(m, child, &n, 1, child->kind);
+    int out = emit_call(m, child, &n, 1, child ? child->kind : norm);
     if (c->residual_mult != 1.0f) out = emit_scale(m, out, c->residual_mult, "scaled");
     return emit_add(m, h, out, name);
 }
 
 static module *decoder_layer(const model_config *c, const llama_variant *v, int layer) {
     module *m = module_new("decoder_layer", "model.layers.%d", layer);
+    if (!m) return NULL;
     int h = module_input(m, "hidden");
     module *attn = v->mla ? mla_attention_module(c, v, layer) : attention_block(c, v, layer);
     h = residual_branch(m, c, h, "input_layernorm", attn, "resid_attn");
@@ -94,6 +97,7 @@ static module *decoder_layer(const model_config *c, const llama_variant *v, int 
 
 module *build_llama_family(const model_config *c, const llama_variant *v) {
     module *m = module_new("model", "model");
+    if (!m) return NULL;
     int h = emit_embed(m, "model.embed_tokens.weight", c->vocab, c->hidden);
     if (c->embedding_mult != 1.0f) h = emit_scale(m, h, c->embedding_mult, "embeds_scaled");
     for (int l = 0; l < c->n_layers; l++) h = emit_call(m, decoder_layer(c, v, l), &h, 1, "hidden");

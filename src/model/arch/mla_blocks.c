@@ -36,6 +36,7 @@ static float mla_scale(const model_config *c) {
 module *mla_attention_module(const model_config *c, const llama_variant *v, int layer) {
     const mla_config *a = &c->mla;
     module *m = module_new("attention", "model.layers.%d.self_attn", layer);
+    if (!m) return NULL;
     int x = module_input(m, "x");
     int qk = a->qk_nope_head_dim + a->qk_rope_head_dim, H = c->n_heads, kv_rows = a->kv_lora_rank + a->qk_rope_head_dim;
     bool bias = c->attention_bias;

@@ -17,6 +17,7 @@ static int replicated_linear(module *m, int x, const char *weight, int in, int o
 /* The router as a module of its own (GraniteMoE's external routing): x -> logits. */
 static module *router_module(const model_config *c, const char *name) {
     module *r = module_new("router", "%s", name);
+    if (!r) return NULL;
     int x = module_input(r, "x");
     char w[128];
     snprintf(w, sizeof w, "%s.layer.weight", r->name);
@@ -26,6 +27,7 @@ static module *router_module(const model_config *c, const char *name) {
 
 module *moe_module(const model_config *c, const moe_layout *l, int layer) {
     module *m = module_new("moe", "model.layers.%d.%s", layer, l->module);
+    if (!m) return NULL;
     int x = module_input(m, "x");
     char name[128];
     snprintf(name, sizeof name, "%s.%s", m->name, l->router);
