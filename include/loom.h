@@ -22,8 +22,10 @@
  * libloom.a export these functions and nothing else. */
 #if defined(__GNUC__) || defined(__clang__)
 #define LOOM_API __attribute__((visibility("default")))
+#define LOOM_PRINTF(fmt, args) __attribute__((format(printf, fmt, args)))
 #else
 #define LOOM_API
+#define LOOM_PRINTF(fmt, args)
 #endif
 
 #ifdef __cplusplus
@@ -66,6 +68,8 @@ typedef struct loom_model_info {
     int n_eos;
     size_t n_params;
     size_t weight_bytes; /* as held in memory */
+    const char *source;  /* the folder or config it was loaded from, or "(embedded stories260K)" */
+    bool has_tokenizer;  /* text in and out (loom_tokenize, loom_detokenize) */
 } loom_model_info;
 LOOM_API void loom_model_get_info(const loom_model *m, loom_model_info *info);
 
@@ -181,13 +185,30 @@ LOOM_API int loom_comm_size(const loom_comm *c);
 LOOM_API size_t loom_comm_slot_bytes(const loom_model *m, int tp, const loom_engine_options *o);
 /* all[r * n + i] = rank r's mine[i], on every rank (small metadata, e.g. per-rank figures). */
 LOOM_API int loom_comm_all_gather(loom_comm *c, const float *mine, int n, float *all, loom_err *err);
+/* Rank 0's buf[0..n) to every rank (a server's step message to the other ranks). */
+LOOM_API int loom_comm_broadcast_ints(loom_comm *c, int32_t *buf, int n, loom_err *err);
+/* What this rank is doing, for the message when a peer dies or a collective times out. */
+LOOM_API void loom_comm_set_phase(loom_comm *c, const char *fmt, ...) LOOM_PRINTF(2, 3);
 /* Checks that m can be sharded across tp ranks (and split into o's pipeline stages) with o's
  * sequence parallelism, before any weight is read. */
 LOOM_API int loom_check_sharding(const loom_model *m, int tp, const loom_engine_options *o, loom_err *err);
 
-/* Text */
+/* Text, through the model's tokenizer.json (loom_model_options.load_tokenizer). loom_tokenize:
+ * the ids of text (*ids malloc'd), with the BOS/template tokens when add_special.
+ * loom_detokenize: the text of ids (malloc'd), special tokens left out when skip_special. */
 LOOM_API int loom_tokenize(const loom_model *m, const char *text, bool add_special, int32_t **ids, size_t *n,
                            loom_err *err);
+LOOM_API char *loom_detokenize(const loom_model *m, const int32_t *ids, size_t n, bool skip_special, loom_err *err);
+/* Streaming detokenization: each id's piece of text as it completes (complete UTF-8: bytes that
+ * start a character wait for the rest), so the pieces of a sequence spell loom_detokenize of it
+ * with skip_special. Ids fed before the text that is wanted (a prompt) give its context: a
+ * SentencePiece "▁was" after "The robot" keeps its space. A piece is valid until the next call. */
+typedef struct loom_detokenizer loom_detokenizer;
+LOOM_API loom_detokenizer *loom_detokenizer_new(const loom_model *m, loom_err *err);
+LOOM_API const char *loom_detokenizer_next(loom_detokenizer *d, int32_t id, size_t *len);
+/* What is held back at the end of a sequence (an unfinished character: U+FFFD). */
+LOOM_API const char *loom_detokenizer_flush(loom_detokenizer *d, size_t *len);
+LOOM_API void loom_detokenizer_free(loom_detokenizer *d);
 
 typedef struct loom_sampling {
     float temperature; /* 0: greedy */
@@ -196,6 +217,14 @@ typedef struct loom_sampling {
     uint64_t seed;
     bool ignore_eos;   /* keep generating past EOS */
 } loom_sampling;
+
+/* A sampler of next tokens from logits (vocab wide) with these settings, its random stream
+ * seeded by seed: greedy at temperature 0, else softmax at the temperature over the top_k /
+ * top_p candidates. NULL with err for a setting out of range. */
+typedef struct loom_sampler loom_sampler;
+LOOM_API loom_sampler *loom_sampler_new(const loom_sampling *s, int vocab, loom_err *err);
+LOOM_API int32_t loom_sampler_next(loom_sampler *s, const float *logits);
+LOOM_API void loom_sampler_free(loom_sampler *s);
 
 /* Called with each generated token and its text piece (complete UTF-8, may be empty);
  * return false to stop. */
@@ -212,37 +241,29 @@ typedef struct loom_gen_stats {
 LOOM_API int loom_generate(loom_engine *e, const int32_t *prompt, int n_prompt, int max_new, const loom_sampling *s,
                            loom_token_cb cb, void *user, loom_gen_stats *stats, loom_err *err);
 
-/* Memory the engine holds for activations and for the KV cache, in bytes. */
-LOOM_API size_t loom_engine_activation_bytes(const loom_engine *e);
-LOOM_API size_t loom_engine_kv_bytes(const loom_engine *e);
-/* KV cache bytes one token of one sequence takes on this rank, over all layers (a latent cache:
- * one latent row per layer, else K and V of this rank's kv heads). */
-LOOM_API size_t loom_engine_kv_bytes_per_token(const loom_engine *e);
-/* Weight bytes one decode step of one token streams on this rank: every linear (the LM head
- * included; the embedding table only gives a row) and, for mixtures, top_k of the experts. */
-LOOM_API size_t loom_engine_decode_bytes(const loom_engine *e);
-
-/* Time this rank's engine spent in collectives and stage hand-overs so far. */
-LOOM_API double loom_engine_blocked_seconds(const loom_engine *e);
-/* Pipeline parallelism: this rank's stage (0 with one), and the share of its forward passes'
- * time it spent waiting for the other stages (the bubble) since loom_engine_set_profile. */
-LOOM_API int loom_engine_stage(const loom_engine *e);
-LOOM_API double loom_engine_pipeline_idle(const loom_engine *e);
-
-/* Per-op-kind timing of forward passes (for benchmarks; off by default). */
-LOOM_API void loom_engine_set_profile(loom_engine *e, bool on);
-LOOM_API void loom_engine_print_profile(const loom_engine *e, FILE *f);
-/* The experts' GEMM rate on this rank, and under expert parallelism the rows each rank received
- * in each MoE layer (the load imbalance) and the bytes between ranks, since the profile reset
- * (per_layer: a line per layer, else the summary). Every rank holds every rank's counts. */
-LOOM_API void loom_engine_print_experts(const loom_engine *e, FILE *f, bool per_layer);
-/* The experts' GEMMs on this rank since the profile reset: their time (with routing, under
- * TP-MoE), GFLOP and (token, expert) pairs computed; the pairs' spread over the ranks is the
- * expert load imbalance. */
-LOOM_API void loom_engine_expert_work(const loom_engine *e, double *seconds, double *gflop, long *pairs);
-/* Under expert parallelism: rows `rank` of this stage received in this stage's MoE layer number
- * `layer` (0: its first) since the profile reset; -1 for a layer or rank it does not have. */
-LOOM_API long loom_engine_expert_rows(const loom_engine *e, int layer, int rank);
+/* What an engine is and holds on this rank, and what its forward passes did since it was made
+ * or since loom_engine_reset_stats. */
+typedef struct loom_engine_stats {
+    int rank, ranks;              /* this rank of the job, and the job's ranks */
+    int stage, stages;            /* pipeline parallelism: this rank's stage (0 with one), and how many */
+    int max_seqs, max_ctx, max_tokens; /* sequences it holds, positions per sequence, tokens per pass */
+    size_t activation_bytes, kv_bytes; /* memory for activations and for the KV cache */
+    /* KV cache bytes one token of one sequence takes over all layers (a latent cache: one latent
+     * row per layer, else K and V of this rank's kv heads) */
+    size_t kv_bytes_per_token;
+    /* weight bytes one decode step of one token streams: every linear (the LM head included;
+     * the embedding table only gives a row) and, for mixtures, top_k of the experts */
+    size_t decode_bytes;
+    double blocked_seconds; /* in collectives and stage hand-overs, since the engine was made */
+    /* since the reset: the share of pipelined passes' time spent waiting for the other stages
+     * (the bubble), and the experts' GEMMs: their time (with routing under TP-MoE), GFLOP and
+     * (token, expert) pairs computed, whose spread over the ranks is the expert load imbalance */
+    double pipeline_idle;
+    double expert_seconds, expert_gflop;
+    long expert_pairs;
+} loom_engine_stats;
+LOOM_API void loom_engine_get_stats(const loom_engine *e, loom_engine_stats *st);
+LOOM_API void loom_engine_reset_stats(loom_engine *e);
 
 /* Prints the module tree and rank 0's plan for tp ranks with o's parallelism (steps,
  * collectives, buffers; with sequence parallelism its regions, the safety verdicts and warnings;
@@ -263,11 +284,6 @@ typedef struct loom_cpu_info {
     char runnable[128];  /* every variant this CPU runs, best first (filled even on failure) */
 } loom_cpu_info;
 LOOM_API int loom_cpu_get_info(loom_cpu_info *info, loom_err *err);
-/* y[m, n] = x[m, k] @ w[n, k]^T (contiguous rows) through the GEMM loom's linears run (oneDNN,
- * or OpenBLAS in a build without it), for `loom bench machine`. */
-LOOM_API void loom_gemm(int m, int n, int k, const float *x, const float *w, float *y);
-/* The chosen variant's sum of squares of x[0..n): `loom bench machine` streams memory through it. */
-LOOM_API float loom_cpu_sum_squares(const float *x, int n);
 
 #ifdef __cplusplus
 }

@@ -157,7 +157,7 @@ static int a2a_refusals(loom_comm *c) {
     int big = (SLOT_BYTES + 64) / (COLS * sizeof(float)) + 1; /* past the slot, which shm rounds up to 64 bytes */
     float *in = calloc((size_t)big * COLS, sizeof *in), *out = malloc(16 * COLS * sizeof *out);
     char want[256], counts[64] = "";
-    comm_set_phase(c, "the all-to-all test");
+    loom_comm_set_phase(c, "the all-to-all test");
     for (int d = 0; d < n; d++) send_rows[d] = d == target ? 1 + me : 0;
     for (int s = 0; s < n; s++)
         snprintf(counts + strlen(counts), sizeof counts - strlen(counts), "%s%d", s ? ", " : "", 1 + s);
@@ -178,7 +178,7 @@ static int a2a_refusals(loom_comm *c) {
             bad++, fprintf(stderr, "rank %d: slot overflow gave '%s'\n", me, err.msg);
     }
     free(in), free(out);
-    comm_set_phase(c, "after the all-to-all test");
+    loom_comm_set_phase(c, "after the all-to-all test");
     return bad || !all_reduce_ok(c);
 }
 
@@ -398,7 +398,7 @@ static int peer_never_sends(loom_comm *w, void *arg) {
     (void)arg;
     loom_err err = {{0}};
     float x = 1;
-    comm_set_phase(w, "the deadline test");
+    loom_comm_set_phase(w, "the deadline test");
     if (w->rank == 1) return comm_send_rows(w, 3, &x, 1, 1, 1, &err) ? 1 : 0;
     if (w->rank == 3) return comm_recv_rows(w, 1, &x, 1, 1, 1, &err) ? 1 : 0;
     if (w->rank == 0) {
@@ -420,7 +420,7 @@ static int stage_peer_missing(loom_comm *w, void *arg) {
     int rc = 0;
     if (w->rank == 2) {
         float x = 1, y;
-        comm_set_phase(st, "the stage deadline test");
+        loom_comm_set_phase(st, "the stage deadline test");
         rc = comm_all_reduce(st, &x, 1, &y, 1, 1, 1, &err);
         rc = rc && strstr(err.msg, "waited 1 s for rank 3 (stage 1) ('start-up')") ? 3 : 1;
         if (rc != 3) fprintf(stderr, "rank 2: unexpected: '%s'\n", err.msg);
@@ -456,7 +456,7 @@ static int one_rank_missing(loom_comm *c, void *arg) {
     }
     loom_err err = {{0}};
     float x = 1, y;
-    comm_set_phase(c, "the deadline test");
+    loom_comm_set_phase(c, "the deadline test");
     int rc = comm_all_reduce(c, &x, 1, &y, 1, 1, 1, &err);
     if (rc && strstr(err.msg, "waited 1 s for rank 1")) return 3; /* the expected failure */
     fprintf(stderr, "rank %d: unexpected: rc %d, '%s'\n", c->rank, rc, err.msg);

@@ -10,6 +10,9 @@
 #include <time.h>
 
 #include "cli.h"
+#include "cpu/cpu.h"
+#include "kernels/kernels.h"
+#include "runtime/profile.h"
 #include "util/alloc.h"
 
 static double now(void) {
@@ -202,12 +205,15 @@ static int latency_rank(loom_comm *comm, void *arg) {
     for (int it = 0; it < o->warmup + o->iters && !rc; it++)
         for (int k = 0; k < o->n_modes && !rc; k++) {
             mode_run *r = &runs[k];
-            if (it == o->warmup) loom_engine_set_profile(r->e, o->profile), t_start = t_start ? t_start : now();
-            double p = 0, d = 0, b0 = loom_engine_blocked_seconds(r->e);
+            if (it == o->warmup) engine_set_profile(r->e, o->profile), t_start = t_start ? t_start : now();
+            loom_engine_stats before, after;
+            loom_engine_get_stats(r->e, &before);
+            double p = 0, d = 0;
             rc = one_iteration(r->e, o, &b, &rng, chunk, info.vocab, &p, &d, &err);
             if (it < o->warmup) continue;
+            loom_engine_get_stats(r->e, &after);
             r->lat[it - o->warmup] = p + d;
-            r->pre += p, r->dec += d, r->blocked += loom_engine_blocked_seconds(r->e) - b0;
+            r->pre += p, r->dec += d, r->blocked += after.blocked_seconds - before.blocked_seconds;
         }
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
@@ -216,12 +222,11 @@ static int latency_rank(loom_comm *comm, void *arg) {
     if (!all) rc = 1;
     for (int k = 0; k < o->n_modes && !rc; k++) {
         mode_run *r = &runs[k];
-        double expert_s, expert_gflop;
-        long pairs;
-        loom_engine_expert_work(r->e, &expert_s, &expert_gflop, &pairs);
+        loom_engine_stats st;
+        loom_engine_get_stats(r->e, &st);
         rank_figures mine = {ru.ru_maxrss / 1024.0f, (float)(r->blocked / (r->pre + r->dec)),
-                             (float)(loom_engine_activation_bytes(r->e) / 1048576.0), (float)loom_engine_stage(r->e),
-                             (float)loom_engine_pipeline_idle(r->e), (float)expert_s, (float)expert_gflop, (float)pairs};
+                             (float)(st.activation_bytes / 1048576.0), (float)st.stage, (float)st.pipeline_idle,
+                             (float)st.expert_seconds, (float)st.expert_gflop, (float)st.expert_pairs};
         rc = loom_comm_all_gather(comm, (const float *)&mine, RANK_FIGURES, (float *)(all + (size_t)k * n_ranks), &err);
     }
     if (rc && err.msg[0]) cli_rank_error("bench", comm, &err);
@@ -229,12 +234,13 @@ static int latency_rank(loom_comm *comm, void *arg) {
         double avg[MAX_MODES];
         for (int k = 0; k < o->n_modes; k++) {
             mode_run *r = &runs[k];
+            loom_engine_stats st;
+            loom_engine_get_stats(r->e, &st);
             if (o->n_modes > 1) printf("== mode %s\n", o->modes[k].name);
-            avg[k] = report(o, o->modes[k].name, r->lat, r->pre, r->dec, info.weight_bytes,
-                            loom_engine_decode_bytes(r->e), loom_engine_activation_bytes(r->e), loom_engine_kv_bytes(r->e),
-                            loom_engine_kv_bytes_per_token(r->e), all + (size_t)k * n_ranks, n_ranks);
-            if (o->profile) loom_engine_print_profile(r->e, stdout);
-            else loom_engine_print_experts(r->e, stdout, false);
+            avg[k] = report(o, o->modes[k].name, r->lat, r->pre, r->dec, info.weight_bytes, st.decode_bytes,
+                            st.activation_bytes, st.kv_bytes, st.kv_bytes_per_token, all + (size_t)k * n_ranks, n_ranks);
+            if (o->profile) engine_print_profile(r->e, stdout);
+            else engine_print_experts(r->e, stdout, false);
         }
         for (int k = 1; k < o->n_modes; k++)
             printf("Avg latency %s / %s: %.3f\n", o->modes[k].name, o->modes[0].name, avg[k] / avg[0]);
@@ -340,7 +346,7 @@ static int bench_machine(int argc, char **argv) {
         double best = 1e9;
         for (int r = 0; r < 8; r++) {
             double t0 = now();
-            if (lib) loom_gemm(M, N, K, a, w, c);
+            if (lib) gemm_f32(M, N, K, a, K, w, K, c, N);
             else cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1, a, K, w, K, 0, c, N);
             double t = now() - t0;
             if (t < best) best = t;
@@ -364,7 +370,7 @@ static int bench_machine(int argc, char **argv) {
         float s = 0;
         const int block = 1 << 16; /* floats per call of the kernel variant's streaming read */
 #pragma omp parallel for reduction(+ : s)
-        for (size_t i = 0; i < n; i += block) s += loom_cpu_sum_squares(buf + i, block);
+        for (size_t i = 0; i < n; i += block) s += cpu()->sum_squares(buf + i, block);
         double t = now() - t0;
         sink += s;
         if (t < best) best = t;

@@ -48,7 +48,7 @@ void comm_free(loom_comm *c) {
     free(c);
 }
 
-void comm_set_phase(loom_comm *c, const char *fmt, ...) {
+void loom_comm_set_phase(loom_comm *c, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(c->phase, sizeof c->own_phase, fmt, ap);
@@ -298,6 +298,8 @@ static int broadcast_words(loom_comm *c, int root, void *buf, size_t n, loom_err
 /* A small fixed-size message (ints, moved as their bytes) from rank 0 to every rank: what
  * `loom serve` uses to hand each step's batch to the other ranks. Not counted in blocked_s: a
  * server's followers wait here for the next request. */
+int loom_comm_broadcast_ints(loom_comm *c, int32_t *buf, int n, loom_err *err) { return comm_broadcast_ints(c, buf, n, err); }
+
 int comm_broadcast_ints(loom_comm *c, int32_t *buf, int n, loom_err *err) {
     return broadcast_words(c, 0, buf, (size_t)n, err);
 }

@@ -103,7 +103,6 @@ loom_comm *comm_new(int rank, int size, const comm_backend *be, void *impl, loom
 /* Single-rank communicator (tp=1); NULL when out of memory. */
 loom_comm *comm_local(void);
 void comm_free(loom_comm *c);
-void comm_set_phase(loom_comm *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* out = sum over ranks of in, added in rank order. [rows, cols], row strides ldi/ldo. */
 int comm_all_reduce(loom_comm *c, const float *in, size_t ldi, float *out, size_t ldo, int rows, int cols,

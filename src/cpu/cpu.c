@@ -133,5 +133,3 @@ int loom_cpu_get_info(loom_cpu_info *info, loom_err *err) {
     info->variant = chosen->name;
     return 0;
 }
-
-float loom_cpu_sum_squares(const float *x, int n) { return cpu()->sum_squares(x, n); }

@@ -142,7 +142,3 @@ void gemm_f32(int m, int n, int k, const float *x, size_t ldx, const float *w, s
         for (int r = 0; r < m; r++) memcpy(y + (size_t)r * ldy, yp + (size_t)r * n, (size_t)n * sizeof *y);
 }
 #endif
-
-void loom_gemm(int m, int n, int k, const float *x, const float *w, float *y) {
-    gemm_f32(m, n, k, x, (size_t)k, w, (size_t)k, y, (size_t)n);
-}

@@ -114,7 +114,7 @@ int loom_check_sharding(const loom_model *m, int tp, const loom_engine_options *
  * model's maximum), so a latent cache's smaller rows buy a longer context. */
 static int size_context(loom_engine *e, const loom_engine_options *o, loom_err *err) {
     size_t budget = o->kv_cache_bytes ? o->kv_cache_bytes : LOOM_KV_CACHE_BYTES_DEFAULT;
-    size_t per = loom_engine_kv_bytes_per_token(e);
+    size_t per = engine_kv_bytes_per_token(e);
     size_t fits = budget / ((size_t)e->max_seqs * per);
     int max_pos = e->model->cfg.max_pos;
     if (o->max_ctx > max_pos)

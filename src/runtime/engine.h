@@ -18,6 +18,8 @@ struct loom_engine {
     float *logits;
 };
 
+/* KV cache bytes one token of one sequence takes on this rank, over its layers. */
+size_t engine_kv_bytes_per_token(const loom_engine *e);
 /* The planner's options for rank `rank` of `tp` in stage `stage` of `pp`, running decoder layers
  * [layer0, layer1), with o's parallelism: the one place engine options become plan options. */
 plan_options engine_plan_options(const loom_model *m, const loom_engine_options *o, int tp, int rank, int pp, int stage,

@@ -105,7 +105,7 @@ static int run_collective(executor *x, const plan_step *s, const loom_batch *b, 
     int n = x->comm->size, t_pad = round_up(b->n_tokens, n), shard = t_pad / n, w = iv->width;
     size_t ldi, ldo;
     float *in = value_at(x, s->in[0], &ldi), *out = value_at(x, s->out, &ldo);
-    comm_set_phase(x->comm, "%s in %s", step_kind_name(s->kind), s->mod->name);
+    loom_comm_set_phase(x->comm, "%s in %s", step_kind_name(s->kind), s->mod->name);
     double t0 = omp_get_wtime();
     int rc = 0;
     switch (s->kind) {
@@ -175,7 +175,7 @@ static int run_fused(executor *x, const plan_step *s, const loom_batch *b, loom_
     const float *in = value_at(x, s->in[0], &ldi);
     float *out = value_at(x, s->out, &ldo);
     fused_gemm g = {s, in, ldi, ldo, out, b->n_tokens, comm_chunk_rows(x->comm, shard)};
-    comm_set_phase(x->comm, "%s in %s", step_kind_name(s->kind), s->mod->name);
+    loom_comm_set_phase(x->comm, "%s in %s", step_kind_name(s->kind), s->mod->name);
     double t0 = omp_get_wtime();
     int rc = s->kind == STEP_AG_MATMUL
                  ? comm_all_gather_matmul(x->comm, in, ldi, shard, x->cur->p.values[s->in[0]].width, gather_gemm, &g, err)
@@ -272,7 +272,7 @@ static int run_boundary(executor *x, const plan_step *s, const loom_batch *b, lo
     size_t ld;
     float *rows_at = value_at(x, v, &ld);
     int rows = value_rows(x, pv, b);
-    comm_set_phase(x->world, "stage %d: %s of %d rows %s stage %d", x->stage, send ? "send" : "recv", rows,
+    loom_comm_set_phase(x->world, "stage %d: %s of %d rows %s stage %d", x->stage, send ? "send" : "recv", rows,
                    send ? "to" : "from", x->stage + (send ? 1 : -1));
     double t0 = omp_get_wtime();
     int rc = send ? comm_send_rows(x->world, peer, rows_at, ld, rows, pv->width, err)

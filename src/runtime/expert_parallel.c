@@ -134,7 +134,7 @@ int ep_moe_step(expert_parallel *x, loom_comm *c, moe_scratch *scratch, const pl
     moe_shape sh = *route;
     moe_route(logits, ldl, real, &sh, x->choice, x->weight);
     pack_dispatch(x, s, in, ldx, real, n);
-    comm_set_phase(c, "expert dispatch in %s", s->mod->name);
+    loom_comm_set_phase(c, "expert dispatch in %s", s->mod->name);
     double t0 = omp_get_wtime(), blocked0 = c->blocked_s;
     if (comm_all_to_all_rows(c, x->send, W, x->send_rows, W, x->recv, W, x->max_rows, x->recv_rows, err))
         return -1;
@@ -159,7 +159,7 @@ int ep_moe_step(expert_parallel *x, loom_comm *c, moe_scratch *scratch, const pl
     work->flop += 6.0 * H * s->expert_inter * pairs; /* gate, up and down: 2 flops per weight */
     work->pairs += pairs;
     work->seconds += t2 - t1;
-    comm_set_phase(c, "expert combine in %s", s->mod->name);
+    loom_comm_set_phase(c, "expert combine in %s", s->mod->name);
     if (comm_all_to_all_rows(c, x->sums, H, x->recv_rows, H, x->back, H, x->max_rows, x->send_rows, err))
         return -1;
     *comm_s += omp_get_wtime() - t2 + (t1 - t0);

@@ -41,7 +41,7 @@ int ep_moe_step(expert_parallel *x, loom_comm *c, moe_scratch *scratch, const pl
                 const float *in, size_t ldx, const float *logits, size_t ldl, float *out, size_t ldo, int n_tokens,
                 expert_work *work, double *comm_s, loom_err *err);
 
-/* The report of loom_engine_print_experts: the experts' GEMM rate, and under expert parallelism
+/* The report of engine_print_experts (runtime/profile.h): the experts' GEMM rate, and under expert parallelism
  * the rows each rank received per layer and the bytes between ranks. */
 void ep_print(const expert_parallel *x, const expert_work *w, int rank, int ranks, FILE *f, bool per_layer);
 

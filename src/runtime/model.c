@@ -125,14 +125,8 @@ void loom_model_get_info(const loom_model *m, loom_model_info *info) {
         .n_heads = c->n_heads, .n_kv_heads = c->n_kv_heads, .head_dim = c->head_dim,
         .max_pos = c->max_pos, .bos_id = c->bos_id, .eos_ids = c->eos_ids, .n_eos = c->n_eos,
         .n_params = (size_t)c->vocab * h * (c->tie_embeddings ? 1 : 2) + per_layer * c->n_layers + h,
-        .weight_bytes = m->ws.bytes_owned + m->ws.bytes_mapped_used,
+        .weight_bytes = m->ws.bytes_owned + m->ws.bytes_mapped_used, .source = m->source, .has_tokenizer = m->tok,
     };
-}
-
-int loom_tokenize(const loom_model *m, const char *text, bool add_special, int32_t **ids, size_t *n,
-                  loom_err *err) {
-    if (!m->tok) return loom_errf(err, "%s: no tokenizer loaded", m->source);
-    return tokenizer_encode(m->tok, text, strlen(text), add_special, ids, n, err);
 }
 
 int loom_model_add_custom(loom_model *m, const char *path, bool at_input, const loom_custom_op *op, loom_err *err) {

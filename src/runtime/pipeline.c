@@ -68,7 +68,7 @@ int pipeline_forward(pipeline *pl, executor *x, const loom_batch *b, float *logi
         if (last) executor_take_logits(x, &mb, logits, vocab, pl->mb_at);
     }
     int root = (pl->pp - 1) * x->comm->size;
-    comm_set_phase(x->world, "stage %d: logits of %d rows from rank %d", pl->stage, b->n_logits, root);
+    loom_comm_set_phase(x->world, "stage %d: logits of %d rows from rank %d", pl->stage, b->n_logits, root);
     double t1 = omp_get_wtime();
     if (comm_broadcast_floats(x->world, root, logits, (size_t)b->n_logits * vocab, err)) return -1;
     double t2 = omp_get_wtime();

@@ -29,6 +29,21 @@ void sampler_free(sampler *s) {
     free(s->idx);
 }
 
+loom_sampler *loom_sampler_new(const loom_sampling *cfg, int vocab, loom_err *err) {
+    loom_sampler *s = mem_zalloc(1, sizeof *s, "a sampler", err);
+    if (s && sampler_init(s, cfg, vocab, err)) {
+        free(s);
+        return NULL;
+    }
+    return s;
+}
+
+void loom_sampler_free(loom_sampler *s) {
+    if (!s) return;
+    sampler_free(s);
+    free(s);
+}
+
 static float uniform(sampler *s) {
     s->state ^= s->state >> 12;
     s->state ^= s->state << 25;
@@ -80,3 +95,5 @@ int32_t sampler_next(sampler *s, const float *logits) {
     }
     return s->idx[keep - 1];
 }
+
+int32_t loom_sampler_next(loom_sampler *s, const float *logits) { return sampler_next(s, logits); }

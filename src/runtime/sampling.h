@@ -3,7 +3,9 @@
 #define LOOM_RUNTIME_SAMPLING_H
 #include "loom.h"
 
-typedef struct sampler {
+/* loom.h's loom_sampler: embedded in a caller's struct with sampler_init/free, or made on the
+ * heap with loom_sampler_new/free. */
+typedef struct loom_sampler {
     loom_sampling cfg;
     uint64_t state;
     int vocab;

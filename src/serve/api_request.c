@@ -6,7 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/model.h"
 #include "serve/api.h"
 #include "template/template.h"
 #include "util/alloc.h"
@@ -129,7 +128,7 @@ static int parse_sampling(server *srv, const cJSON *root, request *r, api_error 
     r->sampling.seed = field(root, "seed") ? (uint64_t)seed : srv->o->seed + n * 0x9e3779b97f4a7c15ull;
     snprintf(r->id, sizeof r->id, "%s-%016llx", r->kind == REQ_CHAT ? "chatcmpl" : "cmpl", (unsigned long long)n);
     loom_err err = {{0}};
-    if (sampler_init(&r->smp, &r->sampling, srv->info.vocab, &err)) return api_fail(e, 400, NULL, "%s", err.msg);
+    if (!(r->smp = loom_sampler_new(&r->sampling, srv->info.vocab, &err))) return api_fail(e, 400, NULL, "%s", err.msg);
     return 0;
 }
 
@@ -159,7 +158,8 @@ static int parse_output(const cJSON *root, request *r, api_error *e) {
 static int tokenize(server *srv, const char *text, bool add_special, request *r, api_error *e) {
     loom_err err = {{0}};
     size_t n;
-    if (!srv->tok) return api_fail(e, 400, "prompt", "the model has no tokenizer: give the prompt as token ids");
+    if (!srv->info.has_tokenizer)
+        return api_fail(e, 400, "prompt", "the model has no tokenizer: give the prompt as token ids");
     if (loom_tokenize(srv->m, text, add_special, &r->prompt, &n, &err)) return api_fail(e, 400, "prompt", "%s", err.msg);
     r->n_prompt = (int)n;
     return 0;
@@ -350,6 +350,11 @@ request *api_parse_generate(server *srv, req_kind kind, const char *body, size_t
     if (fit_context(srv, r, max_tokens, e) || parse_stop(root, r, e) || parse_output(root, r, e) ||
         parse_sampling(srv, root, r, e))
         goto fail;
+    loom_err err = {{0}};
+    if (srv->info.has_tokenizer && !(r->dec = loom_detokenizer_new(srv->m, &err))) {
+        api_fail(e, 500, NULL, "%s", err.msg);
+        goto fail;
+    }
     cJSON_Delete(root);
     return r;
 fail:
@@ -408,7 +413,7 @@ char *api_detokenize(server *srv, const char *body, size_t len, api_error *e) {
         api_fail(e, 400, "tokens", "'tokens' must be an array of token ids");
         goto done;
     }
-    if (!srv->tok) {
+    if (!srv->info.has_tokenizer) {
         api_fail(e, 400, "tokens", "the model has no tokenizer");
         goto done;
     }
@@ -428,10 +433,10 @@ char *api_detokenize(server *srv, const char *body, size_t len, api_error *e) {
         }
         ids[k++] = (int32_t)v->valuedouble;
     }
-    char *text = tokenizer_decode(srv->tok, ids, n, false);
+    char *text = loom_detokenize(srv->m, ids, n, false, &why);
     free(ids);
     if (!text) {
-        api_fail(e, 500, NULL, "cannot allocate the text of %d tokens", n);
+        out_of_memory(e, &why);
         goto done;
     }
     cJSON *res = cJSON_CreateObject();

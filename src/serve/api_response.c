@@ -15,7 +15,7 @@
  * Without a tokenizer: "token_id:N", as vLLM writes it. */
 static char *token_text(const server *srv, const request *r, int i, int32_t id) {
     char *out;
-    if (!srv->tok) {
+    if (!srv->info.has_tokenizer) {
         if (asprintf(&out, "token_id:%d", id) < 0) out = NULL;
         return out;
     }
@@ -24,7 +24,7 @@ static char *token_text(const server *srv, const request *r, int i, int32_t id) 
         return mem_strndup(r->text ? r->text + from : "", r->tokens[i].text_end - from, "a token's text", NULL);
     }
     int32_t pair[2] = {i ? r->tokens[i - 1].id : r->prompt[r->n_prompt - 1], id};
-    char *both = tokenizer_decode(srv->tok, pair, 2, true), *prev = tokenizer_decode(srv->tok, pair, 1, true);
+    char *both = loom_detokenize(srv->m, pair, 2, true, NULL), *prev = loom_detokenize(srv->m, pair, 1, true, NULL);
     size_t n = prev ? strlen(prev) : 0;
     out = both && prev ? mem_strdup(strncmp(both, prev, n) ? both : both + n, "a token's text", NULL) : NULL;
     free(both);

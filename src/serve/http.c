@@ -145,7 +145,7 @@ static int next_events(stream *s) {
             while (tokens > s->sent_tokens && r->tokens[tokens - 1].text_end > r->text_ready) tokens--;
         /* a token that adds no text still makes a chunk when it has log-probabilities to show,
          * or when the model has no tokenizer (no text will ever come) */
-        bool new_tokens = tokens > s->sent_tokens && (r->logprobs || !s->srv->tok);
+        bool new_tokens = tokens > s->sent_tokens && (r->logprobs || !s->srv->info.has_tokenizer);
         if (done || r->text_ready > s->sent_text || new_tokens) {
             size_t to = done ? r->text_len : r->text_ready;
             ok = sse(s, api_chunk(s->srv, r, s->sent_text, to, s->sent_tokens, tokens, !s->started, done));

@@ -17,7 +17,6 @@ request *request_new(req_kind kind) {
     r->slot = -1;
     r->refs = 1;
     pthread_cond_init(&r->changed, NULL);
-    tok_decoder_init(&r->dec);
     return r;
 }
 
@@ -28,7 +27,8 @@ void request_unref(request *r) {
     free(r->rendered);
     free(r->tokens);
     free(r->text);
-    sampler_free(&r->smp);
+    loom_sampler_free(r->smp);
+    loom_detokenizer_free(r->dec);
     pthread_cond_destroy(&r->changed);
     free(r);
 }
@@ -76,7 +76,7 @@ static void apply_stops(request *r, size_t from) {
     if (ready > r->text_ready) r->text_ready = ready;
 }
 
-void request_add_token(request *r, const tokenizer *tok, const req_token *t, char *piece, size_t cap) {
+void request_add_token(request *r, const req_token *t) {
     loom_err why;
     if (ARRAY_RESERVE(r->tokens, r->cap_tokens, (size_t)r->n_tokens + 1, "a request's tokens", &why)) {
         out_of_memory(r, &why);
@@ -85,16 +85,18 @@ void request_add_token(request *r, const tokenizer *tok, const req_token *t, cha
     req_token *k = &r->tokens[r->n_tokens++];
     *k = *t;
     size_t from = r->text_len;
-    if (tok && r->finish == FINISH_NONE) {
-        size_t len = tokenizer_decode_next(tok, &r->dec, t->id, piece, cap);
+    if (r->dec && r->finish == FINISH_NONE) {
+        size_t len;
+        const char *piece = loom_detokenizer_next(r->dec, t->id, &len);
         if (append_text(r, piece, len)) apply_stops(r, from);
     }
     k->text_end = r->text_len;
 }
 
-void request_end_text(request *r, const tokenizer *tok, char *piece, size_t cap) {
-    if (tok && r->finish != FINISH_STOP) {
-        size_t from = r->text_len, len = tokenizer_decode_flush(tok, &r->dec, piece, cap);
+void request_end_text(request *r) {
+    if (r->dec && r->finish != FINISH_STOP) {
+        size_t from = r->text_len, len;
+        const char *piece = loom_detokenizer_flush(r->dec, &len);
         if (append_text(r, piece, len)) apply_stops(r, from);
         if (r->n_tokens) r->tokens[r->n_tokens - 1].text_end = r->text_len;
     }

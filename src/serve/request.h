@@ -6,8 +6,7 @@
 #define LOOM_SERVE_REQUEST_H
 #include <pthread.h>
 
-#include "runtime/sampling.h"
-#include "text/tokenizer.h"
+#include "loom.h"
 
 #define REQ_MAX_STOPS 8       /* stop strings per request (OpenAI allows 4) */
 #define REQ_MAX_TOP_LOGPROBS 20 /* as OpenAI's API */
@@ -64,8 +63,8 @@ typedef struct request {
     bool cancel;         /* the client left: free the slot at the next step */
 
     /* generation state (scheduler only) */
-    sampler smp;
-    tok_decoder dec;
+    loom_sampler *smp;
+    loom_detokenizer *dec; /* NULL: the model has no tokenizer (ids only) */
 
     pthread_cond_t changed; /* signalled when tokens, text or state change */
     int refs;
@@ -78,11 +77,11 @@ request *request_new(req_kind kind);
 void request_unref(request *r);
 /* Appends token id (and its log-probabilities) to r's output: decodes it, applies the stop
  * strings (across token boundaries: text a stop string might still claim is held back), and
- * sets finish when a stop string matched. piece is decode scratch of tokenizer_decode_cap bytes.
- * Out of memory for its output, r fails: error says why, finish is set (cancelled). */
-void request_add_token(request *r, const tokenizer *tok, const req_token *t, char *piece, size_t cap);
+ * sets finish when a stop string matched. Out of memory for its output, r fails: error says
+ * why, finish is set (cancelled). */
+void request_add_token(request *r, const req_token *t);
 /* Ends r's text: flushes the decoder's held-back bytes and releases held-back text. */
-void request_end_text(request *r, const tokenizer *tok, char *piece, size_t cap);
+void request_end_text(request *r);
 /* The finish reason as OpenAI names it. */
 const char *request_finish_name(const request *r);
 

@@ -32,8 +32,6 @@ struct sched {
     bool *slot_used;
     step st;
     request **row_req; /* [max_seqs] the request each logit row samples for */
-    char *piece;       /* decode scratch */
-    size_t piece_cap;
     float *logprob;    /* [vocab] scratch */
 };
 
@@ -52,13 +50,11 @@ sched *sched_new(server *srv, loom_engine *e, loom_comm *comm, loom_err *err) {
     s->max_seqs = srv->o->max_num_seqs;
     s->max_tokens = srv->o->max_num_batched_tokens;
     s->max_queue = srv->o->max_queue;
-    s->piece_cap = srv->tok ? tokenizer_decode_cap(srv->tok) + 1 : 1;
     const char *what = "the scheduler's tables";
     if ((s->queue = mem_zalloc(s->max_queue > 0 ? (size_t)s->max_queue : 1, sizeof *s->queue, what, err)) &&
         (s->running = mem_zalloc((size_t)s->max_seqs, sizeof *s->running, what, err)) &&
         (s->slot_used = mem_zalloc((size_t)s->max_seqs, sizeof *s->slot_used, what, err)) &&
         (s->row_req = mem_zalloc((size_t)s->max_seqs, sizeof *s->row_req, what, err)) &&
-        (s->piece = mem_alloc(s->piece_cap, "the scheduler's decode scratch", err)) &&
         (s->logprob = mem_array((size_t)srv->info.vocab, sizeof *s->logprob, "the scheduler's log-probabilities", err)) &&
         !step_init(&s->st, s->max_tokens, s->max_seqs, err))
         return s;
@@ -73,7 +69,6 @@ void sched_free(sched *s) {
     free(s->slot_used);
     free(s->row_req);
     step_free(&s->st);
-    free(s->piece);
     free(s->logprob);
     free(s);
 }
@@ -101,7 +96,7 @@ void sched_gauges(const sched *s, metrics *m) {
 static void finish(sched *s, request *r, req_finish why) {
     server *srv = s->srv;
     if (r->finish == FINISH_NONE) r->finish = why;
-    request_end_text(r, srv->tok, s->piece, s->piece_cap - 1);
+    request_end_text(r);
     r->state = REQ_FINISHED;
     metrics *m = &srv->met;
     if (r->error[0]) m->failed++;
@@ -139,8 +134,8 @@ static void admit(sched *s) {
         while (s->slot_used[slot]) slot++;
         s->slot_used[slot] = true;
         s->st.reset[s->st.n_reset++] = slot;
-        for (int i = 0; s->srv->tok && i < r->n_prompt; i++)
-            tokenizer_decode_next(s->srv->tok, &r->dec, r->prompt[i], s->piece, s->piece_cap - 1);
+        size_t len; /* the decoder reads the prompt first, its text dropped: the output continues it */
+        for (int i = 0; r->dec && i < r->n_prompt; i++) loom_detokenizer_next(r->dec, r->prompt[i], &len);
         r->slot = slot;
         r->state = REQ_RUNNING;
         s->running[s->n_running++] = r;
@@ -225,7 +220,7 @@ static void take_tokens(sched *s, const float *logits) {
     for (int i = 0; i < s->st.n_logits; i++) {
         request *r = s->row_req[i];
         const float *row = logits + (size_t)i * vocab;
-        req_token t = {.id = sampler_next(&r->smp, row)};
+        req_token t = {.id = loom_sampler_next(r->smp, row)};
         if (r->logprobs) fill_logprobs(s, r, row, &t);
         pthread_mutex_lock(&srv->lock);
         if (!r->n_tokens) histogram_add(&srv->met.ttft, now - r->t_arrive), r->t_first = now;
@@ -233,7 +228,7 @@ static void take_tokens(sched *s, const float *logits) {
         r->t_last = now;
         srv->met.generation_tokens++;
         if (!r->sampling.ignore_eos && is_eos(srv, t.id)) r->finish = FINISH_STOP; /* counted, not printed */
-        request_add_token(r, srv->tok, &t, s->piece, s->piece_cap - 1);
+        request_add_token(r, &t);
         if (r->n_tokens >= r->max_tokens || r->n_prompt + r->n_tokens >= srv->max_ctx) {
             if (r->finish == FINISH_NONE) r->finish = FINISH_LENGTH;
         }

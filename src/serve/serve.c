@@ -8,7 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/engine.h"
 #include "serve/scheduler.h"
 #include "serve/steps.h"
 #include "template/template.h"
@@ -29,7 +28,9 @@ loom_engine_options serve_engine_options(const loom_engine_options *eo, const se
 
 static int serve_rank0(loom_comm *comm, loom_model *m, loom_engine *e, const serve_options *o) {
     loom_err err = {{0}};
-    server srv = {.o = o, .m = m, .tok = m->tok, .max_ctx = e->max_ctx};
+    loom_engine_stats st;
+    loom_engine_get_stats(e, &st);
+    server srv = {.o = o, .m = m, .max_ctx = st.max_ctx};
     loom_model_get_info(m, &srv.info);
     pthread_mutex_init(&srv.lock, NULL);
     pthread_cond_init(&srv.work, NULL);
@@ -47,8 +48,8 @@ static int serve_rank0(loom_comm *comm, loom_model *m, loom_engine *e, const ser
         goto done;
     }
     fprintf(stderr, "loom serve: model %s as '%s', %d rank%s, %d sequences of up to %d tokens (KV cache %.1f MiB a rank), "
-            "%d tokens a step%s\n", m->source, o->served_name, loom_comm_size(comm), loom_comm_size(comm) > 1 ? "s" : "",
-            o->max_num_seqs, e->max_ctx, loom_engine_kv_bytes(e) / 1048576.0, o->max_num_batched_tokens,
+            "%d tokens a step%s\n", srv.info.source, o->served_name, loom_comm_size(comm), loom_comm_size(comm) > 1 ? "s" : "",
+            o->max_num_seqs, st.max_ctx, st.kv_bytes / 1048576.0, o->max_num_batched_tokens,
             srv.tmpl.plain ? ", chat template loaded" : ", no chat template");
     struct sigaction sa = {.sa_handler = on_stop_signal};
     sigaction(SIGTERM, &sa, NULL);

@@ -44,7 +44,6 @@ typedef struct sched sched;
 typedef struct server {
     const serve_options *o;
     loom_model *m;
-    const tokenizer *tok;
     loom_model_info info;
     int max_ctx;
     chat_templates tmpl;        /* none: chat requests get 400 */

@@ -11,7 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm/comm.h"
 #include "util/alloc.h"
 #include "util/err.h"
 
@@ -64,16 +63,16 @@ int step_run(loom_engine *e, loom_comm *c, step *s, const float **logits, loom_e
     if (loom_comm_size(c) > 1) {
         int32_t h[HEADER] = {s->cmd, s->n_tokens, s->n_logits, s->n_reset};
         memcpy(s->msg, h, sizeof h);
-        comm_set_phase(c, "serve: sending a step of %d tokens", s->n_tokens);
-        if (comm_broadcast_ints(c, s->msg, s->n_ints, err)) return -1;
+        loom_comm_set_phase(c, "serve: sending a step of %d tokens", s->n_tokens);
+        if (loom_comm_broadcast_ints(c, s->msg, s->n_ints, err)) return -1;
     }
     return run_local(e, s, logits, err);
 }
 
 int step_follow(loom_engine *e, loom_comm *c, step *s, loom_err *err) {
     for (;;) {
-        comm_set_phase(c, "serve: waiting for a step from rank 0");
-        if (comm_broadcast_ints(c, s->msg, s->n_ints, err)) return -1;
+        loom_comm_set_phase(c, "serve: waiting for a step from rank 0");
+        if (loom_comm_broadcast_ints(c, s->msg, s->n_ints, err)) return -1;
         point(s);
         s->cmd = s->msg[0], s->n_tokens = s->msg[1], s->n_logits = s->msg[2], s->n_reset = s->msg[3];
         if (s->cmd == STEP_STOP) return 0;
@@ -81,7 +80,7 @@ int step_follow(loom_engine *e, loom_comm *c, step *s, loom_err *err) {
             s->n_reset < 0 || s->n_reset > s->max_seqs)
             return loom_errf(err, "rank %d: malformed step from rank 0 (%d tokens, %d logits, %d resets)",
                              loom_comm_rank(c), s->n_tokens, s->n_logits, s->n_reset);
-        comm_set_phase(c, "serve: running a step of %d tokens", s->n_tokens);
+        loom_comm_set_phase(c, "serve: running a step of %d tokens", s->n_tokens);
         const float *logits;
         if (run_local(e, s, &logits, err)) return -1;
     }
