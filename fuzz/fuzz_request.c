@@ -6,7 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/model.h"
 #include "serve/api.h"
 #include "template/template.h"
 
@@ -22,7 +21,6 @@ static server *fuzz_server(void) {
     loom_model_options mo = {.load_tokenizer = true};
     srv.o = &o;
     if (!(srv.m = loom_model_load(&mo, &err))) abort();
-    srv.tok = srv.m->tok;
     loom_model_get_info(srv.m, &srv.info);
     srv.max_ctx = 512;
     if (!(srv.tmpl.plain = srv.tmpl.tools = chat_template_parse(chatml, "chatml", &err))) abort();
@@ -42,17 +40,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     case 1: {
         request *r = api_parse_generate(srv, data[0] % 4 ? REQ_CHAT : REQ_COMPLETION, body, len, &e);
         if (!r) break;
-        size_t cap = tokenizer_decode_cap(srv->tok) + 1;
-        char *piece = malloc(cap);
         for (int i = 0; i < 4 && i < r->n_prompt; i++) { /* its own prompt as output */
             req_token t = {.id = r->prompt[i], .n_top = r->top_logprobs};
             for (int k = 0; k < t.n_top; k++) t.top_id[k] = r->prompt[(i + k) % r->n_prompt];
-            request_add_token(r, srv->tok, &t, piece, cap - 1);
+            request_add_token(r, &t);
         }
-        request_end_text(r, srv->tok, piece, cap - 1);
+        request_end_text(r);
         r->finish = FINISH_LENGTH;
         out = api_response(srv, r);
-        free(piece);
         request_unref(r);
         break;
     }

@@ -10,18 +10,19 @@
 
 /* The version of this header. CMakeLists.txt reads these three numbers for the project, the
  * shared library's SONAME and the installed packages, so they are the only place it is written. */
-#define LOOM_VERSION_MAJOR 0
-#define LOOM_VERSION_MINOR 1
-#define LOOM_VERSION_PATCH 0
-#define LOOM_VERSION_STR_(x) #x
+#define LOOM_VERSION_MAJOR    0
+#define LOOM_VERSION_MINOR    1
+#define LOOM_VERSION_PATCH    0
+#define LOOM_VERSION_STR_(x)  #x
 #define LOOM_VERSION_XSTR_(x) LOOM_VERSION_STR_(x)
-#define LOOM_VERSION \
-    LOOM_VERSION_XSTR_(LOOM_VERSION_MAJOR) "." LOOM_VERSION_XSTR_(LOOM_VERSION_MINOR) "." LOOM_VERSION_XSTR_(LOOM_VERSION_PATCH)
+#define LOOM_VERSION                                                                                                   \
+    LOOM_VERSION_XSTR_(LOOM_VERSION_MAJOR)                                                                             \
+    "." LOOM_VERSION_XSTR_(LOOM_VERSION_MINOR) "." LOOM_VERSION_XSTR_(LOOM_VERSION_PATCH)
 
 /* Marks the library's interface: it is compiled with hidden visibility, so libloom.so and
  * libloom.a export these functions and nothing else. */
 #if defined(__GNUC__) || defined(__clang__)
-#define LOOM_API __attribute__((visibility("default")))
+#define LOOM_API               __attribute__((visibility("default")))
 #define LOOM_PRINTF(fmt, args) __attribute__((format(printf, fmt, args)))
 #else
 #define LOOM_API
@@ -46,15 +47,15 @@ typedef struct loom_engine loom_engine;
 typedef struct loom_comm loom_comm; /* this rank's view of the other ranks */
 
 typedef struct loom_model_options {
-    const char *path;    /* Hugging Face folder or a config.json (dummy); NULL: embedded default */
-    bool dummy;          /* --load-format dummy: real shapes, seeded random weights */
-    uint64_t seed;       /* dummy weights */
-    const char *dtype;   /* "auto" (as stored; f16 widened to f32), "float32", "bfloat16" */
+    const char *path;         /* Hugging Face folder or a config.json (dummy); NULL: embedded default */
+    bool dummy;               /* --load-format dummy: real shapes, seeded random weights */
+    uint64_t seed;            /* dummy weights */
+    const char *dtype;        /* "auto" (as stored; f16 widened to f32), "float32", "bfloat16" */
     const char *quantization; /* quantize float linears at load: NULL/"none", "int8", "int4" */
-    int quant_group;     /* columns per scale for it (0: per channel for int8, 128 for int4) */
-    bool quantize_lm_head; /* the LM head and embedding table too (int8 per channel); else float */
-    bool progress;       /* print a progress line on stderr while loading */
-    bool load_tokenizer; /* read tokenizer.json (needed for text in/out) */
+    int quant_group;          /* columns per scale for it (0: per channel for int8, 128 for int4) */
+    bool quantize_lm_head;    /* the LM head and embedding table too (int8 per channel); else float */
+    bool progress;            /* print a progress line on stderr while loading */
+    bool load_tokenizer;      /* read tokenizer.json (needed for text in/out) */
 } loom_model_options;
 
 LOOM_API loom_model *loom_model_load(const loom_model_options *o, loom_err *err);
@@ -77,14 +78,14 @@ LOOM_API void loom_model_get_info(const loom_model *m, loom_model_info *info);
 #define LOOM_KV_CACHE_BYTES_DEFAULT ((size_t)4 << 30)
 
 typedef struct loom_engine_options {
-    int max_seqs;       /* sequences with a KV cache slot */
-    int max_ctx;        /* positions per sequence (0: as many as the KV budget holds, up to
+    int max_seqs;           /* sequences with a KV cache slot */
+    int max_ctx;            /* positions per sequence (0: as many as the KV budget holds, up to
                            max_position_embeddings) */
-    size_t kv_cache_bytes; /* KV cache budget on each rank (0: LOOM_KV_CACHE_BYTES_DEFAULT) */
-    int max_tokens;     /* tokens per forward pass */
-    bool all_logits;    /* logits for every token, not only requested rows */
-    int threads;        /* 0: all cores / ranks */
-    loom_comm *comm;    /* the ranks to shard across; NULL: this process alone (tp=1) */
+    size_t kv_cache_bytes;  /* KV cache budget on each rank (0: LOOM_KV_CACHE_BYTES_DEFAULT) */
+    int max_tokens;         /* tokens per forward pass */
+    bool all_logits;        /* logits for every token, not only requested rows */
+    int threads;            /* 0: all cores / ranks */
+    loom_comm *comm;        /* the ranks to shard across; NULL: this process alone (tp=1) */
     bool sequence_parallel; /* shard the residual stream by tokens between decoder layers */
     bool async_tp;          /* fuse region collectives with their GEMMs (implies sequence_parallel) */
     int sp_min_tokens;      /* passes of fewer tokens run as plain TP (0: never) */
@@ -215,7 +216,7 @@ typedef struct loom_sampling {
     int top_k;         /* 0: off */
     float top_p;       /* 1: off */
     uint64_t seed;
-    bool ignore_eos;   /* keep generating past EOS */
+    bool ignore_eos; /* keep generating past EOS */
 } loom_sampling;
 
 /* A sampler of next tokens from logits (vocab wide) with these settings, its random stream
@@ -244,8 +245,8 @@ LOOM_API int loom_generate(loom_engine *e, const int32_t *prompt, int n_prompt, 
 /* What an engine is and holds on this rank, and what its forward passes did since it was made
  * or since loom_engine_reset_stats. */
 typedef struct loom_engine_stats {
-    int rank, ranks;              /* this rank of the job, and the job's ranks */
-    int stage, stages;            /* pipeline parallelism: this rank's stage (0 with one), and how many */
+    int rank, ranks;                   /* this rank of the job, and the job's ranks */
+    int stage, stages;                 /* pipeline parallelism: this rank's stage (0 with one), and how many */
     int max_seqs, max_ctx, max_tokens; /* sequences it holds, positions per sequence, tokens per pass */
     size_t activation_bytes, kv_bytes; /* memory for activations and for the KV cache */
     /* KV cache bytes one token of one sequence takes over all layers (a latent cache: one latent

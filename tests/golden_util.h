@@ -18,9 +18,9 @@
 
 /* The quantized checkpoints (tests/golden/make_quant_golden.py): GPTQ, AWQ and
  * compressed-tensors, each on a Llama, a Qwen2 with biases and a mixture of experts; every sharded dimension divides by 4 in whole groups and packed units. */
-#define QUANTIZED_CASES                                                                             \
-    "gptq_llama", "gptq_qwen2", "gptq_mixtral", "awq_llama", "awq_qwen2", "awq_mixtral", "ct_llama", \
-        "ct_qwen2", "ct_mixtral"
+#define QUANTIZED_CASES                                                                                                \
+    "gptq_llama", "gptq_qwen2", "gptq_mixtral", "awq_llama", "awq_qwen2", "awq_mixtral", "ct_llama", "ct_qwen2",       \
+        "ct_mixtral"
 
 typedef struct golden {
     st_file f;
@@ -142,8 +142,13 @@ static double golden_worst(const golden *g, const float *out) {
  * returns NULL; else out, which the ranks filled. */
 static inline float *golden_launch(loom_model *m, int tp, int pp, const char *backend, const loom_engine_options *eo,
                                    loom_rank_fn fn, void *job, float *out, size_t bytes, loom_err *err) {
-    loom_launch_options lo = {.tp = tp, .pp = pp, .backend = backend, .slot_bytes = loom_comm_slot_bytes(m, tp, eo),
-                              .timeout_s = 30, .spin = -1, .isolate = true};
+    loom_launch_options lo = {.tp = tp,
+                              .pp = pp,
+                              .backend = backend,
+                              .slot_bytes = loom_comm_slot_bytes(m, tp, eo),
+                              .timeout_s = 30,
+                              .spin = -1,
+                              .isolate = true};
     int rc = loom_check_sharding(m, tp, eo, err);
     if (!rc) rc = loom_launch(&lo, fn, job, err);
     loom_model_free(m);

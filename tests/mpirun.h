@@ -14,8 +14,8 @@ static inline int mpi_available(const char *test) {
     if (!LOOM_HAVE_MPI && !said++) printf("%s: MPI cases skipped (this build has no MPI backend)\n", test);
     return LOOM_HAVE_MPI;
 }
-#define MPIRUN                                                                                 \
-    "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,tcp "          \
-    "OMPI_MCA_btl_tcp_if_include=lo OMPI_MCA_oob_tcp_if_include=lo ASAN_OPTIONS=detect_leaks=0 " \
+#define MPIRUN                                                                                                         \
+    "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,tcp "                                 \
+    "OMPI_MCA_btl_tcp_if_include=lo OMPI_MCA_oob_tcp_if_include=lo ASAN_OPTIONS=detect_leaks=0 "                       \
     "mpirun --oversubscribe"
 #endif

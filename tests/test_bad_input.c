@@ -209,7 +209,8 @@ static void bad_quantized(void) {
     expect_missing(h, data, dlen, "gptq: missing scales", "model.layers.1.mlp.down_proj.scales");
 
     /* entry 5 of q_proj's g_idx set to 99, past its 4 groups */
-    const cJSON *off = cJSON_GetObjectItem(cJSON_GetObjectItem(h, "model.layers.0.self_attn.q_proj.g_idx"), "data_offsets");
+    const cJSON *off =
+        cJSON_GetObjectItem(cJSON_GetObjectItem(h, "model.layers.0.self_attn.q_proj.g_idx"), "data_offsets");
     int32_t bad = 99;
     memcpy(data + cJSON_GetArrayItem(off, 0)->valueint + 5 * 4, &bad, 4);
     fresh_case(NULL);
@@ -229,8 +230,8 @@ int main(void) {
     expect("sanity: the unmodified copy loads", BENCH, 0, "Avg latency");
     bad_pipeline();
 
-#define MOE_CONFIG(extra)                                                                                           \
-    "{\"architectures\": [\"OlmoeForCausalLM\"], \"hidden_size\": 64, \"intermediate_size\": 48, "               \
+#define MOE_CONFIG(extra)                                                                                              \
+    "{\"architectures\": [\"OlmoeForCausalLM\"], \"hidden_size\": 64, \"intermediate_size\": 48, "                     \
     "\"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"vocab_size\": 128, \"num_experts\": 4" extra "}"
     /* whole config.json files, over the golden weights */
     static const struct {
@@ -238,8 +239,8 @@ int main(void) {
     } configs[] = {
         {"config: missing field", "{\"architectures\": [\"LlamaForCausalLM\"], \"num_hidden_layers\": 2}",
          "config.json: missing field 'hidden_size'"},
-        {"config: invalid JSON", "{\"architectures\": [\"LlamaForCausalLM\"], \"hidden_size\": ",
-         "config.json: invalid JSON"},
+        {"config: invalid JSON",
+         "{\"architectures\": [\"LlamaForCausalLM\"], \"hidden_size\": ", "config.json: invalid JSON"},
         {"config: unsupported architecture",
          "{\"architectures\": [\"GPT2LMHeadModel\"], \"hidden_size\": 64, \"intermediate_size\": 96,"
          " \"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"vocab_size\": 128}",
@@ -310,7 +311,8 @@ int main(void) {
         write_modified(c, d2, dlen + 256);
         free(d2);
     }
-    expect("weights: unexpected tensor is reported", BENCH, 0, "1 tensor not used by LlamaForCausalLM, e.g. 'model.extra.weight'");
+    expect("weights: unexpected tensor is reported", BENCH, 0,
+           "1 tensor not used by LlamaForCausalLM, e.g. 'model.extra.weight'");
     cJSON_Delete(c);
 
     fresh_case(NULL);
@@ -335,14 +337,14 @@ int main(void) {
 }
 
 /* DeepSeek's latent attention and routing fields: each bad value named, before any weight. */
-#define DEEPSEEK_CONFIG(extra)                                                                                       \
-    "{\"architectures\": [\"DeepseekV3ForCausalLM\"], \"hidden_size\": 64, \"intermediate_size\": 96, "            \
-    "\"moe_intermediate_size\": 32, \"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"vocab_size\": 128, "    \
+#define DEEPSEEK_CONFIG(extra)                                                                                         \
+    "{\"architectures\": [\"DeepseekV3ForCausalLM\"], \"hidden_size\": 64, \"intermediate_size\": 96, "                \
+    "\"moe_intermediate_size\": 32, \"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"vocab_size\": 128, "       \
     "\"n_routed_experts\": 8, \"kv_lora_rank\": 32, \"q_lora_rank\": 48, \"v_head_dim\": 24" extra "}"
 /* what each case does not change (JSON objects take a key once) */
-#define ROPE ", \"qk_rope_head_dim\": 16"
-#define NOPE ", \"qk_nope_head_dim\": 32"
-#define TOPK ", \"num_experts_per_tok\": 2"
+#define ROPE   ", \"qk_rope_head_dim\": 16"
+#define NOPE   ", \"qk_nope_head_dim\": 32"
+#define TOPK   ", \"num_experts_per_tok\": 2"
 #define GROUPS ", \"n_group\": 4, \"topk_group\": 2"
 
 static void bad_deepseek(void) {
@@ -353,13 +355,16 @@ static void bad_deepseek(void) {
         {"odd rotary dims", NOPE TOPK GROUPS ", \"qk_rope_head_dim\": 15", "qk_rope_head_dim 15 must be even"},
         {"unknown topk_method", ROPE NOPE TOPK GROUPS ", \"topk_method\": \"bogus\"",
          "unsupported topk_method 'bogus' (supported: greedy, group_limited_greedy, noaux_tc)"},
-        {"unknown scoring_func", ROPE NOPE TOPK GROUPS ", \"scoring_func\": \"tanh\"", "unsupported scoring_func 'tanh'"},
+        {"unknown scoring_func", ROPE NOPE TOPK GROUPS ", \"scoring_func\": \"tanh\"",
+         "unsupported scoring_func 'tanh'"},
         {"groups that do not divide the experts", ROPE NOPE TOPK ", \"n_group\": 3, \"topk_group\": 2",
          "n_group 3 does not divide the 8 experts"},
         {"more groups kept than exist", ROPE NOPE TOPK ", \"n_group\": 4, \"topk_group\": 5",
          "topk_group 5 exceeds n_group 4"},
-        {"more experts per token than the kept groups hold", ROPE NOPE ", \"n_group\": 4, \"topk_group\": 1, "
-         "\"num_experts_per_tok\": 3", "num_experts_per_tok 3 exceeds the 2 experts of topk_group 1 groups"},
+        {"more experts per token than the kept groups hold",
+         ROPE NOPE ", \"n_group\": 4, \"topk_group\": 1, "
+                   "\"num_experts_per_tok\": 3",
+         "num_experts_per_tok 3 exceeds the 2 experts of topk_group 1 groups"},
         {"noaux_tc over groups of one", ROPE NOPE TOPK ", \"n_group\": 8, \"topk_group\": 2", "groups of 1 have fewer"},
         {"first_k_dense_replace past the layers", ROPE NOPE TOPK GROUPS ", \"first_k_dense_replace\": 3",
          "first_k_dense_replace 3 exceeds the 2 layers"},
@@ -378,8 +383,7 @@ static void bad_deepseek(void) {
     }
     /* the context against the KV budget: too long for it, and a budget that is not a size */
     fresh_case(NULL);
-    expect("kv budget: context over it", BENCH " --kv-cache-memory-bytes 1K", 1,
-           "over its budget of");
+    expect("kv budget: context over it", BENCH " --kv-cache-memory-bytes 1K", 1, "over its budget of");
     expect("kv budget: not a size", BENCH " --kv-cache-memory-bytes 4Q", 2,
            "--kv-cache-memory-bytes: '4Q' is not a size in bytes");
 }

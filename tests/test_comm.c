@@ -12,13 +12,13 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "mpirun.h"
 #include "comm/comm.h"
+#include "mpirun.h"
 
 #define ROWS 7
 #define COLS 13
 /* rows per rank: ROWS runs whole, BIG_ROWS over MPI in comm_chunk_rows chunks (the last shorter) */
-#define BIG_ROWS 517
+#define BIG_ROWS   517
 #define SLOT_BYTES ((size_t)BIG_ROWS * 5 * COLS * sizeof(float))
 
 static float value(int rank, int i) { /* deterministic, rank-dependent, not exactly summable */
@@ -164,7 +164,8 @@ static int a2a_refusals(loom_comm *c) {
     int max_rows = n * (n + 1) / 2 - 1;
     snprintf(want, sizeof want,
              "rank %d: 'the all-to-all test': all-to-all: rank %d would receive %d rows, more than its max_rows of %d "
-             "(%s from ranks 0 to %d in turn)", me, target, max_rows + 1, max_rows, counts, n - 1);
+             "(%s from ranks 0 to %d in turn)",
+             me, target, max_rows + 1, max_rows, counts, n - 1);
     if (!comm_all_to_all_rows(c, in, COLS, send_rows, COLS, out, COLS, me == target ? max_rows : 16, recv_rows, &err) ||
         !strstr(err.msg, want))
         bad++, fprintf(stderr, "rank %d: max_rows overflow gave '%s'\n", me, err.msg);
@@ -272,8 +273,9 @@ static int check_fused_rows(loom_comm *c, int rows) {
         bad += memcmp(mine, ref, block * sizeof *ref) != 0;
     }
     free(shard), free(want), free(got), free(mine), free(ref);
-    if (bad) fprintf(stderr, "rank %d of %d, %d rows: fused ops differ from the plain ones in %d places\n", c->rank, n,
-                     rows, bad);
+    if (bad)
+        fprintf(stderr, "rank %d of %d, %d rows: fused ops differ from the plain ones in %d places\n", c->rank, n, rows,
+                bad);
     return bad ? 1 : 0;
 }
 
@@ -302,7 +304,7 @@ static int check_stage_collectives(loom_comm *w, loom_comm *st, const layout *l)
     bad += strcmp(comm_rank_name(w, w->rank, name, sizeof name), want_name) != 0;
     float in[ROWS * COLS], out[ROWS * (COLS + 1)], gathered[ROWS * COLS * 8], bcast[ROWS * COLS];
     for (int i = 0; i < ROWS * COLS; i++) in[i] = value(w->rank, i);
-    int root = w->size - l->tp; /* the last stage's first rank, as the engine's logits come */
+    int root = w->size - l->tp;         /* the last stage's first rank, as the engine's logits come */
     for (int rep = 0; rep < 3; rep++) { /* several rounds: each communicator's slots alternate */
         if (comm_all_reduce(st, in, COLS, out, COLS + 1, ROWS, COLS, &err)) return fprintf(stderr, "%s\n", err.msg), 1;
         for (int r = 0; r < ROWS; r++)
@@ -466,12 +468,8 @@ static int one_rank_missing(loom_comm *c, void *arg) {
 /* The job's error message lands in err. */
 static int launch_stages(int tp, int pp, const char *backend, loom_rank_fn fn, double timeout, loom_err *err) {
     layout l = {tp, pp};
-    loom_launch_options o = {.tp = tp,
-                             .pp = pp,
-                             .backend = backend,
-                             .slot_bytes = SLOT_BYTES,
-                             .timeout_s = timeout,
-                             .spin = -1};
+    loom_launch_options o = {
+        .tp = tp, .pp = pp, .backend = backend, .slot_bytes = SLOT_BYTES, .timeout_s = timeout, .spin = -1};
     return loom_launch(&o, fn, &l, err);
 }
 
@@ -490,7 +488,11 @@ int main(int argc, char **argv) {
     }
     /* tp=1 runs in this process and starts its OpenMP pool, which a later fork would inherit
      * half-alive (as loom_launch documents): so it goes last */
-    loom_launch_options one = {.tp = 1, .backend = "shm", .slot_bytes = SLOT_BYTES, .timeout_s = 30, .spin = -1,
+    loom_launch_options one = {.tp = 1,
+                               .backend = "shm",
+                               .slot_bytes = SLOT_BYTES,
+                               .timeout_s = 30,
+                               .spin = -1,
                                .isolate = true}; /* a single shm rank, where tp=1 would run in this process */
     CHECK(loom_launch(&one, check_collectives, NULL, &(loom_err){{0}}) == 0, "shm, one rank");
     for (int tp = 2; tp <= 5; tp++) CHECK(launch(tp, "shm", check_collectives, 30) == 0, "shm tp=%d", tp);

@@ -18,13 +18,13 @@
 #include "golden_util.h"
 #include "runtime/profile.h"
 
-#define ATOL 1e-4
+#define ATOL           1e-4
 #define MAX_MOE_LAYERS 4
 
 /* (and two quantized checkpoints' experts, held whole: gptq_mixtral's attention cannot split 4 ways) */
-static const char *cases[] = {"olmoe",       "mixtral",     "qwen2_moe",          "qwen3_moe",   "granitemoe",
-                              "deepseek_v2", "deepseek_v3", "deepseek_v3_skewed", "awq_mixtral", "ct_mixtral",
-                              "mixtral_ep3"};
+static const char *cases[] = {"olmoe",       "mixtral",     "qwen2_moe",   "qwen3_moe",
+                              "granitemoe",  "deepseek_v2", "deepseek_v3", "deepseek_v3_skewed",
+                              "awq_mixtral", "ct_mixtral",  "mixtral_ep3"};
 
 typedef enum mode { MODE_EP, MODE_SP, MODE_ASYNC, MODE_THRESHOLD, N_MODES } mode;
 static const char *mode_names[] = {"EP", "EP+SP", "EP+async TP", "EP+SP above 4 tokens"};
@@ -33,9 +33,9 @@ typedef struct job {
     loom_model *m;
     golden *g;
     mode mode;
-    bool alone; /* each sequence on its own: decode steps of one token */
-    int pp;     /* pipeline stages, each of the n expert-parallel ranks */
-    float *out; /* shared with the forked ranks (MAP_SHARED), or local under MPI */
+    bool alone;     /* each sequence on its own: decode steps of one token */
+    int pp;         /* pipeline stages, each of the n expert-parallel ranks */
+    float *out;     /* shared with the forked ranks (MAP_SHARED), or local under MPI */
     long *received; /* [MAX_MOE_LAYERS][ranks]: rows each rank's experts received (shared) */
 } job;
 
@@ -98,7 +98,8 @@ static float *run_pp(const char *name, golden *g, int n, int pp, mode md, bool a
     loom_model *m = loom_model_load(&mo, err);
     if (!m) return NULL;
     size_t bytes = (size_t)golden_rows(g) * g->vocab * sizeof(float);
-    long *rows = mmap(NULL, MAX_MOE_LAYERS * 8 * sizeof *rows, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    long *rows =
+        mmap(NULL, MAX_MOE_LAYERS * 8 * sizeof *rows, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     job j = {m, g, md, alone, pp, mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0), rows};
     loom_engine_options eo = options(NULL, md, pp);
     float *out = golden_launch(m, n, pp, backend, &eo, rank_main, &j, j.out, bytes, err);
@@ -149,8 +150,10 @@ static void check_skew(const char *name, int n, const long *received, bool alone
         if (received[l * n] < 0) break;
         layers++;
         for (int r = 1; r < n; r++)
-            CHECK(received[l * n + r] == 0, "%s at %d ranks%s: MoE layer %d sent rank %d %ld rows, though every token "
-                  "chose experts 0 and 1 (rank 0's)", name, n, alone ? " (alone)" : "", l, r, received[l * n + r]);
+            CHECK(received[l * n + r] == 0,
+                  "%s at %d ranks%s: MoE layer %d sent rank %d %ld rows, though every token "
+                  "chose experts 0 and 1 (rank 0's)",
+                  name, n, alone ? " (alone)" : "", l, r, received[l * n + r]);
         CHECK(received[l * n] > 0, "%s: rank 0 received no row in MoE layer %d", name, l);
     }
     CHECK(layers > 0, "%s: no MoE layer counted", name);
@@ -200,13 +203,17 @@ static void one_case(const char *name) {
               "%s ep=%d alone: EP+SP is not bit-identical to EP", name, n);
         if (skewed && alone[1]) check_skew(name, n, received, true);
         printf("%-18s ep=%d max |logit diff| vs transformers: %.2e (batch), %.2e (alone, 1-token decode); "
-               "EP+SP, async, threshold == EP: %s\n", name, n, worst, worst_alone,
+               "EP+SP, async, threshold == EP: %s\n",
+               name, n, worst, worst_alone,
                runs[1] && runs[2] && runs[3] && !memcmp(runs[1], runs[0], bytes) && !memcmp(runs[2], runs[0], bytes) &&
-                       !memcmp(runs[3], runs[0], bytes) ? "yes" : "no");
+                       !memcmp(runs[3], runs[0], bytes)
+                   ? "yes"
+                   : "no");
         if (n == 2 && over_mpi(name)) { /* and in two pipeline stages of 2 expert-parallel ranks */
             float *pp = run_pp(name, &g, 2, 2, MODE_SP, false, "shm", NULL, &err);
             CHECK(pp && runs[MODE_SP] && !memcmp(pp, runs[MODE_SP], bytes),
-                  "%s: EP+SP at tp=2 x pp=2 is not bit-identical to EP+SP at 2 ranks: %s", name, pp ? "they differ" : err.msg);
+                  "%s: EP+SP at tp=2 x pp=2 is not bit-identical to EP+SP at 2 ranks: %s", name,
+                  pp ? "they differ" : err.msg);
             if (pp) munmap(pp, bytes);
             check_mpi_matches_shm(name, MODE_EP, &g, runs[MODE_EP]);
             if (runs[MODE_SP]) check_mpi_matches_shm(name, MODE_SP, &g, runs[MODE_SP]);
@@ -229,7 +236,8 @@ static void plan_shows(const char *flags, const char *const *want) {
     size_t n = f ? fread(out, 1, sizeof out - 1, f) : 0;
     out[n] = 0;
     CHECK(f && pclose(f) == 0, "loom plan %s failed: %s", flags, out);
-    for (int i = 0; want[i]; i++) CHECK(strstr(out, want[i]), "loom plan %s does not say '%s':\n%s", flags, want[i], out);
+    for (int i = 0; want[i]; i++)
+        CHECK(strstr(out, want[i]), "loom plan %s does not say '%s':\n%s", flags, want[i], out);
 }
 
 int main(int argc, char **argv) {
@@ -238,9 +246,11 @@ int main(int argc, char **argv) {
     if (argc < 2) {
         const char *sp[] = {"region model.layers.0.mlp           expert parallel: this rank's token shard in directly",
                             "dispatch: all_to_all, one row per (token, owning rank), [rows, 64 + 2 x 2]",
-                            "rank 0 holds experts 0..3 of 8", "combine: all_to_all back",
+                            "rank 0 holds experts 0..3 of 8",
+                            "combine: all_to_all back",
                             "every token's rows (an all_gather of the region input), then 1 reduce_scatter",
-                            "exit: none, this rank's complete rows are its residual shard; verified", NULL};
+                            "exit: none, this rank's complete rows are its residual shard; verified",
+                            NULL};
         const char *tp[] = {"expert parallel: its rows sliced from every token's",
                             "every token's rows (the region input as it is), then 1 reduce_scatter",
                             "exit: all_gather of every rank's complete rows", NULL};

@@ -97,7 +97,8 @@ int main(void) {
     fault("rank 1 killed, phase named", 2, 1, SIGKILL, "", "during '");
     fault("rank 0 stops answering", 2, 0, SIGSTOP, "--comm-timeout 2", "waited 2 s for rank 0");
     /* pipeline stages (-tp 2 -pp 2): rank 3 is tp rank 1 of stage 1 */
-    fault("rank 3 (stage 1) killed", 4, 3, SIGKILL, "-pp 2", "rank 3 (stage 1) was killed by signal 9 (Killed) during '");
+    fault("rank 3 (stage 1) killed", 4, 3, SIGKILL, "-pp 2",
+          "rank 3 (stage 1) was killed by signal 9 (Killed) during '");
     fault("rank 2 (stage 1) stops answering", 4, 2, SIGSTOP, "-pp 2 --comm-timeout 2", "for rank 2 (stage 1)");
     return check_done();
 }

@@ -10,9 +10,11 @@
 
 #define ATOL 1e-4
 
-static const char *cases[] = {"llama", "llama_tied", "mistral", "qwen2", "qwen3", "granite", "llama_bf16", "llama_tp3",
-                              "llama_f16", "llama_bias", "olmoe", "mixtral", "qwen2_moe", "qwen3_moe", "granitemoe",
-                              "deepseek_v2", "deepseek_v3", "deepseek_v3_skewed", "mixtral_ep3", QUANTIZED_CASES};
+static const char *cases[] = {
+    "llama",       "llama_tied",   "mistral",    "qwen2",       "qwen3",       "granite",
+    "llama_bf16",  "llama_tp3",    "llama_f16",  "llama_bias",  "olmoe",       "mixtral",
+    "qwen2_moe",   "qwen3_moe",    "granitemoe", "deepseek_v2", "deepseek_v3", "deepseek_v3_skewed",
+    "mixtral_ep3", QUANTIZED_CASES};
 
 /* Runs golden case `name` from folder dir (its own, or a resharded copy). */
 static void run_case_in(const char *name, const char *dir, const char *dtype) {

@@ -11,30 +11,30 @@
 #include "check.h"
 #include "kernels/kernels.h"
 
-#define H 3
+#define H    3
 #define LORA 24
 #define NOPE 16
 #define ROPE 8
-#define VD 12
-#define QK (NOPE + ROPE)
-#define KVB (NOPE + VD)
-#define LAT (LORA + ROPE)
-#define CTX 32
+#define VD   12
+#define QK   (NOPE + ROPE)
+#define KVB  (NOPE + VD)
+#define LAT  (LORA + ROPE)
+#define CTX  32
 #define SEQS 2
 #define MAXR 24
-#define LDQ (H * QK + 5)
+#define LDQ  (H * QK + 5)
 #define LDKV (LAT + 3) /* kv_c and k_pe side by side in one row, as kv_a_proj gives them */
-#define LDO (H * VD + 4)
-#define PAD 12345.0f
-#define TOL 1e-5
+#define LDO  (H * VD + 4)
+#define PAD  12345.0f
+#define TOL  1e-5
 
 static float val(int i) { return (float)((i * 7919) % 101) / 101.0f - 0.5f; }
 
-static float W[H * KVB][LORA];      /* kv_b_proj */
-static float T[LORA][H * KVB];      /* its transpose, as mla_attention takes it */
-static float Q[SEQS][CTX][H * QK];  /* each token's (rotated) query */
-static float KVC[SEQS][CTX][LORA];  /* its normalised latent */
-static float KPE[SEQS][CTX][ROPE];  /* its rotated shared key */
+static float W[H * KVB][LORA];     /* kv_b_proj */
+static float T[LORA][H * KVB];     /* its transpose, as mla_attention takes it */
+static float Q[SEQS][CTX][H * QK]; /* each token's (rotated) query */
+static float KVC[SEQS][CTX][LORA]; /* its normalised latent */
+static float KPE[SEQS][CTX][ROPE]; /* its rotated shared key */
 
 static attn_shape shape = {.n_heads = H, .n_kv_heads = H, .head_dim = QK, .mla = {LORA, NOPE, ROPE, VD}};
 
@@ -80,9 +80,7 @@ static void reference(int s, int p, double *out) {
     }
 }
 
-static kv_layer new_cache(void) {
-    return (kv_layer){calloc((size_t)SEQS * CTX * LAT, sizeof(float)), NULL, CTX, LAT};
-}
+static kv_layer new_cache(void) { return (kv_layer){calloc((size_t)SEQS * CTX * LAT, sizeof(float)), NULL, CTX, LAT}; }
 
 /* One mla_attention call over rows (seq[r], pos[r]) with the test's data, padded strides. */
 static void run(kv_layer *c, int rows, const int32_t *seq, const int32_t *pos, float *out) {

@@ -64,8 +64,7 @@ static void group_limited(void) {
      * equal, expert 2 -- without groups the top 3 would be 0, 2, 4 */
     logits_of((float[]){4, 1, 3, 2.5f, 3, 2.9f, 1, 1}, 8, l);
     moe_shape sh = {.n_experts = 8, .top_k = 3, .n_group = 4, .topk_group = 2};
-    check_route_shape("groups tie", l, &sh, (int32_t[]){0, 2, 3},
-                      (float[]){4 / 18.4f, 3 / 18.4f, 2.5f / 18.4f});
+    check_route_shape("groups tie", l, &sh, (int32_t[]){0, 2, 3}, (float[]){4 / 18.4f, 3 / 18.4f, 2.5f / 18.4f});
     moe_shape flat = {.n_experts = 8, .top_k = 3};
     check_route_shape("groups tie, without groups", l, &flat, (int32_t[]){0, 2, 4},
                       (float[]){4 / 18.4f, 3 / 18.4f, 3 / 18.4f});
@@ -83,8 +82,14 @@ static float sigmoid(float x) { return 1 / (1 + expf(-x)); }
  * sum of their two best, then experts), while the weights are the scores without it. */
 static void noaux_tc(void) {
     float l[8] = {2, -1, 1, 1, 0, 0.5f, -2, -3};
-    moe_shape sh = {.n_experts = 8, .top_k = 3, .norm_topk = true, .sigmoid = true, .n_group = 4, .topk_group = 2,
-                    .group_top2_sum = true, .scale = 2.5f};
+    moe_shape sh = {.n_experts = 8,
+                    .top_k = 3,
+                    .norm_topk = true,
+                    .sigmoid = true,
+                    .n_group = 4,
+                    .topk_group = 2,
+                    .group_top2_sum = true,
+                    .scale = 2.5f};
     /* no bias: groups {0,1} {2,3} {4,5} {6,7} score s(2)+s(-1) = 1.15, 2s(1) = 1.46, s(0)+s(0.5) =
      * 1.12 and 0.17: groups 1 and 0; then s(2) = 0.88, and experts 2 and 3 tie at s(1) = 0.73 */
     float sum = sigmoid(2) + 2 * sigmoid(1);
@@ -99,9 +104,9 @@ static void noaux_tc(void) {
 }
 
 /* Experts with distinct weights; three rows, top 2 of 6 experts, so at least two get nothing. */
-#define H 5
-#define I 3
-#define E 6
+#define H    5
+#define I    3
+#define E    6
 #define ROWS 3
 
 static float val(int i) { return (float)((i * 7919) % 23) / 23.0f - 0.5f; }
@@ -137,14 +142,16 @@ static void forward(void) {
             double wt = p[e] / (p[c0] + p[c1]), act[I];
             for (int f = 0; f < I; f++) {
                 double g = 0, u = 0;
-                for (int c = 0; c < H; c++) g += w[e][0][f * H + c] * x[r * H + c], u += w[e][1][f * H + c] * x[r * H + c];
+                for (int c = 0; c < H; c++)
+                    g += w[e][0][f * H + c] * x[r * H + c], u += w[e][1][f * H + c] * x[r * H + c];
                 act[f] = g / (1 + exp(-g)) * u;
             }
             for (int c = 0; c < H; c++)
                 for (int f = 0; f < I; f++) ref[c] += wt * w[e][2][c * I + f] * act[f];
         }
         for (int c = 0; c < H; c++)
-            CHECK(fabs(out[r * H + c] - ref[c]) < 1e-6, "row %d column %d: %g, expected %g", r, c, out[r * H + c], ref[c]);
+            CHECK(fabs(out[r * H + c] - ref[c]) < 1e-6, "row %d column %d: %g, expected %g", r, c, out[r * H + c],
+                  ref[c]);
     }
     /* one thread adds each expert's rows at once; several keep every output and sum per row:
      * the same terms in the same order, so the same bits */

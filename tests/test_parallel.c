@@ -14,9 +14,9 @@
 
 #define ATOL 1e-4
 
-static const char *cases[] = {"llama", "llama_tied", "mistral", "qwen2", "qwen3", "granite", "llama_bf16", "llama_tp3",
-                              "llama_f16", "llama_bias", "olmoe", "mixtral", "qwen2_moe", "qwen3_moe", "granitemoe",
-                              "deepseek_v2", "deepseek_v3", QUANTIZED_CASES};
+static const char *cases[] = {"llama",      "llama_tied", "mistral",    "qwen2",       "qwen3",       "granite",
+                              "llama_bf16", "llama_tp3",  "llama_f16",  "llama_bias",  "olmoe",       "mixtral",
+                              "qwen2_moe",  "qwen3_moe",  "granitemoe", "deepseek_v2", "deepseek_v3", QUANTIZED_CASES};
 
 typedef enum mode { MODE_TP, MODE_SP, MODE_ASYNC, MODE_ASYNC_THRESHOLD } mode;
 static const char *mode_names[] = {"TP", "SP", "async TP", "async TP above 4 tokens"};
@@ -33,7 +33,7 @@ typedef struct job {
  * block at tp=2 (524 rows) runs over MPI in comm_chunk_rows chunks, then one decode step of each;
  * the logits of each sequence's last token in both passes. */
 #define LONG_SEQS 8
-#define LONG_LEN 131
+#define LONG_LEN  131
 #define LONG_ROWS (2 * LONG_SEQS)
 
 static int long_run(loom_engine *e, int vocab, float *out, loom_err *err) {
@@ -104,9 +104,11 @@ static loom_model *load(const char *name) {
     loom_err err = {{0}};
     loom_model_options mo = {.path = dir, .quantization = quantization, .quant_group = quant_group};
     loom_model *m = loom_model_load(&mo, &err);
-    loom_custom_op a = {"times_two", LOOM_OP_SCALING, times_two, NULL}, b = {"squared", LOOM_OP_ELEMENTWISE, squared, NULL};
-    if (m && custom && (loom_model_add_custom(m, "model.layers.0.mlp", false, &a, &err) ||
-                        loom_model_add_custom(m, "model.layers.1.self_attn", true, &b, &err))) {
+    loom_custom_op a = {"times_two", LOOM_OP_SCALING, times_two, NULL},
+                   b = {"squared", LOOM_OP_ELEMENTWISE, squared, NULL};
+    if (m && custom &&
+        (loom_model_add_custom(m, "model.layers.0.mlp", false, &a, &err) ||
+         loom_model_add_custom(m, "model.layers.1.self_attn", true, &b, &err))) {
         loom_model_free(m);
         m = NULL;
     }
@@ -144,8 +146,8 @@ static int quant_group_size(const char *name) {
     if (f) fclose(f);
     buf[n] = 0;
     cJSON *c = cJSON_Parse(buf);
-    const cJSON *g = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(c, "quantization_config"),
-                                                      "group_size");
+    const cJSON *g =
+        cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(c, "quantization_config"), "group_size");
     int group = cJSON_IsNumber(g) && g->valueint > 0 ? g->valueint : 0;
     cJSON_Delete(c);
     return group;
@@ -200,8 +202,8 @@ static void check_mpi_matches_shm(const char *name, mode md, const golden *g, co
 /* The cases also run over MPI at tp=2 (a dense, a biased, two mixtures, latent attention, two
  * quantized). */
 static bool over_mpi(const char *name) {
-    static const char *names[] = {"llama", "qwen2", "llama_bias", "olmoe", "qwen2_moe", "deepseek_v3", "gptq_llama",
-                                  "ct_mixtral"};
+    static const char *names[] = {"llama",     "qwen2",       "llama_bias", "olmoe",
+                                  "qwen2_moe", "deepseek_v3", "gptq_llama", "ct_mixtral"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (!strcmp(name, names[i])) return true;
     return false;
@@ -240,16 +242,17 @@ int main(int argc, char **argv) {
             float *sp = run_tp(cases[c], &g, tp, MODE_SP, "shm", &err);
             float *as = run_tp(cases[c], &g, tp, MODE_ASYNC, "shm", &err);
             float *th = run_tp(cases[c], &g, tp, MODE_ASYNC_THRESHOLD, "shm", &err);
-            CHECK(th && !memcmp(th, out, bytes), "%s tp=%d: async TP with --sp-min-tokens is not bit-identical to TP: %s",
-                  cases[c], tp, th ? "they differ" : err.msg);
+            CHECK(th && !memcmp(th, out, bytes),
+                  "%s tp=%d: async TP with --sp-min-tokens is not bit-identical to TP: %s", cases[c], tp,
+                  th ? "they differ" : err.msg);
             if (th) munmap(th, bytes);
             CHECK(sp && !memcmp(sp, out, bytes), "%s tp=%d: sequence-parallel logits are not bit-identical to TP: %s",
                   cases[c], tp, sp ? "they differ" : err.msg);
             CHECK(as && !memcmp(as, out, bytes), "%s tp=%d: async-TP logits are not bit-identical to TP: %s", cases[c],
                   tp, as ? "they differ" : err.msg);
             printf("%-12s tp=%d max |logit diff| vs transformers: %.2e, vs tp=1: %.2e; SP %s TP, async TP %s TP\n",
-                   cases[c], tp, worst, vs1, sp && !memcmp(sp, out, bytes) ? "==" : "!=",
-                   as && !memcmp(as, out, bytes) ? "==" : "!=");
+                   cases[c], tp, worst, vs1,
+                   sp && !memcmp(sp, out, bytes) ? "==" : "!=", as && !memcmp(as, out, bytes) ? "==" : "!=");
             if (tp == 2 && over_mpi(cases[c])) {
                 check_mpi_matches_shm(cases[c], MODE_TP, &g, out);
                 if (sp) check_mpi_matches_shm(cases[c], MODE_SP, &g, sp);
@@ -302,8 +305,8 @@ int main(int argc, char **argv) {
     static const struct {
         const char *name, *q;
         int group, tp;
-    } qcases[] = {{"qwen2", "int8", 0, 2}, {"llama_tp3", "int4", 32, 3}, {"olmoe", "int8", 0, 2},
-                  {"qwen2_moe", "int8", 0, 2}};
+    } qcases[] = {
+        {"qwen2", "int8", 0, 2}, {"llama_tp3", "int4", 32, 3}, {"olmoe", "int8", 0, 2}, {"qwen2_moe", "int8", 0, 2}};
     for (size_t c = 0; c < sizeof qcases / sizeof qcases[0]; c++) {
         golden qg;
         if (golden_open(&qg, qcases[c].name, "logits")) continue;
@@ -315,13 +318,15 @@ int main(int argc, char **argv) {
         for (int md = 0; md < 4; md++) runs[md] = run_tp(qcases[c].name, &qg, qcases[c].tp, (mode)md, "shm", &err);
         CHECK(one && runs[0], "%s -q %s tp=%d: %s", qcases[c].name, qcases[c].q, qcases[c].tp, err.msg);
         for (int md = 1; md < 4; md++)
-            CHECK(runs[0] && runs[md] && !memcmp(runs[0], runs[md], bytes), "%s -q %s tp=%d: %s is not bit-identical to TP",
-                  qcases[c].name, qcases[c].q, qcases[c].tp, mode_names[md]);
+            CHECK(runs[0] && runs[md] && !memcmp(runs[0], runs[md], bytes),
+                  "%s -q %s tp=%d: %s is not bit-identical to TP", qcases[c].name, qcases[c].q, qcases[c].tp,
+                  mode_names[md]);
         if (one && runs[0]) {
             double d = max_abs_diff(runs[0], one, golden_rows(&qg) * qg.vocab), dq = golden_worst(&qg, one);
             CHECK(d <= ATOL, "%s -q %s: tp=%d differs from tp=1 by %.3g", qcases[c].name, qcases[c].q, qcases[c].tp, d);
-            printf("%-12s -q %s tp=%d vs tp=1: %.2e (quantized vs transformers' float model: %.3f); SP, async TP == TP\n",
-                   qcases[c].name, qcases[c].q, qcases[c].tp, d, dq);
+            printf(
+                "%-12s -q %s tp=%d vs tp=1: %.2e (quantized vs transformers' float model: %.3f); SP, async TP == TP\n",
+                qcases[c].name, qcases[c].q, qcases[c].tp, d, dq);
         }
         if (one) munmap(one, bytes);
         for (int md = 0; md < 4; md++)
@@ -335,7 +340,8 @@ int main(int argc, char **argv) {
         float *out = run_tp("llama", &rg, 2, MODE_TP, "shm", &err);
         CHECK(!out && strstr(err.msg, "down_proj.weight: a rank's share of the input features, [0, 48) of 96, is not a "
                                       "whole number of quantization groups of 32"),
-              "llama -q int4 --quant-group-size 32 at tp=2 must be refused naming down_proj: %s", out ? "it ran" : err.msg);
+              "llama -q int4 --quant-group-size 32 at tp=2 must be refused naming down_proj: %s",
+              out ? "it ran" : err.msg);
         golden_close(&rg);
     }
     quantization = NULL, quant_group = 0;
@@ -344,12 +350,14 @@ int main(int argc, char **argv) {
     if (golden_open(&g, "llama", "logits") == 0) {
         loom_err err = {{0}};
         size_t bytes = (size_t)golden_rows(&g) * g.vocab * sizeof(float);
-        float *tp = run_tp(CUSTOM_CASE, &g, 2, MODE_TP, "shm", &err), *sp = run_tp(CUSTOM_CASE, &g, 2, MODE_SP, "shm", &err);
+        float *tp = run_tp(CUSTOM_CASE, &g, 2, MODE_TP, "shm", &err),
+              *sp = run_tp(CUSTOM_CASE, &g, 2, MODE_SP, "shm", &err);
         float *as = run_tp(CUSTOM_CASE, &g, 2, MODE_ASYNC, "shm", &err);
         CHECK(tp && sp && !memcmp(tp, sp, bytes), "custom ops: SP logits are not bit-identical to TP (%s)", err.msg);
         /* the MLP's custom op sits between down_proj and the exit: that reduce-scatter must stay
          * plain (the fallback path), the rest fuse; results identical all the same */
-        CHECK(tp && as && !memcmp(tp, as, bytes), "custom ops: async-TP logits are not bit-identical to TP (%s)", err.msg);
+        CHECK(tp && as && !memcmp(tp, as, bytes), "custom ops: async-TP logits are not bit-identical to TP (%s)",
+              err.msg);
         if (as) munmap(as, bytes);
         CHECK(tp && golden_worst(&g, tp) > 1e-2, "custom ops: they should change the logits");
         if (tp) munmap(tp, bytes);

@@ -14,9 +14,9 @@
 
 #define ATOL 1e-4
 
-static const char *cases[] = {"llama", "llama_tied", "mistral", "qwen2", "qwen3", "granite", "llama_bf16", "llama_tp3",
-                              "llama_f16", "llama_bias", "olmoe", "mixtral", "qwen2_moe", "qwen3_moe", "granitemoe",
-                              "deepseek_v2", "deepseek_v3", QUANTIZED_CASES};
+static const char *cases[] = {"llama",      "llama_tied", "mistral",    "qwen2",       "qwen3",       "granite",
+                              "llama_bf16", "llama_tp3",  "llama_f16",  "llama_bias",  "olmoe",       "mixtral",
+                              "qwen2_moe",  "qwen3_moe",  "granitemoe", "deepseek_v2", "deepseek_v3", QUANTIZED_CASES};
 
 typedef enum mode { MODE_TP, MODE_SP, MODE_ASYNC } mode;
 static const char *mode_names[] = {"TP", "SP", "async TP"};
@@ -86,7 +86,9 @@ static void check_mpi_matches_shm(const char *name, int tp, mode md, const golde
     free(mpi);
 }
 
-static bool over_mpi(const char *name) { return !strcmp(name, "llama") || !strcmp(name, "qwen2_moe") || !strcmp(name, "deepseek_v3"); }
+static bool over_mpi(const char *name) {
+    return !strcmp(name, "llama") || !strcmp(name, "qwen2_moe") || !strcmp(name, "deepseek_v3");
+}
 
 /* pp stages against the same ranks in one stage: within the tolerance of transformers, and the
  * same bits. */
@@ -98,11 +100,12 @@ static void check_stages(const char *name, golden *g, int tp, mode md, const flo
     size_t bytes = (size_t)golden_rows(g) * g->vocab * sizeof(float);
     double worst = golden_worst(g, out);
     bool same = !memcmp(out, flat, bytes);
-    CHECK(worst <= ATOL, "%s tp=%d x pp=2 (%s): max |logit diff| vs transformers %.3g", name, tp, mode_names[md], worst);
+    CHECK(worst <= ATOL, "%s tp=%d x pp=2 (%s): max |logit diff| vs transformers %.3g", name, tp, mode_names[md],
+          worst);
     CHECK(same, "%s tp=%d x pp=2 (%s): logits are not bit-identical to tp=%d alone (max diff %.3g)", name, tp,
           mode_names[md], tp, max_abs_diff(out, flat, golden_rows(g) * g->vocab));
-    printf("%-12s tp=%d x pp=2 (%s) max |logit diff| vs transformers: %.2e; %s tp=%d alone\n", name, tp,
-           mode_names[md], worst, same ? "==" : "!=", tp);
+    printf("%-12s tp=%d x pp=2 (%s) max |logit diff| vs transformers: %.2e; %s tp=%d alone\n", name, tp, mode_names[md],
+           worst, same ? "==" : "!=", tp);
     if (over_mpi(name) && mpi_available("test_pipeline") && (tp == 1 || md == MODE_SP))
         check_mpi_matches_shm(name, tp, md, g, out);
     munmap(out, bytes);

@@ -20,9 +20,13 @@ static uint32_t mix(uint32_t x) {
     return x ^ (x >> 16);
 }
 
-static int code_at(const src_case *s, int r, int c) { return (int)(mix((uint32_t)(r * 7919 + c) * 2654435761U) % (1U << s->bits)); }
+static int code_at(const src_case *s, int r, int c) {
+    return (int)(mix((uint32_t)(r * 7919 + c) * 2654435761U) % (1U << s->bits));
+}
 static float scale_at(int r, int g) { return 0.001f + (float)(mix((uint32_t)(r * 131 + g + 17)) % 1000) * 1e-5f; }
-static float zero_at(const src_case *s, int r, int g) { return (float)(mix((uint32_t)(r * 31 + g + 5)) % (1U << s->bits)); }
+static float zero_at(const src_case *s, int r, int g) {
+    return (float)(mix((uint32_t)(r * 31 + g + 5)) % (1U << s->bits));
+}
 static int group_of(const src_case *s, int c) { return s->group_of ? s->group_of[c] : (s->col0 + c) / s->group; }
 
 static int row_codes(void *ctx, int r, uint8_t *codes, float *scale, float *zero, loom_err *err) {

@@ -22,7 +22,8 @@ int main(void) {
     const float ties[N] = {0.5f, 2.0f, 1.0f, 2.0f, -1.0f};
     int c[N], d[N];
     draw(&(loom_sampling){.temperature = 0, .top_p = 1}, ties, 10, c);
-    CHECK(c[1] == 10, "greedy must take the first maximum (index 1), got counts %d %d %d %d %d", c[0], c[1], c[2], c[3], c[4]);
+    CHECK(c[1] == 10, "greedy must take the first maximum (index 1), got counts %d %d %d %d %d", c[0], c[1], c[2], c[3],
+          c[4]);
 
     /* probabilities 0.4, 0.3, 0.15, 0.1, 0.05 */
     const double p[N] = {0.4, 0.3, 0.15, 0.1, 0.05};
@@ -31,8 +32,8 @@ int main(void) {
     const int n = 40000;
     draw(&(loom_sampling){.temperature = 1, .top_p = 1, .seed = 7}, logits, n, c);
     for (int i = 0; i < N; i++) /* 5 standard deviations of a binomial */
-        CHECK(fabs(c[i] / (double)n - p[i]) < 5 * sqrt(p[i] * (1 - p[i]) / n), "token %d drawn %d/%d times, p=%.2f",
-              i, c[i], n, p[i]);
+        CHECK(fabs(c[i] / (double)n - p[i]) < 5 * sqrt(p[i] * (1 - p[i]) / n), "token %d drawn %d/%d times, p=%.2f", i,
+              c[i], n, p[i]);
     draw(&(loom_sampling){.temperature = 1, .top_p = 1, .seed = 7}, logits, n, d);
     CHECK(!memcmp(c, d, sizeof c), "the same seed must draw the same tokens");
     draw(&(loom_sampling){.temperature = 1, .top_p = 1, .seed = 8}, logits, n, d);

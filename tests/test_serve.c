@@ -30,8 +30,8 @@ static void nap(double s) {
 }
 
 typedef struct server {
-    pid_t pid;      /* what we started (loom, or mpirun) */
-    pid_t rank0;    /* the process serving HTTP, as it reports */
+    pid_t pid;   /* what we started (loom, or mpirun) */
+    pid_t rank0; /* the process serving HTTP, as it reports */
     int port;
     char log[128];
 } server;
@@ -136,8 +136,10 @@ static reply request_raw(int port, const char *raw, size_t n) {
 static reply call(int port, const char *method, const char *path, const char *body) {
     char head[512];
     size_t n = body ? strlen(body) : 0;
-    int h = snprintf(head, sizeof head, "%s %s HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-                     "Content-Length: %zu\r\n\r\n", method, path, n);
+    int h = snprintf(head, sizeof head,
+                     "%s %s HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                     "Content-Length: %zu\r\n\r\n",
+                     method, path, n);
     char *raw = malloc(h + n + 1);
     memcpy(raw, head, h);
     if (n) memcpy(raw + h, body, n);
@@ -153,7 +155,8 @@ static void reply_free(reply *r) { free(r->all); }
 static int post_completion(int port, const char *body) {
     int fd = connect_to(port);
     char raw[512];
-    int n = snprintf(raw, sizeof raw, "POST /v1/completions HTTP/1.0\r\nContent-Length: %zu\r\n\r\n%s", strlen(body), body);
+    int n =
+        snprintf(raw, sizeof raw, "POST /v1/completions HTTP/1.0\r\nContent-Length: %zu\r\n\r\n%s", strlen(body), body);
     send_all(fd, raw, n);
     return fd;
 }
@@ -211,8 +214,8 @@ static void expect_error(int port, const char *what, const char *method, const c
                          const char *needle) {
     reply r = call(port, method, path, body);
     CHECK(r.status == status, "%s: status %d, want %d: %s", what, r.status, status, r.body ? r.body : "");
-    CHECK(r.body && strstr(r.body, "{\"error\":{\"message\":") && strstr(r.body, needle), "%s: body %s lacks '%s'", what,
-          r.body ? r.body : "(none)", needle);
+    CHECK(r.body && strstr(r.body, "{\"error\":{\"message\":") && strstr(r.body, needle), "%s: body %s lacks '%s'",
+          what, r.body ? r.body : "(none)", needle);
     reply_free(&r);
 }
 
@@ -275,8 +278,9 @@ static void completions_match_run(int port, const char *run_args) {
     CHECK(strstr(r.body, "\"finish_reason\":\"length\"") && strstr(r.body, "\"completion_tokens\":24"),
           "usage or finish reason: %s", r.body);
     reply_free(&r);
-    char *streamed = stream_text(port, "{\"prompt\":\"The robot\",\"max_tokens\":24,\"temperature\":0,\"ignore_eos\":true,"
-                                       "\"stream\":true}");
+    char *streamed =
+        stream_text(port, "{\"prompt\":\"The robot\",\"max_tokens\":24,\"temperature\":0,\"ignore_eos\":true,"
+                          "\"stream\":true}");
     CHECK(!strcmp(streamed, want), "streamed pieces join to '%s', not '%s'", streamed, want);
     free(streamed);
     free(want);
@@ -330,13 +334,15 @@ static void no_leaks(const server *s, int fds_before) {
         reply_free(&r);
     }
     int fds = open_fds(s->pid);
-    for (int waited = 0; fds > fds_before && waited < 100; waited++) { /* the server closes its ends as it sees ours go */
+    for (int waited = 0; fds > fds_before && waited < 100;
+         waited++) { /* the server closes its ends as it sees ours go */
         nap(0.05);
         fds = open_fds(s->pid);
     }
     CHECK(fds <= fds_before, "descriptors grew from %d to %d over 20 requests", fds_before, fds);
     CHECK(metric(s->port, "kv_slots_used") == 0 && metric(s->port, "num_requests_running") == 0 &&
-          metric(s->port, "num_requests_waiting") == 0, "slots or requests left over");
+              metric(s->port, "num_requests_waiting") == 0,
+          "slots or requests left over");
 }
 
 /* SIGTERM while a long request runs: it completes, then the server exits 0. */
@@ -406,7 +412,7 @@ static void stages(void) {
     int fds[N];
     for (int i = 0; i < N; i++)
         fds[i] = post_completion(s.port, "{\"prompt\":\"The robot\",\"max_tokens\":24,\"temperature\":0,"
-                                          "\"ignore_eos\":true}");
+                                         "\"ignore_eos\":true}");
     char *want = loom_run("-p 'The robot' -n 24 --ignore-eos");
     for (int i = 0; i < N; i++) {
         char *resp = read_all(fds[i]), text[4096] = "";
@@ -461,7 +467,8 @@ static void named_templates(void) {
     FILE *f = fopen(cmd, "w");
     fputs("{\"bos_token\": \"<s>\", \"eos_token\": \"</s>\", \"chat_template\": ["
           "{\"name\": \"default\", \"template\": \"D:{{ messages[0].content }}\"},"
-          "{\"name\": \"tool_use\", \"template\": \"T:{{ tools | length }}:{{ messages[0].content }}\"}]}", f);
+          "{\"name\": \"tool_use\", \"template\": \"T:{{ tools | length }}:{{ messages[0].content }}\"}]}",
+          f);
     fclose(f);
     server s;
     snprintf(cmd, sizeof cmd, "-m %s", dir);

@@ -20,7 +20,9 @@ static void no_tail(module *r, int x, int z) { (void)x, module_output(r, z); }
 static void scale_tail(module *r, int x, int z) { (void)x, module_output(r, emit_scale(r, z, 0.22f, "scaled")); }
 static void add_partials(module *r, int x, int z) { (void)x, module_output(r, emit_add(r, z, z, "twice")); }
 static void add_complete(module *r, int x, int z) { module_output(r, emit_add(r, z, x, "resid")); }
-static void norm_tail(module *r, int x, int z) { (void)x, module_output(r, emit_rms_norm(r, z, "n.weight", 1e-5f, 0, "normed")); }
+static void norm_tail(module *r, int x, int z) {
+    (void)x, module_output(r, emit_rms_norm(r, z, "n.weight", 1e-5f, 0, "normed"));
+}
 static void act_tail(module *r, int x, int z) { (void)x, module_output(r, emit_silu_mul(r, z, z)); }
 static void discard_tail(module *r, int x, int z) { (void)z, module_output(r, emit_scale(r, x, 1.5f, "not_the_sum")); }
 
@@ -57,7 +59,9 @@ static int experts(module *r, int in, int logits) {
     return emit_moe(r, in, logits, &d);
 }
 
-static void moe_beside(module *r, int x, int z) { module_output(r, emit_add(r, z, experts(r, x, router(r, x)), "sum")); }
+static void moe_beside(module *r, int x, int z) {
+    module_output(r, emit_add(r, z, experts(r, x, router(r, x)), "sum"));
+}
 static void moe_on_partial(module *r, int x, int z) { module_output(r, experts(r, z, router(r, x))); }
 static void gate_complete(module *r, int x, int z) {
     linear_desc g = lin("g.weight", H, 1, PAR_REPLICATED);
@@ -127,7 +131,8 @@ static void expect_ok(const char *what, module *m, bool verified, const char *wa
     CHECK(warning ? found : p.n_warnings == 0, "%s: want %s, got %d warnings%s%s", what, warning ? warning : "none",
           p.n_warnings, p.n_warnings ? ", first: " : "", p.n_warnings ? p.warnings[0] : "");
     int rs = 0, ag = 0;
-    for (int i = 0; i < p.n_steps; i++) rs += p.steps[i].kind == STEP_REDUCE_SCATTER, ag += p.steps[i].kind == STEP_GATHER_ROWS;
+    for (int i = 0; i < p.n_steps; i++)
+        rs += p.steps[i].kind == STEP_REDUCE_SCATTER, ag += p.steps[i].kind == STEP_GATHER_ROWS;
     CHECK(rs == 2 && ag == 1, "%s: want the embedding's and the region's reduce-scatter and one all-gather, got %d, %d",
           what, rs, ag);
     plan_free(&p);
@@ -139,7 +144,9 @@ static void expect_ok(const char *what, module *m, bool verified, const char *wa
 typedef void (*ep_tail_fn)(module *region, int x, int y);
 
 static void ep_plain(module *r, int x, int y) { (void)x, module_output(r, y); }
-static void ep_norm(module *r, int x, int y) { (void)x, module_output(r, emit_rms_norm(r, y, "n.weight", 1e-5f, 0, "normed")); }
+static void ep_norm(module *r, int x, int y) {
+    (void)x, module_output(r, emit_rms_norm(r, y, "n.weight", 1e-5f, 0, "normed"));
+}
 static void ep_residual(module *r, int x, int y) { module_output(r, emit_add(r, y, x, "resid")); }
 static void ep_reduce_again(module *r, int x, int y) {
     (void)x;
@@ -189,7 +196,8 @@ static void expect_ep(const char *what, ep_tail_fn tail, bool sp, int gathers, i
     CHECK(rc == 0, "%s: %s", what, err.msg);
     if (!rc) {
         int ag = 0, rs = 0;
-        for (int i = 0; i < p.n_steps; i++) ag += p.steps[i].kind == STEP_GATHER_ROWS, rs += p.steps[i].kind == STEP_REDUCE_SCATTER;
+        for (int i = 0; i < p.n_steps; i++)
+            ag += p.steps[i].kind == STEP_GATHER_ROWS, rs += p.steps[i].kind == STEP_REDUCE_SCATTER;
         CHECK(ag == gathers && rs == scatters, "%s: want %d all-gathers and %d reduce-scatters, got %d and %d", what,
               gathers, scatters, ag, rs);
         CHECK(p.n_regions == 1 && p.regions[0].ep && p.regions[0].exit == exit, "%s: the region's exit is %s, not %s",
@@ -238,10 +246,12 @@ int main(void) {
     expect_ok("adding two partial sums", model(add_partials, NULL), true, NULL);
     expect_error("residual add inside the region", model(add_complete, NULL),
                  "model.layers.0.mlp: `add` adds a complete value to a partial sum");
-    expect_error("norm of a partial sum", model(norm_tail, NULL), "model.layers.0.mlp: `rms_norm` is applied to a partial sum");
+    expect_error("norm of a partial sum", model(norm_tail, NULL),
+                 "model.layers.0.mlp: `rms_norm` is applied to a partial sum");
     expect_error("activation of a partial sum", model(act_tail, NULL),
                  "model.layers.0.mlp: `silu_mul` is applied to a partial sum");
-    expect_error("second reduction", model(reduce_again, NULL), "model.layers.0.mlp: `linear` reduces a partial sum again");
+    expect_error("second reduction", model(reduce_again, NULL),
+                 "model.layers.0.mlp: `linear` reduces a partial sum again");
     expect_error("column linear on a partial sum", model(column_on_partial, NULL),
                  "model.layers.0.mlp: `linear` is applied to a partial sum");
     expect_error("region output is not the sum", model(discard_tail, NULL),
@@ -250,11 +260,14 @@ int main(void) {
               "`attention` outside a region may mix tokens");
 
     expect_ok("custom additive", with_custom(LOOM_OP_ADDITIVE, "my_sum", "model.layers.0.mlp", false), true, NULL);
-    expect_ok("custom pass-through", with_custom(LOOM_OP_PASSTHROUGH, "my_view", "model.layers.0.mlp", false), true, NULL);
+    expect_ok("custom pass-through", with_custom(LOOM_OP_PASSTHROUGH, "my_view", "model.layers.0.mlp", false), true,
+              NULL);
     expect_ok("custom scaling", with_custom(LOOM_OP_SCALING, "my_scale", "model.layers.0.mlp", false), true, NULL);
-    expect_error("custom elementwise on a partial sum", with_custom(LOOM_OP_ELEMENTWISE, "my_gelu", "model.layers.0.mlp", false),
+    expect_error("custom elementwise on a partial sum",
+                 with_custom(LOOM_OP_ELEMENTWISE, "my_gelu", "model.layers.0.mlp", false),
                  "model.layers.0.mlp: `my_gelu` is applied to a partial sum");
-    expect_error("custom token mixing on a partial sum", with_custom(LOOM_OP_TOKEN_MIXING, "my_conv", "model.layers.0.mlp", false),
+    expect_error("custom token mixing on a partial sum",
+                 with_custom(LOOM_OP_TOKEN_MIXING, "my_conv", "model.layers.0.mlp", false),
                  "`my_conv` is applied to a partial sum");
     expect_ok("custom opaque op: could not verify", with_custom(LOOM_OP_OPAQUE, "my_blob", "model.layers.0.mlp", false),
               false, "could not verify that `my_blob` is compatible");
@@ -283,7 +296,8 @@ int main(void) {
     CHECK(plan_sp(m, &np, &nerr) == 0, "whole-projection norm: %s", nerr.msg);
     int stat = -1;
     for (int i = 0; i + 2 < np.n_steps && nerr.msg[0] == 0; i++)
-        if (np.steps[i].sum_squares && np.steps[i + 1].kind == STEP_ALL_REDUCE && np.steps[i + 2].in[1] == np.steps[i + 1].out)
+        if (np.steps[i].sum_squares && np.steps[i + 1].kind == STEP_ALL_REDUCE &&
+            np.steps[i + 2].in[1] == np.steps[i + 1].out)
             stat = i;
     CHECK(stat >= 0, "whole-projection norm: want sum of squares -> all_reduce -> norm steps");
     if (!nerr.msg[0]) plan_free(&np);
@@ -323,9 +337,16 @@ int main(void) {
     CHECK(placed, "ep_placement / ep_owner: experts not spread contiguously and evenly, or owners disagree");
 
     /* async TP: which collectives fuse, and the fallbacks with their reasons */
-    struct { const char *what; tail_fn tail; bool unfusable; int fused; const char *why; } fuse_cases[] = {
+    struct {
+        const char *what;
+        tail_fn tail;
+        bool unfusable;
+        int fused;
+        const char *why;
+    } fuse_cases[] = {
         {"plain region: gather and scatter both fuse", no_tail, false, 2, NULL},
-        {"scaled output: the scatter stays plain", scale_tail, false, 1, "does not return a row-parallel linear's output unmodified"},
+        {"scaled output: the scatter stays plain", scale_tail, false, 1,
+         "does not return a row-parallel linear's output unmodified"},
         {"linears marked not fusable", no_tail, true, 0, "marked not fusable"},
     };
     for (size_t i = 0; i < sizeof fuse_cases / sizeof fuse_cases[0]; i++) {
@@ -339,8 +360,8 @@ int main(void) {
         int rc = plan_build(&p, fm, &o, &err);
         CHECK(rc == 0, "%s: %s", fuse_cases[i].what, err.msg);
         if (!rc) {
-            CHECK(p.n_region_collectives == 2 && p.n_fused == fuse_cases[i].fused, "%s: fused %d/%d", fuse_cases[i].what,
-                  p.n_fused, p.n_region_collectives);
+            CHECK(p.n_region_collectives == 2 && p.n_fused == fuse_cases[i].fused, "%s: fused %d/%d",
+                  fuse_cases[i].what, p.n_fused, p.n_region_collectives);
             bool said = !fuse_cases[i].why;
             for (int k = 0; k < p.n_unfused; k++) said |= fuse_cases[i].why && strstr(p.unfused[k], fuse_cases[i].why);
             CHECK(said, "%s: the plan does not say why", fuse_cases[i].what);
@@ -351,14 +372,16 @@ int main(void) {
 
     /* the flag does nothing at tp=1: the CLI says so and runs */
     char cmd[1024];
-    snprintf(cmd, sizeof cmd, "%s run -n 4 --enable-sequence-parallel 2>&1 >/dev/null | grep -q 'no effect with one rank'",
-             LOOM_BIN);
+    snprintf(cmd, sizeof cmd,
+             "%s run -n 4 --enable-sequence-parallel 2>&1 >/dev/null | grep -q 'no effect with one rank'", LOOM_BIN);
     CHECK(system(cmd) == 0, "loom run --enable-sequence-parallel at tp=1 must warn");
-    snprintf(cmd, sizeof cmd, "%s run -n 4 --enable-expert-parallel 2>&1 >/dev/null | grep -q 'no effect with one rank'",
-             LOOM_BIN);
+    snprintf(cmd, sizeof cmd,
+             "%s run -n 4 --enable-expert-parallel 2>&1 >/dev/null | grep -q 'no effect with one rank'", LOOM_BIN);
     CHECK(system(cmd) == 0, "loom run --enable-expert-parallel at tp=1 must warn");
-    snprintf(cmd, sizeof cmd, "%s run -n 4 -tp 2 --enable-expert-parallel 2>&1 >/dev/null | grep -q 'no "
-             "mixture-of-experts layers'", LOOM_BIN);
+    snprintf(cmd, sizeof cmd,
+             "%s run -n 4 -tp 2 --enable-expert-parallel 2>&1 >/dev/null | grep -q 'no "
+             "mixture-of-experts layers'",
+             LOOM_BIN);
     CHECK(system(cmd) == 0, "loom run --enable-expert-parallel on a dense model must warn");
     return check_done();
 }

@@ -6,8 +6,8 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "mpirun.h"
 #include "loom.h"
+#include "mpirun.h"
 
 #define EXPECTED LOOM_SOURCE_DIR "/tests/data/stories260K/expected_greedy_200tokens"
 
@@ -64,7 +64,8 @@ static void check_ids(void) {
     int first_diff = -1;
     for (int i = 0; i < got.n && i < n && first_diff < 0; i++)
         if (got.ids[i] != want[i]) first_diff = i;
-    CHECK(first_diff < 0, "greedy ids diverge at %d: got %d, want %d", first_diff, got.ids[first_diff], want[first_diff]);
+    CHECK(first_diff < 0, "greedy ids diverge at %d: got %d, want %d", first_diff, got.ids[first_diff],
+          want[first_diff]);
     loom_engine_free(e);
     loom_model_free(m);
 }
@@ -93,8 +94,8 @@ static void check_cli_text(const char *prefix, const char *args) { check_cli_out
  * ranks, 16 greedy steps each): SP and async TP must be bit-identical to TP at tp = 2 and 4. */
 static void check_verify(int tp, const char *args) {
     char cmd[1024];
-    snprintf(cmd, sizeof cmd, "%s verify -tp %d %s 2>/dev/null | grep -c 'bit-identical to TP' | grep -qx 2", LOOM_BIN, tp,
-             args);
+    snprintf(cmd, sizeof cmd, "%s verify -tp %d %s 2>/dev/null | grep -c 'bit-identical to TP' | grep -qx 2", LOOM_BIN,
+             tp, args);
     CHECK(system(cmd) == 0, "loom verify -tp %d %s: SP and async TP are not both bit-identical to TP", tp, args);
 }
 

@@ -43,7 +43,8 @@ static bool run_case(const chat_template *t, const char *what, const cJSON *c) {
         CHECK(rc != 0 || ok, "%s: rendering differs from transformers'", what);
     } else {
         ok = rc != 0 && (!cJSON_IsString(error) || strstr(err.msg, error->valuestring));
-        CHECK(rc != 0, "%s: rendered, but transformers raises \"%s\"", what, cJSON_IsString(error) ? error->valuestring : "");
+        CHECK(rc != 0, "%s: rendered, but transformers raises \"%s\"", what,
+              cJSON_IsString(error) ? error->valuestring : "");
         CHECK(rc == 0 || ok, "%s: error \"%s\" lacks \"%s\"", what, err.msg, error->valuestring);
     }
     free(out);
@@ -90,7 +91,8 @@ static void test_unit(void) {
     for (const cJSON *c = cases ? cases->child : NULL; c; c = c->next, n++) {
         const char *name = cJSON_GetObjectItemCaseSensitive(c, "name")->valuestring;
         loom_err err = {{0}};
-        chat_template *t = chat_template_parse(cJSON_GetObjectItemCaseSensitive(c, "template")->valuestring, name, &err);
+        chat_template *t =
+            chat_template_parse(cJSON_GetObjectItemCaseSensitive(c, "template")->valuestring, name, &err);
         /* an error case may already fail to parse; the unit cases record jinja's messages, which
          * need not match loom's word for word, so only the failure itself is required */
         bool want_error = cJSON_HasObjectItem(c, "error");
@@ -178,7 +180,8 @@ static void test_bad_context(void) {
         cJSON *ctx = cJSON_Parse(bad[i][0]);
         char *out = NULL;
         if (!ctx) continue; /* cJSON itself refused it */
-        CHECK(chat_template_render(t, ctx, &out, &err) != 0 && strstr(err.msg, bad[i][1]), "%s: \"%s\"", bad[i][0], err.msg);
+        CHECK(chat_template_render(t, ctx, &out, &err) != 0 && strstr(err.msg, bad[i][1]), "%s: \"%s\"", bad[i][0],
+              err.msg);
         free(out);
         cJSON_Delete(ctx);
     }
@@ -230,11 +233,13 @@ static void test_load(void) {
 
     snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
     write_file(path, "{\"bos_token\": {\"content\": \"<s>\", \"lstrip\": false}, \"eos_token\": \"</s>\","
-                     " \"chat_template\": [{\"name\": \"default\", \"template\": \"D\"}, {\"name\": \"tool_use\", \"template\": \"T\"}]}");
+                     " \"chat_template\": [{\"name\": \"default\", \"template\": \"D\"}, {\"name\": \"tool_use\", "
+                     "\"template\": \"T\"}]}");
     CHECK(chat_templates_load(dir, NULL, &t, &err) == 0, "%s", err.msg);
     char *out = render_simple(t.plain);
     CHECK(out && !strcmp(out, "D") && t.bos_token && !strcmp(t.bos_token, "<s>") && t.eos_token &&
-          !strcmp(t.eos_token, "</s>"), "default: %s", out ? out : err.msg);
+              !strcmp(t.eos_token, "</s>"),
+          "default: %s", out ? out : err.msg);
     free(out);
     out = render_simple(t.tools);
     CHECK(out && !strcmp(out, "T"), "tool_use: %s", out ? out : err.msg);

@@ -16,8 +16,8 @@
 #include "util/file.h"
 
 #define TOKDIR LOOM_SOURCE_DIR "/tests/data/tokenizers/"
-#define NBSP "\xC2\xA0"
-#define FFFD "\xEF\xBF\xBD"
+#define NBSP   "\xC2\xA0"
+#define FFFD   "\xEF\xBF\xBD"
 
 static double now(void) {
     struct timespec ts;
@@ -31,8 +31,9 @@ static tokenizer *load_timed(const char *path) {
     tokenizer *t = tokenizer_load_file(path, &err);
     double dt = now() - t0;
     CHECK(t, "%s", err.msg);
-    if (t) printf("load %-55s %7.1f ms  %d ids, decode cap %zu\n", path, 1e3 * dt, tokenizer_vocab_size(t),
-                  tokenizer_decode_cap(t));
+    if (t)
+        printf("load %-55s %7.1f ms  %d ids, decode cap %zu\n", path, 1e3 * dt, tokenizer_vocab_size(t),
+               tokenizer_decode_cap(t));
     return t;
 }
 
@@ -194,7 +195,9 @@ static void check_byte_fallback(void) {
     tokenizer *t = load_timed(TOKDIR "phi-3-mini/tokenizer.json");
     if (!t) return;
     int32_t e6 = id_of(t, "<0xE6>"), x97 = id_of(t, "<0x97>"), a5 = id_of(t, "<0xA5>"), ff = id_of(t, "<0xFF>");
-    int32_t a = id_of(t, "\xE2\x96\x81" "a"), bos = id_of(t, "<s>"), end = id_of(t, "<|end|>");
+    int32_t a = id_of(t, "\xE2\x96\x81"
+                         "a"),
+            bos = id_of(t, "<s>"), end = id_of(t, "<|end|>");
     check_decode(t, (int32_t[]){e6, x97, a5}, 3, true, "\xE6\x97\xA5", "complete run");
     check_decode(t, (int32_t[]){e6, x97}, 2, true, FFFD FFFD, "unfinished run at the end");
     check_decode(t, (int32_t[]){e6, x97, a}, 3, true, FFFD FFFD " a", "unfinished run, then text");
@@ -255,7 +258,8 @@ static void check_random_streams(const char *path) {
             x ^= x << 13, x ^= x >> 7, x ^= x << 17;
             /* byte tokens often, so runs of them (valid and not) are common */
             uint64_t r = x >> 8;
-            ids[i] = n_bytes && x % 3 == 0 ? bytes[r % (uint64_t)n_bytes] : (int32_t)(r % (uint64_t)tokenizer_vocab_size(t));
+            ids[i] =
+                n_bytes && x % 3 == 0 ? bytes[r % (uint64_t)n_bytes] : (int32_t)(r % (uint64_t)tokenizer_vocab_size(t));
             if (makes_nul(t, ids[i])) i--;
         }
         char what[64];
@@ -266,8 +270,8 @@ static void check_random_streams(const char *path) {
         int32_t *re = NULL;
         size_t n_re;
         loom_err err = {{0}};
-        CHECK(s && tokenizer_encode(t, s, n, false, &re, &n_re, &err) == 0, "%s: decoded text is not valid UTF-8: %s", what,
-              err.msg);
+        CHECK(s && tokenizer_encode(t, s, n, false, &re, &n_re, &err) == 0, "%s: decoded text is not valid UTF-8: %s",
+              what, err.msg);
         free(re);
         free(s);
     }
@@ -327,7 +331,7 @@ static void expect_load_error(const char *json, const char *want1, const char *w
 }
 
 /* A tiny valid tokenizer.json, with more top-level fields appended. */
-#define MODEL(rest) \
+#define MODEL(rest)                                                                                                    \
     "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1, \"ab\": 2}, \"merges\": [\"a b\"]}" rest "}"
 #define BPE_WITH(vocab_merges) "{\"model\": {\"type\": \"BPE\", " vocab_merges "}}"
 

@@ -53,8 +53,8 @@ typedef struct batch_bufs {
 } batch_bufs;
 
 /* One request batch as vLLM times it: prefill every prompt, then output_len-1 decode steps. */
-static int one_iteration(loom_engine *e, const latency_opts *o, batch_bufs *b, uint64_t *rng, int chunk,
-                         int vocab, double *prefill_s, double *decode_s, loom_err *err) {
+static int one_iteration(loom_engine *e, const latency_opts *o, batch_bufs *b, uint64_t *rng, int chunk, int vocab,
+                         double *prefill_s, double *decode_s, loom_err *err) {
     const float *logits;
     for (int s = 0; s < o->batch; s++) loom_engine_reset_seq(e, s);
     double t0 = now();
@@ -93,7 +93,7 @@ static int one_iteration(loom_engine *e, const latency_opts *o, batch_bufs *b, u
 /* Figures every rank measured, gathered so rank 0 can report them. */
 typedef struct rank_figures {
     float peak_rss_mib, comm_share, activation_mib;
-    float stage, idle_share; /* pipeline: the rank's stage, its forward passes' time spent waiting */
+    float stage, idle_share;                    /* pipeline: the rank's stage, its forward passes' time spent waiting */
     float expert_s, expert_gflop, expert_pairs; /* the experts' GEMMs: their time, work and (token, expert) pairs */
 } rank_figures;
 #define RANK_FIGURES (sizeof(rank_figures) / sizeof(float))
@@ -142,11 +142,14 @@ static double report(const latency_opts *o, const char *mode, double *lat, doubl
     for (int i = 0; i < n; i++) fprintf(f, "%s%.9f", i ? ", " : "", lat[i]);
     fprintf(f, "], \"percentiles\": {");
     for (int i = 0; i < 6; i++) fprintf(f, "%s\"%d\": %.9f", i ? ", " : "", pct[i], percentile(lat, n, pct[i]));
-    fprintf(f, "}, \"prefill_avg_s\": %.9f, \"decode_avg_s\": %.9f, \"kv_bytes_per_token\": %zu, \"tp\": %d, "
-               "\"ranks\": [", pre_avg, dec_avg, kv_per_token, n_ranks);
+    fprintf(f,
+            "}, \"prefill_avg_s\": %.9f, \"decode_avg_s\": %.9f, \"kv_bytes_per_token\": %zu, \"tp\": %d, "
+            "\"ranks\": [",
+            pre_avg, dec_avg, kv_per_token, n_ranks);
     for (int r = 0; r < n_ranks; r++)
-        fprintf(f, "%s{\"peak_rss_mib\": %.1f, \"activation_mib\": %.1f, \"collective_share\": %.4f, \"stage\": %d, "
-                   "\"idle_share\": %.4f, \"expert_seconds\": %.6f, \"expert_gflop\": %.3f, \"expert_pairs\": %.0f}",
+        fprintf(f,
+                "%s{\"peak_rss_mib\": %.1f, \"activation_mib\": %.1f, \"collective_share\": %.4f, \"stage\": %d, "
+                "\"idle_share\": %.4f, \"expert_seconds\": %.6f, \"expert_gflop\": %.3f, \"expert_pairs\": %.0f}",
                 r ? ", " : "", ranks[r].peak_rss_mib, ranks[r].activation_mib, ranks[r].comm_share, (int)ranks[r].stage,
                 ranks[r].idle_share, ranks[r].expert_s, ranks[r].expert_gflop, ranks[r].expert_pairs);
     fprintf(f, "], \"mode\": \"%s\"}\n", mode);
@@ -197,9 +200,11 @@ static int latency_rank(loom_comm *comm, void *arg) {
     double t_start = 0;
     if (!rc && loom_comm_rank(comm) == 0) {
         cli_print_cpu("bench", stdout);
-        fprintf(stderr, "loom bench: %s, tp=%d, pp=%d, %d threads per rank, batch %d, input %d, output %d, %d warm-up + %d "
-                        "iterations%s\n", info.arch, loom_comm_size(comm) / o->c.pp, o->c.pp, omp_get_max_threads(), o->batch,
-                o->input_len, o->output_len, o->warmup, o->iters, o->n_modes > 1 ? ", modes alternating" : "");
+        fprintf(stderr,
+                "loom bench: %s, tp=%d, pp=%d, %d threads per rank, batch %d, input %d, output %d, %d warm-up + %d "
+                "iterations%s\n",
+                info.arch, loom_comm_size(comm) / o->c.pp, o->c.pp, omp_get_max_threads(), o->batch, o->input_len,
+                o->output_len, o->warmup, o->iters, o->n_modes > 1 ? ", modes alternating" : "");
     }
     /* modes alternate iteration by iteration, so drift on the host hits them alike */
     for (int it = 0; it < o->warmup + o->iters && !rc; it++)
@@ -224,9 +229,14 @@ static int latency_rank(loom_comm *comm, void *arg) {
         mode_run *r = &runs[k];
         loom_engine_stats st;
         loom_engine_get_stats(r->e, &st);
-        rank_figures mine = {ru.ru_maxrss / 1024.0f, (float)(r->blocked / (r->pre + r->dec)),
-                             (float)(st.activation_bytes / 1048576.0), (float)st.stage, (float)st.pipeline_idle,
-                             (float)st.expert_seconds, (float)st.expert_gflop, (float)st.expert_pairs};
+        rank_figures mine = {ru.ru_maxrss / 1024.0f,
+                             (float)(r->blocked / (r->pre + r->dec)),
+                             (float)(st.activation_bytes / 1048576.0),
+                             (float)st.stage,
+                             (float)st.pipeline_idle,
+                             (float)st.expert_seconds,
+                             (float)st.expert_gflop,
+                             (float)st.expert_pairs};
         rc = loom_comm_all_gather(comm, (const float *)&mine, RANK_FIGURES, (float *)(all + (size_t)k * n_ranks), &err);
     }
     if (rc && err.msg[0]) cli_rank_error("bench", comm, &err);
@@ -237,8 +247,9 @@ static int latency_rank(loom_comm *comm, void *arg) {
             loom_engine_stats st;
             loom_engine_get_stats(r->e, &st);
             if (o->n_modes > 1) printf("== mode %s\n", o->modes[k].name);
-            avg[k] = report(o, o->modes[k].name, r->lat, r->pre, r->dec, info.weight_bytes, st.decode_bytes,
-                            st.activation_bytes, st.kv_bytes, st.kv_bytes_per_token, all + (size_t)k * n_ranks, n_ranks);
+            avg[k] =
+                report(o, o->modes[k].name, r->lat, r->pre, r->dec, info.weight_bytes, st.decode_bytes,
+                       st.activation_bytes, st.kv_bytes, st.kv_bytes_per_token, all + (size_t)k * n_ranks, n_ranks);
             if (o->profile) engine_print_profile(r->e, stdout);
             else engine_print_experts(r->e, stdout, false);
         }
@@ -252,8 +263,10 @@ static int latency_rank(loom_comm *comm, void *arg) {
 }
 
 /* ep, ep-sp: expert parallelism beside tensor-parallel attention, without and with SP */
-static const bench_mode known_modes[] = {{"tp", false, false, false}, {"sp", true, false, false},
-                                         {"async", true, true, false}, {"ep", false, false, true},
+static const bench_mode known_modes[] = {{"tp", false, false, false},
+                                         {"sp", true, false, false},
+                                         {"async", true, true, false},
+                                         {"ep", false, false, true},
                                          {"ep-sp", true, false, true}};
 
 /* --compare tp,sp,async: the modes to alternate (default: the one the flags say). */
@@ -265,8 +278,8 @@ static int parse_modes(latency_opts *o, const char *list) {
         size_t k = 0;
         while (k < sizeof known_modes / sizeof known_modes[0] && strcmp(t, known_modes[k].name)) k++;
         if (o->n_modes == MAX_MODES || k == sizeof known_modes / sizeof known_modes[0]) {
-            fprintf(stderr, "loom bench latency: --compare takes up to %d of: tp, sp, async, ep, ep-sp (got '%s')\n", MAX_MODES,
-                    list);
+            fprintf(stderr, "loom bench latency: --compare takes up to %d of: tp, sp, async, ep, ep-sp (got '%s')\n",
+                    MAX_MODES, list);
             return -1;
         }
         o->modes[o->n_modes++] = known_modes[k];
@@ -275,7 +288,8 @@ static int parse_modes(latency_opts *o, const char *list) {
 }
 
 static int bench_latency(int argc, char **argv) {
-    latency_opts o = {.c = CLI_COMMON_DEFAULTS, .input_len = 32, .output_len = 128, .batch = 8, .warmup = 10, .iters = 30};
+    latency_opts o = {
+        .c = CLI_COMMON_DEFAULTS, .input_len = 32, .output_len = 128, .batch = 8, .warmup = 10, .iters = 30};
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         int r = cli_common_arg(&o.c, argc, argv, &i);
@@ -288,11 +302,11 @@ static int bench_latency(int argc, char **argv) {
         else if (!strcmp(a, "--num-iters")) o.iters = (int)cli_int(a, cli_value(argc, argv, &i), 1, 1 << 20);
         else if (!strcmp(a, "--output-json")) o.json = cli_value(argc, argv, &i);
         else if (!strcmp(a, "--profile")) o.profile = true;
-        else if (!strcmp(a, "--max-num-batched-tokens")) o.max_batched = (int)cli_int(a, cli_value(argc, argv, &i), 1, 1 << 20);
+        else if (!strcmp(a, "--max-num-batched-tokens"))
+            o.max_batched = (int)cli_int(a, cli_value(argc, argv, &i), 1, 1 << 20);
         else if (!strcmp(a, "--compare")) {
             if (parse_modes(&o, cli_value(argc, argv, &i))) return 2;
-        }
-        else {
+        } else {
             fprintf(stderr, "loom bench latency: unknown option '%s'\n", a);
             return 2;
         }
@@ -305,10 +319,10 @@ static int bench_latency(int argc, char **argv) {
     bool ep = false; /* the plan checked and the slots sized for: expert parallel where a mode is */
     for (int k = 0; k < o.n_modes; k++) ep |= o.modes[k].ep;
     /* prompts go in passes of at most max_batched tokens (default: up to 8192 at once) */
-    int limit = o.max_batched ? o.max_batched : 8192, chunk = o.batch * o.input_len < limit ? o.batch * o.input_len : limit;
+    int limit = o.max_batched ? o.max_batched : 8192,
+        chunk = o.batch * o.input_len < limit ? o.batch * o.input_len : limit;
     if (chunk < o.batch) chunk = o.batch;
-    latency_job j = {.o = &o, .m = m,
-                     .eo = cli_engine_options(&o.c)};
+    latency_job j = {.o = &o, .m = m, .eo = cli_engine_options(&o.c)};
     j.eo.expert_parallel = ep;
     j.eo.max_seqs = o.batch, j.eo.max_ctx = o.input_len + o.output_len, j.eo.max_tokens = chunk;
     int rc = cli_launch(&o.c, m, &j.eo, 0, latency_rank, &j);

@@ -64,11 +64,11 @@ int cli_common_arg(cli_common *c, int argc, char **argv, int *i) {
         }
     } else if (!strcmp(a, "--dtype")) c->dtype = cli_value(argc, argv, i);
     else if (!strcmp(a, "-q") || !strcmp(a, "--quantization")) c->quantization = cli_value(argc, argv, i);
-    else if (!strcmp(a, "--quant-group-size"))
-        c->quant_group = (int)cli_int(a, cli_value(argc, argv, i), 1, 1 << 20);
+    else if (!strcmp(a, "--quant-group-size")) c->quant_group = (int)cli_int(a, cli_value(argc, argv, i), 1, 1 << 20);
     else if (!strcmp(a, "--quantize-lm-head")) c->quantize_lm_head = true;
     else if (!strcmp(a, "--seed")) c->seed = (uint64_t)cli_int(a, cli_value(argc, argv, i), 0, 1L << 62);
-    else if (!strcmp(a, "--threads") || !strcmp(a, "-t")) c->threads = (int)cli_int(a, cli_value(argc, argv, i), 1, 1024);
+    else if (!strcmp(a, "--threads") || !strcmp(a, "-t"))
+        c->threads = (int)cli_int(a, cli_value(argc, argv, i), 1, 1024);
     else if (!strcmp(a, "-tp") || !strcmp(a, "--tensor-parallel-size"))
         c->tp = (int)cli_int(a, cli_value(argc, argv, i), 1, 256);
     else if (!strcmp(a, "--max-model-len")) c->max_model_len = (int)cli_int(a, cli_value(argc, argv, i), 1, 1 << 24);
@@ -85,16 +85,23 @@ int cli_common_arg(cli_common *c, int argc, char **argv, int *i) {
     else if (!strcmp(a, "-pp") || !strcmp(a, "--pipeline-parallel-size"))
         c->pp = (int)cli_int(a, cli_value(argc, argv, i), 1, 256);
     else if (!strcmp(a, "--pp-layer-partition")) c->pp_partition = cli_value(argc, argv, i);
-    else if (!strcmp(a, "--pp-microbatches")) c->pp_microbatches = (int)cli_int(a, cli_value(argc, argv, i), 1, 1 << 16);
+    else if (!strcmp(a, "--pp-microbatches"))
+        c->pp_microbatches = (int)cli_int(a, cli_value(argc, argv, i), 1, 1 << 16);
     else return 0;
     return 1;
 }
 
 loom_engine_options cli_engine_options(const cli_common *c) {
-    return (loom_engine_options){.threads = c->threads, .sequence_parallel = c->sp, .async_tp = c->async_tp,
-                                 .expert_parallel = c->ep, .sp_min_tokens = c->sp_min_tokens, .kv_cache_bytes = c->kv_cache_bytes,
-                                 .max_ctx = c->max_model_len, .pipeline_parallel = c->pp,
-                                 .pp_layer_partition = c->pp_partition, .pp_microbatches = c->pp_microbatches};
+    return (loom_engine_options){.threads = c->threads,
+                                 .sequence_parallel = c->sp,
+                                 .async_tp = c->async_tp,
+                                 .expert_parallel = c->ep,
+                                 .sp_min_tokens = c->sp_min_tokens,
+                                 .kv_cache_bytes = c->kv_cache_bytes,
+                                 .max_ctx = c->max_model_len,
+                                 .pipeline_parallel = c->pp,
+                                 .pp_layer_partition = c->pp_partition,
+                                 .pp_microbatches = c->pp_microbatches};
 }
 
 loom_model *cli_load_model(cli_common *c, bool tokenizer) {
@@ -108,9 +115,14 @@ loom_model *cli_load_model(cli_common *c, bool tokenizer) {
         fprintf(stderr, "loom: warning: --enable-expert-parallel has no effect with one rank (-tp 1); ignored\n");
         c->ep = false;
     }
-    loom_model_options o = {.path = c->model, .dummy = c->dummy, .seed = c->seed, .dtype = c->dtype,
-                            .quantization = c->quantization, .quant_group = c->quant_group,
-                            .quantize_lm_head = c->quantize_lm_head, .progress = true,
+    loom_model_options o = {.path = c->model,
+                            .dummy = c->dummy,
+                            .seed = c->seed,
+                            .dtype = c->dtype,
+                            .quantization = c->quantization,
+                            .quant_group = c->quant_group,
+                            .quantize_lm_head = c->quantize_lm_head,
+                            .progress = true,
                             .load_tokenizer = tokenizer};
     loom_model *m = loom_model_load(&o, &err);
     if (!m) fprintf(stderr, "loom: %s\n", err.msg);
@@ -125,7 +137,11 @@ int cli_launch(const cli_common *c, const loom_model *m, const loom_engine_optio
         return 1;
     }
     size_t slot = loom_comm_slot_bytes(m, c->tp > 0 ? c->tp : 1, eo);
-    loom_launch_options lo = {.tp = c->tp, .pp = c->pp, .backend = c->backend, .timeout_s = c->comm_timeout, .spin = c->comm_spin,
+    loom_launch_options lo = {.tp = c->tp,
+                              .pp = c->pp,
+                              .backend = c->backend,
+                              .timeout_s = c->comm_timeout,
+                              .spin = c->comm_spin,
                               .isolate = c->isolate,
                               .mpi_progress = eo->async_tp || eo->pipeline_parallel > 1,
                               .slot_bytes = slot > min_slot_bytes ? slot : min_slot_bytes,
@@ -138,8 +154,7 @@ int cli_launch(const cli_common *c, const loom_model *m, const loom_engine_optio
 void cli_rank_error(const char *cmd, const loom_comm *comm, const loom_err *err) {
     if (loom_comm_size(comm) > 1 && strncmp(err->msg, "rank ", 5))
         fprintf(stderr, "loom %s: rank %d: %s\n", cmd, loom_comm_rank(comm), err->msg);
-    else
-        fprintf(stderr, "loom %s: %s\n", cmd, err->msg);
+    else fprintf(stderr, "loom %s: %s\n", cmd, err->msg);
 }
 
 loom_engine *cli_rank_engine(const char *cmd, loom_comm *comm, loom_model *m, const loom_engine_options *eo) {

@@ -4,34 +4,35 @@
 #include "loom.h"
 
 typedef struct cli_common {
-    const char *model;       /* -m */
-    bool dummy;              /* --load-format dummy */
-    const char *dtype;       /* --dtype */
+    const char *model;        /* -m */
+    bool dummy;               /* --load-format dummy */
+    const char *dtype;        /* --dtype */
     const char *quantization; /* --quantization */
-    int quant_group;         /* --quant-group-size */
-    bool quantize_lm_head;   /* --quantize-lm-head */
-    uint64_t seed;           /* --seed */
-    int threads;             /* --threads */
-    int tp;                  /* -tp (0: as many as mpirun started) */
-    int max_model_len;       /* --max-model-len */
-    size_t kv_cache_bytes;   /* --kv-cache-memory-bytes (0: the engine's default) */
-    const char *backend;     /* --backend shm|mpi */
-    double comm_timeout;     /* --comm-timeout seconds */
-    int comm_spin;           /* --comm-spin iterations (-1: default) */
-    bool sp;                 /* --enable-sequence-parallel */
-    bool async_tp;           /* --enable-async-tp (implies sp) */
-    bool ep;                 /* --enable-expert-parallel */
-    int sp_min_tokens;       /* --sp-min-tokens: shorter passes run as plain TP */
-    int pp;                  /* -pp, --pipeline-parallel-size */
+    int quant_group;          /* --quant-group-size */
+    bool quantize_lm_head;    /* --quantize-lm-head */
+    uint64_t seed;            /* --seed */
+    int threads;              /* --threads */
+    int tp;                   /* -tp (0: as many as mpirun started) */
+    int max_model_len;        /* --max-model-len */
+    size_t kv_cache_bytes;    /* --kv-cache-memory-bytes (0: the engine's default) */
+    const char *backend;      /* --backend shm|mpi */
+    double comm_timeout;      /* --comm-timeout seconds */
+    int comm_spin;            /* --comm-spin iterations (-1: default) */
+    bool sp;                  /* --enable-sequence-parallel */
+    bool async_tp;            /* --enable-async-tp (implies sp) */
+    bool ep;                  /* --enable-expert-parallel */
+    int sp_min_tokens;        /* --sp-min-tokens: shorter passes run as plain TP */
+    int pp;                   /* -pp, --pipeline-parallel-size */
     const char *pp_partition; /* --pp-layer-partition "3,2" */
-    int pp_microbatches;     /* --pp-microbatches (0: the engine's default) */
-    bool isolate;            /* run even a single rank in its own process */
+    int pp_microbatches;      /* --pp-microbatches (0: the engine's default) */
+    bool isolate;             /* run even a single rank in its own process */
 } cli_common;
 
 /* Below this many tokens a pass runs as plain TP: on one machine SP and async TP only pay on
  * long prefills (benches/RESULTS.md, issue 5), and decode steps are a few tokens. */
 #define SP_MIN_TOKENS_DEFAULT 1024
-#define CLI_COMMON_DEFAULTS {.tp = 1, .pp = 1, .backend = "shm", .comm_spin = -1, .sp_min_tokens = SP_MIN_TOKENS_DEFAULT}
+#define CLI_COMMON_DEFAULTS                                                                                            \
+    { .tp = 1, .pp = 1, .backend = "shm", .comm_spin = -1, .sp_min_tokens = SP_MIN_TOKENS_DEFAULT }
 
 /* If argv[*i] is a common option, consumes it (and its value) and returns 1; 0 if not one of
  * them; -1 after printing an error. */

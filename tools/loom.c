@@ -158,7 +158,8 @@ static int cmd_run(int argc, char **argv) {
         if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) o.prompt = cli_value(argc, argv, &i);
         else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict") || !strcmp(a, "--max-tokens"))
             o.n_predict = (int)cli_int(a, cli_value(argc, argv, &i), 0, 1 << 24);
-        else if (!strcmp(a, "--temp") || !strcmp(a, "--temperature")) o.sampling.temperature = (float)cli_float(a, cli_value(argc, argv, &i));
+        else if (!strcmp(a, "--temp") || !strcmp(a, "--temperature"))
+            o.sampling.temperature = (float)cli_float(a, cli_value(argc, argv, &i));
         else if (!strcmp(a, "--top-k")) o.sampling.top_k = (int)cli_int(a, cli_value(argc, argv, &i), 0, 1 << 24);
         else if (!strcmp(a, "--top-p")) o.sampling.top_p = (float)cli_float(a, cli_value(argc, argv, &i));
         else if (!strcmp(a, "--ignore-eos")) o.ignore_eos = true;

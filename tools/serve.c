@@ -32,15 +32,20 @@ static char *model_dir(const char *model, loom_err *err) {
     struct stat st;
     if (!model || stat(model, &st)) return NULL;
     if (S_ISDIR(st.st_mode)) return mem_strdup(model, "the model's folder", err);
-    char *copy = mem_strdup(model, "the model's path", err), *dir = copy ? mem_strdup(dirname(copy), "the model's folder", err) : NULL;
+    char *copy = mem_strdup(model, "the model's path", err),
+         *dir = copy ? mem_strdup(dirname(copy), "the model's folder", err) : NULL;
     free(copy);
     return dir;
 }
 
 int cli_serve(int argc, char **argv) {
     cli_common c = CLI_COMMON_DEFAULTS;
-    serve_job j = {.so = {.host = "127.0.0.1", .port = 8000, .max_num_seqs = 8, .max_num_batched_tokens = 2048,
-                          .max_queue = 256, .max_body_bytes = 1 << 20}};
+    serve_job j = {.so = {.host = "127.0.0.1",
+                          .port = 8000,
+                          .max_num_seqs = 8,
+                          .max_num_batched_tokens = 2048,
+                          .max_queue = 256,
+                          .max_body_bytes = 1 << 20}};
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         int r = cli_common_arg(&c, argc, argv, &i);
@@ -62,8 +67,10 @@ int cli_serve(int argc, char **argv) {
         }
     }
     if (j.so.max_num_batched_tokens < j.so.max_num_seqs) {
-        fprintf(stderr, "loom serve: --max-num-batched-tokens %d is below --max-num-seqs %d: a step must hold every "
-                "running sequence's next token\n", j.so.max_num_batched_tokens, j.so.max_num_seqs);
+        fprintf(stderr,
+                "loom serve: --max-num-batched-tokens %d is below --max-num-seqs %d: a step must hold every "
+                "running sequence's next token\n",
+                j.so.max_num_batched_tokens, j.so.max_num_seqs);
         return 2;
     }
     j.so.seed = c.seed;
@@ -79,7 +86,8 @@ int cli_serve(int argc, char **argv) {
     char tok[4096];
     snprintf(tok, sizeof tok, "%s/tokenizer.json", dir ? dir : "");
     bool text = !dir || !access(tok, R_OK);
-    if (!text) fprintf(stderr, "loom serve: %s has no tokenizer.json: prompts must be token ids, and outputs are ids\n", dir);
+    if (!text)
+        fprintf(stderr, "loom serve: %s has no tokenizer.json: prompts must be token ids, and outputs are ids\n", dir);
     if (!(j.m = cli_load_model(&c, text))) {
         free(dir);
         return 1;

@@ -14,8 +14,8 @@
 #define N_PROMPTS 4
 
 static const char *default_prompts[N_PROMPTS] = {
-    "Once upon a time", "The capital of France is", "def fibonacci(n):",
-    "In a shocking finding, scientists discovered a herd of unicorns living in a remote valley"};
+    "Once upon a time", "The capital of France is",
+    "def fibonacci(n):", "In a shocking finding, scientists discovered a herd of unicorns living in a remote valley"};
 
 typedef struct verify_job {
     loom_model *m;
@@ -145,7 +145,8 @@ int cli_verify(int argc, char **argv) {
         int r = cli_common_arg(&c, argc, argv, &i);
         if (r < 0) return 2;
         if (r) continue;
-        if (!strcmp(argv[i], "-n") || !strcmp(argv[i], "--n-predict")) n_new = (int)cli_int(argv[i], cli_value(argc, argv, &i), 1, 4096);
+        if (!strcmp(argv[i], "-n") || !strcmp(argv[i], "--n-predict"))
+            n_new = (int)cli_int(argv[i], cli_value(argc, argv, &i), 1, 4096);
         else {
             fprintf(stderr, "loom verify: unknown option '%s'\n", argv[i]);
             return 2;
@@ -170,13 +171,15 @@ int cli_verify(int argc, char **argv) {
     }
     int longest = 0;
     for (int p = 0; p < N_PROMPTS; p++) longest = j.n_prompt[p] > longest ? j.n_prompt[p] : longest;
-    j.eo = (loom_engine_options){.max_seqs = 1, .max_tokens = longest, .threads = c.threads,
-                                 .max_ctx = longest + n_new};
+    j.eo =
+        (loom_engine_options){.max_seqs = 1, .max_tokens = longest, .threads = c.threads, .max_ctx = longest + n_new};
     size_t nl = (size_t)N_PROMPTS * n_new * info.vocab, ni = (size_t)N_PROMPTS * n_new;
     enum { N_MODES = 4 };
     mode_result r[N_MODES] = {{.name = "tp=1"}, {.name = "TP"}, {.name = "TP+SP"}, {.name = "async TP"}};
-    struct { int tp; bool sp, async_tp; } modes[N_MODES] = {{1, false, false}, {tp, false, false}, {tp, true, false},
-                                                            {tp, true, true}};
+    struct {
+        int tp;
+        bool sp, async_tp;
+    } modes[N_MODES] = {{1, false, false}, {tp, false, false}, {tp, true, false}, {tp, true, true}};
     int rc = 0;
     for (int k = 0; k < N_MODES && !rc; k++) {
         r[k].logits = mmap(NULL, nl * sizeof(float), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);

@@ -70,8 +70,8 @@ int comm_all_reduce(loom_comm *c, const float *in, size_t ldi, float *out, size_
     return 0;
 }
 
-int comm_all_gather_cols(loom_comm *c, const float *in, size_t ldi, float *out, size_t ldo, int rows,
-                         const int *col0, const int *widths, loom_err *err) {
+int comm_all_gather_cols(loom_comm *c, const float *in, size_t ldi, float *out, size_t ldo, int rows, const int *col0,
+                         const int *widths, loom_err *err) {
     double t0 = omp_get_wtime();
     if (c->be->exchange(c, in, ldi, rows, widths, c->blocks, err)) return -1;
     for (int r = 0; r < c->size; r++)
@@ -92,7 +92,8 @@ typedef struct partial_rows {
 
 static void copy_partial(void *ctx, int row0, int rows, float *y, size_t ldy) {
     const partial_rows *p = ctx;
-    for (int i = 0; i < rows; i++) memcpy(y + (size_t)i * ldy, p->in + (size_t)(row0 + i) * p->ldi, p->cols * sizeof *y);
+    for (int i = 0; i < rows; i++)
+        memcpy(y + (size_t)i * ldy, p->in + (size_t)(row0 + i) * p->ldi, p->cols * sizeof *y);
 }
 
 int comm_reduce_scatter_rows(loom_comm *c, const float *in, size_t ldi, float *out, size_t ldo, int rows, int cols,
@@ -139,7 +140,8 @@ int comm_gather_rows_at(loom_comm *c, const float *in, size_t ldi, int block, co
     if (!mine) return -1;
     int k = 0;
     for (int i = 0; i < n_want; i++)
-        if (want[i] / block == c->rank) memcpy(mine + (size_t)k++ * cols, in + (size_t)(want[i] % block) * ldi, cols * sizeof *mine);
+        if (want[i] / block == c->rank)
+            memcpy(mine + (size_t)k++ * cols, in + (size_t)(want[i] % block) * ldi, cols * sizeof *mine);
     if (c->be->exchange(c, mine, 0, 1, c->cols, c->blocks, err)) return -1;
     memset(c->next, 0, c->size * sizeof *c->next);
     for (int i = 0; i < n_want; i++) {
@@ -258,8 +260,8 @@ int comm_all_gather_matmul(loom_comm *c, const float *shard, size_t lds, int row
     return rc;
 }
 
-int comm_matmul_reduce_scatter(loom_comm *c, int rows, int cols, comm_partial_gemm f, void *ctx, float *out,
-                               size_t ldo, loom_err *err) {
+int comm_matmul_reduce_scatter(loom_comm *c, int rows, int cols, comm_partial_gemm f, void *ctx, float *out, size_t ldo,
+                               loom_err *err) {
     timed_gemm t = {.partial = f, .ctx = ctx};
     double t0 = omp_get_wtime();
     int rc = c->be->matmul_reduce_scatter(c, rows, cols, timed_partial, &t, out, ldo, err);
@@ -298,7 +300,9 @@ static int broadcast_words(loom_comm *c, int root, void *buf, size_t n, loom_err
 /* A small fixed-size message (ints, moved as their bytes) from rank 0 to every rank: what
  * `loom serve` uses to hand each step's batch to the other ranks. Not counted in blocked_s: a
  * server's followers wait here for the next request. */
-int loom_comm_broadcast_ints(loom_comm *c, int32_t *buf, int n, loom_err *err) { return comm_broadcast_ints(c, buf, n, err); }
+int loom_comm_broadcast_ints(loom_comm *c, int32_t *buf, int n, loom_err *err) {
+    return comm_broadcast_ints(c, buf, n, err);
+}
 
 int comm_broadcast_ints(loom_comm *c, int32_t *buf, int n, loom_err *err) {
     return broadcast_words(c, 0, buf, (size_t)n, err);
@@ -402,8 +406,8 @@ static void local_free(loom_comm *c) {
     free(s);
 }
 
-static int local_all_gather_matmul(loom_comm *c, const float *shard, size_t lds, int rows, int cols,
-                                   comm_gather_gemm f, void *ctx, loom_err *err) {
+static int local_all_gather_matmul(loom_comm *c, const float *shard, size_t lds, int rows, int cols, comm_gather_gemm f,
+                                   void *ctx, loom_err *err) {
     (void)c, (void)cols, (void)err;
     f(ctx, shard, lds, 0, rows);
     return 0;
@@ -423,17 +427,10 @@ static int local_split(loom_comm *c, int stage_size, loom_comm **stage, loom_err
     return (*stage = local_new(err)) ? 0 : -1;
 }
 
-static const comm_backend local_backend = {"local",
-                                           1,
-                                           local_exchange,
-                                           local_barrier,
-                                           local_free,
-                                           local_all_gather_matmul,
-                                           local_matmul_reduce_scatter,
-                                           local_split,
-                                           NULL, /* send, recv: no peer to talk to */
-                                           NULL,
-                                           NULL}; /* all_to_all: its own rows, through the exchange */
+static const comm_backend local_backend = {
+    "local",     1,    local_exchange, local_barrier, local_free, local_all_gather_matmul, local_matmul_reduce_scatter,
+    local_split, NULL,  /* send, recv: no peer to talk to */
+    NULL,        NULL}; /* all_to_all: its own rows, through the exchange */
 
 static loom_comm *local_new(loom_err *err) {
     return comm_new(0, 1, &local_backend, mem_zalloc(1, sizeof(local_state), "a communicator", err), err);

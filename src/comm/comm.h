@@ -59,14 +59,14 @@ struct loom_comm {
     int deadline_scale;
     const comm_backend *be;
     void *impl;
-    char *phase;         /* what this rank is doing, for fault reports (shm: in the arena) */
+    char *phase; /* what this rank is doing, for fault reports (shm: in the arena) */
     char own_phase[96];
-    double blocked_s;    /* time spent inside collectives */
-    int *cols, *next;    /* [size] scratch */
-    const float **blocks;/* [size] scratch */
-    float *scratch;      /* packing space, grown to the largest need once */
+    double blocked_s;     /* time spent inside collectives */
+    int *cols, *next;     /* [size] scratch */
+    const float **blocks; /* [size] scratch */
+    float *scratch;       /* packing space, grown to the largest need once */
     size_t scratch_cap;
-    int32_t *a2a;        /* [size][size + 1] the all-to-all's counts (see comm_a2a_rows) */
+    int32_t *a2a; /* [size][size + 1] the all-to-all's counts (see comm_a2a_rows) */
 };
 
 /* Inside an all-to-all, once every rank's counts are in: the rows rank s sends rank d, and at
@@ -108,8 +108,8 @@ void comm_free(loom_comm *c);
 int comm_all_reduce(loom_comm *c, const float *in, size_t ldi, float *out, size_t ldo, int rows, int cols,
                     loom_err *err);
 /* Rank r holds [rows, widths[r]]; out gets it at columns col0[r]. */
-int comm_all_gather_cols(loom_comm *c, const float *in, size_t ldi, float *out, size_t ldo, int rows,
-                         const int *col0, const int *widths, loom_err *err);
+int comm_all_gather_cols(loom_comm *c, const float *in, size_t ldi, float *out, size_t ldo, int rows, const int *col0,
+                         const int *widths, loom_err *err);
 
 /* buf[0..n) of rank 0 to every rank (n the same on all). */
 int comm_broadcast_ints(loom_comm *c, int32_t *buf, int n, loom_err *err);
@@ -150,8 +150,8 @@ int comm_gather_rows_at(loom_comm *c, const float *in, size_t ldi, int block, co
  * block, added in rank order like every other reduction. */
 int comm_all_gather_matmul(loom_comm *c, const float *shard, size_t lds, int rows, int cols, comm_gather_gemm f,
                            void *ctx, loom_err *err);
-int comm_matmul_reduce_scatter(loom_comm *c, int rows, int cols, comm_partial_gemm f, void *ctx, float *out,
-                               size_t ldo, loom_err *err);
+int comm_matmul_reduce_scatter(loom_comm *c, int rows, int cols, comm_partial_gemm f, void *ctx, float *out, size_t ldo,
+                               loom_err *err);
 /* Over MPI the fused ops move a rank's block of rows in chunks, so that a block starts
  * travelling before all of it is computed and the receiver's GEMM starts on the first chunk
  * to arrive; their callbacks then get single chunks. Every sharded linear runs in the same

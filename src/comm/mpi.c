@@ -20,7 +20,7 @@ typedef struct mpi_state {
     float *send, *recv;
     size_t send_cap, recv_cap;
     int *counts, *displs; /* [2 * size]: an exchange's, or an all-to-all's sends then receives */
-    MPI_Request *reqs; /* [2 * size * COMM_MAX_CHUNKS]: receives, then sends, of a fused collective */
+    MPI_Request *reqs;    /* [2 * size * COMM_MAX_CHUNKS]: receives, then sends, of a fused collective */
     /* point-to-point: message k is sent from msg[k & 1], once the send of message k - 2 is done */
     float *msg[2];
     size_t msg_cap[2];
@@ -29,8 +29,8 @@ typedef struct mpi_state {
     unsigned msgs;
 } mpi_state;
 
-#define FUSED_TAG 7                           /* + the chunk's index, up to COMM_MAX_CHUNKS - 1 */
-#define P2P_TAG (FUSED_TAG + COMM_MAX_CHUNKS) /* comm_send_rows' messages */
+#define FUSED_TAG 7                             /* + the chunk's index, up to COMM_MAX_CHUNKS - 1 */
+#define P2P_TAG   (FUSED_TAG + COMM_MAX_CHUNKS) /* comm_send_rows' messages */
 
 /* Room for n floats in a message buffer (one more: MPI is never handed NULL); -1 with err set
  * when out of memory. */
@@ -79,7 +79,8 @@ static int mpi_exchange(loom_comm *c, const float *mine, size_t ld, int rows, co
     size_t total = 0;
     for (int r = 0; r < c->size; r++) {
         size_t n = (size_t)rows * cols[r];
-        if (n > (size_t)INT32_MAX) return loom_errf(err, "rank %d: exchange of %zu floats is too large for MPI", c->rank, n);
+        if (n > (size_t)INT32_MAX)
+            return loom_errf(err, "rank %d: exchange of %zu floats is too large for MPI", c->rank, n);
         s->counts[r] = (int)n;
         s->displs[r] = (int)total;
         total += n;
@@ -304,9 +305,9 @@ static void mpi_free(loom_comm *c) {
     free(s);
 }
 
-static const comm_backend mpi_backend = {"mpi",     COMM_MAX_CHUNKS, mpi_exchange, mpi_barrier,
-                                          mpi_free,  mpi_all_gather_matmul,         mpi_matmul_reduce_scatter,
-                                          mpi_split, mpi_send,        mpi_recv,     mpi_all_to_all};
+static const comm_backend mpi_backend = {
+    "mpi",     COMM_MAX_CHUNKS, mpi_exchange, mpi_barrier,   mpi_free, mpi_all_gather_matmul, mpi_matmul_reduce_scatter,
+    mpi_split, mpi_send,        mpi_recv,     mpi_all_to_all};
 
 /* MPI_Comm_split has no deadline: a barrier that has one goes first, so that a missing rank
  * fails there instead of hanging the split. */
@@ -315,7 +316,8 @@ static int mpi_split(loom_comm *c, int stage_size, loom_comm **stage, loom_err *
     if (mpi_barrier(c, err)) return -1;
     MPI_Comm comm;
     MPI_Comm_split(s->comm, c->rank / stage_size, c->rank, &comm);
-    *stage = comm_new(c->rank % stage_size, stage_size, &mpi_backend, state_new(comm, stage_size, s->timeout_s, err), err);
+    *stage =
+        comm_new(c->rank % stage_size, stage_size, &mpi_backend, state_new(comm, stage_size, s->timeout_s, err), err);
     return *stage ? 0 : -1;
 }
 

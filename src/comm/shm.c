@@ -355,9 +355,9 @@ static int shm_split(loom_comm *c, int stage_size, loom_comm **stage, loom_err *
 static void shm_free(loom_comm *c) { free(c->impl); }
 
 /* all_to_all: NULL, the exchange's: each rank reads its part of every slot in place. */
-static const comm_backend shm_backend = {"shm",     1,        shm_exchange, shm_barrier,
-                                          shm_free,  shm_all_gather_matmul,  shm_matmul_reduce_scatter,
-                                          shm_split, shm_send,  shm_recv,     NULL};
+static const comm_backend shm_backend = {
+    "shm",     1,        shm_exchange, shm_barrier, shm_free, shm_all_gather_matmul, shm_matmul_reduce_scatter,
+    shm_split, shm_send, shm_recv,     NULL};
 
 /* Rank `rank` of group g's communicator of `size` ranks; NULL with err set when out of memory. */
 static loom_comm *group_comm(shm_arena *a, int g, int rank, int size, loom_err *err) {

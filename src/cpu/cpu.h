@@ -22,7 +22,8 @@ typedef struct cpu_kernels {
     void (*widen_bf16)(const uint16_t *src, float *dst, int n);
     /* The same for one row of a quantized matrix (quant/quant.h): x in its packed column
      * order, sz the row's scales and zero points; and the row dequantized into dst[q->kp]. */
-    void (*dot_q)(const float *const *x, int nr, const uint8_t *w, const struct qlayout *q, const float *sz, float y[2]);
+    void (*dot_q)(const float *const *x, int nr, const uint8_t *w, const struct qlayout *q, const float *sz,
+                  float y[2]);
     void (*dequant_q)(const uint8_t *w, const struct qlayout *q, const float *sz, float *dst);
     float (*sum_squares)(const float *x, int n);
     /* out = x * s * w (RMSNorm's scaling by its inverse root and weight) */

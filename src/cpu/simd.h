@@ -54,7 +54,9 @@ static inline vf vpow2i(vf n) {
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(_mm512_cvttps_epi32(n), _mm512_set1_epi32(127)), 23));
 }
 /* v where x >= lo, else 0 (NaN and -inf give 0) */
-static inline vf vkeep_ge(vf x, float lo, vf v) { return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, vset1(lo), _CMP_GE_OQ), v); }
+static inline vf vkeep_ge(vf x, float lo, vf v) {
+    return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, vset1(lo), _CMP_GE_OQ), v);
+}
 
 #elif defined(LOOM_VARIANT_AVX2)
 #include <immintrin.h>

@@ -10,10 +10,10 @@
 #include "tensor/tensor.h"
 
 #define CAT2(a, b) a##b
-#define CAT(a, b) CAT2(a, b)
-#define STR2(a) #a
-#define STR(a) STR2(a)
-#define TABLE CAT(cpu_, LOOM_VARIANT)
+#define CAT(a, b)  CAT2(a, b)
+#define STR2(a)    #a
+#define STR(a)     STR2(a)
+#define TABLE      CAT(cpu_, LOOM_VARIANT)
 
 static inline vf wload(const void *w, bool bf16, int i, int n) {
     if (bf16) return n == VL ? vload_bf16((const uint16_t *)w + i) : vload_bf16_part((const uint16_t *)w + i, n);
@@ -45,7 +45,8 @@ static inline __attribute__((always_inline)) void dot_row(const float *const *x,
         int n = k - i < VL ? k - i : VL;
         vf wv = wload(w, bf16, i, n);
 #pragma GCC unroll 2
-        for (int r = 0; r < nr; r++) a[r][0] = vfma(wv, n == VL ? vload(x[r] + i) : vload_part(x[r] + i, n, 0.0f), a[r][0]);
+        for (int r = 0; r < nr; r++)
+            a[r][0] = vfma(wv, n == VL ? vload(x[r] + i) : vload_part(x[r] + i, n, 0.0f), a[r][0]);
     }
 #pragma GCC unroll 2
     for (int r = 0; r < nr; r++) y[r] = vhsum(vadd(vadd(a[r][0], a[r][1]), vadd(a[r][2], a[r][3])));
@@ -79,14 +80,14 @@ static inline __attribute__((always_inline)) void qblock(const uint8_t *blk, int
 
 /* Block at column c into the accumulators from index `first` on (mod 4). */
 static inline __attribute__((always_inline)) void dot_q_block(const float *const *x, int nr, const uint8_t *w, int bits,
-                                                              float s, float z, vqtab t, int c, int first,
-                                                              vf a[2][4]) {
+                                                              float s, float z, vqtab t, int c, int first, vf a[2][4]) {
     vf wv[QV];
     qblock(w + c / QBLOCK * (bits * QBLOCK / 8), bits, s, z, t, wv);
 #pragma GCC unroll 32
     for (int u = 0; u < QV; u++)
 #pragma GCC unroll 2
-        for (int r = 0; r < nr; r++) a[r][(first + u) & 3] = vfma(wv[u], vload(x[r] + c + u * VL), a[r][(first + u) & 3]);
+        for (int r = 0; r < nr; r++)
+            a[r][(first + u) & 3] = vfma(wv[u], vload(x[r] + c + u * VL), a[r][(first + u) & 3]);
 }
 
 /* dot_row for a quantized row: the packed bytes are streamed once and widened in registers,
@@ -165,12 +166,12 @@ static float sum_squares(const float *x, int n) {
 
 /* The elementwise kernels share one loop shape: whole vectors, then the tail through a
  * partial load and store; only the operation on the loaded vectors differs. */
-#define ELEMENTWISE(n, ...)                   \
-    for (int i = 0; i < (n); i += VL) {       \
-        int m_ = (n) - i < VL ? (n) - i : VL; \
-        __VA_ARGS__                           \
+#define ELEMENTWISE(n, ...)                                                                                            \
+    for (int i = 0; i < (n); i += VL) {                                                                                \
+        int m_ = (n)-i < VL ? (n)-i : VL;                                                                              \
+        __VA_ARGS__                                                                                                    \
     }
-#define LD(p) (m_ == VL ? vload((p) + i) : vload_part((p) + i, m_, 0.0f))
+#define LD(p)    (m_ == VL ? vload((p) + i) : vload_part((p) + i, m_, 0.0f))
 #define ST(p, v) (m_ == VL ? vstore((p) + i, (v)) : vstore_part((p) + i, (v), m_))
 
 static void scale_mul(const float *x, float s, const float *w, float *out, int n) {

@@ -10,8 +10,8 @@
 #include "util/err.h"
 
 static const char *kind_names[OP_KIND_COUNT] = {
-    "embed", "linear", "split", "rms_norm", "rope", "attention",
-    "silu_mul", "add", "scale", "logit_rows", "call", "custom", "moe", "sigmoid_gate",
+    "embed", "linear", "split",      "rms_norm", "rope",   "attention", "silu_mul",
+    "add",   "scale",  "logit_rows", "call",     "custom", "moe",       "sigmoid_gate",
 };
 
 const char *op_kind_name(op_kind k) { return kind_names[k]; }
@@ -214,7 +214,8 @@ int emit_sigmoid_gate(module *m, int in, int gate, const char *name) {
 
 int emit_call(module *m, module *child, const int *ins, int n_in, const char *name) {
     if (!m || !child) { /* module_new's only failure */
-        if (m && !m->failed) loom_errf(&m->why, "cannot allocate %zu bytes for the module called as %s", sizeof *m, name);
+        if (m && !m->failed)
+            loom_errf(&m->why, "cannot allocate %zu bytes for the module called as %s", sizeof *m, name);
         if (m) failed(m);
         module_free(child);
         return -1;

@@ -7,22 +7,22 @@
 #include "loom.h"
 
 typedef enum op_kind {
-    OP_EMBED,       /* out[T, hidden] = table[token ids]                           */
-    OP_LINEAR,      /* out = in @ W^T (+ bias), W given in parts fused along out    */
-    OP_SPLIT,       /* out = view of part `part` of a fused linear's output         */
-    OP_RMS_NORM,    /* out = rms_norm(in) * w, over rows or over groups of `group`  */
-    OP_ROPE,        /* out = in with the rotary part of each head rotated            */
-    OP_ATTENTION,   /* out = causal attention(q, k, v) through the layer's KV cache;
+    OP_EMBED,        /* out[T, hidden] = table[token ids]                           */
+    OP_LINEAR,       /* out = in @ W^T (+ bias), W given in parts fused along out    */
+    OP_SPLIT,        /* out = view of part `part` of a fused linear's output         */
+    OP_RMS_NORM,     /* out = rms_norm(in) * w, over rows or over groups of `group`  */
+    OP_ROPE,         /* out = in with the rotary part of each head rotated            */
+    OP_ATTENTION,    /* out = causal attention(q, k, v) through the layer's KV cache;
                        multi-head latent attention: (q, kv_c, k_pe) and kv_b_proj  */
-    OP_SILU_MUL,    /* out = silu(in0) * in1                                        */
-    OP_ADD,         /* out = in0 + in1                                              */
-    OP_SCALE,       /* out = in0 * scalar                                           */
-    OP_LOGIT_ROWS,  /* out = the rows of in0 whose logits are wanted                */
-    OP_CALL,        /* outs = child(ins)                                            */
-    OP_CUSTOM,      /* out = a user's function of in0, of a declared class           */
-    OP_MOE,         /* out = the routed experts' weighted sum for in0, routed by the
+    OP_SILU_MUL,     /* out = silu(in0) * in1                                        */
+    OP_ADD,          /* out = in0 + in1                                              */
+    OP_SCALE,        /* out = in0 * scalar                                           */
+    OP_LOGIT_ROWS,   /* out = the rows of in0 whose logits are wanted                */
+    OP_CALL,         /* outs = child(ins)                                            */
+    OP_CUSTOM,       /* out = a user's function of in0, of a declared class           */
+    OP_MOE,          /* out = the routed experts' weighted sum for in0, routed by the
                        router logits in1                                           */
-    OP_SIGMOID_GATE,/* out = in0 * sigmoid(in1), in1 one column per row            */
+    OP_SIGMOID_GATE, /* out = in0 * sigmoid(in1), in1 one column per row            */
     OP_KIND_COUNT
 } op_kind;
 
@@ -37,12 +37,12 @@ typedef enum par_style {
 #define LIN_MAX_PARTS 3
 
 typedef struct linear_part {
-    char weight[128]; /* tensor name, [out, in] */
-    char bias[128];   /* "" when absent */
-    int out;          /* logical output features */
-    int head_dim;     /* >0: sharded by whole heads of this size (q/k/v), else by features */
-    bool replicable;  /* heads may be replicated when fewer than ranks (k/v, as vLLM does) */
-    bool whole;       /* every rank holds all of it (MLA's down-projections beside q_proj) */
+    char weight[128];      /* tensor name, [out, in] */
+    char bias[128];        /* "" when absent */
+    int out;               /* logical output features */
+    int head_dim;          /* >0: sharded by whole heads of this size (q/k/v), else by features */
+    bool replicable;       /* heads may be replicated when fewer than ranks (k/v, as vLLM does) */
+    bool whole;            /* every rank holds all of it (MLA's down-projections beside q_proj) */
     int row0, tensor_rows; /* the part is rows [row0, row0 + out) of a tensor of tensor_rows
                               (0: the whole tensor), as MLA splits kv_a_proj_with_mqa */
 } linear_part;
@@ -104,19 +104,19 @@ typedef struct op {
     op_kind kind;
     int n_in, n_out;
     int in[4], out[4];
-    linear_desc *lin;   /* OP_LINEAR, OP_EMBED (parts[0] = table) */
-    char weight[128];   /* OP_RMS_NORM */
-    float eps;          /* OP_RMS_NORM */
-    int group;          /* OP_RMS_NORM: 0 = whole row, else normalise each `group` columns */
-    bool across_ranks;  /* OP_RMS_NORM over a whole head-sharded projection (OLMoE's q/k
+    linear_desc *lin;      /* OP_LINEAR, OP_EMBED (parts[0] = table) */
+    char weight[128];      /* OP_RMS_NORM */
+    float eps;             /* OP_RMS_NORM */
+    int group;             /* OP_RMS_NORM: 0 = whole row, else normalise each `group` columns */
+    bool across_ranks;     /* OP_RMS_NORM over a whole head-sharded projection (OLMoE's q/k
                            norms): under TP, its sum of squares is all-reduced */
-    int features;       /* OP_RMS_NORM across ranks: the projection's whole width */
-    int part;           /* OP_SPLIT */
-    float scalar;       /* OP_SCALE */
-    attn_desc attn;     /* OP_ATTENTION */
-    rope_desc rope;     /* OP_ROPE */
-    module *child;      /* OP_CALL */
-    moe_desc *moe;      /* OP_MOE */
+    int features;          /* OP_RMS_NORM across ranks: the projection's whole width */
+    int part;              /* OP_SPLIT */
+    float scalar;          /* OP_SCALE */
+    attn_desc attn;        /* OP_ATTENTION */
+    rope_desc rope;        /* OP_ROPE */
+    module *child;         /* OP_CALL */
+    moe_desc *moe;         /* OP_MOE */
     loom_custom_op custom; /* OP_CUSTOM (name owned by the op) */
 } op;
 

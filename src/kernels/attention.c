@@ -68,8 +68,8 @@ void attend(const attend_task *t) {
     if (first < 0) first = 0;
     for (int k0 = first; k0 <= last; k0 += KB) {
         int nk = last + 1 - k0 < KB ? last + 1 - k0 : KB;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, nk, dq, t->scale, t->q, t->ldq, t->k + (size_t)k0 * t->ldk,
-                    t->ldk, 0.0f, sc->s, KB);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, nk, dq, t->scale, t->q, t->ldq,
+                    t->k + (size_t)k0 * t->ldk, t->ldk, 0.0f, sc->s, KB);
         for (int r = 0; r < rows; r++) {
             float *sr = sc->s + (size_t)r * KB;
             int p = t->p0 + r / g, lo = t->window ? p - t->window + 1 : 0;
@@ -83,18 +83,18 @@ void attend(const attend_task *t) {
             sc->m[r] = mn;
             if (corr != 1.0f) k->scale(sc->acc + (size_t)r * dv, corr, sc->acc + (size_t)r * dv, dv);
         }
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, dv, nk, 1.0f, sc->s, KB, t->v + (size_t)k0 * t->ldv,
-                    t->ldv, 1.0f, sc->acc, dv);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, dv, nk, 1.0f, sc->s, KB,
+                    t->v + (size_t)k0 * t->ldv, t->ldv, 1.0f, sc->acc, dv);
     }
     for (int r = 0; r < rows; r++)
-        k->scale(sc->acc + (size_t)r * dv, 1.0f / sc->l[r], t->out + (size_t)(r / g) * t->ldo + (size_t)(r % g) * t->head_stride,
-                 dv);
+        k->scale(sc->acc + (size_t)r * dv, 1.0f / sc->l[r],
+                 t->out + (size_t)(r / g) * t->ldo + (size_t)(r % g) * t->head_stride, dv);
 }
 
 /* Queries r0..r0+nq-1 of the batch (sequence sq, positions p0..), kv head kvh, with the query
  * heads that share it stacked: row i*g + j is query i, head kvh*g + j. */
-static void attend_block(const attn_shape *s, const kv_layer *c, const float *q, size_t ldq, float *out,
-                         size_t ldo, int r0, int nq, int kvh, int sq, int p0) {
+static void attend_block(const attn_shape *s, const kv_layer *c, const float *q, size_t ldq, float *out, size_t ldo,
+                         int r0, int nq, int kvh, int sq, int p0) {
     static _Thread_local fbuf stacked_rows;
     int hd = s->head_dim, g = s->n_heads / s->n_kv_heads;
     float *stacked = fbuf_get(&stacked_rows, (size_t)nq * g * hd);
@@ -103,8 +103,8 @@ static void attend_block(const attn_shape *s, const kv_layer *c, const float *q,
         memcpy(stacked + (size_t)i * g * hd, q + (size_t)(r0 + i) * ldq + (size_t)kvh * g * hd,
                (size_t)g * hd * sizeof(float));
     size_t seq0 = (size_t)sq * c->max_ctx * c->kv_width + (size_t)kvh * hd;
-    attend(&(attend_task){stacked, hd, nq * g, g, hd, hd, p0, s->window, s->scale, c->k + seq0, c->v + seq0, c->kv_width,
-                          c->kv_width, out + (size_t)r0 * ldo + (size_t)kvh * g * hd, ldo, hd});
+    attend(&(attend_task){stacked, hd, nq * g, g, hd, hd, p0, s->window, s->scale, c->k + seq0, c->v + seq0,
+                          c->kv_width, c->kv_width, out + (size_t)r0 * ldo + (size_t)kvh * g * hd, ldo, hd});
 }
 
 int attention_run_end(int r, int rows, const int32_t *pos, const int32_t *seq, int most) {
@@ -113,9 +113,8 @@ int attention_run_end(int r, int rows, const int32_t *pos, const int32_t *seq, i
     return e;
 }
 
-void attention(const attn_shape *s, kv_layer *cache, const float *q, size_t ldq, const float *k,
-               size_t ldk, const float *v, size_t ldv, float *out, size_t ldo, int rows,
-               const int32_t *pos, const int32_t *seq) {
+void attention(const attn_shape *s, kv_layer *cache, const float *q, size_t ldq, const float *k, size_t ldk,
+               const float *v, size_t ldv, float *out, size_t ldo, int rows, const int32_t *pos, const int32_t *seq) {
     write_cache(cache, k, ldk, v, ldv, rows, pos, seq);
     int n_blocks = 0;
     for (int r = 0; r < rows; r = attention_run_end(r, rows, pos, seq, QB)) n_blocks++;

@@ -13,8 +13,8 @@ static void rms_apply(const float *x, float ss, int n, int cols, const float *we
     cpu()->scale_mul(x, 1.0f / sqrtf(ss / n + eps), weight, o, cols);
 }
 
-void rms_norm(const float *x, size_t ldx, float *out, size_t ldo, int rows, int cols, int group,
-              const float *weight, float eps) {
+void rms_norm(const float *x, size_t ldx, float *out, size_t ldo, int rows, int cols, int group, const float *weight,
+              float eps) {
 #pragma omp parallel for schedule(static) if (rows > 1)
     for (int r = 0; r < rows; r++)
         for (int g0 = 0; g0 < cols; g0 += group) {
@@ -41,14 +41,13 @@ void sigmoid_gate(const float *x, size_t ldx, const float *g, size_t ldg, float 
     }
 }
 
-void silu_mul(const float *gate, size_t ldg, const float *up, size_t ldu, float *out, size_t ldo,
-              int rows, int cols) {
+void silu_mul(const float *gate, size_t ldg, const float *up, size_t ldu, float *out, size_t ldo, int rows, int cols) {
 #pragma omp parallel for schedule(static) if (rows > 1)
-    for (int r = 0; r < rows; r++) cpu()->silu_mul(gate + (size_t)r * ldg, up + (size_t)r * ldu, out + (size_t)r * ldo, cols);
+    for (int r = 0; r < rows; r++)
+        cpu()->silu_mul(gate + (size_t)r * ldg, up + (size_t)r * ldu, out + (size_t)r * ldo, cols);
 }
 
-void add_rows(const float *a, size_t lda, const float *b, size_t ldb, float *out, size_t ldo, int rows,
-              int cols) {
+void add_rows(const float *a, size_t lda, const float *b, size_t ldb, float *out, size_t ldo, int rows, int cols) {
     for (int r = 0; r < rows; r++) cpu()->add(a + (size_t)r * lda, b + (size_t)r * ldb, out + (size_t)r * ldo, cols);
 }
 

@@ -34,8 +34,7 @@ void gemm_f32(int m, int n, int k, const float *x, size_t ldx, const float *w, s
 /* y[m, 0:W.rows] = x[m, 0:W.cols] @ W^T (+ bias). The m rows may be one block of a product
  * of pass_rows rows: the kernel (streaming or sgemm) is chosen by pass_rows, so every block of
  * one product takes the same one. */
-void linear(const float *x, size_t ldx, int m, int pass_rows, const wmat *w, const float *bias, float *y,
-            size_t ldy);
+void linear(const float *x, size_t ldx, int m, int pass_rows, const wmat *w, const float *bias, float *y, size_t ldy);
 /* The same product as one GEMM per `chunk` rows (the last chunk shorter), as the fused
  * collectives compute it; bf16 weights are widened once for all the chunks. */
 void linear_chunked(const float *x, size_t ldx, int m, int chunk, int pass_rows, const wmat *w, const float *bias,
@@ -47,8 +46,8 @@ int linear_transpose(const wmat *w, float *t);
 
 /* out = x / sqrt(mean(x^2) + eps) * weight, over each `group` columns of `cols` (group = cols
  * for a whole-row norm); weight has `group` entries. */
-void rms_norm(const float *x, size_t ldx, float *out, size_t ldo, int rows, int cols, int group,
-              const float *weight, float eps);
+void rms_norm(const float *x, size_t ldx, float *out, size_t ldo, int rows, int cols, int group, const float *weight,
+              float eps);
 
 /* RoPE tables: cos/sin [max_pos, half] of positions times the inverse frequencies inv_freq[half]
  * (the model's rope initialiser gives them: model/rope_freq.h), each multiplied by `factor`
@@ -74,11 +73,9 @@ void rms_norm_by(const float *x, size_t ldx, const float *ss, size_t lds, float 
 /* out = x * sigmoid(g), g one value per row (Qwen2-MoE's shared-expert gate). */
 void sigmoid_gate(const float *x, size_t ldx, const float *g, size_t ldg, float *out, size_t ldo, int rows, int cols);
 
-void silu_mul(const float *gate, size_t ldg, const float *up, size_t ldu, float *out, size_t ldo,
-              int rows, int cols);
+void silu_mul(const float *gate, size_t ldg, const float *up, size_t ldu, float *out, size_t ldo, int rows, int cols);
 /* (ldb 0 adds one row, e.g. a bias, to every row of a; out may be a) */
-void add_rows(const float *a, size_t lda, const float *b, size_t ldb, float *out, size_t ldo, int rows,
-              int cols);
+void add_rows(const float *a, size_t lda, const float *b, size_t ldb, float *out, size_t ldo, int rows, int cols);
 void scale_rows(const float *a, size_t lda, float s, float *out, size_t ldo, int rows, int cols);
 /* out[r] = table[ids[r]] (ids outside [v0, v0 + table.rows) give zero rows: vocab shards). */
 void embed_rows(const wmat *table, int v0, const int32_t *ids, int rows, float *out, size_t ldo);
@@ -86,22 +83,22 @@ void embed_rows(const wmat *table, int v0, const int32_t *ids, int rows, float *
 /* Mixture of experts over a batch of rows (see moe.c). */
 typedef struct moe_shape {
     int hidden, inter, n_experts, top_k; /* inter: the expert features this rank holds */
-    bool softmax_of_topk; /* GraniteMoE: softmax over the k chosen logits; else over all, then top k */
-    bool norm_topk;       /* renormalise the chosen probabilities to sum to 1 */
+    bool softmax_of_topk;                /* GraniteMoE: softmax over the k chosen logits; else over all, then top k */
+    bool norm_topk;                      /* renormalise the chosen probabilities to sum to 1 */
     /* DeepSeek routing (moe_route describes the order of the steps) */
-    bool sigmoid;         /* scores are sigmoid(logit), each on its own, instead of a softmax */
+    bool sigmoid;            /* scores are sigmoid(logit), each on its own, instead of a softmax */
     int n_group, topk_group; /* group-limited selection over n_group equal groups (0: none) */
-    bool group_top2_sum;  /* a group's score is the sum of its two best scores, else its best */
-    const float *bias;    /* e_score_correction_bias: added to the scores to choose, not to weigh (NULL: none) */
-    float scale;          /* routed_scaling_factor: multiplies the final weights (0 counts as 1) */
+    bool group_top2_sum;     /* a group's score is the sum of its two best scores, else its best */
+    const float *bias;       /* e_score_correction_bias: added to the scores to choose, not to weigh (NULL: none) */
+    float scale;             /* routed_scaling_factor: multiplies the final weights (0 counts as 1) */
 } moe_shape;
 
 /* Buffers for moe_forward, sized once for the engine's largest batch. */
 typedef struct moe_scratch {
     int threads;
-    int32_t *choice, *count, *start; /* routing; pairs per expert, where each expert's begin */
-    int32_t *token, *pair, *slot;    /* by expert: row and pair (r*k + j); slot[pair]: its place */
-    float *weight, *x, *gate, *up, *y;              /* x, gate, up: one set per thread */
+    int32_t *choice, *count, *start;   /* routing; pairs per expert, where each expert's begin */
+    int32_t *token, *pair, *slot;      /* by expert: row and pair (r*k + j); slot[pair]: its place */
+    float *weight, *x, *gate, *up, *y; /* x, gate, up: one set per thread */
 } moe_scratch;
 int moe_scratch_init(moe_scratch *s, int rows, const moe_shape *sh);
 size_t moe_scratch_bytes(int rows, const moe_shape *sh, int threads);
@@ -119,13 +116,13 @@ void moe_route(const float *logits, size_t ldl, int rows, const moe_shape *sh, i
 /* out[r] = sum over row r's experts e, in increasing e, of weight * down_e(silu(gate_e x) * up_e x);
  * experts[3e..3e+2] = gate, up, down. Each expert runs as GEMMs over the rows routed to it, the
  * experts spread over the threads (one GEMM of few rows uses one core better than two). */
-void moe_forward(const moe_shape *sh, const wmat *experts, const float *x, size_t ldx, const float *logits,
-                 size_t ldl, int rows, float *out, size_t ldo, moe_scratch *s);
+void moe_forward(const moe_shape *sh, const wmat *experts, const float *x, size_t ldx, const float *logits, size_t ldl,
+                 int rows, float *out, size_t ldo, moe_scratch *s);
 /* The experts' part of moe_forward, with each row's choices given: choice[r*k + j] indexes
  * `experts` (n_experts of them), negative where the pair belongs to another call (expert
  * parallelism: an expert on another rank); a row with no pair here gets zeros. */
-void moe_experts(const moe_shape *sh, const wmat *experts, const float *x, size_t ldx, int rows,
-                 const int32_t *choice, const float *weight, float *out, size_t ldo, moe_scratch *s);
+void moe_experts(const moe_shape *sh, const wmat *experts, const float *x, size_t ldx, int rows, const int32_t *choice,
+                 const float *weight, float *out, size_t ldo, moe_scratch *s);
 
 /* KV cache of one layer: [n_seqs][max_ctx][kv_width] for K and for V; a latent cache (MLA)
  * has no V: its rows are kv_c then k_pe. */
@@ -147,9 +144,8 @@ typedef struct attn_shape {
     float scale;
     mla_shape mla;
 } attn_shape;
-void attention(const attn_shape *s, kv_layer *cache, const float *q, size_t ldq, const float *k,
-               size_t ldk, const float *v, size_t ldv, float *out, size_t ldo, int rows,
-               const int32_t *pos, const int32_t *seq);
+void attention(const attn_shape *s, kv_layer *cache, const float *q, size_t ldq, const float *k, size_t ldk,
+               const float *v, size_t ldv, float *out, size_t ldo, int rows, const int32_t *pos, const int32_t *seq);
 
 /* One attention task (attention.c): `rows` query rows q + r*ldq, row i*g + j being query i (at
  * position p0 + i) of head j, each qk_dim long, over the keys k[key*ldk] and values v[key*ldv]

@@ -60,7 +60,9 @@ static void linear_few(const float *x, size_t ldx, int m, const wmat *w, float *
 
 /* Weight row n widened to f32 into dst[kernel_cols(w)]. */
 static void widen_row(const cpu_kernels *k, const wmat *w, int n, float *dst) {
-    if (w->q) k->dequant_q((const uint8_t *)w->data + (size_t)n * w->ld, w->q, w->q->sz + (size_t)n * w->q->n_groups * 2, dst);
+    if (w->q)
+        k->dequant_q((const uint8_t *)w->data + (size_t)n * w->ld, w->q, w->q->sz + (size_t)n * w->q->n_groups * 2,
+                     dst);
     else k->widen_bf16((const uint16_t *)w->data + (size_t)n * w->ld, dst, w->cols);
 }
 
@@ -93,13 +95,11 @@ void linear_chunked(const float *x, size_t ldx, int m, int chunk, int pass_rows,
         for (int r0 = 0; r0 < m; r0 += chunk)
             gemm_f32(m - r0 < chunk ? m - r0 : chunk, w->rows, w->cols, x + (size_t)r0 * ldx, ldx, w->data, w->ld,
                      y + (size_t)r0 * ldy, ldy);
-    else
-        linear_panels(x, ldx, m, chunk, w, y, ldy);
+    else linear_panels(x, ldx, m, chunk, w, y, ldy);
     if (bias) add_rows(y, ldy, bias, 0, y, ldy, m, w->rows);
 }
 
-void linear(const float *x, size_t ldx, int m, int pass_rows, const wmat *w, const float *bias, float *y,
-            size_t ldy) {
+void linear(const float *x, size_t ldx, int m, int pass_rows, const wmat *w, const float *bias, float *y, size_t ldy) {
     linear_chunked(x, ldx, m, m, pass_rows, w, bias, y, ldy);
 }
 

@@ -47,14 +47,14 @@ static void absorbed(const attn_shape *s, const kv_layer *c, const float *q, siz
 #pragma omp parallel for schedule(dynamic, 1)
     for (int i = 0; i < n; i++) { /* the heads stacked over one key matrix: the cache itself */
         const float *rows = c->k + (size_t)seq[idx[i]] * c->max_ctx * c->kv_width;
-        attend(&(attend_task){qa + (size_t)i * H * lat, lat, H, H, lat, m->kv_lora, pos[idx[i]], 0, s->scale, rows, rows,
-                              c->kv_width, c->kv_width, ol + (size_t)i * H * m->kv_lora, (size_t)H * m->kv_lora,
+        attend(&(attend_task){qa + (size_t)i * H * lat, lat, H, H, lat, m->kv_lora, pos[idx[i]], 0, s->scale, rows,
+                              rows, c->kv_width, c->kv_width, ol + (size_t)i * H * m->kv_lora, (size_t)H * m->kv_lora,
                               m->kv_lora});
     }
     for (int h = 0; h < H; h++) /* the latent outputs through W_UV */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, m->v_dim, m->kv_lora, 1.0f, ol + (size_t)h * m->kv_lora,
-                    (size_t)H * m->kv_lora, t + (size_t)h * kvb + m->nope, ldt, 0.0f, od + (size_t)h * m->v_dim,
-                    (size_t)H * m->v_dim);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, m->v_dim, m->kv_lora, 1.0f,
+                    ol + (size_t)h * m->kv_lora, (size_t)H * m->kv_lora, t + (size_t)h * kvb + m->nope, ldt, 0.0f,
+                    od + (size_t)h * m->v_dim, (size_t)H * m->v_dim);
     for (int i = 0; i < n; i++)
         memcpy(out + (size_t)idx[i] * ldo, od + (size_t)i * H * m->v_dim, (size_t)H * m->v_dim * sizeof *out);
 }

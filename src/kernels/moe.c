@@ -111,8 +111,7 @@ void moe_route(const float *logits, size_t ldl, int rows, const moe_shape *sh, i
         }
         if (sh->sigmoid)
             for (int e = 0; e < E; e++) score[e] = 1 / (1 + expf(-l[e]));
-        else
-            softmax(l, E, score);
+        else softmax(l, E, score);
         top_k(choosing_scores(score, sh, buf), E, k, c);
         float sum = 0;
         for (int j = 0; j < k; j++) sum += w[j] = score[c[j]];
@@ -136,14 +135,14 @@ static void run_expert(const moe_shape *sh, const wmat *w, const float *x, size_
     linear(g, I, n, n, &w[2], NULL, y, H);
 }
 
-void moe_forward(const moe_shape *sh, const wmat *experts, const float *x, size_t ldx, const float *logits,
-                 size_t ldl, int rows, float *out, size_t ldo, moe_scratch *s) {
+void moe_forward(const moe_shape *sh, const wmat *experts, const float *x, size_t ldx, const float *logits, size_t ldl,
+                 int rows, float *out, size_t ldo, moe_scratch *s) {
     moe_route(logits, ldl, rows, sh, s->choice, s->weight);
     moe_experts(sh, experts, x, ldx, rows, s->choice, s->weight, out, ldo, s);
 }
 
-void moe_experts(const moe_shape *sh, const wmat *experts, const float *x, size_t ldx, int rows,
-                 const int32_t *choice, const float *weight, float *out, size_t ldo, moe_scratch *s) {
+void moe_experts(const moe_shape *sh, const wmat *experts, const float *x, size_t ldx, int rows, const int32_t *choice,
+                 const float *weight, float *out, size_t ldo, moe_scratch *s) {
     int E = sh->n_experts, k = sh->top_k, H = sh->hidden, I = sh->inter;
     /* bucket the (row, expert) pairs by expert, rows in increasing order within each */
     memset(s->count, 0, E * sizeof *s->count);
@@ -172,7 +171,8 @@ void moe_experts(const moe_shape *sh, const wmat *experts, const float *x, size_
             if (!n) continue;
             run_expert(sh, experts + 3 * e, x, ldx, s->token + s->start[e], n, s->x, s->gate, s->up, s->y);
             for (int i = 0; i < n; i++)
-                cpu()->axpy(weight[s->pair[s->start[e] + i]], s->y + (size_t)i * H, out + (size_t)s->token[s->start[e] + i] * ldo, H);
+                cpu()->axpy(weight[s->pair[s->start[e] + i]], s->y + (size_t)i * H,
+                            out + (size_t)s->token[s->start[e] + i] * ldo, H);
         }
         return;
     }

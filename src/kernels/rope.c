@@ -3,9 +3,9 @@
  * that order, which is the order transformers' DeepSeek-V3 leaves them in (V2's complex product
  * keeps them interleaved: q and k alike, so the scores are the same). The frequencies come
  * from the model (model/rope_freq.c); YaRN's attention factor scales the tables. */
-#include <string.h>
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cpu/cpu.h"
 #include "kernels/kernels.h"

@@ -18,8 +18,7 @@ typedef struct {
 } reader;
 
 /* A number field; returns 0 if absent or null (then *out = def), -1 on a type error. */
-static int get_num(reader *r, const cJSON *obj, const char *key, double def, bool required,
-                   double *out) {
+static int get_num(reader *r, const cJSON *obj, const char *key, double def, bool required, double *out) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
     if (!v || cJSON_IsNull(v)) {
         if (required) return loom_errf(r->err, "%s: missing field '%s'", r->name, key);
@@ -32,19 +31,16 @@ static int get_num(reader *r, const cJSON *obj, const char *key, double def, boo
     return 0;
 }
 
-static int get_int(reader *r, const cJSON *obj, const char *key, int def, bool required, int min,
-                   int *out) {
+static int get_int(reader *r, const cJSON *obj, const char *key, int def, bool required, int min, int *out) {
     double d = def;
     if (get_num(r, obj, key, def, required, &d)) return -1;
     if (d != floor(d) || d < min || d > 1e9)
-        return loom_errf(r->err, "%s: field '%s' must be an integer >= %d (got %g)", r->name, key,
-                         min, d);
+        return loom_errf(r->err, "%s: field '%s' must be an integer >= %d (got %g)", r->name, key, min, d);
     *out = (int)d;
     return 0;
 }
 
-static int get_float(reader *r, const cJSON *obj, const char *key, double def, bool required,
-                     float *out) {
+static int get_float(reader *r, const cJSON *obj, const char *key, double def, bool required, float *out) {
     double d = def;
     if (get_num(r, obj, key, def, required, &d)) return -1;
     *out = (float)d;
@@ -93,8 +89,8 @@ static int parse_yarn(reader *r, model_config *c, const cJSON *s) {
     c->rope_truncate = !cJSON_IsFalse(truncate);
     if (attention_factor >= 0) c->rope_attention_factor = attention_factor;
     else if (mscale != 0 && c->rope_mscale_all_dim != 0)
-        c->rope_attention_factor = (float)(yarn_mscale(c->rope_factor, mscale) /
-                                           yarn_mscale(c->rope_factor, c->rope_mscale_all_dim));
+        c->rope_attention_factor =
+            (float)(yarn_mscale(c->rope_factor, mscale) / yarn_mscale(c->rope_factor, c->rope_mscale_all_dim));
     else c->rope_attention_factor = (float)yarn_mscale(c->rope_factor, 1.0);
     return 0;
 }
@@ -134,8 +130,8 @@ static int parse_rope(reader *r, model_config *c) {
         return 0;
     }
     if (!strcmp(type, "yarn")) return parse_yarn(r, c, s);
-    return loom_errf(r->err, "%s: unsupported rope type '%s' (supported: default, linear, llama3, yarn)",
-                     r->name, type);
+    return loom_errf(r->err, "%s: unsupported rope type '%s' (supported: default, linear, llama3, yarn)", r->name,
+                     type);
 }
 
 static int parse_eos(reader *r, model_config *c) {
@@ -193,7 +189,8 @@ static int parse_deepseek_moe(reader *r, model_config *c) {
     c->sigmoid_scores = score == 1;
     if (!(c->routed_scale > 0)) return loom_errf(r->err, "%s: field 'routed_scaling_factor' must be positive", r->name);
     if (first_dense > c->n_layers)
-        return loom_errf(r->err, "%s: first_k_dense_replace %d exceeds the %d layers", r->name, first_dense, c->n_layers);
+        return loom_errf(r->err, "%s: first_k_dense_replace %d exceeds the %d layers", r->name, first_dense,
+                         c->n_layers);
     for (int l = 0; l < c->n_layers; l++)
         if (l < first_dense || l % freq) c->mlp_only[l] = 1;
     if (shared) c->shared_intermediate = shared * c->moe_intermediate;
@@ -246,8 +243,10 @@ static int parse_moe(reader *r, model_config *c) {
         get_int(r, root, "decoder_sparse_step", 1, false, 1, &c->sparse_step) ||
         get_bool(r, "norm_topk_prob", false, &c->norm_topk))
         return -1;
-    if (c->n_experts > 512) return loom_errf(r->err, "%s: %d experts: at most 512 are supported", r->name, c->n_experts);
-    if (c->top_k > 64) return loom_errf(r->err, "%s: num_experts_per_tok %d: at most 64 are supported", r->name, c->top_k);
+    if (c->n_experts > 512)
+        return loom_errf(r->err, "%s: %d experts: at most 512 are supported", r->name, c->n_experts);
+    if (c->top_k > 64)
+        return loom_errf(r->err, "%s: num_experts_per_tok %d: at most 64 are supported", r->name, c->top_k);
     if (c->top_k > c->n_experts)
         return loom_errf(r->err, "%s: num_experts_per_tok %d exceeds the %d experts", r->name, c->top_k, c->n_experts);
     if (c->n_layers > (int)sizeof c->mlp_only)
@@ -284,22 +283,21 @@ static int parse(reader *r, model_config *c) {
         get_float(r, root, "rms_norm_eps", 1e-6, false, &c->rms_eps))
         return -1;
     if (c->hidden % c->n_heads && !cJSON_GetObjectItemCaseSensitive(root, "head_dim"))
-        return loom_errf(r->err, "%s: hidden_size %d is not a multiple of num_attention_heads %d",
-                         r->name, c->hidden, c->n_heads);
+        return loom_errf(r->err, "%s: hidden_size %d is not a multiple of num_attention_heads %d", r->name, c->hidden,
+                         c->n_heads);
     if (get_int(r, root, "head_dim", c->hidden / c->n_heads, false, 1, &c->head_dim)) return -1;
     if (c->head_dim % 2 || c->head_dim > CONFIG_MAX_HEAD_DIM)
         return loom_errf(r->err, "%s: head_dim %d must be even for RoPE, and at most 1024", r->name, c->head_dim);
     if (c->n_heads % c->n_kv_heads)
-        return loom_errf(r->err, "%s: num_attention_heads %d is not a multiple of num_key_value_heads %d",
-                         r->name, c->n_heads, c->n_kv_heads);
+        return loom_errf(r->err, "%s: num_attention_heads %d is not a multiple of num_key_value_heads %d", r->name,
+                         c->n_heads, c->n_kv_heads);
     if (!(c->rms_eps > 0)) return loom_errf(r->err, "%s: field 'rms_norm_eps' must be positive", r->name);
     const char *act = get_str(root, "hidden_act");
     if (act && strcmp(act, "silu"))
         return loom_errf(r->err, "%s: unsupported hidden_act '%s' (only silu)", r->name, act);
     if (parse_mla(r, c) || parse_rope(r, c)) return -1;
     if (get_bool(r, "tie_word_embeddings", false, &c->tie_embeddings) ||
-        get_bool(r, "attention_bias", false, &c->attention_bias) ||
-        get_bool(r, "mlp_bias", false, &c->mlp_bias))
+        get_bool(r, "attention_bias", false, &c->attention_bias) || get_bool(r, "mlp_bias", false, &c->mlp_bias))
         return -1;
     if (get_int(r, root, "sliding_window", 0, false, 0, &c->sliding_window)) return -1;
     const cJSON *usw = cJSON_GetObjectItemCaseSensitive(root, "use_sliding_window");

@@ -40,16 +40,16 @@ typedef struct model_config {
     float embedding_mult, attention_mult, residual_mult, logits_scale;
     /* mixture of experts; n_experts 0: dense */
     int n_experts, top_k, moe_intermediate, shared_intermediate, sparse_step;
-    bool norm_topk;         /* renormalise the top-k routing weights */
-    bool sigmoid_scores;    /* scoring_func sigmoid (DeepSeek-V3), else softmax */
+    bool norm_topk;      /* renormalise the top-k routing weights */
+    bool sigmoid_scores; /* scoring_func sigmoid (DeepSeek-V3), else softmax */
     enum topk_method topk_method;
     int n_group, topk_group;
-    float routed_scale;     /* routed_scaling_factor */
+    float routed_scale;          /* routed_scaling_factor */
     unsigned char mlp_only[256]; /* per layer: 1 = dense MLP in an MoE model (mlp_only_layers) */
     int bos_id;
     int eos_ids[8];
     int n_eos;
-    char dtype[16]; /* torch_dtype / dtype as written, "" if absent */
+    char dtype[16];     /* torch_dtype / dtype as written, "" if absent */
     quant_config quant; /* quantization_config (format QF_NONE if absent) */
 } model_config;
 

@@ -83,14 +83,15 @@ static int ignore_list(const qreader *r, const char *key, quant_config *q) {
 
 static int parse_gptq(const qreader *r, quant_config *q) {
     q->format = QF_GPTQ;
-    if (int_field(r, "bits", -1, &q->bits) || check_bits(r, "bits", q->bits, false) || group_field(r, "group_size", -1, q) ||
-        bool_field(r, "sym", true, &q->sym) || bool_field(r, "desc_act", false, &q->act_order) ||
-        bool_field(r, "lm_head", false, &q->lm_head))
+    if (int_field(r, "bits", -1, &q->bits) || check_bits(r, "bits", q->bits, false) ||
+        group_field(r, "group_size", -1, q) || bool_field(r, "sym", true, &q->sym) ||
+        bool_field(r, "desc_act", false, &q->act_order) || bool_field(r, "lm_head", false, &q->lm_head))
         return -1;
     const char *fmt = str_field(r, "checkpoint_format");
     if (!fmt) fmt = str_field(r, "format");
     if (fmt && strcmp(fmt, "gptq") && strcmp(fmt, "gptq_v2"))
-        return loom_errf(r->err, "%s: %s.checkpoint_format '%s' is not supported (gptq, gptq_v2)", r->file, r->where, fmt);
+        return loom_errf(r->err, "%s: %s.checkpoint_format '%s' is not supported (gptq, gptq_v2)", r->file, r->where,
+                         fmt);
     q->gptq_v2 = fmt && !strcmp(fmt, "gptq_v2");
     return 0;
 }
@@ -99,7 +100,8 @@ static int parse_awq(const qreader *r, quant_config *q) {
     q->format = QF_AWQ;
     const char *version = str_field(r, "version");
     if (version && strcasecmp(version, "gemm"))
-        return loom_errf(r->err, "%s: %s.version '%s' is not supported (only AWQ's GEMM layout)", r->file, r->where, version);
+        return loom_errf(r->err, "%s: %s.version '%s' is not supported (only AWQ's GEMM layout)", r->file, r->where,
+                         version);
     bool zero_point;
     int group;
     if (int_field(r, "bits", -1, &q->bits) || (q->bits < 0 && int_field(r, "w_bit", -1, &q->bits)) ||
@@ -118,8 +120,9 @@ static int parse_compressed(const qreader *r, quant_config *q) {
     const char *fmt = str_field(r, "format");
     if (fmt && !strcmp(fmt, "pack-quantized")) q->format = QF_CT_PACKED;
     else if (fmt && (!strcmp(fmt, "int-quantized") || !strcmp(fmt, "naive-quantized"))) q->format = QF_CT_INT;
-    else return loom_errf(r->err, "%s: %s.format '%s' is not supported (pack-quantized, int-quantized)", r->file,
-                          r->where, fmt ? fmt : "(missing)");
+    else
+        return loom_errf(r->err, "%s: %s.format '%s' is not supported (pack-quantized, int-quantized)", r->file,
+                         r->where, fmt ? fmt : "(missing)");
     const cJSON *groups = item(r, "config_groups");
     if (!cJSON_IsObject(groups) || cJSON_GetArraySize(groups) != 1)
         return loom_errf(r->err, "%s: %s.config_groups must hold exactly one group", r->file, r->where);
@@ -143,7 +146,8 @@ static int parse_compressed(const qreader *r, quant_config *q) {
     if (strategy && !strcmp(strategy, "channel")) q->group = 0;
     else if (strategy && !strcmp(strategy, "group")) {
         if (group_field(&w, "group_size", -2, q)) return -1;
-        if (!q->group) return loom_errf(r->err, "%s: %s.group_size must be positive for strategy group", r->file, where);
+        if (!q->group)
+            return loom_errf(r->err, "%s: %s.group_size must be positive for strategy group", r->file, where);
     } else
         return loom_errf(r->err, "%s: %s.strategy '%s' is not supported (channel, group)", r->file, where,
                          strategy ? strategy : "(missing)");

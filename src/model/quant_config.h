@@ -7,10 +7,10 @@
 
 typedef enum quant_format {
     QF_NONE,
-    QF_GPTQ,       /* qweight packed along the input features, qzeros, scales, g_idx */
-    QF_AWQ,        /* GEMM version: qweight packed along the outputs, AWQ's nibble order */
-    QF_CT_PACKED,  /* compressed-tensors pack-quantized: weight_packed, weight_scale, ... */
-    QF_CT_INT,     /* compressed-tensors int-quantized: int8 weight, weight_scale */
+    QF_GPTQ,      /* qweight packed along the input features, qzeros, scales, g_idx */
+    QF_AWQ,       /* GEMM version: qweight packed along the outputs, AWQ's nibble order */
+    QF_CT_PACKED, /* compressed-tensors pack-quantized: weight_packed, weight_scale, ... */
+    QF_CT_INT,    /* compressed-tensors int-quantized: int8 weight, weight_scale */
 } quant_format;
 
 #define QUANT_MAX_IGNORE 32

@@ -24,8 +24,8 @@ static int by_begin(const void *a, const void *b) {
     return x->begin < y->begin ? -1 : x->begin > y->begin;
 }
 
-static int parse_tensor(st_tensor *t, const cJSON *e, const uint8_t *data, size_t data_size,
-                        const char *fname, loom_err *err) {
+static int parse_tensor(st_tensor *t, const cJSON *e, const uint8_t *data, size_t data_size, const char *fname,
+                        loom_err *err) {
     const char *n = e->string;
     const cJSON *dt = cJSON_GetObjectItemCaseSensitive(e, "dtype");
     const cJSON *shape = cJSON_GetObjectItemCaseSensitive(e, "shape");
@@ -58,12 +58,11 @@ static int parse_tensor(st_tensor *t, const cJSON *e, const uint8_t *data, size_
     if (!cJSON_IsNumber(b) || !cJSON_IsNumber(en) || b->valuedouble < 0 || en->valuedouble < b->valuedouble ||
         en->valuedouble > (double)data_size || b->valuedouble != (double)(size_t)b->valuedouble ||
         en->valuedouble != (double)(size_t)en->valuedouble)
-        return loom_errf(err, "%s: tensor '%s': data_offsets outside the file's %zu data bytes", fname,
-                         n, data_size);
+        return loom_errf(err, "%s: tensor '%s': data_offsets outside the file's %zu data bytes", fname, n, data_size);
     size_t begin = (size_t)b->valuedouble, end = (size_t)en->valuedouble;
     if (end - begin != bytes)
-        return loom_errf(err, "%s: tensor '%s': shape x dtype is %zu bytes but data_offsets span %zu",
-                         fname, n, bytes, end - begin);
+        return loom_errf(err, "%s: tensor '%s': shape x dtype is %zu bytes but data_offsets span %zu", fname, n, bytes,
+                         end - begin);
     t->nbytes = bytes;
     t->data = data + begin;
     return 0;
@@ -81,8 +80,8 @@ static int check_overlap(st_file *f, const uint8_t *data, loom_err *err) {
     int rc = 0;
     for (size_t i = 1; i < f->n && !rc; i++)
         if (s[i].begin < s[i - 1].end && s[i].end > s[i].begin)
-            rc = loom_errf(err, "%s: tensors '%s' and '%s' overlap", f->name,
-                           f->tensors[s[i - 1].index].name, f->tensors[s[i].index].name);
+            rc = loom_errf(err, "%s: tensors '%s' and '%s' overlap", f->name, f->tensors[s[i - 1].index].name,
+                           f->tensors[s[i].index].name);
     free(s);
     return rc;
 }
@@ -101,8 +100,7 @@ int st_parse(st_file *f, const void *buf, size_t size, const char *name, loom_er
     uint64_t hlen = 0;
     for (int i = 7; i >= 0; i--) hlen = hlen << 8 | p[i];
     if (hlen < 2 || hlen > MAX_HEADER || hlen > size - 8) {
-        loom_errf(err, "%s: header length %llu is invalid for a %zu-byte file", name,
-                  (unsigned long long)hlen, size);
+        loom_errf(err, "%s: header length %llu is invalid for a %zu-byte file", name, (unsigned long long)hlen, size);
         goto fail;
     }
     cJSON *root = cJSON_ParseWithLength((const char *)p + 8, (size_t)hlen);
@@ -116,7 +114,8 @@ int st_parse(st_file *f, const void *buf, size_t size, const char *name, loom_er
     size_t cap = (size_t)cJSON_GetArraySize(root);
     const cJSON *e;
     int rc = 0;
-    if (!(f->tensors = mem_zalloc(cap, sizeof *f->tensors, "the tensor index", err))) rc = loom_err_prefix(err, "%s", name);
+    if (!(f->tensors = mem_zalloc(cap, sizeof *f->tensors, "the tensor index", err)))
+        rc = loom_err_prefix(err, "%s", name);
     cJSON_ArrayForEach(e, root) {
         if (rc) break;
         if (!strcmp(e->string, "__metadata__")) {

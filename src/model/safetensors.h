@@ -18,11 +18,11 @@ typedef struct st_tensor {
 } st_tensor;
 
 typedef struct st_file {
-    char *name;      /* path, for messages */
-    file_map map;    /* set when st_open mapped the file */
+    char *name;   /* path, for messages */
+    file_map map; /* set when st_open mapped the file */
     st_tensor *tensors;
-    size_t n;        /* sorted by name */
-    char *metadata;  /* "__metadata__" as JSON text, or NULL */
+    size_t n;       /* sorted by name */
+    char *metadata; /* "__metadata__" as JSON text, or NULL */
 } st_file;
 
 /* Validates and indexes a safetensors image: header length, JSON, dtypes, shapes, offsets

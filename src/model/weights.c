@@ -8,10 +8,10 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include "tensor/half.h"
 #include "util/alloc.h"
 #include "util/err.h"
 #include "util/file.h"
-#include "tensor/half.h"
 
 /* Adds an opened file, which the store then owns (closed here when out of memory). */
 static int add_file(weight_store *w, st_file *f, loom_err *err) {
@@ -134,7 +134,6 @@ void *weights_buffer(weight_store *w, size_t bytes, const char *what, loom_err *
     return p;
 }
 
-
 static uint64_t splitmix(uint64_t x) {
     x += 0x9e3779b97f4a7c15ull;
     x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
@@ -171,8 +170,8 @@ static void dummy_f32(uint64_t key, int cols, int r0, int nr, int c0, int nc, fl
             p[(size_t)r * nc + c] = init < 0 ? 1.0f : dummy_value(key, (size_t)(r0 + r) * full_cols + c0 + c, init);
 }
 
-static int fill_dummy(weight_store *w, const char *name, int cols, int r0, int nr, int c0, int nc,
-                      bool f32, float init, wmat *out, loom_err *err) {
+static int fill_dummy(weight_store *w, const char *name, int cols, int r0, int nr, int c0, int nc, bool f32, float init,
+                      wmat *out, loom_err *err) {
     size_t n = (size_t)nr * nc, full_cols = cols ? cols : 1;
     uint64_t key = name_hash(name, w->seed);
     out->dt = f32 ? DT_F32 : DT_BF16;
@@ -241,7 +240,8 @@ static const st_tensor *locate(weight_store *w, const char *name, int ndim, cons
         char got[128] = "", want[128] = "";
         for (int i = 0; i < t->ndim; i++)
             snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", i ? ", " : "", (long long)t->shape[i]);
-        for (int i = 0; i < ndim; i++) snprintf(want + strlen(want), sizeof want - strlen(want), "%s%d", i ? ", " : "", shape[i]);
+        for (int i = 0; i < ndim; i++)
+            snprintf(want + strlen(want), sizeof want - strlen(want), "%s%d", i ? ", " : "", shape[i]);
         loom_errf(err, "%s: tensor '%s' has shape [%s], expected [%s]", *file, name, got, want);
         return NULL;
     }
@@ -283,8 +283,8 @@ int weights_read_f32(weight_store *w, const char *name, int ndim, const int *sha
 
 /* Fetches rows [r0, r0+nr) x columns [c0, c0+nc) of tensor `name`, which must have the ndim
  * dimensions `shape`, read as a [rows, cols] matrix (rows: the leading dimensions together). */
-static int fetch(weight_store *w, const char *name, int ndim, const int *shape, int cols, int r0, int nr, int c0, int nc,
-                 bool as_f32, float init, wmat *out, loom_err *err) {
+static int fetch(weight_store *w, const char *name, int ndim, const int *shape, int cols, int r0, int nr, int c0,
+                 int nc, bool as_f32, float init, wmat *out, loom_err *err) {
     *out = (wmat){.rows = nr, .cols = nc};
     bool keep_bf16 = !as_f32 && w->keep == WDT_BF16;
     if (w->dummy) return fill_dummy(w, name, cols, r0, nr, c0, nc, !keep_bf16, init, out, err);
@@ -318,17 +318,21 @@ static int fetch(weight_store *w, const char *name, int ndim, const int *shape, 
     return 0;
 }
 
-int weights_get(weight_store *w, const char *name, int rows, int cols, int r0, int nr, int c0, int nc,
-                bool as_f32, float init, wmat *out, loom_err *err) {
+int weights_get(weight_store *w, const char *name, int rows, int cols, int r0, int nr, int c0, int nc, bool as_f32,
+                float init, wmat *out, loom_err *err) {
     int shape[2] = {rows, cols};
-    return fetch(w, name, cols ? 2 : 1, shape, cols, r0, nr ? nr : rows, c0, nc ? nc : cols ? cols : 1, as_f32, init,
-                 out, err);
+    return fetch(w, name, cols ? 2 : 1, shape, cols, r0, nr ? nr : rows, c0,
+                 nc     ? nc
+                 : cols ? cols
+                        : 1,
+                 as_f32, init, out, err);
 }
 
-int weights_get_expert(weight_store *w, const char *name, int n_experts, int expert, int rows, int cols, int r0,
-                       int nr, int c0, int nc, float init, wmat *out, loom_err *err) {
+int weights_get_expert(weight_store *w, const char *name, int n_experts, int expert, int rows, int cols, int r0, int nr,
+                       int c0, int nc, float init, wmat *out, loom_err *err) {
     int shape[3] = {n_experts, rows, cols};
-    return fetch(w, name, 3, shape, cols, expert * rows + r0, nr ? nr : rows, c0, nc ? nc : cols, false, init, out, err);
+    return fetch(w, name, 3, shape, cols, expert * rows + r0, nr ? nr : rows, c0, nc ? nc : cols, false, init, out,
+                 err);
 }
 
 char **weights_unused(const weight_store *w) {

@@ -24,11 +24,11 @@ typedef struct wmat_made {
 } wmat_made;
 
 typedef struct weight_store {
-    char dir[4096];     /* the folder, or what else the weights come from, for messages */
+    char dir[4096]; /* the folder, or what else the weights come from, for messages */
     st_file *files;
     int n_files;
     size_t cap_files, cap_used;
-    bool **used;        /* per file, per tensor: claimed by the model */
+    bool **used; /* per file, per tensor: claimed by the model */
     bool dummy;
     uint64_t seed;
     enum weight_dtype keep;
@@ -39,7 +39,7 @@ typedef struct weight_store {
     wmat_made *made;
     int n_made;
     size_t cap_made;
-    void **owned;       /* converted or generated buffers */
+    void **owned; /* converted or generated buffers */
     int n_owned;
     size_t cap_owned;
     size_t bytes_owned, bytes_mapped_used;
@@ -54,8 +54,8 @@ void weights_close(weight_store *w);
  * [r0, r0+nr) and columns [c0, c0+nc) (nr/nc 0: all). as_f32 forces an f32 copy (norms,
  * biases, embeddings); otherwise linears stay bf16 where the store keeps them so. For dummy
  * stores the values are generated: `init` is the scale, or the constant 1 for norms (init<0). */
-int weights_get(weight_store *w, const char *name, int rows, int cols, int r0, int nr, int c0, int nc,
-                bool as_f32, float init, wmat *out, loom_err *err);
+int weights_get(weight_store *w, const char *name, int rows, int cols, int r0, int nr, int c0, int nc, bool as_f32,
+                float init, wmat *out, loom_err *err);
 /* The same slice of tensor `name` (ndim dimensions `shape`, read as [rows, cols]) as f32 into
  * dst (nr x nc), nothing kept: what quantizing at load reads. */
 int weights_read_f32(weight_store *w, const char *name, int ndim, const int *shape, int cols, int r0, int nr, int c0,
@@ -70,8 +70,8 @@ bool weights_has(const weight_store *w, const char *name);
 void *weights_buffer(weight_store *w, size_t bytes, const char *what, loom_err *err);
 /* Rows [r0, r0+nr) x columns [c0, c0+nc) of expert `expert`'s [rows, cols] matrix in a stacked
  * [n_experts, rows, cols] tensor (GraniteMoE's experts), as weights_get fetches a linear. */
-int weights_get_expert(weight_store *w, const char *name, int n_experts, int expert, int rows, int cols, int r0,
-                       int nr, int c0, int nc, float init, wmat *out, loom_err *err);
+int weights_get_expert(weight_store *w, const char *name, int n_experts, int expert, int rows, int cols, int r0, int nr,
+                       int c0, int nc, float init, wmat *out, loom_err *err);
 /* Names of tensors in the files that the model never asked for (NULL-terminated, malloc'd);
  * NULL when out of memory. */
 char **weights_unused(const weight_store *w);

@@ -22,21 +22,23 @@ static int partial_dist(plan *p, const module *m, const op *o, const int *in, lo
     }
     /* an expert-parallel combine's output: every rank's share is already in it */
     if (complete && ((o->kind == OP_LINEAR && o->lin->style == PAR_ROW) || o->kind == OP_MOE))
-        return loom_errf(err, "%s: `%s` reduces across ranks a value the experts' combine already completed: the sum "
-                              "would count it once per rank", m->name, op_kind_name(o->kind));
+        return loom_errf(err,
+                         "%s: `%s` reduces across ranks a value the experts' combine already completed: the sum "
+                         "would count it once per rank",
+                         m->name, op_kind_name(o->kind));
     if (!partial) return complete ? DIST_COMPLETE : p->values[in[0]].dist;
     const char *name = op_kind_name(o->kind);
     switch (o->kind) {
     case OP_ADD: /* additive */
         if (partial == o->n_in) return DIST_PARTIAL;
-        return loom_errf(err, "%s: `%s` adds a complete value to a partial sum (the sum over ranks would count it "
-                              "once per rank)", m->name, name);
+        return loom_errf(err,
+                         "%s: `%s` adds a complete value to a partial sum (the sum over ranks would count it "
+                         "once per rank)",
+                         m->name, name);
     case OP_SPLIT:
-    case OP_LOGIT_ROWS: /* pass-through */
-        return DIST_PARTIAL;
-    case OP_SCALE: /* scaling by a constant */
-        return DIST_PARTIAL;
-    case OP_SIGMOID_GATE: /* scaling by a complete value: each rank's share scales alike */
+    case OP_LOGIT_ROWS: return DIST_PARTIAL; /* pass-through */
+    case OP_SCALE: return DIST_PARTIAL;      /* scaling by a constant */
+    case OP_SIGMOID_GATE:                    /* scaling by a complete value: each rank's share scales alike */
         if (p->values[in[1]].dist == DIST_PARTIAL)
             return loom_errf(err, "%s: `%s` gates by a partial sum", m->name, name);
         return DIST_PARTIAL;
@@ -50,20 +52,19 @@ static int partial_dist(plan *p, const module *m, const op *o, const int *in, lo
             if (partial == o->n_in) return DIST_PARTIAL;
             return loom_errf(err, "%s: `%s` adds a complete value to a partial sum", m->name, name);
         case LOOM_OP_PASSTHROUGH:
-        case LOOM_OP_SCALING:
-            return DIST_PARTIAL;
+        case LOOM_OP_SCALING: return DIST_PARTIAL;
         case LOOM_OP_OPAQUE: /* as vLLM's Transformers-backend SP does for what it cannot trace: warn, and trust it */
             p->region_unverified = true;
-            plan_warn(p, "%s: could not verify that `%s` is compatible with sequence parallelism (an opaque op on a "
-                         "partial sum)", m->name, name);
+            plan_warn(p,
+                      "%s: could not verify that `%s` is compatible with sequence parallelism (an opaque op on a "
+                      "partial sum)",
+                      m->name, name);
             return DIST_PARTIAL;
         case LOOM_OP_ELEMENTWISE:
-        case LOOM_OP_TOKEN_MIXING:
-            break;
+        case LOOM_OP_TOKEN_MIXING: break;
         }
         break;
-    default:
-        break;
+    default: break;
     }
     return loom_errf(err, "%s: `%s` is applied to a partial sum", m->name, name);
 }
@@ -73,8 +74,10 @@ int op_output_dist(plan *p, const module *m, const op *o, const int *in, loom_er
     if (d != DIST_DEFAULT) return d;
     if (o->kind == OP_EMBED) return p->o.tp > 1 ? DIST_PARTIAL : DIST_FULL; /* rows outside the shard are zero */
     if (o->kind == OP_MOE && p->o.ep && p->o.tp > 1)
-        return loom_errf(err, "%s: expert parallelism runs the experts inside a decoder layer's expert region, on "
-                              "this rank's tokens", m->name);
+        return loom_errf(err,
+                         "%s: expert parallelism runs the experts inside a decoder layer's expert region, on "
+                         "this rank's tokens",
+                         m->name);
     for (int i = 0; i < o->n_in; i++)
         if (p->values[in[i]].dist == DIST_COMPLETE) return partial_dist(p, m, o, in, err);
     if (o->kind == OP_LINEAR && p->o.tp > 1) {
@@ -85,8 +88,9 @@ int op_output_dist(plan *p, const module *m, const op *o, const int *in, loom_er
     if (o->kind == OP_MOE && p->o.tp > 1 && p->values[in[0]].dist != DIST_PARTIAL) return DIST_PARTIAL;
     d = partial_dist(p, m, o, in, err);
     if (d == DIST_SHARDED && o->kind == OP_RMS_NORM && !o->group && !o->across_ranks)
-        return loom_errf(err, "%s: %s normalises over features split across ranks; its statistic would cover only "
-                              "this rank's share", m->name, o->weight);
+        return loom_errf(err,
+                         "%s: %s normalises over features split across ranks; its statistic would cover only "
+                         "this rank's share",
+                         m->name, o->weight);
     return d;
 }
-

@@ -104,12 +104,14 @@ static int ep_place_inputs(plan *p, const module *m, const op *o, int *in, loom_
     plan_region *r = &p->regions[p->n_regions - 1];
     if (o->n_in && reads_every_token(o) && p->values[in[0]].rows == ROWS_SHARD) {
         if (in[0] != p->ep.shard_in)
-            return loom_errf(err, "%s: `%s` reads every token, but its input is made inside the expert-parallel "
-                                  "region %s from this rank's tokens only", m->name, op_kind_name(o->kind),
-                             p->ep.call->child->name);
+            return loom_errf(err,
+                             "%s: `%s` reads every token, but its input is made inside the expert-parallel "
+                             "region %s from this rank's tokens only",
+                             m->name, op_kind_name(o->kind), p->ep.call->child->name);
         if (p->ep.tokens_in < 0) {
             const plan_value v = p->values[in[0]];
-            p->ep.tokens_in = plan_collective(p, STEP_GATHER_ROWS, p->ep.call, p->ep.parent, in[0], v.width, ROWS_TOKENS);
+            p->ep.tokens_in =
+                plan_collective(p, STEP_GATHER_ROWS, p->ep.call, p->ep.parent, in[0], v.width, ROWS_TOKENS);
             if (p->ep.tokens_in < 0) return -1;
             r->gathers++;
         }
@@ -125,8 +127,10 @@ static int ep_place_inputs(plan *p, const module *m, const op *o, int *in, loom_
         const plan_value v = p->values[in[i]];
         if (v.rows != ROWS_TOKENS) continue;
         if (v.dist != DIST_PARTIAL)
-            return loom_errf(err, "%s: `%s` mixes every token's rows with this rank's inside the expert-parallel "
-                                  "region %s", m->name, op_kind_name(o->kind), p->ep.call->child->name);
+            return loom_errf(err,
+                             "%s: `%s` mixes every token's rows with this rank's inside the expert-parallel "
+                             "region %s",
+                             m->name, op_kind_name(o->kind), p->ep.call->child->name);
         in[i] = plan_collective(p, STEP_REDUCE_SCATTER, p->ep.call, p->ep.parent, in[i], v.width, ROWS_SHARD);
         if (in[i] < 0) return -1;
         r->completes++;
@@ -170,5 +174,9 @@ static int ep_exit(plan *p, const module *m, const op *call, int out, loom_err *
     return out;
 }
 
-const region_kind region_ep = {.name = "expert parallel", .is_region = ep_is_region, .enter = ep_enter,
-                               .place_inputs = ep_place_inputs, .output_dist = ep_output_dist, .exit = ep_exit};
+const region_kind region_ep = {.name = "expert parallel",
+                               .is_region = ep_is_region,
+                               .enter = ep_enter,
+                               .place_inputs = ep_place_inputs,
+                               .output_dist = ep_output_dist,
+                               .exit = ep_exit};

@@ -80,12 +80,12 @@ static int shard_op(plan *p, plan_step *s, const module *m, const op *o, int wid
         /* across ranks: this rank's columns of the whole projection's weight */
         int n = o->group ? o->group : o->across_ranks ? o->features : width;
         int c0 = o->across_ranks ? p->values[s->in[0]].feat0 : 0;
-        s->norm_ref = (weight_ref){WEIGHT_F32, o->weight, 1, {n}, 0, c0, o->group ? 0 : width, 0, 0, PAR_REPLICATED, -1.0f};
+        s->norm_ref =
+            (weight_ref){WEIGHT_F32, o->weight, 1, {n}, 0, c0, o->group ? 0 : width, 0, 0, PAR_REPLICATED, -1.0f};
         return width;
     }
     case OP_MOE: return shard_moe(p, s, o->moe, m, err);
-    default: /* rope, silu_mul, add, scale, logit_rows keep their input's width */
-        return width;
+    default: return width; /* rope, silu_mul, add, scale, logit_rows keep their input's width */
     }
 }
 
@@ -95,8 +95,10 @@ static int shard_op(plan *p, plan_step *s, const module *m, const op *o, int wid
 static int norm_statistic(plan *p, const module *m, const op *o, int x, loom_err *err) {
     const plan_value xv = p->values[x];
     if (xv.replicated_heads)
-        return loom_errf(err, "%s: %s normalises a whole projection whose heads are replicated across %d ranks (fewer "
-                              "kv heads than ranks): each would count more than once", m->name, o->weight, p->o.tp);
+        return loom_errf(err,
+                         "%s: %s normalises a whole projection whose heads are replicated across %d ranks (fewer "
+                         "kv heads than ranks): each would count more than once",
+                         m->name, o->weight, p->o.tp);
     plan_step *s = plan_new_step(p, STEP_OP, o, m);
     if (!s) return -1;
     s->in[0] = x;
@@ -109,8 +111,10 @@ static int flatten_op(plan *p, const module *m, const op *o, int *map, loom_err 
     int in[4] = {0};
     for (int i = 0; i < o->n_in; i++)
         if ((in[i] = map[o->in[i]]) < 0)
-            return loom_errf(err, "pipeline stage %d: %s reads `%s`, which an earlier stage makes: only the hidden "
-                                  "state crosses a stage boundary", p->o.stage, m->name, m->value_names[o->in[i]]);
+            return loom_errf(err,
+                             "pipeline stage %d: %s reads `%s`, which an earlier stage makes: only the hidden "
+                             "state crosses a stage boundary",
+                             p->o.stage, m->name, m->value_names[o->in[i]]);
     if (o->kind == OP_CALL) return (map[o->out[0]] = flatten_call(p, m, o, in, err)) < 0 ? -1 : 0;
     if (o->kind == OP_SPLIT) return (map[o->out[0]] = flatten_split(p, m, o, in[0], err)) < 0 ? -1 : 0;
     if (p->region->place_inputs && p->region->place_inputs(p, m, o, in, err)) return -1;
@@ -121,11 +125,13 @@ static int flatten_op(plan *p, const module *m, const op *o, int *map, loom_err 
     bool same_width = o->kind == OP_ADD || o->kind == OP_SILU_MUL; /* elementwise over all inputs */
     for (int i = 1; i < o->n_in; i++)
         if (p->values[in[i]].rows != rows || (same_width && p->values[in[i]].width != v0->width))
-            return loom_errf(err, "%s: `%s` of values of different shapes on this rank", m->name, op_kind_name(o->kind));
+            return loom_errf(err, "%s: `%s` of values of different shapes on this rank", m->name,
+                             op_kind_name(o->kind));
     int d = op_output_dist(p, m, o, in, err);
     if (d < 0) return -1;
     if (o->kind == OP_LOGIT_ROWS && rows == ROWS_SHARD) { /* the SP zone ends: gather the wanted rows */
-        return (map[o->out[0]] = plan_collective(p, STEP_GATHER_LOGITS, o, m, in[0], v0->width, ROWS_LOGITS)) < 0 ? -1 : 0;
+        return (map[o->out[0]] = plan_collective(p, STEP_GATHER_LOGITS, o, m, in[0], v0->width, ROWS_LOGITS)) < 0 ? -1
+                                                                                                                  : 0;
     }
     int stat = o->kind == OP_RMS_NORM && o->across_ranks && d == DIST_SHARDED ? norm_statistic(p, m, o, in[0], err) : 0;
     if (stat < 0) return -1;
@@ -199,7 +205,8 @@ static int assign_buffers(plan *p) {
             if (b->last_use < s) b->last_use = s;
         }
     if (p->output >= 0) p->values[p->values[p->output].base].last_use = p->n_steps;
-    int *free_at = mem_array(p->n_steps, sizeof *free_at, "buffer liveness", &p->oom); /* per buffer: the step after which it is free */
+    int *free_at = mem_array(p->n_steps, sizeof *free_at, "buffer liveness",
+                             &p->oom); /* per buffer: the step after which it is free */
     p->buffer_width = mem_array(p->n_steps, sizeof *p->buffer_width, "the plan's buffers", &p->oom);
     p->buffer_rows = mem_array(p->n_steps, sizeof *p->buffer_rows, "the plan's buffers", &p->oom);
     if (!free_at || !p->buffer_width || !p->buffer_rows) {
@@ -267,11 +274,15 @@ static void note_inner_linears(plan *p, int gather) {
         int len = linear_part_name(&s->op->lin->parts[0], &start);
         char why[256];
         if (s->op->kind == OP_ATTENTION)
-            snprintf(why, sizeof why, "%.*s (inside attention) kept: it expands the latent cache, not the region "
-                                      "input", len, start);
+            snprintf(why, sizeof why,
+                     "%.*s (inside attention) kept: it expands the latent cache, not the region "
+                     "input",
+                     len, start);
         else
-            snprintf(why, sizeof why, "%.*s kept: its input %s is made inside the region from the gathered rows, so no "
-                                      "collective borders it", len, start, in);
+            snprintf(why, sizeof why,
+                     "%.*s kept: its input %s is made inside the region from the gathered rows, so no "
+                     "collective borders it",
+                     len, start, in);
         note_unfused(p, s, why);
     }
 }
@@ -292,9 +303,10 @@ static void fuse_async_tp(plan *p) {
         if (s->kind == STEP_GATHER_ROWS) {
             plan_step *c = sole_consumer(p, s->out);
             if (!fusable(c, PAR_COLUMN) || c->in[0] != s->out) {
-                note_unfused(p, s, c && c->op->kind == OP_LINEAR && c->op->lin->no_fuse
-                                       ? "kept: its linear is marked not fusable"
-                                       : "kept: the gathered input is not consumed by one column-parallel linear");
+                note_unfused(p, s,
+                             c && c->op->kind == OP_LINEAR && c->op->lin->no_fuse
+                                 ? "kept: its linear is marked not fusable"
+                                 : "kept: the gathered input is not consumed by one column-parallel linear");
                 continue;
             }
             c->kind = STEP_AG_MATMUL;
@@ -303,9 +315,10 @@ static void fuse_async_tp(plan *p) {
         } else {
             plan_step *prod = &p->steps[p->values[s->in[0]].def_step];
             if (!fusable(prod, PAR_ROW) || prod->out != s->in[0] || sole_consumer(p, prod->out) != s) {
-                note_unfused(p, s, prod->kind == STEP_OP && prod->op->kind == OP_LINEAR && prod->op->lin->no_fuse
-                                       ? "kept: its linear is marked not fusable"
-                                       : "kept: the region does not return a row-parallel linear's output unmodified");
+                note_unfused(p, s,
+                             prod->kind == STEP_OP && prod->op->kind == OP_LINEAR && prod->op->lin->no_fuse
+                                 ? "kept: its linear is marked not fusable"
+                                 : "kept: the region does not return a row-parallel linear's output unmodified");
                 continue;
             }
             prod->kind = STEP_MATMUL_RS;

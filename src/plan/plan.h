@@ -47,12 +47,12 @@ typedef enum step_kind {
 } step_kind;
 
 typedef struct plan_value {
-    int width;     /* columns this rank holds */
-    int base;      /* value whose buffer holds it (itself unless a view) */
-    int col;       /* first column inside the base's rows */
+    int width; /* columns this rank holds */
+    int base;  /* value whose buffer holds it (itself unless a view) */
+    int col;   /* first column inside the base's rows */
     row_kind rows;
     dist dist;
-    int feat0;     /* first of the model's features this rank's columns hold (sharded values) */
+    int feat0;             /* first of the model's features this rank's columns hold (sharded values) */
     bool replicated_heads; /* its heads are copies held by several ranks (kv heads < tp) */
     const op *producer;
     int def_step, last_use; /* step indices, for buffer assignment */
@@ -82,29 +82,29 @@ typedef struct weight_ref {
 
 typedef struct plan_step {
     step_kind kind;
-    const op *op;      /* STEP_OP, and the op a collective completes */
-    const module *mod; /* owning module, for messages and the plan printer */
+    const op *op;         /* STEP_OP, and the op a collective completes */
+    const module *mod;    /* owning module, for messages and the plan printer */
     int n_in, in[4], out; /* out: -1 for a send */
-    bool sum_squares;  /* OP_RMS_NORM across ranks: this step makes the row statistic */
-    int layer;         /* the decoder layer (0: the stage's first) it belongs to; -1: none */
+    bool sum_squares;     /* OP_RMS_NORM across ranks: this step makes the row statistic */
+    int layer;            /* the decoder layer (0: the stage's first) it belongs to; -1: none */
     /* what this rank reads: each part's weight and bias, a row-parallel bias every rank holds,
      * a norm's weight, the routing bias; the experts' slices start at expert_r0 (expert_slices) */
     weight_ref weight[LIN_MAX_PARTS], bias_ref[LIN_MAX_PARTS], row_bias_ref, norm_ref, route_bias_ref;
     int expert_r0;
     /* resolved by the binder (w[1] of latent attention: kv_b_proj's f32 transpose), and the
      * parameters of this rank */
-    wmat w[LIN_MAX_PARTS];  /* MLA attention: kv_b_proj, then its f32 transpose */
+    wmat w[LIN_MAX_PARTS];            /* MLA attention: kv_b_proj, then its f32 transpose */
     const float *bias[LIN_MAX_PARTS]; /* collectives: bias added to the completed sum */
-    int col[LIN_MAX_PARTS]; /* output column of each part */
-    int feat0[LIN_MAX_PARTS]; /* first output feature of each part this rank holds */
-    bool replicated[LIN_MAX_PARTS]; /* the part's heads are replicated across ranks */
-    wmat *experts;          /* OP_MOE: gate, up, down of each expert (this rank's share) */
-    const float *route_bias; /* OP_MOE: e_score_correction_bias (NULL: none) */
-    int expert_inter;       /* OP_MOE: features of each expert this rank holds */
-    int expert0, n_experts; /* OP_MOE: the experts this rank holds (all of them but under EP) */
+    int col[LIN_MAX_PARTS];           /* output column of each part */
+    int feat0[LIN_MAX_PARTS];         /* first output feature of each part this rank holds */
+    bool replicated[LIN_MAX_PARTS];   /* the part's heads are replicated across ranks */
+    wmat *experts;                    /* OP_MOE: gate, up, down of each expert (this rank's share) */
+    const float *route_bias;          /* OP_MOE: e_score_correction_bias (NULL: none) */
+    int expert_inter;                 /* OP_MOE: features of each expert this rank holds */
+    int expert0, n_experts;           /* OP_MOE: the experts this rank holds (all of them but under EP) */
     const float *norm_w;
-    int vocab0;             /* first vocabulary row this rank holds (embedding) */
-    attn_shape attn;        /* this rank's heads */
+    int vocab0;      /* first vocabulary row this rank holds (embedding) */
+    attn_shape attn; /* this rank's heads */
 } plan_step;
 
 /* A child of a decoder layer that reduces across ranks, under sequence parallelism, or that
@@ -113,11 +113,11 @@ typedef struct region_kind region_kind; /* plan_impl.h */
 
 typedef struct plan_region {
     const module *mod;
-    bool verified; /* false: an opaque op touched a partial sum */
-    bool ep;       /* its experts are expert-parallel: rows dispatched and combined inside */
+    bool verified;         /* false: an opaque op touched a partial sum */
+    bool ep;               /* its experts are expert-parallel: rows dispatched and combined inside */
     step_kind entry, exit; /* the collective at each end (STEP_OP: none) */
-    int gathers;   /* under EP: all-gathers of its input for what stays tensor-parallel (shared experts) */
-    int completes; /* under EP: reduce-scatters completing those partial sums before the routed output joins */
+    int gathers;           /* under EP: all-gathers of its input for what stays tensor-parallel (shared experts) */
+    int completes;         /* under EP: reduce-scatters completing those partial sums before the routed output joins */
 } plan_region;
 
 typedef struct plan_options {
@@ -125,10 +125,10 @@ typedef struct plan_options {
     /* pipeline parallelism (pp 0 or 1: one stage): this rank's stage runs decoder layers
      * [layer0, layer1), with the embedding if it is the first and the LM head if the last */
     int pp, stage, layer0, layer1;
-    bool sp;       /* --enable-sequence-parallel */
-    bool async_tp; /* --enable-async-tp (implies sp) */
-    bool ep;       /* --enable-expert-parallel: each rank holds whole experts (ep.c) */
-    quant_scheme quant; /* what linears are quantized to at load (--quantization) */
+    bool sp;                        /* --enable-sequence-parallel */
+    bool async_tp;                  /* --enable-async-tp (implies sp) */
+    bool ep;                        /* --enable-expert-parallel: each rank holds whole experts (ep.c) */
+    quant_scheme quant;             /* what linears are quantized to at load (--quantization) */
     const quant_config *checkpoint; /* how the checkpoint stores quantized linears (NULL: float) */
 } plan_options;
 
@@ -141,9 +141,9 @@ typedef struct plan {
     plan_value *values;
     int n_values;
     size_t cap_values;
-    int output;   /* logits value (-1: a stage before the last, which sends its output) */
-    int kv_width; /* this rank's K (and V) columns per layer */
-    bool kv_latent; /* the cache holds one latent row per token (MLA), not K and V */
+    int output;                    /* logits value (-1: a stage before the last, which sends its output) */
+    int kv_width;                  /* this rank's K (and V) columns per layer */
+    bool kv_latent;                /* the cache holds one latent row per token (MLA), not K and V */
     int *vocab_col0, *vocab_width; /* [tp]: each rank's vocabulary shard */
     int n_buffers;
     size_t *buffer_width; /* floats per row of each buffer */
@@ -155,7 +155,7 @@ typedef struct plan {
     int n_regions;
     size_t cap_regions;
     const region_kind *region; /* the kind of region being flattened (region_plain: none) */
-    struct {             /* the expert-parallel region being flattened (call NULL: none) */
+    struct {                   /* the expert-parallel region being flattened (call NULL: none) */
         const op *call;
         const module *parent;
         int shard_in, tokens_in; /* its input as this rank's token rows, and as every token's (-1: not yet) */
@@ -169,7 +169,7 @@ typedef struct plan {
     char **unfused;
     int n_unfused;
     size_t cap_unfused;
-    loom_err oom; /* the first allocation that failed while planning */
+    loom_err oom;         /* the first allocation that failed while planning */
     int layers, n_layers; /* decoder layers flattened so far; this stage's */
 } plan;
 

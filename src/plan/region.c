@@ -38,8 +38,8 @@ static int moe_reduction_exit(plan *p, const module *m, const op *call, int out,
     return plan_collective(p, STEP_ALL_REDUCE, call, m, out, v.width, v.rows);
 }
 
-const region_kind region_moe_reduction = {.name = "experts' reduction", .is_region = moe_reduction_is_region,
-                                          .exit = moe_reduction_exit};
+const region_kind region_moe_reduction = {
+    .name = "experts' reduction", .is_region = moe_reduction_is_region, .exit = moe_reduction_exit};
 
 const region_kind *region_of(const plan *p, const module *parent, const module *child) {
     static const region_kind *const kinds[] = {&region_ep, &region_moe_reduction, &region_sp};

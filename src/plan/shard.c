@@ -38,12 +38,12 @@ static int shard_rows(const plan *p, const linear_part *pt, const module *m, int
             *replicated = true;
             return 0;
         }
-        return loom_errf(err, "%s: %s has %d heads, which cannot be split across %d ranks", m->name, pt->weight,
-                         heads, tp);
+        return loom_errf(err, "%s: %s has %d heads, which cannot be split across %d ranks", m->name, pt->weight, heads,
+                         tp);
     }
     if (pt->out % tp)
-        return loom_errf(err, "%s: %s has %d output features, not divisible by %d ranks", m->name, pt->weight,
-                         pt->out, tp);
+        return loom_errf(err, "%s: %s has %d output features, not divisible by %d ranks", m->name, pt->weight, pt->out,
+                         tp);
     *nr = pt->out / tp;
     *r0 = rank * *nr;
     return 0;
@@ -98,13 +98,13 @@ int shard_linear(plan *p, plan_step *s, const linear_desc *l, int in_width, cons
             r0 = p->vocab_col0[p->o.rank];
             nr = p->vocab_width[p->o.rank];
             break;
-        case PAR_REPLICATED:
-            break;
+        case PAR_REPLICATED: break;
         }
         /* a part that is a row range of its tensor reads from row0 on */
         int rows = pt->tensor_rows ? pt->tensor_rows : pt->out;
-        s->weight[i] = (weight_ref){WEIGHT_LINEAR, pt->weight, 2, {rows, l->in}, l->in, pt->row0 + r0, nr, c0, nc,
-                                    l->style, linear_init(l->in)};
+        s->weight[i] =
+            (weight_ref){WEIGHT_LINEAR, pt->weight,        2, {rows, l->in}, l->in, pt->row0 + r0, nr, c0, nc,
+                         l->style,      linear_init(l->in)};
         if (check_split(p, &s->weight[i], err)) return loom_err_prefix(err, "%s", m->name);
         if (pt->bias[0]) {
             weight_ref b = {WEIGHT_F32, pt->bias, 1, {rows}, 0, pt->row0 + r0, nr, 0, 0, PAR_REPLICATED, 0.02f};
@@ -126,8 +126,8 @@ void expert_slices(const plan_step *s, int e, bool fused, char names[3][160], we
     int E = d->n_experts, I = d->inter, H = d->hidden, r0 = s->expert_r0, nr = s->expert_inter;
     if (d->stacked || fused) { /* gate rows, then up rows, of one [2I, H] matrix per expert */
         const char *gate = fused ? d->fused_gate_up : d->gate, *down = fused ? d->fused_down : d->down;
-        out[0] = (weight_ref){WEIGHT_LINEAR, gate, 3, {E, 2 * I, H}, H, e * 2 * I + r0, nr, 0, H, PAR_COLUMN,
-                              linear_init(H)};
+        out[0] = (weight_ref){WEIGHT_LINEAR, gate,          3, {E, 2 * I, H}, H, e * 2 * I + r0, nr, 0, H,
+                              PAR_COLUMN,    linear_init(H)};
         out[1] = out[0];
         out[1].r0 += I;
         out[2] = (weight_ref){WEIGHT_LINEAR, down, 3, {E, H, I}, I, e * H, H, r0, nr, PAR_ROW, linear_init(I)};
@@ -170,8 +170,9 @@ int shard_moe(plan *p, plan_step *s, const moe_desc *d, const module *m, loom_er
 int shard_embed(plan *p, plan_step *s, const linear_part *table, int hidden, const module *m, loom_err *err) {
     s->vocab0 = p->vocab_col0[p->o.rank];
     /* quantized like the LM head where that is (a tied head is then the same matrix) */
-    s->weight[0] = (weight_ref){WEIGHT_TABLE, table->weight, 2, {table->out, hidden}, hidden, s->vocab0,
-                                p->vocab_width[p->o.rank], 0, hidden, PAR_VOCAB, 1.0f};
+    s->weight[0] = (weight_ref){
+        WEIGHT_TABLE, table->weight, 2,   {table->out, hidden}, hidden, s->vocab0, p->vocab_width[p->o.rank], 0,
+        hidden,       PAR_VOCAB,     1.0f};
     if (check_split(p, &s->weight[0], err)) return loom_err_prefix(err, "%s", m->name);
     return hidden;
 }
@@ -188,7 +189,8 @@ int shard_vocab(plan *p, const module *tree, loom_err *err) {
     for (int r = 0; r < tp; r++) {
         p->vocab_col0[r] = r * per;
         p->vocab_width[r] = r + 1 < tp ? per : vocab - r * per;
-        if (p->vocab_width[r] <= 0) return loom_errf(err, "a vocabulary of %d cannot be split across %d ranks", vocab, tp);
+        if (p->vocab_width[r] <= 0)
+            return loom_errf(err, "a vocabulary of %d cannot be split across %d ranks", vocab, tp);
     }
     return 0;
 }

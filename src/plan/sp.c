@@ -40,21 +40,26 @@ static int sp_exit(plan *p, const module *m, const op *call, int out, loom_err *
     r->verified = !p->region_unverified;
     p->region_unverified = false;
     if (v.rows != ROWS_TOKENS || v.dist != DIST_PARTIAL)
-        return loom_errf(err, "%s: sequence parallelism does not support region %s: its output is not a partial sum "
-                              "of its reductions", m->name, call->child->name);
+        return loom_errf(err,
+                         "%s: sequence parallelism does not support region %s: its output is not a partial sum "
+                         "of its reductions",
+                         m->name, call->child->name);
     return plan_collective(p, STEP_REDUCE_SCATTER, call, m, out, v.width, ROWS_SHARD);
 }
 
-const region_kind region_sp = {.name = "sequence parallel", .is_region = sp_is_region, .enter = sp_enter,
-                               .exit = sp_exit};
+const region_kind region_sp = {
+    .name = "sequence parallel", .is_region = sp_is_region, .enter = sp_enter, .exit = sp_exit};
 
 void sp_check_outside(plan *p, const module *m, const op *o) {
     if (!p->o.sp) return;
     if (o->kind == OP_ATTENTION)
-        plan_warn(p, "%s: `attention` outside a region may mix tokens, which sequence parallelism shards there", m->name);
+        plan_warn(p, "%s: `attention` outside a region may mix tokens, which sequence parallelism shards there",
+                  m->name);
     if (o->kind == OP_CUSTOM && o->custom.cls == LOOM_OP_TOKEN_MIXING)
-        plan_warn(p, "%s: `%s` may mix tokens, which sequence parallelism shards outside regions; outputs may be "
-                     "incorrect", m->name, o->custom.name);
+        plan_warn(p,
+                  "%s: `%s` may mix tokens, which sequence parallelism shards outside regions; outputs may be "
+                  "incorrect",
+                  m->name, o->custom.name);
     if (o->kind == OP_CUSTOM && o->custom.cls == LOOM_OP_OPAQUE)
         plan_warn(p, "%s: could not verify `%s`: outside a region it sees only this rank's tokens", m->name,
                   o->custom.name);

@@ -34,8 +34,7 @@ static int parse_partition(const char *partition, int pp, int *count, loom_err *
         if (end == s || v < 0 || v > 1 << 20 || (*end && *end != ','))
             return loom_errf(err, "--pp-layer-partition '%s': '%.*s' is not a layer count", partition,
                              (int)strcspn(s, ","), s);
-        if (n == pp)
-            return loom_errf(err, "--pp-layer-partition '%s' names more stages than -pp %d", partition, pp);
+        if (n == pp) return loom_errf(err, "--pp-layer-partition '%s' names more stages than -pp %d", partition, pp);
         count[n++] = (int)v;
         if (!*end) break;
         s = end + 1;

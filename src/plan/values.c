@@ -20,8 +20,13 @@ const char *step_kind_name(step_kind k) { return step_names[k]; }
 int plan_new_value(plan *p, int width, const op *producer, row_kind rows, dist d) {
     if (ARRAY_RESERVE(p->values, p->cap_values, (size_t)p->n_values + 1, "the plan's values", &p->oom)) return -1;
     int id = p->n_values++;
-    p->values[id] = (plan_value){.width = width, .base = id, .rows = rows, .dist = d, .producer = producer,
-                                 .def_step = p->n_steps - 1, .last_use = p->n_steps - 1};
+    p->values[id] = (plan_value){.width = width,
+                                 .base = id,
+                                 .rows = rows,
+                                 .dist = d,
+                                 .producer = producer,
+                                 .def_step = p->n_steps - 1,
+                                 .last_use = p->n_steps - 1};
     return id;
 }
 
@@ -76,8 +81,7 @@ void plan_warn(plan *p, const char *fmt, ...) {
 }
 
 plan_region *plan_add_region(plan *p, const op *call, step_kind entry, step_kind exit) {
-    if (ARRAY_RESERVE(p->regions, p->cap_regions, (size_t)p->n_regions + 1, "the plan's regions", &p->oom))
-        return NULL;
+    if (ARRAY_RESERVE(p->regions, p->cap_regions, (size_t)p->n_regions + 1, "the plan's regions", &p->oom)) return NULL;
     plan_region *r = &p->regions[p->n_regions++];
     *r = (plan_region){.mod = call->child, .verified = true, .entry = entry, .exit = exit};
     return r;

@@ -23,9 +23,9 @@
 #include <string.h>
 
 #include "quant/checkpoint.h"
+#include "tensor/half.h"
 #include "util/alloc.h"
 #include "util/err.h"
-#include "tensor/half.h"
 
 /* Features packed into one int32 along the input (in_pack) and the output (out_pack). */
 static int in_pack(const quant_config *q) {
@@ -70,14 +70,20 @@ int quant_checkpoint_check(const quant_config *q, const char *name, int rows, in
         return loom_errf(err, "%s: quantization_config.group_size %d does not divide its %d input features", name,
                          q->group, cols);
     if (q->group && !q->act_order && (c0 % q->group || nc % q->group))
-        return loom_errf(err, "%s: a rank's share of the input features, [%d, %d) of %d, is not a whole number of "
-                              "quantization groups of %d", name, c0, c0 + nc, cols, q->group);
+        return loom_errf(err,
+                         "%s: a rank's share of the input features, [%d, %d) of %d, is not a whole number of "
+                         "quantization groups of %d",
+                         name, c0, c0 + nc, cols, q->group);
     if (c0 % ip || nc % ip)
-        return loom_errf(err, "%s: a rank's share of the input features, [%d, %d) of %d, splits the %d features "
-                              "packed in one int32", name, c0, c0 + nc, cols, ip);
+        return loom_errf(err,
+                         "%s: a rank's share of the input features, [%d, %d) of %d, splits the %d features "
+                         "packed in one int32",
+                         name, c0, c0 + nc, cols, ip);
     if (r0 % op || nr % op)
-        return loom_errf(err, "%s: a rank's share of the output features, [%d, %d) of %d, splits the %d features "
-                              "packed in one int32", name, r0, r0 + nr, rows, op);
+        return loom_errf(err,
+                         "%s: a rank's share of the output features, [%d, %d) of %d, splits the %d features "
+                         "packed in one int32",
+                         name, r0, r0 + nr, rows, op);
     return 0;
 }
 
@@ -119,7 +125,8 @@ static int need(weight_store *ws, const char *mod, const char *suffix, int dt, i
     const char *file = ws->dir;
     const st_tensor *t = *out = part(ws, mod, suffix, &file);
     if (!t) return optional ? 0 : loom_errf(err, "%s: missing tensor '%s.%s'", ws->dir, mod, suffix);
-    bool dt_ok = dt == ANY_FLOAT ? t->dtype == DT_F32 || t->dtype == DT_F16 || t->dtype == DT_BF16 : (int)t->dtype == dt;
+    bool dt_ok =
+        dt == ANY_FLOAT ? t->dtype == DT_F32 || t->dtype == DT_F16 || t->dtype == DT_BF16 : (int)t->dtype == dt;
     if (!dt_ok)
         return loom_errf(err, "%s: tensor '%s.%s' has dtype %s, expected %s", file, mod, suffix, dtype_name(t->dtype),
                          dt == ANY_FLOAT ? "F32, F16 or BF16" : dtype_name((enum dtype)dt));
@@ -174,8 +181,7 @@ static int ckpt_row(void *ctx, int r, uint8_t *codes, float *scale, float *zero,
     bool by_group_rows = q->format == QF_GPTQ || q->format == QF_AWQ; /* scales [groups, out] vs [out, groups] */
     for (int g = 0; g < k->groups; g++) {
         scale[g] = real(k->s, by_group_rows ? (size_t)g * rows + o : (size_t)o * k->groups + g);
-        if (!isfinite(scale[g]))
-            return loom_errf(err, "scale of output %d, group %d is not finite", o, g);
+        if (!isfinite(scale[g])) return loom_errf(err, "scale of output %d, group %d is not finite", o, g);
         if (!k->z) {
             zero[g] = (float)mid;
             continue;
@@ -261,8 +267,15 @@ int quant_checkpoint_get(weight_store *ws, const quant_config *q, const char *na
     }
     int32_t *group_of = gi ? read_g_idx(gi, mod, g_name, c0, nc, G, err) : NULL;
     if (gi && !group_of) return -1;
-    qsource src = {.bits = q->bits, .rows = nr, .cols = nc, .col0 = c0, .n_groups = G,
-                   .group_size = q->group ? q->group : cols, .group_of = group_of, .ctx = &k, .row = ckpt_row};
+    qsource src = {.bits = q->bits,
+                   .rows = nr,
+                   .cols = nc,
+                   .col0 = c0,
+                   .n_groups = G,
+                   .group_size = q->group ? q->group : cols,
+                   .group_of = group_of,
+                   .ctx = &k,
+                   .row = ckpt_row};
     k.r0 = r0;
     rc = qmat_build(ws, &src, out, err);
     free(group_of);

@@ -15,7 +15,8 @@
 int quant_scheme_parse(quant_scheme *s, const char *name, int group, bool head, loom_err *err) {
     *s = (quant_scheme){0};
     if (!name || !strcmp(name, "none")) {
-        if (group || head) return loom_errf(err, "%s needs --quantization", group ? "--quant-group-size" : "--quantize-lm-head");
+        if (group || head)
+            return loom_errf(err, "%s needs --quantization", group ? "--quant-group-size" : "--quantize-lm-head");
         return 0;
     }
     if (!strcmp(name, "int8")) *s = (quant_scheme){8, group, head};
@@ -40,7 +41,8 @@ typedef struct online_src {
 static int online_chunk(void *ctx, int r0, int n, loom_err *err) {
     online_src *o = ctx;
     o->buf_r0 = r0;
-    return weights_read_f32(o->ws, o->name, o->ndim, o->shape, o->cols, o->r0 + r0, n, 0, o->cols, o->init, o->buf, err);
+    return weights_read_f32(o->ws, o->name, o->ndim, o->shape, o->cols, o->r0 + r0, n, 0, o->cols, o->init, o->buf,
+                            err);
 }
 
 /* Codes for the whole row (every group's scale needs its whole group), then this shard's. */
@@ -75,16 +77,26 @@ static int online_row(void *ctx, int r, uint8_t *codes, float *scale, float *zer
     return 0;
 }
 
-int quant_online(weight_store *ws, const quant_scheme *s, const char *name, int ndim, const int *shape, int cols, int r0,
-                 int nr, int c0, int nc, float init, wmat *out, loom_err *err) {
+int quant_online(weight_store *ws, const quant_scheme *s, const char *name, int ndim, const int *shape, int cols,
+                 int r0, int nr, int c0, int nc, float init, wmat *out, loom_err *err) {
     int group = s->group ? s->group : cols;
     if (quant_check_split(s, name, cols, c0, nc, err)) return -1;
     if (qmat_find(ws, name, r0, nr, c0, nc, out)) return 0;
-    online_src o = {ws, name, ndim, shape, cols, r0, c0, nc, group, s->bits, init,
-                    mem_array((size_t)QCHUNK * cols, sizeof(float), "the rows being quantized", err), 0};
+    online_src o = {ws,      name, ndim,
+                    shape,   cols, r0,
+                    c0,      nc,   group,
+                    s->bits, init, mem_array((size_t)QCHUNK * cols, sizeof(float), "the rows being quantized", err),
+                    0};
     if (!o.buf) return loom_err_prefix(err, "%s", name);
-    qsource src = {.bits = s->bits, .rows = nr, .cols = nc, .col0 = c0, .n_groups = cols / group,
-                   .group_size = group, .ctx = &o, .chunk = online_chunk, .row = online_row};
+    qsource src = {.bits = s->bits,
+                   .rows = nr,
+                   .cols = nc,
+                   .col0 = c0,
+                   .n_groups = cols / group,
+                   .group_size = group,
+                   .ctx = &o,
+                   .chunk = online_chunk,
+                   .row = online_row};
     int rc = qmat_build(ws, &src, out, err);
     free(o.buf);
     if (rc) return rc;
@@ -97,7 +109,9 @@ int quant_check_split(const quant_scheme *s, const char *name, int cols, int c0,
         return loom_errf(err, "%s: %d input features are not a whole number of quantization groups of %d", name, cols,
                          s->group);
     if (c0 % s->group || nc % s->group)
-        return loom_errf(err, "%s: a rank's share of the input features, [%d, %d) of %d, is not a whole number of "
-                              "quantization groups of %d", name, c0, c0 + nc, cols, s->group);
+        return loom_errf(err,
+                         "%s: a rank's share of the input features, [%d, %d) of %d, is not a whole number of "
+                         "quantization groups of %d",
+                         name, c0, c0 + nc, cols, s->group);
     return 0;
 }

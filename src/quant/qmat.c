@@ -27,8 +27,7 @@ static void pack_row(const qlayout *q, const uint8_t *codes, uint8_t *dst) {
         return;
     }
     for (int b = 0; b < q->kp; b += QBLOCK)
-        for (int j = 0; j < QBLOCK / 2; j++)
-            dst[b / 2 + j] = (uint8_t)(codes[b + j] | codes[b + QBLOCK / 2 + j] << 4);
+        for (int j = 0; j < QBLOCK / 2; j++) dst[b / 2 + j] = (uint8_t)(codes[b + j] | codes[b + QBLOCK / 2 + j] << 4);
 }
 
 bool qmat_find(weight_store *ws, const char *name, int r0, int nr, int c0, int nc, wmat *out) {
@@ -58,7 +57,8 @@ int qmat_build(weight_store *ws, const qsource *src, wmat *out, loom_err *err) {
         int g = src->group_of ? src->group_of[c] : (src->col0 + c) / src->group_size;
         if (g < 0 || g >= src->n_groups) {
             free(keys);
-            return loom_errf(err, "column %d belongs to group %d, outside the %d groups", src->col0 + c, g, src->n_groups);
+            return loom_errf(err, "column %d belongs to group %d, outside the %d groups", src->col0 + c, g,
+                             src->n_groups);
         }
         keys[c] = (colkey){g, c};
     }

@@ -22,8 +22,8 @@ int quant_scheme_parse(quant_scheme *s, const char *name, int group, bool head, 
  * thread, to read rows [r0, r0+n); then `row` for each of them, from several threads. */
 typedef struct qsource {
     int bits, rows, cols, col0;
-    int n_groups;          /* the whole matrix's groups */
-    int group_size;        /* columns per group, when group_of is NULL */
+    int n_groups;            /* the whole matrix's groups */
+    int group_size;          /* columns per group, when group_of is NULL */
     const int32_t *group_of; /* [cols]: each shard column's group (act-order), or NULL */
     void *ctx;
     int (*chunk)(void *ctx, int r0, int n, loom_err *err);
@@ -41,8 +41,8 @@ int qmat_keep(weight_store *ws, const char *name, int r0, int nr, int c0, int nc
  * as [rows, cols]), quantized with scheme s at load (dummy stores generate the float values
  * first). Per-channel scales cover the whole row, so every tensor-parallel split holds pieces
  * of the same model. */
-int quant_online(weight_store *ws, const quant_scheme *s, const char *name, int ndim, const int *shape, int cols, int r0,
-                 int nr, int c0, int nc, float init, wmat *out, loom_err *err);
+int quant_online(weight_store *ws, const quant_scheme *s, const char *name, int ndim, const int *shape, int cols,
+                 int r0, int nr, int c0, int nc, float init, wmat *out, loom_err *err);
 /* Refuses a split of a matrix's cols input features to [c0, c0+nc) that cuts a group. */
 int quant_check_split(const quant_scheme *s, const char *name, int cols, int c0, int nc, loom_err *err);
 

@@ -21,7 +21,8 @@ static int read_weight(const plan *p, weight_store *ws, const weight_ref *r, wma
         quant_checkpoint_has(ws, cq, r->name))
         return quant_checkpoint_get(ws, cq, r->name, r->shape[0], r->cols, r->r0, r->nr, r->c0, r->nc, out, err);
     quant_scheme q = shard_scheme(p, r->style);
-    if (q.bits) return quant_online(ws, &q, r->name, r->ndim, r->shape, r->cols, r->r0, r->nr, r->c0, r->nc, r->init, out, err);
+    if (q.bits)
+        return quant_online(ws, &q, r->name, r->ndim, r->shape, r->cols, r->r0, r->nr, r->c0, r->nc, r->init, out, err);
     if (r->ndim == 2)
         return weights_get(ws, r->name, r->shape[0], r->cols, r->r0, r->nr, r->c0, r->nc, false, r->init, out, err);
     return weights_get_expert(ws, r->name, r->shape[0], r->r0 / r->shape[1], r->shape[1], r->cols, r->r0 % r->shape[1],
@@ -42,7 +43,8 @@ static int read_vector(weight_store *ws, const weight_ref *r, const float **out,
 static int bind_experts(const plan *p, plan_step *s, weight_store *ws, loom_err *err) {
     const moe_desc *d = s->op->moe;
     bool fused = d->fused_gate_up[0] && weights_has(ws, d->fused_gate_up);
-    s->experts = mem_zalloc(3 * (size_t)(s->n_experts ? s->n_experts : 1), sizeof *s->experts, "the experts' matrices", err);
+    s->experts =
+        mem_zalloc(3 * (size_t)(s->n_experts ? s->n_experts : 1), sizeof *s->experts, "the experts' matrices", err);
     if (!s->experts) return -1;
     for (int e = s->expert0; e < s->expert0 + s->n_experts; e++) {
         char names[3][160];

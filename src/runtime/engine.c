@@ -39,9 +39,17 @@ static void warn_unused(const loom_model *m, const plan *p) {
 
 plan_options engine_plan_options(const loom_model *m, const loom_engine_options *o, int tp, int rank, int pp, int stage,
                                  int layer0, int layer1) {
-    return (plan_options){.tp = tp, .rank = rank, .sp = o->sequence_parallel, .async_tp = o->async_tp,
-                          .ep = o->expert_parallel, .quant = m->ws.quant, .checkpoint = &m->cfg.quant, .pp = pp,
-                          .stage = stage, .layer0 = layer0, .layer1 = layer1};
+    return (plan_options){.tp = tp,
+                          .rank = rank,
+                          .sp = o->sequence_parallel,
+                          .async_tp = o->async_tp,
+                          .ep = o->expert_parallel,
+                          .quant = m->ws.quant,
+                          .checkpoint = &m->cfg.quant,
+                          .pp = pp,
+                          .stage = stage,
+                          .layer0 = layer0,
+                          .layer1 = layer1};
 }
 
 /* This rank's place in the pipeline: its stage's communicator and decoder layers. */
@@ -80,10 +88,10 @@ size_t loom_comm_slot_bytes(const loom_model *m, int tp, const loom_engine_optio
     plan_options po = engine_plan_options(m, o, tp, 0, 1, 0, 0, 0);
     if (plan_build(&p, m->tree, &po, &err)) return 0;
     tokens = round_up(tokens, tp);
-    size_t need[3] = {(size_t)tokens * p.max_comm_cols[ROWS_TOKENS],
-                      (size_t)tokens / tp * p.max_comm_cols[ROWS_SHARD],
+    size_t need[3] = {(size_t)tokens * p.max_comm_cols[ROWS_TOKENS], (size_t)tokens / tp * p.max_comm_cols[ROWS_SHARD],
                       (size_t)logits * (p.max_comm_cols[ROWS_LOGITS] > p.max_comm_cols[ROWS_SHARD]
-                                            ? p.max_comm_cols[ROWS_LOGITS] : p.max_comm_cols[ROWS_SHARD])};
+                                            ? p.max_comm_cols[ROWS_LOGITS]
+                                            : p.max_comm_cols[ROWS_SHARD])};
     plan_free(&p);
     size_t most = need[0] > need[1] ? need[0] : need[1];
     most = most > need[2] ? most : need[2];
@@ -120,14 +128,17 @@ static int size_context(loom_engine *e, const loom_engine_options *o, loom_err *
     if (o->max_ctx > max_pos)
         return loom_errf(err, "max context %d exceeds the model's max_position_embeddings %d", o->max_ctx, max_pos);
     if (o->max_ctx > 0 && (size_t)o->max_ctx > fits)
-        return loom_errf(err, "a context of %d for %d sequences needs %.2f GiB of KV cache on each rank (%zu bytes per "
-                              "token), over its budget of %.2f GiB: shorten the context (--max-model-len), run fewer "
-                              "sequences (--max-num-seqs) or raise the budget (--kv-cache-memory-bytes)",
+        return loom_errf(err,
+                         "a context of %d for %d sequences needs %.2f GiB of KV cache on each rank (%zu bytes per "
+                         "token), over its budget of %.2f GiB: shorten the context (--max-model-len), run fewer "
+                         "sequences (--max-num-seqs) or raise the budget (--kv-cache-memory-bytes)",
                          o->max_ctx, e->max_seqs, (double)o->max_ctx * e->max_seqs * per / (1 << 30), per,
                          (double)budget / (1 << 30));
     if (!o->max_ctx && !fits)
-        return loom_errf(err, "%d sequences do not fit one token each in the KV budget of %zu bytes on each rank (%zu "
-                              "bytes per token): raise --kv-cache-memory-bytes", e->max_seqs, budget, per);
+        return loom_errf(err,
+                         "%d sequences do not fit one token each in the KV budget of %zu bytes on each rank (%zu "
+                         "bytes per token): raise --kv-cache-memory-bytes",
+                         e->max_seqs, budget, per);
     e->max_ctx = o->max_ctx > 0 ? o->max_ctx : fits < (size_t)max_pos ? (int)fits : max_pos;
     return 0;
 }
@@ -226,7 +237,8 @@ static int check_batch(const loom_engine *e, const loom_batch *b, loom_err *err)
         int s = b->seq[i];
         if (b->ids[i] < 0 || b->ids[i] >= e->model->cfg.vocab)
             return loom_errf(err, "token %d: id %d outside the vocabulary (%d)", i, b->ids[i], e->model->cfg.vocab);
-        if (s < 0 || s >= e->max_seqs) return loom_errf(err, "token %d: sequence %d (engine holds %d)", i, s, e->max_seqs);
+        if (s < 0 || s >= e->max_seqs)
+            return loom_errf(err, "token %d: sequence %d (engine holds %d)", i, s, e->max_seqs);
         if (b->pos[i] < 0 || b->pos[i] >= e->max_ctx)
             return loom_errf(err, "token %d: position %d beyond the context of %d", i, b->pos[i], e->max_ctx);
         bool starts_run = i == 0 || b->seq[i - 1] != s;

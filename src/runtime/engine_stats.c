@@ -25,7 +25,7 @@ static size_t decode_bytes(const loom_engine *e) {
         const plan_step *s = &p->steps[i];
         if (s->op->kind == OP_LINEAR)
             for (int j = 0; j < s->op->lin->n_parts; j++) bytes += (double)wmat_bytes(&s->w[j]);
-        if (s->op->kind == OP_MOE && s->experts) /* a token reads top_k of the experts */
+        if (s->op->kind == OP_MOE && s->experts)       /* a token reads top_k of the experts */
             for (int j = 0; j < 3 * s->n_experts; j++) /* this rank's: all, or its share under EP */
                 bytes += (double)wmat_bytes(&s->experts[j]) * s->op->moe->top_k / s->op->moe->n_experts;
     }
@@ -35,13 +35,21 @@ static size_t decode_bytes(const loom_engine *e) {
 void loom_engine_get_stats(const loom_engine *e, loom_engine_stats *st) {
     const executor *x = &e->x;
     *st = (loom_engine_stats){
-        .rank = x->world->rank, .ranks = x->world->size, .stage = x->stage, .stages = e->pl.pp,
-        .max_seqs = e->max_seqs, .max_ctx = e->max_ctx, .max_tokens = e->max_tokens,
-        .activation_bytes = x->activation_bytes, .kv_bytes = x->kv_bytes,
-        .kv_bytes_per_token = engine_kv_bytes_per_token(e), .decode_bytes = decode_bytes(e),
+        .rank = x->world->rank,
+        .ranks = x->world->size,
+        .stage = x->stage,
+        .stages = e->pl.pp,
+        .max_seqs = e->max_seqs,
+        .max_ctx = e->max_ctx,
+        .max_tokens = e->max_tokens,
+        .activation_bytes = x->activation_bytes,
+        .kv_bytes = x->kv_bytes,
+        .kv_bytes_per_token = engine_kv_bytes_per_token(e),
+        .decode_bytes = decode_bytes(e),
         .blocked_seconds = x->comm->blocked_s + (x->world != x->comm ? x->world->blocked_s : 0),
         .pipeline_idle = pipeline_idle(&e->pl, &x->st),
-        .expert_seconds = x->st.experts.seconds, .expert_gflop = x->st.experts.flop / 1e9,
+        .expert_seconds = x->st.experts.seconds,
+        .expert_gflop = x->st.experts.flop / 1e9,
         .expert_pairs = x->st.experts.pairs,
     };
 }

@@ -61,7 +61,8 @@ int executor_init(executor *x, const float *inv_freq, int half, float rope_facto
     x->cur = &x->plans[0];
     for (int i = 0; i < x->n_plans; i++)
         if (alloc_buffers(x, &x->plans[i], err)) return -1;
-    x->kv = mem_zalloc(x->layer1, sizeof *x->kv, "the KV cache's layers", err); /* indexed by layer; this stage's are allocated */
+    x->kv = mem_zalloc(x->layer1, sizeof *x->kv, "the KV cache's layers",
+                       err); /* indexed by layer; this stage's are allocated */
     if (!x->kv) return -1;
     size_t kv_width = (size_t)p->kv_width; /* the same in both plans */
     size_t per = (size_t)x->max_seqs * x->max_ctx * kv_width * sizeof(float);
@@ -147,9 +148,9 @@ typedef struct fused_gemm {
     const plan_step *s;
     const float *in; /* matmul-reduce-scatter: the whole input */
     size_t ldi, ldo;
-    float *out;      /* all-gather-matmul: the whole output */
-    int tokens;      /* real rows of the pass: the kernel is chosen by it, blocks past it skipped */
-    int chunk;       /* rows per GEMM */
+    float *out; /* all-gather-matmul: the whole output */
+    int tokens; /* real rows of the pass: the kernel is chosen by it, blocks past it skipped */
+    int chunk;  /* rows per GEMM */
 } fused_gemm;
 
 static void gather_gemm(void *ctx, const float *x, size_t ldx, int row0, int rows) {
@@ -177,9 +178,10 @@ static int run_fused(executor *x, const plan_step *s, const loom_batch *b, loom_
     fused_gemm g = {s, in, ldi, ldo, out, b->n_tokens, comm_chunk_rows(x->comm, shard)};
     loom_comm_set_phase(x->comm, "%s in %s", step_kind_name(s->kind), s->mod->name);
     double t0 = omp_get_wtime();
-    int rc = s->kind == STEP_AG_MATMUL
-                 ? comm_all_gather_matmul(x->comm, in, ldi, shard, x->cur->p.values[s->in[0]].width, gather_gemm, &g, err)
-                 : comm_matmul_reduce_scatter(x->comm, shard, ov->width, partial_gemm, &g, out, ldo, err);
+    int rc =
+        s->kind == STEP_AG_MATMUL
+            ? comm_all_gather_matmul(x->comm, in, ldi, shard, x->cur->p.values[s->in[0]].width, gather_gemm, &g, err)
+            : comm_matmul_reduce_scatter(x->comm, shard, ov->width, partial_gemm, &g, out, ldo, err);
     if (!rc && s->kind == STEP_MATMUL_RS && s->bias[0]) add_rows(out, ldo, s->bias[0], 0, out, ldo, shard, ov->width);
     x->st.comm_seconds += omp_get_wtime() - t0;
     return rc;
@@ -188,10 +190,18 @@ static int run_fused(executor *x, const plan_step *s, const loom_batch *b, loom_
 /* The shape the kernels run step s's experts with (all of them, for routing). */
 static moe_shape moe_shape_of(const plan_step *s) {
     const moe_desc *d = s->op->moe;
-    return (moe_shape){.hidden = d->hidden, .inter = s->expert_inter, .n_experts = d->n_experts, .top_k = d->top_k,
-                       .softmax_of_topk = d->routing == ROUTE_TOPK_SOFTMAX, .norm_topk = d->norm_topk,
-                       .sigmoid = d->sigmoid, .n_group = d->n_group, .topk_group = d->topk_group,
-                       .group_top2_sum = d->group_top2_sum, .bias = s->route_bias, .scale = d->scale};
+    return (moe_shape){.hidden = d->hidden,
+                       .inter = s->expert_inter,
+                       .n_experts = d->n_experts,
+                       .top_k = d->top_k,
+                       .softmax_of_topk = d->routing == ROUTE_TOPK_SOFTMAX,
+                       .norm_topk = d->norm_topk,
+                       .sigmoid = d->sigmoid,
+                       .n_group = d->n_group,
+                       .topk_group = d->topk_group,
+                       .group_top2_sum = d->group_top2_sum,
+                       .bias = s->route_bias,
+                       .scale = d->scale};
 }
 
 static void run_step(executor *x, const plan_step *s, const loom_batch *b) {
@@ -215,8 +225,8 @@ static void run_step(executor *x, const plan_step *s, const loom_batch *b) {
         for (int r0 = 0; r0 < rows; r0 += block) {
             int m = rows - r0 < block ? rows - r0 : block;
             for (int i = 0; i < o->lin->n_parts; i++)
-                linear_chunked(in0 + (size_t)r0 * ld0, ld0, m, comm_chunk_rows(x->comm, block), rows, &s->w[i], s->bias[i],
-                               out + (size_t)r0 * ldo + s->col[i], ldo);
+                linear_chunked(in0 + (size_t)r0 * ld0, ld0, m, comm_chunk_rows(x->comm, block), rows, &s->w[i],
+                               s->bias[i], out + (size_t)r0 * ldo + s->col[i], ldo);
         }
         break;
     }
@@ -243,8 +253,7 @@ static void run_step(executor *x, const plan_step *s, const loom_batch *b) {
         if (s->attn.mla.kv_lora)
             mla_attention(&s->attn, &x->kv[o->attn.layer], in0, ld0, in1, ld1, in2, ld2, s->w[1].data, out, ldo, rows,
                           b->pos, b->seq);
-        else
-            attention(&s->attn, &x->kv[o->attn.layer], in0, ld0, in1, ld1, in2, ld2, out, ldo, rows, b->pos, b->seq);
+        else attention(&s->attn, &x->kv[o->attn.layer], in0, ld0, in1, ld1, in2, ld2, out, ldo, rows, b->pos, b->seq);
         break;
     case OP_SILU_MUL: silu_mul(in0, ld0, in1, ld1, out, ldo, rows, w); break;
     case OP_ADD: add_rows(in0, ld0, in1, ld1, out, ldo, rows, w); break;
@@ -273,7 +282,7 @@ static int run_boundary(executor *x, const plan_step *s, const loom_batch *b, lo
     float *rows_at = value_at(x, v, &ld);
     int rows = value_rows(x, pv, b);
     loom_comm_set_phase(x->world, "stage %d: %s of %d rows %s stage %d", x->stage, send ? "send" : "recv", rows,
-                   send ? "to" : "from", x->stage + (send ? 1 : -1));
+                        send ? "to" : "from", x->stage + (send ? 1 : -1));
     double t0 = omp_get_wtime();
     int rc = send ? comm_send_rows(x->world, peer, rows_at, ld, rows, pv->width, err)
                   : comm_recv_rows(x->world, peer, rows_at, ld, rows, pv->width, err);

@@ -136,8 +136,7 @@ int ep_moe_step(expert_parallel *x, loom_comm *c, moe_scratch *scratch, const pl
     pack_dispatch(x, s, in, ldx, real, n);
     loom_comm_set_phase(c, "expert dispatch in %s", s->mod->name);
     double t0 = omp_get_wtime(), blocked0 = c->blocked_s;
-    if (comm_all_to_all_rows(c, x->send, W, x->send_rows, W, x->recv, W, x->max_rows, x->recv_rows, err))
-        return -1;
+    if (comm_all_to_all_rows(c, x->send, W, x->send_rows, W, x->recv, W, x->max_rows, x->recv_rows, err)) return -1;
     if (x->layer < x->n_layers) {
         x->name[x->layer] = s->mod->name;
         count_layer(x, c, d);
@@ -160,8 +159,7 @@ int ep_moe_step(expert_parallel *x, loom_comm *c, moe_scratch *scratch, const pl
     work->pairs += pairs;
     work->seconds += t2 - t1;
     loom_comm_set_phase(c, "expert combine in %s", s->mod->name);
-    if (comm_all_to_all_rows(c, x->sums, H, x->recv_rows, H, x->back, H, x->max_rows, x->send_rows, err))
-        return -1;
+    if (comm_all_to_all_rows(c, x->sums, H, x->recv_rows, H, x->back, H, x->max_rows, x->send_rows, err)) return -1;
     *comm_s += omp_get_wtime() - t2 + (t1 - t0);
     x->waited_s += c->blocked_s - blocked0;
     /* each token: its owners' sums in rank order (the first copied, as every reduction here) */

@@ -19,11 +19,11 @@ typedef struct expert_parallel {
     float *weight, *local_weight;
     float *send, *recv, *sums, *back; /* dispatched rows, received; experts' sums, and those come back */
     int *send_rows, *recv_rows, *start;
-    const char **name;   /* [n_layers]: each MoE module */
-    long *received;      /* [n_layers][ranks]: rows each rank received, since the profile reset */
-    double *bytes;       /* [n_layers]: bytes between ranks, both all-to-alls */
+    const char **name; /* [n_layers]: each MoE module */
+    long *received;    /* [n_layers][ranks]: rows each rank received, since the profile reset */
+    double *bytes;     /* [n_layers]: bytes between ranks, both all-to-alls */
     long passes;
-    double waited_s;     /* blocked in the all-to-alls (profile) */
+    double waited_s; /* blocked in the all-to-alls (profile) */
 } expert_parallel;
 
 /* Sized for p's expert-parallel steps over `ranks` ranks and passes of up to max_tokens; adds

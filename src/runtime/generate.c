@@ -23,8 +23,8 @@ static bool is_eos(const model_config *c, int32_t id) {
 
 /* Feeds tokens [0, n) of seq 0 starting at position `pos` in chunks of max_tokens; returns the
  * last token's logits. p and sq are max_tokens-long scratch (sq all zeros). */
-static int feed(loom_engine *e, const int32_t *ids, int n, int pos, int32_t *p, const int32_t *sq,
-                const float **logits, loom_err *err) {
+static int feed(loom_engine *e, const int32_t *ids, int n, int pos, int32_t *p, const int32_t *sq, const float **logits,
+                loom_err *err) {
     int rc = 0;
     for (int done = 0; done < n && !rc; done += e->max_tokens) {
         int k = n - done < e->max_tokens ? n - done : e->max_tokens;
@@ -36,9 +36,8 @@ static int feed(loom_engine *e, const int32_t *ids, int n, int pos, int32_t *p, 
     return rc;
 }
 
-int loom_generate(loom_engine *e, const int32_t *prompt, int n_prompt, int max_new,
-                  const loom_sampling *s, loom_token_cb cb, void *user, loom_gen_stats *stats,
-                  loom_err *err) {
+int loom_generate(loom_engine *e, const int32_t *prompt, int n_prompt, int max_new, const loom_sampling *s,
+                  loom_token_cb cb, void *user, loom_gen_stats *stats, loom_err *err) {
     const model_config *c = &e->model->cfg;
     *stats = (loom_gen_stats){.prompt_tokens = n_prompt};
     if (n_prompt <= 0) return loom_errf(err, "empty prompt: nothing to condition on (add BOS)");

@@ -47,8 +47,7 @@ static int run_rank(shm_arena *a, int rank, pid_t parent, loom_rank_fn fn, void 
 static void describe(int status, char *out, size_t cap) {
     if (WIFSIGNALED(status))
         snprintf(out, cap, "was killed by signal %d (%s)", WTERMSIG(status), strsignal(WTERMSIG(status)));
-    else
-        snprintf(out, cap, "exited with status %d", WEXITSTATUS(status));
+    else snprintf(out, cap, "exited with status %d", WEXITSTATUS(status));
 }
 
 /* n ranks in stages of stage_size. */

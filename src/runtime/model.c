@@ -14,8 +14,7 @@
 #include "util/alloc.h"
 #include "util/err.h"
 
-static enum weight_dtype parse_dtype(const char *want, const char *stored, bool dummy, loom_err *err,
-                                     int *rc) {
+static enum weight_dtype parse_dtype(const char *want, const char *stored, bool dummy, loom_err *err, int *rc) {
     *rc = 0;
     if (!want || !strcmp(want, "auto")) {
         /* dummy weights are made in the dtype the checkpoint would have been stored in */
@@ -50,7 +49,8 @@ static int open_sources(loom_model *m, const loom_model_options *o, loom_err *er
         snprintf(cfg_path, sizeof cfg_path, "%s/config.json", dir);
     } else {
         if (!o->dummy)
-            return loom_errf(err, "%s: a bare config file needs --load-format dummy (or give the model folder)", o->path);
+            return loom_errf(err, "%s: a bare config file needs --load-format dummy (or give the model folder)",
+                             o->path);
         snprintf(cfg_path, sizeof cfg_path, "%s", o->path);
         snprintf(dir, sizeof dir, "%s", o->path);
         char *slash = strrchr(dir, '/');
@@ -82,8 +82,10 @@ static int checkpoint_quantization(loom_model *m, bool dummy, loom_err *err) {
     quant_config *q = &m->cfg.quant;
     if (!q->format) return 0;
     if (m->ws.quant.bits)
-        return loom_errf(err, "%s: the checkpoint is already quantized (%s, %d-bit); --quantization applies to float "
-                              "checkpoints", m->source, quant_format_name(q->format), q->bits);
+        return loom_errf(err,
+                         "%s: the checkpoint is already quantized (%s, %d-bit); --quantization applies to float "
+                         "checkpoints",
+                         m->source, quant_format_name(q->format), q->bits);
     if (dummy) {
         m->ws.quant = (quant_scheme){q->bits, q->group, q->format == QF_GPTQ ? q->lm_head : false};
         q->format = QF_NONE;
@@ -121,18 +123,30 @@ void loom_model_get_info(const loom_model *m, loom_model_info *info) {
     size_t h = c->hidden, q = (size_t)c->n_heads * c->head_dim, kv = (size_t)c->n_kv_heads * c->head_dim;
     size_t per_layer = h * (q + 2 * kv) + q * h + 3 * h * c->intermediate + 2 * h;
     *info = (loom_model_info){
-        .arch = c->arch, .vocab = c->vocab, .hidden = c->hidden, .intermediate = c->intermediate, .n_layers = c->n_layers,
-        .n_heads = c->n_heads, .n_kv_heads = c->n_kv_heads, .head_dim = c->head_dim,
-        .max_pos = c->max_pos, .bos_id = c->bos_id, .eos_ids = c->eos_ids, .n_eos = c->n_eos,
+        .arch = c->arch,
+        .vocab = c->vocab,
+        .hidden = c->hidden,
+        .intermediate = c->intermediate,
+        .n_layers = c->n_layers,
+        .n_heads = c->n_heads,
+        .n_kv_heads = c->n_kv_heads,
+        .head_dim = c->head_dim,
+        .max_pos = c->max_pos,
+        .bos_id = c->bos_id,
+        .eos_ids = c->eos_ids,
+        .n_eos = c->n_eos,
         .n_params = (size_t)c->vocab * h * (c->tie_embeddings ? 1 : 2) + per_layer * c->n_layers + h,
-        .weight_bytes = m->ws.bytes_owned + m->ws.bytes_mapped_used, .source = m->source, .has_tokenizer = m->tok,
+        .weight_bytes = m->ws.bytes_owned + m->ws.bytes_mapped_used,
+        .source = m->source,
+        .has_tokenizer = m->tok,
     };
 }
 
 int loom_model_add_custom(loom_model *m, const char *path, bool at_input, const loom_custom_op *op, loom_err *err) {
     module *mod = module_find(m->tree, path);
     if (!mod) return loom_errf(err, "%s: no module '%s' in the model", m->source, path);
-    if (!op->name || !op->forward) return loom_errf(err, "custom op for '%s' needs a name and a forward function", path);
+    if (!op->name || !op->forward)
+        return loom_errf(err, "custom op for '%s' needs a name and a forward function", path);
     return module_add_custom(mod, at_input, op) ? module_check(mod, err) : 0;
 }
 

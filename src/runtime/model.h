@@ -1,9 +1,9 @@
 /* The loaded model: configuration, module tree, weight store, tokenizer. */
 #ifndef LOOM_RUNTIME_MODEL_H
 #define LOOM_RUNTIME_MODEL_H
+#include "graph/module.h"
 #include "model/config.h"
 #include "model/weights.h"
-#include "graph/module.h"
 #include "text/tokenizer.h"
 
 struct loom_model {

@@ -61,8 +61,13 @@ int pipeline_forward(pipeline *pl, executor *x, const loom_batch *b, float *logi
     for (int k = 0; k < m; k++) {
         int t = pl->mb_first[k], n = pl->mb_first[k + 1] - t, nl = 0;
         for (int i = 0; i < b->n_logits; i++)
-            if (b->logit_rows[i] >= t && b->logit_rows[i] < t + n) pl->mb_rows[nl] = b->logit_rows[i] - t, pl->mb_at[nl++] = i;
-        loom_batch mb = {.n_tokens = n, .ids = b->ids + t, .pos = b->pos + t, .seq = b->seq + t, .n_logits = nl,
+            if (b->logit_rows[i] >= t && b->logit_rows[i] < t + n)
+                pl->mb_rows[nl] = b->logit_rows[i] - t, pl->mb_at[nl++] = i;
+        loom_batch mb = {.n_tokens = n,
+                         .ids = b->ids + t,
+                         .pos = b->pos + t,
+                         .seq = b->seq + t,
+                         .n_logits = nl,
                          .logit_rows = pl->mb_rows};
         if (executor_run_pass(x, &mb, err)) return -1;
         if (last) executor_take_logits(x, &mb, logits, vocab, pl->mb_at);

@@ -6,9 +6,9 @@
 #include "runtime/executor.h"
 
 typedef struct pipeline {
-    int pp, stage;         /* stages, and this rank's */
-    int max_microbatches;  /* 0: the default split */
-    int *mb_first;         /* scratch: microbatch bounds, their logit rows and where those go */
+    int pp, stage;        /* stages, and this rank's */
+    int max_microbatches; /* 0: the default split */
+    int *mb_first;        /* scratch: microbatch bounds, their logit rows and where those go */
     int32_t *mb_rows, *mb_at;
     /* where this stage's time went (the bubble is the waiting; the hand-overs' waits are the
      * executor's wait_prev_s and wait_next_s) */

@@ -23,7 +23,8 @@ static void print_linear(FILE *f, const linear_desc *l) {
         whole += l->parts[j].whole;
     }
     fprintf(f, ", out");
-    for (int j = 0; j < l->n_parts; j++) fprintf(f, "%s%d%s", j ? "+" : " ", l->parts[j].out, l->parts[j].whole ? "*" : "");
+    for (int j = 0; j < l->n_parts; j++)
+        fprintf(f, "%s%d%s", j ? "+" : " ", l->parts[j].out, l->parts[j].whole ? "*" : "");
     if (whole) fputs(" (*: held whole by every rank)", f);
 }
 
@@ -38,8 +39,9 @@ static bool same_shape(const module *a, const module *b) {
 }
 
 static void print_repeats(FILE *f, int depth, int repeats) {
-    if (repeats) fprintf(f, "%*s... %d more decoder layer%s of the same shape\n", 2 * depth + 2, "", repeats,
-                         repeats > 1 ? "s" : "");
+    if (repeats)
+        fprintf(f, "%*s... %d more decoder layer%s of the same shape\n", 2 * depth + 2, "", repeats,
+                repeats > 1 ? "s" : "");
 }
 
 static void print_module(FILE *f, const module *m, int depth) {
@@ -79,16 +81,20 @@ static void print_module(FILE *f, const module *m, int depth) {
             const attn_desc *a = &o->attn;
             fprintf(f, "  latent cache of %d+%d per token (kv_c, k_pe) on every rank; ", a->kv_lora, a->rope);
             print_linear(f, o->lin);
-            fprintf(f, " inside: absorbed when a sequence decodes one token, expanded into K (%d+%d) and V (%d) "
-                       "for longer runs", a->nope, a->rope, a->v_dim);
+            fprintf(f,
+                    " inside: absorbed when a sequence decodes one token, expanded into K (%d+%d) and V (%d) "
+                    "for longer runs",
+                    a->nope, a->rope, a->v_dim);
         }
         if (o->kind == OP_ROPE && (o->rope.offset || o->rope.interleaved))
             fprintf(f, "  the rotary part of each head (from column %d)%s", o->rope.offset,
                     o->rope.interleaved ? ", interleaved pairs" : "");
         if (o->kind == OP_MOE) {
             const moe_desc *d = o->moe;
-            fprintf(f, "  %d experts of %d features, top %d (%s%s), each expert's gate/up column-parallel and down "
-                       "row-parallel", d->n_experts, d->inter, d->top_k,
+            fprintf(f,
+                    "  %d experts of %d features, top %d (%s%s), each expert's gate/up column-parallel and down "
+                    "row-parallel",
+                    d->n_experts, d->inter, d->top_k,
                     d->routing == ROUTE_TOPK_SOFTMAX ? "softmax over the chosen logits"
                     : d->sigmoid                     ? "sigmoid"
                                                      : "softmax",
@@ -111,14 +117,17 @@ static void print_module(FILE *f, const module *m, int depth) {
 static void print_latent_kv(FILE *f, const loom_model *m, const plan *p) {
     const mla_config *a = &m->cfg.mla;
     size_t layers = (size_t)(p->o.layer1 - p->o.layer0), latent = layers * p->kv_width * sizeof(float);
-    size_t full = layers * m->cfg.n_heads / p->o.tp *
-                  (a->qk_nope_head_dim + a->qk_rope_head_dim + a->v_head_dim) * sizeof(float);
-    fprintf(f, "KV cache per token on each rank: %zu bytes (latent kv_c %d + k_pe %d per layer) against %zu for full "
-               "per-head K and V: %.1fx smaller\n", latent, a->kv_lora_rank, a->qk_rope_head_dim, full,
-            (double)full / (double)latent);
+    size_t full =
+        layers * m->cfg.n_heads / p->o.tp * (a->qk_nope_head_dim + a->qk_rope_head_dim + a->v_head_dim) * sizeof(float);
+    fprintf(f,
+            "KV cache per token on each rank: %zu bytes (latent kv_c %d + k_pe %d per layer) against %zu for full "
+            "per-head K and V: %.1fx smaller\n",
+            latent, a->kv_lora_rank, a->qk_rope_head_dim, full, (double)full / (double)latent);
     size_t budget = LOOM_KV_CACHE_BYTES_DEFAULT;
-    fprintf(f, "KV budget of 4 GiB per rank (the default): %zu positions of one sequence, against %zu with full K and "
-               "V (the model's maximum: %d)\n", budget / latent, budget / full, m->cfg.max_pos);
+    fprintf(f,
+            "KV budget of 4 GiB per rank (the default): %zu positions of one sequence, against %zu with full K and "
+            "V (the model's maximum: %d)\n",
+            budget / latent, budget / full, m->cfg.max_pos);
 }
 
 /* An expert-parallel region: where its rows come from, the dispatch and combine, what stays
@@ -133,34 +142,42 @@ static void print_ep_region(FILE *f, const plan *p, const plan_region *r) {
     fprintf(f, "  region %-28s expert parallel: %s\n", r->mod->name,
             r->entry == STEP_SLICE_ROWS ? "its rows sliced from every token's (no communication)"
                                         : "this rank's token shard in directly, no all-gather");
-    fprintf(f, "    route: this rank's rows; dispatch: all_to_all, one row per (token, owning rank), [rows, %d + 2 x %d] "
-               "(hidden state, local experts, weights); rank 0 holds experts %d..%d of %d\n", d->hidden, d->top_k,
-            s->expert0, s->expert0 + s->n_experts - 1, d->n_experts);
+    fprintf(f,
+            "    route: this rank's rows; dispatch: all_to_all, one row per (token, owning rank), [rows, %d + 2 x %d] "
+            "(hidden state, local experts, weights); rank 0 holds experts %d..%d of %d\n",
+            d->hidden, d->top_k, s->expert0, s->expert0 + s->n_experts - 1, d->n_experts);
     fprintf(f, "    combine: all_to_all back, one sum per row of its experts there (increasing index); each token adds "
                "its owners' sums in rank order: output complete\n");
     if (r->gathers || r->completes)
-        fprintf(f, "    tensor-parallel beside them (shared experts): every token's rows (%s), then %d reduce_scatter "
-                   "completing their partial sum on this rank's rows before the routed output is added\n",
+        fprintf(f,
+                "    tensor-parallel beside them (shared experts): every token's rows (%s), then %d reduce_scatter "
+                "completing their partial sum on this rank's rows before the routed output is added\n",
                 r->gathers ? "an all_gather of the region input" : "the region input as it is", r->completes);
-    fprintf(f, "    exit: %s; verified (a complete value: a norm or a residual add may follow it, a second reduction is "
-               "refused)\n", r->exit == STEP_OP               ? "none, this rank's complete rows are its residual shard"
-                          : r->exit == STEP_GATHER_ROWS      ? "all_gather of every rank's complete rows (plain TP's residual)"
-                          : r->exit == STEP_SLICE_ROWS       ? "slice of this rank's rows"
-                                                             : step_kind_name(r->exit));
+    fprintf(f,
+            "    exit: %s; verified (a complete value: a norm or a residual add may follow it, a second reduction is "
+            "refused)\n",
+            r->exit == STEP_OP            ? "none, this rank's complete rows are its residual shard"
+            : r->exit == STEP_GATHER_ROWS ? "all_gather of every rank's complete rows (plain TP's residual)"
+            : r->exit == STEP_SLICE_ROWS  ? "slice of this rank's rows"
+                                          : step_kind_name(r->exit));
 }
 
 static void print_ep(FILE *f, const plan *p) {
     int n = 0;
     for (int i = 0; i < p->n_regions; i++) n += p->regions[i].ep;
-    fprintf(f, "\nexpert parallelism: %d ranks hold whole experts (contiguous, the first E %% %d ranks one more); "
-               "attention and dense layers stay tensor-parallel; %d expert-parallel regions\n", p->o.tp, p->o.tp, n);
+    fprintf(f,
+            "\nexpert parallelism: %d ranks hold whole experts (contiguous, the first E %% %d ranks one more); "
+            "attention and dense layers stay tensor-parallel; %d expert-parallel regions\n",
+            p->o.tp, p->o.tp, n);
     for (int i = 0; i < p->n_regions; i++)
         if (p->regions[i].ep) print_ep_region(f, p, &p->regions[i]);
 }
 
 static void print_sp(FILE *f, const plan *p) {
-    fprintf(f, "\nsequence parallelism: the residual stream holds T/%d tokens per rank between the embedding "
-               "and the LM head%s\n", p->o.tp, p->o.pp > 1 ? ", across the stage boundaries too (regions below: stage 0's)" : "");
+    fprintf(f,
+            "\nsequence parallelism: the residual stream holds T/%d tokens per rank between the embedding "
+            "and the LM head%s\n",
+            p->o.tp, p->o.pp > 1 ? ", across the stage boundaries too (regions below: stage 0's)" : "");
     int verified = 0;
     for (int i = 0; i < p->n_regions; i++) {
         const plan_region *r = &p->regions[i];
@@ -201,8 +218,8 @@ static void print_async(FILE *f, const plan *p) {
         const plan_step *s = &p->steps[i];
         if (s->kind != STEP_AG_MATMUL && s->kind != STEP_MATMUL_RS) continue;
         quantized += shard_scheme(p, s->op->lin->style).bits ||
-                     (p->o.checkpoint && quant_checkpoint_applies(p->o.checkpoint, s->op->lin->parts[0].weight,
-                                                                  s->op->lin->style));
+                     (p->o.checkpoint &&
+                      quant_checkpoint_applies(p->o.checkpoint, s->op->lin->parts[0].weight, s->op->lin->style));
     }
     fprintf(f, "\nasync TP: fused %d/%d region collectives (%d of them with quantized linears)\n", p->n_fused,
             p->n_region_collectives, quantized);
@@ -233,12 +250,15 @@ static void print_stages(FILE *f, const loom_model *m, const plan_options *po, c
     }
     for (int s = 0; s + 1 < pp; s++) {
         if (po->sp)
-            fprintf(f, "  stage %d -> %d: each tp rank r sends its own token shard, [T/%d, %d] (%zu bytes per token "
-                       "per rank pair), to tp rank r of stage %d; nothing is gathered\n",
+            fprintf(f,
+                    "  stage %d -> %d: each tp rank r sends its own token shard, [T/%d, %d] (%zu bytes per token "
+                    "per rank pair), to tp rank r of stage %d; nothing is gathered\n",
                     s, s + 1, tp, hidden, hidden * sizeof(float) / tp, s + 1);
         else
-            fprintf(f, "  stage %d -> %d: the complete hidden state, [T, %d] (%zu bytes per token), from each tp rank r "
-                       "to tp rank r of stage %d\n", s, s + 1, hidden, hidden * sizeof(float), s + 1);
+            fprintf(f,
+                    "  stage %d -> %d: the complete hidden state, [T, %d] (%zu bytes per token), from each tp rank r "
+                    "to tp rank r of stage %d\n",
+                    s, s + 1, hidden, hidden * sizeof(float), s + 1);
     }
     fprintf(f, "  logits: rank %d (stage %d) hands [rows, %d] to every rank\n", (pp - 1) * tp, pp - 1, m->cfg.vocab);
     fprintf(f, "  a pass of several sequences splits into microbatches that flow through the stages\n");
@@ -268,20 +288,25 @@ int loom_print_plan(loom_model *m, int tp, const loom_engine_options *o, FILE *f
     }
     const mla_config *a = &m->cfg.mla;
     if (a->kv_lora_rank)
-        fprintf(f, "model %s from %s: %d layers, hidden %d, %d heads of latent attention (q/k %d+%d, v %d, latent %d, "
-                   "%s %d), vocab %d\n", m->cfg.arch, m->source, m->cfg.n_layers, m->cfg.hidden, m->cfg.n_heads,
-                a->qk_nope_head_dim, a->qk_rope_head_dim, a->v_head_dim, a->kv_lora_rank,
-                a->q_lora_rank ? "q_lora" : "plain q_proj of", a->q_lora_rank ? a->q_lora_rank : m->cfg.hidden,
-                m->cfg.vocab);
+        fprintf(f,
+                "model %s from %s: %d layers, hidden %d, %d heads of latent attention (q/k %d+%d, v %d, latent %d, "
+                "%s %d), vocab %d\n",
+                m->cfg.arch, m->source, m->cfg.n_layers, m->cfg.hidden, m->cfg.n_heads, a->qk_nope_head_dim,
+                a->qk_rope_head_dim, a->v_head_dim, a->kv_lora_rank, a->q_lora_rank ? "q_lora" : "plain q_proj of",
+                a->q_lora_rank ? a->q_lora_rank : m->cfg.hidden, m->cfg.vocab);
     else
-        fprintf(f, "model %s from %s: %d layers, hidden %d, %d heads (%d kv) of %d, vocab %d\n", m->cfg.arch,
-                m->source, m->cfg.n_layers, m->cfg.hidden, m->cfg.n_heads, m->cfg.n_kv_heads, m->cfg.head_dim,
-                m->cfg.vocab);
+        fprintf(f, "model %s from %s: %d layers, hidden %d, %d heads (%d kv) of %d, vocab %d\n", m->cfg.arch, m->source,
+                m->cfg.n_layers, m->cfg.hidden, m->cfg.n_heads, m->cfg.n_kv_heads, m->cfg.head_dim, m->cfg.vocab);
     if (tp == 1 && pp == 1) fprintf(f, "parallelism: tp=1 (single rank)\n");
     else if (tp == 1) fprintf(f, "parallelism: %d pipeline stages of one rank\n", pp);
     else
-        fprintf(f, "parallelism: tensor parallel across %d ranks (column/row-parallel linears, vocab-parallel "
-                   "embedding and LM head)%s%s\n", tp, p.o.async_tp ? " + sequence parallel + async TP" : p.o.sp ? " + sequence parallel" : "",
+        fprintf(f,
+                "parallelism: tensor parallel across %d ranks (column/row-parallel linears, vocab-parallel "
+                "embedding and LM head)%s%s\n",
+                tp,
+                p.o.async_tp ? " + sequence parallel + async TP"
+                : p.o.sp     ? " + sequence parallel"
+                             : "",
                 p.o.ep ? " + expert parallel" : "");
     fprintf(f, "\nmodule tree:\n");
     print_module(f, m->tree, 1);

@@ -11,8 +11,7 @@ static int need_tokenizer(const loom_model *m, loom_err *err) {
     return m->tok ? 0 : loom_errf(err, "%s: no tokenizer loaded", m->source);
 }
 
-int loom_tokenize(const loom_model *m, const char *text, bool add_special, int32_t **ids, size_t *n,
-                  loom_err *err) {
+int loom_tokenize(const loom_model *m, const char *text, bool add_special, int32_t **ids, size_t *n, loom_err *err) {
     if (need_tokenizer(m, err)) return -1;
     return tokenizer_encode(m->tok, text, strlen(text), add_special, ids, n, err);
 }
@@ -27,7 +26,7 @@ char *loom_detokenize(const loom_model *m, const int32_t *ids, size_t n, bool sk
 struct loom_detokenizer {
     const tokenizer *tok;
     tok_decoder dec;
-    size_t cap;  /* the most one call writes (tokenizer_decode_cap) */
+    size_t cap;   /* the most one call writes (tokenizer_decode_cap) */
     char piece[]; /* cap + 1 */
 };
 

@@ -75,13 +75,17 @@ static int refuse_unsupported(const cJSON *root, req_kind kind, api_error *e) {
     double pres = 0, freq = 0, rep = 1;
     bool echo = false;
     if (get_int(root, "n", 1, 1 << 20, &n, e) || get_int(root, "best_of", 1, 1 << 20, &best_of, e) ||
-        get_number(root, "presence_penalty", -2, 2, &pres, e) || get_number(root, "frequency_penalty", -2, 2, &freq, e) ||
+        get_number(root, "presence_penalty", -2, 2, &pres, e) ||
+        get_number(root, "frequency_penalty", -2, 2, &freq, e) ||
         get_number(root, "repetition_penalty", 0, 1e6, &rep, e) || get_bool(root, "echo", &echo, e))
         return -1;
     if (n != 1) return api_fail(e, 400, "n", "'n' must be 1: loom returns one choice per request");
     if (best_of != 1) return api_fail(e, 400, "best_of", "'best_of' must be 1: loom returns one choice per request");
     if (pres != 0 || freq != 0 || rep != 1)
-        return api_fail(e, 400, pres != 0 ? "presence_penalty" : freq != 0 ? "frequency_penalty" : "repetition_penalty",
+        return api_fail(e, 400,
+                        pres != 0   ? "presence_penalty"
+                        : freq != 0 ? "frequency_penalty"
+                                    : "repetition_penalty",
                         "presence, frequency and repetition penalties are not supported");
     if (echo) return api_fail(e, 400, "echo", "'echo' is not supported");
     const cJSON *bias = field(root, "logit_bias");
@@ -137,7 +141,8 @@ static int parse_output(const cJSON *root, request *r, api_error *e) {
     const cJSON *so = field(root, "stream_options");
     if (so) {
         if (!cJSON_IsObject(so)) return api_fail(e, 400, "stream_options", "'stream_options' must be an object");
-        if (!r->stream) return api_fail(e, 400, "stream_options", "'stream_options' is only allowed with 'stream': true");
+        if (!r->stream)
+            return api_fail(e, 400, "stream_options", "'stream_options' is only allowed with 'stream': true");
         if (get_bool(so, "include_usage", &r->include_usage, e)) return -1;
     }
     long top = 0;
@@ -160,7 +165,8 @@ static int tokenize(server *srv, const char *text, bool add_special, request *r,
     size_t n;
     if (!srv->info.has_tokenizer)
         return api_fail(e, 400, "prompt", "the model has no tokenizer: give the prompt as token ids");
-    if (loom_tokenize(srv->m, text, add_special, &r->prompt, &n, &err)) return api_fail(e, 400, "prompt", "%s", err.msg);
+    if (loom_tokenize(srv->m, text, add_special, &r->prompt, &n, &err))
+        return api_fail(e, 400, "prompt", "%s", err.msg);
     r->n_prompt = (int)n;
     return 0;
 }
@@ -262,7 +268,8 @@ fail:
 /* Renders the chat template for a body with `messages` (chat completions, /tokenize). */
 static char *render_chat(server *srv, const cJSON *root, api_error *e) {
     if (!srv->tmpl.plain)
-        return api_fail(e, 400, "messages", "the model has no chat template; start the server with --chat-template FILE"),
+        return api_fail(e, 400, "messages",
+                        "the model has no chat template; start the server with --chat-template FILE"),
                NULL;
     cJSON *msgs = template_messages(field(root, "messages"), e);
     if (!msgs) return NULL;
@@ -318,12 +325,14 @@ static int fit_context(const server *srv, request *r, long max_tokens, api_error
     if (r->n_prompt >= srv->max_ctx)
         return api_fail(e, 400, "prompt",
                         "This model's maximum context length is %d tokens. However, your request has %d input tokens. "
-                        "Please reduce the length of the input.", srv->max_ctx, r->n_prompt);
+                        "Please reduce the length of the input.",
+                        srv->max_ctx, r->n_prompt);
     if (max_tokens > 0 && r->n_prompt + max_tokens > srv->max_ctx)
-        return api_fail(e, 400, "max_tokens",
-                        "This model's maximum context length is %d tokens. However, you requested %ld tokens (%d in "
-                        "the prompt, %ld for the completion). Please reduce the length of the prompt or the completion.",
-                        srv->max_ctx, r->n_prompt + max_tokens, r->n_prompt, max_tokens);
+        return api_fail(
+            e, 400, "max_tokens",
+            "This model's maximum context length is %d tokens. However, you requested %ld tokens (%d in "
+            "the prompt, %ld for the completion). Please reduce the length of the prompt or the completion.",
+            srv->max_ctx, r->n_prompt + max_tokens, r->n_prompt, max_tokens);
     r->max_tokens = max_tokens > 0 ? (int)max_tokens : srv->max_ctx - r->n_prompt;
     return 0;
 }
@@ -338,7 +347,8 @@ request *api_parse_generate(server *srv, req_kind kind, const char *body, size_t
         return NULL;
     }
     long max_tokens = kind == REQ_COMPLETION ? 16 : 0; /* OpenAI's defaults: 16; chat: what fits */
-    const char *max_key = kind == REQ_CHAT && field(root, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
+    const char *max_key =
+        kind == REQ_CHAT && field(root, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
     if (check_model(srv, root, e) || refuse_unsupported(root, kind, e) ||
         get_int(root, max_key, 1, 1 << 30, &max_tokens, e))
         goto fail;

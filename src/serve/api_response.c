@@ -39,7 +39,8 @@ static cJSON *chat_logprob(const char *text, float lp) {
     cJSON *o = cJSON_CreateObject(), *bytes = cJSON_CreateArray();
     cJSON_AddStringToObject(o, "token", text);
     cJSON_AddNumberToObject(o, "logprob", finite_logprob(lp));
-    for (const unsigned char *p = (const unsigned char *)text; *p; p++) cJSON_AddItemToArray(bytes, cJSON_CreateNumber(*p));
+    for (const unsigned char *p = (const unsigned char *)text; *p; p++)
+        cJSON_AddItemToArray(bytes, cJSON_CreateNumber(*p));
     cJSON_AddItemToObject(o, "bytes", bytes);
     return o;
 }
@@ -104,8 +105,8 @@ static cJSON *usage(const request *r) {
 static cJSON *envelope(const server *srv, const request *r, bool chunk) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "id", r->id);
-    cJSON_AddStringToObject(o, "object", r->kind == REQ_CHAT ? (chunk ? "chat.completion.chunk" : "chat.completion")
-                                                             : "text_completion");
+    cJSON_AddStringToObject(
+        o, "object", r->kind == REQ_CHAT ? (chunk ? "chat.completion.chunk" : "chat.completion") : "text_completion");
     cJSON_AddNumberToObject(o, "created", (double)r->created);
     cJSON_AddStringToObject(o, "model", srv->o->served_name);
     return o;

@@ -24,9 +24,9 @@
 #include "util/alloc.h"
 #include "util/err.h"
 
-#define POLL_S 0.2              /* how often a waiting thread checks its client is still there */
-#define STREAM_BLOCK 16384      /* bytes MHD asks a stream for at a time */
-#define IDLE_TIMEOUT_S 60       /* MHD closes a connection silent this long */
+#define POLL_S          0.2   /* how often a waiting thread checks its client is still there */
+#define STREAM_BLOCK    16384 /* bytes MHD asks a stream for at a time */
+#define IDLE_TIMEOUT_S  60    /* MHD closes a connection silent this long */
 #define MAX_CONNECTIONS 256
 
 struct http_front {
@@ -116,7 +116,8 @@ static bool wait_or_gone(server *srv, request *r, int fd) {
 
 /* Appends the event "data: TEXT\n\n"; false when out of memory. */
 static bool sse_text(stream *s, const char *text) {
-    if (!text || ARRAY_RESERVE(s->out, s->out_cap, s->out_len + strlen(text) + 9, "a stream's events", NULL)) return false;
+    if (!text || ARRAY_RESERVE(s->out, s->out_cap, s->out_len + strlen(text) + 9, "a stream's events", NULL))
+        return false;
     s->out_len += (size_t)sprintf(s->out + s->out_len, "data: %s\n\n", text);
     return true;
 }
@@ -246,8 +247,8 @@ static enum MHD_Result generate(server *srv, struct MHD_Connection *c, req_kind 
     if (r->stream) {
         pthread_mutex_unlock(&srv->lock);
         *s = (stream){.srv = srv, .c = c, .r = r, .fd = fd};
-        struct MHD_Response *res = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, STREAM_BLOCK, stream_read, s,
-                                                                     stream_done);
+        struct MHD_Response *res =
+            MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, STREAM_BLOCK, stream_read, s, stream_done);
         if (!res) {
             stream_done(s);
             return MHD_NO;
@@ -261,7 +262,8 @@ static enum MHD_Result generate(server *srv, struct MHD_Connection *c, req_kind 
     bool gone = false;
     while (r->state != REQ_FINISHED) gone |= wait_or_gone(srv, r, fd);
     char *body = gone ? NULL : r->error[0] ? NULL : api_response(srv, r);
-    if (!gone && !body) snprintf(e.msg, sizeof e.msg, "%s", r->error[0] ? r->error : "out of memory making the response");
+    if (!gone && !body)
+        snprintf(e.msg, sizeof e.msg, "%s", r->error[0] ? r->error : "out of memory making the response");
     request_unref(r);
     pthread_mutex_unlock(&srv->lock);
     if (gone) return MHD_NO; /* nobody to answer: close */
@@ -276,13 +278,17 @@ static const struct route {
     const char *path, *method;
     route_id id;
 } routes[] = {
-    {"/v1/completions", "POST", COMPLETIONS}, {"/v1/chat/completions", "POST", CHAT},
-    {"/tokenize", "POST", TOKENIZE},          {"/detokenize", "POST", DETOKENIZE},
-    {"/v1/models", "GET", MODELS},            {"/health", "GET", HEALTH},
+    {"/v1/completions", "POST", COMPLETIONS},
+    {"/v1/chat/completions", "POST", CHAT},
+    {"/tokenize", "POST", TOKENIZE},
+    {"/detokenize", "POST", DETOKENIZE},
+    {"/v1/models", "GET", MODELS},
+    {"/health", "GET", HEALTH},
     {"/metrics", "GET", METRICS},
 };
 
-static enum MHD_Result route(server *srv, struct MHD_Connection *c, const char *url, const char *method, const upload *u) {
+static enum MHD_Result route(server *srv, struct MHD_Connection *c, const char *url, const char *method,
+                             const upload *u) {
     const struct route *r = NULL;
     for (size_t i = 0; i < sizeof routes / sizeof *routes && !r; i++)
         if (!strcmp(url, routes[i].path)) r = &routes[i];
@@ -301,7 +307,9 @@ static enum MHD_Result route(server *srv, struct MHD_Connection *c, const char *
         pthread_mutex_lock(&srv->lock);
         bool up = !srv->draining && !srv->failed[0];
         pthread_mutex_unlock(&srv->lock);
-        if (!up) return fail(c, MHD_HTTP_SERVICE_UNAVAILABLE, "the server is %s", srv->failed[0] ? "failed" : "shutting down");
+        if (!up)
+            return fail(c, MHD_HTTP_SERVICE_UNAVAILABLE, "the server is %s",
+                        srv->failed[0] ? "failed" : "shutting down");
         out = mem_strdup("{\"status\":\"ok\"}", "the answer", NULL);
         break;
     }
@@ -329,7 +337,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
         if (cl && strtoull(cl, NULL, 10) > limit) {
             u->too_big = true;
-            return fail(c, MHD_HTTP_CONTENT_TOO_LARGE, "the request body (%s bytes) exceeds the limit of %zu bytes", cl, limit);
+            return fail(c, MHD_HTTP_CONTENT_TOO_LARGE, "the request body (%s bytes) exceeds the limit of %zu bytes", cl,
+                        limit);
         }
         return MHD_YES;
     }
@@ -378,10 +387,9 @@ http_front *http_start(server *srv, loom_err *err) {
     h->srv = srv;
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ITC |
                      (ai->ai_family == AF_INET6 ? MHD_USE_IPv6 : 0);
-    h->d = MHD_start_daemon(flags, (uint16_t)srv->o->port, NULL, NULL, on_request, h,
-                            MHD_OPTION_SOCK_ADDR, ai->ai_addr, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)IDLE_TIMEOUT_S,
-                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)MAX_CONNECTIONS, MHD_OPTION_NOTIFY_COMPLETED,
-                            on_completed, h, MHD_OPTION_END);
+    h->d = MHD_start_daemon(flags, (uint16_t)srv->o->port, NULL, NULL, on_request, h, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)IDLE_TIMEOUT_S, MHD_OPTION_CONNECTION_LIMIT,
+                            (unsigned)MAX_CONNECTIONS, MHD_OPTION_NOTIFY_COMPLETED, on_completed, h, MHD_OPTION_END);
     freeaddrinfo(ai);
     if (!h->d) {
         loom_errf(err, "cannot listen on %s:%d (address in use, or not an address of this machine)", srv->o->host,
@@ -391,8 +399,8 @@ http_front *http_start(server *srv, loom_err *err) {
     }
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_BIND_PORT);
     /* the pid is where SIGTERM drains the server (under mpirun, which ends the job itself) */
-    fprintf(stderr, "loom serve: listening on http://%s:%u (pid %d)\n", srv->o->host, di ? di->port : (unsigned)srv->o->port,
-            (int)getpid());
+    fprintf(stderr, "loom serve: listening on http://%s:%u (pid %d)\n", srv->o->host,
+            di ? di->port : (unsigned)srv->o->port, (int)getpid());
     return h;
 }
 

@@ -10,8 +10,8 @@
 
 /* seconds: time to first token and end-to-end latency span ms to minutes; inter-token
  * latency lies in the low buckets */
-static const double latency_bounds[HIST_BUCKETS] = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1,
-                                                    0.25,  0.5,   1,    2.5,  10,   60};
+static const double latency_bounds[HIST_BUCKETS] = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08,
+                                                    0.1,   0.25,  0.5,  1,    2.5,  10,   60};
 
 void metrics_init(metrics *m, int slots_total) {
     memset(m, 0, sizeof *m);
@@ -56,10 +56,12 @@ static void hist(text *t, const char *name, const char *help, const char *label,
     uint64_t acc = 0;
     for (int b = 0; b <= HIST_BUCKETS; b++) {
         acc += h->count[b];
-        if (b < HIST_BUCKETS) put(t, "loom:%s_bucket{%s,le=\"%g\"} %llu\n", name, label, h->bounds[b], (unsigned long long)acc);
+        if (b < HIST_BUCKETS)
+            put(t, "loom:%s_bucket{%s,le=\"%g\"} %llu\n", name, label, h->bounds[b], (unsigned long long)acc);
         else put(t, "loom:%s_bucket{%s,le=\"+Inf\"} %llu\n", name, label, (unsigned long long)acc);
     }
-    put(t, "loom:%s_sum{%s} %.17g\nloom:%s_count{%s} %llu\n", name, label, h->sum, name, label, (unsigned long long)acc);
+    put(t, "loom:%s_sum{%s} %.17g\nloom:%s_count{%s} %llu\n", name, label, h->sum, name, label,
+        (unsigned long long)acc);
 }
 
 char *metrics_text(const metrics *m, const char *model_name) {
@@ -72,10 +74,14 @@ char *metrics_text(const metrics *m, const char *model_name) {
     scalar(&t, "kv_slots_total", "gauge", "KV cache sequence slots (--max-num-seqs).", label, m->slots_total);
     scalar(&t, "prompt_tokens_total", "counter", "Prompt tokens prefilled.", label, (double)m->prompt_tokens);
     scalar(&t, "generation_tokens_total", "counter", "Tokens generated.", label, (double)m->generation_tokens);
-    put(&t, "# HELP loom:request_success_total Requests finished, by reason.\n# TYPE loom:request_success_total counter\n");
-    put(&t, "loom:request_success_total{%s,finished_reason=\"stop\"} %llu\n", label, (unsigned long long)m->finished_stop);
-    put(&t, "loom:request_success_total{%s,finished_reason=\"length\"} %llu\n", label, (unsigned long long)m->finished_length);
-    put(&t, "loom:request_success_total{%s,finished_reason=\"abort\"} %llu\n", label, (unsigned long long)m->finished_abort);
+    put(&t,
+        "# HELP loom:request_success_total Requests finished, by reason.\n# TYPE loom:request_success_total counter\n");
+    put(&t, "loom:request_success_total{%s,finished_reason=\"stop\"} %llu\n", label,
+        (unsigned long long)m->finished_stop);
+    put(&t, "loom:request_success_total{%s,finished_reason=\"length\"} %llu\n", label,
+        (unsigned long long)m->finished_length);
+    put(&t, "loom:request_success_total{%s,finished_reason=\"abort\"} %llu\n", label,
+        (unsigned long long)m->finished_abort);
     scalar(&t, "request_failure_total", "counter", "Requests the engine failed.", label, (double)m->failed);
     hist(&t, "time_to_first_token_seconds", "Time from arrival to the first generated token.", label, &m->ttft);
     hist(&t, "inter_token_latency_seconds", "Time between consecutive generated tokens.", label, &m->itl);

@@ -8,7 +8,7 @@
 
 #include "loom.h"
 
-#define REQ_MAX_STOPS 8       /* stop strings per request (OpenAI allows 4) */
+#define REQ_MAX_STOPS        8  /* stop strings per request (OpenAI allows 4) */
 #define REQ_MAX_TOP_LOGPROBS 20 /* as OpenAI's API */
 
 typedef enum req_kind { REQ_COMPLETION, REQ_CHAT } req_kind;
@@ -38,29 +38,29 @@ typedef struct request {
     long created; /* unix time */
     int32_t *prompt;
     int n_prompt;
-    int max_tokens;      /* new tokens at most */
+    int max_tokens; /* new tokens at most */
     loom_sampling sampling;
     char *stop[REQ_MAX_STOPS];
     int n_stop;
     bool stream, include_usage;
-    bool logprobs;       /* return log-probabilities of the chosen tokens */
-    int top_logprobs;    /* and of this many alternatives */
-    char *rendered;      /* chat: the prompt the template made (for /tokenize) */
+    bool logprobs;    /* return log-probabilities of the chosen tokens */
+    int top_logprobs; /* and of this many alternatives */
+    char *rendered;   /* chat: the prompt the template made (for /tokenize) */
 
     /* produced (under the server lock) */
     req_state state;
     req_finish finish;
-    char error[512];     /* set when the request failed in the engine */
-    int slot;            /* KV sequence slot while running */
-    int prefilled;       /* prompt tokens fed so far */
-    req_token *tokens;   /* generated, in order */
+    char error[512];   /* set when the request failed in the engine */
+    int slot;          /* KV sequence slot while running */
+    int prefilled;     /* prompt tokens fed so far */
+    req_token *tokens; /* generated, in order */
     int n_tokens;
     size_t cap_tokens;
-    char *text;          /* decoded output, stop string excluded */
+    char *text; /* decoded output, stop string excluded */
     size_t text_len, text_cap;
-    size_t text_ready;   /* bytes of text that no stop string can still claim */
+    size_t text_ready;                /* bytes of text that no stop string can still claim */
     double t_arrive, t_first, t_last; /* monotonic seconds: arrival, first token, latest token */
-    bool cancel;         /* the client left: free the slot at the next step */
+    bool cancel;                      /* the client left: free the slot at the next step */
 
     /* generation state (scheduler only) */
     loom_sampler *smp;

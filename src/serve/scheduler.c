@@ -55,7 +55,8 @@ sched *sched_new(server *srv, loom_engine *e, loom_comm *comm, loom_err *err) {
         (s->running = mem_zalloc((size_t)s->max_seqs, sizeof *s->running, what, err)) &&
         (s->slot_used = mem_zalloc((size_t)s->max_seqs, sizeof *s->slot_used, what, err)) &&
         (s->row_req = mem_zalloc((size_t)s->max_seqs, sizeof *s->row_req, what, err)) &&
-        (s->logprob = mem_array((size_t)srv->info.vocab, sizeof *s->logprob, "the scheduler's log-probabilities", err)) &&
+        (s->logprob =
+             mem_array((size_t)srv->info.vocab, sizeof *s->logprob, "the scheduler's log-probabilities", err)) &&
         !step_init(&s->st, s->max_tokens, s->max_seqs, err))
         return s;
     sched_free(s);

@@ -20,16 +20,16 @@
 #include "template/template.h"
 
 typedef struct serve_options {
-    const char *host;            /* address to listen on */
-    int port;                    /* 0: any free port (printed) */
-    const char *served_name;     /* the model's name in the API */
-    const char *model_dir;       /* where to look for a chat template (NULL: embedded model) */
-    const char *chat_template;   /* --chat-template FILE */
-    int max_num_seqs;            /* sequences running at once (KV slots) */
-    int max_num_batched_tokens;  /* tokens per engine step */
-    int max_queue;               /* requests waiting beyond that; more get 503 */
-    size_t max_body_bytes;       /* larger request bodies get 413 */
-    uint64_t seed;               /* seeds of requests that give none derive from it */
+    const char *host;           /* address to listen on */
+    int port;                   /* 0: any free port (printed) */
+    const char *served_name;    /* the model's name in the API */
+    const char *model_dir;      /* where to look for a chat template (NULL: embedded model) */
+    const char *chat_template;  /* --chat-template FILE */
+    int max_num_seqs;           /* sequences running at once (KV slots) */
+    int max_num_batched_tokens; /* tokens per engine step */
+    int max_queue;              /* requests waiting beyond that; more get 503 */
+    size_t max_body_bytes;      /* larger request bodies get 413 */
+    uint64_t seed;              /* seeds of requests that give none derive from it */
 } serve_options;
 
 /* Runs the server on this rank until SIGTERM/SIGINT (drained: 0) or a failure (1). */
@@ -46,13 +46,13 @@ typedef struct server {
     loom_model *m;
     loom_model_info info;
     int max_ctx;
-    chat_templates tmpl;        /* none: chat requests get 400 */
+    chat_templates tmpl; /* none: chat requests get 400 */
     pthread_mutex_t lock;
-    pthread_cond_t work;        /* a request arrived or was cancelled: wakes the scheduler */
+    pthread_cond_t work; /* a request arrived or was cancelled: wakes the scheduler */
     sched *sch;
     metrics met;
-    bool draining;              /* SIGTERM: finish what runs, take nothing new */
-    char failed[512];           /* the engine failed: every request fails with this */
+    bool draining;    /* SIGTERM: finish what runs, take nothing new */
+    char failed[512]; /* the engine failed: every request fails with this */
     uint64_t next_id;
 } server;
 

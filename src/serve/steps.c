@@ -54,8 +54,12 @@ void step_clear(step *s) {
 static int run_local(loom_engine *e, const step *s, const float **logits, loom_err *err) {
     for (int i = 0; i < s->n_reset; i++) loom_engine_reset_seq(e, s->reset[i]);
     if (s->cmd != STEP_RUN || !s->n_tokens) return 0;
-    loom_batch b = {.n_tokens = s->n_tokens, .ids = s->ids, .pos = s->pos, .seq = s->seq,
-                    .n_logits = s->n_logits, .logit_rows = s->logit_rows};
+    loom_batch b = {.n_tokens = s->n_tokens,
+                    .ids = s->ids,
+                    .pos = s->pos,
+                    .seq = s->seq,
+                    .n_logits = s->n_logits,
+                    .logit_rows = s->logit_rows};
     return loom_forward(e, &b, logits, err);
 }
 

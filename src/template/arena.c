@@ -55,8 +55,7 @@ _Noreturn void tfail(tctx *c, int line, const char *fmt, ...) {
         va_end(ap);
         if (line > 0)
             snprintf(c->err->msg, sizeof c->err->msg, "chat template %.100s: line %d: %s", c->name, line, msg);
-        else
-            snprintf(c->err->msg, sizeof c->err->msg, "chat template %.100s: %s", c->name, msg);
+        else snprintf(c->err->msg, sizeof c->err->msg, "chat template %.100s: %s", c->name, msg);
     }
     longjmp(*c->jb, 1);
 }
@@ -130,6 +129,6 @@ size_t u8count(const char *s, size_t n) {
 
 bool py_isspace(uint32_t cp) {
     if (cp < 0x80) return cp == ' ' || (cp >= 0x09 && cp <= 0x0D) || (cp >= 0x1C && cp <= 0x1F);
-    return cp == 0x85 || cp == 0xA0 || cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 ||
-           cp == 0x2029 || cp == 0x202F || cp == 0x205F || cp == 0x3000;
+    return cp == 0x85 || cp == 0xA0 || cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 ||
+           cp == 0x202F || cp == 0x205F || cp == 0x3000;
 }

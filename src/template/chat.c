@@ -54,7 +54,8 @@ static value prepare_message(render *r, value m) {
     for (size_t i = 0; i < m.d->n; i++)
         if (m.d->v[i].kind != V_NONE) dict_set(&r->c, out.d, m.d->k[i], m.d->v[i]);
     value *reasoning = NULL;
-    for (int k = 0; k < 3 && !reasoning; k++) reasoning = dict_getn(out.d, reasoning_names[k], strlen(reasoning_names[k]));
+    for (int k = 0; k < 3 && !reasoning; k++)
+        reasoning = dict_getn(out.d, reasoning_names[k], strlen(reasoning_names[k]));
     if (!reasoning) return out;
     value aliased = v_dict(&r->c);
     dict_set(&r->c, aliased.d, v_cstr("thinking"), *reasoning);

@@ -158,8 +158,8 @@ static value slice_v(render *r, int line, value obj, value lo, value hi, value s
     if (step == 0) tfail(&r->c, line, "slice step cannot be zero");
     bool is_str = obj.kind == V_STR;
     if (obj.kind == V_UNDEF) undefined_error(r, line, obj);
-    if (!is_str && !((obj.kind == V_LIST && (obj.l->view == VIEW_NONE || obj.l->view == VIEW_RANGE)) ||
-                     obj.kind == V_TUPLE))
+    if (!is_str &&
+        !((obj.kind == V_LIST && (obj.l->view == VIEW_NONE || obj.l->view == VIEW_RANGE)) || obj.kind == V_TUPLE))
         return undef_msg(r, "'%s' cannot be sliced", obj_name(r, obj));
     int64_t n = is_str ? (int64_t)u8count(obj.s.p, obj.s.n) : (int64_t)obj.l->n;
     /* PySlice_AdjustIndices */
@@ -255,7 +255,7 @@ static void float_divmod(double a, double b, double *div_out, double *mod_out) {
 }
 
 value binary_op(render *r, int line, int op, value a, value b) {
-    static const char *const sym[] = {[OP_ADD] = "+", [OP_SUB] = "-", [OP_DIV] = "/", [OP_FLOORDIV] = "//",
+    static const char *const sym[] = {[OP_ADD] = "+", [OP_SUB] = "-", [OP_DIV] = "/",          [OP_FLOORDIV] = "//",
                                       [OP_MUL] = "*", [OP_MOD] = "%", [OP_POW] = "** or pow()"};
     bool ints = (a.kind == V_INT || a.kind == V_BOOL) && (b.kind == V_INT || b.kind == V_BOOL);
     bool nums = is_num(a) && is_num(b);
@@ -390,8 +390,7 @@ static int exec_body(render *r, scope *sc, const nodes *body, tbuf *out);
 
 static value call_macro(render *r, int line, const struct macro *m, const args *a) {
     const node *def = m->def;
-    if (a->n > def->nnames)
-        tfail(&r->c, line, "macro '%s' takes not more than %d argument(s)", def->s, def->nnames);
+    if (a->n > def->nnames) tfail(&r->c, line, "macro '%s' takes not more than %d argument(s)", def->s, def->nnames);
     if (r->depth >= TMPL_MAX_DEPTH) tfail(&r->c, line, "macro calls nested more than %d deep", TMPL_MAX_DEPTH);
     scope *sc = scope_new(r, m->sc);
     value *bound = talloc(&r->c, (size_t)(def->nnames + 1) * sizeof *bound);
@@ -408,8 +407,9 @@ static value call_macro(render *r, int line, const struct macro *m, const args *
     for (int i = 0; i < def->nnames; i++) {
         value v = bound[i];
         if (v.kind == V_NOARG)
-            v = i >= first_default ? eval(r, sc, def->args.v[i - first_default])
-                                   : undef_msg(r, "parameter '%s' of macro '%s' was not provided", def->names[i], def->s);
+            v = i >= first_default
+                    ? eval(r, sc, def->args.v[i - first_default])
+                    : undef_msg(r, "parameter '%s' of macro '%s' was not provided", def->names[i], def->s);
         scope_set(r, sc, def->names[i], v);
     }
     tbuf out = {0};

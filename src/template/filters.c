@@ -16,18 +16,64 @@ typedef struct {
 } named;
 
 enum {
-    TS_ODD, TS_EVEN, TS_DIVISIBLEBY, TS_DEFINED, TS_UNDEFINED, TS_NONE, TS_BOOLEAN, TS_FALSE, TS_TRUE, TS_INTEGER,
-    TS_FLOAT, TS_LOWER, TS_UPPER, TS_STRING, TS_MAPPING, TS_NUMBER, TS_SEQUENCE, TS_ITERABLE, TS_CALLABLE, TS_IN, TS_EQ,
-    TS_NE, TS_GT, TS_GE, TS_LT, TS_LE,
+    TS_ODD,
+    TS_EVEN,
+    TS_DIVISIBLEBY,
+    TS_DEFINED,
+    TS_UNDEFINED,
+    TS_NONE,
+    TS_BOOLEAN,
+    TS_FALSE,
+    TS_TRUE,
+    TS_INTEGER,
+    TS_FLOAT,
+    TS_LOWER,
+    TS_UPPER,
+    TS_STRING,
+    TS_MAPPING,
+    TS_NUMBER,
+    TS_SEQUENCE,
+    TS_ITERABLE,
+    TS_CALLABLE,
+    TS_IN,
+    TS_EQ,
+    TS_NE,
+    TS_GT,
+    TS_GE,
+    TS_LT,
+    TS_LE,
 };
 
 static const named tests[] = {
-    {"odd", TS_ODD}, {"even", TS_EVEN}, {"divisibleby", TS_DIVISIBLEBY}, {"defined", TS_DEFINED},
-    {"undefined", TS_UNDEFINED}, {"none", TS_NONE}, {"boolean", TS_BOOLEAN}, {"false", TS_FALSE}, {"true", TS_TRUE},
-    {"integer", TS_INTEGER}, {"float", TS_FLOAT}, {"lower", TS_LOWER}, {"upper", TS_UPPER}, {"string", TS_STRING},
-    {"mapping", TS_MAPPING}, {"number", TS_NUMBER}, {"sequence", TS_SEQUENCE}, {"iterable", TS_ITERABLE},
-    {"callable", TS_CALLABLE}, {"in", TS_IN}, {"eq", TS_EQ}, {"equalto", TS_EQ}, {"ne", TS_NE}, {"gt", TS_GT},
-    {"greaterthan", TS_GT}, {"ge", TS_GE}, {"lt", TS_LT}, {"lessthan", TS_LT}, {"le", TS_LE},
+    {"odd", TS_ODD},
+    {"even", TS_EVEN},
+    {"divisibleby", TS_DIVISIBLEBY},
+    {"defined", TS_DEFINED},
+    {"undefined", TS_UNDEFINED},
+    {"none", TS_NONE},
+    {"boolean", TS_BOOLEAN},
+    {"false", TS_FALSE},
+    {"true", TS_TRUE},
+    {"integer", TS_INTEGER},
+    {"float", TS_FLOAT},
+    {"lower", TS_LOWER},
+    {"upper", TS_UPPER},
+    {"string", TS_STRING},
+    {"mapping", TS_MAPPING},
+    {"number", TS_NUMBER},
+    {"sequence", TS_SEQUENCE},
+    {"iterable", TS_ITERABLE},
+    {"callable", TS_CALLABLE},
+    {"in", TS_IN},
+    {"eq", TS_EQ},
+    {"equalto", TS_EQ},
+    {"ne", TS_NE},
+    {"gt", TS_GT},
+    {"greaterthan", TS_GT},
+    {"ge", TS_GE},
+    {"lt", TS_LT},
+    {"lessthan", TS_LT},
+    {"le", TS_LE},
 };
 
 static const char *const missing_tests[] = {"escaped", "filter", "sameas", "test", NULL};
@@ -45,14 +91,16 @@ int test_lookup(const char *name) {
     return not_found(name, missing_tests);
 }
 
-void bind_args(render *r, int line, const char *fname, const args *a, int nparam, const char *const *params, value *out) {
+void bind_args(render *r, int line, const char *fname, const args *a, int nparam, const char *const *params,
+               value *out) {
     if (a->n > nparam) tfail(&r->c, line, "%s() takes at most %d argument(s) (%d given)", fname, nparam, a->n);
     for (int i = 0; i < nparam; i++) out[i] = i < a->n ? a->v[i] : V_MISSING;
     for (int k = 0; k < a->nkw; k++) {
         int i = 0;
         while (i < nparam && strcmp(params[i], a->kwnames[k])) i++;
         if (i == nparam) tfail(&r->c, line, "%s() got an unexpected keyword argument '%s'", fname, a->kwnames[k]);
-        if (out[i].kind != V_NOARG) tfail(&r->c, line, "%s() got multiple values for argument '%s'", fname, a->kwnames[k]);
+        if (out[i].kind != V_NOARG)
+            tfail(&r->c, line, "%s() got multiple values for argument '%s'", fname, a->kwnames[k]);
         out[i] = a->kw[k];
     }
 }
@@ -215,7 +263,8 @@ static value round_f(render *r, int line, value v, value prec, value method) {
     size_t mn = method.kind == V_STR ? method.s.n : 6;
     bool common = mn == 6 && !memcmp(m, "common", 6), ceil_m = mn == 4 && !memcmp(m, "ceil", 4),
          floor_m = mn == 5 && !memcmp(m, "floor", 5);
-    if (!common && !ceil_m && !floor_m) tfail(&r->c, line, "You can only round using \"common\", \"ceil\" or \"floor\"");
+    if (!common && !ceil_m && !floor_m)
+        tfail(&r->c, line, "You can only round using \"common\", \"ceil\" or \"floor\"");
     if (!is_num(v)) tfail(&r->c, line, "round: type %s doesn't define __round__ method", type_name(v));
     if (common) {
         if (v.kind != V_FLOAT) return v_int(v.kind == V_INT ? v.i : v.b);
@@ -348,7 +397,8 @@ static value sorted(render *r, int line, value v, const args *a) {
         }
         value k = v_list(&r->c, attrs.l->n, V_LIST);
         for (size_t j = 0; j < attrs.l->n; j++)
-            k.l->v[k.l->n++] = ignore_case(r, line, get_path(r, line, items->v[i], attrs.l->v[j], V_MISSING), truthy(p[1]));
+            k.l->v[k.l->n++] =
+                ignore_case(r, line, get_path(r, line, items->v[i], attrs.l->v[j], V_MISSING), truthy(p[1]));
         keys[i] = attrs.l->n == 1 ? k.l->v[0] : k;
     }
     sort_by(r, line, out.l->v, keys, out.l->n, truthy(p[0]));
@@ -522,8 +572,12 @@ static value f_max(render *r, int line, value v, const args *a) { return min_max
 static value f_min(render *r, int line, value v, const args *a) { return min_max(r, line, v, a, false); }
 static value f_select(render *r, int line, value v, const args *a) { return select_items(r, line, v, a, false, true); }
 static value f_reject(render *r, int line, value v, const args *a) { return select_items(r, line, v, a, false, false); }
-static value f_selectattr(render *r, int line, value v, const args *a) { return select_items(r, line, v, a, true, true); }
-static value f_rejectattr(render *r, int line, value v, const args *a) { return select_items(r, line, v, a, true, false); }
+static value f_selectattr(render *r, int line, value v, const args *a) {
+    return select_items(r, line, v, a, true, true);
+}
+static value f_rejectattr(render *r, int line, value v, const args *a) {
+    return select_items(r, line, v, a, true, false);
+}
 
 static value f_replace(render *r, int line, value v, const args *a) {
     static const char *const names[] = {"old", "new", "count"};
@@ -603,20 +657,25 @@ static const struct {
     const char *name;
     filter_fn *fn;
 } filters[] = {
-    {"abs", f_abs}, {"attr", f_attr}, {"capitalize", f_capitalize}, {"count", f_count}, {"d", f_default},
-    {"default", f_default}, {"dictsort", f_dictsort}, {"e", f_escape}, {"escape", f_escape}, {"first", f_first},
-    {"float", f_float}, {"indent", f_indent}, {"int", f_int}, {"items", f_items}, {"join", f_join},
-    {"last", f_last}, {"length", f_count}, {"list", f_list}, {"lower", f_lower}, {"map", map_items}, {"max", f_max},
-    {"min", f_min}, {"reject", f_reject}, {"rejectattr", f_rejectattr}, {"replace", f_replace},
-    {"reverse", f_reverse}, {"round", f_round}, {"safe", f_string}, {"select", f_select},
-    {"selectattr", f_selectattr}, {"sort", sorted}, {"string", f_string}, {"sum", f_sum}, {"title", f_title},
-    {"tojson", tojson}, {"trim", f_trim}, {"unique", f_unique}, {"upper", f_upper},
+    {"abs", f_abs},           {"attr", f_attr},       {"capitalize", f_capitalize},
+    {"count", f_count},       {"d", f_default},       {"default", f_default},
+    {"dictsort", f_dictsort}, {"e", f_escape},        {"escape", f_escape},
+    {"first", f_first},       {"float", f_float},     {"indent", f_indent},
+    {"int", f_int},           {"items", f_items},     {"join", f_join},
+    {"last", f_last},         {"length", f_count},    {"list", f_list},
+    {"lower", f_lower},       {"map", map_items},     {"max", f_max},
+    {"min", f_min},           {"reject", f_reject},   {"rejectattr", f_rejectattr},
+    {"replace", f_replace},   {"reverse", f_reverse}, {"round", f_round},
+    {"safe", f_string},       {"select", f_select},   {"selectattr", f_selectattr},
+    {"sort", sorted},         {"string", f_string},   {"sum", f_sum},
+    {"title", f_title},       {"tojson", tojson},     {"trim", f_trim},
+    {"unique", f_unique},     {"upper", f_upper},
 };
 
 /* jinja2's other filters: refused by name rather than reported unknown */
 static const char *const missing_filters[] = {
-    "batch", "center", "filesizeformat", "forceescape", "format", "groupby", "pprint", "random", "slice",
-    "striptags", "truncate", "urlencode", "urlize", "wordcount", "wordwrap", "xmlattr", NULL,
+    "batch",     "center",   "filesizeformat", "forceescape", "format",    "groupby",  "pprint",  "random", "slice",
+    "striptags", "truncate", "urlencode",      "urlize",      "wordcount", "wordwrap", "xmlattr", NULL,
 };
 
 int filter_lookup(const char *name) {
@@ -675,7 +734,8 @@ bool apply_test(render *r, int line, int fn, value v, const args *a) {
         for (size_t i = 0; i < s.s.n; i++) {
             char ch = s.s.p[i];
             if ((unsigned char)ch >= 0x80)
-                tfail(&r->c, line, "the %s test of non-ASCII text is not supported", fn == TS_LOWER ? "lower" : "upper");
+                tfail(&r->c, line, "the %s test of non-ASCII text is not supported",
+                      fn == TS_LOWER ? "lower" : "upper");
             if ((fn == TS_LOWER && ch >= 'A' && ch <= 'Z') || (fn == TS_UPPER && ch >= 'a' && ch <= 'z')) return false;
             cased |= (ch | 32) >= 'a' && (ch | 32) <= 'z';
         }
@@ -687,16 +747,17 @@ bool apply_test(render *r, int line, int fn, value v, const args *a) {
     case TS_SEQUENCE:
         return v.kind == V_STR || v.kind == V_TUPLE || v.kind == V_DICT || v.kind == V_UNDEF ||
                (v.kind == V_LIST && (v.l->view == VIEW_NONE || v.l->view == VIEW_RANGE));
-    case TS_ITERABLE: return v.kind == V_STR || v.kind == V_LIST || v.kind == V_TUPLE || v.kind == V_DICT || v.kind == V_UNDEF;
+    case TS_ITERABLE:
+        return v.kind == V_STR || v.kind == V_LIST || v.kind == V_TUPLE || v.kind == V_DICT || v.kind == V_UNDEF;
     case TS_CALLABLE: return v.kind == V_MACRO || v.kind == V_FUNC || v.kind == V_METHOD || v.kind == V_UNDEF;
     case TS_IN: {
         return compare_values(r, line, OP_IN, v, one_arg(r, line, a, "in"));
     }
     default: {
-        static const int ops[] = {[TS_EQ] = OP_EQ, [TS_NE] = OP_NE, [TS_GT] = OP_GT,
-                                  [TS_GE] = OP_GTEQ, [TS_LT] = OP_LT, [TS_LE] = OP_LTEQ};
-        static const char *const names[] = {[TS_EQ] = "eq", [TS_NE] = "ne", [TS_GT] = "gt",
-                                            [TS_GE] = "ge", [TS_LT] = "lt", [TS_LE] = "le"};
+        static const int ops[] = {
+            [TS_EQ] = OP_EQ, [TS_NE] = OP_NE, [TS_GT] = OP_GT, [TS_GE] = OP_GTEQ, [TS_LT] = OP_LT, [TS_LE] = OP_LTEQ};
+        static const char *const names[] = {
+            [TS_EQ] = "eq", [TS_NE] = "ne", [TS_GT] = "gt", [TS_GE] = "ge", [TS_LT] = "lt", [TS_LE] = "le"};
         if (fn < TS_EQ || fn > TS_LE) tfail(&r->c, line, "internal error: test %d", fn);
         value other = one_arg(r, line, a, names[fn]);
         return compare_values(r, line, ops[fn], v, other);

@@ -237,7 +237,8 @@ static size_t lex_string(lexer *L, size_t p) {
         default:
             if (e >= '0' && e <= '7') {
                 cp = (uint32_t)(e - '0');
-                for (int d = 0; d < 2 && k < i && s[k] >= '0' && s[k] <= '7'; d++) cp = cp * 8 + (uint32_t)(s[k++] - '0');
+                for (int d = 0; d < 2 && k < i && s[k] >= '0' && s[k] <= '7'; d++)
+                    cp = cp * 8 + (uint32_t)(s[k++] - '0');
                 break;
             }
             if ((uint8_t)e >= 0x80) {
@@ -270,11 +271,12 @@ static size_t lex_string(lexer *L, size_t p) {
 }
 
 static const char *const ops[] = {
-    [OP_ADD] = "+", [OP_SUB] = "-", [OP_DIV] = "/", [OP_FLOORDIV] = "//", [OP_MUL] = "*", [OP_MOD] = "%",
-    [OP_POW] = "**", [OP_TILDE] = "~", [OP_LBRACKET] = "[", [OP_RBRACKET] = "]", [OP_LPAREN] = "(",
-    [OP_RPAREN] = ")", [OP_LBRACE] = "{", [OP_RBRACE] = "}", [OP_EQ] = "==", [OP_NE] = "!=", [OP_GT] = ">",
-    [OP_GTEQ] = ">=", [OP_LT] = "<", [OP_LTEQ] = "<=", [OP_ASSIGN] = "=", [OP_DOT] = ".", [OP_COLON] = ":",
-    [OP_PIPE] = "|", [OP_COMMA] = ",", [OP_SEMICOLON] = ";",
+    [OP_ADD] = "+",       [OP_SUB] = "-",    [OP_DIV] = "/",    [OP_FLOORDIV] = "//", [OP_MUL] = "*",
+    [OP_MOD] = "%",       [OP_POW] = "**",   [OP_TILDE] = "~",  [OP_LBRACKET] = "[",  [OP_RBRACKET] = "]",
+    [OP_LPAREN] = "(",    [OP_RPAREN] = ")", [OP_LBRACE] = "{", [OP_RBRACE] = "}",    [OP_EQ] = "==",
+    [OP_NE] = "!=",       [OP_GT] = ">",     [OP_GTEQ] = ">=",  [OP_LT] = "<",        [OP_LTEQ] = "<=",
+    [OP_ASSIGN] = "=",    [OP_DOT] = ".",    [OP_COLON] = ":",  [OP_PIPE] = "|",      [OP_COMMA] = ",",
+    [OP_SEMICOLON] = ";",
 };
 
 static size_t lex_op(lexer *L, size_t p) {

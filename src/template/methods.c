@@ -13,41 +13,114 @@
 enum { G_STR = 1, G_DICT = 2, G_LIST = 4, G_TUPLE = 8 };
 
 enum {
-    M_UNSUPPORTED, M_UNSAFE,
-    M_STRIP, M_LSTRIP, M_RSTRIP, M_SPLIT, M_RSPLIT, M_SPLITLINES, M_STARTSWITH, M_ENDSWITH, M_LOWER, M_UPPER,
-    M_TITLE, M_CAPITALIZE, M_SWAPCASE, M_REPLACE, M_FIND, M_RFIND, M_INDEX, M_RINDEX, M_COUNT, M_JOIN,
-    M_REMOVEPREFIX, M_REMOVESUFFIX, M_ISDIGIT, M_ISALPHA, M_ISALNUM, M_ISSPACE, M_ISLOWER, M_ISUPPER,
-    M_ITEMS, M_KEYS, M_VALUES, M_GET, M_COPY, M_LOOP_CYCLE,
+    M_UNSUPPORTED,
+    M_UNSAFE,
+    M_STRIP,
+    M_LSTRIP,
+    M_RSTRIP,
+    M_SPLIT,
+    M_RSPLIT,
+    M_SPLITLINES,
+    M_STARTSWITH,
+    M_ENDSWITH,
+    M_LOWER,
+    M_UPPER,
+    M_TITLE,
+    M_CAPITALIZE,
+    M_SWAPCASE,
+    M_REPLACE,
+    M_FIND,
+    M_RFIND,
+    M_INDEX,
+    M_RINDEX,
+    M_COUNT,
+    M_JOIN,
+    M_REMOVEPREFIX,
+    M_REMOVESUFFIX,
+    M_ISDIGIT,
+    M_ISALPHA,
+    M_ISALNUM,
+    M_ISSPACE,
+    M_ISLOWER,
+    M_ISUPPER,
+    M_ITEMS,
+    M_KEYS,
+    M_VALUES,
+    M_GET,
+    M_COPY,
+    M_LOOP_CYCLE,
 };
 
 static const struct {
     const char *name;
     uint8_t groups, id;
 } methods[] = {
-    {"strip", G_STR, M_STRIP}, {"lstrip", G_STR, M_LSTRIP}, {"rstrip", G_STR, M_RSTRIP},
-    {"split", G_STR, M_SPLIT}, {"rsplit", G_STR, M_RSPLIT}, {"splitlines", G_STR, M_SPLITLINES},
-    {"startswith", G_STR, M_STARTSWITH}, {"endswith", G_STR, M_ENDSWITH}, {"lower", G_STR, M_LOWER},
-    {"upper", G_STR, M_UPPER}, {"title", G_STR, M_TITLE}, {"capitalize", G_STR, M_CAPITALIZE},
-    {"swapcase", G_STR, M_SWAPCASE}, {"replace", G_STR, M_REPLACE}, {"find", G_STR, M_FIND},
-    {"rfind", G_STR, M_RFIND}, {"index", G_STR | G_LIST | G_TUPLE, M_INDEX}, {"rindex", G_STR, M_RINDEX},
-    {"count", G_STR | G_LIST | G_TUPLE, M_COUNT}, {"join", G_STR, M_JOIN}, {"removeprefix", G_STR, M_REMOVEPREFIX},
-    {"removesuffix", G_STR, M_REMOVESUFFIX}, {"isdigit", G_STR, M_ISDIGIT}, {"isalpha", G_STR, M_ISALPHA},
-    {"isalnum", G_STR, M_ISALNUM}, {"isspace", G_STR, M_ISSPACE}, {"islower", G_STR, M_ISLOWER},
-    {"isupper", G_STR, M_ISUPPER}, {"items", G_DICT, M_ITEMS}, {"keys", G_DICT, M_KEYS},
-    {"values", G_DICT, M_VALUES}, {"get", G_DICT, M_GET}, {"copy", G_DICT | G_LIST, M_COPY},
+    {"strip", G_STR, M_STRIP},
+    {"lstrip", G_STR, M_LSTRIP},
+    {"rstrip", G_STR, M_RSTRIP},
+    {"split", G_STR, M_SPLIT},
+    {"rsplit", G_STR, M_RSPLIT},
+    {"splitlines", G_STR, M_SPLITLINES},
+    {"startswith", G_STR, M_STARTSWITH},
+    {"endswith", G_STR, M_ENDSWITH},
+    {"lower", G_STR, M_LOWER},
+    {"upper", G_STR, M_UPPER},
+    {"title", G_STR, M_TITLE},
+    {"capitalize", G_STR, M_CAPITALIZE},
+    {"swapcase", G_STR, M_SWAPCASE},
+    {"replace", G_STR, M_REPLACE},
+    {"find", G_STR, M_FIND},
+    {"rfind", G_STR, M_RFIND},
+    {"index", G_STR | G_LIST | G_TUPLE, M_INDEX},
+    {"rindex", G_STR, M_RINDEX},
+    {"count", G_STR | G_LIST | G_TUPLE, M_COUNT},
+    {"join", G_STR, M_JOIN},
+    {"removeprefix", G_STR, M_REMOVEPREFIX},
+    {"removesuffix", G_STR, M_REMOVESUFFIX},
+    {"isdigit", G_STR, M_ISDIGIT},
+    {"isalpha", G_STR, M_ISALPHA},
+    {"isalnum", G_STR, M_ISALNUM},
+    {"isspace", G_STR, M_ISSPACE},
+    {"islower", G_STR, M_ISLOWER},
+    {"isupper", G_STR, M_ISUPPER},
+    {"items", G_DICT, M_ITEMS},
+    {"keys", G_DICT, M_KEYS},
+    {"values", G_DICT, M_VALUES},
+    {"get", G_DICT, M_GET},
+    {"copy", G_DICT | G_LIST, M_COPY},
     /* modifying methods: the immutable sandbox refuses them */
-    {"append", G_LIST, M_UNSAFE}, {"clear", G_LIST | G_DICT, M_UNSAFE}, {"extend", G_LIST, M_UNSAFE},
-    {"insert", G_LIST, M_UNSAFE}, {"pop", G_LIST | G_DICT, M_UNSAFE}, {"remove", G_LIST, M_UNSAFE},
-    {"reverse", G_LIST, M_UNSAFE}, {"sort", G_LIST, M_UNSAFE}, {"popitem", G_DICT, M_UNSAFE},
-    {"setdefault", G_DICT, M_UNSAFE}, {"update", G_DICT, M_UNSAFE},
+    {"append", G_LIST, M_UNSAFE},
+    {"clear", G_LIST | G_DICT, M_UNSAFE},
+    {"extend", G_LIST, M_UNSAFE},
+    {"insert", G_LIST, M_UNSAFE},
+    {"pop", G_LIST | G_DICT, M_UNSAFE},
+    {"remove", G_LIST, M_UNSAFE},
+    {"reverse", G_LIST, M_UNSAFE},
+    {"sort", G_LIST, M_UNSAFE},
+    {"popitem", G_DICT, M_UNSAFE},
+    {"setdefault", G_DICT, M_UNSAFE},
+    {"update", G_DICT, M_UNSAFE},
     /* Python has these; this subset does not */
-    {"casefold", G_STR, M_UNSUPPORTED}, {"center", G_STR, M_UNSUPPORTED}, {"encode", G_STR, M_UNSUPPORTED},
-    {"expandtabs", G_STR, M_UNSUPPORTED}, {"format", G_STR, M_UNSUPPORTED}, {"format_map", G_STR, M_UNSUPPORTED},
-    {"isascii", G_STR, M_UNSUPPORTED}, {"isdecimal", G_STR, M_UNSUPPORTED}, {"isidentifier", G_STR, M_UNSUPPORTED},
-    {"isnumeric", G_STR, M_UNSUPPORTED}, {"isprintable", G_STR, M_UNSUPPORTED}, {"istitle", G_STR, M_UNSUPPORTED},
-    {"ljust", G_STR, M_UNSUPPORTED}, {"maketrans", G_STR, M_UNSUPPORTED}, {"partition", G_STR, M_UNSUPPORTED},
-    {"rjust", G_STR, M_UNSUPPORTED}, {"rpartition", G_STR, M_UNSUPPORTED}, {"translate", G_STR, M_UNSUPPORTED},
-    {"zfill", G_STR, M_UNSUPPORTED}, {"fromkeys", G_DICT, M_UNSUPPORTED},
+    {"casefold", G_STR, M_UNSUPPORTED},
+    {"center", G_STR, M_UNSUPPORTED},
+    {"encode", G_STR, M_UNSUPPORTED},
+    {"expandtabs", G_STR, M_UNSUPPORTED},
+    {"format", G_STR, M_UNSUPPORTED},
+    {"format_map", G_STR, M_UNSUPPORTED},
+    {"isascii", G_STR, M_UNSUPPORTED},
+    {"isdecimal", G_STR, M_UNSUPPORTED},
+    {"isidentifier", G_STR, M_UNSUPPORTED},
+    {"isnumeric", G_STR, M_UNSUPPORTED},
+    {"isprintable", G_STR, M_UNSUPPORTED},
+    {"istitle", G_STR, M_UNSUPPORTED},
+    {"ljust", G_STR, M_UNSUPPORTED},
+    {"maketrans", G_STR, M_UNSUPPORTED},
+    {"partition", G_STR, M_UNSUPPORTED},
+    {"rjust", G_STR, M_UNSUPPORTED},
+    {"rpartition", G_STR, M_UNSUPPORTED},
+    {"translate", G_STR, M_UNSUPPORTED},
+    {"zfill", G_STR, M_UNSUPPORTED},
+    {"fromkeys", G_DICT, M_UNSUPPORTED},
 };
 
 static value bound(render *r, value self, int id, const char *name) {
@@ -69,18 +142,19 @@ static bool loop_attr(render *r, int line, const loopv *lp, const char *name, va
     else if (!strcmp(name, "depth0")) *out = v_int(0);
     else if (!strcmp(name, "previtem")) *out = i ? lp->items->v[i - 1] : v_undef("there is no previous item");
     else if (!strcmp(name, "nextitem")) *out = i + 1 < n ? lp->items->v[i + 1] : v_undef("there is no next item");
-    else if (!strcmp(name, "cycle")) *out = bound(r, (value){.kind = V_LOOP, .loop = (loopv *)lp}, M_LOOP_CYCLE, "cycle");
+    else if (!strcmp(name, "cycle"))
+        *out = bound(r, (value){.kind = V_LOOP, .loop = (loopv *)lp}, M_LOOP_CYCLE, "cycle");
     else if (!strcmp(name, "changed")) tfail(&r->c, line, "loop.changed is not supported");
     else return false;
     return true;
 }
 
 bool method_lookup(render *r, int line, value v, const char *name, size_t n, value *out) {
-    int group = v.kind == V_STR ? G_STR
-              : v.kind == V_DICT ? G_DICT
-              : v.kind == V_TUPLE ? G_TUPLE
-              : v.kind == V_LIST && v.l->view == VIEW_NONE ? G_LIST
-              : 0;
+    int group = v.kind == V_STR                              ? G_STR
+                : v.kind == V_DICT                           ? G_DICT
+                : v.kind == V_TUPLE                          ? G_TUPLE
+                : v.kind == V_LIST && v.l->view == VIEW_NONE ? G_LIST
+                                                             : 0;
     char key[32];
     if (n >= sizeof key || memchr(name, 0, n)) return false;
     memcpy(key, name, n);
@@ -105,12 +179,12 @@ bool method_lookup(render *r, int line, value v, const char *name, size_t n, val
 /* Letters outside ASCII whose case Python would change: this subset refuses to guess. */
 static bool cased_outside_ascii(uint32_t cp) {
     static const uint32_t ranges[][2] = {
-        {0xB5, 0xB5}, {0xC0, 0xD6}, {0xD8, 0xF6}, {0xF8, 0x2AF}, {0x345, 0x345}, {0x370, 0x52F}, {0x531, 0x587},
-        {0x10A0, 0x10FF}, {0x13A0, 0x13FD}, {0x1C80, 0x1CBF}, {0x1D00, 0x1DBF}, {0x1E00, 0x1FFF},
-        {0x2126, 0x2132}, {0x214E, 0x214E}, {0x2160, 0x2188}, {0x24B6, 0x24E9}, {0x2C00, 0x2D2F},
-        {0xA640, 0xA69F}, {0xA722, 0xA7FF}, {0xAB30, 0xABBF}, {0xFB00, 0xFB17}, {0xFF21, 0xFF3A},
-        {0xFF41, 0xFF5A}, {0x10400, 0x104FF}, {0x10C80, 0x10CFF}, {0x118A0, 0x118DF}, {0x16E40, 0x16E9F},
-        {0x1E900, 0x1E94F},
+        {0xB5, 0xB5},       {0xC0, 0xD6},       {0xD8, 0xF6},       {0xF8, 0x2AF},      {0x345, 0x345},
+        {0x370, 0x52F},     {0x531, 0x587},     {0x10A0, 0x10FF},   {0x13A0, 0x13FD},   {0x1C80, 0x1CBF},
+        {0x1D00, 0x1DBF},   {0x1E00, 0x1FFF},   {0x2126, 0x2132},   {0x214E, 0x214E},   {0x2160, 0x2188},
+        {0x24B6, 0x24E9},   {0x2C00, 0x2D2F},   {0xA640, 0xA69F},   {0xA722, 0xA7FF},   {0xAB30, 0xABBF},
+        {0xFB00, 0xFB17},   {0xFF21, 0xFF3A},   {0xFF41, 0xFF5A},   {0x10400, 0x104FF}, {0x10C80, 0x10CFF},
+        {0x118A0, 0x118DF}, {0x16E40, 0x16E9F}, {0x1E900, 0x1E94F},
     };
     for (size_t i = 0; i < sizeof ranges / sizeof *ranges; i++)
         if (cp >= ranges[i][0] && cp <= ranges[i][1]) return true;
@@ -329,16 +403,25 @@ static bool str_is(render *r, int line, value s, int id) {
     bool any_cased = false;
     for (size_t i = 0; i < s.s.n; i++) {
         unsigned char ch = (unsigned char)s.s.p[i];
-        if (ch >= 0x80 && id != M_ISSPACE)
-            tfail(&r->c, line, "str.is*() of non-ASCII text is not supported");
+        if (ch >= 0x80 && id != M_ISSPACE) tfail(&r->c, line, "str.is*() of non-ASCII text is not supported");
         bool lower = ch >= 'a' && ch <= 'z', upper = ch >= 'A' && ch <= 'Z', digit = ch >= '0' && ch <= '9';
         any_cased |= lower || upper;
         switch (id) {
-        case M_ISDIGIT: if (!digit) return false; break;
-        case M_ISALPHA: if (!lower && !upper) return false; break;
-        case M_ISALNUM: if (!lower && !upper && !digit) return false; break;
-        case M_ISLOWER: if (upper) return false; break;
-        case M_ISUPPER: if (lower) return false; break;
+        case M_ISDIGIT:
+            if (!digit) return false;
+            break;
+        case M_ISALPHA:
+            if (!lower && !upper) return false;
+            break;
+        case M_ISALNUM:
+            if (!lower && !upper && !digit) return false;
+            break;
+        case M_ISLOWER:
+            if (upper) return false;
+            break;
+        case M_ISUPPER:
+            if (lower) return false;
+            break;
         default: break;
         }
     }
@@ -352,7 +435,8 @@ static bool str_is(render *r, int line, value s, int id) {
 
 static int64_t int_arg(render *r, int line, value v, int64_t dflt, const char *what) {
     if (v.kind == V_NOARG || v.kind == V_NONE) return dflt;
-    if (v.kind != V_INT && v.kind != V_BOOL) tfail(&r->c, line, "%s: an integer is required, not %s", what, type_name(v));
+    if (v.kind != V_INT && v.kind != V_BOOL)
+        tfail(&r->c, line, "%s: an integer is required, not %s", what, type_name(v));
     return v.kind == V_INT ? v.i : v.b;
 }
 
@@ -477,7 +561,8 @@ static value make_dict(render *r, int line, const args *a, const char *fname) {
             list *pairs = v_iter(&r->c, line, src);
             for (size_t i = 0; i < pairs->n; i++) {
                 list *kv = v_iter(&r->c, line, pairs->v[i]);
-                if (kv->n != 2) tfail(&r->c, line, "%s: sequence element #%zu has length %zu; 2 is required", fname, i, kv->n);
+                if (kv->n != 2)
+                    tfail(&r->c, line, "%s: sequence element #%zu has length %zu; 2 is required", fname, i, kv->n);
                 dict_set(&r->c, d.d, kv->v[0], kv->v[1]);
             }
         }
@@ -489,8 +574,14 @@ static value make_dict(render *r, int line, const args *a, const char *fname) {
 /* Jinja2's default globals and transformers' additions (cycler, joiner and lipsum are jinja's
  * too, but no chat template uses them). */
 static const char *const global_names[FN_COUNT] = {
-    [FN_RAISE_EXCEPTION] = "raise_exception", [FN_STRFTIME_NOW] = "strftime_now", [FN_NAMESPACE] = "namespace",
-    [FN_RANGE] = "range", [FN_DICT] = "dict", [FN_CYCLER] = "cycler", [FN_JOINER] = "joiner", [FN_LIPSUM] = "lipsum",
+    [FN_RAISE_EXCEPTION] = "raise_exception",
+    [FN_STRFTIME_NOW] = "strftime_now",
+    [FN_NAMESPACE] = "namespace",
+    [FN_RANGE] = "range",
+    [FN_DICT] = "dict",
+    [FN_CYCLER] = "cycler",
+    [FN_JOINER] = "joiner",
+    [FN_LIPSUM] = "lipsum",
 };
 
 static time_t now(void) {
@@ -544,7 +635,8 @@ static value global_call(render *r, int line, int fn, const args *a) {
         int64_t v[3] = {0, 0, 1};
         for (int i = 0; i < a->n; i++) v[a->n == 1 ? 1 : i] = int_arg(r, line, a->v[i], 0, "range()");
         if (!v[2]) tfail(&r->c, line, "range() arg 3 must not be zero");
-        __int128 span = v[2] > 0 ? (__int128)v[1] - v[0] : (__int128)v[0] - v[1], step = v[2] > 0 ? v[2] : -(__int128)v[2];
+        __int128 span = v[2] > 0 ? (__int128)v[1] - v[0] : (__int128)v[0] - v[1],
+                 step = v[2] > 0 ? v[2] : -(__int128)v[2];
         __int128 count = span > 0 ? (span + step - 1) / step : 0;
         if (count > 1000000) tfail(&r->c, line, "range() of more than a million items is not supported");
         value out = v_list(&r->c, (size_t)count, V_LIST);

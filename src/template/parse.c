@@ -26,8 +26,8 @@ static bool skip_op(parser *P, int op) { return is_op(P, op) ? (next(P), true) :
 static bool skip_name(parser *P, const char *name) { return is_name(cur(P), name) ? (next(P), true) : false; }
 
 static const char *describe(const token *t) {
-    static const char *const kinds[] = {"end of template", "template data", "'{{'", "'}}'", "'{%'", "'%}'",
-                                        "name", "string", "integer", "float", "operator"};
+    static const char *const kinds[] = {"end of template", "template data", "'{{'",  "'}}'",    "'{%'", "'%}'", "name",
+                                        "string",          "integer",       "float", "operator"};
     return t->kind == T_NAME ? t->p : kinds[t->kind];
 }
 
@@ -435,9 +435,7 @@ static node *parse_condexpr(parser *P) {
     return n;
 }
 
-static node *parse_expression(parser *P, bool with_condexpr) {
-    return with_condexpr ? parse_condexpr(P) : parse_or(P);
-}
+static node *parse_expression(parser *P, bool with_condexpr) { return with_condexpr ? parse_condexpr(P) : parse_or(P); }
 
 /* ---------------------------------------------------------------- statements */
 
@@ -534,10 +532,8 @@ static node *parse_macro(parser *P, int line) {
     while (!is_op(P, OP_RPAREN)) {
         if (s->nnames) expect_op(P, OP_COMMA, "','");
         push_name(P, s, expect_name(P)->p);
-        if (skip_op(P, OP_ASSIGN))
-            push(P, &s->args, parse_expression(P, true));
-        else if (s->args.n)
-            tfail(P->c, line, "non-default argument follows default argument");
+        if (skip_op(P, OP_ASSIGN)) push(P, &s->args, parse_expression(P, true));
+        else if (s->args.n) tfail(P->c, line, "non-default argument follows default argument");
     }
     next(P);
     static const char *const end[] = {"endmacro", NULL};
@@ -578,8 +574,8 @@ static node *parse_statement(parser *P) {
         if (!P->loops) tfail(P->c, t->line, "'%s' outside a for loop", tag);
         s = mk(P, tag[0] == 'b' ? S_BREAK : S_CONTINUE, t->line);
     } else {
-        static const char *const known[] = {"include", "import", "from", "extends", "block", "with",
-                                            "autoescape", "call", "do", "trans", NULL};
+        static const char *const known[] = {"include",    "import", "from", "extends", "block", "with",
+                                            "autoescape", "call",   "do",   "trans",   NULL};
         for (int i = 0; known[i]; i++)
             if (!strcmp(tag, known[i])) tfail(P->c, t->line, "tag '%s' is not supported", tag);
         tfail(P->c, t->line, "unknown tag '%s'", tag);

@@ -23,10 +23,10 @@
 
 #include "loom.h"
 
-#define TMPL_MAX_OUTPUT (16u << 20)
-#define TMPL_MAX_MEMORY (256u << 20)
-#define TMPL_MAX_STEPS 20000000L
-#define TMPL_MAX_DEPTH 100
+#define TMPL_MAX_OUTPUT  (16u << 20)
+#define TMPL_MAX_MEMORY  (256u << 20)
+#define TMPL_MAX_STEPS   20000000L
+#define TMPL_MAX_DEPTH   100
 #define TMPL_MAX_NESTING 200
 
 typedef struct chat_template chat_template;

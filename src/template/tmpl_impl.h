@@ -176,7 +176,7 @@ int64_t v_len(tctx *c, int line, value v);
 
 value json_to_value(tctx *c, const cJSON *j);
 typedef struct json_style {
-    const char *indent;            /* NULL: one line */
+    const char *indent; /* NULL: one line */
     const char *item_sep, *key_sep;
     bool sort_keys, ensure_ascii;
 } json_style;
@@ -185,14 +185,48 @@ void json_dump(tctx *c, int line, tbuf *b, value v, const json_style *st);
 /* ---------------------------------------------------------------- tokens (lex.c) */
 
 typedef enum {
-    T_EOF, T_DATA, T_VAR_BEGIN, T_VAR_END, T_BLOCK_BEGIN, T_BLOCK_END, T_NAME, T_STRING, T_INT, T_FLOAT, T_OP
+    T_EOF,
+    T_DATA,
+    T_VAR_BEGIN,
+    T_VAR_END,
+    T_BLOCK_BEGIN,
+    T_BLOCK_END,
+    T_NAME,
+    T_STRING,
+    T_INT,
+    T_FLOAT,
+    T_OP
 } tkind;
 typedef enum {
-    OP_ADD, OP_SUB, OP_DIV, OP_FLOORDIV, OP_MUL, OP_MOD, OP_POW, OP_TILDE,
-    OP_LBRACKET, OP_RBRACKET, OP_LPAREN, OP_RPAREN, OP_LBRACE, OP_RBRACE,
-    OP_EQ, OP_NE, OP_GT, OP_GTEQ, OP_LT, OP_LTEQ, OP_ASSIGN, OP_DOT, OP_COLON, OP_PIPE, OP_COMMA, OP_SEMICOLON,
+    OP_ADD,
+    OP_SUB,
+    OP_DIV,
+    OP_FLOORDIV,
+    OP_MUL,
+    OP_MOD,
+    OP_POW,
+    OP_TILDE,
+    OP_LBRACKET,
+    OP_RBRACKET,
+    OP_LPAREN,
+    OP_RPAREN,
+    OP_LBRACE,
+    OP_RBRACE,
+    OP_EQ,
+    OP_NE,
+    OP_GT,
+    OP_GTEQ,
+    OP_LT,
+    OP_LTEQ,
+    OP_ASSIGN,
+    OP_DOT,
+    OP_COLON,
+    OP_PIPE,
+    OP_COMMA,
+    OP_SEMICOLON,
     /* operators of the syntax tree only */
-    OP_IN, OP_NOTIN,
+    OP_IN,
+    OP_NOTIN,
 } opkind;
 
 typedef struct token {
@@ -200,7 +234,7 @@ typedef struct token {
     int line;
     const char *p; /* T_DATA, T_NAME: the text (NUL-terminated copy) */
     size_t n;
-    value k;       /* T_STRING, T_INT, T_FLOAT */
+    value k; /* T_STRING, T_INT, T_FLOAT */
 } token;
 
 /* The tokens of a template, ending with T_EOF. */
@@ -210,10 +244,38 @@ token *lex(tctx *c, const char *src, size_t *ntok);
 
 typedef enum {
     /* statements */
-    S_TEXT, S_OUTPUT, S_IF, S_FOR, S_SET, S_SET_BLOCK, S_MACRO, S_FILTER_BLOCK, S_SCOPE, S_BREAK, S_CONTINUE,
+    S_TEXT,
+    S_OUTPUT,
+    S_IF,
+    S_FOR,
+    S_SET,
+    S_SET_BLOCK,
+    S_MACRO,
+    S_FILTER_BLOCK,
+    S_SCOPE,
+    S_BREAK,
+    S_CONTINUE,
     /* expressions */
-    E_CONST, E_NAME, E_LIST, E_TUPLE, E_DICT, E_GETATTR, E_GETITEM, E_SLICE, E_CALL, E_FILTER, E_TEST,
-    E_NEG, E_POS, E_NOT, E_BIN, E_AND, E_OR, E_COMPARE, E_CONCAT, E_COND,
+    E_CONST,
+    E_NAME,
+    E_LIST,
+    E_TUPLE,
+    E_DICT,
+    E_GETATTR,
+    E_GETITEM,
+    E_SLICE,
+    E_CALL,
+    E_FILTER,
+    E_TEST,
+    E_NEG,
+    E_POS,
+    E_NOT,
+    E_BIN,
+    E_AND,
+    E_OR,
+    E_COMPARE,
+    E_CONCAT,
+    E_COND,
 } nkind;
 
 typedef struct nodes {
@@ -234,8 +296,8 @@ typedef struct nodes {
 struct node {
     uint8_t kind, op;
     int line;
-    int fn;           /* filter or test number (filters.c) */
-    const char *s;    /* NUL-terminated */
+    int fn;        /* filter or test number (filters.c) */
+    const char *s; /* NUL-terminated */
     size_t n;
     const char *attr; /* S_SET, S_SET_BLOCK: the namespace attribute assigned */
     value k;
@@ -268,11 +330,22 @@ bool apply_test(render *r, int line, int fn, value v, const args *a);
 void filter_check_args(tctx *c, const node *f);
 /* Binds a call's arguments to the named parameters of fname (out[i] is V_MISSING where not
  * passed), refusing extra or unknown ones as Python would. */
-void bind_args(render *r, int line, const char *fname, const args *a, int nparam, const char *const *params, value *out);
+void bind_args(render *r, int line, const char *fname, const args *a, int nparam, const char *const *params,
+               value *out);
 
 /* ---------------------------------------------------------------- methods and globals (methods.c) */
 
-enum { FN_RAISE_EXCEPTION, FN_STRFTIME_NOW, FN_NAMESPACE, FN_RANGE, FN_DICT, FN_CYCLER, FN_JOINER, FN_LIPSUM, FN_COUNT };
+enum {
+    FN_RAISE_EXCEPTION,
+    FN_STRFTIME_NOW,
+    FN_NAMESPACE,
+    FN_RANGE,
+    FN_DICT,
+    FN_CYCLER,
+    FN_JOINER,
+    FN_LIPSUM,
+    FN_COUNT
+};
 /* Binds the global functions in the root scope. */
 void add_globals(render *r, scope *root);
 /* The value of attribute name of v when v is a str, dict, list or loop: a bound method, a
@@ -299,7 +372,7 @@ value eval(render *r, scope *sc, const node *e);
 value getattr_v(render *r, int line, value obj, const char *name, size_t n);
 value getitem_v(render *r, int line, value obj, value key);
 value call_value(render *r, int line, value fn, const args *a);
-value binary_op(render *r, int line, int op, value a, value b);  /* + - * / // % ** */
+value binary_op(render *r, int line, int op, value a, value b);     /* + - * / // % ** */
 bool compare_values(render *r, int line, int op, value a, value b); /* == != < <= > >= in, not in */
 /* Renders the template's statements with the given root variables into *out. */
 void render_template(render *r, const node *tree, tbuf *out);

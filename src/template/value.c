@@ -233,11 +233,10 @@ void float_repr(double f, char out[32]) {
 static bool printable(uint32_t cp) {
     if (cp < 0x20 || (cp >= 0x7F && cp <= 0xA0) || cp == 0xAD) return false;
     if (cp < 0x600) return true;
-    if ((cp >= 0x600 && cp <= 0x605) || cp == 0x61C || cp == 0x6DD || cp == 0x70F || cp == 0x180E ||
-        cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200F) || (cp >= 0x2028 && cp <= 0x202F) ||
-        (cp >= 0x205F && cp <= 0x206F) || cp == 0x3000 || (cp >= 0xD800 && cp <= 0xF8FF) || cp == 0xFEFF ||
-        (cp >= 0xFFF9 && cp <= 0xFFFB) || (cp & 0xFFFE) == 0xFFFE || (cp >= 0xE0000 && cp <= 0xE007F) ||
-        cp >= 0xF0000)
+    if ((cp >= 0x600 && cp <= 0x605) || cp == 0x61C || cp == 0x6DD || cp == 0x70F || cp == 0x180E || cp == 0x1680 ||
+        (cp >= 0x2000 && cp <= 0x200F) || (cp >= 0x2028 && cp <= 0x202F) || (cp >= 0x205F && cp <= 0x206F) ||
+        cp == 0x3000 || (cp >= 0xD800 && cp <= 0xF8FF) || cp == 0xFEFF || (cp >= 0xFFF9 && cp <= 0xFFFB) ||
+        (cp & 0xFFFE) == 0xFFFE || (cp >= 0xE0000 && cp <= 0xE007F) || cp >= 0xF0000)
         return false;
     return true;
 }
@@ -296,16 +295,15 @@ static void to_text(tctx *c, int line, tbuf *b, value v, bool repr) {
     case V_NONE: tb_put(c, b, "None", 4); return;
     case V_BOOL: tb_put(c, b, v.b ? "True" : "False", v.b ? 4 : 5); return;
     case V_INT: tb_printf(c, b, "%lld", (long long)v.i); return;
-    case V_FLOAT: float_repr(v.f, tmp); tb_put(c, b, tmp, strlen(tmp)); return;
+    case V_FLOAT:
+        float_repr(v.f, tmp);
+        tb_put(c, b, tmp, strlen(tmp));
+        return;
     case V_STR:
-        if (repr)
-            repr_str(c, b, v.s.p, v.s.n);
-        else
-            tb_put(c, b, v.s.p, v.s.n);
+        if (repr) repr_str(c, b, v.s.p, v.s.n);
+        else tb_put(c, b, v.s.p, v.s.n);
         return;
-    case V_TUPLE:
-        repr_items(c, line, b, v.l, "(", v.l->n == 1 ? ",)" : ")");
-        return;
+    case V_TUPLE: repr_items(c, line, b, v.l, "(", v.l->n == 1 ? ",)" : ")"); return;
     case V_LIST:
         switch (v.l->view) {
         case VIEW_NONE: repr_items(c, line, b, v.l, "[", "]"); return;
@@ -321,9 +319,7 @@ static void to_text(tctx *c, int line, tbuf *b, value v, bool repr) {
         repr_dict(c, line, b, v.d);
         tb_putc(c, b, '>');
         return;
-    case V_LOOP:
-        tb_printf(c, b, "<LoopContext %zu/%zu>", v.loop->i + 1, v.loop->items->n);
-        return;
+    case V_LOOP: tb_printf(c, b, "<LoopContext %zu/%zu>", v.loop->i + 1, v.loop->items->n); return;
     case V_MACRO:
         tb_put(c, b, "<Macro ", 7);
         repr_str(c, b, v.macro->def->s, strlen(v.macro->def->s));

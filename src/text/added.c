@@ -84,9 +84,8 @@ static bool word_at(enc *e, const char *s, size_t n, size_t pos, bool after) {
 
 /* Unicode White_Space, which is what Rust's \s (used for lstrip/rstrip) matches. */
 static bool is_space(uint32_t c) {
-    return (c >= 9 && c <= 13) || c == ' ' || c == 0x85 || c == 0xA0 || c == 0x1680 ||
-           (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F ||
-           c == 0x205F || c == 0x3000;
+    return (c >= 9 && c <= 13) || c == ' ' || c == 0x85 || c == 0xA0 || c == 0x1680 || (c >= 0x2000 && c <= 0x200A) ||
+           c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
 }
 
 /* Start of the whitespace run that ends at end. */

@@ -134,7 +134,10 @@ static void group_add(const tokenizer *t, tok_decoder *d, sink *o, uint8_t b) {
 }
 
 static int hex_digit(char c) {
-    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+    return c >= '0' && c <= '9'   ? c - '0'
+           : c >= 'a' && c <= 'f' ? c - 'a' + 10
+           : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                  : -1;
 }
 
 /* A ByteFallback token: "<0xXX>". */
@@ -146,8 +149,8 @@ static bool byte_token(const char *s, size_t n, uint8_t *b) {
 
 /* s[0..n) with each occurrence of from[0..fn) (leftmost first, not overlapping) replaced by
  * to[0..tn), into sc; *out is NULL when out of memory. */
-static size_t replace_lit(const char *s, size_t n, const char *from, size_t fn, const char *to, size_t tn,
-                          scratch *sc, char **out) {
+static size_t replace_lit(const char *s, size_t n, const char *from, size_t fn, const char *to, size_t tn, scratch *sc,
+                          char **out) {
     size_t count = 0;
     for (const char *p = s; (p = memmem(p, n - (size_t)(p - s), from, fn)); p += fn) count++;
     char *w = *out = scratch_get(sc, n + count * tn);
@@ -198,8 +201,8 @@ static void dec_run(const tokenizer *t, tok_decoder *d, sink *o, int k, const ch
             n = replace_lit(s, n, S(t, st->from), st->from.len, S(t, st->to), st->to.len, &sc[cur], &w);
             break;
         case DEC_METASPACE: /* HF: replacement chars become spaces, and vanish in the first token */
-            n = replace_lit(s, n, S(t, st->from), st->from.len, " ", !d->seen[k] && st->strip_first ? 0 : 1,
-                            &sc[cur], &w);
+            n = replace_lit(s, n, S(t, st->from), st->from.len, " ", !d->seen[k] && st->strip_first ? 0 : 1, &sc[cur],
+                            &w);
             d->seen[k] = true;
             break;
         case DEC_BYTEFALLBACK:
@@ -290,4 +293,3 @@ void tok_decode_init_cap(tokenizer *t) {
     bool bytes = t->n_dec && t->dec[t->n_dec - 1].kind == DEC_BYTELEVEL;
     t->decode_cap = run + (bytes ? 3 * piece + 3 : piece) + 8;
 }
-

@@ -55,8 +55,8 @@ static int encode_text(enc *e, const char *s, size_t n) {
     return 0;
 }
 
-int tokenizer_encode(const tokenizer *t, const char *text, size_t len, bool add_special,
-                     int32_t **ids, size_t *n_ids, loom_err *err) {
+int tokenizer_encode(const tokenizer *t, const char *text, size_t len, bool add_special, int32_t **ids, size_t *n_ids,
+                     loom_err *err) {
     *ids = NULL;
     *n_ids = 0;
     if (!len) text = "";
@@ -88,4 +88,3 @@ int tokenizer_encode(const tokenizer *t, const char *text, size_t len, bool add_
     *n_ids = e.n_ids;
     return 0;
 }
-

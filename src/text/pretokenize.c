@@ -7,8 +7,8 @@
 
 /* Finds the first match of p in s[0..n) at or after from: 1 with [*ms, *me), 0 for none, -1 on a
  * matching failure (err set). */
-static int pat_find(const tokenizer *t, const pattern *p, const char *s, size_t n, size_t from,
-                    pcre2_match_data *md, size_t *ms, size_t *me, loom_err *err) {
+static int pat_find(const tokenizer *t, const pattern *p, const char *s, size_t n, size_t from, pcre2_match_data *md,
+                    size_t *ms, size_t *me, loom_err *err) {
     if (!p->re) {
         const char *hit = memmem(s + from, n - from, S(t, p->lit), p->lit.len);
         if (!hit) return 0;
@@ -39,8 +39,8 @@ static size_t after_match(const char *s, size_t n, size_t ms, size_t me) {
 }
 
 /* Replaces every match of p in s[0..n) by with[0..wn), into out. */
-static int replace_all(const tokenizer *t, const pattern *p, const char *with, size_t wn,
-                       const char *s, size_t n, strbuf *out, pcre2_match_data *md, loom_err *err) {
+static int replace_all(const tokenizer *t, const pattern *p, const char *with, size_t wn, const char *s, size_t n,
+                       strbuf *out, pcre2_match_data *md, loom_err *err) {
     size_t pos = 0, ms = 0, me = 0;
     for (size_t from = 0; from <= n; from = after_match(s, n, ms, me)) {
         int r = pat_find(t, p, s, n, from, md, &ms, &me, err);
@@ -60,8 +60,8 @@ static void sb_swap(strbuf *a, strbuf *b) {
     *b = x;
 }
 
-int tok_normalize(const tokenizer *t, pcre2_match_data *md, const char *s, size_t n, strbuf *out,
-                  strbuf *tmp, loom_err *err) {
+int tok_normalize(const tokenizer *t, pcre2_match_data *md, const char *s, size_t n, strbuf *out, strbuf *tmp,
+                  loom_err *err) {
     out->n = 0;
     if (sb_put(out, s, n, err)) return -1;
     for (int i = 0; i < t->n_norm; i++) {
@@ -70,8 +70,7 @@ int tok_normalize(const tokenizer *t, pcre2_match_data *md, const char *s, size_
         if (st->kind == NORM_PREPEND) {
             if (!out->n) continue; /* HF prepends only to non-empty text */
             if (sb_put(tmp, S(t, st->str), st->str.len, err) || sb_put(tmp, out->p, out->n, err)) return -1;
-        } else if (replace_all(t, &st->pat, S(t, st->str), st->str.len, out->p ? out->p : "", out->n,
-                               tmp, md, err)) {
+        } else if (replace_all(t, &st->pat, S(t, st->str), st->str.len, out->p ? out->p : "", out->n, tmp, md, err)) {
             return -1;
         }
         sb_swap(out, tmp);
@@ -161,8 +160,8 @@ static size_t fold_segs(seg *g, size_t n, split_mode mode) {
     return n;
 }
 
-static int split_piece(enc *e, const pattern *p, bool invert, split_mode mode, const char *s, size_t n,
-                       bool first, bool map, pieces *out) {
+static int split_piece(enc *e, const pattern *p, bool invert, split_mode mode, const char *s, size_t n, bool first,
+                       bool map, pieces *out) {
     if (find_segs(e, p, s, n, invert)) return -1;
     size_t k = fold_segs(e->sg, e->n_sg, mode);
     for (size_t i = 0; i < k; i++)
@@ -189,7 +188,8 @@ static int pre_metaspace(enc *e, const pre_step *st, const char *s, size_t n, bo
     bool starts = s[0] == ' ' || (n >= rn && !memcmp(s, r, rn)); /* after the replacement */
     strbuf *b = &e->pre_tmp;
     b->n = 0;
-    if ((st->prepend == PREPEND_ALWAYS || (st->prepend == PREPEND_FIRST && first)) && !starts && sb_put(b, r, rn, e->err))
+    if ((st->prepend == PREPEND_ALWAYS || (st->prepend == PREPEND_FIRST && first)) && !starts &&
+        sb_put(b, r, rn, e->err))
         return -1;
     for (size_t i = 0; i < n; i++)
         if (s[i] == ' ' ? sb_put(b, r, rn, e->err) : sb_put(b, s + i, 1, e->err)) return -1;
@@ -207,8 +207,9 @@ int tok_pretokenize(enc *e, const char *s, size_t n, bool first) {
             const piece *pc = &e->pa.p[i];
             const char *ps = e->pa.s.p + pc->off;
             int rc = st->kind == PRE_BYTELEVEL ? pre_bytelevel(e, st, ps, pc->len, pc->first, &e->pb)
-                   : st->kind == PRE_METASPACE ? pre_metaspace(e, st, ps, pc->len, pc->first, &e->pb)
-                   : split_piece(e, &st->pat, st->invert, st->mode, ps, pc->len, pc->first, false, &e->pb);
+                     : st->kind == PRE_METASPACE
+                         ? pre_metaspace(e, st, ps, pc->len, pc->first, &e->pb)
+                         : split_piece(e, &st->pat, st->invert, st->mode, ps, pc->len, pc->first, false, &e->pb);
             if (rc) return -1;
         }
         pieces x = e->pa;
@@ -217,4 +218,3 @@ int tok_pretokenize(enc *e, const char *s, size_t n, bool first) {
     }
     return 0;
 }
-

@@ -49,4 +49,3 @@ bool tokenizer_is_special(const tokenizer *t, int32_t id) {
     const added_tok *a = tok_added_by_id(t, id);
     return a && a->special;
 }
-

@@ -26,15 +26,15 @@ bool tokenizer_is_special(const tokenizer *t, int32_t id);
  * template (e.g. prepends BOS for Llama-2's TemplateProcessing; nothing for ByteLevel). Added
  * tokens in the text are matched as whole tokens, as HF does. *ids is malloc'd (never NULL on
  * success), caller frees. Returns 0, or -1 with err set. */
-int tokenizer_encode(const tokenizer *t, const char *text, size_t len, bool add_special,
-                     int32_t **ids, size_t *n_ids, loom_err *err);
+int tokenizer_encode(const tokenizer *t, const char *text, size_t len, bool add_special, int32_t **ids, size_t *n_ids,
+                     loom_err *err);
 
 /* Streaming decode state: fixed size, no allocation, one per sequence. Special tokens print
  * nothing. Bytes that do not yet form complete UTF-8 are held back (for byte fallback, a whole run
  * of <0xXX> tokens is held until it ends, because HF judges the run as one: valid UTF-8, or one
  * U+FFFD per byte). The output of a sequence equals tokenizer_decode(ids, skip_special = true). */
-#define TOK_DEC_MAX_STEPS 8 /* decoder chain length supported */
-#define TOK_DEC_GROUP 64    /* byte-fallback bytes held back at most */
+#define TOK_DEC_MAX_STEPS 8  /* decoder chain length supported */
+#define TOK_DEC_GROUP     64 /* byte-fallback bytes held back at most */
 typedef struct tok_decoder {
     bool seen[TOK_DEC_MAX_STEPS]; /* each decoder step has had its first piece */
     bool fed;                     /* a token has reached the decoder */

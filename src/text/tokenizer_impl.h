@@ -21,7 +21,7 @@
 #include "util/err.h"
 #include "util/utf8.h"
 
-#define NONE UINT32_MAX
+#define NONE      UINT32_MAX
 #define MAX_STEPS 16 /* normalizers, pre-tokenizers, templates */
 
 /* ---------------------------------------------------------------- growable buffers */
@@ -47,8 +47,8 @@ typedef struct {
 } span;
 
 typedef struct {
-    span lit;        /* literal pattern, when re is NULL */
-    pcre2_code *re;  /* regex pattern */
+    span lit;       /* literal pattern, when re is NULL */
+    pcre2_code *re; /* regex pattern */
 } pattern;
 
 typedef struct {
@@ -78,11 +78,11 @@ typedef enum { SPLIT_REMOVED, SPLIT_ISOLATED, SPLIT_MERGED_PREV, SPLIT_MERGED_NE
 typedef enum { PREPEND_ALWAYS, PREPEND_FIRST, PREPEND_NEVER } prepend_scheme;
 typedef struct {
     pre_kind kind;
-    pattern pat;       /* ByteLevel: GPT-2 regex (NULL without use_regex); Split: its pattern;
+    pattern pat;            /* ByteLevel: GPT-2 regex (NULL without use_regex); Split: its pattern;
                         * Metaspace: the replacement, split before */
-    split_mode mode;   /* Split */
-    bool invert;       /* Split */
-    bool prefix_space; /* ByteLevel add_prefix_space */
+    split_mode mode;        /* Split */
+    bool invert;            /* Split */
+    bool prefix_space;      /* ByteLevel add_prefix_space */
     prepend_scheme prepend; /* Metaspace */
     bool split;             /* Metaspace */
     span repl;              /* Metaspace replacement character */
@@ -96,17 +96,17 @@ typedef struct {
 typedef enum { DEC_REPLACE, DEC_METASPACE, DEC_BYTEFALLBACK, DEC_FUSE, DEC_BYTELEVEL } dec_kind;
 typedef struct {
     dec_kind kind;
-    span from, to;   /* Replace: literal and replacement; Metaspace: from = replacement char */
+    span from, to;    /* Replace: literal and replacement; Metaspace: from = replacement char */
     bool strip_first; /* Metaspace: the first token loses its replacement chars */
 } dec_step;
 
 struct tokenizer {
     strbuf arena; /* every string, NUL-terminated */
     int32_t n_ids, model_n;
-    span *model_str;    /* [model_n] vocab strings */
-    int32_t *added_of;  /* [n_ids] index into added, or -1 */
+    span *model_str;                  /* [model_n] vocab strings */
+    int32_t *added_of;                /* [n_ids] index into added, or -1 */
     uint32_t *vocab_slot, vocab_mask; /* 1 + id, 0 empty */
-    uint64_t *pair_key; /* merges: (left << 32 | right) -> rank, merged id */
+    uint64_t *pair_key;               /* merges: (left << 32 | right) -> rank, merged id */
     uint32_t *pair_rank, pair_mask;
     int32_t *pair_new;
     int32_t byte_id[256]; /* <0xXX> tokens for byte_fallback, -1 where missing */
@@ -156,8 +156,8 @@ void tok_pair_add(tokenizer *t, int32_t left, int32_t right, uint32_t rank, int3
 
 /* pretokenize.c */
 /* Runs the normalizer over s[0..n) into out (tmp is scratch). */
-int tok_normalize(const tokenizer *t, pcre2_match_data *md, const char *s, size_t n, strbuf *out,
-                  strbuf *tmp, loom_err *err);
+int tok_normalize(const tokenizer *t, pcre2_match_data *md, const char *s, size_t n, strbuf *out, strbuf *tmp,
+                  loom_err *err);
 
 /* added.c */
 /* Builds raw_set and norm_set, normalizing the keys of normalized tokens. */
@@ -211,9 +211,9 @@ typedef struct {
     runs r1, r2;               /* added-token splits of the raw and the normalized text */
     seg *sg;                   /* pattern matches of one piece */
     size_t n_sg, cap_sg;
-    sym *sy;                   /* BPE symbols of one word */
+    sym *sy; /* BPE symbols of one word */
     size_t cap_sy;
-    merge *hp;                 /* BPE merge queue */
+    merge *hp; /* BPE merge queue */
     size_t n_hp, cap_hp;
 } enc;
 

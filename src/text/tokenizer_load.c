@@ -9,8 +9,7 @@
 #define MAX_ID (1 << 24) /* a larger id means a broken file, not a big vocabulary */
 
 /* The GPT-2 split used by the ByteLevel pre-tokenizer when use_regex is true. */
-static const char GPT2_PATTERN[] =
-    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
+static const char GPT2_PATTERN[] = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
 /* Rust's \w, used by single_word added tokens. */
 static const char WORD_PATTERN[] = "[\\p{L}\\p{M}\\p{Nd}\\p{Nl}\\p{Pc}]";
 
@@ -29,8 +28,7 @@ static uint32_t table_size(size_t n) {
 static pcre2_code *compile_re(const char *src, const char *path, loom_err *err) {
     int code;
     PCRE2_SIZE at;
-    pcre2_code *re = pcre2_compile((PCRE2_SPTR)src, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP,
-                                   &code, &at, NULL);
+    pcre2_code *re = pcre2_compile((PCRE2_SPTR)src, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP, &code, &at, NULL);
     if (!re) {
         PCRE2_UCHAR msg[160];
         pcre2_get_error_message(code, msg, sizeof msg);
@@ -60,8 +58,8 @@ static int32_t jid(const cJSON *v) {
 }
 
 /* A string of exactly one character (HF declares these fields as a Rust char). */
-static int jchar(tokenizer *t, const cJSON *o, const char *k, const char *def, const char *path,
-                 span *out, loom_err *err) {
+static int jchar(tokenizer *t, const cJSON *o, const char *k, const char *def, const char *path, span *out,
+                 loom_err *err) {
     const char *s = jget(o, k) ? jstr(o, k) : def;
     size_t n = s ? strlen(s) : 0;
     if (!n || u8invalid(s, n) != n || u8len((uint8_t)s[0]) != n)
@@ -96,8 +94,8 @@ static int load_vocab(tokenizer *t, const cJSON *vocab, loom_err *err) {
 
 /* Ids of a merge's two parts and of their concatenation: 1, or 0 if any is not in the vocab
  * (-1 with err set when out of memory). */
-static int merge_parts(const tokenizer *t, strbuf *cat, const char *l, size_t ln, const char *r,
-                       size_t rn, int32_t ids[3], loom_err *err) {
+static int merge_parts(const tokenizer *t, strbuf *cat, const char *l, size_t ln, const char *r, size_t rn,
+                       int32_t ids[3], loom_err *err) {
     cat->n = 0;
     if (sb_put(cat, l, ln, err) || sb_put(cat, r, rn, err)) return -1;
     ids[0] = tok_vocab_find(t, l, ln);
@@ -107,17 +105,19 @@ static int merge_parts(const tokenizer *t, strbuf *cat, const char *l, size_t ln
 }
 
 /* Resolves one merges entry: "a b" or ["a", "b"] (the newer pair form). */
-static int merge_entry(const tokenizer *t, const cJSON *m, uint32_t i, strbuf *cat, int32_t ids[3],
-                       loom_err *err) {
+static int merge_entry(const tokenizer *t, const cJSON *m, uint32_t i, strbuf *cat, int32_t ids[3], loom_err *err) {
     if (cJSON_IsArray(m)) {
         const cJSON *a = m->child, *b = a ? a->next : NULL;
         if (!cJSON_IsString(a) || !cJSON_IsString(b) || b->next)
             return loom_errf(err, "model.merges[%u]: expected two strings", i);
-        int found = merge_parts(t, cat, a->valuestring, strlen(a->valuestring), b->valuestring,
-                                strlen(b->valuestring), ids, err);
+        int found = merge_parts(t, cat, a->valuestring, strlen(a->valuestring), b->valuestring, strlen(b->valuestring),
+                                ids, err);
         if (found <= 0)
-            return found < 0 ? -1 : loom_errf(err, "model.merges[%u]: [\"%s\", \"%s\"] (or their concatenation) is not in model.vocab",
-                             i, a->valuestring, b->valuestring);
+            return found < 0
+                       ? -1
+                       : loom_errf(err,
+                                   "model.merges[%u]: [\"%s\", \"%s\"] (or their concatenation) is not in model.vocab",
+                                   i, a->valuestring, b->valuestring);
         return 0;
     }
     if (!cJSON_IsString(m)) return loom_errf(err, "model.merges[%u]: expected a string or a pair", i);
@@ -460,8 +460,7 @@ static void init_byte_map(tokenizer *t) {
 
 static int load(tokenizer *t, const cJSON *root, loom_err *err) {
     if (!cJSON_IsObject(root)) return loom_errf(err, "not a JSON object");
-    if (load_model(t, jget(root, "model"), err) ||
-        load_normalizer(t, jget(root, "normalizer"), "normalizer", err) ||
+    if (load_model(t, jget(root, "model"), err) || load_normalizer(t, jget(root, "normalizer"), "normalizer", err) ||
         load_added(t, jget(root, "added_tokens"), err) ||
         load_pretok(t, jget(root, "pre_tokenizer"), "pre_tokenizer", err) ||
         load_post(t, jget(root, "post_processor"), "post_processor", err) ||

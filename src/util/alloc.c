@@ -18,8 +18,7 @@ static void *no_memory(size_t bytes, const char *what, loom_err *err) {
         loom_errf(err, "cannot allocate %zu bytes (%.1f GiB) for %s", bytes, bytes / (mib * 1024.0), what);
     else if (bytes >= ((size_t)1 << 20))
         loom_errf(err, "cannot allocate %zu bytes (%.1f MiB) for %s", bytes, bytes / mib, what);
-    else
-        loom_errf(err, "cannot allocate %zu bytes for %s", bytes, what);
+    else loom_errf(err, "cannot allocate %zu bytes for %s", bytes, what);
     return NULL;
 }
 
@@ -48,7 +47,8 @@ void *mem_aligned(size_t bytes, const char *what, loom_err *err) { return mem_al
 
 void *mem_aligned_to(size_t align, size_t bytes, const char *what, loom_err *err) {
     if (bytes > SIZE_MAX - (align - 1)) {
-        loom_errf(err, "cannot allocate %zu bytes on %zu-byte boundaries for %s: the size overflows", bytes, align, what);
+        loom_errf(err, "cannot allocate %zu bytes on %zu-byte boundaries for %s: the size overflows", bytes, align,
+                  what);
         return NULL;
     }
     size_t rounded = bytes ? (bytes + align - 1) / align * align : align;

@@ -9,8 +9,8 @@ uint32_t u8decode(const char *s, size_t *len) {
     case 2: return (uint32_t)(u[0] & 0x1F) << 6 | (u[1] & 0x3F);
     case 3: return (uint32_t)(u[0] & 0x0F) << 12 | (uint32_t)(u[1] & 0x3F) << 6 | (u[2] & 0x3F);
     default:
-        return (uint32_t)(u[0] & 0x07) << 18 | (uint32_t)(u[1] & 0x3F) << 12 |
-               (uint32_t)(u[2] & 0x3F) << 6 | (u[3] & 0x3F);
+        return (uint32_t)(u[0] & 0x07) << 18 | (uint32_t)(u[1] & 0x3F) << 12 | (uint32_t)(u[2] & 0x3F) << 6 |
+               (u[3] & 0x3F);
     }
 }
 

@@ -6,18 +6,38 @@
 #include "util/err.h"
 
 #define PER_EXPERT_PROJ "experts.%d.gate_proj.weight", "experts.%d.up_proj.weight", "experts.%d.down_proj.weight"
-static const moe_layout olmoe_moe = {"mlp", "gate.weight", false, false, PER_EXPERT_PROJ, .routing = ROUTE_SOFTMAX_TOPK};
-static const moe_layout qwen_moe = {"mlp", "gate.weight", false, false, PER_EXPERT_PROJ, .routing = ROUTE_SOFTMAX_TOPK,
-                                    .shared = "shared_expert", .shared_gated = true};
-static const moe_layout mixtral_moe = {"block_sparse_moe", "gate.weight", false, false, "experts.%d.w1.weight",
-                                       "experts.%d.w3.weight", "experts.%d.w2.weight", .routing = ROUTE_SOFTMAX_TOPK,
+static const moe_layout olmoe_moe = {"mlp", "gate.weight",   false,
+                                     false, PER_EXPERT_PROJ, .routing = ROUTE_SOFTMAX_TOPK};
+static const moe_layout qwen_moe = {"mlp",
+                                    "gate.weight",
+                                    false,
+                                    false,
+                                    PER_EXPERT_PROJ,
+                                    .routing = ROUTE_SOFTMAX_TOPK,
+                                    .shared = "shared_expert",
+                                    .shared_gated = true};
+static const moe_layout mixtral_moe = {"block_sparse_moe",
+                                       "gate.weight",
+                                       false,
+                                       false,
+                                       "experts.%d.w1.weight",
+                                       "experts.%d.w3.weight",
+                                       "experts.%d.w2.weight",
+                                       .routing = ROUTE_SOFTMAX_TOPK,
                                        .always_norm_topk = true};
-static const moe_layout granite_moe = {"block_sparse_moe", "router", true, true, "input_linear.weight", NULL,
-                                       "output_linear.weight", .routing = ROUTE_TOPK_SOFTMAX};
+static const moe_layout granite_moe = {
+    "block_sparse_moe",           "router", true, true, "input_linear.weight", NULL, "output_linear.weight",
+    .routing = ROUTE_TOPK_SOFTMAX};
 /* DeepSeek: checkpoints hold experts one by one; transformers' in-memory fused layout loads too */
-static const moe_layout deepseek_moe = {"mlp", "gate.weight", false, false, PER_EXPERT_PROJ,
-                                        .fused_gate_up = "experts.gate_up_proj", .fused_down = "experts.down_proj",
-                                        .routing = ROUTE_SOFTMAX_TOPK, .shared = "shared_experts",
+static const moe_layout deepseek_moe = {"mlp",
+                                        "gate.weight",
+                                        false,
+                                        false,
+                                        PER_EXPERT_PROJ,
+                                        .fused_gate_up = "experts.gate_up_proj",
+                                        .fused_down = "experts.down_proj",
+                                        .routing = ROUTE_SOFTMAX_TOPK,
+                                        .shared = "shared_experts",
                                         .bias = "gate.e_score_correction_bias"};
 
 static const struct {

@@ -3,35 +3,35 @@
  * switches, so adding one is an entry in the table of arch.c. */
 #ifndef LOOM_MODEL_ARCH_H
 #define LOOM_MODEL_ARCH_H
-#include "model/config.h"
 #include "graph/module.h"
+#include "model/config.h"
 
 /* How an architecture lays out its mixture-of-experts layers (names relative to the layer's
  * MoE module; expert patterns have one %d). */
 typedef struct moe_layout {
-    const char *module;     /* the decoder layer's child: "mlp", "block_sparse_moe" */
-    const char *router;     /* router weight ("gate.weight"), or with external_router the
+    const char *module;   /* the decoder layer's child: "mlp", "block_sparse_moe" */
+    const char *router;   /* router weight ("gate.weight"), or with external_router the
                                router module's name ("router", holding "layer.weight") */
-    bool external_router;   /* GraniteMoE: the router is a module of its own */
-    bool stacked;           /* experts in two 3-D tensors: gate = [E, 2I, H], down = [E, H, I] */
+    bool external_router; /* GraniteMoE: the router is a module of its own */
+    bool stacked;         /* experts in two 3-D tensors: gate = [E, 2I, H], down = [E, H, I] */
     const char *gate, *up, *down;
     const char *fused_gate_up, *fused_down; /* per-expert layouts' fused alternative, if any */
     moe_routing routing;
-    bool always_norm_topk;  /* Mixtral renormalises the top k whatever the config says */
-    const char *shared;     /* the shared experts' MLP when the config sizes one, or NULL */
-    bool shared_gated;      /* Qwen2-MoE: times sigmoid(shared_expert_gate x) */
-    const char *bias;       /* DeepSeek: routing from the config, with this correction bias under
+    bool always_norm_topk; /* Mixtral renormalises the top k whatever the config says */
+    const char *shared;    /* the shared experts' MLP when the config sizes one, or NULL */
+    bool shared_gated;     /* Qwen2-MoE: times sigmoid(shared_expert_gate x) */
+    const char *bias;      /* DeepSeek: routing from the config, with this correction bias under
                                noaux_tc (NULL: the layout's own routing) */
 } moe_layout;
 
 /* Options that distinguish Llama-like architectures. */
 typedef struct llama_variant {
-    bool qkv_bias;      /* Qwen2: q/k/v projections have biases */
-    bool qk_norm;       /* Qwen3: per-head RMSNorm of q and k before RoPE */
-    bool qk_norm_whole; /* OLMoE: RMSNorm of the whole q and k projections, across heads */
-    bool sliding_window;/* Mistral: honour config sliding_window */
-    bool mla;           /* DeepSeek: multi-head latent attention (mla_blocks.c) */
-    bool interleaved;   /* DeepSeek-V2: rotary pairs always interleaved (V3: rope_interleave) */
+    bool qkv_bias;         /* Qwen2: q/k/v projections have biases */
+    bool qk_norm;          /* Qwen3: per-head RMSNorm of q and k before RoPE */
+    bool qk_norm_whole;    /* OLMoE: RMSNorm of the whole q and k projections, across heads */
+    bool sliding_window;   /* Mistral: honour config sliding_window */
+    bool mla;              /* DeepSeek: multi-head latent attention (mla_blocks.c) */
+    bool interleaved;      /* DeepSeek-V2: rotary pairs always interleaved (V3: rope_interleave) */
     const moe_layout *moe; /* MoE architectures: their expert layers (dense ones: NULL) */
 } llama_variant;
 

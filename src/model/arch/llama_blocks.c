@@ -42,7 +42,10 @@ static module *attention_block(const model_config *c, const llama_variant *v, in
     }
     q = emit_rope(m, q, &(rope_desc){c->n_heads, hd, 0, false}, "q_rot");
     k = emit_rope(m, k, &(rope_desc){c->n_kv_heads, hd, 0, false}, "k_rot");
-    attn_desc a = {.layer = layer, .n_heads = c->n_heads, .n_kv_heads = c->n_kv_heads, .head_dim = hd,
+    attn_desc a = {.layer = layer,
+                   .n_heads = c->n_heads,
+                   .n_kv_heads = c->n_kv_heads,
+                   .head_dim = hd,
                    .sliding_window = v->sliding_window ? c->sliding_window : 0,
                    .scale = c->attention_mult};
     int att = emit_attention(m, q, k, val, &a);
@@ -69,8 +72,7 @@ module *mlp_module(const model_config *c, const char *name, int inter) {
 }
 
 /* h + residual_mult * child(norm(h)); Granite scales the branch, others multiply by 1 (no op). */
-static int residual_branch(module *m, const model_config *c, int h, const char *norm, module *child,
-                           const char *name) {
+static int residual_branch(module *m, const model_config *c, int h, const char *norm, module *child, const char *name) {
     char w[128];
     snprintf(w, sizeof w, "%s.%s.weight", m->name, norm);
     int n = emit_rms_norm(m, h, w, c->rms_eps, 0, norm);

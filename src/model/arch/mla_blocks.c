@@ -14,8 +14,7 @@
 #define MLA_NORM_EPS 1e-6f
 
 /* A projection every rank holds all of: rows [row0, row0 + out) of `proj`'s tensor of `rows`. */
-static void whole_part(linear_part *p, const char *prefix, const char *proj, int row0, int out, int rows,
-                       bool bias) {
+static void whole_part(linear_part *p, const char *prefix, const char *proj, int row0, int out, int rows, bool bias) {
     linear_part_init(p, prefix, proj, out, 0, bias);
     p->whole = true;
     p->row0 = row0;
@@ -62,8 +61,14 @@ module *mla_attention_module(const model_config *c, const llama_variant *v, int 
     bool interleaved = v->interleaved || a->rope_interleave;
     q = emit_rope(m, q, &(rope_desc){H, qk, a->qk_nope_head_dim, interleaved}, "q_rot");
     k_pe = emit_rope(m, k_pe, &(rope_desc){1, a->qk_rope_head_dim, 0, interleaved}, "k_pe_rot");
-    attn_desc ad = {.layer = layer, .n_heads = H, .n_kv_heads = H, .head_dim = qk, .scale = mla_scale(c),
-                    .kv_lora = a->kv_lora_rank, .nope = a->qk_nope_head_dim, .rope = a->qk_rope_head_dim,
+    attn_desc ad = {.layer = layer,
+                    .n_heads = H,
+                    .n_kv_heads = H,
+                    .head_dim = qk,
+                    .scale = mla_scale(c),
+                    .kv_lora = a->kv_lora_rank,
+                    .nope = a->qk_nope_head_dim,
+                    .rope = a->qk_rope_head_dim,
                     .v_dim = a->v_head_dim};
     linear_desc kv_b = {.in = a->kv_lora_rank, .n_parts = 1, .style = PAR_COLUMN};
     linear_part_init(&kv_b.parts[0], m->name, "kv_b_proj", H * (a->qk_nope_head_dim + a->v_head_dim),

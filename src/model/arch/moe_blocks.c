@@ -33,8 +33,13 @@ module *moe_module(const model_config *c, const moe_layout *l, int layer) {
     snprintf(name, sizeof name, "%s.%s", m->name, l->router);
     int logits = l->external_router ? emit_call(m, router_module(c, name), &x, 1, "router_logits")
                                     : replicated_linear(m, x, name, c->hidden, c->n_experts);
-    moe_desc d = {.hidden = c->hidden, .inter = c->moe_intermediate, .n_experts = c->n_experts, .top_k = c->top_k,
-                  .routing = l->routing, .norm_topk = c->norm_topk || l->always_norm_topk, .stacked = l->stacked,
+    moe_desc d = {.hidden = c->hidden,
+                  .inter = c->moe_intermediate,
+                  .n_experts = c->n_experts,
+                  .top_k = c->top_k,
+                  .routing = l->routing,
+                  .norm_topk = c->norm_topk || l->always_norm_topk,
+                  .stacked = l->stacked,
                   .scale = 1};
     snprintf(d.gate, sizeof d.gate, "%s.%s", m->name, l->gate);
     snprintf(d.up, sizeof d.up, "%s.%s", m->name, l->stacked ? l->gate : l->up);
