@@ -54,7 +54,7 @@ if readelf -d "$tmp/generate-static" | grep -q 'NEEDED.*libloom'; then
 fi
 
 # Each prints "loom VERSION: PROMPT" and the text after it, then the counts; all the same text.
-version=$(sed -n 's/^#define LOOM_VERSION_\(MAJOR\|MINOR\|PATCH\) //p' include/loom.h | paste -sd .)
+version=$(sed -n 's/^#define LOOM_VERSION_\(MAJOR\|MINOR\|PATCH\) \+//p' include/loom.h | paste -sd .)
 first=
 for exe in "$tmp/generate-shared" "$tmp/generate-static" "$tmp/build-examples/generate"; do
   out=$(OMP_NUM_THREADS=2 "$exe") || { echo "check-install: ${exe#"$tmp/"} failed" >&2; exit 1; }
