@@ -15,7 +15,7 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
 if [ "${1:-}" = --sanitize ]; then
   export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 fi
-ctest --test-dir "$dir" --output-on-failure
+ctest --test-dir "$dir" --output-on-failure -j2 # two at a time, as on a two-core machine, so timing races show
 # The converter's own oracle (transformers and tokenizers) runs where they are installed.
 if [ "${1:-}" != --sanitize ]; then
   if python3 -c "import torch, transformers, tokenizers" 2>/dev/null; then
