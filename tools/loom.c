@@ -59,7 +59,11 @@ static void usage(FILE *f) {
           "  --max-num-seqs N          sequences generating at once, each with a KV slot (default 8)\n"
           "  --max-num-batched-tokens N  tokens per engine step: decode tokens plus prompt chunks (default 2048)\n"
           "  --max-queue N             requests waiting for a slot; more get 503 (default 256)\n"
-          "  --max-body-bytes N        larger request bodies get 413 (default 1 MiB)\n",
+          "  --max-body-bytes N        larger request bodies get 413 (default 1 MiB)\n"
+          "  --header-timeout S        a client finishes its request headers within S seconds of\n"
+          "                            connecting (or of its last answer), or is closed (default 10)\n"
+          "  --max-connections-per-address N  open connections one IP address may hold; more are\n"
+          "                            refused at once (default 64)\n",
           f);
 }
 

@@ -45,7 +45,9 @@ int cli_serve(int argc, char **argv) {
                           .max_num_seqs = 8,
                           .max_num_batched_tokens = 2048,
                           .max_queue = 256,
-                          .max_body_bytes = 1 << 20}};
+                          .max_body_bytes = 1 << 20,
+                          .header_timeout = 10,
+                          .max_per_address = 64}};
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         int r = cli_common_arg(&c, argc, argv, &i);
@@ -59,6 +61,10 @@ int cli_serve(int argc, char **argv) {
         else if (!strcmp(a, "--max-num-batched-tokens"))
             j.so.max_num_batched_tokens = (int)cli_int(a, cli_value(argc, argv, &i), 1, 1 << 20);
         else if (!strcmp(a, "--max-queue")) j.so.max_queue = (int)cli_int(a, cli_value(argc, argv, &i), 1, 1 << 20);
+        else if (!strcmp(a, "--header-timeout"))
+            j.so.header_timeout = (double)cli_int(a, cli_value(argc, argv, &i), 1, 3600);
+        else if (!strcmp(a, "--max-connections-per-address"))
+            j.so.max_per_address = (int)cli_int(a, cli_value(argc, argv, &i), 1, 1 << 16);
         else if (!strcmp(a, "--max-body-bytes"))
             j.so.max_body_bytes = (size_t)cli_int(a, cli_value(argc, argv, &i), 1024, 1L << 32);
         else {

@@ -1,20 +1,24 @@
 /* The HTTP front, on GNU libmicrohttpd (Debian's libmicrohttpd-dev). Chosen over civetweb: a
  * GNU project maintained since 2007, a C API with no embedded scripting or file serving to
  * switch off, responses produced by a callback (server-sent events without buffering), and
- * its own limits on connections, header memory and idle time. It parses HTTP; loom reads the
+ * its own limits on connections per address and idle time. It parses HTTP; loom reads the
  * bodies.
  *
- * Each connection has its own thread, so a thread may block: a non-streaming request waits for
- * its request to finish, a stream's callback waits for its next tokens. Both poll the socket
- * while they wait, so a client that leaves frees its KV slot at the next step rather than when
- * generation ends. Routes: POST /v1/completions, /v1/chat/completions, /tokenize, /detokenize;
- * GET /v1/models, /health, /metrics. */
+ * No connection holds a thread: MHD's few event threads serve them all (epoll), so thousands of
+ * idle connections cost a socket and a small record each. A request waiting for the engine
+ * (a non-streaming answer, a stream's next tokens) suspends its connection, and the scheduler
+ * resumes it when the request changes (request_changed). One watcher thread closes clients
+ * that have not finished their request headers within --header-timeout, and cancels the
+ * requests of waiting clients that left, so their KV slots free at the next step rather than
+ * when generation ends. Routes: POST /v1/completions, /v1/chat/completions, /tokenize,
+ * /detokenize; GET /v1/models, /health, /metrics. */
 #include <errno.h>
 #include <microhttpd.h>
 #include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -24,32 +28,51 @@
 #include "util/alloc.h"
 #include "util/err.h"
 
-#define POLL_S          0.2   /* how often a waiting thread checks its client is still there */
 #define STREAM_BLOCK    16384 /* bytes MHD asks a stream for at a time */
-#define IDLE_TIMEOUT_S  60    /* MHD closes a connection silent this long */
-#define MAX_CONNECTIONS 256
+#define IDLE_TIMEOUT_S  60    /* MHD closes a connection silent this long (a body upload, an answer) */
+#define WATCH_S         0.1   /* how often the watcher looks at the connections */
+#define EVENT_THREADS   2     /* MHD's threads, whatever the number of connections */
+#define MAX_CONNECTIONS 4096
+#define DRAIN_WAIT_S    30 /* at shutdown, how long answers still being sent may take */
+
+/* One client connection, from accept to close (MHD's socket context). */
+typedef struct conn {
+    struct conn *prev, *next; /* the front's list, under its conns_lock */
+    struct MHD_Connection *c;
+    int fd;
+    double since;   /* when its current request began: the accept, or its previous answer */
+    bool headers;   /* that request's headers are in */
+    bool closing;   /* the watcher shut it down */
+    bool abandoned; /* the server stops: what it waits for will not come (under the server lock) */
+    /* under the server lock: the request it waits for, and whether MHD has it suspended */
+    request *waiting;
+    bool suspended;
+} conn;
 
 struct http_front {
     struct MHD_Daemon *d;
     server *srv;
     _Atomic int in_flight; /* requests begun and not yet answered in full */
+    pthread_mutex_t conns_lock;
+    conn *conns;
+    pthread_t watcher;
+    _Atomic bool stop;
 };
 
-#define DRAIN_WAIT_S 30 /* at shutdown, how long answers still being sent may take */
-
-/* A connection's request body as it arrives. */
+/* A connection's request body as it arrives, and the answer it waits for. */
 typedef struct upload {
     char *body;
     size_t len, cap;
-    bool too_big;
+    size_t dropped; /* bytes of an oversized chunked body read and thrown away */
+    bool too_big, answered;
+    request *waiting; /* a non-streaming request submitted, its answer not sent yet */
 } upload;
 
 /* A streaming response: SSE text built from the request's progress, handed to MHD in blocks. */
 typedef struct stream {
     server *srv;
-    struct MHD_Connection *c;
+    conn *k;
     request *r;
-    int fd;
     char *out;
     size_t out_len, out_off, out_cap;
     size_t sent_text;
@@ -101,17 +124,46 @@ static bool client_gone(int fd) {
     return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
 }
 
-/* Waits (lock held) for r to change, up to POLL_S; marks r cancelled if its client left. */
-static bool wait_or_gone(server *srv, request *r, int fd) {
-    struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_nsec += (long)(POLL_S * 1e9);
-    if (until.tv_nsec >= 1000000000) until.tv_sec++, until.tv_nsec -= 1000000000;
-    pthread_cond_timedwait(&r->changed, &srv->lock, &until);
-    if (r->state == REQ_FINISHED || !client_gone(fd)) return false;
+static conn *conn_of(struct MHD_Connection *c) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return ci ? ci->socket_context : NULL;
+}
+
+/* r's changes wake the connection waiting for it (the scheduler calls this, lock held). */
+static void wake(void *ctx) {
+    conn *k = ctx;
+    if (!k->suspended) return;
+    k->suspended = false;
+    MHD_resume_connection(k->c);
+}
+
+/* Links k and the request it waits for, both ways; unlinked by whichever of the request's end
+ * and the connection's close comes first, so neither is left pointing at freed memory. Lock
+ * held for both. */
+static void wait_for(conn *k, request *r) {
+    k->waiting = r;
+    r->wake = wake;
+    r->wake_ctx = k;
+}
+
+static void stop_waiting(request *r) {
+    conn *k = r->wake_ctx;
+    if (k) k->waiting = NULL, k->suspended = false;
+    r->wake = NULL;
+    r->wake_ctx = NULL;
+}
+
+/* Parks k until its request changes (lock held). */
+static void suspend(conn *k) {
+    k->suspended = true;
+    MHD_suspend_connection(k->c);
+}
+
+/* The client of a waiting request left: the request stops at the next step (lock held). */
+static void cancel(server *srv, request *r) {
+    if (r->state == REQ_FINISHED) return;
     r->cancel = true;
     pthread_cond_signal(&srv->work);
-    return true;
 }
 
 /* Appends the event "data: TEXT\n\n"; false when out of memory. */
@@ -163,6 +215,8 @@ static int next_events(stream *s) {
     return !ok ? -1 : s->out_len > before;
 }
 
+/* MHD asks for the next block of a stream. With nothing to send yet the connection is
+ * suspended (returning 0 then is what MHD expects) until the request changes. */
 static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
     (void)pos;
     stream *s = cls;
@@ -178,21 +232,20 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
             return (ssize_t)n;
         }
         if (s->ended) {
-            MHD_set_connection_option(s->c, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)IDLE_TIMEOUT_S);
+            MHD_set_connection_option(s->k->c, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)IDLE_TIMEOUT_S);
             break;
         }
         int got = next_events(s);
         if (got > 0) continue;
-        if (got < 0) { /* out of memory: the stream ends broken, the request stops at the next step */
-            s->r->cancel = true;
-            pthread_cond_signal(&srv->work);
+        /* out of memory (the stream ends broken), or the client left: the request stops */
+        if (got < 0 || s->k->abandoned || client_gone(s->k->fd)) {
+            cancel(srv, s->r);
             pthread_mutex_unlock(&srv->lock);
             return MHD_CONTENT_READER_END_WITH_ERROR;
         }
-        if (wait_or_gone(srv, s->r, s->fd)) {
-            pthread_mutex_unlock(&srv->lock);
-            return MHD_CONTENT_READER_END_WITH_ERROR;
-        }
+        suspend(s->k);
+        pthread_mutex_unlock(&srv->lock);
+        return 0;
     }
     pthread_mutex_unlock(&srv->lock);
     return MHD_CONTENT_READER_END_OF_STREAM;
@@ -203,22 +256,41 @@ static void stream_done(void *cls) {
     stream *s = cls;
     server *srv = s->srv;
     pthread_mutex_lock(&srv->lock);
-    if (s->r->state != REQ_FINISHED) {
-        s->r->cancel = true;
-        pthread_cond_signal(&srv->work);
-    }
+    cancel(srv, s->r);
+    stop_waiting(s->r);
     request_unref(s->r);
     pthread_mutex_unlock(&srv->lock);
     free(s->out);
     free(s);
 }
 
-static int conn_fd(struct MHD_Connection *c) {
-    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
-    return ci ? ci->connect_fd : -1;
+/* A non-streaming request's answer, once it is finished; until then its connection is
+ * suspended, and this runs again when the scheduler resumes it. */
+static enum MHD_Result answer_when_done(server *srv, struct MHD_Connection *c, conn *k, upload *u) {
+    pthread_mutex_lock(&srv->lock);
+    request *r = u->waiting;
+    bool gone = k->abandoned || client_gone(k->fd);
+    if (r->state != REQ_FINISHED && !gone) {
+        suspend(k);
+        pthread_mutex_unlock(&srv->lock);
+        return MHD_YES;
+    }
+    cancel(srv, r);
+    stop_waiting(r);
+    u->waiting = NULL;
+    api_error e = {.status = 500};
+    char *body = gone || r->error[0] ? NULL : api_response(srv, r);
+    if (!gone && !body)
+        snprintf(e.msg, sizeof e.msg, "%s", r->error[0] ? r->error : "out of memory making the response");
+    request_unref(r);
+    pthread_mutex_unlock(&srv->lock);
+    if (gone) return MHD_NO; /* nobody to answer: close */
+    MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)IDLE_TIMEOUT_S);
+    if (!body) return send_error(c, &e);
+    return send_body(c, MHD_HTTP_OK, body, "application/json");
 }
 
-static enum MHD_Result generate(server *srv, struct MHD_Connection *c, req_kind kind, const upload *u) {
+static enum MHD_Result generate(server *srv, struct MHD_Connection *c, conn *k, req_kind kind, upload *u) {
     api_error e = {0};
     request *r = api_parse_generate(srv, kind, u->body ? u->body : "", u->len, &e);
     if (!r) return send_error(c, &e);
@@ -240,36 +312,27 @@ static enum MHD_Result generate(server *srv, struct MHD_Connection *c, req_kind 
         e.status = status;
         return send_error(c, &e);
     }
+    wait_for(k, r);
     pthread_cond_signal(&srv->work);
-    int fd = conn_fd(c);
+    pthread_mutex_unlock(&srv->lock);
     /* generating is not idling: the idle timeout is off until the answer is complete */
     MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
-    if (r->stream) {
-        pthread_mutex_unlock(&srv->lock);
-        *s = (stream){.srv = srv, .c = c, .r = r, .fd = fd};
-        struct MHD_Response *res =
-            MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, STREAM_BLOCK, stream_read, s, stream_done);
-        if (!res) {
-            stream_done(s);
-            return MHD_NO;
-        }
-        MHD_add_response_header(res, "Content-Type", "text/event-stream");
-        MHD_add_response_header(res, "Cache-Control", "no-cache");
-        enum MHD_Result rc = MHD_queue_response(c, MHD_HTTP_OK, res);
-        MHD_destroy_response(res);
-        return rc;
+    if (!r->stream) {
+        u->waiting = r;
+        return answer_when_done(srv, c, k, u);
     }
-    bool gone = false;
-    while (r->state != REQ_FINISHED) gone |= wait_or_gone(srv, r, fd);
-    char *body = gone ? NULL : r->error[0] ? NULL : api_response(srv, r);
-    if (!gone && !body)
-        snprintf(e.msg, sizeof e.msg, "%s", r->error[0] ? r->error : "out of memory making the response");
-    request_unref(r);
-    pthread_mutex_unlock(&srv->lock);
-    if (gone) return MHD_NO; /* nobody to answer: close */
-    MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)IDLE_TIMEOUT_S);
-    if (!body) return e.status = 500, send_error(c, &e);
-    return send_body(c, MHD_HTTP_OK, body, "application/json");
+    *s = (stream){.srv = srv, .k = k, .r = r};
+    struct MHD_Response *res =
+        MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, STREAM_BLOCK, stream_read, s, stream_done);
+    if (!res) {
+        stream_done(s);
+        return MHD_NO;
+    }
+    MHD_add_response_header(res, "Content-Type", "text/event-stream");
+    MHD_add_response_header(res, "Cache-Control", "no-cache");
+    enum MHD_Result rc = MHD_queue_response(c, MHD_HTTP_OK, res);
+    MHD_destroy_response(res);
+    return rc;
 }
 
 typedef enum route_id { COMPLETIONS, CHAT, TOKENIZE, DETOKENIZE, MODELS, HEALTH, METRICS } route_id;
@@ -287,8 +350,8 @@ static const struct route {
     {"/metrics", "GET", METRICS},
 };
 
-static enum MHD_Result route(server *srv, struct MHD_Connection *c, const char *url, const char *method,
-                             const upload *u) {
+static enum MHD_Result route(server *srv, struct MHD_Connection *c, conn *k, const char *url, const char *method,
+                             upload *u) {
     const struct route *r = NULL;
     for (size_t i = 0; i < sizeof routes / sizeof *routes && !r; i++)
         if (!strcmp(url, routes[i].path)) r = &routes[i];
@@ -298,8 +361,8 @@ static enum MHD_Result route(server *srv, struct MHD_Connection *c, const char *
     api_error e = {0};
     char *out = NULL;
     switch (r->id) {
-    case COMPLETIONS: return generate(srv, c, REQ_COMPLETION, u);
-    case CHAT: return generate(srv, c, REQ_CHAT, u);
+    case COMPLETIONS: return generate(srv, c, k, REQ_COMPLETION, u);
+    case CHAT: return generate(srv, c, k, REQ_CHAT, u);
     case TOKENIZE: out = api_tokenize(srv, body, u->len, &e); break;
     case DETOKENIZE: out = api_detokenize(srv, body, u->len, &e); break;
     case MODELS: out = api_models(srv); break;
@@ -324,28 +387,44 @@ static enum MHD_Result route(server *srv, struct MHD_Connection *c, const char *
     return send_body(c, MHD_HTTP_OK, out, "application/json"); /* NULL: out of memory, a 500 */
 }
 
+/* A request's headers are in: its deadline is met (then each later request on the connection
+ * has its own, from the answer before it). */
+static void headers_in(http_front *h, conn *k, bool in) {
+    pthread_mutex_lock(&h->conns_lock);
+    k->headers = in;
+    k->since = serve_now();
+    pthread_mutex_unlock(&h->conns_lock);
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
                                   const char *version, const char *data, size_t *data_size, void **con_cls) {
     (void)version;
     http_front *h = cls;
     server *srv = h->srv;
     upload *u = *con_cls;
+    conn *k = conn_of(c);
     size_t limit = srv->o->max_body_bytes;
-    if (!u) { /* headers are in: refuse a declared oversized body before reading it */
+    if (!k) return MHD_NO; /* its record could not be made: close */
+    if (!u) {              /* headers are in: refuse a declared oversized body before reading it */
         if (!(*con_cls = u = mem_zalloc(1, sizeof *u, "a connection", NULL))) return MHD_NO; /* out of memory: close */
         h->in_flight++;
+        headers_in(h, k, true);
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
         if (cl && strtoull(cl, NULL, 10) > limit) {
-            u->too_big = true;
+            u->too_big = u->answered = true;
             return fail(c, MHD_HTTP_CONTENT_TOO_LARGE, "the request body (%s bytes) exceeds the limit of %zu bytes", cl,
                         limit);
         }
         return MHD_YES;
     }
     if (*data_size) {
+        /* A chunked body past the limit: MHD takes an answer only once the body has ended, so
+         * the rest is read and thrown away, up to a bound past which the client is dropped. */
         if (u->too_big || u->len + *data_size > limit) {
-            u->too_big = true; /* a chunked body past the limit: drop the connection */
-            return MHD_NO;
+            u->too_big = true;
+            u->dropped += *data_size;
+            *data_size = 0;
+            return u->dropped > 16 * limit ? MHD_NO : MHD_YES;
         }
         if (ARRAY_RESERVE(u->body, u->cap, u->len + *data_size + 1, "a request body", NULL))
             return MHD_NO; /* out of memory: drop the connection */
@@ -355,19 +434,97 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         *data_size = 0;
         return MHD_YES;
     }
-    if (u->too_big) return MHD_YES; /* answered already */
-    return route(srv, c, url, method, u);
+    if (u->answered) return MHD_YES;
+    if (u->too_big) {
+        u->answered = true;
+        return fail(c, MHD_HTTP_CONTENT_TOO_LARGE, "the request body exceeds the limit of %zu bytes", limit);
+    }
+    if (u->waiting) return answer_when_done(srv, c, k, u); /* resumed */
+    return route(srv, c, k, url, method, u);
 }
 
+/* A request ended (answered, or its connection closed): the next one's header deadline starts. */
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
-    (void)c, (void)toe;
+    (void)toe;
     http_front *h = cls;
     upload *u = *con_cls;
     if (!u) return;
+    if (u->waiting) {
+        pthread_mutex_lock(&h->srv->lock);
+        cancel(h->srv, u->waiting);
+        stop_waiting(u->waiting);
+        request_unref(u->waiting);
+        pthread_mutex_unlock(&h->srv->lock);
+    }
+    conn *k = conn_of(c);
+    if (k) headers_in(h, k, false);
     h->in_flight--;
     free(u->body);
     free(u);
     *con_cls = NULL;
+}
+
+/* A connection opens (its record joins the list) or closes (it leaves, unlinked from any
+ * request it waited for). */
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+                          enum MHD_ConnectionNotificationCode code) {
+    http_front *h = cls;
+    conn *k = *socket_context;
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        if (!ci || !(k = mem_zalloc(1, sizeof *k, "a connection", NULL))) return; /* on_request closes it */
+        *k = (conn){.c = c, .fd = ci->connect_fd, .since = serve_now()};
+        *socket_context = k;
+        pthread_mutex_lock(&h->conns_lock);
+        if ((k->next = h->conns)) k->next->prev = k;
+        h->conns = k;
+        pthread_mutex_unlock(&h->conns_lock);
+        return;
+    }
+    if (!k) return;
+    pthread_mutex_lock(&h->conns_lock);
+    if (k->prev) k->prev->next = k->next;
+    else h->conns = k->next;
+    if (k->next) k->next->prev = k->prev;
+    pthread_mutex_unlock(&h->conns_lock);
+    pthread_mutex_lock(&h->srv->lock);
+    if (k->waiting) stop_waiting(k->waiting);
+    pthread_mutex_unlock(&h->srv->lock);
+    free(k);
+    *socket_context = NULL;
+}
+
+/* The watcher: shuts a connection whose request headers are late (MHD then sees it end and
+ * closes it), and resumes a suspended one whose client left, which then cancels its request. */
+static void *watch(void *arg) {
+    http_front *h = arg;
+    server *srv = h->srv;
+    while (!h->stop) {
+        struct timespec ts = {0, (long)(WATCH_S * 1e9)};
+        nanosleep(&ts, NULL);
+        double now = serve_now();
+        pthread_mutex_lock(&h->conns_lock);
+        for (conn *k = h->conns; k; k = k->next) {
+            if (!k->headers && !k->closing && now - k->since > srv->o->header_timeout) {
+                k->closing = true;
+                shutdown(k->fd, SHUT_RDWR);
+            }
+            pthread_mutex_lock(&srv->lock);
+            if (k->suspended && client_gone(k->fd)) wake(k);
+            pthread_mutex_unlock(&srv->lock);
+        }
+        pthread_mutex_unlock(&h->conns_lock);
+    }
+    return NULL;
+}
+
+/* A server holds a descriptor a connection: take all the process may have. */
+static void raise_fd_limit(void) {
+    struct rlimit rl;
+    if (!getrlimit(RLIMIT_NOFILE, &rl) && rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &rl);
+    }
 }
 
 http_front *http_start(server *srv, loom_err *err) {
@@ -385,15 +542,28 @@ http_front *http_start(server *srv, loom_err *err) {
         return NULL;
     }
     h->srv = srv;
-    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ITC |
-                     (ai->ai_family == AF_INET6 ? MHD_USE_IPv6 : 0);
+    pthread_mutex_init(&h->conns_lock, NULL);
+    raise_fd_limit();
+    unsigned flags =
+        MHD_USE_AUTO_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | (ai->ai_family == AF_INET6 ? MHD_USE_IPv6 : 0);
     h->d = MHD_start_daemon(flags, (uint16_t)srv->o->port, NULL, NULL, on_request, h, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
-                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)IDLE_TIMEOUT_S, MHD_OPTION_CONNECTION_LIMIT,
-                            (unsigned)MAX_CONNECTIONS, MHD_OPTION_NOTIFY_COMPLETED, on_completed, h, MHD_OPTION_END);
+                            MHD_OPTION_THREAD_POOL_SIZE, (unsigned)EVENT_THREADS, MHD_OPTION_CONNECTION_TIMEOUT,
+                            (unsigned)IDLE_TIMEOUT_S, MHD_OPTION_CONNECTION_LIMIT, (unsigned)MAX_CONNECTIONS,
+                            MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)srv->o->max_per_address,
+                            MHD_OPTION_NOTIFY_COMPLETED, on_completed, h, MHD_OPTION_NOTIFY_CONNECTION, on_connection,
+                            h, MHD_OPTION_END);
     freeaddrinfo(ai);
     if (!h->d) {
         loom_errf(err, "cannot listen on %s:%d (address in use, or not an address of this machine)", srv->o->host,
                   srv->o->port);
+        pthread_mutex_destroy(&h->conns_lock);
+        free(h);
+        return NULL;
+    }
+    if (pthread_create(&h->watcher, NULL, watch, h)) {
+        loom_errf(err, "cannot start the HTTP front's watcher thread");
+        MHD_stop_daemon(h->d);
+        pthread_mutex_destroy(&h->conns_lock);
         free(h);
         return NULL;
     }
@@ -413,6 +583,18 @@ void http_stop(http_front *h) {
         struct timespec ts = {0, 10 * 1000 * 1000};
         nanosleep(&ts, NULL);
     }
+    h->stop = true;
+    pthread_join(h->watcher, NULL);
+    /* answers that did not finish in time: their connections are resumed, to close */
+    pthread_mutex_lock(&h->conns_lock);
+    pthread_mutex_lock(&h->srv->lock);
+    for (conn *k = h->conns; k; k = k->next) {
+        k->abandoned = true;
+        wake(k);
+    }
+    pthread_mutex_unlock(&h->srv->lock);
+    pthread_mutex_unlock(&h->conns_lock);
     MHD_stop_daemon(h->d);
+    pthread_mutex_destroy(&h->conns_lock);
     free(h);
 }

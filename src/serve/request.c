@@ -16,7 +16,6 @@ request *request_new(req_kind kind) {
     r->sampling.top_p = 1;
     r->slot = -1;
     r->refs = 1;
-    pthread_cond_init(&r->changed, NULL);
     return r;
 }
 
@@ -29,7 +28,6 @@ void request_unref(request *r) {
     free(r->text);
     loom_sampler_free(r->smp);
     loom_detokenizer_free(r->dec);
-    pthread_cond_destroy(&r->changed);
     free(r);
 }
 
@@ -101,6 +99,10 @@ void request_end_text(request *r) {
         if (r->n_tokens) r->tokens[r->n_tokens - 1].text_end = r->text_len;
     }
     r->text_ready = r->text_len;
+}
+
+void request_changed(request *r) {
+    if (r->wake) r->wake(r->wake_ctx);
 }
 
 const char *request_finish_name(const request *r) {

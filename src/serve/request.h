@@ -1,11 +1,9 @@
 /* One generation request as the server holds it: what the client asked (parsed from its JSON by
- * api_request.c), and what the scheduler has produced so far. The HTTP thread that owns the client
+ * api_request.c), and what the scheduler has produced so far. The HTTP front that owns the client
  * and the scheduler thread share it under the server's lock; each keeps a reference, and the
  * last to let go frees it. */
 #ifndef LOOM_SERVE_REQUEST_H
 #define LOOM_SERVE_REQUEST_H
-#include <pthread.h>
-
 #include "loom.h"
 
 #define REQ_MAX_STOPS        8  /* stop strings per request (OpenAI allows 4) */
@@ -66,7 +64,10 @@ typedef struct request {
     loom_sampler *smp;
     loom_detokenizer *dec; /* NULL: the model has no tokenizer (ids only) */
 
-    pthread_cond_t changed; /* signalled when tokens, text or state change */
+    /* called, lock held, when tokens, text or state change: the HTTP front resumes the
+     * connection waiting for them (NULL: nobody waits) */
+    void (*wake)(void *ctx);
+    void *wake_ctx;
     int refs;
 } request;
 
@@ -82,6 +83,8 @@ void request_unref(request *r);
 void request_add_token(request *r, const req_token *t);
 /* Ends r's text: flushes the decoder's held-back bytes and releases held-back text. */
 void request_end_text(request *r);
+/* Tells whoever waits for r (its wake callback) that r changed. Caller holds the server lock. */
+void request_changed(request *r);
 /* The finish reason as OpenAI names it. */
 const char *request_finish_name(const request *r);
 

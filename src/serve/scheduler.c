@@ -105,7 +105,7 @@ static void finish(sched *s, request *r, req_finish why) {
     else if (r->finish == FINISH_LENGTH) m->finished_length++;
     else m->finished_abort++;
     if (r->n_tokens && !r->error[0]) histogram_add(&m->e2e, r->t_last - r->t_arrive);
-    pthread_cond_broadcast(&r->changed);
+    request_changed(r);
 }
 
 /* Ends a running request and frees its slot. */
@@ -233,7 +233,7 @@ static void take_tokens(sched *s, const float *logits) {
         if (r->n_tokens >= r->max_tokens || r->n_prompt + r->n_tokens >= srv->max_ctx) {
             if (r->finish == FINISH_NONE) r->finish = FINISH_LENGTH;
         }
-        pthread_cond_broadcast(&r->changed);
+        request_changed(r);
         pthread_mutex_unlock(&srv->lock);
     }
     pthread_mutex_lock(&srv->lock);

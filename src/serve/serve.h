@@ -29,6 +29,8 @@ typedef struct serve_options {
     int max_num_batched_tokens; /* tokens per engine step */
     int max_queue;              /* requests waiting beyond that; more get 503 */
     size_t max_body_bytes;      /* larger request bodies get 413 */
+    double header_timeout;      /* seconds a client has to finish its request headers */
+    int max_per_address;        /* connections one IP address may hold open; more are refused */
     uint64_t seed;              /* seeds of requests that give none derive from it */
 } serve_options;
 
