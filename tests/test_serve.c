@@ -1,6 +1,7 @@
 /* `loom serve` from the outside, over loopback only: bad requests (each a 4xx with an OpenAI
- * error body, the server serving on), a client leaving mid-stream, a slow client, no leaked KV
- * slots or descriptors, streamed pieces joining to the whole text, the completion equal to
+ * error body, the server serving on), a client leaving mid-stream, a slow client, thousands of
+ * idle connections, late request headers, an oversized chunked body, no leaked KV slots or
+ * descriptors, streamed pieces joining to the whole text, the completion equal to
  * `loom run`'s, the same under -tp 2 (with a rank killed: every open request fails cleanly and
  * the job names the rank), and SIGTERM draining the running requests before exiting 0.
  * Requests are written by hand here because most of them are malformed on purpose; the real
@@ -10,6 +11,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -17,6 +19,8 @@
 
 #include "check.h"
 #include "mpirun.h"
+
+#define BODY_LIMIT (1 << 20) /* the main test server's --max-body-bytes (loom's default) */
 
 static double now(void) {
     struct timespec t;
@@ -80,18 +84,24 @@ static int stop_via(server *s, pid_t to, int sig, double within_s) {
 
 static int stop(server *s, int sig, double within_s) { return stop_via(s, s->pid, sig, within_s); }
 
-static int connect_to(int port) {
+/* A connection to 127.0.0.1:port from the loopback address `from` (NULL: the kernel's choice),
+ * or -1. Connecting, sending and receiving each give up after 30 s, so no loop waits forever. */
+static int connect_from(const char *from, int port) {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
-    if (connect(fd, (struct sockaddr *)&a, sizeof a)) {
+    struct sockaddr_in src = {.sin_family = AF_INET}, dst = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    inet_pton(AF_INET, "127.0.0.1", &dst.sin_addr);
+    struct timeval tv = {30, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv); /* bounds connect() too */
+    if ((from && (inet_pton(AF_INET, from, &src.sin_addr) != 1 || bind(fd, (struct sockaddr *)&src, sizeof src))) ||
+        connect(fd, (struct sockaddr *)&dst, sizeof dst)) {
         close(fd);
         return -1;
     }
-    struct timeval tv = {30, 0};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     return fd;
 }
+
+static int connect_to(int port) { return connect_from(NULL, port); }
 
 static void send_all(int fd, const char *p, size_t n) {
     while (n) {
@@ -120,9 +130,9 @@ typedef struct reply {
     char *all, *body;
 } reply;
 
-static reply request_raw(int port, const char *raw, size_t n) {
+/* Sends raw on the connection fd (-1: none was made) and reads the whole answer; closes fd. */
+static reply request_raw(int fd, const char *raw, size_t n) {
     reply r = {0};
-    int fd = connect_to(port);
     if (fd < 0) return r;
     send_all(fd, raw, n);
     r.all = read_all(fd);
@@ -133,7 +143,7 @@ static reply request_raw(int port, const char *raw, size_t n) {
     return r;
 }
 
-static reply call(int port, const char *method, const char *path, const char *body) {
+static reply call_from(const char *from, int port, const char *method, const char *path, const char *body) {
     char head[512];
     size_t n = body ? strlen(body) : 0;
     int h = snprintf(head, sizeof head,
@@ -143,9 +153,13 @@ static reply call(int port, const char *method, const char *path, const char *bo
     char *raw = malloc(h + n + 1);
     memcpy(raw, head, h);
     if (n) memcpy(raw + h, body, n);
-    reply r = request_raw(port, raw, h + n);
+    reply r = request_raw(connect_from(from, port), raw, h + n);
     free(raw);
     return r;
+}
+
+static reply call(int port, const char *method, const char *path, const char *body) {
+    return call_from(NULL, port, method, path, body);
 }
 
 static void reply_free(reply *r) { free(r->all); }
@@ -198,6 +212,14 @@ static int open_fds(pid_t pid) {
     return n;
 }
 
+/* pid's descriptor count once it is down to `want`, or as it is after within_s: the server
+ * closes its ends as it sees ours go, not at once. */
+static int fds_down_to(pid_t pid, int want, double within_s) {
+    int fds;
+    for (double t0 = now(); (fds = open_fds(pid)) > want && now() - t0 < within_s;) nap(0.05);
+    return fds;
+}
+
 /* The text `loom run` prints for a prompt (its trailing newline dropped). */
 static char *loom_run(const char *args) {
     char cmd[1024];
@@ -245,7 +267,7 @@ static void bad_requests(int port) {
                  "maximum context length is 512");
     /* oversized body: refused from its Content-Length, before it is read */
     const char *big_head = "POST /v1/completions HTTP/1.0\r\nContent-Length: 100000000\r\n\r\n{\"prompt\":\"";
-    reply r = request_raw(port, big_head, strlen(big_head));
+    reply r = request_raw(connect_to(port), big_head, strlen(big_head));
     CHECK(r.status == 413 && strstr(r.body, "exceeds the limit"), "oversized body: %d %s", r.status, r.body);
     reply_free(&r);
     r = call(port, "GET", "/health", NULL);
@@ -307,13 +329,15 @@ static void client_leaves(int port) {
     CHECK(metric(port, "request_success_total") >= 0, "metrics unreadable");
 }
 
-/* A client sending its request a byte a second does not hold up another one. */
+/* A client sending its request body a byte a second does not hold up another one (its headers
+ * come at once: slower ones are cut off by --header-timeout, see header_deadline). */
 static void slow_client(int port) {
     int fd = connect_to(port);
     const char *raw = "POST /v1/completions HTTP/1.0\r\nContent-Length: 30\r\n\r\n{\"prompt\":\"Hi\",\"max_tokens\":2}";
-    send_all(fd, raw, 3);
+    size_t head = (size_t)(strstr(raw, "\r\n\r\n") + 4 - raw);
+    send_all(fd, raw, head + 1);
     double t0 = now();
-    for (int i = 3; i < 6; i++) {
+    for (size_t i = head + 1; i < head + 4; i++) {
         nap(1.0);
         send_all(fd, raw + i, 1);
     }
@@ -321,11 +345,104 @@ static void slow_client(int port) {
     CHECK(r.status == 200, "a request beside a slow client: %d", r.status);
     CHECK(now() - t0 < 10, "a request beside a slow client took until %.1f s", now() - t0);
     reply_free(&r);
-    send_all(fd, raw + 6, strlen(raw + 6));
+    send_all(fd, raw + head + 4, strlen(raw + head + 4));
     char *resp = read_all(fd);
     CHECK(strstr(resp, "HTTP/1.") && strstr(resp, " 200 "), "the slow client's own request: %s", resp);
     free(resp);
     close(fd);
+}
+
+/* 2000 connections from 127.0.0.1 that send nothing (most refused at once: the test server lets
+ * an address hold 32) leave the server answering another address at once, and give all their
+ * descriptors back once closed. */
+static void idle_flood(const server *s) {
+    enum { N = 2000 };
+    struct rlimit was, rl;
+    getrlimit(RLIMIT_NOFILE, &was);
+    if (was.rlim_max < N + 200) {
+        printf("idle_flood skipped: the descriptor limit (%llu) is below %d\n", (unsigned long long)was.rlim_max,
+               N + 200);
+        return;
+    }
+    rl = (struct rlimit){was.rlim_max, was.rlim_max};
+    setrlimit(RLIMIT_NOFILE, &rl);
+    int fds_before = open_fds(s->pid), fd[N], opened = 0;
+    for (double t0 = now(); opened < N && now() - t0 < 30; opened++)
+        if ((fd[opened] = connect_from("127.0.0.1", s->port)) < 0) break;
+    CHECK(opened == N, "only %d of %d idle connections could be made", opened, N);
+    /* from another address: 127.0.0.1's share is taken */
+    const char *ask[][3] = {{"GET", "/health", NULL},
+                            {"POST", "/v1/completions", "{\"prompt\":\"Hi\",\"max_tokens\":4}"}};
+    for (int i = 0; i < 2; i++) {
+        double t0 = now();
+        reply r = call_from("127.0.0.2", s->port, ask[i][0], ask[i][1], ask[i][2]);
+        double t = now() - t0;
+        CHECK(r.status == 200 && t < 1, "%s %s beside %d idle connections: status %d after %.2f s", ask[i][0],
+              ask[i][1], opened, r.status, t);
+        reply_free(&r);
+    }
+    int refused = 0;
+    for (int i = 0; i < opened; i++) {
+        char b;
+        ssize_t k = recv(fd[i], &b, 1, MSG_PEEK | MSG_DONTWAIT);
+        refused += k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
+        close(fd[i]);
+    }
+    printf("idle flood: %d connections made, %d of them closed by the server\n", opened, refused);
+    setrlimit(RLIMIT_NOFILE, &was);
+    int fds = fds_down_to(s->pid, fds_before, 5);
+    CHECK(fds <= fds_before, "the server's descriptors went from %d to %d over an idle flood", fds_before, fds);
+    reply r = call(s->port, "POST", "/v1/completions", "{\"prompt\":\"Hi\",\"max_tokens\":4}");
+    CHECK(r.status == 200, "a completion after the idle flood: %d %s", r.status, r.body ? r.body : "(no answer)");
+    reply_free(&r);
+}
+
+/* A client whose request headers are not finished is closed after --header-timeout (2 s on the
+ * test server); one that finishes them within it is answered. */
+static void header_deadline(const server *s) {
+    const char *partial = "GET /health HTTP/1.1\r\nHost: x\r\n", *whole = "GET /health HTTP/1.0\r\n\r\n";
+    double t0 = now();
+    int fd = connect_from("127.0.0.2", s->port);
+    struct timeval tv = {10, 0}; /* well past the deadline, to tell a close from no close */
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    send_all(fd, partial, strlen(partial));
+    free(read_all(fd)); /* until the server closes (whatever it says first), or 10 s pass */
+    double t = now() - t0;
+    close(fd);
+    CHECK(t >= 1 && t <= 6, "a client with unfinished headers was closed after %.1f s, not about 2 s", t);
+    fd = connect_from("127.0.0.2", s->port);
+    nap(1);
+    reply r = request_raw(fd, whole, strlen(whole));
+    CHECK(r.status == 200, "headers finished 1 s after connecting: %d %s", r.status, r.body ? r.body : "(no answer)");
+    reply_free(&r);
+}
+
+/* A chunked body growing past --max-body-bytes gets its 413, not a dropped connection, and the
+ * server serves on. */
+static void chunked_too_big(const server *s) {
+    enum { CHUNK = 64 << 10, CHUNKS = BODY_LIMIT / CHUNK + 2 };
+    const char *head = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                       "Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n";
+    size_t n = strlen(head);
+    char *raw = malloc(n + (size_t)CHUNKS * (CHUNK + 16) + 8);
+    memcpy(raw, head, n);
+    for (int i = 0; i < CHUNKS; i++) {
+        n += (size_t)sprintf(raw + n, "%x\r\n", CHUNK);
+        memset(raw + n, 'x', CHUNK);
+        n += CHUNK;
+        n += (size_t)sprintf(raw + n, "\r\n");
+    }
+    n += (size_t)sprintf(raw + n, "0\r\n\r\n");
+    /* a server answering before the body's end may close on the rest: send_all (MSG_NOSIGNAL)
+     * stops at the first failed send, and the answer is read all the same */
+    reply r = request_raw(connect_to(s->port), raw, n);
+    free(raw);
+    CHECK(r.status == 413, "a chunked body of %d bytes (limit %d): '%.200s'", CHUNKS * CHUNK, BODY_LIMIT,
+          r.all ? r.all : "(no answer)");
+    reply_free(&r);
+    r = call(s->port, "GET", "/health", NULL);
+    CHECK(r.status == 200, "health after an oversized chunked body: %d", r.status);
+    reply_free(&r);
 }
 
 static void no_leaks(const server *s, int fds_before) {
@@ -333,12 +450,7 @@ static void no_leaks(const server *s, int fds_before) {
         reply r = call(s->port, "POST", "/v1/completions", "{\"prompt\":\"A\",\"max_tokens\":3}");
         reply_free(&r);
     }
-    int fds = open_fds(s->pid);
-    for (int waited = 0; fds > fds_before && waited < 100;
-         waited++) { /* the server closes its ends as it sees ours go */
-        nap(0.05);
-        fds = open_fds(s->pid);
-    }
+    int fds = fds_down_to(s->pid, fds_before, 5);
     CHECK(fds <= fds_before, "descriptors grew from %d to %d over 20 requests", fds_before, fds);
     CHECK(metric(s->port, "kv_slots_used") == 0 && metric(s->port, "num_requests_running") == 0 &&
               metric(s->port, "num_requests_waiting") == 0,
@@ -492,7 +604,12 @@ int main(void) {
     bad_template();
     named_templates();
     server s;
-    if (start(&s, "--max-model-len 512 --max-num-seqs 4")) {
+    char args[256];
+    snprintf(args, sizeof args,
+             "--max-model-len 512 --max-num-seqs 4 --header-timeout 2 --max-connections-per-address 32 "
+             "--max-body-bytes %d",
+             BODY_LIMIT);
+    if (start(&s, args)) {
         CHECK(0, "server did not start");
         return check_done();
     }
@@ -500,6 +617,9 @@ int main(void) {
     bad_requests(s.port);
     completions_match_run(s.port, "-p 'The robot' -n 24 --ignore-eos");
     slow_client(s.port);
+    idle_flood(&s);
+    header_deadline(&s);
+    chunked_too_big(&s);
     no_leaks(&s, fds);
     CHECK(stop(&s, SIGTERM, 30) == 0, "an idle server did not exit 0 on SIGTERM");
     /* a model slow enough (~100M parameters, dummy weights) that requests are still running
