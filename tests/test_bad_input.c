@@ -370,6 +370,8 @@ static void bad_deepseek(void) {
          "first_k_dense_replace 3 exceeds the 2 layers"},
         {"zero routed_scaling_factor", ROPE NOPE TOPK GROUPS ", \"routed_scaling_factor\": 0",
          "field 'routed_scaling_factor' must be positive"},
+        {"shared experts too wide for an int", ROPE NOPE TOPK GROUPS ", \"n_shared_experts\": 337508389",
+         "n_shared_experts 337508389 x moe_intermediate_size"},
         {"an unknown RoPE type", ROPE NOPE TOPK GROUPS ", \"rope_scaling\": {\"type\": \"dynamic\", \"factor\": 2}",
          "unsupported rope type 'dynamic'"},
     };

@@ -3,6 +3,7 @@
 #include "model/config.h"
 
 #include <cjson/cJSON.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -193,6 +194,9 @@ static int parse_deepseek_moe(reader *r, model_config *c) {
                          c->n_layers);
     for (int l = 0; l < c->n_layers; l++)
         if (l < first_dense || l % freq) c->mlp_only[l] = 1;
+    if ((long long)shared * c->moe_intermediate > INT_MAX)
+        return loom_errf(r->err, "%s: n_shared_experts %d x moe_intermediate_size %d is too large", r->name, shared,
+                         c->moe_intermediate);
     if (shared) c->shared_intermediate = shared * c->moe_intermediate;
     if (c->topk_method == TOPK_GREEDY) return 0;
     int per = c->n_experts / c->n_group;
