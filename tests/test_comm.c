@@ -316,7 +316,7 @@ static int check_stage_collectives(loom_comm *w, loom_comm *st, const layout *l)
         if (comm_broadcast_floats(w, root, bcast, ROWS * COLS, &err)) return fprintf(stderr, "%s\n", err.msg), 1;
         for (int i = 0; i < ROWS * COLS; i++) bad += bcast[i] != value(root + rep, i);
         int32_t ints[3] = {st->rank, rep, first};
-        if (comm_broadcast_ints(st, ints, 3, &err)) return fprintf(stderr, "%s\n", err.msg), 1;
+        if (loom_comm_broadcast_ints(st, ints, 3, &err)) return fprintf(stderr, "%s\n", err.msg), 1;
         bad += ints[0] != 0 || ints[1] != rep || ints[2] != first;
         if (comm_all_gather_rows(st, in, COLS, gathered, COLS, ROWS, COLS, &err))
             return fprintf(stderr, "%s\n", err.msg), 1;

@@ -301,10 +301,6 @@ static int broadcast_words(loom_comm *c, int root, void *buf, size_t n, loom_err
  * `loom serve` uses to hand each step's batch to the other ranks. Not counted in blocked_s: a
  * server's followers wait here for the next request. */
 int loom_comm_broadcast_ints(loom_comm *c, int32_t *buf, int n, loom_err *err) {
-    return comm_broadcast_ints(c, buf, n, err);
-}
-
-int comm_broadcast_ints(loom_comm *c, int32_t *buf, int n, loom_err *err) {
     return broadcast_words(c, 0, buf, (size_t)n, err);
 }
 

@@ -111,9 +111,6 @@ int comm_all_reduce(loom_comm *c, const float *in, size_t ldi, float *out, size_
 int comm_all_gather_cols(loom_comm *c, const float *in, size_t ldi, float *out, size_t ldo, int rows, const int *col0,
                          const int *widths, loom_err *err);
 
-/* buf[0..n) of rank 0 to every rank (n the same on all). */
-int comm_broadcast_ints(loom_comm *c, int32_t *buf, int n, loom_err *err);
-
 /* Expert parallelism's dispatch and combine: each rank sends each rank rows of its own. in holds
  * this rank's outgoing rows grouped by destination, send_rows[d] of them for rank d, rank 0's
  * first ([sum, cols], row stride ldi). On return out holds the rows every rank sent this one,

@@ -205,8 +205,8 @@ static int assign_buffers(plan *p) {
             if (b->last_use < s) b->last_use = s;
         }
     if (p->output >= 0) p->values[p->values[p->output].base].last_use = p->n_steps;
-    int *free_at = mem_array(p->n_steps, sizeof *free_at, "buffer liveness",
-                             &p->oom); /* per buffer: the step after which it is free */
+    /* per buffer: the step after which it is free */
+    int *free_at = mem_array(p->n_steps, sizeof *free_at, "buffer liveness", &p->oom);
     p->buffer_width = mem_array(p->n_steps, sizeof *p->buffer_width, "the plan's buffers", &p->oom);
     p->buffer_rows = mem_array(p->n_steps, sizeof *p->buffer_rows, "the plan's buffers", &p->oom);
     if (!free_at || !p->buffer_width || !p->buffer_rows) {
@@ -237,12 +237,7 @@ static void note_unfused(plan *p, const plan_step *s, const char *why) {
     char buf[512];
     if (s->kind == STEP_OP) snprintf(buf, sizeof buf, "%s: %s", s->mod->name, why);
     else snprintf(buf, sizeof buf, "%s: %s %s", s->mod->name, step_kind_name(s->kind), why);
-    char *copy = mem_strdup(buf, "a note on async TP", &p->oom);
-    if (copy && ARRAY_RESERVE(p->unfused, p->cap_unfused, (size_t)p->n_unfused + 1, "the notes on async TP", &p->oom)) {
-        free(copy);
-        copy = NULL;
-    }
-    if (copy) p->unfused[p->n_unfused++] = copy; /* else plan_build fails on p->oom */
+    plan_keep_text(p, &p->unfused, &p->n_unfused, &p->cap_unfused, buf);
 }
 
 /* The step consuming value v, when exactly one does (views of v count as uses). */

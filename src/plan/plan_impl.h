@@ -13,6 +13,8 @@ plan_step *plan_new_step(plan *p, step_kind kind, const op *o, const module *m);
 int plan_collective(plan *p, step_kind k, const op *o, const module *m, int v, int width, row_kind rows);
 /* A warning for the plan's user, once per text. */
 void plan_warn(plan *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Appends a copy of text to the list (*list, *n of *cap): the warnings, async TP's notes. */
+void plan_keep_text(plan *p, char ***list, int *n, size_t *cap, const char *text);
 /* A region's record for `loom plan`, verified until found otherwise. */
 plan_region *plan_add_region(plan *p, const op *call, step_kind entry, step_kind exit);
 

@@ -72,12 +72,16 @@ void plan_warn(plan *p, const char *fmt, ...) {
     va_end(ap);
     for (int i = 0; i < p->n_warnings; i++)
         if (!strcmp(p->warnings[i], buf)) return;
-    char *copy = mem_strdup(buf, "a warning", &p->oom);
-    if (copy && ARRAY_RESERVE(p->warnings, p->cap_warnings, (size_t)p->n_warnings + 1, "the warnings", &p->oom)) {
-        free(copy);
-        copy = NULL;
+    plan_keep_text(p, &p->warnings, &p->n_warnings, &p->cap_warnings, buf);
+}
+
+void plan_keep_text(plan *p, char ***list, int *n, size_t *cap, const char *text) {
+    char *copy = mem_strdup(text, "a note of the plan", &p->oom);
+    if (!copy || ARRAY_RESERVE(*list, *cap, (size_t)*n + 1, "the plan's notes", &p->oom)) {
+        free(copy); /* plan_build fails on p->oom */
+        return;
     }
-    if (copy) p->warnings[p->n_warnings++] = copy; /* else plan_build fails on p->oom */
+    (*list)[(*n)++] = copy;
 }
 
 plan_region *plan_add_region(plan *p, const op *call, step_kind entry, step_kind exit) {

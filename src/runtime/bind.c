@@ -29,11 +29,11 @@ static int read_weight(const plan *p, weight_store *ws, const weight_ref *r, wma
                               r->nr, r->c0, r->nc, r->init, out, err);
 }
 
-/* An f32 vector's data, or NULL for a step that names none. */
-static int read_vector(weight_store *ws, const weight_ref *r, const float **out, loom_err *err) {
+/* An f32 vector's data (a WEIGHT_F32 reference), or NULL for a step that names none. */
+static int read_vector(const plan *p, weight_store *ws, const weight_ref *r, const float **out, loom_err *err) {
     wmat v;
     if (!r->kind) return *out = NULL, 0;
-    if (weights_get(ws, r->name, r->shape[0], r->cols, r->r0, r->nr, r->c0, r->nc, true, r->init, &v, err)) return -1;
+    if (read_weight(p, ws, r, &v, err)) return -1;
     *out = v.data;
     return 0;
 }
@@ -59,9 +59,10 @@ static int bind_experts(const plan *p, plan_step *s, weight_store *ws, loom_err 
 static int bind_step(const plan *p, plan_step *s, weight_store *ws, loom_err *err) {
     for (int i = 0; i < LIN_MAX_PARTS; i++) {
         if (s->weight[i].kind && read_weight(p, ws, &s->weight[i], &s->w[i], err)) return -1;
-        if (read_vector(ws, &s->bias_ref[i], &s->bias[i], err)) return -1;
+        if (read_vector(p, ws, &s->bias_ref[i], &s->bias[i], err)) return -1;
     }
-    if (read_vector(ws, &s->norm_ref, &s->norm_w, err) || read_vector(ws, &s->route_bias_ref, &s->route_bias, err))
+    if (read_vector(p, ws, &s->norm_ref, &s->norm_w, err) ||
+        read_vector(p, ws, &s->route_bias_ref, &s->route_bias, err))
         return -1;
     if (s->op && s->op->kind == OP_MOE && (s->kind == STEP_OP || s->kind == STEP_EP_MOE) && bind_experts(p, s, ws, err))
         return -1;

@@ -52,12 +52,20 @@ plan_options engine_plan_options(const loom_model *m, const loom_engine_options 
                           .layer1 = layer1};
 }
 
+int *engine_stages(const loom_model *m, const loom_engine_options *o, int *pp, loom_err *err) {
+    *pp = o->pipeline_parallel > 1 ? o->pipeline_parallel : 1;
+    int *first = mem_zalloc(*pp + 1, sizeof *first, "the stages", err);
+    if (first && stage_layers(stage_count_layers(m->tree), *pp, o->pp_layer_partition, first, err)) {
+        free(first);
+        return NULL;
+    }
+    return first;
+}
+
 /* This rank's place in the pipeline: its stage's communicator and decoder layers. */
 static int join_stage(loom_engine *e, const loom_engine_options *o, int *pp, loom_err *err) {
-    *pp = o->pipeline_parallel > 1 ? o->pipeline_parallel : 1;
     executor *x = &e->x;
-    int n_layers = stage_count_layers(e->model->tree), *first = mem_zalloc(*pp + 1, sizeof *first, "the stages", err);
-    int rc = first ? stage_layers(n_layers, *pp, o->pp_layer_partition, first, err) : -1;
+    int *first = engine_stages(e->model, o, pp, err), rc = first ? 0 : -1;
     if (!rc && x->world->size % *pp)
         rc = loom_errf(err, "-pp %d does not divide the job's %d ranks", *pp, x->world->size);
     if (!rc && *pp > 1) rc = comm_split_stages(x->world, x->world->size / *pp, &e->own_comm, err);
@@ -99,11 +107,8 @@ size_t loom_comm_slot_bytes(const loom_model *m, int tp, const loom_engine_optio
 }
 
 int loom_check_sharding(const loom_model *m, int tp, const loom_engine_options *o, loom_err *err) {
-    int pp = o->pipeline_parallel > 1 ? o->pipeline_parallel : 1, rc = 0;
-    int *first = mem_zalloc(pp + 1, sizeof *first, "the stages", err);
-    if (!first) return -1;
-    if (stage_layers(stage_count_layers(m->tree), pp, o->pp_layer_partition, first, err))
-        rc = loom_err_prefix(err, "%s cannot run with -pp %d", m->cfg.arch, pp);
+    int pp, *first = engine_stages(m, o, &pp, err), rc = 0;
+    if (!first) return loom_err_prefix(err, "%s cannot run with -pp %d", m->cfg.arch, pp);
     for (int s = 0; s < pp && !rc; s++)
         for (int r = 0; r < tp && !rc; r++) {
             plan p;

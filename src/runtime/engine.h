@@ -20,6 +20,9 @@ struct loom_engine {
 
 /* KV cache bytes one token of one sequence takes on this rank, over its layers. */
 size_t engine_kv_bytes_per_token(const loom_engine *e);
+/* The pipeline stages o asks for, *pp of them, over m's decoder layers: stage s runs layers
+ * [first[s], first[s + 1]) (malloc'd; NULL with err naming the flag and the stage at fault). */
+int *engine_stages(const loom_model *m, const loom_engine_options *o, int *pp, loom_err *err);
 /* The planner's options for rank `rank` of `tp` in stage `stage` of `pp`, running decoder layers
  * [layer0, layer1), with o's parallelism: the one place engine options become plan options. */
 plan_options engine_plan_options(const loom_model *m, const loom_engine_options *o, int tp, int rank, int pp, int stage,

@@ -61,8 +61,8 @@ int executor_init(executor *x, const float *inv_freq, int half, float rope_facto
     x->cur = &x->plans[0];
     for (int i = 0; i < x->n_plans; i++)
         if (alloc_buffers(x, &x->plans[i], err)) return -1;
-    x->kv = mem_zalloc(x->layer1, sizeof *x->kv, "the KV cache's layers",
-                       err); /* indexed by layer; this stage's are allocated */
+    /* indexed by layer; this stage's are allocated */
+    x->kv = mem_zalloc(x->layer1, sizeof *x->kv, "the KV cache's layers", err);
     if (!x->kv) return -1;
     size_t kv_width = (size_t)p->kv_width; /* the same in both plans */
     size_t per = (size_t)x->max_seqs * x->max_ctx * kv_width * sizeof(float);

@@ -8,7 +8,6 @@
 #include "plan/stage.h"
 #include "quant/checkpoint.h"
 #include "runtime/engine.h"
-#include "util/alloc.h"
 
 /* "column-parallel, out 48+32+16" and which parts every rank holds whole */
 static void print_linear(FILE *f, const linear_desc *l) {
@@ -275,12 +274,8 @@ static void print_collectives(FILE *f, const plan *p) {
 
 int loom_print_plan(loom_model *m, int tp, const loom_engine_options *o, FILE *f, loom_err *err) {
     plan p;
-    int pp = o->pipeline_parallel > 1 ? o->pipeline_parallel : 1;
-    int *first = mem_zalloc(pp + 1, sizeof *first, "the stages", err);
-    if (!first || stage_layers(stage_count_layers(m->tree), pp, o->pp_layer_partition, first, err)) {
-        free(first);
-        return -1;
-    }
+    int pp, *first = engine_stages(m, o, &pp, err);
+    if (!first) return -1;
     plan_options po = engine_plan_options(m, o, tp, 0, pp, 0, first[0], first[1]);
     if (plan_build(&p, m->tree, &po, err)) {
         free(first);
