@@ -35,6 +35,7 @@
 # Servers are stopped on exit (SIGTERM, then SIGKILL after 30 s); every request has a timeout.
 #
 # Knobs (environment):
+#   WORKLOAD=single          the workload above; multiturn: multi-turn chat (its knobs below)
 #   CONCURRENCY="1 4 16"     concurrency levels
 #   REQUESTS=""              requests per level (default: 2 x concurrency, at least 4, at most
 #                            16: one wave at concurrency 16 keeps the job near 11 minutes on 2
@@ -58,6 +59,56 @@
 #                            kept busy during the run, its CPU time / wall time, and the whole
 #                            machine's busy cores over the run, from /proc/stat)
 # A quick check: CONCURRENCY="1 2" OUTPUT_LEN=8 LONG_PROMPT=256 LONG_OUTPUT=4 benches/serve.sh
+#
+# WORKLOAD=multiturn: multi-turn chat sessions against both servers' prompt caches, instead of
+# the single-shot requests and the -tp 2 workload (LONG_PROMPT defaults to 0). For each
+# concurrency level C, max(USERS, C) users (16 users at concurrency 16: every in-flight request
+# is a different user) each hold a TURNS-turn conversation: a shared system prompt of SYSTEM_LEN
+# random token ids (the same for every user; a different one per level, so no level starts
+# with the system prompt cached), then per turn USER_LEN new user token ids; the whole
+# conversation is resent every turn (serve_load.py --multi-turn), and the OUTPUT_LEN ids the
+# server generated are appended before the user's next turn (loom gives them as "token_id:N"
+# logprobs, llama-server in "__verbose" with "verbose": true; ANSWER=fixed appends seeded
+# pseudo-random ids instead, so only the previous prompt is a reusable prefix). So turn t's
+# prompt is SYSTEM_LEN + t x USER_LEN + (t - 1) x OUTPUT_LEN tokens, 1952 at turn 6 by default,
+# and a cache that keeps a conversation only has USER_LEN + OUTPUT_LEN = 160 new tokens a turn.
+# At most C requests are in flight; the turns wait in one FIFO queue and a user's next turn
+# joins its back when the previous one ends, so with more users than C the users interleave and
+# a server must keep every user's conversation to reuse it. Both servers start once, with SLOTS
+# (default: the highest level) slots of CTX tokens (default: the longest conversation plus one,
+# rounded up to 256: 2048), loom with its defaults (prefix caching is on by default where the
+# build has it; LOOM_ARGS adds flags), llama-server with its prompt-cache defaults, which in
+# this llama.cpp version are: --cache-prompt on (a slot keeps its last prompt's KV and a request
+# reuses the longest common prefix), --slot-prompt-similarity 0.1 (a request goes to the idle
+# slot whose cached tokens share the longest prefix with it, if over 10% of the prompt; else to
+# the least recently used slot), --cache-ram 8192 (MiB of host memory where a slot's prompt is
+# saved when the slot goes to another request, as least recently used or by a prefix match that
+# keeps under half of it, and loaded back on a later match), --cache-reuse 0 (no KV shifting
+# of non-prefix chunks) and, with -np given, no unified KV (each slot has CTX tokens). After
+# the levels, each server gets NEW_REQUESTS requests (at concurrency 1) of a fresh
+# USER_LEN + OUTPUT_LEN-token prompt, nothing cached: the TTFT of
+# prefilling only a follow-up turn's new tokens, the issue's yardstick ("a follow-up turn's TTFT
+# within 1.2x of prefilling only its new tokens"); the report divides the follow-up turns' TTFT
+# p50 by it. The report has, per level, TTFT p50/p99 and mean cached prompt tokens (the usage's
+# prompt_tokens_details.cached_tokens, else llama-server's timings.cache_n) per turn with the
+# engines side by side, and a summary (output and prompt tok/s, TTFT of turn 1 and of the
+# follow-ups, ITL p50/p99, the new-tokens prefill); requests-<engine>-c<C>.jsonl holds every
+# request (user, turn, prompt length, TTFT, ITL gaps, cached tokens).
+# Its knobs (the others above apply too; their defaults differ where shown):
+#   WORKLOAD=single          or multiturn
+#   USERS=8 TURNS=6 SYSTEM_LEN=1024 USER_LEN=128 OUTPUT_LEN=32
+#   CONCURRENCY="4 16"       levels; users = max(USERS, level)
+#   SLOTS=max level  CTX=SYSTEM_LEN + TURNS x (USER_LEN + OUTPUT_LEN) + 1, rounded up to 256
+#   ANSWER=generated         or fixed (see above)
+#   NEW_REQUESTS=5           requests of the new-tokens-only prefill (0: skip it)
+#   TIMEOUT=1200             seconds per request (a server that re-prefills every history
+#                            takes long at 16: 16 prompts of up to 2k tokens in one wave)
+# On 2 cores with the 1B shape, 48 + 96 turns: an estimate of about 10 minutes when both
+# servers reuse their caches; one that re-prefills every history needs ~1550 tokens a turn,
+# near 40 minutes at concurrency 16 alone (at ~70 prefill tok/s).
+# Full size: WORKLOAD=multiturn QUIET_WAIT=120 benches/serve.sh
+# Quick: WORKLOAD=multiturn CONCURRENCY=2 USERS=2 TURNS=3 SYSTEM_LEN=64 USER_LEN=16 OUTPUT_LEN=8 \
+#          NEW_REQUESTS=2 CONFIG=configs/llama-100m.json benches/serve.sh
 set -euo pipefail
 { # the whole script is read before it runs, so editing it mid-run is safe
 cd "$(dirname "$0")/.."
@@ -67,6 +118,24 @@ root=$PWD
 
 loom=${1:-build/loom}
 [ -d "$loom" ] && loom=${loom%/}/loom
+WORKLOAD=${WORKLOAD:-single}
+[[ $WORKLOAD =~ ^(single|multiturn)$ ]] || die "WORKLOAD: '$WORKLOAD' is not single or multiturn"
+if [ "$WORKLOAD" = multiturn ]; then
+  USERS=${USERS:-8}
+  TURNS=${TURNS:-6}
+  SYSTEM_LEN=${SYSTEM_LEN:-1024}
+  USER_LEN=${USER_LEN:-128}
+  ANSWER=${ANSWER:-generated}
+  NEW_REQUESTS=${NEW_REQUESTS:-5}
+  CONCURRENCY=${CONCURRENCY:-4 16}
+  OUTPUT_LEN=${OUTPUT_LEN:-32}
+  mt_longest=$((SYSTEM_LEN + TURNS * (USER_LEN + OUTPUT_LEN)))  # the last turn's prompt + answer
+  CTX=${CTX:-$(( (mt_longest + 1 + 255) / 256 * 256 ))}
+  SLOTS=${SLOTS:-$(printf '%s\n' $CONCURRENCY | sort -n | tail -1)}
+  LONG_PROMPT=${LONG_PROMPT:-0}
+  TIMEOUT=${TIMEOUT:-1200}
+  [[ $ANSWER =~ ^(generated|fixed)$ ]] || die "ANSWER: '$ANSWER' is not generated or fixed"
+fi
 CONCURRENCY=${CONCURRENCY:-1 4 16}
 REQUESTS=${REQUESTS:-}
 PROMPT_LEN=${PROMPT_LEN:-128}
@@ -92,7 +161,16 @@ for t in python3 cmake make gcc g++ pip3 lscpu curl setsid pgrep; do
 done
 [ -f "$CONFIG" ] || die "no model config $CONFIG"
 for e in $ENGINES; do [[ $e =~ ^(loom|llama-server)$ ]] || die "ENGINES: '$e' is not loom or llama-server"; done
-[ $((PROMPT_LEN + OUTPUT_LEN)) -le "$CTX" ] || die "PROMPT_LEN + OUTPUT_LEN is over CTX ($CTX)"
+if [ "$WORKLOAD" = multiturn ]; then
+  # llama-server stops a slot one token short of its context, so the longest one needs CTX - 1
+  [ "$mt_longest" -lt "$CTX" ] || die "the longest conversation, SYSTEM_LEN + TURNS x (USER_LEN + OUTPUT_LEN) = $mt_longest tokens, needs CTX over it ($CTX)"
+else
+  [ $((PROMPT_LEN + OUTPUT_LEN)) -le "$CTX" ] || die "PROMPT_LEN + OUTPUT_LEN is over CTX ($CTX)"
+fi
+# prompt ids are drawn from [1000, vocab): the config's vocabulary, at most 128000 (the ids
+# serve_load.py drew before it was given the vocabulary: the same prompts on the 1B shape)
+vocab=$(python3 -c 'import json, sys; print(min(int(json.load(open(sys.argv[1]))["vocab_size"]), 128000))' "$CONFIG") \
+  || die "no vocab_size in $CONFIG"
 mkdir -p "$bench" "$RESULTS"
 [[ " $ENGINES " == *" llama-server "* ]] && need_llama=1 || need_llama=0
 
@@ -171,7 +249,11 @@ variant=${variant:-CPU: ?}
   echo "loom: $loom_src (git $(git rev-parse --short HEAD 2>/dev/null || echo '?')$(git diff --quiet HEAD 2>/dev/null || echo ', with uncommitted changes'))"
   echo "config: $CONFIG, bf16 weights, dummy/random"
   echo "threads: $THREADS; slots: $SLOTS; context per sequence: $CTX"
-  echo "workload: concurrency $CONCURRENCY; prompt $PROMPT_LEN token ids, $OUTPUT_LEN output tokens; requests per level: ${REQUESTS:-2 x concurrency, at least 4, at most 16}"
+  if [ "$WORKLOAD" = multiturn ]; then
+    echo "workload: multi-turn chat, concurrency $CONCURRENCY, max($USERS, concurrency) users x $TURNS turns; shared system prompt $SYSTEM_LEN token ids, $USER_LEN new user token ids and $OUTPUT_LEN output tokens a turn (answers appended: $ANSWER ids), the whole history resent; new-tokens-only prefill: $NEW_REQUESTS requests of $((USER_LEN + OUTPUT_LEN)) token ids at concurrency 1"
+  else
+    echo "workload: concurrency $CONCURRENCY; prompt $PROMPT_LEN token ids, $OUTPUT_LEN output tokens; requests per level: ${REQUESTS:-2 x concurrency, at least 4, at most 16}"
+  fi
   echo "engines: $ENGINES"
   [ "$LONG_PROMPT" -le 0 ] || echo "long: loom -tp 2 (--threads $(( THREADS > 1 ? THREADS / 2 : 1 )) a rank), SP off/on; prompt $LONG_PROMPT, $LONG_OUTPUT output tokens, $LONG_REQUESTS requests at concurrency $LONG_CONCURRENCY"
   echo "loom args: $LOOM_ARGS; llama-server args: $LLAMA_ARGS"
@@ -259,15 +341,15 @@ cpu_ticks() { # pid: utime + stime of its session (the server's threads and any 
 }
 hz=$(getconf CLK_TCK)
 
-run_load() { # name, label, concurrency, requests, prompt len, output len, [extra serve_load args]
-  local name=$1 label=$2 c=$3 n=$4 p=$5 o=$6; shift 6
-  local pid=${srv_pid[$name]} out=$RESULTS/run-$name-c$c-p$p.json others=() t0=() t1=() k busy=""
-  note_load "$label c=$c p=$p"
+run_load() { # name, label, concurrency, tag (of the file name), serve_load.py arguments...
+  local name=$1 label=$2 c=$3 tag=$4; shift 4
+  local pid=${srv_pid[$name]} out=$RESULTS/run-$name-c$c-$tag.json others=() t0=() t1=() k busy=""
+  note_load "$label c=$c $tag"
   for k in "${!srv_pid[@]}"; do if [ "$k" != "$name" ]; then others+=("$k"); fi; done
   for k in "${others[@]}"; do t0+=("$(cpu_ticks "${srv_pid[$k]}")"); done
   local s0 m0; s0=$(cpu_ticks "$pid"); m0=$(cpu_line)
-  python3 benches/serve_load.py --port "${srv_port[$name]}" --concurrency "$c" --requests "$n" \
-    --prompt-len "$p" --output-len "$o" --timeout "$TIMEOUT" --label "$label" "$@" \
+  python3 benches/serve_load.py --port "${srv_port[$name]}" --concurrency "$c" --vocab "$vocab" \
+    --timeout "$TIMEOUT" --label "$label" "$@" \
     --note "$load_note" >"$out" || echo "   $label c=$c: some requests failed (see $out)" >&2
   local s1 m1; s1=$(cpu_ticks "$pid"); m1=$(cpu_line)
   for k in "${!others[@]}"; do
@@ -288,13 +370,24 @@ r["note"] += ", server %.2f, machine %.2f cores" % (r["server_cpu_s"] / r["wall_
 print(json.dumps(r))' "$out" "$cpu_s" "$machine" >>"$RESULTS/results.jsonl"
   tail -1 "$RESULTS/results.jsonl" >"$out"
   python3 -c 'import json, sys; r = json.loads(open(sys.argv[1]).read())
-print("   %-14s c=%-3d %2d/%-2d ok  %7.2f tok/s  TTFT p50 %8.1f p99 %8.1f ms  ITL p50 %7.1f p99 %7.1f ms  (%s)%s" % (
+mt = r.get("workload") == "multiturn"
+t1 = r["turns"][0] if mt and r["turns"] else {}
+print("   %-14s c=%-3d %2d/%-2d ok  %7.2f tok/s  TTFT p50 %8.1f p99 %8.1f ms%s  ITL p50 %7.1f p99 %7.1f ms  (%s)%s" % (
     r["label"], r["concurrency"], r["ok"], r["requests"], r["output_tok_s"] or 0, r["ttft_ms"]["p50"] or 0,
-    r["ttft_ms"]["p99"] or 0, r["itl_ms"]["p50"] or 0, r["itl_ms"]["p99"] or 0, r["note"],
+    r["ttft_ms"]["p99"] or 0, " (turn 1 p50 %.1f, follow-ups p50 %.1f; cached %s of %d prompt tokens)" % (
+        t1.get("ttft_ms_p50") or 0, r["ttft_followup_ms"]["p50"] or 0, "?" if r["cached_tokens"] is None else r["cached_tokens"], r["prompt_tokens"]) if mt else "",
+    r["itl_ms"]["p50"] or 0, r["itl_ms"]["p99"] or 0, r["note"],
     "  ERRORS: %s" % r["errors"] if r["errors"] else ""))' "$out" >&2
   tail -1 "$RESULTS/load.txt" >&2
 }
 loom_load_args=(--logprobs)  # loom sends a chunk per token only with logprobs when it has no tokenizer
+load_args() { # engine: its serve_load.py arguments, in the array a
+  a=()
+  if [ "$1" = loom ]; then a=("${loom_load_args[@]}"); fi
+  # multi-turn: llama-server's generated ids come in "__verbose" (loom's in its logprobs)
+  if [ "$WORKLOAD" = multiturn ] && [ "$1" = llama-server ] && [ "$ANSWER" = generated ]; then a+=(--verbose-ids); fi
+  return 0
+}
 
 # --- concurrency levels: loom and llama-server taking turns -----------------------------------
 if [ -n "$ENGINES" ]; then
@@ -306,9 +399,10 @@ if [ -n "$ENGINES" ]; then
     esac
   done
   for e in $ENGINES; do  # warm-up: first touches of weights and buffers, not measured
-    a=(); if [ "$e" = loom ]; then a=("${loom_load_args[@]}"); fi
+    # (multi-turn: a random prompt, no prefix shared with any system prompt)
+    load_args "$e"
     python3 benches/serve_load.py --port "${srv_port[$e]}" --concurrency 1 --requests 1 --prompt-len "$PROMPT_LEN" \
-      --output-len 8 --seed 0 --timeout "$TIMEOUT" --label "$e warm-up" "${a[@]}" >"$RESULTS/warmup-$e.json" \
+      --output-len 8 --seed 0 --vocab "$vocab" --timeout "$TIMEOUT" --label "$e warm-up" "${a[@]}" >"$RESULTS/warmup-$e.json" \
       || { cat "$RESULTS/warmup-$e.json" >&2; die "$e's warm-up request failed (log: $RESULTS/$e.log)"; }
   done
   phase_end "server start-up and warm-up"
@@ -319,12 +413,29 @@ if [ -n "$ENGINES" ]; then
     order=$ENGINES
     [ $((k % 2)) = 0 ] || order=$(echo "$ENGINES" | tr ' ' '\n' | tac | paste -sd' ')
     for e in $order; do
-      a=(); if [ "$e" = loom ]; then a=("${loom_load_args[@]}"); fi
-      run_load "$e" "$e" "$c" "$n" "$PROMPT_LEN" "$OUTPUT_LEN" "${a[@]}"
+      load_args "$e"
+      if [ "$WORKLOAD" = multiturn ]; then
+        run_load "$e" "$e" "$c" multiturn --multi-turn --users $(( USERS > c ? USERS : c )) --turns "$TURNS" \
+          --system-len "$SYSTEM_LEN" --user-len "$USER_LEN" --output-len "$OUTPUT_LEN" --answer "$ANSWER" \
+          --dump "$RESULTS/requests-$e-c$c.jsonl" "${a[@]}"
+      else
+        run_load "$e" "$e" "$c" "p$PROMPT_LEN" --requests "$n" --prompt-len "$PROMPT_LEN" --output-len "$OUTPUT_LEN" "${a[@]}"
+      fi
     done
     k=$((k + 1))
     phase_end "concurrency $c"
   done
+  if [ "$WORKLOAD" = multiturn ] && [ "$NEW_REQUESTS" -gt 0 ]; then
+    # the yardstick of a follow-up turn: prefilling only its new tokens, from nothing cached (a
+    # fresh random prompt of USER_LEN + OUTPUT_LEN ids, no prefix shared with anything sent)
+    phase "new-tokens-only prefill: $((USER_LEN + OUTPUT_LEN)) token ids, concurrency 1"
+    for e in $ENGINES; do
+      load_args "$e"
+      run_load "$e" "$e" 1 "new$((USER_LEN + OUTPUT_LEN))" --workload new-tokens-prefill --requests "$NEW_REQUESTS" \
+        --prompt-len $((USER_LEN + OUTPUT_LEN)) --output-len 4 --seed 7 "${a[@]}"
+    done
+    phase_end "new-tokens-only prefill"
+  fi
   for e in $ENGINES; do stop_server "$e"; done
 fi
 
@@ -338,9 +449,10 @@ if [ "$LONG_PROMPT" -gt 0 ]; then
     start_loom "$name" -tp 2 --threads "$rank_threads" --max-num-seqs "$LONG_CONCURRENCY" \
       --max-model-len $((LONG_PROMPT + LONG_OUTPUT)) "${spa[@]}"
     python3 benches/serve_load.py --port "${srv_port[$name]}" --concurrency 1 --requests 1 --prompt-len 16 \
-      --output-len 4 --seed 0 --timeout "$TIMEOUT" --label "$label warm-up" "${loom_load_args[@]}" \
+      --output-len 4 --seed 0 --vocab "$vocab" --timeout "$TIMEOUT" --label "$label warm-up" "${loom_load_args[@]}" \
       >"$RESULTS/warmup-$name.json" || { cat "$RESULTS/warmup-$name.json" >&2; die "$name's warm-up request failed"; }
-    run_load "$name" "$label" "$LONG_CONCURRENCY" "$LONG_REQUESTS" "$LONG_PROMPT" "$LONG_OUTPUT" "${loom_load_args[@]}"
+    run_load "$name" "$label" "$LONG_CONCURRENCY" "p$LONG_PROMPT" --requests "$LONG_REQUESTS" --prompt-len "$LONG_PROMPT" \
+      --output-len "$LONG_OUTPUT" "${loom_load_args[@]}"
     stop_server "$name"
     phase_end "$label"
   done

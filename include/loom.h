@@ -76,12 +76,17 @@ LOOM_API void loom_model_get_info(const loom_model *m, loom_model_info *info);
 
 /* The KV cache budget per rank unless asked: 4 GiB, as vLLM's CPU backend defaults to. */
 #define LOOM_KV_CACHE_BYTES_DEFAULT ((size_t)4 << 30)
+/* Positions per KV cache block unless asked (benches/RESULTS.md, "KV cache block size"). */
+#define LOOM_BLOCK_SIZE_DEFAULT 128
 
 typedef struct loom_engine_options {
-    int max_seqs;           /* sequences with a KV cache slot */
-    int max_ctx;            /* positions per sequence (0: as many as the KV budget holds, up to
+    int max_seqs;           /* sequences held at once (each a block table; the pool is shared) */
+    int max_ctx;            /* positions per sequence (0: as many as the KV pool holds, up to
                            max_position_embeddings) */
     size_t kv_cache_bytes;  /* KV cache budget on each rank (0: LOOM_KV_CACHE_BYTES_DEFAULT) */
+    int block_size;         /* positions per KV cache block, a power of two from 16 to 1024
+                               (0: LOOM_BLOCK_SIZE_DEFAULT) */
+    bool prefix_caching;    /* key full blocks by their tokens, for loom_engine_match_prefix */
     int max_tokens;         /* tokens per forward pass */
     bool all_logits;        /* logits for every token, not only requested rows */
     int threads;            /* 0: all cores / ranks */
@@ -272,8 +277,29 @@ LOOM_API void loom_engine_reset_stats(loom_engine *e);
  * crosses each boundary) to f. */
 LOOM_API int loom_print_plan(loom_model *m, int tp, const loom_engine_options *o, FILE *f, loom_err *err);
 
-/* Forgets what sequence slot `seq` holds (its positions restart at 0). */
+/* Forgets what sequence slot `seq` holds (its positions restart at 0) and gives its KV cache
+ * blocks back to the pool; with prefix caching, its full blocks stay cached there until their
+ * room is needed, least recently used first. */
 LOOM_API void loom_engine_reset_seq(loom_engine *e, int seq);
+
+/* The paged KV cache: one pool of blocks of block_size positions per rank, which sequences
+ * take from as they grow. */
+typedef struct loom_kv_stats {
+    int block_size, blocks; /* the pool */
+    int blocks_used;        /* held by sequences */
+    int blocks_cached;      /* full blocks a new sequence can reuse (prefix caching), held or not */
+    long evicted;           /* cached blocks given to other positions since the engine was made */
+} loom_kv_stats;
+LOOM_API void loom_engine_get_kv_stats(const loom_engine *e, loom_kv_stats *st);
+/* Prefix caching: the cached blocks holding the longest prefix of tokens[0..n) in whole
+ * blocks, into blocks (room for n / block_size); their count (0 without prefix caching).
+ * Changes nothing. Pass n - 1 tokens for a prompt whose last token must run for its logits. */
+LOOM_API int loom_engine_match_prefix(const loom_engine *e, const int32_t *tokens, int n, int32_t *blocks);
+/* Starts the empty sequence slot `seq` with blocks[0..n) (from loom_engine_match_prefix): it
+ * holds n * block_size positions, and its next token goes to the position after them. Under
+ * tensor or pipeline parallelism every rank attaches the same blocks, at the same point in its
+ * sequence of calls, as rank 0 matched them. */
+LOOM_API int loom_engine_attach_prefix(loom_engine *e, int seq, const int32_t *blocks, int n, loom_err *err);
 
 /* The CPU and the variant of loom's kernels chosen for it at start-up: the best it runs, or the
  * one the LOOM_CPU environment variable names (generic, avx2, avx512 or neon). Fails when

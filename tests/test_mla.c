@@ -2,7 +2,8 @@
  * reference that expands every head's K and V from the latent: the expanded form (prefill runs,
  * one longer than a query block, one starting past position 0), the absorbed form (single-token
  * decoding steps, several sequences in one batch), both in one batch, the two forms against each
- * other on the same history, and the latent cache rows written. Inputs and outputs have padded
+ * other on the same history, and the latent cache rows written, into blocks scattered over the
+ * pool. Inputs and outputs have padded
  * strides, and the output's padding must stay untouched. */
 #include <math.h>
 #include <stdlib.h>
@@ -80,7 +81,13 @@ static void reference(int s, int p, double *out) {
     }
 }
 
-static kv_layer new_cache(void) { return (kv_layer){calloc((size_t)SEQS * CTX * LAT, sizeof(float)), NULL, CTX, LAT}; }
+/* A paged cache of blocks of BS positions, each sequence's blocks scattered over the pool in
+ * reverse order, so that reading a block table is part of what the reference checks. */
+#define BS 8
+static const int32_t TABLES[SEQS][CTX / BS] = {{7, 5, 3, 1}, {6, 4, 2, 0}};
+static kv_layer new_cache(void) {
+    return (kv_layer){calloc((size_t)SEQS * CTX * LAT, sizeof(float)), NULL, LAT, BS, &TABLES[0][0], CTX / BS};
+}
 
 /* One mla_attention call over rows (seq[r], pos[r]) with the test's data, padded strides. */
 static void run(kv_layer *c, int rows, const int32_t *seq, const int32_t *pos, float *out) {
@@ -118,7 +125,7 @@ static void check_rows(const char *what, int rows, const int32_t *seq, const int
 /* Cache rows (s, 0..n) hold [kv_c | k_pe] exactly, rows n.. of s are still zero. */
 static void check_cache(const char *what, const kv_layer *c, int s, int n) {
     for (int p = 0; p < CTX; p++) {
-        const float *row = c->k + ((size_t)s * CTX + p) * LAT;
+        const float *row = c->k + kv_row(c, s, p) * LAT;
         if (p < n) {
             CHECK(!memcmp(row, KVC[s][p], sizeof KVC[0][0]), "%s: seq %d pos %d: cached kv_c differs", what, s, p);
             CHECK(!memcmp(row + LORA, KPE[s][p], sizeof KPE[0][0]), "%s: seq %d pos %d: cached k_pe differs", what, s,

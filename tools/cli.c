@@ -73,6 +73,9 @@ int cli_common_arg(cli_common *c, int argc, char **argv, int *i) {
         c->tp = (int)cli_int(a, cli_value(argc, argv, i), 1, 256);
     else if (!strcmp(a, "--max-model-len")) c->max_model_len = (int)cli_int(a, cli_value(argc, argv, i), 1, 1 << 24);
     else if (!strcmp(a, "--kv-cache-memory-bytes")) c->kv_cache_bytes = cli_bytes(a, cli_value(argc, argv, i));
+    else if (!strcmp(a, "--block-size")) c->block_size = (int)cli_int(a, cli_value(argc, argv, i), 1, 1 << 20);
+    else if (!strcmp(a, "--enable-prefix-caching")) c->no_prefix_caching = false;
+    else if (!strcmp(a, "--no-enable-prefix-caching")) c->no_prefix_caching = true;
     else if (!strcmp(a, "--backend")) {
         c->backend = cli_value(argc, argv, i);
         if (!strcmp(c->backend, "mpi") && c->tp == 1) c->tp = 0; /* the job's size unless -tp says */
@@ -98,6 +101,8 @@ loom_engine_options cli_engine_options(const cli_common *c) {
                                  .expert_parallel = c->ep,
                                  .sp_min_tokens = c->sp_min_tokens,
                                  .kv_cache_bytes = c->kv_cache_bytes,
+                                 .block_size = c->block_size,
+                                 .prefix_caching = !c->no_prefix_caching,
                                  .max_ctx = c->max_model_len,
                                  .pipeline_parallel = c->pp,
                                  .pp_layer_partition = c->pp_partition,

@@ -15,6 +15,8 @@ typedef struct cli_common {
     int tp;                   /* -tp (0: as many as mpirun started) */
     int max_model_len;        /* --max-model-len */
     size_t kv_cache_bytes;    /* --kv-cache-memory-bytes (0: the engine's default) */
+    int block_size;           /* --block-size (0: the engine's default) */
+    bool no_prefix_caching;   /* --no-enable-prefix-caching */
     const char *backend;      /* --backend shm|mpi */
     double comm_timeout;      /* --comm-timeout seconds */
     int comm_spin;            /* --comm-spin iterations (-1: default) */

@@ -42,7 +42,7 @@ int cli_serve(int argc, char **argv) {
     cli_common c = CLI_COMMON_DEFAULTS;
     serve_job j = {.so = {.host = "127.0.0.1",
                           .port = 8000,
-                          .max_num_seqs = 8,
+                          .max_num_seqs = 64,
                           .max_num_batched_tokens = 2048,
                           .max_queue = 256,
                           .max_body_bytes = 1 << 20,
@@ -80,6 +80,7 @@ int cli_serve(int argc, char **argv) {
         return 2;
     }
     j.so.seed = c.seed;
+    j.so.prefix_caching = !c.no_prefix_caching;
     if (!j.so.served_name) j.so.served_name = c.model ? c.model : "stories260K";
     loom_err err = {{0}};
     char *dir = model_dir(c.model, &err);

@@ -3,8 +3,9 @@
  * with all the query heads that share it (GQA): their rows are stacked into one small matrix
  * so that scores and the weighted sum of values are sgemm calls (the OpenMP OpenBLAS runs them
  * single-threaded inside our parallel loop). attend() is that task over any keys and values,
- * which latent attention (mla.c) also runs. Key blocks past the block's last position are
- * never visited; inside a block the causal mask and sliding window are applied per row. The
+ * contiguous or in the paged cache's blocks, which latent attention (mla.c) also runs. Key
+ * chunks past the block's last position are never visited; inside a chunk the causal mask and
+ * sliding window are applied per row. The
  * softmax's exponentials and rescaling are the CPU variant's kernels. */
 #include <cblas.h>
 #include <float.h>
@@ -51,7 +52,7 @@ static void write_cache(kv_layer *c, const float *k, size_t ldk, const float *v,
                         const int32_t *pos, const int32_t *seq) {
     size_t w = c->kv_width;
     for (int r = 0; r < rows; r++) {
-        size_t at = ((size_t)seq[r] * c->max_ctx + pos[r]) * w;
+        size_t at = kv_row(c, seq[r], pos[r]) * w;
         memcpy(c->k + at, k + (size_t)r * ldk, w * sizeof(float));
         memcpy(c->v + at, v + (size_t)r * ldv, w * sizeof(float));
     }
@@ -66,10 +67,13 @@ void attend(const attend_task *t) {
     memset(sc->acc, 0, (size_t)rows * dv * sizeof(float));
     int last = t->p0 + rows / g - 1, first = t->window ? t->p0 - t->window + 1 : 0;
     if (first < 0) first = 0;
-    for (int k0 = first; k0 <= last; k0 += KB) {
-        int nk = last + 1 - k0 < KB ? last + 1 - k0 : KB;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, nk, dq, t->scale, t->q, t->ldq,
-                    t->k + (size_t)k0 * t->ldk, t->ldk, 0.0f, sc->s, KB);
+    int chunk = t->blocks && t->block_size < KB ? t->block_size : KB;
+    for (int k0 = first - first % chunk; k0 <= last; k0 += chunk) {
+        int nk = last + 1 - k0 < chunk ? last + 1 - k0 : chunk;
+        size_t row =
+            t->blocks ? (size_t)t->blocks[k0 / t->block_size] * t->block_size + k0 % t->block_size : (size_t)k0;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, nk, dq, t->scale, t->q, t->ldq, t->k + row * t->ldk,
+                    t->ldk, 0.0f, sc->s, KB);
         for (int r = 0; r < rows; r++) {
             float *sr = sc->s + (size_t)r * KB;
             int p = t->p0 + r / g, lo = t->window ? p - t->window + 1 : 0;
@@ -83,8 +87,8 @@ void attend(const attend_task *t) {
             sc->m[r] = mn;
             if (corr != 1.0f) k->scale(sc->acc + (size_t)r * dv, corr, sc->acc + (size_t)r * dv, dv);
         }
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, dv, nk, 1.0f, sc->s, KB,
-                    t->v + (size_t)k0 * t->ldv, t->ldv, 1.0f, sc->acc, dv);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, dv, nk, 1.0f, sc->s, KB, t->v + row * t->ldv,
+                    t->ldv, 1.0f, sc->acc, dv);
     }
     for (int r = 0; r < rows; r++)
         k->scale(sc->acc + (size_t)r * dv, 1.0f / sc->l[r],
@@ -102,9 +106,10 @@ static void attend_block(const attn_shape *s, const kv_layer *c, const float *q,
     for (int i = 0; i < nq; i++)
         memcpy(stacked + (size_t)i * g * hd, q + (size_t)(r0 + i) * ldq + (size_t)kvh * g * hd,
                (size_t)g * hd * sizeof(float));
-    size_t seq0 = (size_t)sq * c->max_ctx * c->kv_width + (size_t)kvh * hd;
-    attend(&(attend_task){stacked, hd, nq * g, g, hd, hd, p0, s->window, s->scale, c->k + seq0, c->v + seq0,
-                          c->kv_width, c->kv_width, out + (size_t)r0 * ldo + (size_t)kvh * g * hd, ldo, hd});
+    size_t col = (size_t)kvh * hd;
+    attend(&(attend_task){stacked, hd, nq * g, g, hd, hd, p0, s->window, s->scale, c->k + col, c->v + col, c->kv_width,
+                          c->kv_width, out + (size_t)r0 * ldo + col * g, ldo, hd,
+                          c->tables + (size_t)sq * c->table_width, c->block_size});
 }
 
 int attention_run_end(int r, int rows, const int32_t *pos, const int32_t *seq, int most) {

@@ -124,12 +124,21 @@ void moe_forward(const moe_shape *sh, const wmat *experts, const float *x, size_
 void moe_experts(const moe_shape *sh, const wmat *experts, const float *x, size_t ldx, int rows, const int32_t *choice,
                  const float *weight, float *out, size_t ldo, moe_scratch *s);
 
-/* KV cache of one layer: [n_seqs][max_ctx][kv_width] for K and for V; a latent cache (MLA)
- * has no V: its rows are kv_c then k_pe. */
+/* KV cache of one layer, paged: a pool of blocks of block_size rows of kv_width floats for K
+ * and for V (a latent cache, MLA, has no V: its rows are kv_c then k_pe). Sequence s's blocks
+ * are tables[s * table_width ...], shared by every layer, so its position p is row p %
+ * block_size of block tables[s * table_width + p / block_size]. */
 typedef struct kv_layer {
     float *k, *v;
-    int max_ctx, kv_width;
+    int kv_width, block_size;
+    const int32_t *tables;
+    int table_width;
 } kv_layer;
+
+/* The row of the pool holding position pos of sequence seq. */
+static inline size_t kv_row(const kv_layer *c, int seq, int pos) {
+    return (size_t)c->tables[(size_t)seq * c->table_width + pos / c->block_size] * c->block_size + pos % c->block_size;
+}
 
 /* Multi-head latent attention's dimensions (kv_lora 0: plain attention). */
 typedef struct mla_shape {
@@ -148,9 +157,12 @@ void attention(const attn_shape *s, kv_layer *cache, const float *q, size_t ldq,
                const float *v, size_t ldv, float *out, size_t ldo, int rows, const int32_t *pos, const int32_t *seq);
 
 /* One attention task (attention.c): `rows` query rows q + r*ldq, row i*g + j being query i (at
- * position p0 + i) of head j, each qk_dim long, over the keys k[key*ldk] and values v[key*ldv]
- * of positions 0..p0+i (or the last `window`); row i*g + j's output (v_dim) goes to
- * out + i*ldo + j*head_stride. */
+ * position p0 + i) of head j, each qk_dim long, over the keys and values of positions 0..p0+i
+ * (or the last `window`); row i*g + j's output (v_dim) goes to out + i*ldo + j*head_stride.
+ * The key of position p is k[p*ldk], or with a block list k[(blocks[p / block_size] *
+ * block_size + p % block_size) * ldk] (the paged cache); values likewise. Keys are visited in
+ * chunks at the same positions either way (multiples of the chunk, which never crosses a
+ * block), so paged and contiguous keys give the same bits. */
 typedef struct attend_task {
     const float *q;
     size_t ldq;
@@ -160,6 +172,8 @@ typedef struct attend_task {
     size_t ldk, ldv;
     float *out;
     size_t ldo, head_stride;
+    const int32_t *blocks; /* NULL: contiguous keys and values */
+    int block_size;
 } attend_task;
 void attend(const attend_task *t);
 /* The end of the run of rows starting at r: same sequence, consecutive positions, at most `most`. */

@@ -20,7 +20,7 @@
 static void write_latent(kv_layer *c, const mla_shape *m, const float *kv_c, size_t ldc, const float *k_pe, size_t ldp,
                          int rows, const int32_t *pos, const int32_t *seq) {
     for (int r = 0; r < rows; r++) {
-        float *at = c->k + ((size_t)seq[r] * c->max_ctx + pos[r]) * c->kv_width;
+        float *at = c->k + kv_row(c, seq[r], pos[r]) * c->kv_width;
         memcpy(at, kv_c + (size_t)r * ldc, m->kv_lora * sizeof *at);
         memcpy(at + m->kv_lora, k_pe + (size_t)r * ldp, m->rope * sizeof *at);
     }
@@ -46,10 +46,9 @@ static void absorbed(const attn_shape *s, const kv_layer *c, const float *q, siz
     }
 #pragma omp parallel for schedule(dynamic, 1)
     for (int i = 0; i < n; i++) { /* the heads stacked over one key matrix: the cache itself */
-        const float *rows = c->k + (size_t)seq[idx[i]] * c->max_ctx * c->kv_width;
-        attend(&(attend_task){qa + (size_t)i * H * lat, lat, H, H, lat, m->kv_lora, pos[idx[i]], 0, s->scale, rows,
-                              rows, c->kv_width, c->kv_width, ol + (size_t)i * H * m->kv_lora, (size_t)H * m->kv_lora,
-                              m->kv_lora});
+        attend(&(attend_task){qa + (size_t)i * H * lat, lat, H, H, lat, m->kv_lora, pos[idx[i]], 0, s->scale, c->k,
+                              c->k, c->kv_width, c->kv_width, ol + (size_t)i * H * m->kv_lora, (size_t)H * m->kv_lora,
+                              m->kv_lora, c->tables + (size_t)seq[idx[i]] * c->table_width, c->block_size});
     }
     for (int h = 0; h < H; h++) /* the latent outputs through W_UV */
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, m->v_dim, m->kv_lora, 1.0f,
@@ -62,12 +61,14 @@ static void absorbed(const attn_shape *s, const kv_layer *c, const float *q, siz
 /* Rows r0..r0+n-1, one sequence at positions p0.., in the expanded form. */
 static void expanded(const attn_shape *s, const kv_layer *c, const float *q, size_t ldq, const float *t, float *out,
                      size_t ldo, int r0, int n, int sq, int p0) {
-    static _Thread_local fbuf vb, kb;
+    static _Thread_local fbuf vb, kb, lb;
     const mla_shape *m = &s->mla;
     int H = s->n_heads, qk = m->nope + m->rope, kvb = m->nope + m->v_dim, ctx = p0 + n;
-    const float *lat = c->k + (size_t)sq * c->max_ctx * c->kv_width;
     float *kv = fbuf_get(&vb, (size_t)ctx * H * kvb), *k = fbuf_get(&kb, (size_t)ctx * H * qk);
-    if (!kv || !k) return; /* recorded (kernels.h) */
+    float *lat = fbuf_get(&lb, (size_t)ctx * c->kv_width);
+    if (!kv || !k || !lat) return; /* recorded (kernels.h) */
+    for (int p = 0; p < ctx; p++)  /* the sequence's cache rows, gathered from their blocks */
+        memcpy(lat + (size_t)p * c->kv_width, c->k + kv_row(c, sq, p) * c->kv_width, c->kv_width * sizeof *lat);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, ctx, H * kvb, m->kv_lora, 1.0f, lat, c->kv_width, t,
                 (size_t)H * kvb, 0.0f, kv, (size_t)H * kvb);
     for (int p = 0; p < ctx; p++) /* each head's key: its k_nope, then the shared k_pe */
@@ -82,7 +83,7 @@ static void expanded(const attn_shape *s, const kv_layer *c, const float *q, siz
         int b = task / H, h = task % H, i0 = b * QB, nq = n - i0 < QB ? n - i0 : QB;
         attend(&(attend_task){q + (size_t)(r0 + i0) * ldq + (size_t)h * qk, ldq, nq, 1, qk, m->v_dim, p0 + i0, 0,
                               s->scale, k + (size_t)h * qk, kv + (size_t)h * kvb + m->nope, (size_t)H * qk,
-                              (size_t)H * kvb, out + (size_t)(r0 + i0) * ldo + (size_t)h * m->v_dim, ldo, 0});
+                              (size_t)H * kvb, out + (size_t)(r0 + i0) * ldo + (size_t)h * m->v_dim, ldo, 0, NULL, 0});
     }
 }
 

@@ -123,29 +123,37 @@ int loom_check_sharding(const loom_model *m, int tp, const loom_engine_options *
     return rc;
 }
 
-/* The context: as asked, or as long as the KV budget holds for every sequence (up to the
- * model's maximum), so a latent cache's smaller rows buy a longer context. */
-static int size_context(loom_engine *e, const loom_engine_options *o, loom_err *err) {
+/* The KV pool: as many blocks as the budget holds on the stage with the most layers, so that
+ * every rank counts the same blocks (rank 0 decides for all of them); and the context: as
+ * asked, or as long as the pool (up to the model's maximum), a latent cache's smaller rows
+ * buying more of it. */
+static int size_kv(loom_engine *e, const loom_engine_options *o, loom_err *err) {
     size_t budget = o->kv_cache_bytes ? o->kv_cache_bytes : LOOM_KV_CACHE_BYTES_DEFAULT;
-    size_t per = engine_kv_bytes_per_token(e);
-    size_t fits = budget / ((size_t)e->max_seqs * per);
+    int bs = o->block_size ? o->block_size : LOOM_BLOCK_SIZE_DEFAULT, pp, layers = 0;
+    if (bs < 16 || bs > 1024 || (bs & (bs - 1)))
+        return loom_errf(err, "--block-size %d: a KV cache block holds a power of two from 16 to 1024 positions", bs);
+    int *first = engine_stages(e->model, o, &pp, err);
+    if (!first) return -1;
+    for (int s = 0; s < pp; s++) layers = first[s + 1] - first[s] > layers ? first[s + 1] - first[s] : layers;
+    free(first);
+    size_t per = engine_kv_bytes_per_token(e, layers), blocks = budget / (per * bs);
     int max_pos = e->model->cfg.max_pos;
     if (o->max_ctx > max_pos)
         return loom_errf(err, "max context %d exceeds the model's max_position_embeddings %d", o->max_ctx, max_pos);
-    if (o->max_ctx > 0 && (size_t)o->max_ctx > fits)
+    if (blocks > (size_t)1 << 30) blocks = (size_t)1 << 30;
+    if (!blocks)
         return loom_errf(err,
-                         "a context of %d for %d sequences needs %.2f GiB of KV cache on each rank (%zu bytes per "
-                         "token), over its budget of %.2f GiB: shorten the context (--max-model-len), run fewer "
-                         "sequences (--max-num-seqs) or raise the budget (--kv-cache-memory-bytes)",
-                         o->max_ctx, e->max_seqs, (double)o->max_ctx * e->max_seqs * per / (1 << 30), per,
-                         (double)budget / (1 << 30));
-    if (!o->max_ctx && !fits)
+                         "the KV cache budget of %zu bytes on each rank holds not one block of %d positions (%zu "
+                         "bytes a position): raise it (--kv-cache-memory-bytes)",
+                         budget, bs, per);
+    if ((size_t)o->max_ctx > blocks * bs)
         return loom_errf(err,
-                         "%d sequences do not fit one token each in the KV budget of %zu bytes on each rank (%zu "
-                         "bytes per token): raise --kv-cache-memory-bytes",
-                         e->max_seqs, budget, per);
-    e->max_ctx = o->max_ctx > 0 ? o->max_ctx : fits < (size_t)max_pos ? (int)fits : max_pos;
-    return 0;
+                         "a context of %d positions is over the KV cache budget of %zu bytes on each rank (%zu "
+                         "blocks of %d, %zu bytes a position): shorten it (--max-model-len) or raise the budget "
+                         "(--kv-cache-memory-bytes)",
+                         o->max_ctx, budget, blocks, bs, per);
+    e->max_ctx = o->max_ctx > 0 ? o->max_ctx : blocks * bs < (size_t)max_pos ? (int)(blocks * bs) : max_pos;
+    return kv_cache_init(&e->kv, (int)blocks, bs, e->max_seqs, e->max_ctx, o->prefix_caching, err);
 }
 
 /* The plans: the one o asks for, and with --sp-min-tokens the plain TP one that short passes
@@ -179,13 +187,14 @@ static int build_plans(loom_engine *e, const loom_engine_options *o, int pp, loo
 static int alloc_state(loom_engine *e, loom_err *err) {
     const model_config *c = &e->model->cfg;
     executor *x = &e->x;
-    x->max_tokens = e->max_tokens, x->max_logits = e->max_logits, x->max_seqs = e->max_seqs, x->max_ctx = e->max_ctx;
+    x->max_tokens = e->max_tokens, x->max_logits = e->max_logits, x->max_ctx = e->max_ctx;
     x->layer0 = e->layer0, x->layer1 = e->layer1;
+    x->kv_blocks = e->kv.n_blocks, x->block_size = e->kv.block_size, x->table_width = e->kv.table_width;
+    x->kv_tables = e->kv.tables;
     float inv_freq[CONFIG_MAX_HEAD_DIM / 2];
     rope_inv_freq(c, inv_freq);
     if (executor_init(x, inv_freq, c->head_dim / 2, c->rope_attention_factor, err)) return -1;
-    e->seq_len = mem_zalloc(e->max_seqs, sizeof *e->seq_len, "the sequences' lengths", err);
-    e->logits = e->seq_len ? mem_array((size_t)e->max_logits * c->vocab, sizeof *e->logits, "the logits", err) : NULL;
+    e->logits = mem_array((size_t)e->max_logits * c->vocab, sizeof *e->logits, "the logits", err);
     return e->logits ? 0 : -1;
 }
 
@@ -204,7 +213,7 @@ loom_engine *loom_engine_new(loom_model *m, const loom_engine_options *o, loom_e
     int pp;
     if (join_stage(e, o, &pp, err) ||
         pipeline_init(&e->pl, pp, e->x.stage, o->pp_microbatches, e->max_seqs, e->max_logits, err) ||
-        build_plans(e, o, pp, err) || size_context(e, o, err))
+        build_plans(e, o, pp, err) || size_kv(e, o, err))
         goto fail;
     const plan *p = &e->x.plans[0].p;
     if (e->x.comm->rank == 0) { /* each stage's first rank, for its layers */
@@ -222,14 +231,31 @@ void loom_engine_free(loom_engine *e) {
     if (!e) return;
     pipeline_free(&e->pl);
     executor_free(&e->x);
-    free(e->seq_len);
+    kv_cache_free(&e->kv);
     free(e->logits);
     comm_free(e->own_comm);
     free(e);
 }
 
 void loom_engine_reset_seq(loom_engine *e, int seq) {
-    if (seq >= 0 && seq < e->max_seqs) e->seq_len[seq] = 0;
+    if (seq >= 0 && seq < e->max_seqs) kv_cache_release(&e->kv, seq);
+}
+
+void loom_engine_get_kv_stats(const loom_engine *e, loom_kv_stats *st) {
+    const kv_cache *c = &e->kv;
+    *st = (loom_kv_stats){.block_size = c->block_size,
+                          .blocks = c->n_blocks,
+                          .blocks_used = c->n_blocks - c->n_free,
+                          .blocks_cached = c->n_indexed,
+                          .evicted = c->evicted};
+}
+
+int loom_engine_match_prefix(const loom_engine *e, const int32_t *tokens, int n, int32_t *blocks) {
+    return n > 0 ? kv_cache_match(&e->kv, tokens, n, blocks) : 0;
+}
+
+int loom_engine_attach_prefix(loom_engine *e, int seq, const int32_t *blocks, int n, loom_err *err) {
+    return kv_cache_attach(&e->kv, seq, blocks, n, err);
 }
 
 /* Rejects a batch the kernels could not run correctly, before anything is written. */
@@ -247,7 +273,7 @@ static int check_batch(const loom_engine *e, const loom_batch *b, loom_err *err)
         if (b->pos[i] < 0 || b->pos[i] >= e->max_ctx)
             return loom_errf(err, "token %d: position %d beyond the context of %d", i, b->pos[i], e->max_ctx);
         bool starts_run = i == 0 || b->seq[i - 1] != s;
-        int expect = starts_run ? e->seq_len[s] : b->pos[i - 1] + 1;
+        int expect = starts_run ? e->kv.len[s] : b->pos[i - 1] + 1;
         if (b->pos[i] != expect)
             return loom_errf(err, "token %d: sequence %d continues at position %d, not %d", i, s, expect, b->pos[i]);
         for (int j = 0; starts_run && j < i; j++)
@@ -256,11 +282,27 @@ static int check_batch(const loom_engine *e, const loom_batch *b, loom_err *err)
     for (int i = 0; i < b->n_logits; i++)
         if (b->logit_rows[i] < 0 || b->logit_rows[i] >= b->n_tokens)
             return loom_errf(err, "logit row %d: %d is not a token of the batch", i, b->logit_rows[i]);
+    int need = 0;
+    for (int r = 0; r < b->n_tokens; r++)
+        if (r + 1 == b->n_tokens || b->seq[r + 1] != b->seq[r])
+            need += kv_cache_blocks_needed(&e->kv, b->seq[r], b->pos[r] + 1);
+    if (need > e->kv.n_free)
+        return loom_errf(err,
+                         "the KV cache is full: the batch needs %d more blocks of %d positions and %d of the %d "
+                         "are free",
+                         need, e->kv.block_size, e->kv.n_free, e->kv.n_blocks);
     return 0;
+}
+
+/* The ends of the runs of one sequence's tokens in b, one call per run: [r0, r1). */
+static void grow_sequences(loom_engine *e, const loom_batch *b) {
+    for (int r = 0; r < b->n_tokens; r++)
+        if (r + 1 == b->n_tokens || b->seq[r + 1] != b->seq[r]) kv_cache_grow(&e->kv, b->seq[r], b->pos[r] + 1);
 }
 
 int loom_forward(loom_engine *e, const loom_batch *b, const float **logits, loom_err *err) {
     if (check_batch(e, b, err)) return -1;
+    grow_sequences(e, b); /* the blocks the kernels write are in the tables before the pass */
     size_t vocab = e->model->cfg.vocab;
     if (e->pl.pp > 1) {
         if (pipeline_forward(&e->pl, &e->x, b, e->logits, vocab, err)) return -1;
@@ -268,7 +310,10 @@ int loom_forward(loom_engine *e, const loom_batch *b, const float **logits, loom
         if (executor_run_pass(&e->x, b, err)) return -1;
         executor_take_logits(&e->x, b, e->logits, vocab, NULL);
     }
-    for (int i = 0; i < b->n_tokens; i++) e->seq_len[b->seq[i]] = b->pos[i] + 1;
+    for (int r0 = 0, r1; r0 < b->n_tokens; r0 = r1) { /* each sequence's run of tokens, now in its blocks */
+        for (r1 = r0 + 1; r1 < b->n_tokens && b->seq[r1] == b->seq[r0];) r1++;
+        kv_cache_written(&e->kv, b->seq[r0], b->pos[r0], b->ids + r0, r1 - r0);
+    }
     *logits = e->logits;
     return 0;
 }

@@ -4,6 +4,7 @@
 #ifndef LOOM_RUNTIME_ENGINE_H
 #define LOOM_RUNTIME_ENGINE_H
 #include "runtime/executor.h"
+#include "runtime/kv_cache.h"
 #include "runtime/model.h"
 #include "runtime/pipeline.h"
 
@@ -14,12 +15,12 @@ struct loom_engine {
     executor x;
     pipeline pl;
     int max_seqs, max_ctx, max_tokens, max_logits;
-    int *seq_len; /* positions each sequence's KV cache holds */
+    kv_cache kv; /* whose blocks hold each sequence's positions */
     float *logits;
 };
 
-/* KV cache bytes one token of one sequence takes on this rank, over its layers. */
-size_t engine_kv_bytes_per_token(const loom_engine *e);
+/* KV cache bytes one token of one sequence takes over `layers` decoder layers. */
+size_t engine_kv_bytes_per_token(const loom_engine *e, int layers);
 /* The pipeline stages o asks for, *pp of them, over m's decoder layers: stage s runs layers
  * [first[s], first[s + 1]) (malloc'd; NULL with err naming the flag and the stage at fault). */
 int *engine_stages(const loom_model *m, const loom_engine_options *o, int *pp, loom_err *err);

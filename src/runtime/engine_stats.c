@@ -8,9 +8,9 @@
 #include "runtime/engine.h"
 #include "runtime/profile.h"
 
-size_t engine_kv_bytes_per_token(const loom_engine *e) {
+size_t engine_kv_bytes_per_token(const loom_engine *e, int layers) {
     const plan *p = &e->x.plans[0].p;
-    return (size_t)(e->layer1 - e->layer0) * p->kv_width * (p->kv_latent ? 1 : 2) * sizeof(float);
+    return (size_t)layers * p->kv_width * (p->kv_latent ? 1 : 2) * sizeof(float);
 }
 
 static size_t wmat_bytes(const wmat *w) {
@@ -44,7 +44,7 @@ void loom_engine_get_stats(const loom_engine *e, loom_engine_stats *st) {
         .max_tokens = e->max_tokens,
         .activation_bytes = x->activation_bytes,
         .kv_bytes = x->kv_bytes,
-        .kv_bytes_per_token = engine_kv_bytes_per_token(e),
+        .kv_bytes_per_token = engine_kv_bytes_per_token(e, e->layer1 - e->layer0),
         .decode_bytes = decode_bytes(e),
         .blocked_seconds = x->comm->blocked_s + (x->world != x->comm ? x->world->blocked_s : 0),
         .pipeline_idle = pipeline_idle(&e->pl, &x->st),

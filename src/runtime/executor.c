@@ -65,9 +65,12 @@ int executor_init(executor *x, const float *inv_freq, int half, float rope_facto
     x->kv = mem_zalloc(x->layer1, sizeof *x->kv, "the KV cache's layers", err);
     if (!x->kv) return -1;
     size_t kv_width = (size_t)p->kv_width; /* the same in both plans */
-    size_t per = (size_t)x->max_seqs * x->max_ctx * kv_width * sizeof(float);
+    size_t per = (size_t)x->kv_blocks * x->block_size * kv_width * sizeof(float);
     for (int l = x->layer0; l < x->layer1; l++) { /* a latent cache (MLA) has no V */
-        x->kv[l] = (kv_layer){.max_ctx = x->max_ctx, .kv_width = (int)kv_width};
+        x->kv[l] = (kv_layer){.kv_width = (int)kv_width,
+                              .block_size = x->block_size,
+                              .tables = x->kv_tables,
+                              .table_width = x->table_width};
         if (!(x->kv[l].k = mem_aligned(per, "the KV cache", err)) ||
             (!p->kv_latent && !(x->kv[l].v = mem_aligned(per, "the KV cache", err))))
             return -1;

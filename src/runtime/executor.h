@@ -34,9 +34,13 @@ typedef struct executor {
     int stage;
     engine_plan plans[2], *cur;
     int n_plans, sp_min_tokens; /* passes shorter than sp_min_tokens run plans[1] */
-    int max_tokens, max_logits, max_seqs, max_ctx;
+    int max_tokens, max_logits, max_ctx;
     int layer0, layer1; /* the decoder layers whose KV cache this rank holds */
-    kv_layer *kv;       /* indexed by layer */
+    /* the KV pool: kv_blocks blocks of block_size positions per layer, read through the
+     * sequences' block tables (kv_tables, table_width per sequence; runtime/kv_cache.h) */
+    int kv_blocks, block_size, table_width;
+    const int32_t *kv_tables;
+    kv_layer *kv; /* indexed by layer */
     rope_table rope;
     moe_scratch moe; /* shared by the MoE steps */
     expert_parallel ep;
@@ -45,10 +49,10 @@ typedef struct executor {
     exec_stats st;
 } executor;
 
-/* Allocates what the plans run on, once: their buffers, the KV cache of layers [layer0,
- * layer1) for max_seqs x max_ctx positions, the RoPE tables (inverse frequencies inv_freq of
+/* Allocates what the plans run on, once: their buffers, the KV pools of layers [layer0,
+ * layer1), the RoPE tables for max_ctx positions (inverse frequencies inv_freq of
  * `half` rotary pairs, scaled by rope_factor), the experts' scratch and expert parallelism's
- * buffers. The caller has set comm, world, stage, the plans and the max_* sizes. */
+ * buffers. The caller has set comm, world, stage, the plans, the max_* sizes and the pool's. */
 int executor_init(executor *x, const float *inv_freq, int half, float rope_factor, loom_err *err);
 void executor_free(executor *x);
 /* Runs this rank's steps over b: the whole pass, or its stage's part of it. */

@@ -98,6 +98,8 @@ static cJSON *usage(const request *r) {
     cJSON_AddNumberToObject(u, "prompt_tokens", r->n_prompt);
     cJSON_AddNumberToObject(u, "completion_tokens", r->n_tokens);
     cJSON_AddNumberToObject(u, "total_tokens", r->n_prompt + r->n_tokens);
+    cJSON *details = cJSON_AddObjectToObject(u, "prompt_tokens_details");
+    if (details) cJSON_AddNumberToObject(details, "cached_tokens", r->cached_tokens > 0 ? r->cached_tokens : 0);
     return u;
 }
 

@@ -72,7 +72,19 @@ char *metrics_text(const metrics *m, const char *model_name) {
     scalar(&t, "num_requests_waiting", "gauge", "Requests queued for a slot.", label, m->waiting);
     scalar(&t, "kv_slots_used", "gauge", "KV cache sequence slots in use.", label, m->slots_used);
     scalar(&t, "kv_slots_total", "gauge", "KV cache sequence slots (--max-num-seqs).", label, m->slots_total);
-    scalar(&t, "prompt_tokens_total", "counter", "Prompt tokens prefilled.", label, (double)m->prompt_tokens);
+    scalar(&t, "kv_cache_usage_perc", "gauge", "Fraction of the KV cache's blocks held by sequences (1 = full).", label,
+           m->blocks_total ? (double)m->blocks_used / m->blocks_total : 0);
+    scalar(&t, "kv_blocks_used", "gauge", "KV cache blocks held by sequences.", label, m->blocks_used);
+    scalar(&t, "kv_blocks_total", "gauge", "KV cache blocks in the pool.", label, m->blocks_total);
+    scalar(&t, "prefix_cache_queries_total", "counter", "Prompt tokens looked up in the prefix cache.", label,
+           (double)m->prefix_queries);
+    scalar(&t, "prefix_cache_hits_total", "counter", "Prompt tokens found in the prefix cache.", label,
+           (double)m->prefix_hits);
+    scalar(&t, "num_preemptions_total", "counter",
+           "Running requests put back in the queue for want of KV blocks (recomputed later).", label,
+           (double)m->preemptions);
+    scalar(&t, "prompt_tokens_total", "counter", "Prompt tokens of the requests admitted.", label,
+           (double)m->prompt_tokens);
     scalar(&t, "generation_tokens_total", "counter", "Tokens generated.", label, (double)m->generation_tokens);
     put(&t,
         "# HELP loom:request_success_total Requests finished, by reason.\n# TYPE loom:request_success_total counter\n");

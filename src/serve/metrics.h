@@ -1,6 +1,7 @@
 /* The server's Prometheus metrics (GET /metrics), named as vLLM names its own with a loom:
- * prefix: gauges of requests running and waiting and of KV slots in use, counters of tokens
- * and finished requests, and latency histograms. Updated under the server lock; the gauges
+ * prefix: gauges of requests running and waiting and of the KV cache's slots and blocks in use,
+ * counters of tokens, prefix cache queries and hits, preemptions and finished requests, and
+ * latency histograms. Updated under the server lock; the gauges
  * are read from the scheduler when the metrics are asked for. */
 #ifndef LOOM_SERVE_METRICS_H
 #define LOOM_SERVE_METRICS_H
@@ -17,7 +18,10 @@ typedef struct histogram {
 
 typedef struct metrics {
     int running, waiting, slots_used, slots_total;
+    int blocks_used, blocks_total; /* the KV cache's, as of the last step */
     uint64_t prompt_tokens, generation_tokens;
+    uint64_t prefix_queries, prefix_hits; /* prompt tokens looked up in the prefix cache, and found */
+    uint64_t preemptions;
     uint64_t finished_stop, finished_length, finished_abort, failed;
     histogram ttft, itl, e2e;
 } metrics;

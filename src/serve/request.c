@@ -15,6 +15,7 @@ request *request_new(req_kind kind) {
     r->max_tokens = -1;
     r->sampling.top_p = 1;
     r->slot = -1;
+    r->cached_tokens = -1;
     r->refs = 1;
     return r;
 }

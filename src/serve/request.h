@@ -12,7 +12,7 @@
 typedef enum req_kind { REQ_COMPLETION, REQ_CHAT } req_kind;
 
 typedef enum req_state {
-    REQ_WAITING,  /* queued for a sequence slot */
+    REQ_WAITING,  /* queued for a sequence slot (again, when preempted) */
     REQ_RUNNING,  /* holds a slot: prefilling, then decoding */
     REQ_FINISHED, /* done (finish reason set) or failed (error set) */
 } req_state;
@@ -50,7 +50,9 @@ typedef struct request {
     req_finish finish;
     char error[512];   /* set when the request failed in the engine */
     int slot;          /* KV sequence slot while running */
-    int prefilled;     /* prompt tokens fed so far */
+    int computed;      /* positions of prompt and output whose K and V its sequence holds */
+    int cached_tokens; /* prompt tokens its first admission found in the prefix cache (-1: not
+                          admitted yet) */
     req_token *tokens; /* generated, in order */
     int n_tokens;
     size_t cap_tokens;

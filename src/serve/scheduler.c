@@ -1,9 +1,17 @@
-/* Continuous batching. Requests wait in a FIFO queue for one of --max-num-seqs KV slots. Each
- * engine step first takes the next token of every decoding sequence, then fills the rest of
- * the --max-num-batched-tokens budget with chunks of prompts, oldest first (chunked prefill),
- * so a long prompt never stalls the sequences already generating. Requests join and leave
- * between steps: a slot is freed (and its KV cache forgotten on every rank) when its request
- * finishes, hits the context limit or its client leaves.
+/* Continuous batching over the paged KV cache. Requests wait in a FIFO queue for one of
+ * --max-num-seqs sequence slots. Each engine step first takes the next token of every decoding
+ * sequence, then fills the rest of the --max-num-batched-tokens budget with chunks of prompts,
+ * oldest first (chunked prefill), so a long prompt delays running streams by one chunk at most.
+ * A request admitted starts from the longest prefix of its tokens the KV cache already holds in
+ * whole blocks (prefix caching), and computes only the rest; its last token always runs, for
+ * its logits.
+ *
+ * Blocks are counted before each step: a decoding sequence that needs a block when none is free
+ * preempts the newest running request, whose blocks go back to the pool (its full ones stay
+ * cached) and which goes back to the head of the queue with its output so far, to be recomputed
+ * from its cached blocks, as vLLM V1 does; prompts take only the blocks that are free. A
+ * request's slot is forgotten on every rank when it finishes, hits the context limit, is
+ * preempted or its client leaves.
  *
  * The scheduler thread holds the server lock while it reads and updates requests, and lets
  * it go while the engine runs, so HTTP threads queue and stream meanwhile. Everything a step
@@ -25,14 +33,18 @@ struct sched {
     loom_engine *e;
     loom_comm *comm;
     int max_seqs, max_tokens, max_queue;
-    request **queue; /* waiting, FIFO ring */
-    int q_head, q_len;
+    request **queue; /* waiting, FIFO ring of max_queue + max_seqs (room for the preempted) */
+    int q_head, q_len, q_cap;
     request **running; /* in admission order (prefill priority) */
     int n_running;
     bool *slot_used;
     step st;
     request **row_req; /* [max_seqs] the request each logit row samples for */
     float *logprob;    /* [vocab] scratch */
+    int32_t *context;  /* [max_ctx] scratch: a preempted request's prompt and output */
+    int32_t *matched;  /* [max_ctx] scratch: the cached blocks of a prefix */
+    int free_blocks;   /* in the KV cache once this step's tokens are in */
+    loom_kv_stats kv;  /* as of the last step, for the gauges */
 };
 
 double serve_now(void) {
@@ -50,8 +62,12 @@ sched *sched_new(server *srv, loom_engine *e, loom_comm *comm, loom_err *err) {
     s->max_seqs = srv->o->max_num_seqs;
     s->max_tokens = srv->o->max_num_batched_tokens;
     s->max_queue = srv->o->max_queue;
+    s->q_cap = s->max_queue + s->max_seqs;
+    loom_engine_get_kv_stats(e, &s->kv);
     const char *what = "the scheduler's tables";
-    if ((s->queue = mem_zalloc(s->max_queue > 0 ? (size_t)s->max_queue : 1, sizeof *s->queue, what, err)) &&
+    if ((s->queue = mem_zalloc((size_t)s->q_cap, sizeof *s->queue, what, err)) &&
+        (s->context = mem_array((size_t)srv->max_ctx, sizeof *s->context, what, err)) &&
+        (s->matched = mem_array((size_t)srv->max_ctx, sizeof *s->matched, what, err)) &&
         (s->running = mem_zalloc((size_t)s->max_seqs, sizeof *s->running, what, err)) &&
         (s->slot_used = mem_zalloc((size_t)s->max_seqs, sizeof *s->slot_used, what, err)) &&
         (s->row_req = mem_zalloc((size_t)s->max_seqs, sizeof *s->row_req, what, err)) &&
@@ -66,6 +82,8 @@ sched *sched_new(server *srv, loom_engine *e, loom_comm *comm, loom_err *err) {
 void sched_free(sched *s) {
     if (!s) return;
     free(s->queue);
+    free(s->context);
+    free(s->matched);
     free(s->running);
     free(s->slot_used);
     free(s->row_req);
@@ -83,7 +101,7 @@ int sched_submit(sched *s, request *r, char *msg, size_t cap) {
     r->state = REQ_WAITING;
     r->t_arrive = serve_now();
     r->refs++;
-    s->queue[(s->q_head + s->q_len++) % s->max_queue] = r;
+    s->queue[(s->q_head + s->q_len++) % s->q_cap] = r;
     return 0;
 }
 
@@ -92,6 +110,8 @@ void sched_gauges(const sched *s, metrics *m) {
     m->waiting = s->q_len;
     m->slots_used = 0;
     for (int i = 0; i < s->max_seqs; i++) m->slots_used += s->slot_used[i];
+    m->blocks_used = s->kv.blocks_used;
+    m->blocks_total = s->kv.blocks;
 }
 
 static void finish(sched *s, request *r, req_finish why) {
@@ -108,76 +128,151 @@ static void finish(sched *s, request *r, req_finish why) {
     request_changed(r);
 }
 
-/* Ends a running request and frees its slot. */
-static void release(sched *s, int i, req_finish why) {
+/* Takes running request i out of the running list, its slot forgotten on every rank. */
+static request *unrun(sched *s, int i) {
     request *r = s->running[i];
-    finish(s, r, why);
+    step_reset(&s->st, s->e, r->slot);
     s->slot_used[r->slot] = false;
     memmove(s->running + i, s->running + i + 1, (s->n_running - i - 1) * sizeof *s->running);
     s->n_running--;
+    return r;
+}
+
+/* Ends a running request and frees its slot. */
+static void release(sched *s, int i, req_finish why) {
+    request *r = unrun(s, i);
+    finish(s, r, why);
     request_unref(r);
 }
 
-/* Queue to slots, oldest first; requests whose client left while waiting are dropped. A slot
- * taken is forgotten on every rank with this step, and the request's decoder reads its prompt
- * (text dropped) so that the completion continues it: a leading space stays. */
-static void admit(sched *s) {
-    while (s->q_len && s->n_running < s->max_seqs) {
-        request *r = s->queue[s->q_head];
-        s->q_head = (s->q_head + 1) % s->max_queue;
-        s->q_len--;
-        if (r->cancel) {
-            finish(s, r, FINISH_CANCELLED);
-            request_unref(r);
-            continue;
-        }
-        int slot = 0;
-        while (s->slot_used[slot]) slot++;
-        s->slot_used[slot] = true;
-        s->st.reset[s->st.n_reset++] = slot;
-        size_t len; /* the decoder reads the prompt first, its text dropped: the output continues it */
-        for (int i = 0; r->dec && i < r->n_prompt; i++) loom_detokenizer_next(r->dec, r->prompt[i], &len);
-        r->slot = slot;
-        r->state = REQ_RUNNING;
-        s->running[s->n_running++] = r;
+static int free_blocks(const sched *s) {
+    loom_kv_stats kv;
+    loom_engine_get_kv_stats(s->e, &kv);
+    return kv.blocks - kv.blocks_used;
+}
+
+/* The newest running request goes back to the head of the queue, its blocks to the pool; its
+ * output so far stays, and it is recomputed from its cached blocks when admitted again. */
+static void preempt_newest(sched *s) {
+    request *r = unrun(s, s->n_running - 1);
+    r->state = REQ_WAITING;
+    r->computed = 0;
+    s->q_head = (s->q_head + s->q_cap - 1) % s->q_cap;
+    s->queue[s->q_head] = r;
+    s->q_len++;
+    s->srv->met.preemptions++;
+    s->free_blocks = free_blocks(s);
+}
+
+static int32_t context_token(const request *r, int i) {
+    return i < r->n_prompt ? r->prompt[i] : r->tokens[i - r->n_prompt].id;
+}
+
+/* Tokens of r's context (prompt, then output) its sequence does not hold yet. */
+static int to_compute(const request *r) { return r->n_prompt + r->n_tokens - r->computed; }
+
+static int blocks_for(int positions, int block_size) { return (positions + block_size - 1) / block_size; }
+
+/* The step's next k tokens are r's next uncomputed ones, with a logit row when they reach the
+ * end of what r knows (its next token is sampled from it). */
+static void add_tokens(sched *s, request *r, int k) {
+    step *st = &s->st;
+    int bs = s->kv.block_size;
+    s->free_blocks -= blocks_for(r->computed + k, bs) - blocks_for(r->computed, bs);
+    for (int j = 0; j < k; j++) {
+        st->ids[st->n_tokens + j] = context_token(r, r->computed + j);
+        st->pos[st->n_tokens + j] = r->computed + j;
+        st->seq[st->n_tokens + j] = r->slot;
+    }
+    st->n_tokens += k;
+    r->computed += k;
+    if (!to_compute(r)) {
+        s->row_req[st->n_logits] = r;
+        st->logit_rows[st->n_logits++] = st->n_tokens - 1;
     }
 }
 
-/* Fills the step: decode tokens first, then prompt chunks within the token budget. */
+/* Of r's next `want` tokens, as many as the free blocks hold. */
+static int tokens_that_fit(const sched *s, const request *r, int want) {
+    int bs = s->kv.block_size, room = (blocks_for(r->computed, bs) + s->free_blocks) * bs - r->computed;
+    return want < room ? want : room > 0 ? room : 0;
+}
+
+/* The request at the queue's head takes a free slot, starting from the longest prefix of its
+ * context the KV cache holds (its last token always computed), if the blocks for its first
+ * chunk are free; false when it cannot be admitted this step. A request whose client left
+ * while it waited is dropped. */
+static bool admit_next(sched *s) {
+    request *r = s->queue[s->q_head];
+    if (!r->cancel) {
+        int known = r->n_prompt + r->n_tokens, bs = s->kv.block_size;
+        const int32_t *ctx = r->prompt;
+        if (r->n_tokens) { /* preempted: its prompt and output */
+            for (int i = 0; i < known; i++) s->context[i] = context_token(r, i);
+            ctx = s->context;
+        }
+        int m = loom_engine_match_prefix(s->e, ctx, known - 1, s->matched);
+        int budget = s->max_tokens - s->st.n_tokens, want = known - m * bs;
+        int first = want < budget ? want : budget;
+        /* assume every matched block leaves the free list: the chunk's blocks must fit beside them */
+        if (!step_attach_fits(&s->st, m) || blocks_for(m * bs + first, bs) - m > s->free_blocks - m) return false;
+        int slot = 0;
+        while (s->slot_used[slot]) slot++;
+        loom_err why;
+        if (m && step_attach(&s->st, s->e, slot, s->matched, m, &why)) m = 0; /* cannot happen: computed instead */
+        s->slot_used[slot] = true;
+        s->free_blocks = free_blocks(s);
+        if (r->cached_tokens < 0) { /* first admission */
+            size_t len;             /* the decoder reads the prompt first, its text dropped: the output continues it */
+            for (int i = 0; r->dec && i < r->n_prompt; i++) loom_detokenizer_next(r->dec, r->prompt[i], &len);
+            r->cached_tokens = m * bs;
+            s->srv->met.prompt_tokens += r->n_prompt;
+            s->srv->met.prefix_queries += r->n_prompt;
+            s->srv->met.prefix_hits += m * bs;
+        }
+        r->slot = slot;
+        r->computed = m * bs;
+        r->state = REQ_RUNNING;
+        s->running[s->n_running++] = r;
+        add_tokens(s, r, tokens_that_fit(s, r, first));
+    }
+    s->q_head = (s->q_head + 1) % s->q_cap;
+    s->q_len--;
+    if (r->cancel) {
+        finish(s, r, FINISH_CANCELLED);
+        request_unref(r);
+    }
+    return true;
+}
+
+/* Fills the step: decode tokens first (preempting the newest requests when they need blocks
+ * that are not free), then prompt chunks of running requests, then admissions, within the
+ * token budget and the free blocks. */
 static void build_step(sched *s) {
-    step *st = &s->st;
     for (int i = s->n_running - 1; i >= 0; i--)
         if (s->running[i]->cancel) release(s, i, FINISH_CANCELLED);
-    admit(s);
-    int n = 0;
-    for (int i = 0; i < s->n_running; i++) {
+    s->free_blocks = free_blocks(s);
+    int bs = s->kv.block_size;
+    for (int i = 0; i < s->n_running && s->st.n_tokens < s->max_tokens; i++) {
         request *r = s->running[i];
-        if (r->prefilled < r->n_prompt || n == s->max_tokens) continue;
-        st->ids[n] = r->tokens[r->n_tokens - 1].id;
-        st->pos[n] = r->n_prompt + r->n_tokens - 1;
-        st->seq[n] = r->slot;
-        s->row_req[st->n_logits] = r;
-        st->logit_rows[st->n_logits++] = n++;
+        if (to_compute(r) != 1) continue;
+        while (r->computed % bs == 0 && s->free_blocks < 1 && s->running[s->n_running - 1] != r) preempt_newest(s);
+        if (r->computed % bs == 0 && s->free_blocks < 1) { /* the newest itself */
+            preempt_newest(s);
+            break;
+        }
+        add_tokens(s, r, 1);
     }
-    for (int i = 0; i < s->n_running && n < s->max_tokens; i++) {
+    for (int i = 0; i < s->n_running && s->st.n_tokens < s->max_tokens; i++) {
         request *r = s->running[i];
-        if (r->prefilled == r->n_prompt) continue;
-        int k = r->n_prompt - r->prefilled;
-        if (k > s->max_tokens - n) k = s->max_tokens - n;
-        for (int j = 0; j < k; j++) {
-            st->ids[n + j] = r->prompt[r->prefilled + j];
-            st->pos[n + j] = r->prefilled + j;
-            st->seq[n + j] = r->slot;
-        }
-        n += k;
-        r->prefilled += k;
-        s->srv->met.prompt_tokens += k;
-        if (r->prefilled == r->n_prompt) {
-            s->row_req[st->n_logits] = r;
-            st->logit_rows[st->n_logits++] = n - 1;
-        }
+        int budget = s->max_tokens - s->st.n_tokens, want = to_compute(r) < budget ? to_compute(r) : budget;
+        int k = to_compute(r) > 1 ? tokens_that_fit(s, r, want) : 0;
+        if (k) add_tokens(s, r, k);
     }
-    st->n_tokens = n;
+    while (s->q_len && s->n_running < s->max_seqs && s->st.n_tokens < s->max_tokens && admit_next(s)) {
+    }
+    /* prompts holding every block between them, none able to go on: the newest gives way */
+    if (!s->st.n_tokens && s->n_running > 1 && !s->free_blocks) preempt_newest(s);
 }
 
 /* log-softmax of logits into s->logprob (the raw distribution, before temperature, as vLLM
@@ -214,11 +309,11 @@ static bool is_eos(const server *srv, int32_t id) {
 }
 
 /* Samples every row of the step and hands the tokens to their requests. */
-static void take_tokens(sched *s, const float *logits) {
+static void take_tokens(sched *s, const float *logits, int n_logits) {
     server *srv = s->srv;
     double now = serve_now();
     int vocab = srv->info.vocab;
-    for (int i = 0; i < s->st.n_logits; i++) {
+    for (int i = 0; i < n_logits; i++) {
         request *r = s->row_req[i];
         const float *row = logits + (size_t)i * vocab;
         req_token t = {.id = loom_sampler_next(r->smp, row)};
@@ -253,7 +348,7 @@ static void fail_all(sched *s, const char *why) {
     }
     while (s->q_len) {
         request *r = s->queue[s->q_head];
-        s->q_head = (s->q_head + 1) % s->max_queue;
+        s->q_head = (s->q_head + 1) % s->q_cap;
         s->q_len--;
         snprintf(r->error, sizeof r->error, "%s", why);
         finish(s, r, FINISH_CANCELLED);
@@ -269,9 +364,8 @@ int sched_loop(sched *s, volatile int *stop_signal, loom_err *err) {
     for (;;) {
         pthread_mutex_lock(&srv->lock);
         if (*stop_signal) srv->draining = true;
-        step_clear(&s->st);
-        build_step(s);
-        bool idle = s->st.n_tokens == 0 && s->st.n_reset == 0;
+        build_step(s); /* onto the sequence changes made since the last step */
+        bool idle = s->st.n_tokens == 0 && s->st.n_ops == 0;
         if (idle && srv->draining) {
             pthread_mutex_unlock(&srv->lock);
             break;
@@ -292,7 +386,12 @@ int sched_loop(sched *s, volatile int *stop_signal, loom_err *err) {
             fail_all(s, err->msg);
             return -1;
         }
-        if (s->st.n_logits) take_tokens(s, logits);
+        int n_logits = s->st.n_logits;
+        step_clear(&s->st);
+        pthread_mutex_lock(&srv->lock);
+        loom_engine_get_kv_stats(s->e, &s->kv);
+        pthread_mutex_unlock(&srv->lock);
+        if (n_logits) take_tokens(s, logits, n_logits);
     }
     step_clear(&s->st);
     s->st.cmd = STEP_STOP;

@@ -47,12 +47,14 @@ static int serve_rank0(loom_comm *comm, loom_model *m, loom_engine *e, const ser
         fprintf(stderr, "loom serve: %s\n", err.msg);
         goto done;
     }
+    loom_kv_stats kv;
+    loom_engine_get_kv_stats(e, &kv);
     fprintf(stderr,
-            "loom serve: model %s as '%s', %d rank%s, %d sequences of up to %d tokens (KV cache %.1f MiB a rank), "
-            "%d tokens a step%s\n",
+            "loom serve: model %s as '%s', %d rank%s, %d sequences of up to %d tokens, KV cache %.1f MiB a rank (%d "
+            "blocks of %d positions, prefix caching %s), %d tokens a step%s\n",
             srv.info.source, o->served_name, loom_comm_size(comm), loom_comm_size(comm) > 1 ? "s" : "", o->max_num_seqs,
-            st.max_ctx, st.kv_bytes / 1048576.0, o->max_num_batched_tokens,
-            srv.tmpl.plain ? ", chat template loaded" : ", no chat template");
+            st.max_ctx, st.kv_bytes / 1048576.0, kv.blocks, kv.block_size, o->prefix_caching ? "on" : "off",
+            o->max_num_batched_tokens, srv.tmpl.plain ? ", chat template loaded" : ", no chat template");
     struct sigaction sa = {.sa_handler = on_stop_signal};
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);

@@ -25,7 +25,8 @@ typedef struct serve_options {
     const char *served_name;    /* the model's name in the API */
     const char *model_dir;      /* where to look for a chat template (NULL: embedded model) */
     const char *chat_template;  /* --chat-template FILE */
-    int max_num_seqs;           /* sequences running at once (KV slots) */
+    int max_num_seqs;           /* sequences running at once (slots; their KV shares the block pool) */
+    bool prefix_caching;        /* the engine keys full blocks: admissions reuse cached prefixes */
     int max_num_batched_tokens; /* tokens per engine step */
     int max_queue;              /* requests waiting beyond that; more get 503 */
     size_t max_body_bytes;      /* larger request bodies get 413 */

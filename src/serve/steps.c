@@ -4,8 +4,10 @@
  * An idle rank 0 sends an empty step every second, so that a quiet server never trips the
  * collectives' deadline, and a "stop" message when it drains.
  *
- * Message: [command, n_tokens, n_logits, n_reset, ids[n], pos[n], seq[n], logit_rows[n_logits],
- * reset_slots[n_reset]]. */
+ * Message: [command, n_tokens, n_logits, n_ops, ids[n], pos[n], seq[n], logit_rows[n_logits],
+ * ops[n_ops]]. The ops are the KV cache's sequence changes since the previous step, in the
+ * order rank 0 made them: [OP_RESET, slot] or [OP_ATTACH, slot, n, block ids...]. Every rank's
+ * KV cache then takes the same block decisions (runtime/kv_cache.h). */
 #include "serve/steps.h"
 
 #include <stdlib.h>
@@ -15,8 +17,13 @@
 #include "util/err.h"
 
 enum { HEADER = 4 };
+enum { OP_RESET = 1, OP_ATTACH = 2 };
 
-static int message_ints(int max_tokens, int max_seqs) { return HEADER + 3 * max_tokens + 2 * max_seqs; }
+/* a reset per slot and an attach header per slot, twice over (a slot released and reused in one
+ * step), and the attached blocks */
+static int max_ops(int max_seqs) { return 2 * (2 + 3) * max_seqs + STEP_MAX_ATTACHED_BLOCKS; }
+
+static int message_ints(int max_tokens, int max_seqs) { return HEADER + 3 * max_tokens + max_seqs + max_ops(max_seqs); }
 
 size_t serve_step_bytes(const loom_engine_options *eo) {
     return (size_t)message_ints(eo->max_tokens, eo->max_seqs) * sizeof(int32_t);
@@ -27,6 +34,7 @@ int step_init(step *s, int max_tokens, int max_seqs, loom_err *err) {
     if (!(s->msg = mem_zalloc((size_t)s->n_ints, sizeof *s->msg, "a server step's message", err))) return -1;
     s->max_tokens = max_tokens;
     s->max_seqs = max_seqs;
+    s->max_ops = max_ops(max_seqs);
     step_clear(s);
     return 0;
 }
@@ -41,18 +49,49 @@ static void point(step *s) {
     s->pos = p + s->max_tokens;
     s->seq = p + 2 * s->max_tokens;
     s->logit_rows = p + 3 * s->max_tokens;
-    s->reset = p + 3 * s->max_tokens + s->max_seqs;
+    s->ops = p + 3 * s->max_tokens + s->max_seqs;
 }
 
 void step_clear(step *s) {
     point(s);
     s->cmd = STEP_RUN;
-    s->n_tokens = s->n_logits = s->n_reset = 0;
+    s->n_tokens = s->n_logits = s->n_ops = 0;
 }
 
-/* What every rank does with a step: forget the slots it frees, run its tokens. */
-static int run_local(loom_engine *e, const step *s, const float **logits, loom_err *err) {
-    for (int i = 0; i < s->n_reset; i++) loom_engine_reset_seq(e, s->reset[i]);
+void step_reset(step *s, loom_engine *e, int slot) {
+    loom_engine_reset_seq(e, slot);
+    s->ops[s->n_ops++] = OP_RESET;
+    s->ops[s->n_ops++] = slot;
+}
+
+bool step_attach_fits(const step *s, int n) { return s->n_ops + 3 + n <= s->max_ops; }
+
+int step_attach(step *s, loom_engine *e, int slot, const int32_t *blocks, int n, loom_err *err) {
+    if (loom_engine_attach_prefix(e, slot, blocks, n, err)) return -1;
+    int32_t *op = s->ops + s->n_ops;
+    op[0] = OP_ATTACH, op[1] = slot, op[2] = n;
+    memcpy(op + 3, blocks, (size_t)n * sizeof *blocks);
+    s->n_ops += 3 + n;
+    return 0;
+}
+
+/* Another rank: the sequence changes of a step, as rank 0 made them. */
+static int apply_ops(loom_engine *e, const step *s, int rank, loom_err *err) {
+    for (int i = 0; i < s->n_ops;) {
+        const int32_t *op = s->ops + i;
+        if (op[0] == OP_RESET && i + 2 <= s->n_ops) {
+            loom_engine_reset_seq(e, op[1]);
+            i += 2;
+        } else if (op[0] == OP_ATTACH && i + 3 <= s->n_ops && op[2] >= 0 && op[2] <= s->n_ops - i - 3) {
+            if (loom_engine_attach_prefix(e, op[1], op + 3, op[2], err))
+                return loom_err_prefix(err, "rank %d: a step from rank 0", rank);
+            i += 3 + op[2];
+        } else return loom_errf(err, "rank %d: malformed sequence change in a step from rank 0 (at int %d)", rank, i);
+    }
+    return 0;
+}
+
+static int run_tokens(loom_engine *e, const step *s, const float **logits, loom_err *err) {
     if (s->cmd != STEP_RUN || !s->n_tokens) return 0;
     loom_batch b = {.n_tokens = s->n_tokens,
                     .ids = s->ids,
@@ -65,27 +104,30 @@ static int run_local(loom_engine *e, const step *s, const float **logits, loom_e
 
 int step_run(loom_engine *e, loom_comm *c, step *s, const float **logits, loom_err *err) {
     if (loom_comm_size(c) > 1) {
-        int32_t h[HEADER] = {s->cmd, s->n_tokens, s->n_logits, s->n_reset};
+        int32_t h[HEADER] = {s->cmd, s->n_tokens, s->n_logits, s->n_ops};
         memcpy(s->msg, h, sizeof h);
         loom_comm_set_phase(c, "serve: sending a step of %d tokens", s->n_tokens);
         if (loom_comm_broadcast_ints(c, s->msg, s->n_ints, err)) return -1;
     }
-    return run_local(e, s, logits, err);
+    return run_tokens(e, s, logits, err);
 }
 
 int step_follow(loom_engine *e, loom_comm *c, step *s, loom_err *err) {
+    int rank = loom_comm_rank(c);
     for (;;) {
         loom_comm_set_phase(c, "serve: waiting for a step from rank 0");
         if (loom_comm_broadcast_ints(c, s->msg, s->n_ints, err)) return -1;
         point(s);
-        s->cmd = s->msg[0], s->n_tokens = s->msg[1], s->n_logits = s->msg[2], s->n_reset = s->msg[3];
+        s->cmd = s->msg[0], s->n_tokens = s->msg[1], s->n_logits = s->msg[2], s->n_ops = s->msg[3];
         if (s->cmd == STEP_STOP) return 0;
         if (s->n_tokens < 0 || s->n_tokens > s->max_tokens || s->n_logits < 0 || s->n_logits > s->max_seqs ||
-            s->n_reset < 0 || s->n_reset > s->max_seqs)
-            return loom_errf(err, "rank %d: malformed step from rank 0 (%d tokens, %d logits, %d resets)",
-                             loom_comm_rank(c), s->n_tokens, s->n_logits, s->n_reset);
+            s->n_ops < 0 || s->n_ops > s->max_ops)
+            return loom_errf(err,
+                             "rank %d: malformed step from rank 0 (%d tokens, %d logits, %d ints of sequence "
+                             "changes)",
+                             rank, s->n_tokens, s->n_logits, s->n_ops);
         loom_comm_set_phase(c, "serve: running a step of %d tokens", s->n_tokens);
         const float *logits;
-        if (run_local(e, s, &logits, err)) return -1;
+        if (apply_ops(e, s, rank, err) || run_tokens(e, s, &logits, err)) return -1;
     }
 }
