@@ -29,7 +29,7 @@ typedef struct golden {
     const float *logits[2];
 } golden;
 
-static int golden_meta_int(const st_file *f, const char *key) {
+static inline int golden_meta_int(const st_file *f, const char *key) {
     cJSON *m = cJSON_Parse(f->metadata ? f->metadata : "{}");
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(m, key);
     int r = cJSON_IsString(v) ? atoi(v->valuestring) : -1;
@@ -37,11 +37,11 @@ static int golden_meta_int(const st_file *f, const char *key) {
     return r;
 }
 
-static void golden_dir(char *out, size_t cap, const char *name) {
+static inline void golden_dir(char *out, size_t cap, const char *name) {
     snprintf(out, cap, "%s/tests/golden/%s", LOOM_SOURCE_DIR, name);
 }
 
-static int golden_open(golden *g, const char *name, const char *logits_prefix) {
+static inline int golden_open(golden *g, const char *name, const char *logits_prefix) {
     char dir[900], path[1000];
     loom_err err;
     golden_dir(dir, sizeof dir, name);
@@ -73,27 +73,27 @@ static int golden_open(golden *g, const char *name, const char *logits_prefix) {
     return 0;
 }
 
-static void golden_close(golden *g) {
+static inline void golden_close(golden *g) {
     free(g->ids[0]);
     free(g->ids[1]);
     st_close(&g->f);
 }
 
 /* Rows of golden_run's output: every position of both sequences. */
-static int golden_rows(const golden *g) { return g->n[0] + g->n[1]; }
+static inline int golden_rows(const golden *g) { return g->n[0] + g->n[1]; }
 
 /* Row of sequence s, position i, in golden_run's output (sequence 0 first). */
-static int golden_row(const golden *g, int s, int i) { return s ? g->n[0] + i : i; }
+static inline int golden_row(const golden *g, int s, int i) { return s ? g->n[0] + i : i; }
 
 /* HF's logits for that row. */
 static const float *golden_expected(const golden *g, int s, int i) { return g->logits[s] + (size_t)i * g->vocab; }
 
-static loom_engine_options golden_engine_options(loom_comm *comm) {
+static inline loom_engine_options golden_engine_options(loom_comm *comm) {
     return (loom_engine_options){.max_seqs = 2, .max_ctx = 32, .max_tokens = 16, .all_logits = true, .comm = comm};
 }
 
 /* Feeds g through e; out receives [golden_rows, vocab] logits. */
-static int golden_run(loom_engine *e, const golden *g, float *out, loom_err *err) {
+static inline int golden_run(loom_engine *e, const golden *g, float *out, loom_err *err) {
     int32_t ids[32], pos[32], seq[32], rows[32];
     int t = 0;
     for (int s = 0; s < 2; s++)
@@ -118,7 +118,7 @@ static int golden_run(loom_engine *e, const golden *g, float *out, loom_err *err
     return 0;
 }
 
-static double max_abs_diff(const float *a, const float *b, int n) {
+static inline double max_abs_diff(const float *a, const float *b, int n) {
     double m = 0;
     for (int i = 0; i < n; i++) {
         double d = fabs((double)a[i] - b[i]);
@@ -128,7 +128,7 @@ static double max_abs_diff(const float *a, const float *b, int n) {
 }
 
 /* Worst difference of every position against HF's logits. */
-static double golden_worst(const golden *g, const float *out) {
+static inline double golden_worst(const golden *g, const float *out) {
     double worst = 0;
     for (int s = 0; s < 2; s++)
         for (int i = 0; i < g->n[s]; i++) {

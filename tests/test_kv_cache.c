@@ -1,0 +1,199 @@
+/* The paged KV cache: its bookkeeping (runtime/kv_cache.c) and the kernels reading through it.
+ *  - bookkeeping: blocks taken as sequences grow, full blocks keyed and found again (the whole
+ *    prefix, then none once the first token differs), reference counts across sharing
+ *    sequences, a twin block never indexed twice, eviction of cached blocks when their room is
+ *    needed (a sequence's later blocks before its earlier ones), and a hit whose tokens differ
+ *    (a hash collision, made here by hand) refused;
+ *  - the kernels: attention (GQA, with and without a sliding window), and latent attention in
+ *    both its forms, over blocks scattered through the pool must give the same bits as over
+ *    the same rows laid out contiguously, for blocks of 16 (smaller than attention's key chunk)
+ *    and 64 positions. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "kernels/kernels.h"
+#include "runtime/kv_cache.h"
+
+static void write_tokens(kv_cache *c, int seq, int from, int n, int salt) {
+    int32_t ids[256];
+    for (int i = 0; i < n; i++) ids[i] = (from + i) * 7 + salt;
+    kv_cache_grow(c, seq, from + n);
+    kv_cache_written(c, seq, from, ids, n);
+}
+
+static void bookkeeping(void) {
+    kv_cache c;
+    loom_err err;
+    CHECK(!kv_cache_init(&c, 8, 16, 4, 128, true, &err), "init: %s", err.msg);
+    write_tokens(&c, 0, 0, 40, 0); /* 2 full blocks and a partial one */
+    CHECK(c.held[0] == 3 && c.n_free == 5 && c.n_indexed == 2, "40 positions: %d blocks held, %d free, %d indexed",
+          c.held[0], c.n_free, c.n_indexed);
+    int32_t want[64], got[8];
+    for (int i = 0; i < 64; i++) want[i] = i * 7;
+    CHECK(kv_cache_match(&c, want, 39, got) == 2 && got[0] == c.tables[0] && got[1] == c.tables[1],
+          "the written prefix matches its 2 full blocks");
+    CHECK(kv_cache_match(&c, want, 31, got) == 1, "31 tokens hold 1 whole block");
+    want[0] = 99;
+    CHECK(kv_cache_match(&c, want, 39, got) == 0, "another first token matches nothing");
+    want[0] = 0, want[20] = 99;
+    CHECK(kv_cache_match(&c, want, 39, got) == 1, "a change in the second block keeps the first");
+    want[20] = 140;
+
+    /* sharing: sequence 1 starts from sequence 0's blocks */
+    int n = kv_cache_match(&c, want, 39, got);
+    CHECK(!kv_cache_attach(&c, 1, got, n, &err) && c.len[1] == 32, "attach: %s", err.msg);
+    CHECK(c.blocks[got[0]].refs == 2 && c.n_free == 5, "shared blocks: refs %d, free %d", c.blocks[got[0]].refs,
+          c.n_free);
+    CHECK(kv_cache_attach(&c, 1, got, n, &err) && strstr(err.msg, "not an empty sequence"),
+          "attaching to a sequence that holds blocks is refused");
+    int32_t bad = 7; /* free, never written */
+    CHECK(kv_cache_attach(&c, 2, &bad, 1, &err) && strstr(err.msg, "not a full block"),
+          "attaching a block that is not full is refused");
+
+    /* a twin: sequence 2 writes sequence 0's first 16 tokens itself; the index keeps one */
+    write_tokens(&c, 2, 0, 16, 0);
+    CHECK(c.n_indexed == 2 && !c.blocks[c.tables[2 * c.table_width]].indexed, "a twin block is not indexed again");
+    kv_cache_release(&c, 2);
+    CHECK(c.free_head == c.tables[2 * c.table_width], "an unindexed block is reused first");
+
+    /* releasing: cached blocks stay findable while nobody holds them */
+    kv_cache_release(&c, 0);
+    kv_cache_release(&c, 1);
+    CHECK(c.n_free == 8 && c.n_indexed == 2 && kv_cache_match(&c, want, 39, got) == 2,
+          "released blocks stay cached: %d free, %d indexed", c.n_free, c.n_indexed);
+
+    /* eviction: 6 new blocks take the 6 never-indexed ones; the 7th evicts the cached prefix's
+     * second block (a sequence's later block goes first), then its first */
+    write_tokens(&c, 3, 0, 96, 1000);
+    CHECK(c.evicted == 0 && kv_cache_match(&c, want, 39, got) == 2, "no cached block evicted while others are free");
+    kv_cache_grow(&c, 3, 97);
+    CHECK(c.evicted == 1 && kv_cache_match(&c, want, 39, got) == 1, "the prefix's later block is evicted first");
+    kv_cache_grow(&c, 3, 113);
+    CHECK(c.evicted == 2 && kv_cache_match(&c, want, 39, got) == 0, "then its first");
+    kv_cache_release(&c, 3);
+
+    /* a collision: a block found by its key whose tokens differ is not a hit */
+    write_tokens(&c, 0, 0, 16, 0);
+    CHECK(kv_cache_match(&c, want, 16, got) == 1, "the block is found");
+    c.tokens[(size_t)c.tables[0] * 16 + 5] ^= 1; /* its key stays: as if another prefix hashed alike */
+    CHECK(kv_cache_match(&c, want, 16, got) == 0, "a key whose tokens differ is a miss");
+    kv_cache_free(&c);
+}
+
+/* Attention over a pool whose blocks a table maps; the contiguous layout is the identity table. */
+#define SEQS  2
+#define CTX   128
+#define HEADS 4
+#define KVH   2
+#define HD    16
+#define KVW   (KVH * HD)
+#define POOL  (SEQS * CTX) /* positions */
+#define MLA_H 2
+#define LORA  24
+#define ROPE  8
+#define NOPE  16
+#define VD    12
+#define LAT   (LORA + ROPE)
+#define ROWS  (SEQS * CTX)
+#define LDQ   (HEADS * HD > MLA_H * (NOPE + ROPE) ? HEADS * HD : MLA_H * (NOPE + ROPE))
+
+static float val(long i) { return (float)((i * 7919) % 101) / 101.0f - 0.5f; }
+
+/* Tables for blocks of bs positions: sequence s's block i is s * per + i (contiguous), or the
+ * pool's blocks taken from the far end, the sequences interleaved (scattered). */
+static void make_tables(int32_t *t, int bs, bool scattered) {
+    int per = CTX / bs, n = POOL / bs;
+    for (int s = 0; s < SEQS; s++)
+        for (int i = 0; i < per; i++) t[s * per + i] = scattered ? n - 1 - (i * SEQS + s) : s * per + i;
+}
+
+/* The batches: a prefill of each sequence's first 40 positions in one pass (runs of 40), then
+ * decode steps at 40..44 (one row per sequence), then a chunk of 30 positions; out receives
+ * every row's output; the rows written. */
+typedef void (*attend_fn)(kv_layer *c, int rows, const int32_t *pos, const int32_t *seq, float *out, long step);
+
+static int drive(kv_layer *c, attend_fn fn, float *out, int width) {
+    int32_t pos[ROWS], seq[ROWS];
+    int r = 0, step = 0, at[SEQS] = {0};
+    int plan[][2] = {{40, 1}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, {30, 1}};
+    for (size_t k = 0; k < sizeof plan / sizeof plan[0]; k++, step++) {
+        int n = 0;
+        for (int s = 0; s < SEQS; s++)
+            for (int i = 0; i < plan[k][0]; i++) pos[n] = at[s]++, seq[n] = s, n++;
+        fn(c, n, pos, seq, out + (size_t)r * width, step);
+        r += n;
+    }
+    return r;
+}
+
+static attn_shape gqa;
+static float q_data[ROWS * LDQ], k_data[ROWS * KVW], v_data[ROWS * KVW], t_data[LORA * MLA_H * (NOPE + VD)];
+
+static void gqa_step(kv_layer *c, int rows, const int32_t *pos, const int32_t *seq, float *out, long step) {
+    (void)step;
+    for (int r = 0; r < rows; r++) {
+        long id = seq[r] * CTX + pos[r]; /* a position's q, k and v are the same in any pass */
+        for (int i = 0; i < LDQ; i++) q_data[r * LDQ + i] = val(id * 131 + i);
+        for (int i = 0; i < KVW; i++)
+            k_data[r * KVW + i] = val(id * 137 + i + 5), v_data[r * KVW + i] = val(id * 139 + i + 9);
+    }
+    attention(&gqa, c, q_data, LDQ, k_data, KVW, v_data, KVW, out, HEADS * HD, rows, pos, seq);
+}
+
+static attn_shape mla = {
+    .n_heads = MLA_H, .n_kv_heads = MLA_H, .head_dim = NOPE + ROPE, .scale = 0.2f, .mla = {LORA, NOPE, ROPE, VD}};
+
+static void mla_step(kv_layer *c, int rows, const int32_t *pos, const int32_t *seq, float *out, long step) {
+    (void)step;
+    for (int r = 0; r < rows; r++) {
+        long id = seq[r] * CTX + pos[r];
+        for (int i = 0; i < LDQ; i++) q_data[r * LDQ + i] = val(id * 131 + i);
+        for (int i = 0; i < LAT; i++) k_data[r * KVW + i] = val(id * 137 + i + 5);
+    }
+    mla_attention(&mla, c, q_data, LDQ, k_data, KVW, k_data + LORA, KVW, t_data, out, MLA_H * VD, rows, pos, seq);
+}
+
+static void same_bits(const char *what, attend_fn fn, int width, int kv_width, bool has_v, int bs) {
+    int32_t tables[2][POOL / 16];
+    float *out[2];
+    int rows = 0;
+    for (int layout = 0; layout < 2; layout++) {
+        make_tables(tables[layout], bs, layout);
+        kv_layer c = {calloc((size_t)POOL * kv_width, sizeof(float)),
+                      has_v ? calloc((size_t)POOL * kv_width, sizeof(float)) : NULL,
+                      kv_width,
+                      bs,
+                      tables[layout],
+                      CTX / bs};
+        out[layout] = calloc((size_t)ROWS * width, sizeof(float));
+        rows = drive(&c, fn, out[layout], width);
+        free(c.k), free(c.v);
+    }
+    bool finite = true;
+    for (int i = 0; i < rows * width; i++) finite &= isfinite(out[0][i]) && out[0][i] != 0;
+    CHECK(finite, "%s, blocks of %d: outputs not all written", what, bs);
+    CHECK(!memcmp(out[0], out[1], (size_t)ROWS * width * sizeof(float)),
+          "%s, blocks of %d: scattered blocks do not give contiguous memory's bits", what, bs);
+    free(out[0]), free(out[1]);
+}
+
+static void paged_kernels(void) {
+    for (int i = 0; i < LORA * MLA_H * (NOPE + VD); i++) t_data[i] = val(i + 77);
+    int sizes[] = {16, 64};
+    for (int k = 0; k < 2; k++) {
+        int bs = sizes[k];
+        gqa = (attn_shape){.n_heads = HEADS, .n_kv_heads = KVH, .head_dim = HD, .scale = 0.25f};
+        same_bits("attention (GQA)", gqa_step, HEADS * HD, KVW, true, bs);
+        gqa.window = 7;
+        same_bits("attention (GQA, sliding window of 7)", gqa_step, HEADS * HD, KVW, true, bs);
+        same_bits("latent attention", mla_step, MLA_H * VD, LAT, false, bs);
+    }
+}
+
+int main(void) {
+    bookkeeping();
+    paged_kernels();
+    return check_done();
+}
