@@ -171,10 +171,10 @@ static void reply_free(reply *r) { free(r->all); }
  * comes (or leaving). */
 static int post_completion(int port, const char *body) {
     int fd = connect_to(port);
-    char raw[512];
-    int n =
-        snprintf(raw, sizeof raw, "POST /v1/completions HTTP/1.0\r\nContent-Length: %zu\r\n\r\n%s", strlen(body), body);
-    send_all(fd, raw, n);
+    char head[128];
+    int n = snprintf(head, sizeof head, "POST /v1/completions HTTP/1.0\r\nContent-Length: %zu\r\n\r\n", strlen(body));
+    send_all(fd, head, n);
+    send_all(fd, body, strlen(body));
     return fd;
 }
 
@@ -309,6 +309,101 @@ static void completions_match_run(int port, const char *run_args) {
     CHECK(!strcmp(streamed, want), "streamed pieces join to '%s', not '%s'", streamed, want);
     free(streamed);
     free(want);
+}
+
+/* A greedy completion of n token ids (salt picks them; stories260K's vocabulary is 512),
+ * max_tokens long: the request's body (malloc'd). */
+static char *ids_body(int n, int salt, int max_tokens) {
+    char *b = malloc((size_t)n * 8 + 128);
+    int len = sprintf(b, "{\"prompt\":[");
+    for (int i = 0; i < n; i++) len += sprintf(b + len, "%s%d", i ? "," : "", 3 + (i * 37 + salt * 101) % 500);
+    sprintf(b + len, "],\"max_tokens\":%d,\"temperature\":0,\"ignore_eos\":true}", max_tokens);
+    return b;
+}
+
+typedef struct completion {
+    int status, cached; /* usage.prompt_tokens_details.cached_tokens (-1: absent) */
+    char text[4096];
+} completion;
+
+static completion parse_completion(int status, const char *body) {
+    completion c = {.status = status, .cached = -1};
+    const char *p = body ? strstr(body, "\"cached_tokens\":") : NULL;
+    if (p) c.cached = atoi(p + strlen("\"cached_tokens\":"));
+    if (!body || json_str(body, "text", c.text, sizeof c.text)) c.status = -1;
+    return c;
+}
+
+static completion complete(int port, const char *body) {
+    reply r = call(port, "POST", "/v1/completions", body);
+    completion c = parse_completion(r.status, r.body);
+    reply_free(&r);
+    return c;
+}
+
+/* Prefix caching: the same prompt twice, the second from the first's whole blocks (of
+ * block_size) and with the same text; a prompt differing only in its first token hits none. */
+static void prefix_reuse(int port, int block_size, const char *where) {
+    int n = 2 * block_size + 10;
+    char *body = ids_body(n, 7, 16);
+    completion first = complete(port, body), again = complete(port, body);
+    CHECK(first.status == 200 && again.status == 200, "%s: prefix reuse: %d, %d", where, first.status, again.status);
+    CHECK(first.cached == 0 && again.cached == 2 * block_size,
+          "%s: a repeated %d-token prompt: cached tokens %d then %d, want 0 then %d", where, n, first.cached,
+          again.cached, 2 * block_size);
+    CHECK(!strcmp(first.text, again.text), "%s: the text from the cached prefix '%s' differs from '%s'", where,
+          again.text, first.text);
+    char *other_body = malloc(strlen(body) + 16);
+    sprintf(other_body, "{\"prompt\":[5%s", strchr(body, ',')); /* the first id (210) becomes 5 */
+    completion other = complete(port, other_body);
+    CHECK(other.status == 200 && other.cached == 0, "%s: another first token: status %d, cached %d", where,
+          other.status, other.cached);
+    free(other_body);
+    free(body);
+}
+
+/* A KV cache of 8 blocks of 16 positions and 4 sequences of 20 + 70 positions (6 blocks each):
+ * run together, the newest are preempted and recomputed, and each text equals its text alone.
+ * A prompt cached before them is evicted by them (and their runs alone), and its next run,
+ * recomputed, is the same. */
+static void preemption(void) {
+    server s;
+    if (start(&s, "--block-size 16 --kv-cache-memory-bytes 160K --max-model-len 128 --max-num-seqs 4")) {
+        CHECK(0, "the small-cache server did not start");
+        return;
+    }
+    CHECK(metric(s.port, "kv_blocks_total") == 8, "the server holds %g blocks, not 8",
+          metric(s.port, "kv_blocks_total"));
+    enum { N = 4 };
+    char *bodies[N], *kept = ids_body(40, 99, 8);
+    completion alone[N], kept_alone = complete(s.port, kept), kept_again = complete(s.port, kept);
+    CHECK(kept_again.cached == 32, "a prompt run twice: cached %d of its 40 tokens, want 32", kept_again.cached);
+    for (int i = 0; i < N; i++) {
+        bodies[i] = ids_body(20, i, 70);
+        alone[i] = complete(s.port, bodies[i]);
+        CHECK(alone[i].status == 200, "request %d alone: %d", i, alone[i].status);
+    }
+    int fds[N];
+    for (int i = 0; i < N; i++) fds[i] = post_completion(s.port, bodies[i]);
+    for (int i = 0; i < N; i++) {
+        char *resp = read_all(fds[i]);
+        close(fds[i]);
+        const char *body = strstr(resp, "\r\n\r\n");
+        completion c = parse_completion(body ? 200 : -1, body);
+        CHECK(c.status == 200 && !strcmp(c.text, alone[i].text), "request %d among %d: '%s', alone '%s'", i, N, c.text,
+              alone[i].text);
+        free(resp);
+        free(bodies[i]);
+    }
+    CHECK(metric(s.port, "num_preemptions_total") > 0, "4 requests of 6 blocks in 8 blocks preempted none");
+    completion kept_later = complete(s.port, kept);
+    CHECK(kept_later.status == 200 && kept_later.cached < 32 && !strcmp(kept_later.text, kept_alone.text),
+          "the evicted prompt again: cached %d (want under 32), text '%s', was '%s'", kept_later.cached,
+          kept_later.text, kept_alone.text);
+    free(kept);
+    CHECK(metric(s.port, "kv_blocks_used") == 0 && metric(s.port, "kv_slots_used") == 0,
+          "blocks or slots held after every request ended");
+    CHECK(stop(&s, SIGTERM, 60) == 0, "the small-cache server did not exit 0 on SIGTERM");
 }
 
 /* A client that leaves mid-stream frees its slot at the next step. */
@@ -477,11 +572,12 @@ static void sigterm_drains(server *s) {
  * request fails with an error naming the failure, the job ends naming rank 1. */
 static void ranks(void) {
     server s;
-    if (start(&s, "-tp 2 --enable-async-tp --max-model-len 512")) {
+    if (start(&s, "-tp 2 --enable-async-tp --sp-min-tokens 0 --block-size 32 --max-model-len 512")) {
         CHECK(0, "-tp 2 server did not start");
         return;
     }
-    completions_match_run(s.port, "-tp 2 --enable-async-tp -p 'The robot' -n 24 --ignore-eos");
+    completions_match_run(s.port, "-tp 2 --enable-async-tp --sp-min-tokens 0 -p 'The robot' -n 24 --ignore-eos");
+    prefix_reuse(s.port, 32, "-tp 2 --enable-async-tp --sp-min-tokens 0");
     /* rank 1 is found first, so that the kill follows the stream's start at once: the small
      * model makes a token in well under a millisecond, and the request must still be running */
     char cmd[128];
@@ -517,11 +613,13 @@ static void ranks(void) {
  * microbatches that flow through the stages, and each request still gets `loom run`'s text. */
 static void stages(void) {
     server s;
-    if (start(&s, "-tp 2 -pp 2 --enable-sequence-parallel --sp-min-tokens 0 --pp-microbatches 4 --max-model-len 256")) {
+    if (start(&s, "-tp 2 -pp 2 --enable-sequence-parallel --sp-min-tokens 0 --pp-microbatches 4 --block-size 32 "
+                  "--max-model-len 256")) {
         CHECK(0, "-tp 2 -pp 2 server did not start");
         return;
     }
     completions_match_run(s.port, "-tp 2 -pp 2 -p 'The robot' -n 24 --ignore-eos");
+    prefix_reuse(s.port, 32, "-tp 2 -pp 2");
     enum { N = 3 };
     int fds[N];
     for (int i = 0; i < N; i++)
@@ -545,11 +643,12 @@ static void stages(void) {
 static void over_mpi(void) {
     server s;
     if (!mpi_available("test_serve")) return;
-    if (start_with(&s, "env " MPIRUN " -np 2", "--backend mpi --max-model-len 256")) {
+    if (start_with(&s, "env " MPIRUN " -np 2", "--backend mpi --block-size 32 --max-model-len 256")) {
         CHECK(0, "the MPI server did not start");
         return;
     }
     completions_match_run(s.port, "-tp 2 -p 'The robot' -n 24 --ignore-eos");
+    prefix_reuse(s.port, 32, "-tp 2 over MPI");
     CHECK(stop_via(&s, s.rank0, SIGTERM, 60) == 0, "the MPI job did not exit 0 after SIGTERM to rank 0");
 }
 
@@ -618,6 +717,7 @@ int main(void) {
     int fds = open_fds(s.pid);
     bad_requests(s.port);
     completions_match_run(s.port, "-p 'The robot' -n 24 --ignore-eos");
+    prefix_reuse(s.port, 128, "tp=1");
     slow_client(s.port);
     idle_flood(&s);
     header_deadline(&s);
@@ -632,6 +732,7 @@ int main(void) {
     }
     client_leaves(s.port);
     sigterm_drains(&s);
+    preemption();
     ranks();
     stages();
     over_mpi();

@@ -43,7 +43,7 @@ struct sched {
     float *logprob;    /* [vocab] scratch */
     int32_t *context;  /* [max_ctx] scratch: a preempted request's prompt and output */
     int32_t *matched;  /* [max_ctx] scratch: the cached blocks of a prefix */
-    int free_blocks;   /* in the KV cache once this step's tokens are in */
+    int pending;       /* blocks this step's tokens will take from the pool when it runs */
     loom_kv_stats kv;  /* as of the last step, for the gauges */
 };
 
@@ -145,10 +145,12 @@ static void release(sched *s, int i, req_finish why) {
     request_unref(r);
 }
 
+/* Blocks the pool has for more of this step's tokens: free now (cached ones included: they are
+ * evicted as needed), less those its tokens so far will take. */
 static int free_blocks(const sched *s) {
     loom_kv_stats kv;
     loom_engine_get_kv_stats(s->e, &kv);
-    return kv.blocks - kv.blocks_used;
+    return kv.blocks - kv.blocks_used - s->pending;
 }
 
 /* The newest running request goes back to the head of the queue, its blocks to the pool; its
@@ -161,7 +163,6 @@ static void preempt_newest(sched *s) {
     s->queue[s->q_head] = r;
     s->q_len++;
     s->srv->met.preemptions++;
-    s->free_blocks = free_blocks(s);
 }
 
 static int32_t context_token(const request *r, int i) {
@@ -178,7 +179,7 @@ static int blocks_for(int positions, int block_size) { return (positions + block
 static void add_tokens(sched *s, request *r, int k) {
     step *st = &s->st;
     int bs = s->kv.block_size;
-    s->free_blocks -= blocks_for(r->computed + k, bs) - blocks_for(r->computed, bs);
+    s->pending += blocks_for(r->computed + k, bs) - blocks_for(r->computed, bs);
     for (int j = 0; j < k; j++) {
         st->ids[st->n_tokens + j] = context_token(r, r->computed + j);
         st->pos[st->n_tokens + j] = r->computed + j;
@@ -194,7 +195,7 @@ static void add_tokens(sched *s, request *r, int k) {
 
 /* Of r's next `want` tokens, as many as the free blocks hold. */
 static int tokens_that_fit(const sched *s, const request *r, int want) {
-    int bs = s->kv.block_size, room = (blocks_for(r->computed, bs) + s->free_blocks) * bs - r->computed;
+    int bs = s->kv.block_size, room = (blocks_for(r->computed, bs) + free_blocks(s)) * bs - r->computed;
     return want < room ? want : room > 0 ? room : 0;
 }
 
@@ -215,13 +216,12 @@ static bool admit_next(sched *s) {
         int budget = s->max_tokens - s->st.n_tokens, want = known - m * bs;
         int first = want < budget ? want : budget;
         /* assume every matched block leaves the free list: the chunk's blocks must fit beside them */
-        if (!step_attach_fits(&s->st, m) || blocks_for(m * bs + first, bs) - m > s->free_blocks - m) return false;
+        if (!step_attach_fits(&s->st, m) || blocks_for(m * bs + first, bs) - m > free_blocks(s) - m) return false;
         int slot = 0;
         while (s->slot_used[slot]) slot++;
         loom_err why;
         if (m && step_attach(&s->st, s->e, slot, s->matched, m, &why)) m = 0; /* cannot happen: computed instead */
         s->slot_used[slot] = true;
-        s->free_blocks = free_blocks(s);
         if (r->cached_tokens < 0) { /* first admission */
             size_t len;             /* the decoder reads the prompt first, its text dropped: the output continues it */
             for (int i = 0; r->dec && i < r->n_prompt; i++) loom_detokenizer_next(r->dec, r->prompt[i], &len);
@@ -251,13 +251,13 @@ static bool admit_next(sched *s) {
 static void build_step(sched *s) {
     for (int i = s->n_running - 1; i >= 0; i--)
         if (s->running[i]->cancel) release(s, i, FINISH_CANCELLED);
-    s->free_blocks = free_blocks(s);
+    s->pending = 0;
     int bs = s->kv.block_size;
     for (int i = 0; i < s->n_running && s->st.n_tokens < s->max_tokens; i++) {
         request *r = s->running[i];
         if (to_compute(r) != 1) continue;
-        while (r->computed % bs == 0 && s->free_blocks < 1 && s->running[s->n_running - 1] != r) preempt_newest(s);
-        if (r->computed % bs == 0 && s->free_blocks < 1) { /* the newest itself */
+        while (r->computed % bs == 0 && free_blocks(s) < 1 && s->running[s->n_running - 1] != r) preempt_newest(s);
+        if (r->computed % bs == 0 && free_blocks(s) < 1) { /* the newest itself */
             preempt_newest(s);
             break;
         }
@@ -272,7 +272,7 @@ static void build_step(sched *s) {
     while (s->q_len && s->n_running < s->max_seqs && s->st.n_tokens < s->max_tokens && admit_next(s)) {
     }
     /* prompts holding every block between them, none able to go on: the newest gives way */
-    if (!s->st.n_tokens && s->n_running > 1 && !s->free_blocks) preempt_newest(s);
+    if (!s->st.n_tokens && s->n_running > 1 && free_blocks(s) <= 0) preempt_newest(s);
 }
 
 /* log-softmax of logits into s->logprob (the raw distribution, before temperature, as vLLM
