@@ -44,36 +44,65 @@ typedef struct latency_opts {
     const char *json;
     bool profile;
     int max_batched; /* --max-num-batched-tokens: tokens per forward pass */
+    bool repeat;     /* --repeat-prompts: time each batch's second run, from its cached prefixes */
     bench_mode modes[3];
     int n_modes;
 } latency_opts;
 
 typedef struct batch_bufs {
     int32_t *ids, *pos, *seq, *rows;
+    int32_t *prompts; /* [batch][input_len] */
+    int *from;        /* [batch]: each prompt's first position to compute (past its cached blocks) */
+    int32_t *blocks;  /* [input_len]: a matched prefix's blocks */
 } batch_bufs;
 
-/* One request batch as vLLM times it: prefill every prompt, then output_len-1 decode steps. */
-static int one_iteration(loom_engine *e, const latency_opts *o, batch_bufs *b, uint64_t *rng, int chunk, int vocab,
-                         double *prefill_s, double *decode_s, loom_err *err) {
+/* Prefills every prompt from b->from, sequences in order, in passes of at most chunk tokens (the
+ * engine's most), a logit row at each prompt's last token. */
+static int prefill(loom_engine *e, const latency_opts *o, batch_bufs *b, int chunk, loom_err *err) {
     const float *logits;
-    for (int s = 0; s < o->batch; s++) loom_engine_reset_seq(e, s);
-    double t0 = now();
-    /* prompts flattened token-major, chunked so a pass never exceeds the engine's tokens */
-    int total = o->batch * o->input_len;
-    for (int done = 0; done < total;) {
-        int k = total - done < chunk ? total - done : chunk, nl = 0;
-        for (int i = 0; i < k; i++) {
-            int t = done + i;
-            *rng = *rng * 6364136223846793005ull + 1442695040888963407ull;
-            b->ids[i] = (int32_t)((*rng >> 33) % (uint64_t)vocab);
-            b->seq[i] = t / o->input_len;
-            b->pos[i] = t % o->input_len;
-            if (b->pos[i] == o->input_len - 1) b->rows[nl++] = i;
+    int s = 0, p = b->from[0];
+    while (s < o->batch) {
+        int k = 0, nl = 0;
+        for (; k < chunk && s < o->batch; k++) {
+            b->ids[k] = b->prompts[(size_t)s * o->input_len + p], b->seq[k] = s, b->pos[k] = p;
+            if (++p == o->input_len) {
+                b->rows[nl++] = k;
+                if (++s < o->batch) p = b->from[s];
+            }
         }
         loom_batch bt = {k, b->ids, b->pos, b->seq, nl, b->rows};
-        if (loom_forward(e, &bt, &logits, err)) return -1;
-        done += k;
+        if (k && loom_forward(e, &bt, &logits, err)) return -1;
     }
+    return 0;
+}
+
+/* One request batch as vLLM times it: prefill every prompt, then output_len-1 decode steps.
+ * With --repeat-prompts the prompts run once untimed first, and the timed run starts each from
+ * the longest prefix of it the KV cache holds in whole blocks (its last token always runs);
+ * *hits counts those positions. */
+static int one_iteration(loom_engine *e, const latency_opts *o, batch_bufs *b, uint64_t *rng, int chunk, int vocab,
+                         double *prefill_s, double *decode_s, long *hits, loom_err *err) {
+    const float *logits;
+    for (int s = 0; s < o->batch; s++) loom_engine_reset_seq(e, s), b->from[s] = 0;
+    for (int t = 0; t < o->batch * o->input_len; t++) {
+        *rng = *rng * 6364136223846793005ull + 1442695040888963407ull;
+        b->prompts[t] = (int32_t)((*rng >> 33) % (uint64_t)vocab);
+    }
+    if (o->repeat) {
+        loom_kv_stats kv;
+        loom_engine_get_kv_stats(e, &kv);
+        if (prefill(e, o, b, chunk, err)) return -1;
+        for (int s = 0; s < o->batch; s++) { /* given back with their blocks cached, then taken again */
+            loom_engine_reset_seq(e, s);
+            const int32_t *prompt = b->prompts + (size_t)s * o->input_len;
+            int m = loom_engine_match_prefix(e, prompt, o->input_len - 1, b->blocks);
+            if (loom_engine_attach_prefix(e, s, b->blocks, m, err)) return -1;
+            b->from[s] = m * kv.block_size;
+            *hits += b->from[s];
+        }
+    }
+    double t0 = now();
+    if (prefill(e, o, b, chunk, err)) return -1;
     double t1 = now();
     for (int step = 1; step < o->output_len; step++) {
         for (int s = 0; s < o->batch; s++) {
@@ -99,9 +128,9 @@ typedef struct rank_figures {
 #define RANK_FIGURES (sizeof(rank_figures) / sizeof(float))
 
 /* Prints one mode's report (vLLM's lines first); returns its average latency. */
-static double report(const latency_opts *o, const char *mode, double *lat, double pre, double dec, size_t weights,
-                     size_t streamed, size_t act, size_t kv, size_t kv_per_token, const rank_figures *ranks,
-                     int n_ranks) {
+static double report(const latency_opts *o, const char *mode, double *lat, double pre, double dec, long hits,
+                     size_t weights, size_t streamed, size_t act, size_t kv, size_t kv_per_token,
+                     const rank_figures *ranks, int n_ranks) {
     int n = o->iters;
     double avg = 0;
     for (int i = 0; i < n; i++) avg += lat[i];
@@ -112,6 +141,11 @@ static double report(const latency_opts *o, const char *mode, double *lat, doubl
     for (int i = 0; i < 6; i++) printf("%d%% percentile latency: %.6f seconds\n", pct[i], percentile(lat, n, pct[i]));
     double pre_avg = pre / n, dec_avg = dec / n;
     printf("Prefill: %.4f s avg, %.1f tok/s\n", pre_avg, o->batch * o->input_len / pre_avg);
+    if (o->repeat)
+        printf("Prefix cache: %.0f of the %d prompt tokens of each batch's second run reused (%.1f%%); %.1f tok/s "
+               "over the rest\n",
+               (double)hits / n, o->batch * o->input_len, 100.0 * hits / n / (o->batch * o->input_len),
+               (o->batch * o->input_len - (double)hits / n) / pre_avg);
     if (o->output_len > 1)
         printf("Decode: %.4f s avg, %.2f tok/s (%d steps of %d sequences)\n", dec_avg,
                o->batch * (o->output_len - 1) / dec_avg, o->output_len - 1, o->batch);
@@ -143,9 +177,9 @@ static double report(const latency_opts *o, const char *mode, double *lat, doubl
     fprintf(f, "], \"percentiles\": {");
     for (int i = 0; i < 6; i++) fprintf(f, "%s\"%d\": %.9f", i ? ", " : "", pct[i], percentile(lat, n, pct[i]));
     fprintf(f,
-            "}, \"prefill_avg_s\": %.9f, \"decode_avg_s\": %.9f, \"kv_bytes_per_token\": %zu, \"tp\": %d, "
-            "\"ranks\": [",
-            pre_avg, dec_avg, kv_per_token, n_ranks);
+            "}, \"prefill_avg_s\": %.9f, \"decode_avg_s\": %.9f, \"prefix_cache_hit_tokens\": %.1f, "
+            "\"kv_bytes_per_token\": %zu, \"tp\": %d, \"ranks\": [",
+            pre_avg, dec_avg, (double)hits / n, kv_per_token, n_ranks);
     for (int r = 0; r < n_ranks; r++)
         fprintf(f,
                 "%s{\"peak_rss_mib\": %.1f, \"activation_mib\": %.1f, \"collective_share\": %.4f, \"stage\": %d, "
@@ -169,6 +203,7 @@ typedef struct latency_job {
 typedef struct mode_run {
     loom_engine *e;
     double *lat, pre, dec, blocked;
+    long hits; /* --repeat-prompts: prompt positions the timed runs found cached */
 } mode_run;
 
 static int latency_rank(loom_comm *comm, void *arg) {
@@ -194,7 +229,10 @@ static int latency_rank(loom_comm *comm, void *arg) {
     if (!rc && (!(b.ids = mem_array((size_t)chunk, sizeof *b.ids, "a batch", &err)) ||
                 !(b.pos = mem_array((size_t)chunk, sizeof *b.pos, "a batch", &err)) ||
                 !(b.seq = mem_array((size_t)chunk, sizeof *b.seq, "a batch", &err)) ||
-                !(b.rows = mem_array((size_t)chunk, sizeof *b.rows, "a batch", &err))))
+                !(b.rows = mem_array((size_t)chunk, sizeof *b.rows, "a batch", &err)) ||
+                !(b.prompts = mem_array((size_t)o->batch * o->input_len, sizeof *b.prompts, "the prompts", &err)) ||
+                !(b.from = mem_array((size_t)o->batch, sizeof *b.from, "the prompts", &err)) ||
+                !(b.blocks = mem_array((size_t)o->input_len, sizeof *b.blocks, "the prompts", &err))))
         rc = 1;
     uint64_t rng = o->c.seed + 1;
     double t_start = 0;
@@ -214,8 +252,10 @@ static int latency_rank(loom_comm *comm, void *arg) {
             loom_engine_stats before, after;
             loom_engine_get_stats(r->e, &before);
             double p = 0, d = 0;
-            rc = one_iteration(r->e, o, &b, &rng, chunk, info.vocab, &p, &d, &err);
+            long hits = 0;
+            rc = one_iteration(r->e, o, &b, &rng, chunk, info.vocab, &p, &d, &hits, &err);
             if (it < o->warmup) continue;
+            r->hits += hits;
             loom_engine_get_stats(r->e, &after);
             r->lat[it - o->warmup] = p + d;
             r->pre += p, r->dec += d, r->blocked += after.blocked_seconds - before.blocked_seconds;
@@ -248,7 +288,7 @@ static int latency_rank(loom_comm *comm, void *arg) {
             loom_engine_get_stats(r->e, &st);
             if (o->n_modes > 1) printf("== mode %s\n", o->modes[k].name);
             avg[k] =
-                report(o, o->modes[k].name, r->lat, r->pre, r->dec, info.weight_bytes, st.decode_bytes,
+                report(o, o->modes[k].name, r->lat, r->pre, r->dec, r->hits, info.weight_bytes, st.decode_bytes,
                        st.activation_bytes, st.kv_bytes, st.kv_bytes_per_token, all + (size_t)k * n_ranks, n_ranks);
             if (o->profile) engine_print_profile(r->e, stdout);
             else engine_print_experts(r->e, stdout, false);
@@ -258,7 +298,7 @@ static int latency_rank(loom_comm *comm, void *arg) {
     }
     free(all);
     for (int k = 0; k < o->n_modes; k++) free(runs[k].lat), loom_engine_free(runs[k].e);
-    free(b.ids), free(b.pos), free(b.seq), free(b.rows);
+    free(b.ids), free(b.pos), free(b.seq), free(b.rows), free(b.prompts), free(b.from), free(b.blocks);
     return rc ? 1 : 0;
 }
 
@@ -302,6 +342,7 @@ static int bench_latency(int argc, char **argv) {
         else if (!strcmp(a, "--num-iters")) o.iters = (int)cli_int(a, cli_value(argc, argv, &i), 1, 1 << 20);
         else if (!strcmp(a, "--output-json")) o.json = cli_value(argc, argv, &i);
         else if (!strcmp(a, "--profile")) o.profile = true;
+        else if (!strcmp(a, "--repeat-prompts")) o.repeat = true;
         else if (!strcmp(a, "--max-num-batched-tokens"))
             o.max_batched = (int)cli_int(a, cli_value(argc, argv, &i), 1, 1 << 20);
         else if (!strcmp(a, "--compare")) {
