@@ -77,7 +77,7 @@ LOOM_API void loom_model_get_info(const loom_model *m, loom_model_info *info);
 /* The KV cache budget per rank unless asked: 4 GiB, as vLLM's CPU backend defaults to. */
 #define LOOM_KV_CACHE_BYTES_DEFAULT ((size_t)4 << 30)
 /* Positions per KV cache block unless asked (benches/RESULTS.md, "KV cache block size"). */
-#define LOOM_BLOCK_SIZE_DEFAULT 128
+#define LOOM_BLOCK_SIZE_DEFAULT 64
 
 typedef struct loom_engine_options {
     int max_seqs;           /* sequences held at once (each a block table; the pool is shared) */

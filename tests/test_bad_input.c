@@ -385,7 +385,7 @@ static void bad_deepseek(void) {
     }
     /* the context against the KV budget: too long for it, and a budget that is not a size */
     fresh_case(NULL);
-    expect("kv budget: not one block", BENCH " --kv-cache-memory-bytes 1K", 1, "holds not one block of 128");
+    expect("kv budget: not one block", BENCH " --kv-cache-memory-bytes 1K", 1, "holds not one block of 64");
     expect("kv budget: context over it", BENCH " --kv-cache-memory-bytes 64K --input-len 200", 1,
            "is over the KV cache budget of 65536 bytes");
     expect("kv budget: block size", BENCH " --block-size 48", 1,

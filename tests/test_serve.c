@@ -717,7 +717,7 @@ int main(void) {
     int fds = open_fds(s.pid);
     bad_requests(s.port);
     completions_match_run(s.port, "-p 'The robot' -n 24 --ignore-eos");
-    prefix_reuse(s.port, 128, "tp=1");
+    prefix_reuse(s.port, 64, "tp=1");
     slow_client(s.port);
     idle_flood(&s);
     header_deadline(&s);

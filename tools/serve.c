@@ -38,12 +38,24 @@ static char *model_dir(const char *model, loom_err *err) {
     return dir;
 }
 
+/* Tokens per step unless --max-num-batched-tokens says: 512, as llama.cpp's micro-batch. A step
+ * takes about as long as its tokens on a CPU (a 512-token step of the 1B shape, ~4 s on 2
+ * cores), and every running stream waits for it: a chat workload of 16 users had half the
+ * follow-up TTFT and ITL p99 at 512 as at 2048, at the same throughput (benches/RESULTS.md,
+ * issue 23). At least every running sequence's token fits; with sequence parallelism, also a
+ * prompt chunk long enough to run sequence-parallel (--sp-min-tokens) beside them. */
+static int default_batched_tokens(const cli_common *c, int max_num_seqs) {
+    int n = max_num_seqs > 512 ? max_num_seqs : 512;
+    if (c->sp && c->sp_min_tokens + max_num_seqs > n) n = c->sp_min_tokens + max_num_seqs;
+    return n;
+}
+
 int cli_serve(int argc, char **argv) {
     cli_common c = CLI_COMMON_DEFAULTS;
     serve_job j = {.so = {.host = "127.0.0.1",
                           .port = 8000,
                           .max_num_seqs = 64,
-                          .max_num_batched_tokens = 2048,
+                          .max_num_batched_tokens = 0, /* derived below unless given */
                           .max_queue = 256,
                           .max_body_bytes = 1 << 20,
                           .header_timeout = 10,
@@ -72,6 +84,7 @@ int cli_serve(int argc, char **argv) {
             return 2;
         }
     }
+    if (!j.so.max_num_batched_tokens) j.so.max_num_batched_tokens = default_batched_tokens(&c, j.so.max_num_seqs);
     if (j.so.max_num_batched_tokens < j.so.max_num_seqs) {
         fprintf(stderr,
                 "loom serve: --max-num-batched-tokens %d is below --max-num-seqs %d: a step must hold every "
