@@ -124,9 +124,9 @@ int loom_check_sharding(const loom_model *m, int tp, const loom_engine_options *
 }
 
 /* The KV pool: as many blocks as the budget holds on the stage with the most layers, so that
- * every rank counts the same blocks (rank 0 decides for all of them); and the context: as
- * asked, or as long as the pool (up to the model's maximum), a latent cache's smaller rows
- * buying more of it. */
+ * every rank counts the same blocks (rank 0 decides for all of them), and with a context asked
+ * for, no more than max_seqs of them hold; and the context: as asked, or as long as the pool
+ * (up to the model's maximum), a latent cache's smaller rows buying more of it. */
 static int size_kv(loom_engine *e, const loom_engine_options *o, loom_err *err) {
     size_t budget = o->kv_cache_bytes ? o->kv_cache_bytes : LOOM_KV_CACHE_BYTES_DEFAULT;
     int bs = o->block_size ? o->block_size : LOOM_BLOCK_SIZE_DEFAULT, pp, layers = 0;
@@ -141,6 +141,10 @@ static int size_kv(loom_engine *e, const loom_engine_options *o, loom_err *err) 
     if (o->max_ctx > max_pos)
         return loom_errf(err, "max context %d exceeds the model's max_position_embeddings %d", o->max_ctx, max_pos);
     if (blocks > (size_t)1 << 30) blocks = (size_t)1 << 30;
+    /* an explicit context bounds the pool too: max_seqs such contexts at once, so an engine asked
+     * for short contexts does not take the whole budget (the prefix cache keeps what is free) */
+    size_t most = (size_t)e->max_seqs * ((size_t)(o->max_ctx + bs - 1) / bs);
+    if (o->max_ctx > 0 && blocks > most) blocks = most;
     if (!blocks)
         return loom_errf(err,
                          "the KV cache budget of %zu bytes on each rank holds not one block of %d positions (%zu "
