@@ -128,10 +128,12 @@ static void finish(sched *s, request *r, req_finish why) {
     request_changed(r);
 }
 
-/* Takes running request i out of the running list, its slot forgotten on every rank. */
+/* Takes running request i out of the running list, its slot forgotten on every rank (here at
+ * once: the gauges count its blocks free before its client hears it finished). Lock held. */
 static request *unrun(sched *s, int i) {
     request *r = s->running[i];
     step_reset(&s->st, s->e, r->slot);
+    loom_engine_get_kv_stats(s->e, &s->kv);
     s->slot_used[r->slot] = false;
     memmove(s->running + i, s->running + i + 1, (s->n_running - i - 1) * sizeof *s->running);
     s->n_running--;
