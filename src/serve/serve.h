@@ -3,7 +3,8 @@
  *  - http.c:      the HTTP front (GNU libmicrohttpd): routes, body limits, responses, streaming;
  *  - api_request.c, api_response.c: OpenAI's API as JSON: request bodies into `request`s;
  *                 responses, stream chunks and error bodies out;
- *  - scheduler.c: continuous batching: admits requests into KV slots, builds each step's batch
+ *  - scheduler.c: continuous batching: admits requests into sequence slots from their cached
+ *                 prefixes, preempts when KV blocks run out, builds each step's batch
  *                 (every running sequence's next token plus chunks of prompts), samples;
  *  - steps.c:     how rank 0 hands each step to the other ranks, and their loop;
  *  - metrics.c:   the Prometheus counters and histograms behind GET /metrics;
@@ -62,7 +63,8 @@ typedef struct server {
 /* Queues r (one more reference is taken); returns 0, or an HTTP status with msg filled: 503
  * when the queue is full or the server is draining or failed. Caller holds the lock. */
 int sched_submit(sched *s, request *r, char *msg, size_t cap);
-/* m's gauges (requests running and waiting, KV slots in use) as they are now. Lock held. */
+/* m's gauges (requests running and waiting, slots and KV blocks in use) as they are now. Lock
+ * held. */
 void sched_gauges(const sched *s, metrics *m);
 
 /* The HTTP front: starts listening (printing the address), returns NULL with err on failure. */
