@@ -71,7 +71,7 @@ static int prefill(loom_engine *e, const latency_opts *o, batch_bufs *b, int chu
             }
         }
         loom_batch bt = {k, b->ids, b->pos, b->seq, nl, b->rows};
-        if (k && loom_forward(e, &bt, &logits, err)) return -1;
+        if (loom_forward(e, &bt, &logits, err)) return -1;
     }
     return 0;
 }

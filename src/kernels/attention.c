@@ -5,8 +5,8 @@
  * single-threaded inside our parallel loop). attend() is that task over any keys and values,
  * contiguous or in the paged cache's blocks, which latent attention (mla.c) also runs. Key
  * chunks past the block's last position are never visited; inside a chunk the causal mask and
- * sliding window are applied per row. The
- * softmax's exponentials and rescaling are the CPU variant's kernels. */
+ * sliding window are applied per row. The softmax's exponentials and rescaling are the CPU
+ * variant's kernels. */
 #include <cblas.h>
 #include <float.h>
 #include <math.h>
@@ -70,8 +70,7 @@ void attend(const attend_task *t) {
     int chunk = t->blocks && t->block_size < KB ? t->block_size : KB;
     for (int k0 = first - first % chunk; k0 <= last; k0 += chunk) {
         int nk = last + 1 - k0 < chunk ? last + 1 - k0 : chunk;
-        size_t row =
-            t->blocks ? (size_t)t->blocks[k0 / t->block_size] * t->block_size + k0 % t->block_size : (size_t)k0;
+        size_t row = t->blocks ? block_row(t->blocks, t->block_size, k0) : (size_t)k0;
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, nk, dq, t->scale, t->q, t->ldq, t->k + row * t->ldk,
                     t->ldk, 0.0f, sc->s, KB);
         for (int r = 0; r < rows; r++) {

@@ -135,9 +135,14 @@ typedef struct kv_layer {
     int table_width;
 } kv_layer;
 
+/* The row of the pool holding position pos of a sequence whose blocks are blocks[]. */
+static inline size_t block_row(const int32_t *blocks, int block_size, int pos) {
+    return (size_t)blocks[pos / block_size] * block_size + pos % block_size;
+}
+
 /* The row of the pool holding position pos of sequence seq. */
 static inline size_t kv_row(const kv_layer *c, int seq, int pos) {
-    return (size_t)c->tables[(size_t)seq * c->table_width + pos / c->block_size] * c->block_size + pos % c->block_size;
+    return block_row(c->tables + (size_t)seq * c->table_width, c->block_size, pos);
 }
 
 /* Multi-head latent attention's dimensions (kv_lora 0: plain attention). */

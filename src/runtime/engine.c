@@ -255,8 +255,12 @@ void loom_engine_get_kv_stats(const loom_engine *e, loom_kv_stats *st) {
 }
 
 int loom_engine_match_prefix(const loom_engine *e, const int32_t *tokens, int n, int32_t *blocks) {
-    return n > 0 ? kv_cache_match(&e->kv, tokens, n, blocks) : 0;
+    return kv_cache_match(&e->kv, tokens, n, blocks);
 }
+
+/* Whether token r of b is the last of its sequence's run (check_batch keeps each sequence's
+ * tokens in one run). */
+static bool run_ends(const loom_batch *b, int r) { return r + 1 == b->n_tokens || b->seq[r + 1] != b->seq[r]; }
 
 int loom_engine_attach_prefix(loom_engine *e, int seq, const int32_t *blocks, int n, loom_err *err) {
     return kv_cache_attach(&e->kv, seq, blocks, n, err);
@@ -288,8 +292,7 @@ static int check_batch(const loom_engine *e, const loom_batch *b, loom_err *err)
             return loom_errf(err, "logit row %d: %d is not a token of the batch", i, b->logit_rows[i]);
     int need = 0;
     for (int r = 0; r < b->n_tokens; r++)
-        if (r + 1 == b->n_tokens || b->seq[r + 1] != b->seq[r])
-            need += kv_cache_blocks_needed(&e->kv, b->seq[r], b->pos[r] + 1);
+        if (run_ends(b, r)) need += kv_cache_blocks_needed(&e->kv, b->seq[r], b->pos[r] + 1);
     if (need > e->kv.n_free)
         return loom_errf(err,
                          "the KV cache is full: the batch needs %d more blocks of %d positions and %d of the %d "
@@ -298,15 +301,10 @@ static int check_batch(const loom_engine *e, const loom_batch *b, loom_err *err)
     return 0;
 }
 
-/* The ends of the runs of one sequence's tokens in b, one call per run: [r0, r1). */
-static void grow_sequences(loom_engine *e, const loom_batch *b) {
-    for (int r = 0; r < b->n_tokens; r++)
-        if (r + 1 == b->n_tokens || b->seq[r + 1] != b->seq[r]) kv_cache_grow(&e->kv, b->seq[r], b->pos[r] + 1);
-}
-
 int loom_forward(loom_engine *e, const loom_batch *b, const float **logits, loom_err *err) {
     if (check_batch(e, b, err)) return -1;
-    grow_sequences(e, b); /* the blocks the kernels write are in the tables before the pass */
+    for (int r = 0; r < b->n_tokens; r++) /* the blocks the kernels write are in the tables before the pass */
+        if (run_ends(b, r)) kv_cache_grow(&e->kv, b->seq[r], b->pos[r] + 1);
     size_t vocab = e->model->cfg.vocab;
     if (e->pl.pp > 1) {
         if (pipeline_forward(&e->pl, &e->x, b, e->logits, vocab, err)) return -1;
@@ -314,10 +312,11 @@ int loom_forward(loom_engine *e, const loom_batch *b, const float **logits, loom
         if (executor_run_pass(&e->x, b, err)) return -1;
         executor_take_logits(&e->x, b, e->logits, vocab, NULL);
     }
-    for (int r0 = 0, r1; r0 < b->n_tokens; r0 = r1) { /* each sequence's run of tokens, now in its blocks */
-        for (r1 = r0 + 1; r1 < b->n_tokens && b->seq[r1] == b->seq[r0];) r1++;
-        kv_cache_written(&e->kv, b->seq[r0], b->pos[r0], b->ids + r0, r1 - r0);
-    }
+    for (int r = 0, r0 = 0; r < b->n_tokens; r++) /* each sequence's run of tokens, now in its blocks */
+        if (run_ends(b, r)) {
+            kv_cache_written(&e->kv, b->seq[r], b->pos[r0], b->ids + r0, r + 1 - r0);
+            r0 = r + 1;
+        }
     *logits = e->logits;
     return 0;
 }

@@ -258,11 +258,9 @@ static void build_step(sched *s) {
     for (int i = 0; i < s->n_running && s->st.n_tokens < s->max_tokens; i++) {
         request *r = s->running[i];
         if (to_compute(r) != 1) continue;
-        while (r->computed % bs == 0 && free_blocks(s) < 1 && s->running[s->n_running - 1] != r) preempt_newest(s);
-        if (r->computed % bs == 0 && free_blocks(s) < 1) { /* the newest itself */
-            preempt_newest(s);
-            break;
-        }
+        /* a new block and none free: the newest give way, r itself once it is the newest */
+        while (r->state == REQ_RUNNING && r->computed % bs == 0 && free_blocks(s) < 1) preempt_newest(s);
+        if (r->state != REQ_RUNNING) break;
         add_tokens(s, r, 1);
     }
     for (int i = 0; i < s->n_running && s->st.n_tokens < s->max_tokens; i++) {
