@@ -21,7 +21,9 @@
 #
 # Knobs (environment):
 #   VARIANTS="avx512 avx2"   loom's rows once per variant with LOOM_CPU set ("default": unset;
-#                            default "default")
+#                            default "default"); a variant ending in "+exact" ("default+exact")
+#                            runs loom with --dtype float32, exact fp32 compute, instead of the
+#                            reduced-precision default of bf16 and quantized weights
 #   DTYPES="f32 bf16"        weight dtypes; also q4 and q8: llama.cpp's Q4_0 and Q8_0 (llama-quantize
 #                            of the bf16 GGUF, its defaults: a Q4_0 model keeps the tied
 #                            embedding/LM head at Q6_K) against loom's int4 (groups of 128) and
@@ -160,9 +162,9 @@ cpu=$(lscpu | sed -n 's/^Model name: *//p' | head -1)
 } | tee "$RESULTS/info.txt" >&2
 
 run_loom() { # variant, then loom's arguments; prints to stdout, stderr kept too
-  local v=$1; shift
-  if [ "$v" = default ]; then env -u LOOM_CPU "$loom" "$@"
-  else LOOM_CPU=$v "$loom" "$@"; fi
+  local v=${1%+exact} exact=(); [[ $1 == *+exact && $2 == bench && $3 == latency ]] && exact=(--dtype float32); shift
+  if [ "$v" = default ]; then env -u LOOM_CPU "$loom" "$@" "${exact[@]}"
+  else LOOM_CPU=$v "$loom" "$@" "${exact[@]}"; fi
 }
 
 # Other jobs' runnable threads, in tenths, averaged over 10 samples of /proc/stat's procs_running

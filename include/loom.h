@@ -47,10 +47,14 @@ typedef struct loom_engine loom_engine;
 typedef struct loom_comm loom_comm; /* this rank's view of the other ranks */
 
 typedef struct loom_model_options {
-    const char *path;         /* Hugging Face folder or a config.json (dummy); NULL: embedded default */
-    bool dummy;               /* --load-format dummy: real shapes, seeded random weights */
-    uint64_t seed;            /* dummy weights */
-    const char *dtype;        /* "auto" (as stored; f16 widened to f32), "float32", "bfloat16" */
+    const char *path; /* Hugging Face folder or a config.json (dummy); NULL: embedded default */
+    bool dummy;       /* --load-format dummy: real shapes, seeded random weights */
+    uint64_t seed;    /* dummy weights */
+    /* --dtype, the compute precision as vLLM's (README, "Compute precision"): "auto" (weights as
+     * stored, f16 widened to f32; bf16 ones on bf16 activations, quantized ones on int8),
+     * "float32" (every linear exact in fp32, weights as stored), "bfloat16" (float weights
+     * held in bf16, computed as auto) */
+    const char *dtype;
     const char *quantization; /* quantize float linears at load: NULL/"none", "int8", "int4" */
     int quant_group;          /* columns per scale for it (0: per channel for int8, 128 for int4) */
     bool quantize_lm_head;    /* the LM head and embedding table too (int8 per channel); else float */

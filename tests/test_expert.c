@@ -21,10 +21,11 @@
 #define ATOL           1e-4
 #define MAX_MOE_LAYERS 4
 
-/* (and two quantized checkpoints' experts, held whole: gptq_mixtral's attention cannot split 4 ways) */
+/* (and two quantized checkpoints' experts, held whole: gptq_mixtral's attention cannot split 4
+ * ways; one again with --dtype auto, int8 activations, golden_util.h) */
 static const char *cases[] = {"olmoe",       "mixtral",     "qwen2_moe",   "qwen3_moe",
                               "granitemoe",  "deepseek_v2", "deepseek_v3", "deepseek_v3_skewed",
-                              "awq_mixtral", "ct_mixtral",  "mixtral_ep3"};
+                              "awq_mixtral", "ct_mixtral",  "mixtral_ep3", "awq_mixtral" REDUCED};
 
 typedef enum mode { MODE_EP, MODE_SP, MODE_ASYNC, MODE_THRESHOLD, N_MODES } mode;
 static const char *mode_names[] = {"EP", "EP+SP", "EP+async TP", "EP+SP above 4 tokens"};
@@ -94,7 +95,7 @@ static float *run_pp(const char *name, golden *g, int n, int pp, mode md, bool a
                      long *received, loom_err *err) {
     char dir[900];
     golden_dir(dir, sizeof dir, name);
-    loom_model_options mo = {.path = dir};
+    loom_model_options mo = {.path = dir, .dtype = golden_dtype(name)};
     loom_model *m = loom_model_load(&mo, err);
     if (!m) return NULL;
     size_t bytes = (size_t)golden_rows(g) * g->vocab * sizeof(float);
@@ -139,7 +140,8 @@ static void check_mpi_matches_shm(const char *name, int md, const golden *g, con
 /* The cases also run over MPI at 2 ranks: a plain mixture, one with a gated shared expert, one
  * with latent attention and shared experts. */
 static bool over_mpi(const char *name) {
-    return !strcmp(name, "olmoe") || !strcmp(name, "qwen2_moe") || !strcmp(name, "deepseek_v3");
+    return !strcmp(name, "olmoe") || !strcmp(name, "qwen2_moe") || !strcmp(name, "deepseek_v3") ||
+           !strcmp(name, "awq_mixtral" REDUCED);
 }
 
 /* Rows received per rank, in the MoE layers that ran (a layer whose ranks all got nothing did
@@ -171,7 +173,7 @@ static void one_case(const char *name) {
     bool skewed = strstr(name, "skewed") != NULL;
     char dir[900];
     golden_dir(dir, sizeof dir, name);
-    loom_model_options mo = {.path = dir};
+    loom_model_options mo = {.path = dir, .dtype = golden_dtype(name)};
     loom_err lerr = {{0}};
     loom_model *m = loom_model_load(&mo, &lerr);
     loom_model_info info = {0};
@@ -189,7 +191,7 @@ static void one_case(const char *name) {
         if (!runs[MODE_EP]) continue;
         if (skewed) check_skew(name, n, received, false);
         double worst = golden_worst(&g, runs[MODE_EP]);
-        CHECK(worst <= ATOL, "%s ep=%d: max |logit diff| vs transformers %.3g", name, n, worst);
+        CHECK(golden_reduced(name) || worst <= ATOL, "%s ep=%d: max |logit diff| vs transformers %.3g", name, n, worst);
         for (int md = 1; md < N_MODES; md++)
             CHECK(runs[md] && !memcmp(runs[md], runs[MODE_EP], bytes), "%s ep=%d: %s is not bit-identical to EP: %s",
                   name, n, mode_names[md], runs[md] ? "they differ" : err.msg);
@@ -198,7 +200,8 @@ static void one_case(const char *name) {
         alone[1] = run(name, &g, n, MODE_SP, true, "shm", received, &err);
         CHECK(alone[0] && alone[1], "%s ep=%d alone: %s", name, n, err.msg);
         double worst_alone = alone[0] ? golden_worst(&g, alone[0]) : 1;
-        CHECK(worst_alone <= ATOL, "%s ep=%d alone: max |logit diff| vs transformers %.3g", name, n, worst_alone);
+        CHECK(golden_reduced(name) || worst_alone <= ATOL, "%s ep=%d alone: max |logit diff| vs transformers %.3g",
+              name, n, worst_alone);
         CHECK(alone[0] && alone[1] && !memcmp(alone[0], alone[1], bytes),
               "%s ep=%d alone: EP+SP is not bit-identical to EP", name, n);
         if (skewed && alone[1]) check_skew(name, n, received, true);

@@ -1,14 +1,29 @@
 /* Parity with Hugging Face transformers on one rank: for every golden model, the two prompts
  * are prefilled together in one flattened batch, then decoded together (teacher-forced), and
- * every position's logits must be within 1e-4 of HF's. The bf16 model is compared with HF
- * computing in fp32 on the same bf16 weights (bf16 -> fp32 is exact and loom computes in
- * fp32); HF's native bf16 compute differs from that by ~6e-2, see tests/golden/README.md. */
+ * every position's logits must be within 1e-4 of HF's with --dtype float32 (exact fp32 compute).
+ * The bf16 model is compared with HF computing in fp32 on the same bf16 weights (bf16 -> fp32 is
+ * exact); HF's native bf16 compute differs from that by ~6e-2, see tests/golden/README.md.
+ *
+ * Models whose weights are reduced (bf16, quantized) then run again with --dtype auto, the
+ * reduced-precision default (bf16 or int8 activations), against the exact run: the max and mean
+ * logit differences and the agreement of the top token are printed (benches/RESULTS.md keeps
+ * them). The guarantee is per product, each held to its stated bound in test_quant; what a
+ * whole model does with those roundings is not bounded, so here the run must only be reduced
+ * (differ from exact at all: auto must not silently compute exactly) and stay sane, its mean
+ * difference under REDUCED_MEAN of the mean |logit| (a broken kernel is near 100%). */
+#include <math.h>
 #include <unistd.h>
 
 #include "check.h"
+#include "cpu/cpu.h"
 #include "golden_util.h"
 
 #define ATOL 1e-4
+/* The mean logit difference of the reduced modes against exact fp32, as a share of the mean
+ * |logit|: measured at 0.7% (bf16) and 2.5-5.6% (int8; an MoE model's routing flips give the
+ * most). These random-weight models agree less than a trained one: the stories260K story
+ * (test_stories) is unchanged. */
+#define REDUCED_MEAN 0.10
 
 static const char *cases[] = {
     "llama",       "llama_tied",   "mistral",    "qwen2",       "qwen3",       "granite",
@@ -16,36 +31,78 @@ static const char *cases[] = {
     "qwen2_moe",   "qwen3_moe",    "granitemoe", "deepseek_v2", "deepseek_v3", "deepseek_v3_skewed",
     "mixtral_ep3", QUANTIZED_CASES};
 
-/* Runs golden case `name` from folder dir (its own, or a resharded copy). */
-static void run_case_in(const char *name, const char *dir, const char *dtype) {
-    golden g;
-    if (golden_open(&g, name, "logits")) {
-        CHECK(0, "%s: cannot read golden data", name);
-        return;
-    }
+/* Runs golden case `name` from folder dir (its own, or a resharded copy) with --dtype dtype
+ * into out; false (recorded) if it cannot. */
+static bool run_dtype(const char *name, const char *dir, const char *dtype, const golden *g, float *out) {
     loom_err err = {{0}};
     loom_model_options mo = {.path = dir, .dtype = dtype};
     loom_model *m = loom_model_load(&mo, &err);
     loom_engine_options eo = golden_engine_options(NULL);
     loom_engine *e = m ? loom_engine_new(m, &eo, &err) : NULL;
-    float *out = malloc((size_t)golden_rows(&g) * g.vocab * sizeof *out);
-    CHECK(e && golden_run(e, &g, out, &err) == 0, "%s: %s", name, err.msg);
-    if (e) {
-        double worst = golden_worst(&g, out);
-        CHECK(worst <= ATOL, "%s (%s): max |logit diff| vs transformers %.3g", name, dtype, worst);
-        printf("%-12s %-8s max |logit diff| vs transformers: %.2e%s\n", name, dtype, worst,
-               strstr(dir, "sharded") ? " (sharded checkpoint)" : "");
-    }
-    free(out);
+    bool ok = e && golden_run(e, g, out, &err) == 0;
+    CHECK(ok, "%s (%s): %s", name, dtype, err.msg);
     loom_engine_free(e);
     loom_model_free(m);
+    return ok;
+}
+
+static int argmax(const float *x, int n) {
+    int best = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[best]) best = i;
+    return best;
+}
+
+/* The reduced-precision run against the exact one. */
+static void compare_reduced(const char *name, const golden *g, const float *exact, const float *reduced) {
+    int rows = golden_rows(g), agree = 0;
+    double worst = 0, sum = 0, size = 0;
+    for (int r = 0; r < rows; r++) {
+        const float *a = exact + (size_t)r * g->vocab, *b = reduced + (size_t)r * g->vocab;
+        for (int v = 0; v < g->vocab; v++) {
+            double d = fabs((double)a[v] - b[v]);
+            if (!(d <= worst)) worst = d;
+            sum += d, size += fabs(a[v]);
+        }
+        agree += argmax(a, g->vocab) == argmax(b, g->vocab);
+    }
+    if (strstr(name, "bf16") && !cpu()->dot_bf16x) /* no bf16 dot product: the exact fallback */
+        CHECK(worst == 0, "%s (auto): without bf16 dot products it must compute exactly, yet differs by %.3g", name,
+              worst);
+    else
+        CHECK(isfinite(worst) && worst > 0 && sum <= REDUCED_MEAN * size,
+              "%s (auto): max |logit diff| %.3g vs float32, mean %.3g%% of the mean |logit|", name, worst,
+              100 * sum / size);
+    printf("%-18s auto     vs float32: max |logit diff| %.2e, mean %.2e (%.2f%% of mean |logit|), top token %d/%d\n",
+           name, worst, sum / ((double)rows * g->vocab), 100 * sum / size, agree, rows);
+}
+
+static void run_case_in(const char *name, const char *dir) {
+    golden g;
+    if (golden_open(&g, name, "logits")) {
+        CHECK(0, "%s: cannot read golden data", name);
+        return;
+    }
+    size_t n = (size_t)golden_rows(&g) * g.vocab;
+    float *exact = malloc(n * sizeof *exact), *reduced = malloc(n * sizeof *reduced);
+    if (run_dtype(name, dir, "float32", &g, exact)) {
+        double worst = golden_worst(&g, exact);
+        CHECK(worst <= ATOL, "%s (float32): max |logit diff| vs transformers %.3g", name, worst);
+        printf("%-18s float32  max |logit diff| vs transformers: %.2e%s\n", name, worst,
+               strstr(dir, "sharded") ? " (sharded checkpoint)" : "");
+        bool reduced_weights = strstr(name, "bf16") || strncmp(name, "gptq", 4) == 0 || strncmp(name, "awq", 3) == 0 ||
+                               strncmp(name, "ct_", 3) == 0;
+        if (reduced_weights && run_dtype(name, dir, "auto", &g, reduced)) compare_reduced(name, &g, exact, reduced);
+    }
+    free(exact);
+    free(reduced);
     golden_close(&g);
 }
 
-static void run_case(const char *name, const char *dtype) {
+static void run_case(const char *name) {
     char dir[900];
     golden_dir(dir, sizeof dir, name);
-    run_case_in(name, dir, dtype);
+    run_case_in(name, dir);
 }
 
 /* Rewrites a case's model.safetensors as two shards plus model.safetensors.index.json, as
@@ -102,13 +159,11 @@ static int reshard(const char *name, char *out_dir, size_t cap) {
 
 int main(void) {
     check_cpu_variant();
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(cases[i], "auto");
-    /* the bf16 checkpoint widened at load takes the f32 kernels: it must match as well */
-    run_case("llama_bf16", "float32");
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(cases[i]);
     /* a sharded checkpoint (index + two files) must load to the same model */
     char dir[256], cmd[300];
     CHECK(reshard("qwen2", dir, sizeof dir) == 0, "could not write the sharded copy");
-    run_case_in("qwen2", dir, "auto");
+    run_case_in("qwen2", dir);
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     CHECK(system(cmd) == 0, "cleanup");
     return check_done();

@@ -3,12 +3,21 @@
  * sizes 32 and 128 and per channel, widths that are not whole blocks (padding), act-order
  * group numbering (columns out of group order) and a row-parallel shard of the groups; each
  * through the decode kernel (few rows, one or two at a time) and the prefill path (panels
- * for sgemm), in the CPU variant LOOM_CPU selects. Then the --quantization option's errors. */
+ * for sgemm), in the CPU variant LOOM_CPU selects.
+ *
+ * The same products on int8 activations (--dtype auto) are held to their stated bound: each
+ * input value is moved by at most half its block's scale, max|x| / 254 over the QACT packed
+ * columns it shares a scale with, so |y - ref| <= sum_c |W[r][c]| * that, plus fp32 rounding.
+ * A row's result must also be the same bits whatever rows share its call. bf16 activations on
+ * bf16 weights likewise: each input is moved by at most 2^-9 of itself. Then the
+ * --quantization option's errors. */
 #include <math.h>
 
 #include "check.h"
+#include "cpu/cpu.h"
 #include "kernels/kernels.h"
 #include "quant/quant.h"
+#include "tensor/half.h"
 
 typedef struct src_case {
     int bits, rows, cols, col0, n_groups, group;
@@ -35,6 +44,53 @@ static int row_codes(void *ctx, int r, uint8_t *codes, float *scale, float *zero
     for (int c = 0; c < s->cols; c++) codes[c] = (uint8_t)code_at(s, r, c);
     for (int g = 0; g < s->n_groups; g++) scale[g] = scale_at(r, g), zero[g] = zero_at(s, r, g);
     return 0;
+}
+
+/* The int8-activation bound of input row x against weight row r (see the top comment). */
+static double q8_bound(const src_case *s, const wmat *w, const float *x, int r) {
+    const qlayout *q = w->q;
+    double bound = 0;
+    for (int b = 0; b * QACT < q->kp; b++) {
+        double amax = 0, wsum = 0;
+        for (int p = b * QACT; p < q->kp && p < (b + 1) * QACT; p++) {
+            int c = q->col_of ? q->col_of[p] : p;
+            if (c < 0) continue;
+            int g = group_of(s, c);
+            amax = fmax(amax, fabs(x[c]));
+            wsum += fabs((float)((float)code_at(s, r, c) - zero_at(s, r, g)) * scale_at(r, g));
+        }
+        bound += wsum * amax / 254;
+    }
+    return bound;
+}
+
+/* The matrix on int8 activations: within q8_bound of the reference (plus 1e-5 of the sum of
+ * |terms| for fp32 rounding), and each row the same bits alone as among M rows. */
+static void check_q8(const char *what, const src_case *s, const wmat *w0, const float *x, int M, float *y, float *y1) {
+    wmat w = *w0;
+    w.act = WACT_INT8;
+    linear(x, s->cols, M, M, &w, NULL, y, s->rows);
+    double worst = 0; /* of |error| / bound */
+    int differ = 0;
+    for (int i = 0; i < M; i++) {
+        linear(x + (size_t)i * s->cols, s->cols, 1, 1, &w, NULL, y1, s->rows);
+        differ += memcmp(y1, y + (size_t)i * s->rows, (size_t)s->rows * sizeof *y) != 0;
+        for (int r = 0; r < s->rows; r++) {
+            double ref = 0, mag = 0;
+            for (int c = 0; c < s->cols; c++) {
+                int g = group_of(s, c);
+                double t =
+                    (float)((float)code_at(s, r, c) - zero_at(s, r, g)) * scale_at(r, g) * x[(size_t)i * s->cols + c];
+                ref += t, mag += fabs(t);
+            }
+            double bound = q8_bound(s, &w, x + (size_t)i * s->cols, r) + 1e-5 * mag;
+            double e = fabs(y[(size_t)i * s->rows + r] - ref) / bound;
+            if (!(e <= worst)) worst = e;
+        }
+    }
+    CHECK(worst <= 1, "%s on int8 activations: error %.3g of its bound", what, worst);
+    CHECK(differ == 0, "%s on int8 activations: %d of %d rows differ alone from among %d", what, differ, M, M);
+    printf("%-48s int8 activations: worst error %.2f of the bound\n", what, worst);
 }
 
 static void check_case(const char *what, src_case *s) {
@@ -70,13 +126,51 @@ static void check_case(const char *what, src_case *s) {
     }
     printf("%-48s kp %d of %d columns, %d groups held, worst relative error %.1e\n", what, w.q->kp, s->cols,
            w.q->n_groups, worst_all);
+    float *y1 = malloc((size_t)s->rows * sizeof *y1);
+    check_q8(what, s, &w, x, M, y, y1);
+    free(y1);
     free(x);
     free(y);
     weights_close(&ws);
 }
 
+/* bf16 weights on bf16 activations, through the dot product (9 rows) and the GEMM (40): each
+ * input rounded to nearest bf16 moves by at most 2^-9 of itself, so |y - ref| <= 2^-9 sum_c
+ * |W[r][c] x[c]|, plus 1e-5 of that sum for fp32 rounding. Where the variant has no bf16 dot
+ * product the product is exact, which the bound holds too. 300 columns: a partial vector. */
+static void check_bf16(void) {
+    enum { ROWS = 37, COLS = 300, M = 40 };
+    uint16_t *wd = malloc((size_t)ROWS * COLS * sizeof *wd);
+    float *x = malloc((size_t)M * COLS * sizeof *x), *y = malloc((size_t)M * ROWS * sizeof *y);
+    for (int i = 0; i < ROWS * COLS; i++)
+        wd[i] = f32_to_bf16((float)((int)(mix((uint32_t)i + 7) % 2001) - 1000) / 997.0f);
+    for (int i = 0; i < M * COLS; i++) x[i] = (float)((int)(mix((uint32_t)i + 3) % 2001) - 1000) / 1000.0f;
+    wmat w = {DT_BF16, ROWS, COLS, COLS, wd, NULL, WACT_BF16};
+    static const int ms[] = {9, M};
+    for (size_t t = 0; t < sizeof ms / sizeof ms[0]; t++) {
+        linear(x, COLS, ms[t], ms[t], &w, NULL, y, ROWS);
+        double worst = 0;
+        for (int i = 0; i < ms[t]; i++)
+            for (int r = 0; r < ROWS; r++) {
+                double ref = 0, mag = 0;
+                for (int c = 0; c < COLS; c++) {
+                    double v = (double)bf16_to_f32(wd[(size_t)r * COLS + c]) * x[(size_t)i * COLS + c];
+                    ref += v, mag += fabs(v);
+                }
+                double e = fabs(y[(size_t)i * ROWS + r] - ref) / (mag * (0x1p-9 + 1e-5));
+                if (!(e <= worst)) worst = e;
+            }
+        CHECK(worst <= 1, "bf16 activations, %d rows: error %.3g of the bound", ms[t], worst);
+        printf("bf16 weights, bf16 activations, %2d rows: worst error %.2f of the bound\n", ms[t], worst);
+    }
+    free(wd);
+    free(x);
+    free(y);
+}
+
 int main(void) {
     check_cpu_variant();
+    check_bf16();
     /* act-order: 8 groups of 16 numbered in a shuffled column order */
     int32_t gi[128];
     for (int i = 0; i < 128; i++) gi[i] = (int)(mix((uint32_t)i + 99) % 8);

@@ -16,9 +16,13 @@
 
 extern const cpu_kernels cpu_generic;
 #if defined(__x86_64__)
-extern const cpu_kernels cpu_avx2, cpu_avx512;
+extern const cpu_kernels cpu_avx2, cpu_avx512, cpu_avx512bf16;
 /* libgcc's checks include the OS's consent (XCR0) to save the wider registers */
 static bool has_avx512(void) { return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma"); }
+static bool has_avx512bf16(void) {
+    return has_avx512() && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+           __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bf16");
+}
 static bool has_avx2(void) { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"); }
 #elif defined(__aarch64__)
 extern const cpu_kernels cpu_neon;
@@ -31,6 +35,7 @@ static const struct variant {
     bool (*runs)(void);
 } variants[] = {
 #if defined(__x86_64__)
+    {&cpu_avx512bf16, has_avx512bf16},
     {&cpu_avx512, has_avx512},
     {&cpu_avx2, has_avx2},
 #elif defined(__aarch64__)

@@ -3,6 +3,8 @@
  * from the same source (variant.c over simd.h) with that variant's compiler flags. The table is
  * chosen once, at start-up, from what the CPU reports (cpuid on x86-64, hwcaps on aarch64), so
  * one binary runs everywhere at the speed its CPU allows; LOOM_CPU forces a lower variant.
+ * On x86-64, avx512bf16 is AVX-512 with the VNNI and BF16 dot products (Zen 4 and later,
+ * Cooper Lake, Sapphire Rapids); avx512 the same vectors without them.
  * GEMMs are not here: OpenBLAS dispatches on the CPU itself. */
 #ifndef LOOM_CPU_CPU_H
 #define LOOM_CPU_CPU_H
@@ -12,6 +14,20 @@
 #include "loom.h"
 
 struct qlayout;
+
+/* Columns per scale of int8 activations (benches/RESULTS.md, "int8 activations"): a multiple of
+ * the packed block. */
+#define QACT 32
+
+/* One row of activations quantized for the integer dot products of a quantized matrix
+ * (kernels/linear.c makes them): codes q in the matrix's packed column order, value q * d
+ * with one scale d per QACT columns, and per quantization group the sum of the row's values
+ * q * d over the group's columns, for the zero points. */
+typedef struct q8row {
+    const int8_t *q;
+    const float *d;
+    const float *gsum;
+} q8row;
 
 typedef struct cpu_kernels {
     const char *name;
@@ -25,6 +41,12 @@ typedef struct cpu_kernels {
     void (*dot_q)(const float *const *x, int nr, const uint8_t *w, const struct qlayout *q, const float *sz,
                   float y[2]);
     void (*dequant_q)(const uint8_t *w, const struct qlayout *q, const float *sz, float *dst);
+    /* The reduced-precision products (--dtype auto): y[r] = x[r] . w for nr (1 to 4) rows.
+     * dot_q8: int8 activations against a quantized row, integer sums per block scaled in fp32;
+     * dot_bf16x: bf16 activations against a bf16 row with fp32 accumulation, NULL in variants
+     * whose CPUs have no bf16 dot product (their bf16 weights compute exactly instead). */
+    void (*dot_q8)(const q8row *x, int nr, const uint8_t *w, const struct qlayout *q, const float *sz, float y[4]);
+    void (*dot_bf16x)(const uint16_t *const *x, int nr, const uint16_t *w, int k, float y[4]);
     float (*sum_squares)(const float *x, int n);
     /* out = x * s * w (RMSNorm's scaling by its inverse root and weight) */
     void (*scale_mul)(const float *x, float s, const float *w, float *out, int n);

@@ -2,14 +2,20 @@
  * handful of operations the kernels need, for the one variant this translation unit is built
  * as (CMake defines LOOM_VARIANT_<NAME> and passes that variant's -m flags). This is the only
  * file with intrinsics. The generic variant is the same code with VL = 1: portable C that the
- * compiler may vectorise for the baseline ISA. */
+ * compiler may vectorise for the baseline ISA.
+ *
+ * A second, smaller vocabulary serves the integer dot products of quantized weights on int8
+ * activations: `vq` holds one packed block's 32 weight codes, `vacc` integer lanes that sum
+ * their products with 32 activation codes exactly, `vaccf` float lanes those sums are scaled
+ * into. x86 works on 256-bit halves even with AVX-512, so one block is one register. A third,
+ * HAS_BF16_DOT, is the bf16 dot product of the variants whose CPUs have one. */
 #ifndef LOOM_CPU_SIMD_H
 #define LOOM_CPU_SIMD_H
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
 
-#if defined(LOOM_VARIANT_AVX512)
+#if defined(LOOM_VARIANT_AVX512) || defined(LOOM_VARIANT_AVX512BF16)
 #include <immintrin.h>
 #define VL 16
 typedef __m512 vf;
@@ -180,6 +186,123 @@ static inline vf vkeep_ge(vf x, float lo, vf v) { return x >= lo ? v : 0.0f; }
 
 #else
 #error "build variant.c with one LOOM_VARIANT_<NAME> defined (see CMakeLists.txt)"
+#endif
+
+/* Integer dot products. vacc_dot4 takes 4-bit codes (0..15), vacc_dot8 8-bit codes made by
+ * vq_prep8, which subtracts Q8_OFFSET8 where the instruction needs signed weights: the sums
+ * are then of (code - Q8_OFFSET8) * x, and the kernel moves the offset into the zero point. */
+#if defined(LOOM_VARIANT_AVX2) || defined(LOOM_VARIANT_AVX512) || defined(LOOM_VARIANT_AVX512BF16)
+typedef __m256i vq;
+typedef __m256i vacc;
+typedef __m256 vaccf;
+/* the block's 16 bytes in both halves, the upper half shifted down a nibble: low nibbles are
+ * columns 0-15, high ones 16-31 */
+static inline vq vq_nib(const uint8_t *p) {
+    __m256i b = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)p));
+    return _mm256_and_si256(_mm256_srlv_epi64(b, _mm256_set_epi64x(4, 4, 0, 0)), _mm256_set1_epi8(15));
+}
+static inline vacc vacc_zero(void) { return _mm256_setzero_si256(); }
+static inline vaccf vaccf_zero(void) { return _mm256_setzero_ps(); }
+static inline vaccf vaccf_fma(vacc i, float d, vaccf a) {
+    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(i), _mm256_set1_ps(d), a);
+}
+static inline vaccf vaccf_axpy(float s, vaccf x, vaccf a) { return _mm256_fmadd_ps(x, _mm256_set1_ps(s), a); }
+static inline float vaccf_hsum(vaccf a) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+}
+#if defined(LOOM_VARIANT_AVX512BF16)
+/* AVX512-VNNI: four u8 x s8 products summed into each int32 lane, no intermediate to overflow */
+#define Q8_OFFSET8 0
+static inline vq vq_prep8(const uint8_t *p) { return _mm256_loadu_si256((const __m256i *)p); }
+static inline vacc vacc_dot4(vacc a, vq w, const int8_t *x) {
+    return _mm256_dpbusd_epi32(a, w, _mm256_loadu_si256((const __m256i *)x));
+}
+static inline vacc vacc_dot8(vacc a, vq w, const int8_t *x) { return vacc_dot4(a, w, x); }
+#else
+/* AVX2's vpmaddubsw sums two u8 x s8 products into int16: exact for 4-bit codes (2 * 15 * 127),
+ * not for 8-bit ones, which are made signed and multiplied as |w| times x with w's sign */
+#define Q8_OFFSET8 128
+static inline vq vq_prep8(const uint8_t *p) {
+    return _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)p), _mm256_set1_epi8((char)0x80));
+}
+static inline vacc vacc_dot4(vacc a, vq w, const int8_t *x) {
+    __m256i p = _mm256_maddubs_epi16(w, _mm256_loadu_si256((const __m256i *)x));
+    return _mm256_add_epi32(a, _mm256_madd_epi16(p, _mm256_set1_epi16(1)));
+}
+static inline vacc vacc_dot8(vacc a, vq w, const int8_t *x) {
+    __m256i p = _mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)x), w));
+    return _mm256_add_epi32(a, _mm256_madd_epi16(p, _mm256_set1_epi16(1)));
+}
+#endif
+
+#elif defined(LOOM_VARIANT_NEON)
+/* widening s8 x s8 multiplies, two products per int16 lane, pairwise added into int32 */
+#define Q8_OFFSET8 128
+typedef struct vq {
+    int8x16_t lo, hi;
+} vq;
+typedef int32x4_t vacc;
+typedef float32x4_t vaccf;
+static inline vq vq_nib(const uint8_t *p) {
+    uint8x16_t b = vld1q_u8(p);
+    return (vq){vreinterpretq_s8_u8(vandq_u8(b, vdupq_n_u8(15))), vreinterpretq_s8_u8(vshrq_n_u8(b, 4))};
+}
+static inline vq vq_prep8(const uint8_t *p) {
+    uint8x16_t m = vdupq_n_u8(0x80);
+    return (vq){vreinterpretq_s8_u8(veorq_u8(vld1q_u8(p), m)), vreinterpretq_s8_u8(veorq_u8(vld1q_u8(p + 16), m))};
+}
+static inline vacc vacc_zero(void) { return vdupq_n_s32(0); }
+static inline vaccf vaccf_zero(void) { return vdupq_n_f32(0); }
+static inline vacc vacc_dot16(vacc a, int8x16_t w, const int8_t *x) {
+    int8x16_t xv = vld1q_s8(x);
+    int16x8_t p = vmull_s8(vget_low_s8(w), vget_low_s8(xv));
+    return vpadalq_s16(a, vmlal_s8(p, vget_high_s8(w), vget_high_s8(xv)));
+}
+static inline vacc vacc_dot4(vacc a, vq w, const int8_t *x) { return vacc_dot16(vacc_dot16(a, w.lo, x), w.hi, x + 16); }
+static inline vacc vacc_dot8(vacc a, vq w, const int8_t *x) { return vacc_dot4(a, w, x); }
+static inline vaccf vaccf_fma(vacc i, float d, vaccf a) { return vfmaq_n_f32(a, vcvtq_f32_s32(i), d); }
+static inline vaccf vaccf_axpy(float s, vaccf x, vaccf a) { return vfmaq_n_f32(a, x, s); }
+static inline float vaccf_hsum(vaccf a) { return vaddvq_f32(a); }
+
+#else /* generic: the same sums, one code at a time */
+#define Q8_OFFSET8 0
+typedef struct vq {
+    uint8_t c[32];
+} vq;
+typedef int32_t vacc;
+typedef float vaccf;
+static inline vq vq_nib(const uint8_t *p) {
+    vq w;
+    for (int j = 0; j < 16; j++) w.c[j] = p[j] & 15, w.c[j + 16] = p[j] >> 4;
+    return w;
+}
+static inline vq vq_prep8(const uint8_t *p) {
+    vq w;
+    memcpy(w.c, p, 32);
+    return w;
+}
+static inline vacc vacc_zero(void) { return 0; }
+static inline vaccf vaccf_zero(void) { return 0; }
+static inline vacc vacc_dot4(vacc a, vq w, const int8_t *x) {
+    for (int j = 0; j < 32; j++) a += w.c[j] * x[j];
+    return a;
+}
+static inline vacc vacc_dot8(vacc a, vq w, const int8_t *x) { return vacc_dot4(a, w, x); }
+static inline vaccf vaccf_fma(vacc i, float d, vaccf a) { return (float)i * d + a; }
+static inline vaccf vaccf_axpy(float s, vaccf x, vaccf a) { return x * s + a; }
+static inline float vaccf_hsum(vaccf a) { return a; }
+#endif
+
+/* bf16 dot products, fp32 accumulation: a += x . w over VL pairs of bf16 values (2 * VL of each) */
+#if defined(LOOM_VARIANT_AVX512BF16)
+#define HAS_BF16_DOT 1
+static inline vf vdot_bf16(vf a, const uint16_t *x, const uint16_t *w) {
+    return _mm512_dpbf16_ps(a, (__m512bh)_mm512_loadu_si512(x), (__m512bh)_mm512_loadu_si512(w));
+}
+#else
+#define HAS_BF16_DOT 0
 #endif
 
 /* The last partial vector of a row: n < VL floats, the other lanes `fill`; stored back the same

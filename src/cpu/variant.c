@@ -4,6 +4,7 @@
  * at start-up. Every loop takes whole vectors and then one partial vector (simd.h's *_part),
  * so a kernel has a single code path for every length. */
 #include <stdbool.h>
+#include <string.h>
 
 #include "cpu/cpu.h"
 #include "cpu/simd.h"
@@ -140,6 +141,98 @@ static void dequant_q(const uint8_t *w, const qlayout *q, const float *sz, float
     }
 }
 
+/* dot_q_row on int8 activations (cpu.h's q8row): each block's integer sums are scaled into
+ * fp32 by the activation scale when that scale or the group ends, and the group's sum by the
+ * group's scale when it ends; the zero point (less the variant's 8-bit offset) is applied once
+ * per group through the row's group sum. Every row keeps its own accumulators, so a row's
+ * result is the same whatever rows share the call: prefill and decode agree bit for bit. */
+static inline __attribute__((always_inline)) void dot_q8_row(const q8row *x, int nr, const uint8_t *w, int bits,
+                                                             const qlayout *q, const float *sz, float y[4]) {
+    const int block_bytes = bits * QBLOCK / 8;
+    vaccf a[4];
+    float zero_term[4] = {0, 0, 0, 0};
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; r++) a[r] = vaccf_zero();
+    for (int g = 0, c = 0; g < q->n_groups; g++) {
+        float s = sz[2 * g], z = sz[2 * g + 1] - (bits == 8 ? Q8_OFFSET8 : 0);
+        int end = q->group_end[g];
+        vacc i[4];
+        vaccf ga[4];
+#pragma GCC unroll 4
+        for (int r = 0; r < 4; r++) i[r] = vacc_zero(), ga[r] = vaccf_zero();
+        for (; c < end; c += QBLOCK) {
+            const uint8_t *blk = w + c / QBLOCK * block_bytes;
+            vq wv = bits == 4 ? vq_nib(blk) : vq_prep8(blk);
+#pragma GCC unroll 4
+            for (int r = 0; r < nr; r++)
+                i[r] = bits == 4 ? vacc_dot4(i[r], wv, x[r].q + c) : vacc_dot8(i[r], wv, x[r].q + c);
+            if ((c + QBLOCK) % QACT == 0 || c + QBLOCK == end)
+#pragma GCC unroll 4
+                for (int r = 0; r < nr; r++) {
+                    ga[r] = vaccf_fma(i[r], x[r].d[c / QACT], ga[r]);
+                    i[r] = vacc_zero();
+                }
+        }
+#pragma GCC unroll 4
+        for (int r = 0; r < nr; r++) {
+            a[r] = vaccf_axpy(s, ga[r], a[r]);
+            zero_term[r] += s * z * x[r].gsum[g];
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < nr; r++) y[r] = vaccf_hsum(a[r]) - zero_term[r];
+}
+
+static void dot_q8(const q8row *x, int nr, const uint8_t *w, const qlayout *q, const float *sz, float y[4]) {
+#define DOT_Q8_NR(bits)                                                                                                \
+    switch (nr) {                                                                                                      \
+    case 1: dot_q8_row(x, 1, w, bits, q, sz, y); break;                                                                \
+    case 2: dot_q8_row(x, 2, w, bits, q, sz, y); break;                                                                \
+    case 3: dot_q8_row(x, 3, w, bits, q, sz, y); break;                                                                \
+    default: dot_q8_row(x, 4, w, bits, q, sz, y); break;                                                               \
+    }
+    if (q->bits == 4) DOT_Q8_NR(4)
+    else DOT_Q8_NR(8)
+#undef DOT_Q8_NR
+}
+
+#if HAS_BF16_DOT
+/* One bf16 weight row against nr (1 to 4) rows of bf16 activations, two accumulators per row
+ * (VL pairs per product); the tail past the last whole product is zero-padded. */
+static inline __attribute__((always_inline)) void dot_bf16x_rows(const uint16_t *const *x, int nr, const uint16_t *w,
+                                                                 int k, float y[4]) {
+    vf a[4][2];
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; r++) a[r][0] = a[r][1] = vset1(0.0f);
+    int k2 = k / (4 * VL) * (4 * VL);
+    for (int i = 0; i < k2; i += 4 * VL)
+#pragma GCC unroll 2
+        for (int u = 0; u < 2; u++)
+#pragma GCC unroll 4
+            for (int r = 0; r < nr; r++) a[r][u] = vdot_bf16(a[r][u], x[r] + i + u * 2 * VL, w + i + u * 2 * VL);
+    if (k2 < k) {
+        uint16_t wt[4 * VL] = {0}, xt[4][4 * VL] = {{0}};
+        memcpy(wt, w + k2, (size_t)(k - k2) * sizeof *wt);
+        for (int r = 0; r < nr; r++) memcpy(xt[r], x[r] + k2, (size_t)(k - k2) * sizeof *wt);
+#pragma GCC unroll 2
+        for (int u = 0; u < 2; u++)
+#pragma GCC unroll 4
+            for (int r = 0; r < nr; r++) a[r][u] = vdot_bf16(a[r][u], xt[r] + u * 2 * VL, wt + u * 2 * VL);
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < nr; r++) y[r] = vhsum(vadd(a[r][0], a[r][1]));
+}
+
+static void dot_bf16x(const uint16_t *const *x, int nr, const uint16_t *w, int k, float y[4]) {
+    switch (nr) {
+    case 1: dot_bf16x_rows(x, 1, w, k, y); break;
+    case 2: dot_bf16x_rows(x, 2, w, k, y); break;
+    case 3: dot_bf16x_rows(x, 3, w, k, y); break;
+    default: dot_bf16x_rows(x, 4, w, k, y); break;
+    }
+}
+#endif
+
 static void widen_bf16(const uint16_t *src, float *dst, int n) {
     for (int i = 0; i < n; i += VL) {
         if (n - i >= VL) vstore(dst + i, vload_bf16(src + i));
@@ -226,6 +319,10 @@ const cpu_kernels TABLE = {
     .widen_bf16 = widen_bf16,
     .dot_q = dot_q,
     .dequant_q = dequant_q,
+    .dot_q8 = dot_q8,
+#if HAS_BF16_DOT
+    .dot_bf16x = dot_bf16x,
+#endif
     .sum_squares = sum_squares,
     .scale_mul = scale_mul,
     .rope = rope,

@@ -30,6 +30,9 @@ int kernel_scratch_check(loom_err *err);
 
 /* y[m, n] = x[m, k] @ w[n, k]^T, row-major with leading dimensions (gemm.c). */
 void gemm_f32(int m, int n, int k, const float *x, size_t ldx, const float *w, size_t ldw, float *y, size_t ldy);
+/* The same on bf16 x (contiguous: ld k, 64-byte aligned) and bf16 w, accumulated in fp32;
+ * false, y untouched, where this build or CPU has no bf16 GEMM. */
+bool gemm_bf16(int m, int n, int k, const uint16_t *x, const uint16_t *w, size_t ldw, float *y, size_t ldy);
 
 /* y[m, 0:W.rows] = x[m, 0:W.cols] @ W^T (+ bias). The m rows may be one block of a product
  * of pass_rows rows: the kernel (streaming or sgemm) is chosen by pass_rows, so every block of

@@ -1,14 +1,28 @@
-/* Linear layers y = x W^T. Many rows (prefill) are compute bound: f32 weights go straight to
+/* Linear layers y = x W^T, in the precision the matrix's `act` asks (tensor/tensor.h).
+ *
+ * Exact (fp32 activations): many rows (prefill) are compute bound: f32 weights go straight to
  * the GEMM (gemm.c); bf16 and quantized weights are widened (dequantized) panel by panel into
  * a scratch buffer for it, the conversion amortised over the rows. Few rows (decode) are memory
  * bound: a fused kernel streams each weight row once, widening in registers, so bf16 moves
- * half the bytes of f32 and 4-bit weights an eighth. A quantized matrix's columns may be in a
- * packed order (quant/quant.h); the input is then gathered into that order first. */
+ * half the bytes of f32 and 4-bit weights an eighth.
+ *
+ * Reduced: bf16 weights take input rows rounded to bf16, through oneDNN's bf16 GEMM for many
+ * rows and the variant's bf16 dot product for few. Quantized weights take input rows quantized
+ * to int8 per QACT columns, through the variant's integer dot product for any number of rows:
+ * panels of weight rows small enough for the cache each meet every input row, four at a time.
+ * Both quantize each row on its own, so a row's result never depends on which rows share its
+ * pass or its rank.
+ *
+ * A quantized matrix's columns may be in a packed order (quant/quant.h); the input is then
+ * gathered into that order first. */
+#include <float.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cpu/cpu.h"
 #include "kernels/kernels.h"
+#include "tensor/half.h"
 #include "tensor/tensor.h"
 #include "util/alloc.h"
 
@@ -86,10 +100,118 @@ static void linear_panels(const float *x, size_t ldx, int m, int chunk, const wm
     }
 }
 
+/* Rows of input each kernel call takes at once (cpu.h's dot_q8 and dot_bf16x), and the weight
+ * rows of a panel that meets all of them while it stays in the cache: 32 rows of 4096 4-bit
+ * columns are 64 KiB. */
+#define TILE_ROWS  4
+#define PANEL_ROWS 32
+
+/* x (kp packed columns) as int8 codes q with one scale per QACT columns, d = max|x| / 127 and
+ * q = x / d rounded to nearest even (so |q| <= 127 and q d is within d / 2 of x), and gsum[g]
+ * = the sum of q d over group g's columns, each block's integer sum times its scale. A block
+ * holding a NaN or an infinity gets codes 0 and a scale that is not finite, so the products
+ * it enters are NaN, as an exact product would be. */
+static void quantize_row(const float *x, const qlayout *ql, int8_t *q, float *d, float *gsum) {
+    const float round = 12582912.0f; /* 1.5 * 2^23: adding and subtracting it rounds to nearest even */
+    for (int b = 0; b * QACT < ql->kp; b++) {
+        int c0 = b * QACT, n = ql->kp - c0 < QACT ? ql->kp - c0 : QACT;
+        float amax = 0;
+        bool finite = true;
+        for (int c = 0; c < n; c++) {
+            float a = fabsf(x[c0 + c]);
+            finite &= a <= FLT_MAX; /* false for a NaN too */
+            amax = a > amax ? a : amax;
+        }
+        d[b] = finite ? amax / 127 : NAN;
+        float inv = finite && amax > 0 ? 127 / amax : 0;
+        for (int c = 0; c < n; c++) q[c0 + c] = finite ? (int8_t)((x[c0 + c] * inv + round) - round) : 0;
+    }
+    for (int g = 0, c = 0; g < ql->n_groups; g++) {
+        gsum[g] = 0;
+        while (c < ql->group_end[g]) { /* the group's columns in each scale block they cross */
+            int b = c / QACT, end = (b + 1) * QACT < ql->group_end[g] ? (b + 1) * QACT : ql->group_end[g], sum = 0;
+            for (; c < end; c++) sum += q[c];
+            gsum[g] += (float)sum * d[b];
+        }
+    }
+}
+
+/* y = x W^T for a quantized W on int8 activations. */
+static void linear_q8(const float *x, size_t ldx, int m, const wmat *w, float *y, size_t ldy) {
+    static _Thread_local fbuf codes_buf, scales_buf;
+    const qlayout *ql = w->q;
+    int kp = ql->kp, n_scales = (kp + QACT - 1) / QACT, per_row = n_scales + ql->n_groups;
+    if (!(x = packed_input(x, &ldx, m, w))) return;
+    int8_t *codes = (int8_t *)fbuf_get(&codes_buf, ((size_t)m * kp + 3) / 4);
+    float *scales = fbuf_get(&scales_buf, (size_t)m * per_row);
+    if (!codes || !scales) return;
+#pragma omp parallel for schedule(static)
+    for (int r = 0; r < m; r++)
+        quantize_row(x + (size_t)r * ldx, ql, codes + (size_t)r * kp, scales + (size_t)r * per_row,
+                     scales + (size_t)r * per_row + n_scales);
+    const cpu_kernels *k = cpu();
+    int panels = (w->rows + PANEL_ROWS - 1) / PANEL_ROWS;
+#pragma omp parallel for schedule(static)
+    for (int p = 0; p < panels; p++) {
+        int n1 = (p + 1) * PANEL_ROWS < w->rows ? (p + 1) * PANEL_ROWS : w->rows;
+        for (int r = 0; r < m; r += TILE_ROWS) {
+            int nr = m - r < TILE_ROWS ? m - r : TILE_ROWS;
+            q8row xr[TILE_ROWS];
+            for (int i = 0; i < nr; i++) {
+                const float *sc = scales + (size_t)(r + i) * per_row;
+                xr[i] = (q8row){codes + (size_t)(r + i) * kp, sc, sc + n_scales};
+            }
+            for (int n = p * PANEL_ROWS; n < n1; n++) {
+                float acc[TILE_ROWS];
+                k->dot_q8(xr, nr, (const uint8_t *)w->data + (size_t)n * w->ld, ql,
+                          ql->sz + (size_t)n * ql->n_groups * 2, acc);
+                for (int i = 0; i < nr; i++) y[(size_t)(r + i) * ldy + n] = acc[i];
+            }
+        }
+    }
+}
+
+/* y = x W^T for a bf16 W on bf16 activations: the GEMM per chunk of rows for a long pass, the
+ * dot product for a short one (or where the GEMM cannot run). */
+static void linear_bf16x(const float *x, size_t ldx, int m, int chunk, int pass_rows, const wmat *w, float *y,
+                         size_t ldy) {
+    static _Thread_local fbuf rounded;
+    int cols = w->cols;
+    uint16_t *xb = (uint16_t *)fbuf_get(&rounded, ((size_t)m * cols + 1) / 2);
+    if (!xb) return;
+#pragma omp parallel for schedule(static)
+    for (int r = 0; r < m; r++)
+        for (int c = 0; c < cols; c++) xb[(size_t)r * cols + c] = f32_to_bf16(x[(size_t)r * ldx + c]);
+    const uint16_t *wd = w->data;
+    bool done = pass_rows > FEW_ROWS;
+    for (int r0 = 0; done && r0 < m; r0 += chunk)
+        done = gemm_bf16(m - r0 < chunk ? m - r0 : chunk, w->rows, cols, xb + (size_t)r0 * cols, wd, w->ld,
+                         y + (size_t)r0 * ldy, ldy);
+    if (done) return;
+    const cpu_kernels *k = cpu();
+#pragma omp parallel for schedule(static)
+    for (int p = 0; p < (w->rows + PANEL_ROWS - 1) / PANEL_ROWS; p++) {
+        int n1 = (p + 1) * PANEL_ROWS < w->rows ? (p + 1) * PANEL_ROWS : w->rows;
+        for (int r = 0; r < m; r += TILE_ROWS) {
+            int nr = m - r < TILE_ROWS ? m - r : TILE_ROWS;
+            const uint16_t *xr[TILE_ROWS];
+            for (int i = 0; i < nr; i++) xr[i] = xb + (size_t)(r + i) * cols;
+            for (int n = p * PANEL_ROWS; n < n1; n++) {
+                float acc[TILE_ROWS];
+                k->dot_bf16x(xr, nr, wd + (size_t)n * w->ld, cols, acc);
+                for (int i = 0; i < nr; i++) y[(size_t)(r + i) * ldy + n] = acc[i];
+            }
+        }
+    }
+}
+
 void linear_chunked(const float *x, size_t ldx, int m, int chunk, int pass_rows, const wmat *w, const float *bias,
                     float *y, size_t ldy) {
     if (m <= 0) return;
-    if (pass_rows <= FEW_ROWS) /* rows are independent here: chunks change nothing */
+    if (w->act == WACT_INT8 && w->q) linear_q8(x, ldx, m, w, y, ldy);
+    else if (w->act == WACT_BF16 && w->dt == DT_BF16 && cpu()->dot_bf16x)
+        linear_bf16x(x, ldx, m, chunk, pass_rows, w, y, ldy);
+    else if (pass_rows <= FEW_ROWS) /* rows are independent here: chunks change nothing */
         linear_few(x, ldx, m, w, y, ldy);
     else if (w->dt == DT_F32 && !w->q)
         for (int r0 = 0; r0 < m; r0 += chunk)
@@ -106,6 +228,8 @@ void linear(const float *x, size_t ldx, int m, int pass_rows, const wmat *w, con
 /* Through the product with an identity, so every weight format comes out widened exactly as the
  * kernels widen it. */
 int linear_transpose(const wmat *w, float *t) {
+    wmat exact = *w;
+    exact.act = WACT_F32; /* the identity's rows must not be rounded */
     int n = w->cols;
     loom_err why;
     float *eye = t ? mem_zalloc((size_t)n * n, sizeof *eye, "the identity of a transpose", &why) : NULL;
@@ -114,7 +238,7 @@ int linear_transpose(const wmat *w, float *t) {
         return -1;
     }
     for (int i = 0; i < n; i++) eye[(size_t)i * n + i] = 1;
-    linear(eye, n, n, n, w, NULL, t, w->rows);
+    linear(eye, n, n, n, &exact, NULL, t, w->rows);
     free(eye);
     return 0;
 }

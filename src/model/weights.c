@@ -295,8 +295,8 @@ static int fetch(weight_store *w, const char *name, int ndim, const int *shape, 
     size_t ld = cols ? (size_t)cols : 1, es = dtype_size(t->dtype);
     const uint8_t *src = (const uint8_t *)t->data + ((size_t)r0 * ld + c0) * es;
     /* Use the mapping in place when the kernels can read it as is. */
-    bool in_place = (t->dtype == DT_F32 && !keep_bf16 && aligned(src, 4)) ||
-                    (t->dtype == DT_BF16 && !as_f32 && w->keep != WDT_F32 && aligned(src, 2));
+    bool in_place =
+        (t->dtype == DT_F32 && !keep_bf16 && aligned(src, 4)) || (t->dtype == DT_BF16 && !as_f32 && aligned(src, 2));
     if (in_place) {
         out->dt = t->dtype;
         out->ld = ld;

@@ -6,7 +6,7 @@
 #define LOOM_MODEL_WEIGHTS_H
 #include "model/safetensors.h"
 
-enum weight_dtype { WDT_AUTO, WDT_F32, WDT_BF16 }; /* what float linears are kept in */
+enum weight_dtype { WDT_AUTO, WDT_BF16 }; /* what float linears are kept in: as stored, or bf16 */
 
 /* What linears are quantized to at load (--quantization; quant/quant.h). */
 typedef struct quant_scheme {
@@ -32,6 +32,7 @@ typedef struct weight_store {
     bool dummy;
     uint64_t seed;
     enum weight_dtype keep;
+    bool exact; /* --dtype float32: every linear computes on fp32 activations (runtime/bind.c) */
     quant_scheme quant;
     struct dummy_entry *dummies; /* generated tensors, so a tied table is made once */
     int n_dummies;

@@ -13,7 +13,16 @@
 #include "util/alloc.h"
 #include "util/err.h"
 
-static int read_weight(const plan *p, weight_store *ws, const weight_ref *r, wmat *out, loom_err *err) {
+/* The precision a linear computes in (tensor/tensor.h's wmat.act): reduced where its weights
+ * are (bf16 or quantized) unless --dtype float32 asked for exact, except for the router and
+ * the LM head (replicated and vocabulary-parallel linears), whose outputs are the routing
+ * scores and the logits. */
+static enum wact act_for(const weight_store *ws, const weight_ref *r, const wmat *w) {
+    if (ws->exact || (r->style != PAR_COLUMN && r->style != PAR_ROW)) return WACT_F32;
+    return w->q ? WACT_INT8 : w->dt == DT_BF16 ? WACT_BF16 : WACT_F32;
+}
+
+static int read_tensor(const plan *p, weight_store *ws, const weight_ref *r, wmat *out, loom_err *err) {
     if (r->kind == WEIGHT_F32)
         return weights_get(ws, r->name, r->shape[0], r->cols, r->r0, r->nr, r->c0, r->nc, true, r->init, out, err);
     const quant_config *cq = p->o.checkpoint;
@@ -27,6 +36,12 @@ static int read_weight(const plan *p, weight_store *ws, const weight_ref *r, wma
         return weights_get(ws, r->name, r->shape[0], r->cols, r->r0, r->nr, r->c0, r->nc, false, r->init, out, err);
     return weights_get_expert(ws, r->name, r->shape[0], r->r0 / r->shape[1], r->shape[1], r->cols, r->r0 % r->shape[1],
                               r->nr, r->c0, r->nc, r->init, out, err);
+}
+
+static int read_weight(const plan *p, weight_store *ws, const weight_ref *r, wmat *out, loom_err *err) {
+    if (read_tensor(p, ws, r, out, err)) return -1;
+    if (r->kind == WEIGHT_LINEAR) out->act = act_for(ws, r, out);
+    return 0;
 }
 
 /* An f32 vector's data (a WEIGHT_F32 reference), or NULL for a step that names none. */
@@ -72,7 +87,7 @@ static int bind_step(const plan *p, plan_step *s, weight_store *ws, loom_err *er
         int kv_lora = s->attn.mla.kv_lora, cols = s->w[0].rows;
         float *t = weights_buffer(ws, (size_t)kv_lora * cols * sizeof *t, "kv_b_proj's transpose", err);
         if (!t || linear_transpose(&s->w[0], t)) return t ? kernel_scratch_check(err) : -1;
-        s->w[1] = (wmat){DT_F32, kv_lora, cols, cols, t, NULL};
+        s->w[1] = (wmat){DT_F32, kv_lora, cols, cols, t, NULL, WACT_F32};
     }
     return 0;
 }

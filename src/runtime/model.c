@@ -14,17 +14,19 @@
 #include "util/alloc.h"
 #include "util/err.h"
 
-static enum weight_dtype parse_dtype(const char *want, const char *stored, bool dummy, loom_err *err, int *rc) {
-    *rc = 0;
-    if (!want || !strcmp(want, "auto")) {
-        /* dummy weights are made in the dtype the checkpoint would have been stored in */
-        if (dummy) return (!strcmp(stored, "bfloat16") || !strcmp(stored, "float16")) ? WDT_BF16 : WDT_F32;
-        return WDT_AUTO;
-    }
-    if (!strcmp(want, "float32") || !strcmp(want, "f32")) return WDT_F32;
-    if (!strcmp(want, "bfloat16") || !strcmp(want, "bf16")) return WDT_BF16;
-    *rc = loom_errf(err, "--dtype: unknown '%s' (auto, float32, bfloat16)", want);
-    return WDT_AUTO;
+/* --dtype, as vLLM's: the precision linears compute in (weights_store's keep and exact).
+ * auto: as the weights are stored, so bf16 and quantized weights compute in reduced precision;
+ * float32: every linear exact in fp32 on the weights as stored; bfloat16: float weights kept
+ * (rounded) in bf16 and computed so. */
+static int parse_dtype(weight_store *ws, const char *want, const char *stored, bool dummy, loom_err *err) {
+    bool as_stored = !want || !strcmp(want, "auto") || !strcmp(want, "float32") || !strcmp(want, "f32");
+    if (!as_stored && strcmp(want, "bfloat16") && strcmp(want, "bf16"))
+        return loom_errf(err, "--dtype: unknown '%s' (auto, float32, bfloat16)", want);
+    ws->exact = want && (!strcmp(want, "float32") || !strcmp(want, "f32"));
+    /* dummy weights are made in the dtype the checkpoint would have been stored in */
+    bool stored_16 = !strcmp(stored, "bfloat16") || !strcmp(stored, "float16");
+    ws->keep = !as_stored || (dummy && stored_16) ? WDT_BF16 : WDT_AUTO;
+    return 0;
 }
 
 static int open_sources(loom_model *m, const loom_model_options *o, loom_err *err) {
@@ -97,9 +99,8 @@ loom_model *loom_model_load(const loom_model_options *o, loom_err *err) {
     if (cpu_init(err)) return NULL;
     loom_model *m = mem_zalloc(1, sizeof *m, "a model", err);
     if (!m) return NULL;
-    int rc;
     if (open_sources(m, o, err) == 0) {
-        m->ws.keep = parse_dtype(o->dtype, m->cfg.dtype, o->dummy, err, &rc);
+        int rc = parse_dtype(&m->ws, o->dtype, m->cfg.dtype, o->dummy, err);
         m->progress = o->progress;
         if (rc == 0) rc = quant_scheme_parse(&m->ws.quant, o->quantization, o->quant_group, o->quantize_lm_head, err);
         if (rc == 0) rc = checkpoint_quantization(m, o->dummy, err);

@@ -32,14 +32,19 @@ typedef struct qlayout {
     const float *sz;          /* [rows][n_groups][2]: scale, zero point */
 } qlayout;
 
+/* What a linear's input rows are rounded to before the product (--dtype): nothing (exact fp32),
+ * bf16 for bf16 weights, int8 codes with fp32 scales for quantized ones. */
+enum wact { WACT_F32, WACT_BF16, WACT_INT8 };
+
 /* A row-major [rows, cols] matrix with leading dimension ld (elements), f32 or bf16; or, when
- * q is set, quantized: dt DT_U8, ld bytes per packed row, q the layout. */
+ * q is set, quantized: dt DT_U8, ld bytes per packed row, q the layout. act: how it computes. */
 typedef struct wmat {
     enum dtype dt;
     int rows, cols;
     size_t ld;
     const void *data;
     const qlayout *q;
+    enum wact act;
 } wmat;
 
 #endif
