@@ -22,6 +22,12 @@
     "gptq_llama", "gptq_qwen2", "gptq_mixtral", "awq_llama", "awq_qwen2", "awq_mixtral", "ct_llama", "ct_qwen2",       \
         "ct_mixtral"
 
+/* The float golden models of every architecture the parallel tests run (test_golden adds its
+ * expert-parallel ones). */
+#define ARCH_CASES                                                                                                     \
+    "llama", "llama_tied", "mistral", "qwen2", "qwen3", "granite", "llama_bf16", "llama_tp3", "llama_f16",             \
+        "llama_bias", "olmoe", "mixtral", "qwen2_moe", "qwen3_moe", "granitemoe", "deepseek_v2", "deepseek_v3"
+
 typedef struct golden {
     st_file f;
     int n[2], prefill[2], decode_steps, vocab;
@@ -67,7 +73,11 @@ static inline int golden_open(golden *g, const char *name, const char *logits_pr
         const st_tensor *ids = st_find(&g->f, key);
         snprintf(key, sizeof key, "%s_%d", logits_prefix, s);
         const st_tensor *lg = st_find(&g->f, key);
-        if (!ids || !lg || ids->dtype != DT_I64 || lg->dtype != DT_F32 || lg->ndim != 2) return -1;
+        if (!ids || !lg || ids->dtype != DT_I64 || lg->dtype != DT_F32 || lg->ndim != 2) {
+            if (s) free(g->ids[0]);
+            st_close(&g->f);
+            return -1;
+        }
         g->n[s] = (int)ids->shape[0];
         g->vocab = (int)lg->shape[1];
         g->ids[s] = malloc(g->n[s] * sizeof(int32_t));

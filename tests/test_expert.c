@@ -25,7 +25,7 @@
  * ways; one again with --dtype auto, int8 activations, golden_util.h) */
 static const char *cases[] = {"olmoe",       "mixtral",     "qwen2_moe",   "qwen3_moe",
                               "granitemoe",  "deepseek_v2", "deepseek_v3", "deepseek_v3_skewed",
-                              "awq_mixtral", "ct_mixtral",  "mixtral_ep3", "awq_mixtral" REDUCED};
+                              "awq_mixtral", "ct_mixtral",  "mixtral_ep3", "awq_mixtral@auto"};
 
 typedef enum mode { MODE_EP, MODE_SP, MODE_ASYNC, MODE_THRESHOLD, N_MODES } mode;
 static const char *mode_names[] = {"EP", "EP+SP", "EP+async TP", "EP+SP above 4 tokens"};
@@ -141,7 +141,7 @@ static void check_mpi_matches_shm(const char *name, int md, const golden *g, con
  * with latent attention and shared experts. */
 static bool over_mpi(const char *name) {
     return !strcmp(name, "olmoe") || !strcmp(name, "qwen2_moe") || !strcmp(name, "deepseek_v3") ||
-           !strcmp(name, "awq_mixtral" REDUCED);
+           !strcmp(name, "awq_mixtral@auto");
 }
 
 /* Rows received per rank, in the MoE layers that ran (a layer whose ranks all got nothing did

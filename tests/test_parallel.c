@@ -15,27 +15,7 @@
 #define ATOL 1e-4
 
 /* (the last three again with --dtype auto: bf16 and int8 activations, golden_util.h) */
-static const char *cases[] = {"llama",
-                              "llama_tied",
-                              "mistral",
-                              "qwen2",
-                              "qwen3",
-                              "granite",
-                              "llama_bf16",
-                              "llama_tp3",
-                              "llama_f16",
-                              "llama_bias",
-                              "olmoe",
-                              "mixtral",
-                              "qwen2_moe",
-                              "qwen3_moe",
-                              "granitemoe",
-                              "deepseek_v2",
-                              "deepseek_v3",
-                              QUANTIZED_CASES,
-                              "llama_bf16" REDUCED,
-                              "gptq_llama" REDUCED,
-                              "awq_mixtral" REDUCED};
+static const char *cases[] = {ARCH_CASES, QUANTIZED_CASES, "llama_bf16@auto", "gptq_llama@auto", "awq_mixtral@auto"};
 
 typedef enum mode { MODE_TP, MODE_SP, MODE_ASYNC, MODE_ASYNC_THRESHOLD } mode;
 static const char *mode_names[] = {"TP", "SP", "async TP", "async TP above 4 tokens"};
@@ -222,8 +202,8 @@ static void check_mpi_matches_shm(const char *name, mode md, const golden *g, co
 /* The cases also run over MPI at tp=2 (a dense, a biased, two mixtures, latent attention, two
  * quantized). */
 static bool over_mpi(const char *name) {
-    static const char *names[] = {"llama",      "qwen2",      "llama_bias",        "olmoe", "qwen2_moe", "deepseek_v3",
-                                  "gptq_llama", "ct_mixtral", "gptq_llama" REDUCED};
+    static const char *names[] = {"llama",       "qwen2",      "llama_bias", "olmoe",          "qwen2_moe",
+                                  "deepseek_v3", "gptq_llama", "ct_mixtral", "gptq_llama@auto"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (!strcmp(name, names[i])) return true;
     return false;
@@ -329,13 +309,9 @@ int main(int argc, char **argv) {
     static const struct {
         const char *name, *q;
         int group, tp;
-    } qcases[] = {{"qwen2", "int8", 0, 2},
-                  {"llama_tp3", "int4", 32, 3},
-                  {"olmoe", "int8", 0, 2},
-                  {"qwen2_moe", "int8", 0, 2},
-                  {"qwen2" REDUCED, "int8", 0, 2},
-                  {"llama_tp3" REDUCED, "int4", 32, 3},
-                  {"qwen2_moe" REDUCED, "int8", 0, 2}};
+    } qcases[] = {{"qwen2", "int8", 0, 2},         {"llama_tp3", "int4", 32, 3}, {"olmoe", "int8", 0, 2},
+                  {"qwen2_moe", "int8", 0, 2},     {"qwen2@auto", "int8", 0, 2}, {"llama_tp3@auto", "int4", 32, 3},
+                  {"qwen2_moe@auto", "int8", 0, 2}};
     for (size_t c = 0; c < sizeof qcases / sizeof qcases[0]; c++) {
         golden qg;
         if (golden_open(&qg, qcases[c].name, "logits")) continue;

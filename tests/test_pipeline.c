@@ -15,26 +15,7 @@
 #define ATOL 1e-4
 
 /* (the last two again with --dtype auto: bf16 and int8 activations, golden_util.h) */
-static const char *cases[] = {"llama",
-                              "llama_tied",
-                              "mistral",
-                              "qwen2",
-                              "qwen3",
-                              "granite",
-                              "llama_bf16",
-                              "llama_tp3",
-                              "llama_f16",
-                              "llama_bias",
-                              "olmoe",
-                              "mixtral",
-                              "qwen2_moe",
-                              "qwen3_moe",
-                              "granitemoe",
-                              "deepseek_v2",
-                              "deepseek_v3",
-                              QUANTIZED_CASES,
-                              "llama_bf16" REDUCED,
-                              "gptq_llama" REDUCED};
+static const char *cases[] = {ARCH_CASES, QUANTIZED_CASES, "llama_bf16@auto", "gptq_llama@auto"};
 
 typedef enum mode { MODE_TP, MODE_SP, MODE_ASYNC } mode;
 static const char *mode_names[] = {"TP", "SP", "async TP"};
@@ -106,7 +87,7 @@ static void check_mpi_matches_shm(const char *name, int tp, mode md, const golde
 
 static bool over_mpi(const char *name) {
     return !strcmp(name, "llama") || !strcmp(name, "qwen2_moe") || !strcmp(name, "deepseek_v3") ||
-           !strcmp(name, "gptq_llama" REDUCED);
+           !strcmp(name, "gptq_llama@auto");
 }
 
 /* pp stages against the same ranks in one stage: within the tolerance of transformers, and the

@@ -148,20 +148,21 @@ static void dequant_q(const uint8_t *w, const qlayout *q, const float *sz, float
  * result is the same whatever rows share the call: prefill and decode agree bit for bit. */
 static inline __attribute__((always_inline)) void dot_q8_row(const q8row *x, int nr, const uint8_t *w, int bits,
                                                              const qlayout *q, const float *sz, float y[4]) {
-    const int block_bytes = bits * QBLOCK / 8;
+    const size_t block_bytes = (size_t)bits * QBLOCK / 8;
     vaccf a[4];
     float zero_term[4] = {0, 0, 0, 0};
 #pragma GCC unroll 4
     for (int r = 0; r < 4; r++) a[r] = vaccf_zero();
-    for (int g = 0, c = 0; g < q->n_groups; g++) {
+    const uint8_t *blk = w;
+    size_t c = 0; /* unsigned, so that block and scale indices are shifts */
+    for (int g = 0; g < q->n_groups; g++) {
         float s = sz[2 * g], z = sz[2 * g + 1] - (bits == 8 ? Q8_OFFSET8 : 0);
-        int end = q->group_end[g];
+        size_t end = (size_t)q->group_end[g];
         vacc i[4];
         vaccf ga[4];
 #pragma GCC unroll 4
         for (int r = 0; r < 4; r++) i[r] = vacc_zero(), ga[r] = vaccf_zero();
-        for (; c < end; c += QBLOCK) {
-            const uint8_t *blk = w + c / QBLOCK * block_bytes;
+        for (; c < end; c += QBLOCK, blk += block_bytes) {
             vq wv = bits == 4 ? vq_nib(blk) : vq_prep8(blk);
 #pragma GCC unroll 4
             for (int r = 0; r < nr; r++)

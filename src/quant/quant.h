@@ -3,9 +3,9 @@
  * checkpoint stored: each format's reader (online.c for float checkpoints and dummy weights)
  * turns its tensors into integer codes, scales and zero points, and qmat.c repacks them.
  *
- * Compute stays fp32: a weight is (q - zero) * scale in fp32, the same single rounding a
- * float reference dequantizing the checkpoint makes, so results compare with transformers on
- * the dequantized weights. */
+ * A weight is (q - zero) * scale in fp32, the same single rounding a float reference
+ * dequantizing the checkpoint makes, so exact results (--dtype float32) compare with
+ * transformers on the dequantized weights; by default the inputs are int8 (kernels/linear.c). */
 #ifndef LOOM_QUANT_QUANT_H
 #define LOOM_QUANT_QUANT_H
 #include "model/weights.h"
