@@ -14,8 +14,10 @@
 
 #define ATOL 1e-4
 
-/* (the last three again with --dtype auto: bf16 and int8 activations, golden_util.h) */
-static const char *cases[] = {ARCH_CASES, QUANTIZED_CASES, "llama_bf16@auto", "gptq_llama@auto", "awq_mixtral@auto"};
+/* (the last four again with --dtype auto: bf16 and int8 activations, golden_util.h; ct_llama's
+ * and awq_mixtral's attention regions gather int8 rows, gptq_llama's act-order ones fp32) */
+static const char *cases[] = {ARCH_CASES,        QUANTIZED_CASES, "llama_bf16@auto",
+                              "gptq_llama@auto", "ct_llama@auto", "awq_mixtral@auto"};
 
 typedef enum mode { MODE_TP, MODE_SP, MODE_ASYNC, MODE_ASYNC_THRESHOLD } mode;
 static const char *mode_names[] = {"TP", "SP", "async TP", "async TP above 4 tokens"};
@@ -202,8 +204,8 @@ static void check_mpi_matches_shm(const char *name, mode md, const golden *g, co
 /* The cases also run over MPI at tp=2 (a dense, a biased, two mixtures, latent attention, two
  * quantized). */
 static bool over_mpi(const char *name) {
-    static const char *names[] = {"llama",       "qwen2",      "llama_bias", "olmoe",          "qwen2_moe",
-                                  "deepseek_v3", "gptq_llama", "ct_mixtral", "gptq_llama@auto"};
+    static const char *names[] = {"llama",       "qwen2",      "llama_bias", "olmoe",           "qwen2_moe",
+                                  "deepseek_v3", "gptq_llama", "ct_mixtral", "gptq_llama@auto", "ct_llama@auto"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (!strcmp(name, names[i])) return true;
     return false;

@@ -14,8 +14,9 @@
 
 #define ATOL 1e-4
 
-/* (the last two again with --dtype auto: bf16 and int8 activations, golden_util.h) */
-static const char *cases[] = {ARCH_CASES, QUANTIZED_CASES, "llama_bf16@auto", "gptq_llama@auto"};
+/* (the last three again with --dtype auto: bf16 and int8 activations, golden_util.h; awq_llama's
+ * regions gather int8 rows under SP) */
+static const char *cases[] = {ARCH_CASES, QUANTIZED_CASES, "llama_bf16@auto", "gptq_llama@auto", "awq_llama@auto"};
 
 typedef enum mode { MODE_TP, MODE_SP, MODE_ASYNC } mode;
 static const char *mode_names[] = {"TP", "SP", "async TP"};
@@ -87,7 +88,7 @@ static void check_mpi_matches_shm(const char *name, int tp, mode md, const golde
 
 static bool over_mpi(const char *name) {
     return !strcmp(name, "llama") || !strcmp(name, "qwen2_moe") || !strcmp(name, "deepseek_v3") ||
-           !strcmp(name, "gptq_llama@auto");
+           !strcmp(name, "gptq_llama@auto") || !strcmp(name, "awq_llama@auto");
 }
 
 /* pp stages against the same ranks in one stage: within the tolerance of transformers, and the

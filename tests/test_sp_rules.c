@@ -81,11 +81,13 @@ static void projection_norm(module *r, int x, int z, int heads) {
 static void norm_two_heads(module *r, int x, int z) { projection_norm(r, x, z, 2); }
 static void norm_one_head(module *r, int x, int z) { projection_norm(r, x, z, 1); }
 
-/* A tree whose region ends with tail; `outside` may add ops to the decoder layer's input. */
-static module *model(tail_fn tail, void (*outside)(module *layer, int *h)) {
+/* A tree of hidden width `hidden` whose region ends with tail; `outside` may add ops to the
+ * decoder layer's input. */
+static module *model_of(int hidden, tail_fn tail, void (*outside)(module *layer, int *h)) {
     module *region = module_new("mlp", "model.layers.0.mlp");
     int x = module_input(region, "x");
-    linear_desc up = lin("up.weight", H, 2 * H, PAR_COLUMN), down = lin("down.weight", 2 * H, H, PAR_ROW);
+    linear_desc up = lin("up.weight", hidden, 2 * hidden, PAR_COLUMN),
+                down = lin("down.weight", 2 * hidden, hidden, PAR_ROW);
     int z = emit_linear(region, emit_linear(region, x, &up), &down);
     tail(region, x, z);
     module *layer = module_new("decoder_layer", "model.layers.0");
@@ -94,11 +96,37 @@ static module *model(tail_fn tail, void (*outside)(module *layer, int *h)) {
     int r = emit_call(layer, region, &h, 1, "mlp");
     module_output(layer, emit_add(layer, h, r, "resid"));
     module *m = module_new("model", "model");
-    int e = emit_embed(m, "embed.weight", V, H);
+    int e = emit_embed(m, "embed.weight", V, hidden);
     e = emit_call(m, layer, &e, 1, "hidden");
-    linear_desc head = lin("embed.weight", H, V, PAR_VOCAB);
+    linear_desc head = lin("embed.weight", hidden, V, PAR_VOCAB);
     module_output(m, emit_linear(m, emit_logit_rows(m, e), &head));
     return m;
+}
+
+static module *model(tail_fn tail, void (*outside)(module *layer, int *h)) { return model_of(H, tail, outside); }
+
+/* Whether the region's all-gather moves int8 rows (plan.c's mark_int8_gathers), with plain
+ * collectives and fused into all_gather_matmul: `want` when the linear it feeds computes on
+ * int8 activations in column order (64 features: whole 32-column blocks; `hidden` 40 is not). */
+static void expect_int8_gather(const char *what, int hidden, plan_options o, bool want) {
+    for (int async = 0; async < 2; async++) {
+        module *m = model_of(hidden, no_tail, NULL);
+        plan p;
+        loom_err err = {{0}};
+        o.tp = 2, o.rank = 0, o.sp = true, o.async_tp = async;
+        int rc = plan_build(&p, m, &o, &err);
+        CHECK(rc == 0, "%s: %s", what, err.msg);
+        if (rc) return module_free(m);
+        int int8 = 0, gathers = 0;
+        for (int i = 0; i < p.n_steps; i++)
+            if (p.steps[i].kind == STEP_GATHER_ROWS || p.steps[i].kind == STEP_AG_MATMUL)
+                gathers++, int8 += p.steps[i].int8_rows;
+        CHECK(gathers == 1 && int8 == want && p.regions[0].int8_gather == want,
+              "%s (%s): want %s, got %d of %d gathers moving int8 rows", what, async ? "async TP" : "SP",
+              want ? "int8 rows" : "fp32 rows", int8, gathers);
+        plan_free(&p);
+        module_free(m);
+    }
 }
 
 /* Builds the SP plan for rank 0 of 2; returns 0 or -1 with err. */
@@ -241,6 +269,15 @@ static void attention_outside(module *layer, int *h) {
 }
 
 int main(void) {
+    quant_config act_order = {.format = QF_GPTQ, .bits = 4, .group = 32, .act_order = true};
+    quant_config groups_of_16 = {.format = QF_GPTQ, .bits = 4, .group = 16};
+    expect_int8_gather("-q int8", 64, (plan_options){.quant = {8, 0, false}}, true);
+    expect_int8_gather("-q int4, groups of 32", 64, (plan_options){.quant = {4, 32, false}}, true);
+    expect_int8_gather("-q int8 --dtype float32", 64, (plan_options){.quant = {8, 0, false}, .exact = true}, false);
+    expect_int8_gather("float weights", 64, (plan_options){0}, false);
+    expect_int8_gather("40 features: a partial 32-column block", 40, (plan_options){.quant = {8, 0, false}}, false);
+    expect_int8_gather("act-order checkpoint", 64, (plan_options){.checkpoint = &act_order}, false);
+    expect_int8_gather("checkpoint groups of 16", 64, (plan_options){.checkpoint = &groups_of_16}, false);
     expect_ok("plain region", model(no_tail, NULL), true, NULL);
     expect_ok("scaling a partial sum (Granite's residual multiplier)", model(scale_tail, NULL), true, NULL);
     expect_ok("adding two partial sums", model(add_partials, NULL), true, NULL);

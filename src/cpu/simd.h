@@ -220,6 +220,38 @@ static inline vacc vacc_dot4(vacc a, vq w, const int8_t *x) {
     return _mm256_dpbusd_epi32(a, w, _mm256_loadu_si256((const __m256i *)x));
 }
 static inline vacc vacc_dot8(vacc a, vq w, const int8_t *x) { return vacc_dot4(a, w, x); }
+
+/* The output-stationary tile (variant.c's tile_q8): eight weight rows' blocks transposed so that
+ * lane j of vector t holds row j's columns 4t..4t+3; one activation's four codes, broadcast,
+ * then meet all eight rows in one vpdpbusd. */
+#define HAS_INT8_TILE 1
+static inline __attribute__((always_inline)) void vq_transpose8(vq r[8]) {
+    __m256i t0 = _mm256_unpacklo_epi32(r[0], r[1]), t1 = _mm256_unpackhi_epi32(r[0], r[1]);
+    __m256i t2 = _mm256_unpacklo_epi32(r[2], r[3]), t3 = _mm256_unpackhi_epi32(r[2], r[3]);
+    __m256i t4 = _mm256_unpacklo_epi32(r[4], r[5]), t5 = _mm256_unpackhi_epi32(r[4], r[5]);
+    __m256i t6 = _mm256_unpacklo_epi32(r[6], r[7]), t7 = _mm256_unpackhi_epi32(r[6], r[7]);
+    __m256i u0 = _mm256_unpacklo_epi64(t0, t2), u1 = _mm256_unpackhi_epi64(t0, t2);
+    __m256i u2 = _mm256_unpacklo_epi64(t1, t3), u3 = _mm256_unpackhi_epi64(t1, t3);
+    __m256i u4 = _mm256_unpacklo_epi64(t4, t6), u5 = _mm256_unpackhi_epi64(t4, t6);
+    __m256i u6 = _mm256_unpacklo_epi64(t5, t7), u7 = _mm256_unpackhi_epi64(t5, t7);
+    r[0] = _mm256_permute2x128_si256(u0, u4, 0x20), r[4] = _mm256_permute2x128_si256(u0, u4, 0x31);
+    r[1] = _mm256_permute2x128_si256(u1, u5, 0x20), r[5] = _mm256_permute2x128_si256(u1, u5, 0x31);
+    r[2] = _mm256_permute2x128_si256(u2, u6, 0x20), r[6] = _mm256_permute2x128_si256(u2, u6, 0x31);
+    r[3] = _mm256_permute2x128_si256(u3, u7, 0x20), r[7] = _mm256_permute2x128_si256(u3, u7, 0x31);
+}
+static inline vacc vacc_dot_x4(vacc a, vq wt, const int8_t *x) {
+    int32_t v;
+    memcpy(&v, x, 4);
+    return _mm256_dpbusd_epi32(a, wt, _mm256_set1_epi32(v));
+}
+/* lane j = p[j][i]: the eight weight rows' scale or zero point of one group */
+static inline vaccf vaccf_gather8(const float *const *p, size_t i) {
+    return _mm256_setr_ps(p[0][i], p[1][i], p[2][i], p[3][i], p[4][i], p[5][i], p[6][i], p[7][i]);
+}
+static inline void vaccf_store(float *p, vaccf v) { _mm256_storeu_ps(p, v); }
+static inline vaccf vaccf_mul(vaccf a, vaccf b) { return _mm256_mul_ps(a, b); }
+static inline vaccf vaccf_mul_add(vaccf a, vaccf b, vaccf c) { return _mm256_fmadd_ps(a, b, c); }
+static inline vaccf vaccf_sub(vaccf a, vaccf b) { return _mm256_sub_ps(a, b); }
 #else
 /* AVX2's vpmaddubsw sums two u8 x s8 products into int16: exact for 4-bit codes (2 * 15 * 127),
  * not for 8-bit ones, which are made signed and multiplied as |w| times x with w's sign */
@@ -293,6 +325,10 @@ static inline vacc vacc_dot8(vacc a, vq w, const int8_t *x) { return vacc_dot4(a
 static inline vaccf vaccf_fma(vacc i, float d, vaccf a) { return (float)i * d + a; }
 static inline vaccf vaccf_axpy(float s, vaccf x, vaccf a) { return x * s + a; }
 static inline float vaccf_hsum(vaccf a) { return a; }
+#endif
+
+#ifndef HAS_INT8_TILE
+#define HAS_INT8_TILE 0
 #endif
 
 /* bf16 dot products, fp32 accumulation: a += x . w over VL pairs of bf16 values (2 * VL of each) */

@@ -197,6 +197,69 @@ static void dot_q8(const q8row *x, int nr, const uint8_t *w, const qlayout *q, c
 #undef DOT_Q8_NR
 }
 
+#if HAS_INT8_TILE
+/* tile_q8 for nr (1 to 8) input rows: the column sums of each 32-column block are exact
+ * integers in the lanes, one lane per weight row; each block's is scaled by its activation
+ * scale, each group's by its weight scale, and the zero points come off once per group, all in
+ * the lanes. A (row, weight row) pair's result is the same whatever shares its tile. */
+static inline __attribute__((always_inline)) void tile_q8_rows(const q8row *x, int nr, const uint8_t *const *w,
+                                                               int bits, const qlayout *q, const float *const *sz,
+                                                               float *y) {
+    _Static_assert(Q8_OFFSET8 == 0, "the tile takes 8-bit codes as they are");
+    const size_t block_bytes = (size_t)bits * QBLOCK / 8;
+    vaccf acc[8], zt[8];
+#pragma GCC unroll 8
+    for (int r = 0; r < 8; r++) acc[r] = zt[r] = vaccf_zero();
+    size_t c = 0;
+    for (int g = 0; g < q->n_groups; g++) {
+        vaccf sv = vaccf_gather8(sz, 2 * (size_t)g), szv = vaccf_mul(sv, vaccf_gather8(sz, 2 * (size_t)g + 1)), ga[8];
+#pragma GCC unroll 8
+        for (int r = 0; r < 8; r++) ga[r] = vaccf_zero();
+        for (size_t end = (size_t)q->group_end[g]; c < end; c += QBLOCK) {
+            vq wt[8];
+#pragma GCC unroll 8
+            for (int j = 0; j < 8; j++)
+                wt[j] = bits == 4 ? vq_nib(w[j] + c / QBLOCK * block_bytes) : vq_prep8(w[j] + c / QBLOCK * block_bytes);
+            vq_transpose8(wt);
+            vacc i[8];
+#pragma GCC unroll 8
+            for (int r = 0; r < 8; r++) i[r] = vacc_zero();
+#pragma GCC unroll 8
+            for (int t = 0; t < 8; t++)
+#pragma GCC unroll 8
+                for (int r = 0; r < nr; r++) i[r] = vacc_dot_x4(i[r], wt[t], x[r].q + c + 4 * t);
+#pragma GCC unroll 8
+            for (int r = 0; r < nr; r++) ga[r] = vaccf_fma(i[r], x[r].d[c / QACT], ga[r]);
+        }
+#pragma GCC unroll 8
+        for (int r = 0; r < nr; r++) {
+            acc[r] = vaccf_mul_add(ga[r], sv, acc[r]);
+            zt[r] = vaccf_axpy(x[r].gsum[g], szv, zt[r]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < nr; r++) vaccf_store(y + 8 * r, vaccf_sub(acc[r], zt[r]));
+}
+
+static void tile_q8(const q8row *x, int nr, const uint8_t *const *w, const qlayout *q, const float *const *sz,
+                    float *y) {
+#define TILE_Q8_NR(bits)                                                                                               \
+    switch (nr) {                                                                                                      \
+    case 1: tile_q8_rows(x, 1, w, bits, q, sz, y); break;                                                              \
+    case 2: tile_q8_rows(x, 2, w, bits, q, sz, y); break;                                                              \
+    case 3: tile_q8_rows(x, 3, w, bits, q, sz, y); break;                                                              \
+    case 4: tile_q8_rows(x, 4, w, bits, q, sz, y); break;                                                              \
+    case 5: tile_q8_rows(x, 5, w, bits, q, sz, y); break;                                                              \
+    case 6: tile_q8_rows(x, 6, w, bits, q, sz, y); break;                                                              \
+    case 7: tile_q8_rows(x, 7, w, bits, q, sz, y); break;                                                              \
+    default: tile_q8_rows(x, 8, w, bits, q, sz, y); break;                                                             \
+    }
+    if (q->bits == 4) TILE_Q8_NR(4)
+    else TILE_Q8_NR(8)
+#undef TILE_Q8_NR
+}
+#endif
+
 #if HAS_BF16_DOT
 /* One bf16 weight row against nr (1 to 4) rows of bf16 activations, two accumulators per row
  * (VL pairs per product); the tail past the last whole product is zero-padded. */
@@ -321,6 +384,9 @@ const cpu_kernels TABLE = {
     .dot_q = dot_q,
     .dequant_q = dequant_q,
     .dot_q8 = dot_q8,
+#if HAS_INT8_TILE
+    .tile_q8 = tile_q8,
+#endif
 #if HAS_BF16_DOT
     .dot_bf16x = dot_bf16x,
 #endif

@@ -4,6 +4,7 @@
 #define LOOM_KERNELS_H
 #include <stdlib.h>
 
+#include "cpu/cpu.h"
 #include "loom.h"
 #include "tensor/tensor.h"
 
@@ -42,6 +43,19 @@ void linear(const float *x, size_t ldx, int m, int pass_rows, const wmat *w, con
  * collectives compute it; bf16 weights are widened once for all the chunks. */
 void linear_chunked(const float *x, size_t ldx, int m, int chunk, int pass_rows, const wmat *w, const float *bias,
                     float *y, size_t ldy);
+
+/* Rows of int8 activations (--dtype auto on quantized weights; section 6 of docs/DESIGN.md) as
+ * records of floats, so that a collective can move them: a row of `cols` values (a multiple of
+ * QACT) is its cols int8 codes, then one f32 scale per QACT columns, q8row_floats(cols) floats
+ * in all, 9/32 of the fp32 row. quantize_rows_q8 makes them from f32 rows; linear_int8_rows
+ * takes them as the input of W, whose packed columns must be its input columns (no act-order,
+ * no padding: int8_rows_fit), giving the very bits linear computes from the f32 rows. */
+static inline size_t q8row_floats(int cols) { return (size_t)cols / 4 + (size_t)cols / QACT; }
+static inline bool int8_rows_fit(const wmat *w) {
+    return w->act == WACT_INT8 && w->q && !w->q->col_of && w->q->kp == w->cols && w->cols % QACT == 0;
+}
+void quantize_rows_q8(const float *x, size_t ldx, int rows, int cols, float *out, size_t ldo);
+void linear_int8_rows(const float *xq, size_t ldq, int m, const wmat *w, const float *bias, float *y, size_t ldy);
 
 /* t[w.cols, w.rows] = W^T in f32, whatever W's format. -1 when t is NULL (its allocation failed)
  * or the identity it multiplies by cannot be allocated (recorded: kernel_scratch_check). */

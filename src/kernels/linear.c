@@ -106,26 +106,39 @@ static void linear_panels(const float *x, size_t ldx, int m, int chunk, const wm
 #define TILE_ROWS  4
 #define PANEL_ROWS 32
 
-/* x (kp packed columns) as int8 codes q with one scale per QACT columns, d = max|x| / 127 and
- * q = x / d rounded to nearest even (so |q| <= 127 and q d is within d / 2 of x), and gsum[g]
- * = the sum of q d over group g's columns, each block's integer sum times its scale. A block
- * holding a NaN or an infinity gets codes 0 and a scale that is not finite, so the products
- * it enters are NaN, as an exact product would be. */
-static void quantize_row(const float *x, const qlayout *ql, int8_t *q, float *d, float *gsum) {
+/* Row x of n columns (a multiple of QACT) as an int8 row (kernels.h): codes q with one scale
+ * per QACT columns, d = max|x| / 127 and q = x / d rounded to nearest even, so |q| <= 127 and
+ * q d is within d / 2 of x. A block holding a NaN or an infinity gets codes 0 and a scale that
+ * is not finite, so the products it enters are NaN, as an exact product would be. */
+static void quantize_row(const float *x, int n, float *row) {
     const float round = 12582912.0f; /* 1.5 * 2^23: adding and subtracting it rounds to nearest even */
-    for (int b = 0; b * QACT < ql->kp; b++) {
-        int c0 = b * QACT, n = ql->kp - c0 < QACT ? ql->kp - c0 : QACT;
+    int8_t *q = (int8_t *)row;
+    float *d = row + n / 4;
+    for (int b = 0; b * QACT < n; b++) {
+        const float *xb = x + b * QACT;
         float amax = 0;
         bool finite = true;
-        for (int c = 0; c < n; c++) {
-            float a = fabsf(x[c0 + c]);
+        for (int c = 0; c < QACT; c++) {
+            float a = fabsf(xb[c]);
             finite &= a <= FLT_MAX; /* false for a NaN too */
             amax = a > amax ? a : amax;
         }
         d[b] = finite ? amax / 127 : NAN;
         float inv = finite && amax > 0 ? 127 / amax : 0;
-        for (int c = 0; c < n; c++) q[c0 + c] = finite ? (int8_t)((x[c0 + c] * inv + round) - round) : 0;
+        for (int c = 0; c < QACT; c++) q[b * QACT + c] = finite ? (int8_t)((xb[c] * inv + round) - round) : 0;
     }
+}
+
+void quantize_rows_q8(const float *x, size_t ldx, int rows, int cols, float *out, size_t ldo) {
+#pragma omp parallel for schedule(static)
+    for (int r = 0; r < rows; r++) quantize_row(x + (size_t)r * ldx, cols, out + (size_t)r * ldo);
+}
+
+/* gsum[g] = the sum of q d over group g's columns of an int8 row: each scale block's integer
+ * sum times its scale. */
+static void group_sums(const float *row, const qlayout *ql, float *gsum) {
+    const int8_t *q = (const int8_t *)row;
+    const float *d = row + ql->kp / 4;
     for (int g = 0, c = 0; g < ql->n_groups; g++) {
         gsum[g] = 0;
         while (c < ql->group_end[g]) { /* the group's columns in each scale block they cross */
@@ -136,39 +149,67 @@ static void quantize_row(const float *x, const qlayout *ql, int8_t *q, float *d,
     }
 }
 
-/* y = x W^T for a quantized W on int8 activations. */
-static void linear_q8(const float *x, size_t ldx, int m, const wmat *w, float *y, size_t ldy) {
-    static _Thread_local fbuf codes_buf, scales_buf;
+/* y = xq W^T for a quantized W on m int8 rows (in W's packed column order, ldq floats apart). */
+static void linear_q8_rows(const float *xq, size_t ldq, int m, const wmat *w, float *y, size_t ldy) {
+    static _Thread_local fbuf sums_buf;
     const qlayout *ql = w->q;
-    int kp = ql->kp, n_scales = (kp + QACT - 1) / QACT, per_row = n_scales + ql->n_groups;
-    if (!(x = packed_input(x, &ldx, m, w))) return;
-    int8_t *codes = (int8_t *)fbuf_get(&codes_buf, ((size_t)m * kp + 3) / 4);
-    float *scales = fbuf_get(&scales_buf, (size_t)m * per_row);
-    if (!codes || !scales) return;
+    float *sums = fbuf_get(&sums_buf, (size_t)m * ql->n_groups);
+    if (!sums) return;
 #pragma omp parallel for schedule(static)
-    for (int r = 0; r < m; r++)
-        quantize_row(x + (size_t)r * ldx, ql, codes + (size_t)r * kp, scales + (size_t)r * per_row,
-                     scales + (size_t)r * per_row + n_scales);
+    for (int r = 0; r < m; r++) group_sums(xq + (size_t)r * ldq, ql, sums + (size_t)r * ql->n_groups);
     const cpu_kernels *k = cpu();
+    const int tile = k->tile_q8 ? 8 : TILE_ROWS; /* input rows per call */
     int panels = (w->rows + PANEL_ROWS - 1) / PANEL_ROWS;
 #pragma omp parallel for schedule(static)
     for (int p = 0; p < panels; p++) {
         int n1 = (p + 1) * PANEL_ROWS < w->rows ? (p + 1) * PANEL_ROWS : w->rows;
-        for (int r = 0; r < m; r += TILE_ROWS) {
-            int nr = m - r < TILE_ROWS ? m - r : TILE_ROWS;
-            q8row xr[TILE_ROWS];
+        for (int r = 0; r < m; r += tile) {
+            int nr = m - r < tile ? m - r : tile;
+            q8row xr[8];
             for (int i = 0; i < nr; i++) {
-                const float *sc = scales + (size_t)(r + i) * per_row;
-                xr[i] = (q8row){codes + (size_t)(r + i) * kp, sc, sc + n_scales};
+                const float *row = xq + (size_t)(r + i) * ldq;
+                xr[i] = (q8row){(const int8_t *)row, row + ql->kp / 4, sums + (size_t)(r + i) * ql->n_groups};
             }
-            for (int n = p * PANEL_ROWS; n < n1; n++) {
-                float acc[TILE_ROWS];
-                k->dot_q8(xr, nr, (const uint8_t *)w->data + (size_t)n * w->ld, ql,
-                          ql->sz + (size_t)n * ql->n_groups * 2, acc);
-                for (int i = 0; i < nr; i++) y[(size_t)(r + i) * ldy + n] = acc[i];
-            }
+            if (k->tile_q8)
+                for (int n0 = p * PANEL_ROWS; n0 < n1; n0 += 8) {
+                    const uint8_t *wr[8];
+                    const float *szr[8];
+                    float out[8 * 8];
+                    for (int j = 0; j < 8; j++) { /* past the last row: the tile's first again, not stored */
+                        int n = n0 + j < n1 ? n0 + j : n0;
+                        wr[j] = (const uint8_t *)w->data + (size_t)n * w->ld;
+                        szr[j] = ql->sz + (size_t)n * ql->n_groups * 2;
+                    }
+                    k->tile_q8(xr, nr, wr, ql, szr, out);
+                    for (int i = 0; i < nr; i++)
+                        for (int j = 0; j < 8 && n0 + j < n1; j++) y[(size_t)(r + i) * ldy + n0 + j] = out[i * 8 + j];
+                }
+            else
+                for (int n = p * PANEL_ROWS; n < n1; n++) {
+                    float acc[TILE_ROWS];
+                    k->dot_q8(xr, nr, (const uint8_t *)w->data + (size_t)n * w->ld, ql,
+                              ql->sz + (size_t)n * ql->n_groups * 2, acc);
+                    for (int i = 0; i < nr; i++) y[(size_t)(r + i) * ldy + n] = acc[i];
+                }
         }
     }
+}
+
+/* y = x W^T for a quantized W on int8 activations, x quantized here. */
+static void linear_q8(const float *x, size_t ldx, int m, const wmat *w, float *y, size_t ldy) {
+    static _Thread_local fbuf rows_buf;
+    int kp = w->q->kp;
+    if (!(x = packed_input(x, &ldx, m, w))) return;
+    float *xq = fbuf_get(&rows_buf, (size_t)m * q8row_floats(kp));
+    if (!xq) return;
+    quantize_rows_q8(x, ldx, m, kp, xq, q8row_floats(kp));
+    linear_q8_rows(xq, q8row_floats(kp), m, w, y, ldy);
+}
+
+void linear_int8_rows(const float *xq, size_t ldq, int m, const wmat *w, const float *bias, float *y, size_t ldy) {
+    if (m <= 0) return;
+    linear_q8_rows(xq, ldq, m, w, y, ldy);
+    if (bias) add_rows(y, ldy, bias, 0, y, ldy, m, w->rows);
 }
 
 /* y = x W^T for a bf16 W on bf16 activations: the GEMM per chunk of rows for a long pass, the

@@ -8,6 +8,7 @@
 
 #include "plan/plan_impl.h"
 #include "plan/stage.h"
+#include "quant/checkpoint.h"
 #include "util/alloc.h"
 #include "util/err.h"
 
@@ -282,6 +283,43 @@ static void note_inner_linears(plan *p, int gather) {
     }
 }
 
+/* Whether linear step c will compute on int8 activations in its input's own column order (a
+ * column-parallel linear whose every part is quantized, groups in column order and whole
+ * 32-column blocks: kernels.h's int8_rows_fit, which runtime/bind.c confirms on the weights),
+ * so that rows quantized before a gather serve it as they are. */
+static bool takes_int8_rows(const plan *p, const plan_step *c) {
+    if (p->o.exact || !c || c->kind != STEP_OP || c->op->kind != OP_LINEAR) return false;
+    const linear_desc *l = c->op->lin;
+    if (l->style != PAR_COLUMN || l->in % QACT) return false;
+    const quant_config *cq = p->o.checkpoint;
+    quant_scheme q = shard_scheme(p, l->style);
+    for (int i = 0; i < l->n_parts; i++) {
+        if (cq && quant_checkpoint_applies(cq, l->parts[i].weight, l->style)) {
+            if (cq->act_order || cq->group % QBLOCK) return false;
+        } else if (!q.bits || q.group % QBLOCK) {
+            return false;
+        }
+    }
+    return true;
+}
+
+/* SP regions whose gathered input feeds one linear on int8 activations gather int8 rows: each
+ * rank quantizes its own token rows, and the gather moves 9/32 of the fp32 bytes. Rounding is
+ * per row, so the consumer gets the bits it would have made from the gathered fp32 rows. */
+static void mark_int8_gathers(plan *p) {
+    for (int i = 0; i < p->n_steps; i++) {
+        plan_step *s = &p->steps[i];
+        if (s->kind != STEP_GATHER_ROWS || s->op->kind != OP_CALL) continue;
+        plan_step *c = sole_consumer(p, s->out);
+        if (!c || c->in[0] != s->out || !takes_int8_rows(p, c)) continue;
+        s->int8_rows = true;
+        p->values[s->out].int8 = true;
+        for (int r = 0; r < p->n_regions; r++)
+            if (p->regions[r].mod == s->op->child && !p->regions[r].ep)
+                p->regions[r].int8_gather = true, p->regions[r].gather_width = p->values[s->in[0]].width;
+    }
+}
+
 /* Async TP, after Region._fuse of vLLM's Transformers-backend sequence parallelism: a region's
  * all-gather fuses with the column-parallel linear that alone consumes the gathered input, and
  * its reduce-scatter with the row-parallel linear whose output the region returns unmodified;
@@ -306,6 +344,7 @@ static void fuse_async_tp(plan *p) {
             }
             c->kind = STEP_AG_MATMUL;
             c->in[0] = s->in[0];
+            c->int8_rows = s->int8_rows; /* it quantizes its shard and gathers int8 rows itself */
             note_inner_linears(p, i);
         } else {
             plan_step *prod = &p->steps[p->values[s->in[0]].def_step];
@@ -345,6 +384,7 @@ int plan_build(plan *p, const module *tree, const plan_options *o, loom_err *err
     ep_check_model(p, tree);
     int rc = shard_vocab(p, tree, err) || (p->output = flatten(p, tree, NULL, err)) < 0 ? -1 : 0;
     if (!rc && p->o.stage < p->o.pp - 1) p->output = -1; /* what it makes is sent on */
+    if (!rc && p->o.sp) mark_int8_gathers(p);
     if (!rc && p->o.async_tp) fuse_async_tp(p);
     if (!rc) rc = assign_buffers(p);
     if (p->oom.msg[0]) { /* a builder ran out of memory: that is the failure, whatever followed */

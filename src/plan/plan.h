@@ -55,6 +55,7 @@ typedef struct plan_value {
     int feat0;             /* first of the model's features this rank's columns hold (sharded values) */
     bool replicated_heads; /* its heads are copies held by several ranks (kv heads < tp) */
     const op *producer;
+    bool int8;              /* holds int8 rows (q8row_floats(width) floats each), for a linear */
     int def_step, last_use; /* step indices, for buffer assignment */
     int buffer;             /* for bases: buffer index */
 } plan_value;
@@ -86,7 +87,10 @@ typedef struct plan_step {
     const module *mod;    /* owning module, for messages and the plan printer */
     int n_in, in[4], out; /* out: -1 for a send */
     bool sum_squares;     /* OP_RMS_NORM across ranks: this step makes the row statistic */
-    int layer;            /* the decoder layer (0: the stage's first) it belongs to; -1: none */
+    /* STEP_GATHER_ROWS, STEP_AG_MATMUL: each rank quantizes its rows to int8 (kernels.h's int8
+     * rows) before the gather, which moves those; its consumer computes on them as they are */
+    bool int8_rows;
+    int layer; /* the decoder layer (0: the stage's first) it belongs to; -1: none */
     /* what this rank reads: each part's weight and bias, a row-parallel bias every rank holds,
      * a norm's weight, the routing bias; the experts' slices start at expert_r0 (expert_slices) */
     weight_ref weight[LIN_MAX_PARTS], bias_ref[LIN_MAX_PARTS], row_bias_ref, norm_ref, route_bias_ref;
@@ -118,6 +122,8 @@ typedef struct plan_region {
     step_kind entry, exit; /* the collective at each end (STEP_OP: none) */
     int gathers;           /* under EP: all-gathers of its input for what stays tensor-parallel (shared experts) */
     int completes;         /* under EP: reduce-scatters completing those partial sums before the routed output joins */
+    bool int8_gather;      /* its all-gather moves int8 rows (plan_step.int8_rows) */
+    int gather_width;      /* the columns it gathers */
 } plan_region;
 
 typedef struct plan_options {
@@ -130,6 +136,7 @@ typedef struct plan_options {
     bool ep;                        /* --enable-expert-parallel: each rank holds whole experts (ep.c) */
     quant_scheme quant;             /* what linears are quantized to at load (--quantization) */
     const quant_config *checkpoint; /* how the checkpoint stores quantized linears (NULL: float) */
+    bool exact;                     /* --dtype float32: no linear computes on int8 activations */
 } plan_options;
 
 typedef struct plan {

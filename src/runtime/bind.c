@@ -71,11 +71,27 @@ static int bind_experts(const plan *p, plan_step *s, weight_store *ws, loom_err 
     return 0;
 }
 
+/* A linear the planner gave int8 rows (plan.c's takes_int8_rows, from the configuration) must
+ * compute on them: each part quantized, in its input's column order. A checkpoint whose
+ * configuration says a linear is quantized but whose file holds it in float fails here. */
+static int check_int8_input(const plan *p, const plan_step *s, loom_err *err) {
+    bool int8_in = s->kind == STEP_AG_MATMUL ? s->int8_rows : s->kind == STEP_OP && p->values[s->in[0]].int8;
+    if (!int8_in) return 0;
+    for (int i = 0; i < s->op->lin->n_parts; i++)
+        if (!int8_rows_fit(&s->w[i]))
+            return loom_errf(err,
+                             "%s: its configuration has it quantized in column order, so the plan gathers int8 rows "
+                             "for it, but the checkpoint holds it otherwise (run with --dtype float32)",
+                             s->weight[i].name);
+    return 0;
+}
+
 static int bind_step(const plan *p, plan_step *s, weight_store *ws, loom_err *err) {
     for (int i = 0; i < LIN_MAX_PARTS; i++) {
         if (s->weight[i].kind && read_weight(p, ws, &s->weight[i], &s->w[i], err)) return -1;
         if (read_vector(p, ws, &s->bias_ref[i], &s->bias[i], err)) return -1;
     }
+    if (s->op && s->op->kind == OP_LINEAR && check_int8_input(p, s, err)) return -1;
     if (read_vector(p, ws, &s->norm_ref, &s->norm_w, err) ||
         read_vector(p, ws, &s->route_bias_ref, &s->route_bias, err))
         return -1;

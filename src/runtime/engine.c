@@ -46,6 +46,7 @@ plan_options engine_plan_options(const loom_model *m, const loom_engine_options 
                           .ep = o->expert_parallel,
                           .quant = m->ws.quant,
                           .checkpoint = &m->cfg.quant,
+                          .exact = m->ws.exact,
                           .pp = pp,
                           .stage = stage,
                           .layer0 = layer0,

@@ -56,6 +56,20 @@ static int alloc_moe_scratch(executor *x, loom_err *err) {
     return 0;
 }
 
+/* The widest shard of rows any plan quantizes before a gather of int8 rows. */
+static int alloc_int8_send(executor *x, loom_err *err) {
+    size_t floats = 0, shard = (size_t)(x->max_tokens + x->comm->size - 1) / x->comm->size;
+    for (int i = 0; i < x->n_plans; i++)
+        for (int j = 0; j < x->plans[i].p.n_steps; j++) {
+            const plan_step *s = &x->plans[i].p.steps[j];
+            size_t f = shard * q8row_floats(x->plans[i].p.values[s->in[0]].width);
+            if (s->int8_rows && f > floats) floats = f;
+        }
+    if (!floats) return 0;
+    x->activation_bytes += floats * sizeof(float);
+    return (x->int8_send = mem_aligned(floats * sizeof(float), "the int8 rows sent to a gather", err)) ? 0 : -1;
+}
+
 int executor_init(executor *x, const float *inv_freq, int half, float rope_factor, loom_err *err) {
     const plan *p = &x->plans[0].p;
     x->cur = &x->plans[0];
@@ -76,7 +90,8 @@ int executor_init(executor *x, const float *inv_freq, int half, float rope_facto
             return -1;
         x->kv_bytes += (p->kv_latent ? 1 : 2) * per;
     }
-    if (alloc_moe_scratch(x, err) || ep_init(&x->ep, p, x->comm->size, x->max_tokens, &x->activation_bytes, err))
+    if (alloc_moe_scratch(x, err) || alloc_int8_send(x, err) ||
+        ep_init(&x->ep, p, x->comm->size, x->max_tokens, &x->activation_bytes, err))
         return -1;
     return rope_table_init(&x->rope, inv_freq, half, rope_factor, x->max_ctx, err);
 }
@@ -91,6 +106,7 @@ void executor_free(executor *x) {
     free(x->kv);
     rope_table_free(&x->rope);
     moe_scratch_free(&x->moe);
+    free(x->int8_send);
     ep_free(&x->ep);
 }
 
@@ -122,7 +138,15 @@ static int run_collective(executor *x, const plan_step *s, const loom_batch *b, 
         for (int r = b->n_tokens; r < t_pad; r++) memset(in + (size_t)r * ldi, 0, w * sizeof *in);
         rc = comm_reduce_scatter_rows(x->comm, in, ldi, out, ldo, t_pad, w, err);
         break;
-    case STEP_GATHER_ROWS: rc = comm_all_gather_rows(x->comm, in, ldi, out, ldo, shard, w, err); break;
+    case STEP_GATHER_ROWS:
+        if (s->int8_rows) { /* this rank's rows quantized, then the gather moves those (plan.c) */
+            size_t qw = q8row_floats(w);
+            quantize_rows_q8(in, ldi, shard, w, x->int8_send, qw);
+            rc = comm_all_gather_rows(x->comm, x->int8_send, qw, out, ldo, shard, (int)qw, err);
+        } else {
+            rc = comm_all_gather_rows(x->comm, in, ldi, out, ldo, shard, w, err);
+        }
+        break;
     case STEP_SLICE_ROWS: /* this rank's rows; those past the batch are padding, zeros as a reduce-scatter leaves */
         for (int i = 0; i < shard; i++) {
             int r = x->comm->rank * shard + i;
@@ -159,9 +183,11 @@ typedef struct fused_gemm {
 static void gather_gemm(void *ctx, const float *x, size_t ldx, int row0, int rows) {
     fused_gemm *g = ctx;
     int n = g->tokens - row0 < rows ? g->tokens - row0 : rows;
-    for (int i = 0; i < g->s->op->lin->n_parts; i++)
-        linear_chunked(x, ldx, n, g->chunk, g->tokens, &g->s->w[i], g->s->bias[i],
-                       g->out + (size_t)row0 * g->ldo + g->s->col[i], g->ldo);
+    for (int i = 0; i < g->s->op->lin->n_parts; i++) {
+        float *y = g->out + (size_t)row0 * g->ldo + g->s->col[i];
+        if (g->s->int8_rows) linear_int8_rows(x, ldx, n, &g->s->w[i], g->s->bias[i], y, g->ldo);
+        else linear_chunked(x, ldx, n, g->chunk, g->tokens, &g->s->w[i], g->s->bias[i], y, g->ldo);
+    }
 }
 
 static void partial_gemm(void *ctx, int row0, int rows, float *y, size_t ldy) {
@@ -181,10 +207,14 @@ static int run_fused(executor *x, const plan_step *s, const loom_batch *b, loom_
     fused_gemm g = {s, in, ldi, ldo, out, b->n_tokens, comm_chunk_rows(x->comm, shard)};
     loom_comm_set_phase(x->comm, "%s in %s", step_kind_name(s->kind), s->mod->name);
     double t0 = omp_get_wtime();
-    int rc =
-        s->kind == STEP_AG_MATMUL
-            ? comm_all_gather_matmul(x->comm, in, ldi, shard, x->cur->p.values[s->in[0]].width, gather_gemm, &g, err)
-            : comm_matmul_reduce_scatter(x->comm, shard, ov->width, partial_gemm, &g, out, ldo, err);
+    int w = x->cur->p.values[s->in[0]].width;
+    if (s->kind == STEP_AG_MATMUL && s->int8_rows) { /* quantized before the gather, as a plain gather does */
+        quantize_rows_q8(in, ldi, shard, w, x->int8_send, q8row_floats(w));
+        in = x->int8_send, ldi = q8row_floats(w), w = (int)ldi;
+    }
+    int rc = s->kind == STEP_AG_MATMUL
+                 ? comm_all_gather_matmul(x->comm, in, ldi, shard, w, gather_gemm, &g, err)
+                 : comm_matmul_reduce_scatter(x->comm, shard, ov->width, partial_gemm, &g, out, ldo, err);
     if (!rc && s->kind == STEP_MATMUL_RS && s->bias[0]) add_rows(out, ldo, s->bias[0], 0, out, ldo, shard, ov->width);
     x->st.comm_seconds += omp_get_wtime() - t0;
     return rc;
@@ -224,12 +254,17 @@ static void run_step(executor *x, const plan_step *s, const loom_batch *b) {
          * every mode hands the BLAS the same GEMM shapes and TP, SP and async TP agree bit for
          * bit by construction. */
         bool sharded = o->lin->style == PAR_COLUMN || o->lin->style == PAR_ROW;
+        bool int8_in = x->cur->p.values[s->in[0]].int8; /* gathered as int8 rows */
         int block = sharded ? round_up(rows, x->comm->size) / x->comm->size : rows;
         for (int r0 = 0; r0 < rows; r0 += block) {
             int m = rows - r0 < block ? rows - r0 : block;
-            for (int i = 0; i < o->lin->n_parts; i++)
-                linear_chunked(in0 + (size_t)r0 * ld0, ld0, m, comm_chunk_rows(x->comm, block), rows, &s->w[i],
-                               s->bias[i], out + (size_t)r0 * ldo + s->col[i], ldo);
+            for (int i = 0; i < o->lin->n_parts; i++) {
+                float *y = out + (size_t)r0 * ldo + s->col[i];
+                if (int8_in) linear_int8_rows(in0 + (size_t)r0 * ld0, ld0, m, &s->w[i], s->bias[i], y, ldo);
+                else
+                    linear_chunked(in0 + (size_t)r0 * ld0, ld0, m, comm_chunk_rows(x->comm, block), rows, &s->w[i],
+                                   s->bias[i], y, ldo);
+            }
         }
         break;
     }

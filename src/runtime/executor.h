@@ -42,7 +42,8 @@ typedef struct executor {
     const int32_t *kv_tables;
     kv_layer *kv; /* indexed by layer */
     rope_table rope;
-    moe_scratch moe; /* shared by the MoE steps */
+    moe_scratch moe;  /* shared by the MoE steps */
+    float *int8_send; /* this rank's rows quantized for a gather of int8 rows (plan_step.int8_rows) */
     expert_parallel ep;
     size_t activation_bytes, kv_bytes;
     bool profile; /* time each op kind */

@@ -186,7 +186,11 @@ static void print_sp(FILE *f, const plan *p) {
                     r->mod->name);
             continue;
         }
-        fprintf(f, "  region %-28s all-gather in, reduce-scatter out: %s%s\n", r->mod->name,
+        char in[160] = "all-gather in";
+        if (r->int8_gather) /* plan.c's mark_int8_gathers */
+            snprintf(in, sizeof in, "all-gather of int8 rows in (%zu bytes a token, fp32 %zu)",
+                     q8row_floats(r->gather_width) * sizeof(float), (size_t)r->gather_width * sizeof(float));
+        fprintf(f, "  region %-28s %s, reduce-scatter out: %s%s\n", r->mod->name, in,
                 strcmp(r->mod->kind, "moe") ? "" : "mixture of experts (a reducer, like a row-parallel linear), ",
                 r->verified ? "verified (partial sums reach the exit only through additive, pass-through and "
                               "scaling ops)"
@@ -232,6 +236,7 @@ static void print_async(FILE *f, const plan *p) {
             fprintf(f, "%s%.*s", j ? "+" : "", len, start);
         }
         print_format(f, p, s);
+        if (s->int8_rows) fputs(", gathers int8 rows", f);
         fputc('\n', f);
     }
     for (int i = 0; i < p->n_unfused; i++) fprintf(f, "  not fused: %s\n", p->unfused[i]);
