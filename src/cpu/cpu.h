@@ -51,7 +51,11 @@ typedef struct cpu_kernels {
     void (*dot_bf16x)(const uint16_t *const *x, int nr, const uint16_t *w, int k, float y[4]);
     /* Where the CPU has the instructions for it (NULL elsewhere), dot_q8 as a tile: y[r * 8 + j]
      * = x[r] . row j of eight quantized rows w[j] (scales and zero points sz[j]), nr 1 to 8,
-     * with the rows in the vector lanes, so each block is scaled once for all eight. */
+     * with the rows in the vector lanes, so each block is scaled once for all eight. Both sum
+     * in one order, so they give the same bits: each 32-column block's exact integer sum times
+     * its activation scale, added in fp32 (fused) into the group's sum; that times the group's
+     * scale into the row's; scale times zero point times the row's group sum into the zero
+     * term, taken off at the end. */
     void (*tile_q8)(const q8row *x, int nr, const uint8_t *const *w, const struct qlayout *q, const float *const *sz,
                     float *y);
     float (*sum_squares)(const float *x, int n);

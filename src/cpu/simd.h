@@ -6,8 +6,9 @@
  *
  * A second, smaller vocabulary serves the integer dot products of quantized weights on int8
  * activations: `vq` holds one packed block's 32 weight codes, `vacc` integer lanes that sum
- * their products with 32 activation codes exactly, `vaccf` float lanes those sums are scaled
- * into. x86 works on 256-bit halves even with AVX-512, so one block is one register. A third,
+ * their products with 32 activation codes exactly; x86 works on 256-bit halves even with
+ * AVX-512, so one block is one register. Where the CPU has AVX512-VNNI, HAS_INT8_TILE adds the
+ * transposed blocks of the int8 tile and `vaccf`, float lanes one per weight row. A third,
  * HAS_BF16_DOT, is the bf16 dot product of the variants whose CPUs have one. */
 #ifndef LOOM_CPU_SIMD_H
 #define LOOM_CPU_SIMD_H
@@ -194,7 +195,6 @@ static inline vf vkeep_ge(vf x, float lo, vf v) { return x >= lo ? v : 0.0f; }
 #if defined(LOOM_VARIANT_AVX2) || defined(LOOM_VARIANT_AVX512) || defined(LOOM_VARIANT_AVX512BF16)
 typedef __m256i vq;
 typedef __m256i vacc;
-typedef __m256 vaccf;
 /* the block's 16 bytes in both halves, the upper half shifted down a nibble: low nibbles are
  * columns 0-15, high ones 16-31 */
 static inline vq vq_nib(const uint8_t *p) {
@@ -202,15 +202,10 @@ static inline vq vq_nib(const uint8_t *p) {
     return _mm256_and_si256(_mm256_srlv_epi64(b, _mm256_set_epi64x(4, 4, 0, 0)), _mm256_set1_epi8(15));
 }
 static inline vacc vacc_zero(void) { return _mm256_setzero_si256(); }
-static inline vaccf vaccf_zero(void) { return _mm256_setzero_ps(); }
-static inline vaccf vaccf_fma(vacc i, float d, vaccf a) {
-    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(i), _mm256_set1_ps(d), a);
-}
-static inline vaccf vaccf_axpy(float s, vaccf x, vaccf a) { return _mm256_fmadd_ps(x, _mm256_set1_ps(s), a); }
-static inline float vaccf_hsum(vaccf a) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+static inline int32_t vacc_hsum(vacc a) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+    return _mm_cvtsi128_si32(_mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1)));
 }
 #if defined(LOOM_VARIANT_AVX512BF16)
 /* AVX512-VNNI: four u8 x s8 products summed into each int32 lane, no intermediate to overflow */
@@ -244,6 +239,13 @@ static inline vacc vacc_dot_x4(vacc a, vq wt, const int8_t *x) {
     memcpy(&v, x, 4);
     return _mm256_dpbusd_epi32(a, wt, _mm256_set1_epi32(v));
 }
+typedef __m256 vaccf; /* float lanes, one per weight row */
+static inline vaccf vaccf_zero(void) { return _mm256_setzero_ps(); }
+/* a + (float)i * d, lane by lane */
+static inline vaccf vaccf_fma(vacc i, float d, vaccf a) {
+    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(i), _mm256_set1_ps(d), a);
+}
+static inline vaccf vaccf_axpy(float s, vaccf x, vaccf a) { return _mm256_fmadd_ps(x, _mm256_set1_ps(s), a); }
 /* lane j = p[j][i]: the eight weight rows' scale or zero point of one group */
 static inline vaccf vaccf_gather8(const float *const *p, size_t i) {
     return _mm256_setr_ps(p[0][i], p[1][i], p[2][i], p[3][i], p[4][i], p[5][i], p[6][i], p[7][i]);
@@ -276,7 +278,6 @@ typedef struct vq {
     int8x16_t lo, hi;
 } vq;
 typedef int32x4_t vacc;
-typedef float32x4_t vaccf;
 static inline vq vq_nib(const uint8_t *p) {
     uint8x16_t b = vld1q_u8(p);
     return (vq){vreinterpretq_s8_u8(vandq_u8(b, vdupq_n_u8(15))), vreinterpretq_s8_u8(vshrq_n_u8(b, 4))};
@@ -286,7 +287,7 @@ static inline vq vq_prep8(const uint8_t *p) {
     return (vq){vreinterpretq_s8_u8(veorq_u8(vld1q_u8(p), m)), vreinterpretq_s8_u8(veorq_u8(vld1q_u8(p + 16), m))};
 }
 static inline vacc vacc_zero(void) { return vdupq_n_s32(0); }
-static inline vaccf vaccf_zero(void) { return vdupq_n_f32(0); }
+static inline int32_t vacc_hsum(vacc a) { return vaddvq_s32(a); }
 static inline vacc vacc_dot16(vacc a, int8x16_t w, const int8_t *x) {
     int8x16_t xv = vld1q_s8(x);
     int16x8_t p = vmull_s8(vget_low_s8(w), vget_low_s8(xv));
@@ -294,9 +295,6 @@ static inline vacc vacc_dot16(vacc a, int8x16_t w, const int8_t *x) {
 }
 static inline vacc vacc_dot4(vacc a, vq w, const int8_t *x) { return vacc_dot16(vacc_dot16(a, w.lo, x), w.hi, x + 16); }
 static inline vacc vacc_dot8(vacc a, vq w, const int8_t *x) { return vacc_dot4(a, w, x); }
-static inline vaccf vaccf_fma(vacc i, float d, vaccf a) { return vfmaq_n_f32(a, vcvtq_f32_s32(i), d); }
-static inline vaccf vaccf_axpy(float s, vaccf x, vaccf a) { return vfmaq_n_f32(a, x, s); }
-static inline float vaccf_hsum(vaccf a) { return vaddvq_f32(a); }
 
 #else /* generic: the same sums, one code at a time */
 #define Q8_OFFSET8 0
@@ -304,7 +302,6 @@ typedef struct vq {
     uint8_t c[32];
 } vq;
 typedef int32_t vacc;
-typedef float vaccf;
 static inline vq vq_nib(const uint8_t *p) {
     vq w;
     for (int j = 0; j < 16; j++) w.c[j] = p[j] & 15, w.c[j + 16] = p[j] >> 4;
@@ -316,15 +313,12 @@ static inline vq vq_prep8(const uint8_t *p) {
     return w;
 }
 static inline vacc vacc_zero(void) { return 0; }
-static inline vaccf vaccf_zero(void) { return 0; }
+static inline int32_t vacc_hsum(vacc a) { return a; }
 static inline vacc vacc_dot4(vacc a, vq w, const int8_t *x) {
     for (int j = 0; j < 32; j++) a += w.c[j] * x[j];
     return a;
 }
 static inline vacc vacc_dot8(vacc a, vq w, const int8_t *x) { return vacc_dot4(a, w, x); }
-static inline vaccf vaccf_fma(vacc i, float d, vaccf a) { return (float)i * d + a; }
-static inline vaccf vaccf_axpy(float s, vaccf x, vaccf a) { return x * s + a; }
-static inline float vaccf_hsum(vaccf a) { return a; }
 #endif
 
 #ifndef HAS_INT8_TILE

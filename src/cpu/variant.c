@@ -141,47 +141,36 @@ static void dequant_q(const uint8_t *w, const qlayout *q, const float *sz, float
     }
 }
 
-/* dot_q_row on int8 activations (cpu.h's q8row): each block's integer sums are scaled into
- * fp32 by the activation scale when that scale or the group ends, and the group's sum by the
- * group's scale when it ends; the zero point (less the variant's 8-bit offset) is applied once
- * per group through the row's group sum. Every row keeps its own accumulators, so a row's
- * result is the same whatever rows share the call: prefill and decode agree bit for bit. */
+/* dot_q_row on int8 activations (cpu.h's q8row), in the order cpu.h fixes for every int8
+ * product: a block's exact integer sum (its lanes added), times the block's activation scale
+ * into the group's sum, that times the group's scale into the row's, and the zero point (less
+ * the variant's 8-bit offset) once per group through the row's group sum. Every row keeps its
+ * own sums, so a row's result is the same whatever rows share the call. */
 static inline __attribute__((always_inline)) void dot_q8_row(const q8row *x, int nr, const uint8_t *w, int bits,
                                                              const qlayout *q, const float *sz, float y[4]) {
+    _Static_assert(QACT == QBLOCK, "one activation scale per packed block");
     const size_t block_bytes = (size_t)bits * QBLOCK / 8;
-    vaccf a[4];
-    float zero_term[4] = {0, 0, 0, 0};
-#pragma GCC unroll 4
-    for (int r = 0; r < 4; r++) a[r] = vaccf_zero();
+    float acc[4] = {0, 0, 0, 0}, zero_term[4] = {0, 0, 0, 0};
     const uint8_t *blk = w;
     size_t c = 0; /* unsigned, so that block and scale indices are shifts */
     for (int g = 0; g < q->n_groups; g++) {
-        float s = sz[2 * g], z = sz[2 * g + 1] - (bits == 8 ? Q8_OFFSET8 : 0);
-        size_t end = (size_t)q->group_end[g];
-        vacc i[4];
-        vaccf ga[4];
-#pragma GCC unroll 4
-        for (int r = 0; r < 4; r++) i[r] = vacc_zero(), ga[r] = vaccf_zero();
-        for (; c < end; c += QBLOCK, blk += block_bytes) {
+        float s = sz[2 * g], sz_g = s * (sz[2 * g + 1] - (bits == 8 ? Q8_OFFSET8 : 0)), ga[4] = {0, 0, 0, 0};
+        for (size_t end = (size_t)q->group_end[g]; c < end; c += QBLOCK, blk += block_bytes) {
             vq wv = bits == 4 ? vq_nib(blk) : vq_prep8(blk);
 #pragma GCC unroll 4
-            for (int r = 0; r < nr; r++)
-                i[r] = bits == 4 ? vacc_dot4(i[r], wv, x[r].q + c) : vacc_dot8(i[r], wv, x[r].q + c);
-            if ((c + QBLOCK) % QACT == 0 || c + QBLOCK == end)
-#pragma GCC unroll 4
-                for (int r = 0; r < nr; r++) {
-                    ga[r] = vaccf_fma(i[r], x[r].d[c / QACT], ga[r]);
-                    i[r] = vacc_zero();
-                }
+            for (int r = 0; r < nr; r++) {
+                vacc i = bits == 4 ? vacc_dot4(vacc_zero(), wv, x[r].q + c) : vacc_dot8(vacc_zero(), wv, x[r].q + c);
+                ga[r] = __builtin_fmaf((float)vacc_hsum(i), x[r].d[c / QBLOCK], ga[r]);
+            }
         }
 #pragma GCC unroll 4
         for (int r = 0; r < nr; r++) {
-            a[r] = vaccf_axpy(s, ga[r], a[r]);
-            zero_term[r] += s * z * x[r].gsum[g];
+            acc[r] = __builtin_fmaf(ga[r], s, acc[r]);
+            zero_term[r] = __builtin_fmaf(sz_g, x[r].gsum[g], zero_term[r]);
         }
     }
 #pragma GCC unroll 4
-    for (int r = 0; r < nr; r++) y[r] = vaccf_hsum(a[r]) - zero_term[r];
+    for (int r = 0; r < nr; r++) y[r] = acc[r] - zero_term[r];
 }
 
 static void dot_q8(const q8row *x, int nr, const uint8_t *w, const qlayout *q, const float *sz, float y[4]) {

@@ -49,13 +49,15 @@ void linear_chunked(const float *x, size_t ldx, int m, int chunk, int pass_rows,
  * QACT) is its cols int8 codes, then one f32 scale per QACT columns, q8row_floats(cols) floats
  * in all, 9/32 of the fp32 row. quantize_rows_q8 makes them from f32 rows; linear_int8_rows
  * takes them as the input of W, whose packed columns must be its input columns (no act-order,
- * no padding: int8_rows_fit), giving the very bits linear computes from the f32 rows. */
+ * no padding: int8_rows_fit), giving the very bits linear computes from the f32 rows (m of a
+ * product of pass_rows rows, as linear's). */
 static inline size_t q8row_floats(int cols) { return (size_t)cols / 4 + (size_t)cols / QACT; }
 static inline bool int8_rows_fit(const wmat *w) {
     return w->act == WACT_INT8 && w->q && !w->q->col_of && w->q->kp == w->cols && w->cols % QACT == 0;
 }
 void quantize_rows_q8(const float *x, size_t ldx, int rows, int cols, float *out, size_t ldo);
-void linear_int8_rows(const float *xq, size_t ldq, int m, const wmat *w, const float *bias, float *y, size_t ldy);
+void linear_int8_rows(const float *xq, size_t ldq, int m, int pass_rows, const wmat *w, const float *bias, float *y,
+                      size_t ldy);
 
 /* t[w.cols, w.rows] = W^T in f32, whatever W's format. -1 when t is NULL (its allocation failed)
  * or the identity it multiplies by cannot be allocated (recorded: kernel_scratch_check). */

@@ -185,7 +185,7 @@ static void gather_gemm(void *ctx, const float *x, size_t ldx, int row0, int row
     int n = g->tokens - row0 < rows ? g->tokens - row0 : rows;
     for (int i = 0; i < g->s->op->lin->n_parts; i++) {
         float *y = g->out + (size_t)row0 * g->ldo + g->s->col[i];
-        if (g->s->int8_rows) linear_int8_rows(x, ldx, n, &g->s->w[i], g->s->bias[i], y, g->ldo);
+        if (g->s->int8_rows) linear_int8_rows(x, ldx, n, g->tokens, &g->s->w[i], g->s->bias[i], y, g->ldo);
         else linear_chunked(x, ldx, n, g->chunk, g->tokens, &g->s->w[i], g->s->bias[i], y, g->ldo);
     }
 }
@@ -260,7 +260,7 @@ static void run_step(executor *x, const plan_step *s, const loom_batch *b) {
             int m = rows - r0 < block ? rows - r0 : block;
             for (int i = 0; i < o->lin->n_parts; i++) {
                 float *y = out + (size_t)r0 * ldo + s->col[i];
-                if (int8_in) linear_int8_rows(in0 + (size_t)r0 * ld0, ld0, m, &s->w[i], s->bias[i], y, ldo);
+                if (int8_in) linear_int8_rows(in0 + (size_t)r0 * ld0, ld0, m, rows, &s->w[i], s->bias[i], y, ldo);
                 else
                     linear_chunked(in0 + (size_t)r0 * ld0, ld0, m, comm_chunk_rows(x->comm, block), rows, &s->w[i],
                                    s->bias[i], y, ldo);
