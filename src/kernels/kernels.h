@@ -53,7 +53,7 @@ void linear_chunked(const float *x, size_t ldx, int m, int chunk, int pass_rows,
  * product of pass_rows rows, as linear's). */
 static inline size_t q8row_floats(int cols) { return (size_t)cols / 4 + (size_t)cols / QACT; }
 static inline bool int8_rows_fit(const wmat *w) {
-    return w->act == WACT_INT8 && w->q && !w->q->col_of && w->q->kp == w->cols && w->cols % QACT == 0;
+    return w->act == WACT_INT8 && w->q && !w->q->col_of && w->q->kp == w->cols; /* kp: whole blocks of QACT */
 }
 void quantize_rows_q8(const float *x, size_t ldx, int rows, int cols, float *out, size_t ldo);
 void linear_int8_rows(const float *xq, size_t ldq, int m, int pass_rows, const wmat *w, const float *bias, float *y,

@@ -164,9 +164,8 @@ static void linear_q8_rows(const float *xq, size_t ldq, int m, int pass_rows, co
     /* the tile reads eight weight rows side by side: for decode, bound by memory, one row's
      * sequential stream keeps the prefetchers ahead (Zen 4: 31.2 against 23.3 tok/s, 1B shape,
      * 4-bit). The two give the same bits (cpu.h). */
-    void (*tile_q8)(const q8row *, int, const uint8_t *const *, const qlayout *, const float *const *, float *) =
-        pass_rows > FEW_ROWS ? k->tile_q8 : NULL;
-    const int tile = tile_q8 ? 8 : TILE_ROWS; /* input rows per call */
+    bool use_tile = pass_rows > FEW_ROWS && k->tile_q8;
+    const int tile = use_tile ? 8 : TILE_ROWS; /* input rows per call */
     int panels = (w->rows + PANEL_ROWS - 1) / PANEL_ROWS;
 #pragma omp parallel for schedule(static)
     for (int p = 0; p < panels; p++) {
@@ -178,7 +177,7 @@ static void linear_q8_rows(const float *xq, size_t ldq, int m, int pass_rows, co
                 const float *row = xq + (size_t)(r + i) * ldq;
                 xr[i] = (q8row){(const int8_t *)row, row + ql->kp / 4, sums + (size_t)(r + i) * ql->n_groups};
             }
-            if (tile_q8)
+            if (use_tile)
                 for (int n0 = p * PANEL_ROWS; n0 < n1; n0 += 8) {
                     const uint8_t *wr[8];
                     const float *szr[8];
@@ -188,7 +187,7 @@ static void linear_q8_rows(const float *xq, size_t ldq, int m, int pass_rows, co
                         wr[j] = (const uint8_t *)w->data + (size_t)n * w->ld;
                         szr[j] = ql->sz + (size_t)n * ql->n_groups * 2;
                     }
-                    tile_q8(xr, nr, wr, ql, szr, out);
+                    k->tile_q8(xr, nr, wr, ql, szr, out);
                     for (int i = 0; i < nr; i++)
                         for (int j = 0; j < 8 && n0 + j < n1; j++) y[(size_t)(r + i) * ldy + n0 + j] = out[i * 8 + j];
                 }
@@ -233,11 +232,11 @@ static void linear_bf16x(const float *x, size_t ldx, int m, int chunk, int pass_
     for (int r = 0; r < m; r++)
         for (int c = 0; c < cols; c++) xb[(size_t)r * cols + c] = f32_to_bf16(x[(size_t)r * ldx + c]);
     const uint16_t *wd = w->data;
-    bool done = pass_rows > FEW_ROWS;
-    for (int r0 = 0; done && r0 < m; r0 += chunk)
-        done = gemm_bf16(m - r0 < chunk ? m - r0 : chunk, w->rows, cols, xb + (size_t)r0 * cols, wd, w->ld,
-                         y + (size_t)r0 * ldy, ldy);
-    if (done) return;
+    bool by_gemm = pass_rows > FEW_ROWS; /* until a chunk's GEMM cannot run: then all by the dot product */
+    for (int r0 = 0; by_gemm && r0 < m; r0 += chunk)
+        by_gemm = gemm_bf16(m - r0 < chunk ? m - r0 : chunk, w->rows, cols, xb + (size_t)r0 * cols, wd, w->ld,
+                            y + (size_t)r0 * ldy, ldy);
+    if (by_gemm) return;
     const cpu_kernels *k = cpu();
 #pragma omp parallel for schedule(static)
     for (int p = 0; p < (w->rows + PANEL_ROWS - 1) / PANEL_ROWS; p++) {

@@ -62,8 +62,8 @@ static int alloc_int8_send(executor *x, loom_err *err) {
     for (int i = 0; i < x->n_plans; i++)
         for (int j = 0; j < x->plans[i].p.n_steps; j++) {
             const plan_step *s = &x->plans[i].p.steps[j];
-            size_t f = shard * q8row_floats(x->plans[i].p.values[s->in[0]].width);
-            if (s->int8_rows && f > floats) floats = f;
+            size_t f = s->int8_rows ? shard * q8row_floats(x->plans[i].p.values[s->in[0]].width) : 0;
+            if (f > floats) floats = f;
         }
     if (!floats) return 0;
     x->activation_bytes += floats * sizeof(float);
@@ -120,6 +120,14 @@ static int value_rows(const executor *x, const plan_value *v, const loom_batch *
     return b->n_tokens;
 }
 
+/* This rank's shard rows of w columns as int8 rows in x->int8_send, for a gather of int8 rows
+ * (plan_step.int8_rows); their stride in floats, which is also the width the gather moves. */
+static size_t quantize_shard(executor *x, const float *in, size_t ldi, int shard, int w) {
+    size_t qw = q8row_floats(w);
+    quantize_rows_q8(in, ldi, shard, w, x->int8_send, qw);
+    return qw;
+}
+
 static int run_collective(executor *x, const plan_step *s, const loom_batch *b, loom_err *err) {
     const plan_value *iv = &x->cur->p.values[s->in[0]], *ov = &x->cur->p.values[s->out];
     int n = x->comm->size, t_pad = round_up(b->n_tokens, n), shard = t_pad / n, w = iv->width;
@@ -140,8 +148,7 @@ static int run_collective(executor *x, const plan_step *s, const loom_batch *b, 
         break;
     case STEP_GATHER_ROWS:
         if (s->int8_rows) { /* this rank's rows quantized, then the gather moves those (plan.c) */
-            size_t qw = q8row_floats(w);
-            quantize_rows_q8(in, ldi, shard, w, x->int8_send, qw);
+            size_t qw = quantize_shard(x, in, ldi, shard, w);
             rc = comm_all_gather_rows(x->comm, x->int8_send, qw, out, ldo, shard, (int)qw, err);
         } else {
             rc = comm_all_gather_rows(x->comm, in, ldi, out, ldo, shard, w, err);
@@ -209,8 +216,8 @@ static int run_fused(executor *x, const plan_step *s, const loom_batch *b, loom_
     double t0 = omp_get_wtime();
     int w = x->cur->p.values[s->in[0]].width;
     if (s->kind == STEP_AG_MATMUL && s->int8_rows) { /* quantized before the gather, as a plain gather does */
-        quantize_rows_q8(in, ldi, shard, w, x->int8_send, q8row_floats(w));
-        in = x->int8_send, ldi = q8row_floats(w), w = (int)ldi;
+        ldi = quantize_shard(x, in, ldi, shard, w);
+        in = x->int8_send, w = (int)ldi;
     }
     int rc = s->kind == STEP_AG_MATMUL
                  ? comm_all_gather_matmul(x->comm, in, ldi, shard, w, gather_gemm, &g, err)
