@@ -234,6 +234,37 @@ static inline __attribute__((always_inline)) void vq_transpose8(vq r[8]) {
     r[2] = _mm256_permute2x128_si256(u2, u6, 0x20), r[6] = _mm256_permute2x128_si256(u2, u6, 0x31);
     r[3] = _mm256_permute2x128_si256(u3, u7, 0x20), r[7] = _mm256_permute2x128_si256(u3, u7, 0x31);
 }
+/* Two consecutive blocks of one weight row at once, for the tile's few-row path: lanes 0-3 sum
+ * block b's products, lanes 4-7 block b+1's. The pair's activations are arranged once for all
+ * eight weight rows: for 4-bit codes (low nibbles a block's columns 0-15, high ones 16-31), the
+ * two blocks' first halves in `a` and their second halves in `b`, so that one load and two
+ * masks give both blocks' codes. */
+typedef struct vxpair {
+    __m256i a, b;
+} vxpair;
+static inline vxpair vx_pair(const int8_t *x, int bits) {
+    __m256i x0 = _mm256_loadu_si256((const __m256i *)x), x1 = _mm256_loadu_si256((const __m256i *)(x + 32));
+    if (bits == 8) return (vxpair){x0, x1};
+    return (vxpair){_mm256_permute2x128_si256(x0, x1, 0x20), _mm256_permute2x128_si256(x0, x1, 0x31)};
+}
+static inline vacc vacc_pair(const uint8_t *w, vxpair x, int bits) {
+    if (bits == 4) {
+        __m256i v = _mm256_loadu_si256((const __m256i *)w), m = _mm256_set1_epi8(15);
+        __m256i lo = _mm256_and_si256(v, m), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m);
+        return _mm256_dpbusd_epi32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), lo, x.a), hi, x.b);
+    }
+    __m256i s0 = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_loadu_si256((const __m256i *)w), x.a);
+    __m256i s1 = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_loadu_si256((const __m256i *)(w + 32)), x.b);
+    return _mm256_add_epi32(_mm256_permute2x128_si256(s0, s1, 0x20), _mm256_permute2x128_si256(s0, s1, 0x31));
+}
+/* lane j of *s0 and *s1 = the sums of p[j]'s lanes 0-3 and 4-7: eight rows' pairs of block sums */
+static inline void vacc_sum8_pair(const vacc p[8], vacc *s0, vacc *s1) {
+    __m256i a0 = _mm256_hadd_epi32(p[0], p[1]), a1 = _mm256_hadd_epi32(p[2], p[3]);
+    __m256i a2 = _mm256_hadd_epi32(p[4], p[5]), a3 = _mm256_hadd_epi32(p[6], p[7]);
+    __m256i b0 = _mm256_hadd_epi32(a0, a1), b1 = _mm256_hadd_epi32(a2, a3);
+    *s0 = _mm256_permute2x128_si256(b0, b1, 0x20);
+    *s1 = _mm256_permute2x128_si256(b0, b1, 0x31);
+}
 static inline vacc vacc_dot_x4(vacc a, vq wt, const int8_t *x) {
     int32_t v;
     memcpy(&v, x, 4);
