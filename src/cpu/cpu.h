@@ -44,15 +44,17 @@ typedef struct cpu_kernels {
                   float y[2]);
     void (*dequant_q)(const uint8_t *w, const struct qlayout *q, const float *sz, float *dst);
     /* The reduced-precision products (--dtype auto): y[r] = x[r] . w for nr (1 to 4) rows.
-     * dot_q8: int8 activations against a quantized row, integer sums per block scaled in fp32;
+     * dot_q8: int8 activations against a quantized row, integer sums per block scaled in fp32,
+     * in the variants without tile_q8 (NEON, generic; NULL on x86);
      * dot_bf16x: bf16 activations against a bf16 row with fp32 accumulation, NULL in variants
      * whose CPUs have no bf16 dot product (their bf16 weights compute exactly instead). */
     void (*dot_q8)(const q8row *x, int nr, const uint8_t *w, const struct qlayout *q, const float *sz, float y[4]);
     void (*dot_bf16x)(const uint16_t *const *x, int nr, const uint16_t *w, int k, float y[4]);
-    /* Where the CPU has the instructions for it (NULL elsewhere), dot_q8 as a tile: y[r * 8 + j]
-     * = x[r] . row j of eight quantized rows w[j] (scales and zero points sz[j]), nr 1 to 8,
-     * with the rows in the vector lanes, so each block is scaled once for all eight. Both sum
-     * in one order, so they give the same bits: each 32-column block's exact integer sum times
+    /* On x86 (NULL elsewhere), dot_q8 as a tile: y[r * 8 + j] = x[r] . row j of eight
+     * quantized rows w[j] (scales and zero points sz[j]), nr 1 to 8, with the rows in the
+     * vector lanes, so each block is scaled once for all eight. Every way of summing, in every
+     * variant, takes one order, so prefill and decode give the same bits: each 32-column
+     * block's exact integer sum times
      * its activation scale, added in fp32 (fused) into the group's sum; that times the group's
      * scale into the row's; scale times zero point times the row's group sum into the zero
      * term, taken off at the end. */

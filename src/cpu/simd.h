@@ -7,8 +7,8 @@
  * A second, smaller vocabulary serves the integer dot products of quantized weights on int8
  * activations: `vq` holds one packed block's 32 weight codes, `vacc` integer lanes that sum
  * their products with 32 activation codes exactly; x86 works on 256-bit halves even with
- * AVX-512, so one block is one register. Where the CPU has AVX512-VNNI, HAS_INT8_TILE adds the
- * transposed blocks of the int8 tile and `vaccf`, float lanes one per weight row. A third,
+ * AVX-512, so one block is one register. On x86, HAS_INT8_TILE adds the transposed blocks and
+ * folded sums of the int8 tile and `vaccf`, float lanes one per weight row. A third,
  * HAS_BF16_DOT, is the bf16 dot product of the variants whose CPUs have one. */
 #ifndef LOOM_CPU_SIMD_H
 #define LOOM_CPU_SIMD_H
@@ -189,9 +189,10 @@ static inline vf vkeep_ge(vf x, float lo, vf v) { return x >= lo ? v : 0.0f; }
 #error "build variant.c with one LOOM_VARIANT_<NAME> defined (see CMakeLists.txt)"
 #endif
 
-/* Integer dot products. vacc_dot4 takes 4-bit codes (0..15), vacc_dot8 8-bit codes made by
- * vq_prep8, which subtracts Q8_OFFSET8 where the instruction needs signed weights: the sums
- * are then of (code - Q8_OFFSET8) * x, and the kernel moves the offset into the zero point. */
+/* Integer dot products. x86 sums them through the int8 tile (variant.c's tile_q8); NEON and
+ * the generic variant one weight row at a time (dot_q8). 8-bit codes are made signed by
+ * vq_prep8, which subtracts Q8_OFFSET8, where the instruction needs signed weights: the sums
+ * are then of (code - Q8_OFFSET8) * x, and the kernels move the offset into the zero point. */
 #if defined(LOOM_VARIANT_AVX2) || defined(LOOM_VARIANT_AVX512) || defined(LOOM_VARIANT_AVX512BF16)
 typedef __m256i vq;
 typedef __m256i vacc;
@@ -202,23 +203,31 @@ static inline vq vq_nib(const uint8_t *p) {
     return _mm256_and_si256(_mm256_srlv_epi64(b, _mm256_set_epi64x(4, 4, 0, 0)), _mm256_set1_epi8(15));
 }
 static inline vacc vacc_zero(void) { return _mm256_setzero_si256(); }
-static inline int32_t vacc_hsum(vacc a) {
-    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
-    return _mm_cvtsi128_si32(_mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1)));
-}
 #if defined(LOOM_VARIANT_AVX512BF16)
 /* AVX512-VNNI: four u8 x s8 products summed into each int32 lane, no intermediate to overflow */
 #define Q8_OFFSET8 0
 static inline vq vq_prep8(const uint8_t *p) { return _mm256_loadu_si256((const __m256i *)p); }
-static inline vacc vacc_dot4(vacc a, vq w, const int8_t *x) {
-    return _mm256_dpbusd_epi32(a, w, _mm256_loadu_si256((const __m256i *)x));
+static inline vacc vacc_mul4(vacc a, __m256i w, __m256i x) { return _mm256_dpbusd_epi32(a, w, x); }
+static inline vacc vacc_mul8(vacc a, __m256i w, __m256i x) { return _mm256_dpbusd_epi32(a, w, x); }
+#else
+/* AVX2's vpmaddubsw sums two u8 x s8 products into int16: exact for 4-bit codes (2 * 15 * 127),
+ * not for 8-bit ones, which are made signed and multiplied as |w| times x with w's sign; then
+ * vpmaddwd adds the pairs into int32. */
+#define Q8_OFFSET8 128
+static inline vq vq_prep8(const uint8_t *p) {
+    return _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)p), _mm256_set1_epi8((char)0x80));
 }
-static inline vacc vacc_dot8(vacc a, vq w, const int8_t *x) { return vacc_dot4(a, w, x); }
+static inline vacc vacc_mul4(vacc a, __m256i w, __m256i x) {
+    return _mm256_add_epi32(a, _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), _mm256_set1_epi16(1)));
+}
+static inline vacc vacc_mul8(vacc a, __m256i w, __m256i x) {
+    return vacc_mul4(a, _mm256_abs_epi8(w), _mm256_sign_epi8(x, w));
+}
+#endif
 
 /* The output-stationary tile (variant.c's tile_q8): eight weight rows' blocks transposed so that
  * lane j of vector t holds row j's columns 4t..4t+3; one activation's four codes, broadcast,
- * then meet all eight rows in one vpdpbusd. */
+ * then meet all eight rows in one product. */
 #define HAS_INT8_TILE 1
 static inline __attribute__((always_inline)) void vq_transpose8(vq r[8]) {
     __m256i t0 = _mm256_unpacklo_epi32(r[0], r[1]), t1 = _mm256_unpackhi_epi32(r[0], r[1]);
@@ -233,6 +242,20 @@ static inline __attribute__((always_inline)) void vq_transpose8(vq r[8]) {
     r[1] = _mm256_permute2x128_si256(u1, u5, 0x20), r[5] = _mm256_permute2x128_si256(u1, u5, 0x31);
     r[2] = _mm256_permute2x128_si256(u2, u6, 0x20), r[6] = _mm256_permute2x128_si256(u2, u6, 0x31);
     r[3] = _mm256_permute2x128_si256(u3, u7, 0x20), r[7] = _mm256_permute2x128_si256(u3, u7, 0x31);
+}
+/* a + one activation's four codes x, broadcast, times the transposed block's vector wt: one
+ * product for all eight weight rows. Without VNNI, 4-bit products add up in int16 lanes
+ * (eight vpmaddubsw pairs over a block, each at most 2 * 15 * 127, stay exact), widened to
+ * int32 by vacc_x4_end once per block. */
+static inline vacc vacc_dot_x4(vacc a, vq wt, const int8_t *x, int bits) {
+    int32_t v;
+    memcpy(&v, x, 4);
+    __m256i xv = _mm256_set1_epi32(v);
+    if (bits == 8) return vacc_mul8(a, wt, xv);
+    return Q8_OFFSET8 ? _mm256_add_epi16(a, _mm256_maddubs_epi16(wt, xv)) : vacc_mul4(a, wt, xv);
+}
+static inline vacc vacc_x4_end(vacc a, int bits) {
+    return Q8_OFFSET8 && bits == 4 ? _mm256_madd_epi16(a, _mm256_set1_epi16(1)) : a;
 }
 /* Two consecutive blocks of one weight row at once, for the tile's few-row path: lanes 0-3 sum
  * block b's products, lanes 4-7 block b+1's. The pair's activations are arranged once for all
@@ -251,10 +274,9 @@ static inline vacc vacc_pair(const uint8_t *w, vxpair x, int bits) {
     if (bits == 4) {
         __m256i v = _mm256_loadu_si256((const __m256i *)w), m = _mm256_set1_epi8(15);
         __m256i lo = _mm256_and_si256(v, m), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m);
-        return _mm256_dpbusd_epi32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), lo, x.a), hi, x.b);
+        return vacc_mul4(vacc_mul4(vacc_zero(), lo, x.a), hi, x.b);
     }
-    __m256i s0 = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_loadu_si256((const __m256i *)w), x.a);
-    __m256i s1 = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_loadu_si256((const __m256i *)(w + 32)), x.b);
+    __m256i s0 = vacc_mul8(vacc_zero(), vq_prep8(w), x.a), s1 = vacc_mul8(vacc_zero(), vq_prep8(w + 32), x.b);
     return _mm256_add_epi32(_mm256_permute2x128_si256(s0, s1, 0x20), _mm256_permute2x128_si256(s0, s1, 0x31));
 }
 /* lane j of *s0 and *s1 = the sums of p[j]'s lanes 0-3 and 4-7: eight rows' pairs of block sums */
@@ -265,13 +287,8 @@ static inline void vacc_sum8_pair(const vacc p[8], vacc *s0, vacc *s1) {
     *s0 = _mm256_permute2x128_si256(b0, b1, 0x20);
     *s1 = _mm256_permute2x128_si256(b0, b1, 0x31);
 }
-static inline vacc vacc_dot_x4(vacc a, vq wt, const int8_t *x) {
-    int32_t v;
-    memcpy(&v, x, 4);
-    return _mm256_dpbusd_epi32(a, wt, _mm256_set1_epi32(v));
-}
 typedef __m256 vaccf; /* float lanes, one per weight row */
-static inline vaccf vaccf_zero(void) { return _mm256_setzero_ps(); }
+static inline vaccf vaccf_set1(float v) { return _mm256_set1_ps(v); }
 /* a + (float)i * d, lane by lane */
 static inline vaccf vaccf_fma(vacc i, float d, vaccf a) {
     return _mm256_fmadd_ps(_mm256_cvtepi32_ps(i), _mm256_set1_ps(d), a);
@@ -285,23 +302,6 @@ static inline void vaccf_store(float *p, vaccf v) { _mm256_storeu_ps(p, v); }
 static inline vaccf vaccf_mul(vaccf a, vaccf b) { return _mm256_mul_ps(a, b); }
 static inline vaccf vaccf_mul_add(vaccf a, vaccf b, vaccf c) { return _mm256_fmadd_ps(a, b, c); }
 static inline vaccf vaccf_sub(vaccf a, vaccf b) { return _mm256_sub_ps(a, b); }
-#else
-/* AVX2's vpmaddubsw sums two u8 x s8 products into int16: exact for 4-bit codes (2 * 15 * 127),
- * not for 8-bit ones, which are made signed and multiplied as |w| times x with w's sign */
-#define Q8_OFFSET8 128
-static inline vq vq_prep8(const uint8_t *p) {
-    return _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)p), _mm256_set1_epi8((char)0x80));
-}
-static inline vacc vacc_dot4(vacc a, vq w, const int8_t *x) {
-    __m256i p = _mm256_maddubs_epi16(w, _mm256_loadu_si256((const __m256i *)x));
-    return _mm256_add_epi32(a, _mm256_madd_epi16(p, _mm256_set1_epi16(1)));
-}
-static inline vacc vacc_dot8(vacc a, vq w, const int8_t *x) {
-    __m256i p = _mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)x), w));
-    return _mm256_add_epi32(a, _mm256_madd_epi16(p, _mm256_set1_epi16(1)));
-}
-#endif
-
 #elif defined(LOOM_VARIANT_NEON)
 /* widening s8 x s8 multiplies, two products per int16 lane, pairwise added into int32 */
 #define Q8_OFFSET8 128

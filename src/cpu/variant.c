@@ -141,6 +141,7 @@ static void dequant_q(const uint8_t *w, const qlayout *q, const float *sz, float
     }
 }
 
+#if !HAS_INT8_TILE
 /* dot_q_row on int8 activations (cpu.h's q8row), in the order cpu.h fixes for every int8
  * product: a block's exact integer sum (its lanes added), times the block's activation scale
  * into the group's sum, that times the group's scale into the row's, and the zero point (less
@@ -185,8 +186,7 @@ static void dot_q8(const q8row *x, int nr, const uint8_t *w, const qlayout *q, c
     else DOT_Q8_NR(8)
 #undef DOT_Q8_NR
 }
-
-#if HAS_INT8_TILE
+#else
 /* Input rows up to which the tile sums each weight row's blocks itself, two at a time, and
  * folds the sums into the lanes, rather than transposing the blocks to share them among the
  * input rows: with one or two there is little to share. One Zen 4 core, 4-bit, in the cache:
@@ -202,16 +202,17 @@ static void dot_q8(const q8row *x, int nr, const uint8_t *w, const qlayout *q, c
 static inline __attribute__((always_inline)) void tile_q8_rows(const q8row *x, int nr, const uint8_t *const *w,
                                                                int bits, const qlayout *q, const float *const *sz,
                                                                float *y) {
-    _Static_assert(Q8_OFFSET8 == 0, "the tile takes 8-bit codes as they are");
     const size_t block_bytes = (size_t)bits * QBLOCK / 8;
     vaccf acc[8], zt[8];
 #pragma GCC unroll 8
-    for (int r = 0; r < 8; r++) acc[r] = zt[r] = vaccf_zero();
+    for (int r = 0; r < 8; r++) acc[r] = zt[r] = vaccf_set1(0.0f);
     size_t c = 0;
     for (int g = 0; g < q->n_groups; g++) {
-        vaccf sv = vaccf_gather8(sz, 2 * (size_t)g), szv = vaccf_mul(sv, vaccf_gather8(sz, 2 * (size_t)g + 1)), ga[8];
+        vaccf sv = vaccf_gather8(sz, 2 * (size_t)g), ga[8];
+        vaccf szv =
+            vaccf_mul(sv, vaccf_sub(vaccf_gather8(sz, 2 * (size_t)g + 1), vaccf_set1(bits == 8 ? Q8_OFFSET8 : 0)));
 #pragma GCC unroll 8
-        for (int r = 0; r < 8; r++) ga[r] = vaccf_zero();
+        for (int r = 0; r < 8; r++) ga[r] = vaccf_set1(0.0f);
         size_t end = (size_t)q->group_end[g];
         for (; nr <= TILE_BY_SUMS && c + 2 * QBLOCK <= end; c += 2 * QBLOCK)
 #pragma GCC unroll 8
@@ -235,9 +236,9 @@ static inline __attribute__((always_inline)) void tile_q8_rows(const q8row *x, i
 #pragma GCC unroll 8
             for (int t = 0; t < 8; t++)
 #pragma GCC unroll 8
-                for (int r = 0; r < nr; r++) i[r] = vacc_dot_x4(i[r], wt[t], x[r].q + c + 4 * t);
+                for (int r = 0; r < nr; r++) i[r] = vacc_dot_x4(i[r], wt[t], x[r].q + c + 4 * t, bits);
 #pragma GCC unroll 8
-            for (int r = 0; r < nr; r++) ga[r] = vaccf_fma(i[r], x[r].d[c / QACT], ga[r]);
+            for (int r = 0; r < nr; r++) ga[r] = vaccf_fma(vacc_x4_end(i[r], bits), x[r].d[c / QACT], ga[r]);
         }
 #pragma GCC unroll 8
         for (int r = 0; r < nr; r++) {
@@ -391,9 +392,10 @@ const cpu_kernels TABLE = {
     .widen_bf16 = widen_bf16,
     .dot_q = dot_q,
     .dequant_q = dequant_q,
-    .dot_q8 = dot_q8,
 #if HAS_INT8_TILE
     .tile_q8 = tile_q8,
+#else
+    .dot_q8 = dot_q8,
 #endif
 #if HAS_BF16_DOT
     .dot_bf16x = dot_bf16x,
