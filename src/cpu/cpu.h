@@ -54,10 +54,9 @@ typedef struct cpu_kernels {
      * quantized rows w[j] (scales and zero points sz[j]), nr 1 to 8, with the rows in the
      * vector lanes, so each block is scaled once for all eight. Every way of summing, in every
      * variant, takes one order, so prefill and decode give the same bits: each 32-column
-     * block's exact integer sum times
-     * its activation scale, added in fp32 (fused) into the group's sum; that times the group's
-     * scale into the row's; scale times zero point times the row's group sum into the zero
-     * term, taken off at the end. */
+     * block's exact integer sum times its activation scale, added in fp32 (fused) into the
+     * group's sum; that times the group's scale into the row's; scale times zero point times
+     * the row's group sum into the zero term, taken off at the end. */
     void (*tile_q8)(const q8row *x, int nr, const uint8_t *const *w, const struct qlayout *q, const float *const *sz,
                     float *y);
     float (*sum_squares)(const float *x, int n);

@@ -205,15 +205,17 @@ static inline vq vq_nib(const uint8_t *p) {
 static inline vacc vacc_zero(void) { return _mm256_setzero_si256(); }
 #if defined(LOOM_VARIANT_AVX512BF16)
 /* AVX512-VNNI: four u8 x s8 products summed into each int32 lane, no intermediate to overflow */
-#define Q8_OFFSET8 0
+#define Q8_OFFSET8  0
+#define INT16_SUMS4 0
 static inline vq vq_prep8(const uint8_t *p) { return _mm256_loadu_si256((const __m256i *)p); }
 static inline vacc vacc_mul4(vacc a, __m256i w, __m256i x) { return _mm256_dpbusd_epi32(a, w, x); }
 static inline vacc vacc_mul8(vacc a, __m256i w, __m256i x) { return _mm256_dpbusd_epi32(a, w, x); }
 #else
 /* AVX2's vpmaddubsw sums two u8 x s8 products into int16: exact for 4-bit codes (2 * 15 * 127),
  * not for 8-bit ones, which are made signed and multiplied as |w| times x with w's sign; then
- * vpmaddwd adds the pairs into int32. */
-#define Q8_OFFSET8 128
+ * vpmaddwd adds the pairs into int32; the tile adds a block's 4-bit pairs in int16 first. */
+#define Q8_OFFSET8  128
+#define INT16_SUMS4 1
 static inline vq vq_prep8(const uint8_t *p) {
     return _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)p), _mm256_set1_epi8((char)0x80));
 }
@@ -252,10 +254,10 @@ static inline vacc vacc_dot_x4(vacc a, vq wt, const int8_t *x, int bits) {
     memcpy(&v, x, 4);
     __m256i xv = _mm256_set1_epi32(v);
     if (bits == 8) return vacc_mul8(a, wt, xv);
-    return Q8_OFFSET8 ? _mm256_add_epi16(a, _mm256_maddubs_epi16(wt, xv)) : vacc_mul4(a, wt, xv);
+    return INT16_SUMS4 ? _mm256_add_epi16(a, _mm256_maddubs_epi16(wt, xv)) : vacc_mul4(a, wt, xv);
 }
 static inline vacc vacc_x4_end(vacc a, int bits) {
-    return Q8_OFFSET8 && bits == 4 ? _mm256_madd_epi16(a, _mm256_set1_epi16(1)) : a;
+    return INT16_SUMS4 && bits == 4 ? _mm256_madd_epi16(a, _mm256_set1_epi16(1)) : a;
 }
 /* Two consecutive blocks of one weight row at once, for the tile's few-row path: lanes 0-3 sum
  * block b's products, lanes 4-7 block b+1's. The pair's activations are arranged once for all

@@ -8,8 +8,8 @@
  *
  * Reduced: bf16 weights take input rows rounded to bf16, through oneDNN's bf16 GEMM for many
  * rows and the variant's bf16 dot product for few. Quantized weights take input rows quantized
- * to int8 per QACT columns, through the variant's integer dot product for any number of rows:
- * panels of weight rows small enough for the cache each meet every input row, four at a time.
+ * to int8 per QACT columns, through the variant's int8 tile (eight weight rows a call) or, where
+ * it has none, its one-row integer dot product (linear_q8_rows says how each pass reads W).
  * Both quantize each row on its own, so a row's result never depends on which rows share its
  * pass or its rank.
  *
@@ -193,18 +193,15 @@ static void linear_q8_rows(const float *xq, size_t ldq, int m, int pass_rows, co
 #pragma omp parallel for schedule(static)
     for (int r = 0; r < m; r++) group_sums(xq + (size_t)r * ldq, ql, sums + (size_t)r * ql->n_groups);
     const cpu_kernels *k = cpu();
-    if (k->tile_q8 && pass_rows <= FEW_ROWS) {
+    if (k->tile_q8 && pass_rows <= FEW_ROWS && m <= FEW_ROWS) { /* a call's rows are some of its pass's */
+        q8row xr[FEW_ROWS];
+        q8rows_at(xq, ldq, 0, m, ql, sums, xr);
         int run = (w->rows + 7) / 8;
 #pragma omp parallel for schedule(static)
         for (int i = 0; i < run; i++) {
             int n[8];
             for (int j = 0; j < 8; j++) n[j] = j * run + i < w->rows ? j * run + i : -1;
-            for (int r = 0; r < m; r += 8) {
-                q8row xr[8];
-                int nr = m - r < 8 ? m - r : 8;
-                q8rows_at(xq, ldq, r, nr, ql, sums, xr);
-                tile_call(k, xr, r, nr, w, n, y, ldy);
-            }
+            for (int r = 0; r < m; r += 8) tile_call(k, xr + r, r, m - r < 8 ? m - r : 8, w, n, y, ldy);
         }
         return;
     }
