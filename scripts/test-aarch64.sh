@@ -2,7 +2,7 @@
 # Cross-builds loom for aarch64 into build-aarch64/ (Debian's gcc-aarch64-linux-gnu and arm64
 # multiarch libraries, no MPI backend; see cmake/aarch64-linux-gnu.cmake) and runs tests under
 # qemu-aarch64: test_golden, test_stories, test_parallel and test_quant, once per CPU variant
-# (generic, neon), or the tests that a ctest -R regex given as argument picks.
+# (generic, neon, neondot: qemu's default CPU has the dot product), or the tests that a ctest -R regex given as argument picks.
 # Installs the Debian packages first (adds the arm64 architecture to dpkg).
 set -euo pipefail
 cd "$(dirname "$0")/.."

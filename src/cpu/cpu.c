@@ -25,8 +25,9 @@ static bool has_avx512bf16(void) {
 }
 static bool has_avx2(void) { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"); }
 #elif defined(__aarch64__)
-extern const cpu_kernels cpu_neon;
+extern const cpu_kernels cpu_neon, cpu_neondot;
 static bool has_neon(void) { return getauxval(AT_HWCAP) & HWCAP_ASIMD; }
+static bool has_neondot(void) { return has_neon() && (getauxval(AT_HWCAP) & HWCAP_ASIMDDP); }
 #endif
 static bool always(void) { return true; }
 
@@ -39,6 +40,7 @@ static const struct variant {
     {&cpu_avx512, has_avx512},
     {&cpu_avx2, has_avx2},
 #elif defined(__aarch64__)
+    {&cpu_neondot, has_neondot},
     {&cpu_neon, has_neon},
 #endif
     {&cpu_generic, always},

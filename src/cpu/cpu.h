@@ -1,10 +1,11 @@
 /* CPU variants: the one home of everything that depends on the instruction set. Each variant
- * (generic C, AVX2+FMA, AVX-512, NEON) is a table of the hand-written hot kernels, all built
+ * (generic C, AVX2+FMA, AVX-512, NEON, NEON with sdot) is a table of the hand-written hot kernels, all built
  * from the same source (variant.c over simd.h) with that variant's compiler flags. The table is
  * chosen once, at start-up, from what the CPU reports (cpuid on x86-64, hwcaps on aarch64), so
  * one binary runs everywhere at the speed its CPU allows; LOOM_CPU forces a lower variant.
  * On x86-64, avx512bf16 is AVX-512 with the VNNI and BF16 dot products (Zen 4 and later,
- * Cooper Lake, Sapphire Rapids); avx512 the same vectors without them.
+ * Cooper Lake, Sapphire Rapids); avx512 the same vectors without them. On aarch64, neondot is
+ * NEON with the Armv8.2 int8 dot product (sdot; Neoverse N1 and later).
  * GEMMs are not here: OpenBLAS dispatches on the CPU itself. */
 #ifndef LOOM_CPU_CPU_H
 #define LOOM_CPU_CPU_H
@@ -45,7 +46,7 @@ typedef struct cpu_kernels {
     void (*dequant_q)(const uint8_t *w, const struct qlayout *q, const float *sz, float *dst);
     /* The reduced-precision products (--dtype auto): y[r] = x[r] . w for nr (1 to 4) rows.
      * dot_q8: int8 activations against a quantized row, integer sums per block scaled in fp32,
-     * in the variants without tile_q8 (NEON, generic; NULL on x86);
+     * in the variants without tile_q8 (NEON, neondot, generic; NULL on x86);
      * dot_bf16x: bf16 activations against a bf16 row with fp32 accumulation, NULL in variants
      * whose CPUs have no bf16 dot product (their bf16 weights compute exactly instead). */
     void (*dot_q8)(const q8row *x, int nr, const uint8_t *w, const struct qlayout *q, const float *sz, float y[4]);

@@ -108,7 +108,7 @@ static inline vf vpow2i(vf n) {
 }
 static inline vf vkeep_ge(vf x, float lo, vf v) { return _mm256_and_ps(_mm256_cmp_ps(x, vset1(lo), _CMP_GE_OQ), v); }
 
-#elif defined(LOOM_VARIANT_NEON)
+#elif defined(LOOM_VARIANT_NEON) || defined(LOOM_VARIANT_NEONDOT)
 #include <arm_neon.h>
 #define VL 4
 typedef float32x4_t vf;
@@ -304,8 +304,10 @@ static inline void vaccf_store(float *p, vaccf v) { _mm256_storeu_ps(p, v); }
 static inline vaccf vaccf_mul(vaccf a, vaccf b) { return _mm256_mul_ps(a, b); }
 static inline vaccf vaccf_mul_add(vaccf a, vaccf b, vaccf c) { return _mm256_fmadd_ps(a, b, c); }
 static inline vaccf vaccf_sub(vaccf a, vaccf b) { return _mm256_sub_ps(a, b); }
-#elif defined(LOOM_VARIANT_NEON)
-/* widening s8 x s8 multiplies, two products per int16 lane, pairwise added into int32 */
+#elif defined(LOOM_VARIANT_NEON) || defined(LOOM_VARIANT_NEONDOT)
+/* s8 x s8 products summed into int32 lanes: by sdot where the CPU has it (neondot), else by
+ * widening multiplies, two products per int16 lane, pairwise added into int32. Both sums are
+ * exact, so the two variants give the same bits. */
 #define Q8_OFFSET8 128
 typedef struct vq {
     int8x16_t lo, hi;
@@ -321,11 +323,16 @@ static inline vq vq_prep8(const uint8_t *p) {
 }
 static inline vacc vacc_zero(void) { return vdupq_n_s32(0); }
 static inline int32_t vacc_hsum(vacc a) { return vaddvq_s32(a); }
+#if defined(LOOM_VARIANT_NEONDOT)
+/* sdot (Armv8.2 dot product): four s8 x s8 products summed into each int32 lane at once */
+static inline vacc vacc_dot16(vacc a, int8x16_t w, const int8_t *x) { return vdotq_s32(a, w, vld1q_s8(x)); }
+#else
 static inline vacc vacc_dot16(vacc a, int8x16_t w, const int8_t *x) {
     int8x16_t xv = vld1q_s8(x);
     int16x8_t p = vmull_s8(vget_low_s8(w), vget_low_s8(xv));
     return vpadalq_s16(a, vmlal_s8(p, vget_high_s8(w), vget_high_s8(xv)));
 }
+#endif
 static inline vacc vacc_dot4(vacc a, vq w, const int8_t *x) { return vacc_dot16(vacc_dot16(a, w.lo, x), w.hi, x + 16); }
 static inline vacc vacc_dot8(vacc a, vq w, const int8_t *x) { return vacc_dot4(a, w, x); }
 
