@@ -193,35 +193,62 @@ static void dot_q8(const q8row *x, int nr, const uint8_t *w, const qlayout *q, c
  * two rows 53.5 GMAC/s by sums, 39.9 transposed. */
 #define TILE_BY_SUMS 2
 
+/* The exact sums of two consecutive blocks (at byte `at` of each row) of eight weight rows
+ * against one input row's codes x: lane j of *s0 and *s1 for row j. */
+static inline __attribute__((always_inline)) void tile_pair_sums(const int8_t *x, const uint8_t *const *w, size_t at,
+                                                                 int bits, vacc *s0, vacc *s1) {
+    vxpair xp = vx_pair(x, bits);
+    vacc p[8];
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; j++) p[j] = vacc_pair(w[j] + at, xp, bits);
+    vacc_sum8_pair(p, s0, s1);
+}
+
 /* tile_q8 for nr (1 to 8) input rows: the column sums of each 32-column block are exact
  * integers in the lanes, one lane per weight row; each block's is scaled by its activation
  * scale, each group's by its weight scale, and the zero points come off once per group, all in
  * the lanes. A (row, weight row) pair's result is the same whatever shares its tile, and
  * whichever way its blocks were summed. A group's last block, when it has an odd number, is
- * always transposed. */
+ * transposed, unless the group and the next are one block each (groups of 32): then the two
+ * pair across the boundary. */
 static inline __attribute__((always_inline)) void tile_q8_rows(const q8row *x, int nr, const uint8_t *const *w,
                                                                int bits, const qlayout *q, const float *const *sz,
                                                                float *y) {
     const size_t block_bytes = (size_t)bits * QBLOCK / 8;
+    const float zero_offset = bits == 8 ? Q8_OFFSET8 : 0;
     vaccf acc[8], zt[8];
 #pragma GCC unroll 8
     for (int r = 0; r < 8; r++) acc[r] = zt[r] = vaccf_set1(0.0f);
     size_t c = 0;
     for (int g = 0; g < q->n_groups; g++) {
         vaccf sv = vaccf_gather8(sz, 2 * (size_t)g), ga[8];
-        vaccf szv =
-            vaccf_mul(sv, vaccf_sub(vaccf_gather8(sz, 2 * (size_t)g + 1), vaccf_set1(bits == 8 ? Q8_OFFSET8 : 0)));
+        vaccf szv = vaccf_mul(sv, vaccf_sub(vaccf_gather8(sz, 2 * (size_t)g + 1), vaccf_set1(zero_offset)));
 #pragma GCC unroll 8
         for (int r = 0; r < 8; r++) ga[r] = vaccf_set1(0.0f);
         size_t end = (size_t)q->group_end[g];
+        if (nr <= TILE_BY_SUMS && end - c == QBLOCK && g + 1 < q->n_groups &&
+            (size_t)q->group_end[g + 1] - end == QBLOCK) {
+            /* two groups of one block each (groups of 32): their blocks pair across the
+             * boundary, each sum then finished in its own group exactly as alone */
+            vaccf sv1 = vaccf_gather8(sz, 2 * (size_t)g + 2);
+            vaccf szv1 = vaccf_mul(sv1, vaccf_sub(vaccf_gather8(sz, 2 * (size_t)g + 3), vaccf_set1(zero_offset)));
+#pragma GCC unroll 8
+            for (int r = 0; r < nr; r++) {
+                vacc s0, s1;
+                tile_pair_sums(x[r].q + c, w, c / QBLOCK * block_bytes, bits, &s0, &s1);
+                acc[r] = vaccf_mul_add(vaccf_fma(s0, x[r].d[c / QACT], ga[r]), sv, acc[r]);
+                zt[r] = vaccf_axpy(x[r].gsum[g], szv, zt[r]);
+                acc[r] = vaccf_mul_add(vaccf_fma(s1, x[r].d[c / QACT + 1], ga[r]), sv1, acc[r]);
+                zt[r] = vaccf_axpy(x[r].gsum[g + 1], szv1, zt[r]);
+            }
+            c += 2 * QBLOCK, g++;
+            continue;
+        }
         for (; nr <= TILE_BY_SUMS && c + 2 * QBLOCK <= end; c += 2 * QBLOCK)
 #pragma GCC unroll 8
             for (int r = 0; r < nr; r++) {
-                vxpair xp = vx_pair(x[r].q + c, bits);
-                vacc p[8], s0, s1;
-#pragma GCC unroll 8
-                for (int j = 0; j < 8; j++) p[j] = vacc_pair(w[j] + c / QBLOCK * block_bytes, xp, bits);
-                vacc_sum8_pair(p, &s0, &s1);
+                vacc s0, s1;
+                tile_pair_sums(x[r].q + c, w, c / QBLOCK * block_bytes, bits, &s0, &s1);
                 ga[r] = vaccf_fma(s1, x[r].d[c / QACT + 1], vaccf_fma(s0, x[r].d[c / QACT], ga[r]));
             }
         for (; c < end; c += QBLOCK) {
