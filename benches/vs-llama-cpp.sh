@@ -7,15 +7,17 @@
 # What it does (each step skipped when its output is already there, so a rerun only measures):
 #   1. pip-downloads the llama-cpp-python sdist (its vendor/llama.cpp is llama.cpp's source) into
 #      build-bench/dl and unpacks it into build-bench/src;
-#   2. builds llama.cpp's llama-bench twice with nice -j2: default CPU backend (build-bench/
-#      llama-cpu) and with OpenBLAS (build-bench/llama-blas, GGML_BLAS=ON, Debian's
-#      libopenblas-openmp-dev as loom uses; apt-get installs what is missing);
+#   2. builds llama.cpp's llama-bench with nice -j2: default CPU backend (build-bench/
+#      llama-cpu, built for this CPU), with OpenBLAS (build-bench/llama-blas, GGML_BLAS=ON,
+#      Debian's libopenblas-openmp-dev as loom uses; apt-get installs what is missing) when
+#      BLAS_ROWS asks, and for AVX2 alone (build-bench/llama-avx2, GGML_NATIVE=OFF) when
+#      VARIANTS has loom's avx2, so that each loom variant meets a llama.cpp of the same ISA;
 #   3. writes random-weight GGUFs of configs/llama-3.2-1b.json, f32 and bf16, with llama.cpp's
 #      gguf-py (benches/make_gguf.py, in a venv at build-bench/venv; no tokenizer: vocab type
 #      "none");
 #   4. runs `loom bench machine` (sgemm rate, memory read bandwidth), then for each weight dtype
-#      and row: loom once per variant (LOOM_CPU=<variant>), then llama-bench (CPU build; and
-#      the OpenBLAS build with OMP_WAIT_POLICY=PASSIVE for prefill rows);
+#      and row: loom once per variant (LOOM_CPU=<variant>), then llama-bench (CPU build; the
+#      AVX2 build; and the OpenBLAS build with OMP_WAIT_POLICY=PASSIVE for BLAS_ROWS);
 #   5. prints one markdown table per dtype (benches/vs_llama_cpp_report.py) and keeps every raw
 #      output in build-bench/results-<date>/ (report.md is the printed tables).
 #
@@ -103,6 +105,11 @@ build_llama() { # dir, label, extra cmake args
   phase_end "llama.cpp build ($label)"
 }
 build_llama "$bench/llama-cpu" "CPU"
+# loom's avx2 rows meet llama.cpp built for AVX2 too: the native build uses AVX-512 here
+LLAMA_AVX2=0
+[[ " $VARIANTS " =~ \ avx2(\+exact)?\  ]] && LLAMA_AVX2=1
+[ $LLAMA_AVX2 = 1 ] && build_llama "$bench/llama-avx2" "AVX2" -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON \
+  -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON -DGGML_AVX512=OFF
 if [ -n "$BLAS_ROWS" ]; then
   build_llama "$bench/llama-blas" "OpenBLAS" -DGGML_BLAS=ON -DGGML_BLAS_VENDOR=OpenBLAS
   ls "$bench/llama-blas/bin" | grep -q ggml-blas \
@@ -158,7 +165,7 @@ cpu=$(lscpu | sed -n 's/^Model name: *//p' | head -1)
   echo "decode context: $DECODE_CTX"
   echo "dtypes: $DTYPES"
   echo "variants: $VARIANTS"
-  echo "llama.cpp builds: cpu ($bench/llama-cpu)$( [ -n "$BLAS_ROWS" ] && echo ", blas ($bench/llama-blas, OMP_WAIT_POLICY=PASSIVE) for $BLAS_ROWS")"
+  echo "llama.cpp builds: cpu ($bench/llama-cpu)$( [ $LLAMA_AVX2 = 1 ] && echo ", avx2 ($bench/llama-avx2, GGML_NATIVE=OFF)")$( [ -n "$BLAS_ROWS" ] && echo ", blas ($bench/llama-blas, OMP_WAIT_POLICY=PASSIVE) for $BLAS_ROWS")"
 } | tee "$RESULTS/info.txt" >&2
 
 run_loom() { # variant, then loom's arguments; prints to stdout, stderr kept too
@@ -211,8 +218,15 @@ llama_run() { # build, dtype, row, label, extra env...
   echo "   llama.cpp $label: $(python3 -c 'import json, sys; j = json.load(open(sys.argv[1]))[0]; print("%.2f tok/s (sd %.2f)" % (j["avg_ts"], j["stddev_ts"]))' "$out.json" 2>/dev/null || echo '?')" >&2
 }
 
+# loom makes dummy weights in the dtype the config says they are stored in, and --dtype float32
+# computes exactly on them as stored: the f32 rows need a config that says float32, or loom
+# would hold bf16 weights against llama.cpp's f32 GGUF
+f32_config=$RESULTS/$(basename "$CONFIG" .json)-float32.json
+python3 -c 'import json, sys; c = json.load(open(sys.argv[1])); c["torch_dtype"] = "float32"; c.pop("dtype", None)
+json.dump(c, open(sys.argv[2], "w"), indent=2)' "$CONFIG" "$f32_config"
 for d in $DTYPES; do
   ldtype=$([ "$d" = f32 ] && echo float32 || echo bfloat16)
+  lconfig=$([ "$d" = f32 ] && echo "$f32_config" || echo "$CONFIG")
   case $d in q4) qargs=(-q int4 --quantize-lm-head) ;; q8) qargs=(-q int8 --quantize-lm-head) ;; *) qargs=() ;; esac
   for row in $ROWS; do
     phase "$d $row"
@@ -222,13 +236,17 @@ for d in $DTYPES; do
     for v in $VARIANTS; do
       out=$RESULTS/loom-$d-$row-$v.txt
       note_load "loom [$v] $d $row"
-      run_loom "$v" bench latency -m "$CONFIG" --load-format dummy --dtype "$ldtype" "${qargs[@]}" --threads "$THREADS" \
+      run_loom "$v" bench latency -m "$lconfig" --load-format dummy --dtype "$ldtype" "${qargs[@]}" --threads "$THREADS" \
         --batch-size 1 --num-iters-warmup 1 --num-iters "$REPS" "${largs[@]}" >"$out" 2>&1 \
         || { tail -20 "$out" >&2; die "loom bench latency failed ($v, $d, $row; output: $out)"; }
       echo "   loom [$v]: $(grep -E '^(Prefill|Decode):' "$out" | { if [[ $row == pp* ]]; then grep ^Prefill; else grep ^Decode; fi; } | head -1)" >&2
     done
     note_load "llama.cpp cpu $d $row"
     llama_run cpu "$d" "$row" cpu
+    if [ $LLAMA_AVX2 = 1 ]; then
+      note_load "llama.cpp avx2 $d $row"
+      llama_run avx2 "$d" "$row" avx2
+    fi
     if [[ " $BLAS_ROWS " == *" $d:${row:0:2} "* ]]; then
       note_load "llama.cpp blas $d $row"
       llama_run blas "$d" "$row" blas OMP_WAIT_POLICY=PASSIVE

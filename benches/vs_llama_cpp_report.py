@@ -6,7 +6,8 @@ Usage: vs_llama_cpp_report.py build-bench/results-<date>
 Reads info.txt, machine-<variant>.txt (`loom bench machine`), loom-<dtype>-<row>-<variant>.txt
 (`loom bench latency` output) and llama-<dtype>-<row>-<config>.json (`llama-bench -o json`).
 Per weight dtype: one row per ppN / tgN, loom's tok/s per variant, llama.cpp's best config and
-its tok/s, loom / llama.cpp, and for decode rows the share of the measured memory read
+its tok/s, loom / llama.cpp (loom's avx2 rows against llama.cpp's AVX2 build where the run has
+one, the other variants against its best other build), and for decode rows the share of the measured memory read
 bandwidth the rate implies (weight bytes per token x tok/s / read GB/s; loom's bytes are what
 it reports reading per decode step (every linear, the LM head included), or its `weights`
 figure where it does not say; llama.cpp's its model_size: the whole model is read once per
@@ -31,6 +32,11 @@ def info_fields(d):
 def read(path):
     """The file's text, or None where the run left no such file."""
     return open(path).read() if os.path.exists(path) else None
+
+
+def same_isa(v):
+    """Whether loom's variant v meets llama.cpp's AVX2 build rather than its native one."""
+    return v.split("+")[0] == "avx2"
 
 
 def row_key(r):
@@ -90,8 +96,10 @@ def main():
                        for p in glob.glob(os.path.join(d, f"llama-{dt}-*.json"))}, key=row_key)
         if not rows:
             continue
+        has_avx2 = bool(glob.glob(os.path.join(d, f"llama-{dt}-*-avx2.json")))
         hdr = ["row"] + [f"loom [{v}] tok/s" for v in variants] + ["llama.cpp tok/s (best)", "llama.cpp config"]
-        hdr += [f"loom [{v}] / llama.cpp" for v in variants]
+        hdr += ["llama.cpp [AVX2 build] tok/s"] if has_avx2 else []
+        hdr += [f"loom [{v}] / llama.cpp" + (" [AVX2]" if has_avx2 and same_isa(v) else "") for v in variants]
         hdr += ["decode: share of read bandwidth"]
         held = {}
         print(f"### {dt} weights\n")
@@ -113,7 +121,7 @@ def main():
                     held[f"loom [{v}]"] = float(w.group(1))
                 if m:
                     loom[v] = (float(m.group(1)), float(rd.group(1)) * 1048576 if rd else None)
-            best = None  # (tok/s, config, sd, bytes)
+            best, avx2 = None, None  # (tok/s, config, sd, bytes)
             for p in sorted(glob.glob(os.path.join(d, f"llama-{dt}-{r}-*.json"))):
                 cfg = os.path.basename(p)[len(f"llama-{dt}-{r}-"):-len(".json")]
                 try:
@@ -124,12 +132,19 @@ def main():
                 desc = f"{cfg} build (flash-attn {fa}, backends {j.get('backends')})"
                 if j.get("model_size"):
                     held["llama.cpp"] = j["model_size"] / 1048576
-                if best is None or j["avg_ts"] > best[0]:
-                    best = (j["avg_ts"], desc, j.get("stddev_ts", 0), j.get("model_size"))
+                got = (j["avg_ts"], desc, j.get("stddev_ts", 0), j.get("model_size"))
+                if cfg == "avx2":
+                    avx2 = got
+                elif best is None or j["avg_ts"] > best[0]:
+                    best = got
             cells = [f"{'prefill' if kind == 'pp' else 'decode'} {n}" + (f" (after {info.get('decode context', '?')})" if kind == "tg" else "")]
             cells += [f"{loom[v][0]:.2f}" if v in loom else "-" for v in variants]
             cells += [f"{best[0]:.2f} ± {best[2]:.2f}" if best else "-", best[1] if best else "-"]
-            cells += [f"**{loom[v][0] / best[0]:.2f}**" if v in loom and best else "-" for v in variants]
+            if has_avx2:
+                cells += [f"{avx2[0]:.2f} ± {avx2[2]:.2f}" if avx2 else "-"]
+            for v in variants:
+                ref = avx2 if has_avx2 and same_isa(v) else best
+                cells += [f"**{loom[v][0] / ref[0]:.2f}**" if v in loom and ref else "-"]
             if kind == "tg" and bw:
                 parts = []
                 for v in variants:
