@@ -93,6 +93,8 @@ typedef struct loom_engine_options {
     bool prefix_caching;    /* key full blocks by their tokens, for loom_engine_match_prefix */
     int max_tokens;         /* tokens per forward pass */
     bool all_logits;        /* logits for every token, not only requested rows */
+    int max_logits;         /* logit rows a pass returns at most (0: one a sequence, or every token
+                               with all_logits); speculative decoding verifies k + 1 a sequence */
     int threads;            /* 0: all cores / ranks */
     loom_comm *comm;        /* the ranks to shard across; NULL: this process alone (tp=1) */
     bool sequence_parallel; /* shard the residual stream by tokens between decoder layers */
@@ -242,6 +244,8 @@ typedef bool (*loom_token_cb)(void *user, int32_t id, const char *piece, size_t 
 
 typedef struct loom_gen_stats {
     int prompt_tokens, generated;
+    int passes;            /* decode passes of the target (fewer than generated with speculation) */
+    int drafted, accepted; /* speculative tokens proposed and accepted */
     double prefill_s, decode_s;
     bool stopped_at_eos;
 } loom_gen_stats;
@@ -250,6 +254,67 @@ typedef struct loom_gen_stats {
  * through cb. */
 LOOM_API int loom_generate(loom_engine *e, const int32_t *prompt, int n_prompt, int max_new, const loom_sampling *s,
                            loom_token_cb cb, void *user, loom_gen_stats *stats, loom_err *err);
+
+/* Speculative decoding (vLLM's --speculative-config): a proposer guesses the next k tokens of a
+ * sequence, the target verifies them all in one pass over k + 1 tokens, and keeps the longest
+ * prefix it agrees with plus one token of its own, so one pass may yield up to k + 1 tokens.
+ * Greedy output is the target's own; with sampling, rejection sampling (Leviathan et al.)
+ * keeps the target's distribution exactly. */
+#define LOOM_SPEC_MAX_TOKENS 16 /* the most num_speculative_tokens allowed */
+typedef enum loom_spec_method {
+    LOOM_SPEC_NGRAM = 1,  /* prompt lookup: what followed the last occurrence of the text's tail */
+    LOOM_SPEC_DRAFT_MODEL /* a smaller model with the target's tokenizer, decoding greedily */
+} loom_spec_method;
+typedef struct loom_spec_options {
+    loom_spec_method method;
+    int num_speculative_tokens;               /* k, 1..LOOM_SPEC_MAX_TOKENS */
+    int prompt_lookup_min, prompt_lookup_max; /* ngram: the tail lengths looked up, longest first */
+    char model[1024];                         /* draft_model: the draft's folder */
+    int draft_tensor_parallel_size;           /* draft_model: 1 (every rank runs it whole) or the
+                                                 target's tp (0: the target's) */
+} loom_spec_options;
+/* Reads vLLM's JSON ({"method": "ngram", "num_speculative_tokens": 4, ...}); the error names
+ * the key at fault. */
+LOOM_API int loom_spec_parse(const char *json, loom_spec_options *o, loom_err *err);
+
+/* A proposer for a target engine: draft is the loaded draft model (draft_model; NULL for
+ * ngram), eo the options the target engine was built with (its ranks and parallelism, which a
+ * draft model shares unless draft_tensor_parallel_size is 1). Every rank of the target makes
+ * one, at the same point. */
+typedef struct loom_speculator loom_speculator;
+LOOM_API loom_speculator *loom_speculator_new(loom_engine *target, loom_model *draft, const loom_spec_options *o,
+                                              const loom_engine_options *eo, loom_err *err);
+LOOM_API void loom_speculator_free(loom_speculator *s);
+/* Proposes for n sequences at once: sequence slot seqs[i] holds tokens hist[i][0..len[i])
+ * (prompt and output, all but the last in the target's KV cache); up to max_draft[i] tokens
+ * (at most k) go to drafts[i * k ...], their count to n_draft[i]. A draft model runs its
+ * passes here, on every rank of its own. */
+LOOM_API int loom_speculator_propose(loom_speculator *s, int n, const int32_t *seqs, const int32_t *const *hist,
+                                     const int *len, const int *max_draft, int32_t *drafts, int *n_draft,
+                                     loom_err *err);
+/* Verifies one sequence's n_draft proposals against the target's logits rows [n_draft + 1][vocab]
+ * (row j: after the sequence's last token and drafts[0..j)), sampling with smp: writes the
+ * tokens to emit to out (the accepted drafts, then the target's own: a correction or the bonus
+ * token) and returns their count, 1..n_draft + 1. The target's KV cache then holds the rejected
+ * drafts too: cut it back with loom_engine_truncate_seq. */
+LOOM_API int loom_speculator_verify(loom_speculator *s, loom_sampler *smp, const float *logits, const int32_t *drafts,
+                                    int n_draft, int32_t *out);
+/* Forgets what the proposer holds for a sequence slot (with loom_engine_reset_seq). */
+LOOM_API void loom_speculator_reset_seq(loom_speculator *s, int seq);
+/* vLLM's spec_decode counters since the speculator was made. */
+typedef struct loom_spec_stats {
+    long drafts;                            /* verifications with at least one proposal */
+    long draft_tokens, accepted_tokens;     /* proposed, and accepted by the target */
+    long accepted_at[LOOM_SPEC_MAX_TOKENS]; /* accepted drafts by position (0: the first) */
+    int k;                                  /* num_speculative_tokens */
+    double propose_s;                       /* time spent proposing (a draft model's passes) */
+} loom_spec_stats;
+LOOM_API void loom_speculator_get_stats(const loom_speculator *s, loom_spec_stats *st);
+
+/* loom_generate with speculation (s NULL: plain decoding). */
+LOOM_API int loom_generate_speculative(loom_engine *e, loom_speculator *sp, const int32_t *prompt, int n_prompt,
+                                       int max_new, const loom_sampling *s, loom_token_cb cb, void *user,
+                                       loom_gen_stats *stats, loom_err *err);
 
 /* What an engine is and holds on this rank, and what its forward passes did since it was made
  * or since loom_engine_reset_stats. */
@@ -304,6 +369,10 @@ LOOM_API int loom_engine_match_prefix(const loom_engine *e, const int32_t *token
  * tensor or pipeline parallelism every rank attaches the same blocks, at the same point in its
  * sequence of calls, as rank 0 matched them. */
 LOOM_API int loom_engine_attach_prefix(loom_engine *e, int seq, const int32_t *blocks, int n, loom_err *err);
+/* Cuts sequence slot `seq` back to its first len positions (len at most what it holds), as
+ * after speculative tokens the target rejected: the blocks past them go back to the pool, and a
+ * block they leave partly written stops being a cached prefix. Every rank cuts alike. */
+LOOM_API int loom_engine_truncate_seq(loom_engine *e, int seq, int len, loom_err *err);
 
 /* The CPU and the variant of loom's kernels chosen for it at start-up: the best it runs, or the
  * one the LOOM_CPU environment variable names (generic, avx2, avx512 or neon). Fails when

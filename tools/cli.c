@@ -90,8 +90,51 @@ int cli_common_arg(cli_common *c, int argc, char **argv, int *i) {
     else if (!strcmp(a, "--pp-layer-partition")) c->pp_partition = cli_value(argc, argv, i);
     else if (!strcmp(a, "--pp-microbatches"))
         c->pp_microbatches = (int)cli_int(a, cli_value(argc, argv, i), 1, 1 << 16);
+    else if (!strcmp(a, "--speculative-config")) c->spec_json = cli_value(argc, argv, i);
     else return 0;
     return 1;
+}
+
+void cli_spec_engine_options(const cli_common *c, loom_engine_options *eo) {
+    if (!c->spec_json) return;
+    int seqs = eo->max_seqs > 0 ? eo->max_seqs : 1;
+    eo->max_logits = seqs * (c->spec.num_speculative_tokens + 1);
+}
+
+int cli_load_speculation(cli_common *c, const loom_model *target) {
+    loom_err err = {{0}};
+    if (!c->spec_json) return 0;
+    if (loom_spec_parse(c->spec_json, &c->spec, &err)) {
+        fprintf(stderr, "loom: %s\n", err.msg);
+        return -1;
+    }
+    if (c->spec.method != LOOM_SPEC_DRAFT_MODEL) return 0;
+    loom_model_info info;
+    loom_model_get_info(target, &info);
+    loom_model_options o = {.path = c->spec.model, .dtype = c->dtype, .progress = true};
+    if (!(c->draft = loom_model_load(&o, &err))) {
+        fprintf(stderr, "loom: --speculative-config: the draft model: %s\n", err.msg);
+        return -1;
+    }
+    return 0;
+}
+
+void cli_free_speculation(cli_common *c) {
+    loom_model_free(c->draft);
+    c->draft = NULL;
+}
+
+loom_speculator *cli_rank_speculator(const char *cmd, loom_comm *comm, loom_engine *e, const cli_common *c,
+                                     const loom_engine_options *eo, bool *none) {
+    loom_err err = {{0}};
+    *none = !c->spec_json;
+    if (*none) return NULL;
+    loom_engine_options o = *eo;
+    o.comm = comm;
+    o.max_logits = 0;
+    loom_speculator *s = loom_speculator_new(e, c->draft, &c->spec, &o, &err);
+    if (!s) cli_rank_error(cmd, comm, &err);
+    return s;
 }
 
 loom_engine_options cli_engine_options(const cli_common *c) {

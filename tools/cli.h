@@ -28,6 +28,9 @@ typedef struct cli_common {
     const char *pp_partition; /* --pp-layer-partition "3,2" */
     int pp_microbatches;      /* --pp-microbatches (0: the engine's default) */
     bool isolate;             /* run even a single rank in its own process */
+    const char *spec_json;    /* --speculative-config */
+    loom_spec_options spec;   /* parsed from it by cli_load_speculation */
+    loom_model *draft;        /* and the draft model it names, loaded there */
 } cli_common;
 
 /* Below this many tokens a pass runs as plain TP: on one machine SP and async TP only pay on
@@ -52,6 +55,16 @@ const char *cli_value(int argc, char **argv, int *i);
 loom_engine_options cli_engine_options(const cli_common *c);
 /* Loads -m (or the embedded model); settles flags that depend on each other first. */
 loom_model *cli_load_model(cli_common *c, bool tokenizer);
+/* --speculative-config: parses it and loads the draft model it names (with -m's --dtype), once,
+ * before the ranks start; 0 with nothing asked, -1 after printing an error. */
+int cli_load_speculation(cli_common *c, const loom_model *target);
+void cli_free_speculation(cli_common *c);
+/* Room in eo (max_seqs set) for what speculation needs: k + 1 logit rows a sequence. */
+void cli_spec_engine_options(const cli_common *c, loom_engine_options *eo);
+/* This rank's speculator for engine e (NULL, printed as "loom CMD: ...", on failure); *none
+ * is set when no speculation was asked. */
+loom_speculator *cli_rank_speculator(const char *cmd, loom_comm *comm, loom_engine *e, const cli_common *c,
+                                     const loom_engine_options *eo, bool *none);
 /* Checks that the model shards across the ranks asked for, starts them and runs fn in each
  * (fn fills eo->comm from its argument before building an engine); the shm slots hold at
  * least min_slot_bytes (what the command itself sends). Returns the exit status. */

@@ -56,6 +56,11 @@ static void usage(FILE *f) {
           "  --top-k K, --top-p P      sampling filters (default off)\n"
           "  --ignore-eos              do not stop at EOS\n"
           "  -v, --verbose             print the timing summary on stderr\n"
+          "speculative decoding (run, bench latency, serve):\n"
+          "  --speculative-config JSON vLLM's: {\"method\": \"ngram\", \"num_speculative_tokens\": 4,\n"
+          "                            \"prompt_lookup_min\": 2, \"prompt_lookup_max\": 5} or {\"method\":\n"
+          "                            \"draft_model\", \"model\": DIR, \"num_speculative_tokens\": 4,\n"
+          "                            \"draft_tensor_parallel_size\": 1}\n"
           "serve options:\n"
           "  --host ADDR, --port N     where to listen (default 127.0.0.1:8000; port 0: any free one)\n"
           "  --served-model-name NAME  the model's name in the API (default: the -m argument)\n"
@@ -122,8 +127,15 @@ static int generate_text(loom_comm *comm, void *arg) {
     loom_err err = {{0}};
     loom_engine *e = cli_rank_engine("run", comm, j->m, &j->eo);
     if (!e) return 1;
+    bool plain;
+    loom_speculator *sp = cli_rank_speculator("run", comm, e, &o->c, &j->eo, &plain);
+    if (!sp && !plain) {
+        loom_engine_free(e);
+        return 1;
+    }
     loom_gen_stats st;
-    int rc = loom_generate(e, j->ids, (int)j->n, o->n_predict, &o->sampling, print_piece, NULL, &st, &err);
+    int rc =
+        loom_generate_speculative(e, sp, j->ids, (int)j->n, o->n_predict, &o->sampling, print_piece, NULL, &st, &err);
     if (!rc) {
         fputc('\n', stdout);
         fflush(stdout);
@@ -134,8 +146,15 @@ static int generate_text(loom_comm *comm, void *arg) {
                 st.prompt_tokens, st.prefill_s, st.prompt_tokens / (st.prefill_s > 0 ? st.prefill_s : 1e-9),
                 st.generated, st.decode_s, st.generated / (st.decode_s > 0 ? st.decode_s : 1e-9),
                 st.stopped_at_eos ? ", stopped at EOS" : "");
+        if (sp)
+            fprintf(stderr,
+                    "loom: speculative: %d decode passes, %d tokens proposed, %d accepted (%.1f%%), %.2f tokens a "
+                    "pass\n",
+                    st.passes, st.drafted, st.accepted, st.drafted ? 100.0 * st.accepted / st.drafted : 0.0,
+                    st.passes ? (double)(st.generated - 1) / st.passes : 0.0);
     }
     if (rc) cli_rank_error("run", comm, &err);
+    loom_speculator_free(sp);
     loom_engine_free(e);
     return rc ? 1 : 0;
 }
@@ -152,6 +171,7 @@ static int run_ranks(loom_model *m, const run_opts *o) {
     int need = (int)j.n + o->n_predict;
     j.eo = cli_engine_options(&o->c);
     j.eo.max_seqs = 1, j.eo.max_tokens = 512;
+    cli_spec_engine_options(&o->c, &j.eo);
     if (!j.eo.max_ctx) j.eo.max_ctx = need < info.max_pos ? need : info.max_pos;
     int rc = cli_launch(&o->c, m, &j.eo, 0, generate_text, &j);
     free(j.ids);
@@ -183,7 +203,8 @@ static int cmd_run(int argc, char **argv) {
     o.sampling.ignore_eos = o.ignore_eos;
     loom_model *m = cli_load_model(&o.c, true);
     if (!m) return 1;
-    int rc = run_ranks(m, &o);
+    int rc = cli_load_speculation(&o.c, m) ? 1 : run_ranks(m, &o);
+    cli_free_speculation(&o.c);
     loom_model_free(m);
     return rc;
 }

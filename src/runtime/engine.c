@@ -83,7 +83,8 @@ static int join_stage(loom_engine *e, const loom_engine_options *o, int *pp, loo
 static void engine_rows(const loom_engine_options *o, int *tokens, int *logits) {
     int seqs = o->max_seqs > 0 ? o->max_seqs : 1;
     *tokens = o->max_tokens > 0 ? o->max_tokens : 512;
-    *logits = o->all_logits ? *tokens : (seqs < *tokens ? seqs : *tokens);
+    *logits = o->all_logits ? *tokens : o->max_logits > 0 ? o->max_logits : seqs;
+    if (*logits > *tokens) *logits = *tokens;
 }
 
 size_t loom_comm_slot_bytes(const loom_model *m, int tp, const loom_engine_options *o) {
@@ -265,6 +266,12 @@ static bool run_ends(const loom_batch *b, int r) { return r + 1 == b->n_tokens |
 
 int loom_engine_attach_prefix(loom_engine *e, int seq, const int32_t *blocks, int n, loom_err *err) {
     return kv_cache_attach(&e->kv, seq, blocks, n, err);
+}
+
+int loom_engine_truncate_seq(loom_engine *e, int seq, int len, loom_err *err) {
+    if (seq < 0 || seq >= e->max_seqs)
+        return loom_errf(err, "sequence %d cut back, but the engine holds %d", seq, e->max_seqs);
+    return kv_cache_truncate(&e->kv, seq, len, err);
 }
 
 /* Rejects a batch the kernels could not run correctly, before anything is written. */

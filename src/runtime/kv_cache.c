@@ -156,6 +156,28 @@ void kv_cache_release(kv_cache *c, int seq) {
     c->held[seq] = c->len[seq] = 0;
 }
 
+int kv_cache_truncate(kv_cache *c, int seq, int new_len, loom_err *err) {
+    if (new_len < 0 || new_len > c->len[seq])
+        return loom_errf(err, "sequence %d cut back to %d positions, but it holds %d", seq, new_len, c->len[seq]);
+    int32_t *table = c->tables + (size_t)seq * c->table_width;
+    int keep = blocks_for(c, new_len);
+    if (new_len % c->block_size) {
+        kv_block *k = &c->blocks[table[keep - 1]];
+        if (k->refs > 1)
+            return loom_errf(err, "sequence %d cut back inside block %d, which %d sequences share", seq,
+                             table[keep - 1], k->refs);
+        if (k->indexed) index_remove(c, table[keep - 1]);
+        k->full = false;
+    }
+    for (int i = c->held[seq] - 1; i >= keep; i--) { /* rows of rejected tokens: reused first */
+        kv_block *k = &c->blocks[table[i]];
+        if (--k->refs == 0) push_free(c, table[i], k->indexed);
+    }
+    c->held[seq] = keep < c->held[seq] ? keep : c->held[seq];
+    c->len[seq] = new_len;
+    return 0;
+}
+
 int kv_cache_match(const kv_cache *c, const int32_t *tokens, int n, int32_t *blocks) {
     if (!c->prefix_caching) return 0;
     int bs = c->block_size, m = 0;

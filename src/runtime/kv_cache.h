@@ -55,6 +55,11 @@ void kv_cache_grow(kv_cache *c, int seq, int new_len);
  * becomes pos0 + n, and each block they fill gets its key (and, with prefix caching, joins the
  * index unless a block with that key is already there). */
 void kv_cache_written(kv_cache *c, int seq, int pos0, const int32_t *ids, int n);
+/* seq keeps its first new_len positions (at most its length): the blocks past them go back to
+ * the pool, and the block they end inside, if full, leaves the index (its later rows will be
+ * written again). Fails on that block being shared, which no caller makes: rows past a
+ * sequence's length were written by its own last pass, and only full blocks are shared. */
+int kv_cache_truncate(kv_cache *c, int seq, int new_len, loom_err *err);
 /* seq lets go of its blocks; its length restarts at 0. */
 void kv_cache_release(kv_cache *c, int seq);
 /* The indexed blocks holding the longest prefix of tokens[0..n) in whole blocks, into blocks

@@ -57,16 +57,23 @@ static int by_prob_desc(const void *a, const void *b, void *prob) {
     return x < y ? 1 : x > y ? -1 : (i > j) - (i < j);
 }
 
-int32_t sampler_next(sampler *s, const float *logits) {
-    int n = s->vocab;
+static int32_t argmax(const float *logits, int n) {
     int32_t best = 0;
     for (int i = 1; i < n; i++)
         if (logits[i] > logits[best]) best = i;
-    if (s->cfg.temperature == 0) return best;
-    float inv_t = 1.0f / s->cfg.temperature, sum = 0;
+    return best;
+}
+
+/* The candidates sampler_next draws from at a temperature: s->prob[s->idx[0..keep)],
+ * unnormalised, their sum in *sum; returns keep. */
+static int candidates(sampler *s, const float *logits, float *sum) {
+    int n = s->vocab;
+    int32_t best = argmax(logits, n);
+    float inv_t = 1.0f / s->cfg.temperature;
+    *sum = 0;
     for (int i = 0; i < n; i++) {
         s->prob[i] = expf((logits[i] - logits[best]) * inv_t);
-        sum += s->prob[i];
+        *sum += s->prob[i];
         s->idx[i] = i;
     }
     int keep = n;
@@ -85,15 +92,47 @@ int32_t sampler_next(sampler *s, const float *logits) {
                 }
             }
         }
-        sum = 0;
-        for (int i = 0; i < keep; i++) sum += s->prob[s->idx[i]];
+        *sum = 0;
+        for (int i = 0; i < keep; i++) *sum += s->prob[s->idx[i]];
     }
+    return keep;
+}
+
+/* One draw from the candidates, leaving out `skip` (-1: none), whose mass sum excludes. */
+static int32_t draw(sampler *s, int keep, float sum, int32_t skip) {
     float r = uniform(s) * sum, acc = 0;
+    int32_t last = -1;
     for (int i = 0; i < keep; i++) {
+        if (s->idx[i] == skip) continue;
         acc += s->prob[s->idx[i]];
-        if (r < acc) return s->idx[i];
+        last = s->idx[i];
+        if (r < acc) return last;
     }
-    return s->idx[keep - 1];
+    return last;
+}
+
+int32_t sampler_next(sampler *s, const float *logits) {
+    if (s->cfg.temperature == 0) return argmax(logits, s->vocab);
+    float sum;
+    int keep = candidates(s, logits, &sum);
+    return draw(s, keep, sum, -1);
+}
+
+int32_t sampler_verify(sampler *s, const float *logits, int32_t draft, bool *accepted) {
+    if (s->cfg.temperature == 0) {
+        int32_t best = argmax(logits, s->vocab);
+        *accepted = best == draft;
+        return best;
+    }
+    float sum, p = 0;
+    int keep = candidates(s, logits, &sum);
+    for (int i = 0; i < keep; i++)
+        if (s->idx[i] == draft) p = s->prob[draft];
+    /* the draft is one-hot: accepted with probability min(1, p/q) = p(draft); otherwise the
+     * residual max(0, p - q), renormalised, is p without the draft */
+    *accepted = p > 0 && uniform(s) * sum < p;
+    if (*accepted || sum - p <= 0) return draft;
+    return draw(s, keep, sum - p, draft);
 }
 
 int32_t loom_sampler_next(loom_sampler *s, const float *logits) { return sampler_next(s, logits); }

@@ -16,5 +16,10 @@ typedef struct loom_sampler {
 int sampler_init(sampler *s, const loom_sampling *cfg, int vocab, loom_err *err);
 void sampler_free(sampler *s);
 int32_t sampler_next(sampler *s, const float *logits);
+/* Speculative verification of one drafted token against the target's logits: *accepted says
+ * whether the draft stands, and the token to emit is returned (the draft, or a correction
+ * drawn so that emitted tokens follow the distribution sampler_next draws from). Greedy: the
+ * draft stands where it is the argmax. */
+int32_t sampler_verify(sampler *s, const float *logits, int32_t draft, bool *accepted);
 
 #endif

@@ -1,0 +1,82 @@
+/* The speculator (loom.h): the method's proposer behind one interface, verification of a
+ * sequence's proposals against the target's logits, and vLLM's spec_decode counters. */
+#include <stdlib.h>
+#include <time.h>
+
+#include "decode/spec.h"
+#include "runtime/engine.h"
+#include "runtime/sampling.h"
+#include "util/alloc.h"
+#include "util/err.h"
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+loom_speculator *loom_speculator_new(loom_engine *target, loom_model *draft, const loom_spec_options *o,
+                                     const loom_engine_options *eo, loom_err *err) {
+    if (o->num_speculative_tokens < 1 || o->num_speculative_tokens > LOOM_SPEC_MAX_TOKENS) {
+        loom_errf(err, "num_speculative_tokens %d: from 1 to %d", o->num_speculative_tokens, LOOM_SPEC_MAX_TOKENS);
+        return NULL;
+    }
+    if (o->method == LOOM_SPEC_NGRAM && (o->prompt_lookup_min < 1 || o->prompt_lookup_max < o->prompt_lookup_min)) {
+        loom_errf(err, "prompt_lookup_min %d and prompt_lookup_max %d: 1 <= min <= max", o->prompt_lookup_min,
+                  o->prompt_lookup_max);
+        return NULL;
+    }
+    if ((o->method == LOOM_SPEC_DRAFT_MODEL) != (draft != NULL)) {
+        loom_errf(err, o->method == LOOM_SPEC_DRAFT_MODEL ? "method draft_model: no draft model was given"
+                                                          : "a draft model was given to a method that runs none");
+        return NULL;
+    }
+    loom_speculator *s = mem_zalloc(1, sizeof *s, "a speculator", err);
+    if (!s) return NULL;
+    s->o = *o;
+    s->target = target;
+    s->vocab = target->model->cfg.vocab;
+    s->stats.k = o->num_speculative_tokens;
+    s->p = &ngram_proposer;
+    if (o->method == LOOM_SPEC_DRAFT_MODEL && draft_model_init(s, draft, eo, err)) {
+        loom_speculator_free(s);
+        return NULL;
+    }
+    return s;
+}
+
+void loom_speculator_free(loom_speculator *s) {
+    if (!s) return;
+    s->p->free(s);
+    free(s);
+}
+
+int loom_speculator_propose(loom_speculator *s, int n, const int32_t *seqs, const int32_t *const *hist, const int *len,
+                            const int *max_draft, int32_t *drafts, int *n_draft, loom_err *err) {
+    double t0 = now();
+    int rc = s->p->propose(s, n, seqs, hist, len, max_draft, drafts, n_draft, err);
+    s->stats.propose_s += now() - t0;
+    return rc;
+}
+
+int loom_speculator_verify(loom_speculator *s, loom_sampler *smp, const float *logits, const int32_t *drafts,
+                           int n_draft, int32_t *out) {
+    int a = 0;
+    bool accepted = true;
+    for (; a < n_draft && accepted; a++) {
+        out[a] = sampler_verify(smp, logits + (size_t)a * s->vocab, drafts[a], &accepted);
+        if (accepted) s->stats.accepted_at[a]++;
+    }
+    int emitted = a; /* the accepted drafts, and the correction if one was rejected */
+    if (accepted) out[emitted++] = sampler_next(smp, logits + (size_t)n_draft * s->vocab); /* the bonus token */
+    if (n_draft) {
+        s->stats.drafts++;
+        s->stats.draft_tokens += n_draft;
+        s->stats.accepted_tokens += emitted - 1;
+    }
+    return emitted;
+}
+
+void loom_speculator_reset_seq(loom_speculator *s, int seq) { s->p->reset_seq(s, seq); }
+
+void loom_speculator_get_stats(const loom_speculator *s, loom_spec_stats *st) { *st = s->stats; }
