@@ -301,7 +301,7 @@ LOOM_API int loom_speculator_verify(loom_speculator *s, loom_sampler *smp, const
                                     int n_draft, int32_t *out);
 /* Forgets what the proposer holds for a sequence slot (with loom_engine_reset_seq). */
 LOOM_API void loom_speculator_reset_seq(loom_speculator *s, int seq);
-/* vLLM's spec_decode counters since the speculator was made. */
+/* vLLM's spec_decode counters since the speculator was made or its stats were reset. */
 typedef struct loom_spec_stats {
     long drafts;                            /* verifications with at least one proposal */
     long draft_tokens, accepted_tokens;     /* proposed, and accepted by the target */
@@ -310,6 +310,7 @@ typedef struct loom_spec_stats {
     double propose_s;                       /* time spent proposing (a draft model's passes) */
 } loom_spec_stats;
 LOOM_API void loom_speculator_get_stats(const loom_speculator *s, loom_spec_stats *st);
+LOOM_API void loom_speculator_reset_stats(loom_speculator *s);
 
 /* loom_generate with speculation (s NULL: plain decoding). */
 LOOM_API int loom_generate_speculative(loom_engine *e, loom_speculator *sp, const int32_t *prompt, int n_prompt,

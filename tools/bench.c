@@ -33,9 +33,17 @@ static double percentile(const double *sorted, int n, double q) {
     return f + 1 < n ? sorted[f] + (k - f) * (sorted[f + 1] - sorted[f]) : sorted[f];
 }
 
+static int32_t argmax(const float *x, int n) {
+    int32_t best = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[best]) best = i;
+    return best;
+}
+
 typedef struct bench_mode {
     const char *name;
     bool sp, async_tp, ep;
+    bool spec; /* decodes greedily with --speculative-config's proposals */
 } bench_mode;
 
 typedef struct latency_opts {
@@ -47,13 +55,26 @@ typedef struct latency_opts {
     bool repeat;     /* --repeat-prompts: time each batch's second run, from its cached prefixes */
     bench_mode modes[3];
     int n_modes;
+    int vocab;  /* the model's */
+    int spec_k; /* --speculative-config's num_speculative_tokens (0: none) */
 } latency_opts;
+
+/* What a greedy decode (--speculative-config) measured: the target's passes alone. */
+typedef struct spec_figures {
+    double target_s;
+    long passes, pass_tokens;
+} spec_figures;
 
 typedef struct batch_bufs {
     int32_t *ids, *pos, *seq, *rows;
     int32_t *prompts; /* [batch][input_len] */
     int *from;        /* [batch]: each prompt's first position to compute (past its cached blocks) */
     int32_t *blocks;  /* [input_len]: a matched prefix's blocks */
+    /* greedy decoding (--speculative-config): each prompt's tokens so far, the first from its
+     * prefill's logits; each pass's proposals */
+    int32_t *first, *hist, *drafts;
+    int *len, *max_draft, *n_draft, *active;
+    const int32_t **hist_of;
 } batch_bufs;
 
 /* Prefills every prompt from b->from, sequences in order, in passes of at most chunk tokens (the
@@ -72,18 +93,87 @@ static int prefill(loom_engine *e, const latency_opts *o, batch_bufs *b, int chu
         }
         loom_batch bt = {k, b->ids, b->pos, b->seq, nl, b->rows};
         if (loom_forward(e, &bt, &logits, err)) return -1;
+        for (int r = 0; b->first && r < nl; r++)
+            b->first[b->seq[b->rows[r]]] = argmax(logits + (size_t)r * o->vocab, o->vocab);
     }
     return 0;
+}
+
+/* Greedy decoding of every prompt to output_len tokens, with the speculator's proposals when
+ * there is one: each pass runs every sequence's last token and its proposals, and keeps what
+ * the target agrees with. The target's passes are timed apart from the proposing. */
+static int decode_greedy(loom_engine *e, loom_speculator *sp, const latency_opts *o, batch_bufs *b, spec_figures *f,
+                         loom_err *err) {
+    int k = o->spec_k, stride = o->input_len + o->output_len + k, n_active;
+    for (int s = 0; s < o->batch; s++) {
+        int32_t *h = b->hist + (size_t)s * stride;
+        memcpy(h, b->prompts + (size_t)s * o->input_len, (size_t)o->input_len * sizeof *h);
+        h[o->input_len] = b->first[s];
+        b->len[s] = o->input_len + 1;
+        b->hist_of[s] = h;
+    }
+    loom_sampling greedy = {.top_p = 1};
+    loom_sampler *smp = loom_sampler_new(&greedy, o->vocab, err);
+    if (!smp) return -1;
+    int rc = 0;
+    do {
+        n_active = 0;
+        for (int s = 0; s < o->batch; s++) {
+            int left = o->input_len + o->output_len - b->len[s];
+            if (left <= 0) continue;
+            b->active[n_active] = s;
+            b->max_draft[n_active] = sp ? (left - 1 < k ? left - 1 : k) : 0;
+            b->n_draft[n_active] = 0;
+            n_active++;
+        }
+        if (!n_active) break;
+        const int32_t *hists[n_active];
+        int lens[n_active];
+        for (int i = 0; i < n_active; i++) hists[i] = b->hist_of[b->active[i]], lens[i] = b->len[b->active[i]];
+        if (sp && (rc = loom_speculator_propose(sp, n_active, b->active, hists, lens, b->max_draft, b->drafts,
+                                                b->n_draft, err)))
+            break;
+        int nt = 0;
+        for (int i = 0; i < n_active; i++) {
+            int s = b->active[i];
+            for (int j = 0; j <= b->n_draft[i]; j++, nt++) {
+                b->ids[nt] = j ? b->drafts[(size_t)i * k + j - 1] : hists[i][lens[i] - 1];
+                b->pos[nt] = lens[i] - 1 + j, b->seq[nt] = s, b->rows[nt] = nt;
+            }
+        }
+        const float *logits;
+        loom_batch bt = {nt, b->ids, b->pos, b->seq, nt, b->rows};
+        double t0 = now();
+        if ((rc = loom_forward(e, &bt, &logits, err))) break;
+        f->target_s += now() - t0;
+        f->passes++, f->pass_tokens += nt;
+        for (int i = 0, row = 0; i < n_active && !rc; i++) {
+            int s = b->active[i], nd = b->n_draft[i];
+            int32_t out[LOOM_SPEC_MAX_TOKENS + 1], *h = b->hist + (size_t)s * stride;
+            int n_out = sp ? loom_speculator_verify(sp, smp, logits + (size_t)row * o->vocab, b->drafts + (size_t)i * k,
+                                                    nd, out)
+                           : (out[0] = loom_sampler_next(smp, logits + (size_t)row * o->vocab), 1);
+            row += nd + 1;
+            rc = loom_engine_truncate_seq(e, s, lens[i] + n_out - 1, err);
+            for (int j = 0; j < n_out && b->len[s] < o->input_len + o->output_len; j++) h[b->len[s]++] = out[j];
+        }
+    } while (!rc);
+    loom_sampler_free(smp);
+    return rc;
 }
 
 /* One request batch as vLLM times it: prefill every prompt, then output_len-1 decode steps.
  * With --repeat-prompts the prompts run once untimed first, and the timed run starts each from
  * the longest prefix of it the KV cache holds in whole blocks (its last token always runs);
  * *hits counts those positions. */
-static int one_iteration(loom_engine *e, const latency_opts *o, batch_bufs *b, uint64_t *rng, int chunk, int vocab,
-                         double *prefill_s, double *decode_s, long *hits, loom_err *err) {
+static int one_iteration(loom_engine *e, loom_speculator *sp, const latency_opts *o, batch_bufs *b, uint64_t *rng,
+                         int chunk, int vocab, double *prefill_s, double *decode_s, long *hits, spec_figures *f,
+                         loom_err *err) {
     const float *logits;
-    for (int s = 0; s < o->batch; s++) loom_engine_reset_seq(e, s), b->from[s] = 0;
+    for (int s = 0; s < o->batch; s++) {
+        loom_engine_reset_seq(e, s), b->from[s] = 0;
+        if (sp) loom_speculator_reset_seq(sp, s);
+    }
     for (int t = 0; t < o->batch * o->input_len; t++) {
         *rng = *rng * 6364136223846793005ull + 1442695040888963407ull;
         b->prompts[t] = (int32_t)((*rng >> 33) % (uint64_t)vocab);
@@ -104,7 +194,8 @@ static int one_iteration(loom_engine *e, const latency_opts *o, batch_bufs *b, u
     double t0 = now();
     if (prefill(e, o, b, chunk, err)) return -1;
     double t1 = now();
-    for (int step = 1; step < o->output_len; step++) {
+    if (o->spec_k && decode_greedy(e, sp, o, b, f, err)) return -1;
+    for (int step = 1; step < o->output_len && !o->spec_k; step++) {
         for (int s = 0; s < o->batch; s++) {
             b->ids[s] = (int32_t)((s + step) % vocab);
             b->seq[s] = s;
@@ -204,7 +295,26 @@ typedef struct mode_run {
     loom_engine *e;
     double *lat, pre, dec, blocked;
     long hits; /* --repeat-prompts: prompt positions the timed runs found cached */
+    loom_speculator *sp;
+    spec_figures spec; /* greedy decoding's target passes, timed iterations only */
 } mode_run;
+
+/* A greedy mode's passes, and with speculation vLLM's spec_decode figures. */
+static void report_spec(const latency_opts *o, const mode_run *r) {
+    printf("Target passes: %ld, %.2f tokens a sequence each, %.3f ms a pass\n", r->spec.passes,
+           (double)r->spec.pass_tokens / r->spec.passes / o->batch, 1e3 * r->spec.target_s / r->spec.passes);
+    if (!r->sp) return;
+    loom_spec_stats st;
+    loom_speculator_get_stats(r->sp, &st);
+    printf("Speculative: %ld drafts, %ld tokens proposed, %ld accepted (acceptance rate %.1f%%), mean acceptance "
+           "length %.2f, proposing %.4f s per batch\n",
+           st.drafts, st.draft_tokens, st.accepted_tokens,
+           st.draft_tokens ? 100.0 * st.accepted_tokens / st.draft_tokens : 0,
+           st.drafts ? 1 + (double)st.accepted_tokens / st.drafts : 1, st.propose_s / o->iters);
+    printf("Acceptance by position:");
+    for (int i = 0; i < st.k; i++) printf(" %.3f", st.drafts ? (double)st.accepted_at[i] / st.drafts : 0);
+    putchar('\n');
+}
 
 static int latency_rank(loom_comm *comm, void *arg) {
     latency_job *j = arg;
@@ -219,8 +329,12 @@ static int latency_rank(loom_comm *comm, void *arg) {
         eo.expert_parallel = o->modes[k].ep;
         if (o->n_modes > 1) eo.sp_min_tokens = 0; /* comparing modes: each runs as itself on every pass */
         runs[k].e = cli_rank_engine("bench", comm, j->m, &eo);
+        bool none = true;
+        if (runs[k].e && o->modes[k].spec &&
+            !(runs[k].sp = cli_rank_speculator("bench", comm, runs[k].e, &o->c, &eo, &none)))
+            rc = 1;
         runs[k].lat = runs[k].e ? mem_zalloc((size_t)o->iters, sizeof *runs[k].lat, "the latencies", &err) : NULL;
-        rc = runs[k].lat ? 0 : 1;
+        rc = rc || !runs[k].lat ? 1 : 0;
     }
     loom_model_info info;
     loom_model_get_info(j->m, &info);
@@ -233,6 +347,17 @@ static int latency_rank(loom_comm *comm, void *arg) {
                 !(b.prompts = mem_array((size_t)o->batch * o->input_len, sizeof *b.prompts, "the prompts", &err)) ||
                 !(b.from = mem_array((size_t)o->batch, sizeof *b.from, "the prompts", &err)) ||
                 !(b.blocks = mem_array((size_t)o->input_len, sizeof *b.blocks, "the prompts", &err))))
+        rc = 1;
+    size_t stride = (size_t)o->input_len + o->output_len + o->spec_k;
+    if (!rc && o->spec_k &&
+        (!(b.first = mem_array((size_t)o->batch, sizeof *b.first, "the first tokens", &err)) ||
+         !(b.hist = mem_array(stride * o->batch, sizeof *b.hist, "the tokens", &err)) ||
+         !(b.drafts = mem_array((size_t)o->batch * o->spec_k, sizeof *b.drafts, "the proposals", &err)) ||
+         !(b.len = mem_array((size_t)o->batch, sizeof *b.len, "the tokens", &err)) ||
+         !(b.max_draft = mem_array((size_t)o->batch, sizeof *b.max_draft, "the proposals", &err)) ||
+         !(b.n_draft = mem_array((size_t)o->batch, sizeof *b.n_draft, "the proposals", &err)) ||
+         !(b.active = mem_array((size_t)o->batch, sizeof *b.active, "the proposals", &err)) ||
+         !(b.hist_of = mem_array((size_t)o->batch, sizeof *b.hist_of, "the tokens", &err))))
         rc = 1;
     uint64_t rng = o->c.seed + 1;
     double t_start = 0;
@@ -253,8 +378,11 @@ static int latency_rank(loom_comm *comm, void *arg) {
             loom_engine_get_stats(r->e, &before);
             double p = 0, d = 0;
             long hits = 0;
-            rc = one_iteration(r->e, o, &b, &rng, chunk, info.vocab, &p, &d, &hits, &err);
+            spec_figures f = {0};
+            if (it == o->warmup && r->sp) loom_speculator_reset_stats(r->sp);
+            rc = one_iteration(r->e, r->sp, o, &b, &rng, chunk, info.vocab, &p, &d, &hits, &f, &err);
             if (it < o->warmup) continue;
+            r->spec.target_s += f.target_s, r->spec.passes += f.passes, r->spec.pass_tokens += f.pass_tokens;
             r->hits += hits;
             loom_engine_get_stats(r->e, &after);
             r->lat[it - o->warmup] = p + d;
@@ -290,24 +418,34 @@ static int latency_rank(loom_comm *comm, void *arg) {
             avg[k] =
                 report(o, o->modes[k].name, r->lat, r->pre, r->dec, r->hits, info.weight_bytes, st.decode_bytes,
                        st.activation_bytes, st.kv_bytes, st.kv_bytes_per_token, all + (size_t)k * n_ranks, n_ranks);
+            if (o->spec_k) report_spec(o, r);
             if (o->profile) engine_print_profile(r->e, stdout);
             else engine_print_experts(r->e, stdout, false);
         }
         for (int k = 1; k < o->n_modes; k++)
             printf("Avg latency %s / %s: %.3f\n", o->modes[k].name, o->modes[0].name, avg[k] / avg[0]);
+        if (o->spec_k)
+            printf("Decode speed-up of speculation: %.3fx (plain %.4f s, speculative %.4f s per batch); one pass "
+                   "over %.2f tokens a sequence costs %.3fx a one-token pass\n",
+                   runs[0].dec / runs[1].dec, runs[0].dec / o->iters, runs[1].dec / o->iters,
+                   (double)runs[1].spec.pass_tokens / runs[1].spec.passes / o->batch,
+                   (runs[1].spec.target_s / runs[1].spec.passes) / (runs[0].spec.target_s / runs[0].spec.passes));
     }
     free(all);
-    for (int k = 0; k < o->n_modes; k++) free(runs[k].lat), loom_engine_free(runs[k].e);
+    for (int k = 0; k < o->n_modes; k++)
+        free(runs[k].lat), loom_speculator_free(runs[k].sp), loom_engine_free(runs[k].e);
+    free(b.first), free(b.hist), free(b.drafts), free(b.len), free(b.max_draft), free(b.n_draft), free(b.active);
+    free(b.hist_of);
     free(b.ids), free(b.pos), free(b.seq), free(b.rows), free(b.prompts), free(b.from), free(b.blocks);
     return rc ? 1 : 0;
 }
 
 /* ep, ep-sp: expert parallelism beside tensor-parallel attention, without and with SP */
-static const bench_mode known_modes[] = {{"tp", false, false, false},
-                                         {"sp", true, false, false},
-                                         {"async", true, true, false},
-                                         {"ep", false, false, true},
-                                         {"ep-sp", true, false, true}};
+static const bench_mode known_modes[] = {{"tp", false, false, false, false},
+                                         {"sp", true, false, false, false},
+                                         {"async", true, true, false, false},
+                                         {"ep", false, false, true, false},
+                                         {"ep-sp", true, false, true, false}};
 
 /* --compare tp,sp,async: the modes to alternate (default: the one the flags say). */
 static int parse_modes(latency_opts *o, const char *list) {
@@ -352,9 +490,28 @@ static int bench_latency(int argc, char **argv) {
             return 2;
         }
     }
+    if (o.c.spec_json && o.n_modes) {
+        fprintf(stderr, "loom bench latency: --compare and --speculative-config do not go together (speculation "
+                        "compares itself with plain greedy decoding)\n");
+        return 2;
+    }
     loom_model *m = cli_load_model(&o.c, false);
     if (!m) return 1;
+    if (cli_load_speculation(&o.c, m)) {
+        loom_model_free(m);
+        return 1;
+    }
+    loom_model_info info;
+    loom_model_get_info(m, &info);
+    o.vocab = info.vocab;
+    o.spec_k = o.c.spec_json ? o.c.spec.num_speculative_tokens : 0;
     if (!o.n_modes) o.modes[o.n_modes++] = known_modes[o.c.async_tp ? 2 : o.c.ep ? 3 + o.c.sp : o.c.sp ? 1 : 0];
+    if (o.spec_k) { /* plain greedy decoding, then speculative, alternating */
+        o.modes[0].name = "plain";
+        o.modes[1] = o.modes[0];
+        o.modes[1].name = "speculative", o.modes[1].spec = true;
+        o.n_modes = 2;
+    }
     for (int k = 0; k < o.n_modes; k++) /* collectives are sized for the widest; async TP's MPI needs */
         o.c.sp |= o.modes[k].sp, o.c.async_tp |= o.modes[k].async_tp; /* the progress thread */
     bool ep = false; /* the plan checked and the slots sized for: expert parallel where a mode is */
@@ -362,11 +519,13 @@ static int bench_latency(int argc, char **argv) {
     /* prompts go in passes of at most max_batched tokens (default: up to 8192 at once) */
     int limit = o.max_batched ? o.max_batched : 8192,
         chunk = o.batch * o.input_len < limit ? o.batch * o.input_len : limit;
-    if (chunk < o.batch) chunk = o.batch;
+    if (chunk < o.batch * (o.spec_k + 1)) chunk = o.batch * (o.spec_k + 1);
     latency_job j = {.o = &o, .m = m, .eo = cli_engine_options(&o.c)};
     j.eo.expert_parallel = ep;
     j.eo.max_seqs = o.batch, j.eo.max_ctx = o.input_len + o.output_len, j.eo.max_tokens = chunk;
+    cli_spec_engine_options(&o.c, &j.eo);
     int rc = cli_launch(&o.c, m, &j.eo, 0, latency_rank, &j);
+    cli_free_speculation(&o.c);
     loom_model_free(m);
     return rc;
 }

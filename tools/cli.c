@@ -111,7 +111,9 @@ int cli_load_speculation(cli_common *c, const loom_model *target) {
     if (c->spec.method != LOOM_SPEC_DRAFT_MODEL) return 0;
     loom_model_info info;
     loom_model_get_info(target, &info);
-    loom_model_options o = {.path = c->spec.model, .dtype = c->dtype, .progress = true};
+    /* as the target: dummy weights with the target's seed make a config the target's own draft */
+    loom_model_options o = {
+        .path = c->spec.model, .dummy = c->dummy, .seed = c->seed, .dtype = c->dtype, .progress = true};
     if (!(c->draft = loom_model_load(&o, &err))) {
         fprintf(stderr, "loom: --speculative-config: the draft model: %s\n", err.msg);
         return -1;

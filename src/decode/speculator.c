@@ -80,3 +80,5 @@ int loom_speculator_verify(loom_speculator *s, loom_sampler *smp, const float *l
 void loom_speculator_reset_seq(loom_speculator *s, int seq) { s->p->reset_seq(s, seq); }
 
 void loom_speculator_get_stats(const loom_speculator *s, loom_spec_stats *st) { *st = s->stats; }
+
+void loom_speculator_reset_stats(loom_speculator *s) { s->stats = (loom_spec_stats){.k = s->o.num_speculative_tokens}; }
