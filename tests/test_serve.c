@@ -3,7 +3,8 @@
  * idle connections, late request headers, an oversized chunked body, no leaked KV slots or
  * descriptors, streamed pieces joining to the whole text, the completion equal to
  * `loom run`'s, the same under -tp 2 (with a rank killed: every open request fails cleanly and
- * the job names the rank), and SIGTERM draining the running requests before exiting 0.
+ * the job names the rank) and with speculative decoding, and SIGTERM draining the running
+ * requests before exiting 0.
  * Requests are written by hand here because most of them are malformed on purpose; the real
  * client (the `openai` package) is tests/serve_openai.py. */
 #include <arpa/inet.h>
@@ -700,6 +701,61 @@ static void named_templates(void) {
     CHECK(system(cmd) == 0, "%s", cmd);
 }
 
+/* Speculative decoding in the continuous batch: greedy completions equal `loom run`'s plain
+ * ones, several requests at once each verifying its own proposals in the same steps (n-gram
+ * lookup at -tp 2 with async TP, blocks of 16 so cuts cross block boundaries; the embedded model
+ * as its own draft at tp=1, every proposal accepted), and vLLM's spec_decode counters in
+ * /metrics. */
+static void speculative(void) {
+    static const char *prompts[] = {"The robot", "Once upon", "Lily", "Tom and"};
+    static const char *configs[][2] = {
+        {"-tp 2 --enable-async-tp --sp-min-tokens 0 --block-size 16 --speculative-config "
+         "'{\"method\":\"ngram\",\"num_speculative_tokens\":4,\"prompt_lookup_min\":1,\"prompt_lookup_max\":3}'",
+         "-tp 2 --enable-async-tp --sp-min-tokens 0"},
+        {"--speculative-config '{\"method\":\"draft_model\",\"model\":\"" LOOM_SOURCE_DIR
+         "/models/stories260K\",\"num_speculative_tokens\":3}'",
+         ""}};
+    for (int c = 0; c < 2; c++) {
+        server s;
+        char args[1024];
+        snprintf(args, sizeof args, "--max-model-len 512 --max-num-seqs 4 %s", configs[c][0]);
+        if (start(&s, args)) {
+            CHECK(0, "the speculative server did not start: %s", args);
+            continue;
+        }
+        char run[256];
+        snprintf(run, sizeof run, "%s -p 'The robot' -n 24 --ignore-eos", configs[c][1]);
+        completions_match_run(s.port, run);
+        int fd[4];
+        for (int i = 0; i < 4; i++) { /* all at once: one batch, each its own proposals */
+            char body[256];
+            snprintf(body, sizeof body, "{\"prompt\":\"%s\",\"max_tokens\":40,\"temperature\":0,\"ignore_eos\":true}",
+                     prompts[i]);
+            fd[i] = post_completion(s.port, body);
+        }
+        for (int i = 0; i < 4; i++) {
+            char *resp = read_all(fd[i]), text[4096] = "";
+            close(fd[i]);
+            const char *body = strstr(resp, "\r\n\r\n");
+            snprintf(run, sizeof run, "%s -p '%s' -n 40 --ignore-eos", configs[c][1], prompts[i]);
+            char *want = loom_run(run);
+            CHECK(body && !json_str(body, "text", text, sizeof text) && !strcmp(text, want),
+                  "%s: '%s' speculatively gave '%s', plainly '%s'", configs[c][0], prompts[i], text, want);
+            free(want);
+            free(resp);
+        }
+        double drafted = metric(s.port, "spec_decode_num_draft_tokens_total"),
+               accepted = metric(s.port, "spec_decode_num_accepted_tokens_total"),
+               first = metric(s.port, "spec_decode_num_accepted_tokens_per_pos_total");
+        CHECK(drafted > 0 && accepted > 0 && first > 0, "%s: spec_decode counters %g drafted, %g accepted",
+              configs[c][0], drafted, accepted);
+        CHECK(c == 0 || accepted == drafted, "the model as its own draft: %g of %g accepted", accepted, drafted);
+        printf("speculative serve (%s): %g of %g proposals accepted\n", c ? "draft_model itself" : "ngram -tp 2",
+               accepted, drafted);
+        CHECK(stop(&s, SIGTERM, 30) == 0, "the speculative server did not exit 0 on SIGTERM");
+    }
+}
+
 int main(void) {
     signal(SIGPIPE, SIG_IGN);
     bad_template();
@@ -733,6 +789,7 @@ int main(void) {
     client_leaves(s.port);
     sigterm_drains(&s);
     preemption();
+    speculative();
     ranks();
     stages();
     over_mpi();

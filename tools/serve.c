@@ -15,13 +15,24 @@ typedef struct serve_job {
     loom_model *m;
     loom_engine_options eo;
     serve_options so;
+    cli_common *c;
 } serve_job;
 
+/* Rank 0 proposes (a draft model runs there, whole); the other ranks only verify, in the steps
+ * it sends them. */
 static int serve_rank(loom_comm *comm, void *arg) {
     serve_job *j = arg;
     loom_engine *e = cli_rank_engine("serve", comm, j->m, &j->eo);
     if (!e) return 1;
-    int rc = serve_run(comm, j->m, e, &j->so);
+    serve_options so = j->so;
+    bool none = true;
+    if (loom_comm_rank(comm) == 0 && j->c->spec_json &&
+        !(so.speculator = cli_rank_speculator("serve", comm, e, j->c, &j->eo, &none))) {
+        loom_engine_free(e);
+        return 1;
+    }
+    int rc = serve_run(comm, j->m, e, &so);
+    loom_speculator_free(so.speculator);
     loom_engine_free(e);
     return rc;
 }
@@ -112,9 +123,31 @@ int cli_serve(int argc, char **argv) {
         free(dir);
         return 1;
     }
+    if (cli_load_speculation(&c, j.m)) {
+        loom_model_free(j.m);
+        free(dir);
+        return 1;
+    }
+    if (c.spec_json) {
+        int *dtp = &c.spec.draft_tensor_parallel_size;
+        if (c.spec.method == LOOM_SPEC_DRAFT_MODEL && *dtp > 1) {
+            fprintf(stderr,
+                    "loom serve: draft_tensor_parallel_size %d: the server runs the draft model whole on rank "
+                    "0 (1)\n",
+                    *dtp);
+            cli_free_speculation(&c);
+            loom_model_free(j.m);
+            free(dir);
+            return 2;
+        }
+        *dtp = 1;
+        j.so.num_speculative_tokens = c.spec.num_speculative_tokens;
+    }
+    j.c = &c;
     loom_engine_options eo = cli_engine_options(&c);
     j.eo = serve_engine_options(&eo, &j.so);
     int rc = cli_launch(&c, j.m, &j.eo, serve_step_bytes(&j.eo), serve_rank, &j);
+    cli_free_speculation(&c);
     loom_model_free(j.m);
     free(dir);
     return rc;

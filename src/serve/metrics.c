@@ -95,6 +95,19 @@ char *metrics_text(const metrics *m, const char *model_name) {
     put(&t, "loom:request_success_total{%s,finished_reason=\"abort\"} %llu\n", label,
         (unsigned long long)m->finished_abort);
     scalar(&t, "request_failure_total", "counter", "Requests the engine failed.", label, (double)m->failed);
+    if (m->spec.k) { /* vLLM's spec_decode counters */
+        scalar(&t, "spec_decode_num_drafts_total", "counter", "Verifications of at least one proposed token.", label,
+               (double)m->spec.drafts);
+        scalar(&t, "spec_decode_num_draft_tokens_total", "counter", "Tokens proposed.", label,
+               (double)m->spec.draft_tokens);
+        scalar(&t, "spec_decode_num_accepted_tokens_total", "counter", "Proposed tokens the target accepted.", label,
+               (double)m->spec.accepted_tokens);
+        put(&t, "# HELP loom:spec_decode_num_accepted_tokens_per_pos_total Accepted proposals by position.\n"
+                "# TYPE loom:spec_decode_num_accepted_tokens_per_pos_total counter\n");
+        for (int i = 0; i < m->spec.k; i++)
+            put(&t, "loom:spec_decode_num_accepted_tokens_per_pos_total{%s,position=\"%d\"} %ld\n", label, i,
+                m->spec.accepted_at[i]);
+    }
     hist(&t, "time_to_first_token_seconds", "Time from arrival to the first generated token.", label, &m->ttft);
     hist(&t, "inter_token_latency_seconds", "Time between consecutive generated tokens.", label, &m->itl);
     hist(&t, "e2e_request_latency_seconds", "Time from arrival to the last token.", label, &m->e2e);

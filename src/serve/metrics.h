@@ -8,6 +8,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "loom.h"
+
 #define HIST_BUCKETS 14
 
 typedef struct histogram {
@@ -24,6 +26,7 @@ typedef struct metrics {
     uint64_t preemptions;
     uint64_t finished_stop, finished_length, finished_abort, failed;
     histogram ttft, itl, e2e;
+    loom_spec_stats spec; /* speculative decoding's counters (spec.k 0: none) */
 } metrics;
 
 void metrics_init(metrics *m, int slots_total);

@@ -26,6 +26,7 @@ void request_unref(request *r) {
     for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
     free(r->rendered);
     free(r->tokens);
+    free(r->context);
     free(r->text);
     loom_sampler_free(r->smp);
     loom_detokenizer_free(r->dec);
@@ -77,10 +78,13 @@ static void apply_stops(request *r, size_t from) {
 
 void request_add_token(request *r, const req_token *t) {
     loom_err why;
-    if (ARRAY_RESERVE(r->tokens, r->cap_tokens, (size_t)r->n_tokens + 1, "a request's tokens", &why)) {
+    if (ARRAY_RESERVE(r->tokens, r->cap_tokens, (size_t)r->n_tokens + 1, "a request's tokens", &why) ||
+        ARRAY_RESERVE(r->context, r->cap_context, (size_t)r->n_prompt + r->n_tokens + 1, "a request's tokens", &why)) {
         out_of_memory(r, &why);
         return;
     }
+    if (!r->n_tokens) memcpy(r->context, r->prompt, (size_t)r->n_prompt * sizeof *r->context);
+    r->context[r->n_prompt + r->n_tokens] = t->id;
     req_token *k = &r->tokens[r->n_tokens++];
     *k = *t;
     size_t from = r->text_len;

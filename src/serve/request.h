@@ -56,6 +56,9 @@ typedef struct request {
     req_token *tokens; /* generated, in order */
     int n_tokens;
     size_t cap_tokens;
+    int32_t *context; /* the prompt's ids then the generated ones (n_prompt + n_tokens), which a
+                         speculative proposer reads; NULL until the first token */
+    size_t cap_context;
     char *text; /* decoded output, stop string excluded */
     size_t text_len, text_cap;
     size_t text_ready;                /* bytes of text that no stop string can still claim */

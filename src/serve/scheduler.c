@@ -28,6 +28,14 @@
 #include "util/alloc.h"
 #include "util/err.h"
 
+/* The logit rows of one request in a step: its last token's, and one after each proposal it
+ * verifies (n_draft of them, none but when decoding speculatively). */
+typedef struct verify_group {
+    request *r;
+    int row0, n_draft;
+    int32_t draft[LOOM_SPEC_MAX_TOKENS];
+} verify_group;
+
 struct sched {
     server *srv;
     loom_engine *e;
@@ -39,12 +47,20 @@ struct sched {
     int n_running;
     bool *slot_used;
     step st;
-    request **row_req; /* [max_seqs] the request each logit row samples for */
-    float *logprob;    /* [vocab] scratch */
-    int32_t *context;  /* [max_ctx] scratch: a preempted request's prompt and output */
-    int32_t *matched;  /* [max_ctx] scratch: the cached blocks of a prefix */
-    int pending;       /* blocks this step's tokens will take from the pool when it runs */
-    loom_kv_stats kv;  /* as of the last step, for the gauges */
+    verify_group *groups; /* [max_seqs] the step's logit rows, a run of them per request */
+    int n_groups;
+    /* speculative decoding (NULL: none): the decoding requests of a step and their proposals */
+    loom_speculator *sp;
+    int k;
+    request **decoding;
+    int32_t *slots, *drafts;
+    const int32_t **hists;
+    int *lens, *max_draft, *n_draft;
+    float *logprob;   /* [vocab] scratch */
+    int32_t *context; /* [max_ctx] scratch: a preempted request's prompt and output */
+    int32_t *matched; /* [max_ctx] scratch: the cached blocks of a prefix */
+    int pending;      /* blocks this step's tokens will take from the pool when it runs */
+    loom_kv_stats kv; /* as of the last step, for the gauges */
 };
 
 double serve_now(void) {
@@ -63,6 +79,8 @@ sched *sched_new(server *srv, loom_engine *e, loom_comm *comm, loom_err *err) {
     s->max_tokens = srv->o->max_num_batched_tokens;
     s->max_queue = srv->o->max_queue;
     s->q_cap = s->max_queue + s->max_seqs;
+    s->sp = srv->o->speculator;
+    s->k = srv->o->num_speculative_tokens;
     loom_engine_get_kv_stats(e, &s->kv);
     const char *what = "the scheduler's tables";
     if ((s->queue = mem_zalloc((size_t)s->q_cap, sizeof *s->queue, what, err)) &&
@@ -70,10 +88,17 @@ sched *sched_new(server *srv, loom_engine *e, loom_comm *comm, loom_err *err) {
         (s->matched = mem_array((size_t)srv->max_ctx, sizeof *s->matched, what, err)) &&
         (s->running = mem_zalloc((size_t)s->max_seqs, sizeof *s->running, what, err)) &&
         (s->slot_used = mem_zalloc((size_t)s->max_seqs, sizeof *s->slot_used, what, err)) &&
-        (s->row_req = mem_zalloc((size_t)s->max_seqs, sizeof *s->row_req, what, err)) &&
+        (s->groups = mem_zalloc((size_t)s->max_seqs, sizeof *s->groups, what, err)) &&
+        (s->decoding = mem_zalloc((size_t)s->max_seqs, sizeof *s->decoding, what, err)) &&
+        (s->slots = mem_zalloc((size_t)s->max_seqs, sizeof *s->slots, what, err)) &&
+        (s->hists = mem_zalloc((size_t)s->max_seqs, sizeof *s->hists, what, err)) &&
+        (s->lens = mem_zalloc((size_t)s->max_seqs, sizeof *s->lens, what, err)) &&
+        (s->max_draft = mem_zalloc((size_t)s->max_seqs, sizeof *s->max_draft, what, err)) &&
+        (s->n_draft = mem_zalloc((size_t)s->max_seqs, sizeof *s->n_draft, what, err)) &&
+        (s->drafts = mem_zalloc((size_t)s->max_seqs * (s->k + 1), sizeof *s->drafts, what, err)) &&
         (s->logprob =
              mem_array((size_t)srv->info.vocab, sizeof *s->logprob, "the scheduler's log-probabilities", err)) &&
-        !step_init(&s->st, s->max_tokens, s->max_seqs, err))
+        !step_init(&s->st, s->max_tokens, s->max_seqs, s->max_seqs * (s->k + 1), err))
         return s;
     sched_free(s);
     return NULL;
@@ -86,7 +111,9 @@ void sched_free(sched *s) {
     free(s->matched);
     free(s->running);
     free(s->slot_used);
-    free(s->row_req);
+    free(s->groups);
+    free(s->decoding), free(s->slots), free(s->hists), free(s->lens), free(s->max_draft), free(s->n_draft);
+    free(s->drafts);
     step_free(&s->st);
     free(s->logprob);
     free(s);
@@ -133,6 +160,7 @@ static void finish(sched *s, request *r, req_finish why) {
 static request *unrun(sched *s, int i) {
     request *r = s->running[i];
     step_reset(&s->st, s->e, r->slot);
+    if (s->sp) loom_speculator_reset_seq(s->sp, r->slot);
     loom_engine_get_kv_stats(s->e, &s->kv);
     s->slot_used[r->slot] = false;
     memmove(s->running + i, s->running + i + 1, (s->n_running - i - 1) * sizeof *s->running);
@@ -190,9 +218,51 @@ static void add_tokens(sched *s, request *r, int k) {
     st->n_tokens += k;
     r->computed += k;
     if (!to_compute(r)) {
-        s->row_req[st->n_logits] = r;
+        s->groups[s->n_groups++] = (verify_group){.r = r, .row0 = st->n_logits};
         st->logit_rows[st->n_logits++] = st->n_tokens - 1;
     }
+}
+
+/* A decoding request's step: its last token, then the proposals that fit in the free blocks (its
+ * last token's block is counted already), each with a logit row. */
+static void add_decode(sched *s, request *r, const int32_t *draft, int n_draft) {
+    step *st = &s->st;
+    int bs = s->kv.block_size, p = r->computed;
+    while (n_draft && blocks_for(p + 1 + n_draft, bs) - blocks_for(p + 1, bs) > free_blocks(s)) n_draft--;
+    s->pending += blocks_for(p + 1 + n_draft, bs) - blocks_for(p + 1, bs);
+    verify_group *g = &s->groups[s->n_groups++];
+    *g = (verify_group){.r = r, .row0 = st->n_logits, .n_draft = n_draft};
+    for (int j = 0; j <= n_draft; j++) {
+        int t = st->n_tokens++;
+        st->ids[t] = j ? draft[j - 1] : context_token(r, p);
+        st->pos[t] = p + j, st->seq[t] = r->slot;
+        st->logit_rows[st->n_logits++] = t;
+        if (j) g->draft[j - 1] = draft[j - 1];
+    }
+    r->computed++; /* the proposals count once the target keeps them */
+}
+
+/* The proposals for the step's decoding requests, up to k each and within the token budget, the
+ * request's own limits and the context; then their tokens. */
+static void add_decoding(sched *s, int n) {
+    int budget = s->max_tokens - s->st.n_tokens - n; /* past each one's last token */
+    for (int i = 0; i < n; i++) {
+        request *r = s->decoding[i];
+        int len = r->n_prompt + r->n_tokens, m = s->sp ? s->k : 0;
+        if (m > r->max_tokens - r->n_tokens - 1) m = r->max_tokens - r->n_tokens - 1;
+        if (m > s->srv->max_ctx - len) m = s->srv->max_ctx - len;
+        if (m > budget) m = budget;
+        m = m > 0 ? m : 0;
+        budget -= m;
+        s->slots[i] = r->slot, s->hists[i] = r->context, s->lens[i] = len, s->max_draft[i] = m, s->n_draft[i] = 0;
+    }
+    loom_err why;
+    if (s->sp && n &&
+        loom_speculator_propose(s->sp, n, s->slots, s->hists, s->lens, s->max_draft, s->drafts, s->n_draft, &why)) {
+        fprintf(stderr, "loom serve: proposing failed, decoding on without proposals: %s\n", why.msg);
+        for (int i = 0; i < n; i++) s->n_draft[i] = 0;
+    }
+    for (int i = 0; i < n; i++) add_decode(s, s->decoding[i], s->drafts + (size_t)i * s->k, s->n_draft[i]);
 }
 
 /* Of r's next `want` tokens, as many as the free blocks hold. */
@@ -254,15 +324,18 @@ static void build_step(sched *s) {
     for (int i = s->n_running - 1; i >= 0; i--)
         if (s->running[i]->cancel) release(s, i, FINISH_CANCELLED);
     s->pending = 0;
-    int bs = s->kv.block_size;
-    for (int i = 0; i < s->n_running && s->st.n_tokens < s->max_tokens; i++) {
+    s->n_groups = 0;
+    int bs = s->kv.block_size, n_decoding = 0;
+    for (int i = 0; i < s->n_running && s->st.n_tokens + n_decoding < s->max_tokens; i++) {
         request *r = s->running[i];
         if (to_compute(r) != 1) continue;
         /* a new block and none free: the newest give way, r itself once it is the newest */
         while (r->state == REQ_RUNNING && r->computed % bs == 0 && free_blocks(s) < 1) preempt_newest(s);
         if (r->state != REQ_RUNNING) break;
-        add_tokens(s, r, 1);
+        s->pending += blocks_for(r->computed + 1, bs) - blocks_for(r->computed, bs);
+        s->decoding[n_decoding++] = r;
     }
+    add_decoding(s, n_decoding);
     for (int i = 0; i < s->n_running && s->st.n_tokens < s->max_tokens; i++) {
         request *r = s->running[i];
         int budget = s->max_tokens - s->st.n_tokens, want = to_compute(r) < budget ? to_compute(r) : budget;
@@ -308,30 +381,45 @@ static bool is_eos(const server *srv, int32_t id) {
     return false;
 }
 
-/* Samples every row of the step and hands the tokens to their requests. */
-static void take_tokens(sched *s, const float *logits, int n_logits) {
+/* Samples every request's rows of the step (verifying its proposals, if any) and hands the
+ * tokens to it; a request's sequence is cut back past the proposals the target rejected. */
+static void take_tokens(sched *s, const float *logits) {
     server *srv = s->srv;
     double now = serve_now();
     int vocab = srv->info.vocab;
-    for (int i = 0; i < n_logits; i++) {
-        request *r = s->row_req[i];
-        const float *row = logits + (size_t)i * vocab;
-        req_token t = {.id = loom_sampler_next(r->smp, row)};
-        if (r->logprobs) fill_logprobs(s, r, row, &t);
+    for (int i = 0; i < s->n_groups; i++) {
+        verify_group *g = &s->groups[i];
+        request *r = g->r;
+        const float *rows = logits + (size_t)g->row0 * vocab;
+        int32_t out[LOOM_SPEC_MAX_TOKENS + 1];
+        int n_out = 1;
+        if (g->n_draft) n_out = loom_speculator_verify(s->sp, r->smp, rows, g->draft, g->n_draft, out);
+        else out[0] = loom_sampler_next(r->smp, rows);
         pthread_mutex_lock(&srv->lock);
         if (!r->n_tokens) histogram_add(&srv->met.ttft, now - r->t_arrive), r->t_first = now;
         else histogram_add(&srv->met.itl, now - r->t_last);
         r->t_last = now;
-        srv->met.generation_tokens++;
-        if (!r->sampling.ignore_eos && is_eos(srv, t.id)) r->finish = FINISH_STOP; /* counted, not printed */
-        request_add_token(r, &t);
-        if (r->n_tokens >= r->max_tokens || r->n_prompt + r->n_tokens >= srv->max_ctx) {
-            if (r->finish == FINISH_NONE) r->finish = FINISH_LENGTH;
+        for (int j = 0; j < n_out && r->finish == FINISH_NONE; j++) {
+            req_token t = {.id = out[j]};
+            if (r->logprobs) fill_logprobs(s, r, rows + (size_t)j * vocab, &t);
+            srv->met.generation_tokens++;
+            if (!r->sampling.ignore_eos && is_eos(srv, t.id)) r->finish = FINISH_STOP; /* counted, not printed */
+            request_add_token(r, &t);
+            if (r->n_tokens >= r->max_tokens || r->n_prompt + r->n_tokens >= srv->max_ctx) {
+                if (r->finish == FINISH_NONE) r->finish = FINISH_LENGTH;
+            }
+        }
+        loom_err why;
+        r->computed += n_out - 1; /* the proposals kept; the sequence holds them and no more */
+        if (g->n_draft && step_truncate(&s->st, s->e, r->slot, r->computed, &why)) {
+            snprintf(r->error, sizeof r->error, "%s", why.msg); /* cannot happen: the pass wrote these rows */
+            if (r->finish == FINISH_NONE) r->finish = FINISH_CANCELLED;
         }
         request_changed(r);
         pthread_mutex_unlock(&srv->lock);
     }
     pthread_mutex_lock(&srv->lock);
+    if (s->sp) loom_speculator_get_stats(s->sp, &srv->met.spec);
     for (int i = s->n_running - 1; i >= 0; i--)
         if (s->running[i]->finish != FINISH_NONE) release(s, i, s->running[i]->finish);
     pthread_mutex_unlock(&srv->lock);
@@ -386,12 +474,11 @@ int sched_loop(sched *s, volatile int *stop_signal, loom_err *err) {
             fail_all(s, err->msg);
             return -1;
         }
-        int n_logits = s->st.n_logits;
         step_clear(&s->st);
+        take_tokens(s, logits); /* its cuts go to the other ranks with the next step */
         pthread_mutex_lock(&srv->lock);
         loom_engine_get_kv_stats(s->e, &s->kv);
         pthread_mutex_unlock(&srv->lock);
-        if (n_logits) take_tokens(s, logits, n_logits);
     }
     step_clear(&s->st);
     s->st.cmd = STEP_STOP;

@@ -23,6 +23,7 @@ loom_engine_options serve_engine_options(const loom_engine_options *eo, const se
     e.max_seqs = o->max_num_seqs;
     e.max_tokens = o->max_num_batched_tokens;
     e.all_logits = false;
+    e.max_logits = o->max_num_seqs * (o->num_speculative_tokens + 1); /* k + 1 rows a sequence verifies */
     return e;
 }
 
@@ -51,10 +52,11 @@ static int serve_rank0(loom_comm *comm, loom_model *m, loom_engine *e, const ser
     loom_engine_get_kv_stats(e, &kv);
     fprintf(stderr,
             "loom serve: model %s as '%s', %d rank%s, %d sequences of up to %d tokens, KV cache %.1f MiB a rank (%d "
-            "blocks of %d positions, prefix caching %s), %d tokens a step%s\n",
+            "blocks of %d positions, prefix caching %s), %d tokens a step%s%s\n",
             srv.info.source, o->served_name, loom_comm_size(comm), loom_comm_size(comm) > 1 ? "s" : "", o->max_num_seqs,
             st.max_ctx, st.kv_bytes / 1048576.0, kv.blocks, kv.block_size, o->prefix_caching ? "on" : "off",
-            o->max_num_batched_tokens, srv.tmpl.plain ? ", chat template loaded" : ", no chat template");
+            o->max_num_batched_tokens, srv.tmpl.plain ? ", chat template loaded" : ", no chat template",
+            o->speculator ? ", speculative decoding on" : "");
     struct sigaction sa = {.sa_handler = on_stop_signal};
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
@@ -77,7 +79,8 @@ int serve_run(loom_comm *comm, loom_model *m, loom_engine *e, const serve_option
     signal(SIGINT, SIG_IGN);
     step s;
     loom_err err = {{0}};
-    if (step_init(&s, o->max_num_batched_tokens, o->max_num_seqs, &err)) {
+    if (step_init(&s, o->max_num_batched_tokens, o->max_num_seqs, o->max_num_seqs * (o->num_speculative_tokens + 1),
+                  &err)) {
         fprintf(stderr, "loom serve: rank %d: %s\n", loom_comm_rank(comm), err.msg);
         return 1;
     }

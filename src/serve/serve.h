@@ -21,19 +21,21 @@
 #include "template/template.h"
 
 typedef struct serve_options {
-    const char *host;           /* address to listen on */
-    int port;                   /* 0: any free port (printed) */
-    const char *served_name;    /* the model's name in the API */
-    const char *model_dir;      /* where to look for a chat template (NULL: embedded model) */
-    const char *chat_template;  /* --chat-template FILE */
-    int max_num_seqs;           /* sequences running at once (slots; their KV shares the block pool) */
-    bool prefix_caching;        /* the engine keys full blocks: admissions reuse cached prefixes */
-    int max_num_batched_tokens; /* tokens per engine step */
-    int max_queue;              /* requests waiting beyond that; more get 503 */
-    size_t max_body_bytes;      /* larger request bodies get 413 */
-    double header_timeout;      /* seconds a client has to finish its request headers */
-    int max_per_address;        /* connections one IP address may hold open; more are refused */
-    uint64_t seed;              /* seeds of requests that give none derive from it */
+    const char *host;            /* address to listen on */
+    int port;                    /* 0: any free port (printed) */
+    const char *served_name;     /* the model's name in the API */
+    const char *model_dir;       /* where to look for a chat template (NULL: embedded model) */
+    const char *chat_template;   /* --chat-template FILE */
+    int max_num_seqs;            /* sequences running at once (slots; their KV shares the block pool) */
+    bool prefix_caching;         /* the engine keys full blocks: admissions reuse cached prefixes */
+    int max_num_batched_tokens;  /* tokens per engine step */
+    int max_queue;               /* requests waiting beyond that; more get 503 */
+    size_t max_body_bytes;       /* larger request bodies get 413 */
+    double header_timeout;       /* seconds a client has to finish its request headers */
+    int max_per_address;         /* connections one IP address may hold open; more are refused */
+    uint64_t seed;               /* seeds of requests that give none derive from it */
+    int num_speculative_tokens;  /* --speculative-config's k on every rank (0: none) */
+    loom_speculator *speculator; /* rank 0's proposer (NULL: none) */
 } serve_options;
 
 /* Runs the server on this rank until SIGTERM/SIGINT (drained: 0) or a failure (1). */

@@ -6,8 +6,9 @@
  *
  * Message: [command, n_tokens, n_logits, n_ops, ids[n], pos[n], seq[n], logit_rows[n_logits],
  * ops[n_ops]]. The ops are the KV cache's sequence changes since the previous step, in the
- * order rank 0 made them: [OP_RESET, slot] or [OP_ATTACH, slot, n, block ids...]. Every rank's
- * KV cache then takes the same block decisions (runtime/kv_cache.h). */
+ * order rank 0 made them: [OP_RESET, slot], [OP_ATTACH, slot, n, block ids...] or
+ * [OP_TRUNCATE, slot, len] (speculative tokens the target rejected). Every rank's KV cache then
+ * takes the same block decisions (runtime/kv_cache.h). */
 #include "serve/steps.h"
 
 #include <stdlib.h>
@@ -17,23 +18,27 @@
 #include "util/err.h"
 
 enum { HEADER = 4 };
-enum { OP_RESET = 1, OP_ATTACH = 2 };
+enum { OP_RESET = 1, OP_ATTACH = 2, OP_TRUNCATE = 3 };
 
-/* a reset per slot and an attach header per slot, twice over (a slot released and reused in one
- * step), and the attached blocks */
-static int max_ops(int max_seqs) { return 2 * (2 + 3) * max_seqs + STEP_MAX_ATTACHED_BLOCKS; }
+/* a reset, an attach header and a truncation per slot, twice over (a slot released and reused
+ * in one step), and the attached blocks */
+static int max_ops(int max_seqs) { return 2 * (2 + 3 + 3) * max_seqs + STEP_MAX_ATTACHED_BLOCKS; }
 
-static int message_ints(int max_tokens, int max_seqs) { return HEADER + 3 * max_tokens + max_seqs + max_ops(max_seqs); }
-
-size_t serve_step_bytes(const loom_engine_options *eo) {
-    return (size_t)message_ints(eo->max_tokens, eo->max_seqs) * sizeof(int32_t);
+static int message_ints(int max_tokens, int max_seqs, int max_logits) {
+    return HEADER + 3 * max_tokens + max_logits + max_ops(max_seqs);
 }
 
-int step_init(step *s, int max_tokens, int max_seqs, loom_err *err) {
-    s->n_ints = message_ints(max_tokens, max_seqs);
+size_t serve_step_bytes(const loom_engine_options *eo) {
+    return (size_t)message_ints(eo->max_tokens, eo->max_seqs, eo->max_logits > 0 ? eo->max_logits : eo->max_seqs) *
+           sizeof(int32_t);
+}
+
+int step_init(step *s, int max_tokens, int max_seqs, int max_logits, loom_err *err) {
+    s->n_ints = message_ints(max_tokens, max_seqs, max_logits);
     if (!(s->msg = mem_zalloc((size_t)s->n_ints, sizeof *s->msg, "a server step's message", err))) return -1;
     s->max_tokens = max_tokens;
     s->max_seqs = max_seqs;
+    s->max_logits = max_logits;
     s->max_ops = max_ops(max_seqs);
     step_clear(s);
     return 0;
@@ -49,7 +54,7 @@ static void point(step *s) {
     s->pos = p + s->max_tokens;
     s->seq = p + 2 * s->max_tokens;
     s->logit_rows = p + 3 * s->max_tokens;
-    s->ops = p + 3 * s->max_tokens + s->max_seqs;
+    s->ops = p + 3 * s->max_tokens + s->max_logits;
 }
 
 void step_clear(step *s) {
@@ -62,6 +67,14 @@ void step_reset(step *s, loom_engine *e, int slot) {
     loom_engine_reset_seq(e, slot);
     s->ops[s->n_ops++] = OP_RESET;
     s->ops[s->n_ops++] = slot;
+}
+
+int step_truncate(step *s, loom_engine *e, int slot, int len, loom_err *err) {
+    if (loom_engine_truncate_seq(e, slot, len, err)) return -1;
+    int32_t *op = s->ops + s->n_ops;
+    op[0] = OP_TRUNCATE, op[1] = slot, op[2] = len;
+    s->n_ops += 3;
+    return 0;
 }
 
 bool step_attach_fits(const step *s, int n) { return s->n_ops + 3 + n <= s->max_ops; }
@@ -86,6 +99,10 @@ static int apply_ops(loom_engine *e, const step *s, int rank, loom_err *err) {
             if (loom_engine_attach_prefix(e, op[1], op + 3, op[2], err))
                 return loom_err_prefix(err, "rank %d: a step from rank 0", rank);
             i += 3 + op[2];
+        } else if (op[0] == OP_TRUNCATE && i + 3 <= s->n_ops) {
+            if (loom_engine_truncate_seq(e, op[1], op[2], err))
+                return loom_err_prefix(err, "rank %d: a step from rank 0", rank);
+            i += 3;
         } else return loom_errf(err, "rank %d: malformed sequence change in a step from rank 0 (at int %d)", rank, i);
     }
     return 0;
@@ -120,7 +137,7 @@ int step_follow(loom_engine *e, loom_comm *c, step *s, loom_err *err) {
         point(s);
         s->cmd = s->msg[0], s->n_tokens = s->msg[1], s->n_logits = s->msg[2], s->n_ops = s->msg[3];
         if (s->cmd == STEP_STOP) return 0;
-        if (s->n_tokens < 0 || s->n_tokens > s->max_tokens || s->n_logits < 0 || s->n_logits > s->max_seqs ||
+        if (s->n_tokens < 0 || s->n_tokens > s->max_tokens || s->n_logits < 0 || s->n_logits > s->max_logits ||
             s->n_ops < 0 || s->n_ops > s->max_ops)
             return loom_errf(err,
                              "rank %d: malformed step from rank 0 (%d tokens, %d logits, %d ints of sequence "
