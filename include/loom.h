@@ -60,6 +60,9 @@ typedef struct loom_model_options {
     bool quantize_lm_head;    /* the LM head and embedding table too (int8 per channel); else float */
     bool progress;            /* print a progress line on stderr while loading */
     bool load_tokenizer;      /* read tokenizer.json (needed for text in/out) */
+    /* An Eagle3 draft without its own embed_tokens.weight reads model.embed_tokens.weight from
+     * this folder (the target's), as vLLM shares the target's embedding */
+    const char *embedding_from;
 } loom_model_options;
 
 LOOM_API loom_model *loom_model_load(const loom_model_options *o, loom_err *err);
@@ -77,6 +80,8 @@ typedef struct loom_model_info {
     bool has_tokenizer;  /* text in and out (loom_tokenize, loom_detokenize) */
 } loom_model_info;
 LOOM_API void loom_model_get_info(const loom_model *m, loom_model_info *info);
+
+#define LOOM_MAX_CAPTURE_LAYERS 3
 
 /* The KV cache budget per rank unless asked: 4 GiB, as vLLM's CPU backend defaults to. */
 #define LOOM_KV_CACHE_BYTES_DEFAULT ((size_t)4 << 30)
@@ -112,6 +117,13 @@ typedef struct loom_engine_options {
     int pp_microbatches;            /* most microbatches a pass of several sequences splits into
                                        (0: up to 4 per stage, each of LOOM_PP_MICROBATCH_MIN_TOKENS
                                        or more; 1: none) */
+    /* Hidden states kept after each pass, which an Eagle3 draft reads (loom_spec_engine_options
+     * sets them): every token's hidden state entering each of these decoder layers (all-gathered
+     * under sequence parallelism, sent from the stage that runs the layer under pipeline
+     * parallelism), and with capture_last the logit rows' hidden state entering the final norm. */
+    int n_capture_layers;
+    int capture_layers[LOOM_MAX_CAPTURE_LAYERS];
+    bool capture_last;
 } loom_engine_options;
 
 /* The default split keeps microbatches at least this long: shorter ones (decode steps) would
@@ -262,14 +274,15 @@ LOOM_API int loom_generate(loom_engine *e, const int32_t *prompt, int n_prompt, 
  * keeps the target's distribution exactly. */
 #define LOOM_SPEC_MAX_TOKENS 16 /* the most num_speculative_tokens allowed */
 typedef enum loom_spec_method {
-    LOOM_SPEC_NGRAM = 1,  /* prompt lookup: what followed the last occurrence of the text's tail */
-    LOOM_SPEC_DRAFT_MODEL /* a smaller model with the target's tokenizer, decoding greedily */
+    LOOM_SPEC_NGRAM = 1,   /* prompt lookup: what followed the last occurrence of the text's tail */
+    LOOM_SPEC_DRAFT_MODEL, /* a smaller model with the target's tokenizer, decoding greedily */
+    LOOM_SPEC_EAGLE3       /* an Eagle3 head: one layer over the target's own hidden states */
 } loom_spec_method;
 typedef struct loom_spec_options {
     loom_spec_method method;
     int num_speculative_tokens;               /* k, 1..LOOM_SPEC_MAX_TOKENS */
     int prompt_lookup_min, prompt_lookup_max; /* ngram: the tail lengths looked up, longest first */
-    char model[1024];                         /* draft_model: the draft's folder */
+    char model[1024];                         /* draft_model, eagle3: the draft's folder */
     int draft_tensor_parallel_size;           /* draft_model: 1 (every rank runs it whole) or the
                                                  target's tp (0: the target's) */
 } loom_spec_options;
@@ -277,10 +290,19 @@ typedef struct loom_spec_options {
  * the key at fault. */
 LOOM_API int loom_spec_parse(const char *json, loom_spec_options *o, loom_err *err);
 
-/* A proposer for a target engine: draft is the loaded draft model (draft_model; NULL for
- * ngram), eo the options the target engine was built with (its ranks and parallelism, which a
- * draft model shares unless draft_tensor_parallel_size is 1). Every rank of the target makes
- * one, at the same point. */
+/* What the target engine must be built with for o: room for k + 1 logit rows a sequence (eo's
+ * max_seqs set), and for eagle3 the hidden states its draft reads (eo's capture layers: the
+ * draft's eagle_aux_hidden_state_layer_ids, or 2, L/2 and L - 3 of the target's L layers).
+ * Fails, naming the field, when the draft does not fit the target (its hidden size or
+ * vocabulary). */
+LOOM_API int loom_spec_engine_options(const loom_spec_options *o, const loom_model *target, const loom_model *draft,
+                                      loom_engine_options *eo, loom_err *err);
+
+/* A proposer for a target engine: draft is the loaded draft model (draft_model, eagle3; NULL
+ * for ngram; an Eagle3 draft is loaded with loom_model_options.embedding_from the target's
+ * folder), eo the options the target engine was built with (its ranks and parallelism, which a
+ * draft shares unless draft_tensor_parallel_size is 1; loom_spec_engine_options filled in).
+ * Every rank of the target makes one, at the same point. */
 typedef struct loom_speculator loom_speculator;
 LOOM_API loom_speculator *loom_speculator_new(loom_engine *target, loom_model *draft, const loom_spec_options *o,
                                               const loom_engine_options *eo, loom_err *err);

@@ -497,7 +497,7 @@ static int bench_latency(int argc, char **argv) {
     }
     loom_model *m = cli_load_model(&o.c, false);
     if (!m) return 1;
-    if (cli_load_speculation(&o.c, m)) {
+    if (cli_load_speculation(&o.c)) {
         loom_model_free(m);
         return 1;
     }
@@ -523,8 +523,7 @@ static int bench_latency(int argc, char **argv) {
     latency_job j = {.o = &o, .m = m, .eo = cli_engine_options(&o.c)};
     j.eo.expert_parallel = ep;
     j.eo.max_seqs = o.batch, j.eo.max_ctx = o.input_len + o.output_len, j.eo.max_tokens = chunk;
-    cli_spec_engine_options(&o.c, &j.eo);
-    int rc = cli_launch(&o.c, m, &j.eo, 0, latency_rank, &j);
+    int rc = cli_spec_engine_options(&o.c, m, &j.eo) ? 1 : cli_launch(&o.c, m, &j.eo, 0, latency_rank, &j);
     cli_free_speculation(&o.c);
     loom_model_free(m);
     return rc;

@@ -95,25 +95,29 @@ int cli_common_arg(cli_common *c, int argc, char **argv, int *i) {
     return 1;
 }
 
-void cli_spec_engine_options(const cli_common *c, loom_engine_options *eo) {
-    if (!c->spec_json) return;
-    int seqs = eo->max_seqs > 0 ? eo->max_seqs : 1;
-    eo->max_logits = seqs * (c->spec.num_speculative_tokens + 1);
+int cli_spec_engine_options(const cli_common *c, const loom_model *target, loom_engine_options *eo) {
+    loom_err err = {{0}};
+    if (!c->spec_json || !loom_spec_engine_options(&c->spec, target, c->draft, eo, &err)) return 0;
+    fprintf(stderr, "loom: --speculative-config: %s\n", err.msg);
+    return -1;
 }
 
-int cli_load_speculation(cli_common *c, const loom_model *target) {
+int cli_load_speculation(cli_common *c) {
     loom_err err = {{0}};
     if (!c->spec_json) return 0;
     if (loom_spec_parse(c->spec_json, &c->spec, &err)) {
         fprintf(stderr, "loom: %s\n", err.msg);
         return -1;
     }
-    if (c->spec.method != LOOM_SPEC_DRAFT_MODEL) return 0;
-    loom_model_info info;
-    loom_model_get_info(target, &info);
-    /* as the target: dummy weights with the target's seed make a config the target's own draft */
-    loom_model_options o = {
-        .path = c->spec.model, .dummy = c->dummy, .seed = c->seed, .dtype = c->dtype, .progress = true};
+    if (c->spec.method == LOOM_SPEC_NGRAM) return 0;
+    /* as the target: dummy weights with the target's seed make a config the target's own draft
+     * (and an Eagle3 draft's dummy embedding the target's) */
+    loom_model_options o = {.path = c->spec.model,
+                            .dummy = c->dummy,
+                            .seed = c->seed,
+                            .dtype = c->dtype,
+                            .progress = true,
+                            .embedding_from = c->model};
     if (!(c->draft = loom_model_load(&o, &err))) {
         fprintf(stderr, "loom: --speculative-config: the draft model: %s\n", err.msg);
         return -1;

@@ -57,10 +57,11 @@ loom_engine_options cli_engine_options(const cli_common *c);
 loom_model *cli_load_model(cli_common *c, bool tokenizer);
 /* --speculative-config: parses it and loads the draft model it names (with -m's --dtype), once,
  * before the ranks start; 0 with nothing asked, -1 after printing an error. */
-int cli_load_speculation(cli_common *c, const loom_model *target);
+int cli_load_speculation(cli_common *c);
 void cli_free_speculation(cli_common *c);
-/* Room in eo (max_seqs set) for what speculation needs: k + 1 logit rows a sequence. */
-void cli_spec_engine_options(const cli_common *c, loom_engine_options *eo);
+/* What speculation needs of the target engine (eo's max_seqs set; loom_spec_engine_options);
+ * -1 after printing why the draft does not fit. */
+int cli_spec_engine_options(const cli_common *c, const loom_model *target, loom_engine_options *eo);
 /* This rank's speculator for engine e (NULL, printed as "loom CMD: ...", on failure); *none
  * is set when no speculation was asked. */
 loom_speculator *cli_rank_speculator(const char *cmd, loom_comm *comm, loom_engine *e, const cli_common *c,

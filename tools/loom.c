@@ -171,9 +171,8 @@ static int run_ranks(loom_model *m, const run_opts *o) {
     int need = (int)j.n + o->n_predict;
     j.eo = cli_engine_options(&o->c);
     j.eo.max_seqs = 1, j.eo.max_tokens = 512;
-    cli_spec_engine_options(&o->c, &j.eo);
     if (!j.eo.max_ctx) j.eo.max_ctx = need < info.max_pos ? need : info.max_pos;
-    int rc = cli_launch(&o->c, m, &j.eo, 0, generate_text, &j);
+    int rc = cli_spec_engine_options(&o->c, m, &j.eo) ? 1 : cli_launch(&o->c, m, &j.eo, 0, generate_text, &j);
     free(j.ids);
     return rc;
 }
@@ -203,7 +202,7 @@ static int cmd_run(int argc, char **argv) {
     o.sampling.ignore_eos = o.ignore_eos;
     loom_model *m = cli_load_model(&o.c, true);
     if (!m) return 1;
-    int rc = cli_load_speculation(&o.c, m) ? 1 : run_ranks(m, &o);
+    int rc = cli_load_speculation(&o.c) ? 1 : run_ranks(m, &o);
     cli_free_speculation(&o.c);
     loom_model_free(m);
     return rc;

@@ -123,7 +123,7 @@ int cli_serve(int argc, char **argv) {
         free(dir);
         return 1;
     }
-    if (cli_load_speculation(&c, j.m)) {
+    if (cli_load_speculation(&c)) {
         loom_model_free(j.m);
         free(dir);
         return 1;
@@ -146,7 +146,9 @@ int cli_serve(int argc, char **argv) {
     j.c = &c;
     loom_engine_options eo = cli_engine_options(&c);
     j.eo = serve_engine_options(&eo, &j.so);
-    int rc = cli_launch(&c, j.m, &j.eo, serve_step_bytes(&j.eo), serve_rank, &j);
+    int rc = cli_spec_engine_options(&c, j.m, &j.eo)
+                 ? 1
+                 : cli_launch(&c, j.m, &j.eo, serve_step_bytes(&j.eo), serve_rank, &j);
     cli_free_speculation(&c);
     loom_model_free(j.m);
     free(dir);

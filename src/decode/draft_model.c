@@ -104,6 +104,14 @@ int draft_model_init(loom_speculator *s, loom_model *draft, const loom_engine_op
     if (di.vocab > ti.vocab)
         return loom_errf(err, "draft model %s: its vocabulary of %d is larger than the target's %d", di.source,
                          di.vocab, ti.vocab);
+    s->p = &draft_proposer; /* from here on, loom_speculator_free cleans up */
+    return draft_engine_new(s, draft, eo, false, err);
+}
+
+int draft_engine_new(loom_speculator *s, loom_model *draft, const loom_engine_options *eo, bool capture_last,
+                     loom_err *err) {
+    loom_model_info di;
+    loom_model_get_info(draft, &di);
     int ranks = eo->comm ? loom_comm_size(eo->comm) : 1;
     int tp = ranks / (eo->pipeline_parallel > 1 ? eo->pipeline_parallel : 1);
     int dtp = s->o.draft_tensor_parallel_size ? s->o.draft_tensor_parallel_size : tp;
@@ -113,16 +121,18 @@ int draft_model_init(loom_speculator *s, loom_model *draft, const loom_engine_op
     o.max_ctx = s->target->max_ctx < di.max_pos ? s->target->max_ctx : di.max_pos;
     o.prefix_caching = false;
     o.all_logits = false;
-    if (dtp == 1 && ranks > 1) { /* whole on every rank: no communicator, the target's threads */
+    o.n_capture_layers = 0, o.capture_last = capture_last;
+    o.sequence_parallel = o.async_tp = false; /* a few rows a sequence: nothing to shard by tokens */
+    if (eo->pipeline_parallel > 1) dtp = 1;   /* its one layer runs whole beside every stage */
+    if (dtp == 1 && ranks > 1) {              /* whole on every rank: no communicator, the target's threads */
         o.comm = NULL;
         o.sequence_parallel = o.async_tp = o.expert_parallel = false;
         o.pipeline_parallel = 1, o.pp_layer_partition = NULL;
         o.threads = eo->threads > 0 ? eo->threads : omp_get_num_procs() / ranks > 0 ? omp_get_num_procs() / ranks : 1;
     }
-    s->p = &draft_proposer; /* from here on, loom_speculator_free cleans up */
     s->draft = loom_engine_new(draft, &o, err);
     if (!s->draft) return loom_err_prefix(err, "draft model %s", di.source);
-    s->draft_vocab = di.vocab;
+    s->draft_vocab = draft->cfg.head_vocab;
     s->draft_ctx = s->draft->max_ctx;
     s->draft_max_tokens = s->draft->max_tokens;
     int seqs = s->draft->max_seqs, t = s->draft_max_tokens;

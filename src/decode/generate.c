@@ -112,7 +112,7 @@ int loom_generate_speculative(loom_engine *e, loom_speculator *sp, const int32_t
         if (done) break;
         int m = draft_room(e, sp, len, max_new - stats->generated), n_draft = 0;
         const int32_t *h = hist;
-        if (m && (rc = loom_speculator_propose(sp, 1, seq, &h, &len, &m, drafts, &n_draft, err))) break;
+        if (sp && (rc = loom_speculator_propose(sp, 1, seq, &h, &len, &m, drafts, &n_draft, err))) break;
         /* the pass: the last token, then the proposals, a logit row each */
         int32_t ids[LOOM_SPEC_MAX_TOKENS + 1];
         ids[0] = hist[len - 1];

@@ -18,15 +18,22 @@ struct loom_speculator {
     int vocab; /* the target's */
     const proposer *p;
     loom_spec_stats stats;
-    /* draft_model: the draft's engine, its scratch for a pass */
+    /* draft_model, eagle3: the draft's engine, its scratch for a pass */
     loom_engine *draft;
     int draft_vocab, draft_ctx, draft_max_tokens;
     int32_t *ids, *pos, *seq, *rows;
     int *fed; /* per proposing sequence: tokens still to feed this pass (scratch) */
+    struct eagle3_state *eagle3;
 };
 
 extern const proposer ngram_proposer;
 /* Loads nothing: builds the draft engine for s->o over draft with the target's options eo. */
 int draft_model_init(loom_speculator *s, loom_model *draft, const loom_engine_options *eo, loom_err *err);
+/* The draft's engine (s->draft) and its pass scratch, on the target's ranks with its parallelism
+ * or whole on every rank (draft_tensor_parallel_size); capture_last keeps its last hidden state. */
+int draft_engine_new(loom_speculator *s, loom_model *draft, const loom_engine_options *eo, bool capture_last,
+                     loom_err *err);
+/* The eagle3 method (eagle3.c): fc, d2t and the staged states beside the draft's engine. */
+int eagle3_init(loom_speculator *s, loom_model *draft, const loom_engine_options *eo, loom_err *err);
 
 #endif

@@ -1,8 +1,8 @@
 /* --speculative-config: vLLM's JSON object, read into loom_spec_options. Keys and defaults are
- * vLLM's: "method" (ngram, draft_model; a "model" with no method means a draft model, and
+ * vLLM's: "method" (ngram, draft_model, eagle3; a "model" with no method means a draft model, and
  * "[ngram]" is vLLM's old spelling of ngram), "num_speculative_tokens" (required),
  * "prompt_lookup_min"/"prompt_lookup_max" (ngram: one given sets the other, neither gives 5 and
- * 5), "model" and "draft_tensor_parallel_size" (draft_model). A key loom does not know is an
+ * 5), "model" and "draft_tensor_parallel_size" (draft_model, eagle3). A key loom does not know is an
  * error naming it, not ignored, so a setting never silently does nothing. */
 #include <cjson/cJSON.h>
 #include <string.h>
@@ -55,9 +55,10 @@ int loom_spec_parse(const char *json, loom_spec_options *o, loom_err *err) {
     if (!rc) {
         if (!strcmp(m, "ngram") || !strcmp(m, "[ngram]")) o->method = LOOM_SPEC_NGRAM;
         else if (!strcmp(m, "draft_model")) o->method = LOOM_SPEC_DRAFT_MODEL;
-        else if (!strcmp(m, "eagle3") || !strcmp(m, "eagle") || !strcmp(m, "medusa") || !strcmp(m, "mtp"))
-            rc = loom_errf(err, "--speculative-config: method \"%s\" is not built yet (ngram and draft_model are)", m);
-        else rc = loom_errf(err, "--speculative-config: unknown method \"%s\" (ngram, draft_model)", m);
+        else if (!strcmp(m, "eagle3")) o->method = LOOM_SPEC_EAGLE3;
+        else if (!strcmp(m, "eagle") || !strcmp(m, "medusa") || !strcmp(m, "mtp") || !strcmp(m, "mlp_speculator"))
+            rc = loom_errf(err, "--speculative-config: method \"%s\" is not built (ngram, draft_model, eagle3 are)", m);
+        else rc = loom_errf(err, "--speculative-config: unknown method \"%s\" (ngram, draft_model, eagle3)", m);
     }
     int k = 0;
     if (!rc && get_int(root, "num_speculative_tokens", 1, LOOM_SPEC_MAX_TOKENS, &k, err) < 0) rc = -1;
@@ -77,15 +78,15 @@ int loom_spec_parse(const char *json, loom_spec_options *o, loom_err *err) {
                            o->prompt_lookup_min, o->prompt_lookup_max);
     } else if (!rc && (has_lo || has_hi))
         rc = loom_errf(err, "--speculative-config: prompt_lookup_min/max apply to method ngram, not %s", m);
-    if (!rc && o->method == LOOM_SPEC_DRAFT_MODEL) {
-        if (!model) rc = loom_errf(err, "--speculative-config: method draft_model needs the draft's \"model\" folder");
+    if (!rc && (o->method == LOOM_SPEC_DRAFT_MODEL || o->method == LOOM_SPEC_EAGLE3)) {
+        if (!model) rc = loom_errf(err, "--speculative-config: method %s needs the draft's \"model\" folder", m);
         else if (strlen(model->valuestring) >= sizeof o->model)
             rc = loom_errf(err, "--speculative-config: \"model\" path longer than %zu bytes", sizeof o->model - 1);
         else strcpy(o->model, model->valuestring);
         if (!rc && get_int(root, "draft_tensor_parallel_size", 1, 256, &o->draft_tensor_parallel_size, err) < 0)
             rc = -1;
     } else if (!rc && cJSON_GetObjectItemCaseSensitive(root, "draft_tensor_parallel_size"))
-        rc = loom_errf(err, "--speculative-config: draft_tensor_parallel_size applies to method draft_model");
+        rc = loom_errf(err, "--speculative-config: draft_tensor_parallel_size applies to a draft model");
     cJSON_Delete(root);
     return rc;
 }

@@ -26,9 +26,10 @@ loom_speculator *loom_speculator_new(loom_engine *target, loom_model *draft, con
                   o->prompt_lookup_max);
         return NULL;
     }
-    if ((o->method == LOOM_SPEC_DRAFT_MODEL) != (draft != NULL)) {
-        loom_errf(err, o->method == LOOM_SPEC_DRAFT_MODEL ? "method draft_model: no draft model was given"
-                                                          : "a draft model was given to a method that runs none");
+    if ((o->method != LOOM_SPEC_NGRAM) != (draft != NULL)) {
+        loom_errf(err,
+                  draft ? "a draft model was given to a method that runs none" : "method %s: no draft model was given",
+                  o->method == LOOM_SPEC_EAGLE3 ? "eagle3" : "draft_model");
         return NULL;
     }
     loom_speculator *s = mem_zalloc(1, sizeof *s, "a speculator", err);
@@ -38,11 +39,41 @@ loom_speculator *loom_speculator_new(loom_engine *target, loom_model *draft, con
     s->vocab = target->model->cfg.vocab;
     s->stats.k = o->num_speculative_tokens;
     s->p = &ngram_proposer;
-    if (o->method == LOOM_SPEC_DRAFT_MODEL && draft_model_init(s, draft, eo, err)) {
+    if ((o->method == LOOM_SPEC_DRAFT_MODEL && draft_model_init(s, draft, eo, err)) ||
+        (o->method == LOOM_SPEC_EAGLE3 && eagle3_init(s, draft, eo, err))) {
         loom_speculator_free(s);
         return NULL;
     }
     return s;
+}
+
+int loom_spec_engine_options(const loom_spec_options *o, const loom_model *target, const loom_model *draft,
+                             loom_engine_options *eo, loom_err *err) {
+    int seqs = eo->max_seqs > 0 ? eo->max_seqs : 1;
+    eo->max_logits = seqs * (o->num_speculative_tokens + 1);
+    if (o->method != LOOM_SPEC_EAGLE3) return 0;
+    const model_config *tc = &target->cfg, *dc = draft ? &draft->cfg : NULL;
+    if (!dc || !dc->eagle3.on)
+        return loom_errf(err, "method eagle3: %s is not an Eagle3 draft", dc ? draft->source : "no draft model");
+    const eagle3_config *e = &dc->eagle3;
+    if (e->target_hidden != tc->hidden)
+        return loom_errf(err, "%s: the Eagle3 draft's target_hidden_size %d is not the target's hidden_size %d",
+                         draft->source, e->target_hidden, tc->hidden);
+    if (dc->vocab != tc->vocab)
+        return loom_errf(err, "%s: the Eagle3 draft's vocab_size %d is not the target's %d", draft->source, dc->vocab,
+                         tc->vocab);
+    int layers = tc->n_layers, dflt[3] = {2, layers / 2, layers - 3};
+    eo->n_capture_layers = 3;
+    for (int j = 0; j < 3; j++) {
+        eo->capture_layers[j] = e->n_aux ? e->aux_layers[j] : dflt[j];
+        if (eo->capture_layers[j] < 0 || eo->capture_layers[j] >= layers)
+            return loom_errf(err,
+                             "%s: the Eagle3 draft reads the target's layer %d, which %s (of %d layers) does not "
+                             "have%s",
+                             draft->source, eo->capture_layers[j], tc->arch, layers,
+                             e->n_aux ? "" : " (the default 2, L/2, L-3: set eagle_aux_hidden_state_layer_ids)");
+    }
+    return 0;
 }
 
 void loom_speculator_free(loom_speculator *s) {

@@ -10,8 +10,8 @@
 #include "util/err.h"
 
 static const char *kind_names[OP_KIND_COUNT] = {
-    "embed", "linear", "split",      "rms_norm", "rope",   "attention", "silu_mul",
-    "add",   "scale",  "logit_rows", "call",     "custom", "moe",       "sigmoid_gate",
+    "embed", "linear",     "split", "rms_norm", "rope", "attention",    "silu_mul",   "add",
+    "scale", "logit_rows", "call",  "custom",   "moe",  "sigmoid_gate", "input_rows", "concat",
 };
 
 const char *op_kind_name(op_kind k) { return kind_names[k]; }
@@ -209,6 +209,18 @@ int emit_moe(module *m, int x, int router_logits, const moe_desc *d) {
 
 int emit_sigmoid_gate(module *m, int in, int gate, const char *name) {
     op *o = new_op(m, OP_SIGMOID_GATE, 2, (int[]){in, gate}, name);
+    return o ? o->out[0] : -1;
+}
+
+int emit_input_rows(module *m, int features, const char *name) {
+    op *o = new_op(m, OP_INPUT_ROWS, 0, NULL, name);
+    if (!o) return -1;
+    o->features = features;
+    return o->out[0];
+}
+
+int emit_concat(module *m, int a, int b, const char *name) {
+    op *o = new_op(m, OP_CONCAT, 2, (int[]){a, b}, name);
     return o ? o->out[0] : -1;
 }
 

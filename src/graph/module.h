@@ -23,6 +23,9 @@ typedef enum op_kind {
     OP_MOE,          /* out = the routed experts' weighted sum for in0, routed by the
                        router logits in1                                           */
     OP_SIGMOID_GATE, /* out = in0 * sigmoid(in1), in1 one column per row            */
+    OP_INPUT_ROWS,   /* out[T, features] = rows the batch gives beside its ids (an Eagle3
+                       draft's hidden state: loom_batch.rows_in)                   */
+    OP_CONCAT,       /* out = [in0 | in1], columns side by side                       */
     OP_KIND_COUNT
 } op_kind;
 
@@ -110,7 +113,7 @@ typedef struct op {
     int group;             /* OP_RMS_NORM: 0 = whole row, else normalise each `group` columns */
     bool across_ranks;     /* OP_RMS_NORM over a whole head-sharded projection (OLMoE's q/k
                            norms): under TP, its sum of squares is all-reduced */
-    int features;          /* OP_RMS_NORM across ranks: the projection's whole width */
+    int features;          /* OP_RMS_NORM across ranks: the projection's whole width; OP_INPUT_ROWS: its width */
     int part;              /* OP_SPLIT */
     float scalar;          /* OP_SCALE */
     attn_desc attn;        /* OP_ATTENTION */
@@ -166,6 +169,8 @@ int emit_scale(module *m, int in, float s, const char *name);
 int emit_logit_rows(module *m, int in);
 int emit_moe(module *m, int x, int router_logits, const moe_desc *d);
 int emit_sigmoid_gate(module *m, int in, int gate, const char *name);
+int emit_input_rows(module *m, int features, const char *name);
+int emit_concat(module *m, int a, int b, const char *name);
 /* Runs child on ins; returns its first output (children here have one). */
 int emit_call(module *m, module *child, const int *ins, int n_in, const char *name);
 

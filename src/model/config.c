@@ -269,13 +269,86 @@ static int parse_moe(reader *r, model_config *c) {
     return parse_deepseek_moe(r, c);
 }
 
+static int parse_body(reader *r, model_config *c);
+
+/* An Eagle3 draft's own fields (eagle3_config), from `top`: EAGLE's config, or speculators'
+ * outer one. norm_before_residual defaults as vLLM reads each format: true for speculators'
+ * (vLLM's converter sets it when absent, though speculators' own class defaults to false), false
+ * for EAGLE's (vLLM's getattr default, and EAGLE's own layer). */
+static int parse_eagle3(reader *r, const cJSON *top, model_config *c, bool speculators) {
+    eagle3_config *e = &c->eagle3;
+    e->on = true;
+    snprintf(e->layer, sizeof e->layer, "%s", speculators ? "layers.0" : "midlayer");
+    reader t = {top, r->name, r->err};
+    if (get_int(&t, top, "draft_vocab_size", c->vocab, false, 1, &e->draft_vocab) ||
+        get_bool(&t, "norm_before_residual", speculators, &e->norm_before_residual) ||
+        get_int(&t, top, "target_hidden_size", c->hidden, false, 1, &e->target_hidden))
+        return -1;
+    if (e->draft_vocab > c->vocab)
+        return loom_errf(r->err, "%s: draft_vocab_size %d is larger than vocab_size %d", r->name, e->draft_vocab,
+                         c->vocab);
+    c->head_vocab = e->draft_vocab;
+    static const char *const unbuilt[] = {"norm_before_fc", "fc_norm", "norm_output"};
+    for (size_t i = 0; i < sizeof unbuilt / sizeof *unbuilt; i++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(top, unbuilt[i]);
+        if (cJSON_IsTrue(v))
+            return loom_errf(r->err, "%s: '%s' Eagle3 drafts are not supported (loom reads the plain layout)", r->name,
+                             unbuilt[i]);
+    }
+    const cJSON *ids = cJSON_GetObjectItemCaseSensitive(top, "eagle_aux_hidden_state_layer_ids");
+    const cJSON *ec = cJSON_GetObjectItemCaseSensitive(top, "eagle_config");
+    if (!ids && cJSON_IsObject(ec)) ids = cJSON_GetObjectItemCaseSensitive(ec, "eagle_aux_hidden_state_layer_ids");
+    if (ids && !cJSON_IsNull(ids)) {
+        int n = cJSON_IsArray(ids) ? cJSON_GetArraySize(ids) : -1;
+        if (n != 3)
+            return loom_errf(r->err, "%s: 'eagle_aux_hidden_state_layer_ids' must list 3 layers (fc takes 3 states)",
+                             r->name);
+        for (int i = 0; i < 3; i++) {
+            const cJSON *v = cJSON_GetArrayItem(ids, i);
+            if (!cJSON_IsNumber(v) || v->valueint < 0)
+                return loom_errf(r->err, "%s: 'eagle_aux_hidden_state_layer_ids' entries must be layer indices",
+                                 r->name);
+            e->aux_layers[i] = v->valueint;
+        }
+        e->n_aux = 3;
+    }
+    if (c->n_layers != 1)
+        return loom_errf(r->err, "%s: an Eagle3 draft of %d layers (loom runs drafts of one layer)", r->name,
+                         c->n_layers);
+    return 0;
+}
+
 static int parse(reader *r, model_config *c) {
     const cJSON *root = r->root;
     memset(c, 0, sizeof *c);
+    const char *spec = get_str(root, "speculators_model_type");
+    if (spec) { /* speculators' layout: the layer's config nested, the draft's own fields outside */
+        const cJSON *tl = cJSON_GetObjectItemCaseSensitive(root, "transformer_layer_config");
+        if (strcmp(spec, "eagle3"))
+            return loom_errf(r->err, "%s: speculators_model_type '%s' is not supported (eagle3 is)", r->name, spec);
+        if (!cJSON_IsObject(tl)) return loom_errf(r->err, "%s: missing field 'transformer_layer_config'", r->name);
+        const char *type = get_str(tl, "model_type");
+        if (type && strcmp(type, "llama") && strcmp(type, "qwen3"))
+            return loom_errf(r->err,
+                             "%s: an Eagle3 draft's transformer_layer_config of model_type '%s' (llama or qwen3)",
+                             r->name, type);
+        reader inner = {tl, r->name, r->err};
+        snprintf(c->arch, sizeof c->arch, "Eagle3Speculator");
+        if (parse_body(&inner, c)) return -1;
+        c->eagle3.qk_norm = type && !strcmp(type, "qwen3");
+        return parse_eagle3(r, root, c, true);
+    }
     const cJSON *archs = cJSON_GetObjectItemCaseSensitive(root, "architectures");
     const cJSON *a0 = cJSON_IsArray(archs) ? cJSON_GetArrayItem(archs, 0) : NULL;
     if (!cJSON_IsString(a0)) return loom_errf(r->err, "%s: missing field 'architectures'", r->name);
     snprintf(c->arch, sizeof c->arch, "%s", a0->valuestring);
+    if (parse_body(r, c)) return -1;
+    return strcmp(c->arch, "LlamaForCausalLMEagle3") ? 0 : parse_eagle3(r, root, c, false);
+}
+
+/* The fields every architecture shares, and what its family adds. */
+static int parse_body(reader *r, model_config *c) {
+    const cJSON *root = r->root;
 
     if (get_int(r, root, "hidden_size", 0, true, 1, &c->hidden) ||
         get_int(r, root, "intermediate_size", 0, true, 1, &c->intermediate) ||
@@ -290,6 +363,7 @@ static int parse(reader *r, model_config *c) {
         return loom_errf(r->err, "%s: hidden_size %d is not a multiple of num_attention_heads %d", r->name, c->hidden,
                          c->n_heads);
     if (get_int(r, root, "head_dim", c->hidden / c->n_heads, false, 1, &c->head_dim)) return -1;
+    c->head_vocab = c->vocab;
     if (c->head_dim % 2 || c->head_dim > CONFIG_MAX_HEAD_DIM)
         return loom_errf(r->err, "%s: head_dim %d must be even for RoPE, and at most 1024", r->name, c->head_dim);
     if (c->n_heads % c->n_kv_heads)

@@ -20,9 +20,27 @@ typedef struct mla_config {
     bool rope_interleave; /* rotary pairs are (2i, 2i+1), not (i, i + d/2) */
 } mla_config;
 
+/* An Eagle3 speculative draft (EAGLE's LlamaForCausalLMEagle3 or a speculators "eagle3"
+ * folder): one decoder layer over cat(input_layernorm(embed(token)), hidden_norm(h)), where h
+ * is fc(the target's hidden states entering aux_layers) for a token after the target's, or
+ * the draft's own last pre-norm state for the next; its LM head covers draft_vocab tokens,
+ * draft id i being target id i + d2t[i]. */
+typedef struct eagle3_config {
+    bool on;
+    int draft_vocab;
+    bool norm_before_residual; /* the residual is hidden_norm(h), not h */
+    int target_hidden;         /* the target's hidden size (fc takes n_aux of them) */
+    int n_aux, aux_layers[3];  /* decoder layers of the target whose input hidden states fc
+                                  fuses (n_aux 0: the default 2, L/2, L-3 of the target) */
+    char layer[16];            /* the layer's weight prefix: "midlayer" (EAGLE) or "layers.0" */
+    bool qk_norm;              /* a Qwen3 layer (speculators' transformer_layer_config) */
+} eagle3_config;
+
 typedef struct model_config {
     char arch[64]; /* architectures[0], e.g. "LlamaForCausalLM" */
     int hidden, intermediate, n_layers, n_heads, n_kv_heads, head_dim, vocab, max_pos;
+    int head_vocab; /* rows of the LM head: vocab, but an Eagle3 draft's own vocabulary */
+    eagle3_config eagle3;
     float rms_eps;
     /* RoPE */
     float rope_theta;

@@ -67,10 +67,8 @@ static int open_index(weight_store *w, const char *dir, const char *index_path, 
     return rc;
 }
 
-int weights_open_dir(weight_store *w, const char *dir, loom_err *err) {
-    memset(w, 0, sizeof *w);
-    if (strlen(dir) >= sizeof w->dir) return loom_errf(err, "%s: the path is too long", dir);
-    snprintf(w->dir, sizeof w->dir, "%s", dir);
+/* The folder's files (one, or those its index names) join the store's. */
+static int add_dir(weight_store *w, const char *dir, loom_err *err) {
     char path[4096];
     snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
     FILE *f = fopen(path, "rb");
@@ -84,8 +82,24 @@ int weights_open_dir(weight_store *w, const char *dir, loom_err *err) {
         rc = st_open(&sf, path, err);
         if (!rc) rc = add_file(w, &sf, err);
     }
+    return rc;
+}
+
+int weights_open_dir(weight_store *w, const char *dir, loom_err *err) {
+    memset(w, 0, sizeof *w);
+    if (strlen(dir) >= sizeof w->dir) return loom_errf(err, "%s: the path is too long", dir);
+    snprintf(w->dir, sizeof w->dir, "%s", dir);
+    int rc = add_dir(w, dir, err);
     if (rc) weights_close(w);
     return rc;
+}
+
+int weights_borrow_dir(weight_store *w, const char *dir, loom_err *err) {
+    int first = w->n_files;
+    if (add_dir(w, dir, err)) return -1;
+    for (int i = first; i < w->n_files; i++) /* what the model does not read of them is not its own */
+        for (size_t t = 0; t < w->files[i].n; t++) w->used[i][t] = true;
+    return 0;
 }
 
 int weights_open_image(weight_store *w, const void *buf, size_t size, const char *name, loom_err *err) {

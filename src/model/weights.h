@@ -48,6 +48,9 @@ typedef struct weight_store {
 
 int weights_open_dir(weight_store *w, const char *dir, loom_err *err);
 int weights_open_image(weight_store *w, const void *buf, size_t size, const char *name, loom_err *err);
+/* Adds another model's folder to an open store, for the few tensors a model shares with it (an
+ * Eagle3 draft's embedding, the target's); its other tensors are not reported unused. */
+int weights_borrow_dir(weight_store *w, const char *dir, loom_err *err);
 void weights_init_dummy(weight_store *w, uint64_t seed);
 void weights_close(weight_store *w);
 

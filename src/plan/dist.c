@@ -73,6 +73,10 @@ int op_output_dist(plan *p, const module *m, const op *o, const int *in, loom_er
     int d = p->region->output_dist ? p->region->output_dist(p, m, o, in, err) : DIST_DEFAULT;
     if (d != DIST_DEFAULT) return d;
     if (o->kind == OP_EMBED) return p->o.tp > 1 ? DIST_PARTIAL : DIST_FULL; /* rows outside the shard are zero */
+    if (o->kind == OP_INPUT_ROWS) return DIST_FULL;                         /* every rank is given all of them */
+    if (o->kind == OP_CONCAT && (p->values[in[0]].dist != DIST_FULL || p->values[in[1]].dist != DIST_FULL))
+        return loom_errf(err, "%s: `concat` of values spread over the ranks (each must be whole on every rank)",
+                         m->name);
     if (o->kind == OP_MOE && p->o.ep && p->o.tp > 1)
         return loom_errf(err,
                          "%s: expert parallelism runs the experts inside a decoder layer's expert region, on "

@@ -86,6 +86,8 @@ static int shard_op(plan *p, plan_step *s, const module *m, const op *o, int wid
         return width;
     }
     case OP_MOE: return shard_moe(p, s, o->moe, m, err);
+    case OP_INPUT_ROWS: return o->features;
+    case OP_CONCAT: return width + p->values[s->in[1]].width;
     default: return width; /* rope, silu_mul, add, scale, logit_rows keep their input's width */
     }
 }
@@ -174,6 +176,42 @@ static int stage_send(plan *p, const module *m, const op *last, int v) {
     return v;
 }
 
+/* The capture slot op i of the top module's first input fills (plan_options' capture), or -1:
+ * the hidden state entering a captured decoder layer, or the logit rows entering the final
+ * norm. */
+static int capture_slot(const plan *p, const module *m, int i) {
+    const op *o = &m->ops[i];
+    if (stage_is_layer_call(m, i))
+        for (int j = 0; j < p->o.n_capture_layers; j++)
+            if (p->o.capture_layers[j] == stage_op_layer(m, i)) return j;
+    if (!p->o.capture_last || o->kind != OP_RMS_NORM) return -1;
+    for (int k = 0; k < i; k++)
+        if (m->ops[k].kind == OP_LOGIT_ROWS && m->ops[k].out[0] == o->in[0]) return p->o.n_capture_layers;
+    return -1;
+}
+
+/* Keeps value v's rows after the pass in capture slot `slot`. Under SP the hidden state is
+ * this rank's token shard: every rank all-gathers it first, as at a region's entry, so that
+ * each holds every token's (what the seed's Eagle3 support does); the gather moves the
+ * residual as the layer receives it and changes no value, so SP's captures are TP's bits. */
+static int capture(plan *p, const module *m, const op *o, int v, int slot, loom_err *err) {
+    const plan_value pv = p->values[v];
+    if (pv.dist != DIST_FULL)
+        return loom_errf(err, "%s: `%s` is kept for a speculative draft, but each rank holds only part of it", m->name,
+                         m->value_names[o->in[0]]);
+    if (pv.rows == ROWS_SHARD) {
+        if ((v = plan_collective(p, STEP_GATHER_ROWS, o, m, v, pv.width, ROWS_TOKENS)) < 0) return -1;
+        p->steps[p->n_steps - 1].for_capture = true;
+    }
+    plan_step *s = plan_new_step(p, STEP_CAPTURE, o, m);
+    if (!s) return -1;
+    s->in[0] = v;
+    s->out = -1;
+    s->capture_slot = slot;
+    p->capture_width[slot] = pv.width;
+    return 0;
+}
+
 static int flatten(plan *p, const module *m, const int *bind, loom_err *err) {
     int *map = mem_array(m->n_values, sizeof *map, "the planner's value map", &p->oom);
     if (!map) return -1;
@@ -183,7 +221,9 @@ static int flatten(plan *p, const module *m, const int *bind, loom_err *err) {
     for (int i = 0; i < m->n_ops && !rc; i++) {
         const op *o = &m->ops[i];
         if (m == p->tree && !stage_runs_op(&p->o, m, i)) continue;
+        int slot = m == p->tree ? capture_slot(p, m, i) : -1;
         if (m == p->tree && !last && p->o.stage > 0 && (map[o->in[0]] = stage_recv(p, m, o)) < 0) rc = -1;
+        else if (slot >= 0 && capture(p, m, o, map[o->in[0]], slot, err)) rc = -1;
         else rc = flatten_op(p, m, o, map, err);
         last = o;
     }
@@ -309,7 +349,7 @@ static bool takes_int8_rows(const plan *p, const plan_step *c) {
 static void mark_int8_gathers(plan *p) {
     for (int i = 0; i < p->n_steps; i++) {
         plan_step *s = &p->steps[i];
-        if (s->kind != STEP_GATHER_ROWS || s->op->kind != OP_CALL) continue;
+        if (s->kind != STEP_GATHER_ROWS || s->op->kind != OP_CALL || s->for_capture) continue;
         plan_step *c = sole_consumer(p, s->out);
         if (!c || c->in[0] != s->out || !takes_int8_rows(p, c)) continue;
         s->int8_rows = true;
@@ -327,7 +367,8 @@ static void mark_int8_gathers(plan *p) {
 static void fuse_async_tp(plan *p) {
     for (int i = 0; i < p->n_steps; i++) {
         plan_step *s = &p->steps[i];
-        if (s->op->kind != OP_CALL || (s->kind != STEP_GATHER_ROWS && s->kind != STEP_REDUCE_SCATTER)) continue;
+        if (s->op->kind != OP_CALL || (s->kind != STEP_GATHER_ROWS && s->kind != STEP_REDUCE_SCATTER) || s->for_capture)
+            continue;
         p->n_region_collectives++;
         if (!strcmp(s->op->child->kind, "moe")) {
             note_unfused(p, s, "kept: mixture-of-experts regions keep plain collectives, as vLLM's do");

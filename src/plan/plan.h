@@ -12,6 +12,8 @@
 #include "model/quant_config.h"
 #include "model/weights.h"
 
+#define PLAN_MAX_CAPTURE 4 /* capture slots: Eagle3 reads three layers' states and its own */
+
 /* How a value's columns are spread over the ranks. */
 typedef enum dist {
     DIST_FULL,    /* every rank holds all of it */
@@ -43,6 +45,7 @@ typedef enum step_kind {
     STEP_SEND,           /* pipeline: the hidden state, as it is, to this TP rank of the next stage */
     STEP_RECV,           /* pipeline: the hidden state from this TP rank of the previous stage */
     STEP_SLICE_ROWS,     /* TOKENS -> SHARD: this rank's rows, copied (expert-parallel regions) */
+    STEP_CAPTURE,        /* a value's rows kept after the pass (an Eagle3 draft's inputs): TOKENS or LOGITS */
     STEP_KIND_COUNT
 } step_kind;
 
@@ -90,7 +93,9 @@ typedef struct plan_step {
     /* STEP_GATHER_ROWS, STEP_AG_MATMUL: each rank quantizes its rows to int8 (kernels.h's int8
      * rows) before the gather, which moves those; its consumer computes on them as they are */
     bool int8_rows;
-    int layer; /* the decoder layer (0: the stage's first) it belongs to; -1: none */
+    bool for_capture; /* STEP_GATHER_ROWS: the whole hidden state for a capture, not a region's entry */
+    int capture_slot; /* STEP_CAPTURE: which of the engine's captured values it fills */
+    int layer;        /* the decoder layer (0: the stage's first) it belongs to; -1: none */
     /* what this rank reads: each part's weight and bias, a row-parallel bias every rank holds,
      * a norm's weight, the routing bias; the experts' slices start at expert_r0 (expert_slices) */
     weight_ref weight[LIN_MAX_PARTS], bias_ref[LIN_MAX_PARTS], row_bias_ref, norm_ref, route_bias_ref;
@@ -137,6 +142,11 @@ typedef struct plan_options {
     quant_scheme quant;             /* what linears are quantized to at load (--quantization) */
     const quant_config *checkpoint; /* how the checkpoint stores quantized linears (NULL: float) */
     bool exact;                     /* --dtype float32: no linear computes on int8 activations */
+    /* values kept after each pass, in capture slots 0.. (speculative decoding's Eagle3): the
+     * hidden state entering each of these decoder layers (every token's), then with
+     * capture_last the hidden state of the logit rows entering the final norm */
+    int n_capture_layers, capture_layers[PLAN_MAX_CAPTURE];
+    bool capture_last;
 } plan_options;
 
 typedef struct plan {
@@ -176,8 +186,9 @@ typedef struct plan {
     char **unfused;
     int n_unfused;
     size_t cap_unfused;
-    loom_err oom;         /* the first allocation that failed while planning */
-    int layers, n_layers; /* decoder layers flattened so far; this stage's */
+    loom_err oom;                        /* the first allocation that failed while planning */
+    int layers, n_layers;                /* decoder layers flattened so far; this stage's */
+    int capture_width[PLAN_MAX_CAPTURE]; /* each capture slot's columns (0: another stage fills it) */
 } plan;
 
 /* Flattens the tree (the stage's part of it) for o->rank of o->tp, naming the slice of every

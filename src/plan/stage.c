@@ -62,9 +62,10 @@ int stage_layers(int n_layers, int pp, const char *partition, int *first, loom_e
     return rc;
 }
 
-/* The part of the pass op i belongs to: -1 before the decoder layers, n_layers after them, or
- * the layer it is (a call) or precedes (an op between two layers runs with the next one). */
-static int op_layer(const module *tree, int i) {
+/* an op between two layers runs with the next one */
+bool stage_is_layer_call(const module *tree, int i) { return is_layer_call(&tree->ops[i]); }
+
+int stage_op_layer(const module *tree, int i) {
     int before = 0;
     for (int k = 0; k < i; k++) before += is_layer_call(&tree->ops[k]);
     if (is_layer_call(&tree->ops[i])) return before;
@@ -75,7 +76,7 @@ static int op_layer(const module *tree, int i) {
 
 bool stage_runs_op(const plan_options *o, const module *tree, int i) {
     if (o->pp <= 1) return true;
-    int l = op_layer(tree, i);
+    int l = stage_op_layer(tree, i);
     if (l < 0) return o->stage == 0;
     if (l >= stage_count_layers(tree)) return o->stage == o->pp - 1;
     return l >= o->layer0 && l < o->layer1;

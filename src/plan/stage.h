@@ -10,6 +10,11 @@
 int stage_layers(int n_layers, int pp, const char *partition, int *first, loom_err *err);
 /* Decoder layers in the top module. */
 int stage_count_layers(const module *tree);
+/* The part of the pass op i of the top module belongs to: -1 before the decoder layers,
+ * n_layers after them, or the layer it is (a call) or precedes. */
+int stage_op_layer(const module *tree, int i);
+/* Whether op i of the top module calls a decoder layer. */
+bool stage_is_layer_call(const module *tree, int i);
 /* Whether the stage of o runs op i of the top module. */
 bool stage_runs_op(const plan_options *o, const module *tree, int i);
 /* Whether tensor `name` belongs to ops another stage runs, so this one leaves it unread. Stages

@@ -10,10 +10,19 @@
 #include "plan/plan_impl.h"
 #include "util/alloc.h"
 
-static const char *step_names[] = {
-    "op",         "moe (expert parallel)",   "all_reduce",        "all_gather (vocab)",    "reduce_scatter",
-    "all_gather", "all_gather (logit rows)", "all_gather_matmul", "matmul_reduce_scatter", "send",
-    "recv",       "slice (own rows)"};
+static const char *step_names[] = {"op",
+                                   "moe (expert parallel)",
+                                   "all_reduce",
+                                   "all_gather (vocab)",
+                                   "reduce_scatter",
+                                   "all_gather",
+                                   "all_gather (logit rows)",
+                                   "all_gather_matmul",
+                                   "matmul_reduce_scatter",
+                                   "send",
+                                   "recv",
+                                   "slice (own rows)",
+                                   "capture"};
 
 const char *step_kind_name(step_kind k) { return step_names[k]; }
 

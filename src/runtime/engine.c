@@ -39,18 +39,22 @@ static void warn_unused(const loom_model *m, const plan *p) {
 
 plan_options engine_plan_options(const loom_model *m, const loom_engine_options *o, int tp, int rank, int pp, int stage,
                                  int layer0, int layer1) {
-    return (plan_options){.tp = tp,
-                          .rank = rank,
-                          .sp = o->sequence_parallel,
-                          .async_tp = o->async_tp,
-                          .ep = o->expert_parallel,
-                          .quant = m->ws.quant,
-                          .checkpoint = &m->cfg.quant,
-                          .exact = m->ws.exact,
-                          .pp = pp,
-                          .stage = stage,
-                          .layer0 = layer0,
-                          .layer1 = layer1};
+    plan_options po = {.tp = tp,
+                       .rank = rank,
+                       .sp = o->sequence_parallel,
+                       .async_tp = o->async_tp,
+                       .ep = o->expert_parallel,
+                       .quant = m->ws.quant,
+                       .checkpoint = &m->cfg.quant,
+                       .exact = m->ws.exact,
+                       .pp = pp,
+                       .stage = stage,
+                       .layer0 = layer0,
+                       .layer1 = layer1,
+                       .n_capture_layers = o->n_capture_layers,
+                       .capture_last = o->capture_last};
+    memcpy(po.capture_layers, o->capture_layers, sizeof o->capture_layers);
+    return po;
 }
 
 int *engine_stages(const loom_model *m, const loom_engine_options *o, int *pp, loom_err *err) {
@@ -94,7 +98,8 @@ size_t loom_comm_slot_bytes(const loom_model *m, int tp, const loom_engine_optio
     engine_rows(o, &tokens, &logits);
     /* pipeline: a stage sends at most every token's hidden state, and the last broadcasts logits */
     size_t pipe = o->pipeline_parallel > 1 ? (size_t)round_up(tokens, tp) * stage_hidden_width(m->tree) : 0;
-    if (o->pipeline_parallel > 1 && (size_t)logits * m->cfg.vocab > pipe) pipe = (size_t)logits * m->cfg.vocab;
+    if (o->pipeline_parallel > 1 && (size_t)logits * m->cfg.head_vocab > pipe)
+        pipe = (size_t)logits * m->cfg.head_vocab;
     plan_options po = engine_plan_options(m, o, tp, 0, 1, 0, 0, 0);
     if (plan_build(&p, m->tree, &po, &err)) return 0;
     tokens = round_up(tokens, tp);
@@ -189,6 +194,36 @@ static int build_plans(loom_engine *e, const loom_engine_options *o, int pp, loo
     return 0;
 }
 
+/* The values kept after each pass (loom_engine_options' capture): which exist, and which
+ * stage's first rank makes each, for the pipeline to send on. */
+static int plan_captures(loom_engine *e, const loom_engine_options *o, loom_err *err) {
+    executor *x = &e->x;
+    int layers = stage_count_layers(e->model->tree), pp, *first = engine_stages(e->model, o, &pp, err);
+    if (!first) return -1;
+    int rc = 0;
+    if (o->n_capture_layers < 0 || o->n_capture_layers > LOOM_MAX_CAPTURE_LAYERS)
+        rc = loom_errf(err, "%d captured layers asked (up to %d)", o->n_capture_layers, LOOM_MAX_CAPTURE_LAYERS);
+    for (int j = 0; j < o->n_capture_layers && !rc; j++) {
+        int l = o->capture_layers[j];
+        if (l < 0 || l >= layers)
+            rc = loom_errf(err, "the hidden state entering layer %d is asked for, but %s has layers 0..%d", l,
+                           e->model->cfg.arch, layers - 1);
+        for (int s = 0; s < pp && !rc; s++)
+            if (l >= first[s] && l < first[s + 1]) x->capture_root[j] = s * x->comm->size;
+    }
+    if (!rc && o->capture_last) x->capture_root[o->n_capture_layers] = (pp - 1) * x->comm->size;
+    free(first);
+    x->n_capture = o->n_capture_layers + o->capture_last;
+    x->capture_width = stage_hidden_width(e->model->tree);
+    x->capture_rows = e->max_tokens;
+    return rc;
+}
+
+const float *engine_captured(const loom_engine *e, int slot, int *width) {
+    *width = e->x.capture_width;
+    return slot < e->x.n_capture ? e->x.capture[slot] : NULL;
+}
+
 /* What the executor runs on, and the engine's own per-sequence state and logits. */
 static int alloc_state(loom_engine *e, loom_err *err) {
     const model_config *c = &e->model->cfg;
@@ -200,7 +235,7 @@ static int alloc_state(loom_engine *e, loom_err *err) {
     float inv_freq[CONFIG_MAX_HEAD_DIM / 2];
     rope_inv_freq(c, inv_freq);
     if (executor_init(x, inv_freq, c->head_dim / 2, c->rope_attention_factor, err)) return -1;
-    e->logits = mem_array((size_t)e->max_logits * c->vocab, sizeof *e->logits, "the logits", err);
+    e->logits = mem_array((size_t)e->max_logits * c->head_vocab, sizeof *e->logits, "the logits", err);
     return e->logits ? 0 : -1;
 }
 
@@ -219,8 +254,13 @@ loom_engine *loom_engine_new(loom_model *m, const loom_engine_options *o, loom_e
     int pp;
     if (join_stage(e, o, &pp, err) ||
         pipeline_init(&e->pl, pp, e->x.stage, o->pp_microbatches, e->max_seqs, e->max_logits, err) ||
-        build_plans(e, o, pp, err) || size_kv(e, o, err))
+        plan_captures(e, o, err) || build_plans(e, o, pp, err) || size_kv(e, o, err))
         goto fail;
+    for (int i = 0; i < m->tree->n_ops; i++) e->reads_rows |= m->tree->ops[i].kind == OP_INPUT_ROWS;
+    if (e->reads_rows && pp > 1) {
+        loom_errf(err, "%s reads hidden states beside its ids and runs in one pipeline stage", m->cfg.arch);
+        goto fail;
+    }
     const plan *p = &e->x.plans[0].p;
     if (e->x.comm->rank == 0) { /* each stage's first rank, for its layers */
         warn_unused(m, p);
@@ -278,6 +318,9 @@ int loom_engine_truncate_seq(loom_engine *e, int seq, int len, loom_err *err) {
 static int check_batch(const loom_engine *e, const loom_batch *b, loom_err *err) {
     if (b->n_tokens <= 0 || b->n_tokens > e->max_tokens)
         return loom_errf(err, "batch of %d tokens (engine holds 1..%d)", b->n_tokens, e->max_tokens);
+    if (e->reads_rows && !e->x.rows_in)
+        return loom_errf(err, "%s reads a hidden state beside each token id: it runs as a speculative draft",
+                         e->model->cfg.arch);
     if (b->n_logits < 0 || b->n_logits > e->max_logits)
         return loom_errf(err, "%d logit rows asked (engine holds up to %d)", b->n_logits, e->max_logits);
     for (int i = 0; i < b->n_tokens; i++) {
@@ -309,11 +352,19 @@ static int check_batch(const loom_engine *e, const loom_batch *b, loom_err *err)
     return 0;
 }
 
+int engine_forward_rows(loom_engine *e, const loom_batch *b, const float *rows_in, const float **logits,
+                        loom_err *err) {
+    e->x.rows_in = rows_in;
+    int rc = loom_forward(e, b, logits, err);
+    e->x.rows_in = NULL;
+    return rc;
+}
+
 int loom_forward(loom_engine *e, const loom_batch *b, const float **logits, loom_err *err) {
     if (check_batch(e, b, err)) return -1;
     for (int r = 0; r < b->n_tokens; r++) /* the blocks the kernels write are in the tables before the pass */
         if (run_ends(b, r)) kv_cache_grow(&e->kv, b->seq[r], b->pos[r] + 1);
-    size_t vocab = e->model->cfg.vocab;
+    size_t vocab = e->model->cfg.head_vocab;
     if (e->pl.pp > 1) {
         if (pipeline_forward(&e->pl, &e->x, b, e->logits, vocab, err)) return -1;
     } else {
@@ -326,5 +377,5 @@ int loom_forward(loom_engine *e, const loom_batch *b, const float **logits, loom
             r0 = r + 1;
         }
     *logits = e->logits;
-    return 0;
+    return e->after_pass ? e->after_pass(e->after_pass_user, b, err) : 0;
 }

@@ -17,7 +17,19 @@ struct loom_engine {
     int max_seqs, max_ctx, max_tokens, max_logits;
     kv_cache kv; /* whose blocks hold each sequence's positions */
     float *logits;
+    bool reads_rows; /* the tree takes rows beside the ids (engine_forward_rows) */
+    /* called after every pass with its batch (an Eagle3 speculator takes the pass's hidden
+     * states from the captures); a failure fails the pass */
+    int (*after_pass)(void *user, const loom_batch *b, loom_err *err);
+    void *after_pass_user;
 };
+
+/* loom_forward for a tree that reads rows beside its ids (an Eagle3 draft): rows_in holds one
+ * hidden state per token of b. */
+int engine_forward_rows(loom_engine *e, const loom_batch *b, const float *rows_in, const float **logits, loom_err *err);
+/* Capture slot `slot` of the last pass (loom_engine_options' capture: the captured layers in
+ * order, then the last hidden state), its rows `*width` floats apart; NULL if not captured. */
+const float *engine_captured(const loom_engine *e, int slot, int *width);
 
 /* KV cache bytes one token of one sequence takes over `layers` decoder layers. */
 size_t engine_kv_bytes_per_token(const loom_engine *e, int layers);

@@ -90,6 +90,11 @@ int executor_init(executor *x, const float *inv_freq, int half, float rope_facto
             return -1;
         x->kv_bytes += (p->kv_latent ? 1 : 2) * per;
     }
+    for (int j = 0; j < x->n_capture; j++) {
+        size_t bytes = (size_t)x->capture_rows * x->capture_width * sizeof(float);
+        if (!(x->capture[j] = mem_aligned(bytes, "the captured hidden states", err))) return -1;
+        x->activation_bytes += bytes;
+    }
     if (alloc_moe_scratch(x, err) || alloc_int8_send(x, err) ||
         ep_init(&x->ep, p, x->comm->size, x->max_tokens, &x->activation_bytes, err))
         return -1;
@@ -107,6 +112,7 @@ void executor_free(executor *x) {
     rope_table_free(&x->rope);
     moe_scratch_free(&x->moe);
     free(x->int8_send);
+    for (int j = 0; j < x->n_capture; j++) free(x->capture[j]);
     ep_free(&x->ep);
 }
 
@@ -170,6 +176,7 @@ static int run_collective(executor *x, const plan_step *s, const loom_batch *b, 
     case STEP_MATMUL_RS:
     case STEP_SEND:
     case STEP_RECV:
+    case STEP_CAPTURE:
     case STEP_KIND_COUNT: break;
     }
     if (!rc && s->bias[0]) add_rows(out, ldo, s->bias[0], 0, out, ldo, value_rows(x, ov, b), ov->width);
@@ -311,10 +318,41 @@ static void run_step(executor *x, const plan_step *s, const loom_batch *b) {
     case OP_LOGIT_ROWS:
         for (int i = 0; i < rows; i++) memcpy(out + i * ldo, in0 + (size_t)b->logit_rows[i] * ld0, w * sizeof *out);
         break;
+    case OP_INPUT_ROWS:
+        for (int i = 0; i < rows; i++) memcpy(out + i * ldo, x->rows_in + (size_t)i * w, w * sizeof *out);
+        break;
+    case OP_CONCAT: {
+        int w0 = x->cur->p.values[s->in[0]].width;
+        for (int i = 0; i < rows; i++) {
+            memcpy(out + i * ldo, in0 + i * ld0, w0 * sizeof *out);
+            memcpy(out + i * ldo + w0, in1 + i * ld1, (w - w0) * sizeof *out);
+        }
+        break;
+    }
     case OP_SPLIT:
     case OP_CALL:
     case OP_KIND_COUNT: break; /* never steps */
     }
+}
+
+/* A captured value's rows, kept in its slot (rows past the pass's first at capture_row0). */
+static void run_capture(executor *x, const plan_step *s, const loom_batch *b) {
+    const plan_value *v = &x->cur->p.values[s->in[0]];
+    size_t ld;
+    const float *in = value_at(x, s->in[0], &ld);
+    float *to = x->capture[s->capture_slot] + (size_t)x->capture_row0 * x->capture_width;
+    for (int i = 0; i < value_rows(x, v, b); i++)
+        memcpy(to + (size_t)i * x->capture_width, in + i * ld, v->width * sizeof *to);
+}
+
+int executor_share_captures(executor *x, int rows, loom_err *err) {
+    for (int j = 0; j < x->n_capture; j++) {
+        loom_comm_set_phase(x->world, "stage %d: captured hidden state %d from rank %d", x->stage, j,
+                            x->capture_root[j]);
+        if (comm_broadcast_floats(x->world, x->capture_root[j], x->capture[j], (size_t)rows * x->capture_width, err))
+            return -1;
+    }
+    return 0;
 }
 
 /* A stage boundary: the hidden state, as the plan holds it on this rank, goes to or comes from
@@ -369,6 +407,7 @@ int executor_run_pass(executor *x, const loom_batch *b, loom_err *err) {
         case STEP_RECV:
             if (run_boundary(x, s, b, err)) return -1;
             break;
+        case STEP_CAPTURE: run_capture(x, s, b); break;
         default: {
             double waited = x->comm->blocked_s;
             bool fused = s->kind == STEP_AG_MATMUL || s->kind == STEP_MATMUL_RS;

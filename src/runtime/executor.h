@@ -45,6 +45,14 @@ typedef struct executor {
     moe_scratch moe;  /* shared by the MoE steps */
     float *int8_send; /* this rank's rows quantized for a gather of int8 rows (plan_step.int8_rows) */
     expert_parallel ep;
+    /* the values the plans keep after a pass (plan_options' capture): slot j holds
+     * capture_rows rows of capture_width columns, filled from row capture_row0 on (a pipeline
+     * microbatch's first token); under pipeline stages capture_root[j] is the world rank whose
+     * stage makes slot j, and broadcasts it */
+    int n_capture, capture_width, capture_rows, capture_row0;
+    const float *rows_in; /* the pass's rows beside its ids (OP_INPUT_ROWS), one per token */
+    float *capture[PLAN_MAX_CAPTURE];
+    int capture_root[PLAN_MAX_CAPTURE];
     size_t activation_bytes, kv_bytes;
     bool profile; /* time each op kind */
     exec_stats st;
@@ -55,6 +63,9 @@ typedef struct executor {
  * `half` rotary pairs, scaled by rope_factor), the experts' scratch and expert parallelism's
  * buffers. The caller has set comm, world, stage, the plans, the max_* sizes and the pool's. */
 int executor_init(executor *x, const float *inv_freq, int half, float rope_factor, loom_err *err);
+/* Under pipeline stages: every captured slot from the stage that made it, to every rank (rows of
+ * the pass just run). */
+int executor_share_captures(executor *x, int rows, loom_err *err);
 void executor_free(executor *x);
 /* Runs this rank's steps over b: the whole pass, or its stage's part of it. */
 int executor_run_pass(executor *x, const loom_batch *b, loom_err *err);

@@ -29,6 +29,30 @@ static int parse_dtype(weight_store *ws, const char *want, const char *stored, b
     return 0;
 }
 
+/* An Eagle3 draft without an embedding of its own (speculators' checkpoints never hold one)
+ * reads the target's, from the folder o->embedding_from; dummy weights take the target's name,
+ * so that a draft made with the target's seed shares its dummy table too. */
+static int borrow_embedding(loom_model *m, const loom_model_options *o, loom_err *err) {
+    const char *file;
+    static const char *const speculator_reads[] = {"fc.weight", "d2t", "t2d"}; /* decode/eagle3.c, not the plan */
+    for (size_t i = 0; i < sizeof speculator_reads / sizeof *speculator_reads; i++)
+        weights_tensor(&m->ws, speculator_reads[i], &file);
+    if (!o->dummy && weights_has(&m->ws, "embed_tokens.weight")) return 0;
+    for (int i = 0; i < m->tree->n_ops; i++)
+        if (m->tree->ops[i].kind == OP_EMBED)
+            snprintf(m->tree->ops[i].lin->parts[0].weight, sizeof m->tree->ops[i].lin->parts[0].weight,
+                     "model.embed_tokens.weight");
+    if (o->dummy) return 0;
+    if (!o->embedding_from)
+        return loom_errf(err,
+                         "%s: the Eagle3 draft holds no embed_tokens.weight, and no target folder to read the "
+                         "target's from was given",
+                         o->path);
+    return weights_borrow_dir(&m->ws, o->embedding_from, err)
+               ? loom_err_prefix(err, "%s: the target's embedding for the Eagle3 draft", o->path)
+               : 0;
+}
+
 static int open_sources(loom_model *m, const loom_model_options *o, loom_err *err) {
     if (!o->path) {
         embedded_file c = embedded_get(EMBEDDED_CONFIG), w = embedded_get(EMBEDDED_SAFETENSORS);
@@ -64,6 +88,7 @@ static int open_sources(loom_model *m, const loom_model_options *o, loom_err *er
     if (!(m->tree = arch_build(&m->cfg, err))) return loom_err_prefix(err, "%s", cfg_path);
     if (o->dummy) weights_init_dummy(&m->ws, o->seed);
     else if (weights_open_dir(&m->ws, dir, err)) return -1;
+    if (m->cfg.eagle3.on && borrow_embedding(m, o, err)) return -1;
     if (o->load_tokenizer) {
         snprintf(tok_path, sizeof tok_path, "%s/tokenizer.json", dir);
         FILE *f = fopen(tok_path, "rb");

@@ -69,13 +69,17 @@ int pipeline_forward(pipeline *pl, executor *x, const loom_batch *b, float *logi
                          .seq = b->seq + t,
                          .n_logits = nl,
                          .logit_rows = pl->mb_rows};
+        x->capture_row0 = t;
         if (executor_run_pass(x, &mb, err)) return -1;
         if (last) executor_take_logits(x, &mb, logits, vocab, pl->mb_at);
     }
     int root = (pl->pp - 1) * x->comm->size;
     loom_comm_set_phase(x->world, "stage %d: logits of %d rows from rank %d", pl->stage, b->n_logits, root);
     double t1 = omp_get_wtime();
-    if (comm_broadcast_floats(x->world, root, logits, (size_t)b->n_logits * vocab, err)) return -1;
+    if (comm_broadcast_floats(x->world, root, logits, (size_t)b->n_logits * vocab, err) ||
+        executor_share_captures(x, b->n_tokens, err))
+        return -1;
+    x->capture_row0 = 0;
     double t2 = omp_get_wtime();
     pl->wait_logits_s += t2 - t1;
     pl->pass_s += t2 - t0;

@@ -59,6 +59,13 @@ static const struct {
 };
 
 module *arch_build(const model_config *c, loom_err *err) {
+    if (c->eagle3.on) {
+        module *root = build_eagle3(c);
+        if (!module_check(root, err)) return root;
+        module_free(root);
+        loom_err_prefix(err, "building the Eagle3 draft's module tree");
+        return NULL;
+    }
     for (size_t i = 0; i < sizeof llama_like / sizeof llama_like[0]; i++)
         if (!strcmp(c->arch, llama_like[i].name)) {
             module *root = build_llama_family(c, &llama_like[i].variant); /* checked once, here */

@@ -36,6 +36,11 @@ typedef struct llama_variant {
 } llama_variant;
 
 module *build_llama_family(const model_config *c, const llama_variant *v);
+/* GQA self-attention `name` (q/k/v/o_proj) of decoder layer `layer` over an input of `in`
+ * features (the hidden size, or an Eagle3 layer's two hidden states side by side). */
+module *attention_module(const model_config *c, const llama_variant *v, const char *name, int layer, int in);
+/* An Eagle3 speculative draft (eagle3_blocks.c). */
+module *build_eagle3(const model_config *c);
 /* SwiGLU MLP `name` (gate_proj/up_proj/down_proj) of `inter` features. */
 module *mlp_module(const model_config *c, const char *name, int inter);
 /* Layer `layer`'s latent attention module (mla_blocks.c). */

@@ -21,12 +21,12 @@ static int qk_norm(module *m, const model_config *c, const llama_variant *v, int
                             : emit_rms_norm(m, x, w, c->rms_eps, c->head_dim, name);
 }
 
-static module *attention_block(const model_config *c, const llama_variant *v, int layer) {
-    module *m = module_new("attention", "model.layers.%d.self_attn", layer);
+module *attention_module(const model_config *c, const llama_variant *v, const char *name, int layer, int in) {
+    module *m = module_new("attention", "%s", name);
     if (!m) return NULL;
     int x = module_input(m, "x");
     int hd = c->head_dim, q_out = c->n_heads * hd, kv_out = c->n_kv_heads * hd;
-    linear_desc qkv = {.in = c->hidden, .n_parts = 3, .style = PAR_COLUMN};
+    linear_desc qkv = {.in = in, .n_parts = 3, .style = PAR_COLUMN};
     bool bias = v->qkv_bias || c->attention_bias;
     linear_part_init(&qkv.parts[0], m->name, "q_proj", q_out, hd, bias);
     linear_part_init(&qkv.parts[1], m->name, "k_proj", kv_out, hd, bias);
@@ -85,7 +85,9 @@ static module *decoder_layer(const model_config *c, const llama_variant *v, int 
     module *m = module_new("decoder_layer", "model.layers.%d", layer);
     if (!m) return NULL;
     int h = module_input(m, "hidden");
-    module *attn = v->mla ? mla_attention_module(c, v, layer) : attention_block(c, v, layer);
+    char name[96];
+    snprintf(name, sizeof name, "model.layers.%d.self_attn", layer);
+    module *attn = v->mla ? mla_attention_module(c, v, layer) : attention_module(c, v, name, layer, c->hidden);
     h = residual_branch(m, c, h, "input_layernorm", attn, "resid_attn");
     /* MoE models keep dense MLPs in their mlp_only_layers and between sparse steps */
     bool sparse = v->moe && c->n_experts && !c->mlp_only[layer] && (layer + 1) % c->sparse_step == 0;
