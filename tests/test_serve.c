@@ -756,6 +756,47 @@ static void speculative(void) {
     }
 }
 
+/* Eagle3 in the server: the golden Eagle3 target (no tokenizer: ids in, ids out) with its random
+ * draft, three requests at once, each answer the plain server's; the draft proposed. */
+static void speculative_eagle3(void) {
+    const char *target = LOOM_SOURCE_DIR "/tests/golden/eagle3/target";
+    char args[2][2048], text[2][3][4096];
+    snprintf(args[0], 900, "-m %s --max-model-len 128 --max-num-seqs 4 --block-size 16", target);
+    snprintf(args[1], sizeof args[1],
+             "%.900s --speculative-config '{\"method\":\"eagle3\",\"model\":\"" LOOM_SOURCE_DIR
+             "/tests/golden/eagle3/speculators\",\"num_speculative_tokens\":3}'",
+             args[0]);
+    double drafted = 0;
+    for (int c = 0; c < 2; c++) {
+        server s;
+        if (start(&s, args[c])) {
+            CHECK(0, "the Eagle3 test server did not start: %s", args[c]);
+            return;
+        }
+        int fd[3];
+        for (int i = 0; i < 3; i++) {
+            char body[512]; /* ids within the vocabulary of 128 */
+            int len = sprintf(body, "{\"prompt\":[1");
+            for (int j = 0; j < 5 + 3 * i; j++) len += sprintf(body + len, ",%d", 3 + (j * 37 + i * 11) % 120);
+            sprintf(body + len, "],\"max_tokens\":24,\"temperature\":0,\"ignore_eos\":true}");
+            fd[i] = post_completion(s.port, body);
+        }
+        for (int i = 0; i < 3; i++) {
+            char *resp = read_all(fd[i]);
+            close(fd[i]);
+            const char *body = strstr(resp, "\r\n\r\n");
+            text[c][i][0] = 0;
+            CHECK(body && !json_str(body, "text", text[c][i], sizeof text[c][i]), "eagle3 server: %s", resp);
+            free(resp);
+        }
+        if (c) drafted = metric(s.port, "spec_decode_num_draft_tokens_total");
+        CHECK(stop(&s, SIGTERM, 30) == 0, "the Eagle3 test server did not exit 0");
+    }
+    for (int i = 0; i < 3; i++)
+        CHECK(!strcmp(text[0][i], text[1][i]), "request %d: with Eagle3 '%s', plainly '%s'", i, text[1][i], text[0][i]);
+    CHECK(drafted > 0, "the Eagle3 draft proposed nothing (%g)", drafted);
+}
+
 int main(void) {
     signal(SIGPIPE, SIG_IGN);
     bad_template();
@@ -790,6 +831,7 @@ int main(void) {
     sigterm_drains(&s);
     preemption();
     speculative();
+    speculative_eagle3();
     ranks();
     stages();
     over_mpi();

@@ -273,8 +273,29 @@ static void print_collectives(FILE *f, const plan *p) {
     for (int i = 0; i < p->n_steps; i++) count[p->steps[i].kind]++;
     fprintf(f, "collectives and stage hand-overs per forward pass:");
     for (int k = STEP_ALL_REDUCE; k < STEP_KIND_COUNT; k++)
-        if (count[k]) fprintf(f, " %d %s", count[k], step_kind_name(k));
+        if (count[k] && k != STEP_CAPTURE) fprintf(f, " %d %s", count[k], step_kind_name(k));
     fputc('\n', f);
+}
+
+/* What an Eagle3 draft reads (loom_engine_options' capture): where each state is kept and how it
+ * reaches the rank that drafts. */
+static void print_captures(FILE *f, const plan *p, const loom_engine_options *o, const int *first, int pp) {
+    if (!o->n_capture_layers && !o->capture_last) return;
+    fprintf(f, "\nhidden states kept after each pass (speculative decoding's Eagle3 draft reads them):\n");
+    for (int j = 0; j < o->n_capture_layers; j++) {
+        int l = o->capture_layers[j], s = 0;
+        while (s + 1 < pp && l >= first[s + 1]) s++;
+        fprintf(f, "  slot %d: every token's hidden state entering layer %d [T, %d]", j, l, p->capture_width[j]);
+        if (pp > 1) fprintf(f, " (stage %d; rank %d hands it to every rank)", s, s * p->o.tp);
+        if (p->o.sp)
+            fprintf(f, "; under SP each rank holds its token shard there: an all_gather of the shard first, as a "
+                       "region's entry gathers, moving the residual as the layer receives it (no arithmetic), so "
+                       "the states are TP's bits");
+        fputc('\n', f);
+    }
+    if (o->capture_last)
+        fprintf(f, "  slot %d: the logit rows' hidden state entering the final norm (the draft's own, fed back)\n",
+                o->n_capture_layers);
 }
 
 int loom_print_plan(loom_model *m, int tp, const loom_engine_options *o, FILE *f, loom_err *err) {
@@ -335,6 +356,7 @@ int loom_print_plan(loom_model *m, int tp, const loom_engine_options *o, FILE *f
                 m->cfg.n_heads, p.kv_width, p.kv_latent ? "latent cache" : "kv", p.vocab_col0[0],
                 p.vocab_col0[0] + p.vocab_width[0] - 1);
     }
+    print_captures(f, &p, o, first, pp);
     if (p.kv_latent) print_latent_kv(f, m, &p);
     if (p.o.sp) print_sp(f, &p);
     if (p.o.ep) print_ep(f, &p);
