@@ -47,10 +47,11 @@ typedef struct cpu_kernels {
     /* The reduced-precision products (--dtype auto): y[r] = x[r] . w for nr (1 to 4) rows.
      * dot_q8: int8 activations against a quantized row, integer sums per block scaled in fp32,
      * in the variants without tile_q8 (NEON, neondot, generic; NULL on x86);
-     * dot_bf16x: bf16 activations against a bf16 row with fp32 accumulation, NULL in variants
-     * whose CPUs have no bf16 dot product (their bf16 weights compute exactly instead). */
+     * dot_bf16x: bf16 activations against nw (1 or 2) bf16 rows w[j] with fp32 accumulation,
+     * y[j][r] = x[r] . w[j], NULL in variants whose CPUs have no bf16 dot product (their bf16
+     * weights compute exactly instead). */
     void (*dot_q8)(const q8row *x, int nr, const uint8_t *w, const struct qlayout *q, const float *sz, float y[4]);
-    void (*dot_bf16x)(const uint16_t *const *x, int nr, const uint16_t *w, int k, float y[4]);
+    void (*dot_bf16x)(const uint16_t *const *x, int nr, const uint16_t *const *w, int nw, int k, float y[2][4]);
     /* On x86 (NULL elsewhere), dot_q8 as a tile: y[r * 8 + j] = x[r] . row j of eight
      * quantized rows w[j] (scales and zero points sz[j]), nr 1 to 8, with the rows in the
      * vector lanes, so each block is scaled once for all eight. Every way of summing, in every

@@ -368,9 +368,9 @@ static inline vacc vacc_dot8(vacc a, vq w, const int8_t *x) { return vacc_dot4(a
 /* bf16 dot products, fp32 accumulation: a += x . w over VL pairs of bf16 values (2 * VL of each) */
 #if defined(LOOM_VARIANT_AVX512BF16)
 #define HAS_BF16_DOT 1
-static inline vf vdot_bf16(vf a, const uint16_t *x, const uint16_t *w) {
-    return _mm512_dpbf16_ps(a, (__m512bh)_mm512_loadu_si512(x), (__m512bh)_mm512_loadu_si512(w));
-}
+typedef __m512bh vbf; /* 2 * VL bf16 values, as the dot product takes them */
+static inline vbf vload_bf16x(const uint16_t *p) { return (__m512bh)_mm512_loadu_si512(p); }
+static inline vf vdot_bf16(vf a, vbf x, vbf w) { return _mm512_dpbf16_ps(a, x, w); }
 #else
 #define HAS_BF16_DOT 0
 #endif

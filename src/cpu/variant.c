@@ -297,39 +297,63 @@ static void tile_q8(const q8row *x, int nr, const uint8_t *const *w, const qlayo
 #endif
 
 #if HAS_BF16_DOT
-/* One bf16 weight row against nr (1 to 4) rows of bf16 activations, two accumulators per row
- * (VL pairs per product); the tail past the last whole product is zero-padded. */
-static inline __attribute__((always_inline)) void dot_bf16x_rows(const uint16_t *const *x, int nr, const uint16_t *w,
-                                                                 int k, float y[4]) {
-    vf a[4][2];
+/* nw (1 or 2) bf16 weight rows against nr (1 to 4) rows of bf16 activations, two accumulators
+ * per pair (VL pairs per product); the tail past the last whole product is zero-padded. Two
+ * weight rows share each activation load, as each activation row shares each weight load: a
+ * few-row pass (a speculative verify) is bound by loads, not products. Every pair sums in the
+ * same order whatever nw and nr, so a row's result does not depend on which rows share its
+ * call. */
+static inline __attribute__((always_inline)) void
+dot_bf16x_tile(const uint16_t *const *x, int nr, const uint16_t *const *w, int nw, int k, float y[2][4]) {
+    vf a[2][4][2];
+#pragma GCC unroll 2
+    for (int j = 0; j < 2; j++)
 #pragma GCC unroll 4
-    for (int r = 0; r < 4; r++) a[r][0] = a[r][1] = vset1(0.0f);
+        for (int r = 0; r < 4; r++) a[j][r][0] = a[j][r][1] = vset1(0.0f);
     int k2 = k / (4 * VL) * (4 * VL);
     for (int i = 0; i < k2; i += 4 * VL)
 #pragma GCC unroll 2
-        for (int u = 0; u < 2; u++)
+        for (int u = 0; u < 2; u++) {
+            vbf wv[2];
+#pragma GCC unroll 2
+            for (int j = 0; j < nw; j++) wv[j] = vload_bf16x(w[j] + i + u * 2 * VL);
 #pragma GCC unroll 4
-            for (int r = 0; r < nr; r++) a[r][u] = vdot_bf16(a[r][u], x[r] + i + u * 2 * VL, w + i + u * 2 * VL);
+            for (int r = 0; r < nr; r++) {
+                vbf xv = vload_bf16x(x[r] + i + u * 2 * VL);
+#pragma GCC unroll 2
+                for (int j = 0; j < nw; j++) a[j][r][u] = vdot_bf16(a[j][r][u], xv, wv[j]);
+            }
+        }
     if (k2 < k) {
-        uint16_t wt[4 * VL] = {0}, xt[4][4 * VL] = {{0}};
-        memcpy(wt, w + k2, (size_t)(k - k2) * sizeof *wt);
-        for (int r = 0; r < nr; r++) memcpy(xt[r], x[r] + k2, (size_t)(k - k2) * sizeof *wt);
+        uint16_t wt[2][4 * VL] = {{0}}, xt[4][4 * VL] = {{0}};
+        for (int j = 0; j < nw; j++) memcpy(wt[j], w[j] + k2, (size_t)(k - k2) * sizeof *wt[j]);
+        for (int r = 0; r < nr; r++) memcpy(xt[r], x[r] + k2, (size_t)(k - k2) * sizeof *xt[r]);
 #pragma GCC unroll 2
         for (int u = 0; u < 2; u++)
 #pragma GCC unroll 4
-            for (int r = 0; r < nr; r++) a[r][u] = vdot_bf16(a[r][u], xt[r] + u * 2 * VL, wt + u * 2 * VL);
+            for (int r = 0; r < nr; r++)
+#pragma GCC unroll 2
+                for (int j = 0; j < nw; j++)
+                    a[j][r][u] =
+                        vdot_bf16(a[j][r][u], vload_bf16x(xt[r] + u * 2 * VL), vload_bf16x(wt[j] + u * 2 * VL));
     }
+#pragma GCC unroll 2
+    for (int j = 0; j < nw; j++)
 #pragma GCC unroll 4
-    for (int r = 0; r < nr; r++) y[r] = vhsum(vadd(a[r][0], a[r][1]));
+        for (int r = 0; r < nr; r++) y[j][r] = vhsum(vadd(a[j][r][0], a[j][r][1]));
 }
 
-static void dot_bf16x(const uint16_t *const *x, int nr, const uint16_t *w, int k, float y[4]) {
-    switch (nr) {
-    case 1: dot_bf16x_rows(x, 1, w, k, y); break;
-    case 2: dot_bf16x_rows(x, 2, w, k, y); break;
-    case 3: dot_bf16x_rows(x, 3, w, k, y); break;
-    default: dot_bf16x_rows(x, 4, w, k, y); break;
+static void dot_bf16x(const uint16_t *const *x, int nr, const uint16_t *const *w, int nw, int k, float y[2][4]) {
+#define DOT_BF16X_NR(nw)                                                                                               \
+    switch (nr) {                                                                                                      \
+    case 1: dot_bf16x_tile(x, 1, w, nw, k, y); break;                                                                  \
+    case 2: dot_bf16x_tile(x, 2, w, nw, k, y); break;                                                                  \
+    case 3: dot_bf16x_tile(x, 3, w, nw, k, y); break;                                                                  \
+    default: dot_bf16x_tile(x, 4, w, nw, k, y); break;                                                                 \
     }
+    if (nw == 2) DOT_BF16X_NR(2)
+    else DOT_BF16X_NR(1)
+#undef DOT_BF16X_NR
 }
 #endif
 
