@@ -78,6 +78,7 @@ typedef struct loom_model_info {
     size_t weight_bytes; /* as held in memory */
     const char *source;  /* the folder or config it was loaded from, or "(embedded stories260K)" */
     bool has_tokenizer;  /* text in and out (loom_tokenize, loom_detokenize) */
+    int spec_tokens;     /* an Eagle3 draft: the speculative tokens its config proposes (0: none) */
 } loom_model_info;
 LOOM_API void loom_model_get_info(const loom_model *m, loom_model_info *info);
 

@@ -180,6 +180,23 @@ done:
     loom_model_free(d);
 }
 
+/* speculators_config's proposal, vLLM's default for num_speculative_tokens (the golden config
+ * proposes 3); EAGLE's layout has none. */
+static void proposal_default(void) {
+    loom_model *spec = load(dir_of("speculators"), true), *eagle = load(dir_of("eagle"), true);
+    loom_model_info si = {0}, ei = {0};
+    if (spec) loom_model_get_info(spec, &si);
+    if (eagle) loom_model_get_info(eagle, &ei);
+    CHECK(si.spec_tokens == 3 && ei.spec_tokens == 0, "proposed tokens: speculators %d (want 3), EAGLE %d (want 0)",
+          si.spec_tokens, ei.spec_tokens);
+    loom_spec_options o;
+    loom_err err = {{0}};
+    CHECK(!loom_spec_parse("{\"method\": \"eagle3\", \"model\": \"x\"}", &o, &err) && !o.num_speculative_tokens,
+          "eagle3 without num_speculative_tokens (the draft's config may give it): %s", err.msg);
+    loom_model_free(spec);
+    loom_model_free(eagle);
+}
+
 /* Bad drafts: each refused at loom_spec_engine_options or loom_speculator_new, naming why. */
 static void bad_drafts(void) {
     loom_err err = {{0}};
@@ -227,6 +244,7 @@ int main(void) {
     check_draft(&g, "speculators", ids);
     check_draft(&g, "eagle", ids);
     bad_drafts();
+    proposal_default();
     st_close(&g);
     return check_done();
 }

@@ -122,6 +122,16 @@ int cli_load_speculation(cli_common *c) {
         fprintf(stderr, "loom: --speculative-config: the draft model: %s\n", err.msg);
         return -1;
     }
+    loom_model_info info;
+    loom_model_get_info(c->draft, &info);
+    if (!c->spec.num_speculative_tokens) c->spec.num_speculative_tokens = info.spec_tokens; /* as vLLM */
+    if (c->spec.num_speculative_tokens < 1 || c->spec.num_speculative_tokens > LOOM_SPEC_MAX_TOKENS) {
+        fprintf(stderr,
+                "loom: --speculative-config: \"num_speculative_tokens\" is required (1 to %d): the draft's config "
+                "%s\n",
+                LOOM_SPEC_MAX_TOKENS, info.spec_tokens ? "proposes more" : "names none");
+        return -1;
+    }
     return 0;
 }
 

@@ -123,8 +123,9 @@ int draft_engine_new(loom_speculator *s, loom_model *draft, const loom_engine_op
     o.all_logits = false;
     o.n_capture_layers = 0, o.capture_last = capture_last;
     o.sequence_parallel = o.async_tp = false; /* a few rows a sequence: nothing to shard by tokens */
-    if (eo->pipeline_parallel > 1) dtp = 1;   /* its one layer runs whole beside every stage */
-    if (dtp == 1 && ranks > 1) {              /* whole on every rank: no communicator, the target's threads */
+    o.expert_parallel = o.expert_parallel && draft->cfg.n_experts; /* a dense draft beside a MoE target */
+    if (eo->pipeline_parallel > 1) dtp = 1;                        /* its one layer runs whole beside every stage */
+    if (dtp == 1 && ranks > 1) { /* whole on every rank: no communicator, the target's threads */
         o.comm = NULL;
         o.sequence_parallel = o.async_tp = o.expert_parallel = false;
         o.pipeline_parallel = 1, o.pp_layer_partition = NULL;

@@ -1,6 +1,7 @@
 /* --speculative-config: vLLM's JSON object, read into loom_spec_options. Keys and defaults are
  * vLLM's: "method" (ngram, draft_model, eagle3; a "model" with no method means a draft model, and
- * "[ngram]" is vLLM's old spelling of ngram), "num_speculative_tokens" (required),
+ * "[ngram]" is vLLM's old spelling of ngram), "num_speculative_tokens" (required, but for eagle3
+ * a speculators draft's config may give it: loom_model_info.spec_tokens),
  * "prompt_lookup_min"/"prompt_lookup_max" (ngram: one given sets the other, neither gives 5 and
  * 5), "model" and "draft_tensor_parallel_size" (draft_model, eagle3). A key loom does not know is an
  * error naming it, not ignored, so a setting never silently does nothing. */
@@ -62,7 +63,7 @@ int loom_spec_parse(const char *json, loom_spec_options *o, loom_err *err) {
     }
     int k = 0;
     if (!rc && get_int(root, "num_speculative_tokens", 1, LOOM_SPEC_MAX_TOKENS, &k, err) < 0) rc = -1;
-    if (!rc && !k)
+    if (!rc && !k && o->method != LOOM_SPEC_EAGLE3) /* an Eagle3 draft's config may name it */
         rc = loom_errf(err, "--speculative-config: \"num_speculative_tokens\" is required (1 to %d)",
                        LOOM_SPEC_MAX_TOKENS);
     o->num_speculative_tokens = k;

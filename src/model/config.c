@@ -315,7 +315,10 @@ static int parse_eagle3(reader *r, const cJSON *top, model_config *c, bool specu
     if (c->n_layers != 1)
         return loom_errf(r->err, "%s: an Eagle3 draft of %d layers (loom runs drafts of one layer)", r->name,
                          c->n_layers);
-    return 0;
+    const cJSON *sc = cJSON_GetObjectItemCaseSensitive(top, "speculators_config");
+    const cJSON *pm = cJSON_IsObject(sc) ? cJSON_GetObjectItemCaseSensitive(sc, "proposal_methods") : NULL;
+    const cJSON *first = cJSON_IsArray(pm) ? cJSON_GetArrayItem(pm, 0) : NULL;
+    return cJSON_IsObject(first) ? get_int(r, first, "speculative_tokens", 0, false, 0, &e->spec_tokens) : 0;
 }
 
 static int parse(reader *r, model_config *c) {

@@ -33,6 +33,8 @@ typedef struct eagle3_config {
     int n_aux, aux_layers[3];  /* decoder layers of the target whose input hidden states fc
                                   fuses (n_aux 0: the default 2, L/2, L-3 of the target) */
     char layer[16];            /* the layer's weight prefix: "midlayer" (EAGLE) or "layers.0" */
+    int spec_tokens;           /* speculators_config's first proposal method's speculative_tokens
+                                  (0: none), vLLM's default for num_speculative_tokens */
     bool qk_norm;              /* a Qwen3 layer (speculators' transformer_layer_config) */
 } eagle3_config;
 

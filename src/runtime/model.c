@@ -165,6 +165,7 @@ void loom_model_get_info(const loom_model *m, loom_model_info *info) {
         .weight_bytes = m->ws.bytes_owned + m->ws.bytes_mapped_used,
         .source = m->source,
         .has_tokenizer = m->tok,
+        .spec_tokens = c->eagle3.spec_tokens,
     };
 }
 
