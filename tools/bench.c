@@ -13,6 +13,7 @@
 #include "cpu/cpu.h"
 #include "kernels/kernels.h"
 #include "runtime/profile.h"
+#include "runtime/sampling.h"
 #include "util/alloc.h"
 
 static double now(void) {
@@ -31,13 +32,6 @@ static double percentile(const double *sorted, int n, double q) {
     double k = (n - 1) * q / 100.0;
     int f = (int)k;
     return f + 1 < n ? sorted[f] + (k - f) * (sorted[f + 1] - sorted[f]) : sorted[f];
-}
-
-static int32_t argmax(const float *x, int n) {
-    int32_t best = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[best]) best = i;
-    return best;
 }
 
 typedef struct bench_mode {
@@ -94,7 +88,7 @@ static int prefill(loom_engine *e, const latency_opts *o, batch_bufs *b, int chu
         loom_batch bt = {k, b->ids, b->pos, b->seq, nl, b->rows};
         if (loom_forward(e, &bt, &logits, err)) return -1;
         for (int r = 0; b->first && r < nl; r++)
-            b->first[b->seq[b->rows[r]]] = argmax(logits + (size_t)r * o->vocab, o->vocab);
+            b->first[b->seq[b->rows[r]]] = logits_argmax(logits + (size_t)r * o->vocab, o->vocab);
     }
     return 0;
 }

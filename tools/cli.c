@@ -147,7 +147,6 @@ loom_speculator *cli_rank_speculator(const char *cmd, loom_comm *comm, loom_engi
     if (*none) return NULL;
     loom_engine_options o = *eo;
     o.comm = comm;
-    o.max_logits = 0;
     loom_speculator *s = loom_speculator_new(e, c->draft, &c->spec, &o, &err);
     if (!s) cli_rank_error(cmd, comm, &err);
     return s;

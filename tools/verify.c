@@ -9,6 +9,7 @@
 #include <sys/mman.h>
 
 #include "cli.h"
+#include "runtime/sampling.h"
 #include "util/alloc.h"
 
 #define N_PROMPTS 4
@@ -25,13 +26,6 @@ typedef struct verify_job {
     int32_t *ids;  /* [N_PROMPTS][n_new] */
     loom_engine_options eo;
 } verify_job;
-
-static int32_t argmax(const float *x, int n) {
-    int32_t best = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[best]) best = i;
-    return best;
-}
 
 /* Greedy generation of each prompt, recording every step's logits. */
 static int verify_rank(loom_comm *comm, void *arg) {
@@ -56,7 +50,7 @@ static int verify_rank(loom_comm *comm, void *arg) {
             const float *lg;
             rc = loom_forward(e, &b, &lg, &err);
             if (rc) break;
-            tok = argmax(lg, j->vocab); /* every rank holds the same logits, so picks the same */
+            tok = logits_argmax(lg, j->vocab); /* every rank holds the same logits, so picks the same */
             if (loom_comm_rank(comm) == 0) {
                 memcpy(j->logits + ((size_t)p * j->n_new + step) * j->vocab, lg, j->vocab * sizeof *lg);
                 j->ids[p * j->n_new + step] = tok;

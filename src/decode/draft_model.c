@@ -11,6 +11,7 @@
 
 #include "decode/spec.h"
 #include "runtime/engine.h"
+#include "runtime/sampling.h"
 #include "util/alloc.h"
 #include "util/err.h"
 
@@ -21,20 +22,13 @@ static int32_t cached_token(const loom_engine *e, int seq, int p) {
     return c->tokens[(size_t)b * c->block_size + p % c->block_size];
 }
 
-static int32_t argmax(const float *x, int n) {
-    int32_t best = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[best]) best = i;
-    return best;
-}
-
 /* One draft pass over the queued tokens; each sequence whose last queued token ran gets its
  * greedy next token in next[i]. */
 static int run_pass(loom_speculator *s, int nt, int nl, const int *row_seq, int32_t *next, loom_err *err) {
     const float *logits;
     loom_batch b = {nt, s->ids, s->pos, s->seq, nl, s->rows};
     if (loom_forward(s->draft, &b, &logits, err)) return loom_err_prefix(err, "the draft model");
-    for (int r = 0; r < nl; r++) next[row_seq[r]] = argmax(logits + (size_t)r * s->draft_vocab, s->draft_vocab);
+    for (int r = 0; r < nl; r++) next[row_seq[r]] = logits_argmax(logits + (size_t)r * s->draft_vocab, s->draft_vocab);
     return 0;
 }
 
@@ -121,6 +115,7 @@ int draft_engine_new(loom_speculator *s, loom_model *draft, const loom_engine_op
     o.max_ctx = s->target->max_ctx < di.max_pos ? s->target->max_ctx : di.max_pos;
     o.prefix_caching = false;
     o.all_logits = false;
+    o.max_logits = 0; /* one row a sequence: the draft is never verified */
     o.n_capture_layers = 0, o.capture_last = capture_last;
     o.sequence_parallel = o.async_tp = false; /* a few rows a sequence: nothing to shard by tokens */
     o.expert_parallel = o.expert_parallel && draft->cfg.n_experts; /* a dense draft beside a MoE target */

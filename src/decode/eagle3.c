@@ -26,6 +26,7 @@
 #include "decode/spec.h"
 #include "kernels/kernels.h"
 #include "runtime/engine.h"
+#include "runtime/sampling.h"
 #include "util/alloc.h"
 #include "util/err.h"
 
@@ -45,13 +46,6 @@ typedef struct eagle3_state {
     bool *off;
     int k1; /* staged rows a slot holds: k + 1 */
 } eagle3_state;
-
-static int32_t argmax(const float *x, int n) {
-    int32_t best = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[best]) best = i;
-    return best;
-}
 
 /* Queues the pair (token, hidden row) at position pos of sequence seq into the next draft pass. */
 static void queue(loom_speculator *s, int *nt, int32_t token, int pos, int seq, const float *row) {
@@ -113,7 +107,7 @@ static int eagle3_after_pass(void *user, const loom_batch *b, loom_err *err) {
 
 /* The draft's pick of logits row r: its greedy token, as a target id. */
 static int32_t pick(const loom_speculator *s, const float *logits, int r) {
-    int32_t d = argmax(logits + (size_t)r * s->draft_vocab, s->draft_vocab);
+    int32_t d = logits_argmax(logits + (size_t)r * s->draft_vocab, s->draft_vocab);
     return d + s->eagle3->d2t[d];
 }
 
@@ -191,7 +185,6 @@ static int read_d2t(eagle3_state *e, loom_model *draft, int vocab, loom_err *err
     const model_config *c = &draft->cfg;
     const char *file;
     const st_tensor *t = weights_tensor(&draft->ws, "d2t", &file);
-    weights_tensor(&draft->ws, "t2d", &file); /* the reverse map: not needed to draft */
     if (!(e->d2t = mem_zalloc(c->head_vocab, sizeof *e->d2t, "the draft's vocabulary map", err))) return -1;
     if (!t) {
         if (c->head_vocab == vocab || draft->ws.dummy) return 0;

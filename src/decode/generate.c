@@ -93,7 +93,8 @@ int loom_generate_speculative(loom_engine *e, loom_speculator *sp, const int32_t
     int rc = feed(e, prompt, n_prompt, 0, pos, seq, &logits, err);
     stats->prefill_s = now() - t0;
     t0 = now();
-    int32_t out[LOOM_SPEC_MAX_TOKENS + 1], rows[LOOM_SPEC_MAX_TOKENS + 1], drafts[LOOM_SPEC_MAX_TOKENS];
+    /* a pass's tokens: the last one, then the proposals (ids + 1), a logit row each */
+    int32_t out[LOOM_SPEC_MAX_TOKENS + 1], rows[LOOM_SPEC_MAX_TOKENS + 1], ids[LOOM_SPEC_MAX_TOKENS + 1];
     int n_out = rc ? 0 : 1, len = n_prompt;
     out[0] = rc ? 0 : sampler_next(&smp, logits);
     for (bool done = rc != 0; !done;) {
@@ -112,20 +113,15 @@ int loom_generate_speculative(loom_engine *e, loom_speculator *sp, const int32_t
         if (done) break;
         int m = draft_room(e, sp, len, max_new - stats->generated), n_draft = 0;
         const int32_t *h = hist;
-        if (sp && (rc = loom_speculator_propose(sp, 1, seq, &h, &len, &m, drafts, &n_draft, err))) break;
-        /* the pass: the last token, then the proposals, a logit row each */
-        int32_t ids[LOOM_SPEC_MAX_TOKENS + 1];
+        if (sp && (rc = loom_speculator_propose(sp, 1, seq, &h, &len, &m, ids + 1, &n_draft, err))) break;
         ids[0] = hist[len - 1];
-        for (int j = 0; j <= n_draft; j++) {
-            if (j) ids[j] = drafts[j - 1];
-            pos[j] = len - 1 + j, rows[j] = j;
-        }
+        for (int j = 0; j <= n_draft; j++) pos[j] = len - 1 + j, rows[j] = j;
         loom_batch b = {
             .n_tokens = n_draft + 1, .ids = ids, .pos = pos, .seq = seq, .n_logits = n_draft + 1, .logit_rows = rows};
         if ((rc = loom_forward(e, &b, &logits, err))) break;
         stats->passes++;
-        n_out = sp ? loom_speculator_verify(sp, &smp, logits, drafts, n_draft, out) : 1;
-        if (!sp) out[0] = sampler_next(&smp, logits);
+        if (sp) n_out = loom_speculator_verify(sp, &smp, logits, ids + 1, n_draft, out);
+        else n_out = 1, out[0] = sampler_next(&smp, logits);
         stats->drafted += n_draft, stats->accepted += n_out - 1;
         if ((rc = loom_engine_truncate_seq(e, 0, len + n_out - 1, err))) break;
     }

@@ -57,18 +57,11 @@ static int by_prob_desc(const void *a, const void *b, void *prob) {
     return x < y ? 1 : x > y ? -1 : (i > j) - (i < j);
 }
 
-static int32_t argmax(const float *logits, int n) {
-    int32_t best = 0;
-    for (int i = 1; i < n; i++)
-        if (logits[i] > logits[best]) best = i;
-    return best;
-}
-
 /* The candidates sampler_next draws from at a temperature: s->prob[s->idx[0..keep)],
  * unnormalised, their sum in *sum; returns keep. */
 static int candidates(sampler *s, const float *logits, float *sum) {
     int n = s->vocab;
-    int32_t best = argmax(logits, n);
+    int32_t best = logits_argmax(logits, n);
     float inv_t = 1.0f / s->cfg.temperature;
     *sum = 0;
     for (int i = 0; i < n; i++) {
@@ -111,8 +104,15 @@ static int32_t draw(sampler *s, int keep, float sum, int32_t skip) {
     return last;
 }
 
+int32_t logits_argmax(const float *logits, int n) {
+    int32_t best = 0;
+    for (int i = 1; i < n; i++)
+        if (logits[i] > logits[best]) best = i;
+    return best;
+}
+
 int32_t sampler_next(sampler *s, const float *logits) {
-    if (s->cfg.temperature == 0) return argmax(logits, s->vocab);
+    if (s->cfg.temperature == 0) return logits_argmax(logits, s->vocab);
     float sum;
     int keep = candidates(s, logits, &sum);
     return draw(s, keep, sum, -1);
@@ -120,7 +120,7 @@ int32_t sampler_next(sampler *s, const float *logits) {
 
 int32_t sampler_verify(sampler *s, const float *logits, int32_t draft, bool *accepted) {
     if (s->cfg.temperature == 0) {
-        int32_t best = argmax(logits, s->vocab);
+        int32_t best = logits_argmax(logits, s->vocab);
         *accepted = best == draft;
         return best;
     }

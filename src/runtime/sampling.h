@@ -16,6 +16,8 @@ typedef struct loom_sampler {
 int sampler_init(sampler *s, const loom_sampling *cfg, int vocab, loom_err *err);
 void sampler_free(sampler *s);
 int32_t sampler_next(sampler *s, const float *logits);
+/* The greedy token: the first maximum of logits[0..n), as torch.argmax takes it. */
+int32_t logits_argmax(const float *logits, int n);
 /* Speculative verification of one drafted token against the target's logits: *accepted says
  * whether the draft stands, and the token to emit is returned (the draft, or a correction
  * drawn so that emitted tokens follow the distribution sampler_next draws from). Greedy: the
