@@ -108,10 +108,17 @@ typedef struct loom_engine_options {
     int sp_min_tokens;      /* passes of fewer tokens run as plain TP (0: never) */
     /* Expert parallelism (vLLM's --enable-expert-parallel): the ranks of a stage hold whole
      * experts (E/tp each, contiguous; the first E % tp ranks one more), rows travel to them in
-     * an all-to-all and back; attention and dense layers stay tensor-parallel. */
+     * an all-to-all and back; attention and dense layers stay tensor-parallel. With data
+     * parallelism the experts spread over the stage's ranks of every replica (dp x tp). */
     bool expert_parallel;
-    /* Pipeline parallelism: comm holds tp * pp ranks, rank = stage * tp + tp rank; stage s
-     * runs a contiguous range of decoder layers, the first the embedding, the last the LM head. */
+    /* Data parallelism (vLLM's --data-parallel-size): comm holds tp * dp * pp ranks (loom_launch's
+     * order), and this engine runs its replica's sequences with its own KV cache. Dense models'
+     * replicas are independent. With expert parallelism the replicas step together: each calls
+     * loom_forward as often as the others, with an empty batch (n_tokens 0) where it has nothing
+     * to run, and its experts still serve the other replicas' tokens. */
+    int data_parallel; /* replicas (0 or 1: one) */
+    /* Pipeline parallelism: stage s runs a contiguous range of decoder layers, the first the
+     * embedding, the last the LM head; with several replicas a pass flows as one microbatch. */
     int pipeline_parallel;          /* stages (0 or 1: one) */
     const char *pp_layer_partition; /* layers per stage, "3,2" as vLLM's VLLM_PP_LAYER_PARTITION
                                        (NULL: even, the remainder to the stages before the last) */
@@ -145,6 +152,14 @@ typedef struct loom_batch {
     const int32_t *logit_rows;
 } loom_batch;
 LOOM_API int loom_forward(loom_engine *e, const loom_batch *b, const float **logits, loom_err *err);
+/* Data parallelism with expert parallelism (loom_engine_options.data_parallel): this replica has
+ * nothing more to run; its experts keep serving the other replicas' tokens, in empty passes,
+ * until every replica has called this. Returns at once on an engine whose replicas do not step
+ * together (one replica, or a model without expert-parallel layers). */
+LOOM_API int loom_engine_wait_replicas(loom_engine *e, loom_err *err);
+/* After a pass of a replica in lockstep: how many replicas had tokens in it (0: every replica
+ * was idle, and nothing ran). */
+LOOM_API int loom_engine_busy_replicas(const loom_engine *e);
 
 /* Custom ops: a user's own layer inserted into a model's module tree, analysed by the planner
  * like a built-in op from the class it declares (what sequence parallelism needs to know:
@@ -179,19 +194,22 @@ LOOM_API int loom_model_add_custom(loom_model *m, const char *path, bool at_inpu
  * quantized linear will need); `loom plan` reports them as not fused. */
 LOOM_API int loom_model_mark_unfusable(loom_model *m, const char *path, loom_err *err);
 
-/* Ranks. loom_launch starts `tp` ranks and runs fn in each with its communicator:
+/* Ranks. loom_launch starts tp x dp x pp ranks and runs fn in each with its communicator:
  *  - "shm" (default): forks tp rank processes on this machine sharing a memory arena; the
  *    calling process supervises them: if one dies or a collective waits past timeout_s, all
  *    are stopped and the failure is reported, naming the rank and what it was doing.
- *  - "mpi": this process is one rank of an `mpirun` job (tp must be 0 or the job's size).
+ *  - "mpi": this process is one rank of an `mpirun` job (tp x dp x pp must be its size; tp 0:
+ *    the job's size / (dp x pp)).
  * Returns the job's exit status (0 when every rank's fn returned 0). Rank 0 keeps stdout;
  * the others' stdout is discarded, their errors still reach stderr. Call it before any
  * OpenMP or BLAS work in this process: forked ranks start their own thread pools. */
 typedef int (*loom_rank_fn)(loom_comm *comm, void *arg);
 typedef struct loom_launch_options {
     int tp;
-    int pp;               /* pipeline stages (0 or 1: one); the job has tp * pp ranks, rank =
-                             stage * tp + tp rank */
+    int pp;               /* pipeline stages (0 or 1: one) */
+    int dp;               /* data-parallel replicas (0 or 1: one); the job has tp * dp * pp ranks,
+                             rank = (stage * dp + replica) * tp + tp rank (docs/DESIGN.md, section 5,
+                             says why this order) */
     const char *backend;  /* "shm", "mpi" */
     size_t slot_bytes;    /* largest block one rank publishes in a collective (shm) */
     double timeout_s;     /* collective deadline (default 60) */
@@ -344,6 +362,7 @@ LOOM_API int loom_generate_speculative(loom_engine *e, loom_speculator *sp, cons
  * or since loom_engine_reset_stats. */
 typedef struct loom_engine_stats {
     int rank, ranks;                   /* this rank of the job, and the job's ranks */
+    int replica, replicas;             /* data parallelism: this rank's replica (0 with one), and how many */
     int stage, stages;                 /* pipeline parallelism: this rank's stage (0 with one), and how many */
     int max_seqs, max_ctx, max_tokens; /* sequences it holds, positions per sequence, tokens per pass */
     size_t activation_bytes, kv_bytes; /* memory for activations and for the KV cache */

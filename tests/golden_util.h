@@ -97,6 +97,20 @@ static inline void golden_close(golden *g) {
     st_close(&g->f);
 }
 
+/* Whether case `name`'s attention heads split over tp ranks (vLLM's rule: kv heads divide by tp
+ * or tp by them); -1 with err set when the model does not load. */
+static inline int golden_heads_divide(const char *name, int tp, loom_err *err) {
+    char dir[900];
+    golden_dir(dir, sizeof dir, name);
+    loom_model_options mo = {.path = dir, .dtype = golden_dtype(name)};
+    loom_model *m = loom_model_load(&mo, err);
+    if (!m) return -1;
+    loom_model_info info;
+    loom_model_get_info(m, &info);
+    loom_model_free(m);
+    return info.n_heads % tp == 0 && (info.n_kv_heads % tp == 0 || tp % info.n_kv_heads == 0);
+}
+
 /* Rows of golden_run's output: every position of both sequences. */
 static inline int golden_rows(const golden *g) { return g->n[0] + g->n[1]; }
 
@@ -155,12 +169,14 @@ static inline double golden_worst(const golden *g, const float *out) {
         }
     return worst;
 }
-/* Runs fn on tp x pp ranks of m (forked shm ranks, or this process under mpirun) after checking
- * that m shards that way with eo's parallelism; frees m. On failure, unmaps out (bytes) and
- * returns NULL; else out, which the ranks filled. */
-static inline float *golden_launch(loom_model *m, int tp, int pp, const char *backend, const loom_engine_options *eo,
-                                   loom_rank_fn fn, void *job, float *out, size_t bytes, loom_err *err) {
+/* Runs fn on tp x dp x pp ranks of m (forked shm ranks, or this process under mpirun) after
+ * checking that m shards that way with eo's parallelism; frees m. On failure, unmaps out (bytes)
+ * and returns NULL; else out, which the ranks filled. */
+static inline float *golden_launch_dp(loom_model *m, int tp, int dp, int pp, const char *backend,
+                                      const loom_engine_options *eo, loom_rank_fn fn, void *job, float *out,
+                                      size_t bytes, loom_err *err) {
     loom_launch_options lo = {.tp = tp,
+                              .dp = dp,
                               .pp = pp,
                               .backend = backend,
                               .slot_bytes = loom_comm_slot_bytes(m, tp, eo),
@@ -173,6 +189,11 @@ static inline float *golden_launch(loom_model *m, int tp, int pp, const char *ba
     if (!rc) return out;
     munmap(out, bytes);
     return NULL;
+}
+
+static inline float *golden_launch(loom_model *m, int tp, int pp, const char *backend, const loom_engine_options *eo,
+                                   loom_rank_fn fn, void *job, float *out, size_t bytes, loom_err *err) {
+    return golden_launch_dp(m, tp, 1, pp, backend, eo, fn, job, out, bytes, err);
 }
 
 /* The MPI side of a test: `SELF --mpi-dump ARGS FILE` under mpirun runs the job, and its world

@@ -286,109 +286,147 @@ static int check_fused(loom_comm *c, void *arg) {
 
 static int check_all(loom_comm *c, void *arg) { return check_collectives(c, arg) || check_fused(c, arg); }
 
-/* Pipeline stages of tp ranks: the stage communicator's shape, and its collectives interleaved
- * with the world's. */
+/* Jobs of dp replicas of pp stages of tp ranks: each group's communicator (its shape, its
+ * members, how it names ranks) and its collectives interleaved with the job's and the other
+ * groups'. */
 typedef struct layout {
-    int tp, pp;
+    int tp, dp, pp;
 } layout;
 
-static int check_stage_collectives(loom_comm *w, loom_comm *st, const layout *l) {
+/* World rank w as errors name it, written out here rather than through comm_format_rank. */
+static const char *name_of(const layout *l, int w, char *buf, size_t cap) {
+    int stage = w / (l->tp * l->dp), replica = w / l->tp % l->dp;
+    if (l->dp > 1 && l->pp > 1) snprintf(buf, cap, "%d (dp %d, stage %d)", w, replica, stage);
+    else if (l->dp > 1) snprintf(buf, cap, "%d (dp %d)", w, replica);
+    else if (l->pp > 1) snprintf(buf, cap, "%d (stage %d)", w, stage);
+    else snprintf(buf, cap, "%d", w);
+    return buf;
+}
+
+/* c's all-reduce against the sum of its members' values in its rank order, whose world ranks
+ * are `members`. */
+static int check_group_sum(loom_comm *c, const int *members, const float *in, loom_err *err) {
+    float out[ROWS * (COLS + 1)];
+    if (comm_all_reduce(c, in, COLS, out, COLS + 1, ROWS, COLS, err)) return fprintf(stderr, "%s\n", err->msg), -1;
+    int bad = 0;
+    for (int r = 0; r < ROWS; r++)
+        for (int j = 0; j < COLS; j++) {
+            float want = value(members[0], r * COLS + j);
+            for (int k = 1; k < c->size; k++) want += value(members[k], r * COLS + j);
+            bad += memcmp(&want, &out[r * (COLS + 1) + j], sizeof want) != 0;
+        }
+    return bad;
+}
+
+static int check_stage_collectives(loom_comm *w, loom_comm *rp, loom_comm *st, loom_comm *ep, const layout *l) {
     loom_err err = {{0}};
-    int stage = w->rank / l->tp, first = stage * l->tp, bad = 0;
+    int tp = l->tp, stage = w->rank / (tp * l->dp), replica = w->rank / tp % l->dp, first = w->rank / tp * tp, bad = 0;
     char name[32], want_name[32];
-    if (l->pp > 1) snprintf(want_name, sizeof want_name, "%d (stage %d)", w->rank, stage);
-    else snprintf(want_name, sizeof want_name, "%d", w->rank);
-    bad += st->rank != w->rank % l->tp || st->size != l->tp || st->rank0 != first || st->stage_size != l->tp ||
-           w->stage_size != l->tp;
-    bad += strcmp(comm_rank_name(st, st->rank, name, sizeof name), want_name) != 0;
-    bad += strcmp(comm_rank_name(w, w->rank, name, sizeof name), want_name) != 0;
-    float in[ROWS * COLS], out[ROWS * (COLS + 1)], gathered[ROWS * COLS * 8], bcast[ROWS * COLS];
+    name_of(l, w->rank, want_name, sizeof want_name);
+    /* the replica: its stages' tp ranks, stage-major; the stage: tp consecutive ranks; the
+     * experts' group: the stage's ranks of every replica, consecutive */
+    int rp_members[64], tp_members[64], ep_members[64], all[64];
+    for (int r = 0; r < l->pp * tp; r++) rp_members[r] = (r / tp * l->dp + replica) * tp + r % tp;
+    for (int r = 0; r < tp; r++) tp_members[r] = first + r;
+    for (int r = 0; r < l->dp * tp; r++) ep_members[r] = stage * l->dp * tp + r;
+    for (int r = 0; r < w->size; r++) all[r] = r;
+    bad += st->rank != w->rank % tp || st->size != tp || comm_world_rank(st, 0) != first;
+    bad += rp->size != l->pp * tp || rp->rank != stage * tp + w->rank % tp;
+    for (int r = 0; r < rp->size; r++) bad += comm_world_rank(rp, r) != rp_members[r];
+    if (ep) {
+        bad += ep->size != l->dp * tp || ep->rank != replica * tp + w->rank % tp;
+        for (int r = 0; r < ep->size; r++) bad += comm_world_rank(ep, r) != ep_members[r];
+    }
+    loom_comm *named[] = {w, rp, st, ep};
+    for (int i = 0; i < 4; i++)
+        if (named[i]) bad += strcmp(comm_rank_name(named[i], named[i]->rank, name, sizeof name), want_name) != 0;
+    float in[ROWS * COLS], gathered[ROWS * COLS * 8], bcast[ROWS * COLS];
     for (int i = 0; i < ROWS * COLS; i++) in[i] = value(w->rank, i);
-    int root = w->size - l->tp;         /* the last stage's first rank, as the engine's logits come */
+    int root = rp->size - tp;           /* the last stage's first rank, as the engine's logits come */
     for (int rep = 0; rep < 3; rep++) { /* several rounds: each communicator's slots alternate */
-        if (comm_all_reduce(st, in, COLS, out, COLS + 1, ROWS, COLS, &err)) return fprintf(stderr, "%s\n", err.msg), 1;
-        for (int r = 0; r < ROWS; r++)
-            for (int j = 0; j < COLS; j++) {
-                float want = sum_of(first, l->tp, r * COLS + j);
-                bad += memcmp(&want, &out[r * (COLS + 1) + j], sizeof want) != 0;
-            }
-        for (int i = 0; i < ROWS * COLS; i++) bcast[i] = w->rank == root ? value(root + rep, i) : -1;
-        if (comm_broadcast_floats(w, root, bcast, ROWS * COLS, &err)) return fprintf(stderr, "%s\n", err.msg), 1;
-        for (int i = 0; i < ROWS * COLS; i++) bad += bcast[i] != value(root + rep, i);
+        bad += check_group_sum(st, tp_members, in, &err);
+        int from = comm_world_rank(rp, root);
+        for (int i = 0; i < ROWS * COLS; i++) bcast[i] = rp->rank == root ? value(from + rep, i) : -1;
+        if (comm_broadcast_floats(rp, root, bcast, ROWS * COLS, &err)) return fprintf(stderr, "%s\n", err.msg), 1;
+        for (int i = 0; i < ROWS * COLS; i++) bad += bcast[i] != value(from + rep, i);
+        if (ep) bad += check_group_sum(ep, ep_members, in, &err);
         int32_t ints[3] = {st->rank, rep, first};
         if (loom_comm_broadcast_ints(st, ints, 3, &err)) return fprintf(stderr, "%s\n", err.msg), 1;
         bad += ints[0] != 0 || ints[1] != rep || ints[2] != first;
         if (comm_all_gather_rows(st, in, COLS, gathered, COLS, ROWS, COLS, &err))
             return fprintf(stderr, "%s\n", err.msg), 1;
-        for (int i = 0; i < ROWS * COLS * l->tp; i++)
+        for (int i = 0; i < ROWS * COLS * tp; i++)
             bad += gathered[i] != value(first + i / (ROWS * COLS), i % (ROWS * COLS));
-        if (comm_all_reduce(w, in, COLS, out, COLS, ROWS, COLS, &err)) return fprintf(stderr, "%s\n", err.msg), 1;
-        for (int i = 0; i < ROWS * COLS; i++) {
-            float want = sum_of(0, w->size, i);
-            bad += memcmp(&want, &out[i], sizeof want) != 0;
-        }
+        if (rp != w) bad += check_group_sum(rp, rp_members, in, &err);
+        bad += check_group_sum(w, all, in, &err);
     }
-    if (bad) fprintf(stderr, "rank %s: %d mismatches in the stage collectives\n", want_name, bad);
+    if (bad) fprintf(stderr, "rank %s: %d mismatches in the groups' collectives\n", want_name, bad);
     return bad;
 }
 
-/* Messages from stage s rank r to stage s+1 rank r: uneven and empty ones, rows strided on
- * either side or not, all sent before the receiver (which starts late) takes the first, so the
- * sender waits for room. Then a receive of the wrong size, which names both ranks and leaves
- * the message for the right one. */
+/* Messages from stage s rank r to stage s+1 rank r of the same replica (rp: its communicator):
+ * uneven and empty ones, rows strided on either side or not, all sent before the receiver (which
+ * starts late) takes the first, so the sender waits for room. Then a receive of the wrong size,
+ * which names both ranks and leaves the message for the right one. */
 #define N_MSG 5
 static const int msg_rows[N_MSG] = {5, 0, 3, 7, 1};
 
 static float msg_value(int from, int k, int i) { return value(from + 100 * (k + 1), i); }
 
-static int check_send_recv(loom_comm *w, const layout *l) {
+static int check_send_recv(loom_comm *rp, const layout *l) {
     loom_err err = {{0}};
-    int stage = w->rank / l->tp, bad = 0;
+    int stage = rp->rank / l->tp, bad = 0, me = comm_world_rank(rp, rp->rank);
     float buf[8 * (COLS + 5)];
     if (stage < l->pp - 1) {
         for (int k = 0; k < N_MSG; k++) {
             size_t ld = k % 2 ? COLS : COLS + 2;
             for (int i = 0; i < msg_rows[k]; i++)
-                for (int j = 0; j < COLS; j++) buf[i * ld + j] = msg_value(w->rank, k, i * COLS + j);
-            if (comm_send_rows(w, w->rank + l->tp, buf, ld, msg_rows[k], COLS, &err))
+                for (int j = 0; j < COLS; j++) buf[i * ld + j] = msg_value(me, k, i * COLS + j);
+            if (comm_send_rows(rp, rp->rank + l->tp, buf, ld, msg_rows[k], COLS, &err))
                 return fprintf(stderr, "%s\n", err.msg), 1;
         }
-        for (int i = 0; i < 2 * COLS; i++) buf[i] = msg_value(w->rank, N_MSG, i);
-        if (comm_send_rows(w, w->rank + l->tp, buf, COLS, 2, COLS, &err)) return fprintf(stderr, "%s\n", err.msg), 1;
+        for (int i = 0; i < 2 * COLS; i++) buf[i] = msg_value(me, N_MSG, i);
+        if (comm_send_rows(rp, rp->rank + l->tp, buf, COLS, 2, COLS, &err)) return fprintf(stderr, "%s\n", err.msg), 1;
     }
     if (stage > 0) {
-        int from = w->rank - l->tp;
+        int from = rp->rank - l->tp, from_w = comm_world_rank(rp, from);
         usleep(100 * 1000);
         for (int k = 0; k < N_MSG; k++) {
             size_t ld = k % 3 ? COLS + 5 : COLS;
             for (size_t i = 0; i < sizeof buf / sizeof *buf; i++) buf[i] = -7;
-            if (comm_recv_rows(w, from, buf, ld, msg_rows[k], COLS, &err)) return fprintf(stderr, "%s\n", err.msg), 1;
+            if (comm_recv_rows(rp, from, buf, ld, msg_rows[k], COLS, &err)) return fprintf(stderr, "%s\n", err.msg), 1;
             for (int i = 0; i < 8; i++)
                 for (size_t j = 0; j < ld; j++)
-                    bad += buf[i * ld + j] != (i < msg_rows[k] && j < COLS ? msg_value(from, k, i * COLS + j) : -7);
+                    bad += buf[i * ld + j] != (i < msg_rows[k] && j < COLS ? msg_value(from_w, k, i * COLS + j) : -7);
         }
         /* 3 rows asked for, 2 sent */
-        char want[160];
-        snprintf(want, sizeof want,
-                 "rank %d (stage %d): '%s' expected %d floats from rank %d (stage %d), whose message holds %d", w->rank,
-                 stage, w->phase, 3 * COLS, from, stage - 1, 2 * COLS);
-        if (!comm_recv_rows(w, from, buf, COLS, 3, COLS, &err) || !strstr(err.msg, want))
-            bad++, fprintf(stderr, "rank %d: a receive of the wrong size gave '%s'\n", w->rank, err.msg);
-        if (comm_recv_rows(w, from, buf, COLS, 2, COLS, &err)) return fprintf(stderr, "%s\n", err.msg), 1;
-        for (int i = 0; i < 2 * COLS; i++) bad += buf[i] != msg_value(from, N_MSG, i);
+        char want[200], mine[32], peer[32];
+        snprintf(want, sizeof want, "rank %s: '%s' expected %d floats from rank %s, whose message holds %d",
+                 name_of(l, me, mine, sizeof mine), rp->phase, 3 * COLS, name_of(l, from_w, peer, sizeof peer),
+                 2 * COLS);
+        if (!comm_recv_rows(rp, from, buf, COLS, 3, COLS, &err) || !strstr(err.msg, want))
+            bad++, fprintf(stderr, "rank %d: a receive of the wrong size gave '%s'\n", me, err.msg);
+        if (comm_recv_rows(rp, from, buf, COLS, 2, COLS, &err)) return fprintf(stderr, "%s\n", err.msg), 1;
+        for (int i = 0; i < 2 * COLS; i++) bad += buf[i] != msg_value(from_w, N_MSG, i);
     }
-    if (bad) fprintf(stderr, "rank %d: %d mismatches in the messages\n", w->rank, bad);
+    if (bad) fprintf(stderr, "rank %d: %d mismatches in the messages\n", me, bad);
     return bad;
 }
 
 static int check_stages(loom_comm *w, void *arg) {
     const layout *l = arg;
     loom_err err = {{0}};
-    loom_comm *st;
-    if (comm_split_stages(w, l->tp, &st, &err)) return fprintf(stderr, "%s\n", err.msg), 1;
-    /* the messages travel between stage collectives: each stage's next collective waits for them */
-    int bad = check_stage_collectives(w, st, l) || check_send_recv(w, l) || check_stage_collectives(w, st, l);
+    loom_comm *rp = w, *st = NULL, *ep = NULL;
+    int bad = (l->dp > 1 && comm_split(w, GROUP_REPLICA, &rp, &err)) || comm_split(w, GROUP_TP, &st, &err) ||
+              (l->dp > 1 && comm_split(w, GROUP_EP, &ep, &err));
+    if (bad) fprintf(stderr, "%s\n", err.msg);
+    /* the messages travel between group collectives: each group's next collective waits for them */
+    else
+        bad = check_stage_collectives(w, rp, st, ep, l) || check_send_recv(rp, l) ||
+              check_stage_collectives(w, rp, st, ep, l);
+    comm_free(ep);
     comm_free(st);
+    if (rp != w) comm_free(rp);
     return bad;
 }
 
@@ -418,7 +456,7 @@ static int stage_peer_missing(loom_comm *w, void *arg) {
     (void)arg;
     loom_err err = {{0}};
     loom_comm *st;
-    if (comm_split_stages(w, 2, &st, &err)) return fprintf(stderr, "%s\n", err.msg), 1;
+    if (comm_split(w, GROUP_TP, &st, &err)) return fprintf(stderr, "%s\n", err.msg), 1;
     int rc = 0;
     if (w->rank == 2) {
         float x = 1, y;
@@ -433,18 +471,39 @@ static int stage_peer_missing(loom_comm *w, void *arg) {
     return rc;
 }
 
+/* Replica 1's stage 1 (ranks 6 and 7 of a 2 x 2 x 2 job): rank 7 never joins its TP group. */
+static int stage_peer_missing_dp(loom_comm *w, void *arg) {
+    (void)arg;
+    loom_err err = {{0}};
+    loom_comm *st;
+    if (comm_split(w, GROUP_TP, &st, &err)) return fprintf(stderr, "%s\n", err.msg), 1;
+    int rc = 0;
+    if (w->rank == 6) {
+        float x = 1, y;
+        loom_comm_set_phase(st, "the replica deadline test");
+        rc = comm_all_reduce(st, &x, 1, &y, 1, 1, 1, &err);
+        rc = rc && strstr(err.msg, "waited 1 s for rank 7 (dp 1, stage 1) ('start-up')") ? 3 : 1;
+        if (rc != 3) fprintf(stderr, "rank 6: unexpected: '%s'\n", err.msg);
+    } else if (w->rank == 7) {
+        sleep(2);
+    }
+    comm_free(st);
+    return rc;
+}
+
 /* One rank: a stage of itself, and no peer to send to. */
 static void check_local(void) {
     loom_err err = {{0}};
-    loom_comm *w = comm_local(), *st;
+    loom_comm *w = comm_local(), *st, *again = NULL;
     float x = 1;
-    CHECK(comm_split_stages(w, 1, &st, &err) == 0 && st->size == 1 && st->rank0 == 0, "tp=1: split: %s", err.msg);
+    CHECK(comm_split(w, GROUP_TP, &st, &err) == 0 && st->size == 1 && comm_world_rank(st, 0) == 0, "tp=1: split: %s",
+          err.msg);
     CHECK(comm_send_rows(st, 0, &x, 1, 1, 1, &err) && strstr(err.msg, "send to rank 0 of a communicator of 1"),
           "tp=1: a send to itself must fail: '%s'", err.msg);
     CHECK(comm_recv_rows(w, 0, &x, 1, 1, 1, &err) && strstr(err.msg, "receive from rank 0"),
           "tp=1: a receive from itself must fail: '%s'", err.msg);
-    CHECK(comm_split_stages(w, 2, &st, &err) && strstr(err.msg, "1 ranks do not split into stages of 2"),
-          "tp=1: split into 2: '%s'", err.msg);
+    CHECK(comm_split(st, GROUP_TP, &again, &err) && strstr(err.msg, "only the job's communicator splits"),
+          "tp=1: a group split again: '%s'", err.msg);
     comm_free(st);
     comm_free(w);
 }
@@ -466,11 +525,20 @@ static int one_rank_missing(loom_comm *c, void *arg) {
 }
 
 /* The job's error message lands in err. */
-static int launch_stages(int tp, int pp, const char *backend, loom_rank_fn fn, double timeout, loom_err *err) {
-    layout l = {tp, pp};
-    loom_launch_options o = {
-        .tp = tp, .pp = pp, .backend = backend, .slot_bytes = SLOT_BYTES, .timeout_s = timeout, .spin = -1};
+static int launch_layout(layout l, const char *backend, loom_rank_fn fn, double timeout, loom_err *err) {
+    loom_launch_options o = {.tp = l.tp,
+                             .dp = l.dp,
+                             .pp = l.pp,
+                             .backend = backend,
+                             .slot_bytes = SLOT_BYTES,
+                             .timeout_s = timeout,
+                             .spin = -1};
+    if (l.pp < 1) l.pp = 1; /* (a bad -pp is refused before any rank runs) */
     return loom_launch(&o, fn, &l, err);
+}
+
+static int launch_stages(int tp, int pp, const char *backend, loom_rank_fn fn, double timeout, loom_err *err) {
+    return launch_layout((layout){tp, 1, pp}, backend, fn, timeout, err);
 }
 
 static int launch(int tp, const char *backend, loom_rank_fn fn, double timeout) {
@@ -480,9 +548,9 @@ static int launch(int tp, const char *backend, loom_rank_fn fn, double timeout) 
 
 int main(int argc, char **argv) {
     if (argc == 2 && !strcmp(argv[1], "--mpi")) return launch(0, "mpi", check_all, 30); /* MPI starts once */
-    if (argc == 4 && !strcmp(argv[1], "--mpi-stages")) {
+    if (argc == 5 && !strcmp(argv[1], "--mpi-layout")) {
         loom_err err = {{0}};
-        int rc = launch_stages(atoi(argv[2]), atoi(argv[3]), "mpi", check_stages, 30, &err);
+        int rc = launch_layout((layout){atoi(argv[2]), atoi(argv[3]), atoi(argv[4])}, "mpi", check_stages, 30, &err);
         if (err.msg[0]) fprintf(stderr, "%s\n", err.msg);
         return rc;
     }
@@ -502,22 +570,30 @@ int main(int argc, char **argv) {
         snprintf(cmd, sizeof cmd, MPIRUN " -np %d %s --mpi", tp, LOOM_TEST_SELF);
         CHECK(system(cmd) == 0, "mpi tp=%d", tp);
     }
-    static const layout stages[] = {{1, 2}, {2, 2}, {1, 3}, {2, 3}, {3, 2}};
-    for (size_t i = 0; i < sizeof stages / sizeof *stages; i++) {
+    static const layout layouts[] = {{1, 1, 2}, {2, 1, 2}, {1, 1, 3}, {2, 1, 3}, {3, 1, 2},
+                                     {1, 2, 1}, {2, 2, 1}, {3, 2, 1}, {2, 2, 2}, {1, 3, 2}};
+    for (size_t i = 0; i < sizeof layouts / sizeof *layouts; i++) {
         loom_err err = {{0}};
-        CHECK(launch_stages(stages[i].tp, stages[i].pp, "shm", check_stages, 30, &err) == 0, "shm tp=%d x pp=%d: %s",
-              stages[i].tp, stages[i].pp, err.msg);
+        const layout *l = &layouts[i];
+        CHECK(launch_layout(*l, "shm", check_stages, 30, &err) == 0, "shm tp=%d x dp=%d x pp=%d: %s", l->tp, l->dp,
+              l->pp, err.msg);
     }
-    for (int tp = 1; tp <= 2 && mpi_available("test_comm"); tp++) {
+    static const layout mpi_layouts[] = {{1, 1, 2}, {2, 1, 2}, {2, 2, 1}, {1, 2, 2}};
+    for (size_t i = 0; i < sizeof mpi_layouts / sizeof *mpi_layouts && mpi_available("test_comm"); i++) {
         char cmd[1024];
-        snprintf(cmd, sizeof cmd, MPIRUN " -np %d %s --mpi-stages %d 2", 2 * tp, LOOM_TEST_SELF, tp);
-        CHECK(system(cmd) == 0, "mpi tp=%d x pp=2", tp);
+        const layout *l = &mpi_layouts[i];
+        snprintf(cmd, sizeof cmd, MPIRUN " -np %d %s --mpi-layout %d %d %d", l->tp * l->dp * l->pp, LOOM_TEST_SELF,
+                 l->tp, l->dp, l->pp);
+        CHECK(system(cmd) == 0, "mpi tp=%d x dp=%d x pp=%d", l->tp, l->dp, l->pp);
     }
     if (mpi_available("test_comm")) {
         char cmd[1024];
-        snprintf(cmd, sizeof cmd, MPIRUN " -np 3 %s --mpi-stages 2 2 2>&1 | grep -q -- '%s'", LOOM_TEST_SELF,
-                 "-tp 2 x -pp 2 = 4 ranks but mpirun started 3");
+        snprintf(cmd, sizeof cmd, MPIRUN " -np 3 %s --mpi-layout 2 1 2 2>&1 | grep -q -- '%s'", LOOM_TEST_SELF,
+                 "-tp 2 x -pp 2 = 4 ranks but mpirun started 3 (-np)");
         CHECK(system(cmd) == 0, "mpi: 3 ranks for -tp 2 x -pp 2 must be refused, saying so");
+        snprintf(cmd, sizeof cmd, MPIRUN " -np 3 %s --mpi-layout 0 2 1 2>&1 | grep -q -- '%s'", LOOM_TEST_SELF,
+                 "-dp 2 does not divide the 3 ranks mpirun started");
+        CHECK(system(cmd) == 0, "mpi: 3 ranks for -dp 2 must be refused, saying so");
     }
     loom_err err = {{0}};
     CHECK(launch_stages(2, 2, "shm", peer_never_sends, 0.2, &err) == 3 &&
@@ -528,6 +604,12 @@ int main(int argc, char **argv) {
           "a stage peer that never arrives must fail the stage at the deadline: '%s'", err.msg);
     CHECK(launch_stages(2, -1, "shm", check_stages, 1, &err) == 2 && strstr(err.msg, "-pp -1: need at least one stage"),
           "-pp -1: '%s'", err.msg);
+    CHECK(launch_layout((layout){2, -1, 1}, "shm", check_stages, 1, &err) == 2 &&
+              strstr(err.msg, "-dp -1: need at least one replica"),
+          "-dp -1: '%s'", err.msg);
+    CHECK(launch_layout((layout){2, 2, 2}, "shm", stage_peer_missing_dp, 1, &err) == 3 &&
+              strstr(err.msg, "rank 6 (dp 1, stage 1) exited with status 3 during 'the replica deadline test'"),
+          "a replica's peer that never arrives must fail it at the deadline, named with its replica: '%s'", err.msg);
     CHECK(launch(3, "shm", one_rank_missing, 1) == 3, "a missing rank must fail the others at the deadline");
     CHECK(launch(1, "shm", check_collectives, 30) == 0, "tp=1");
     check_local();

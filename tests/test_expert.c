@@ -171,18 +171,11 @@ static void one_case(const char *name) {
     }
     size_t bytes = (size_t)golden_rows(&g) * g.vocab * sizeof(float);
     bool skewed = strstr(name, "skewed") != NULL;
-    char dir[900];
-    golden_dir(dir, sizeof dir, name);
-    loom_model_options mo = {.path = dir, .dtype = golden_dtype(name)};
-    loom_err lerr = {{0}};
-    loom_model *m = loom_model_load(&mo, &lerr);
-    loom_model_info info = {0};
-    if (m) loom_model_get_info(m, &info);
-    loom_model_free(m);
-    CHECK(info.n_heads > 0, "%s: %s", name, lerr.msg);
     for (int n = 2; n <= 4; n++) {
-        /* attention stays tensor-parallel: vLLM's rule for its heads */
-        if (info.n_heads % n || (info.n_kv_heads % n && n % info.n_kv_heads)) continue;
+        loom_err lerr = {{0}};
+        int divide = golden_heads_divide(name, n, &lerr); /* attention stays tensor-parallel */
+        CHECK(divide >= 0, "%s: %s", name, lerr.msg);
+        if (divide <= 0) continue;
         loom_err err = {{0}};
         long received[MAX_MOE_LAYERS * 4];
         float *runs[N_MODES], *alone[2];

@@ -1,5 +1,5 @@
-/* Faults in a tensor-parallel job: a rank killed in the middle of a run, and a rank that stops
- * answering. Every time the whole job must end within seconds with a non-zero status and a
+/* Faults in a tensor-parallel job (with pipeline stages, with data-parallel replicas): a rank
+ * killed in the middle of a run, and a rank that stops answering. Every time the whole job must end within seconds with a non-zero status and a
  * message naming the rank and what it was doing, and leave nothing in /dev/shm. */
 #include <dirent.h>
 #include <fcntl.h>
@@ -100,5 +100,11 @@ int main(void) {
     fault("rank 3 (stage 1) killed", 4, 3, SIGKILL, "-pp 2",
           "rank 3 (stage 1) was killed by signal 9 (Killed) during '");
     fault("rank 2 (stage 1) stops answering", 4, 2, SIGSTOP, "-pp 2 --comm-timeout 2", "for rank 2 (stage 1)");
+    /* data parallelism (-tp 2 -dp 2 [-pp 2]): rank 3 is tp rank 1 of replica 1; rank 6 tp rank 0
+     * of replica 1's stage 1 */
+    fault("rank 3 (dp 1) killed", 4, 3, SIGKILL, "-dp 2 --batch-size 2",
+          "rank 3 (dp 1) was killed by signal 9 (Killed) during '");
+    fault("rank 6 (dp 1, stage 1) killed", 8, 6, SIGKILL, "-dp 2 -pp 2 --batch-size 2",
+          "rank 6 (dp 1, stage 1) was killed by signal 9 (Killed) during '");
     return check_done();
 }

@@ -310,6 +310,24 @@ static void report_spec(const latency_opts *o, const mode_run *r) {
     putchar('\n');
 }
 
+/* Data parallelism: a batch takes as long as its slowest replica. Each replica's experts serve
+ * the others until all are done (loom_engine_wait_replicas), then every rank learns every
+ * rank's prefill and decode times and keeps the longest. */
+static int slowest_replica(loom_comm *comm, loom_engine *e, double *prefill_s, double *decode_s, loom_err *err) {
+    double t0 = now();
+    if (loom_engine_wait_replicas(e, err)) return -1;
+    int n = loom_comm_size(comm);
+    float mine[2] = {(float)*prefill_s, (float)(*decode_s + now() - t0)},
+          *all = mem_array((size_t)n * 2, sizeof *all, "the replicas' times", err);
+    if (!all || loom_comm_all_gather(comm, mine, 2, all, err)) return free(all), -1;
+    for (int r = 0; r < n; r++) {
+        *prefill_s = all[2 * r] > *prefill_s ? all[2 * r] : *prefill_s;
+        *decode_s = all[2 * r + 1] > *decode_s ? all[2 * r + 1] : *decode_s;
+    }
+    free(all);
+    return 0;
+}
+
 static int latency_rank(loom_comm *comm, void *arg) {
     latency_job *j = arg;
     const latency_opts *o = j->o;
@@ -353,15 +371,21 @@ static int latency_rank(loom_comm *comm, void *arg) {
          !(b.active = mem_array((size_t)o->batch, sizeof *b.active, "the proposals", &err)) ||
          !(b.hist_of = mem_array((size_t)o->batch, sizeof *b.hist_of, "the tokens", &err))))
         rc = 1;
-    uint64_t rng = o->c.seed + 1;
+    /* data parallelism: replica r runs sequences r, r + dp, ... of each batch, its own prompts */
+    loom_engine_stats es = {.replicas = 1};
+    if (!rc) loom_engine_get_stats(runs[0].e, &es);
+    latency_opts share = *o;
+    share.batch = o->batch / es.replicas + (es.replica < o->batch % es.replicas);
+    uint64_t rng = o->c.seed + 1 + (uint64_t)es.replica;
     double t_start = 0;
     if (!rc && loom_comm_rank(comm) == 0) {
         cli_print_cpu("bench", stdout);
         fprintf(stderr,
-                "loom bench: %s, tp=%d, pp=%d, %d threads per rank, batch %d, input %d, output %d, %d warm-up + %d "
-                "iterations%s\n",
-                info.arch, loom_comm_size(comm) / o->c.pp, o->c.pp, omp_get_max_threads(), o->batch, o->input_len,
-                o->output_len, o->warmup, o->iters, o->n_modes > 1 ? ", modes alternating" : "");
+                "loom bench: %s, tp=%d, dp=%d, pp=%d, %d threads per rank, batch %d, input %d, output %d, %d "
+                "warm-up + %d iterations%s\n",
+                info.arch, loom_comm_size(comm) / o->c.pp / es.replicas, es.replicas, o->c.pp, omp_get_max_threads(),
+                o->batch, o->input_len, o->output_len, o->warmup, o->iters,
+                o->n_modes > 1 ? ", modes alternating" : "");
     }
     /* modes alternate iteration by iteration, so drift on the host hits them alike */
     for (int it = 0; it < o->warmup + o->iters && !rc; it++)
@@ -374,7 +398,9 @@ static int latency_rank(loom_comm *comm, void *arg) {
             long hits = 0;
             spec_figures f = {0};
             if (it == o->warmup && r->sp) loom_speculator_reset_stats(r->sp);
-            rc = one_iteration(r->e, r->sp, o, &b, &rng, chunk, info.vocab, &p, &d, &hits, &f, &err);
+            rc = share.batch ? one_iteration(r->e, r->sp, &share, &b, &rng, chunk, info.vocab, &p, &d, &hits, &f, &err)
+                             : 0;
+            if (!rc && es.replicas > 1) rc = slowest_replica(comm, r->e, &p, &d, &err);
             if (it < o->warmup) continue;
             r->spec.target_s += f.target_s, r->spec.passes += f.passes, r->spec.pass_tokens += f.pass_tokens;
             r->hits += hits;

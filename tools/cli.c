@@ -87,6 +87,8 @@ int cli_common_arg(cli_common *c, int argc, char **argv, int *i) {
     else if (!strcmp(a, "--sp-min-tokens")) c->sp_min_tokens = (int)cli_int(a, cli_value(argc, argv, i), 0, 1 << 24);
     else if (!strcmp(a, "-pp") || !strcmp(a, "--pipeline-parallel-size"))
         c->pp = (int)cli_int(a, cli_value(argc, argv, i), 1, 256);
+    else if (!strcmp(a, "-dp") || !strcmp(a, "--data-parallel-size"))
+        c->dp = (int)cli_int(a, cli_value(argc, argv, i), 1, 256);
     else if (!strcmp(a, "--pp-layer-partition")) c->pp_partition = cli_value(argc, argv, i);
     else if (!strcmp(a, "--pp-microbatches"))
         c->pp_microbatches = (int)cli_int(a, cli_value(argc, argv, i), 1, 1 << 16);
@@ -105,6 +107,10 @@ int cli_spec_engine_options(const cli_common *c, const loom_model *target, loom_
 int cli_load_speculation(cli_common *c) {
     loom_err err = {{0}};
     if (!c->spec_json) return 0;
+    if (c->dp > 1) {
+        fprintf(stderr, "loom: --speculative-config does not run with -dp %d yet (one replica only)\n", c->dp);
+        return -1;
+    }
     if (loom_spec_parse(c->spec_json, &c->spec, &err)) {
         fprintf(stderr, "loom: %s\n", err.msg);
         return -1;
@@ -163,6 +169,7 @@ loom_engine_options cli_engine_options(const cli_common *c) {
                                  .prefix_caching = !c->no_prefix_caching,
                                  .max_ctx = c->max_model_len,
                                  .pipeline_parallel = c->pp,
+                                 .data_parallel = c->dp,
                                  .pp_layer_partition = c->pp_partition,
                                  .pp_microbatches = c->pp_microbatches};
 }
@@ -174,7 +181,7 @@ loom_model *cli_load_model(cli_common *c, bool tokenizer) {
                 c->async_tp ? "--enable-async-tp" : "--enable-sequence-parallel");
         c->sp = c->async_tp = false;
     }
-    if (c->ep && c->tp == 1) {
+    if (c->ep && c->tp == 1 && c->dp == 1) {
         fprintf(stderr, "loom: warning: --enable-expert-parallel has no effect with one rank (-tp 1); ignored\n");
         c->ep = false;
     }
@@ -195,13 +202,15 @@ loom_model *cli_load_model(cli_common *c, bool tokenizer) {
 int cli_launch(const cli_common *c, const loom_model *m, const loom_engine_options *eo, size_t min_slot_bytes,
                loom_rank_fn fn, void *arg) {
     loom_err err = {{0}};
-    if ((c->tp > 1 || c->pp > 1 || c->pp_partition) && loom_check_sharding(m, c->tp > 0 ? c->tp : 1, eo, &err)) {
+    if ((c->tp > 1 || c->pp > 1 || c->dp > 1 || c->pp_partition) &&
+        loom_check_sharding(m, c->tp > 0 ? c->tp : 1, eo, &err)) {
         fprintf(stderr, "loom: %s\n", err.msg);
         return 1;
     }
     size_t slot = loom_comm_slot_bytes(m, c->tp > 0 ? c->tp : 1, eo);
     loom_launch_options lo = {.tp = c->tp,
                               .pp = c->pp,
+                              .dp = c->dp,
                               .backend = c->backend,
                               .timeout_s = c->comm_timeout,
                               .spin = c->comm_spin,

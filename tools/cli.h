@@ -25,6 +25,7 @@ typedef struct cli_common {
     bool ep;                  /* --enable-expert-parallel */
     int sp_min_tokens;        /* --sp-min-tokens: shorter passes run as plain TP */
     int pp;                   /* -pp, --pipeline-parallel-size */
+    int dp;                   /* -dp, --data-parallel-size */
     const char *pp_partition; /* --pp-layer-partition "3,2" */
     int pp_microbatches;      /* --pp-microbatches (0: the engine's default) */
     bool isolate;             /* run even a single rank in its own process */
@@ -37,7 +38,7 @@ typedef struct cli_common {
  * long prefills (benches/RESULTS.md, issue 5), and decode steps are a few tokens. */
 #define SP_MIN_TOKENS_DEFAULT 1024
 #define CLI_COMMON_DEFAULTS                                                                                            \
-    { .tp = 1, .pp = 1, .backend = "shm", .comm_spin = -1, .sp_min_tokens = SP_MIN_TOKENS_DEFAULT }
+    { .tp = 1, .pp = 1, .dp = 1, .backend = "shm", .comm_spin = -1, .sp_min_tokens = SP_MIN_TOKENS_DEFAULT }
 
 /* If argv[*i] is a common option, consumes it (and its value) and returns 1; 0 if not one of
  * them; -1 after printing an error. */

@@ -39,7 +39,12 @@ static void usage(FILE *f) {
           "  --enable-expert-parallel  each rank holds whole experts (E/tp, contiguous) and tokens travel\n"
           "                            to them in an all-to-all; attention stays tensor-parallel\n"
           "  -pp, --pipeline-parallel-size N  pipeline stages, each a range of decoder layers on its own\n"
-          "                            -tp ranks (the job has tp x pp ranks; rank = stage x tp + tp rank)\n"
+          "                            -tp ranks\n"
+          "  -dp, --data-parallel-size N  replicas of the model, each with its own -pp x -tp ranks, KV cache\n"
+          "                            and sequences; a mixture of experts spreads its experts over every\n"
+          "                            replica (needs --enable-expert-parallel). The job has tp x dp x pp\n"
+          "                            ranks, rank = (stage x dp + replica) x tp + tp rank. run generates on\n"
+          "                            replica 0; verify and bench latency spread their sequences\n"
           "  --pp-layer-partition L    decoder layers per stage, e.g. 3,2 (default: even, the remainder\n"
           "                            to the stages before the last)\n"
           "  --pp-microbatches N       most microbatches a pass of several sequences splits into\n"
@@ -133,10 +138,14 @@ static int generate_text(loom_comm *comm, void *arg) {
         loom_engine_free(e);
         return 1;
     }
-    loom_gen_stats st;
-    int rc =
-        loom_generate_speculative(e, sp, j->ids, (int)j->n, o->n_predict, &o->sampling, print_piece, NULL, &st, &err);
-    if (!rc) {
+    loom_engine_stats es;
+    loom_engine_get_stats(e, &es);
+    loom_gen_stats st = {0};
+    int rc = es.replica ? 0 /* the sequence runs on replica 0; the others' experts serve it */
+                        : loom_generate_speculative(e, sp, j->ids, (int)j->n, o->n_predict, &o->sampling, print_piece,
+                                                    NULL, &st, &err);
+    if (!rc) rc = loom_engine_wait_replicas(e, &err);
+    if (!rc && !es.replica) {
         fputc('\n', stdout);
         fflush(stdout);
     }

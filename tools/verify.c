@@ -1,6 +1,7 @@
 /* `loom verify`: the seeds' validation table. The same prompts run greedily under tp=1, TP,
  * TP + sequence parallelism and async TP (each mode its own job, so every one starts from a
- * fresh process); per mode: how many prompts give the same greedy tokens as TP and as tp=1, the
+ * fresh process; with -dp the parallel modes spread the prompts over the replicas, with -ep
+ * their experts are expert-parallel); per mode: how many prompts give the same greedy tokens as TP and as tp=1, the
  * first position where they diverge, and the largest logit difference up to there. */
 #include <math.h>
 #include <stdio.h>
@@ -27,18 +28,23 @@ typedef struct verify_job {
     loom_engine_options eo;
 } verify_job;
 
-/* Greedy generation of each prompt, recording every step's logits. */
+/* Greedy generation of each prompt, recording every step's logits; with data parallelism,
+ * replica r takes prompts r, r + dp, ... */
 static int verify_rank(loom_comm *comm, void *arg) {
     verify_job *j = arg;
     loom_err err = {{0}};
     loom_engine *e = cli_rank_engine("verify", comm, j->m, &j->eo);
     if (!e) return 1;
+    loom_engine_stats es;
+    loom_engine_get_stats(e, &es);
+    /* the replica's first rank records (every rank of it holds the same logits) */
+    bool records = es.stage == 0 && es.rank % (es.ranks / es.replicas / es.stages) == 0;
     int rc = 0, max = 0;
     for (int p = 0; p < N_PROMPTS; p++) max = j->n_prompt[p] > max ? j->n_prompt[p] : max;
     int32_t *pos = mem_array((size_t)max, sizeof *pos, "the positions", &err), tok;
     int32_t *seq = pos ? mem_zalloc((size_t)max, sizeof *seq, "the sequences", &err) : NULL;
     if (!seq) rc = -1;
-    for (int p = 0; p < N_PROMPTS && !rc; p++) {
+    for (int p = es.replica; p < N_PROMPTS && !rc; p += es.replicas) {
         loom_engine_reset_seq(e, 0);
         const int32_t *ids = j->prompt[p];
         int n = j->n_prompt[p];
@@ -51,7 +57,7 @@ static int verify_rank(loom_comm *comm, void *arg) {
             rc = loom_forward(e, &b, &lg, &err);
             if (rc) break;
             tok = logits_argmax(lg, j->vocab); /* every rank holds the same logits, so picks the same */
-            if (loom_comm_rank(comm) == 0) {
+            if (records) {
                 memcpy(j->logits + ((size_t)p * j->n_new + step) * j->vocab, lg, j->vocab * sizeof *lg);
                 j->ids[p * j->n_new + step] = tok;
             }
@@ -59,6 +65,7 @@ static int verify_rank(loom_comm *comm, void *arg) {
             n = 1;
         }
     }
+    if (!rc) rc = loom_engine_wait_replicas(e, &err);
     if (rc) cli_rank_error("verify", comm, &err);
     free(pos);
     free(seq);
@@ -170,6 +177,7 @@ int cli_verify(int argc, char **argv) {
     size_t nl = (size_t)N_PROMPTS * n_new * info.vocab, ni = (size_t)N_PROMPTS * n_new;
     enum { N_MODES = 4 };
     mode_result r[N_MODES] = {{.name = "tp=1"}, {.name = "TP"}, {.name = "TP+SP"}, {.name = "async TP"}};
+    if (c.ep) r[1].name = "EP", r[2].name = "EP+SP", r[3].name = "EP+async";
     struct {
         int tp;
         bool sp, async_tp;
@@ -189,8 +197,11 @@ int cli_verify(int argc, char **argv) {
         j.logits = r[k].logits, j.ids = r[k].ids;
         cli_common mc = c;
         mc.tp = modes[k].tp, mc.sp = modes[k].sp, mc.async_tp = modes[k].async_tp, mc.isolate = true;
-        mc.pp = k ? c.pp : 1; /* the parallel modes run in -pp stages; tp=1 is one rank */
+        mc.pp = k ? c.pp : 1; /* the parallel modes run in -dp replicas of -pp stages; tp=1 is one rank */
+        mc.dp = k ? c.dp : 1;
         j.eo.pipeline_parallel = mc.pp, j.eo.pp_layer_partition = mc.pp_partition;
+        j.eo.data_parallel = mc.dp;
+        j.eo.expert_parallel = k && c.ep;
         j.eo.pp_microbatches = c.pp_microbatches;
         j.eo.sequence_parallel = mc.sp;
         j.eo.async_tp = mc.async_tp;
@@ -199,8 +210,8 @@ int cli_verify(int argc, char **argv) {
         rc = cli_launch(&mc, m, &j.eo, 0, verify_rank, &j);
     }
     if (!rc) {
-        printf("loom verify: %s, tp=%d, pp=%d, %d prompts, %d greedy tokens each\n", info.arch, tp, c.pp, N_PROMPTS,
-               n_new);
+        printf("loom verify: %s, tp=%d, dp=%d, pp=%d%s, %d prompts, %d greedy tokens each\n", info.arch, tp, c.dp, c.pp,
+               c.ep ? ", expert parallel" : "", N_PROMPTS, n_new);
         print_table(&j, r, N_MODES);
     }
     for (int k = 0; k < N_MODES; k++) {

@@ -20,7 +20,7 @@ loom_comm *comm_new(int rank, int size, const comm_backend *be, void *impl, loom
     }
     c->rank = rank;
     c->size = size;
-    c->stage_size = c->world_size = size;
+    c->layout = (comm_layout){size, 1, 1};
     c->deadline_scale = 1;
     c->be = be;
     c->impl = impl;
@@ -308,7 +308,8 @@ int comm_broadcast_floats(loom_comm *c, int root, float *buf, size_t n, loom_err
     double t0 = omp_get_wtime();
     /* the root's own stage ran the same collectives up to it, so for them it is due at once: a
      * stuck root is caught at the collective deadline, not the hand-over's */
-    bool same_stage = c->rank / c->stage_size == root / c->stage_size;
+    bool same_stage =
+        comm_stage_of(&c->layout, comm_world_rank(c, c->rank)) == comm_stage_of(&c->layout, comm_world_rank(c, root));
     c->deadline_scale = same_stage ? 1 : COMM_HANDOVER_WAIT;
     int rc = broadcast_words(c, root, buf, n, err);
     c->deadline_scale = 1;
@@ -316,28 +317,60 @@ int comm_broadcast_floats(loom_comm *c, int root, float *buf, size_t n, loom_err
     return rc;
 }
 
-const char *comm_format_rank(int w, int stage_size, int world_size, char *buf, size_t cap) {
-    if (stage_size < world_size) snprintf(buf, cap, "%d (stage %d)", w, w / stage_size);
+int comm_group_size(const comm_layout *l, comm_group g) {
+    switch (g) {
+    case GROUP_REPLICA: return l->pp * l->tp;
+    case GROUP_TP: return l->tp;
+    case GROUP_EP: return l->dp * l->tp;
+    default: return comm_layout_size(l);
+    }
+}
+
+int comm_group_count(const comm_layout *l, comm_group g) { return comm_layout_size(l) / comm_group_size(l, g); }
+
+int comm_group_instance(const comm_layout *l, comm_group g, int w, int *local) {
+    int t = w % l->tp, d = comm_replica_of(l, w), s = comm_stage_of(l, w);
+    switch (g) {
+    case GROUP_REPLICA: *local = s * l->tp + t; return d;
+    case GROUP_TP: *local = t; return w / l->tp;
+    case GROUP_EP: *local = d * l->tp + t; return s;
+    default: *local = w; return 0;
+    }
+}
+
+int comm_group_member(const comm_layout *l, comm_group g, int instance, int r) {
+    switch (g) {
+    case GROUP_REPLICA: return (r / l->tp * l->dp + instance) * l->tp + r % l->tp;
+    case GROUP_TP: return instance * l->tp + r;
+    case GROUP_EP: return instance * l->dp * l->tp + r;
+    default: return r;
+    }
+}
+
+const char *comm_format_rank(int w, const comm_layout *l, char *buf, size_t cap) {
+    if (l->dp > 1 && l->pp > 1)
+        snprintf(buf, cap, "%d (dp %d, stage %d)", w, comm_replica_of(l, w), comm_stage_of(l, w));
+    else if (l->dp > 1) snprintf(buf, cap, "%d (dp %d)", w, comm_replica_of(l, w));
+    else if (l->pp > 1) snprintf(buf, cap, "%d (stage %d)", w, comm_stage_of(l, w));
     else snprintf(buf, cap, "%d", w);
     return buf;
 }
 
 const char *comm_rank_name(const loom_comm *c, int r, char *buf, size_t cap) {
-    return comm_format_rank(c->rank0 + r, c->stage_size, c->world_size, buf, cap);
+    return comm_format_rank(comm_world_rank(c, r), &c->layout, buf, cap);
 }
 
-int comm_split_stages(loom_comm *world, int stage_size, loom_comm **stage, loom_err *err) {
+int comm_split(loom_comm *world, comm_group g, loom_comm **out, loom_err *err) {
     char who[32];
     comm_rank_name(world, world->rank, who, sizeof who);
-    if (world->size != world->world_size)
-        return loom_errf(err, "rank %s: only the job's communicator splits into stages", who);
-    if (stage_size < 1 || world->size % stage_size)
-        return loom_errf(err, "rank %s: %d ranks do not split into stages of %d", who, world->size, stage_size);
-    if (world->be->split(world, stage_size, stage, err)) return -1;
-    loom_comm *s = *stage;
-    world->stage_size = s->stage_size = stage_size;
-    s->world_size = world->size;
-    s->rank0 = world->rank - world->rank % stage_size;
+    if (world->group != GROUP_WORLD || g == GROUP_WORLD || g >= COMM_N_GROUPS)
+        return loom_errf(err, "rank %s: only the job's communicator splits, into replicas, stages or expert groups",
+                         who);
+    if (world->be->split(world, g, out, err)) return -1;
+    loom_comm *s = *out;
+    s->layout = world->layout;
+    s->group = g;
+    s->instance = comm_group_instance(&world->layout, g, world->rank, &(int){0});
     s->phase = world->phase;
     return 0;
 }
@@ -418,9 +451,9 @@ static int local_matmul_reduce_scatter(loom_comm *c, int rows, int cols, comm_pa
 
 static loom_comm *local_new(loom_err *err);
 
-static int local_split(loom_comm *c, int stage_size, loom_comm **stage, loom_err *err) {
-    (void)c, (void)stage_size; /* comm_split_stages checked: one stage of one rank */
-    return (*stage = local_new(err)) ? 0 : -1;
+static int local_split(loom_comm *c, comm_group g, loom_comm **out, loom_err *err) {
+    (void)c, (void)g; /* one rank: every group is the job */
+    return (*out = local_new(err)) ? 0 : -1;
 }
 
 static const comm_backend local_backend = {

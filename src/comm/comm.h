@@ -16,6 +16,40 @@
 typedef void (*comm_gather_gemm)(void *ctx, const float *x, size_t ldx, int row0, int rows);
 typedef void (*comm_partial_gemm)(void *ctx, int row0, int rows, float *y, size_t ldy);
 
+/* The job's ranks: dp data-parallel replicas of pp pipeline stages of tp tensor-parallel ranks,
+ * numbered world rank = (stage * dp + replica) * tp + tp rank. TP is fastest because its
+ * collectives are the most frequent and the widest: mpirun fills a machine's slots with
+ * consecutive ranks, so a TP group stays on one machine. The replicas of a stage come next
+ * because a mixture-of-experts layer's all-to-all spans them (GROUP_EP), every layer of every
+ * step; stages come last because a stage boundary carries one hand-over a microbatch, the
+ * cheapest traffic to put between machines. (vLLM orders DP x PP x TP; with pp = 1 the two
+ * agree.) */
+typedef struct comm_layout {
+    int tp, dp, pp;
+} comm_layout;
+
+/* The communicators a job's world splits into (comm_split): each rank is in one group of each
+ * kind. */
+typedef enum comm_group {
+    GROUP_WORLD,   /* every rank of the job */
+    GROUP_REPLICA, /* one data-parallel replica's pp x tp ranks: rank = stage * tp + tp rank */
+    GROUP_TP,      /* one stage of one replica: its tp ranks, which tensor parallelism shards across */
+    GROUP_EP,      /* one stage of every replica: dp x tp ranks, rank = replica * tp + tp rank,
+                      which expert parallelism places the experts across */
+    COMM_N_GROUPS
+} comm_group;
+
+static inline int comm_layout_size(const comm_layout *l) { return l->tp * l->dp * l->pp; }
+static inline int comm_stage_of(const comm_layout *l, int w) { return w / (l->tp * l->dp); }
+static inline int comm_replica_of(const comm_layout *l, int w) { return w / l->tp % l->dp; }
+/* How many ranks a group of kind g holds, and how many such groups the job has. */
+int comm_group_size(const comm_layout *l, comm_group g);
+int comm_group_count(const comm_layout *l, comm_group g);
+/* Which group of kind g world rank w is in, and (local) its rank there. */
+int comm_group_instance(const comm_layout *l, comm_group g, int w, int *local);
+/* The world rank of rank r of group `instance` of kind g. */
+int comm_group_member(const comm_layout *l, comm_group g, int instance, int r);
+
 typedef struct comm_backend {
     const char *name;
     int chunks; /* a fused op's block moves in this many chunks (see comm_chunk_rows) */
@@ -31,12 +65,12 @@ typedef struct comm_backend {
                              void *ctx, loom_err *err);
     int (*matmul_reduce_scatter)(loom_comm *c, int rows, int cols, comm_partial_gemm f, void *ctx, float *out,
                                  size_t ldo, loom_err *err);
-    /* Pipeline parallelism (see comm_split_stages, comm_send_rows). split: this rank's
-     * communicator among the ranks of its stage, made with comm_init (comm_split_stages fills
-     * in the stage fields). send/recv: n contiguous floats to rank dst / from rank src of c
-     * (never c's own rank), delivered in order between each pair of ranks. NULL in the
-     * single-rank backend, which has no peer. */
-    int (*split)(loom_comm *c, int stage_size, loom_comm **stage, loom_err *err);
+    /* Pipeline and data parallelism (see comm_split, comm_send_rows). split: this rank's
+     * communicator among the ranks of its group g of the job (c is the job's), made with comm_new
+     * (comm_split fills in the group fields). send/recv: n contiguous floats to rank dst / from
+     * rank src of c (never c's own rank), delivered in order between each pair of ranks. NULL in
+     * the single-rank backend, which has no peer. */
+    int (*split)(loom_comm *c, comm_group g, loom_comm **out, loom_err *err);
     int (*send)(loom_comm *c, int dst, const float *data, size_t n, loom_err *err);
     int (*recv)(loom_comm *c, int src, float *data, size_t n, loom_err *err);
     /* Expert parallelism: the rows of comm_all_to_all_rows, called once every rank's counts
@@ -49,11 +83,11 @@ typedef struct comm_backend {
 
 struct loom_comm {
     int rank, size;
-    /* Pipeline parallelism: the job's world_size ranks form stages of stage_size consecutive
-     * ranks (world rank = stage * stage_size + rank within the stage; stage_size == world_size:
-     * one stage), and rank0 is the world rank of this communicator's rank 0 (non-zero for a
-     * later stage's). */
-    int stage_size, rank0, world_size;
+    /* Which group of which job this is: the job's layout, the kind of group, and which group of
+     * that kind (comm_group_instance); comm_world_rank maps a rank of it to the job's. */
+    comm_layout layout;
+    comm_group group;
+    int instance;
     /* The backends' deadline is this times the collective one: COMM_HANDOVER_WAIT during a
      * stage hand-over (send, receive, the logits' broadcast), 1 otherwise. */
     int deadline_scale;
@@ -71,6 +105,11 @@ struct loom_comm {
 
 /* Inside an all-to-all, once every rank's counts are in: the rows rank s sends rank d, and at
  * d == size the most rank s takes (its max_rows). */
+/* The job's rank of rank r of c. */
+static inline int comm_world_rank(const loom_comm *c, int r) {
+    return comm_group_member(&c->layout, c->group, c->instance, r);
+}
+
 static inline int comm_a2a_rows(const loom_comm *c, int s, int d) { return c->a2a[(size_t)s * (c->size + 1) + d]; }
 /* Where rank s's rows for rank d start: among s's outgoing rows, which are grouped by
  * destination (send_off), and among d's incoming ones, grouped by source (recv_off). With
@@ -162,11 +201,11 @@ static inline int comm_chunk_rows(const loom_comm *c, int block_rows) {
     return block_rows >= 128 * n ? (block_rows + n - 1) / n : block_rows;
 }
 
-/* Pipeline parallelism. comm_split_stages: this rank's communicator among the ranks of its
- * stage (world ranks [s * stage_size, (s + 1) * stage_size) for s = rank / stage_size), called
- * by every rank of the world at once and freed before the world; it shares the world's phase,
- * and its errors (and, from then on, the world's) name world ranks and their stages. The
- * stage's collectives and the world's may interleave in any order.
+/* Pipeline and data parallelism. comm_split: this rank's communicator among the ranks of its
+ * group of kind g (not GROUP_WORLD), split from the job's communicator `world` by every rank
+ * of the world at once, and freed before the world; it shares the world's phase, and errors
+ * name world ranks with their replica and stage. The groups' collectives and the world's may
+ * interleave in any order.
  * comm_send_rows / comm_recv_rows: [rows, cols] (row stride ld; rows may be 0) to rank dst /
  * from rank src of c, never c's own rank; a pair of ranks talks over one communicator, and
  * each receiver takes its messages in the order they were sent. A send returns once the rows
@@ -175,7 +214,7 @@ static inline int comm_chunk_rows(const loom_comm *c, int block_rows) {
  * so a rank can send twice before its receiver takes the first. A receive whose size differs
  * from the message's is an error naming both ranks, and leaves the message where it is. Waits
  * have the collectives' deadline and name the peer they waited for. */
-int comm_split_stages(loom_comm *world, int stage_size, loom_comm **stage, loom_err *err);
+int comm_split(loom_comm *world, comm_group g, loom_comm **out, loom_err *err);
 /* A stage legitimately waits for the previous stages' whole share of a microbatch (a long
  * prefill on a slow core: minutes), where a collective waits for a peer's few GEMMs; so a
  * hand-over may wait this many times --comm-timeout before the peer counts as stuck. */
@@ -184,10 +223,10 @@ int comm_send_rows(loom_comm *c, int dst, const float *in, size_t ld, int rows, 
 int comm_recv_rows(loom_comm *c, int src, float *out, size_t ld, int rows, int cols, loom_err *err);
 /* buf[0..n) of rank root to every rank of c (n the same on all). */
 int comm_broadcast_floats(loom_comm *c, int root, float *buf, size_t n, loom_err *err);
-/* "3" or, when the job has several stages, "3 (stage 1)": rank r of c as messages name it.
- * comm_format_rank: the same for world rank w of a job of world_size ranks (the supervisor's). */
+/* "3", or where the job has several replicas or stages "3 (dp 1, stage 1)": rank r of c as
+ * messages name it. comm_format_rank: the same for world rank w of a job (the supervisor's). */
 const char *comm_rank_name(const loom_comm *c, int r, char *buf, size_t cap);
-const char *comm_format_rank(int w, int stage_size, int world_size, char *buf, size_t cap);
+const char *comm_format_rank(int w, const comm_layout *l, char *buf, size_t cap);
 
 /* Sums blocks[0..size) (each [rows, cols], contiguous) in rank order into out. */
 void comm_sum_blocks(const loom_comm *c, const float **blocks, int rows, int cols, float *out, size_t ldo);

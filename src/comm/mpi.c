@@ -2,7 +2,7 @@
  * completed by polling MPI_Test so that a deadline can end a wait that would otherwise hang
  * (an MPI collective has no timeout of its own); the arithmetic on the blocks is comm.c's, the
  * same as shm's, so both backends give bit-identical results. The world's communicator is
- * MPI_COMM_WORLD; a stage's, one MPI_Comm_split of it. */
+ * MPI_COMM_WORLD; a replica's, a stage's or an expert group's, one MPI_Comm_split of it. */
 #include "comm/mpi.h"
 
 #include <mpi.h>
@@ -285,7 +285,7 @@ static mpi_state *state_new(MPI_Comm comm, int size, double timeout_s, loom_err 
     return NULL;
 }
 
-static int mpi_split(loom_comm *c, int stage_size, loom_comm **stage, loom_err *err);
+static int mpi_split(loom_comm *c, comm_group g, loom_comm **out, loom_err *err);
 
 /* A send still in flight completes before its buffer goes: the receiver takes it in a run that
  * succeeds. In one that fails it may never: the wait ends at the deadline, and the buffer is
@@ -311,17 +311,18 @@ static const comm_backend mpi_backend = {
 
 /* MPI_Comm_split has no deadline: a barrier that has one goes first, so that a missing rank
  * fails there instead of hanging the split. */
-static int mpi_split(loom_comm *c, int stage_size, loom_comm **stage, loom_err *err) {
+static int mpi_split(loom_comm *c, comm_group g, loom_comm **out, loom_err *err) {
     mpi_state *s = c->impl;
     if (mpi_barrier(c, err)) return -1;
     MPI_Comm comm;
-    MPI_Comm_split(s->comm, c->rank / stage_size, c->rank, &comm);
-    *stage =
-        comm_new(c->rank % stage_size, stage_size, &mpi_backend, state_new(comm, stage_size, s->timeout_s, err), err);
-    return *stage ? 0 : -1;
+    int local, instance = comm_group_instance(&c->layout, g, c->rank, &local), size = comm_group_size(&c->layout, g);
+    MPI_Comm_split(s->comm, instance, local, &comm);
+    *out = comm_new(local, size, &mpi_backend, state_new(comm, size, s->timeout_s, err), err);
+    return *out ? 0 : -1;
 }
 
-int comm_mpi_run(int tp, int pp, double timeout_s, bool progress_thread, loom_rank_fn fn, void *arg, loom_err *err) {
+int comm_mpi_run(int tp, int dp, int pp, double timeout_s, bool progress_thread, loom_rank_fn fn, void *arg,
+                 loom_err *err) {
     int provided, rank, size;
     /* Open MPI's TCP transport moves a large message only while some MPI call runs, so the
      * blocks posted ahead of a fused collective's GEMMs would wait for the GEMMs to end, and a
@@ -339,14 +340,18 @@ int comm_mpi_run(int tp, int pp, double timeout_s, bool progress_thread, loom_ra
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     if (pp < 1) pp = 1;
-    if (!tp && size % pp == 0) tp = size / pp;
-    if (tp * pp != size) {
-        if (!tp) loom_errf(err, "-pp %d does not divide the %d ranks mpirun started", pp, size);
-        else if (pp == 1)
+    if (dp < 1) dp = 1;
+    if (!tp && size % (pp * dp) == 0) tp = size / (pp * dp);
+    if (tp * dp * pp != size) {
+        char want[96] = "";
+        if (dp > 1) snprintf(want + strlen(want), sizeof want - strlen(want), " x -dp %d", dp);
+        if (pp > 1) snprintf(want + strlen(want), sizeof want - strlen(want), " x -pp %d", pp);
+        if (!tp) loom_errf(err, "%s does not divide the %d ranks mpirun started", want + 3, size);
+        else if (!want[0])
             loom_errf(err, "-tp %d but mpirun started %d ranks: they must agree (or leave -tp out)", tp, size);
         else
-            loom_errf(err, "-tp %d x -pp %d = %d ranks but mpirun started %d: they must agree (or leave -tp out)", tp,
-                      pp, tp * pp, size);
+            loom_errf(err, "-tp %d%s = %d ranks but mpirun started %d (-np): they must agree (or leave -tp out)", tp,
+                      want, tp * dp * pp, size);
         MPI_Finalize();
         return 2;
     }
@@ -358,7 +363,7 @@ int comm_mpi_run(int tp, int pp, double timeout_s, bool progress_thread, loom_ra
         MPI_Abort(MPI_COMM_WORLD, 1);
         return 1;
     }
-    c->stage_size = tp;
+    c->layout = (comm_layout){tp, dp, pp};
     int rc = fn(c, arg);
     fflush(stdout);
     fflush(stderr);

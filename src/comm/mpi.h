@@ -3,10 +3,11 @@
 #define LOOM_COMM_MPI_H
 #include "comm/comm.h"
 
-/* Initialises MPI, checks tp x pp (pp stages of tp ranks; pp 0: 1) against the job's size
- * (tp 0: the job's size / pp), runs fn as this process's rank, finalises. A rank whose fn
- * fails, or whose collective passes timeout_s, aborts the whole job with a message naming it
- * and its stage. Returns fn's result. */
-int comm_mpi_run(int tp, int pp, double timeout_s, bool progress_thread, loom_rank_fn fn, void *arg, loom_err *err);
+/* Initialises MPI, checks tp x dp x pp (comm_layout's; dp, pp 0: 1) against the job's size
+ * (tp 0: the job's size / (dp x pp)), runs fn as this process's rank, finalises. A rank whose
+ * fn fails, or whose collective passes timeout_s, aborts the whole job with a message naming it
+ * with its replica and stage. Returns fn's result. */
+int comm_mpi_run(int tp, int dp, int pp, double timeout_s, bool progress_thread, loom_rank_fn fn, void *arg,
+                 loom_err *err);
 
 #endif

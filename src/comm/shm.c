@@ -2,9 +2,9 @@
  * the rank's block into its slot and meets the others at a barrier; slots alternate between two
  * sets, so a rank can start the next exchange while a slow peer still reads the previous one (it
  * cannot be two ahead: it would have to pass a barrier the peer has not reached). Each
- * communicator, the world and with pipeline stages each stage, has its own slot sets, barrier
- * and `posted` counters, so that argument holds for each alone however the world's and a
- * stage's collectives interleave; the abort flag and the ranks' phases are the arena's.
+ * communicator, the world and each group it splits into (replicas, stages, expert groups), has
+ * its own slot sets, barrier and `posted` counters, so that argument holds for each alone
+ * however their collectives interleave; the abort flag and the ranks' phases are the arena's.
  * Point-to-point messages go through each rank's outbox of two slots (see shm_send). Waits
  * spin briefly, then sleep on a futex: a waiter must not keep a core that its own BLAS threads
  * need, and it checks the abort flag and its deadline so a dead or stuck rank never hangs the
@@ -44,31 +44,32 @@ typedef struct message {
 
 typedef struct rank_slot {
     char phase[96];
-    member in[2];           /* [0]: the world; [1]: this rank's stage */
-    _Atomic uint32_t sent;  /* messages this rank has sent */
-    _Atomic uint32_t taken; /* of those, taken by their receivers */
-    message box[2];         /* message k travels in box[k & 1] */
+    member in[COMM_N_GROUPS]; /* in the world, and in its group of each kind */
+    _Atomic uint32_t sent;    /* messages this rank has sent */
+    _Atomic uint32_t taken;   /* of those, taken by their receivers */
+    message box[2];           /* message k travels in box[k & 1] */
 } rank_slot;
 
 typedef struct barrier_state {
     _Atomic uint32_t arrived, generation;
 } barrier_state;
 
-/* slots: the world's [2][size][slot_bytes]; with several stages each stage's
- * [2][stage_size][slot_bytes]; then the outboxes, [size][2][slot_bytes]. */
+/* slots: for each kind of group, each group's [2][group size][slot_bytes] (the groups of a
+ * kind partition the job, so a kind takes [2][size][slot_bytes]); then the outboxes,
+ * [size][2][slot_bytes]. */
 struct shm_arena {
-    int size, stage_size, spin;
+    comm_layout layout;
+    int size, spin;
     size_t slot_bytes, map_bytes;
     double timeout_s;
     _Atomic int abort;
-    barrier_state barriers[1 + MAX_RANKS]; /* the world's, then each stage's */
+    barrier_state barriers[COMM_N_GROUPS][MAX_RANKS]; /* each group's */
     rank_slot ranks[MAX_RANKS];
     _Alignas(64) unsigned char slots[];
 };
 
 typedef struct shm_state {
     shm_arena *a;
-    int group;            /* 0: the world; 1 + s: stage s */
     unsigned char *slots; /* this communicator's [2][size][slot_bytes] */
     uint32_t exchanges;   /* collectives so far, all kinds: its parity picks the slot set */
     uint32_t fused;       /* fused collectives so far: what a peer's `posted` must reach */
@@ -87,37 +88,30 @@ static void futex_wait(_Atomic uint32_t *addr, uint32_t val, long ns) {
 
 static void futex_wake_all(_Atomic uint32_t *addr) { syscall(SYS_futex, addr, FUTEX_WAKE, INT32_MAX, NULL, NULL, 0); }
 
-static int n_stages(const shm_arena *a) { return a->size / a->stage_size; }
-
-/* The communicators with slots of their own: the world, and each stage when there are several. */
-static int n_groups(const shm_arena *a) { return n_stages(a) > 1 ? 1 + n_stages(a) : 1; }
-
-/* Where group g's slot sets start; g = n_groups: where the outboxes do. */
-static size_t group_offset(const shm_arena *a, int g) {
-    size_t world = 2 * (size_t)a->size * a->slot_bytes, stage = 2 * (size_t)a->stage_size * a->slot_bytes;
-    return g ? world + (g - 1) * stage : 0;
+/* Where group `instance` of kind g has its slot sets; g = COMM_N_GROUPS: where the outboxes start. */
+static size_t group_offset(const shm_arena *a, int g, int instance) {
+    size_t kind = 2 * (size_t)a->size * a->slot_bytes;
+    if (g == COMM_N_GROUPS) return g * kind;
+    return g * kind + (size_t)instance * 2 * comm_group_size(&a->layout, g) * a->slot_bytes;
 }
 
-shm_arena *shm_arena_create(int size, int stage_size, size_t slot_bytes, double timeout_s, int spin, loom_err *err) {
-    if (size < 1 || size > MAX_RANKS) {
-        loom_errf(err, "shm backend: %d ranks (1..%d)", size, MAX_RANKS);
-        return NULL;
-    }
-    if (stage_size < 1 || size % stage_size) {
-        loom_errf(err, "shm backend: %d ranks do not form stages of %d", size, stage_size);
+shm_arena *shm_arena_create(const comm_layout *l, size_t slot_bytes, double timeout_s, int spin, loom_err *err) {
+    int size = comm_layout_size(l);
+    if (l->tp < 1 || l->dp < 1 || l->pp < 1 || size > MAX_RANKS) {
+        loom_errf(err, "shm backend: %d x %d x %d ranks (1..%d in all)", l->tp, l->dp, l->pp, MAX_RANKS);
         return NULL;
     }
     slot_bytes = (slot_bytes + 63) / 64 * 64;
-    /* two slots a rank for the world, as many again for the stages when there are several, two
-     * for the outboxes (see group_offset) */
-    size_t bytes = sizeof(shm_arena) + (stage_size < size ? 6 : 4) * (size_t)size * slot_bytes;
+    /* two slots a rank for each kind of group, two for the outboxes (see group_offset); a kind the
+     * job does not split into is never touched, so costs no memory */
+    size_t bytes = sizeof(shm_arena) + (2 * COMM_N_GROUPS + 2) * (size_t)size * slot_bytes;
     shm_arena *a = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     if (a == MAP_FAILED) {
         loom_errf(err, "shm backend: cannot map a %zu MiB arena: %s", bytes >> 20, strerror(errno));
         return NULL;
     }
+    a->layout = *l;
     a->size = size;
-    a->stage_size = stage_size;
     a->spin = spin;
     a->slot_bytes = slot_bytes;
     a->map_bytes = bytes;
@@ -132,20 +126,21 @@ void shm_arena_destroy(shm_arena *a) {
 
 void shm_arena_abort(shm_arena *a) {
     atomic_store(&a->abort, 1);
-    for (int g = 0; g < n_groups(a); g++) futex_wake_all(&a->barriers[g].generation);
+    for (int g = 0; g < COMM_N_GROUPS; g++)
+        for (int i = 0; i < comm_group_count(&a->layout, g); i++) futex_wake_all(&a->barriers[g][i].generation);
 }
 
 const char *shm_arena_phase(const shm_arena *a, int rank) { return a->ranks[rank].phase; }
 
 static member *member_of(const loom_comm *c, int r) {
     const shm_state *s = c->impl;
-    return &s->a->ranks[c->rank0 + r].in[s->group > 0];
+    return &s->a->ranks[comm_world_rank(c, r)].in[c->group];
 }
 
 /* "3 (stage 1) ('phase')": world rank w as a wait names it. */
 static void name_waited(const loom_comm *c, int w, char *out, size_t cap) {
     char name[32];
-    snprintf(out, cap, "%s ('%s')", comm_format_rank(w, c->stage_size, c->world_size, name, sizeof name),
+    snprintf(out, cap, "%s ('%s')", comm_format_rank(w, &c->layout, name, sizeof name),
              ((shm_state *)c->impl)->a->ranks[w].phase);
 }
 
@@ -156,7 +151,7 @@ static void missing_ranks(const loom_comm *c, uint32_t gen, char *out, size_t ca
     for (int r = 0; r < c->size && n + 1 < cap; r++)
         if (atomic_load(&member_of(c, r)->arrived_gen) != gen + 1) {
             char one[160];
-            name_waited(c, c->rank0 + r, one, sizeof one);
+            name_waited(c, comm_world_rank(c, r), one, sizeof one);
             n += snprintf(out + n, cap - n, "%s%s", n ? ", " : "", one);
         }
 }
@@ -191,7 +186,7 @@ static int wait_change(loom_comm *c, _Atomic uint32_t *word, uint32_t old, int p
 
 static int shm_barrier(loom_comm *c, loom_err *err) {
     shm_state *s = c->impl;
-    barrier_state *b = &s->a->barriers[s->group];
+    barrier_state *b = &s->a->barriers[c->group][c->instance];
     uint32_t gen = atomic_load(&b->generation);
     atomic_store(&member_of(c, c->rank)->arrived_gen, gen + 1);
     if (atomic_fetch_add(&b->arrived, 1) == (uint32_t)c->size - 1) {
@@ -211,7 +206,7 @@ static int wait_posted(loom_comm *c, int peer, uint32_t seq, loom_err *err) {
     for (;;) {
         uint32_t v = atomic_load(posted);
         if ((int32_t)(v - seq) >= 0) return 0;
-        if (wait_change(c, posted, v, c->rank0 + peer, err)) return -1;
+        if (wait_change(c, posted, v, comm_world_rank(c, peer), err)) return -1;
     }
 }
 
@@ -295,12 +290,12 @@ static int shm_exchange(loom_comm *c, const float *mine, size_t ld, int rows, co
  * runs at most two messages ahead of its receivers. A receiver takes, of the sender's boxes
  * addressed to it, the message numbered lowest: the one sent first. */
 static float *outbox(const shm_arena *a, int w, int i) {
-    return (float *)(a->slots + group_offset(a, n_groups(a)) + (2 * (size_t)w + i) * a->slot_bytes);
+    return (float *)(a->slots + group_offset(a, COMM_N_GROUPS, 0) + (2 * (size_t)w + i) * a->slot_bytes);
 }
 
 static int shm_send(loom_comm *c, int dst, const float *data, size_t n, loom_err *err) {
     shm_arena *a = ((shm_state *)c->impl)->a;
-    int me = c->rank0 + c->rank;
+    int me = comm_world_rank(c, c->rank);
     rank_slot *rs = &a->ranks[me];
     if (check_fits(c, c->rank, "a message", n, err)) return -1;
     uint32_t k = atomic_load(&rs->sent);
@@ -313,7 +308,7 @@ static int shm_send(loom_comm *c, int dst, const float *data, size_t n, loom_err
     }
     if (n) memcpy(outbox(a, me, k & 1), data, n * sizeof *data);
     m->n = n;
-    atomic_store(&m->head, (uint64_t)k << 32 | (uint32_t)(c->rank0 + dst + 1));
+    atomic_store(&m->head, (uint64_t)k << 32 | (uint32_t)(comm_world_rank(c, dst) + 1));
     atomic_store(&rs->sent, k + 1);
     futex_wake_all(&rs->sent);
     return 0;
@@ -321,7 +316,7 @@ static int shm_send(loom_comm *c, int dst, const float *data, size_t n, loom_err
 
 static int shm_recv(loom_comm *c, int src, float *data, size_t n, loom_err *err) {
     shm_arena *a = ((shm_state *)c->impl)->a;
-    int me = c->rank0 + c->rank, from = c->rank0 + src;
+    int me = comm_world_rank(c, c->rank), from = comm_world_rank(c, src);
     rank_slot *rs = &a->ranks[from];
     for (;;) { /* sent is read first: a message posted after the scan changes it */
         uint32_t sent = atomic_load(&rs->sent);
@@ -350,7 +345,7 @@ static int shm_recv(loom_comm *c, int src, float *data, size_t n, loom_err *err)
     }
 }
 
-static int shm_split(loom_comm *c, int stage_size, loom_comm **stage, loom_err *err);
+static int shm_split(loom_comm *c, comm_group g, loom_comm **out, loom_err *err);
 
 static void shm_free(loom_comm *c) { free(c->impl); }
 
@@ -359,34 +354,27 @@ static const comm_backend shm_backend = {
     "shm",     1,        shm_exchange, shm_barrier, shm_free, shm_all_gather_matmul, shm_matmul_reduce_scatter,
     shm_split, shm_send, shm_recv,     NULL};
 
-/* Rank `rank` of group g's communicator of `size` ranks; NULL with err set when out of memory. */
-static loom_comm *group_comm(shm_arena *a, int g, int rank, int size, loom_err *err) {
+/* Rank `rank` of group `instance` of kind g; NULL with err set when out of memory. */
+static loom_comm *group_comm(shm_arena *a, comm_group g, int instance, int rank, loom_err *err) {
     shm_state *s = mem_zalloc(1, sizeof *s, "a communicator", err);
     if (s) {
         s->a = a;
-        s->group = g;
-        s->slots = a->slots + group_offset(a, g);
+        s->slots = a->slots + group_offset(a, g, instance);
     }
-    return comm_new(rank, size, &shm_backend, s, err);
+    return comm_new(rank, comm_group_size(&a->layout, g), &shm_backend, s, err);
 }
 
-/* The stage communicator is a view over the arena: the stage's group. */
-static int shm_split(loom_comm *c, int stage_size, loom_comm **stage, loom_err *err) {
+/* A group's communicator is a view over the arena: its own slots, barrier and counters. */
+static int shm_split(loom_comm *c, comm_group g, loom_comm **out, loom_err *err) {
     shm_arena *a = ((shm_state *)c->impl)->a;
-    if (stage_size != a->stage_size || n_stages(a) == 1) {
-        char me[32];
-        return loom_errf(err, "rank %s: cannot split into stages of %d ranks: the shm arena has %d stage%s of %d",
-                         comm_rank_name(c, c->rank, me, sizeof me), stage_size, n_stages(a), n_stages(a) > 1 ? "s" : "",
-                         a->stage_size);
-    }
-    *stage = group_comm(a, 1 + c->rank / stage_size, c->rank % stage_size, stage_size, err);
-    return *stage ? 0 : -1;
+    int local, instance = comm_group_instance(&a->layout, g, c->rank, &local);
+    return (*out = group_comm(a, g, instance, local, err)) ? 0 : -1;
 }
 
 loom_comm *comm_shm(shm_arena *a, int rank) {
-    loom_comm *c = group_comm(a, 0, rank, a->size, NULL);
+    loom_comm *c = group_comm(a, GROUP_WORLD, 0, rank, NULL);
     if (!c) return NULL;
-    c->stage_size = a->stage_size;
+    c->layout = a->layout;
     c->phase = a->ranks[rank].phase;
     return c;
 }

@@ -7,12 +7,11 @@
 
 typedef struct shm_arena shm_arena;
 
-/* Maps an arena for the job's `size` ranks, in stages of stage_size (size: one stage), with
- * exchange and message slots of slot_bytes each. */
-shm_arena *shm_arena_create(int size, int stage_size, size_t slot_bytes, double timeout_s, int spin, loom_err *err);
+/* Maps an arena for a job of layout l, with exchange and message slots of slot_bytes each. */
+shm_arena *shm_arena_create(const comm_layout *l, size_t slot_bytes, double timeout_s, int spin, loom_err *err);
 void shm_arena_destroy(shm_arena *a);
 /* In a rank process after fork: its communicator over the arena, among all the job's ranks
- * (comm_split_stages gives its stage's); NULL when out of memory. */
+ * (comm_split gives its groups'); NULL when out of memory. */
 loom_comm *comm_shm(shm_arena *a, int rank);
 /* Supervisor side: stop every rank's waiting (a rank failed), and read a rank's phase. */
 void shm_arena_abort(shm_arena *a);

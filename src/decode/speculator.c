@@ -26,6 +26,11 @@ loom_speculator *loom_speculator_new(loom_engine *target, loom_model *draft, con
                   o->prompt_lookup_max);
         return NULL;
     }
+    if (eo->data_parallel > 1) {
+        loom_errf(err, "speculative decoding runs with one data-parallel replica (data_parallel %d)",
+                  eo->data_parallel);
+        return NULL;
+    }
     if ((o->method != LOOM_SPEC_NGRAM) != (draft != NULL)) {
         loom_errf(err,
                   draft ? "a draft model was given to a method that runs none" : "method %s: no draft model was given",

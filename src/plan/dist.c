@@ -77,7 +77,7 @@ int op_output_dist(plan *p, const module *m, const op *o, const int *in, loom_er
     if (o->kind == OP_CONCAT && (p->values[in[0]].dist != DIST_FULL || p->values[in[1]].dist != DIST_FULL))
         return loom_errf(err, "%s: `concat` of values spread over the ranks (each must be whole on every rank)",
                          m->name);
-    if (o->kind == OP_MOE && p->o.ep && p->o.tp > 1)
+    if (o->kind == OP_MOE && p->o.ep)
         return loom_errf(err,
                          "%s: expert parallelism runs the experts inside a decoder layer's expert region, on "
                          "this rank's tokens",

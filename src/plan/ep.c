@@ -1,5 +1,6 @@
-/* Expert parallelism at plan time. Under --enable-expert-parallel each rank of the tensor-parallel
- * group holds whole experts (ep_placement) instead of a share of every expert's features, and a
+/* Expert parallelism at plan time. Under --enable-expert-parallel each rank of a stage (its
+ * tensor-parallel group, or with data parallelism the tp ranks of every replica: plan_ep_ranks)
+ * holds whole experts (ep_placement) instead of a share of every expert's features, and a
  * decoder layer's child holding the experts becomes an expert-parallel region that works on this
  * rank's token rows: the rows the sequence-parallel residual already holds, or under plain TP
  * the same rows sliced from the complete hidden state, so that both modes run the same steps on
@@ -65,13 +66,22 @@ static bool has_experts(const module *m) {
     return false;
 }
 
-void ep_check_model(plan *p, const module *tree) {
+/* Warns where expert parallelism has nothing to do; refuses data parallelism's experts without
+ * it: TP-MoE over a stage's replicas would need every replica's tokens gathered first, which is
+ * not built. */
+int ep_check_model(plan *p, const module *tree, loom_err *err) {
     if (p->o.ep && !has_experts(tree))
         plan_warn(p, "--enable-expert-parallel has no effect: the model has no mixture-of-experts layers");
+    if (p->o.dp > 1 && !p->o.ep && has_experts(tree))
+        return loom_errf(err,
+                         "-dp %d: a mixture-of-experts model runs its experts across the replicas with "
+                         "--enable-expert-parallel (tensor-parallel experts across replicas are not built)",
+                         p->o.dp);
+    return 0;
 }
 
 static bool ep_is_region(const plan *p, const module *parent, const module *child) {
-    return p->o.ep && p->o.tp > 1 && !strcmp(parent->kind, "decoder_layer") && holds_experts(child);
+    return p->o.ep && !strcmp(parent->kind, "decoder_layer") && holds_experts(child);
 }
 
 /* The entry: the region's input x as this rank's token rows (sliced from every token's under

@@ -418,12 +418,14 @@ int plan_build(plan *p, const module *tree, const plan_options *o, loom_err *err
     p->tree = tree;
     p->o.sp = (o->sp || o->async_tp) && o->tp > 1;
     p->o.async_tp = o->async_tp && o->tp > 1;
-    p->o.ep = o->ep && o->tp > 1;
+    if (p->o.dp < 1) p->o.dp = 1, p->o.replica = 0;
+    p->o.ep = o->ep && plan_ep_ranks(&p->o) > 1;
     p->region = &region_plain;
     if (p->o.pp <= 1) p->o.pp = 1, p->o.stage = 0, p->o.layer0 = 0, p->o.layer1 = stage_count_layers(tree);
     p->n_layers = p->o.layer1 - p->o.layer0;
-    ep_check_model(p, tree);
-    int rc = shard_vocab(p, tree, err) || (p->output = flatten(p, tree, NULL, err)) < 0 ? -1 : 0;
+    int rc = ep_check_model(p, tree, err) || shard_vocab(p, tree, err) || (p->output = flatten(p, tree, NULL, err)) < 0
+                 ? -1
+                 : 0;
     if (!rc && p->o.stage < p->o.pp - 1) p->output = -1; /* what it makes is sent on */
     if (!rc && p->o.sp) mark_int8_gathers(p);
     if (!rc && p->o.async_tp) fuse_async_tp(p);

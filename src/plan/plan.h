@@ -133,6 +133,9 @@ typedef struct plan_region {
 
 typedef struct plan_options {
     int tp, rank;
+    /* data parallelism (dp 0 or 1: one replica): this rank's replica; expert parallelism spreads
+     * the experts over the dp x tp ranks of a stage (plan_ep_rank) */
+    int dp, replica;
     /* pipeline parallelism (pp 0 or 1: one stage): this rank's stage runs decoder layers
      * [layer0, layer1), with the embedding if it is the first and the LM head if the last */
     int pp, stage, layer0, layer1;
@@ -200,6 +203,10 @@ int plan_step_inputs(const plan_step *s);
 /* Expert parallelism's placement (ep.c): rank r of `ranks` holds experts [*first, *first + *count),
  * contiguous, the first n_experts % ranks ranks one more than the others. */
 void ep_placement(int n_experts, int ranks, int rank, int *first, int *count);
+/* The ranks a stage's experts are spread over, and this rank's place among them (replicas
+ * first, then tp ranks: the GROUP_EP communicator's order). */
+static inline int plan_ep_ranks(const plan_options *o) { return o->tp * o->dp; }
+static inline int plan_ep_rank(const plan_options *o) { return o->replica * o->tp + o->rank; }
 int ep_owner(int n_experts, int ranks, int expert);
 /* A tensor of an expert another rank holds, in a per-expert layout (so this rank never reads it). */
 bool ep_foreign_tensor(const plan *p, const char *name);

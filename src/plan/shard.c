@@ -144,14 +144,14 @@ void expert_slices(const plan_step *s, int e, bool fused, char names[3][160], we
 int shard_moe(plan *p, plan_step *s, const moe_desc *d, const module *m, loom_err *err) {
     int tp = p->o.tp, I = d->inter, H = d->hidden;
     /* expert parallelism: whole experts, a contiguous range of them per rank (ep.c) */
-    bool ep = p->o.ep && tp > 1;
+    bool ep = p->o.ep;
     if (!ep && I % tp)
         return loom_errf(err, "%s: its experts have %d features, not divisible by %d ranks", m->name, I, tp);
     s->expert_inter = ep ? I : I / tp;
     s->expert_r0 = ep ? 0 : p->o.rank * s->expert_inter;
     s->expert0 = 0, s->n_experts = d->n_experts;
     if (ep) {
-        ep_placement(d->n_experts, tp, p->o.rank, &s->expert0, &s->n_experts);
+        ep_placement(d->n_experts, plan_ep_ranks(&p->o), plan_ep_rank(&p->o), &s->expert0, &s->n_experts);
         /* a dispatched row: the token's hidden state, then its experts on the rank and their weights */
         if (H + 2 * d->top_k > p->max_comm_cols[ROWS_TOKENS]) p->max_comm_cols[ROWS_TOKENS] = H + 2 * d->top_k;
     }

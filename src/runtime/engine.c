@@ -37,10 +37,12 @@ static void warn_unused(const loom_model *m, const plan *p) {
     free(unused);
 }
 
-plan_options engine_plan_options(const loom_model *m, const loom_engine_options *o, int tp, int rank, int pp, int stage,
-                                 int layer0, int layer1) {
+plan_options engine_plan_options(const loom_model *m, const loom_engine_options *o, int tp, int rank, int replica,
+                                 int pp, int stage, int layer0, int layer1) {
     plan_options po = {.tp = tp,
                        .rank = rank,
+                       .dp = engine_replicas(o),
+                       .replica = replica,
                        .sp = o->sequence_parallel,
                        .async_tp = o->async_tp,
                        .ep = o->expert_parallel,
@@ -67,21 +69,38 @@ int *engine_stages(const loom_model *m, const loom_engine_options *o, int *pp, l
     return first;
 }
 
-/* This rank's place in the pipeline: its stage's communicator and decoder layers. */
-static int join_stage(loom_engine *e, const loom_engine_options *o, int *pp, loom_err *err) {
+int engine_replicas(const loom_engine_options *o) { return o->data_parallel > 1 ? o->data_parallel : 1; }
+
+/* This rank's place in the job: its replica's and its stage's communicators (split from the
+ * job's, whose layout must be the one o asks for), the experts' group, and its decoder layers. */
+static int join_groups(loom_engine *e, const loom_engine_options *o, loom_comm *job, int *pp, loom_err *err) {
     executor *x = &e->x;
-    int *first = engine_stages(e->model, o, pp, err), rc = first ? 0 : -1;
-    if (!rc && x->world->size % *pp)
-        rc = loom_errf(err, "-pp %d does not divide the job's %d ranks", *pp, x->world->size);
-    if (!rc && *pp > 1) rc = comm_split_stages(x->world, x->world->size / *pp, &e->own_comm, err);
+    int dp = engine_replicas(o), *first = engine_stages(e->model, o, pp, err), rc = first ? 0 : -1;
+    const comm_layout *l = &job->layout;
+    if (!rc && (job->size % (*pp * dp) || l->dp != dp || l->pp != *pp))
+        rc = loom_errf(err, "-dp %d x -pp %d: the job's %d ranks were started as -tp %d x -dp %d x -pp %d", dp, *pp,
+                       job->size, l->tp, l->dp, l->pp);
+    x->world = x->comm = x->ep_comm = job;
+    if (!rc && dp > 1) rc = comm_split(job, GROUP_REPLICA, &e->replica_comm, err);
+    if (!rc && (dp > 1 || *pp > 1)) rc = comm_split(job, GROUP_TP, &e->own_comm, err);
+    if (!rc && dp > 1) rc = comm_split(job, GROUP_EP, &e->ep_comm, err);
     if (!rc) {
-        x->comm = *pp > 1 ? e->own_comm : x->world;
-        x->stage = x->world->rank / x->comm->size;
+        x->world = dp > 1 ? e->replica_comm : job;
+        x->comm = e->own_comm ? e->own_comm : job;
+        x->ep_comm = dp > 1 ? e->ep_comm : x->comm;
+        /* a stage's experts wait for the other replicas' same stage, which may wait for a hand-over */
+        if (dp > 1 && *pp > 1) x->ep_comm->deadline_scale = COMM_HANDOVER_WAIT;
+        x->stage = comm_stage_of(l, job->rank);
+        e->replica = comm_replica_of(l, job->rank);
         e->layer0 = first[x->stage], e->layer1 = first[x->stage + 1];
     }
     free(first);
     return rc;
 }
+
+/* Data parallelism with expert-parallel layers: every replica runs every pass, an empty one
+ * where it has nothing to run, so that the experts' all-to-alls pair up. */
+static bool lockstep(const loom_engine *e) { return e->x.ep_comm != e->x.comm && e->x.ep.n_layers > 0; }
 
 /* Rows an engine with these options runs at most: all tokens, and the rows with logits. */
 static void engine_rows(const loom_engine_options *o, int *tokens, int *logits) {
@@ -100,26 +119,32 @@ size_t loom_comm_slot_bytes(const loom_model *m, int tp, const loom_engine_optio
     size_t pipe = o->pipeline_parallel > 1 ? (size_t)round_up(tokens, tp) * stage_hidden_width(m->tree) : 0;
     if (o->pipeline_parallel > 1 && (size_t)logits * m->cfg.head_vocab > pipe)
         pipe = (size_t)logits * m->cfg.head_vocab;
-    plan_options po = engine_plan_options(m, o, tp, 0, 1, 0, 0, 0);
+    plan_options po = engine_plan_options(m, o, tp, 0, 0, 1, 0, 0, 0);
     if (plan_build(&p, m->tree, &po, &err)) return 0;
     tokens = round_up(tokens, tp);
-    size_t need[3] = {(size_t)tokens * p.max_comm_cols[ROWS_TOKENS], (size_t)tokens / tp * p.max_comm_cols[ROWS_SHARD],
+    /* an expert-parallel dispatch sends each of this rank's tokens/tp rows to at most every rank
+     * of the stage's dp x tp */
+    size_t need[3] = {(size_t)tokens * p.max_comm_cols[ROWS_TOKENS] * (p.o.ep ? p.o.dp : 1),
+                      (size_t)tokens / tp * p.max_comm_cols[ROWS_SHARD],
                       (size_t)logits * (p.max_comm_cols[ROWS_LOGITS] > p.max_comm_cols[ROWS_SHARD]
                                             ? p.max_comm_cols[ROWS_LOGITS]
                                             : p.max_comm_cols[ROWS_SHARD])};
     plan_free(&p);
     size_t most = need[0] > need[1] ? need[0] : need[1];
     most = most > need[2] ? most : need[2];
-    return (most > pipe ? most : pipe) * sizeof(float);
+    most = most > pipe ? most : pipe;
+    /* and room for the small exchanges beside the plan's: the replicas' token counts, a
+     * benchmark's per-rank figures */
+    return (most > 1024 ? most : 1024) * sizeof(float);
 }
 
 int loom_check_sharding(const loom_model *m, int tp, const loom_engine_options *o, loom_err *err) {
     int pp, *first = engine_stages(m, o, &pp, err), rc = 0;
     if (!first) return loom_err_prefix(err, "%s cannot run with -pp %d", m->cfg.arch, pp);
     for (int s = 0; s < pp && !rc; s++)
-        for (int r = 0; r < tp && !rc; r++) {
+        for (int r = 0; r < tp * engine_replicas(o) && !rc; r++) {
             plan p;
-            plan_options po = engine_plan_options(m, o, tp, r, pp, s, first[s], first[s + 1]);
+            plan_options po = engine_plan_options(m, o, tp, r % tp, r / tp, pp, s, first[s], first[s + 1]);
             if (plan_build(&p, m->tree, &po, err))
                 rc = loom_err_prefix(err, "%s cannot run with -tp %d%s%s", m->cfg.arch, tp,
                                      o->sequence_parallel ? " and sequence parallelism" : "",
@@ -177,7 +202,8 @@ static int build_plans(loom_engine *e, const loom_engine_options *o, int pp, loo
     loom_model_info info;
     loom_model_get_info(m, &info);
     bool progress = m->progress && info.n_params > (64u << 20);
-    plan_options po = engine_plan_options(m, o, x->comm->size, x->comm->rank, pp, x->stage, e->layer0, e->layer1);
+    plan_options po =
+        engine_plan_options(m, o, x->comm->size, x->comm->rank, e->replica, pp, x->stage, e->layer0, e->layer1);
     x->n_plans = 1;
     x->plans[0].max_tokens = e->max_tokens;
     if (plan_build(&x->plans[0].p, m->tree, &po, err) || bind_plan(&x->plans[0].p, &e->model->ws, progress, err))
@@ -245,15 +271,18 @@ loom_engine *loom_engine_new(loom_model *m, const loom_engine_options *o, loom_e
     e->model = m;
     e->max_seqs = o->max_seqs > 0 ? o->max_seqs : 1;
     engine_rows(o, &e->max_tokens, &e->max_logits);
-    e->x.world = o->comm ? o->comm : (e->own_comm = comm_local());
-    if (!e->x.world) {
+    loom_comm *job = e->job = o->comm ? o->comm : (e->local_comm = comm_local());
+    if (!job) {
         loom_errf(err, "cannot allocate a communicator for one rank");
         goto fail;
     }
-    set_threads(o->threads, e->x.world->size);
+    set_threads(o->threads, job->size);
     int pp;
-    if (join_stage(e, o, &pp, err) ||
-        pipeline_init(&e->pl, pp, e->x.stage, o->pp_microbatches, e->max_seqs, e->max_logits, err) ||
+    /* with several replicas, a pass flows through the stages as one microbatch: the replicas'
+     * experts meet in one all-to-all per layer and pass, whatever each replica's batch */
+    int microbatches = engine_replicas(o) > 1 && o->expert_parallel ? 1 : o->pp_microbatches;
+    if (join_groups(e, o, job, &pp, err) ||
+        pipeline_init(&e->pl, pp, e->x.stage, microbatches, e->max_seqs, e->max_logits, err) ||
         plan_captures(e, o, err) || build_plans(e, o, pp, err) || size_kv(e, o, err))
         goto fail;
     for (int i = 0; i < m->tree->n_ops; i++) e->reads_rows |= m->tree->ops[i].kind == OP_INPUT_ROWS;
@@ -267,6 +296,15 @@ loom_engine *loom_engine_new(loom_model *m, const loom_engine_options *o, loom_e
         for (int i = 0; i < p->n_warnings; i++) fprintf(stderr, "loom: warning: %s\n", p->warnings[i]);
     }
     if (alloc_state(e, err)) goto fail;
+    if (lockstep(e)) {
+        int n = job->size;
+        const char *what = "the replicas' token counts";
+        if (!(e->counts = mem_array(n, sizeof *e->counts, what, err)) ||
+            !(e->count_col0 = mem_array(n, sizeof *e->count_col0, what, err)) ||
+            !(e->count_width = mem_array(n, sizeof *e->count_width, what, err)))
+            goto fail;
+        for (int r = 0; r < n; r++) e->count_col0[r] = r, e->count_width[r] = 1;
+    }
     return e;
 fail:
     loom_engine_free(e);
@@ -279,7 +317,11 @@ void loom_engine_free(loom_engine *e) {
     executor_free(&e->x);
     kv_cache_free(&e->kv);
     free(e->logits);
+    free(e->counts), free(e->count_col0), free(e->count_width);
+    comm_free(e->ep_comm);
     comm_free(e->own_comm);
+    comm_free(e->replica_comm);
+    comm_free(e->local_comm);
     free(e);
 }
 
@@ -314,8 +356,39 @@ int loom_engine_truncate_seq(loom_engine *e, int seq, int len, loom_err *err) {
     return kv_cache_truncate(&e->kv, seq, len, err);
 }
 
+/* Before a lockstep pass: every rank learns every rank's token count (e->counts), which must be
+ * the same across a replica; e->busy counts the replicas with tokens. */
+static int agree_counts(loom_engine *e, int n_tokens, loom_err *err) {
+    loom_comm *job = e->job;
+    float mine = (float)n_tokens;
+    loom_comm_set_phase(job, "agreeing on the replicas' token counts");
+    if (comm_all_gather_cols(job, &mine, 1, e->counts, job->size, 1, e->count_col0, e->count_width, err)) return -1;
+    e->busy = 0;
+    int tp = job->layout.tp, dp = job->layout.dp;
+    for (int d = 0; d < dp; d++) e->busy += e->counts[d * tp] > 0;
+    for (int w = 0; w < job->size; w++) {
+        int first = comm_group_member(&job->layout, GROUP_REPLICA, comm_replica_of(&job->layout, w), 0);
+        if (e->counts[w] != e->counts[first]) {
+            char a[32], b[32];
+            return loom_errf(err, "rank %s runs a pass of %.0f tokens where rank %s of its replica runs %.0f",
+                             comm_format_rank(w, &job->layout, a, sizeof a), e->counts[w],
+                             comm_format_rank(first, &job->layout, b, sizeof b), e->counts[first]);
+        }
+    }
+    return 0;
+}
+
+int loom_engine_wait_replicas(loom_engine *e, loom_err *err) {
+    if (!lockstep(e)) return 0;
+    do {
+        if (agree_counts(e, 0, err) || (e->busy && executor_run_idle(&e->x, err))) return -1;
+    } while (e->busy);
+    return 0;
+}
+
 /* Rejects a batch the kernels could not run correctly, before anything is written. */
 static int check_batch(const loom_engine *e, const loom_batch *b, loom_err *err) {
+    if (b->n_tokens == 0 && lockstep(e)) return b->n_logits ? loom_errf(err, "logits asked of an empty pass") : 0;
     if (b->n_tokens <= 0 || b->n_tokens > e->max_tokens)
         return loom_errf(err, "batch of %d tokens (engine holds 1..%d)", b->n_tokens, e->max_tokens);
     if (e->reads_rows && !e->x.rows_in)
@@ -362,6 +435,9 @@ int engine_forward_rows(loom_engine *e, const loom_batch *b, const float *rows_i
 
 int loom_forward(loom_engine *e, const loom_batch *b, const float **logits, loom_err *err) {
     if (check_batch(e, b, err)) return -1;
+    *logits = e->logits;
+    if (lockstep(e) && agree_counts(e, b->n_tokens, err)) return -1;
+    if (!b->n_tokens) return e->busy ? executor_run_idle(&e->x, err) : 0;
     for (int r = 0; r < b->n_tokens; r++) /* the blocks the kernels write are in the tables before the pass */
         if (run_ends(b, r)) kv_cache_grow(&e->kv, b->seq[r], b->pos[r] + 1);
     size_t vocab = e->model->cfg.head_vocab;
@@ -379,3 +455,5 @@ int loom_forward(loom_engine *e, const loom_batch *b, const float **logits, loom
     *logits = e->logits;
     return e->after_pass ? e->after_pass(e->after_pass_user, b, err) : 0;
 }
+
+int loom_engine_busy_replicas(const loom_engine *e) { return lockstep(e) ? e->busy : 1; }

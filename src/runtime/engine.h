@@ -10,8 +10,15 @@
 
 struct loom_engine {
     loom_model *model;
-    loom_comm *own_comm; /* made here (tp=1, or this stage's communicator) */
-    int layer0, layer1;  /* this rank's pipeline stage runs decoder layers [layer0, layer1) */
+    /* communicators made here: tp=1's, this stage's, this replica's, the stage's expert group */
+    loom_comm *local_comm, *own_comm, *replica_comm, *ep_comm;
+    loom_comm *job; /* every rank of the job (o->comm, or local_comm) */
+    int replica;    /* data parallelism: this rank's replica (0 with one) */
+    /* replicas in lockstep (loom_forward's agreement): every rank's token count in the last
+     * pass, and how many replicas had tokens */
+    float *counts;
+    int *count_col0, *count_width, busy;
+    int layer0, layer1; /* this rank's pipeline stage runs decoder layers [layer0, layer1) */
     executor x;
     pipeline pl;
     int max_seqs, max_ctx, max_tokens, max_logits;
@@ -36,9 +43,12 @@ size_t engine_kv_bytes_per_token(const loom_engine *e, int layers);
 /* The pipeline stages o asks for, *pp of them, over m's decoder layers: stage s runs layers
  * [first[s], first[s + 1]) (malloc'd; NULL with err naming the flag and the stage at fault). */
 int *engine_stages(const loom_model *m, const loom_engine_options *o, int *pp, loom_err *err);
-/* The planner's options for rank `rank` of `tp` in stage `stage` of `pp`, running decoder layers
- * [layer0, layer1), with o's parallelism: the one place engine options become plan options. */
-plan_options engine_plan_options(const loom_model *m, const loom_engine_options *o, int tp, int rank, int pp, int stage,
-                                 int layer0, int layer1);
+/* The planner's options for rank `rank` of `tp` in replica `replica`, stage `stage` of `pp`,
+ * running decoder layers [layer0, layer1), with o's parallelism: the one place engine options
+ * become plan options. */
+plan_options engine_plan_options(const loom_model *m, const loom_engine_options *o, int tp, int rank, int replica,
+                                 int pp, int stage, int layer0, int layer1);
+/* The data-parallel replicas o asks for (1 without). */
+int engine_replicas(const loom_engine_options *o);
 
 #endif

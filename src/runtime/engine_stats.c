@@ -35,8 +35,10 @@ static size_t decode_bytes(const loom_engine *e) {
 void loom_engine_get_stats(const loom_engine *e, loom_engine_stats *st) {
     const executor *x = &e->x;
     *st = (loom_engine_stats){
-        .rank = x->world->rank,
-        .ranks = x->world->size,
+        .rank = e->job->rank,
+        .ranks = e->job->size,
+        .replica = e->replica,
+        .replicas = e->job->layout.dp,
         .stage = x->stage,
         .stages = e->pl.pp,
         .max_seqs = e->max_seqs,
@@ -46,7 +48,8 @@ void loom_engine_get_stats(const loom_engine *e, loom_engine_stats *st) {
         .kv_bytes = x->kv_bytes,
         .kv_bytes_per_token = engine_kv_bytes_per_token(e, e->layer1 - e->layer0),
         .decode_bytes = decode_bytes(e),
-        .blocked_seconds = x->comm->blocked_s + (x->world != x->comm ? x->world->blocked_s : 0),
+        .blocked_seconds = x->comm->blocked_s + (x->world != x->comm ? x->world->blocked_s : 0) +
+                           (x->ep_comm != x->comm ? x->ep_comm->blocked_s : 0),
         .pipeline_idle = pipeline_idle(&e->pl, &x->st),
         .expert_seconds = x->st.experts.seconds,
         .expert_gflop = x->st.experts.flop / 1e9,
@@ -63,12 +66,12 @@ void engine_set_profile(loom_engine *e, bool on) {
 void loom_engine_reset_stats(loom_engine *e) { engine_set_profile(e, e->x.profile); }
 
 void engine_print_experts(const loom_engine *e, FILE *f, bool per_layer) {
-    ep_print(&e->x.ep, &e->x.st.experts, e->x.world->rank, e->x.comm->size, f, per_layer);
+    ep_print(&e->x.ep, &e->x.st.experts, e->job->rank, e->x.ep_comm->size, f, per_layer);
 }
 
 long engine_expert_rows(const loom_engine *e, int layer, int rank) {
     const expert_parallel *x = &e->x.ep;
-    int n = e->x.comm->size;
+    int n = e->x.ep_comm->size;
     if (layer < 0 || layer >= x->n_layers || rank < 0 || rank >= n) return -1;
     return x->received[(size_t)layer * n + rank];
 }
@@ -77,16 +80,16 @@ void engine_print_profile(const loom_engine *e, FILE *f) {
     const exec_stats *st = &e->x.st;
     double total = st->comm_seconds;
     for (int k = 0; k < OP_KIND_COUNT; k++) total += st->op_seconds[k];
-    fprintf(f, "time by op (rank %d, %.3f s in all):", e->x.world->rank, total);
+    fprintf(f, "time by op (rank %d, %.3f s in all):", e->job->rank, total);
     for (int k = 0; k < OP_KIND_COUNT; k++)
         if (st->op_seconds[k] > 0) fprintf(f, " %s %.1f%%", op_kind_name(k), 100 * st->op_seconds[k] / total);
     if (e->x.comm->size > 1) fprintf(f, " collectives %.1f%%", 100 * st->comm_seconds / total);
     fputc('\n', f);
-    if (e->pl.pp > 1) pipeline_print(&e->pl, st, e->x.world->rank, e->layer0, e->layer1, f);
+    if (e->pl.pp > 1) pipeline_print(&e->pl, st, e->job->rank, e->layer0, e->layer1, f);
     engine_print_experts(e, f, true);
     if (e->x.comm->size == 1) return;
     /* what the fused ops' GEMMs did not hide shows here, apart from the GEMMs themselves */
-    fprintf(f, "waiting in collectives (rank %d):", e->x.world->rank);
+    fprintf(f, "waiting in collectives (rank %d):", e->job->rank);
     for (int k = STEP_ALL_REDUCE; k < STEP_KIND_COUNT; k++)
         if (st->waited_seconds[k] > 0) fprintf(f, " %s %.3f s", step_kind_name(k), st->waited_seconds[k]);
     if (e->x.ep.n_layers) fprintf(f, " all_to_all (experts) %.3f s", e->x.ep.waited_s);

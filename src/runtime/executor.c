@@ -96,7 +96,7 @@ int executor_init(executor *x, const float *inv_freq, int half, float rope_facto
         x->activation_bytes += bytes;
     }
     if (alloc_moe_scratch(x, err) || alloc_int8_send(x, err) ||
-        ep_init(&x->ep, p, x->comm->size, x->max_tokens, &x->activation_bytes, err))
+        ep_init(&x->ep, p, x->ep_comm->size, x->comm->size, x->max_tokens, &x->activation_bytes, err))
         return -1;
     return rope_table_init(&x->rope, inv_freq, half, rope_factor, x->max_ctx, err);
 }
@@ -381,8 +381,8 @@ static int run_ep_moe(executor *x, const plan_step *s, const loom_batch *b, loom
     float *out = value_at(x, s->out, &ldo);
     moe_shape sh = moe_shape_of(s);
     double t0 = omp_get_wtime(), comm0 = x->st.comm_seconds;
-    if (ep_moe_step(&x->ep, x->comm, &x->moe, s, &sh, in, ldx, logits, ldl, out, ldo, b->n_tokens, &x->st.experts,
-                    &x->st.comm_seconds, err))
+    if (ep_moe_step(&x->ep, x->ep_comm, x->comm, &x->moe, s, &sh, in, ldx, logits, ldl, out, ldo, b->n_tokens,
+                    &x->st.experts, &x->st.comm_seconds, err))
         return -1;
     if (x->profile) x->st.op_seconds[OP_MOE] += omp_get_wtime() - t0 - (x->st.comm_seconds - comm0);
     return 0;
@@ -419,6 +419,15 @@ int executor_run_pass(executor *x, const loom_batch *b, loom_err *err) {
     return kernel_scratch_check(err); /* a kernel that lost its scratch skipped its work: the pass failed */
 }
 
+int executor_run_idle(executor *x, loom_err *err) {
+    x->cur = &x->plans[0];
+    ep_begin_pass(&x->ep);
+    const loom_batch none = {0};
+    for (int i = 0; i < x->cur->p.n_steps; i++)
+        if (x->cur->p.steps[i].kind == STEP_EP_MOE && run_ep_moe(x, &x->cur->p.steps[i], &none, err)) return -1;
+    return 0;
+}
+
 void executor_take_logits(const executor *x, const loom_batch *b, float *logits, size_t vocab, const int32_t *at) {
     size_t ld;
     const float *out = value_at(x, x->cur->p.output, &ld);
@@ -428,5 +437,5 @@ void executor_take_logits(const executor *x, const loom_batch *b, float *logits,
 void executor_reset_stats(executor *x, bool profile) {
     x->profile = profile;
     memset(&x->st, 0, sizeof x->st);
-    ep_reset_stats(&x->ep, x->comm->size);
+    ep_reset_stats(&x->ep, x->ep_comm->size);
 }

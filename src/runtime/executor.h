@@ -29,8 +29,10 @@ typedef struct exec_stats {
 } exec_stats;
 
 typedef struct executor {
-    /* comm: the ranks of this stage, which TP shards across; world: the whole job */
-    loom_comm *comm, *world;
+    /* comm: the ranks of this stage of this replica, which TP shards across; world: this
+     * replica's ranks, every stage's (the job's, with one replica); ep_comm: the ranks a stage's
+     * experts are spread over (comm, or with data parallelism the stage's ranks of every replica) */
+    loom_comm *comm, *world, *ep_comm;
     int stage;
     engine_plan plans[2], *cur;
     int n_plans, sp_min_tokens; /* passes shorter than sp_min_tokens run plans[1] */
@@ -61,7 +63,7 @@ typedef struct executor {
 /* Allocates what the plans run on, once: their buffers, the KV pools of layers [layer0,
  * layer1), the RoPE tables for max_ctx positions (inverse frequencies inv_freq of
  * `half` rotary pairs, scaled by rope_factor), the experts' scratch and expert parallelism's
- * buffers. The caller has set comm, world, stage, the plans, the max_* sizes and the pool's. */
+ * buffers. The caller has set comm, world, ep_comm, stage, the plans, the max_* sizes and the pool's. */
 int executor_init(executor *x, const float *inv_freq, int half, float rope_factor, loom_err *err);
 /* Under pipeline stages: every captured slot from the stage that made it, to every rank (rows of
  * the pass just run). */
@@ -69,6 +71,10 @@ int executor_share_captures(executor *x, int rows, loom_err *err);
 void executor_free(executor *x);
 /* Runs this rank's steps over b: the whole pass, or its stage's part of it. */
 int executor_run_pass(executor *x, const loom_batch *b, loom_err *err);
+/* A pass of no tokens, for a replica with nothing to run while the others run theirs: only the
+ * expert-parallel steps, which route nothing of this rank's but still run its experts over the
+ * rows the other replicas send (data parallelism's lockstep). */
+int executor_run_idle(executor *x, loom_err *err);
 /* Copies the logit rows of the pass just run, vocab wide, into logits: its row i to row at[i]
  * (NULL: i). */
 void executor_take_logits(const executor *x, const loom_batch *b, float *logits, size_t vocab, const int32_t *at);

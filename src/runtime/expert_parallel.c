@@ -22,7 +22,7 @@ static int round_up(int n, int k) { return (n + k - 1) / k * k; }
  * index of an expert on the destination (-1: none) and, after those, their weights. */
 static int row_width(const moe_desc *d) { return d->hidden + 2 * d->top_k; }
 
-int ep_init(expert_parallel *x, const plan *p, int ranks, int max_tokens, size_t *bytes, loom_err *err) {
+int ep_init(expert_parallel *x, const plan *p, int ranks, int tp, int max_tokens, size_t *bytes, loom_err *err) {
     int widest = 0, hidden = 0, k = 0, n = ranks;
     for (int i = 0; i < p->n_steps; i++) {
         const plan_step *s = &p->steps[i];
@@ -33,9 +33,10 @@ int ep_init(expert_parallel *x, const plan *p, int ranks, int max_tokens, size_t
         k = s->op->moe->top_k > k ? s->op->moe->top_k : k;
     }
     if (!x->n_layers) return 0;
-    /* a rank sends at most each of its T_pad/n rows to each rank, and receives as many */
-    x->max_rows = round_up(max_tokens, n);
-    size_t rows = (size_t)x->max_rows, shard = rows / n;
+    /* a rank holds at most T_pad/tp rows, sends each at most once to each rank, and receives at
+     * most as many from each */
+    size_t shard = (size_t)round_up(max_tokens, tp) / tp, rows = shard * n;
+    x->max_rows = (int)rows;
     const char *what = "expert parallelism's buffers";
     size_t floats = rows * (2 * (size_t)widest + 2 * hidden);
     if (!(x->choice = mem_array(shard * k, sizeof *x->choice, what, err)) ||
@@ -124,12 +125,12 @@ static void count_layer(expert_parallel *x, const loom_comm *c, const moe_desc *
         }
 }
 
-int ep_moe_step(expert_parallel *x, loom_comm *c, moe_scratch *scratch, const plan_step *s, const moe_shape *route,
-                const float *in, size_t ldx, const float *logits, size_t ldl, float *out, size_t ldo, int n_tokens,
-                expert_work *work, double *comm_s, loom_err *err) {
+int ep_moe_step(expert_parallel *x, loom_comm *c, const loom_comm *tp, moe_scratch *scratch, const plan_step *s,
+                const moe_shape *route, const float *in, size_t ldx, const float *logits, size_t ldl, float *out,
+                size_t ldo, int n_tokens, expert_work *work, double *comm_s, loom_err *err) {
     const moe_desc *d = s->op->moe;
-    int n = c->size, shard = round_up(n_tokens, n) / n, k = d->top_k, H = d->hidden, W = row_width(d);
-    int real = n_tokens - c->rank * shard;
+    int n = c->size, shard = round_up(n_tokens, tp->size) / tp->size, k = d->top_k, H = d->hidden, W = row_width(d);
+    int real = n_tokens - tp->rank * shard;
     real = real < 0 ? 0 : real > shard ? shard : real; /* rows past the batch are padding */
     moe_shape sh = *route;
     moe_route(logits, ldl, real, &sh, x->choice, x->weight);

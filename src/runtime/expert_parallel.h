@@ -26,20 +26,22 @@ typedef struct expert_parallel {
     double waited_s; /* blocked in the all-to-alls (profile) */
 } expert_parallel;
 
-/* Sized for p's expert-parallel steps over `ranks` ranks and passes of up to max_tokens; adds
- * the bytes it holds to *bytes. Nothing to do (0) when p has none. */
-int ep_init(expert_parallel *x, const plan *p, int ranks, int max_tokens, size_t *bytes, loom_err *err);
+/* Sized for p's expert-parallel steps over `ranks` ranks (tp of them sharing a pass's tokens, the
+ * rest other replicas' ranks) and passes of up to max_tokens; adds the bytes it holds to *bytes.
+ * Nothing to do (0) when p has none. */
+int ep_init(expert_parallel *x, const plan *p, int ranks, int tp, int max_tokens, size_t *bytes, loom_err *err);
 void ep_free(expert_parallel *x);
 void ep_reset_stats(expert_parallel *x, int ranks);
 /* A pass begins: its expert-parallel steps count from the first layer again. */
 void ep_begin_pass(expert_parallel *x);
 
-/* An expert-parallel MoE step over a pass of n_tokens: route this rank's rows of in (router
- * logits in logits) with sh, dispatch, run this rank's experts (s->experts), combine into out.
- * Adds the experts' work to *work and the all-to-alls' time to *comm_s. */
-int ep_moe_step(expert_parallel *x, loom_comm *c, moe_scratch *scratch, const plan_step *s, const moe_shape *sh,
-                const float *in, size_t ldx, const float *logits, size_t ldl, float *out, size_t ldo, int n_tokens,
-                expert_work *work, double *comm_s, loom_err *err);
+/* An expert-parallel MoE step over a pass of n_tokens: route this rank's rows of in (its block
+ * of the pass's tokens among the tp ranks of `tp`; router logits in logits) with sh, dispatch
+ * over the expert group c, run this rank's experts (s->experts), combine into out. Adds the
+ * experts' work to *work and the all-to-alls' time to *comm_s. */
+int ep_moe_step(expert_parallel *x, loom_comm *c, const loom_comm *tp, moe_scratch *scratch, const plan_step *s,
+                const moe_shape *sh, const float *in, size_t ldx, const float *logits, size_t ldl, float *out,
+                size_t ldo, int n_tokens, expert_work *work, double *comm_s, loom_err *err);
 
 /* The report of engine_print_experts (runtime/profile.h): the experts' GEMM rate, and under expert parallelism
  * the rows each rank received per layer and the bytes between ranks. */

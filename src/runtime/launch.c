@@ -1,8 +1,8 @@
 /* Rank launching and supervision. shm: the calling process maps one arena for the job's
- * tp x pp ranks, forks one process per rank and waits for them; when one fails (exit code,
+ * tp x dp x pp ranks, forks one process per rank and waits for them; when one fails (exit code,
  * signal, or a collective's deadline) it stops the rest, first through the arena's abort flag,
- * then with SIGKILL, and reports the first failure with the rank, its stage and the phase it
- * was in. The arena is an anonymous mapping, so however the job ends nothing is left in
+ * then with SIGKILL, and reports the first failure with the rank, its replica and stage, and
+ * the phase it was in. The arena is an anonymous mapping, so however the job ends nothing is left in
  * /dev/shm. mpi: this process is one rank. */
 #include <errno.h>
 #include <signal.h>
@@ -50,8 +50,8 @@ static void describe(int status, char *out, size_t cap) {
     else snprintf(out, cap, "exited with status %d", WEXITSTATUS(status));
 }
 
-/* n ranks in stages of stage_size. */
-static int supervise(shm_arena *a, pid_t *pids, int n, int stage_size, loom_err *err) {
+/* The n ranks of a job of layout l. */
+static int supervise(shm_arena *a, pid_t *pids, int n, const comm_layout *l, loom_err *err) {
     int live = n, first = -1, first_status = 0;
     char first_phase[96] = "";
     double kill_at = 0;
@@ -85,8 +85,8 @@ static int supervise(shm_arena *a, pid_t *pids, int n, int stage_size, loom_err 
     if (first < 0) return 0;
     char who[32], how[128];
     describe(first_status, how, sizeof how);
-    loom_errf(err, "rank %s %s during '%s'; the other ranks were stopped",
-              comm_format_rank(first, stage_size, n, who, sizeof who), how, first_phase);
+    loom_errf(err, "rank %s %s during '%s'; the other ranks were stopped", comm_format_rank(first, l, who, sizeof who),
+              how, first_phase);
     return WIFSIGNALED(first_status) ? 128 + WTERMSIG(first_status) : WEXITSTATUS(first_status);
 }
 
@@ -96,10 +96,10 @@ static void forward_to_rank0(int sig) {
     if (rank0_pid > 0) kill(rank0_pid, sig);
 }
 
-static int launch_shm(const loom_launch_options *o, int pp, loom_rank_fn fn, void *arg, loom_err *err) {
-    int n = o->tp * pp;
-    shm_arena *a = shm_arena_create(n, o->tp, o->slot_bytes, o->timeout_s > 0 ? o->timeout_s : 60,
-                                    o->spin >= 0 ? o->spin : 2000, err);
+static int launch_shm(const loom_launch_options *o, const comm_layout *l, loom_rank_fn fn, void *arg, loom_err *err) {
+    int n = comm_layout_size(l);
+    shm_arena *a =
+        shm_arena_create(l, o->slot_bytes, o->timeout_s > 0 ? o->timeout_s : 60, o->spin >= 0 ? o->spin : 2000, err);
     if (!a) return 1;
     fflush(stdout);
     fflush(stderr);
@@ -128,7 +128,7 @@ static int launch_shm(const loom_launch_options *o, int pp, loom_rank_fn fn, voi
             sigaction(SIGTERM, &fwd, &old_term);
             sigaction(SIGINT, &fwd, &old_int);
         }
-        rc = supervise(a, pids, n, o->tp, err);
+        rc = supervise(a, pids, n, l, err);
         if (o->forward_signals) {
             sigaction(SIGTERM, &old_term, NULL);
             sigaction(SIGINT, &old_int, NULL);
@@ -146,10 +146,14 @@ int loom_launch(const loom_launch_options *o, loom_rank_fn fn, void *arg, loom_e
         loom_errf(err, "-pp %d: need at least one stage", o->pp);
         return 2;
     }
-    int pp = o->pp > 1 ? o->pp : 1;
+    if (o->dp < 0) {
+        loom_errf(err, "-dp %d: need at least one replica", o->dp);
+        return 2;
+    }
+    int pp = o->pp > 1 ? o->pp : 1, dp = o->dp > 1 ? o->dp : 1;
     if (!strcmp(be, "mpi")) {
 #if LOOM_HAVE_MPI
-        return comm_mpi_run(o->tp, pp, o->timeout_s > 0 ? o->timeout_s : 60, o->mpi_progress, fn, arg, err);
+        return comm_mpi_run(o->tp, dp, pp, o->timeout_s > 0 ? o->timeout_s : 60, o->mpi_progress, fn, arg, err);
 #else
         loom_errf(err, "--backend mpi: this build has no MPI backend (configured with -DLOOM_MPI=OFF)");
         return 2;
@@ -163,7 +167,8 @@ int loom_launch(const loom_launch_options *o, loom_rank_fn fn, void *arg, loom_e
         loom_errf(err, "-tp %d: need at least one rank", o->tp);
         return 2;
     }
-    if (o->tp * pp == 1 && !o->isolate) { /* no ranks to start: run here */
+    comm_layout l = {o->tp, dp, pp};
+    if (comm_layout_size(&l) == 1 && !o->isolate) { /* no ranks to start: run here */
         loom_comm *c = comm_local();
         if (!c) {
             loom_errf(err, "cannot allocate a communicator for one rank");
@@ -173,7 +178,7 @@ int loom_launch(const loom_launch_options *o, loom_rank_fn fn, void *arg, loom_e
         comm_free(c);
         return rc;
     }
-    return launch_shm(o, pp, fn, arg, err);
+    return launch_shm(o, &l, fn, arg, err);
 }
 
 int loom_comm_rank(const loom_comm *c) { return c->rank; }

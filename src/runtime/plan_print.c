@@ -162,12 +162,18 @@ static void print_ep_region(FILE *f, const plan *p, const plan_region *r) {
 }
 
 static void print_ep(FILE *f, const plan *p) {
-    int n = 0;
+    int n = 0, ranks = plan_ep_ranks(&p->o);
     for (int i = 0; i < p->n_regions; i++) n += p->regions[i].ep;
     fprintf(f,
             "\nexpert parallelism: %d ranks hold whole experts (contiguous, the first E %% %d ranks one more); "
             "attention and dense layers stay tensor-parallel; %d expert-parallel regions\n",
-            p->o.tp, p->o.tp, n);
+            ranks, ranks, n);
+    if (p->o.dp > 1)
+        fprintf(f,
+                "  the experts' group is a stage's ranks of all %d replicas (rank in it = replica x %d + tp rank): "
+                "each replica routes its own tokens, every all-to-all spans the %d ranks, and the replicas step "
+                "together, one with nothing to run joining with no rows of its own\n",
+                p->o.dp, p->o.tp, ranks);
     for (int i = 0; i < p->n_regions; i++)
         if (p->regions[i].ep) print_ep_region(f, p, &p->regions[i]);
 }
@@ -302,7 +308,7 @@ int loom_print_plan(loom_model *m, int tp, const loom_engine_options *o, FILE *f
     plan p;
     int pp, *first = engine_stages(m, o, &pp, err);
     if (!first) return -1;
-    plan_options po = engine_plan_options(m, o, tp, 0, pp, 0, first[0], first[1]);
+    plan_options po = engine_plan_options(m, o, tp, 0, 0, pp, 0, first[0], first[1]);
     if (plan_build(&p, m->tree, &po, err)) {
         free(first);
         return -1;
@@ -318,7 +324,12 @@ int loom_print_plan(loom_model *m, int tp, const loom_engine_options *o, FILE *f
     else
         fprintf(f, "model %s from %s: %d layers, hidden %d, %d heads (%d kv) of %d, vocab %d\n", m->cfg.arch, m->source,
                 m->cfg.n_layers, m->cfg.hidden, m->cfg.n_heads, m->cfg.n_kv_heads, m->cfg.head_dim, m->cfg.vocab);
-    if (tp == 1 && pp == 1) fprintf(f, "parallelism: tp=1 (single rank)\n");
+    if (p.o.dp > 1)
+        fprintf(f,
+                "data parallelism: %d replicas, each with its own %d rank%s, KV cache and sequences (job: %d ranks, "
+                "rank = (stage x %d + replica) x %d + tp rank)\n",
+                p.o.dp, tp * pp, tp * pp > 1 ? "s" : "", tp * pp * p.o.dp, p.o.dp, tp);
+    if (tp == 1 && pp == 1) fprintf(f, "parallelism: tp=1 (single rank)%s\n", p.o.dp > 1 ? " in each replica" : "");
     else if (tp == 1) fprintf(f, "parallelism: %d pipeline stages of one rank\n", pp);
     else
         fprintf(f,

@@ -1,0 +1,231 @@
+/* Data parallelism against the oracles. Replicas (-dp) run sequences of their own: replica d
+ * runs golden sequence d alone (its prefill, then one-token decode steps), its first rank
+ * writing its logits.
+ *  - The seed's run, and every mixture-of-experts golden where the heads divide: tp=2 x dp=2 with
+ *    the experts spread over all four ranks, EP and EP + SP bit-identical to each other and
+ *    within 1e-4 of transformers; olmoe over MPI bit-identical to shm, and in two pipeline
+ *    stages (tp=2 x dp=2 x pp=2, eight ranks) bit-identical to one.
+ *  - Dense models at dp=2: each sequence's logits bit-identical to dp=1's.
+ *  - An idle replica: replica 1 runs nothing while replica 0 runs both sequences one after the
+ *    other; its experts serve replica 0's tokens in empty passes, nothing hangs, and replica 0's
+ *    logits are as in the seed's run.
+ * `test_data_parallel CASE` runs one case; `--mpi-dump CASE MODE FILE` is what mpirun starts. */
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "comm/comm.h"
+#include "golden_util.h"
+
+#define ATOL 1e-4
+
+static const char *moe_cases[] = {"olmoe",      "mixtral",     "qwen2_moe",          "qwen3_moe",
+                                  "granitemoe", "deepseek_v2", "deepseek_v3_skewed", "ct_mixtral"};
+static const char *dense_cases[] = {"llama", "qwen2", "mistral", "gptq_llama"};
+
+typedef enum mode { MODE_EP, MODE_EP_SP, MODE_IDLE, MODE_DENSE } mode;
+static const char *mode_names[] = {"EP", "EP+SP", "EP, replica 1 idle", "dense"};
+
+typedef struct job {
+    loom_model *m;
+    const golden *g;
+    mode mode;
+    int tp, dp, pp;
+    float *out; /* shared with the forked ranks (MAP_SHARED), or local under MPI */
+} job;
+
+static loom_engine_options options(loom_comm *comm, mode md, int dp, int pp) {
+    loom_engine_options eo = golden_engine_options(comm);
+    eo.data_parallel = dp;
+    eo.pipeline_parallel = pp;
+    eo.expert_parallel = md != MODE_DENSE;
+    eo.sequence_parallel = md == MODE_EP_SP;
+    eo.sp_min_tokens = 0;
+    return eo;
+}
+
+/* Sequence s alone in slot 0: its prefill, then its decode steps one token each. */
+static int run_sequence(loom_engine *e, const golden *g, int s, float *out, loom_err *err) {
+    int32_t ids[32], pos[32], seq[32], rows[32];
+    for (int i = 0; i < g->n[s]; i++) ids[i] = g->ids[s][i], pos[i] = i, seq[i] = 0, rows[i] = i;
+    loom_engine_reset_seq(e, 0);
+    for (int t0 = 0; t0 < g->n[s];) {
+        int n = t0 ? 1 : g->prefill[s];
+        loom_batch b = {n, ids + t0, pos + t0, seq + t0, n, rows};
+        const float *lg;
+        if (loom_forward(e, &b, &lg, err)) return -1;
+        if (out) memcpy(out + (size_t)golden_row(g, s, t0) * g->vocab, lg, (size_t)n * g->vocab * sizeof *lg);
+        t0 += n;
+    }
+    return 0;
+}
+
+/* Sequence s's rows, from the replica's first rank that ran it (world rank `writer`) to every
+ * rank: under MPI the ranks share no memory, and world rank 0 writes the file. */
+static int share_rows(loom_comm *comm, const golden *g, int s, int writer, float *rows, loom_err *err) {
+    for (int i = 0; i < g->n[s]; i++)
+        if (comm_broadcast_floats(comm, writer, rows + (size_t)golden_row(g, s, i) * g->vocab, g->vocab, err))
+            return -1;
+    return 0;
+}
+
+static int rank_main(loom_comm *comm, void *arg) {
+    job *j = arg;
+    loom_err err = {{0}};
+    loom_engine_options eo = options(comm, j->mode, j->dp, j->pp);
+    loom_engine *e = loom_engine_new(j->m, &eo, &err);
+    size_t n = (size_t)golden_rows(j->g) * j->g->vocab;
+    float *mine = calloc(n, sizeof *mine);
+    int rc = e && mine ? 0 : -1;
+    loom_engine_stats st = {0};
+    if (e) loom_engine_get_stats(e, &st);
+    if (!rc && j->mode == MODE_IDLE) { /* replica 0 runs both sequences, replica 1 only serves its experts */
+        for (int s = 0; s < 2 && !rc && st.replica == 0; s++) rc = run_sequence(e, j->g, s, mine, &err);
+    } else {
+        for (int s = st.replica; s < 2 && !rc; s += st.replicas) rc = run_sequence(e, j->g, s, mine, &err);
+    }
+    if (!rc) rc = loom_engine_wait_replicas(e, &err);
+    for (int s = 0; s < 2 && !rc; s++) /* replica r's first rank is world rank r * tp */
+        rc = share_rows(comm, j->g, s, j->mode == MODE_IDLE ? 0 : (s % j->dp) * j->tp, mine, &err);
+    if (!rc && loom_comm_rank(comm) == 0) memcpy(j->out, mine, n * sizeof *mine);
+    if (rc) fprintf(stderr, "rank %d: %s\n", loom_comm_rank(comm), err.msg);
+    free(mine);
+    loom_engine_free(e);
+    return rc ? 1 : 0;
+}
+
+/* Logits of case `name` at tp x dp x pp in mode md over backend (munmap'd by the caller), or NULL. */
+static float *run(const char *name, const golden *g, int tp, int dp, int pp, mode md, const char *backend,
+                  loom_err *err) {
+    char dir[900];
+    golden_dir(dir, sizeof dir, name);
+    loom_model_options mo = {.path = dir, .dtype = golden_dtype(name)};
+    loom_model *m = loom_model_load(&mo, err);
+    if (!m) return NULL;
+    size_t bytes = (size_t)golden_rows(g) * g->vocab * sizeof(float);
+    job j = {m, g, md, tp, dp, pp, mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0)};
+    loom_engine_options eo = options(NULL, md, dp, pp);
+    return golden_launch_dp(m, tp, dp, pp, backend, &eo, rank_main, &j, j.out, bytes, err);
+}
+
+/* `--mpi-dump CASE MODE FILE`: tp=2 x dp=2 under mpirun */
+static int mpi_dump(const char *name, int md, const char *path) {
+    golden g;
+    if (golden_open(&g, name, "logits")) return 1;
+    loom_err err = {{0}};
+    float *out = run(name, &g, 2, 2, 1, (mode)md, "mpi", &err);
+    if (!out) fprintf(stderr, "test_data_parallel --mpi-dump %s: %s\n", name, err.msg);
+    golden_dump(out, (size_t)golden_rows(&g) * g.vocab, path);
+    golden_close(&g);
+    return out ? 0 : 1;
+}
+
+static void moe_case(const char *name) {
+    golden g;
+    if (golden_open(&g, name, "logits")) {
+        CHECK(0, "%s: cannot read golden data", name);
+        return;
+    }
+    loom_err err = {{0}};
+    int divide = golden_heads_divide(name, 2, &err);
+    CHECK(divide >= 0, "%s: %s", name, err.msg);
+    if (divide <= 0) {
+        if (!divide) printf("%-18s skipped: its attention heads do not split over tp=2\n", name);
+        golden_close(&g);
+        return;
+    }
+    size_t bytes = (size_t)golden_rows(&g) * g.vocab * sizeof(float);
+    float *ep = run(name, &g, 2, 2, 1, MODE_EP, "shm", &err);
+    CHECK(ep, "%s tp=2 x dp=2 EP: %s", name, err.msg);
+    float *ep_sp = run(name, &g, 2, 2, 1, MODE_EP_SP, "shm", &err);
+    CHECK(ep_sp, "%s tp=2 x dp=2 EP+SP: %s", name, err.msg);
+    double worst = ep ? golden_worst(&g, ep) : 1, worst_sp = ep_sp ? golden_worst(&g, ep_sp) : 1;
+    CHECK(worst <= ATOL, "%s tp=2 x dp=2 EP: max |logit diff| vs transformers %.3g", name, worst);
+    CHECK(worst_sp <= ATOL, "%s tp=2 x dp=2 EP+SP: max |logit diff| vs transformers %.3g", name, worst_sp);
+    bool same = ep && ep_sp && !memcmp(ep, ep_sp, bytes);
+    CHECK(same, "%s tp=2 x dp=2: EP+SP is not bit-identical to EP", name);
+    printf("%-18s tp=2 x dp=2: max |logit diff| vs transformers %.2e (EP), %.2e (EP+SP); EP+SP == EP: %s\n", name,
+           worst, worst_sp, same ? "yes" : "no");
+    if (!strcmp(name, "olmoe")) { /* the seed's model: an idle replica, two stages, and MPI */
+        float *idle = run(name, &g, 2, 2, 1, MODE_IDLE, "shm", &err);
+        double worst_idle = idle ? golden_worst(&g, idle) : 1;
+        CHECK(idle && worst_idle <= ATOL, "%s tp=2 x dp=2, replica 1 idle: %s (max |logit diff| %.3g)", name,
+              idle ? "logits off" : err.msg, worst_idle);
+        printf("%-18s tp=2 x dp=2, replica 1 idle throughout: max |logit diff| vs transformers %.2e\n", name,
+               worst_idle);
+        float *pp = run(name, &g, 2, 2, 2, MODE_EP_SP, "shm", &err);
+        CHECK(pp && ep_sp && !memcmp(pp, ep_sp, bytes),
+              "%s: EP+SP at tp=2 x dp=2 x pp=2 is not bit-identical to one stage: %s", name,
+              pp ? "they differ" : err.msg);
+        for (int md = MODE_EP; md <= MODE_EP_SP && mpi_available("test_data_parallel"); md++) {
+            char args[256];
+            snprintf(args, sizeof args, "%s %d", name, md);
+            size_t n = (size_t)golden_rows(&g) * g.vocab;
+            float *mpi = golden_mpi_run(4, args, n), *shm = md == MODE_EP ? ep : ep_sp;
+            CHECK(mpi && shm && !memcmp(mpi, shm, n * sizeof *mpi),
+                  "%s tp=2 x dp=2 %s: MPI logits are not bit-identical to shm", name, mode_names[md]);
+            free(mpi);
+        }
+        if (idle) munmap(idle, bytes);
+        if (pp) munmap(pp, bytes);
+    }
+    if (ep) munmap(ep, bytes);
+    if (ep_sp) munmap(ep_sp, bytes);
+    golden_close(&g);
+}
+
+static void dense_case(const char *name) {
+    golden g;
+    if (golden_open(&g, name, "logits")) {
+        CHECK(0, "%s: cannot read golden data", name);
+        return;
+    }
+    size_t bytes = (size_t)golden_rows(&g) * g.vocab * sizeof(float);
+    for (int tp = 1; tp <= 2; tp++) {
+        loom_err err = {{0}};
+        float *one = run(name, &g, tp, 1, 1, MODE_DENSE, "shm", &err);
+        CHECK(one, "%s tp=%d dp=1: %s", name, tp, err.msg);
+        float *two = run(name, &g, tp, 2, 1, MODE_DENSE, "shm", &err);
+        CHECK(two, "%s tp=%d dp=2: %s", name, tp, err.msg);
+        bool same = one && two && !memcmp(one, two, bytes);
+        CHECK(same, "%s tp=%d: dp=2's logits are not bit-identical to dp=1's", name, tp);
+        double worst = two ? golden_worst(&g, two) : 1;
+        CHECK(golden_reduced(name) || worst <= ATOL, "%s tp=%d dp=2: max |logit diff| vs transformers %.3g", name, tp,
+              worst);
+        printf("%-18s tp=%d x dp=2: each sequence == dp=1: %s; max |logit diff| vs transformers %.2e\n", name, tp,
+               same ? "yes" : "no", worst);
+        if (one) munmap(one, bytes);
+        if (two) munmap(two, bytes);
+    }
+    golden_close(&g);
+}
+
+/* Refusals: a MoE model at -dp without expert parallelism, and a job started with another layout. */
+static void check_refusals(void) {
+    char dir[900];
+    golden_dir(dir, sizeof dir, "olmoe");
+    loom_model_options mo = {.path = dir, .dtype = "float32"};
+    loom_err err = {{0}};
+    loom_model *m = loom_model_load(&mo, &err);
+    CHECK(m, "olmoe: %s", err.msg);
+    if (!m) return;
+    loom_engine_options eo = options(NULL, MODE_DENSE, 2, 1);
+    CHECK(loom_check_sharding(m, 2, &eo, &err) && strstr(err.msg, "--enable-expert-parallel"),
+          "olmoe at -dp 2 without expert parallelism must be refused, naming the flag: '%s'", err.msg);
+    eo.data_parallel = 2, eo.expert_parallel = true;
+    CHECK(!loom_engine_new(m, &eo, &err) && strstr(err.msg, "-dp 2 x -pp 1: the job's 1 ranks were started as"),
+          "an engine asking for -dp 2 on one rank must be refused: '%s'", err.msg);
+    loom_model_free(m);
+}
+
+int main(int argc, char **argv) {
+    if (argc == 5 && !strcmp(argv[1], "--mpi-dump")) return mpi_dump(argv[2], atoi(argv[3]), argv[4]);
+    check_cpu_variant();
+    if (argc < 2) check_refusals();
+    for (size_t c = 0; c < sizeof moe_cases / sizeof *moe_cases; c++)
+        if (argc < 2 || !strcmp(argv[1], moe_cases[c])) moe_case(moe_cases[c]);
+    for (size_t c = 0; c < sizeof dense_cases / sizeof *dense_cases; c++)
+        if (argc < 2 || !strcmp(argv[1], dense_cases[c])) dense_case(dense_cases[c]);
+    return check_done();
+}
