@@ -143,7 +143,8 @@ LOOM_API void loom_engine_free(loom_engine *e);
 
 /* One forward pass over a flattened batch: token i is ids[i] at position pos[i] of sequence
  * seq[i] (tokens of a sequence contiguous, in order; a sequence's positions continue from
- * what its KV cache holds). Logits are returned for rows logit_rows[0..n_logits) (indices into
+ * what its KV cache holds). A batch of no tokens runs nothing (with replicas in lockstep, an
+ * empty pass: see data_parallel). Logits are returned for rows logit_rows[0..n_logits) (indices into
  * the batch) as a [n_logits, vocab] array owned by the engine, valid until the next call. */
 typedef struct loom_batch {
     int n_tokens;
@@ -228,6 +229,10 @@ LOOM_API int loom_comm_size(const loom_comm *c);
 LOOM_API size_t loom_comm_slot_bytes(const loom_model *m, int tp, const loom_engine_options *o);
 /* all[r * n + i] = rank r's mine[i], on every rank (small metadata, e.g. per-rank figures). */
 LOOM_API int loom_comm_all_gather(loom_comm *c, const float *mine, int n, float *all, loom_err *err);
+/* n floats from this rank to rank dst of c / from rank src, in the order sent (a data-parallel
+ * replica's logits to the server's rank 0); a receive of another size is an error naming both. */
+LOOM_API int loom_comm_send_floats(loom_comm *c, int dst, const float *buf, size_t n, loom_err *err);
+LOOM_API int loom_comm_recv_floats(loom_comm *c, int src, float *buf, size_t n, loom_err *err);
 /* Rank 0's buf[0..n) to every rank (a server's step message to the other ranks). */
 LOOM_API int loom_comm_broadcast_ints(loom_comm *c, int32_t *buf, int n, loom_err *err);
 /* What this rank is doing, for the message when a peer dies or a collective times out. */
@@ -388,6 +393,15 @@ LOOM_API void loom_engine_reset_stats(loom_engine *e);
  * with async TP what was fused; with pipeline stages each stage's layers, ranks and what
  * crosses each boundary) to f. */
 LOOM_API int loom_print_plan(loom_model *m, int tp, const loom_engine_options *o, FILE *f, loom_err *err);
+
+/* A data-parallel server's scheduler decides for replicas it does not run. A mirror is an engine
+ * that runs nothing: it keeps the KV cache bookkeeping of an engine like `like` (a pool of the
+ * same blocks, the same sequences), changed by the same calls (loom_engine_reset_seq,
+ * loom_engine_attach_prefix, loom_engine_truncate_seq), and loom_forward on it checks a batch
+ * and records it as the engine would, without computing (no logits). Given every call the
+ * replica's engines get, in the same order, it takes their decisions (loom_engine_match_prefix,
+ * loom_engine_get_kv_stats) without being told them. */
+LOOM_API loom_engine *loom_engine_mirror_new(const loom_engine *like, loom_err *err);
 
 /* Forgets what sequence slot `seq` holds (its positions restart at 0) and gives its KV cache
  * blocks back to the pool; with prefix caching, its full blocks stay cached there until their

@@ -653,6 +653,130 @@ static void over_mpi(void) {
     CHECK(stop_via(&s, s.rank0, SIGTERM, 60) == 0, "the MPI job did not exit 0 after SIGTERM to rank 0");
 }
 
+/* A labelled metric's value (`loom:NAME{...LABEL...} v`), or -1. */
+static double metric_with(int port, const char *name, const char *label) {
+    reply r = call(port, "GET", "/metrics", NULL);
+    double v = -1;
+    char pat[128];
+    snprintf(pat, sizeof pat, "\nloom:%s{", name);
+    for (const char *p = r.body; p && (p = strstr(p, pat)); p++) {
+        const char *end = strchr(p, '}'), *at = strstr(p, label);
+        if (end && at && at < end) {
+            v = atof(end + 1);
+            break;
+        }
+    }
+    reply_free(&r);
+    return v;
+}
+
+/* A completion request with one extra header line (e.g. "X-data-parallel-rank: 1\r\n"). */
+static completion complete_with(int port, const char *header, const char *body) {
+    char head[512];
+    int h = snprintf(head, sizeof head, "POST /v1/completions HTTP/1.0\r\n%sContent-Length: %zu\r\n\r\n", header,
+                     strlen(body));
+    char *raw = malloc(h + strlen(body) + 1);
+    memcpy(raw, head, h);
+    memcpy(raw + h, body, strlen(body));
+    reply r = request_raw(connect_to(port), raw, h + strlen(body));
+    free(raw);
+    completion c = parse_completion(r.status, r.body);
+    if (r.status != 200) c.status = r.status, snprintf(c.text, sizeof c.text, "%s", r.body ? r.body : "");
+    reply_free(&r);
+    return c;
+}
+
+/* The "tokens" list of a completion's answer with logprobs (ids as "token_id:N" without a
+ * tokenizer); malloc'd. */
+static char *tokens_of(const char *resp) {
+    const char *p = resp ? strstr(resp, "\"tokens\":[") : NULL, *end = p ? strchr(p, ']') : NULL;
+    return p && end ? strndup(p, (size_t)(end - p + 1)) : strdup("(none)");
+}
+
+static char *completion_tokens(int port, const char *body) {
+    reply r = call(port, "POST", "/v1/completions", body);
+    char *out = tokens_of(r.body);
+    reply_free(&r);
+    return out;
+}
+
+/* -dp 2: two replicas of one rank each. Every request gets dp=1's text; concurrent requests
+ * spread over both replicas; the X-data-parallel-rank header pins one (a bad one is a 400); a
+ * prompt cached on a replica brings its repeat there. Then olmoe at -tp 2 -dp 2 with its experts
+ * spread over all four ranks (EP + SP, the replicas stepping together): the same greedy tokens
+ * as one rank. */
+static void data_parallel(void) {
+    server s;
+    if (start(&s, "-dp 2 --block-size 32 --max-model-len 256")) {
+        CHECK(0, "the -dp 2 server did not start");
+        return;
+    }
+    completions_match_run(s.port, "-p 'The robot' -n 24 --ignore-eos");
+    enum { N = 4 };
+    int fds[N];
+    double before[2] = {metric_with(s.port, "data_parallel_requests_total", "engine=\"0\""),
+                        metric_with(s.port, "data_parallel_requests_total", "engine=\"1\"")};
+    for (int i = 0; i < N; i++)
+        fds[i] = post_completion(s.port, "{\"prompt\":\"The robot\",\"max_tokens\":24,\"temperature\":0,"
+                                         "\"ignore_eos\":true}");
+    char *want = loom_run("-p 'The robot' -n 24 --ignore-eos");
+    for (int i = 0; i < N; i++) {
+        char *resp = read_all(fds[i]), text[4096] = "";
+        close(fds[i]);
+        const char *body = strstr(resp, "\r\n\r\n");
+        CHECK(body && !json_str(body, "text", text, sizeof text) && !strcmp(text, want),
+              "concurrent request %d under -dp 2: '%s', not '%s'", i, text, want);
+        free(resp);
+    }
+    free(want);
+    double after[2] = {metric_with(s.port, "data_parallel_requests_total", "engine=\"0\""),
+                       metric_with(s.port, "data_parallel_requests_total", "engine=\"1\"")};
+    CHECK(after[0] - before[0] >= 1 && after[1] - before[1] >= 1 && after[0] + after[1] - before[0] - before[1] == N,
+          "%d concurrent requests went %g to replica 0 and %g to replica 1", N, after[0] - before[0],
+          after[1] - before[1]);
+    char *body = ids_body(2 * 32 + 10, 11, 8);
+    completion pinned = complete_with(s.port, "X-data-parallel-rank: 1\r\n", body);
+    CHECK(pinned.status == 200 && metric_with(s.port, "data_parallel_requests_total", "engine=\"1\"") == after[1] + 1,
+          "a request pinned to replica 1: %d %s", pinned.status, pinned.text);
+    completion again = complete(s.port, body);
+    CHECK(again.status == 200 && again.cached == 64 && !strcmp(again.text, pinned.text) &&
+              metric(s.port, "data_parallel_prefix_routed_total") == 1,
+          "its repeat: cached %d tokens (want 64, on replica 1), prefix-routed %g, text '%s' vs '%s'", again.cached,
+          metric(s.port, "data_parallel_prefix_routed_total"), again.text, pinned.text);
+    free(body);
+    completion bad = complete_with(s.port, "X-data-parallel-rank: 2\r\n", "{\"prompt\":\"x\",\"max_tokens\":2}");
+    CHECK(bad.status == 400 && strstr(bad.text, "X-data-parallel-rank"), "a pin to replica 2 of 2: %d %s", bad.status,
+          bad.text);
+    CHECK(stop(&s, SIGTERM, 30) == 0, "the -dp 2 server did not exit 0 on SIGTERM");
+
+    const char *ask = "{\"prompt\":[5,6,7,8,9,10,11],\"max_tokens\":12,\"temperature\":0,\"logprobs\":1}";
+    char *one = NULL, *many[N] = {0};
+    if (!start(&s, "-m " LOOM_SOURCE_DIR "/tests/golden/olmoe --dtype float32")) {
+        one = completion_tokens(s.port, ask);
+        CHECK(stop(&s, SIGTERM, 30) == 0, "the olmoe server did not exit 0 on SIGTERM");
+    } else CHECK(0, "the olmoe server did not start");
+    if (start(&s, "-m " LOOM_SOURCE_DIR "/tests/golden/olmoe --dtype float32 -tp 2 -dp 2 "
+                  "--enable-expert-parallel --enable-sequence-parallel --sp-min-tokens 0")) {
+        CHECK(0, "the olmoe -tp 2 -dp 2 server did not start");
+        free(one);
+        return;
+    }
+    for (int i = 0; i < N; i++) fds[i] = post_completion(s.port, ask); /* at once: both replicas run */
+    for (int i = 0; i < N; i++) {
+        char *resp = read_all(fds[i]);
+        close(fds[i]);
+        many[i] = tokens_of(resp);
+        free(resp);
+    }
+    for (int i = 0; i < N; i++) {
+        CHECK(one && strstr(one, "token_id:") && !strcmp(many[i], one),
+              "olmoe -tp 2 -dp 2 EP+SP request %d: %s, one rank: %s", i, many[i], one ? one : "(none)");
+        free(many[i]);
+    }
+    free(one);
+    CHECK(stop(&s, SIGTERM, 30) == 0, "the olmoe -tp 2 -dp 2 server did not exit 0 on SIGTERM");
+}
+
 /* A chat template outside the supported subset stops start-up, naming the construct. */
 static void bad_template(void) {
     char path[128], cmd[512];
@@ -834,6 +958,7 @@ int main(void) {
     speculative_eagle3();
     ranks();
     stages();
+    data_parallel();
     over_mpi();
     return check_done();
 }

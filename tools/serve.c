@@ -95,13 +95,6 @@ int cli_serve(int argc, char **argv) {
             return 2;
         }
     }
-    if (c.dp > 1) { /* the scheduler has one replica's sequences; balancing over replicas comes next */
-        fprintf(stderr,
-                "loom serve: -dp %d: the server runs one replica for now (data parallelism runs in run, "
-                "verify, bench latency and plan)\n",
-                c.dp);
-        return 2;
-    }
     if (!j.so.max_num_batched_tokens) j.so.max_num_batched_tokens = default_batched_tokens(&c, j.so.max_num_seqs);
     if (j.so.max_num_batched_tokens < j.so.max_num_seqs) {
         fprintf(stderr,

@@ -466,3 +466,13 @@ static loom_comm *local_new(loom_err *err) {
 }
 
 loom_comm *comm_local(void) { return local_new(NULL); }
+
+int loom_comm_send_floats(loom_comm *c, int dst, const float *buf, size_t n, loom_err *err) {
+    return n > INT32_MAX ? loom_errf(err, "a message of %zu floats is too large", n)
+                         : comm_send_rows(c, dst, buf, n, 1, (int)n, err);
+}
+
+int loom_comm_recv_floats(loom_comm *c, int src, float *buf, size_t n, loom_err *err) {
+    return n > INT32_MAX ? loom_errf(err, "a message of %zu floats is too large", n)
+                         : comm_recv_rows(c, src, buf, n, 1, (int)n, err);
+}

@@ -115,9 +115,10 @@ size_t loom_comm_slot_bytes(const loom_model *m, int tp, const loom_engine_optio
     loom_err err;
     int tokens, logits;
     engine_rows(o, &tokens, &logits);
-    /* pipeline: a stage sends at most every token's hidden state, and the last broadcasts logits */
+    /* pipeline: a stage sends at most every token's hidden state, and the last broadcasts logits;
+     * a server's replica sends rank 0 its logits */
     size_t pipe = o->pipeline_parallel > 1 ? (size_t)round_up(tokens, tp) * stage_hidden_width(m->tree) : 0;
-    if (o->pipeline_parallel > 1 && (size_t)logits * m->cfg.head_vocab > pipe)
+    if ((o->pipeline_parallel > 1 || engine_replicas(o) > 1) && (size_t)logits * m->cfg.head_vocab > pipe)
         pipe = (size_t)logits * m->cfg.head_vocab;
     plan_options po = engine_plan_options(m, o, tp, 0, 0, 1, 0, 0, 0);
     if (plan_build(&p, m->tree, &po, &err)) return 0;
@@ -311,6 +312,22 @@ fail:
     return NULL;
 }
 
+loom_engine *loom_engine_mirror_new(const loom_engine *like, loom_err *err) {
+    loom_engine *e = mem_zalloc(1, sizeof *e, "an engine's mirror", err);
+    if (!e) return NULL;
+    *e = (loom_engine){.model = like->model,
+                       .max_seqs = like->max_seqs,
+                       .max_ctx = like->max_ctx,
+                       .max_tokens = like->max_tokens,
+                       .max_logits = like->max_logits,
+                       .mirror = true};
+    const kv_cache *kv = &like->kv;
+    if (!kv_cache_init(&e->kv, kv->n_blocks, kv->block_size, kv->max_seqs, like->max_ctx, kv->prefix_caching, err))
+        return e;
+    free(e);
+    return NULL;
+}
+
 void loom_engine_free(loom_engine *e) {
     if (!e) return;
     pipeline_free(&e->pl);
@@ -329,22 +346,11 @@ void loom_engine_reset_seq(loom_engine *e, int seq) {
     if (seq >= 0 && seq < e->max_seqs) kv_cache_release(&e->kv, seq);
 }
 
-void loom_engine_get_kv_stats(const loom_engine *e, loom_kv_stats *st) {
-    const kv_cache *c = &e->kv;
-    *st = (loom_kv_stats){.block_size = c->block_size,
-                          .blocks = c->n_blocks,
-                          .blocks_used = c->n_blocks - c->n_free,
-                          .blocks_cached = c->n_indexed,
-                          .evicted = c->evicted};
-}
+void loom_engine_get_kv_stats(const loom_engine *e, loom_kv_stats *st) { kv_cache_get_stats(&e->kv, st); }
 
 int loom_engine_match_prefix(const loom_engine *e, const int32_t *tokens, int n, int32_t *blocks) {
     return kv_cache_match(&e->kv, tokens, n, blocks);
 }
-
-/* Whether token r of b is the last of its sequence's run (check_batch keeps each sequence's
- * tokens in one run). */
-static bool run_ends(const loom_batch *b, int r) { return r + 1 == b->n_tokens || b->seq[r + 1] != b->seq[r]; }
 
 int loom_engine_attach_prefix(loom_engine *e, int seq, const int32_t *blocks, int n, loom_err *err) {
     return kv_cache_attach(&e->kv, seq, blocks, n, err);
@@ -388,9 +394,9 @@ int loom_engine_wait_replicas(loom_engine *e, loom_err *err) {
 
 /* Rejects a batch the kernels could not run correctly, before anything is written. */
 static int check_batch(const loom_engine *e, const loom_batch *b, loom_err *err) {
-    if (b->n_tokens == 0 && lockstep(e)) return b->n_logits ? loom_errf(err, "logits asked of an empty pass") : 0;
-    if (b->n_tokens <= 0 || b->n_tokens > e->max_tokens)
-        return loom_errf(err, "batch of %d tokens (engine holds 1..%d)", b->n_tokens, e->max_tokens);
+    if (b->n_tokens == 0) return b->n_logits ? loom_errf(err, "%d logit rows asked of an empty batch", b->n_logits) : 0;
+    if (b->n_tokens < 0 || b->n_tokens > e->max_tokens)
+        return loom_errf(err, "batch of %d tokens (engine holds up to %d)", b->n_tokens, e->max_tokens);
     if (e->reads_rows && !e->x.rows_in)
         return loom_errf(err, "%s reads a hidden state beside each token id: it runs as a speculative draft",
                          e->model->cfg.arch);
@@ -414,9 +420,7 @@ static int check_batch(const loom_engine *e, const loom_batch *b, loom_err *err)
     for (int i = 0; i < b->n_logits; i++)
         if (b->logit_rows[i] < 0 || b->logit_rows[i] >= b->n_tokens)
             return loom_errf(err, "logit row %d: %d is not a token of the batch", i, b->logit_rows[i]);
-    int need = 0;
-    for (int r = 0; r < b->n_tokens; r++)
-        if (run_ends(b, r)) need += kv_cache_blocks_needed(&e->kv, b->seq[r], b->pos[r] + 1);
+    int need = kv_cache_batch_needs(&e->kv, b);
     if (need > e->kv.n_free)
         return loom_errf(err,
                          "the KV cache is full: the batch needs %d more blocks of %d positions and %d of the %d "
@@ -436,10 +440,14 @@ int engine_forward_rows(loom_engine *e, const loom_batch *b, const float *rows_i
 int loom_forward(loom_engine *e, const loom_batch *b, const float **logits, loom_err *err) {
     if (check_batch(e, b, err)) return -1;
     *logits = e->logits;
+    if (e->mirror) { /* what the engine it mirrors does to its blocks, and nothing more */
+        kv_cache_grow_batch(&e->kv, b);
+        kv_cache_written_batch(&e->kv, b);
+        return 0;
+    }
     if (lockstep(e) && agree_counts(e, b->n_tokens, err)) return -1;
-    if (!b->n_tokens) return e->busy ? executor_run_idle(&e->x, err) : 0;
-    for (int r = 0; r < b->n_tokens; r++) /* the blocks the kernels write are in the tables before the pass */
-        if (run_ends(b, r)) kv_cache_grow(&e->kv, b->seq[r], b->pos[r] + 1);
+    if (!b->n_tokens) return lockstep(e) && e->busy ? executor_run_idle(&e->x, err) : 0;
+    kv_cache_grow_batch(&e->kv, b); /* the blocks the kernels write are in the tables before the pass */
     size_t vocab = e->model->cfg.head_vocab;
     if (e->pl.pp > 1) {
         if (pipeline_forward(&e->pl, &e->x, b, e->logits, vocab, err)) return -1;
@@ -447,12 +455,7 @@ int loom_forward(loom_engine *e, const loom_batch *b, const float **logits, loom
         if (executor_run_pass(&e->x, b, err)) return -1;
         executor_take_logits(&e->x, b, e->logits, vocab, NULL);
     }
-    for (int r = 0, r0 = 0; r < b->n_tokens; r++) /* each sequence's run of tokens, now in its blocks */
-        if (run_ends(b, r)) {
-            kv_cache_written(&e->kv, b->seq[r], b->pos[r0], b->ids + r0, r + 1 - r0);
-            r0 = r + 1;
-        }
-    *logits = e->logits;
+    kv_cache_written_batch(&e->kv, b); /* each sequence's run of tokens, now in its blocks */
     return e->after_pass ? e->after_pass(e->after_pass_user, b, err) : 0;
 }
 

@@ -25,6 +25,7 @@ struct loom_engine {
     kv_cache kv; /* whose blocks hold each sequence's positions */
     float *logits;
     bool reads_rows; /* the tree takes rows beside the ids (engine_forward_rows) */
+    bool mirror;     /* loom_engine_mirror_new's: bookkeeping only, nothing runs */
     /* called after every pass with its batch (an Eagle3 speculator takes the pass's hidden
      * states from the captures); a failure fails the pass */
     int (*after_pass)(void *user, const loom_batch *b, loom_err *err);

@@ -34,6 +34,10 @@ static size_t decode_bytes(const loom_engine *e) {
 
 void loom_engine_get_stats(const loom_engine *e, loom_engine_stats *st) {
     const executor *x = &e->x;
+    if (e->mirror) { /* no ranks, plans or buffers: its sizes */
+        *st = (loom_engine_stats){.max_seqs = e->max_seqs, .max_ctx = e->max_ctx, .max_tokens = e->max_tokens};
+        return;
+    }
     *st = (loom_engine_stats){
         .rank = e->job->rank,
         .ranks = e->job->size,

@@ -211,3 +211,34 @@ int kv_cache_attach(kv_cache *c, int seq, const int32_t *blocks, int n, loom_err
     c->len[seq] = n * c->block_size;
     return 0;
 }
+
+/* Whether token r of b is the last of its sequence's run. */
+static bool run_ends(const loom_batch *b, int r) { return r + 1 == b->n_tokens || b->seq[r + 1] != b->seq[r]; }
+
+int kv_cache_batch_needs(const kv_cache *c, const loom_batch *b) {
+    int need = 0;
+    for (int r = 0; r < b->n_tokens; r++)
+        if (run_ends(b, r)) need += kv_cache_blocks_needed(c, b->seq[r], b->pos[r] + 1);
+    return need;
+}
+
+void kv_cache_grow_batch(kv_cache *c, const loom_batch *b) {
+    for (int r = 0; r < b->n_tokens; r++)
+        if (run_ends(b, r)) kv_cache_grow(c, b->seq[r], b->pos[r] + 1);
+}
+
+void kv_cache_written_batch(kv_cache *c, const loom_batch *b) {
+    for (int r = 0, r0 = 0; r < b->n_tokens; r++)
+        if (run_ends(b, r)) {
+            kv_cache_written(c, b->seq[r], b->pos[r0], b->ids + r0, r + 1 - r0);
+            r0 = r + 1;
+        }
+}
+
+void kv_cache_get_stats(const kv_cache *c, loom_kv_stats *st) {
+    *st = (loom_kv_stats){.block_size = c->block_size,
+                          .blocks = c->n_blocks,
+                          .blocks_used = c->n_blocks - c->n_free,
+                          .blocks_cached = c->n_indexed,
+                          .evicted = c->evicted};
+}

@@ -10,6 +10,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "loom.h"
 #include "util/err.h"
 
 /* A full block's key: a 128-bit hash of its predecessor's key and its own tokens, so it names
@@ -66,6 +67,13 @@ void kv_cache_release(kv_cache *c, int seq);
  * (room for n / block_size); their count. Keys are compared in full and so are the tokens, so a
  * hash collision is a miss, never wrong K and V. Changes nothing. */
 int kv_cache_match(const kv_cache *c, const int32_t *tokens, int n, int32_t *blocks);
+/* A batch's sequences (each one's tokens contiguous, loom_forward's rule): the blocks they need
+ * from the free list; then, before its pass, the blocks given to them; after it, what they
+ * wrote. A server's scheduler keeps a copy of a replica's bookkeeping the same way. */
+int kv_cache_batch_needs(const kv_cache *c, const loom_batch *b);
+void kv_cache_grow_batch(kv_cache *c, const loom_batch *b);
+void kv_cache_written_batch(kv_cache *c, const loom_batch *b);
+void kv_cache_get_stats(const kv_cache *c, loom_kv_stats *st);
 /* Empty sequence seq starts with full blocks blocks[0..n) (from kv_cache_match, here or on
  * rank 0): it holds n * block_size positions. */
 int kv_cache_attach(kv_cache *c, int seq, const int32_t *blocks, int n, loom_err *err);

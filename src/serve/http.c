@@ -290,6 +290,16 @@ static enum MHD_Result answer_when_done(server *srv, struct MHD_Connection *c, c
     return send_body(c, MHD_HTTP_OK, body, "application/json");
 }
 
+/* The replica the X-data-parallel-rank header pins a request to: -1 without one, -2 when it is
+ * not a number (replicas_submit refuses anything but -1 and a replica). */
+static int pinned_replica(struct MHD_Connection *c) {
+    const char *v = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-data-parallel-rank");
+    if (!v) return -1;
+    char *end;
+    long d = strtol(v, &end, 10);
+    return end == v || *end || d < 0 || d > 1 << 20 ? -2 : (int)d;
+}
+
 static enum MHD_Result generate(server *srv, struct MHD_Connection *c, conn *k, req_kind kind, upload *u) {
     api_error e = {0};
     request *r = api_parse_generate(srv, kind, u->body ? u->body : "", u->len, &e);
@@ -304,7 +314,7 @@ static enum MHD_Result generate(server *srv, struct MHD_Connection *c, conn *k, 
     }
     r->created = time(NULL);
     pthread_mutex_lock(&srv->lock);
-    int status = sched_submit(srv->sch, r, e.msg, sizeof e.msg);
+    int status = replicas_submit(srv, r, pinned_replica(c), e.msg, sizeof e.msg);
     if (status) {
         request_unref(r);
         pthread_mutex_unlock(&srv->lock);
@@ -378,7 +388,7 @@ static enum MHD_Result route(server *srv, struct MHD_Connection *c, conn *k, con
     }
     case METRICS:
         pthread_mutex_lock(&srv->lock);
-        sched_gauges(srv->sch, &srv->met);
+        replicas_gauges(srv, &srv->met);
         out = metrics_text(&srv->met, srv->o->served_name);
         pthread_mutex_unlock(&srv->lock);
         return send_body(c, MHD_HTTP_OK, out, "text/plain; version=0.0.4");

@@ -108,6 +108,17 @@ char *metrics_text(const metrics *m, const char *model_name) {
             put(&t, "loom:spec_decode_num_accepted_tokens_per_pos_total{%s,position=\"%d\"} %ld\n", label, i,
                 m->spec.accepted_at[i]);
     }
+    if (m->dp > 1) {
+        put(&t, "# HELP loom:data_parallel_requests_total Requests given to each data-parallel replica.\n"
+                "# TYPE loom:data_parallel_requests_total counter\n");
+        for (int d = 0; d < m->dp && d < METRICS_MAX_REPLICAS; d++)
+            put(&t, "loom:data_parallel_requests_total{%s,engine=\"%d\"} %llu\n", label, d,
+                (unsigned long long)m->routed[d]);
+        scalar(&t, "data_parallel_prefix_routed_total", "counter",
+               "Requests given to another replica than the least loaded, for the cached prefix of their prompt "
+               "it holds.",
+               label, (double)m->routed_prefix);
+    }
     hist(&t, "time_to_first_token_seconds", "Time from arrival to the first generated token.", label, &m->ttft);
     hist(&t, "inter_token_latency_seconds", "Time between consecutive generated tokens.", label, &m->itl);
     hist(&t, "e2e_request_latency_seconds", "Time from arrival to the last token.", label, &m->e2e);

@@ -10,7 +10,8 @@
 
 #include "loom.h"
 
-#define HIST_BUCKETS 14
+#define HIST_BUCKETS         14
+#define METRICS_MAX_REPLICAS 64
 
 typedef struct histogram {
     const double *bounds; /* upper bounds of the buckets, ascending; +Inf implied */
@@ -27,6 +28,10 @@ typedef struct metrics {
     uint64_t finished_stop, finished_length, finished_abort, failed;
     histogram ttft, itl, e2e;
     loom_spec_stats spec; /* speculative decoding's counters (spec.k 0: none) */
+    /* data parallelism (dp > 1): requests given to each replica, and of them those whose replica
+     * was chosen for a cached prefix of their prompt */
+    int dp;
+    uint64_t routed[METRICS_MAX_REPLICAS], routed_prefix;
 } metrics;
 
 void metrics_init(metrics *m, int slots_total);

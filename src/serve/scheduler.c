@@ -13,9 +13,13 @@
  * request's slot is forgotten on every rank when it finishes, hits the context limit, is
  * preempted or its client leaves.
  *
- * The scheduler thread holds the server lock while it reads and updates requests, and lets
- * it go while the engine runs, so HTTP threads queue and stream meanwhile. Everything a step
- * needs is allocated here once; requests allocate their own output as it grows. */
+ * One scheduler serves one data-parallel replica (replicas.c runs them together). It decides
+ * on its own mirror of the replica's KV bookkeeping (`book`): every change it makes goes into the
+ * step's message, and each of the replica's ranks, rank 0's own engine included, applies it
+ * before the step's tokens (steps.c), so the copies agree. The scheduler thread holds the server
+ * lock while it reads and updates requests, and lets it go while the engine runs, so HTTP
+ * threads queue and stream meanwhile. Everything a step needs is allocated here once; requests
+ * allocate their own output as it grows. */
 #include "serve/scheduler.h"
 
 #include <math.h>
@@ -38,15 +42,15 @@ typedef struct verify_group {
 
 struct sched {
     server *srv;
-    loom_engine *e;
-    loom_comm *comm;
+    int replica;
+    loom_engine *book; /* the replica's KV bookkeeping (a mirror of its engines: loom_engine_mirror_new) */
     int max_seqs, max_tokens, max_queue;
     request **queue; /* waiting, FIFO ring of max_queue + max_seqs (room for the preempted) */
     int q_head, q_len, q_cap;
     request **running; /* in admission order (prefill priority) */
     int n_running;
     bool *slot_used;
-    step st;
+    step *st;             /* this replica's in the round */
     verify_group *groups; /* [max_seqs] the step's logit rows, a run of them per request */
     int n_groups;
     /* speculative decoding (NULL: none): the decoding requests of a step and their proposals */
@@ -69,21 +73,22 @@ double serve_now(void) {
     return t.tv_sec + t.tv_nsec * 1e-9;
 }
 
-sched *sched_new(server *srv, loom_engine *e, loom_comm *comm, loom_err *err) {
+sched *sched_new(server *srv, const loom_engine *e, step *st, int replica, loom_err *err) {
     sched *s = mem_zalloc(1, sizeof *s, "the scheduler", err);
     if (!s) return NULL;
     s->srv = srv;
-    s->e = e;
-    s->comm = comm;
+    s->replica = replica;
+    s->st = st;
     s->max_seqs = srv->o->max_num_seqs;
     s->max_tokens = srv->o->max_num_batched_tokens;
     s->max_queue = srv->o->max_queue;
     s->q_cap = s->max_queue + s->max_seqs;
     s->sp = srv->o->speculator;
     s->k = srv->o->num_speculative_tokens;
-    loom_engine_get_kv_stats(e, &s->kv);
     const char *what = "the scheduler's tables";
-    if ((s->queue = mem_zalloc((size_t)s->q_cap, sizeof *s->queue, what, err)) &&
+    /* every replica's engine is rank 0's twin: the same pool and sequences */
+    if ((s->book = loom_engine_mirror_new(e, err)) && (loom_engine_get_kv_stats(s->book, &s->kv), 1) &&
+        (s->queue = mem_zalloc((size_t)s->q_cap, sizeof *s->queue, what, err)) &&
         (s->context = mem_array((size_t)srv->max_ctx, sizeof *s->context, what, err)) &&
         (s->matched = mem_array((size_t)srv->max_ctx, sizeof *s->matched, what, err)) &&
         (s->running = mem_zalloc((size_t)s->max_seqs, sizeof *s->running, what, err)) &&
@@ -96,9 +101,7 @@ sched *sched_new(server *srv, loom_engine *e, loom_comm *comm, loom_err *err) {
         (s->max_draft = mem_zalloc((size_t)s->max_seqs, sizeof *s->max_draft, what, err)) &&
         (s->n_draft = mem_zalloc((size_t)s->max_seqs, sizeof *s->n_draft, what, err)) &&
         (s->drafts = mem_zalloc((size_t)s->max_seqs * (s->k + 1), sizeof *s->drafts, what, err)) &&
-        (s->logprob =
-             mem_array((size_t)srv->info.vocab, sizeof *s->logprob, "the scheduler's log-probabilities", err)) &&
-        !step_init(&s->st, s->max_tokens, s->max_seqs, s->max_seqs * (s->k + 1), err))
+        (s->logprob = mem_array((size_t)srv->info.vocab, sizeof *s->logprob, "the scheduler's log-probabilities", err)))
         return s;
     sched_free(s);
     return NULL;
@@ -114,7 +117,7 @@ void sched_free(sched *s) {
     free(s->groups);
     free(s->decoding), free(s->slots), free(s->hists), free(s->lens), free(s->max_draft), free(s->n_draft);
     free(s->drafts);
-    step_free(&s->st);
+    loom_engine_free(s->book);
     free(s->logprob);
     free(s);
 }
@@ -133,12 +136,11 @@ int sched_submit(sched *s, request *r, char *msg, size_t cap) {
 }
 
 void sched_gauges(const sched *s, metrics *m) {
-    m->running = s->n_running;
-    m->waiting = s->q_len;
-    m->slots_used = 0;
+    m->running += s->n_running;
+    m->waiting += s->q_len;
     for (int i = 0; i < s->max_seqs; i++) m->slots_used += s->slot_used[i];
-    m->blocks_used = s->kv.blocks_used;
-    m->blocks_total = s->kv.blocks;
+    m->blocks_used += s->kv.blocks_used;
+    m->blocks_total += s->kv.blocks;
 }
 
 static void finish(sched *s, request *r, req_finish why) {
@@ -159,9 +161,9 @@ static void finish(sched *s, request *r, req_finish why) {
  * once: the gauges count its blocks free before its client hears it finished). Lock held. */
 static request *unrun(sched *s, int i) {
     request *r = s->running[i];
-    step_reset(&s->st, s->e, r->slot);
+    step_reset(s->st, s->book, r->slot);
     if (s->sp) loom_speculator_reset_seq(s->sp, r->slot);
-    loom_engine_get_kv_stats(s->e, &s->kv);
+    loom_engine_get_kv_stats(s->book, &s->kv);
     s->slot_used[r->slot] = false;
     memmove(s->running + i, s->running + i + 1, (s->n_running - i - 1) * sizeof *s->running);
     s->n_running--;
@@ -179,7 +181,7 @@ static void release(sched *s, int i, req_finish why) {
  * evicted as needed), less those its tokens so far will take. */
 static int free_blocks(const sched *s) {
     loom_kv_stats kv;
-    loom_engine_get_kv_stats(s->e, &kv);
+    loom_engine_get_kv_stats(s->book, &kv);
     return kv.blocks - kv.blocks_used - s->pending;
 }
 
@@ -207,7 +209,7 @@ static int blocks_for(int positions, int block_size) { return (positions + block
 /* The step's next k tokens are r's next uncomputed ones, with a logit row when they reach the
  * end of what r knows (its next token is sampled from it). */
 static void add_tokens(sched *s, request *r, int k) {
-    step *st = &s->st;
+    step *st = s->st;
     int bs = s->kv.block_size;
     s->pending += blocks_for(r->computed + k, bs) - blocks_for(r->computed, bs);
     for (int j = 0; j < k; j++) {
@@ -226,7 +228,7 @@ static void add_tokens(sched *s, request *r, int k) {
 /* A decoding request's step: its last token, then the proposals that fit in the free blocks (its
  * last token's block is counted already), each with a logit row. */
 static void add_decode(sched *s, request *r, const int32_t *draft, int n_draft) {
-    step *st = &s->st;
+    step *st = s->st;
     int bs = s->kv.block_size, p = r->computed;
     while (n_draft && blocks_for(p + 1 + n_draft, bs) - blocks_for(p + 1, bs) > free_blocks(s)) n_draft--;
     s->pending += blocks_for(p + 1 + n_draft, bs) - blocks_for(p + 1, bs);
@@ -245,7 +247,7 @@ static void add_decode(sched *s, request *r, const int32_t *draft, int n_draft) 
 /* The proposals for the step's decoding requests, up to k each and within the token budget, the
  * request's own limits and the context; then their tokens. */
 static void add_decoding(sched *s, int n) {
-    int budget = s->max_tokens - s->st.n_tokens - n; /* past each one's last token */
+    int budget = s->max_tokens - s->st->n_tokens - n; /* past each one's last token */
     for (int i = 0; i < n; i++) {
         request *r = s->decoding[i];
         int len = r->n_prompt + r->n_tokens, m = s->sp ? s->k : 0;
@@ -284,15 +286,15 @@ static bool admit_next(sched *s) {
             for (int i = 0; i < known; i++) s->context[i] = context_token(r, i);
             ctx = s->context;
         }
-        int m = loom_engine_match_prefix(s->e, ctx, known - 1, s->matched);
-        int budget = s->max_tokens - s->st.n_tokens, want = known - m * bs;
+        int m = loom_engine_match_prefix(s->book, ctx, known - 1, s->matched);
+        int budget = s->max_tokens - s->st->n_tokens, want = known - m * bs;
         int first = want < budget ? want : budget;
         /* assume every matched block leaves the free list: the chunk's blocks must fit beside them */
-        if (!step_attach_fits(&s->st, m) || blocks_for(m * bs + first, bs) - m > free_blocks(s) - m) return false;
+        if (!step_attach_fits(s->st, m) || blocks_for(m * bs + first, bs) - m > free_blocks(s) - m) return false;
         int slot = 0;
         while (s->slot_used[slot]) slot++;
         loom_err why;
-        if (m && step_attach(&s->st, s->e, slot, s->matched, m, &why)) m = 0; /* cannot happen: computed instead */
+        if (m && step_attach(s->st, s->book, slot, s->matched, m, &why)) m = 0; /* cannot happen: computed instead */
         s->slot_used[slot] = true;
         if (r->cached_tokens < 0) { /* first admission */
             size_t len;             /* the decoder reads the prompt first, its text dropped: the output continues it */
@@ -326,7 +328,7 @@ static void build_step(sched *s) {
     s->pending = 0;
     s->n_groups = 0;
     int bs = s->kv.block_size, n_decoding = 0;
-    for (int i = 0; i < s->n_running && s->st.n_tokens + n_decoding < s->max_tokens; i++) {
+    for (int i = 0; i < s->n_running && s->st->n_tokens + n_decoding < s->max_tokens; i++) {
         request *r = s->running[i];
         if (to_compute(r) != 1) continue;
         /* a new block and none free: the newest give way, r itself once it is the newest */
@@ -336,16 +338,16 @@ static void build_step(sched *s) {
         s->decoding[n_decoding++] = r;
     }
     add_decoding(s, n_decoding);
-    for (int i = 0; i < s->n_running && s->st.n_tokens < s->max_tokens; i++) {
+    for (int i = 0; i < s->n_running && s->st->n_tokens < s->max_tokens; i++) {
         request *r = s->running[i];
-        int budget = s->max_tokens - s->st.n_tokens, want = to_compute(r) < budget ? to_compute(r) : budget;
+        int budget = s->max_tokens - s->st->n_tokens, want = to_compute(r) < budget ? to_compute(r) : budget;
         int k = to_compute(r) > 1 ? tokens_that_fit(s, r, want) : 0;
         if (k) add_tokens(s, r, k);
     }
-    while (s->q_len && s->n_running < s->max_seqs && s->st.n_tokens < s->max_tokens && admit_next(s)) {
+    while (s->q_len && s->n_running < s->max_seqs && s->st->n_tokens < s->max_tokens && admit_next(s)) {
     }
     /* prompts holding every block between them, none able to go on: the newest gives way */
-    if (!s->st.n_tokens && s->n_running > 1 && free_blocks(s) <= 0) preempt_newest(s);
+    if (!s->st->n_tokens && s->n_running > 1 && free_blocks(s) <= 0) preempt_newest(s);
 }
 
 /* log-softmax of logits into s->logprob (the raw distribution, before temperature, as vLLM
@@ -411,7 +413,7 @@ static void take_tokens(sched *s, const float *logits) {
         }
         loom_err why;
         r->computed += n_out - 1; /* the proposals kept; the sequence holds them and no more */
-        if (g->n_draft && step_truncate(&s->st, s->e, r->slot, r->computed, &why)) {
+        if (g->n_draft && step_truncate(s->st, s->book, r->slot, r->computed, &why)) {
             snprintf(r->error, sizeof r->error, "%s", why.msg); /* cannot happen: the pass wrote these rows */
             if (r->finish == FINISH_NONE) r->finish = FINISH_CANCELLED;
         }
@@ -425,8 +427,7 @@ static void take_tokens(sched *s, const float *logits) {
     pthread_mutex_unlock(&srv->lock);
 }
 
-/* The engine failed: every request, running or waiting, fails with its message. */
-static void fail_all(sched *s, const char *why) {
+void sched_fail_all(sched *s, const char *why) {
     server *srv = s->srv;
     pthread_mutex_lock(&srv->lock);
     snprintf(srv->failed, sizeof srv->failed, "%s", why);
@@ -445,42 +446,28 @@ static void fail_all(sched *s, const char *why) {
     pthread_mutex_unlock(&srv->lock);
 }
 
-int sched_loop(sched *s, volatile int *stop_signal, loom_err *err) {
-    server *srv = s->srv;
-    const float *logits;
-    double last_step = serve_now();
-    for (;;) {
-        pthread_mutex_lock(&srv->lock);
-        if (*stop_signal) srv->draining = true;
-        build_step(s); /* onto the sequence changes made since the last step */
-        bool idle = s->st.n_tokens == 0 && s->st.n_ops == 0;
-        if (idle && srv->draining) {
-            pthread_mutex_unlock(&srv->lock);
-            break;
-        }
-        if (idle) { /* sleep until a request comes, but send a step every second (steps.c) */
-            struct timespec until;
-            clock_gettime(CLOCK_REALTIME, &until);
-            until.tv_nsec += 100 * 1000 * 1000;
-            if (until.tv_nsec >= 1000000000) until.tv_sec++, until.tv_nsec -= 1000000000;
-            pthread_cond_timedwait(&srv->work, &srv->lock, &until);
-            pthread_mutex_unlock(&srv->lock);
-            if (serve_now() - last_step < 1.0) continue;
-        } else {
-            pthread_mutex_unlock(&srv->lock);
-        }
-        last_step = serve_now();
-        if (step_run(s->e, s->comm, &s->st, &logits, err)) {
-            fail_all(s, err->msg);
-            return -1;
-        }
-        step_clear(&s->st);
-        take_tokens(s, logits); /* its cuts go to the other ranks with the next step */
-        pthread_mutex_lock(&srv->lock);
-        loom_engine_get_kv_stats(s->e, &s->kv);
-        pthread_mutex_unlock(&srv->lock);
-    }
-    step_clear(&s->st);
-    s->st.cmd = STEP_STOP;
-    return step_run(s->e, s->comm, &s->st, &logits, err);
+bool sched_build(sched *s) {
+    build_step(s); /* onto the sequence changes made since the last step */
+    const step *st = s->st;
+    loom_batch b = {.n_tokens = st->n_tokens, .ids = st->ids, .pos = st->pos, .seq = st->seq};
+    const float *none;
+    loom_err why;
+    if (loom_forward(s->book, &b, &none, &why)) /* cannot happen: the blocks were counted */
+        fprintf(stderr, "loom serve: replica %d's bookkeeping refused its step: %s\n", s->replica, why.msg);
+    return st->n_tokens || st->n_ops;
+}
+
+void sched_take(sched *s, const float *logits) {
+    take_tokens(s, logits); /* its cuts go to the replica's ranks with the next step */
+    pthread_mutex_lock(&s->srv->lock);
+    loom_engine_get_kv_stats(s->book, &s->kv);
+    pthread_mutex_unlock(&s->srv->lock);
+}
+
+int sched_load(const sched *s) { return 4 * s->q_len + s->n_running; }
+
+int sched_cached_tokens(sched *s, const request *r) {
+    return r->n_prompt > 1
+               ? loom_engine_match_prefix(s->book, r->prompt, r->n_prompt - 1, s->matched) * s->kv.block_size
+               : 0;
 }

@@ -1,13 +1,31 @@
-/* Continuous batching over one engine (see scheduler.c). */
+/* Continuous batching for one data-parallel replica (see scheduler.c); replicas.c runs the
+ * replicas' schedulers together. */
 #ifndef LOOM_SERVE_SCHEDULER_H
 #define LOOM_SERVE_SCHEDULER_H
 #include "serve/serve.h"
+#include "serve/steps.h"
 
-sched *sched_new(server *srv, loom_engine *e, loom_comm *comm, loom_err *err);
+/* The scheduler of replica `replica`, building its steps in st; e is rank 0's engine, whose KV
+ * pool every replica's has the size of. */
+sched *sched_new(server *srv, const loom_engine *e, step *st, int replica, loom_err *err);
 void sched_free(sched *s);
-/* Runs steps until *stop_signal is set and every request has finished (0), or the engine
- * fails (-1: every open request fails with err's message). Then tells the other ranks to stop. */
-int sched_loop(sched *s, volatile int *stop_signal, loom_err *err);
+/* Lock held: builds the next step (decode tokens, prompt chunks, admissions); whether it has
+ * anything for the replica's ranks (tokens or sequence changes). */
+bool sched_build(sched *s);
+/* After the step ran: samples its logit rows (the replica's, [n_logits][vocab]) into its
+ * requests and finishes those that are done. Takes the lock. */
+void sched_take(sched *s, const float *logits);
+/* The engine failed: every request, running or waiting, fails with why. Takes the lock. */
+void sched_fail_all(sched *s, const char *why);
+/* Lock held: vLLM's measure of a replica's load (waiting x 4 + running), and the prompt tokens of
+ * r its KV cache holds in whole blocks. */
+int sched_load(const sched *s);
+int sched_cached_tokens(sched *s, const request *r);
+/* Runs rounds of every replica's step (replicas.c) until *stop_signal is set and every request
+ * has finished (0), or the engine fails (-1: every open request fails with err's message). Then
+ * tells the other ranks to stop. */
+int replicas_loop(server *srv, loom_engine *e, loom_comm *c, step_round *round, volatile int *stop_signal,
+                  loom_err *err);
 /* Monotonic seconds. */
 double serve_now(void);
 

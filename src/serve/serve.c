@@ -1,6 +1,6 @@
-/* `loom serve` on one rank: rank 0 sets up the server (chat template, scheduler, HTTP) and
- * runs the scheduler on this thread until SIGTERM or SIGINT, then drains; the other ranks
- * follow its steps (steps.c). */
+/* `loom serve` on one rank: rank 0 sets up the server (chat template, a scheduler per
+ * data-parallel replica, HTTP) and runs the schedulers on this thread until SIGTERM or SIGINT,
+ * then drains; the other ranks follow its rounds of steps (steps.c). */
 #include "serve/serve.h"
 
 #include <signal.h>
@@ -27,45 +27,65 @@ loom_engine_options serve_engine_options(const loom_engine_options *eo, const se
     return e;
 }
 
+/* Every replica's step of a round: the engine's sizes, as serve_engine_options made them. */
+static int round_init(step_round *r, const loom_engine_stats *st, const serve_options *o, size_t vocab, bool rank0,
+                      loom_err *err) {
+    return step_round_init(r, st->replicas, st->stages, o->max_num_batched_tokens, o->max_num_seqs,
+                           o->max_num_seqs * (o->num_speculative_tokens + 1), vocab, rank0, err);
+}
+
 static int serve_rank0(loom_comm *comm, loom_model *m, loom_engine *e, const serve_options *o) {
     loom_err err = {{0}};
     loom_engine_stats st;
     loom_engine_get_stats(e, &st);
-    server srv = {.o = o, .m = m, .max_ctx = st.max_ctx};
+    server srv = {.o = o, .m = m, .max_ctx = st.max_ctx, .dp = st.replicas};
     loom_model_get_info(m, &srv.info);
     pthread_mutex_init(&srv.lock, NULL);
     pthread_cond_init(&srv.work, NULL);
-    metrics_init(&srv.met, o->max_num_seqs);
+    metrics_init(&srv.met, o->max_num_seqs * st.replicas);
+    srv.met.dp = st.replicas;
     int rc = 1;
     http_front *h = NULL;
+    step_round round = {0};
     /* --chat-template, else the model's own; a model without one still serves completions, a
      * template that cannot be rendered stops start-up */
     if (chat_templates_load(o->model_dir, o->chat_template, &srv.tmpl, &err)) {
         fprintf(stderr, "loom serve: %s\n", err.msg);
         goto done;
     }
-    if (!(srv.sch = sched_new(&srv, e, comm, &err)) || !(h = http_start(&srv, &err))) {
-        fprintf(stderr, "loom serve: %s\n", err.msg);
+    bool ok = !round_init(&round, &st, o, (size_t)srv.info.vocab, true, &err) &&
+              (srv.sch = calloc((size_t)srv.dp, sizeof *srv.sch));
+    for (int d = 0; ok && d < srv.dp; d++) ok = (srv.sch[d] = sched_new(&srv, e, &round.of[d], d, &err)) != NULL;
+    if (!ok || !(h = http_start(&srv, &err))) {
+        fprintf(stderr, "loom serve: %s\n", err.msg[0] ? err.msg : "out of memory for the schedulers");
         goto done;
     }
     loom_kv_stats kv;
     loom_engine_get_kv_stats(e, &kv);
     fprintf(stderr,
-            "loom serve: model %s as '%s', %d rank%s, %d sequences of up to %d tokens, KV cache %.1f MiB a rank (%d "
-            "blocks of %d positions, prefix caching %s), %d tokens a step%s%s\n",
-            srv.info.source, o->served_name, loom_comm_size(comm), loom_comm_size(comm) > 1 ? "s" : "", o->max_num_seqs,
-            st.max_ctx, st.kv_bytes / 1048576.0, kv.blocks, kv.block_size, o->prefix_caching ? "on" : "off",
+            "loom serve: model %s as '%s', %d rank%s%s, %d sequences of up to %d tokens%s, KV cache %.1f MiB a rank "
+            "(%d blocks of %d positions, prefix caching %s), %d tokens a step%s%s\n",
+            srv.info.source, o->served_name, loom_comm_size(comm), loom_comm_size(comm) > 1 ? "s" : "",
+            srv.dp > 1 ? " in data-parallel replicas" : "", o->max_num_seqs, st.max_ctx, srv.dp > 1 ? " a replica" : "",
+            st.kv_bytes / 1048576.0, kv.blocks, kv.block_size, o->prefix_caching ? "on" : "off",
             o->max_num_batched_tokens, srv.tmpl.plain ? ", chat template loaded" : ", no chat template",
             o->speculator ? ", speculative decoding on" : "");
     struct sigaction sa = {.sa_handler = on_stop_signal};
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
-    rc = sched_loop(srv.sch, &stop_signal, &err) ? 1 : 0;
+    if (srv.dp > 1)
+        fprintf(stderr,
+                "loom serve: %d replicas; a request goes to the least loaded (or the one holding "
+                "its prompt's cached prefix, or the X-data-parallel-rank header's)\n",
+                srv.dp);
+    rc = replicas_loop(&srv, e, comm, &round, &stop_signal, &err) ? 1 : 0;
     if (rc) fprintf(stderr, "loom serve: %s; every open request failed with it\n", err.msg);
     else fprintf(stderr, "loom serve: drained, stopping\n");
 done:
-    http_stop(h); /* after the scheduler: open streams have ended (finished or failed) */
-    sched_free(srv.sch);
+    http_stop(h); /* after the schedulers: open streams have ended (finished or failed) */
+    for (int d = 0; srv.sch && d < srv.dp; d++) sched_free(srv.sch[d]);
+    free(srv.sch);
+    step_round_free(&round);
     chat_templates_free(&srv.tmpl);
     pthread_cond_destroy(&srv.work);
     pthread_mutex_destroy(&srv.lock);
@@ -77,15 +97,18 @@ int serve_run(loom_comm *comm, loom_model *m, loom_engine *e, const serve_option
     /* rank 0 drains on SIGTERM/SIGINT (Ctrl-C reaches every rank) and then stops the others */
     signal(SIGTERM, SIG_IGN);
     signal(SIGINT, SIG_IGN);
-    step s;
+    step_round r;
     loom_err err = {{0}};
-    if (step_init(&s, o->max_num_batched_tokens, o->max_num_seqs, o->max_num_seqs * (o->num_speculative_tokens + 1),
-                  &err)) {
+    loom_engine_stats st;
+    loom_engine_get_stats(e, &st);
+    loom_model_info info;
+    loom_model_get_info(m, &info);
+    if (round_init(&r, &st, o, (size_t)info.vocab, false, &err)) {
         fprintf(stderr, "loom serve: rank %d: %s\n", loom_comm_rank(comm), err.msg);
         return 1;
     }
-    int rc = step_follow(e, comm, &s, &err);
+    int rc = step_round_follow(&r, e, comm, st.replica, &err);
     if (rc) fprintf(stderr, "loom serve: rank %d: %s\n", loom_comm_rank(comm), err.msg);
-    step_free(&s);
+    step_round_free(&r);
     return rc ? 1 : 0;
 }

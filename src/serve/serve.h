@@ -6,11 +6,13 @@
  *  - scheduler.c: continuous batching: admits requests into sequence slots from their cached
  *                 prefixes, preempts when KV blocks run out, builds each step's batch
  *                 (every running sequence's next token plus chunks of prompts), samples;
- *  - steps.c:     how rank 0 hands each step to the other ranks, and their loop;
+ *  - replicas.c:  the data-parallel replicas from rank 0: one scheduler each, the balancer that
+ *                 gives each request to one, and the loop that runs their steps together;
+ *  - steps.c:     how rank 0 hands each round of steps to the other ranks, and their loop;
  *  - metrics.c:   the Prometheus counters and histograms behind GET /metrics;
  *  - request.c:   a request's output text: streaming decode and stop strings;
  *  - serve.c:     start-up and shutdown on each rank.
- * Rank 0 runs HTTP and the scheduler; the others only run the steps they are sent. */
+ * Rank 0 runs HTTP and the schedulers; the others only run the steps they are sent. */
 #ifndef LOOM_SERVE_SERVE_H
 #define LOOM_SERVE_SERVE_H
 #include <pthread.h>
@@ -55,19 +57,28 @@ typedef struct server {
     chat_templates tmpl; /* none: chat requests get 400 */
     pthread_mutex_t lock;
     pthread_cond_t work; /* a request arrived or was cancelled: wakes the scheduler */
-    sched *sch;
+    sched **sch;         /* [dp]: each data-parallel replica's (replicas.c) */
+    int dp;
     metrics met;
     bool draining;    /* SIGTERM: finish what runs, take nothing new */
     char failed[512]; /* the engine failed: every request fails with this */
     uint64_t next_id;
 } server;
 
-/* Queues r (one more reference is taken); returns 0, or an HTTP status with msg filled: 503
- * when the queue is full or the server is draining or failed. Caller holds the lock. */
+/* Queues r on one replica's scheduler (one more reference is taken); returns 0, or an HTTP
+ * status with msg filled: 503 when the queue is full or the server is draining or failed.
+ * Caller holds the lock. */
 int sched_submit(sched *s, request *r, char *msg, size_t cap);
-/* m's gauges (requests running and waiting, slots and KV blocks in use) as they are now. Lock
- * held. */
+/* Adds one replica's gauges (requests running and waiting, slots and KV blocks in use) as they
+ * are now to m's. Lock held. */
 void sched_gauges(const sched *s, metrics *m);
+/* The replicas seen from rank 0 (replicas.c). replicas_submit: queues r on the replica `pin`
+ * names (-1: none; the X-data-parallel-rank header), else on the one holding the longest cached
+ * prefix of its prompt among those within PREFIX_SLACK of the least load, else the least loaded
+ * (vLLM's waiting x 4 + running); a request never moves. 400 for a pin out of range, else as
+ * sched_submit. replicas_gauges: m's gauges over every replica. Both under the lock. */
+int replicas_submit(server *srv, request *r, int pin, char *msg, size_t cap);
+void replicas_gauges(server *srv, metrics *m);
 
 /* The HTTP front: starts listening (printing the address), returns NULL with err on failure. */
 typedef struct http_front http_front;

@@ -1,14 +1,19 @@
-/* How a server step reaches every rank. Rank 0 (HTTP and the scheduler) describes each engine
- * step in one fixed-size message of ints and broadcasts it through the communicator before
- * running it; the other ranks loop on those messages, running the same steps on their shards.
- * An idle rank 0 sends an empty step every second, so that a quiet server never trips the
- * collectives' deadline, and a "stop" message when it drains.
+/* How a server step reaches every rank. Rank 0 (HTTP and the schedulers) describes each engine
+ * step of each data-parallel replica in a fixed-size message of ints, and broadcasts a round of
+ * them (every replica's, one message) through the job's communicator before running its own
+ * replica's; the other ranks loop on those rounds, each running its replica's step on its
+ * shards. A replica's first rank then sends its logit rows to rank 0, which samples for every
+ * request. A replica with nothing to run still passes when another replica runs (an empty pass:
+ * the replicas of a mixture of experts step together). An idle rank 0 sends an empty round
+ * every second, so that a quiet server never trips the collectives' deadline, and a "stop"
+ * round when it drains.
  *
  * Message: [command, n_tokens, n_logits, n_ops, ids[n], pos[n], seq[n], logit_rows[n_logits],
  * ops[n_ops]]. The ops are the KV cache's sequence changes since the previous step, in the
  * order rank 0 made them: [OP_RESET, slot], [OP_ATTACH, slot, n, block ids...] or
  * [OP_TRUNCATE, slot, len] (speculative tokens the target rejected). Every rank's KV cache then
- * takes the same block decisions (runtime/kv_cache.h). */
+ * takes the same block decisions (runtime/kv_cache.h), as rank 0's copy of each replica's
+ * bookkeeping did when it made them. */
 #include "serve/steps.h"
 
 #include <stdlib.h>
@@ -29,22 +34,10 @@ static int message_ints(int max_tokens, int max_seqs, int max_logits) {
 }
 
 size_t serve_step_bytes(const loom_engine_options *eo) {
-    return (size_t)message_ints(eo->max_tokens, eo->max_seqs, eo->max_logits > 0 ? eo->max_logits : eo->max_seqs) *
+    int dp = eo->data_parallel > 1 ? eo->data_parallel : 1;
+    return (size_t)dp * message_ints(eo->max_tokens, eo->max_seqs, eo->max_logits > 0 ? eo->max_logits : eo->max_seqs) *
            sizeof(int32_t);
 }
-
-int step_init(step *s, int max_tokens, int max_seqs, int max_logits, loom_err *err) {
-    s->n_ints = message_ints(max_tokens, max_seqs, max_logits);
-    if (!(s->msg = mem_zalloc((size_t)s->n_ints, sizeof *s->msg, "a server step's message", err))) return -1;
-    s->max_tokens = max_tokens;
-    s->max_seqs = max_seqs;
-    s->max_logits = max_logits;
-    s->max_ops = max_ops(max_seqs);
-    step_clear(s);
-    return 0;
-}
-
-void step_free(step *s) { free(s->msg); }
 
 /* The arrays live inside the message, at offsets fixed by the maximum sizes, so a step is
  * built in place and sent as is. */
@@ -63,14 +56,57 @@ void step_clear(step *s) {
     s->n_tokens = s->n_logits = s->n_ops = 0;
 }
 
-void step_reset(step *s, loom_engine *e, int slot) {
-    loom_engine_reset_seq(e, slot);
+int step_round_init(step_round *r, int dp, int stages, int max_tokens, int max_seqs, int max_logits, size_t vocab,
+                    bool rank0, loom_err *err) {
+    memset(r, 0, sizeof *r);
+    int n = message_ints(max_tokens, max_seqs, max_logits);
+    const char *what = "a server round's messages";
+    if (!(r->msg = mem_zalloc((size_t)dp * n, sizeof *r->msg, what, err)) ||
+        !(r->of = mem_zalloc((size_t)dp, sizeof *r->of, what, err)) ||
+        !(r->logits = mem_zalloc((size_t)dp, sizeof *r->logits, what, err)) ||
+        !(r->recv = mem_zalloc((size_t)dp, sizeof *r->recv, what, err))) {
+        step_round_free(r);
+        return -1;
+    }
+    r->dp = dp;
+    r->stages = stages;
+    r->vocab = vocab;
+    for (int d = 0; d < dp; d++) {
+        step *s = &r->of[d];
+        *s = (step){.msg = r->msg + (size_t)d * n,
+                    .n_ints = n,
+                    .max_tokens = max_tokens,
+                    .max_seqs = max_seqs,
+                    .max_logits = max_logits,
+                    .max_ops = max_ops(max_seqs)};
+        step_clear(s);
+        if (rank0 && d &&
+            !(r->recv[d] = mem_array((size_t)max_logits * vocab, sizeof(float), "a replica's logits", err))) {
+            step_round_free(r);
+            return -1;
+        }
+        r->logits[d] = r->recv[d];
+    }
+    return 0;
+}
+
+void step_round_free(step_round *r) {
+    for (int d = 1; r->recv && d < r->dp; d++) free(r->recv[d]);
+    free(r->recv);
+    free(r->logits);
+    free(r->of);
+    free(r->msg);
+    memset(r, 0, sizeof *r);
+}
+
+void step_reset(step *s, loom_engine *book, int slot) {
+    loom_engine_reset_seq(book, slot);
     s->ops[s->n_ops++] = OP_RESET;
     s->ops[s->n_ops++] = slot;
 }
 
-int step_truncate(step *s, loom_engine *e, int slot, int len, loom_err *err) {
-    if (loom_engine_truncate_seq(e, slot, len, err)) return -1;
+int step_truncate(step *s, loom_engine *book, int slot, int len, loom_err *err) {
+    if (loom_engine_truncate_seq(book, slot, len, err)) return -1;
     int32_t *op = s->ops + s->n_ops;
     op[0] = OP_TRUNCATE, op[1] = slot, op[2] = len;
     s->n_ops += 3;
@@ -79,8 +115,8 @@ int step_truncate(step *s, loom_engine *e, int slot, int len, loom_err *err) {
 
 bool step_attach_fits(const step *s, int n) { return s->n_ops + 3 + n <= s->max_ops; }
 
-int step_attach(step *s, loom_engine *e, int slot, const int32_t *blocks, int n, loom_err *err) {
-    if (loom_engine_attach_prefix(e, slot, blocks, n, err)) return -1;
+int step_attach(step *s, loom_engine *book, int slot, const int32_t *blocks, int n, loom_err *err) {
+    if (loom_engine_attach_prefix(book, slot, blocks, n, err)) return -1;
     int32_t *op = s->ops + s->n_ops;
     op[0] = OP_ATTACH, op[1] = slot, op[2] = n;
     memcpy(op + 3, blocks, (size_t)n * sizeof *blocks);
@@ -88,7 +124,7 @@ int step_attach(step *s, loom_engine *e, int slot, const int32_t *blocks, int n,
     return 0;
 }
 
-/* Another rank: the sequence changes of a step, as rank 0 made them. */
+/* A rank's engine: the sequence changes of its replica's step, as rank 0 made them. */
 static int apply_ops(loom_engine *e, const step *s, int rank, loom_err *err) {
     for (int i = 0; i < s->n_ops;) {
         const int32_t *op = s->ops + i;
@@ -108,43 +144,69 @@ static int apply_ops(loom_engine *e, const step *s, int rank, loom_err *err) {
     return 0;
 }
 
-static int run_tokens(loom_engine *e, const step *s, const float **logits, loom_err *err) {
-    if (s->cmd != STEP_RUN || !s->n_tokens) return 0;
+/* This rank's replica's step: its sequence changes, then its tokens; with nothing to run it
+ * still passes (empty) when another replica runs. Then a replica's first rank sends its logit
+ * rows to rank 0, which takes each replica's in turn. */
+static int run_own(step_round *r, loom_engine *e, loom_comm *c, int replica, loom_err *err) {
+    step *s = &r->of[replica];
+    int rank = loom_comm_rank(c);
+    if (apply_ops(e, s, rank, err)) return -1;
+    bool any = false;
+    for (int d = 0; d < r->dp; d++) any |= r->of[d].cmd == STEP_RUN && r->of[d].n_tokens > 0;
+    if (!any) return 0;
     loom_batch b = {.n_tokens = s->n_tokens,
                     .ids = s->ids,
                     .pos = s->pos,
                     .seq = s->seq,
                     .n_logits = s->n_logits,
                     .logit_rows = s->logit_rows};
-    return loom_forward(e, &b, logits, err);
+    const float *logits;
+    loom_comm_set_phase(c, "serve: running a step of %d tokens", s->n_tokens);
+    if (loom_forward(e, &b, &logits, err)) return -1;
+    if (!rank) r->logits[0] = logits;
+    /* replica d's first rank: stage 0, tp rank 0 (loom_launch's order) */
+    int tp = loom_comm_size(c) / r->dp / r->stages;
+    for (int d = 1; d < r->dp; d++) {
+        int first = d * tp, n = r->of[d].n_logits;
+        if (!n || (rank && rank != first)) continue;
+        loom_comm_set_phase(c, "serve: logits of replica %d", d);
+        if (rank ? loom_comm_send_floats(c, 0, logits, (size_t)n * r->vocab, err)
+                 : loom_comm_recv_floats(c, first, r->recv[d], (size_t)n * r->vocab, err))
+            return -1;
+    }
+    return 0;
 }
 
-int step_run(loom_engine *e, loom_comm *c, step *s, const float **logits, loom_err *err) {
-    if (loom_comm_size(c) > 1) {
+int step_round_run(step_round *r, loom_engine *e, loom_comm *c, loom_err *err) {
+    for (int d = 0; d < r->dp; d++) {
+        step *s = &r->of[d];
         int32_t h[HEADER] = {s->cmd, s->n_tokens, s->n_logits, s->n_ops};
         memcpy(s->msg, h, sizeof h);
-        loom_comm_set_phase(c, "serve: sending a step of %d tokens", s->n_tokens);
-        if (loom_comm_broadcast_ints(c, s->msg, s->n_ints, err)) return -1;
     }
-    return run_tokens(e, s, logits, err);
+    if (loom_comm_size(c) > 1) {
+        loom_comm_set_phase(c, "serve: sending a round of %d tokens", r->of[0].n_tokens);
+        if (loom_comm_broadcast_ints(c, r->msg, r->dp * r->of[0].n_ints, err)) return -1;
+    }
+    return r->of[0].cmd == STEP_RUN ? run_own(r, e, c, 0, err) : 0;
 }
 
-int step_follow(loom_engine *e, loom_comm *c, step *s, loom_err *err) {
+int step_round_follow(step_round *r, loom_engine *e, loom_comm *c, int replica, loom_err *err) {
     int rank = loom_comm_rank(c);
     for (;;) {
         loom_comm_set_phase(c, "serve: waiting for a step from rank 0");
-        if (loom_comm_broadcast_ints(c, s->msg, s->n_ints, err)) return -1;
-        point(s);
-        s->cmd = s->msg[0], s->n_tokens = s->msg[1], s->n_logits = s->msg[2], s->n_ops = s->msg[3];
-        if (s->cmd == STEP_STOP) return 0;
-        if (s->n_tokens < 0 || s->n_tokens > s->max_tokens || s->n_logits < 0 || s->n_logits > s->max_logits ||
-            s->n_ops < 0 || s->n_ops > s->max_ops)
-            return loom_errf(err,
-                             "rank %d: malformed step from rank 0 (%d tokens, %d logits, %d ints of sequence "
-                             "changes)",
-                             rank, s->n_tokens, s->n_logits, s->n_ops);
-        loom_comm_set_phase(c, "serve: running a step of %d tokens", s->n_tokens);
-        const float *logits;
-        if (apply_ops(e, s, rank, err) || run_tokens(e, s, &logits, err)) return -1;
+        if (loom_comm_broadcast_ints(c, r->msg, r->dp * r->of[0].n_ints, err)) return -1;
+        for (int d = 0; d < r->dp; d++) {
+            step *s = &r->of[d];
+            point(s);
+            s->cmd = s->msg[0], s->n_tokens = s->msg[1], s->n_logits = s->msg[2], s->n_ops = s->msg[3];
+            if (s->cmd == STEP_STOP) return 0;
+            if (s->cmd != STEP_RUN || s->n_tokens < 0 || s->n_tokens > s->max_tokens || s->n_logits < 0 ||
+                s->n_logits > s->max_logits || s->n_ops < 0 || s->n_ops > s->max_ops)
+                return loom_errf(err,
+                                 "rank %d: malformed step for replica %d from rank 0 (%d tokens, %d logits, %d "
+                                 "ints of sequence changes)",
+                                 rank, d, s->n_tokens, s->n_logits, s->n_ops);
+        }
+        if (run_own(r, e, c, replica, err)) return -1;
     }
 }

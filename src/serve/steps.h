@@ -1,4 +1,5 @@
-/* One engine step of the server, and how it reaches every rank (see steps.c). */
+/* One engine step of the server, per data-parallel replica, and how the steps of a round reach
+ * every rank (see steps.c). */
 #ifndef LOOM_SERVE_STEPS_H
 #define LOOM_SERVE_STEPS_H
 #include "loom.h"
@@ -15,26 +16,41 @@ typedef struct step {
     int n_ints, max_tokens, max_seqs, max_logits, max_ops;
 } step;
 
-/* Bytes a step's message takes on the communicator, for an engine with eo's sizes. */
+/* Bytes a round's message takes on the communicator (every replica's step), for an engine with
+ * eo's sizes. */
 size_t serve_step_bytes(const loom_engine_options *eo);
-/* 0, or -1 with err set when out of memory (s then needs no step_free). */
-int step_init(step *s, int max_tokens, int max_seqs, int max_logits, loom_err *err);
-void step_free(step *s);
 /* Empties s for the next step (a run of nothing, no sequence changes). */
 void step_clear(step *s);
-/* Rank 0's changes to the KV cache's sequences, made on e at once and on the other ranks, in
- * the same order, before the step's tokens: slot's sequence forgotten (its blocks given back),
- * the empty slot started with n cached blocks (from loom_engine_match_prefix), which needs
- * room in the step (step_attach_fits: else try the next step), or cut back. */
-void step_reset(step *s, loom_engine *e, int slot);
+/* Rank 0's changes to a replica's KV cache sequences, made at once on its mirror of that
+ * replica's engine (book, loom_engine_mirror_new) and on the replica's ranks, in the same order,
+ * before the step's tokens: slot's sequence forgotten (its blocks given back), the empty slot
+ * started with n cached blocks (from loom_engine_match_prefix), which needs room in the step
+ * (step_attach_fits: else try the next step), or cut back (speculative tokens its last step ran
+ * and the target rejected). */
+void step_reset(step *s, loom_engine *book, int slot);
 bool step_attach_fits(const step *s, int n);
-/* The slot's sequence cut back to len positions (loom_engine_truncate_seq): speculative tokens
- * its last step ran and the target rejected. */
-int step_truncate(step *s, loom_engine *e, int slot, int len, loom_err *err);
-int step_attach(step *s, loom_engine *e, int slot, const int32_t *blocks, int n, loom_err *err);
-/* Rank 0: sends s to the other ranks, then runs its tokens here (if any). */
-int step_run(loom_engine *e, loom_comm *c, step *s, const float **logits, loom_err *err);
-/* Other ranks: run the steps rank 0 sends until it sends STEP_STOP (0) or a collective fails. */
-int step_follow(loom_engine *e, loom_comm *c, step *s, loom_err *err);
+int step_truncate(step *s, loom_engine *book, int slot, int len, loom_err *err);
+int step_attach(step *s, loom_engine *book, int slot, const int32_t *blocks, int n, loom_err *err);
+
+/* A round: every data-parallel replica's step (one replica: one step), sent in one message. */
+typedef struct step_round {
+    int dp, stages;
+    step *of;             /* [dp] */
+    int32_t *msg;         /* [dp][of[0].n_ints] */
+    const float **logits; /* rank 0: [dp] each replica's logit rows of the round (its own: the engine's) */
+    float **recv;         /* rank 0: [dp] where the other replicas' rows arrive */
+    size_t vocab;
+} step_round;
+
+/* 0, or -1 with err set when out of memory (r then needs no step_round_free). */
+int step_round_init(step_round *r, int dp, int stages, int max_tokens, int max_seqs, int max_logits, size_t vocab,
+                    bool rank0, loom_err *err);
+void step_round_free(step_round *r);
+/* Rank 0: sends the round to the other ranks, runs its own replica's step, and collects every
+ * replica's logit rows into r->logits. */
+int step_round_run(step_round *r, loom_engine *e, loom_comm *c, loom_err *err);
+/* Other ranks: run their replica's steps of the rounds rank 0 sends until it sends STEP_STOP (0)
+ * or a collective fails; a replica's first rank sends its logit rows to rank 0. */
+int step_round_follow(step_round *r, loom_engine *e, loom_comm *c, int replica, loom_err *err);
 
 #endif
