@@ -44,7 +44,8 @@ typedef struct loom_err {
 
 typedef struct loom_model loom_model;
 typedef struct loom_engine loom_engine;
-typedef struct loom_comm loom_comm; /* this rank's view of the other ranks */
+typedef struct loom_expert_load loom_expert_load; /* tokens routed to each expert (see below) */
+typedef struct loom_comm loom_comm;               /* this rank's view of the other ranks */
 
 typedef struct loom_model_options {
     const char *path; /* Hugging Face folder or a config.json (dummy); NULL: embedded default */
@@ -117,6 +118,11 @@ typedef struct loom_engine_options {
      * loom_forward as often as the others, with an empty batch (n_tokens 0) where it has nothing
      * to run, and its experts still serve the other replicas' tokens. */
     int data_parallel; /* replicas (0 or 1: one) */
+    /* Expert parallelism's placement by measured load (EPLB): each MoE layer's experts are
+     * packed, heaviest first, onto the ranks with the least load so far, each rank keeping the
+     * contiguous split's number of experts (NULL: contiguous ranges). Every rank must be given
+     * the same profile. */
+    const loom_expert_load *expert_load;
     /* Pipeline parallelism: stage s runs a contiguous range of decoder layers, the first the
      * embedding, the last the LM head; with several replicas a pass flows as one microbatch. */
     int pipeline_parallel;          /* stages (0 or 1: one) */
@@ -393,6 +399,16 @@ LOOM_API void loom_engine_reset_stats(loom_engine *e);
  * with async TP what was fused; with pipeline stages each stage's layers, ranks and what
  * crosses each boundary) to f. */
 LOOM_API int loom_print_plan(loom_model *m, int tp, const loom_engine_options *o, FILE *f, loom_err *err);
+
+/* Expert load profiles: for each mixture-of-experts layer (named by module), the tokens routed
+ * to each expert. loom_engine_expert_load: the engine's since its stats were reset, summed over
+ * the ranks its experts are spread over (a collective of those ranks; the layers of this rank's
+ * pipeline stage; needs expert parallelism). The file is JSON (runtime/expert_load.c);
+ * loom_expert_load_read checks every field and names the one at fault. */
+LOOM_API loom_expert_load *loom_engine_expert_load(loom_engine *e, loom_err *err);
+LOOM_API loom_expert_load *loom_expert_load_read(const char *path, loom_err *err);
+LOOM_API int loom_expert_load_write(const loom_expert_load *l, const char *path, loom_err *err);
+LOOM_API void loom_expert_load_free(loom_expert_load *l);
 
 /* A data-parallel server's scheduler decides for replicas it does not run. A mirror is an engine
  * that runs nothing: it keeps the KV cache bookkeeping of an engine like `like` (a pool of the

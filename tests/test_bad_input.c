@@ -166,6 +166,7 @@ static void expect_missing(const cJSON *h, char *data, size_t dlen, const char *
 static void bad_quantized(void);
 static void bad_deepseek(void);
 static void bad_pipeline(void);
+static void bad_expert_load(void);
 
 /* Stage layouts refused at plan time, before any rank starts (the case has 2 layers). */
 static void bad_pipeline(void) {
@@ -183,6 +184,39 @@ static void bad_pipeline(void) {
            "--pp-layer-partition '1,x': 'x' is not a layer count");
     expect("pp: zero stages", BENCH " -pp 0", 1, "-pp");
     expect("pp: the unmodified copy runs in two stages", BENCH " -pp 2 --pp-layer-partition 1,1", 0, "Avg latency");
+}
+
+/* Broken expert load profiles (--expert-load), for the olmoe golden (8 experts) at -tp 2 -ep. */
+static void bad_expert_load(void) {
+    static const struct {
+        const char *what, *json, *needle;
+    } cases[] = {
+        {"expert load: not JSON", "{\"format\": ", "el.json: not valid JSON"},
+        {"expert load: another file", "{\"format\": \"safetensors\"}", "\"format\" is not \"loom-expert-load\""},
+        {"expert load: no experts", "{\"format\": \"loom-expert-load\", \"n_experts\": 0, \"layers\": {}}",
+         "\"n_experts\" must be a whole number from 1"},
+        {"expert load: a short layer",
+         "{\"format\": \"loom-expert-load\", \"n_experts\": 8, \"layers\": {\"model.layers.0.mlp\": [1, 2]}}",
+         "layer \"model.layers.0.mlp\" must be an array of 8 counts"},
+        {"expert load: a negative count",
+         "{\"format\": \"loom-expert-load\", \"n_experts\": 8, \"layers\": {\"model.layers.0.mlp\": "
+         "[1, 2, 3, 4, 5, 6, 7, -8]}}",
+         "layer \"model.layers.0.mlp\", expert 7: a count must be a number from 0"},
+        {"expert load: another model's experts",
+         "{\"format\": \"loom-expert-load\", \"n_experts\": 4, \"layers\": {\"model.layers.0.mlp\": [1, 2, 3, 4]}}",
+         "the expert load profile counts 4 experts for model.layers.0.mlp, which has 8"},
+    };
+    char path[1100], args[2048];
+    snprintf(path, sizeof path, "%s/el.json", tmp);
+    snprintf(args, sizeof args,
+             "bench latency -m " LOOM_SOURCE_DIR "/tests/golden/olmoe --input-len 3 --output-len 2 --batch-size 1 "
+             "--num-iters 1 --num-iters-warmup 0 -tp 2 --enable-expert-parallel --expert-load %%s/el.json");
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        spit(path, cases[i].json, strlen(cases[i].json));
+        expect(cases[i].what, args, 1, cases[i].needle);
+    }
+    expect("expert load: a missing file", "bench latency -m %s/m --expert-load /nonexistent/el.json", 1,
+           "/nonexistent/el.json");
 }
 
 /* Broken copies of the GPTQ golden checkpoint (4-bit, groups of 32, act-order). */
@@ -229,6 +263,7 @@ int main(void) {
     fresh_case(NULL);
     expect("sanity: the unmodified copy loads", BENCH, 0, "Avg latency");
     bad_pipeline();
+    bad_expert_load();
 
 #define MOE_CONFIG(extra)                                                                                              \
     "{\"architectures\": [\"OlmoeForCausalLM\"], \"hidden_size\": 64, \"intermediate_size\": 48, "                     \

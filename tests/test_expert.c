@@ -34,10 +34,12 @@ typedef struct job {
     loom_model *m;
     golden *g;
     mode mode;
-    bool alone;     /* each sequence on its own: decode steps of one token */
-    int pp;         /* pipeline stages, each of the n expert-parallel ranks */
-    float *out;     /* shared with the forked ranks (MAP_SHARED), or local under MPI */
-    long *received; /* [MAX_MOE_LAYERS][ranks]: rows each rank's experts received (shared) */
+    bool alone;                   /* each sequence on its own: decode steps of one token */
+    int pp;                       /* pipeline stages, each of the n expert-parallel ranks */
+    float *out;                   /* shared with the forked ranks (MAP_SHARED), or local under MPI */
+    long *received;               /* [MAX_MOE_LAYERS][ranks]: rows each rank's experts received (shared) */
+    const loom_expert_load *load; /* place the experts by this profile (NULL: contiguous) */
+    const char *save_load;        /* rank 0 writes the run's expert load profile here */
 } job;
 
 static loom_engine_options options(loom_comm *comm, mode md, int pp) {
@@ -73,10 +75,16 @@ static int rank_main(loom_comm *comm, void *arg) {
     job *j = arg;
     loom_err err = {{0}};
     loom_engine_options eo = options(comm, j->mode, j->pp);
+    eo.expert_load = j->load;
     loom_engine *e = loom_engine_new(j->m, &eo, &err);
     size_t n = (size_t)golden_rows(j->g) * j->g->vocab;
     float *mine = malloc(n * sizeof *mine);
     int rc = e && (j->alone ? run_alone(e, j->g, mine, &err) : golden_run(e, j->g, mine, &err)) == 0 ? 0 : 1;
+    if (!rc && j->save_load) {
+        loom_expert_load *l = loom_engine_expert_load(e, &err);
+        rc = !l || (loom_comm_rank(comm) == 0 && loom_expert_load_write(l, j->save_load, &err)) ? 1 : 0;
+        loom_expert_load_free(l);
+    }
     if (rc) fprintf(stderr, "rank %d: %s\n", loom_comm_rank(comm), err.msg);
     else if (loom_comm_rank(comm) == 0) {
         memcpy(j->out, mine, n * sizeof *mine);
@@ -91,8 +99,8 @@ static int rank_main(loom_comm *comm, void *arg) {
 
 /* Logits of case `name` on n ranks over backend (munmap'd by the caller), the rows each rank
  * received per MoE layer in *received ([MAX_MOE_LAYERS][n], when not NULL), or NULL. */
-static float *run_pp(const char *name, golden *g, int n, int pp, mode md, bool alone, const char *backend,
-                     long *received, loom_err *err) {
+static float *run_placed(const char *name, golden *g, int n, int pp, mode md, bool alone, const char *backend,
+                         long *received, const loom_expert_load *load, const char *save_load, loom_err *err) {
     char dir[900];
     golden_dir(dir, sizeof dir, name);
     loom_model_options mo = {.path = dir, .dtype = golden_dtype(name)};
@@ -101,12 +109,19 @@ static float *run_pp(const char *name, golden *g, int n, int pp, mode md, bool a
     size_t bytes = (size_t)golden_rows(g) * g->vocab * sizeof(float);
     long *rows =
         mmap(NULL, MAX_MOE_LAYERS * 8 * sizeof *rows, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    job j = {m, g, md, alone, pp, mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0), rows};
+    job j = {m,     g,    md,
+             alone, pp,   mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0),
+             rows,  load, save_load};
     loom_engine_options eo = options(NULL, md, pp);
     float *out = golden_launch(m, n, pp, backend, &eo, rank_main, &j, j.out, bytes, err);
     if (received) memcpy(received, rows, MAX_MOE_LAYERS * n * sizeof *rows);
     munmap(rows, MAX_MOE_LAYERS * 8 * sizeof *rows);
     return out;
+}
+
+static float *run_pp(const char *name, golden *g, int n, int pp, mode md, bool alone, const char *backend,
+                     long *received, loom_err *err) {
+    return run_placed(name, g, n, pp, md, alone, backend, received, NULL, NULL, err);
 }
 
 static float *run(const char *name, golden *g, int n, mode md, bool alone, const char *backend, long *received,
@@ -163,6 +178,35 @@ static void check_skew(const char *name, int n, const long *received, bool alone
            alone ? " alone" : "", received[0], n - 1);
 }
 
+/* Placement by measured load: the skewed router's profile (every token on experts 0 and 1),
+ * taken from an EP run, places the two hot experts on different ranks; both ranks then receive
+ * rows, and the logits stay within 1e-4 of transformers. */
+static void check_placement(const char *name, golden *g, const float *contiguous) {
+    char path[128];
+    snprintf(path, sizeof path, "/tmp/loom-test-expert-load-%d.json", (int)getpid());
+    loom_err err = {{0}};
+    long received[MAX_MOE_LAYERS * 2];
+    size_t bytes = (size_t)golden_rows(g) * g->vocab * sizeof(float);
+    float *profiled = run_placed(name, g, 2, 1, MODE_EP, false, "shm", NULL, NULL, path, &err);
+    loom_expert_load *load = profiled ? loom_expert_load_read(path, &err) : NULL;
+    CHECK(load, "%s: the expert load profile: %s", name, err.msg);
+    float *placed = load ? run_placed(name, g, 2, 1, MODE_SP, false, "shm", received, load, NULL, &err) : NULL;
+    CHECK(placed, "%s: EP+SP placed by load: %s", name, err.msg);
+    if (placed) {
+        double worst = golden_worst(g, placed);
+        long r0 = received[0], r1 = received[1];
+        CHECK(worst <= ATOL, "%s placed by load: max |logit diff| vs transformers %.3g", name, worst);
+        CHECK(r0 > 0 && r1 > 0 && r0 == r1, "%s placed by load: rank 0 received %ld rows and rank 1 %ld", name, r0, r1);
+        printf("%-18s ep=2 placed by its load profile: rows received %ld and %ld (contiguous: all on rank 0); max "
+               "|logit diff| vs transformers %.2e; bit-identical to contiguous: %s\n",
+               name, r0, r1, worst, !memcmp(placed, contiguous, bytes) ? "yes" : "no");
+        munmap(placed, bytes);
+    }
+    if (profiled) munmap(profiled, bytes);
+    loom_expert_load_free(load);
+    remove(path);
+}
+
 static void one_case(const char *name) {
     golden g;
     if (golden_open(&g, name, "logits")) {
@@ -183,6 +227,7 @@ static void one_case(const char *name) {
         CHECK(runs[MODE_EP], "%s ep=%d: %s", name, n, err.msg);
         if (!runs[MODE_EP]) continue;
         if (skewed) check_skew(name, n, received, false);
+        if (skewed && n == 2) check_placement(name, &g, runs[MODE_EP]);
         double worst = golden_worst(&g, runs[MODE_EP]);
         CHECK(golden_reduced(name) || worst <= ATOL, "%s ep=%d: max |logit diff| vs transformers %.3g", name, n, worst);
         for (int md = 1; md < N_MODES; md++)

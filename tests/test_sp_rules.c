@@ -9,6 +9,7 @@
 
 #include "check.h"
 #include "graph/module.h"
+#include "plan/placement.h"
 #include "plan/plan.h"
 
 #define H 8
@@ -358,20 +359,35 @@ int main(void) {
     expect_ep_error("EP: a tensor-parallel linear on the experts' output", ep_column_on_output,
                     "`linear` reads every token, but its input is made inside the expert-parallel region");
 
-    /* placement: contiguous ranges covering every expert once, the first E % N ranks one more,
-     * and ep_owner agreeing with them */
+    /* placement: without a load, contiguous ranges covering every expert once, the first E % N
+     * ranks one more; with one, the same count on each rank, each rank's experts numbered in
+     * increasing index, and a skewed load (DeepSeek-V3's skewed golden: every token on experts 0
+     * and 1) spread so that the two hot experts sit on different ranks */
     bool placed = true;
     for (int experts = 1; experts <= 70; experts++)
-        for (int ranks = 1; ranks <= 9; ranks++)
-            for (int r = 0, next = 0; r < ranks; r++) {
-                int first, count;
-                ep_placement(experts, ranks, r, &first, &count);
-                placed &= first == next && count == experts / ranks + (r < experts % ranks);
-                for (int e = first; e < first + count; e++) placed &= ep_owner(experts, ranks, e) == r;
-                next = first + count;
-                placed &= r + 1 < ranks || next == experts;
+        for (int ranks = 1; ranks <= 9; ranks++) {
+            int32_t owner[70], local[70], held[9] = {0};
+            double load[70];
+            for (int e = 0; e < experts; e++) load[e] = (e * 7919) % 13;
+            for (int with_load = 0; with_load < 2; with_load++) {
+                placement_make(experts, ranks, with_load ? load : NULL, owner, local);
+                memset(held, 0, sizeof held);
+                for (int e = 0; e < experts; e++) {
+                    placed &= owner[e] >= 0 && owner[e] < ranks && local[e] == held[owner[e]]++;
+                    placed &= with_load || e == 0 || owner[e] >= owner[e - 1];
+                }
+                for (int r = 0; r < ranks; r++) placed &= held[r] == experts / ranks + (r < experts % ranks);
             }
-    CHECK(placed, "ep_placement / ep_owner: experts not spread contiguously and evenly, or owners disagree");
+        }
+    CHECK(placed, "placement_make: experts not spread evenly, or their local indices out of order");
+    double skewed[16] = {100, 100};
+    int32_t owner[16], local[16];
+    placement_make(16, 2, skewed, owner, local);
+    double balanced = placement_imbalance(skewed, 16, 2, owner);
+    placement_make(16, 2, NULL, owner, local);
+    CHECK(balanced == 1.0 && placement_imbalance(skewed, 16, 2, owner) == 2.0,
+          "a skewed load at 2 ranks: imbalance %.3f placed by load, %.3f contiguous (want 1 and 2)", balanced,
+          placement_imbalance(skewed, 16, 2, owner));
 
     /* async TP: which collectives fuse, and the fallbacks with their reasons */
     struct {

@@ -15,6 +15,7 @@
 #include "runtime/profile.h"
 #include "runtime/sampling.h"
 #include "util/alloc.h"
+#include "util/err.h"
 
 static double now(void) {
     struct timespec t;
@@ -45,8 +46,9 @@ typedef struct latency_opts {
     int input_len, output_len, batch, warmup, iters;
     const char *json;
     bool profile;
-    int max_batched; /* --max-num-batched-tokens: tokens per forward pass */
-    bool repeat;     /* --repeat-prompts: time each batch's second run, from its cached prefixes */
+    int max_batched;       /* --max-num-batched-tokens: tokens per forward pass */
+    bool repeat;           /* --repeat-prompts: time each batch's second run, from its cached prefixes */
+    const char *save_load; /* --save-expert-load FILE: the timed runs' tokens per expert (placement.c) */
     bench_mode modes[3];
     int n_modes;
     int vocab;  /* the model's */
@@ -328,6 +330,19 @@ static int slowest_replica(loom_comm *comm, loom_engine *e, double *prefill_s, d
     return 0;
 }
 
+/* --save-expert-load: the first expert-parallel mode's tokens per expert over the timed
+ * iterations, summed over the ranks (every rank takes part), written by rank 0. */
+static int save_expert_load(loom_comm *comm, const mode_run *runs, const latency_opts *o, loom_err *err) {
+    int k = 0;
+    while (k < o->n_modes && !o->modes[k].ep) k++;
+    if (k == o->n_modes) return loom_errf(err, "--save-expert-load: no mode runs with --enable-expert-parallel");
+    loom_expert_load *l = loom_engine_expert_load(runs[k].e, err);
+    int rc = !l || (loom_comm_rank(comm) == 0 && loom_expert_load_write(l, o->save_load, err)) ? -1 : 0;
+    if (!rc && loom_comm_rank(comm) == 0) fprintf(stderr, "loom bench: expert load written to %s\n", o->save_load);
+    loom_expert_load_free(l);
+    return rc;
+}
+
 static int latency_rank(loom_comm *comm, void *arg) {
     latency_job *j = arg;
     const latency_opts *o = j->o;
@@ -408,6 +423,7 @@ static int latency_rank(loom_comm *comm, void *arg) {
             r->lat[it - o->warmup] = p + d;
             r->pre += p, r->dec += d, r->blocked += after.blocked_seconds - before.blocked_seconds;
         }
+    if (!rc && o->save_load) rc = save_expert_load(comm, runs, o, &err);
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     int n_ranks = loom_comm_size(comm);
@@ -501,6 +517,7 @@ static int bench_latency(int argc, char **argv) {
         else if (!strcmp(a, "--output-json")) o.json = cli_value(argc, argv, &i);
         else if (!strcmp(a, "--profile")) o.profile = true;
         else if (!strcmp(a, "--repeat-prompts")) o.repeat = true;
+        else if (!strcmp(a, "--save-expert-load")) o.save_load = cli_value(argc, argv, &i);
         else if (!strcmp(a, "--max-num-batched-tokens"))
             o.max_batched = (int)cli_int(a, cli_value(argc, argv, &i), 1, 1 << 20);
         else if (!strcmp(a, "--compare")) {
@@ -518,7 +535,7 @@ static int bench_latency(int argc, char **argv) {
     loom_model *m = cli_load_model(&o.c, false);
     if (!m) return 1;
     if (cli_load_speculation(&o.c)) {
-        loom_model_free(m);
+        cli_free(&o.c, m);
         return 1;
     }
     loom_model_info info;
@@ -544,8 +561,7 @@ static int bench_latency(int argc, char **argv) {
     j.eo.expert_parallel = ep;
     j.eo.max_seqs = o.batch, j.eo.max_ctx = o.input_len + o.output_len, j.eo.max_tokens = chunk;
     int rc = cli_spec_engine_options(&o.c, m, &j.eo) ? 1 : cli_launch(&o.c, m, &j.eo, 0, latency_rank, &j);
-    cli_free_speculation(&o.c);
-    loom_model_free(m);
+    cli_free(&o.c, m);
     return rc;
 }
 

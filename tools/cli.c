@@ -93,6 +93,7 @@ int cli_common_arg(cli_common *c, int argc, char **argv, int *i) {
     else if (!strcmp(a, "--pp-microbatches"))
         c->pp_microbatches = (int)cli_int(a, cli_value(argc, argv, i), 1, 1 << 16);
     else if (!strcmp(a, "--speculative-config")) c->spec_json = cli_value(argc, argv, i);
+    else if (!strcmp(a, "--expert-load")) c->expert_load_path = cli_value(argc, argv, i);
     else return 0;
     return 1;
 }
@@ -141,9 +142,11 @@ int cli_load_speculation(cli_common *c) {
     return 0;
 }
 
-void cli_free_speculation(cli_common *c) {
+void cli_free(cli_common *c, loom_model *m) {
     loom_model_free(c->draft);
-    c->draft = NULL;
+    loom_expert_load_free(c->expert_load);
+    c->draft = NULL, c->expert_load = NULL;
+    loom_model_free(m);
 }
 
 loom_speculator *cli_rank_speculator(const char *cmd, loom_comm *comm, loom_engine *e, const cli_common *c,
@@ -170,6 +173,7 @@ loom_engine_options cli_engine_options(const cli_common *c) {
                                  .max_ctx = c->max_model_len,
                                  .pipeline_parallel = c->pp,
                                  .data_parallel = c->dp,
+                                 .expert_load = c->expert_load,
                                  .pp_layer_partition = c->pp_partition,
                                  .pp_microbatches = c->pp_microbatches};
 }
@@ -196,6 +200,13 @@ loom_model *cli_load_model(cli_common *c, bool tokenizer) {
                             .load_tokenizer = tokenizer};
     loom_model *m = loom_model_load(&o, &err);
     if (!m) fprintf(stderr, "loom: %s\n", err.msg);
+    if (m && c->expert_load_path && !(c->expert_load = loom_expert_load_read(c->expert_load_path, &err))) {
+        fprintf(stderr, "loom: --expert-load: %s\n", err.msg);
+        loom_model_free(m);
+        return NULL;
+    }
+    if (m && c->expert_load && !c->ep)
+        fprintf(stderr, "loom: warning: --expert-load places experts under --enable-expert-parallel only; ignored\n");
     return m;
 }
 

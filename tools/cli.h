@@ -4,34 +4,36 @@
 #include "loom.h"
 
 typedef struct cli_common {
-    const char *model;        /* -m */
-    bool dummy;               /* --load-format dummy */
-    const char *dtype;        /* --dtype */
-    const char *quantization; /* --quantization */
-    int quant_group;          /* --quant-group-size */
-    bool quantize_lm_head;    /* --quantize-lm-head */
-    uint64_t seed;            /* --seed */
-    int threads;              /* --threads */
-    int tp;                   /* -tp (0: as many as mpirun started) */
-    int max_model_len;        /* --max-model-len */
-    size_t kv_cache_bytes;    /* --kv-cache-memory-bytes (0: the engine's default) */
-    int block_size;           /* --block-size (0: the engine's default) */
-    bool no_prefix_caching;   /* --no-enable-prefix-caching */
-    const char *backend;      /* --backend shm|mpi */
-    double comm_timeout;      /* --comm-timeout seconds */
-    int comm_spin;            /* --comm-spin iterations (-1: default) */
-    bool sp;                  /* --enable-sequence-parallel */
-    bool async_tp;            /* --enable-async-tp (implies sp) */
-    bool ep;                  /* --enable-expert-parallel */
-    int sp_min_tokens;        /* --sp-min-tokens: shorter passes run as plain TP */
-    int pp;                   /* -pp, --pipeline-parallel-size */
-    int dp;                   /* -dp, --data-parallel-size */
-    const char *pp_partition; /* --pp-layer-partition "3,2" */
-    int pp_microbatches;      /* --pp-microbatches (0: the engine's default) */
-    bool isolate;             /* run even a single rank in its own process */
-    const char *spec_json;    /* --speculative-config */
-    loom_spec_options spec;   /* parsed from it by cli_load_speculation */
-    loom_model *draft;        /* and the draft model it names, loaded there */
+    const char *model;             /* -m */
+    bool dummy;                    /* --load-format dummy */
+    const char *dtype;             /* --dtype */
+    const char *quantization;      /* --quantization */
+    int quant_group;               /* --quant-group-size */
+    bool quantize_lm_head;         /* --quantize-lm-head */
+    uint64_t seed;                 /* --seed */
+    int threads;                   /* --threads */
+    int tp;                        /* -tp (0: as many as mpirun started) */
+    int max_model_len;             /* --max-model-len */
+    size_t kv_cache_bytes;         /* --kv-cache-memory-bytes (0: the engine's default) */
+    int block_size;                /* --block-size (0: the engine's default) */
+    bool no_prefix_caching;        /* --no-enable-prefix-caching */
+    const char *backend;           /* --backend shm|mpi */
+    double comm_timeout;           /* --comm-timeout seconds */
+    int comm_spin;                 /* --comm-spin iterations (-1: default) */
+    bool sp;                       /* --enable-sequence-parallel */
+    bool async_tp;                 /* --enable-async-tp (implies sp) */
+    bool ep;                       /* --enable-expert-parallel */
+    int sp_min_tokens;             /* --sp-min-tokens: shorter passes run as plain TP */
+    int pp;                        /* -pp, --pipeline-parallel-size */
+    int dp;                        /* -dp, --data-parallel-size */
+    const char *pp_partition;      /* --pp-layer-partition "3,2" */
+    int pp_microbatches;           /* --pp-microbatches (0: the engine's default) */
+    bool isolate;                  /* run even a single rank in its own process */
+    const char *spec_json;         /* --speculative-config */
+    loom_spec_options spec;        /* parsed from it by cli_load_speculation */
+    loom_model *draft;             /* and the draft model it names, loaded there */
+    const char *expert_load_path;  /* --expert-load FILE: place experts by this profile */
+    loom_expert_load *expert_load; /* read by cli_load_model */
 } cli_common;
 
 /* Below this many tokens a pass runs as plain TP: on one machine SP and async TP only pay on
@@ -59,7 +61,8 @@ loom_model *cli_load_model(cli_common *c, bool tokenizer);
 /* --speculative-config: parses it and loads the draft model it names (with -m's --dtype), once,
  * before the ranks start; 0 with nothing asked, -1 after printing an error. */
 int cli_load_speculation(cli_common *c);
-void cli_free_speculation(cli_common *c);
+/* Frees m and what the options loaded beside it (the draft model, the expert load profile). */
+void cli_free(cli_common *c, loom_model *m);
 /* What speculation needs of the target engine (eo's max_seqs set; loom_spec_engine_options);
  * -1 after printing why the draft does not fit. */
 int cli_spec_engine_options(const cli_common *c, const loom_model *target, loom_engine_options *eo);

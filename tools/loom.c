@@ -45,6 +45,9 @@ static void usage(FILE *f) {
           "                            replica (needs --enable-expert-parallel). The job has tp x dp x pp\n"
           "                            ranks, rank = (stage x dp + replica) x tp + tp rank. run generates on\n"
           "                            replica 0; verify and bench latency spread their sequences\n"
+          "  --expert-load FILE        with --enable-expert-parallel: place each MoE layer's experts by the\n"
+          "                            token counts in FILE, balancing the ranks' work (EPLB; the file comes\n"
+          "                            from bench latency --save-expert-load FILE)\n"
           "  --pp-layer-partition L    decoder layers per stage, e.g. 3,2 (default: even, the remainder\n"
           "                            to the stages before the last)\n"
           "  --pp-microbatches N       most microbatches a pass of several sequences splits into\n"
@@ -212,8 +215,7 @@ static int cmd_run(int argc, char **argv) {
     loom_model *m = cli_load_model(&o.c, true);
     if (!m) return 1;
     int rc = cli_load_speculation(&o.c) ? 1 : run_ranks(m, &o);
-    cli_free_speculation(&o.c);
-    loom_model_free(m);
+    cli_free(&o.c, m);
     return rc;
 }
 

@@ -31,7 +31,6 @@ int cli_plan(int argc, char **argv) {
         rc = loom_print_plan(c.draft, c.pp > 1 ? 1 : dtp, &de, stdout, &err);
     }
     if (rc == -1) fprintf(stderr, "loom plan: %s\n", err.msg);
-    cli_free_speculation(&c);
-    loom_model_free(m);
+    cli_free(&c, m);
     return rc ? 1 : 0;
 }

@@ -124,7 +124,7 @@ int cli_serve(int argc, char **argv) {
         return 1;
     }
     if (cli_load_speculation(&c)) {
-        loom_model_free(j.m);
+        cli_free(&c, j.m);
         free(dir);
         return 1;
     }
@@ -135,8 +135,7 @@ int cli_serve(int argc, char **argv) {
                     "loom serve: draft_tensor_parallel_size %d: the server runs the draft model whole on rank "
                     "0 (1)\n",
                     *dtp);
-            cli_free_speculation(&c);
-            loom_model_free(j.m);
+            cli_free(&c, j.m);
             free(dir);
             return 2;
         }
@@ -149,8 +148,7 @@ int cli_serve(int argc, char **argv) {
     int rc = cli_spec_engine_options(&c, j.m, &j.eo)
                  ? 1
                  : cli_launch(&c, j.m, &j.eo, serve_step_bytes(&j.eo), serve_rank, &j);
-    cli_free_speculation(&c);
-    loom_model_free(j.m);
+    cli_free(&c, j.m);
     free(dir);
     return rc;
 }

@@ -167,7 +167,7 @@ int cli_verify(int argc, char **argv) {
     if (make_prompts(&j, &c, &err)) {
         fprintf(stderr, "loom verify: %s\n", err.msg);
         for (int p = 0; p < N_PROMPTS; p++) free(j.prompt[p]);
-        loom_model_free(m);
+        cli_free(&c, m);
         return 1;
     }
     int longest = 0;
@@ -219,6 +219,6 @@ int cli_verify(int argc, char **argv) {
         if (r[k].ids) munmap(r[k].ids, ni * sizeof(int32_t));
     }
     for (int p = 0; p < N_PROMPTS; p++) free(j.prompt[p]);
-    loom_model_free(m);
+    cli_free(&c, m);
     return rc;
 }

@@ -1,6 +1,6 @@
 /* Expert parallelism at plan time. Under --enable-expert-parallel each rank of a stage (its
  * tensor-parallel group, or with data parallelism the tp ranks of every replica: plan_ep_ranks)
- * holds whole experts (ep_placement) instead of a share of every expert's features, and a
+ * holds whole experts (placement.c) instead of a share of every expert's features, and a
  * decoder layer's child holding the experts becomes an expert-parallel region that works on this
  * rank's token rows: the rows the sequence-parallel residual already holds, or under plain TP
  * the same rows sliced from the complete hidden state, so that both modes run the same steps on
@@ -22,17 +22,6 @@
 #include "plan/plan_impl.h"
 #include "util/err.h"
 
-void ep_placement(int n_experts, int ranks, int rank, int *first, int *count) {
-    int q = n_experts / ranks, extra = n_experts % ranks;
-    *count = q + (rank < extra);
-    *first = rank * q + (rank < extra ? rank : extra);
-}
-
-int ep_owner(int n_experts, int ranks, int expert) {
-    int q = n_experts / ranks, extra = n_experts % ranks, big = extra * (q + 1);
-    return expert < big ? expert / (q + 1) : extra + (expert - big) / q;
-}
-
 /* The expert a tensor of step d's per-expert layout belongs to: any tensor under the expert's
  * module ("...experts.7.w1.qweight" as well as ".weight"), or -1. */
 static int expert_of(const moe_desc *d, const char *name) {
@@ -49,7 +38,7 @@ bool ep_foreign_tensor(const plan *p, const char *name) {
         const plan_step *s = &p->steps[i];
         if (s->kind != STEP_EP_MOE || s->op->moe->stacked) continue;
         int e = expert_of(s->op->moe, name);
-        if (e >= 0) return e < s->expert0 || e >= s->expert0 + s->n_experts;
+        if (e >= 0) return s->expert_owner[e] != plan_ep_rank(&p->o);
     }
     return false;
 }

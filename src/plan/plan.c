@@ -444,7 +444,10 @@ void plan_free(plan *p) {
     for (int i = 0; i < p->n_warnings; i++) free(p->warnings[i]);
     free(p->warnings);
     free(p->regions);
-    for (int i = 0; i < p->n_steps; i++) free(p->steps[i].experts);
+    for (int i = 0; i < p->n_steps; i++) {
+        plan_step *s = &p->steps[i];
+        free(s->experts), free(s->expert_ids), free(s->expert_owner), free(s->expert_local);
+    }
     free(p->steps);
     free(p->values);
     free(p->buffer_width);

@@ -110,7 +110,11 @@ typedef struct plan_step {
     wmat *experts;                    /* OP_MOE: gate, up, down of each expert (this rank's share) */
     const float *route_bias;          /* OP_MOE: e_score_correction_bias (NULL: none) */
     int expert_inter;                 /* OP_MOE: features of each expert this rank holds */
-    int expert0, n_experts;           /* OP_MOE: the experts this rank holds (all of them but under EP) */
+    /* OP_MOE: the experts this rank holds (all of them but under EP), by global index in
+     * increasing order; under EP, each expert's owner (a rank of plan_ep_ranks) and its index
+     * among the owner's (placement.c) */
+    int n_experts;
+    int32_t *expert_ids, *expert_owner, *expert_local;
     const float *norm_w;
     int vocab0;      /* first vocabulary row this rank holds (embedding) */
     attn_shape attn; /* this rank's heads */
@@ -150,6 +154,8 @@ typedef struct plan_options {
      * capture_last the hidden state of the logit rows entering the final norm */
     int n_capture_layers, capture_layers[PLAN_MAX_CAPTURE];
     bool capture_last;
+    /* expert parallelism: place each layer's experts by this load profile (NULL: contiguous) */
+    const loom_expert_load *expert_load;
 } plan_options;
 
 typedef struct plan {
@@ -200,14 +206,10 @@ typedef struct plan {
 int plan_build(plan *p, const module *tree, const plan_options *o, loom_err *err);
 void plan_free(plan *p);
 int plan_step_inputs(const plan_step *s);
-/* Expert parallelism's placement (ep.c): rank r of `ranks` holds experts [*first, *first + *count),
- * contiguous, the first n_experts % ranks ranks one more than the others. */
-void ep_placement(int n_experts, int ranks, int rank, int *first, int *count);
 /* The ranks a stage's experts are spread over, and this rank's place among them (replicas
  * first, then tp ranks: the GROUP_EP communicator's order). */
 static inline int plan_ep_ranks(const plan_options *o) { return o->tp * o->dp; }
 static inline int plan_ep_rank(const plan_options *o) { return o->replica * o->tp + o->rank; }
-int ep_owner(int n_experts, int ranks, int expert);
 /* A tensor of an expert another rank holds, in a per-expert layout (so this rank never reads it). */
 bool ep_foreign_tensor(const plan *p, const char *name);
 const char *step_kind_name(step_kind k);

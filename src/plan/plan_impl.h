@@ -4,6 +4,7 @@
  * ep.c implement and plan.c's flattening calls through region_of and p->region alone. */
 #ifndef LOOM_PLAN_IMPL_H
 #define LOOM_PLAN_IMPL_H
+#include "plan/placement.h"
 #include "plan/plan.h"
 
 /* Builders (values.c) */

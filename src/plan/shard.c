@@ -149,11 +149,23 @@ int shard_moe(plan *p, plan_step *s, const moe_desc *d, const module *m, loom_er
         return loom_errf(err, "%s: its experts have %d features, not divisible by %d ranks", m->name, I, tp);
     s->expert_inter = ep ? I : I / tp;
     s->expert_r0 = ep ? 0 : p->o.rank * s->expert_inter;
-    s->expert0 = 0, s->n_experts = d->n_experts;
+    int E = d->n_experts;
+    const char *what = "an expert placement";
+    if (!(s->expert_ids = mem_array(E, sizeof *s->expert_ids, what, err))) return -1;
+    s->n_experts = 0;
     if (ep) {
-        ep_placement(d->n_experts, plan_ep_ranks(&p->o), plan_ep_rank(&p->o), &s->expert0, &s->n_experts);
+        const double *load;
+        if (!(s->expert_owner = mem_array(E, sizeof *s->expert_owner, what, err)) ||
+            !(s->expert_local = mem_array(E, sizeof *s->expert_local, what, err)) ||
+            placement_load_row(p->o.expert_load, m->name, E, &load, err))
+            return -1;
+        placement_make(E, plan_ep_ranks(&p->o), load, s->expert_owner, s->expert_local);
+        for (int e = 0; e < E; e++)
+            if (s->expert_owner[e] == plan_ep_rank(&p->o)) s->expert_ids[s->n_experts++] = e;
         /* a dispatched row: the token's hidden state, then its experts on the rank and their weights */
         if (H + 2 * d->top_k > p->max_comm_cols[ROWS_TOKENS]) p->max_comm_cols[ROWS_TOKENS] = H + 2 * d->top_k;
+    } else {
+        for (int e = 0; e < E; e++) s->expert_ids[s->n_experts++] = e;
     }
     if (d->bias[0])
         s->route_bias_ref = (weight_ref){WEIGHT_F32, d->bias, 1, {d->n_experts}, 0, 0, 0, 0, 0, PAR_REPLICATED, 0.02f};
@@ -161,7 +173,7 @@ int shard_moe(plan *p, plan_step *s, const moe_desc *d, const module *m, loom_er
     /* every expert splits alike: the first one's slices stand for all */
     char names[3][160];
     weight_ref w[3];
-    expert_slices(s, s->expert0, false, names, w);
+    expert_slices(s, s->expert_ids[0], false, names, w);
     for (int j = 0; j < 3; j++)
         if (check_split(p, &w[j], err)) return loom_err_prefix(err, "%s", m->name);
     return H;

@@ -63,12 +63,12 @@ static int bind_experts(const plan *p, plan_step *s, weight_store *ws, loom_err 
     s->experts =
         mem_zalloc(3 * (size_t)(s->n_experts ? s->n_experts : 1), sizeof *s->experts, "the experts' matrices", err);
     if (!s->experts) return -1;
-    for (int e = s->expert0; e < s->expert0 + s->n_experts; e++) {
+    for (int i = 0; i < s->n_experts; i++) {
         char names[3][160];
         weight_ref w[3];
-        expert_slices(s, e, fused, names, w);
+        expert_slices(s, s->expert_ids[i], fused, names, w);
         for (int j = 0; j < 3; j++)
-            if (read_weight(p, ws, &w[j], &s->experts[3 * (e - s->expert0) + j], err)) return -1;
+            if (read_weight(p, ws, &w[j], &s->experts[3 * i + j], err)) return -1;
     }
     return 0;
 }

@@ -2,9 +2,9 @@
  * rank routes its own token rows, sends each row once to every rank owning one of its experts
  * (the row carries the experts it wants there and their weights), runs its own experts over
  * what arrives, and sends back, per received row, the weighted sum of that rank's experts. Each
- * token then adds the sums it gets back in rank order, which, since ranks hold contiguous expert
- * ranges, is the order of its experts' indices grouped by owner: fixed for a given rank count,
- * whatever order the rows arrive in, and the same with and without sequence parallelism.
+ * token then adds the sums it gets back in rank order (with the default contiguous placement,
+ * the order of its experts' indices grouped by owner): fixed for a given placement, whatever
+ * order the rows arrive in, and the same with and without sequence parallelism.
  * Sending a row once per owning rank rather than once per expert, and one sum back, keeps the
  * bytes at most min(top_k, ranks) rows each way per token. */
 #include <omp.h>
@@ -23,7 +23,7 @@ static int round_up(int n, int k) { return (n + k - 1) / k * k; }
 static int row_width(const moe_desc *d) { return d->hidden + 2 * d->top_k; }
 
 int ep_init(expert_parallel *x, const plan *p, int ranks, int tp, int max_tokens, size_t *bytes, loom_err *err) {
-    int widest = 0, hidden = 0, k = 0, n = ranks;
+    int widest = 0, hidden = 0, k = 0, n = ranks, experts = 0;
     for (int i = 0; i < p->n_steps; i++) {
         const plan_step *s = &p->steps[i];
         if (s->kind != STEP_EP_MOE) continue;
@@ -31,8 +31,10 @@ int ep_init(expert_parallel *x, const plan *p, int ranks, int tp, int max_tokens
         widest = row_width(s->op->moe) > widest ? row_width(s->op->moe) : widest;
         hidden = s->op->moe->hidden > hidden ? s->op->moe->hidden : hidden;
         k = s->op->moe->top_k > k ? s->op->moe->top_k : k;
+        experts = s->op->moe->n_experts > experts ? s->op->moe->n_experts : experts;
     }
     if (!x->n_layers) return 0;
+    x->load_width = experts;
     /* a rank holds at most T_pad/tp rows, sends each at most once to each rank, and receives at
      * most as many from each */
     size_t shard = (size_t)round_up(max_tokens, tp) / tp, rows = shard * n;
@@ -50,6 +52,7 @@ int ep_init(expert_parallel *x, const plan *p, int ranks, int tp, int max_tokens
         !(x->name = mem_zalloc(x->n_layers, sizeof *x->name, what, err)) ||
         !(x->received = mem_zalloc((size_t)x->n_layers * n, sizeof *x->received, what, err)) ||
         !(x->bytes = mem_zalloc(x->n_layers, sizeof *x->bytes, what, err)) ||
+        !(x->load = mem_zalloc((size_t)x->n_layers * experts, sizeof *x->load, what, err)) ||
         !(x->send = mem_array(rows * widest, sizeof(float), what, err)) ||
         !(x->recv = mem_array(rows * widest, sizeof(float), what, err)) ||
         !(x->sums = mem_array(rows * hidden, sizeof(float), what, err)) ||
@@ -62,6 +65,7 @@ int ep_init(expert_parallel *x, const plan *p, int ranks, int tp, int max_tokens
 void ep_free(expert_parallel *x) {
     free(x->choice), free(x->weight), free(x->local_choice), free(x->local_weight), free(x->row_at);
     free(x->send_rows), free(x->recv_rows), free(x->start), free(x->name), free(x->received), free(x->bytes);
+    free(x->load);
     free(x->send), free(x->recv), free(x->sums), free(x->back);
     memset(x, 0, sizeof *x);
 }
@@ -70,6 +74,7 @@ void ep_reset_stats(expert_parallel *x, int ranks) {
     if (!x->n_layers) return;
     memset(x->received, 0, (size_t)x->n_layers * ranks * sizeof *x->received);
     memset(x->bytes, 0, x->n_layers * sizeof *x->bytes);
+    memset(x->load, 0, (size_t)x->n_layers * x->load_width * sizeof *x->load);
     x->passes = 0;
     x->waited_s = 0;
 }
@@ -83,12 +88,12 @@ void ep_begin_pass(expert_parallel *x) {
  * tokens in order within each; row_at[i * n + d]: where token i's row for rank d went (-1). */
 static void pack_dispatch(expert_parallel *x, const plan_step *s, const float *in, size_t ld, int real, int n) {
     const moe_desc *d = s->op->moe;
-    int k = d->top_k, H = d->hidden, W = row_width(d), E = d->n_experts;
+    int k = d->top_k, H = d->hidden, W = row_width(d);
     memset(x->send_rows, 0, n * sizeof *x->send_rows);
     for (int i = 0; i < real; i++) {
         for (int r = 0; r < n; r++) x->row_at[(size_t)i * n + r] = -1;
         for (int j = 0; j < k; j++) {
-            int r = ep_owner(E, n, x->choice[(size_t)i * k + j]);
+            int r = s->expert_owner[x->choice[(size_t)i * k + j]];
             if (x->row_at[(size_t)i * n + r] < 0) x->row_at[(size_t)i * n + r] = x->send_rows[r]++;
         }
     }
@@ -102,12 +107,11 @@ static void pack_dispatch(expert_parallel *x, const plan_step *s, const float *i
             at = x->row_at[(size_t)i * n + r] = start[r] + at;
             float *row = x->send + (size_t)at * W;
             memcpy(row, in + (size_t)i * ld, H * sizeof *row);
-            int first, count, m = 0;
-            ep_placement(E, n, r, &first, &count);
+            int m = 0;
             for (int j = 0; j < k; j++) {
                 int e = x->choice[(size_t)i * k + j];
-                if (e < first || e >= first + count) continue;
-                row[H + m] = (float)(e - first);
+                if (s->expert_owner[e] != r) continue;
+                row[H + m] = (float)s->expert_local[e];
                 row[H + k + m++] = x->weight[(size_t)i * k + j];
             }
             for (; m < k; m++) row[H + m] = -1, row[H + k + m] = 0;
@@ -134,6 +138,8 @@ int ep_moe_step(expert_parallel *x, loom_comm *c, const loom_comm *tp, moe_scrat
     real = real < 0 ? 0 : real > shard ? shard : real; /* rows past the batch are padding */
     moe_shape sh = *route;
     moe_route(logits, ldl, real, &sh, x->choice, x->weight);
+    for (int i = 0; i < real * k && x->layer < x->n_layers; i++) /* the load profile (placement.c) */
+        if (x->choice[i] >= 0) x->load[(size_t)x->layer * x->load_width + x->choice[i]]++;
     pack_dispatch(x, s, in, ldx, real, n);
     loom_comm_set_phase(c, "expert dispatch in %s", s->mod->name);
     double t0 = omp_get_wtime(), blocked0 = c->blocked_s;

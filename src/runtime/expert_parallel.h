@@ -22,6 +22,8 @@ typedef struct expert_parallel {
     const char **name; /* [n_layers]: each MoE module */
     long *received;    /* [n_layers][ranks]: rows each rank received, since the profile reset */
     double *bytes;     /* [n_layers]: bytes between ranks, both all-to-alls */
+    double *load;      /* [n_layers][load_width]: tokens this rank routed to each expert */
+    int load_width;    /* the most experts a layer has */
     long passes;
     double waited_s; /* blocked in the all-to-alls (profile) */
 } expert_parallel;

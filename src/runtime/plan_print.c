@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "plan/placement.h"
 #include "plan/plan.h"
 #include "plan/stage.h"
 #include "quant/checkpoint.h"
@@ -129,6 +130,20 @@ static void print_latent_kv(FILE *f, const loom_model *m, const plan *p) {
             budget / latent, budget / full, m->cfg.max_pos);
 }
 
+/* A rank's experts as ranges of indices: "0..3", "0, 5, 9..11". */
+static const char *expert_ranges(const plan_step *s, char *buf, size_t cap) {
+    size_t n = 0;
+    buf[0] = 0;
+    for (int i = 0; i < s->n_experts && n < cap; i++) {
+        int j = i;
+        while (j + 1 < s->n_experts && s->expert_ids[j + 1] == s->expert_ids[j] + 1) j++;
+        if (j > i) n += snprintf(buf + n, cap - n, "%s%d..%d", i ? ", " : "", s->expert_ids[i], s->expert_ids[j]);
+        else n += snprintf(buf + n, cap - n, "%s%d", i ? ", " : "", s->expert_ids[i]);
+        i = j;
+    }
+    return s->n_experts ? buf : "none";
+}
+
 /* An expert-parallel region: where its rows come from, the dispatch and combine, what stays
  * tensor-parallel inside, how it leaves, and the verdict. */
 static void print_ep_region(FILE *f, const plan *p, const plan_region *r) {
@@ -137,14 +152,25 @@ static void print_ep_region(FILE *f, const plan *p, const plan_region *r) {
         if (p->steps[i].kind == STEP_EP_MOE && !strncmp(p->steps[i].mod->name, r->mod->name, strlen(r->mod->name)))
             s = &p->steps[i];
     if (!s) return;
+    char ids[256];
     const moe_desc *d = s->op->moe;
     fprintf(f, "  region %-28s expert parallel: %s\n", r->mod->name,
             r->entry == STEP_SLICE_ROWS ? "its rows sliced from every token's (no communication)"
                                         : "this rank's token shard in directly, no all-gather");
     fprintf(f,
             "    route: this rank's rows; dispatch: all_to_all, one row per (token, owning rank), [rows, %d + 2 x %d] "
-            "(hidden state, local experts, weights); rank 0 holds experts %d..%d of %d\n",
-            d->hidden, d->top_k, s->expert0, s->expert0 + s->n_experts - 1, d->n_experts);
+            "(hidden state, local experts, weights); rank 0 holds experts %s of %d\n",
+            d->hidden, d->top_k, expert_ranges(s, ids, sizeof ids), d->n_experts);
+    const double *load;
+    loom_err ignored;
+    if (!placement_load_row(p->o.expert_load, r->mod->name, d->n_experts, &load, &ignored) && load) {
+        int32_t contiguous[d->n_experts], local[d->n_experts];
+        placement_make(d->n_experts, plan_ep_ranks(&p->o), NULL, contiguous, local);
+        fprintf(f,
+                "    placed by the load profile: the experts' work max/mean over the ranks %.3f (contiguous: %.3f)\n",
+                placement_imbalance(load, d->n_experts, plan_ep_ranks(&p->o), s->expert_owner),
+                placement_imbalance(load, d->n_experts, plan_ep_ranks(&p->o), contiguous));
+    }
     fprintf(f, "    combine: all_to_all back, one sum per row of its experts there (increasing index); each token adds "
                "its owners' sums in rank order: output complete\n");
     if (r->gathers || r->completes)
