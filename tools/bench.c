@@ -314,12 +314,11 @@ static void report_spec(const latency_opts *o, const mode_run *r) {
 
 /* Data parallelism: a batch takes as long as its slowest replica. Each replica's experts serve
  * the others until all are done (loom_engine_wait_replicas), then every rank learns every
- * rank's prefill and decode times and keeps the longest. */
+ * rank's prefill and decode times (an idle replica's are 0) and keeps the longest of each. */
 static int slowest_replica(loom_comm *comm, loom_engine *e, double *prefill_s, double *decode_s, loom_err *err) {
-    double t0 = now();
     if (loom_engine_wait_replicas(e, err)) return -1;
     int n = loom_comm_size(comm);
-    float mine[2] = {(float)*prefill_s, (float)(*decode_s + now() - t0)},
+    float mine[2] = {(float)*prefill_s, (float)*decode_s},
           *all = mem_array((size_t)n * 2, sizeof *all, "the replicas' times", err);
     if (!all || loom_comm_all_gather(comm, mine, 2, all, err)) return free(all), -1;
     for (int r = 0; r < n; r++) {
