@@ -293,7 +293,8 @@ typedef struct loom_gen_stats {
 } loom_gen_stats;
 
 /* Generates up to max_new tokens after prompt (sequence slot 0, starting empty), streaming
- * through cb. */
+ * through cb. With replicas in lockstep, a replica that has no more to generate calls
+ * loom_engine_wait_replicas. */
 LOOM_API int loom_generate(loom_engine *e, const int32_t *prompt, int n_prompt, int max_new, const loom_sampling *s,
                            loom_token_cb cb, void *user, loom_gen_stats *stats, loom_err *err);
 
