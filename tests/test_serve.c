@@ -707,7 +707,7 @@ static char *completion_tokens(int port, const char *body) {
  * as one rank. */
 static void data_parallel(void) {
     server s;
-    if (start(&s, "-dp 2 --block-size 32 --max-model-len 256")) {
+    if (start(&s, "-dp 2 --data-parallel-routing prefix --block-size 32 --max-model-len 256")) {
         CHECK(0, "the -dp 2 server did not start");
         return;
     }

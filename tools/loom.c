@@ -79,6 +79,8 @@ static void usage(FILE *f) {
           "                            or --sp-min-tokens + --max-num-seqs with sequence parallelism)\n"
           "  --max-queue N             requests waiting for a slot; more get 503 (default 256)\n"
           "  --max-body-bytes N        larger request bodies get 413 (default 1 MiB)\n"
+          "  --data-parallel-routing load|prefix  with -dp: go by load alone, as vLLM (load, default), or\n"
+          "                            prefer a replica holding a cached prefix of the prompt (prefix)\n"
           "  --header-timeout S        a client finishes its request headers within S seconds of\n"
           "                            connecting (or of its last answer), or is closed (default 10)\n"
           "  --max-connections-per-address N  open connections one IP address may hold; more are\n"

@@ -88,7 +88,14 @@ int cli_serve(int argc, char **argv) {
             j.so.header_timeout = (double)cli_int(a, cli_value(argc, argv, &i), 1, 3600);
         else if (!strcmp(a, "--max-connections-per-address"))
             j.so.max_per_address = (int)cli_int(a, cli_value(argc, argv, &i), 1, 1 << 16);
-        else if (!strcmp(a, "--max-body-bytes"))
+        else if (!strcmp(a, "--data-parallel-routing")) {
+            const char *v = cli_value(argc, argv, &i);
+            if (strcmp(v, "prefix") && strcmp(v, "load")) {
+                fprintf(stderr, "loom serve: --data-parallel-routing: unknown '%s' (prefix, load)\n", v);
+                return 2;
+            }
+            j.so.prefix_routing = !strcmp(v, "prefix");
+        } else if (!strcmp(a, "--max-body-bytes"))
             j.so.max_body_bytes = (size_t)cli_int(a, cli_value(argc, argv, &i), 1024, 1L << 32);
         else {
             fprintf(stderr, "loom serve: unknown option '%s' (see loom --help)\n", a);

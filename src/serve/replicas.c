@@ -3,11 +3,13 @@
  * their steps together, one round a step (steps.c).
  *
  * The balancer follows vLLM's front end: a request goes to the replica with the least load
- * (waiting x 4 + running), or to the one the X-data-parallel-rank header names. Beyond vLLM, a
- * replica whose KV cache holds a cached prefix of the prompt is preferred, since its prefill
- * then skips those tokens; only among replicas whose load is within PREFIX_SLACK of the least,
- * so that a prefix every request shares (a system prompt) cannot pull them all onto one
- * replica. */
+ * (waiting x 4 + running), or to the one the X-data-parallel-rank header names. With
+ * --data-parallel-routing prefix, a replica whose KV cache holds a cached prefix of the prompt
+ * is preferred, since its prefill then skips those tokens; only among replicas whose load is
+ * within PREFIX_SLACK of the least, so that a prefix every request shares (a system prompt)
+ * cannot pull them all onto one replica. It is not the default: on a multi-turn chat it cached
+ * 6-11% more prompt tokens but gave 20% less throughput, the replicas' loads drifting apart
+ * (benches/RESULTS.md). */
 #include <stdio.h>
 #include <time.h>
 
@@ -29,7 +31,7 @@ int replicas_submit(server *srv, request *r, int pin, char *msg, size_t cap) {
             if (sched_load(srv->sch[d]) < sched_load(srv->sch[least])) least = d;
         best = least;
         int most = 0;
-        for (int d = 0; d < srv->dp && srv->dp > 1; d++) {
+        for (int d = 0; d < srv->dp && srv->dp > 1 && srv->o->prefix_routing; d++) {
             if (sched_load(srv->sch[d]) > sched_load(srv->sch[least]) + PREFIX_SLACK) continue;
             int cached = sched_cached_tokens(srv->sch[d], r);
             if (cached > most) most = cached, best = d;

@@ -75,9 +75,9 @@ static int serve_rank0(loom_comm *comm, loom_model *m, loom_engine *e, const ser
     sigaction(SIGINT, &sa, NULL);
     if (srv.dp > 1)
         fprintf(stderr,
-                "loom serve: %d replicas; a request goes to the least loaded (or the one holding "
-                "its prompt's cached prefix, or the X-data-parallel-rank header's)\n",
-                srv.dp);
+                "loom serve: %d replicas; a request goes to the least loaded%s, or to the one its "
+                "X-data-parallel-rank header names\n",
+                srv.dp, o->prefix_routing ? " or one holding a cached prefix of its prompt" : "");
     rc = replicas_loop(&srv, e, comm, &round, &stop_signal, &err) ? 1 : 0;
     if (rc) fprintf(stderr, "loom serve: %s; every open request failed with it\n", err.msg);
     else fprintf(stderr, "loom serve: drained, stopping\n");

@@ -30,6 +30,7 @@ typedef struct serve_options {
     const char *chat_template;   /* --chat-template FILE */
     int max_num_seqs;            /* sequences running at once (slots; their KV shares the block pool) */
     bool prefix_caching;         /* the engine keys full blocks: admissions reuse cached prefixes */
+    bool prefix_routing;         /* --data-parallel-routing prefix: prefer a replica's cached prefix */
     int max_num_batched_tokens;  /* tokens per engine step */
     int max_queue;               /* requests waiting beyond that; more get 503 */
     size_t max_body_bytes;       /* larger request bodies get 413 */
@@ -73,9 +74,9 @@ int sched_submit(sched *s, request *r, char *msg, size_t cap);
  * are now to m's. Lock held. */
 void sched_gauges(const sched *s, metrics *m);
 /* The replicas seen from rank 0 (replicas.c). replicas_submit: queues r on the replica `pin`
- * names (-1: none; the X-data-parallel-rank header), else on the one holding the longest cached
- * prefix of its prompt among those within PREFIX_SLACK of the least load, else the least loaded
- * (vLLM's waiting x 4 + running); a request never moves. 400 for a pin out of range, else as
+ * names (-1: none; the X-data-parallel-rank header), else (with prefix routing) on the one
+ * holding the longest cached prefix of its prompt among those within PREFIX_SLACK of the least
+ * load, else on the least loaded (vLLM's waiting x 4 + running); a request never moves. 400 for a pin out of range, else as
  * sched_submit. replicas_gauges: m's gauges over every replica. Both under the lock. */
 int replicas_submit(server *srv, request *r, int pin, char *msg, size_t cap);
 void replicas_gauges(server *srv, metrics *m);
