@@ -150,6 +150,23 @@ static inline int golden_run(loom_engine *e, const golden *g, float *out, loom_e
     return 0;
 }
 
+/* Sequence s of g alone in slot 0 (reset first): its prefill, then its decode steps one token
+ * each; its logits into out at golden_row's rows (out NULL: not kept). */
+static inline int golden_run_alone(loom_engine *e, const golden *g, int s, float *out, loom_err *err) {
+    int32_t ids[32], pos[32], seq[32], rows[32];
+    for (int i = 0; i < g->n[s]; i++) ids[i] = g->ids[s][i], pos[i] = i, seq[i] = 0, rows[i] = i;
+    loom_engine_reset_seq(e, 0);
+    for (int t0 = 0; t0 < g->n[s];) {
+        int n = t0 ? 1 : g->prefill[s];
+        loom_batch b = {n, ids + t0, pos + t0, seq + t0, n, rows};
+        const float *lg;
+        if (loom_forward(e, &b, &lg, err)) return -1;
+        if (out) memcpy(out + (size_t)golden_row(g, s, t0) * g->vocab, lg, (size_t)n * g->vocab * sizeof *lg);
+        t0 += n;
+    }
+    return 0;
+}
+
 static inline double max_abs_diff(const float *a, const float *b, int n) {
     double m = 0;
     for (int i = 0; i < n; i++) {

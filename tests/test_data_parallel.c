@@ -45,22 +45,6 @@ static loom_engine_options options(loom_comm *comm, mode md, int dp, int pp) {
     return eo;
 }
 
-/* Sequence s alone in slot 0: its prefill, then its decode steps one token each. */
-static int run_sequence(loom_engine *e, const golden *g, int s, float *out, loom_err *err) {
-    int32_t ids[32], pos[32], seq[32], rows[32];
-    for (int i = 0; i < g->n[s]; i++) ids[i] = g->ids[s][i], pos[i] = i, seq[i] = 0, rows[i] = i;
-    loom_engine_reset_seq(e, 0);
-    for (int t0 = 0; t0 < g->n[s];) {
-        int n = t0 ? 1 : g->prefill[s];
-        loom_batch b = {n, ids + t0, pos + t0, seq + t0, n, rows};
-        const float *lg;
-        if (loom_forward(e, &b, &lg, err)) return -1;
-        if (out) memcpy(out + (size_t)golden_row(g, s, t0) * g->vocab, lg, (size_t)n * g->vocab * sizeof *lg);
-        t0 += n;
-    }
-    return 0;
-}
-
 /* Sequence s's rows, from the replica's first rank that ran it (world rank `writer`) to every
  * rank: under MPI the ranks share no memory, and world rank 0 writes the file. */
 static int share_rows(loom_comm *comm, const golden *g, int s, int writer, float *rows, loom_err *err) {
@@ -81,9 +65,9 @@ static int rank_main(loom_comm *comm, void *arg) {
     loom_engine_stats st = {0};
     if (e) loom_engine_get_stats(e, &st);
     if (!rc && j->mode == MODE_IDLE) { /* replica 0 runs both sequences, replica 1 only serves its experts */
-        for (int s = 0; s < 2 && !rc && st.replica == 0; s++) rc = run_sequence(e, j->g, s, mine, &err);
+        for (int s = 0; s < 2 && !rc && st.replica == 0; s++) rc = golden_run_alone(e, j->g, s, mine, &err);
     } else {
-        for (int s = st.replica; s < 2 && !rc; s += st.replicas) rc = run_sequence(e, j->g, s, mine, &err);
+        for (int s = st.replica; s < 2 && !rc; s += st.replicas) rc = golden_run_alone(e, j->g, s, mine, &err);
     }
     if (!rc) rc = loom_engine_wait_replicas(e, &err);
     for (int s = 0; s < 2 && !rc; s++) /* replica r's first rank is world rank r * tp */

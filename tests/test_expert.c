@@ -53,21 +53,10 @@ static loom_engine_options options(loom_comm *comm, mode md, int pp) {
     return eo;
 }
 
-/* Sequence s alone: its prefill, then its decode steps one token each. */
+/* Each sequence alone: its prefill, then its decode steps one token each. */
 static int run_alone(loom_engine *e, const golden *g, float *out, loom_err *err) {
-    for (int s = 0; s < 2; s++) {
-        int32_t ids[32], pos[32], seq[32], rows[32];
-        for (int i = 0; i < g->n[s]; i++) ids[i] = g->ids[s][i], pos[i] = i, seq[i] = 0, rows[i] = i;
-        loom_engine_reset_seq(e, 0);
-        for (int t0 = 0; t0 < g->n[s];) {
-            int n = t0 ? 1 : g->prefill[s];
-            loom_batch b = {n, ids + t0, pos + t0, seq + t0, n, rows};
-            const float *lg;
-            if (loom_forward(e, &b, &lg, err)) return -1;
-            memcpy(out + (size_t)golden_row(g, s, t0) * g->vocab, lg, (size_t)n * g->vocab * sizeof *lg);
-            t0 += n;
-        }
-    }
+    for (int s = 0; s < 2; s++)
+        if (golden_run_alone(e, g, s, out, err)) return -1;
     return 0;
 }
 

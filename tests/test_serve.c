@@ -610,6 +610,24 @@ static void ranks(void) {
     unlink(s.log);
 }
 
+/* n requests of the same greedy completion at once, each of which must get `loom run`'s text. */
+static void concurrent_match_run(int port, int n, const char *where) {
+    int fds[8];
+    for (int i = 0; i < n && i < 8; i++)
+        fds[i] = post_completion(port, "{\"prompt\":\"The robot\",\"max_tokens\":24,\"temperature\":0,"
+                                       "\"ignore_eos\":true}");
+    char *want = loom_run("-p 'The robot' -n 24 --ignore-eos");
+    for (int i = 0; i < n && i < 8; i++) {
+        char *resp = read_all(fds[i]), text[4096] = "";
+        close(fds[i]);
+        const char *body = strstr(resp, "\r\n\r\n");
+        CHECK(body && !json_str(body, "text", text, sizeof text) && !strcmp(text, want),
+              "concurrent request %d under %s: '%s', not '%s'", i, where, text, want);
+        free(resp);
+    }
+    free(want);
+}
+
 /* -tp 2 -pp 2: two stages of two ranks; a step of several requests' tokens splits into
  * microbatches that flow through the stages, and each request still gets `loom run`'s text. */
 static void stages(void) {
@@ -621,21 +639,7 @@ static void stages(void) {
     }
     completions_match_run(s.port, "-tp 2 -pp 2 -p 'The robot' -n 24 --ignore-eos");
     prefix_reuse(s.port, 32, "-tp 2 -pp 2");
-    enum { N = 3 };
-    int fds[N];
-    for (int i = 0; i < N; i++)
-        fds[i] = post_completion(s.port, "{\"prompt\":\"The robot\",\"max_tokens\":24,\"temperature\":0,"
-                                         "\"ignore_eos\":true}");
-    char *want = loom_run("-p 'The robot' -n 24 --ignore-eos");
-    for (int i = 0; i < N; i++) {
-        char *resp = read_all(fds[i]), text[4096] = "";
-        close(fds[i]);
-        const char *body = strstr(resp, "\r\n\r\n");
-        CHECK(body && !json_str(body, "text", text, sizeof text) && !strcmp(text, want),
-              "concurrent request %d under -pp 2: '%s', not '%s'", i, text, want);
-        free(resp);
-    }
-    free(want);
+    concurrent_match_run(s.port, 3, "-pp 2");
     CHECK(stop(&s, SIGTERM, 30) == 0, "the -tp 2 -pp 2 server did not exit 0 on SIGTERM");
 }
 
@@ -716,19 +720,7 @@ static void data_parallel(void) {
     int fds[N];
     double before[2] = {metric_with(s.port, "data_parallel_requests_total", "engine=\"0\""),
                         metric_with(s.port, "data_parallel_requests_total", "engine=\"1\"")};
-    for (int i = 0; i < N; i++)
-        fds[i] = post_completion(s.port, "{\"prompt\":\"The robot\",\"max_tokens\":24,\"temperature\":0,"
-                                         "\"ignore_eos\":true}");
-    char *want = loom_run("-p 'The robot' -n 24 --ignore-eos");
-    for (int i = 0; i < N; i++) {
-        char *resp = read_all(fds[i]), text[4096] = "";
-        close(fds[i]);
-        const char *body = strstr(resp, "\r\n\r\n");
-        CHECK(body && !json_str(body, "text", text, sizeof text) && !strcmp(text, want),
-              "concurrent request %d under -dp 2: '%s', not '%s'", i, text, want);
-        free(resp);
-    }
-    free(want);
+    concurrent_match_run(s.port, N, "-dp 2");
     double after[2] = {metric_with(s.port, "data_parallel_requests_total", "engine=\"0\""),
                        metric_with(s.port, "data_parallel_requests_total", "engine=\"1\"")};
     CHECK(after[0] - before[0] >= 1 && after[1] - before[1] >= 1 && after[0] + after[1] - before[0] - before[1] == N,
