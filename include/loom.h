@@ -164,9 +164,6 @@ LOOM_API int loom_forward(loom_engine *e, const loom_batch *b, const float **log
  * until every replica has called this. Returns at once on an engine whose replicas do not step
  * together (one replica, or a model without expert-parallel layers). */
 LOOM_API int loom_engine_wait_replicas(loom_engine *e, loom_err *err);
-/* After a pass of a replica in lockstep: how many replicas had tokens in it (0: every replica
- * was idle, and nothing ran). */
-LOOM_API int loom_engine_busy_replicas(const loom_engine *e);
 
 /* Custom ops: a user's own layer inserted into a model's module tree, analysed by the planner
  * like a built-in op from the class it declares (what sequence parallelism needs to know:

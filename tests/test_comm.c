@@ -452,39 +452,23 @@ static int peer_never_sends(loom_comm *w, void *arg) {
     return 1;
 }
 
+/* The last TP group of the job (its ranks size - tp .. size - 1): its last rank never joins, and
+ * its first must fail at the deadline naming it with its replica and stage. */
 static int stage_peer_missing(loom_comm *w, void *arg) {
-    (void)arg;
+    const layout *l = arg;
     loom_err err = {{0}};
     loom_comm *st;
     if (comm_split(w, GROUP_TP, &st, &err)) return fprintf(stderr, "%s\n", err.msg), 1;
-    int rc = 0;
-    if (w->rank == 2) {
+    int rc = 0, waiter = w->size - l->tp, missing = w->size - 1;
+    if (w->rank == waiter) {
         float x = 1, y;
+        char want[128], name[32];
+        snprintf(want, sizeof want, "waited 1 s for rank %s ('start-up')", name_of(l, missing, name, sizeof name));
         loom_comm_set_phase(st, "the stage deadline test");
         rc = comm_all_reduce(st, &x, 1, &y, 1, 1, 1, &err);
-        rc = rc && strstr(err.msg, "waited 1 s for rank 3 (stage 1) ('start-up')") ? 3 : 1;
-        if (rc != 3) fprintf(stderr, "rank 2: unexpected: '%s'\n", err.msg);
-    } else if (w->rank == 3) {
-        sleep(2);
-    }
-    comm_free(st);
-    return rc;
-}
-
-/* Replica 1's stage 1 (ranks 6 and 7 of a 2 x 2 x 2 job): rank 7 never joins its TP group. */
-static int stage_peer_missing_dp(loom_comm *w, void *arg) {
-    (void)arg;
-    loom_err err = {{0}};
-    loom_comm *st;
-    if (comm_split(w, GROUP_TP, &st, &err)) return fprintf(stderr, "%s\n", err.msg), 1;
-    int rc = 0;
-    if (w->rank == 6) {
-        float x = 1, y;
-        loom_comm_set_phase(st, "the replica deadline test");
-        rc = comm_all_reduce(st, &x, 1, &y, 1, 1, 1, &err);
-        rc = rc && strstr(err.msg, "waited 1 s for rank 7 (dp 1, stage 1) ('start-up')") ? 3 : 1;
-        if (rc != 3) fprintf(stderr, "rank 6: unexpected: '%s'\n", err.msg);
-    } else if (w->rank == 7) {
+        rc = rc && strstr(err.msg, want) ? 3 : 1;
+        if (rc != 3) fprintf(stderr, "rank %d: unexpected: '%s'\n", waiter, err.msg);
+    } else if (w->rank == missing) {
         sleep(2);
     }
     comm_free(st);
@@ -607,8 +591,8 @@ int main(int argc, char **argv) {
     CHECK(launch_layout((layout){2, -1, 1}, "shm", check_stages, 1, &err) == 2 &&
               strstr(err.msg, "-dp -1: need at least one replica"),
           "-dp -1: '%s'", err.msg);
-    CHECK(launch_layout((layout){2, 2, 2}, "shm", stage_peer_missing_dp, 1, &err) == 3 &&
-              strstr(err.msg, "rank 6 (dp 1, stage 1) exited with status 3 during 'the replica deadline test'"),
+    CHECK(launch_layout((layout){2, 2, 2}, "shm", stage_peer_missing, 1, &err) == 3 &&
+              strstr(err.msg, "rank 6 (dp 1, stage 1) exited with status 3 during 'the stage deadline test'"),
           "a replica's peer that never arrives must fail it at the deadline, named with its replica: '%s'", err.msg);
     CHECK(launch(3, "shm", one_rank_missing, 1) == 3, "a missing rank must fail the others at the deadline");
     CHECK(launch(1, "shm", check_collectives, 30) == 0, "tp=1");

@@ -459,5 +459,3 @@ int loom_forward(loom_engine *e, const loom_batch *b, const float **logits, loom
     kv_cache_written_batch(&e->kv, b); /* each sequence's run of tokens, now in its blocks */
     return e->after_pass ? e->after_pass(e->after_pass_user, b, err) : 0;
 }
-
-int loom_engine_busy_replicas(const loom_engine *e) { return lockstep(e) ? e->busy : 1; }
