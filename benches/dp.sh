@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Issue 26's figures: data parallelism on shm, one thread a rank.
 #   1. The OLMoE-1B-7B shape (configs/olmoe-1b-7b.json, its first LAYERS layers, bf16 dummy
-#      weights) on four ranks in four layouts: -tp 4 (TP-MoE), -tp 4 -ep, -tp 2 -dp 2 -ep and
-#      -tp 2 -dp 2 -ep -sp (--sp-min-tokens 0). For each, `bench latency` at a batch of BATCH
+#      weights) on four ranks in six layouts: -tp 4 (TP-MoE), -tp 4 -ep, -tp 2 -dp 2 -ep,
+#      -tp 2 -dp 2 -ep -sp (--sp-min-tokens 0), and -tp 2 -dp 2 without and with -sp (TP-MoE
+#      across the replicas). For each, `bench latency` at a batch of BATCH
 #      requests (throughput) and of one (latency), INPUT tokens in and OUTPUT out; the report's
 #      expert lines give the rows each rank received per MoE layer (the imbalance) and the
 #      bytes between ranks. Layouts alternate round by round (ROUNDS), so host drift hits them
@@ -13,7 +14,7 @@
 #   3. A dense model (configs/llama-3.2-1b.json, bf16 dummy) served at -dp 2 and at -tp 2 (one
 #      thread a rank), DENSE_REQUESTS streaming requests at concurrency 16 (benches/serve.sh's
 #      load generator, ENGINES=loom), output tok/s and latencies.
-# Usage: [LAYERS=4] [ROUNDS=2] [PARTS="1 2 3"] benches/dp.sh [build-dir]
+# Usage: [LAYERS=4] [ROUNDS=2] [PARTS="1 2 3"] [ORDER="tp4 ..."] benches/dp.sh [build-dir]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
@@ -28,8 +29,9 @@ show() { grep -E "^(CPU|Avg latency|Prefill|Decode:|experts|  per layer)"; }
 common=(-m "$cfg" --load-format dummy --dtype bfloat16 --threads 1 --num-iters-warmup 1 --num-iters 2
         --input-len "$input" --output-len "$output")
 declare -A layout=([tp4]="-tp 4" [tp4-ep]="-tp 4 -ep" [tp2dp2-ep]="-tp 2 -dp 2 -ep"
-                   [tp2dp2-ep-sp]="-tp 2 -dp 2 -ep -sp --sp-min-tokens 0")
-order=(tp4 tp4-ep tp2dp2-ep tp2dp2-ep-sp)
+                   [tp2dp2-ep-sp]="-tp 2 -dp 2 -ep -sp --sp-min-tokens 0" [tp2dp2]="-tp 2 -dp 2"
+                   [tp2dp2-sp]="-tp 2 -dp 2 -sp --sp-min-tokens 0")
+order=(${ORDER:-tp4 tp4-ep tp2dp2-ep tp2dp2-ep-sp tp2dp2 tp2dp2-sp})
 "$loom" bench machine | grep -E "CPU|sgemm|read"
 if part 1; then
   for r in $(seq "$rounds"); do

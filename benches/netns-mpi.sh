@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Issue 5's cross-machine benchmark on one host: two network namespaces joined by a veth pair
-# whose both ends are rate-limited (tc tbf; this kernel has no netem, so no added delay), one
-# MPI rank in each, Open MPI's TCP transport over the link. TP, TP + SP and async TP alternate
+# whose both ends are rate-limited (tc tbf; this kernel has no netem, so no added delay), NP/2
+# MPI ranks in each (NP=2 by default: one), Open MPI's TCP transport over the link; with NP=4
+# the ranks 0,1 share namespace A and 2,3 namespace B, as mpirun fills two two-slot machines. TP, TP + SP and async TP alternate
 # in one job (`--compare tp,sp,async`); the report's "time in collectives" is each mode's
 # exposed communication (for async TP: what its GEMMs did not hide). Run as root; the
 # namespaces are removed on exit. Usage: [MPIRUN_ARGS=...] benches/netns-mpi.sh [build-dir] [rate...]
@@ -9,7 +10,7 @@
 # JOBS='name:loom args;name:loom args' runs those layouts instead of the TP/SP/async comparison,
 # alternating ROUNDS times, each with the bytes that crossed the link per iteration (both
 # directions, MPI's start-up included), e.g. JOBS='tp=2:-tp 2;pp=2:-pp 2'. CONFIG=path runs
-# that config instead of configs/$MODEL.json.
+# that config instead of configs/$MODEL.json; BATCH, LEN and OUTPUT size each pass (1, 2048, 1).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 loom=$(realpath "${1:-build}")/loom
@@ -35,14 +36,15 @@ host=\$1; shift
 case \$host in 10.77.0.2) exec ip netns exec $b sh -c "\$*" ;; *) exec sh -c "\$*" ;; esac
 AGENT
 chmod +x "$agent"
-printf '10.77.0.1 slots=1\n10.77.0.2 slots=1\n' > "$hosts"
+np=${NP:-2}
+printf '10.77.0.1 slots=%d\n10.77.0.2 slots=%d\n' $((np / 2)) $((np / 2)) > "$hosts"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # one bench latency job across the two namespaces; extra arguments go to loom
 bench() {
-  ip netns exec $a mpirun -np 2 --bind-to none ${MPIRUN_ARGS:-} --hostfile "$hosts" --mca plm_rsh_agent "$agent" \
+  ip netns exec $a mpirun -np "$np" --bind-to none ${MPIRUN_ARGS:-} --hostfile "$hosts" --mca plm_rsh_agent "$agent" \
     --mca btl self,tcp --mca btl_tcp_if_include 10.77.0.0/24 --mca oob_tcp_if_include 10.77.0.0/24 \
     "$loom" bench latency -m "${CONFIG:-$PWD/configs/${MODEL:-llama-3.2-1b}.json}" --load-format dummy --backend mpi --threads 1 \
-    --batch-size 1 --input-len ${LEN:-2048} --output-len 1 --num-iters-warmup ${WARMUP:-1} --num-iters ${ITERS:-2} \
+    --batch-size ${BATCH:-1} --input-len ${LEN:-2048} --output-len ${OUTPUT:-1} --num-iters-warmup ${WARMUP:-1} --num-iters ${ITERS:-2} \
     --profile "$@" 2>/dev/null
 }
 link_bytes() {
@@ -65,7 +67,7 @@ for rate in ${rates[*]}; do
     set -- $dev
     ip netns exec "$1" tc qdisc replace dev "$2" root tbf rate "$rate" burst 256kb latency 100ms
   done
-  echo "== link $rate, $(basename "${CONFIG:-${MODEL:-llama-3.2-1b}}" .json), input ${LEN:-2048}, output 1, one MPI rank per namespace"
+  echo "== link $rate, $(basename "${CONFIG:-${MODEL:-llama-3.2-1b}}" .json), batch ${BATCH:-1}, input ${LEN:-2048}, output ${OUTPUT:-1}, $((np / 2)) MPI rank(s) per namespace"
   if [ -n "${JOBS:-}" ]; then
     IFS=';' read -ra jobs <<< "$JOBS"
     for round in $(seq "${ROUNDS:-1}"); do

@@ -236,6 +236,9 @@ LOOM_API int loom_comm_all_gather(loom_comm *c, const float *mine, int n, float 
  * replica's logits to the server's rank 0); a receive of another size is an error naming both. */
 LOOM_API int loom_comm_send_floats(loom_comm *c, int dst, const float *buf, size_t n, loom_err *err);
 LOOM_API int loom_comm_recv_floats(loom_comm *c, int src, float *buf, size_t n, loom_err *err);
+/* The same for ints (a server's step message to a replica's ranks). */
+LOOM_API int loom_comm_send_ints(loom_comm *c, int dst, const int32_t *buf, size_t n, loom_err *err);
+LOOM_API int loom_comm_recv_ints(loom_comm *c, int src, int32_t *buf, size_t n, loom_err *err);
 /* Rank 0's buf[0..n) to every rank (a server's step message to the other ranks). */
 LOOM_API int loom_comm_broadcast_ints(loom_comm *c, int32_t *buf, int n, loom_err *err);
 /* What this rank is doing, for the message when a peer dies or a collective times out. */
@@ -370,8 +373,11 @@ LOOM_API int loom_generate_speculative(loom_engine *e, loom_speculator *sp, cons
 /* What an engine is and holds on this rank, and what its forward passes did since it was made
  * or since loom_engine_reset_stats. */
 typedef struct loom_engine_stats {
-    int rank, ranks;                   /* this rank of the job, and the job's ranks */
-    int replica, replicas;             /* data parallelism: this rank's replica (0 with one), and how many */
+    int rank, ranks;       /* this rank of the job, and the job's ranks */
+    int replica, replicas; /* data parallelism: this rank's replica (0 with one), and how many */
+    /* the replicas run every pass together, a replica with nothing to run an empty one
+     * (loom_forward with no tokens): a mixture of experts spreads its experts over them */
+    bool lockstep;
     int stage, stages;                 /* pipeline parallelism: this rank's stage (0 with one), and how many */
     int max_seqs, max_ctx, max_tokens; /* sequences it holds, positions per sequence, tokens per pass */
     size_t activation_bytes, kv_bytes; /* memory for activations and for the KV cache */

@@ -12,6 +12,10 @@ fi
 export LOOM_TEST_PYTHON=$PWD/.venv/bin/python
 dir=$(scripts/build.sh "$@" | tail -n 1)
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
+# Two tests at a time on two cores, each with ranks and OpenMP threads: threads that spin at
+# barriers take the cores the other test's ranks wait for (under the sanitizers test_spec took
+# 10x its time alone). Sleeping waits leave each test its own speed; timing races still show.
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 if [ "${1:-}" = --sanitize ]; then
   export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 fi

@@ -2,9 +2,10 @@
  * runs golden sequence d alone (its prefill, then one-token decode steps), its first rank
  * writing its logits.
  *  - The seed's run, and every mixture-of-experts golden where the heads divide: tp=2 x dp=2 with
- *    the experts spread over all four ranks, EP and EP + SP bit-identical to each other and
- *    within 1e-4 of transformers; olmoe over MPI bit-identical to shm, and in two pipeline
- *    stages (tp=2 x dp=2 x pp=2, eight ranks) bit-identical to one.
+ *    the experts spread over all four ranks, whole (EP) or each expert's features split
+ *    (TP-MoE), each with and without SP, SP bit-identical to plain and all within 1e-4 of
+ *    transformers; olmoe over MPI bit-identical to shm, and in two pipeline stages
+ *    (tp=2 x dp=2 x pp=2, eight ranks) bit-identical to one.
  *  - Dense models at dp=2: each sequence's logits bit-identical to dp=1's.
  *  - An idle replica: replica 1 runs nothing while replica 0 runs both sequences one after the
  *    other; its experts serve replica 0's tokens in empty passes, nothing hangs, and replica 0's
@@ -24,8 +25,11 @@ static const char *moe_cases[] = {"olmoe",      "mixtral",     "qwen2_moe",     
                                   "granitemoe", "deepseek_v2", "deepseek_v3_skewed", "ct_mixtral"};
 static const char *dense_cases[] = {"llama", "qwen2", "mistral", "gptq_llama"};
 
-typedef enum mode { MODE_EP, MODE_EP_SP, MODE_IDLE, MODE_DENSE } mode;
-static const char *mode_names[] = {"EP", "EP+SP", "EP, replica 1 idle", "dense"};
+/* EP: whole experts spread over the four ranks; TP: every expert's features split over them
+ * (no --enable-expert-parallel) */
+typedef enum mode { MODE_EP, MODE_EP_SP, MODE_TP, MODE_TP_SP, MODE_IDLE, MODE_TP_IDLE, MODE_DENSE } mode;
+static const char *mode_names[] = {
+    "EP", "EP+SP", "TP-MoE", "TP-MoE+SP", "EP, replica 1 idle", "TP-MoE, replica 1 idle", "dense"};
 
 typedef struct job {
     loom_model *m;
@@ -39,8 +43,8 @@ static loom_engine_options options(loom_comm *comm, mode md, int dp, int pp) {
     loom_engine_options eo = golden_engine_options(comm);
     eo.data_parallel = dp;
     eo.pipeline_parallel = pp;
-    eo.expert_parallel = md != MODE_DENSE;
-    eo.sequence_parallel = md == MODE_EP_SP;
+    eo.expert_parallel = md == MODE_EP || md == MODE_EP_SP || md == MODE_IDLE;
+    eo.sequence_parallel = md == MODE_EP_SP || md == MODE_TP_SP;
     eo.sp_min_tokens = 0;
     return eo;
 }
@@ -64,14 +68,15 @@ static int rank_main(loom_comm *comm, void *arg) {
     int rc = e && mine ? 0 : -1;
     loom_engine_stats st = {0};
     if (e) loom_engine_get_stats(e, &st);
-    if (!rc && j->mode == MODE_IDLE) { /* replica 0 runs both sequences, replica 1 only serves its experts */
+    bool idle = j->mode == MODE_IDLE || j->mode == MODE_TP_IDLE;
+    if (!rc && idle) { /* replica 0 runs both sequences, replica 1 only serves its experts */
         for (int s = 0; s < 2 && !rc && st.replica == 0; s++) rc = golden_run_alone(e, j->g, s, mine, &err);
     } else {
         for (int s = st.replica; s < 2 && !rc; s += st.replicas) rc = golden_run_alone(e, j->g, s, mine, &err);
     }
     if (!rc) rc = loom_engine_wait_replicas(e, &err);
     for (int s = 0; s < 2 && !rc; s++) /* replica r's first rank is world rank r * tp */
-        rc = share_rows(comm, j->g, s, j->mode == MODE_IDLE ? 0 : (s % j->dp) * j->tp, mine, &err);
+        rc = share_rows(comm, j->g, s, idle ? 0 : (s % j->dp) * j->tp, mine, &err);
     if (!rc && loom_comm_rank(comm) == 0) memcpy(j->out, mine, n * sizeof *mine);
     if (rc) fprintf(stderr, "rank %d: %s\n", loom_comm_rank(comm), err.msg);
     free(mine);
@@ -105,6 +110,54 @@ static int mpi_dump(const char *name, int md, const char *path) {
     return out ? 0 : 1;
 }
 
+/* The experts over tp=2 x dp=2 one way (EP or TP-MoE), with and without SP: each within ATOL of
+ * transformers, and SP bit-identical to plain; the olmoe golden also with replica 1 idle, in two
+ * stages, and over MPI. */
+static void moe_family(const char *name, const golden *g, mode plain) {
+    mode with_sp = plain + 1, idle_mode = plain == MODE_EP ? MODE_IDLE : MODE_TP_IDLE;
+    size_t bytes = (size_t)golden_rows(g) * g->vocab * sizeof(float);
+    loom_err err = {{0}};
+    float *out[2] = {run(name, g, 2, 2, 1, plain, "shm", &err), NULL};
+    CHECK(out[0], "%s tp=2 x dp=2 %s: %s", name, mode_names[plain], err.msg);
+    out[1] = run(name, g, 2, 2, 1, with_sp, "shm", &err);
+    CHECK(out[1], "%s tp=2 x dp=2 %s: %s", name, mode_names[with_sp], err.msg);
+    double worst[2];
+    for (int i = 0; i < 2; i++) {
+        worst[i] = out[i] ? golden_worst(g, out[i]) : 1;
+        CHECK(worst[i] <= ATOL, "%s tp=2 x dp=2 %s: max |logit diff| vs transformers %.3g", name, mode_names[plain + i],
+              worst[i]);
+    }
+    bool same = out[0] && out[1] && !memcmp(out[0], out[1], bytes);
+    CHECK(same, "%s tp=2 x dp=2: %s is not bit-identical to %s", name, mode_names[with_sp], mode_names[plain]);
+    printf("%-18s tp=2 x dp=2: max |logit diff| vs transformers %.2e (%s), %.2e (%s); bit-identical: %s\n", name,
+           worst[0], mode_names[plain], worst[1], mode_names[with_sp], same ? "yes" : "no");
+    if (!strcmp(name, "olmoe")) { /* the seed's model: an idle replica, two stages, and MPI */
+        float *idle = run(name, g, 2, 2, 1, idle_mode, "shm", &err);
+        double worst_idle = idle ? golden_worst(g, idle) : 1;
+        CHECK(idle && worst_idle <= ATOL, "%s tp=2 x dp=2 %s: %s (max |logit diff| %.3g)", name, mode_names[idle_mode],
+              idle ? "logits off" : err.msg, worst_idle);
+        printf("%-18s tp=2 x dp=2 %s throughout: max |logit diff| vs transformers %.2e\n", name, mode_names[idle_mode],
+               worst_idle);
+        float *pp = run(name, g, 2, 2, 2, with_sp, "shm", &err);
+        CHECK(pp && out[1] && !memcmp(pp, out[1], bytes),
+              "%s: %s at tp=2 x dp=2 x pp=2 is not bit-identical to one stage: %s", name, mode_names[with_sp],
+              pp ? "they differ" : err.msg);
+        for (int i = 0; i < 2 && mpi_available("test_data_parallel"); i++) {
+            char args[256];
+            snprintf(args, sizeof args, "%s %d", name, plain + i);
+            size_t n = (size_t)golden_rows(g) * g->vocab;
+            float *mpi = golden_mpi_run(4, args, n);
+            CHECK(mpi && out[i] && !memcmp(mpi, out[i], n * sizeof *mpi),
+                  "%s tp=2 x dp=2 %s: MPI logits are not bit-identical to shm", name, mode_names[plain + i]);
+            free(mpi);
+        }
+        if (idle) munmap(idle, bytes);
+        if (pp) munmap(pp, bytes);
+    }
+    for (int i = 0; i < 2; i++)
+        if (out[i]) munmap(out[i], bytes);
+}
+
 static void moe_case(const char *name) {
     golden g;
     if (golden_open(&g, name, "logits")) {
@@ -114,48 +167,12 @@ static void moe_case(const char *name) {
     loom_err err = {{0}};
     int divide = golden_heads_divide(name, 2, &err);
     CHECK(divide >= 0, "%s: %s", name, err.msg);
-    if (divide <= 0) {
-        if (!divide) printf("%-18s skipped: its attention heads do not split over tp=2\n", name);
-        golden_close(&g);
-        return;
+    if (divide > 0) {
+        moe_family(name, &g, MODE_EP);
+        moe_family(name, &g, MODE_TP);
+    } else if (!divide) {
+        printf("%-18s skipped: its attention heads do not split over tp=2\n", name);
     }
-    size_t bytes = (size_t)golden_rows(&g) * g.vocab * sizeof(float);
-    float *ep = run(name, &g, 2, 2, 1, MODE_EP, "shm", &err);
-    CHECK(ep, "%s tp=2 x dp=2 EP: %s", name, err.msg);
-    float *ep_sp = run(name, &g, 2, 2, 1, MODE_EP_SP, "shm", &err);
-    CHECK(ep_sp, "%s tp=2 x dp=2 EP+SP: %s", name, err.msg);
-    double worst = ep ? golden_worst(&g, ep) : 1, worst_sp = ep_sp ? golden_worst(&g, ep_sp) : 1;
-    CHECK(worst <= ATOL, "%s tp=2 x dp=2 EP: max |logit diff| vs transformers %.3g", name, worst);
-    CHECK(worst_sp <= ATOL, "%s tp=2 x dp=2 EP+SP: max |logit diff| vs transformers %.3g", name, worst_sp);
-    bool same = ep && ep_sp && !memcmp(ep, ep_sp, bytes);
-    CHECK(same, "%s tp=2 x dp=2: EP+SP is not bit-identical to EP", name);
-    printf("%-18s tp=2 x dp=2: max |logit diff| vs transformers %.2e (EP), %.2e (EP+SP); EP+SP == EP: %s\n", name,
-           worst, worst_sp, same ? "yes" : "no");
-    if (!strcmp(name, "olmoe")) { /* the seed's model: an idle replica, two stages, and MPI */
-        float *idle = run(name, &g, 2, 2, 1, MODE_IDLE, "shm", &err);
-        double worst_idle = idle ? golden_worst(&g, idle) : 1;
-        CHECK(idle && worst_idle <= ATOL, "%s tp=2 x dp=2, replica 1 idle: %s (max |logit diff| %.3g)", name,
-              idle ? "logits off" : err.msg, worst_idle);
-        printf("%-18s tp=2 x dp=2, replica 1 idle throughout: max |logit diff| vs transformers %.2e\n", name,
-               worst_idle);
-        float *pp = run(name, &g, 2, 2, 2, MODE_EP_SP, "shm", &err);
-        CHECK(pp && ep_sp && !memcmp(pp, ep_sp, bytes),
-              "%s: EP+SP at tp=2 x dp=2 x pp=2 is not bit-identical to one stage: %s", name,
-              pp ? "they differ" : err.msg);
-        for (int md = MODE_EP; md <= MODE_EP_SP && mpi_available("test_data_parallel"); md++) {
-            char args[256];
-            snprintf(args, sizeof args, "%s %d", name, md);
-            size_t n = (size_t)golden_rows(&g) * g.vocab;
-            float *mpi = golden_mpi_run(4, args, n), *shm = md == MODE_EP ? ep : ep_sp;
-            CHECK(mpi && shm && !memcmp(mpi, shm, n * sizeof *mpi),
-                  "%s tp=2 x dp=2 %s: MPI logits are not bit-identical to shm", name, mode_names[md]);
-            free(mpi);
-        }
-        if (idle) munmap(idle, bytes);
-        if (pp) munmap(pp, bytes);
-    }
-    if (ep) munmap(ep, bytes);
-    if (ep_sp) munmap(ep_sp, bytes);
     golden_close(&g);
 }
 
@@ -185,7 +202,8 @@ static void dense_case(const char *name) {
     golden_close(&g);
 }
 
-/* Refusals: a MoE model at -dp without expert parallelism, and a job started with another layout. */
+/* Refusals: experts whose features do not split over -tp x -dp, and a job started with another
+ * layout. */
 static void check_refusals(void) {
     char dir[900];
     golden_dir(dir, sizeof dir, "olmoe");
@@ -194,9 +212,10 @@ static void check_refusals(void) {
     loom_model *m = loom_model_load(&mo, &err);
     CHECK(m, "olmoe: %s", err.msg);
     if (!m) return;
-    loom_engine_options eo = options(NULL, MODE_DENSE, 2, 1);
-    CHECK(loom_check_sharding(m, 2, &eo, &err) && strstr(err.msg, "--enable-expert-parallel"),
-          "olmoe at -dp 2 without expert parallelism must be refused, naming the flag: '%s'", err.msg);
+    loom_engine_options eo = options(NULL, MODE_TP, 5, 1); /* its experts have 48 features */
+    CHECK(loom_check_sharding(m, 1, &eo, &err) && strstr(err.msg, "48 features, not divisible by 5 ranks") &&
+              strstr(err.msg, "--enable-expert-parallel"),
+          "olmoe's experts over -tp 1 x -dp 5 must be refused, naming the ranks and the flag: '%s'", err.msg);
     eo.data_parallel = 2, eo.expert_parallel = true;
     CHECK(!loom_engine_new(m, &eo, &err) && strstr(err.msg, "-dp 2 x -pp 1: the job's 1 ranks were started as"),
           "an engine asking for -dp 2 on one rank must be refused: '%s'", err.msg);

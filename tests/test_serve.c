@@ -8,6 +8,7 @@
  * Requests are written by hand here because most of them are malformed on purpose; the real
  * client (the `openai` package) is tests/serve_openai.py. */
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -25,6 +26,7 @@
 /* the main test server's --header-timeout in seconds: long enough that a loaded machine answers
  * beside an idle flood well within half of it, which a server waiting the idle ones out could not */
 #define HEADER_TIMEOUT 8
+#define REPLY_TIMEOUT  240 /* seconds: see connect_from */
 
 static double now(void) {
     struct timespec t;
@@ -89,12 +91,14 @@ static int stop_via(server *s, pid_t to, int sig, double within_s) {
 static int stop(server *s, int sig, double within_s) { return stop_via(s, s->pid, sig, within_s); }
 
 /* A connection to 127.0.0.1:port from the loopback address `from` (NULL: the kernel's choice),
- * or -1. Connecting, sending and receiving each give up after 30 s, so no loop waits forever. */
+ * or -1. Connecting, sending and receiving each give up after REPLY_TIMEOUT s, so no loop waits
+ * forever. A whole answer comes in one piece after its last token, and in CI (ctest -j2 beside the
+ * heaviest tests) four preempted 90-token requests of the 100M model took over 30 s. */
 static int connect_from(const char *from, int port) {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in src = {.sin_family = AF_INET}, dst = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
     inet_pton(AF_INET, "127.0.0.1", &dst.sin_addr);
-    struct timeval tv = {30, 0};
+    struct timeval tv = {REPLY_TIMEOUT, 0};
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv); /* bounds connect() too */
     if ((from && (inet_pton(AF_INET, from, &src.sin_addr) != 1 || bind(fd, (struct sockaddr *)&src, sizeof src))) ||
@@ -709,6 +713,56 @@ static char *completion_tokens(int port, const char *body) {
  * prompt cached on a replica brings its repeat there. Then olmoe at -tp 2 -dp 2 with its experts
  * spread over all four ranks (EP + SP, the replicas stepping together): the same greedy tokens
  * as one rank. */
+/* The CPU seconds (user + system) so far of the rank the launcher `supervisor` named
+ * "loom rank R" (launch.c), or -1 if there is none. */
+static double rank_cpu_seconds(pid_t supervisor, int rank) {
+    char want[32], path[300], text[1024];
+    snprintf(want, sizeof want, "loom rank %d\n", rank);
+    DIR *d = opendir("/proc");
+    double found = -1;
+    for (struct dirent *de; d && found < 0 && (de = readdir(d));) {
+        snprintf(path, sizeof path, "/proc/%s/comm", de->d_name);
+        FILE *f = fopen(path, "r");
+        bool named = f && fgets(text, sizeof text, f) && !strcmp(text, want);
+        if (f) fclose(f);
+        snprintf(path, sizeof path, "/proc/%s/stat", de->d_name);
+        if (!named || !(f = fopen(path, "r"))) continue;
+        size_t n = fread(text, 1, sizeof text - 1, f);
+        fclose(f);
+        text[n] = 0;
+        const char *after = strrchr(text, ')'); /* the name may hold spaces: the fields follow it */
+        int ppid;
+        unsigned long user, sys;
+        if (after && sscanf(after, ") %*c %d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ppid, &user, &sys) == 3 &&
+            ppid == supervisor)
+            found = (double)(user + sys) / sysconf(_SC_CLK_TCK);
+    }
+    if (d) closedir(d);
+    return found;
+}
+
+/* An idle replica sleeps: while replica 0 decodes requests pinned to it (until its rank has
+ * used 0.3 CPU s, so that clock ticks measure both), replica 1's rank, which hears nothing but
+ * rank 0's keep-alives, uses under a tenth of the busy rank's CPU time rather than spinning
+ * beside it. */
+static void idle_replica_sleeps(const server *s) {
+    double busy0 = rank_cpu_seconds(s->pid, 0), idle0 = rank_cpu_seconds(s->pid, 1), busy = 0, t0 = now();
+    CHECK(busy0 >= 0 && idle0 >= 0, "the -dp 2 server's ranks are not named 'loom rank 0' and 'loom rank 1'");
+    int status = 200, n = 0;
+    for (; status == 200 && busy < 0.3 && now() - t0 < 60; n++) {
+        status = complete_with(s->port, "X-data-parallel-rank: 0\r\n",
+                               "{\"prompt\":[1,2,3],\"max_tokens\":200,\"ignore_eos\":true}")
+                     .status;
+        busy = rank_cpu_seconds(s->pid, 0) - busy0;
+    }
+    double idle = rank_cpu_seconds(s->pid, 1) - idle0;
+    CHECK(status == 200 && busy >= 0.3 && idle < busy / 10,
+          "while replica 0 decoded %d requests (the last: status %d) its rank used %.2f CPU s and idle replica 1's "
+          "%.2f s",
+          n, status, busy, idle);
+    printf("idle replica: %.2f CPU s while the busy one used %.2f s over %d requests\n", idle, busy, n);
+}
+
 static void data_parallel(void) {
     server s;
     if (start(&s, "-dp 2 --data-parallel-routing prefix --block-size 32 --max-model-len 256")) {
@@ -736,6 +790,7 @@ static void data_parallel(void) {
           "its repeat: cached %d tokens (want 64, on replica 1), prefix-routed %g, text '%s' vs '%s'", again.cached,
           metric(s.port, "data_parallel_prefix_routed_total"), again.text, pinned.text);
     free(body);
+    idle_replica_sleeps(&s);
     completion bad = complete_with(s.port, "X-data-parallel-rank: 2\r\n", "{\"prompt\":\"x\",\"max_tokens\":2}");
     CHECK(bad.status == 400 && strstr(bad.text, "X-data-parallel-rank"), "a pin to replica 2 of 2: %d %s", bad.status,
           bad.text);

@@ -476,3 +476,12 @@ int loom_comm_recv_floats(loom_comm *c, int src, float *buf, size_t n, loom_err 
     return n > INT32_MAX ? loom_errf(err, "a message of %zu floats is too large", n)
                          : comm_recv_rows(c, src, buf, n, 1, (int)n, err);
 }
+
+/* ints travel as floats' bytes, which no backend converts (as broadcast_words) */
+int loom_comm_send_ints(loom_comm *c, int dst, const int32_t *buf, size_t n, loom_err *err) {
+    return loom_comm_send_floats(c, dst, (const float *)(const void *)buf, n, err);
+}
+
+int loom_comm_recv_ints(loom_comm *c, int src, int32_t *buf, size_t n, loom_err *err) {
+    return loom_comm_recv_floats(c, src, (float *)(void *)buf, n, err);
+}

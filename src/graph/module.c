@@ -15,6 +15,12 @@ static const char *kind_names[OP_KIND_COUNT] = {
 };
 
 const char *op_kind_name(op_kind k) { return kind_names[k]; }
+
+bool module_uses(const module *m, op_kind k) {
+    for (int i = 0; i < m->n_ops; i++)
+        if (m->ops[i].kind == k || (m->ops[i].kind == OP_CALL && module_uses(m->ops[i].child, k))) return true;
+    return false;
+}
 const char *op_name(const op *o) { return o->kind == OP_CUSTOM ? o->custom.name : kind_names[o->kind]; }
 
 module *module_new(const char *kind, const char *fmt, ...) {

@@ -180,6 +180,8 @@ int emit_call(module *m, module *child, const int *ins, int n_in, const char *na
 int module_add_custom(module *m, bool at_input, const loom_custom_op *c);
 /* The module at `path` in the tree, or NULL. */
 module *module_find(module *root, const char *path);
+/* Whether m, or a module it calls, has an op of kind k. */
+bool module_uses(const module *m, op_kind k);
 
 /* A part's short name, the weight's last path component before ".weight" ("q_proj"): sets
  * *start into the weight name and returns the length. */

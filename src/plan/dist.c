@@ -77,11 +77,11 @@ int op_output_dist(plan *p, const module *m, const op *o, const int *in, loom_er
     if (o->kind == OP_CONCAT && (p->values[in[0]].dist != DIST_FULL || p->values[in[1]].dist != DIST_FULL))
         return loom_errf(err, "%s: `concat` of values spread over the ranks (each must be whole on every rank)",
                          m->name);
-    if (o->kind == OP_MOE && p->o.ep)
+    if (o->kind == OP_MOE && plan_experts_span(&p->o))
         return loom_errf(err,
-                         "%s: expert parallelism runs the experts inside a decoder layer's expert region, on "
-                         "this rank's tokens",
-                         m->name);
+                         "%s: experts spread over %s run inside a decoder layer's expert region, on this rank's "
+                         "tokens",
+                         m->name, p->o.ep ? "expert parallelism" : "the replicas");
     for (int i = 0; i < o->n_in; i++)
         if (p->values[in[i]].dist == DIST_COMPLETE) return partial_dist(p, m, o, in, err);
     if (o->kind == OP_LINEAR && p->o.tp > 1) {

@@ -1,11 +1,14 @@
-/* Expert parallelism at plan time. Under --enable-expert-parallel each rank of a stage (its
- * tensor-parallel group, or with data parallelism the tp ranks of every replica: plan_ep_ranks)
- * holds whole experts (placement.c) instead of a share of every expert's features, and a
- * decoder layer's child holding the experts becomes an expert-parallel region that works on this
+/* Experts across a stage's ranks at plan time. Under --enable-expert-parallel each rank of a
+ * stage (its tensor-parallel group, or with data parallelism the tp ranks of every replica:
+ * plan_ep_ranks) holds whole experts (placement.c) instead of a share of every expert's
+ * features. With data parallelism and without it, each of those dp x tp ranks holds a
+ * 1/(dp x tp) share of every expert's features (shard.c; plan_step.experts_sliced). Either way
+ * a decoder layer's child holding the experts becomes an expert region that works on this
  * rank's token rows: the rows the sequence-parallel residual already holds, or under plain TP
  * the same rows sliced from the complete hidden state, so that both modes run the same steps on
  * the same rows and agree bit for bit. Inside, the router runs on those rows and the experts'
- * op dispatches each row to the ranks that own its experts and combines what comes back
+ * op dispatches each row to the ranks that own its experts and combines what comes back, or
+ * gathers every rank's rows and reduce-scatters its partial sums back to their owners
  * (runtime/expert_parallel.c), so its output is DIST_COMPLETE: already summed across ranks.
  *
  * What stays tensor-parallel inside (the shared experts) reads every token: the region's input is
@@ -49,28 +52,14 @@ static bool holds_experts(const module *m) {
     return false;
 }
 
-static bool has_experts(const module *m) {
-    for (int i = 0; i < m->n_ops; i++)
-        if (m->ops[i].kind == OP_MOE || (m->ops[i].kind == OP_CALL && has_experts(m->ops[i].child))) return true;
-    return false;
-}
-
-/* Warns where expert parallelism has nothing to do; refuses data parallelism's experts without
- * it: TP-MoE over a stage's replicas would need every replica's tokens gathered first, which is
- * not built. */
-int ep_check_model(plan *p, const module *tree, loom_err *err) {
-    if (p->o.ep && !has_experts(tree))
+/* Warns where expert parallelism has nothing to do. */
+void ep_check_model(plan *p, const module *tree) {
+    if (p->o.ep && !module_uses(tree, OP_MOE))
         plan_warn(p, "--enable-expert-parallel has no effect: the model has no mixture-of-experts layers");
-    if (p->o.dp > 1 && !p->o.ep && has_experts(tree))
-        return loom_errf(err,
-                         "-dp %d: a mixture-of-experts model runs its experts across the replicas with "
-                         "--enable-expert-parallel (tensor-parallel experts across replicas are not built)",
-                         p->o.dp);
-    return 0;
 }
 
 static bool ep_is_region(const plan *p, const module *parent, const module *child) {
-    return p->o.ep && !strcmp(parent->kind, "decoder_layer") && holds_experts(child);
+    return plan_experts_span(&p->o) && !strcmp(parent->kind, "decoder_layer") && holds_experts(child);
 }
 
 /* The entry: the region's input x as this rank's token rows (sliced from every token's under

@@ -138,7 +138,7 @@ static int flatten_op(plan *p, const module *m, const op *o, int *map, loom_err 
     }
     int stat = o->kind == OP_RMS_NORM && o->across_ranks && d == DIST_SHARDED ? norm_statistic(p, m, o, in[0], err) : 0;
     if (stat < 0) return -1;
-    plan_step *s = plan_new_step(p, o->kind == OP_MOE && p->o.ep ? STEP_EP_MOE : STEP_OP, o, m);
+    plan_step *s = plan_new_step(p, o->kind == OP_MOE && plan_experts_span(&p->o) ? STEP_EP_MOE : STEP_OP, o, m);
     if (!s) return -1;
     memcpy(s->in, in, sizeof in);
     if (stat) s->in[1] = stat, s->n_in = 2;
@@ -423,9 +423,8 @@ int plan_build(plan *p, const module *tree, const plan_options *o, loom_err *err
     p->region = &region_plain;
     if (p->o.pp <= 1) p->o.pp = 1, p->o.stage = 0, p->o.layer0 = 0, p->o.layer1 = stage_count_layers(tree);
     p->n_layers = p->o.layer1 - p->o.layer0;
-    int rc = ep_check_model(p, tree, err) || shard_vocab(p, tree, err) || (p->output = flatten(p, tree, NULL, err)) < 0
-                 ? -1
-                 : 0;
+    ep_check_model(p, tree);
+    int rc = shard_vocab(p, tree, err) || (p->output = flatten(p, tree, NULL, err)) < 0 ? -1 : 0;
     if (!rc && p->o.stage < p->o.pp - 1) p->output = -1; /* what it makes is sent on */
     if (!rc && p->o.sp) mark_int8_gathers(p);
     if (!rc && p->o.async_tp) fuse_async_tp(p);

@@ -33,8 +33,10 @@ typedef enum row_kind {
 
 typedef enum step_kind {
     STEP_OP,             /* the op's kernel */
-    STEP_EP_MOE,         /* expert parallelism's MoE: route this rank's rows, dispatch them to the ranks
-                            holding their experts, run this rank's experts, combine the sums back */
+    STEP_EP_MOE,         /* a MoE whose experts span the stage's ranks (ep.c): route this rank's rows, and
+                            either dispatch them to the ranks holding their experts and combine the sums
+                            back (expert parallelism), or gather every rank's rows, run this rank's share
+                            of every expert and reduce-scatter the sums back (plan_step.experts_sliced) */
     STEP_ALL_REDUCE,     /* TOKENS partial -> TOKENS full */
     STEP_GATHER_COLS,    /* vocabulary-sharded -> full (logits) */
     STEP_REDUCE_SCATTER, /* TOKENS partial -> SHARD full: region exit, embedding under SP */
@@ -115,6 +117,9 @@ typedef struct plan_step {
      * among the owner's (placement.c) */
     int n_experts;
     int32_t *expert_ids, *expert_owner, *expert_local;
+    /* STEP_EP_MOE with data parallelism and without expert parallelism: this rank holds a
+     * 1/(dp x tp) share of every expert's features, over the rows of every replica */
+    bool experts_sliced;
     const float *norm_w;
     int vocab0;      /* first vocabulary row this rank holds (embedding) */
     attn_shape attn; /* this rank's heads */
@@ -209,6 +214,9 @@ int plan_step_inputs(const plan_step *s);
 /* The ranks a stage's experts are spread over, and this rank's place among them (replicas
  * first, then tp ranks: the GROUP_EP communicator's order). */
 static inline int plan_ep_ranks(const plan_options *o) { return o->tp * o->dp; }
+/* Whether a mixture's experts span those ranks (ep.c's region): whole experts under expert
+ * parallelism, else with several replicas a share of every expert's features on each rank. */
+static inline bool plan_experts_span(const plan_options *o) { return o->ep || o->dp > 1; }
 static inline int plan_ep_rank(const plan_options *o) { return o->replica * o->tp + o->rank; }
 /* A tensor of an expert another rank holds, in a per-expert layout (so this rank never reads it). */
 bool ep_foreign_tensor(const plan *p, const char *name);

@@ -65,6 +65,6 @@ const region_kind *region_of(const plan *p, const module *parent, const module *
  * be analysed (sp.c). */
 void sp_check_outside(plan *p, const module *m, const op *o);
 /* A warning when expert parallelism is asked of a model without experts (ep.c). */
-int ep_check_model(plan *p, const module *tree, loom_err *err);
+void ep_check_model(plan *p, const module *tree);
 
 #endif

@@ -28,7 +28,8 @@ static int plain_place_inputs(plan *p, const module *m, const op *o, int *in, lo
 const region_kind region_plain = {.name = "none", .place_inputs = plain_place_inputs, .partial = plain_partial};
 
 static bool moe_reduction_is_region(const plan *p, const module *parent, const module *child) {
-    return p->o.tp > 1 && !p->o.sp && !p->o.ep && !strcmp(parent->kind, "decoder_layer") && !strcmp(child->kind, "moe");
+    return p->o.tp > 1 && !p->o.sp && !plan_experts_span(&p->o) && !strcmp(parent->kind, "decoder_layer") &&
+           !strcmp(child->kind, "moe");
 }
 
 static int moe_reduction_exit(plan *p, const module *m, const op *call, int out, loom_err *err) {

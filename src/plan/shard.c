@@ -142,13 +142,20 @@ void expert_slices(const plan_step *s, int e, bool fused, char names[3][160], we
 }
 
 int shard_moe(plan *p, plan_step *s, const moe_desc *d, const module *m, loom_err *err) {
-    int tp = p->o.tp, I = d->inter, H = d->hidden;
-    /* expert parallelism: whole experts, a contiguous range of them per rank (ep.c) */
+    int I = d->inter, H = d->hidden;
+    /* expert parallelism: whole experts, placed over the stage's ranks (ep.c, placement.c);
+     * without it each rank holds a share of every expert's features: of the tp group's, or with
+     * replicas of the stage's dp x tp ranks */
     bool ep = p->o.ep;
-    if (!ep && I % tp)
-        return loom_errf(err, "%s: its experts have %d features, not divisible by %d ranks", m->name, I, tp);
-    s->expert_inter = ep ? I : I / tp;
-    s->expert_r0 = ep ? 0 : p->o.rank * s->expert_inter;
+    s->experts_sliced = !ep && p->o.dp > 1;
+    int ranks = s->experts_sliced ? plan_ep_ranks(&p->o) : p->o.tp;
+    int rank = s->experts_sliced ? plan_ep_rank(&p->o) : p->o.rank;
+    if (!ep && I % ranks)
+        return loom_errf(err, "%s: its experts have %d features, not divisible by %d ranks%s", m->name, I, ranks,
+                         s->experts_sliced ? " (-tp x -dp; --enable-expert-parallel places whole experts instead)"
+                                           : "");
+    s->expert_inter = ep ? I : I / ranks;
+    s->expert_r0 = ep ? 0 : rank * s->expert_inter;
     int E = d->n_experts;
     const char *what = "an expert placement";
     if (!(s->expert_ids = mem_array(E, sizeof *s->expert_ids, what, err))) return -1;
@@ -167,6 +174,9 @@ int shard_moe(plan *p, plan_step *s, const moe_desc *d, const module *m, loom_er
     } else {
         for (int e = 0; e < E; e++) s->expert_ids[s->n_experts++] = e;
     }
+    /* gathered from every replica, a row carries its experts and their weights (expert_parallel.c) */
+    if (s->experts_sliced && H + 2 * d->top_k > p->max_comm_cols[ROWS_TOKENS])
+        p->max_comm_cols[ROWS_TOKENS] = H + 2 * d->top_k;
     if (d->bias[0])
         s->route_bias_ref = (weight_ref){WEIGHT_F32, d->bias, 1, {d->n_experts}, 0, 0, 0, 0, 0, PAR_REPLICATED, 0.02f};
     if (!s->n_experts) return H;

@@ -99,10 +99,6 @@ static int join_groups(loom_engine *e, const loom_engine_options *o, loom_comm *
     return rc;
 }
 
-/* Data parallelism with expert-parallel layers: every replica runs every pass, an empty one
- * where it has nothing to run, so that the experts' all-to-alls pair up. */
-static bool lockstep(const loom_engine *e) { return e->x.ep_comm != e->x.comm && e->x.ep.n_layers > 0; }
-
 /* Rows an engine with these options runs at most: all tokens, and the rows with logits. */
 static void engine_rows(const loom_engine_options *o, int *tokens, int *logits) {
     int seqs = o->max_seqs > 0 ? o->max_seqs : 1;
@@ -125,8 +121,8 @@ size_t loom_comm_slot_bytes(const loom_model *m, int tp, const loom_engine_optio
     if (plan_build(&p, m->tree, &po, &err)) return 0;
     tokens = round_up(tokens, tp);
     /* an expert-parallel dispatch sends each of this rank's tokens/tp rows to at most every rank
-     * of the stage's dp x tp */
-    size_t need[3] = {(size_t)tokens * p.max_comm_cols[ROWS_TOKENS] * (p.o.ep ? p.o.dp : 1),
+     * of the stage's dp x tp; sliced experts send every replica's rows' partial sums */
+    size_t need[3] = {(size_t)tokens * p.max_comm_cols[ROWS_TOKENS] * (plan_experts_span(&p.o) ? p.o.dp : 1),
                       (size_t)tokens / tp * p.max_comm_cols[ROWS_SHARD],
                       (size_t)logits * (p.max_comm_cols[ROWS_LOGITS] > p.max_comm_cols[ROWS_SHARD]
                                             ? p.max_comm_cols[ROWS_LOGITS]
@@ -298,7 +294,11 @@ loom_engine *loom_engine_new(loom_model *m, const loom_engine_options *o, loom_e
         for (int i = 0; i < p->n_warnings; i++) fprintf(stderr, "loom: warning: %s\n", p->warnings[i]);
     }
     if (alloc_state(e, err)) goto fail;
-    if (lockstep(e)) {
+    /* data parallelism with a mixture of experts (on any stage): every replica runs every pass,
+     * an empty one where it has nothing to run, so that the experts' collectives across
+     * replicas pair up */
+    e->lockstep = job->layout.dp > 1 && module_uses(m->tree, OP_MOE);
+    if (e->lockstep) {
         int n = job->size;
         const char *what = "the replicas' token counts";
         if (!(e->counts = mem_array(n, sizeof *e->counts, what, err)) ||
@@ -306,6 +306,7 @@ loom_engine *loom_engine_new(loom_model *m, const loom_engine_options *o, loom_e
             !(e->count_width = mem_array(n, sizeof *e->count_width, what, err)))
             goto fail;
         for (int r = 0; r < n; r++) e->count_col0[r] = r, e->count_width[r] = 1;
+        e->x.ep.rank_tokens = e->counts;
     }
     return e;
 fail:
@@ -386,7 +387,7 @@ static int agree_counts(loom_engine *e, int n_tokens, loom_err *err) {
 }
 
 int loom_engine_wait_replicas(loom_engine *e, loom_err *err) {
-    if (!lockstep(e)) return 0;
+    if (!e->lockstep) return 0;
     do {
         if (agree_counts(e, 0, err) || (e->busy && executor_run_idle(&e->x, err))) return -1;
     } while (e->busy);
@@ -446,8 +447,8 @@ int loom_forward(loom_engine *e, const loom_batch *b, const float **logits, loom
         kv_cache_written_batch(&e->kv, b);
         return 0;
     }
-    if (lockstep(e) && agree_counts(e, b->n_tokens, err)) return -1;
-    if (!b->n_tokens) return lockstep(e) && e->busy ? executor_run_idle(&e->x, err) : 0;
+    if (e->lockstep && agree_counts(e, b->n_tokens, err)) return -1;
+    if (!b->n_tokens) return e->lockstep && e->busy ? executor_run_idle(&e->x, err) : 0;
     kv_cache_grow_batch(&e->kv, b); /* the blocks the kernels write are in the tables before the pass */
     size_t vocab = e->model->cfg.head_vocab;
     if (e->pl.pp > 1) {

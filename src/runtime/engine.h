@@ -16,6 +16,7 @@ struct loom_engine {
     int replica;    /* data parallelism: this rank's replica (0 with one) */
     /* replicas in lockstep (loom_forward's agreement): every rank's token count in the last
      * pass, and how many replicas had tokens */
+    bool lockstep;
     float *counts;
     int *count_col0, *count_width, busy;
     int layer0, layer1; /* this rank's pipeline stage runs decoder layers [layer0, layer1) */

@@ -43,6 +43,7 @@ void loom_engine_get_stats(const loom_engine *e, loom_engine_stats *st) {
         .ranks = e->job->size,
         .replica = e->replica,
         .replicas = e->job->layout.dp,
+        .lockstep = e->lockstep,
         .stage = x->stage,
         .stages = e->pl.pp,
         .max_seqs = e->max_seqs,

@@ -1,12 +1,19 @@
-/* Expert parallelism at run time: one MoE step of an expert-parallel region (plan/ep.c). This
- * rank routes its own token rows, sends each row once to every rank owning one of its experts
- * (the row carries the experts it wants there and their weights), runs its own experts over
- * what arrives, and sends back, per received row, the weighted sum of that rank's experts. Each
- * token then adds the sums it gets back in rank order (with the default contiguous placement,
- * the order of its experts' indices grouped by owner): fixed for a given placement, whatever
- * order the rows arrive in, and the same with and without sequence parallelism.
- * Sending a row once per owning rank rather than once per expert, and one sum back, keeps the
- * bytes at most min(top_k, ranks) rows each way per token. */
+/* Experts across a stage's ranks at run time: one MoE step of an expert region (plan/ep.c).
+ *
+ * Expert parallelism: this rank routes its own token rows, sends each row once to every rank
+ * owning one of its experts (the row carries the experts it wants there and their weights), runs
+ * its own experts over what arrives, and sends back, per received row, the weighted sum of that
+ * rank's experts. Each token then adds the sums it gets back in rank order (with the default
+ * contiguous placement, the order of its experts' indices grouped by owner): fixed for a given
+ * placement, whatever order the rows arrive in, and the same with and without sequence
+ * parallelism. Sending a row once per owning rank rather than once per expert, and one sum back,
+ * keeps the bytes at most min(top_k, ranks) rows each way per token.
+ *
+ * Sliced experts (data parallelism without expert parallelism; vLLM's naive dispatch): every rank
+ * holds a share of every expert's features, so every rank computes on every replica's rows. Each
+ * rank routes its own rows and the rows, with their experts and weights, are all-gathered over
+ * the stage's ranks (the counts known from the engine's lockstep); each rank's partial sums go
+ * back to each row's owner in an all-to-all, which adds them in rank order. */
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
@@ -129,28 +136,13 @@ static void count_layer(expert_parallel *x, const loom_comm *c, const moe_desc *
         }
 }
 
-int ep_moe_step(expert_parallel *x, loom_comm *c, const loom_comm *tp, moe_scratch *scratch, const plan_step *s,
-                const moe_shape *route, const float *in, size_t ldx, const float *logits, size_t ldl, float *out,
-                size_t ldo, int n_tokens, expert_work *work, double *comm_s, loom_err *err) {
+/* Runs the experts s holds over the `got` received rows of x->recv (each carrying its experts'
+ * indices on this rank and their weights) into x->sums, counting the work. */
+static void run_received(expert_parallel *x, const plan_step *s, moe_shape sh, int got, moe_scratch *scratch,
+                         expert_work *work) {
     const moe_desc *d = s->op->moe;
-    int n = c->size, shard = round_up(n_tokens, tp->size) / tp->size, k = d->top_k, H = d->hidden, W = row_width(d);
-    int real = n_tokens - tp->rank * shard;
-    real = real < 0 ? 0 : real > shard ? shard : real; /* rows past the batch are padding */
-    moe_shape sh = *route;
-    moe_route(logits, ldl, real, &sh, x->choice, x->weight);
-    for (int i = 0; i < real * k && x->layer < x->n_layers; i++) /* the load profile (placement.c) */
-        if (x->choice[i] >= 0) x->load[(size_t)x->layer * x->load_width + x->choice[i]]++;
-    pack_dispatch(x, s, in, ldx, real, n);
-    loom_comm_set_phase(c, "expert dispatch in %s", s->mod->name);
-    double t0 = omp_get_wtime(), blocked0 = c->blocked_s;
-    if (comm_all_to_all_rows(c, x->send, W, x->send_rows, W, x->recv, W, x->max_rows, x->recv_rows, err)) return -1;
-    if (x->layer < x->n_layers) {
-        x->name[x->layer] = s->mod->name;
-        count_layer(x, c, d);
-    }
-    double t1 = omp_get_wtime();
-    int got = 0;
-    for (int r = 0; r < n; r++) got += x->recv_rows[r];
+    int k = d->top_k, H = d->hidden, W = row_width(d);
+    double t0 = omp_get_wtime();
     for (int i = 0; i < got; i++)
         for (int j = 0; j < k; j++) {
             const float *row = x->recv + (size_t)i * W;
@@ -159,17 +151,90 @@ int ep_moe_step(expert_parallel *x, loom_comm *c, const loom_comm *tp, moe_scrat
         }
     sh.n_experts = s->n_experts;
     moe_experts(&sh, s->experts, x->recv, W, got, x->local_choice, x->local_weight, x->sums, H, scratch);
-    double t2 = omp_get_wtime();
     long pairs = 0;
     for (int i = 0; i < got * k; i++) pairs += x->local_choice[i] >= 0;
     work->flop += 6.0 * H * s->expert_inter * pairs; /* gate, up and down: 2 flops per weight */
     work->pairs += pairs;
-    work->seconds += t2 - t1;
+    work->seconds += omp_get_wtime() - t0;
+}
+
+/* Expert parallelism: dispatch this rank's `real` routed rows to their experts' owners, run
+ * this rank's experts, combine; back[row_at[i * n + r]] is then token i's sum from rank r. */
+static int dispatch_combine(expert_parallel *x, loom_comm *c, moe_scratch *scratch, const plan_step *s,
+                            const moe_shape *sh, const float *in, size_t ldx, int real, expert_work *work,
+                            loom_err *err) {
+    const moe_desc *d = s->op->moe;
+    int n = c->size, H = d->hidden, W = row_width(d);
+    pack_dispatch(x, s, in, ldx, real, n);
+    loom_comm_set_phase(c, "expert dispatch in %s", s->mod->name);
+    if (comm_all_to_all_rows(c, x->send, W, x->send_rows, W, x->recv, W, x->max_rows, x->recv_rows, err)) return -1;
+    if (x->layer < x->n_layers) {
+        x->name[x->layer] = s->mod->name;
+        count_layer(x, c, d);
+    }
+    int got = 0;
+    for (int r = 0; r < n; r++) got += x->recv_rows[r];
+    run_received(x, s, *sh, got, scratch, work);
     loom_comm_set_phase(c, "expert combine in %s", s->mod->name);
-    if (comm_all_to_all_rows(c, x->sums, H, x->recv_rows, H, x->back, H, x->max_rows, x->send_rows, err)) return -1;
-    *comm_s += omp_get_wtime() - t2 + (t1 - t0);
+    return comm_all_to_all_rows(c, x->sums, H, x->recv_rows, H, x->back, H, x->max_rows, x->send_rows, err);
+}
+
+/* Sliced experts: gather every rank's routed rows, run this rank's share of every expert over
+ * them, and send each owner its rows' partial sums; back[r * real + i] is then token i's
+ * partial from rank r, and row_at says so. */
+static int gather_scatter(expert_parallel *x, loom_comm *c, int tp, moe_scratch *scratch, const plan_step *s,
+                          const moe_shape *sh, const float *in, size_t ldx, int real, expert_work *work,
+                          loom_err *err) {
+    const moe_desc *d = s->op->moe;
+    int n = c->size, k = d->top_k, H = d->hidden, W = row_width(d), got = 0;
+    /* rank r's rows: its block of its replica's tokens, as ep_moe_step computes its own */
+    for (int r = 0; r < n; r++) {
+        int tokens = (int)x->rank_tokens[comm_world_rank(c, r)], block = round_up(tokens, tp) / tp;
+        int rows = tokens - r % tp * block;
+        x->recv_rows[r] = rows < 0 ? 0 : rows > block ? block : rows;
+        x->start[r] = got * W, x->send_rows[r] = x->recv_rows[r] * W;
+        got += x->recv_rows[r];
+    }
+    for (int i = 0; i < real; i++) {
+        float *row = x->send + (size_t)i * W;
+        memcpy(row, in + (size_t)i * ldx, H * sizeof *row);
+        for (int j = 0; j < k; j++) row[H + j] = (float)x->choice[(size_t)i * k + j];
+        for (int j = 0; j < k; j++) row[H + k + j] = x->weight[(size_t)i * k + j];
+    }
+    loom_comm_set_phase(c, "gathering every replica's rows in %s", s->mod->name);
+    if (comm_all_gather_cols(c, x->send, 0, x->recv, 0, 1, x->start, x->send_rows, err)) return -1;
+    run_received(x, s, *sh, got, scratch, work);
+    for (int r = 0; r < n; r++) x->send_rows[r] = x->recv_rows[r];
+    loom_comm_set_phase(c, "reduce-scattering the experts' sums in %s", s->mod->name);
+    if (comm_all_to_all_rows(c, x->sums, H, x->send_rows, H, x->back, H, x->max_rows, x->recv_rows, err)) return -1;
+    for (int i = 0; i < real; i++)
+        for (int r = 0; r < n; r++) x->row_at[(size_t)i * n + r] = r * real + i;
+    if (x->layer < x->n_layers) { /* every rank computes every row; bytes: the gather and the sums */
+        x->name[x->layer] = s->mod->name;
+        for (int r = 0; r < n; r++) x->received[(size_t)x->layer * n + r] += got;
+        x->bytes[x->layer] += (double)(n - 1) * got * (W + H) * sizeof(float);
+    }
+    return 0;
+}
+
+int ep_moe_step(expert_parallel *x, loom_comm *c, const loom_comm *tp, moe_scratch *scratch, const plan_step *s,
+                const moe_shape *route, const float *in, size_t ldx, const float *logits, size_t ldl, float *out,
+                size_t ldo, int n_tokens, expert_work *work, double *comm_s, loom_err *err) {
+    const moe_desc *d = s->op->moe;
+    int n = c->size, shard = round_up(n_tokens, tp->size) / tp->size, k = d->top_k, H = d->hidden;
+    int real = n_tokens - tp->rank * shard;
+    real = real < 0 ? 0 : real > shard ? shard : real; /* rows past the batch are padding */
+    moe_shape sh = *route;
+    moe_route(logits, ldl, real, &sh, x->choice, x->weight);
+    for (int i = 0; i < real * k && x->layer < x->n_layers; i++) /* the load profile (placement.c) */
+        if (x->choice[i] >= 0) x->load[(size_t)x->layer * x->load_width + x->choice[i]]++;
+    double t0 = omp_get_wtime(), blocked0 = c->blocked_s, computed0 = work->seconds;
+    if (s->experts_sliced ? gather_scatter(x, c, tp->size, scratch, s, &sh, in, ldx, real, work, err)
+                          : dispatch_combine(x, c, scratch, s, &sh, in, ldx, real, work, err))
+        return -1;
+    *comm_s += omp_get_wtime() - t0 - (work->seconds - computed0);
     x->waited_s += c->blocked_s - blocked0;
-    /* each token: its owners' sums in rank order (the first copied, as every reduction here) */
+    /* each token: the sums from its ranks in rank order (the first copied, as every reduction here) */
     for (int i = 0; i < shard; i++) {
         float *o = out + (size_t)i * ldo;
         bool first = true;

@@ -1,5 +1,6 @@
-/* Expert parallelism at run time (expert_parallel.c): the buffers of the all-to-alls and the
- * per-MoE-layer counts, and the one step it runs, given its inputs and output by the executor. */
+/* Experts across a stage's ranks at run time (expert_parallel.c): the buffers of the
+ * all-to-alls and the per-MoE-layer counts, and the one step it runs, given its inputs and
+ * output by the executor. */
 #ifndef LOOM_RUNTIME_EXPERT_PARALLEL_H
 #define LOOM_RUNTIME_EXPERT_PARALLEL_H
 #include "comm/comm.h"
@@ -26,6 +27,9 @@ typedef struct expert_parallel {
     int load_width;    /* the most experts a layer has */
     long passes;
     double waited_s; /* blocked in the all-to-alls (profile) */
+    /* experts sliced across replicas (plan_step.experts_sliced): the tokens of every job rank's
+     * pass, by world rank, which the engine's lockstep agrees on before the pass */
+    const float *rank_tokens;
 } expert_parallel;
 
 /* Sized for p's expert-parallel steps over `ranks` ranks (tp of them sharing a pass's tokens, the
@@ -37,10 +41,12 @@ void ep_reset_stats(expert_parallel *x, int ranks);
 /* A pass begins: its expert-parallel steps count from the first layer again. */
 void ep_begin_pass(expert_parallel *x);
 
-/* An expert-parallel MoE step over a pass of n_tokens: route this rank's rows of in (its block
- * of the pass's tokens among the tp ranks of `tp`; router logits in logits) with sh, dispatch
- * over the expert group c, run this rank's experts (s->experts), combine into out. Adds the
- * experts' work to *work and the all-to-alls' time to *comm_s. */
+/* A MoE step whose experts span the ranks of c, over a pass of n_tokens: route this rank's rows
+ * of in (its block of the pass's tokens among the tp ranks of `tp`; router logits in logits)
+ * with sh; under expert parallelism dispatch them over c, run this rank's experts (s->experts)
+ * and combine into out; with sliced experts gather every rank's rows, run this rank's share of
+ * every expert over them and reduce-scatter into out. Adds the experts' work to *work and the
+ * collectives' time to *comm_s. */
 int ep_moe_step(expert_parallel *x, loom_comm *c, const loom_comm *tp, moe_scratch *scratch, const plan_step *s,
                 const moe_shape *sh, const float *in, size_t ldx, const float *logits, size_t ldl, float *out,
                 size_t ldo, int n_tokens, expert_work *work, double *comm_s, loom_err *err);

@@ -30,6 +30,9 @@ static double now(void) {
 static int run_rank(shm_arena *a, int rank, pid_t parent, loom_rank_fn fn, void *arg) {
     prctl(PR_SET_PDEATHSIG, SIGKILL); /* a killed supervisor takes its ranks along */
     if (getppid() != parent) _exit(1);
+    char name[32]; /* what top and ps show (the first 15 bytes): which rank is busy, which sleeps */
+    snprintf(name, sizeof name, "loom rank %d", rank);
+    prctl(PR_SET_NAME, name);
     if (rank != 0 && !freopen("/dev/null", "w", stdout)) _exit(1);
     loom_comm *c = comm_shm(a, rank);
     if (!c) {

@@ -154,25 +154,39 @@ static void print_ep_region(FILE *f, const plan *p, const plan_region *r) {
     if (!s) return;
     char ids[256];
     const moe_desc *d = s->op->moe;
-    fprintf(f, "  region %-28s expert parallel: %s\n", r->mod->name,
+    fprintf(f, "  region %-28s %s: %s\n", r->mod->name,
+            s->experts_sliced ? "experts across replicas" : "expert parallel",
             r->entry == STEP_SLICE_ROWS ? "its rows sliced from every token's (no communication)"
                                         : "this rank's token shard in directly, no all-gather");
-    fprintf(f,
+    if (s->experts_sliced) {
+        fprintf(
+            f,
+            "    route: this rank's rows; all_gather of every replica's rows over the %d ranks, [rows, %d + 2 x %d] "
+            "(hidden state, experts, weights), the counts known from the replicas' agreement; rank 0 holds "
+            "features %d..%d of each of the %d experts\n",
+            plan_ep_ranks(&p->o), d->hidden, d->top_k, s->expert_r0, s->expert_r0 + s->expert_inter - 1, d->n_experts);
+        fprintf(f, "    reduce-scatter: all_to_all of each rank's partial sums to the rows' owners, added in rank "
+                   "order: output complete\n");
+    } else {
+        fprintf(
+            f,
             "    route: this rank's rows; dispatch: all_to_all, one row per (token, owning rank), [rows, %d + 2 x %d] "
             "(hidden state, local experts, weights); rank 0 holds experts %s of %d\n",
             d->hidden, d->top_k, expert_ranges(s, ids, sizeof ids), d->n_experts);
-    const double *load;
-    loom_err ignored;
-    if (!placement_load_row(p->o.expert_load, r->mod->name, d->n_experts, &load, &ignored) && load) {
-        int32_t contiguous[d->n_experts], local[d->n_experts];
-        placement_make(d->n_experts, plan_ep_ranks(&p->o), NULL, contiguous, local);
-        fprintf(f,
+        const double *load;
+        loom_err ignored;
+        if (!placement_load_row(p->o.expert_load, r->mod->name, d->n_experts, &load, &ignored) && load) {
+            int32_t contiguous[d->n_experts], local[d->n_experts];
+            placement_make(d->n_experts, plan_ep_ranks(&p->o), NULL, contiguous, local);
+            fprintf(
+                f,
                 "    placed by the load profile: the experts' work max/mean over the ranks %.3f (contiguous: %.3f)\n",
                 placement_imbalance(load, d->n_experts, plan_ep_ranks(&p->o), s->expert_owner),
                 placement_imbalance(load, d->n_experts, plan_ep_ranks(&p->o), contiguous));
+        }
+        fprintf(f, "    combine: all_to_all back, one sum per row of its experts there (increasing index); each token "
+                   "adds its owners' sums in rank order: output complete\n");
     }
-    fprintf(f, "    combine: all_to_all back, one sum per row of its experts there (increasing index); each token adds "
-               "its owners' sums in rank order: output complete\n");
     if (r->gathers || r->completes)
         fprintf(f,
                 "    tensor-parallel beside them (shared experts): every token's rows (%s), then %d reduce_scatter "
@@ -190,15 +204,21 @@ static void print_ep_region(FILE *f, const plan *p, const plan_region *r) {
 static void print_ep(FILE *f, const plan *p) {
     int n = 0, ranks = plan_ep_ranks(&p->o);
     for (int i = 0; i < p->n_regions; i++) n += p->regions[i].ep;
-    fprintf(f,
-            "\nexpert parallelism: %d ranks hold whole experts (contiguous, the first E %% %d ranks one more); "
-            "attention and dense layers stay tensor-parallel; %d expert-parallel regions\n",
-            ranks, ranks, n);
+    if (p->o.ep)
+        fprintf(f,
+                "\nexpert parallelism: %d ranks hold whole experts (contiguous, the first E %% %d ranks one more); "
+                "attention and dense layers stay tensor-parallel; %d expert-parallel regions\n",
+                ranks, ranks, n);
+    else
+        fprintf(f,
+                "\nexperts across replicas: each of %d ranks holds 1/%d of every expert's features (TP-MoE over "
+                "-tp x -dp); attention and dense layers stay tensor-parallel within a replica; %d expert regions\n",
+                ranks, ranks, n);
     if (p->o.dp > 1)
         fprintf(f,
                 "  the experts' group is a stage's ranks of all %d replicas (rank in it = replica x %d + tp rank): "
-                "each replica routes its own tokens, every all-to-all spans the %d ranks, and the replicas step "
-                "together, one with nothing to run joining with no rows of its own\n",
+                "each replica routes its own tokens, every collective of the experts spans the %d ranks, and the "
+                "replicas step together, one with nothing to run joining with no rows of its own\n",
                 p->o.dp, p->o.tp, ranks);
     for (int i = 0; i < p->n_regions; i++)
         if (p->regions[i].ep) print_ep_region(f, p, &p->regions[i]);
@@ -214,7 +234,7 @@ static void print_sp(FILE *f, const plan *p) {
         const plan_region *r = &p->regions[i];
         verified += r->verified;
         if (r->ep) {
-            fprintf(f, "  region %-28s expert parallel (below): takes this rank's tokens, leaves complete\n",
+            fprintf(f, "  region %-28s experts across ranks (below): takes this rank's tokens, leaves complete\n",
                     r->mod->name);
             continue;
         }
@@ -365,7 +385,9 @@ int loom_print_plan(loom_model *m, int tp, const loom_engine_options *o, FILE *f
                 p.o.async_tp ? " + sequence parallel + async TP"
                 : p.o.sp     ? " + sequence parallel"
                              : "",
-                p.o.ep ? " + expert parallel" : "");
+                p.o.ep                    ? " + expert parallel"
+                : plan_experts_span(&p.o) ? " + experts across replicas"
+                                          : "");
     fprintf(f, "\nmodule tree:\n");
     print_module(f, m->tree, 1);
     if (pp > 1) print_stages(f, m, &p.o, first);
@@ -396,7 +418,7 @@ int loom_print_plan(loom_model *m, int tp, const loom_engine_options *o, FILE *f
     print_captures(f, &p, o, first, pp);
     if (p.kv_latent) print_latent_kv(f, m, &p);
     if (p.o.sp) print_sp(f, &p);
-    if (p.o.ep) print_ep(f, &p);
+    if (plan_experts_span(&p.o) && p.n_regions) print_ep(f, &p);
     if (p.o.async_tp) print_async(f, &p);
     plan_free(&p);
     free(first);

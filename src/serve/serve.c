@@ -30,7 +30,7 @@ loom_engine_options serve_engine_options(const loom_engine_options *eo, const se
 /* Every replica's step of a round: the engine's sizes, as serve_engine_options made them. */
 static int round_init(step_round *r, const loom_engine_stats *st, const serve_options *o, size_t vocab, bool rank0,
                       loom_err *err) {
-    return step_round_init(r, st->replicas, st->stages, o->max_num_batched_tokens, o->max_num_seqs,
+    return step_round_init(r, st, o->max_num_batched_tokens, o->max_num_seqs,
                            o->max_num_seqs * (o->num_speculative_tokens + 1), vocab, rank0, err);
 }
 

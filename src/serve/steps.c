@@ -1,28 +1,34 @@
 /* How a server step reaches every rank. Rank 0 (HTTP and the schedulers) describes each engine
- * step of each data-parallel replica in a fixed-size message of ints, and broadcasts a round of
- * them (every replica's, one message) through the job's communicator before running its own
- * replica's; the other ranks loop on those rounds, each running its replica's step on its
- * shards. A replica's first rank then sends its logit rows to rank 0, which samples for every
- * request. A replica with nothing to run still passes when another replica runs (an empty pass:
- * the replicas of a mixture of experts step together). An idle rank 0 sends an empty round
- * every second, so that a quiet server never trips the collectives' deadline, and a "stop"
- * round when it drains.
+ * step of each data-parallel replica in a fixed-size message of ints, and sends each replica's
+ * message to that replica's ranks (point to point) before running its own replica's step; the
+ * other ranks loop on those messages, each running its replica's step on its shards. A
+ * replica's first rank then sends its logit rows to rank 0, which samples for every request.
  *
- * Message: [command, n_tokens, n_logits, n_ops, ids[n], pos[n], seq[n], logit_rows[n_logits],
- * ops[n_ops]]. The ops are the KV cache's sequence changes since the previous step, in the
- * order rank 0 made them: [OP_RESET, slot], [OP_ATTACH, slot, n, block ids...] or
- * [OP_TRUNCATE, slot, len] (speculative tokens the target rejected). Every rank's KV cache then
- * takes the same block decisions (runtime/kv_cache.h), as rank 0's copy of each replica's
- * bookkeeping did when it made them. */
+ * A replica takes part in a round when it has tokens or sequence changes, or, when the replicas
+ * step together (a mixture of experts spread over them: loom_engine_stats.lockstep), whenever
+ * any replica runs: it then passes empty. An idle replica of a dense model hears nothing and
+ * sleeps in its receive, using no CPU beside a busy one. Every replica hears from rank 0 at
+ * least every KEEPALIVE_S (an empty message), so that a quiet server never trips the
+ * collectives' deadline, and gets a "stop" message when the server drains.
+ *
+ * Message: [command, n_tokens, n_logits, n_ops, round_runs, ids[n], pos[n], seq[n],
+ * logit_rows[n_logits], ops[n_ops]]; round_runs: some replica runs tokens this round. The ops
+ * are the KV cache's sequence changes since the previous step, in the order rank 0 made them:
+ * [OP_RESET, slot], [OP_ATTACH, slot, n, block ids...] or [OP_TRUNCATE, slot, len]
+ * (speculative tokens the target rejected). Every rank's KV cache then takes the same block
+ * decisions (runtime/kv_cache.h), as rank 0's copy of each replica's bookkeeping did when it
+ * made them. */
 #include "serve/steps.h"
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "util/alloc.h"
 #include "util/err.h"
 
-enum { HEADER = 4 };
+enum { HEADER = 5 };
+#define KEEPALIVE_S 0.5 /* the most a replica goes without a message from rank 0 */
 enum { OP_RESET = 1, OP_ATTACH = 2, OP_TRUNCATE = 3 };
 
 /* a reset, an attach header and a truncation per slot, twice over (a slot released and reused
@@ -34,9 +40,14 @@ static int message_ints(int max_tokens, int max_seqs, int max_logits) {
 }
 
 size_t serve_step_bytes(const loom_engine_options *eo) {
-    int dp = eo->data_parallel > 1 ? eo->data_parallel : 1;
-    return (size_t)dp * message_ints(eo->max_tokens, eo->max_seqs, eo->max_logits > 0 ? eo->max_logits : eo->max_seqs) *
+    return (size_t)message_ints(eo->max_tokens, eo->max_seqs, eo->max_logits > 0 ? eo->max_logits : eo->max_seqs) *
            sizeof(int32_t);
+}
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec * 1e-9;
 }
 
 /* The arrays live inside the message, at offsets fixed by the maximum sizes, so a step is
@@ -56,20 +67,23 @@ void step_clear(step *s) {
     s->n_tokens = s->n_logits = s->n_ops = 0;
 }
 
-int step_round_init(step_round *r, int dp, int stages, int max_tokens, int max_seqs, int max_logits, size_t vocab,
-                    bool rank0, loom_err *err) {
+int step_round_init(step_round *r, const loom_engine_stats *st, int max_tokens, int max_seqs, int max_logits,
+                    size_t vocab, bool rank0, loom_err *err) {
     memset(r, 0, sizeof *r);
-    int n = message_ints(max_tokens, max_seqs, max_logits);
+    int n = message_ints(max_tokens, max_seqs, max_logits), dp = st->replicas;
     const char *what = "a server round's messages";
     if (!(r->msg = mem_zalloc((size_t)dp * n, sizeof *r->msg, what, err)) ||
         !(r->of = mem_zalloc((size_t)dp, sizeof *r->of, what, err)) ||
+        !(r->sent_at = mem_zalloc((size_t)dp, sizeof *r->sent_at, what, err)) ||
         !(r->logits = mem_zalloc((size_t)dp, sizeof *r->logits, what, err)) ||
         !(r->recv = mem_zalloc((size_t)dp, sizeof *r->recv, what, err))) {
         step_round_free(r);
         return -1;
     }
     r->dp = dp;
-    r->stages = stages;
+    r->stages = st->stages;
+    r->tp = st->ranks / dp / st->stages;
+    r->lockstep = st->lockstep;
     r->vocab = vocab;
     for (int d = 0; d < dp; d++) {
         step *s = &r->of[d];
@@ -95,6 +109,7 @@ void step_round_free(step_round *r) {
     free(r->recv);
     free(r->logits);
     free(r->of);
+    free(r->sent_at);
     free(r->msg);
     memset(r, 0, sizeof *r);
 }
@@ -144,16 +159,14 @@ static int apply_ops(loom_engine *e, const step *s, int rank, loom_err *err) {
     return 0;
 }
 
-/* This rank's replica's step: its sequence changes, then its tokens; with nothing to run it
- * still passes (empty) when another replica runs. Then a replica's first rank sends its logit
- * rows to rank 0, which takes each replica's in turn. */
-static int run_own(step_round *r, loom_engine *e, loom_comm *c, int replica, loom_err *err) {
+/* This rank's replica's step: its sequence changes, then its tokens, or an empty pass when
+ * another replica runs (round_runs). Then a replica's first rank sends its logit rows to rank
+ * 0, which takes each replica's in turn. */
+static int run_own(step_round *r, loom_engine *e, loom_comm *c, int replica, bool round_runs, loom_err *err) {
     step *s = &r->of[replica];
     int rank = loom_comm_rank(c);
     if (apply_ops(e, s, rank, err)) return -1;
-    bool any = false;
-    for (int d = 0; d < r->dp; d++) any |= r->of[d].cmd == STEP_RUN && r->of[d].n_tokens > 0;
-    if (!any) return 0;
+    if (!round_runs) return 0;
     loom_batch b = {.n_tokens = s->n_tokens,
                     .ids = s->ids,
                     .pos = s->pos,
@@ -163,50 +176,63 @@ static int run_own(step_round *r, loom_engine *e, loom_comm *c, int replica, loo
     const float *logits;
     loom_comm_set_phase(c, "serve: running a step of %d tokens", s->n_tokens);
     if (loom_forward(e, &b, &logits, err)) return -1;
-    if (!rank) r->logits[0] = logits;
-    /* replica d's first rank: stage 0, tp rank 0 (loom_launch's order) */
-    int tp = loom_comm_size(c) / r->dp / r->stages;
-    for (int d = 1; d < r->dp; d++) {
-        int first = d * tp, n = r->of[d].n_logits;
-        if (!n || (rank && rank != first)) continue;
-        loom_comm_set_phase(c, "serve: logits of replica %d", d);
-        if (rank ? loom_comm_send_floats(c, 0, logits, (size_t)n * r->vocab, err)
-                 : loom_comm_recv_floats(c, first, r->recv[d], (size_t)n * r->vocab, err))
-            return -1;
+    if (!rank) {
+        r->logits[0] = logits;
+        for (int d = 1; d < r->dp; d++) { /* replica d's first rank: stage 0, tp rank 0 (loom_launch's order) */
+            if (!r->of[d].n_logits) continue;
+            loom_comm_set_phase(c, "serve: logits of replica %d", d);
+            if (loom_comm_recv_floats(c, d * r->tp, r->recv[d], (size_t)r->of[d].n_logits * r->vocab, err)) return -1;
+        }
+    } else if (rank == replica * r->tp && s->n_logits) {
+        loom_comm_set_phase(c, "serve: sending replica %d's logits", replica);
+        if (loom_comm_send_floats(c, 0, logits, (size_t)s->n_logits * r->vocab, err)) return -1;
     }
     return 0;
 }
 
+/* Whether replica d's ranks hear this round (see the top of the file). */
+static bool takes_part(const step_round *r, int d, bool round_runs, double now) {
+    const step *s = &r->of[d];
+    return s->cmd == STEP_STOP || s->n_tokens || s->n_ops || (r->lockstep && round_runs) ||
+           now - r->sent_at[d] >= KEEPALIVE_S;
+}
+
 int step_round_run(step_round *r, loom_engine *e, loom_comm *c, loom_err *err) {
+    bool round_runs = false;
+    for (int d = 0; d < r->dp; d++) round_runs |= r->of[d].cmd == STEP_RUN && r->of[d].n_tokens > 0;
+    double now = now_s();
     for (int d = 0; d < r->dp; d++) {
         step *s = &r->of[d];
-        int32_t h[HEADER] = {s->cmd, s->n_tokens, s->n_logits, s->n_ops};
+        if (!takes_part(r, d, round_runs, now)) continue;
+        int32_t h[HEADER] = {s->cmd, s->n_tokens, s->n_logits, s->n_ops, round_runs};
         memcpy(s->msg, h, sizeof h);
+        r->sent_at[d] = now;
+        for (int st = 0; st < r->stages; st++)
+            for (int t = 0; t < r->tp; t++) {
+                int w = (st * r->dp + d) * r->tp + t; /* loom_launch's order */
+                if (!w) continue;
+                loom_comm_set_phase(c, "serve: sending replica %d's step of %d tokens to rank %d", d, s->n_tokens, w);
+                if (loom_comm_send_ints(c, w, s->msg, s->n_ints, err)) return -1;
+            }
     }
-    if (loom_comm_size(c) > 1) {
-        loom_comm_set_phase(c, "serve: sending a round of %d tokens", r->of[0].n_tokens);
-        if (loom_comm_broadcast_ints(c, r->msg, r->dp * r->of[0].n_ints, err)) return -1;
-    }
-    return r->of[0].cmd == STEP_RUN ? run_own(r, e, c, 0, err) : 0;
+    return r->of[0].cmd == STEP_RUN ? run_own(r, e, c, 0, round_runs, err) : 0;
 }
 
 int step_round_follow(step_round *r, loom_engine *e, loom_comm *c, int replica, loom_err *err) {
     int rank = loom_comm_rank(c);
+    step *s = &r->of[replica];
     for (;;) {
         loom_comm_set_phase(c, "serve: waiting for a step from rank 0");
-        if (loom_comm_broadcast_ints(c, r->msg, r->dp * r->of[0].n_ints, err)) return -1;
-        for (int d = 0; d < r->dp; d++) {
-            step *s = &r->of[d];
-            point(s);
-            s->cmd = s->msg[0], s->n_tokens = s->msg[1], s->n_logits = s->msg[2], s->n_ops = s->msg[3];
-            if (s->cmd == STEP_STOP) return 0;
-            if (s->cmd != STEP_RUN || s->n_tokens < 0 || s->n_tokens > s->max_tokens || s->n_logits < 0 ||
-                s->n_logits > s->max_logits || s->n_ops < 0 || s->n_ops > s->max_ops)
-                return loom_errf(err,
-                                 "rank %d: malformed step for replica %d from rank 0 (%d tokens, %d logits, %d "
-                                 "ints of sequence changes)",
-                                 rank, d, s->n_tokens, s->n_logits, s->n_ops);
-        }
-        if (run_own(r, e, c, replica, err)) return -1;
+        if (loom_comm_recv_ints(c, 0, s->msg, s->n_ints, err)) return -1;
+        point(s);
+        s->cmd = s->msg[0], s->n_tokens = s->msg[1], s->n_logits = s->msg[2], s->n_ops = s->msg[3];
+        if (s->cmd == STEP_STOP) return 0;
+        if (s->cmd != STEP_RUN || s->n_tokens < 0 || s->n_tokens > s->max_tokens || s->n_logits < 0 ||
+            s->n_logits > s->max_logits || s->n_ops < 0 || s->n_ops > s->max_ops)
+            return loom_errf(err,
+                             "rank %d: malformed step for replica %d from rank 0 (%d tokens, %d logits, %d ints "
+                             "of sequence changes)",
+                             rank, replica, s->n_tokens, s->n_logits, s->n_ops);
+        if (run_own(r, e, c, replica, s->msg[4] != 0, err)) return -1;
     }
 }

@@ -16,8 +16,7 @@ typedef struct step {
     int n_ints, max_tokens, max_seqs, max_logits, max_ops;
 } step;
 
-/* Bytes a round's message takes on the communicator (every replica's step), for an engine with
- * eo's sizes. */
+/* Bytes a step's message takes on the communicator, for an engine with eo's sizes. */
 size_t serve_step_bytes(const loom_engine_options *eo);
 /* Empties s for the next step (a run of nothing, no sequence changes). */
 void step_clear(step *s);
@@ -32,22 +31,25 @@ bool step_attach_fits(const step *s, int n);
 int step_truncate(step *s, loom_engine *book, int slot, int len, loom_err *err);
 int step_attach(step *s, loom_engine *book, int slot, const int32_t *blocks, int n, loom_err *err);
 
-/* A round: every data-parallel replica's step (one replica: one step), sent in one message. */
+/* A round: every data-parallel replica's step (one replica: one step), each sent to its
+ * replica's ranks. */
 typedef struct step_round {
-    int dp, stages;
+    int dp, stages, tp;
+    bool lockstep;        /* every replica passes whenever one runs (loom_engine_stats.lockstep) */
     step *of;             /* [dp] */
     int32_t *msg;         /* [dp][of[0].n_ints] */
+    double *sent_at;      /* rank 0: [dp] when each replica last heard from it */
     const float **logits; /* rank 0: [dp] each replica's logit rows of the round (its own: the engine's) */
     float **recv;         /* rank 0: [dp] where the other replicas' rows arrive */
     size_t vocab;
 } step_round;
 
 /* 0, or -1 with err set when out of memory (r then needs no step_round_free). */
-int step_round_init(step_round *r, int dp, int stages, int max_tokens, int max_seqs, int max_logits, size_t vocab,
-                    bool rank0, loom_err *err);
+int step_round_init(step_round *r, const loom_engine_stats *st, int max_tokens, int max_seqs, int max_logits,
+                    size_t vocab, bool rank0, loom_err *err);
 void step_round_free(step_round *r);
-/* Rank 0: sends the round to the other ranks, runs its own replica's step, and collects every
- * replica's logit rows into r->logits. */
+/* Rank 0: sends each replica's step to its ranks (those that take part in the round), runs its
+ * own replica's step, and collects every replica's logit rows into r->logits. */
 int step_round_run(step_round *r, loom_engine *e, loom_comm *c, loom_err *err);
 /* Other ranks: run their replica's steps of the rounds rank 0 sends until it sends STEP_STOP (0)
  * or a collective fails; a replica's first rank sends its logit rows to rank 0. */
