@@ -802,26 +802,36 @@ static void data_parallel(void) {
         one = completion_tokens(s.port, ask);
         CHECK(stop(&s, SIGTERM, 30) == 0, "the olmoe server did not exit 0 on SIGTERM");
     } else CHECK(0, "the olmoe server did not start");
-    if (start(&s, "-m " LOOM_SOURCE_DIR "/tests/golden/olmoe --dtype float32 -tp 2 -dp 2 "
-                  "--enable-expert-parallel --enable-sequence-parallel --sp-min-tokens 0")) {
-        CHECK(0, "the olmoe -tp 2 -dp 2 server did not start");
-        free(one);
-        return;
-    }
-    for (int i = 0; i < N; i++) fds[i] = post_completion(s.port, ask); /* at once: both replicas run */
-    for (int i = 0; i < N; i++) {
-        char *resp = read_all(fds[i]);
-        close(fds[i]);
-        many[i] = tokens_of(resp);
-        free(resp);
-    }
-    for (int i = 0; i < N; i++) {
-        CHECK(one && strstr(one, "token_id:") && !strcmp(many[i], one),
-              "olmoe -tp 2 -dp 2 EP+SP request %d: %s, one rank: %s", i, many[i], one ? one : "(none)");
-        free(many[i]);
+    /* the seed's layout on shm, and the experts' features over every rank under mpirun */
+    const struct {
+        const char *prefix, *args, *what;
+    } jobs[] = {{"", "-tp 2 -dp 2 --enable-expert-parallel --enable-sequence-parallel --sp-min-tokens 0", "EP+SP"},
+                {"env " MPIRUN " -np 4", "-tp 2 -dp 2 --backend mpi", "TP-MoE over MPI"}};
+    for (int j = 0; j < 2; j++) {
+        if (j && !mpi_available("test_serve")) break;
+        char args[512];
+        snprintf(args, sizeof args, "-m %s/tests/golden/olmoe --dtype float32 %s", LOOM_SOURCE_DIR, jobs[j].args);
+        if (start_with(&s, jobs[j].prefix, args)) {
+            CHECK(0, "the olmoe -tp 2 -dp 2 %s server did not start", jobs[j].what);
+            continue;
+        }
+        for (int i = 0; i < N; i++) fds[i] = post_completion(s.port, ask); /* at once: both replicas run */
+        for (int i = 0; i < N; i++) {
+            char *resp = read_all(fds[i]);
+            close(fds[i]);
+            many[i] = tokens_of(resp);
+            free(resp);
+        }
+        for (int i = 0; i < N; i++) {
+            CHECK(one && strstr(one, "token_id:") && !strcmp(many[i], one),
+                  "olmoe -tp 2 -dp 2 %s request %d: %s, one rank: %s", jobs[j].what, i, many[i], one ? one : "(none)");
+            free(many[i]);
+        }
+        /* mpirun ends the job at once on SIGTERM (see over_mpi): rank 0 drains it */
+        CHECK(stop_via(&s, j ? s.rank0 : s.pid, SIGTERM, 60) == 0,
+              "the olmoe -tp 2 -dp 2 %s server did not exit 0 on SIGTERM", jobs[j].what);
     }
     free(one);
-    CHECK(stop(&s, SIGTERM, 30) == 0, "the olmoe -tp 2 -dp 2 server did not exit 0 on SIGTERM");
 }
 
 /* A chat template outside the supported subset stops start-up, naming the construct. */
