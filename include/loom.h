@@ -407,7 +407,7 @@ LOOM_API int loom_print_plan(loom_model *m, int tp, const loom_engine_options *o
 /* Expert load profiles: for each mixture-of-experts layer (named by module), the tokens routed
  * to each expert. loom_engine_expert_load: the engine's since its stats were reset, summed over
  * the ranks its experts are spread over (a collective of those ranks; the layers of this rank's
- * pipeline stage; needs expert parallelism). The file is JSON (runtime/expert_load.c);
+ * pipeline stage; needs the experts spread over ranks: expert parallelism, or replicas). The file is JSON (runtime/expert_load.c);
  * loom_expert_load_read checks every field and names the one at fault. */
 LOOM_API loom_expert_load *loom_engine_expert_load(loom_engine *e, loom_err *err);
 LOOM_API loom_expert_load *loom_expert_load_read(const char *path, loom_err *err);
