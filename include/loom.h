@@ -123,6 +123,10 @@ typedef struct loom_engine_options {
      * contiguous split's number of experts (NULL: contiguous ranges). Every rank must be given
      * the same profile. */
     const loom_expert_load *expert_load;
+    /* and this many spare copies per MoE layer for its experts with the most load per copy
+     * (DeepSeek's EPLB; needs expert_load and expert parallelism), an expert's tokens spread
+     * over its copies */
+    int redundant_experts;
     /* Pipeline parallelism: stage s runs a contiguous range of decoder layers, the first the
      * embedding, the last the LM head; with several replicas a pass flows as one microbatch. */
     int pipeline_parallel;          /* stages (0 or 1: one) */

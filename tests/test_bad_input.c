@@ -217,6 +217,17 @@ static void bad_expert_load(void) {
     }
     expect("expert load: a missing file", "bench latency -m %s/m --expert-load /nonexistent/el.json", 1,
            "/nonexistent/el.json");
+    /* redundant copies: of whole experts, placed by a load */
+    const char *olmoe = "plan -m " LOOM_SOURCE_DIR "/tests/golden/olmoe -tp 2";
+    snprintf(args, sizeof args, "%s --num-redundant-experts 2", olmoe);
+    expect("redundant experts without expert parallelism", args, 1,
+           "--num-redundant-experts 2: redundant copies are of whole experts, which need --enable-expert-parallel");
+    snprintf(args, sizeof args, "%s -ep --num-redundant-experts 2", olmoe);
+    expect("redundant experts without a load profile", args, 1,
+           "model.layers.0.mlp: --num-redundant-experts 2: redundant copies go to the hottest experts, which need a "
+           "load profile of the layer (--expert-load)");
+    snprintf(args, sizeof args, "%s -ep --num-redundant-experts -1", olmoe);
+    expect("redundant experts: a negative count", args, 1, "--num-redundant-experts");
 }
 
 /* Broken copies of the GPTQ golden checkpoint (4-bit, groups of 32, act-order). */

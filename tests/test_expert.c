@@ -7,7 +7,9 @@
  * and MPI ranks bit-identical to shm ones. Routing extremes: each sequence also runs alone, so
  * decode steps carry one token (at 4 ranks three ranks hold only padding and most ranks receive
  * nothing), and deepseek_v3_skewed's correction bias sends every token to experts 0 and 1, on
- * rank 0: the other ranks must receive no row at all, which the engine's counts show. Three
+ * rank 0: the other ranks must receive no row at all, which the engine's counts show; placed by
+ * its own load profile its rows spread over both ranks at 2, and over all four at 4 with two
+ * spare copies of its hot experts. Three
  * cases also run in two pipeline stages of two expert-parallel ranks each, bit-identical to one.
  * `test_expert CASE` runs one case; `--mpi-dump CASE MODE FILE` is the mode mpirun starts. */
 #include <stdlib.h>
@@ -39,6 +41,7 @@ typedef struct job {
     float *out;                   /* shared with the forked ranks (MAP_SHARED), or local under MPI */
     long *received;               /* [MAX_MOE_LAYERS][ranks]: rows each rank's experts received (shared) */
     const loom_expert_load *load; /* place the experts by this profile (NULL: contiguous) */
+    int redundant;                /* with this many spare copies of the hottest experts */
     const char *save_load;        /* rank 0 writes the run's expert load profile here */
 } job;
 
@@ -65,6 +68,7 @@ static int rank_main(loom_comm *comm, void *arg) {
     loom_err err = {{0}};
     loom_engine_options eo = options(comm, j->mode, j->pp);
     eo.expert_load = j->load;
+    eo.redundant_experts = j->redundant;
     loom_engine *e = loom_engine_new(j->m, &eo, &err);
     size_t n = (size_t)golden_rows(j->g) * j->g->vocab;
     float *mine = malloc(n * sizeof *mine);
@@ -89,7 +93,8 @@ static int rank_main(loom_comm *comm, void *arg) {
 /* Logits of case `name` on n ranks over backend (munmap'd by the caller), the rows each rank
  * received per MoE layer in *received ([MAX_MOE_LAYERS][n], when not NULL), or NULL. */
 static float *run_placed(const char *name, golden *g, int n, int pp, mode md, bool alone, const char *backend,
-                         long *received, const loom_expert_load *load, const char *save_load, loom_err *err) {
+                         long *received, const loom_expert_load *load, int redundant, const char *save_load,
+                         loom_err *err) {
     char dir[900];
     golden_dir(dir, sizeof dir, name);
     loom_model_options mo = {.path = dir, .dtype = golden_dtype(name)};
@@ -98,9 +103,10 @@ static float *run_placed(const char *name, golden *g, int n, int pp, mode md, bo
     size_t bytes = (size_t)golden_rows(g) * g->vocab * sizeof(float);
     long *rows =
         mmap(NULL, MAX_MOE_LAYERS * 8 * sizeof *rows, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    job j = {m,     g,    md,
-             alone, pp,   mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0),
-             rows,  load, save_load};
+    job j = {m,        g,    md,
+             alone,    pp,   mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0),
+             rows,     load, redundant,
+             save_load};
     loom_engine_options eo = options(NULL, md, pp);
     float *out = golden_launch(m, n, pp, backend, &eo, rank_main, &j, j.out, bytes, err);
     if (received) memcpy(received, rows, MAX_MOE_LAYERS * n * sizeof *rows);
@@ -110,7 +116,7 @@ static float *run_placed(const char *name, golden *g, int n, int pp, mode md, bo
 
 static float *run_pp(const char *name, golden *g, int n, int pp, mode md, bool alone, const char *backend,
                      long *received, loom_err *err) {
-    return run_placed(name, g, n, pp, md, alone, backend, received, NULL, NULL, err);
+    return run_placed(name, g, n, pp, md, alone, backend, received, NULL, 0, NULL, err);
 }
 
 static float *run(const char *name, golden *g, int n, mode md, bool alone, const char *backend, long *received,
@@ -167,28 +173,36 @@ static void check_skew(const char *name, int n, const long *received, bool alone
            alone ? " alone" : "", received[0], n - 1);
 }
 
-/* Placement by measured load: the skewed router's profile (every token on experts 0 and 1),
- * taken from an EP run, places the two hot experts on different ranks; both ranks then receive
- * rows, and the logits stay within 1e-4 of transformers. */
-static void check_placement(const char *name, golden *g, const float *contiguous) {
+/* The skewed golden placed by its own load profile (a contiguous run at n ranks writes it), with
+ * `redundant` spare copies of its hottest experts: within ATOL of transformers, and its rows
+ * spread: at 2 ranks the two hot experts apart, equal rows; at 4, two copies of each, every rank
+ * receiving rows and none more than 1.25x the mean (contiguous: all on rank 0). */
+static void check_placement(const char *name, golden *g, int n, int redundant, const float *contiguous) {
     char path[128];
     snprintf(path, sizeof path, "/tmp/loom-test-expert-load-%d.json", (int)getpid());
     loom_err err = {{0}};
-    long received[MAX_MOE_LAYERS * 2];
+    long received[MAX_MOE_LAYERS * 4];
     size_t bytes = (size_t)golden_rows(g) * g->vocab * sizeof(float);
-    float *profiled = run_placed(name, g, 2, 1, MODE_EP, false, "shm", NULL, NULL, path, &err);
+    float *profiled = run_placed(name, g, n, 1, MODE_EP, false, "shm", NULL, NULL, 0, path, &err);
     loom_expert_load *load = profiled ? loom_expert_load_read(path, &err) : NULL;
     CHECK(load, "%s: the expert load profile: %s", name, err.msg);
-    float *placed = load ? run_placed(name, g, 2, 1, MODE_SP, false, "shm", received, load, NULL, &err) : NULL;
-    CHECK(placed, "%s: EP+SP placed by load: %s", name, err.msg);
+    float *placed =
+        load ? run_placed(name, g, n, 1, MODE_SP, false, "shm", received, load, redundant, NULL, &err) : NULL;
+    CHECK(placed, "%s: EP+SP at %d ranks placed by load with %d spare copies: %s", name, n, redundant, err.msg);
     if (placed) {
         double worst = golden_worst(g, placed);
-        long r0 = received[0], r1 = received[1];
-        CHECK(worst <= ATOL, "%s placed by load: max |logit diff| vs transformers %.3g", name, worst);
-        CHECK(r0 > 0 && r1 > 0 && r0 == r1, "%s placed by load: rank 0 received %ld rows and rank 1 %ld", name, r0, r1);
-        printf("%-18s ep=2 placed by its load profile: rows received %ld and %ld (contiguous: all on rank 0); max "
-               "|logit diff| vs transformers %.2e; bit-identical to contiguous: %s\n",
-               name, r0, r1, worst, !memcmp(placed, contiguous, bytes) ? "yes" : "no");
+        long most = 0, least = received[0], sum = 0;
+        for (int r = 0; r < n; r++) {
+            most = received[r] > most ? received[r] : most, sum += received[r];
+            least = received[r] < least ? received[r] : least;
+        }
+        CHECK(worst <= ATOL, "%s placed by load at %d ranks: max |logit diff| vs transformers %.3g", name, n, worst);
+        CHECK(least > 0 && (n == 2 ? most == least : most * n <= 1.25 * sum),
+              "%s placed by load at %d ranks with %d spare copies: rows received from %ld to %ld per rank", name, n,
+              redundant, least, most);
+        printf("%-18s ep=%d placed by its load profile, %d spare copies: rows received %ld to %ld per rank "
+               "(contiguous: all on rank 0); max |logit diff| vs transformers %.2e; bit-identical to contiguous: %s\n",
+               name, n, redundant, least, most, worst, !memcmp(placed, contiguous, bytes) ? "yes" : "no");
         munmap(placed, bytes);
     }
     if (profiled) munmap(profiled, bytes);
@@ -216,7 +230,8 @@ static void one_case(const char *name) {
         CHECK(runs[MODE_EP], "%s ep=%d: %s", name, n, err.msg);
         if (!runs[MODE_EP]) continue;
         if (skewed) check_skew(name, n, received, false);
-        if (skewed && n == 2) check_placement(name, &g, runs[MODE_EP]);
+        if (skewed && n == 2) check_placement(name, &g, 2, 0, runs[MODE_EP]);
+        if (skewed && n == 4) check_placement(name, &g, 4, 2, runs[MODE_EP]);
         double worst = golden_worst(&g, runs[MODE_EP]);
         CHECK(golden_reduced(name) || worst <= ATOL, "%s ep=%d: max |logit diff| vs transformers %.3g", name, n, worst);
         for (int md = 1; md < N_MODES; md++)

@@ -360,34 +360,59 @@ int main(void) {
                     "`linear` reads every token, but its input is made inside the expert-parallel region");
 
     /* placement: without a load, contiguous ranges covering every expert once, the first E % N
-     * ranks one more; with one, the same count on each rank, each rank's experts numbered in
-     * increasing index, and a skewed load (DeepSeek-V3's skewed golden: every token on experts 0
-     * and 1) spread so that the two hot experts sit on different ranks */
-    bool placed = true;
+     * ranks one more; with one, and with redundant copies, each rank holding a contiguous split's
+     * count of the copies, numbered in increasing expert order, an expert's copies on distinct
+     * ranks; a skewed load (DeepSeek-V3's skewed golden: every token on experts 0 and 1) spread so
+     * that the two hot experts sit on different ranks, and one expert hotter than a rank's share
+     * balanced only by copies of it */
+    bool placed = true, distinct = true;
+    loom_err perr = {{0}};
     for (int experts = 1; experts <= 70; experts++)
-        for (int ranks = 1; ranks <= 9; ranks++) {
-            int32_t owner[70], local[70], held[9] = {0};
-            double load[70];
-            for (int e = 0; e < experts; e++) load[e] = (e * 7919) % 13;
-            for (int with_load = 0; with_load < 2; with_load++) {
-                placement_make(experts, ranks, with_load ? load : NULL, owner, local);
-                memset(held, 0, sizeof held);
-                for (int e = 0; e < experts; e++) {
-                    placed &= owner[e] >= 0 && owner[e] < ranks && local[e] == held[owner[e]]++;
-                    placed &= with_load || e == 0 || owner[e] >= owner[e - 1];
+        for (int ranks = 1; ranks <= 9; ranks++)
+            for (int kind = 0; kind < 3; kind++) { /* contiguous, by load, by load with copies */
+                double load[70];
+                for (int e = 0; e < experts; e++) load[e] = (e * 7919) % 13 + (e == 3) * 40;
+                int spare = kind == 2 ? (experts + 1) / 2 : 0;
+                spare = spare > experts * (ranks - 1) ? experts * (ranks - 1) : spare;
+                placement pl;
+                if (placement_make(&pl, experts, ranks, kind ? load : NULL, spare, &perr)) {
+                    placed = false;
+                    continue;
                 }
-                for (int r = 0; r < ranks; r++) placed &= held[r] == experts / ranks + (r < experts % ranks);
+                int held[9] = {0}, S = experts + spare;
+                for (int e = 0; e < experts; e++)
+                    for (int c = pl.first[e]; c < pl.first[e + 1]; c++) {
+                        placed &= pl.owner[c] >= 0 && pl.owner[c] < ranks && pl.local[c] == held[pl.owner[c]]++;
+                        placed &= kind || c == 0 || pl.owner[c] >= pl.owner[c - 1];
+                        for (int d = pl.first[e]; d < c; d++) distinct &= pl.owner[d] != pl.owner[c];
+                    }
+                placed &= pl.first[experts] == S && pl.n_copies == S;
+                for (int r = 0; r < ranks; r++) placed &= held[r] == S / ranks + (r < S % ranks);
+                placement_free(&pl);
             }
-        }
-    CHECK(placed, "placement_make: experts not spread evenly, or their local indices out of order");
-    double skewed[16] = {100, 100};
-    int32_t owner[16], local[16];
-    placement_make(16, 2, skewed, owner, local);
-    double balanced = placement_imbalance(skewed, 16, 2, owner);
-    placement_make(16, 2, NULL, owner, local);
-    CHECK(balanced == 1.0 && placement_imbalance(skewed, 16, 2, owner) == 2.0,
-          "a skewed load at 2 ranks: imbalance %.3f placed by load, %.3f contiguous (want 1 and 2)", balanced,
-          placement_imbalance(skewed, 16, 2, owner));
+    CHECK(placed, "placement_make: copies not spread evenly, or their local indices out of order: %s", perr.msg);
+    CHECK(distinct, "placement_make: two copies of an expert on one rank");
+    double skewed[16] = {100, 100}, hot[8] = {100, 10, 10, 10, 10, 10, 10, 10};
+    placement by_load, contiguous, copies;
+    bool made =
+        !placement_make(&by_load, 16, 2, skewed, 0, &perr) && !placement_make(&contiguous, 16, 2, NULL, 0, &perr);
+    CHECK(made && placement_imbalance(skewed, &by_load, 2) == 1.0 && placement_imbalance(skewed, &contiguous, 2) == 2.0,
+          "a skewed load at 2 ranks: imbalance %.3f placed by load, %.3f contiguous (want 1 and 2)",
+          made ? placement_imbalance(skewed, &by_load, 2) : -1,
+          made ? placement_imbalance(skewed, &contiguous, 2) : -1);
+    placement_free(&by_load), placement_free(&contiguous);
+    made = !placement_make(&by_load, 8, 4, hot, 0, &perr) && !placement_make(&copies, 8, 4, hot, 4, &perr);
+    double alone = made ? placement_imbalance(hot, &by_load, 4) : -1,
+           spread = made ? placement_imbalance(hot, &copies, 4) : -1;
+    CHECK(made && alone > 2.3 && spread < 1.2 && copies.first[1] - copies.first[0] == 4,
+          "one expert with 100 of 170 tokens at 4 ranks: imbalance %.3f placed, %.3f with 4 spare copies (want > 2.3 "
+          "and < 1.2, the hot expert on every rank)",
+          alone, spread);
+    placement_free(&by_load), placement_free(&copies);
+    CHECK(placement_make(&copies, 8, 4, NULL, 2, &perr) && strstr(perr.msg, "--expert-load"),
+          "redundant copies without a load must be refused, naming --expert-load: '%s'", perr.msg);
+    CHECK(placement_make(&copies, 8, 4, hot, 25, &perr) && strstr(perr.msg, "from 0 to 24"),
+          "25 spare copies of 8 experts on 4 ranks must be refused: '%s'", perr.msg);
 
     /* async TP: which collectives fuse, and the fallbacks with their reasons */
     struct {

@@ -94,6 +94,8 @@ int cli_common_arg(cli_common *c, int argc, char **argv, int *i) {
         c->pp_microbatches = (int)cli_int(a, cli_value(argc, argv, i), 1, 1 << 16);
     else if (!strcmp(a, "--speculative-config")) c->spec_json = cli_value(argc, argv, i);
     else if (!strcmp(a, "--expert-load")) c->expert_load_path = cli_value(argc, argv, i);
+    else if (!strcmp(a, "--num-redundant-experts"))
+        c->redundant_experts = (int)cli_int(a, cli_value(argc, argv, i), 0, 1 << 16);
     else return 0;
     return 1;
 }
@@ -174,6 +176,7 @@ loom_engine_options cli_engine_options(const cli_common *c) {
                                  .pipeline_parallel = c->pp,
                                  .data_parallel = c->dp,
                                  .expert_load = c->expert_load,
+                                 .redundant_experts = c->redundant_experts,
                                  .pp_layer_partition = c->pp_partition,
                                  .pp_microbatches = c->pp_microbatches};
 }

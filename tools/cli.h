@@ -33,6 +33,7 @@ typedef struct cli_common {
     loom_spec_options spec;        /* parsed from it by cli_load_speculation */
     loom_model *draft;             /* and the draft model it names, loaded there */
     const char *expert_load_path;  /* --expert-load FILE: place experts by this profile */
+    int redundant_experts;         /* --num-redundant-experts N: spare copies of hot experts */
     loom_expert_load *expert_load; /* read by cli_load_model */
 } cli_common;
 

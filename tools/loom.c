@@ -49,6 +49,8 @@ static void usage(FILE *f) {
           "  --expert-load FILE        with --enable-expert-parallel: place each MoE layer's experts by the\n"
           "                            token counts in FILE, balancing the ranks' work (EPLB; the file comes\n"
           "                            from bench latency --save-expert-load FILE)\n"
+          "  --num-redundant-experts N with --expert-load: N spare copies per MoE layer for the experts\n"
+          "                            with the most load per copy, their tokens spread over the copies\n"
           "  --pp-layer-partition L    decoder layers per stage, e.g. 3,2 (default: even, the remainder\n"
           "                            to the stages before the last)\n"
           "  --pp-microbatches N       most microbatches a pass of several sequences splits into\n"

@@ -41,7 +41,7 @@ bool ep_foreign_tensor(const plan *p, const char *name) {
         const plan_step *s = &p->steps[i];
         if (s->kind != STEP_EP_MOE || s->op->moe->stacked) continue;
         int e = expert_of(s->op->moe, name);
-        if (e >= 0) return s->expert_owner[e] != plan_ep_rank(&p->o);
+        if (e >= 0) return !placement_holds(&s->place, e, plan_ep_rank(&p->o));
     }
     return false;
 }

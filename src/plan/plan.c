@@ -420,6 +420,11 @@ int plan_build(plan *p, const module *tree, const plan_options *o, loom_err *err
     p->o.async_tp = o->async_tp && o->tp > 1;
     if (p->o.dp < 1) p->o.dp = 1, p->o.replica = 0;
     p->o.ep = o->ep && plan_ep_ranks(&p->o) > 1;
+    if (o->redundant_experts && !p->o.ep)
+        return loom_errf(err,
+                         "--num-redundant-experts %d: redundant copies are of whole experts, which need "
+                         "--enable-expert-parallel over more than one rank",
+                         o->redundant_experts);
     p->region = &region_plain;
     if (p->o.pp <= 1) p->o.pp = 1, p->o.stage = 0, p->o.layer0 = 0, p->o.layer1 = stage_count_layers(tree);
     p->n_layers = p->o.layer1 - p->o.layer0;
@@ -445,7 +450,8 @@ void plan_free(plan *p) {
     free(p->regions);
     for (int i = 0; i < p->n_steps; i++) {
         plan_step *s = &p->steps[i];
-        free(s->experts), free(s->expert_ids), free(s->expert_owner), free(s->expert_local);
+        free(s->experts), free(s->expert_ids);
+        placement_free(&s->place);
     }
     free(p->steps);
     free(p->values);

@@ -11,6 +11,7 @@
 #include "kernels/kernels.h"
 #include "model/quant_config.h"
 #include "model/weights.h"
+#include "plan/placement.h"
 
 #define PLAN_MAX_CAPTURE 4 /* capture slots: Eagle3 reads three layers' states and its own */
 
@@ -113,10 +114,11 @@ typedef struct plan_step {
     const float *route_bias;          /* OP_MOE: e_score_correction_bias (NULL: none) */
     int expert_inter;                 /* OP_MOE: features of each expert this rank holds */
     /* OP_MOE: the experts this rank holds (all of them but under EP), by global index in
-     * increasing order; under EP, each expert's owner (a rank of plan_ep_ranks) and its index
-     * among the owner's (placement.c) */
+     * increasing order (under EP an expert with several copies may come twice); under EP, where
+     * each expert's copies are (ranks of plan_ep_ranks, placement.c) */
     int n_experts;
-    int32_t *expert_ids, *expert_owner, *expert_local;
+    int32_t *expert_ids;
+    placement place;
     /* STEP_EP_MOE with data parallelism and without expert parallelism: this rank holds a
      * 1/(dp x tp) share of every expert's features, over the rows of every replica */
     bool experts_sliced;
@@ -159,8 +161,10 @@ typedef struct plan_options {
      * capture_last the hidden state of the logit rows entering the final norm */
     int n_capture_layers, capture_layers[PLAN_MAX_CAPTURE];
     bool capture_last;
-    /* expert parallelism: place each layer's experts by this load profile (NULL: contiguous) */
+    /* expert parallelism: place each layer's experts by this load profile (NULL: contiguous),
+     * with this many redundant copies of its hottest experts */
     const loom_expert_load *expert_load;
+    int redundant_experts;
 } plan_options;
 
 typedef struct plan {

@@ -157,21 +157,21 @@ int shard_moe(plan *p, plan_step *s, const moe_desc *d, const module *m, loom_er
     s->expert_inter = ep ? I : I / ranks;
     s->expert_r0 = ep ? 0 : rank * s->expert_inter;
     int E = d->n_experts;
-    const char *what = "an expert placement";
-    if (!(s->expert_ids = mem_array(E, sizeof *s->expert_ids, what, err))) return -1;
     s->n_experts = 0;
     if (ep) {
         const double *load;
-        if (!(s->expert_owner = mem_array(E, sizeof *s->expert_owner, what, err)) ||
-            !(s->expert_local = mem_array(E, sizeof *s->expert_local, what, err)) ||
-            placement_load_row(p->o.expert_load, m->name, E, &load, err))
+        if (placement_load_row(p->o.expert_load, m->name, E, &load, err) ||
+            placement_make(&s->place, E, plan_ep_ranks(&p->o), load, p->o.redundant_experts, err))
+            return loom_err_prefix(err, "%s", m->name);
+        if (!(s->expert_ids = mem_array(s->place.n_copies, sizeof *s->expert_ids, "an expert placement", err)))
             return -1;
-        placement_make(E, plan_ep_ranks(&p->o), load, s->expert_owner, s->expert_local);
-        for (int e = 0; e < E; e++)
-            if (s->expert_owner[e] == plan_ep_rank(&p->o)) s->expert_ids[s->n_experts++] = e;
+        for (int e = 0; e < E; e++) /* by local index: copies in increasing expert order */
+            for (int c = s->place.first[e]; c < s->place.first[e + 1]; c++)
+                if (s->place.owner[c] == plan_ep_rank(&p->o)) s->expert_ids[s->n_experts++] = e;
         /* a dispatched row: the token's hidden state, then its experts on the rank and their weights */
         if (H + 2 * d->top_k > p->max_comm_cols[ROWS_TOKENS]) p->max_comm_cols[ROWS_TOKENS] = H + 2 * d->top_k;
     } else {
+        if (!(s->expert_ids = mem_array(E, sizeof *s->expert_ids, "an expert placement", err))) return -1;
         for (int e = 0; e < E; e++) s->expert_ids[s->n_experts++] = e;
     }
     /* gathered from every replica, a row carries its experts and their weights (expert_parallel.c) */

@@ -55,7 +55,8 @@ plan_options engine_plan_options(const loom_model *m, const loom_engine_options 
                        .layer1 = layer1,
                        .n_capture_layers = o->n_capture_layers,
                        .capture_last = o->capture_last,
-                       .expert_load = o->expert_load};
+                       .expert_load = o->expert_load,
+                       .redundant_experts = o->redundant_experts};
     memcpy(po.capture_layers, o->capture_layers, sizeof o->capture_layers);
     return po;
 }

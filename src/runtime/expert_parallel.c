@@ -49,6 +49,7 @@ int ep_init(expert_parallel *x, const plan *p, int ranks, int tp, int max_tokens
     const char *what = "expert parallelism's buffers";
     size_t floats = rows * (2 * (size_t)widest + 2 * hidden);
     if (!(x->choice = mem_array(shard * k, sizeof *x->choice, what, err)) ||
+        !(x->copy = mem_array(shard * k, sizeof *x->copy, what, err)) ||
         !(x->weight = mem_array(shard * k, sizeof *x->weight, what, err)) ||
         !(x->local_choice = mem_array(rows * k, sizeof *x->local_choice, what, err)) ||
         !(x->local_weight = mem_array(rows * k, sizeof *x->local_weight, what, err)) ||
@@ -70,7 +71,7 @@ int ep_init(expert_parallel *x, const plan *p, int ranks, int tp, int max_tokens
 }
 
 void ep_free(expert_parallel *x) {
-    free(x->choice), free(x->weight), free(x->local_choice), free(x->local_weight), free(x->row_at);
+    free(x->choice), free(x->copy), free(x->weight), free(x->local_choice), free(x->local_weight), free(x->row_at);
     free(x->send_rows), free(x->recv_rows), free(x->start), free(x->name), free(x->received), free(x->bytes);
     free(x->load);
     free(x->send), free(x->recv), free(x->sums), free(x->back);
@@ -92,15 +93,20 @@ void ep_begin_pass(expert_parallel *x) {
 }
 
 /* Packs this rank's `real` routed rows for their owners, grouped by destination in rank order,
- * tokens in order within each; row_at[i * n + d]: where token i's row for rank d went (-1). */
-static void pack_dispatch(expert_parallel *x, const plan_step *s, const float *in, size_t ld, int real, int n) {
+ * tokens in order within each; row_at[i * n + d]: where token i's row for rank d went (-1). An
+ * expert with several copies gets its tokens in turn by row and rank (copy[i * k + j]: the copy
+ * token i's j-th expert goes to), the same rows with and without sequence parallelism. */
+static void pack_dispatch(expert_parallel *x, const plan_step *s, const float *in, size_t ld, int real, int n,
+                          int rank) {
     const moe_desc *d = s->op->moe;
+    const placement *pl = &s->place;
     int k = d->top_k, H = d->hidden, W = row_width(d);
     memset(x->send_rows, 0, n * sizeof *x->send_rows);
     for (int i = 0; i < real; i++) {
         for (int r = 0; r < n; r++) x->row_at[(size_t)i * n + r] = -1;
         for (int j = 0; j < k; j++) {
-            int r = s->expert_owner[x->choice[(size_t)i * k + j]];
+            int e = x->choice[(size_t)i * k + j], copies = pl->first[e + 1] - pl->first[e];
+            int c = x->copy[(size_t)i * k + j] = pl->first[e] + (i + rank) % copies, r = pl->owner[c];
             if (x->row_at[(size_t)i * n + r] < 0) x->row_at[(size_t)i * n + r] = x->send_rows[r]++;
         }
     }
@@ -116,9 +122,9 @@ static void pack_dispatch(expert_parallel *x, const plan_step *s, const float *i
             memcpy(row, in + (size_t)i * ld, H * sizeof *row);
             int m = 0;
             for (int j = 0; j < k; j++) {
-                int e = x->choice[(size_t)i * k + j];
-                if (s->expert_owner[e] != r) continue;
-                row[H + m] = (float)s->expert_local[e];
+                int c = x->copy[(size_t)i * k + j];
+                if (pl->owner[c] != r) continue;
+                row[H + m] = (float)pl->local[c];
                 row[H + k + m++] = x->weight[(size_t)i * k + j];
             }
             for (; m < k; m++) row[H + m] = -1, row[H + k + m] = 0;
@@ -165,7 +171,7 @@ static int dispatch_combine(expert_parallel *x, loom_comm *c, moe_scratch *scrat
                             loom_err *err) {
     const moe_desc *d = s->op->moe;
     int n = c->size, H = d->hidden, W = row_width(d);
-    pack_dispatch(x, s, in, ldx, real, n);
+    pack_dispatch(x, s, in, ldx, real, n, c->rank);
     loom_comm_set_phase(c, "expert dispatch in %s", s->mod->name);
     if (comm_all_to_all_rows(c, x->send, W, x->send_rows, W, x->recv, W, x->max_rows, x->recv_rows, err)) return -1;
     if (x->layer < x->n_layers) {

@@ -16,7 +16,7 @@ typedef struct expert_work {
 typedef struct expert_parallel {
     int n_layers, layer; /* expert-parallel MoE steps in the plan; the next one in this pass */
     int max_rows;        /* rows a rank may receive in one all-to-all: the padded batch */
-    int32_t *choice, *local_choice, *row_at;
+    int32_t *choice, *copy, *local_choice, *row_at; /* copy: the expert copy each choice goes to */
     float *weight, *local_weight;
     float *send, *recv, *sums, *back; /* dispatched rows, received; experts' sums, and those come back */
     int *send_rows, *recv_rows, *start;

@@ -175,14 +175,26 @@ static void print_ep_region(FILE *f, const plan *p, const plan_region *r) {
             d->hidden, d->top_k, expert_ranges(s, ids, sizeof ids), d->n_experts);
         const double *load;
         loom_err ignored;
-        if (!placement_load_row(p->o.expert_load, r->mod->name, d->n_experts, &load, &ignored) && load) {
-            int32_t contiguous[d->n_experts], local[d->n_experts];
-            placement_make(d->n_experts, plan_ep_ranks(&p->o), NULL, contiguous, local);
+        placement contiguous;
+        if (!placement_load_row(p->o.expert_load, r->mod->name, d->n_experts, &load, &ignored) && load &&
+            !placement_make(&contiguous, d->n_experts, plan_ep_ranks(&p->o), NULL, 0, &ignored)) {
             fprintf(
                 f,
                 "    placed by the load profile: the experts' work max/mean over the ranks %.3f (contiguous: %.3f)\n",
-                placement_imbalance(load, d->n_experts, plan_ep_ranks(&p->o), s->expert_owner),
-                placement_imbalance(load, d->n_experts, plan_ep_ranks(&p->o), contiguous));
+                placement_imbalance(load, &s->place, plan_ep_ranks(&p->o)),
+                placement_imbalance(load, &contiguous, plan_ep_ranks(&p->o)));
+            placement_free(&contiguous);
+        }
+        if (s->place.n_copies > d->n_experts) {
+            fprintf(f, "    redundant copies (%d):", s->place.n_copies - d->n_experts);
+            for (int e = 0; e < d->n_experts; e++) {
+                int n = s->place.first[e + 1] - s->place.first[e];
+                if (n > 1) fprintf(f, " expert %d x%d (ranks", e, n);
+                for (int c = s->place.first[e]; n > 1 && c < s->place.first[e + 1]; c++)
+                    fprintf(f, " %d", s->place.owner[c]);
+                if (n > 1) fprintf(f, ")");
+            }
+            fprintf(f, ", its tokens taken in turn\n");
         }
         fprintf(f, "    combine: all_to_all back, one sum per row of its experts there (increasing index); each token "
                    "adds its owners' sums in rank order: output complete\n");
