@@ -243,7 +243,7 @@ LOOM_API int loom_comm_recv_floats(loom_comm *c, int src, float *buf, size_t n, 
 /* The same for ints (a server's step message to a replica's ranks). */
 LOOM_API int loom_comm_send_ints(loom_comm *c, int dst, const int32_t *buf, size_t n, loom_err *err);
 LOOM_API int loom_comm_recv_ints(loom_comm *c, int src, int32_t *buf, size_t n, loom_err *err);
-/* Rank 0's buf[0..n) to every rank (a server's step message to the other ranks). */
+/* Rank 0's buf[0..n) to every rank (what rank 0 decided, e.g. a step every rank runs). */
 LOOM_API int loom_comm_broadcast_ints(loom_comm *c, int32_t *buf, int n, loom_err *err);
 /* What this rank is doing, for the message when a peer dies or a collective times out. */
 LOOM_API void loom_comm_set_phase(loom_comm *c, const char *fmt, ...) LOOM_PRINTF(2, 3);
