@@ -1,6 +1,7 @@
 /* Faults in a tensor-parallel job (with pipeline stages, with data-parallel replicas): a rank
- * killed in the middle of a run, and a rank that stops answering. Every time the whole job must end within seconds with a non-zero status and a
- * message naming the rank and what it was doing, and leave nothing in /dev/shm. */
+ * killed in the middle of a run, and a rank that stops answering. Every time the whole job must
+ * end within seconds (a stopped rank: the deadline, then the teardown) with a non-zero status and
+ * a message naming the rank and what it was doing, and leave nothing in /dev/shm. */
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -79,7 +80,7 @@ static void fault(const char *what, int ranks_started, int victim, int sig, cons
     while (waitpid(pid, &status, WNOHANG) == 0 && now() - t_hit < 30) usleep(20000);
     double took = now() - t_hit;
     if (now() - t_hit >= 30) kill(pid, SIGKILL), waitpid(pid, &status, 0);
-    CHECK(took < 10, "%s: the job took %.1f s to end", what, took);
+    CHECK(took < 15, "%s: the job took %.1f s to end", what, took);
     CHECK(WIFEXITED(status) && WEXITSTATUS(status) != 0, "%s: want a non-zero exit, got status %d", what, status);
     FILE *f = fopen(errpath, "r");
     char msg[4096] = "";
@@ -95,11 +96,13 @@ static void fault(const char *what, int ranks_started, int victim, int sig, cons
 int main(void) {
     fault("rank 1 killed", 2, 1, SIGKILL, "", "rank 1 was killed by signal 9");
     fault("rank 1 killed, phase named", 2, 1, SIGKILL, "", "during '");
-    fault("rank 0 stops answering", 2, 0, SIGSTOP, "--comm-timeout 2", "waited 2 s for rank 0");
+    /* a stopped rank is found at the collectives' deadline: long enough (4 s) that no rank merely
+     * slowed by a loaded machine (ctest -j2 under the sanitizers) trips it first, as 2 s did */
+    fault("rank 0 stops answering", 2, 0, SIGSTOP, "--comm-timeout 4", "waited 4 s for rank 0");
     /* pipeline stages (-tp 2 -pp 2): rank 3 is tp rank 1 of stage 1 */
     fault("rank 3 (stage 1) killed", 4, 3, SIGKILL, "-pp 2",
           "rank 3 (stage 1) was killed by signal 9 (Killed) during '");
-    fault("rank 2 (stage 1) stops answering", 4, 2, SIGSTOP, "-pp 2 --comm-timeout 2", "for rank 2 (stage 1)");
+    fault("rank 2 (stage 1) stops answering", 4, 2, SIGSTOP, "-pp 2 --comm-timeout 4", "for rank 2 (stage 1)");
     /* data parallelism (-tp 2 -dp 2 [-pp 2]): rank 3 is tp rank 1 of replica 1; rank 6 tp rank 0
      * of replica 1's stage 1 */
     fault("rank 3 (dp 1) killed", 4, 3, SIGKILL, "-dp 2 --batch-size 2",
