@@ -56,14 +56,11 @@ static void pack(placement *pl, int ranks, const double *load) {
     for (int c = 0; c < S; c++) pl->owner[c] = -1;
     for (int i = 0; i < S; i++) {
         int c = order[i], best = -1;
-        for (int pass = 0; pass < 2 && best < 0; pass++)
-            for (int r = 0; r < ranks; r++) {
-                if (held[r] >= count_on(S, ranks, r)) continue;
-                bool twice = false;
-                for (int d = pl->first[expert[c]]; d < pl->first[expert[c] + 1] && !pass; d++)
-                    twice |= d != c && pl->owner[d] == r;
-                if (!twice && (best < 0 || sum[r] < sum[best])) best = r;
-            }
+        for (int pass = 0; pass < 2 && best < 0; pass++) /* c is unplaced (-1): placement_holds sees the others */
+            for (int r = 0; r < ranks; r++)
+                if (held[r] < count_on(S, ranks, r) && !(pass == 0 && placement_holds(pl, expert[c], r)) &&
+                    (best < 0 || sum[r] < sum[best]))
+                    best = r;
         pl->owner[c] = best;
         held[best]++;
         sum[best] += w[c];

@@ -189,10 +189,10 @@ static void print_ep_region(FILE *f, const plan *p, const plan_region *r) {
             fprintf(f, "    redundant copies (%d):", s->place.n_copies - d->n_experts);
             for (int e = 0; e < d->n_experts; e++) {
                 int n = s->place.first[e + 1] - s->place.first[e];
-                if (n > 1) fprintf(f, " expert %d x%d (ranks", e, n);
-                for (int c = s->place.first[e]; n > 1 && c < s->place.first[e + 1]; c++)
-                    fprintf(f, " %d", s->place.owner[c]);
-                if (n > 1) fprintf(f, ")");
+                if (n < 2) continue;
+                fprintf(f, " expert %d x%d (ranks", e, n);
+                for (int c = s->place.first[e]; c < s->place.first[e + 1]; c++) fprintf(f, " %d", s->place.owner[c]);
+                fprintf(f, ")");
             }
             fprintf(f, ", its tokens taken in turn\n");
         }

@@ -80,7 +80,7 @@ int replicas_loop(server *srv, loom_engine *e, loom_comm *c, step_round *round, 
             pthread_mutex_unlock(&srv->lock);
         }
         last_step = serve_now();
-        if (step_round_run(round, e, c, err)) {
+        if (step_round_run(round, e, c, last_step, err)) {
             for (int d = 0; d < srv->dp; d++) sched_fail_all(srv->sch[d], err->msg);
             return -1;
         }
@@ -91,5 +91,5 @@ int replicas_loop(server *srv, loom_engine *e, loom_comm *c, step_round *round, 
         step_clear(&round->of[d]);
         round->of[d].cmd = STEP_STOP;
     }
-    return step_round_run(round, e, c, err);
+    return step_round_run(round, e, c, serve_now(), err);
 }

@@ -22,7 +22,6 @@
 
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "util/alloc.h"
 #include "util/err.h"
@@ -42,12 +41,6 @@ static int message_ints(int max_tokens, int max_seqs, int max_logits) {
 size_t serve_step_bytes(const loom_engine_options *eo) {
     return (size_t)message_ints(eo->max_tokens, eo->max_seqs, eo->max_logits > 0 ? eo->max_logits : eo->max_seqs) *
            sizeof(int32_t);
-}
-
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec + t.tv_nsec * 1e-9;
 }
 
 /* The arrays live inside the message, at offsets fixed by the maximum sizes, so a step is
@@ -197,10 +190,9 @@ static bool takes_part(const step_round *r, int d, bool round_runs, double now) 
            now - r->sent_at[d] >= KEEPALIVE_S;
 }
 
-int step_round_run(step_round *r, loom_engine *e, loom_comm *c, loom_err *err) {
+int step_round_run(step_round *r, loom_engine *e, loom_comm *c, double now, loom_err *err) {
     bool round_runs = false;
     for (int d = 0; d < r->dp; d++) round_runs |= r->of[d].cmd == STEP_RUN && r->of[d].n_tokens > 0;
-    double now = now_s();
     for (int d = 0; d < r->dp; d++) {
         step *s = &r->of[d];
         if (!takes_part(r, d, round_runs, now)) continue;

@@ -48,9 +48,10 @@ typedef struct step_round {
 int step_round_init(step_round *r, const loom_engine_stats *st, int max_tokens, int max_seqs, int max_logits,
                     size_t vocab, bool rank0, loom_err *err);
 void step_round_free(step_round *r);
-/* Rank 0: sends each replica's step to its ranks (those that take part in the round), runs its
- * own replica's step, and collects every replica's logit rows into r->logits. */
-int step_round_run(step_round *r, loom_engine *e, loom_comm *c, loom_err *err);
+/* Rank 0, at monotonic time `now` (seconds): sends each replica's step to its ranks (those that
+ * take part in the round), runs its own replica's step, and collects every replica's logit rows
+ * into r->logits. */
+int step_round_run(step_round *r, loom_engine *e, loom_comm *c, double now, loom_err *err);
 /* Other ranks: run their replica's steps of the rounds rank 0 sends until it sends STEP_STOP (0)
  * or a collective fails; a replica's first rank sends its logit rows to rank 0. */
 int step_round_follow(step_round *r, loom_engine *e, loom_comm *c, int replica, loom_err *err);
