@@ -1,5 +1,5 @@
-/* libFuzzer target: the quantized checkpoint readers (GPTQ, AWQ, compressed-tensors packed and
- * int8) on an arbitrary safetensors image holding one 128 x 128 linear `q_proj`, read whole
+/* libFuzzer target: the quantized checkpoint readers (GPTQ, AWQ, compressed-tensors packed,
+ * int8 and FP8, the fp8 method's blocks) on an arbitrary safetensors image holding one 128 x 128 linear `q_proj`, read whole
  * and as a tensor-parallel rank's slice. Whatever the tensors' shapes, dtypes and values, a
  * reader must fail with a message or build a matrix, never read outside them. */
 #include "quant/checkpoint.h"
@@ -12,6 +12,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         {.format = QF_AWQ, .bits = 4, .group = 32},
         {.format = QF_CT_PACKED, .bits = 4, .group = 32},
         {.format = QF_CT_INT, .bits = 8, .group = 0, .sym = true},
+        {.format = QF_CT_FP8, .bits = 8, .fp8_scale = FP8_TENSOR, .fp8_act = FP8_ACT_STATIC},
+        {.format = QF_CT_FP8, .bits = 8, .fp8_scale = FP8_CHANNEL, .fp8_act = FP8_ACT_TOKEN},
+        {.format = QF_FP8,
+         .bits = 8,
+         .fp8_scale = FP8_BLOCK,
+         .fp8_block = {48, 80},
+         .fp8_act = FP8_ACT_GROUP,
+         .act_group = 80},
     };
     weight_store ws;
     loom_err err;

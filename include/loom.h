@@ -56,11 +56,15 @@ typedef struct loom_model_options {
      * "float32" (every linear exact in fp32, weights as stored), "bfloat16" (float weights
      * held in bf16, computed as auto) */
     const char *dtype;
-    const char *quantization; /* quantize float linears at load: NULL/"none", "int8", "int4" */
-    int quant_group;          /* columns per scale for it (0: per channel for int8, 128 for int4) */
-    bool quantize_lm_head;    /* the LM head and embedding table too (int8 per channel); else float */
-    bool progress;            /* print a progress line on stderr while loading */
-    bool load_tokenizer;      /* read tokenizer.json (needed for text in/out) */
+    const char *quantization; /* quantize float linears at load: NULL/"none", "int8", "int4", "fp8" */
+    int quant_group;          /* columns per scale for it (0: per channel for int8 and fp8, 128 for int4) */
+    bool quantize_lm_head;    /* the LM head and embedding table too (8 bits per channel); else float */
+    /* FP8 linears (checkpoints, --quantization fp8) compute on FP8 activations as vLLM's W8A8
+     * does, with the checkpoint's activation scales (static, or dynamic per token or group);
+     * else on fp32 activations, exact in the weight */
+    bool fp8_activations;
+    bool progress;       /* print a progress line on stderr while loading */
+    bool load_tokenizer; /* read tokenizer.json (needed for text in/out) */
     /* An Eagle3 draft without its own embed_tokens.weight reads model.embed_tokens.weight from
      * this folder (the target's), as vLLM shares the target's embedding */
     const char *embedding_from;

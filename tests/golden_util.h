@@ -16,11 +16,14 @@
 #include "model/safetensors.h"
 #include "mpirun.h"
 
-/* The quantized checkpoints (tests/golden/make_quant_golden.py): GPTQ, AWQ and
- * compressed-tensors, each on a Llama, a Qwen2 with biases and a mixture of experts; every sharded dimension divides by 4 in whole groups and packed units. */
+/* The quantized checkpoints: GPTQ, AWQ and compressed-tensors (tests/golden/make_quant_golden.py),
+ * each on a Llama, a Qwen2 with biases and a mixture of experts, every sharded dimension dividing by 4
+ * in whole groups and packed units; then FP8 (make_fp8_golden.py): compressed-tensors' three presets
+ * on the same three, DeepSeek-V3's block-scaled layout, and E5M2 blocks that a split over 3 cuts. */
 #define QUANTIZED_CASES                                                                                                \
     "gptq_llama", "gptq_qwen2", "gptq_mixtral", "awq_llama", "awq_qwen2", "awq_mixtral", "ct_llama", "ct_qwen2",       \
-        "ct_mixtral"
+        "ct_mixtral", FP8_CASES
+#define FP8_CASES "fp8_llama", "fp8_qwen2", "fp8_mixtral", "fp8_deepseek_v3", "fp8_tp3"
 
 /* The float golden models of every architecture the parallel tests run (test_golden adds its
  * expert-parallel ones). */
@@ -48,7 +51,10 @@ static inline int golden_meta_int(const st_file *f, const char *key) {
  * oracle within 1e-4 and only the bit-identity of the parallel modes is checked. Every other
  * case runs with --dtype float32, exact, as transformers computes. */
 #define REDUCED "@auto"
-static inline bool golden_reduced(const char *name) { return strstr(name, REDUCED) != NULL; }
+/* "fp8_llama@fp8act": an FP8 model with --fp8-activations (vLLM's W8A8), reduced like "@auto" */
+#define FP8_ACTIVATIONS "@fp8act"
+static inline bool golden_fp8_act(const char *name) { return strstr(name, FP8_ACTIVATIONS) != NULL; }
+static inline bool golden_reduced(const char *name) { return strstr(name, REDUCED) || golden_fp8_act(name); }
 static inline const char *golden_dtype(const char *name) { return golden_reduced(name) ? "auto" : "float32"; }
 
 static inline void golden_dir(char *out, size_t cap, const char *name) {

@@ -3,6 +3,7 @@
  * names the file and field at fault. Under ASan this also shows the loaders never read out of
  * bounds on such input. */
 #include <cjson/cJSON.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -164,6 +165,7 @@ static void expect_missing(const cJSON *h, char *data, size_t dlen, const char *
 }
 
 static void bad_quantized(void);
+static void bad_fp8(void);
 static void bad_deepseek(void);
 static void bad_pipeline(void);
 static void bad_expert_load(void);
@@ -242,7 +244,7 @@ static void bad_quantized(void) {
         {"gptq: group size not dividing the input features", true, "quantization_config", "group_size", "48", NULL,
          "q_proj.weight: quantization_config.group_size 48 does not divide its 128 input features"},
         {"an unsupported quant_method", true, "quantization_config", "quant_method", "\"bitsandbytes\"", NULL,
-         "quantization_config.quant_method 'bitsandbytes' is not supported (gptq, awq, compressed-tensors)"},
+         "quantization_config.quant_method 'bitsandbytes' is not supported (gptq, awq, compressed-tensors, fp8"},
         {"gptq: wrong packed shape", false, "model.layers.0.self_attn.q_proj.qweight", "shape", "[128, 16]", NULL,
          "tensor 'model.layers.0.self_attn.q_proj.qweight' has shape [128, 16], expected [16, 128]"},
     };
@@ -262,6 +264,73 @@ static void bad_quantized(void) {
     write_modified(h, data, dlen);
     expect("gptq: g_idx out of range", BENCH, 1,
            "tensor 'model.layers.0.self_attn.q_proj.g_idx': entry 5 is 99, outside the 4 groups");
+    cJSON_Delete(h);
+    free(whole);
+}
+
+/* Overwrites `bytes` at offset `at` of tensor `name`'s data in data (its header h), then expects
+ * the copy to fail with needle. */
+static void expect_poked(const cJSON *h, char *data, size_t dlen, const char *what, const char *name, size_t at,
+                         const void *bytes, size_t n, const char *needle) {
+    const cJSON *off = cJSON_GetObjectItem(cJSON_GetObjectItem(h, name), "data_offsets");
+    char *p = data + cJSON_GetArrayItem(off, 0)->valueint + at, saved[8];
+    memcpy(saved, p, n);
+    memcpy(p, bytes, n);
+    cJSON *c = cJSON_Duplicate(h, 1);
+    fresh_case(NULL);
+    write_modified(c, data, dlen);
+    expect(what, BENCH, 1, needle);
+    memcpy(p, saved, n);
+    cJSON_Delete(c);
+}
+
+/* Broken copies of the FP8 golden checkpoints: compressed-tensors' per-tensor static one, then
+ * the fp8 method's block-scaled DeepSeek-V3. */
+static void bad_fp8(void) {
+    snprintf(src_dir, sizeof src_dir, "%s/tests/golden/fp8_llama", LOOM_SOURCE_DIR);
+    fresh_case(NULL);
+    expect("fp8: the unmodified copy loads", BENCH, 0, "Avg latency");
+    static const field_edit edits[] = {
+        {"fp8: NVFP4", true, "quantization_config", "format", "\"nvfp4-pack-quantized\"", NULL,
+         "quantization_config.format 'nvfp4-pack-quantized' is not supported"},
+        {"fp8: KV-cache scales", true, "quantization_config", "kv_cache_scheme",
+         "{\"num_bits\": 8, \"type\": \"float\", \"strategy\": \"tensor\"}", NULL,
+         "quantization_config.kv_cache_scheme: quantized KV caches (and their scales) are not supported"},
+        {"fp8: E8M0 scales", false, "model.layers.0.self_attn.q_proj.weight_scale", "dtype", "\"F8_E8M0\"", NULL,
+         "'model.layers.0.self_attn.q_proj.weight_scale': unsupported dtype 'F8_E8M0'"},
+        {"fp8: integer scales", false, "model.layers.0.self_attn.q_proj.weight_scale", "dtype", "\"I32\"", NULL,
+         "tensor 'model.layers.0.self_attn.q_proj.weight_scale' has dtype I32, expected F32, F16 or BF16"},
+        {"fp8: int8 weights", false, "model.layers.1.mlp.up_proj.weight", "dtype", "\"I8\"", NULL,
+         "tensor 'model.layers.1.mlp.up_proj.weight' has dtype I8, expected F8_E4M3 or F8_E5M2"},
+    };
+    char *data, *whole;
+    size_t dlen;
+    cJSON *h = orig_header(&data, &dlen, &whole);
+    expect_edits(edits, sizeof edits / sizeof *edits, h, data, dlen);
+    expect_missing(h, data, dlen, "fp8: missing weight scale", "model.layers.1.mlp.down_proj.weight_scale");
+    expect_missing(h, data, dlen, "fp8: missing input scale", "model.layers.0.self_attn.k_proj.input_scale");
+    float nan = NAN, inf = INFINITY;
+    uint8_t nan_code = 0x7f;
+    expect_poked(h, data, dlen, "fp8: a NaN weight scale", "model.layers.0.self_attn.q_proj.weight_scale", 0, &nan, 4,
+                 "tensor 'model.layers.0.self_attn.q_proj.weight_scale': scale 0 is not finite");
+    expect_poked(h, data, dlen, "fp8: an infinite input scale", "model.layers.0.mlp.gate_proj.input_scale", 0, &inf, 4,
+                 "tensor 'model.layers.0.mlp.gate_proj.input_scale' is inf, not a positive finite scale");
+    expect_poked(h, data, dlen, "fp8: a NaN weight", "model.layers.1.self_attn.o_proj.weight", 130, &nan_code, 1,
+                 "tensor 'model.layers.1.self_attn.o_proj.weight' holds a NaN or an infinity at [1, 2]");
+    cJSON_Delete(h);
+    free(whole);
+
+    snprintf(src_dir, sizeof src_dir, "%s/tests/golden/fp8_deepseek_v3", LOOM_SOURCE_DIR);
+    h = orig_header(&data, &dlen, &whole);
+    static const field_edit block_edits[] = {
+        {"fp8: an unknown fmt", true, "quantization_config", "fmt", "\"e3m4\"", NULL,
+         "quantization_config.fmt 'e3m4' is not supported (e4m3, e5m2)"},
+        {"fp8: a bad block", true, "quantization_config", "weight_block_size", "[128]", NULL,
+         "quantization_config.weight_block_size must be a list of two sizes"},
+        {"fp8: blocks of another shape", false, "model.layers.0.self_attn.q_b_proj.weight_scale_inv", "shape", "[3, 4]",
+         NULL, "tensor 'model.layers.0.self_attn.q_b_proj.weight_scale_inv' has shape [3, 4], expected [6, 2]"},
+    };
+    expect_edits(block_edits, sizeof block_edits / sizeof *block_edits, h, data, dlen);
     cJSON_Delete(h);
     free(whole);
 }
@@ -336,8 +405,8 @@ int main(void) {
          "'model.norm.weight': shape x dtype is 260 bytes"},
         {"safetensors: overlapping tensors", false, "model.layers.0.input_layernorm.weight", "data_offsets", NULL,
          "model.norm.weight", "overlap"},
-        {"safetensors: unsupported dtype", false, "model.norm.weight", "dtype", "\"F8_E4M3\"", NULL,
-         "'model.norm.weight': unsupported dtype 'F8_E4M3'"},
+        {"safetensors: unsupported dtype", false, "model.norm.weight", "dtype", "\"F8_E8M0\"", NULL,
+         "'model.norm.weight': unsupported dtype 'F8_E8M0'"},
         {"weights: transposed shape", false, "model.layers.0.mlp.up_proj.weight", "shape", "[64, 96]", NULL,
          "'model.layers.0.mlp.up_proj.weight' has shape [64, 96], expected [96, 64]"},
         {"weights: integer dtype", false, "model.norm.weight", "dtype", "\"I32\"", NULL,
@@ -376,6 +445,7 @@ int main(void) {
     cJSON_Delete(h);
     free(whole);
     bad_quantized();
+    bad_fp8();
     char cmd[1024];
     snprintf(cmd, sizeof cmd, "rm -rf %s", tmp);
     CHECK(system(cmd) == 0, "cleanup");

@@ -118,7 +118,8 @@ static void forward(void) {
         for (int m = 0; m < 3; m++) {
             for (int i = 0; i < H * I; i++) w[e][m][i] = val(1000 * e + 100 * m + i);
             /* gate, up: [I, H]; down: [H, I] */
-            experts[3 * e + m] = (wmat){DT_F32, m < 2 ? I : H, m < 2 ? H : I, m < 2 ? H : I, w[e][m], NULL, WACT_F32};
+            experts[3 * e + m] =
+                (wmat){DT_F32, m < 2 ? I : H, m < 2 ? H : I, m < 2 ? H : I, w[e][m], NULL, WACT_F32, 0};
         }
     float x[ROWS * H], logits[ROWS * E] = {0}, out[ROWS * H];
     for (int i = 0; i < ROWS * H; i++) x[i] = val(i + 77);

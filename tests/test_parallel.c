@@ -15,9 +15,10 @@
 #define ATOL 1e-4
 
 /* (the last four again with --dtype auto: bf16 and int8 activations, golden_util.h; ct_llama's
- * and awq_mixtral's attention regions gather int8 rows, gptq_llama's act-order ones fp32) */
-static const char *cases[] = {ARCH_CASES,        QUANTIZED_CASES, "llama_bf16@auto",
-                              "gptq_llama@auto", "ct_llama@auto", "awq_mixtral@auto"};
+ * and awq_mixtral's attention regions gather int8 rows, gptq_llama's act-order ones fp32; then
+ * two FP8 models on FP8 activations, static scales and dynamic per-token ones) */
+static const char *cases[] = {ARCH_CASES,      QUANTIZED_CASES,    "llama_bf16@auto",  "gptq_llama@auto",
+                              "ct_llama@auto", "awq_mixtral@auto", "fp8_llama@fp8act", "fp8_qwen2@fp8act"};
 
 typedef enum mode { MODE_TP, MODE_SP, MODE_ASYNC, MODE_ASYNC_THRESHOLD } mode;
 static const char *mode_names[] = {"TP", "SP", "async TP", "async TP above 4 tokens"};
@@ -103,8 +104,11 @@ static loom_model *load(const char *name) {
     char dir[900];
     golden_dir(dir, sizeof dir, custom ? "llama" : name);
     loom_err err = {{0}};
-    loom_model_options mo = {
-        .path = dir, .dtype = golden_dtype(name), .quantization = quantization, .quant_group = quant_group};
+    loom_model_options mo = {.path = dir,
+                             .dtype = golden_dtype(name),
+                             .quantization = quantization,
+                             .quant_group = quant_group,
+                             .fp8_activations = golden_fp8_act(name)};
     loom_model *m = loom_model_load(&mo, &err);
     loom_custom_op a = {"times_two", LOOM_OP_SCALING, times_two, NULL},
                    b = {"squared", LOOM_OP_ELEMENTWISE, squared, NULL};
@@ -201,11 +205,12 @@ static void check_mpi_matches_shm(const char *name, mode md, const golden *g, co
     free(mpi);
 }
 
-/* The cases also run over MPI at tp=2 (a dense, a biased, two mixtures, latent attention, two
+/* The cases also run over MPI at tp=2 (a dense, a biased, two mixtures, latent attention, four
  * quantized). */
 static bool over_mpi(const char *name) {
-    static const char *names[] = {"llama",       "qwen2",      "llama_bias", "olmoe",           "qwen2_moe",
-                                  "deepseek_v3", "gptq_llama", "ct_mixtral", "gptq_llama@auto", "ct_llama@auto"};
+    static const char *names[] = {"llama",           "qwen2",         "llama_bias",      "olmoe",
+                                  "qwen2_moe",       "deepseek_v3",   "gptq_llama",      "ct_mixtral",
+                                  "gptq_llama@auto", "ct_llama@auto", "fp8_deepseek_v3", "fp8_llama@fp8act"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (!strcmp(name, names[i])) return true;
     return false;
@@ -302,8 +307,8 @@ int main(int argc, char **argv) {
             if (runs[i]) munmap(runs[i], bytes);
         golden_close(&lg);
     }
-    /* Quantized at load (int8 per channel, int4 in groups of 32; a dense model with biases and
-     * two mixtures of experts, whose 48-feature expert shares take no 32-column groups): no HF
+    /* Quantized at load (int8 per channel, int4 in groups of 32, fp8 per channel; a dense model with
+     * biases and two mixtures of experts, whose 48-feature expert shares take no 32-column groups): no HF
      * oracle for the quantized model, so SP and async TP must equal TP exactly, and with exact
      * compute tp must stay near tp=1 (only the row-parallel partial sums' order differs). Then
      * with int8 activations, where only the bits are held. A split that cuts a group is refused
@@ -311,9 +316,11 @@ int main(int argc, char **argv) {
     static const struct {
         const char *name, *q;
         int group, tp;
-    } qcases[] = {{"qwen2", "int8", 0, 2},         {"llama_tp3", "int4", 32, 3}, {"olmoe", "int8", 0, 2},
-                  {"qwen2_moe", "int8", 0, 2},     {"qwen2@auto", "int8", 0, 2}, {"llama_tp3@auto", "int4", 32, 3},
-                  {"qwen2_moe@auto", "int8", 0, 2}};
+    } qcases[] = {{"qwen2", "int8", 0, 2},          {"llama_tp3", "int4", 32, 3},
+                  {"olmoe", "int8", 0, 2},          {"qwen2_moe", "int8", 0, 2},
+                  {"qwen2@auto", "int8", 0, 2},     {"llama_tp3@auto", "int4", 32, 3},
+                  {"qwen2_moe@auto", "int8", 0, 2}, {"qwen2", "fp8", 0, 2},
+                  {"llama_tp3", "fp8", 0, 3},       {"olmoe", "fp8", 0, 2}};
     for (size_t c = 0; c < sizeof qcases / sizeof qcases[0]; c++) {
         golden qg;
         if (golden_open(&qg, qcases[c].name, "logits")) continue;

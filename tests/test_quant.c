@@ -11,12 +11,15 @@
  * A row's result must also be the same bits whatever rows share its call. bf16 activations on
  * bf16 weights likewise: each input is moved by at most 2^-9 of itself. Then the
  * --quantization option's errors. */
+#include <cjson/cJSON.h>
 #include <math.h>
 
 #include "check.h"
 #include "cpu/cpu.h"
 #include "kernels/kernels.h"
+#include "model/quant_config.h"
 #include "quant/quant.h"
+#include "tensor/fp8.h"
 #include "tensor/half.h"
 
 typedef struct src_case {
@@ -106,7 +109,7 @@ static void check_case(const char *what, src_case *s) {
     weight_store ws;
     weights_init_dummy(&ws, 1);
     loom_err err = {{0}};
-    qsource src = {s->bits, s->rows, s->cols, s->col0, s->n_groups, s->group, s->group_of, s, NULL, row_codes};
+    qsource src = {s->bits, s->rows, s->cols, s->col0, s->n_groups, s->group, s->group_of, s, NULL, row_codes, 0, 0, 0};
     wmat w;
     CHECK(qmat_build(&ws, &src, &w, &err) == 0, "%s: %s", what, err.msg);
     enum { M = 40 };
@@ -154,7 +157,7 @@ static void check_bf16(void) {
     for (int i = 0; i < ROWS * COLS; i++)
         wd[i] = f32_to_bf16((float)((int)(mix((uint32_t)i + 7) % 2001) - 1000) / 997.0f);
     for (int i = 0; i < M * COLS; i++) x[i] = (float)((int)(mix((uint32_t)i + 3) % 2001) - 1000) / 1000.0f;
-    wmat w = {DT_BF16, ROWS, COLS, COLS, wd, NULL, WACT_BF16};
+    wmat w = {DT_BF16, ROWS, COLS, COLS, wd, NULL, WACT_BF16, 0};
     static const int ms[] = {9, M};
     for (size_t t = 0; t < sizeof ms / sizeof ms[0]; t++) {
         linear(x, COLS, ms[t], ms[t], &w, NULL, y, ROWS);
@@ -177,9 +180,201 @@ static void check_bf16(void) {
     free(y);
 }
 
+/* FP8 codes, decoded from the format's definition in double: sign, exponent e with bias b,
+ * mantissa m of mb bits: 2^(e-b) (1 + m / 2^mb), or 2^(1-b) m / 2^mb when e is 0. */
+static double fp8_ref(uint8_t c, enum qcode code) {
+    int mb = code == QCODE_E5M2 ? 2 : 3, eb = 7 - mb, bias = (1 << (eb - 1)) - 1;
+    int e = c >> mb & ((1 << eb) - 1), m = c & ((1 << mb) - 1);
+    double v = e ? ldexp(1 + m / (double)(1 << mb), e - bias) : ldexp(m / (double)(1 << mb), 1 - bias);
+    return c & 0x80 ? -v : v;
+}
+
+/* The E4M3 number nearest v, by search over all of them (ties to the even code), saturating
+ * at 448: the rounding vLLM's cast makes, written without tensor/fp8.h. */
+static double e4m3_nearest(double v) {
+    double a = fmin(fabs(v), 448), best = 0;
+    int best_code = 0;
+    for (int c = 0; c < 0x7f; c++) {
+        double d = fabs(fp8_ref((uint8_t)c, QCODE_E4M3) - a), bd = fabs(best - a);
+        if (d < bd || (d == bd && !(c & 1) && (best_code & 1))) best = fp8_ref((uint8_t)c, QCODE_E4M3), best_code = c;
+    }
+    return v < 0 ? -best : best;
+}
+
+typedef struct fp8_case {
+    enum qcode code;
+    int rows, cols, col0, n_groups, group; /* groups of `group` columns of the whole matrix */
+} fp8_case;
+
+static uint8_t fp8_code_at(const fp8_case *s, int r, int c) {
+    for (uint32_t k = 0;; k++) { /* a random finite code, mostly of modest size */
+        uint8_t b = (uint8_t)mix((uint32_t)(r * 7919 + c) * 2654435761U + k);
+        if (fp8_finite(b, s->code) && fabs(fp8_ref(b, s->code)) <= 16) return b;
+    }
+}
+static int fp8_row_codes(void *ctx, int r, uint8_t *codes, float *scale, float *zero, loom_err *err) {
+    (void)err;
+    const fp8_case *s = ctx;
+    for (int c = 0; c < s->cols; c++) codes[c] = fp8_code_at(s, r, s->col0 + c);
+    for (int g = 0; g < s->n_groups; g++) scale[g] = scale_at(r, g), zero[g] = 0;
+    return 0;
+}
+static double fp8_weight(const fp8_case *s, int r, int c) { /* c: the shard's column */
+    return (float)((float)fp8_ref(fp8_code_at(s, r, s->col0 + c), s->code) * scale_at(r, (s->col0 + c) / s->group));
+}
+
+/* Every code of both formats widened by the kernels (the transpose goes through the prefill
+ * path's dequantization) against the format's definition: exact. */
+static void check_fp8_codes(enum qcode code) {
+    enum { N = 256 };
+    uint8_t all[N];
+    int n = 0;
+    for (int b = 0; b < N; b++)
+        if (fp8_finite((uint8_t)b, code)) all[n++] = (uint8_t)b;
+    weight_store ws;
+    weights_init_dummy(&ws, 1);
+    wmat w = {.dt = DT_U8, .rows = 1, .cols = n, .ld = (size_t)(n + QBLOCK - 1) / QBLOCK * QBLOCK, .data = all};
+    qlayout q = {8, (int)w.ld, 1, (int32_t[]){(int32_t)w.ld}, NULL, (float[]){1, 0}, code, 0, 0};
+    uint8_t padded[N + QBLOCK] = {0};
+    memcpy(padded, all, (size_t)n);
+    w.data = padded, w.q = &q;
+    float t[N + QBLOCK];
+    CHECK(linear_transpose(&w, t) == 0, "fp8 transpose");
+    int wrong = 0;
+    for (int i = 0; i < n; i++) wrong += t[i] != (float)fp8_ref(all[i], code);
+    /* and through the decode kernel: one-hot rows pick each column */
+    float *x = calloc((size_t)q.kp, sizeof *x), y[2];
+    for (int i = 0; i < n; i++) {
+        x[i] = 1;
+        const float *xr[2] = {x, x};
+        cpu()->dot_q(xr, 1, padded, &q, q.sz, y);
+        wrong += y[0] != (float)fp8_ref(all[i], code);
+        x[i] = 0;
+    }
+    CHECK(wrong == 0, "%s: %d of %d codes widen wrongly", code == QCODE_E5M2 ? "E5M2" : "E4M3", wrong, n);
+    printf("FP8 %s: all %d finite codes widen exactly (prefill and decode kernels)\n",
+           code == QCODE_E5M2 ? "E5M2" : "E4M3", n);
+    free(x);
+    weights_close(&ws);
+}
+
+/* FP8 weights in block-scaled groups, a shard that starts inside a group: the exact product
+ * (1e-6 of the sum of |terms|), then FP8 activations (vLLM's W8A8) against the formulas with
+ * the rounding found by search: static, per token, per group. Activations then move by at most
+ * half an FP8 step: |dx| <= 2^-4 |x| + s 2^-10 (the subnormal step is 2^-9 s), so a result is
+ * within sum_c |w_c| (2^-4 |x_c| + s 2^-10) of the exact product, which bounds what a
+ * tensor-parallel split of the input does to dynamic per-token scales (each rank's own amax):
+ * each shard's partial sum keeps this bound with its own scale. */
+static void check_fp8_case(const char *what, fp8_case *s) {
+    weight_store ws;
+    weights_init_dummy(&ws, 1);
+    loom_err err = {{0}};
+    qsource src = {8, s->rows, s->cols, s->col0, s->n_groups, s->group, NULL, s, NULL, fp8_row_codes, s->code, 0, 0};
+    wmat w;
+    CHECK(qmat_build(&ws, &src, &w, &err) == 0, "%s: %s", what, err.msg);
+    enum { M = 20 };
+    float *x = malloc((size_t)M * s->cols * sizeof *x), *y = malloc((size_t)M * s->rows * sizeof *y);
+    for (int i = 0; i < M * s->cols; i++) x[i] = (float)((int)(mix((uint32_t)i * 3 + 1) % 2001) - 1000) / 250.0f;
+    static const int ms[] = {1, 2, 9, M};
+    double worst = 0, worst_q[3] = {0}, worst_bound[3] = {0};
+    const char *modes[3] = {"static", "per token", "per group of 64"};
+    for (int mode = -1; mode < 3; mode++) {
+        w.act = mode < 0 ? WACT_F32 : WACT_FP8;
+        w.in_scale = mode == 0 ? 0.008f : 0;
+        ((qlayout *)w.q)->in_group = mode == 2 ? 64 : 0;
+        for (size_t t = 0; t < sizeof ms / sizeof ms[0]; t++) {
+            int m = ms[t];
+            linear(x, s->cols, m, m, &w, NULL, y, s->rows);
+            for (int i = 0; i < m; i++) {
+                const float *xi = x + (size_t)i * s->cols;
+                double amax = 0;
+                for (int c = 0; c < s->cols; c++) amax = fmax(amax, fabs(xi[c]));
+                double sx = mode == 0 ? 0.008f : fmax((float)amax / 448, 1.0 / (448 * 512));
+                for (int r = 0; r < s->rows; r++) {
+                    double ref = 0, mag = 0, exact = 0, bound = 0;
+                    for (int c = 0; c < s->cols; c++) {
+                        double wv = fp8_weight(s, r, c), xv = xi[c], sg = sx;
+                        if (mode == 2) { /* the group's own scale */
+                            double ga = 1e-10;
+                            for (int k = c / 64 * 64; k < c / 64 * 64 + 64 && k < s->cols; k++)
+                                ga = fmax(ga, fabs(xi[k]));
+                            sg = (float)((float)ga / 448);
+                        }
+                        double q =
+                            mode < 0 ? xv
+                                     : e4m3_nearest(mode == 2 ? (float)(xv / sg) : (float)(xv * (float)(1 / sg))) * sg;
+                        ref += wv * q, mag += fabs(wv * q), exact += wv * xv;
+                        bound += fabs(wv) * (fabs(xv) / 16 + sg / 1024);
+                    }
+                    double e = fabs(y[(size_t)i * s->rows + r] - ref) / (mag > 0 ? mag : 1);
+                    if (mode < 0) worst = fmax(worst, e);
+                    else {
+                        worst_q[mode] = fmax(worst_q[mode], e);
+                        worst_bound[mode] = fmax(worst_bound[mode], fabs(y[(size_t)i * s->rows + r] - exact) / bound);
+                    }
+                }
+            }
+        }
+    }
+    CHECK(worst < 1e-6, "%s: relative error %.3g against the exact reference", what, worst);
+    printf("%-48s kp %d of %d columns, %d groups held, exact: worst relative error %.1e\n", what, w.q->kp, s->cols,
+           w.q->n_groups, worst);
+    for (int mode = 0; mode < 3; mode++) {
+        CHECK(worst_q[mode] < 1e-5, "%s, FP8 activations %s: relative error %.3g against vLLM's formula", what,
+              modes[mode], worst_q[mode]);
+        CHECK(worst_bound[mode] <= 1, "%s, FP8 activations %s: %.3g of the rounding bound from the exact product", what,
+              modes[mode], worst_bound[mode]);
+        printf("%-48s FP8 activations %-15s: %.1e of vLLM's formula, %.2f of the bound\n", what, modes[mode],
+               worst_q[mode], worst_bound[mode]);
+    }
+    free(x);
+    free(y);
+    weights_close(&ws);
+}
+
+/* compressed-tensors' ignore list: names, their last components, and "re:" regular expressions
+ * matched from the start (Python's re.match), as llm-compressor writes them; a bad expression
+ * is refused when the config is read. */
+static void check_ignore(void) {
+    const char *json = "{\"quant_method\": \"fp8\", \"weight_block_size\": [128, 128], \"ignored_layers\": "
+                       "[\"lm_head\", \"re:.*mlp\\\\.gate$\", \"re:model\\\\.layers\\\\.1\\\\.\"]}";
+    cJSON *j = cJSON_Parse(json);
+    quant_config q;
+    loom_err err = {{0}};
+    CHECK(j && quant_config_parse(&q, j, "config.json", &err) == 0, "fp8 config: %s", err.msg);
+    static const struct {
+        const char *module;
+        bool ignored;
+    } names[] = {{"lm_head", true},
+                 {"model.layers.3.mlp.gate", true},
+                 {"model.layers.3.mlp.gate_proj", false},
+                 {"model.layers.1.self_attn.q_proj", true},
+                 {"model.layers.11.self_attn.q_proj", false},
+                 {"xmodel.layers.1.mlp", false}};
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++)
+        CHECK(quant_config_ignores(&q, names[i].module) == names[i].ignored, "ignore list: %s should%s be ignored",
+              names[i].module, names[i].ignored ? "" : " not");
+    cJSON_Delete(j);
+    j = cJSON_Parse("{\"quant_method\": \"fp8\", \"ignored_layers\": [\"re:(unclosed\"]}");
+    CHECK(quant_config_parse(&q, j, "config.json", &err) &&
+              strstr(err.msg, "'re:(unclosed' is not a regular expression"),
+          "a bad ignore pattern: %s", err.msg);
+    cJSON_Delete(j);
+    printf("FP8 ignore lists: names, suffixes and re: patterns as compressed-tensors matches them\n");
+}
+
 int main(void) {
     check_cpu_variant();
+    check_ignore();
     check_bf16();
+    check_fp8_codes(QCODE_E4M3);
+    check_fp8_codes(QCODE_E5M2);
+    fp8_case block = {QCODE_E4M3, 37, 300, 0, 3, 128}; /* blocks of 128 columns, the last 44 wide */
+    check_fp8_case("E4M3, blocks of 128, 300 columns", &block);
+    fp8_case cut = {QCODE_E5M2, 19, 192, 192, 5, 128}; /* columns [192, 384) of 576: cuts block 1 */
+    check_fp8_case("E5M2, blocks of 128, columns [192, 384) of 576", &cut);
+    fp8_case channel = {QCODE_E4M3, 21, 96, 0, 1, 96};
+    check_fp8_case("E4M3, per channel", &channel);
     /* act-order: 8 groups of 16 numbered in a shuffled column order */
     int32_t gi[128];
     for (int i = 0; i < 128; i++) gi[i] = (int)(mix((uint32_t)i + 99) % 8);

@@ -106,10 +106,12 @@ static module *model_of(int hidden, tail_fn tail, void (*outside)(module *layer,
 
 static module *model(tail_fn tail, void (*outside)(module *layer, int *h)) { return model_of(H, tail, outside); }
 
-/* Whether the region's all-gather moves int8 rows (plan.c's mark_int8_gathers), with plain
- * collectives and fused into all_gather_matmul: `want` when the linear it feeds computes on
- * int8 activations in column order (64 features: whole 32-column blocks; `hidden` 40 is not). */
-static void expect_int8_gather(const char *what, int hidden, plan_options o, bool want) {
+/* Which rows the region's all-gather moves (plan.c's mark_quantized_gathers), with plain
+ * collectives and fused into all_gather_matmul: int8 rows when the linear it feeds computes on
+ * int8 activations in column order (64 features: whole 32-column blocks; `hidden` 40 is not),
+ * FP8 rows when it computes on FP8 activations with a static scale, else fp32 rows. */
+static void expect_gather(const char *what, int hidden, plan_options o, rows_code want) {
+    static const char *names[] = {"fp32", "int8", "FP8"};
     for (int async = 0; async < 2; async++) {
         module *m = model_of(hidden, no_tail, NULL);
         plan p;
@@ -118,13 +120,14 @@ static void expect_int8_gather(const char *what, int hidden, plan_options o, boo
         int rc = plan_build(&p, m, &o, &err);
         CHECK(rc == 0, "%s: %s", what, err.msg);
         if (rc) return module_free(m);
-        int int8 = 0, gathers = 0;
+        int gathers = 0;
+        rows_code got = ROWS_F32;
         for (int i = 0; i < p.n_steps; i++)
             if (p.steps[i].kind == STEP_GATHER_ROWS || p.steps[i].kind == STEP_AG_MATMUL)
-                gathers++, int8 += p.steps[i].int8_rows;
-        CHECK(gathers == 1 && int8 == want && p.regions[0].int8_gather == want,
-              "%s (%s): want %s, got %d of %d gathers moving int8 rows", what, async ? "async TP" : "SP",
-              want ? "int8 rows" : "fp32 rows", int8, gathers);
+                gathers++, got = p.steps[i].code;
+        CHECK(gathers == 1 && got == want && p.regions[0].gather_code == want,
+              "%s (%s): want %s rows, got %s rows in %d gathers", what, async ? "async TP" : "SP", names[want],
+              names[got], gathers);
         plan_free(&p);
         module_free(m);
     }
@@ -272,13 +275,26 @@ static void attention_outside(module *layer, int *h) {
 int main(void) {
     quant_config act_order = {.format = QF_GPTQ, .bits = 4, .group = 32, .act_order = true};
     quant_config groups_of_16 = {.format = QF_GPTQ, .bits = 4, .group = 16};
-    expect_int8_gather("-q int8", 64, (plan_options){.quant = {8, 0, false}}, true);
-    expect_int8_gather("-q int4, groups of 32", 64, (plan_options){.quant = {4, 32, false}}, true);
-    expect_int8_gather("-q int8 --dtype float32", 64, (plan_options){.quant = {8, 0, false}, .exact = true}, false);
-    expect_int8_gather("float weights", 64, (plan_options){0}, false);
-    expect_int8_gather("40 features: a partial 32-column block", 40, (plan_options){.quant = {8, 0, false}}, false);
-    expect_int8_gather("act-order checkpoint", 64, (plan_options){.checkpoint = &act_order}, false);
-    expect_int8_gather("checkpoint groups of 16", 64, (plan_options){.checkpoint = &groups_of_16}, false);
+    quant_config fp8_static = {.format = QF_CT_FP8, .bits = 8, .fp8_act = FP8_ACT_STATIC};
+    quant_config fp8_dynamic = {.format = QF_FP8, .bits = 8, .fp8_scale = FP8_BLOCK, .fp8_act = FP8_ACT_GROUP};
+    expect_gather("-q int8", 64, (plan_options){.quant = {8, 0, false, 0, 0, 0}}, ROWS_INT8);
+    expect_gather("-q int4, groups of 32", 64, (plan_options){.quant = {4, 32, false, 0, 0, 0}}, ROWS_INT8);
+    expect_gather("-q int8 --dtype float32", 64, (plan_options){.quant = {8, 0, false, 0, 0, 0}, .exact = true},
+                  ROWS_F32);
+    expect_gather("float weights", 64, (plan_options){0}, ROWS_F32);
+    expect_gather("40 features: a partial 32-column block", 40, (plan_options){.quant = {8, 0, false, 0, 0, 0}},
+                  ROWS_F32);
+    expect_gather("act-order checkpoint", 64, (plan_options){.checkpoint = &act_order}, ROWS_F32);
+    expect_gather("checkpoint groups of 16", 64, (plan_options){.checkpoint = &groups_of_16}, ROWS_F32);
+    expect_gather("FP8, static scales, FP8 activations", 40, (plan_options){.checkpoint = &fp8_static, .fp8_act = true},
+                  ROWS_FP8);
+    expect_gather("FP8, static scales, exact activations", 64, (plan_options){.checkpoint = &fp8_static}, ROWS_F32);
+    expect_gather("FP8, dynamic scales, FP8 activations", 64,
+                  (plan_options){.checkpoint = &fp8_dynamic, .fp8_act = true}, ROWS_F32);
+    expect_gather("-q fp8 (dynamic per token)", 64,
+                  (plan_options){.quant = {8, 0, false, QCODE_E4M3, 0, 0}, .fp8_act = true}, ROWS_F32);
+    expect_gather("dummy weights of a static FP8 checkpoint", 64,
+                  (plan_options){.quant = {8, 0, false, QCODE_E4M3, DUMMY_INPUT_SCALE, 0}, .fp8_act = true}, ROWS_FP8);
     expect_ok("plain region", model(no_tail, NULL), true, NULL);
     expect_ok("scaling a partial sum (Granite's residual multiplier)", model(scale_tail, NULL), true, NULL);
     expect_ok("adding two partial sums", model(add_partials, NULL), true, NULL);

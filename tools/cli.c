@@ -66,6 +66,7 @@ int cli_common_arg(cli_common *c, int argc, char **argv, int *i) {
     else if (!strcmp(a, "-q") || !strcmp(a, "--quantization")) c->quantization = cli_value(argc, argv, i);
     else if (!strcmp(a, "--quant-group-size")) c->quant_group = (int)cli_int(a, cli_value(argc, argv, i), 1, 1 << 20);
     else if (!strcmp(a, "--quantize-lm-head")) c->quantize_lm_head = true;
+    else if (!strcmp(a, "--fp8-activations")) c->fp8_activations = true;
     else if (!strcmp(a, "--seed")) c->seed = (uint64_t)cli_int(a, cli_value(argc, argv, i), 0, 1L << 62);
     else if (!strcmp(a, "--threads") || !strcmp(a, "-t"))
         c->threads = (int)cli_int(a, cli_value(argc, argv, i), 1, 1024);
@@ -199,6 +200,7 @@ loom_model *cli_load_model(cli_common *c, bool tokenizer) {
                             .quantization = c->quantization,
                             .quant_group = c->quant_group,
                             .quantize_lm_head = c->quantize_lm_head,
+                            .fp8_activations = c->fp8_activations,
                             .progress = true,
                             .load_tokenizer = tokenizer};
     loom_model *m = loom_model_load(&o, &err);

@@ -10,6 +10,7 @@ typedef struct cli_common {
     const char *quantization;      /* --quantization */
     int quant_group;               /* --quant-group-size */
     bool quantize_lm_head;         /* --quantize-lm-head */
+    bool fp8_activations;          /* --fp8-activations */
     uint64_t seed;                 /* --seed */
     int threads;                   /* --threads */
     int tp;                        /* -tp (0: as many as mpirun started) */

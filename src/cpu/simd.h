@@ -41,6 +41,15 @@ static inline vf vload_bf16(const uint16_t *p) {
 static inline vf vload_u8(const uint8_t *p) {
     return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p)));
 }
+/* VL FP8 codes as f32 bits (tensor/fp8.h): sign to bit 31, the rest shifted up; each is the
+ * code's value times 2^-(127 - bias), which the caller multiplies back */
+static inline vf vload_fp8(const uint8_t *p, int shift) {
+    __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p));
+    __m512i u =
+        _mm512_or_si512(_mm512_slli_epi32(_mm512_and_si512(b, _mm512_set1_epi32(0x80)), 24),
+                        _mm512_sllv_epi32(_mm512_and_si512(b, _mm512_set1_epi32(0x7f)), _mm512_set1_epi32(shift)));
+    return _mm512_castsi512_ps(u);
+}
 /* 4-bit codes dequantized, (q - z) * s: the 16 values a group's codes can take, made once per
  * group, then one permute per vector looks them up (it reads an index's low 4 bits only, so
  * the low nibbles need no mask) */
@@ -92,6 +101,13 @@ static inline vf vload_bf16(const uint16_t *p) {
 static inline vf vload_u8(const uint8_t *p) {
     return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p)));
 }
+static inline vf vload_fp8(const uint8_t *p, int shift) {
+    __m256i b = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p));
+    __m256i u =
+        _mm256_or_si256(_mm256_slli_epi32(_mm256_and_si256(b, _mm256_set1_epi32(0x80)), 24),
+                        _mm256_sllv_epi32(_mm256_and_si256(b, _mm256_set1_epi32(0x7f)), _mm256_set1_epi32(shift)));
+    return _mm256_castsi256_ps(u);
+}
 /* 4-bit codes dequantized, (q - z) * s (a 16-entry lookup needs two 8-lane permutes and a
  * blend here: no cheaper than converting) */
 typedef struct vqtab {
@@ -131,6 +147,12 @@ static inline uint32x4_t vload_u8_u32(const uint8_t *p) {
     return vmovl_u16(vget_low_u16(vmovl_u8(vreinterpret_u8_u32(vdup_n_u32(u)))));
 }
 static inline vf vload_u8(const uint8_t *p) { return vcvtq_f32_u32(vload_u8_u32(p)); }
+static inline vf vload_fp8(const uint8_t *p, int shift) {
+    uint32x4_t b = vload_u8_u32(p);
+    uint32x4_t u = vorrq_u32(vshlq_n_u32(vandq_u32(b, vdupq_n_u32(0x80)), 24),
+                             vshlq_u32(vandq_u32(b, vdupq_n_u32(0x7f)), vdupq_n_s32(shift)));
+    return vreinterpretq_f32_u32(u);
+}
 typedef struct vqtab {
     vf s, z;
 } vqtab;
@@ -169,6 +191,12 @@ static inline vf vload_bf16(const uint16_t *p) {
     return f;
 }
 static inline vf vload_u8(const uint8_t *p) { return (float)*p; }
+static inline vf vload_fp8(const uint8_t *p, int shift) {
+    uint32_t u = (uint32_t)(*p & 0x80) << 24 | (uint32_t)(*p & 0x7f) << shift;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
 typedef struct vqtab {
     vf s, z;
 } vqtab;

@@ -3,11 +3,13 @@
  * neon, neondot on aarch64) with that variant's flags, each defining the table cpu_<variant>; cpu.c picks one
  * at start-up. Every loop takes whole vectors and then one partial vector (simd.h's *_part),
  * so a kernel has a single code path for every length. */
+#include <math.h>
 #include <stdbool.h>
 #include <string.h>
 
 #include "cpu/cpu.h"
 #include "cpu/simd.h"
+#include "tensor/fp8.h"
 #include "tensor/tensor.h"
 
 #define CAT2(a, b) a##b
@@ -66,10 +68,22 @@ static void dot_bf16(const float *const *x, int nr, const uint16_t *w, int k, fl
 #define QV (QBLOCK / VL) /* vectors in a packed block */
 
 /* A packed block of QBLOCK weights as QV vectors of consecutive columns, each weight
- * dequantized exactly as the reference does: (q - zero) * scale, one rounding (4-bit blocks
- * through simd.h's vdequant_nib, given the group's vqtab). */
-static inline __attribute__((always_inline)) void qblock(const uint8_t *blk, int bits, float s, float z, vqtab t,
-                                                         vf out[QV]) {
+ * dequantized exactly as the reference does: (q - zero) * scale, or fp8(q) * scale, one
+ * rounding (4-bit blocks through simd.h's vdequant_nib, given the group's vqtab). */
+static inline __attribute__((always_inline)) void qblock(const uint8_t *blk, int bits, enum qcode code, float s,
+                                                         float z, vqtab t, vf out[QV]) {
+    if (code != QCODE_UINT) { /* the code's bits times 2^(127 - bias) times s, as (2^(127 - bias) s) in one
+                                * product: the same real number, rounded once, unless that factor overflows */
+        int shift = code == QCODE_E5M2 ? FP8_E5M2_SHIFT : FP8_E4M3_SHIFT;
+        float rescale = code == QCODE_E5M2 ? FP8_E5M2_SCALE : FP8_E4M3_SCALE, folded = rescale * s;
+        if (isinf(folded))
+#pragma GCC unroll 32
+            for (int u = 0; u < QV; u++) out[u] = vmul(vmul(vload_fp8(blk + u * VL, shift), vset1(rescale)), vset1(s));
+        else
+#pragma GCC unroll 32
+            for (int u = 0; u < QV; u++) out[u] = vmul(vload_fp8(blk + u * VL, shift), vset1(folded));
+        return;
+    }
     if (bits == 8) {
 #pragma GCC unroll 32
         for (int u = 0; u < QV; u++) out[u] = vmul(vsub(vload_u8(blk + u * VL), vset1(z)), vset1(s));
@@ -81,9 +95,10 @@ static inline __attribute__((always_inline)) void qblock(const uint8_t *blk, int
 
 /* Block at column c into the accumulators from index `first` on (mod 4). */
 static inline __attribute__((always_inline)) void dot_q_block(const float *const *x, int nr, const uint8_t *w, int bits,
-                                                              float s, float z, vqtab t, int c, int first, vf a[2][4]) {
+                                                              enum qcode code, float s, float z, vqtab t, int c,
+                                                              int first, vf a[2][4]) {
     vf wv[QV];
-    qblock(w + c / QBLOCK * (bits * QBLOCK / 8), bits, s, z, t, wv);
+    qblock(w + c / QBLOCK * (bits * QBLOCK / 8), bits, code, s, z, t, wv);
 #pragma GCC unroll 32
     for (int u = 0; u < QV; u++)
 #pragma GCC unroll 2
@@ -96,7 +111,8 @@ static inline __attribute__((always_inline)) void dot_q_block(const float *const
  * Blocks go in pairs, the second into the other accumulators: with 16 lanes a block is two
  * vectors, and two accumulator chains alone would wait on the FMA latency. */
 static inline __attribute__((always_inline)) void dot_q_row(const float *const *x, int nr, const uint8_t *w, int bits,
-                                                            const qlayout *q, const float *sz, float y[2]) {
+                                                            enum qcode code, const qlayout *q, const float *sz,
+                                                            float y[2]) {
     vf a[2][4];
 #pragma GCC unroll 2
     for (int r = 0; r < 2; r++)
@@ -107,22 +123,35 @@ static inline __attribute__((always_inline)) void dot_q_row(const float *const *
         vqtab t = vqtab_make(s, z);
         int end = q->group_end[g];
         for (; c + 2 * QBLOCK <= end; c += 2 * QBLOCK) {
-            dot_q_block(x, nr, w, bits, s, z, t, c, 0, a);
-            dot_q_block(x, nr, w, bits, s, z, t, c + QBLOCK, QV, a);
+            dot_q_block(x, nr, w, bits, code, s, z, t, c, 0, a);
+            dot_q_block(x, nr, w, bits, code, s, z, t, c + QBLOCK, QV, a);
         }
-        if (c < end) dot_q_block(x, nr, w, bits, s, z, t, c, 0, a), c += QBLOCK;
+        if (c < end) dot_q_block(x, nr, w, bits, code, s, z, t, c, 0, a), c += QBLOCK;
     }
 #pragma GCC unroll 2
     for (int r = 0; r < nr; r++) y[r] = vhsum(vadd(vadd(a[r][0], a[r][1]), vadd(a[r][2], a[r][3])));
 }
 
+/* Each kind of code and row count its own loop (constants once inlined). */
 static void dot_q(const float *const *x, int nr, const uint8_t *w, const qlayout *q, const float *sz, float y[2]) {
-    if (q->bits == 4) {
-        if (nr == 2) dot_q_row(x, 2, w, 4, q, sz, y);
-        else dot_q_row(x, 1, w, 4, q, sz, y);
-    } else {
-        if (nr == 2) dot_q_row(x, 2, w, 8, q, sz, y);
-        else dot_q_row(x, 1, w, 8, q, sz, y);
+    switch (q->code) {
+    case QCODE_E4M3:
+        if (nr == 2) dot_q_row(x, 2, w, 8, QCODE_E4M3, q, sz, y);
+        else dot_q_row(x, 1, w, 8, QCODE_E4M3, q, sz, y);
+        break;
+    case QCODE_E5M2:
+        if (nr == 2) dot_q_row(x, 2, w, 8, QCODE_E5M2, q, sz, y);
+        else dot_q_row(x, 1, w, 8, QCODE_E5M2, q, sz, y);
+        break;
+    case QCODE_UINT:
+        if (q->bits == 4) {
+            if (nr == 2) dot_q_row(x, 2, w, 4, QCODE_UINT, q, sz, y);
+            else dot_q_row(x, 1, w, 4, QCODE_UINT, q, sz, y);
+        } else {
+            if (nr == 2) dot_q_row(x, 2, w, 8, QCODE_UINT, q, sz, y);
+            else dot_q_row(x, 1, w, 8, QCODE_UINT, q, sz, y);
+        }
+        break;
     }
 }
 
@@ -133,8 +162,10 @@ static void dequant_q(const uint8_t *w, const qlayout *q, const float *sz, float
         vqtab t = vqtab_make(s, z);
         for (; c < q->group_end[g]; c += QBLOCK) {
             vf wv[QV];
-            if (q->bits == 4) qblock(w + c / QBLOCK * block_bytes, 4, s, z, t, wv);
-            else qblock(w + c / QBLOCK * block_bytes, 8, s, z, t, wv);
+            if (q->code == QCODE_E4M3) qblock(w + c / QBLOCK * block_bytes, 8, QCODE_E4M3, s, z, t, wv);
+            else if (q->code == QCODE_E5M2) qblock(w + c / QBLOCK * block_bytes, 8, QCODE_E5M2, s, z, t, wv);
+            else if (q->bits == 4) qblock(w + c / QBLOCK * block_bytes, 4, QCODE_UINT, s, z, t, wv);
+            else qblock(w + c / QBLOCK * block_bytes, 8, QCODE_UINT, s, z, t, wv);
 #pragma GCC unroll 32
             for (int u = 0; u < QV; u++) vstore(dst + c + u * VL, wv[u]);
         }

@@ -47,17 +47,28 @@ void linear_chunked(const float *x, size_t ldx, int m, int chunk, int pass_rows,
 /* Rows of int8 activations (--dtype auto on quantized weights; section 6 of docs/DESIGN.md) as
  * records of floats, so that a collective can move them: a row of `cols` values (a multiple of
  * QACT) is its cols int8 codes, then one f32 scale per QACT columns, q8row_floats(cols) floats
- * in all, 9/32 of the fp32 row. quantize_rows_q8 makes them from f32 rows; linear_int8_rows
+ * in all, 9/32 of the fp32 row. quantize_rows makes them from f32 rows; linear_quantized_rows
  * takes them as the input of W, whose packed columns must be its input columns (no act-order,
  * no padding: int8_rows_fit), giving the very bits linear computes from the f32 rows (m of a
  * product of pass_rows rows, as linear's). */
 static inline size_t q8row_floats(int cols) { return (size_t)cols / 4 + (size_t)cols / QACT; }
+
+/* Rows quantized before a collective moves them (a gather's), as records of floats: int8 rows
+ * as above, or FP8 rows, a row's cols E4M3 codes rounded with a constant scale (an FP8
+ * checkpoint's static input_scale), (cols + 3) / 4 floats. linear_quantized_rows takes either
+ * as W's input and gives the very bits linear would from the f32 rows. */
+typedef enum rows_code { ROWS_F32, ROWS_INT8, ROWS_FP8 } rows_code;
+static inline size_t rows_floats(rows_code code, int cols) {
+    return code == ROWS_FP8 ? ((size_t)cols + 3) / 4 : code == ROWS_INT8 ? q8row_floats(cols) : (size_t)cols;
+}
+/* x's rows as `code` rows into out (ldo floats apart); in_scale: FP8's constant. */
+void quantize_rows(rows_code code, const float *x, size_t ldx, int rows, int cols, float in_scale, float *out,
+                   size_t ldo);
+void linear_quantized_rows(rows_code code, const float *xq, size_t ldq, int m, int chunk, int pass_rows, const wmat *w,
+                           const float *bias, float *y, size_t ldy);
 static inline bool int8_rows_fit(const wmat *w) {
     return w->act == WACT_INT8 && w->q && !w->q->col_of && w->q->kp == w->cols; /* kp: whole blocks of QACT */
 }
-void quantize_rows_q8(const float *x, size_t ldx, int rows, int cols, float *out, size_t ldo);
-void linear_int8_rows(const float *xq, size_t ldq, int m, int pass_rows, const wmat *w, const float *bias, float *y,
-                      size_t ldy);
 
 /* t[w.cols, w.rows] = W^T in f32, whatever W's format. -1 when t is NULL (its allocation failed)
  * or the identity it multiplies by cannot be allocated (recorded: kernel_scratch_check). */

@@ -11,7 +11,9 @@
  * to int8 per QACT columns, through the variant's int8 tile (eight weight rows a call) or, where
  * it has none, its one-row integer dot product (linear_q8_rows says how each pass reads W).
  * Both quantize each row on its own, so a row's result never depends on which rows share its
- * pass or its rank.
+ * pass or its rank. FP8 weights (integer-free codes) compute exactly by default; with FP8
+ * activations (vLLM's W8A8) each row is rounded to E4M3 with the checkpoint's static scale or
+ * its own dynamic one, and the exact product runs on those values (linear_fp8).
  *
  * A quantized matrix's columns may be in a packed order (quant/quant.h); the input is then
  * gathered into that order first. */
@@ -22,6 +24,7 @@
 
 #include "cpu/cpu.h"
 #include "kernels/kernels.h"
+#include "tensor/fp8.h"
 #include "tensor/half.h"
 #include "tensor/tensor.h"
 #include "util/alloc.h"
@@ -129,7 +132,7 @@ static void quantize_row(const float *x, int n, float *row) {
     }
 }
 
-void quantize_rows_q8(const float *x, size_t ldx, int rows, int cols, float *out, size_t ldo) {
+static void quantize_rows_q8(const float *x, size_t ldx, int rows, int cols, float *out, size_t ldo) {
 #pragma omp parallel for schedule(static)
     for (int r = 0; r < rows; r++) quantize_row(x + (size_t)r * ldx, cols, out + (size_t)r * ldo);
 }
@@ -242,13 +245,6 @@ static void linear_q8(const float *x, size_t ldx, int m, int pass_rows, const wm
     linear_q8_rows(xq, q8row_floats(kp), m, pass_rows, w, y, ldy);
 }
 
-void linear_int8_rows(const float *xq, size_t ldq, int m, int pass_rows, const wmat *w, const float *bias, float *y,
-                      size_t ldy) {
-    if (m <= 0) return;
-    linear_q8_rows(xq, ldq, m, pass_rows, w, y, ldy);
-    if (bias) add_rows(y, ldy, bias, 0, y, ldy, m, w->rows);
-}
-
 /* y = x W^T for a bf16 W on bf16 activations: the GEMM per chunk of rows for a long pass, the
  * dot product for a short one (or where the GEMM cannot run). */
 static void linear_bf16x(const float *x, size_t ldx, int m, int chunk, int pass_rows, const wmat *w, float *y,
@@ -288,10 +284,92 @@ static void linear_bf16x(const float *x, size_t ldx, int m, int chunk, int pass_
     }
 }
 
+/* Row x of n columns as FP8 (E4M3) activations the way vLLM quantizes them, written as the
+ * values they stand for into out: a static scale s (w's in_scale) or a dynamic one per row,
+ * s = max(amax / 448, 1 / (448 * 512)), each code fp8(x * (1/s)) kept unscaled, s returned to
+ * multiply the row's sums by; or dynamic per group of `group` columns (vLLM's per-token-group
+ * quantization, the fp8 method's), s_g = max(amax_g, 1e-10) / 448 and the code fp8(x / s_g),
+ * kept scaled (fp8 * s_g, one fp32 rounding), 1 returned. A non-finite input gives NaN. */
+static float fp8_row(const float *x, int n, float in_scale, int group, float *out) {
+    if (group) {
+        for (int g0 = 0; g0 < n; g0 += group) {
+            int k = n - g0 < group ? n - g0 : group;
+            float amax = 1e-10f;
+            for (int c = 0; c < k; c++) amax = fmaxf(amax, fabsf(x[g0 + c]));
+            float s = amax / FP8_E4M3_MAX;
+            for (int c = 0; c < k; c++) out[g0 + c] = fp8_to_f32(f32_to_e4m3(x[g0 + c] / s), QCODE_E4M3) * s;
+        }
+        return 1;
+    }
+    float s = in_scale;
+    if (!(s > 0)) {
+        float amax = 0;
+        for (int c = 0; c < n; c++) amax = fmaxf(amax, fabsf(x[c]));
+        s = fmaxf(amax / FP8_E4M3_MAX, 1.0f / (FP8_E4M3_MAX * 512));
+    }
+    float inv = 1 / s;
+    for (int c = 0; c < n; c++) out[c] = fp8_to_f32(f32_to_e4m3(x[c] * inv), QCODE_E4M3);
+    return s;
+}
+
+/* y = x W^T for FP8 W on FP8 activations (WACT_FP8): x's m rows as FP8 values, quantized here
+ * from f32 rows (fp8_row), or with `codes` decoded from rows of E4M3 codes that quantize_rows
+ * rounded with w's static scale (the same values); then the exact product on those values,
+ * Σ qx fp8(qw) sw in fp32, times each row's scale: vLLM's (Σ qx qw) sx sw, with the weight's
+ * scale taken inside the sum (per block, as the exact kernels apply it). */
+static void linear_fp8(const float *x, size_t ldx, bool codes, int m, int chunk, int pass_rows, const wmat *w, float *y,
+                       size_t ldy) {
+    static _Thread_local fbuf rows_buf;
+    int cols = w->cols;
+    float *xq = fbuf_get(&rows_buf, (size_t)m * (cols + 1));
+    if (!xq) return;
+    float *scale = xq + (size_t)m * cols;
+#pragma omp parallel for schedule(static)
+    for (int r = 0; r < m; r++) {
+        float *v = xq + (size_t)r * cols;
+        if (codes) {
+            const uint8_t *q = (const uint8_t *)(x + (size_t)r * ldx);
+            for (int c = 0; c < cols; c++) v[c] = fp8_to_f32(q[c], QCODE_E4M3);
+            scale[r] = w->in_scale;
+        } else {
+            scale[r] = fp8_row(x + (size_t)r * ldx, cols, w->in_scale, w->q->in_group, v);
+        }
+    }
+    wmat exact = *w;
+    exact.act = WACT_F32;
+    linear_chunked(xq, (size_t)cols, m, chunk, pass_rows, &exact, NULL, y, ldy);
+    for (int r = 0; r < m; r++)
+        if (scale[r] != 1)
+            for (int n = 0; n < w->rows; n++) y[(size_t)r * ldy + n] *= scale[r];
+}
+
+void quantize_rows(rows_code code, const float *x, size_t ldx, int rows, int cols, float in_scale, float *out,
+                   size_t ldo) {
+    if (code == ROWS_INT8) {
+        quantize_rows_q8(x, ldx, rows, cols, out, ldo);
+        return;
+    }
+    float inv = 1 / in_scale; /* fp8_row's static rounding, kept as codes */
+#pragma omp parallel for schedule(static)
+    for (int r = 0; r < rows; r++) {
+        uint8_t *q = (uint8_t *)(out + (size_t)r * ldo);
+        for (int c = 0; c < cols; c++) q[c] = f32_to_e4m3(x[(size_t)r * ldx + c] * inv);
+    }
+}
+
+void linear_quantized_rows(rows_code code, const float *xq, size_t ldq, int m, int chunk, int pass_rows, const wmat *w,
+                           const float *bias, float *y, size_t ldy) {
+    if (m <= 0) return;
+    if (code == ROWS_INT8) linear_q8_rows(xq, ldq, m, pass_rows, w, y, ldy);
+    else linear_fp8(xq, ldq, true, m, chunk, pass_rows, w, y, ldy);
+    if (bias) add_rows(y, ldy, bias, 0, y, ldy, m, w->rows);
+}
+
 void linear_chunked(const float *x, size_t ldx, int m, int chunk, int pass_rows, const wmat *w, const float *bias,
                     float *y, size_t ldy) {
     if (m <= 0) return;
-    if (w->act == WACT_INT8 && w->q) linear_q8(x, ldx, m, pass_rows, w, y, ldy);
+    if (w->act == WACT_FP8 && w->q) linear_fp8(x, ldx, false, m, chunk, pass_rows, w, y, ldy);
+    else if (w->act == WACT_INT8 && w->q) linear_q8(x, ldx, m, pass_rows, w, y, ldy);
     else if (w->act == WACT_BF16 && w->dt == DT_BF16 && cpu()->dot_bf16x)
         linear_bf16x(x, ldx, m, chunk, pass_rows, w, y, ldy);
     else if (pass_rows <= FEW_ROWS) /* rows are independent here: chunks change nothing */

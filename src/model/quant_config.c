@@ -1,9 +1,12 @@
-/* config.json's quantization_config: GPTQ, AWQ (GEMM) and compressed-tensors weight-only
- * schemes, with the field names each library writes. Anything loom would run differently
- * from what the checkpoint means (another method, an activation scheme, AWQ's other kernel
+/* config.json's quantization_config: GPTQ, AWQ (GEMM), compressed-tensors integer weight-only
+ * and FP8 schemes, and the "fp8" method (DeepSeek-V3's block scales), with the field names each
+ * library writes. Anything loom would run differently from what the checkpoint means (another
+ * method, an integer activation scheme, NVFP4 or MXFP8, KV-cache scales, AWQ's other kernel
  * layouts) is refused, naming the field. */
+#define PCRE2_CODE_UNIT_WIDTH 8
 #include <cjson/cJSON.h>
 #include <limits.h>
+#include <pcre2.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
@@ -12,8 +15,13 @@
 #include "util/err.h"
 
 const char *quant_format_name(quant_format f) {
-    static const char *names[] = {"none", "gptq", "awq", "compressed-tensors pack-quantized",
-                                  "compressed-tensors int-quantized"};
+    static const char *names[] = {"none",
+                                  "gptq",
+                                  "awq",
+                                  "compressed-tensors pack-quantized",
+                                  "compressed-tensors int-quantized",
+                                  "compressed-tensors float-quantized",
+                                  "fp8"};
     return names[f];
 }
 
@@ -66,6 +74,36 @@ static int group_field(const qreader *r, const char *key, int def, quant_config 
     return 0;
 }
 
+/* Regular expression `re` (an ignore entry's after "re:"), compiled; NULL with the compiler's
+ * message in msg when it is not one. */
+static pcre2_code *ignore_regex(const char *re, char *msg, size_t cap) {
+    int code;
+    PCRE2_SIZE at;
+    pcre2_code *c = pcre2_compile((PCRE2_SPTR)re, PCRE2_ZERO_TERMINATED, PCRE2_ANCHORED, &code, &at, NULL);
+    if (!c) pcre2_get_error_message(code, (PCRE2_UCHAR *)msg, cap);
+    return c;
+}
+
+bool quant_config_ignores(const quant_config *q, const char *module) {
+    size_t n = strlen(module);
+    for (int i = 0; i < q->n_ignore; i++) {
+        const char *e = q->ignore[i];
+        if (!strncmp(e, "re:", 3)) { /* compressed-tensors' re.match: anchored at the start only */
+            char msg[128];
+            pcre2_code *c = ignore_regex(e + 3, msg, sizeof msg); /* checked when parsed */
+            pcre2_match_data *md = c ? pcre2_match_data_create_from_pattern(c, NULL) : NULL;
+            bool hit = md && pcre2_match(c, (PCRE2_SPTR)module, n, 0, 0, md, NULL) >= 0;
+            pcre2_match_data_free(md);
+            pcre2_code_free(c);
+            if (hit) return true;
+            continue;
+        }
+        size_t k = strlen(e); /* the module's name, or its last components ("lm_head", "mlp.gate") */
+        if (!strcmp(module, e) || (k < n && module[n - k - 1] == '.' && !strcmp(module + n - k, e))) return true;
+    }
+    return false;
+}
+
 /* A list of module names kept in float (AWQ's modules_to_not_convert, CT's ignore). */
 static int ignore_list(const qreader *r, const char *key, quant_config *q) {
     const cJSON *v = item(r, key), *e;
@@ -76,6 +114,12 @@ static int ignore_list(const qreader *r, const char *key, quant_config *q) {
             return loom_errf(r->err, "%s: %s.%s: every entry must be a module name", r->file, r->where, key);
         if (q->n_ignore == QUANT_MAX_IGNORE)
             return loom_errf(r->err, "%s: %s.%s: more than %d entries", r->file, r->where, key, QUANT_MAX_IGNORE);
+        char msg[128];
+        pcre2_code *c = strncmp(e->valuestring, "re:", 3) ? NULL : ignore_regex(e->valuestring + 3, msg, sizeof msg);
+        if (!strncmp(e->valuestring, "re:", 3) && !c)
+            return loom_errf(r->err, "%s: %s.%s: '%s' is not a regular expression: %s", r->file, r->where, key,
+                             e->valuestring, msg);
+        pcre2_code_free(c);
         snprintf(q->ignore[q->n_ignore++], sizeof q->ignore[0], "%s", e->valuestring);
     }
     return 0;
@@ -115,29 +159,117 @@ static int parse_awq(const qreader *r, quant_config *q) {
     return ignore_list(r, "modules_to_not_convert", q);
 }
 
-/* compressed-tensors: one config group of integer weight-only quantization of Linear layers. */
+/* A [rows, columns] pair of positive integers (an FP8 block's shape). */
+static int block_field(const qreader *r, const char *key, int out[2]) {
+    const cJSON *v = item(r, key);
+    if (!cJSON_IsArray(v) || cJSON_GetArraySize(v) != 2)
+        return loom_errf(r->err, "%s: %s.%s must be a list of two sizes, [rows, columns]", r->file, r->where, key);
+    for (int i = 0; i < 2; i++) {
+        const cJSON *e = cJSON_GetArrayItem(v, i);
+        if (!cJSON_IsNumber(e) || !(e->valuedouble >= 1 && e->valuedouble <= 1 << 20) ||
+            e->valuedouble != (double)(int)e->valuedouble)
+            return loom_errf(r->err, "%s: %s.%s must be a list of two positive sizes", r->file, r->where, key);
+        out[i] = (int)e->valuedouble;
+    }
+    return 0;
+}
+
+/* A scale's stored dtype, where the config names one: floats are read as stored; E8M0
+ * (MXFP8's powers of two) is not. */
+static int scale_dtype(const qreader *r) {
+    const char *d = str_field(r, "scale_dtype");
+    if (!d || strstr(d, "float32") || strstr(d, "bfloat16") || strstr(d, "float16")) return 0;
+    return loom_errf(r->err, "%s: %s.scale_dtype '%s' is not supported (E8M0 scales are MXFP8's; float scales only)",
+                     r->file, r->where, d);
+}
+
+/* compressed-tensors FP8: the weights' scale (tensor, channel or block) and the activations'
+ * (none, static per tensor, dynamic per token or per group). */
+static int parse_ct_fp8(const qreader *w, const qreader *a, quant_config *q) {
+    int bits;
+    bool sym, dynamic;
+    const char *strategy = str_field(w, "strategy");
+    if (int_field(w, "num_bits", -1, &bits) || bool_field(w, "symmetric", true, &sym) ||
+        bool_field(w, "dynamic", false, &dynamic) || scale_dtype(w))
+        return -1;
+    if (bits != 8)
+        return loom_errf(w->err, "%s: %s.num_bits: %d-bit float weights are not supported (NVFP4 is 4-bit; FP8 only)",
+                         w->file, w->where, bits);
+    if (!sym || dynamic)
+        return loom_errf(w->err, "%s: %s.%s: FP8 weights must be symmetric with stored scales", w->file, w->where,
+                         sym ? "dynamic" : "symmetric");
+    q->bits = 8;
+    if (strategy && !strcmp(strategy, "tensor")) q->fp8_scale = FP8_TENSOR;
+    else if (strategy && !strcmp(strategy, "channel")) q->fp8_scale = FP8_CHANNEL;
+    else if (strategy && !strcmp(strategy, "block")) {
+        q->fp8_scale = FP8_BLOCK;
+        if (block_field(w, "block_structure", q->fp8_block)) return -1;
+    } else
+        return loom_errf(w->err, "%s: %s.strategy '%s' is not supported for FP8 weights (tensor, channel, block)",
+                         w->file, w->where, strategy ? strategy : "(missing)");
+    if (!a->obj || cJSON_IsNull(a->obj)) return 0; /* weight-only (W8A16) */
+    if (!cJSON_IsObject(a->obj)) return loom_errf(a->err, "%s: %s must be an object or null", a->file, a->where);
+    const char *type = str_field(a, "type"), *as = str_field(a, "strategy");
+    if (int_field(a, "num_bits", -1, &bits) || bool_field(a, "dynamic", false, &dynamic) || scale_dtype(a)) return -1;
+    if (!type || strcmp(type, "float") || bits != 8)
+        return loom_errf(a->err, "%s: %s: only FP8 activations go with FP8 weights (type float, num_bits 8)", a->file,
+                         a->where);
+    if (as && !strcmp(as, "tensor") && !dynamic) q->fp8_act = FP8_ACT_STATIC;
+    else if (as && !strcmp(as, "token") && dynamic) q->fp8_act = FP8_ACT_TOKEN;
+    else if (as && !strcmp(as, "group") && dynamic) {
+        q->fp8_act = FP8_ACT_GROUP;
+        if (int_field(a, "group_size", -1, &q->act_group)) return -1;
+        if (q->act_group <= 0)
+            return loom_errf(a->err, "%s: %s.group_size must be positive for strategy group", a->file, a->where);
+    } else
+        return loom_errf(a->err,
+                         "%s: %s: strategy '%s' with dynamic %s is not supported (static tensor, dynamic token, "
+                         "dynamic group)",
+                         a->file, a->where, as ? as : "(missing)", dynamic ? "true" : "false");
+    return 0;
+}
+
+/* compressed-tensors: one config group quantizing Linear layers, integer weight-only or FP8. */
 static int parse_compressed(const qreader *r, quant_config *q) {
     const char *fmt = str_field(r, "format");
     if (fmt && !strcmp(fmt, "pack-quantized")) q->format = QF_CT_PACKED;
     else if (fmt && (!strcmp(fmt, "int-quantized") || !strcmp(fmt, "naive-quantized"))) q->format = QF_CT_INT;
+    else if (fmt && !strcmp(fmt, "float-quantized")) q->format = QF_CT_FP8;
     else
-        return loom_errf(r->err, "%s: %s.format '%s' is not supported (pack-quantized, int-quantized)", r->file,
-                         r->where, fmt ? fmt : "(missing)");
+        return loom_errf(r->err,
+                         "%s: %s.format '%s' is not supported (pack-quantized, int-quantized, naive-quantized, "
+                         "float-quantized)",
+                         r->file, r->where, fmt ? fmt : "(missing)");
+    const cJSON *kv = item(r, "kv_cache_scheme");
+    if (kv && !cJSON_IsNull(kv))
+        return loom_errf(r->err, "%s: %s.kv_cache_scheme: quantized KV caches (and their scales) are not supported",
+                         r->file, r->where);
     const cJSON *groups = item(r, "config_groups");
     if (!cJSON_IsObject(groups) || cJSON_GetArraySize(groups) != 1)
         return loom_errf(r->err, "%s: %s.config_groups must hold exactly one group", r->file, r->where);
-    char where[160];
+    char where[160], act_where[192];
     snprintf(where, sizeof where, "%s.config_groups.%s", r->where, groups->child->string);
+    snprintf(act_where, sizeof act_where, "%s.input_activations", where);
     qreader g = {groups->child, r->file, where, r->err};
-    const cJSON *act = item(&g, "input_activations");
-    if (act && !cJSON_IsNull(act))
-        return loom_errf(r->err, "%s: %s.input_activations: activation quantization is not supported", r->file, where);
+    qreader a = {item(&g, "input_activations"), r->file, act_where, r->err};
     snprintf(where + strlen(where), sizeof where - strlen(where), ".weights");
     qreader w = {item(&g, "weights"), r->file, where, r->err};
     if (!cJSON_IsObject(w.obj)) return loom_errf(r->err, "%s: missing %s", r->file, where);
     const char *type = str_field(&w, "type"), *strategy = str_field(&w, "strategy");
+    bool is_float = type && !strcmp(type, "float");
+    if (is_float && q->format == QF_CT_INT) q->format = QF_CT_FP8; /* naive-quantized FP8 stores the same tensors */
+    if (q->format == QF_CT_FP8) {
+        if (!is_float)
+            return loom_errf(r->err, "%s: %s.type '%s': float-quantized weights must be of type float", r->file, where,
+                             type ? type : "(missing)");
+        return parse_ct_fp8(&w, &a, q) || ignore_list(r, "ignore", q) ? -1 : 0;
+    }
+    if (a.obj && !cJSON_IsNull(a.obj))
+        return loom_errf(r->err, "%s: %s: activation quantization is not supported with integer weights", r->file,
+                         act_where);
     if (!type || strcmp(type, "int"))
-        return loom_errf(r->err, "%s: %s.type '%s' is not supported (int)", r->file, where, type ? type : "(missing)");
+        return loom_errf(r->err, "%s: %s.type '%s' is not supported (int, float)", r->file, where,
+                         type ? type : "(missing)");
     if (int_field(&w, "num_bits", -1, &q->bits) || check_bits(&w, "num_bits", q->bits, false) ||
         bool_field(&w, "symmetric", true, &q->sym))
         return -1;
@@ -158,6 +290,38 @@ static int parse_compressed(const qreader *r, quant_config *q) {
     return ignore_list(r, "ignore", q);
 }
 
+/* quant_method "fp8" (transformers' FineGrainedFP8Config, vLLM's Fp8Config, DeepSeek-V3's
+ * checkpoints): E4M3 weights scaled per block of weight_block_size (weight_scale_inv), or per
+ * tensor without one (weight_scale), and activations dynamic (per group of a block's columns,
+ * or per token) or static (input_scale). */
+static int parse_fp8(const qreader *r, quant_config *q) {
+    q->format = QF_FP8;
+    q->bits = 8;
+    const char *fmt = str_field(r, "fmt"), *act = str_field(r, "activation_scheme");
+    if (fmt && strcmp(fmt, "e4m3") && strcmp(fmt, "e5m2"))
+        return loom_errf(r->err, "%s: %s.fmt '%s' is not supported (e4m3, e5m2)", r->file, r->where, fmt);
+    const cJSON *block = item(r, "weight_block_size");
+    if (block && !cJSON_IsNull(block)) {
+        q->fp8_scale = FP8_BLOCK;
+        if (block_field(r, "weight_block_size", q->fp8_block)) return -1;
+    }
+    if (!act || !strcmp(act, "dynamic")) {
+        q->fp8_act = q->fp8_scale == FP8_BLOCK ? FP8_ACT_GROUP : FP8_ACT_TOKEN;
+        q->act_group = q->fp8_block[1];
+    } else if (!strcmp(act, "static")) {
+        if (q->fp8_scale == FP8_BLOCK)
+            return loom_errf(r->err, "%s: %s.activation_scheme 'static' does not go with weight_block_size", r->file,
+                             r->where);
+        q->fp8_act = FP8_ACT_STATIC;
+    } else
+        return loom_errf(r->err, "%s: %s.activation_scheme '%s' is not supported (dynamic, static)", r->file, r->where,
+                         act);
+    const cJSON *kv = item(r, "kv_cache_scheme");
+    if (kv && !cJSON_IsNull(kv))
+        return loom_errf(r->err, "%s: %s.kv_cache_scheme: quantized KV caches are not supported", r->file, r->where);
+    return ignore_list(r, "ignored_layers", q) || ignore_list(r, "modules_to_not_convert", q) ? -1 : 0;
+}
+
 int quant_config_parse(quant_config *q, const cJSON *qc, const char *name, loom_err *err) {
     memset(q, 0, sizeof *q);
     qreader r = {qc, name, "quantization_config", err};
@@ -167,6 +331,9 @@ int quant_config_parse(quant_config *q, const cJSON *qc, const char *name, loom_
     if (!strcmp(method, "gptq")) return parse_gptq(&r, q);
     if (!strcmp(method, "awq")) return parse_awq(&r, q);
     if (!strcmp(method, "compressed-tensors")) return parse_compressed(&r, q);
-    return loom_errf(err, "%s: quantization_config.quant_method '%s' is not supported (gptq, awq, compressed-tensors)",
+    if (!strcmp(method, "fp8")) return parse_fp8(&r, q);
+    return loom_errf(err,
+                     "%s: quantization_config.quant_method '%s' is not supported (gptq, awq, compressed-tensors, fp8; "
+                     "modelopt's NVFP4 and mxfp4 are not)",
                      name, method);
 }

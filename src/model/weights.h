@@ -10,10 +10,19 @@ enum weight_dtype { WDT_AUTO, WDT_BF16 }; /* what float linears are kept in: as 
 
 /* What linears are quantized to at load (--quantization; quant/quant.h). */
 typedef struct quant_scheme {
-    int bits;  /* 0: float weights as stored */
-    int group; /* columns per scale; 0: one per output channel */
-    bool head; /* the LM head and embedding table too, at 8 bits per channel */
+    int bits;        /* 0: float weights as stored */
+    int group;       /* columns per scale; 0: one per output channel */
+    bool head;       /* the LM head and embedding table too, at 8 bits per channel */
+    enum qcode code; /* QCODE_E4M3: FP8 codes (--quantization fp8), scale amax / 448 */
+    /* FP8: the activations' scheme for --fp8-activations, as qlayout keeps it: dynamic per token
+     * for --quantization fp8; dummy weights of an FP8 checkpoint take its config's, a static
+     * scale being DUMMY_INPUT_SCALE */
+    float in_scale;
+    int in_group;
 } quant_scheme;
+
+/* Dummy FP8 weights' static input scale: unit-variance activations reach about 4 */
+#define DUMMY_INPUT_SCALE (4.0f / 448)
 
 /* A matrix made at load (quantized), kept so that a second plan over the same slices (the
  * engine's plain-TP plan beside its SP one) reuses it. */
@@ -32,7 +41,8 @@ typedef struct weight_store {
     bool dummy;
     uint64_t seed;
     enum weight_dtype keep;
-    bool exact; /* --dtype float32: every linear computes on fp32 activations (runtime/bind.c) */
+    bool exact;   /* --dtype float32: every linear computes on fp32 activations (runtime/bind.c) */
+    bool fp8_act; /* --fp8-activations: FP8 linears on FP8 activations */
     quant_scheme quant;
     struct dummy_entry *dummies; /* generated tensors, so a tied table is made once */
     int n_dummies;

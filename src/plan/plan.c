@@ -323,40 +323,54 @@ static void note_inner_linears(plan *p, int gather) {
     }
 }
 
-/* Whether linear step c will compute on int8 activations in its input's own column order (a
- * column-parallel linear whose every part is quantized, groups in column order and whole
- * 32-column blocks: kernels.h's int8_rows_fit, which runtime/bind.c confirms on the weights),
- * so that rows quantized before a gather serve it as they are. */
-static bool takes_int8_rows(const plan *p, const plan_step *c) {
-    if (p->o.exact || !c || c->kind != STEP_OP || c->op->kind != OP_LINEAR) return false;
+/* The rows linear step c can take quantized before a gather, as they are:
+ *   int8: it computes on int8 activations in its input's own column order (a column-parallel
+ *     linear whose every part is integer-quantized, groups in column order and whole 32-column
+ *     blocks: kernels.h's int8_rows_fit, which runtime/bind.c confirms on the weights);
+ *   FP8: its parts are an FP8 checkpoint's with a static input scale and compute on FP8
+ *     activations (--fp8-activations): each rank rounds its rows with that constant, so
+ *     quantizing before the gather is exact, as the removed vLLM pass did (FP8 bytes, a quarter
+ *     of fp32's). Dynamic scales are taken from the gathered rows. */
+static rows_code takes_quantized_rows(const plan *p, const plan_step *c) {
+    if (p->o.exact || !c || c->kind != STEP_OP || c->op->kind != OP_LINEAR) return ROWS_F32;
     const linear_desc *l = c->op->lin;
-    if (l->style != PAR_COLUMN || l->in % QACT) return false;
+    if (l->style != PAR_COLUMN) return ROWS_F32;
     const quant_config *cq = p->o.checkpoint;
     quant_scheme q = shard_scheme(p, l->style);
+    bool fp8 = cq && quant_format_fp8(cq->format);
+    if (fp8 || q.code) { /* a checkpoint's, or dummy weights of one (quantized at load, its scheme kept) */
+        if (!p->o.fp8_act || (fp8 ? cq->fp8_act != FP8_ACT_STATIC : !(q.in_scale > 0))) return ROWS_F32;
+        for (int i = 0; fp8 && i < l->n_parts; i++)
+            if (!quant_checkpoint_applies(cq, l->parts[i].weight, l->style)) return ROWS_F32;
+        return ROWS_FP8;
+    }
+    if (l->in % QACT) return ROWS_F32;
     for (int i = 0; i < l->n_parts; i++) {
         if (cq && quant_checkpoint_applies(cq, l->parts[i].weight, l->style)) {
-            if (cq->act_order || cq->group % QBLOCK) return false;
+            if (cq->act_order || cq->group % QBLOCK) return ROWS_F32;
         } else if (!q.bits || q.group % QBLOCK) {
-            return false;
+            return ROWS_F32;
         }
     }
-    return true;
+    return ROWS_INT8;
 }
 
-/* SP regions whose gathered input feeds one linear on int8 activations gather int8 rows: each
- * rank quantizes its own token rows, and the gather moves 9/32 of the fp32 bytes. Rounding is
- * per row, so the consumer gets the bits it would have made from the gathered fp32 rows. */
-static void mark_int8_gathers(plan *p) {
+/* SP regions whose gathered input feeds one linear on int8 or FP8 activations gather those
+ * rows: each rank quantizes its own token rows, and the gather moves 9/32 (int8) or 1/4 (FP8)
+ * of the fp32 bytes. Rounding is per row (int8) or by a constant (FP8), so the consumer gets
+ * the bits it would have made from the gathered fp32 rows. */
+static void mark_quantized_gathers(plan *p) {
     for (int i = 0; i < p->n_steps; i++) {
         plan_step *s = &p->steps[i];
         if (s->kind != STEP_GATHER_ROWS || s->op->kind != OP_CALL || s->for_capture) continue;
         plan_step *c = sole_consumer(p, s->out);
-        if (!c || c->in[0] != s->out || !takes_int8_rows(p, c)) continue;
-        s->int8_rows = true;
-        p->values[s->out].int8 = true;
+        rows_code code = c && c->in[0] == s->out ? takes_quantized_rows(p, c) : ROWS_F32;
+        if (!code) continue;
+        s->code = code;
+        p->values[s->out].code = code;
         for (int r = 0; r < p->n_regions; r++)
             if (p->regions[r].mod == s->op->child && !p->regions[r].ep)
-                p->regions[r].int8_gather = true, p->regions[r].gather_width = p->values[s->in[0]].width;
+                p->regions[r].gather_code = code, p->regions[r].gather_width = p->values[s->in[0]].width;
     }
 }
 
@@ -385,7 +399,7 @@ static void fuse_async_tp(plan *p) {
             }
             c->kind = STEP_AG_MATMUL;
             c->in[0] = s->in[0];
-            c->int8_rows = s->int8_rows; /* it quantizes its shard and gathers int8 rows itself */
+            c->code = s->code; /* it quantizes its shard and gathers those rows itself */
             note_inner_linears(p, i);
         } else {
             plan_step *prod = &p->steps[p->values[s->in[0]].def_step];
@@ -431,7 +445,7 @@ int plan_build(plan *p, const module *tree, const plan_options *o, loom_err *err
     ep_check_model(p, tree);
     int rc = shard_vocab(p, tree, err) || (p->output = flatten(p, tree, NULL, err)) < 0 ? -1 : 0;
     if (!rc && p->o.stage < p->o.pp - 1) p->output = -1; /* what it makes is sent on */
-    if (!rc && p->o.sp) mark_int8_gathers(p);
+    if (!rc && p->o.sp) mark_quantized_gathers(p);
     if (!rc && p->o.async_tp) fuse_async_tp(p);
     if (!rc) rc = assign_buffers(p);
     if (p->oom.msg[0]) { /* a builder ran out of memory: that is the failure, whatever followed */

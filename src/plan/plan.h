@@ -61,7 +61,7 @@ typedef struct plan_value {
     int feat0;             /* first of the model's features this rank's columns hold (sharded values) */
     bool replicated_heads; /* its heads are copies held by several ranks (kv heads < tp) */
     const op *producer;
-    bool int8;              /* holds int8 rows (q8row_floats(width) floats each), for a linear */
+    rows_code code;         /* holds int8 or FP8 rows (kernels.h's rows_floats), for a linear */
     int def_step, last_use; /* step indices, for buffer assignment */
     int buffer;             /* for bases: buffer index */
 } plan_value;
@@ -93,9 +93,11 @@ typedef struct plan_step {
     const module *mod;    /* owning module, for messages and the plan printer */
     int n_in, in[4], out; /* out: -1 for a send */
     bool sum_squares;     /* OP_RMS_NORM across ranks: this step makes the row statistic */
-    /* STEP_GATHER_ROWS, STEP_AG_MATMUL: each rank quantizes its rows to int8 (kernels.h's int8
-     * rows) before the gather, which moves those; its consumer computes on them as they are */
-    bool int8_rows;
+    /* STEP_GATHER_ROWS, STEP_AG_MATMUL: each rank quantizes its rows to int8 or FP8 (kernels.h's
+     * quantized rows) before the gather, which moves those; its consumer computes on them as
+     * they are. FP8 rows are rounded with in_scale, the consumer's static scale (the binder's). */
+    rows_code code;
+    float in_scale;
     bool for_capture; /* STEP_GATHER_ROWS: the whole hidden state for a capture, not a region's entry */
     int capture_slot; /* STEP_CAPTURE: which of the engine's captured values it fills */
     int layer;        /* the decoder layer (0: the stage's first) it belongs to; -1: none */
@@ -138,7 +140,7 @@ typedef struct plan_region {
     step_kind entry, exit; /* the collective at each end (STEP_OP: none) */
     int gathers;           /* under EP: all-gathers of its input for what stays tensor-parallel (shared experts) */
     int completes;         /* under EP: reduce-scatters completing those partial sums before the routed output joins */
-    bool int8_gather;      /* its all-gather moves int8 rows (plan_step.int8_rows) */
+    rows_code gather_code; /* its all-gather moves int8 or FP8 rows (plan_step.code) */
     int gather_width;      /* the columns it gathers */
 } plan_region;
 
@@ -156,6 +158,7 @@ typedef struct plan_options {
     quant_scheme quant;             /* what linears are quantized to at load (--quantization) */
     const quant_config *checkpoint; /* how the checkpoint stores quantized linears (NULL: float) */
     bool exact;                     /* --dtype float32: no linear computes on int8 activations */
+    bool fp8_act;                   /* --fp8-activations: FP8 linears compute on FP8 activations */
     /* values kept after each pass, in capture slots 0.. (speculative decoding's Eagle3): the
      * hidden state entering each of these decoder layers (every token's), then with
      * capture_last the hidden state of the logit rows entering the final norm */

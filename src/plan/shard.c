@@ -61,7 +61,8 @@ static float linear_init(int in) { return sqrtf(3.0f / (float)in); }
  * published story at token 61. */
 quant_scheme shard_scheme(const plan *p, par_style style) {
     if (!p->o.quant.bits || style == PAR_REPLICATED) return (quant_scheme){0};
-    if (style == PAR_VOCAB) return p->o.quant.head ? (quant_scheme){8, 0, true} : (quant_scheme){0};
+    if (style == PAR_VOCAB)
+        return p->o.quant.head ? (quant_scheme){8, 0, true, p->o.quant.code, 0, 0} : (quant_scheme){0};
     return p->o.quant;
 }
 

@@ -42,8 +42,7 @@ static int out_pack(const quant_config *q) {
 
 static int n_groups(const quant_config *q, int cols) { return q->group ? (cols + q->group - 1) / q->group : 1; }
 
-/* The module a linear weight belongs to: `name` without ".weight". */
-static void module_of(const char *name, char *out, size_t cap) {
+void ckpt_module_of(const char *name, char *out, size_t cap) {
     snprintf(out, cap, "%s", name);
     size_t n = strlen(out);
     if (n > 7 && !strcmp(out + n - 7, ".weight")) out[n - 7] = 0;
@@ -52,19 +51,17 @@ static void module_of(const char *name, char *out, size_t cap) {
 bool quant_checkpoint_applies(const quant_config *q, const char *name, par_style style) {
     if (!q->format || style == PAR_REPLICATED) return false;
     char mod[256];
-    module_of(name, mod, sizeof mod);
-    size_t n = strlen(mod);
-    for (int i = 0; i < q->n_ignore; i++) {
-        size_t k = strlen(q->ignore[i]);
-        if (!strcmp(mod, q->ignore[i]) || (k < n && mod[n - k - 1] == '.' && !strcmp(mod + n - k, q->ignore[i])))
-            return false;
-    }
-    if (style == PAR_VOCAB) return q->format == QF_GPTQ ? q->lm_head : q->format != QF_AWQ;
+    ckpt_module_of(name, mod, sizeof mod);
+    if (quant_config_ignores(q, mod)) return false;
+    /* GPTQ says; AWQ and the fp8 method never quantize the head (vLLM's lm_head takes no
+     * quantization from them); compressed-tensors does unless its ignore list names it */
+    if (style == PAR_VOCAB) return q->format == QF_GPTQ ? q->lm_head : q->format != QF_AWQ && q->format != QF_FP8;
     return true;
 }
 
 int quant_checkpoint_check(const quant_config *q, const char *name, int rows, int cols, int r0, int nr, int c0, int nc,
                            loom_err *err) {
+    if (quant_format_fp8(q->format)) return 0; /* a code a byte, scales per row or block: any split (fp8.c) */
     int ip = in_pack(q), op = out_pack(q);
     if (q->group && cols % q->group)
         return loom_errf(err, "%s: quantization_config.group_size %d does not divide its %d input features", name,
@@ -93,11 +90,12 @@ static const char *packed_suffix(const quant_config *q) {
     case QF_GPTQ:
     case QF_AWQ: return "qweight";
     case QF_CT_PACKED: return "weight_packed";
-    default: return "weight_scale"; /* int-quantized keeps "weight", as int8 beside its scale */
+    case QF_FP8: return q->fp8_scale == FP8_BLOCK ? "weight_scale_inv" : "weight_scale";
+    default: return "weight_scale"; /* int- and float-quantized keep "weight" beside its scale */
     }
 }
 
-static const st_tensor *part(weight_store *ws, const char *mod, const char *suffix, const char **file) {
+const st_tensor *ckpt_part(weight_store *ws, const char *mod, const char *suffix, const char **file) {
     char full[300];
     snprintf(full, sizeof full, "%s.%s", mod, suffix);
     return weights_tensor(ws, full, file);
@@ -105,8 +103,13 @@ static const st_tensor *part(weight_store *ws, const char *mod, const char *suff
 
 bool quant_checkpoint_has(weight_store *ws, const quant_config *q, const char *name) {
     char mod[256];
-    module_of(name, mod, sizeof mod);
-    return !ws->dummy && part(ws, mod, packed_suffix(q), NULL);
+    ckpt_module_of(name, mod, sizeof mod);
+    if (ws->dummy) return false;
+    if (quant_format_fp8(q->format)) { /* FP8 weights without their scale: the reader names it */
+        const st_tensor *w = ckpt_part(ws, mod, "weight", NULL);
+        if (w && (w->dtype == DT_F8_E4M3 || w->dtype == DT_F8_E5M2)) return true;
+    }
+    return ckpt_part(ws, mod, packed_suffix(q), NULL);
 }
 
 /* A reader of one matrix's slice. */
@@ -123,7 +126,7 @@ enum { ANY_FLOAT = -1 };
 static int need(weight_store *ws, const char *mod, const char *suffix, int dt, int64_t d0, int64_t d1, bool optional,
                 const st_tensor **out, loom_err *err) {
     const char *file = ws->dir;
-    const st_tensor *t = *out = part(ws, mod, suffix, &file);
+    const st_tensor *t = *out = ckpt_part(ws, mod, suffix, &file);
     if (!t) return optional ? 0 : loom_errf(err, "%s: missing tensor '%s.%s'", ws->dir, mod, suffix);
     bool dt_ok =
         dt == ANY_FLOAT ? t->dtype == DT_F32 || t->dtype == DT_F16 || t->dtype == DT_BF16 : (int)t->dtype == dt;
@@ -151,7 +154,7 @@ static uint32_t word(const st_tensor *t, size_t i) {
 
 static unsigned field(uint32_t w, int index, int bits) { return (w >> (index * bits)) & ((1u << bits) - 1); }
 
-static float real(const st_tensor *t, size_t i) {
+float ckpt_real(const st_tensor *t, size_t i) {
     const uint8_t *p = (const uint8_t *)t->data;
     uint16_t h;
     float f;
@@ -180,7 +183,7 @@ static int ckpt_row(void *ctx, int r, uint8_t *codes, float *scale, float *zero,
     }
     bool by_group_rows = q->format == QF_GPTQ || q->format == QF_AWQ; /* scales [groups, out] vs [out, groups] */
     for (int g = 0; g < k->groups; g++) {
-        scale[g] = real(k->s, by_group_rows ? (size_t)g * rows + o : (size_t)o * k->groups + g);
+        scale[g] = ckpt_real(k->s, by_group_rows ? (size_t)g * rows + o : (size_t)o * k->groups + g);
         if (!isfinite(scale[g])) return loom_errf(err, "scale of output %d, group %d is not finite", o, g);
         if (!k->z) {
             zero[g] = (float)mid;
@@ -220,9 +223,10 @@ static int32_t *read_g_idx(const st_tensor *t, const char *mod, const char *suff
 int quant_checkpoint_get(weight_store *ws, const quant_config *q, const char *name, int rows, int cols, int r0, int nr,
                          int c0, int nc, wmat *out, loom_err *err) {
     if (qmat_find(ws, name, r0, nr, c0, nc, out)) return 0;
+    if (quant_format_fp8(q->format)) return fp8_checkpoint_get(ws, q, name, rows, cols, r0, nr, c0, nc, out, err);
     if (quant_checkpoint_check(q, name, rows, cols, r0, nr, c0, nc, err)) return -1;
     char mod[256];
-    module_of(name, mod, sizeof mod);
+    ckpt_module_of(name, mod, sizeof mod);
     int G = n_groups(q, cols), ip = in_pack(q), op = out_pack(q);
     ckpt k = {q, rows, cols, r0, c0, nc, G, NULL, NULL, NULL};
     const st_tensor *gi = NULL, *shape = NULL;

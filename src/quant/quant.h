@@ -1,4 +1,4 @@
-/* Quantized weights: the one home of integer weight formats. A quantized linear reaches the
+/* Quantized weights: the one home of integer and FP8 weight formats. A quantized linear reaches the
  * kernels as a wmat whose `q` describes loom's own packed layout (tensor/tensor.h's qlayout), whatever the
  * checkpoint stored: each format's reader (online.c for float checkpoints and dummy weights)
  * turns its tensors into integer codes, scales and zero points, and qmat.c repacks them.
@@ -28,6 +28,9 @@ typedef struct qsource {
     void *ctx;
     int (*chunk)(void *ctx, int r0, int n, loom_err *err);
     int (*row)(void *ctx, int r, uint8_t *codes, float *scale, float *zero, loom_err *err);
+    enum qcode code; /* what the codes are (FP8 ones: bits 8, zero points unused) */
+    float in_scale;  /* FP8: the activation scheme, as qlayout keeps it */
+    int in_group;
 } qsource;
 
 /* Builds the packed matrix of src's rows (owned by the store) into out. */

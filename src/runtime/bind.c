@@ -4,6 +4,7 @@
  * else it is quantized at load where --quantization says (quant/online.c), else it is kept as
  * stored (mapped where its dtype allows). Binding a layer is where the time of loading goes,
  * so it reports progress by decoder layer. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -21,7 +22,18 @@
  * a 1B model's bytes with an 8-bit head (--quantize-lm-head). */
 static enum wact act_for(const weight_store *ws, const weight_ref *r, const wmat *w) {
     if (ws->exact || r->style == PAR_REPLICATED) return WACT_F32;
+    if (w->q && w->q->code != QCODE_UINT) return ws->fp8_act ? WACT_FP8 : WACT_F32; /* FP8: exact in the weight */
     return w->q ? WACT_INT8 : w->dt == DT_BF16 ? WACT_BF16 : WACT_F32;
+}
+
+/* A linear's parts on FP8 activations with static scales quantize their one input with the
+ * largest of their scales, as vLLM's fused q/k/v and gate/up do. */
+static void share_input_scale(plan_step *s) {
+    float most = 0;
+    for (int i = 0; i < s->op->lin->n_parts; i++)
+        if (s->w[i].act == WACT_FP8 && s->w[i].q->in_scale > most) most = s->w[i].q->in_scale;
+    for (int i = 0; i < s->op->lin->n_parts; i++)
+        if (s->w[i].act == WACT_FP8) s->w[i].in_scale = most;
 }
 
 static int read_tensor(const plan *p, weight_store *ws, const weight_ref *r, wmat *out, loom_err *err) {
@@ -43,6 +55,7 @@ static int read_tensor(const plan *p, weight_store *ws, const weight_ref *r, wma
 static int read_weight(const plan *p, weight_store *ws, const weight_ref *r, wmat *out, loom_err *err) {
     if (read_tensor(p, ws, r, out, err)) return -1;
     if (r->kind == WEIGHT_LINEAR) out->act = act_for(ws, r, out);
+    if (out->act == WACT_FP8) out->in_scale = out->q->in_scale;
     return 0;
 }
 
@@ -70,22 +83,54 @@ static int bind_experts(const plan *p, plan_step *s, weight_store *ws, loom_err 
         for (int j = 0; j < 3; j++)
             if (read_weight(p, ws, &w[j], &s->experts[3 * i + j], err)) return -1;
     }
+    /* static FP8 input scales (zero otherwise): as vLLM's, one for all of a rank's experts, the
+     * largest of gate and up's (whose input they share) and of down's */
+    wmat *e = s->experts;
+    float gate_up = 0, down = 0;
+    for (int i = 0; i < s->n_experts; i++)
+        gate_up = fmaxf(gate_up, fmaxf(e[3 * i].in_scale, e[3 * i + 1].in_scale)),
+        down = fmaxf(down, e[3 * i + 2].in_scale);
+    for (int i = 0; i < s->n_experts; i++)
+        e[3 * i].in_scale = e[3 * i + 1].in_scale = gate_up, e[3 * i + 2].in_scale = down;
     return 0;
 }
 
-/* A linear the planner gave int8 rows (plan.c's takes_int8_rows, from the configuration) must
- * compute on them: each part quantized, in its input's column order. A checkpoint whose
- * configuration says a linear is quantized but whose file holds it in float fails here. */
-static int check_int8_input(const plan *p, const plan_step *s, loom_err *err) {
-    bool int8_in = s->kind == STEP_AG_MATMUL ? s->int8_rows : s->kind == STEP_OP && p->values[s->in[0]].int8;
-    if (!int8_in) return 0;
-    for (int i = 0; i < s->op->lin->n_parts; i++)
-        if (!int8_rows_fit(&s->w[i]))
+/* A linear the planner gave quantized rows (plan.c's takes_quantized_rows, from the
+ * configuration) must compute on them: int8 rows need each part integer-quantized in its
+ * input's column order, FP8 rows each part FP8 with the static input scale they are rounded
+ * with. A checkpoint whose configuration says so but whose file holds it otherwise fails here. */
+static int check_quantized_input(const plan *p, const plan_step *s, loom_err *err) {
+    rows_code code = s->kind == STEP_AG_MATMUL ? s->code : s->kind == STEP_OP ? p->values[s->in[0]].code : ROWS_F32;
+    for (int i = 0; code && i < s->op->lin->n_parts; i++) {
+        const wmat *w = &s->w[i];
+        if (code == ROWS_INT8 && !int8_rows_fit(w))
             return loom_errf(err,
                              "%s: its configuration has it quantized in column order, so the plan gathers int8 rows "
                              "for it, but the checkpoint holds it otherwise (run with --dtype float32)",
                              s->weight[i].name);
+        if (code == ROWS_FP8 && !(w->act == WACT_FP8 && w->in_scale > 0))
+            return loom_errf(err,
+                             "%s: its configuration gives it FP8 weights with a static input scale, so the plan "
+                             "gathers FP8 rows for it, but the checkpoint holds it otherwise (run without "
+                             "--fp8-activations)",
+                             s->weight[i].name);
+    }
     return 0;
+}
+
+/* A gather of FP8 rows rounds them with the scale its consumer computes with (the linear that
+ * alone reads its output; bound later in the plan's order). */
+static void gather_scales(plan *p) {
+    for (int i = 0; i < p->n_steps; i++) {
+        plan_step *s = &p->steps[i];
+        if (s->kind == STEP_AG_MATMUL && s->code == ROWS_FP8) s->in_scale = s->w[0].in_scale;
+        if (s->kind != STEP_GATHER_ROWS || s->code != ROWS_FP8) continue;
+        for (int j = i + 1; j < p->n_steps; j++)
+            if (p->steps[j].kind == STEP_OP && p->steps[j].n_in && p->steps[j].in[0] == s->out) {
+                s->in_scale = p->steps[j].w[0].in_scale;
+                break;
+            }
+    }
 }
 
 static int bind_step(const plan *p, plan_step *s, weight_store *ws, loom_err *err) {
@@ -93,7 +138,8 @@ static int bind_step(const plan *p, plan_step *s, weight_store *ws, loom_err *er
         if (s->weight[i].kind && read_weight(p, ws, &s->weight[i], &s->w[i], err)) return -1;
         if (read_vector(p, ws, &s->bias_ref[i], &s->bias[i], err)) return -1;
     }
-    if (s->op && s->op->kind == OP_LINEAR && check_int8_input(p, s, err)) return -1;
+    if (s->op && s->op->kind == OP_LINEAR) share_input_scale(s);
+    if (s->op && s->op->kind == OP_LINEAR && check_quantized_input(p, s, err)) return -1;
     if (read_vector(p, ws, &s->norm_ref, &s->norm_w, err) ||
         read_vector(p, ws, &s->route_bias_ref, &s->route_bias, err))
         return -1;
@@ -105,7 +151,7 @@ static int bind_step(const plan *p, plan_step *s, weight_store *ws, loom_err *er
         int kv_lora = s->attn.mla.kv_lora, cols = s->w[0].rows;
         float *t = weights_buffer(ws, (size_t)kv_lora * cols * sizeof *t, "kv_b_proj's transpose", err);
         if (!t || linear_transpose(&s->w[0], t)) return t ? kernel_scratch_check(err) : -1;
-        s->w[1] = (wmat){DT_F32, kv_lora, cols, cols, t, NULL, WACT_F32};
+        s->w[1] = (wmat){DT_F32, kv_lora, cols, cols, t, NULL, WACT_F32, 0};
     }
     return 0;
 }
@@ -125,5 +171,6 @@ int bind_plan(plan *p, weight_store *ws, bool progress, loom_err *err) {
         if (bind_step(p, s, ws, err)) return s->mod ? loom_err_prefix(err, "%s", s->mod->name) : -1;
     }
     for (; progress && done < p->layers; done++) report_progress(done + 1, p->n_layers);
+    gather_scales(p);
     return 0;
 }

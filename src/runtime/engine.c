@@ -49,6 +49,7 @@ plan_options engine_plan_options(const loom_model *m, const loom_engine_options 
                        .quant = m->ws.quant,
                        .checkpoint = &m->cfg.quant,
                        .exact = m->ws.exact,
+                       .fp8_act = m->ws.fp8_act,
                        .pp = pp,
                        .stage = stage,
                        .layer0 = layer0,

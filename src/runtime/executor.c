@@ -56,18 +56,18 @@ static int alloc_moe_scratch(executor *x, loom_err *err) {
     return 0;
 }
 
-/* The widest shard of rows any plan quantizes before a gather of int8 rows. */
-static int alloc_int8_send(executor *x, loom_err *err) {
+/* The widest shard of rows any plan quantizes before a gather of quantized rows. */
+static int alloc_quant_send(executor *x, loom_err *err) {
     size_t floats = 0, shard = (size_t)(x->max_tokens + x->comm->size - 1) / x->comm->size;
     for (int i = 0; i < x->n_plans; i++)
         for (int j = 0; j < x->plans[i].p.n_steps; j++) {
             const plan_step *s = &x->plans[i].p.steps[j];
-            size_t f = s->int8_rows ? shard * q8row_floats(x->plans[i].p.values[s->in[0]].width) : 0;
+            size_t f = s->code ? shard * rows_floats(s->code, x->plans[i].p.values[s->in[0]].width) : 0;
             if (f > floats) floats = f;
         }
     if (!floats) return 0;
     x->activation_bytes += floats * sizeof(float);
-    return (x->int8_send = mem_aligned(floats * sizeof(float), "the int8 rows sent to a gather", err)) ? 0 : -1;
+    return (x->quant_send = mem_aligned(floats * sizeof(float), "the quantized rows sent to a gather", err)) ? 0 : -1;
 }
 
 int executor_init(executor *x, const float *inv_freq, int half, float rope_factor, loom_err *err) {
@@ -95,7 +95,7 @@ int executor_init(executor *x, const float *inv_freq, int half, float rope_facto
         if (!(x->capture[j] = mem_aligned(bytes, "the captured hidden states", err))) return -1;
         x->activation_bytes += bytes;
     }
-    if (alloc_moe_scratch(x, err) || alloc_int8_send(x, err) ||
+    if (alloc_moe_scratch(x, err) || alloc_quant_send(x, err) ||
         ep_init(&x->ep, p, x->ep_comm->size, x->comm->size, x->max_tokens, &x->activation_bytes, err))
         return -1;
     return rope_table_init(&x->rope, inv_freq, half, rope_factor, x->max_ctx, err);
@@ -111,7 +111,7 @@ void executor_free(executor *x) {
     free(x->kv);
     rope_table_free(&x->rope);
     moe_scratch_free(&x->moe);
-    free(x->int8_send);
+    free(x->quant_send);
     for (int j = 0; j < x->n_capture; j++) free(x->capture[j]);
     ep_free(&x->ep);
 }
@@ -126,11 +126,11 @@ static int value_rows(const executor *x, const plan_value *v, const loom_batch *
     return b->n_tokens;
 }
 
-/* This rank's shard rows of w columns as int8 rows in x->int8_send, for a gather of int8 rows
- * (plan_step.int8_rows); their stride in floats, which is also the width the gather moves. */
-static size_t quantize_shard(executor *x, const float *in, size_t ldi, int shard, int w) {
-    size_t qw = q8row_floats(w);
-    quantize_rows_q8(in, ldi, shard, w, x->int8_send, qw);
+/* This rank's shard rows of w columns as step s's quantized rows in x->quant_send, for a gather
+ * of them (plan_step.code); their stride in floats, which is also the width the gather moves. */
+static size_t quantize_shard(executor *x, const plan_step *s, const float *in, size_t ldi, int shard, int w) {
+    size_t qw = rows_floats(s->code, w);
+    quantize_rows(s->code, in, ldi, shard, w, s->in_scale, x->quant_send, qw);
     return qw;
 }
 
@@ -153,9 +153,9 @@ static int run_collective(executor *x, const plan_step *s, const loom_batch *b, 
         rc = comm_reduce_scatter_rows(x->comm, in, ldi, out, ldo, t_pad, w, err);
         break;
     case STEP_GATHER_ROWS:
-        if (s->int8_rows) { /* this rank's rows quantized, then the gather moves those (plan.c) */
-            size_t qw = quantize_shard(x, in, ldi, shard, w);
-            rc = comm_all_gather_rows(x->comm, x->int8_send, qw, out, ldo, shard, (int)qw, err);
+        if (s->code) { /* this rank's rows quantized, then the gather moves those (plan.c) */
+            size_t qw = quantize_shard(x, s, in, ldi, shard, w);
+            rc = comm_all_gather_rows(x->comm, x->quant_send, qw, out, ldo, shard, (int)qw, err);
         } else {
             rc = comm_all_gather_rows(x->comm, in, ldi, out, ldo, shard, w, err);
         }
@@ -199,7 +199,8 @@ static void gather_gemm(void *ctx, const float *x, size_t ldx, int row0, int row
     int n = g->tokens - row0 < rows ? g->tokens - row0 : rows;
     for (int i = 0; i < g->s->op->lin->n_parts; i++) {
         float *y = g->out + (size_t)row0 * g->ldo + g->s->col[i];
-        if (g->s->int8_rows) linear_int8_rows(x, ldx, n, g->tokens, &g->s->w[i], g->s->bias[i], y, g->ldo);
+        if (g->s->code)
+            linear_quantized_rows(g->s->code, x, ldx, n, g->chunk, g->tokens, &g->s->w[i], g->s->bias[i], y, g->ldo);
         else linear_chunked(x, ldx, n, g->chunk, g->tokens, &g->s->w[i], g->s->bias[i], y, g->ldo);
     }
 }
@@ -222,9 +223,9 @@ static int run_fused(executor *x, const plan_step *s, const loom_batch *b, loom_
     loom_comm_set_phase(x->comm, "%s in %s", step_kind_name(s->kind), s->mod->name);
     double t0 = omp_get_wtime();
     int w = x->cur->p.values[s->in[0]].width;
-    if (s->kind == STEP_AG_MATMUL && s->int8_rows) { /* quantized before the gather, as a plain gather does */
-        ldi = quantize_shard(x, in, ldi, shard, w);
-        in = x->int8_send, w = (int)ldi;
+    if (s->kind == STEP_AG_MATMUL && s->code) { /* quantized before the gather, as a plain gather does */
+        ldi = quantize_shard(x, s, in, ldi, shard, w);
+        in = x->quant_send, w = (int)ldi;
     }
     int rc = s->kind == STEP_AG_MATMUL
                  ? comm_all_gather_matmul(x->comm, in, ldi, shard, w, gather_gemm, &g, err)
@@ -268,16 +269,17 @@ static void run_step(executor *x, const plan_step *s, const loom_batch *b) {
          * every mode hands the BLAS the same GEMM shapes and TP, SP and async TP agree bit for
          * bit by construction. */
         bool sharded = o->lin->style == PAR_COLUMN || o->lin->style == PAR_ROW;
-        bool int8_in = x->cur->p.values[s->in[0]].int8; /* gathered as int8 rows */
+        rows_code code = x->cur->p.values[s->in[0]].code; /* gathered as quantized rows */
         int block = sharded ? round_up(rows, x->comm->size) / x->comm->size : rows;
         for (int r0 = 0; r0 < rows; r0 += block) {
             int m = rows - r0 < block ? rows - r0 : block;
             for (int i = 0; i < o->lin->n_parts; i++) {
                 float *y = out + (size_t)r0 * ldo + s->col[i];
-                if (int8_in) linear_int8_rows(in0 + (size_t)r0 * ld0, ld0, m, rows, &s->w[i], s->bias[i], y, ldo);
-                else
-                    linear_chunked(in0 + (size_t)r0 * ld0, ld0, m, comm_chunk_rows(x->comm, block), rows, &s->w[i],
-                                   s->bias[i], y, ldo);
+                int chunk = comm_chunk_rows(x->comm, block);
+                if (code)
+                    linear_quantized_rows(code, in0 + (size_t)r0 * ld0, ld0, m, chunk, rows, &s->w[i], s->bias[i], y,
+                                          ldo);
+                else linear_chunked(in0 + (size_t)r0 * ld0, ld0, m, chunk, rows, &s->w[i], s->bias[i], y, ldo);
             }
         }
         break;

@@ -44,8 +44,8 @@ typedef struct executor {
     const int32_t *kv_tables;
     kv_layer *kv; /* indexed by layer */
     rope_table rope;
-    moe_scratch moe;  /* shared by the MoE steps */
-    float *int8_send; /* this rank's rows quantized for a gather of int8 rows (plan_step.int8_rows) */
+    moe_scratch moe;   /* shared by the MoE steps */
+    float *quant_send; /* this rank's rows quantized for a gather of quantized rows (plan_step.code) */
     expert_parallel ep;
     /* the values the plans keep after a pass (plan_options' capture): slot j holds
      * capture_rows rows of capture_width columns, filled from row capture_row0 on (a pipeline

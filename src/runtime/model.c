@@ -113,8 +113,14 @@ static int checkpoint_quantization(loom_model *m, bool dummy, loom_err *err) {
                          "%s: the checkpoint is already quantized (%s, %d-bit); --quantization applies to float "
                          "checkpoints",
                          m->source, quant_format_name(q->format), q->bits);
-    if (dummy) {
-        m->ws.quant = (quant_scheme){q->bits, q->group, q->format == QF_GPTQ ? q->lm_head : false};
+    if (dummy) { /* FP8 blocks become groups of a block's columns: the same bytes and work a row */
+        bool fp8 = quant_format_fp8(q->format);
+        m->ws.quant = (quant_scheme){q->bits,
+                                     fp8 ? q->fp8_block[1] : q->group,
+                                     q->format == QF_GPTQ ? q->lm_head : false,
+                                     fp8 ? QCODE_E4M3 : QCODE_UINT,
+                                     fp8 && q->fp8_act == FP8_ACT_STATIC ? DUMMY_INPUT_SCALE : 0,
+                                     fp8 && q->fp8_act == FP8_ACT_GROUP ? q->act_group : 0};
         q->format = QF_NONE;
     }
     return 0;
@@ -128,6 +134,9 @@ loom_model *loom_model_load(const loom_model_options *o, loom_err *err) {
         int rc = parse_dtype(&m->ws, o->dtype, m->cfg.dtype, o->dummy, err);
         m->progress = o->progress;
         if (rc == 0) rc = quant_scheme_parse(&m->ws.quant, o->quantization, o->quant_group, o->quantize_lm_head, err);
+        if (rc == 0 && o->fp8_activations && m->ws.exact)
+            rc = loom_errf(err, "--fp8-activations rounds every FP8 linear's input; it cannot go with --dtype float32");
+        m->ws.fp8_act = o->fp8_activations;
         if (rc == 0) rc = checkpoint_quantization(m, o->dummy, err);
         if (rc == 0) return m;
     }

@@ -251,9 +251,12 @@ static void print_sp(FILE *f, const plan *p) {
             continue;
         }
         char in[160] = "all-gather in";
-        if (r->int8_gather) /* plan.c's mark_int8_gathers */
-            snprintf(in, sizeof in, "all-gather of int8 rows in (%zu bytes a token, fp32 %zu)",
-                     q8row_floats(r->gather_width) * sizeof(float), (size_t)r->gather_width * sizeof(float));
+        if (r->gather_code) /* plan.c's mark_quantized_gathers */
+            snprintf(in, sizeof in, "all-gather of %s rows in (%zu bytes a token, fp32 %zu)",
+                     r->gather_code == ROWS_FP8 ? "FP8 (E4M3, static scale)" : "int8",
+                     r->gather_code == ROWS_FP8 ? (size_t)r->gather_width
+                                                : q8row_floats(r->gather_width) * sizeof(float),
+                     (size_t)r->gather_width * sizeof(float));
         fprintf(f, "  region %-28s %s, reduce-scatter out: %s%s\n", r->mod->name, in,
                 strcmp(r->mod->kind, "moe") ? "" : "mixture of experts (a reducer, like a row-parallel linear), ",
                 r->verified ? "verified (partial sums reach the exit only through additive, pass-through and "
@@ -270,13 +273,21 @@ static void print_sp(FILE *f, const plan *p) {
 static void print_format(FILE *f, const plan *p, const plan_step *s) {
     quant_scheme q = shard_scheme(p, s->op->lin->style);
     const quant_config *cq = p->o.checkpoint;
-    if (cq && quant_checkpoint_applies(cq, s->op->lin->parts[0].weight, s->op->lin->style)) {
+    const char *kind = q.code ? "fp8" : q.bits == 4 ? "int4" : "int8";
+    if (cq && quant_format_fp8(cq->format) &&
+        quant_checkpoint_applies(cq, s->op->lin->parts[0].weight, s->op->lin->style)) {
+        static const char *act[] = {"weight-only", "static activation scale", "dynamic per token", "dynamic per group"};
+        fprintf(f, "  (%s FP8, ", quant_format_name(cq->format));
+        if (cq->fp8_scale == FP8_BLOCK) fprintf(f, "blocks of %dx%d", cq->fp8_block[0], cq->fp8_block[1]);
+        else fputs(cq->fp8_scale == FP8_CHANNEL ? "per channel" : "per tensor", f);
+        fprintf(f, ", %s)", act[cq->fp8_act]);
+    } else if (cq && quant_checkpoint_applies(cq, s->op->lin->parts[0].weight, s->op->lin->style)) {
         fprintf(f, "  (%s int%d, ", quant_format_name(cq->format), cq->bits);
         if (cq->group) fprintf(f, "groups of %d%s)", cq->group, cq->act_order ? ", act-order" : "");
         else fputs("per channel)", f);
     } else if (!q.bits) fputs("  (float)", f);
-    else if (q.group) fprintf(f, "  (int%d, groups of %d)", q.bits, q.group);
-    else fprintf(f, "  (int%d, per channel)", q.bits);
+    else if (q.group) fprintf(f, "  (%s, groups of %d)", kind, q.group);
+    else fprintf(f, "  (%s, per channel)", kind);
 }
 
 static void print_async(FILE *f, const plan *p) {
@@ -300,7 +311,7 @@ static void print_async(FILE *f, const plan *p) {
             fprintf(f, "%s%.*s", j ? "+" : "", len, start);
         }
         print_format(f, p, s);
-        if (s->int8_rows) fputs(", gathers int8 rows", f);
+        if (s->code) fprintf(f, ", gathers %s rows", s->code == ROWS_FP8 ? "FP8" : "int8");
         fputc('\n', f);
     }
     for (int i = 0; i < p->n_unfused; i++) fprintf(f, "  not fused: %s\n", p->unfused[i]);

@@ -7,7 +7,7 @@
 #include <stdint.h>
 
 /* Element types, as safetensors names them (dtype_name). */
-enum dtype { DT_F32, DT_F16, DT_BF16, DT_I64, DT_I32, DT_I16, DT_I8, DT_U8, DT_BOOL, DT_F64 };
+enum dtype { DT_F32, DT_F16, DT_BF16, DT_I64, DT_I32, DT_I16, DT_I8, DT_U8, DT_BOOL, DT_F64, DT_F8_E4M3, DT_F8_E5M2 };
 size_t dtype_size(enum dtype d);
 const char *dtype_name(enum dtype d);
 /* The dtype safetensors calls `name` ("BF16"); false if there is none. */
@@ -23,18 +23,28 @@ bool dtype_from_name(const char *name, enum dtype *d);
  * features reordered so that each quantization group is contiguous (act-order checkpoints
  * number groups out of column order), each group padded with zero codes to whole blocks:
  * packed column p holds input column col_of[p] (-1: padding, which meets a zero input). */
+/* What a packed code means: an unsigned integer, the weight (q - zero) * scale; or an FP8
+ * number (tensor/fp8.h), the weight fp8(q) * scale with no zero point. */
+enum qcode { QCODE_UINT, QCODE_E4M3, QCODE_E5M2 };
+
 typedef struct qlayout {
-    int bits;                 /* 4 or 8 */
+    int bits;                 /* 4 or 8 (FP8 codes: 8) */
     int kp;                   /* packed columns per row */
     int n_groups;             /* groups this matrix holds (a row-parallel shard: its share) */
     const int32_t *group_end; /* [n_groups]: the packed column where each group ends */
     const int32_t *col_of;    /* [kp]; NULL when packed column p is input column p (kp == cols) */
     const float *sz;          /* [rows][n_groups][2]: scale, zero point */
+    enum qcode code;
+    /* FP8 checkpoints, for FP8 activations (WACT_FP8): the stored activation scale (0:
+     * dynamic), and with a dynamic one the columns each scale covers (0: the whole row) */
+    float in_scale;
+    int in_group;
 } qlayout;
 
 /* What a linear's input rows are rounded to before the product (--dtype): nothing (exact fp32),
- * bf16 for bf16 weights, int8 codes with fp32 scales for quantized ones. */
-enum wact { WACT_F32, WACT_BF16, WACT_INT8 };
+ * bf16 for bf16 weights, int8 codes with fp32 scales for integer-quantized ones, or FP8 codes
+ * with the checkpoint's activation scales for FP8 ones (--fp8-activations; vLLM's W8A8). */
+enum wact { WACT_F32, WACT_BF16, WACT_INT8, WACT_FP8 };
 
 /* A row-major [rows, cols] matrix with leading dimension ld (elements), f32 or bf16; or, when
  * q is set, quantized: dt DT_U8, ld bytes per packed row, q the layout. act: how it computes. */
@@ -45,6 +55,8 @@ typedef struct wmat {
     const void *data;
     const qlayout *q;
     enum wact act;
+    float in_scale; /* WACT_FP8: the static activation scale (the largest of a fused linear's parts', as vLLM
+                     * takes), 0 for dynamic scales */
 } wmat;
 
 #endif
