@@ -64,7 +64,7 @@ static void compare_reduced(const char *name, const golden *g, const float *exac
         }
         agree += argmax(a, g->vocab) == argmax(b, g->vocab);
     }
-    if (strstr(name, "bf16") && !cpu()->dot_bf16x) /* no bf16 dot product: the exact fallback */
+    if ((strstr(name, "bf16") || !strncmp(name, "fp8_", 4)) && !cpu()->dot_bf16x) /* the exact fallback */
         CHECK(worst == 0, "%s (auto): without bf16 dot products it must compute exactly, yet differs by %.3g", name,
               worst);
     else
@@ -143,7 +143,7 @@ static void run_case_in(const char *name, const char *dir) {
         printf("%-18s float32  max |logit diff| vs transformers: %.2e%s\n", name, worst,
                strstr(dir, "sharded") ? " (sharded checkpoint)" : "");
         bool reduced_weights = strstr(name, "bf16") || strncmp(name, "gptq", 4) == 0 || strncmp(name, "awq", 3) == 0 ||
-                               strncmp(name, "ct_", 3) == 0;
+                               strncmp(name, "ct_", 3) == 0 || strncmp(name, "fp8_", 4) == 0;
         if (reduced_weights && run_dtype(name, dir, "auto", &g, reduced)) {
             compare_reduced(name, &g, exact, reduced);
             compare_hf_bf16(name, &g, reduced);

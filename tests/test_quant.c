@@ -276,10 +276,10 @@ static void check_fp8_case(const char *what, fp8_case *s) {
     float *x = malloc((size_t)M * s->cols * sizeof *x), *y = malloc((size_t)M * s->rows * sizeof *y);
     for (int i = 0; i < M * s->cols; i++) x[i] = (float)((int)(mix((uint32_t)i * 3 + 1) % 2001) - 1000) / 250.0f;
     static const int ms[] = {1, 2, 9, M};
-    double worst = 0, worst_q[3] = {0}, worst_bound[3] = {0};
+    double worst = 0, worst_q[3] = {0}, worst_bound[3] = {0}, worst_bf16 = 0;
     const char *modes[3] = {"static", "per token", "per group of 64"};
-    for (int mode = -1; mode < 3; mode++) {
-        w.act = mode < 0 ? WACT_F32 : WACT_FP8;
+    for (int mode = -2; mode < 3; mode++) { /* -2: bf16 activations, -1: exact, then FP8's three */
+        w.act = mode == -2 ? WACT_BF16 : mode < 0 ? WACT_F32 : WACT_FP8;
         w.in_scale = mode == 0 ? 0.008f : 0;
         ((qlayout *)w.q)->in_group = mode == 2 ? 64 : 0;
         for (size_t t = 0; t < sizeof ms / sizeof ms[0]; t++) {
@@ -307,7 +307,8 @@ static void check_fp8_case(const char *what, fp8_case *s) {
                         bound += fabs(wv) * (fabs(xv) / 16 + sg / 1024);
                     }
                     double e = fabs(y[(size_t)i * s->rows + r] - ref) / (mag > 0 ? mag : 1);
-                    if (mode < 0) worst = fmax(worst, e);
+                    if (mode == -2) worst_bf16 = fmax(worst_bf16, e / (0x1p-9 + 1e-5));
+                    else if (mode < 0) worst = fmax(worst, e);
                     else {
                         worst_q[mode] = fmax(worst_q[mode], e);
                         worst_bound[mode] = fmax(worst_bound[mode], fabs(y[(size_t)i * s->rows + r] - exact) / bound);
@@ -317,6 +318,10 @@ static void check_fp8_case(const char *what, fp8_case *s) {
         }
     }
     CHECK(worst < 1e-6, "%s: relative error %.3g against the exact reference", what, worst);
+    /* bf16 activations: each input moves by at most 2^-9 of itself (exact where the variant has
+     * no dot_fp8x), plus fp32 rounding */
+    CHECK(worst_bf16 <= 1, "%s, bf16 activations: error %.3g of the bound", what, worst_bf16);
+    printf("%-48s bf16 activations: %.2f of the bound\n", what, worst_bf16);
     printf("%-48s kp %d of %d columns, %d groups held, exact: worst relative error %.1e\n", what, w.q->kp, s->cols,
            w.q->n_groups, worst);
     for (int mode = 0; mode < 3; mode++) {

@@ -52,6 +52,11 @@ typedef struct cpu_kernels {
      * weights compute exactly instead). */
     void (*dot_q8)(const q8row *x, int nr, const uint8_t *w, const struct qlayout *q, const float *sz, float y[4]);
     void (*dot_bf16x)(const uint16_t *const *x, int nr, const uint16_t *const *w, int nw, int k, float y[2][4]);
+    /* dot_fp8x: bf16 activations (in the packed column order) against one row of FP8 codes
+     * (qlayout.code), widened to bf16 exactly, fp32 sums per group times the group's scale;
+     * NULL where dot_bf16x is (FP8 weights then compute exactly). */
+    void (*dot_fp8x)(const uint16_t *const *x, int nr, const uint8_t *w, const struct qlayout *q, const float *sz,
+                     float y[4]);
     /* On x86 (NULL elsewhere), dot_q8 as a tile: y[r * 8 + j] = x[r] . row j of eight
      * quantized rows w[j] (scales and zero points sz[j]), nr 1 to 8, with the rows in the
      * vector lanes, so each block is scaled once for all eight. Every way of summing, in every

@@ -386,6 +386,56 @@ static void dot_bf16x(const uint16_t *const *x, int nr, const uint16_t *const *w
     else DOT_BF16X_NR(1)
 #undef DOT_BF16X_NR
 }
+
+/* One row of FP8 codes (a quantized matrix's packed row, groups of whole QBLOCKs) against nr (1
+ * to 4) rows of bf16 activations: each block's codes widened to bf16 exactly in registers
+ * (vload_fp8_bf16x), one bf16 dot product per block and input row into a group's fp32 sums
+ * (blocks alternating between two), each group's sum times its scale into the row's. The
+ * weights are exact and the sums fp32: only the input's bf16 rounding differs from exact. */
+static inline __attribute__((always_inline)) void dot_fp8x_row(const uint16_t *const *x, int nr, const uint8_t *w,
+                                                               int e5m2, const qlayout *q, const float *sz,
+                                                               float y[4]) {
+    vf total[4];
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; r++) total[r] = vset1(0.0f);
+    for (int g = 0, c = 0; g < q->n_groups; g++) {
+        vf a[4][2];
+#pragma GCC unroll 4
+        for (int r = 0; r < 4; r++) a[r][0] = a[r][1] = vset1(0.0f);
+        int end = q->group_end[g];
+        for (; c + 2 * QBLOCK <= end; c += 2 * QBLOCK)
+#pragma GCC unroll 2
+            for (int u = 0; u < 2; u++) {
+                vbf wv = vload_fp8_bf16x(w + c + u * QBLOCK, e5m2);
+#pragma GCC unroll 4
+                for (int r = 0; r < nr; r++) a[r][u] = vdot_bf16(a[r][u], vload_bf16x(x[r] + c + u * QBLOCK), wv);
+            }
+        if (c < end) {
+            vbf wv = vload_fp8_bf16x(w + c, e5m2);
+#pragma GCC unroll 4
+            for (int r = 0; r < nr; r++) a[r][0] = vdot_bf16(a[r][0], vload_bf16x(x[r] + c), wv);
+            c += QBLOCK;
+        }
+#pragma GCC unroll 4
+        for (int r = 0; r < nr; r++) total[r] = vfma(vadd(a[r][0], a[r][1]), vset1(sz[2 * g]), total[r]);
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < nr; r++) y[r] = vhsum(total[r]);
+}
+
+static void dot_fp8x(const uint16_t *const *x, int nr, const uint8_t *w, const qlayout *q, const float *sz,
+                     float y[4]) {
+#define DOT_FP8X_NR(e5m2)                                                                                              \
+    switch (nr) {                                                                                                      \
+    case 1: dot_fp8x_row(x, 1, w, e5m2, q, sz, y); break;                                                              \
+    case 2: dot_fp8x_row(x, 2, w, e5m2, q, sz, y); break;                                                              \
+    case 3: dot_fp8x_row(x, 3, w, e5m2, q, sz, y); break;                                                              \
+    default: dot_fp8x_row(x, 4, w, e5m2, q, sz, y); break;                                                             \
+    }
+    if (q->code == QCODE_E5M2) DOT_FP8X_NR(1)
+    else DOT_FP8X_NR(0)
+#undef DOT_FP8X_NR
+}
 #endif
 
 static void widen_bf16(const uint16_t *src, float *dst, int n) {
@@ -481,6 +531,7 @@ const cpu_kernels TABLE = {
 #endif
 #if HAS_BF16_DOT
     .dot_bf16x = dot_bf16x,
+    .dot_fp8x = dot_fp8x,
 #endif
     .sum_squares = sum_squares,
     .scale_mul = scale_mul,

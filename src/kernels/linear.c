@@ -335,8 +335,10 @@ static void linear_fp8(const float *x, size_t ldx, bool codes, int m, int chunk,
             scale[r] = fp8_row(x + (size_t)r * ldx, cols, w->in_scale, w->q->in_group, v);
         }
     }
+    /* static and per-token values are E4M3 numbers, which bf16 holds exactly: the bf16 path
+     * (one byte a weight at decode, linear_fp8x) computes them exactly too */
     wmat exact = *w;
-    exact.act = WACT_F32;
+    exact.act = w->q->in_group ? WACT_F32 : WACT_BF16;
     linear_chunked(xq, (size_t)cols, m, chunk, pass_rows, &exact, NULL, y, ldy);
     for (int r = 0; r < m; r++)
         if (scale[r] != 1)
@@ -365,10 +367,55 @@ void linear_quantized_rows(rows_code code, const float *xq, size_t ldq, int m, i
     if (bias) add_rows(y, ldy, bias, 0, y, ldy, m, w->rows);
 }
 
+/* y = x W^T for FP8 W on bf16 activations (--dtype auto, where the variant has dot_fp8x): each
+ * row rounded to bf16. A short pass (decode) streams W once through dot_fp8x, a panel of weight
+ * rows meeting four input rows a call, one byte a weight; a long one (prefill) runs the exact
+ * panels on the rounded rows, so the two differ only in the order of their fp32 sums. */
+static void linear_fp8x(const float *x, size_t ldx, int m, int chunk, int pass_rows, const wmat *w, float *y,
+                        size_t ldy) {
+    static _Thread_local fbuf rounded;
+    int cols = w->cols;
+    if (pass_rows > FEW_ROWS) {
+        float *xr = fbuf_get(&rounded, (size_t)m * cols);
+        if (!xr) return;
+#pragma omp parallel for schedule(static)
+        for (int r = 0; r < m; r++)
+            for (int c = 0; c < cols; c++) xr[(size_t)r * cols + c] = bf16_to_f32(f32_to_bf16(x[(size_t)r * ldx + c]));
+        wmat exact = *w;
+        exact.act = WACT_F32;
+        linear_chunked(xr, (size_t)cols, m, chunk, pass_rows, &exact, NULL, y, ldy);
+        return;
+    }
+    const qlayout *q = w->q;
+    int kp = q->kp;
+    uint16_t *xb;
+    if (!(x = packed_input(x, &ldx, m, w)) || !(xb = (uint16_t *)fbuf_get(&rounded, ((size_t)m * kp + 1) / 2))) return;
+    for (int r = 0; r < m; r++)
+        for (int c = 0; c < kp; c++) xb[(size_t)r * kp + c] = f32_to_bf16(x[(size_t)r * ldx + c]);
+    const cpu_kernels *k = cpu();
+#pragma omp parallel for schedule(static)
+    for (int p = 0; p < (w->rows + PANEL_ROWS - 1) / PANEL_ROWS; p++) {
+        int n1 = (p + 1) * PANEL_ROWS < w->rows ? (p + 1) * PANEL_ROWS : w->rows;
+        for (int r = 0; r < m; r += TILE_ROWS) {
+            int nr = m - r < TILE_ROWS ? m - r : TILE_ROWS;
+            const uint16_t *xr[TILE_ROWS];
+            for (int i = 0; i < nr; i++) xr[i] = xb + (size_t)(r + i) * kp;
+            for (int n = p * PANEL_ROWS; n < n1; n++) {
+                float acc[TILE_ROWS];
+                k->dot_fp8x(xr, nr, (const uint8_t *)w->data + (size_t)n * w->ld, q,
+                            q->sz + (size_t)n * q->n_groups * 2, acc);
+                for (int i = 0; i < nr; i++) y[(size_t)(r + i) * ldy + n] = acc[i];
+            }
+        }
+    }
+}
+
 void linear_chunked(const float *x, size_t ldx, int m, int chunk, int pass_rows, const wmat *w, const float *bias,
                     float *y, size_t ldy) {
     if (m <= 0) return;
     if (w->act == WACT_FP8 && w->q) linear_fp8(x, ldx, false, m, chunk, pass_rows, w, y, ldy);
+    else if (w->act == WACT_BF16 && w->q && w->q->code && cpu()->dot_fp8x)
+        linear_fp8x(x, ldx, m, chunk, pass_rows, w, y, ldy);
     else if (w->act == WACT_INT8 && w->q) linear_q8(x, ldx, m, pass_rows, w, y, ldy);
     else if (w->act == WACT_BF16 && w->dt == DT_BF16 && cpu()->dot_bf16x)
         linear_bf16x(x, ldx, m, chunk, pass_rows, w, y, ldy);

@@ -15,14 +15,15 @@
 #include "util/err.h"
 
 /* The precision a linear computes in (tensor/tensor.h's wmat.act): reduced where its weights
- * are (bf16 or quantized) unless --dtype float32 asked for exact, except for the router (a
+ * are (bf16 or quantized; FP8 on bf16 activations, or FP8 ones with --fp8-activations) unless
+ * --dtype float32 asked for exact, except for the router (a
  * replicated linear): its scores pick experts, and a rounding there changes which weights a
  * token meets, not just its value. The LM head follows its weights like any other linear, as
  * llama.cpp's and vLLM's do; its logits are fp32 sums either way, and at decode it is a third of
  * a 1B model's bytes with an 8-bit head (--quantize-lm-head). */
 static enum wact act_for(const weight_store *ws, const weight_ref *r, const wmat *w) {
     if (ws->exact || r->style == PAR_REPLICATED) return WACT_F32;
-    if (w->q && w->q->code != QCODE_UINT) return ws->fp8_act ? WACT_FP8 : WACT_F32; /* FP8: exact in the weight */
+    if (w->q && w->q->code != QCODE_UINT) return ws->fp8_act ? WACT_FP8 : WACT_BF16; /* FP8: exact in the weight */
     return w->q ? WACT_INT8 : w->dt == DT_BF16 ? WACT_BF16 : WACT_F32;
 }
 
