@@ -245,6 +245,38 @@ static void linear_q8(const float *x, size_t ldx, int m, int pass_rows, const wm
     linear_q8_rows(xq, q8row_floats(kp), m, pass_rows, w, y, ldy);
 }
 
+/* y = xb W^T for m rows of bf16 activations (stride kx) against bf16 weights (dot_bf16x) or FP8
+ * codes in W's packed column order (dot_fp8x): panels of weight rows that meet every input row
+ * while they stay in the cache, four input rows a call. */
+static void bf16_rows_product(const uint16_t *xb, int kx, int m, const wmat *w, float *y, size_t ldy) {
+    const cpu_kernels *k = cpu();
+    const qlayout *q = w->q;
+#pragma omp parallel for schedule(static)
+    for (int p = 0; p < (w->rows + PANEL_ROWS - 1) / PANEL_ROWS; p++) {
+        int n1 = (p + 1) * PANEL_ROWS < w->rows ? (p + 1) * PANEL_ROWS : w->rows;
+        for (int r = 0; r < m; r += TILE_ROWS) {
+            int nr = m - r < TILE_ROWS ? m - r : TILE_ROWS;
+            const uint16_t *xr[TILE_ROWS];
+            for (int i = 0; i < nr; i++) xr[i] = xb + (size_t)(r + i) * kx;
+            /* bf16 weights: two rows a call where three or more input rows make the loads bind
+             * (one or two input rows stream each weight row alone faster: measured on Zen 4) */
+            for (int n = p * PANEL_ROWS, pair = !q && nr >= 3; n < n1; n += 1 + pair) {
+                int nw = pair && n + 1 < n1 ? 2 : 1;
+                float acc[2][TILE_ROWS];
+                if (q) {
+                    k->dot_fp8x(xr, nr, (const uint8_t *)w->data + (size_t)n * w->ld, q,
+                                q->sz + (size_t)n * q->n_groups * 2, acc[0]);
+                } else {
+                    const uint16_t *wd = w->data, *wr[2] = {wd + (size_t)n * w->ld, wd + (size_t)(n + nw - 1) * w->ld};
+                    k->dot_bf16x(xr, nr, wr, nw, kx, acc);
+                }
+                for (int j = 0; j < nw; j++)
+                    for (int i = 0; i < nr; i++) y[(size_t)(r + i) * ldy + n + j] = acc[j][i];
+            }
+        }
+    }
+}
+
 /* y = x W^T for a bf16 W on bf16 activations: the GEMM per chunk of rows for a long pass, the
  * dot product for a short one (or where the GEMM cannot run). */
 static void linear_bf16x(const float *x, size_t ldx, int m, int chunk, int pass_rows, const wmat *w, float *y,
@@ -261,27 +293,7 @@ static void linear_bf16x(const float *x, size_t ldx, int m, int chunk, int pass_
     for (int r0 = 0; by_gemm && r0 < m; r0 += chunk)
         by_gemm = gemm_bf16(m - r0 < chunk ? m - r0 : chunk, w->rows, cols, xb + (size_t)r0 * cols, wd, w->ld,
                             y + (size_t)r0 * ldy, ldy);
-    if (by_gemm) return;
-    const cpu_kernels *k = cpu();
-#pragma omp parallel for schedule(static)
-    for (int p = 0; p < (w->rows + PANEL_ROWS - 1) / PANEL_ROWS; p++) {
-        int n1 = (p + 1) * PANEL_ROWS < w->rows ? (p + 1) * PANEL_ROWS : w->rows;
-        for (int r = 0; r < m; r += TILE_ROWS) {
-            int nr = m - r < TILE_ROWS ? m - r : TILE_ROWS;
-            const uint16_t *xr[TILE_ROWS];
-            for (int i = 0; i < nr; i++) xr[i] = xb + (size_t)(r + i) * cols;
-            /* two weight rows a call where three or more input rows make the loads bind (one
-             * or two input rows stream each weight row alone faster: measured on Zen 4) */
-            for (int n = p * PANEL_ROWS, pair = nr >= 3; n < n1; n += 1 + pair) {
-                int nw = pair && n + 1 < n1 ? 2 : 1;
-                float acc[2][TILE_ROWS];
-                const uint16_t *wr[2] = {wd + (size_t)n * w->ld, wd + (size_t)(n + nw - 1) * w->ld};
-                k->dot_bf16x(xr, nr, wr, nw, cols, acc);
-                for (int j = 0; j < nw; j++)
-                    for (int i = 0; i < nr; i++) y[(size_t)(r + i) * ldy + n + j] = acc[j][i];
-            }
-        }
-    }
+    if (!by_gemm) bf16_rows_product(xb, cols, m, w, y, ldy);
 }
 
 /* Row x of n columns as FP8 (E4M3) activations the way vLLM quantizes them, written as the
@@ -386,28 +398,12 @@ static void linear_fp8x(const float *x, size_t ldx, int m, int chunk, int pass_r
         linear_chunked(xr, (size_t)cols, m, chunk, pass_rows, &exact, NULL, y, ldy);
         return;
     }
-    const qlayout *q = w->q;
-    int kp = q->kp;
+    int kp = w->q->kp;
     uint16_t *xb;
     if (!(x = packed_input(x, &ldx, m, w)) || !(xb = (uint16_t *)fbuf_get(&rounded, ((size_t)m * kp + 1) / 2))) return;
     for (int r = 0; r < m; r++)
         for (int c = 0; c < kp; c++) xb[(size_t)r * kp + c] = f32_to_bf16(x[(size_t)r * ldx + c]);
-    const cpu_kernels *k = cpu();
-#pragma omp parallel for schedule(static)
-    for (int p = 0; p < (w->rows + PANEL_ROWS - 1) / PANEL_ROWS; p++) {
-        int n1 = (p + 1) * PANEL_ROWS < w->rows ? (p + 1) * PANEL_ROWS : w->rows;
-        for (int r = 0; r < m; r += TILE_ROWS) {
-            int nr = m - r < TILE_ROWS ? m - r : TILE_ROWS;
-            const uint16_t *xr[TILE_ROWS];
-            for (int i = 0; i < nr; i++) xr[i] = xb + (size_t)(r + i) * kp;
-            for (int n = p * PANEL_ROWS; n < n1; n++) {
-                float acc[TILE_ROWS];
-                k->dot_fp8x(xr, nr, (const uint8_t *)w->data + (size_t)n * w->ld, q,
-                            q->sz + (size_t)n * q->n_groups * 2, acc);
-                for (int i = 0; i < nr; i++) y[(size_t)(r + i) * ldy + n] = acc[i];
-            }
-        }
-    }
+    bf16_rows_product(xb, kp, m, w, y, ldy);
 }
 
 void linear_chunked(const float *x, size_t ldx, int m, int chunk, int pass_rows, const wmat *w, const float *bias,
