@@ -57,6 +57,9 @@ typedef struct cpu_kernels {
      * NULL where dot_bf16x is (FP8 weights then compute exactly). */
     void (*dot_fp8x)(const uint16_t *const *x, int nr, const uint8_t *w, const struct qlayout *q, const float *sz,
                      float y[4]);
+    /* n FP8 codes (n a multiple of 32; e5m2, else E4M3) as bf16, exactly, for the bf16 GEMM of
+     * FP8 prefill; NULL where dot_fp8x is */
+    void (*widen_fp8_bf16)(const uint8_t *src, uint16_t *dst, int n, int e5m2);
     /* On x86 (NULL elsewhere), dot_q8 as a tile: y[r * 8 + j] = x[r] . row j of eight
      * quantized rows w[j] (scales and zero points sz[j]), nr 1 to 8, with the rows in the
      * vector lanes, so each block is scaled once for all eight. Every way of summing, in every

@@ -398,6 +398,7 @@ static inline vacc vacc_dot8(vacc a, vq w, const int8_t *x) { return vacc_dot4(a
 #define HAS_BF16_DOT 1
 typedef __m512bh vbf; /* 2 * VL bf16 values, as the dot product takes them */
 static inline vbf vload_bf16x(const uint16_t *p) { return (__m512bh)_mm512_loadu_si512(p); }
+static inline void vstore_bf16x(uint16_t *p, vbf v) { _mm512_storeu_si512(p, (__m512i)v); }
 static inline vf vdot_bf16(vf a, vbf x, vbf w) { return _mm512_dpbf16_ps(a, x, w); }
 /* 2 * VL FP8 codes as bf16, exactly (bf16 holds every E4M3 and E5M2 number): a normal code's
  * exponent and mantissa shifted into bf16's and rebiased by an add; a subnormal one (exponent

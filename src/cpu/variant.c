@@ -436,6 +436,10 @@ static void dot_fp8x(const uint16_t *const *x, int nr, const uint8_t *w, const q
     else DOT_FP8X_NR(0)
 #undef DOT_FP8X_NR
 }
+
+static void widen_fp8_bf16(const uint8_t *src, uint16_t *dst, int n, int e5m2) {
+    for (int i = 0; i < n; i += 2 * VL) vstore_bf16x(dst + i, vload_fp8_bf16x(src + i, e5m2));
+}
 #endif
 
 static void widen_bf16(const uint16_t *src, float *dst, int n) {
@@ -532,6 +536,7 @@ const cpu_kernels TABLE = {
 #if HAS_BF16_DOT
     .dot_bf16x = dot_bf16x,
     .dot_fp8x = dot_fp8x,
+    .widen_fp8_bf16 = widen_fp8_bf16,
 #endif
     .sum_squares = sum_squares,
     .scale_mul = scale_mul,

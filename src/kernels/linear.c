@@ -379,14 +379,51 @@ void linear_quantized_rows(rows_code code, const float *xq, size_t ldq, int m, i
     if (bias) add_rows(y, ldy, bias, 0, y, ldy, m, w->rows);
 }
 
+/* Prefill of FP8 W with one scale a row (per tensor, per channel, or a shard within one block's
+ * columns) on bf16 activations: panels of W widened to bf16 exactly, oneDNN's bf16 GEMM per
+ * chunk of rows, each output column then times its row's scale (dot_fp8x's s times the sum).
+ * False, y untouched, where the GEMM cannot run. */
+static bool fp8_gemm(const float *x, size_t ldx, int m, int chunk, const wmat *w, float *y, size_t ldy) {
+    static _Thread_local fbuf rounded, panel;
+    const cpu_kernels *k = cpu();
+    const qlayout *q = w->q;
+    int kp = q->kp, rows = (int)(PANEL_BYTES / sizeof(uint16_t) / (size_t)kp);
+    if (rows < 16) rows = 16;
+    uint16_t *xb, *pn;
+    if (!k->widen_fp8_bf16 || !(x = packed_input(x, &ldx, m, w)) ||
+        !(xb = (uint16_t *)fbuf_get(&rounded, ((size_t)m * kp + 1) / 2)) ||
+        !(pn = (uint16_t *)fbuf_get(&panel, ((size_t)rows * kp + 1) / 2)))
+        return false;
+#pragma omp parallel for schedule(static)
+    for (int r = 0; r < m; r++)
+        for (int c = 0; c < kp; c++) xb[(size_t)r * kp + c] = f32_to_bf16(x[(size_t)r * ldx + c]);
+    for (int n0 = 0; n0 < w->rows; n0 += rows) {
+        int nb = w->rows - n0 < rows ? w->rows - n0 : rows;
+#pragma omp parallel for schedule(static)
+        for (int r = 0; r < nb; r++)
+            k->widen_fp8_bf16((const uint8_t *)w->data + (size_t)(n0 + r) * w->ld, pn + (size_t)r * kp, kp,
+                              q->code == QCODE_E5M2);
+        for (int r0 = 0; r0 < m; r0 += chunk)
+            if (!gemm_bf16(m - r0 < chunk ? m - r0 : chunk, nb, kp, xb + (size_t)r0 * kp, pn, (size_t)kp,
+                           y + (size_t)r0 * ldy + n0, ldy))
+                return false; /* the first call: nothing written */
+#pragma omp parallel for schedule(static)
+        for (int r = 0; r < m; r++)
+            for (int j = 0; j < nb; j++) y[(size_t)r * ldy + n0 + j] *= q->sz[(size_t)(n0 + j) * 2];
+    }
+    return true;
+}
+
 /* y = x W^T for FP8 W on bf16 activations (--dtype auto, where the variant has dot_fp8x): each
  * row rounded to bf16. A short pass (decode) streams W once through dot_fp8x, a panel of weight
- * rows meeting four input rows a call, one byte a weight; a long one (prefill) runs the exact
- * panels on the rounded rows, so the two differ only in the order of their fp32 sums. */
+ * rows meeting four input rows a call, one byte a weight; a long one (prefill) goes through the
+ * bf16 GEMM where each row has one scale (fp8_gemm), else the exact panels on the rounded rows,
+ * so decode and prefill differ only in the order of their fp32 sums. */
 static void linear_fp8x(const float *x, size_t ldx, int m, int chunk, int pass_rows, const wmat *w, float *y,
                         size_t ldy) {
     static _Thread_local fbuf rounded;
     int cols = w->cols;
+    if (pass_rows > FEW_ROWS && w->q->n_groups == 1 && fp8_gemm(x, ldx, m, chunk, w, y, ldy)) return;
     if (pass_rows > FEW_ROWS) {
         float *xr = fbuf_get(&rounded, (size_t)m * cols);
         if (!xr) return;

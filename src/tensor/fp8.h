@@ -36,22 +36,19 @@ static inline bool fp8_finite(uint8_t b, enum qcode code) {
 }
 
 /* x rounded to the nearest E4M3 number (ties to even), saturating at +-448 as vLLM clamps
- * before its cast; a NaN stays NaN. */
+ * before its cast; a NaN stays NaN. Below 2^-6 the numbers are the multiples of 2^-9 (x * 512,
+ * exact, rounded to an integer: 8 is the smallest normal code's encoding too); above, f32's
+ * mantissa is rounded to 3 bits in place and the exponent rebiased. */
 static inline uint8_t f32_to_e4m3(float x) {
-    if (isnan(x)) return 0x7f;
-    uint8_t sign = signbit(x) ? 0x80 : 0;
-    float a = fminf(fabsf(x), FP8_E4M3_MAX);
-    /* the spacing of E4M3 numbers around a: 2^(e - 3) for normal a in [2^e, 2^(e+1)), 2^-9 below 2^-6 */
-    int e;
-    frexpf(a, &e); /* a = m 2^e, m in [0.5, 1) */
-    float quantum = a >= 0x1p-6f ? ldexpf(1.0f, e - 4) : 0x1p-9f;
-    float r = rintf(a / quantum) * quantum; /* a / quantum < 2^4: exact; rintf rounds ties to even */
-    if (r == 0) return sign;
-    if (r < 0x1p-6f) return sign | (uint8_t)(r * 0x1p9f); /* subnormal: the mantissa alone */
     uint32_t u;
-    memcpy(&u, &r, 4);
-    int exp = (int)(u >> 23) - 127 + 7;
-    return sign | (uint8_t)(exp << 3) | (uint8_t)(u >> 20 & 7);
+    memcpy(&u, &x, 4);
+    uint8_t sign = (uint8_t)(u >> 24 & 0x80);
+    u &= 0x7fffffff;
+    if (u > 0x7f800000) return sign | 0x7f;
+    if (u >= 0x43e00000) return sign | 0x7e; /* 448 and above */
+    if (u < 0x3c800000) return sign | (uint8_t)rintf(fabsf(x) * 512.0f);
+    u += 0x7ffff + (u >> 20 & 1);
+    return sign | (uint8_t)(((u >> 23) - 120) << 3) | (uint8_t)(u >> 20 & 7);
 }
 
 #endif
