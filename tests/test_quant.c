@@ -242,17 +242,22 @@ static void check_fp8_codes(enum qcode code) {
     CHECK(linear_transpose(&w, t) == 0, "fp8 transpose");
     int wrong = 0;
     for (int i = 0; i < n; i++) wrong += t[i] != (float)fp8_ref(all[i], code);
-    /* and through the decode kernel: one-hot rows pick each column */
+    /* and through the decode kernels, exact and on bf16 activations (dot_fp8x, whose blocks
+     * with and without subnormal codes widen differently): one-hot rows pick each column */
     float *x = calloc((size_t)q.kp, sizeof *x), y[2];
+    wmat wb = w;
+    wb.act = WACT_BF16;
     for (int i = 0; i < n; i++) {
         x[i] = 1;
         const float *xr[2] = {x, x};
         cpu()->dot_q(xr, 1, padded, &q, q.sz, y);
         wrong += y[0] != (float)fp8_ref(all[i], code);
+        linear(x, (size_t)n, 1, 1, &wb, NULL, y, 1);
+        wrong += y[0] != (float)fp8_ref(all[i], code);
         x[i] = 0;
     }
     CHECK(wrong == 0, "%s: %d of %d codes widen wrongly", code == QCODE_E5M2 ? "E5M2" : "E4M3", wrong, n);
-    printf("FP8 %s: all %d finite codes widen exactly (prefill and decode kernels)\n",
+    printf("FP8 %s: all %d finite codes widen exactly (prefill, decode, decode on bf16 activations)\n",
            code == QCODE_E5M2 ? "E5M2" : "E4M3", n);
     free(x);
     weights_close(&ws);

@@ -400,19 +400,26 @@ typedef __m512bh vbf; /* 2 * VL bf16 values, as the dot product takes them */
 static inline vbf vload_bf16x(const uint16_t *p) { return (__m512bh)_mm512_loadu_si512(p); }
 static inline void vstore_bf16x(uint16_t *p, vbf v) { _mm512_storeu_si512(p, (__m512i)v); }
 static inline vf vdot_bf16(vf a, vbf x, vbf w) { return _mm512_dpbf16_ps(a, x, w); }
-/* 2 * VL FP8 codes as bf16, exactly (bf16 holds every E4M3 and E5M2 number): a normal code's
- * exponent and mantissa shifted into bf16's and rebiased by an add; a subnormal one (exponent
- * 0: m times 2^(1 - bias - mantissa bits)) looked up, m being at most 7; the sign moved up. */
+/* 2 * VL FP8 codes as bf16, exactly (bf16 holds every E4M3 and E5M2 number): each code moved to
+ * a word's high byte and shifted right arithmetically, which puts its exponent and mantissa at
+ * bf16's and copies the sign into bits the mask then clears, and one add rebiases the exponent.
+ * That is right for every normal code; a block holding a subnormal or zero one (exponent 0,
+ * rare in weights) then looks those up: m times 2^(1 - bias - mantissa bits), the sign kept. */
 static inline vbf vload_fp8_bf16x(const uint8_t *p, int e5m2) {
     static const uint16_t sub4[32] = {0, 0x3b00, 0x3b80, 0x3bc0, 0x3c00, 0x3c20, 0x3c40, 0x3c60}; /* m 2^-9 */
     static const uint16_t sub5[32] = {0, 0x3780, 0x3800, 0x3840};                                 /* m 2^-16 */
-    __m512i b = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)p));
-    __m512i mag = _mm512_and_si512(b, _mm512_set1_epi16(0x7f));
-    __m512i v = e5m2 ? _mm512_add_epi16(_mm512_slli_epi16(mag, 5), _mm512_set1_epi16(112 << 7))
-                     : _mm512_add_epi16(_mm512_slli_epi16(mag, 4), _mm512_set1_epi16(120 << 7));
+    __m512i b = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)p)), high = _mm512_slli_epi16(b, 8);
+    __m512i v = e5m2 ? _mm512_add_epi16(_mm512_and_si512(_mm512_srai_epi16(high, 3), _mm512_set1_epi16((short)0x8fe0)),
+                                        _mm512_set1_epi16(112 << 7))
+                     : _mm512_add_epi16(_mm512_and_si512(_mm512_srai_epi16(high, 4), _mm512_set1_epi16((short)0x87f0)),
+                                        _mm512_set1_epi16(120 << 7));
     __mmask32 sub = _mm512_testn_epi16_mask(b, _mm512_set1_epi16(e5m2 ? 0x7c : 0x78));
-    v = _mm512_mask_permutexvar_epi16(v, sub, mag, _mm512_loadu_si512(e5m2 ? sub5 : sub4));
-    return (__m512bh)_mm512_or_si512(v, _mm512_slli_epi16(_mm512_and_si512(b, _mm512_set1_epi16(0x80)), 8));
+    if (sub) {
+        __m512i mag = _mm512_permutexvar_epi16(b, _mm512_loadu_si512(e5m2 ? sub5 : sub4)); /* index: b's low 5 bits */
+        v = _mm512_mask_mov_epi16(v, sub,
+                                  _mm512_or_si512(mag, _mm512_and_si512(high, _mm512_set1_epi16((short)0x8000))));
+    }
+    return (__m512bh)v;
 }
 #else
 #define HAS_BF16_DOT 0
