@@ -233,8 +233,10 @@ static void check_fp8_codes(enum qcode code) {
         if (fp8_finite((uint8_t)b, code)) all[n++] = (uint8_t)b;
     weight_store ws;
     weights_init_dummy(&ws, 1);
-    wmat w = {.dt = DT_U8, .rows = 1, .cols = n, .ld = (size_t)(n + QBLOCK - 1) / QBLOCK * QBLOCK, .data = all};
-    qlayout q = {8, (int)w.ld, 1, (int32_t[]){(int32_t)w.ld}, NULL, (float[]){1, 0}, code, 0, 0};
+    /* one row of every code, then zero codes to a whole block: kp = cols, no column map */
+    int kp = (n + QBLOCK - 1) / QBLOCK * QBLOCK;
+    wmat w = {.dt = DT_U8, .rows = 1, .cols = kp, .ld = (size_t)kp};
+    qlayout q = {8, kp, 1, (int32_t[]){kp}, NULL, (float[]){1, 0}, code, 0, 0};
     uint8_t padded[N + QBLOCK] = {0};
     memcpy(padded, all, (size_t)n);
     w.data = padded, w.q = &q;
@@ -252,7 +254,7 @@ static void check_fp8_codes(enum qcode code) {
         const float *xr[2] = {x, x};
         cpu()->dot_q(xr, 1, padded, &q, q.sz, y);
         wrong += y[0] != (float)fp8_ref(all[i], code);
-        linear(x, (size_t)n, 1, 1, &wb, NULL, y, 1);
+        linear(x, (size_t)kp, 1, 1, &wb, NULL, y, 1);
         wrong += y[0] != (float)fp8_ref(all[i], code);
         x[i] = 0;
     }

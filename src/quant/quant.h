@@ -1,11 +1,13 @@
-/* Quantized weights: the one home of integer and FP8 weight formats. A quantized linear reaches the
- * kernels as a wmat whose `q` describes loom's own packed layout (tensor/tensor.h's qlayout), whatever the
- * checkpoint stored: each format's reader (online.c for float checkpoints and dummy weights)
- * turns its tensors into integer codes, scales and zero points, and qmat.c repacks them.
+/* Quantized weights: the one home of integer and FP8 weight formats. A quantized linear reaches
+ * the kernels as a wmat whose `q` describes loom's own packed layout (tensor/tensor.h's qlayout),
+ * whatever the checkpoint stored: each format's reader (checkpoint.c, fp8.c; online.c for float
+ * checkpoints and dummy weights) turns its tensors into codes, scales and zero points, and
+ * qmat.c repacks them.
  *
- * A weight is (q - zero) * scale in fp32, the same single rounding a float reference
- * dequantizing the checkpoint makes, so exact results (--dtype float32) compare with
- * transformers on the dequantized weights; by default the inputs are int8 (kernels/linear.c). */
+ * A weight is (q - zero) * scale, or fp8(q) * scale for FP8 codes, in fp32: the same single
+ * rounding a float reference dequantizing the checkpoint makes, so exact results (--dtype
+ * float32) compare with transformers on the dequantized weights. By default integer weights
+ * meet int8 inputs and FP8 ones bf16 inputs (kernels/linear.c). */
 #ifndef LOOM_QUANT_QUANT_H
 #define LOOM_QUANT_QUANT_H
 #include "model/weights.h"
