@@ -52,6 +52,9 @@ void linear_chunked(const float *x, size_t ldx, int m, int chunk, int pass_rows,
  * no padding: int8_rows_fit), giving the very bits linear computes from the f32 rows (m of a
  * product of pass_rows rows, as linear's). */
 static inline size_t q8row_floats(int cols) { return (size_t)cols / 4 + (size_t)cols / QACT; }
+static inline bool int8_rows_fit(const wmat *w) {
+    return w->act == WACT_INT8 && w->q && !w->q->col_of && w->q->kp == w->cols; /* kp: whole blocks of QACT */
+}
 
 /* Rows quantized before a collective moves them (a gather's), as records of floats: int8 rows
  * as above, or FP8 rows, a row's cols E4M3 codes rounded with a constant scale (an FP8
@@ -66,9 +69,6 @@ void quantize_rows(rows_code code, const float *x, size_t ldx, int rows, int col
                    size_t ldo);
 void linear_quantized_rows(rows_code code, const float *xq, size_t ldq, int m, int chunk, int pass_rows, const wmat *w,
                            const float *bias, float *y, size_t ldy);
-static inline bool int8_rows_fit(const wmat *w) {
-    return w->act == WACT_INT8 && w->q && !w->q->col_of && w->q->kp == w->cols; /* kp: whole blocks of QACT */
-}
 
 /* t[w.cols, w.rows] = W^T in f32, whatever W's format. -1 when t is NULL (its allocation failed)
  * or the identity it multiplies by cannot be allocated (recorded: kernel_scratch_check). */

@@ -245,6 +245,17 @@ static void linear_q8(const float *x, size_t ldx, int m, int pass_rows, const wm
     linear_q8_rows(xq, q8row_floats(kp), m, pass_rows, w, y, ldy);
 }
 
+/* x's m rows of `cols` columns rounded to bf16 (nearest even) into buf, cols apart; NULL when
+ * the scratch cannot be had (kernels.h). */
+static uint16_t *bf16_rows(fbuf *buf, const float *x, size_t ldx, int m, int cols) {
+    uint16_t *xb = (uint16_t *)fbuf_get(buf, ((size_t)m * cols + 1) / 2);
+    if (!xb) return NULL;
+#pragma omp parallel for schedule(static)
+    for (int r = 0; r < m; r++)
+        for (int c = 0; c < cols; c++) xb[(size_t)r * cols + c] = f32_to_bf16(x[(size_t)r * ldx + c]);
+    return xb;
+}
+
 /* y = xb W^T for m rows of bf16 activations (stride kx) against bf16 weights (dot_bf16x) or FP8
  * codes in W's packed column order (dot_fp8x): panels of weight rows that meet every input row
  * while they stay in the cache, four input rows a call. */
@@ -283,11 +294,8 @@ static void linear_bf16x(const float *x, size_t ldx, int m, int chunk, int pass_
                          size_t ldy) {
     static _Thread_local fbuf rounded;
     int cols = w->cols;
-    uint16_t *xb = (uint16_t *)fbuf_get(&rounded, ((size_t)m * cols + 1) / 2);
+    uint16_t *xb = bf16_rows(&rounded, x, ldx, m, cols);
     if (!xb) return;
-#pragma omp parallel for schedule(static)
-    for (int r = 0; r < m; r++)
-        for (int c = 0; c < cols; c++) xb[(size_t)r * cols + c] = f32_to_bf16(x[(size_t)r * ldx + c]);
     const uint16_t *wd = w->data;
     bool by_gemm = pass_rows > FEW_ROWS; /* until a chunk's GEMM cannot run: then all by the dot product */
     for (int r0 = 0; by_gemm && r0 < m; r0 += chunk)
@@ -390,13 +398,9 @@ static bool fp8_gemm(const float *x, size_t ldx, int m, int chunk, const wmat *w
     int kp = q->kp, rows = (int)(PANEL_BYTES / sizeof(uint16_t) / (size_t)kp);
     if (rows < 16) rows = 16;
     uint16_t *xb, *pn;
-    if (!k->widen_fp8_bf16 || !(x = packed_input(x, &ldx, m, w)) ||
-        !(xb = (uint16_t *)fbuf_get(&rounded, ((size_t)m * kp + 1) / 2)) ||
+    if (!k->widen_fp8_bf16 || !(x = packed_input(x, &ldx, m, w)) || !(xb = bf16_rows(&rounded, x, ldx, m, kp)) ||
         !(pn = (uint16_t *)fbuf_get(&panel, ((size_t)rows * kp + 1) / 2)))
         return false;
-#pragma omp parallel for schedule(static)
-    for (int r = 0; r < m; r++)
-        for (int c = 0; c < kp; c++) xb[(size_t)r * kp + c] = f32_to_bf16(x[(size_t)r * ldx + c]);
     for (int n0 = 0; n0 < w->rows; n0 += rows) {
         int nb = w->rows - n0 < rows ? w->rows - n0 : rows;
 #pragma omp parallel for schedule(static)
@@ -437,9 +441,7 @@ static void linear_fp8x(const float *x, size_t ldx, int m, int chunk, int pass_r
     }
     int kp = w->q->kp;
     uint16_t *xb;
-    if (!(x = packed_input(x, &ldx, m, w)) || !(xb = (uint16_t *)fbuf_get(&rounded, ((size_t)m * kp + 1) / 2))) return;
-    for (int r = 0; r < m; r++)
-        for (int c = 0; c < kp; c++) xb[(size_t)r * kp + c] = f32_to_bf16(x[(size_t)r * ldx + c]);
+    if (!(x = packed_input(x, &ldx, m, w)) || !(xb = bf16_rows(&rounded, x, ldx, m, kp))) return;
     bf16_rows_product(xb, kp, m, w, y, ldy);
 }
 

@@ -183,6 +183,14 @@ static int scale_dtype(const qreader *r) {
                      r->file, r->where, d);
 }
 
+/* A kv_cache_scheme (FP8 KV caches and their scales) is refused: loom's cache is fp32. */
+static int no_kv_cache_scheme(const qreader *r) {
+    const cJSON *kv = item(r, "kv_cache_scheme");
+    if (!kv || cJSON_IsNull(kv)) return 0;
+    return loom_errf(r->err, "%s: %s.kv_cache_scheme: quantized KV caches (and their scales) are not supported",
+                     r->file, r->where);
+}
+
 /* compressed-tensors FP8: the weights' scale (tensor, channel or block) and the activations'
  * (none, static per tensor, dynamic per token or per group). */
 static int parse_ct_fp8(const qreader *w, const qreader *a, quant_config *q) {
@@ -240,10 +248,7 @@ static int parse_compressed(const qreader *r, quant_config *q) {
                          "%s: %s.format '%s' is not supported (pack-quantized, int-quantized, naive-quantized, "
                          "float-quantized)",
                          r->file, r->where, fmt ? fmt : "(missing)");
-    const cJSON *kv = item(r, "kv_cache_scheme");
-    if (kv && !cJSON_IsNull(kv))
-        return loom_errf(r->err, "%s: %s.kv_cache_scheme: quantized KV caches (and their scales) are not supported",
-                         r->file, r->where);
+    if (no_kv_cache_scheme(r)) return -1;
     const cJSON *groups = item(r, "config_groups");
     if (!cJSON_IsObject(groups) || cJSON_GetArraySize(groups) != 1)
         return loom_errf(r->err, "%s: %s.config_groups must hold exactly one group", r->file, r->where);
@@ -316,9 +321,7 @@ static int parse_fp8(const qreader *r, quant_config *q) {
     } else
         return loom_errf(r->err, "%s: %s.activation_scheme '%s' is not supported (dynamic, static)", r->file, r->where,
                          act);
-    const cJSON *kv = item(r, "kv_cache_scheme");
-    if (kv && !cJSON_IsNull(kv))
-        return loom_errf(r->err, "%s: %s.kv_cache_scheme: quantized KV caches are not supported", r->file, r->where);
+    if (no_kv_cache_scheme(r)) return -1;
     return ignore_list(r, "ignored_layers", q) || ignore_list(r, "modules_to_not_convert", q) ? -1 : 0;
 }
 

@@ -112,6 +112,12 @@ bool quant_checkpoint_has(weight_store *ws, const quant_config *q, const char *n
     return ckpt_part(ws, mod, packed_suffix(q), NULL);
 }
 
+void ckpt_shape(const st_tensor *t, char *out, size_t cap) {
+    out[0] = 0;
+    for (int i = 0; i < t->ndim; i++)
+        snprintf(out + strlen(out), cap - strlen(out), "%s%lld", i ? ", " : "", (long long)t->shape[i]);
+}
+
 /* A reader of one matrix's slice. */
 typedef struct ckpt {
     const quant_config *q;
@@ -134,9 +140,8 @@ static int need(weight_store *ws, const char *mod, const char *suffix, int dt, i
         return loom_errf(err, "%s: tensor '%s.%s' has dtype %s, expected %s", file, mod, suffix, dtype_name(t->dtype),
                          dt == ANY_FLOAT ? "F32, F16 or BF16" : dtype_name((enum dtype)dt));
     if (t->ndim != (d1 ? 2 : 1) || t->shape[0] != d0 || (d1 && t->shape[1] != d1)) {
-        char got[96] = "";
-        for (int i = 0; i < t->ndim; i++)
-            snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", i ? ", " : "", (long long)t->shape[i]);
+        char got[96];
+        ckpt_shape(t, got, sizeof got);
         if (d1)
             return loom_errf(err, "%s: tensor '%s.%s' has shape [%s], expected [%lld, %lld]", file, mod, suffix, got,
                              (long long)d0, (long long)d1);

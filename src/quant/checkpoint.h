@@ -22,11 +22,13 @@ int quant_checkpoint_get(weight_store *ws, const quant_config *q, const char *na
 
 /* Within quant/: the FP8 formats' reader (fp8.c), and what it shares with checkpoint.c: a
  * weight's module ("<module>.weight" less ".weight"), its tensor `<module>.<suffix>` (NULL if
- * absent; *file, if given, the file holding it), and element i of a float tensor as f32. */
+ * absent; *file, if given, the file holding it), element i of a float tensor as f32, and a
+ * tensor's shape as text for messages ("128, 64"). */
 int fp8_checkpoint_get(weight_store *ws, const quant_config *q, const char *name, int rows, int cols, int r0, int nr,
                        int c0, int nc, wmat *out, loom_err *err);
 void ckpt_module_of(const char *name, char *out, size_t cap);
 const st_tensor *ckpt_part(weight_store *ws, const char *mod, const char *suffix, const char **file);
 float ckpt_real(const st_tensor *t, size_t i);
+void ckpt_shape(const st_tensor *t, char *out, size_t cap);
 
 #endif

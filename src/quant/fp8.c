@@ -46,12 +46,6 @@ static int fp8_row(void *ctx, int r, uint8_t *codes, float *scale, float *zero, 
     return 0;
 }
 
-static void shape_str(const st_tensor *t, char *out, size_t cap) {
-    out[0] = 0;
-    for (int i = 0; i < t->ndim; i++)
-        snprintf(out + strlen(out), cap - strlen(out), "%s%lld", i ? ", " : "", (long long)t->shape[i]);
-}
-
 static bool is_float(const st_tensor *t) { return t->dtype == DT_F32 || t->dtype == DT_BF16 || t->dtype == DT_F16; }
 
 /* Scale tensor `suffix` of `mod`: a float tensor of n elements whose shape is [d0, d1] (either
@@ -69,7 +63,7 @@ static int need_scale(weight_store *ws, const char *mod, const char *suffix, int
            : t->ndim == 0 || (t->ndim == 1 && t->shape[0] == 1);
     if (!ok) {
         char got[96];
-        shape_str(t, got, sizeof got);
+        ckpt_shape(t, got, sizeof got);
         if (d0)
             return loom_errf(err, "%s: tensor '%s.%s' has shape [%s], expected [%lld, %lld]", file, mod, suffix, got,
                              (long long)d0, (long long)d1);
@@ -91,7 +85,7 @@ int fp8_checkpoint_get(weight_store *ws, const quant_config *q, const char *name
                          dtype_name(w->dtype), quant_format_name(q->format));
     if (w->ndim != 2 || w->shape[0] != rows || w->shape[1] != cols) {
         char got[96];
-        shape_str(w, got, sizeof got);
+        ckpt_shape(w, got, sizeof got);
         return loom_errf(err, "%s: tensor '%s.weight' has shape [%s], expected [%d, %d]", file, mod, got, rows, cols);
     }
     fp8_ckpt k = {w,

@@ -66,29 +66,22 @@ static int online_row(void *ctx, int r, uint8_t *codes, float *scale, float *zer
                                  o->ws->dir, o->name, o->r0 + r, g * o->group + c);
             lo = fminf(lo, v[c]), hi = fmaxf(hi, v[c]);
         }
-        if (o->code) { /* FP8: vLLM's amax / 448, w / s rounded to nearest, no zero point */
+        if (o->code) { /* FP8: vLLM's amax / 448, no zero point */
             s = fmaxf(hi, -lo) / FP8_E4M3_MAX, z = 0;
-            if (!(s > 0)) s = 1;
-            scale[g] = s, zero[g] = z;
-            for (int c = 0; c < n; c++) {
-                int gc = g * o->group + c - o->c0;
-                if (gc >= 0 && gc < o->nc) codes[gc] = f32_to_e4m3(v[c] / s);
-            }
-            continue;
-        }
-        if (bits == 8) {
+        } else if (bits == 8) {
             s = fmaxf(hi, -lo) / 127, z = 128;
         } else {
             s = (hi - lo) / 15;
             z = s > 0 ? fminf(fmaxf(roundf(-lo / s), 0), 15) : 0;
         }
-        if (!(s > 0)) s = 1; /* an all-zero group: every code is the zero point */
+        if (!(s > 0)) s = 1; /* an all-zero group: every code is the zero point (FP8: zero) */
         scale[g] = s, zero[g] = z;
         int qmax = (1 << bits) - 1;
-        for (int c = 0; c < o->group; c++) {
+        for (int c = 0; c < n; c++) {
             int gc = g * o->group + c - o->c0;
-            float q = fminf(fmaxf(roundf(v[c] / s) + z, 0), (float)qmax);
-            if (gc >= 0 && gc < o->nc) codes[gc] = (uint8_t)q;
+            if (gc >= 0 && gc < o->nc)
+                codes[gc] =
+                    o->code ? f32_to_e4m3(v[c] / s) : (uint8_t)fminf(fmaxf(roundf(v[c] / s) + z, 0), (float)qmax);
         }
     }
     return 0;
@@ -98,13 +91,12 @@ int quant_online(weight_store *ws, const quant_scheme *s, const char *name, int 
                  int r0, int nr, int c0, int nc, float init, wmat *out, loom_err *err) {
     int group = s->group ? s->group : cols;
     if (quant_check_split(s, name, cols, c0, nc, err)) return -1;
-    enum qcode code = s->code;
     if (qmat_find(ws, name, r0, nr, c0, nc, out)) return 0;
-    online_src o = {ws,      name, ndim,
-                    shape,   cols, r0,
-                    c0,      nc,   group,
-                    s->bits, init, mem_array((size_t)QCHUNK * cols, sizeof(float), "the rows being quantized", err),
-                    0,       code};
+    online_src o = {ws,      name,   ndim,
+                    shape,   cols,   r0,
+                    c0,      nc,     group,
+                    s->bits, init,   mem_array((size_t)QCHUNK * cols, sizeof(float), "the rows being quantized", err),
+                    0,       s->code};
     if (!o.buf) return loom_err_prefix(err, "%s", name);
     qsource src = {.bits = s->bits,
                    .rows = nr,
@@ -115,7 +107,7 @@ int quant_online(weight_store *ws, const quant_scheme *s, const char *name, int 
                    .ctx = &o,
                    .chunk = online_chunk,
                    .row = online_row,
-                   .code = code,
+                   .code = s->code,
                    .in_scale = s->in_scale,
                    .in_group = s->in_group};
     int rc = qmat_build(ws, &src, out, err);

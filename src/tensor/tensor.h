@@ -19,14 +19,14 @@ bool dtype_from_name(const char *name, enum dtype *d);
  * is 32 bytes in column order. */
 #define QBLOCK 32
 
-/* The packed layout of one quantized matrix (quant/ builds it). Its columns are the input
- * features reordered so that each quantization group is contiguous (act-order checkpoints
- * number groups out of column order), each group padded with zero codes to whole blocks:
- * packed column p holds input column col_of[p] (-1: padding, which meets a zero input). */
 /* What a packed code means: an unsigned integer, the weight (q - zero) * scale; or an FP8
  * number (tensor/fp8.h), the weight fp8(q) * scale with no zero point. */
 enum qcode { QCODE_UINT, QCODE_E4M3, QCODE_E5M2 };
 
+/* The packed layout of one quantized matrix (quant/ builds it). Its columns are the input
+ * features reordered so that each quantization group is contiguous (act-order checkpoints
+ * number groups out of column order), each group padded with zero codes to whole blocks:
+ * packed column p holds input column col_of[p] (-1: padding, which meets a zero input). */
 typedef struct qlayout {
     int bits;                 /* 4 or 8 (FP8 codes: 8) */
     int kp;                   /* packed columns per row */
