@@ -25,6 +25,7 @@ void request_unref(request *r) {
     free(r->prompt);
     for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
     free(r->rendered);
+    free(r->gbnf);
     free(r->tokens);
     free(r->context);
     free(r->text);

@@ -44,6 +44,9 @@ typedef struct request {
     bool logprobs;    /* return log-probabilities of the chosen tokens */
     int top_logprobs; /* and of this many alternatives */
     char *rendered;   /* chat: the prompt the template made (for /tokenize) */
+    char *gbnf;       /* the grammar the output must follow (GBNF, see grammar/grammar.h): from
+                         response_format, structured_outputs, grammar or a forced tool call;
+                         NULL: none */
 
     /* produced (under the server lock) */
     req_state state;
