@@ -261,6 +261,11 @@ LOOM_API int loom_check_sharding(const loom_model *m, int tp, const loom_engine_
 LOOM_API int loom_tokenize(const loom_model *m, const char *text, bool add_special, int32_t **ids, size_t *n,
                            loom_err *err);
 LOOM_API char *loom_detokenize(const loom_model *m, const int32_t *ids, size_t n, bool skip_special, loom_err *err);
+/* The bytes token id adds to text mid-sequence, before UTF-8 assembly (a byte-level token may
+ * hold part of a character), as grammars for structured output match them: their length (bytes
+ * past cap dropped), or -1 for a special token, an id with no token, or a model without a
+ * tokenizer. */
+LOOM_API int loom_token_bytes(const loom_model *m, int32_t id, char *out, size_t cap);
 /* Streaming detokenization: each id's piece of text as it completes (complete UTF-8: bytes that
  * start a character wait for the rest), so the pieces of a sequence spell loom_detokenize of it
  * with skip_special. Ids fed before the text that is wanted (a prompt) give its context: a

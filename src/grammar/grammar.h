@@ -82,6 +82,14 @@ grammar *grammar_compile(const char *gbnf, const grammar_vocab *v, loom_err *err
 grammar *grammar_ref(grammar *g);
 void grammar_unref(grammar *g);
 
+/* Compiled grammars by their text (cache.c), at most `capacity`, least recently used leaving
+ * first. grammar_cache_get returns a reference (compiling on a miss), NULL with err for text
+ * that does not compile. Safe from several threads. */
+typedef struct grammar_cache grammar_cache;
+grammar_cache *grammar_cache_new(const grammar_vocab *v, int capacity, loom_err *err);
+grammar *grammar_cache_get(grammar_cache *c, const char *gbnf, loom_err *err);
+void grammar_cache_free(grammar_cache *c);
+
 /* One sequence's place in a grammar. */
 typedef struct grammar_matcher grammar_matcher;
 grammar_matcher *grammar_matcher_new(grammar *g, loom_err *err);

@@ -23,6 +23,10 @@ char *loom_detokenize(const loom_model *m, const int32_t *ids, size_t n, bool sk
     return text;
 }
 
+int loom_token_bytes(const loom_model *m, int32_t id, char *out, size_t cap) {
+    return m->tok ? tokenizer_token_bytes(m->tok, id, out, cap) : -1;
+}
+
 struct loom_detokenizer {
     const tokenizer *tok;
     tok_decoder dec;

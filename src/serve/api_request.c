@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "serve/api.h"
+#include "serve/structured.h"
 #include "template/template.h"
 #include "util/alloc.h"
 
@@ -358,7 +359,7 @@ request *api_parse_generate(server *srv, req_kind kind, const char *body, size_t
         goto fail;
     }
     if (fit_context(srv, r, max_tokens, e) || parse_stop(root, r, e) || parse_output(root, r, e) ||
-        parse_sampling(srv, root, r, e))
+        parse_sampling(srv, root, r, e) || structured_parse(srv, root, r, e))
         goto fail;
     loom_err err = {{0}};
     if (srv->info.has_tokenizer && !(r->dec = loom_detokenizer_new(srv->m, &err))) {

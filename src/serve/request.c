@@ -31,6 +31,8 @@ void request_unref(request *r) {
     free(r->text);
     loom_sampler_free(r->smp);
     loom_detokenizer_free(r->dec);
+    grammar_matcher_free(r->gm);
+    grammar_unref(r->grammar);
     free(r);
 }
 
@@ -73,6 +75,7 @@ static void apply_stops(request *r, size_t from) {
         r->text_len = ready = cut;
         r->text[cut] = 0;
         r->finish = FINISH_STOP;
+        r->stop_cut = true;
     }
     if (ready > r->text_ready) r->text_ready = ready;
 }
@@ -98,7 +101,7 @@ void request_add_token(request *r, const req_token *t) {
 }
 
 void request_end_text(request *r) {
-    if (r->dec && r->finish != FINISH_STOP) {
+    if (r->dec && !r->stop_cut) { /* bytes held back (a byte-fallback run) before EOS or a grammar's end */
         size_t from = r->text_len, len;
         const char *piece = loom_detokenizer_flush(r->dec, &len);
         if (append_text(r, piece, len)) apply_stops(r, from);

@@ -4,6 +4,7 @@
  * last to let go frees it. */
 #ifndef LOOM_SERVE_REQUEST_H
 #define LOOM_SERVE_REQUEST_H
+#include "grammar/grammar.h"
 #include "loom.h"
 
 #define REQ_MAX_STOPS        8  /* stop strings per request (OpenAI allows 4) */
@@ -47,6 +48,7 @@ typedef struct request {
     char *gbnf;       /* the grammar the output must follow (GBNF, see grammar/grammar.h): from
                          response_format, structured_outputs, grammar or a forced tool call;
                          NULL: none */
+    grammar *grammar; /* gbnf compiled (a reference) */
 
     /* produced (under the server lock) */
     req_state state;
@@ -65,12 +67,14 @@ typedef struct request {
     char *text; /* decoded output, stop string excluded */
     size_t text_len, text_cap;
     size_t text_ready;                /* bytes of text that no stop string can still claim */
+    bool stop_cut;                    /* a stop string ended the text: nothing may follow it */
     double t_arrive, t_first, t_last; /* monotonic seconds: arrival, first token, latest token */
     bool cancel;                      /* the client left: free the slot at the next step */
 
     /* generation state (scheduler only) */
     loom_sampler *smp;
     loom_detokenizer *dec; /* NULL: the model has no tokenizer (ids only) */
+    grammar_matcher *gm;   /* where the output is in its grammar (made at its first token) */
 
     /* called, lock held, when tokens, text or state change: the HTTP front resumes the
      * connection waiting for them (NULL: nobody waits) */

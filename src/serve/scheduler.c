@@ -29,6 +29,7 @@
 #include <time.h>
 
 #include "serve/steps.h"
+#include "serve/structured.h"
 #include "util/alloc.h"
 #include "util/err.h"
 
@@ -60,11 +61,13 @@ struct sched {
     int32_t *slots, *drafts;
     const int32_t **hists;
     int *lens, *max_draft, *n_draft;
-    float *logprob;   /* [vocab] scratch */
-    int32_t *context; /* [max_ctx] scratch: a preempted request's prompt and output */
-    int32_t *matched; /* [max_ctx] scratch: the cached blocks of a prefix */
-    int pending;      /* blocks this step's tokens will take from the pool when it runs */
-    loom_kv_stats kv; /* as of the last step, for the gauges */
+    float *logprob;    /* [vocab] scratch */
+    float *row;        /* [vocab] scratch: a row of logits under a grammar's mask */
+    uint32_t *allowed; /* [(vocab + 31) / 32] the mask */
+    int32_t *context;  /* [max_ctx] scratch: a preempted request's prompt and output */
+    int32_t *matched;  /* [max_ctx] scratch: the cached blocks of a prefix */
+    int pending;       /* blocks this step's tokens will take from the pool when it runs */
+    loom_kv_stats kv;  /* as of the last step, for the gauges */
 };
 
 double serve_now(void) {
@@ -101,7 +104,10 @@ sched *sched_new(server *srv, const loom_engine *e, step *st, int replica, loom_
         (s->max_draft = mem_zalloc((size_t)s->max_seqs, sizeof *s->max_draft, what, err)) &&
         (s->n_draft = mem_zalloc((size_t)s->max_seqs, sizeof *s->n_draft, what, err)) &&
         (s->drafts = mem_zalloc((size_t)s->max_seqs * (s->k + 1), sizeof *s->drafts, what, err)) &&
-        (s->logprob = mem_array((size_t)srv->info.vocab, sizeof *s->logprob, "the scheduler's log-probabilities", err)))
+        (s->logprob =
+             mem_array((size_t)srv->info.vocab, sizeof *s->logprob, "the scheduler's log-probabilities", err)) &&
+        (s->row = mem_array((size_t)srv->info.vocab, sizeof *s->row, "the scheduler's logits", err)) &&
+        (s->allowed = mem_array(((size_t)srv->info.vocab + 31) / 32, sizeof *s->allowed, "a token mask", err)))
         return s;
     sched_free(s);
     return NULL;
@@ -119,6 +125,8 @@ void sched_free(sched *s) {
     free(s->drafts);
     loom_engine_free(s->book);
     free(s->logprob);
+    free(s->row);
+    free(s->allowed);
     free(s);
 }
 
@@ -250,7 +258,8 @@ static void add_decoding(sched *s, int n) {
     int budget = s->max_tokens - s->st->n_tokens - n; /* past each one's last token */
     for (int i = 0; i < n; i++) {
         request *r = s->decoding[i];
-        int len = r->n_prompt + r->n_tokens, m = s->sp ? s->k : 0;
+        /* proposals are verified against unmasked rows: a request under a grammar takes none */
+        int len = r->n_prompt + r->n_tokens, m = s->sp && !r->grammar ? s->k : 0;
         if (m > r->max_tokens - r->n_tokens - 1) m = r->max_tokens - r->n_tokens - 1;
         if (m > s->srv->max_ctx - len) m = s->srv->max_ctx - len;
         if (m > budget) m = budget;
@@ -395,9 +404,17 @@ static void take_tokens(sched *s, const float *logits) {
         const float *rows = logits + (size_t)g->row0 * vocab;
         int32_t out[LOOM_SPEC_MAX_TOKENS + 1];
         int n_out = 1;
+        loom_err why;
         if (g->n_draft) n_out = loom_speculator_verify(s->sp, r->smp, rows, g->draft, g->n_draft, out);
-        else out[0] = loom_sampler_next(r->smp, rows);
+        else if (!r->grammar) out[0] = loom_sampler_next(r->smp, rows);
+        else if ((out[0] = structured_sample(r, rows, vocab, s->row, s->allowed, &why)) < 0 ||
+                 grammar_matcher_accept(r->gm, out[0], &why))
+            n_out = 0;
         pthread_mutex_lock(&srv->lock);
+        if (!n_out) { /* the grammar allowed nothing: the request fails with why */
+            snprintf(r->error, sizeof r->error, "%s", why.msg);
+            if (r->finish == FINISH_NONE) r->finish = FINISH_CANCELLED;
+        }
         if (!r->n_tokens) histogram_add(&srv->met.ttft, now - r->t_arrive), r->t_first = now;
         else histogram_add(&srv->met.itl, now - r->t_last);
         r->t_last = now;
@@ -407,12 +424,12 @@ static void take_tokens(sched *s, const float *logits) {
             srv->met.generation_tokens++;
             if (!r->sampling.ignore_eos && is_eos(srv, t.id)) r->finish = FINISH_STOP; /* counted, not printed */
             request_add_token(r, &t);
+            if (r->gm && grammar_matcher_done(r->gm) && r->finish == FINISH_NONE) r->finish = FINISH_STOP;
             if (r->n_tokens >= r->max_tokens || r->n_prompt + r->n_tokens >= srv->max_ctx) {
                 if (r->finish == FINISH_NONE) r->finish = FINISH_LENGTH;
             }
         }
-        loom_err why;
-        r->computed += n_out - 1; /* the proposals kept; the sequence holds them and no more */
+        r->computed += n_out > 0 ? n_out - 1 : 0; /* the proposals kept; the sequence holds them and no more */
         if (g->n_draft && step_truncate(s->st, s->book, r->slot, r->computed, &why)) {
             snprintf(r->error, sizeof r->error, "%s", why.msg); /* cannot happen: the pass wrote these rows */
             if (r->finish == FINISH_NONE) r->finish = FINISH_CANCELLED;

@@ -10,6 +10,7 @@
 
 #include "serve/scheduler.h"
 #include "serve/steps.h"
+#include "serve/structured.h"
 #include "template/template.h"
 
 static volatile int stop_signal;
@@ -53,6 +54,10 @@ static int serve_rank0(loom_comm *comm, loom_model *m, loom_engine *e, const ser
         fprintf(stderr, "loom serve: %s\n", err.msg);
         goto done;
     }
+    if (structured_init(&srv, &err)) {
+        fprintf(stderr, "loom serve: %s\n", err.msg);
+        goto done;
+    }
     bool ok = !round_init(&round, &st, o, (size_t)srv.info.vocab, true, &err) &&
               (srv.sch = calloc((size_t)srv.dp, sizeof *srv.sch));
     for (int d = 0; ok && d < srv.dp; d++) ok = (srv.sch[d] = sched_new(&srv, e, &round.of[d], d, &err)) != NULL;
@@ -87,6 +92,7 @@ done:
     free(srv.sch);
     step_round_free(&round);
     chat_templates_free(&srv.tmpl);
+    structured_free(&srv);
     pthread_cond_destroy(&srv.work);
     pthread_mutex_destroy(&srv.lock);
     return rc;

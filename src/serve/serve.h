@@ -17,6 +17,7 @@
 #define LOOM_SERVE_SERVE_H
 #include <pthread.h>
 
+#include "grammar/grammar.h"
 #include "loom.h"
 #include "serve/metrics.h"
 #include "serve/request.h"
@@ -55,7 +56,9 @@ typedef struct server {
     loom_model *m;
     loom_model_info info;
     int max_ctx;
-    chat_templates tmpl; /* none: chat requests get 400 */
+    chat_templates tmpl;     /* none: chat requests get 400 */
+    grammar_vocab *gvocab;   /* the vocabulary's bytes for structured output (NULL: no tokenizer) */
+    grammar_cache *grammars; /* compiled grammars by their text */
     pthread_mutex_t lock;
     pthread_cond_t work; /* a request arrived or was cancelled: wakes the scheduler */
     sched **sch;         /* [dp]: each data-parallel replica's (replicas.c) */

@@ -43,6 +43,10 @@ static void dec_text(const tokenizer *t, tok_decoder *d, sink *o, const char *s,
 /* Byte-level output: bytes to UTF-8 text the way Rust's from_utf8_lossy does, holding back an
  * unfinished sequence until the next bytes (or the end) decide it. */
 static void dec_bytes(const tokenizer *t, tok_decoder *d, sink *o, const uint8_t *b, size_t n) {
+    if (d->raw) {
+        sink_put(o, (const char *)b, n);
+        return;
+    }
     char buf[256];
     size_t k = 0;
     for (size_t i = 0; i < n; i++) {
@@ -110,6 +114,10 @@ static void group_end(const tokenizer *t, tok_decoder *d, sink *o) {
 }
 
 static void group_add(const tokenizer *t, tok_decoder *d, sink *o, uint8_t b) {
+    if (d->raw) {
+        sink_put(o, (const char *)&b, 1);
+        return;
+    }
     if (d->group_bad) {
         dec_run(t, d, o, t->dec_bf + 1, FFFD, 3);
         return;
@@ -260,6 +268,19 @@ size_t tokenizer_decode_flush(const tokenizer *t, tok_decoder *d, char *out, siz
     sink o = {.p = out, .cap = cap};
     dec_finish(t, d, &o);
     return o.n;
+}
+
+int tokenizer_token_bytes(const tokenizer *t, int32_t id, char *out, size_t cap) {
+    const added_tok *a = tok_added_by_id(t, id);
+    span s;
+    if ((a && a->special) || !tok_token_span(t, id, &s)) return -1;
+    tok_decoder d; /* mid-sequence: every first-token rule has been spent */
+    tok_decoder_init(&d);
+    memset(d.seen, 1, sizeof d.seen);
+    d.strip_done = d.fed = d.raw = true;
+    sink o = {.p = out, .cap = cap};
+    dec_feed(t, &d, id, true, &o);
+    return (int)o.n;
 }
 
 char *tokenizer_decode(const tokenizer *t, const int32_t *ids, size_t n, bool skip_special) {

@@ -44,6 +44,7 @@ typedef struct tok_decoder {
     uint8_t n_group, n_u8;
     uint8_t group[TOK_DEC_GROUP]; /* byte-fallback run held back */
     uint8_t u8[4];                /* unfinished UTF-8 sequence (byte-level) */
+    bool raw;                     /* bytes out as they come, no UTF-8 assembly (token bytes) */
 } tok_decoder;
 void tok_decoder_init(tok_decoder *d);
 /* Most bytes one decode_next/flush call can produce; pass at least this cap (output beyond cap is
@@ -53,6 +54,11 @@ size_t tokenizer_decode_cap(const tokenizer *t);
 size_t tokenizer_decode_next(const tokenizer *t, tok_decoder *d, int32_t id, char *out, size_t cap);
 /* Ends the sequence: writes what was held back (incomplete UTF-8 becomes U+FFFD) and resets d. */
 size_t tokenizer_decode_flush(const tokenizer *t, tok_decoder *d, char *out, size_t cap);
+/* The bytes token id adds to text in the middle of a sequence, before UTF-8 assembly (a
+ * byte-fallback or byte-level token may hold part of a character): what a grammar matches.
+ * Returns their length (output past cap is dropped), or -1 for a special token or an id with no
+ * token. */
+int tokenizer_token_bytes(const tokenizer *t, int32_t id, char *out, size_t cap);
 /* Whole-sequence decode into a malloc'd NUL-terminated string; skip_special drops special tokens.
  * Ids with no token are skipped, as HF does. NULL only when out of memory. */
 char *tokenizer_decode(const tokenizer *t, const int32_t *ids, size_t n, bool skip_special);

@@ -1,0 +1,102 @@
+/* The grammar layer's internals, shared by gbnf.c (the compiler), matcher.c (the pushdown
+ * automaton) and mask.c (vocabulary tries and token masks).
+ *
+ * A compiled grammar is a list of rules over bytes. Each rule is a list of alternatives; each
+ * alternative a run of elements in `el` ending with GE_END: a byte set (GE_TERM) or another
+ * rule (GE_REF). A position is an index into `el`.
+ *
+ * A stack of the automaton is a node: (pos, parent), the next element to match in the current
+ * frame and the stack to go on with when that frame ends. Nodes are interned, so equal stacks
+ * are equal ids and stacks share their tails. Node 0 is the empty stack (the grammar has ended:
+ * accept); node 1 is a sentinel bottom that stands for "whatever the caller's stack is", which
+ * mask.c uses to compute what a position allows on its own. A configuration is a sorted set of
+ * nodes whose tops are byte sets (or 0 / 1): the automaton's state after some bytes. Configs are
+ * interned too, and each remembers its step on every byte, so a config space becomes a DFA as it
+ * is explored (config 0 is the empty set: no way on). */
+#ifndef LOOM_GRAMMAR_IMPL_H
+#define LOOM_GRAMMAR_IMPL_H
+#include <pthread.h>
+
+#include "grammar/grammar.h"
+
+enum { GE_END, GE_TERM, GE_REF };
+
+typedef struct gelem {
+    uint8_t kind;
+    int32_t ref;      /* GE_REF: the rule */
+    uint64_t bits[4]; /* GE_TERM: the bytes it matches */
+} gelem;
+
+static inline bool gelem_has(const gelem *e, uint8_t b) { return e->bits[b >> 6] >> (b & 63) & 1; }
+
+#define NODE_ACCEPT   0
+#define NODE_SENTINEL 1
+#define CFG_DEAD      0
+
+typedef struct cspace cspace;
+
+/* One token position's mask on its own (mask.c): tokens accepted whatever lies below the frame,
+ * and those that leave the frame with bytes to spare, which need the real stack to decide. */
+typedef struct pos_mask {
+    uint32_t *accept; /* [words] */
+    int32_t *uncertain;
+    int n_uncertain;
+} pos_mask;
+
+struct grammar_vocab {
+    int n, words; /* tokens; 32-bit words of a mask */
+    int32_t *off; /* [n + 1] token i's bytes are bytes[off[i] .. off[i] + len[i]) */
+    int *len;     /* -1: never produced by a grammar */
+    uint8_t *bytes;
+    bool *is_eos; /* [n] */
+    int32_t *eos; /* the EOS ids */
+    int n_eos;
+    /* trie over the tokens with bytes, sorted by their bytes; node 0 is the root */
+    int32_t *sorted; /* token ids in byte order */
+    struct trie_node {
+        int32_t child0, n_child; /* children are nodes child0 .. child0 + n_child - 1 */
+        int32_t tok_lo, tok_hi;  /* sorted[tok_lo .. tok_hi): tokens ending here */
+        int32_t sub_hi;          /* sorted[tok_lo .. sub_hi): every token at or below */
+        uint8_t byte;            /* the byte that leads here */
+    } * trie;
+    int n_trie;
+};
+
+struct grammar {
+    gelem *el;
+    int n_el;
+    int32_t *alt_start; /* each alternative's first position */
+    int32_t *rule_alt0, *rule_nalt;
+    char **rule_name;
+    int n_rules, root;
+    const grammar_vocab *vocab;
+    int refs;
+    pthread_mutex_t lock; /* guards pm and local */
+    pos_mask **pm;        /* [n_el] computed on first use */
+    cspace *local;        /* the config space mask.c computes pm in */
+};
+
+cspace *cspace_new(const grammar *g, loom_err *err);
+void cspace_free(cspace *cs);
+/* The start config (the root rule's alternatives over the empty stack), and a position's config
+ * over the sentinel. -1 when out of memory. */
+int32_t cspace_start(cspace *cs);
+int32_t cspace_local(cspace *cs, int32_t pos);
+/* The config of one node; -1 when out of memory. */
+int32_t cspace_single(cspace *cs, int32_t node);
+/* The config after byte b (CFG_DEAD: none); -1 when out of memory. */
+int32_t cspace_step(cspace *cs, int32_t cfg, uint8_t b);
+/* When the space holds too many configs, forgets all but keep, whose new id it returns (keep
+ * itself otherwise; -1 when out of memory). Every other config id goes stale. */
+int32_t cspace_compact(cspace *cs, int32_t keep);
+/* A config's nodes, and a node's position (-1 for the accept and sentinel nodes). */
+const int32_t *cspace_nodes(const cspace *cs, int32_t cfg, int *n);
+int32_t cspace_node_pos(const cspace *cs, int32_t node);
+/* The config after the bytes of token id (CFG_DEAD: not allowed); -1 when out of memory. */
+int32_t cspace_walk(cspace *cs, int32_t cfg, const grammar_vocab *v, int32_t id);
+
+/* mask.c: position pos's mask, computed on first use (NULL when out of memory). */
+const pos_mask *grammar_pos_mask(grammar *g, int32_t pos);
+void pos_mask_free(pos_mask *pm);
+
+#endif

@@ -1,0 +1,384 @@
+/* The pushdown automaton (see grammar_impl.h for nodes and configs), and a sequence's matcher.
+ *
+ * A config is closed: every node in it has a byte set on top (or is the accept or sentinel
+ * node). Closing a node expands the rule reference on its top into the rule's alternatives,
+ * each pushed over the rest of the frame; a reference in last place pushes nothing (the frame
+ * it would return to is empty), so right recursion, which is how x* is written, runs in
+ * constant depth; a frame that ends pops to its parent. Interned nodes make "already closed in
+ * this step" one array lookup, which also ends the loops that nullable repetitions would make.
+ *
+ * Each config remembers its step on every byte, so after warm-up a token's check is one table
+ * lookup per byte. A space keeps what it learned; past CSPACE_MAX_CONFIGS configs (a sequence
+ * wandering through new states) its owner compacts it between steps: the configs and their steps
+ * are forgotten and relearned, while the nodes, 8 bytes each, stay. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "grammar/grammar_impl.h"
+#include "util/alloc.h"
+#include "util/err.h"
+
+#define CSPACE_MAX_CONFIGS 8192
+
+struct cspace {
+    const grammar *g;
+    /* nodes: (pos, parent), interned by an open-addressed table of ids */
+    int32_t *pos, *parent;
+    int n_nodes;
+    size_t cap_pos, cap_parent;
+    int32_t *node_hash;
+    size_t node_slots;
+    /* configs: items[start[c] .. start[c] + len[c]), interned likewise; trans[c * 256 + b] */
+    int32_t *start, *len, *items, *trans;
+    int n_cfg;
+    size_t cap_start, cap_len, cap_trans, n_items, cap_items;
+    int32_t *cfg_hash;
+    size_t cfg_slots;
+    /* scratch of one step */
+    uint32_t *seen; /* [node] epoch of the step that closed it */
+    size_t cap_seen;
+    uint32_t epoch;
+    int32_t *out, *work;
+    size_t n_out, cap_out, cap_work;
+    bool oom;
+};
+
+static uint64_t mix(uint64_t h) {
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdull;
+    h ^= h >> 33;
+    return h;
+}
+
+/* Resizes an open-addressed table of ids to twice the slots, rehashing with hash_of. */
+static int rehash(cspace *cs, int32_t **table, size_t *slots, int count, uint64_t (*hash_of)(const cspace *, int32_t)) {
+    size_t n = *slots ? *slots * 2 : 1024;
+    int32_t *t = mem_array(n, sizeof *t, "a grammar's tables", NULL);
+    if (!t) return -1;
+    memset(t, 0xff, n * sizeof *t);
+    for (int32_t id = 0; id < count; id++) {
+        size_t i = hash_of(cs, id) & (n - 1);
+        while (t[i] >= 0) i = (i + 1) & (n - 1);
+        t[i] = id;
+    }
+    free(*table);
+    *table = t;
+    *slots = n;
+    return 0;
+}
+
+static uint64_t node_hash_of(const cspace *cs, int32_t id) {
+    return mix((uint64_t)(uint32_t)cs->pos[id] << 32 | (uint32_t)cs->parent[id]);
+}
+
+static uint64_t cfg_hash_of(const cspace *cs, int32_t c) {
+    uint64_t h = 0x9e3779b97f4a7c15ull;
+    for (int32_t i = 0; i < cs->len[c]; i++) h = mix(h ^ (uint32_t)cs->items[cs->start[c] + i]);
+    return h;
+}
+
+/* The node (pos, parent), interned; -1 when out of memory. */
+static int32_t node(cspace *cs, int32_t pos, int32_t parent) {
+    uint64_t h = mix((uint64_t)(uint32_t)pos << 32 | (uint32_t)parent);
+    size_t mask = cs->node_slots - 1, i = h & mask;
+    for (; cs->node_hash[i] >= 0; i = (i + 1) & mask)
+        if (cs->pos[cs->node_hash[i]] == pos && cs->parent[cs->node_hash[i]] == parent) return cs->node_hash[i];
+    int32_t id = cs->n_nodes;
+    if (ARRAY_RESERVE(cs->pos, cs->cap_pos, (size_t)id + 1, "grammar stacks", NULL) ||
+        ARRAY_RESERVE(cs->parent, cs->cap_parent, (size_t)id + 1, "grammar stacks", NULL) ||
+        ARRAY_RESERVE(cs->seen, cs->cap_seen, (size_t)id + 1, "grammar stacks", NULL))
+        return -1;
+    cs->pos[id] = pos, cs->parent[id] = parent, cs->seen[id] = 0;
+    cs->n_nodes++;
+    cs->node_hash[i] = id;
+    if ((size_t)cs->n_nodes * 2 > cs->node_slots &&
+        rehash(cs, &cs->node_hash, &cs->node_slots, cs->n_nodes, node_hash_of))
+        return -1;
+    return id;
+}
+
+/* The stack that goes on at pos over parent: parent itself when pos ends its alternative. */
+static int32_t resume(cspace *cs, int32_t pos, int32_t parent) {
+    return cs->g->el[pos].kind == GE_END ? parent : node(cs, pos, parent);
+}
+
+static int out_push(int32_t **arr, size_t *cap, size_t n, int32_t v) {
+    if (mem_reserve(arr, cap, n + 1, sizeof **arr, "a grammar step", NULL)) return -1;
+    (*arr)[n] = v;
+    return 0;
+}
+
+/* Closes node n0 into cs->out (each node once per epoch). */
+static int close_node(cspace *cs, int32_t n0) {
+    size_t sp = 0;
+    if (n0 < 0 || out_push(&cs->work, &cs->cap_work, sp++, n0)) return -1;
+    while (sp) {
+        int32_t n = cs->work[--sp];
+        if (cs->seen[n] == cs->epoch) continue;
+        cs->seen[n] = cs->epoch;
+        const gelem *e = n > NODE_SENTINEL ? &cs->g->el[cs->pos[n]] : NULL;
+        if (!e || e->kind == GE_TERM) {
+            if (out_push(&cs->out, &cs->cap_out, cs->n_out++, n)) return -1;
+            continue;
+        }
+        int32_t ret = resume(cs, cs->pos[n] + 1, cs->parent[n]); /* e is a reference */
+        if (ret < 0) return -1;
+        int32_t r = e->ref;
+        for (int a = 0; a < cs->g->rule_nalt[r]; a++) {
+            int32_t m = resume(cs, cs->g->alt_start[cs->g->rule_alt0[r] + a], ret);
+            if (m < 0 || out_push(&cs->work, &cs->cap_work, sp++, m)) return -1;
+        }
+    }
+    return 0;
+}
+
+static int by_id(const void *a, const void *b) {
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* cs->out (sorted) as a config, interned; -1 when out of memory. */
+static int32_t intern_out(cspace *cs) {
+    if (!cs->n_out) return CFG_DEAD;
+    qsort(cs->out, cs->n_out, sizeof *cs->out, by_id);
+    uint64_t h = 0x9e3779b97f4a7c15ull;
+    for (size_t i = 0; i < cs->n_out; i++) h = mix(h ^ (uint32_t)cs->out[i]);
+    size_t mask = cs->cfg_slots - 1, i = h & mask;
+    for (; cs->cfg_hash[i] >= 0; i = (i + 1) & mask) {
+        int32_t c = cs->cfg_hash[i];
+        if ((size_t)cs->len[c] == cs->n_out && !memcmp(cs->items + cs->start[c], cs->out, cs->n_out * sizeof *cs->out))
+            return c;
+    }
+    int32_t c = cs->n_cfg;
+    if (ARRAY_RESERVE(cs->start, cs->cap_start, (size_t)c + 1, "grammar states", NULL) ||
+        ARRAY_RESERVE(cs->len, cs->cap_len, (size_t)c + 1, "grammar states", NULL) ||
+        ARRAY_RESERVE(cs->items, cs->cap_items, cs->n_items + cs->n_out, "grammar states", NULL) ||
+        ARRAY_RESERVE(cs->trans, cs->cap_trans, ((size_t)c + 1) * 256, "grammar states", NULL))
+        return -1;
+    memset(cs->trans + (size_t)c * 256, 0xff, 256 * sizeof *cs->trans);
+    cs->start[c] = (int32_t)cs->n_items, cs->len[c] = (int32_t)cs->n_out;
+    memcpy(cs->items + cs->n_items, cs->out, cs->n_out * sizeof *cs->out);
+    cs->n_items += cs->n_out;
+    cs->n_cfg++;
+    cs->cfg_hash[i] = c;
+    if ((size_t)cs->n_cfg * 2 > cs->cfg_slots && rehash(cs, &cs->cfg_hash, &cs->cfg_slots, cs->n_cfg, cfg_hash_of))
+        return -1;
+    return c;
+}
+
+/* Drops every config but the dead one. */
+static void forget_configs(cspace *cs) {
+    cs->n_cfg = 1;
+    cs->n_items = 0;
+    memset(cs->cfg_hash, 0xff, cs->cfg_slots * sizeof *cs->cfg_hash);
+    cs->cfg_hash[cfg_hash_of(cs, CFG_DEAD) & (cs->cfg_slots - 1)] = CFG_DEAD;
+    memset(cs->trans, 0xff, 256 * sizeof *cs->trans);
+}
+
+cspace *cspace_new(const grammar *g, loom_err *err) {
+    cspace *cs = mem_zalloc(1, sizeof *cs, "a grammar's states", err);
+    if (!cs) return NULL;
+    cs->g = g;
+    cs->epoch = 1;
+    /* node 0 (accept) and 1 (sentinel); config 0 (dead, no nodes) */
+    if (rehash(cs, &cs->node_hash, &cs->node_slots, 0, node_hash_of) ||
+        rehash(cs, &cs->cfg_hash, &cs->cfg_slots, 0, cfg_hash_of) || node(cs, -1, -1) != NODE_ACCEPT ||
+        node(cs, -2, -2) != NODE_SENTINEL || ARRAY_RESERVE(cs->start, cs->cap_start, 1, "grammar states", NULL) ||
+        ARRAY_RESERVE(cs->len, cs->cap_len, 1, "grammar states", NULL) ||
+        ARRAY_RESERVE(cs->trans, cs->cap_trans, 256, "grammar states", NULL)) {
+        cspace_free(cs);
+        loom_errf(err, "cannot allocate a grammar's states");
+        return NULL;
+    }
+    cs->start[0] = cs->len[0] = 0;
+    cs->n_cfg = 1;
+    forget_configs(cs);
+    return cs;
+}
+
+void cspace_free(cspace *cs) {
+    if (!cs) return;
+    free(cs->pos), free(cs->parent), free(cs->node_hash), free(cs->seen);
+    free(cs->start), free(cs->len), free(cs->items), free(cs->trans), free(cs->cfg_hash);
+    free(cs->out), free(cs->work);
+    free(cs);
+}
+
+static void begin(cspace *cs) {
+    cs->n_out = 0;
+    if (++cs->epoch == 0) { /* wrapped: no node may look closed in this step */
+        memset(cs->seen, 0, (size_t)cs->n_nodes * sizeof *cs->seen);
+        cs->epoch = 1;
+    }
+}
+
+/* The config of the root's alternatives over `bottom`. */
+static int32_t rule_config(cspace *cs, int rule, int32_t bottom) {
+    begin(cs);
+    const grammar *g = cs->g;
+    for (int a = 0; a < g->rule_nalt[rule]; a++)
+        if (close_node(cs, resume(cs, g->alt_start[g->rule_alt0[rule] + a], bottom))) return -1;
+    return intern_out(cs);
+}
+
+int32_t cspace_start(cspace *cs) { return rule_config(cs, cs->g->root, NODE_ACCEPT); }
+
+int32_t cspace_local(cspace *cs, int32_t pos) {
+    begin(cs);
+    if (close_node(cs, node(cs, pos, NODE_SENTINEL))) return -1;
+    return intern_out(cs);
+}
+
+int32_t cspace_single(cspace *cs, int32_t n) {
+    begin(cs);
+    if (close_node(cs, n)) return -1;
+    return intern_out(cs);
+}
+
+int32_t cspace_step(cspace *cs, int32_t cfg, uint8_t b) {
+    int32_t *t = &cs->trans[(size_t)cfg * 256 + b];
+    if (*t >= 0) return *t;
+    begin(cs);
+    for (int32_t i = 0; i < cs->len[cfg]; i++) {
+        int32_t n = cs->items[cs->start[cfg] + i];
+        if (n <= NODE_SENTINEL || !gelem_has(&cs->g->el[cs->pos[n]], b)) continue;
+        if (close_node(cs, resume(cs, cs->pos[n] + 1, cs->parent[n]))) return -1;
+    }
+    int32_t next = intern_out(cs);
+    if (next >= 0) cs->trans[(size_t)cfg * 256 + b] = next;
+    return next;
+}
+
+int32_t cspace_compact(cspace *cs, int32_t keep) {
+    if (cs->n_cfg <= CSPACE_MAX_CONFIGS) return keep;
+    begin(cs);
+    for (int32_t i = 0; i < cs->len[keep]; i++)
+        if (out_push(&cs->out, &cs->cap_out, cs->n_out++, cs->items[cs->start[keep] + i])) return -1;
+    forget_configs(cs);
+    return intern_out(cs);
+}
+
+const int32_t *cspace_nodes(const cspace *cs, int32_t cfg, int *n) {
+    *n = cs->len[cfg];
+    return cs->items + cs->start[cfg];
+}
+
+int32_t cspace_node_pos(const cspace *cs, int32_t n) { return n > NODE_SENTINEL ? cs->pos[n] : -1; }
+
+int32_t cspace_walk(cspace *cs, int32_t cfg, const grammar_vocab *v, int32_t id) {
+    if (v->len[id] <= 0) return CFG_DEAD;
+    const uint8_t *b = v->bytes + v->off[id];
+    for (int i = 0; i < v->len[id] && cfg > CFG_DEAD; i++) cfg = cspace_step(cs, cfg, b[i]);
+    return cfg;
+}
+
+/* ---- a sequence's matcher ---- */
+
+#define MASK_CACHE 4 /* the masks of a matcher's recent configs (a JSON string repeats one) */
+
+struct grammar_matcher {
+    grammar *g;
+    cspace *cs;
+    int32_t cfg;
+    bool eos_taken;
+    struct {
+        int32_t cfg; /* -1: none */
+        uint32_t *mask;
+    } cache[MASK_CACHE];
+    int next_slot;
+};
+
+grammar_matcher *grammar_matcher_new(grammar *g, loom_err *err) {
+    grammar_matcher *m = mem_zalloc(1, sizeof *m, "a grammar matcher", err);
+    if (!m) return NULL;
+    m->g = grammar_ref(g);
+    for (int i = 0; i < MASK_CACHE; i++) m->cache[i].cfg = -1;
+    if (!(m->cs = cspace_new(g, err)) || (m->cfg = cspace_start(m->cs)) < 0) {
+        if (m->cs) loom_errf(err, "cannot allocate a grammar's states");
+        grammar_matcher_free(m);
+        return NULL;
+    }
+    return m;
+}
+
+void grammar_matcher_free(grammar_matcher *m) {
+    if (!m) return;
+    cspace_free(m->cs);
+    for (int i = 0; i < MASK_CACHE; i++) free(m->cache[i].mask);
+    grammar_unref(m->g);
+    free(m);
+}
+
+static bool has_accept(const grammar_matcher *m, int32_t cfg) {
+    int n;
+    const int32_t *nodes = cspace_nodes(m->cs, cfg, &n);
+    return n && nodes[0] == NODE_ACCEPT; /* sorted: the accept node comes first */
+}
+
+bool grammar_matcher_allows(grammar_matcher *m, int32_t id) {
+    const grammar_vocab *v = m->g->vocab;
+    if (id < 0 || id >= v->n || m->eos_taken) return false;
+    if (v->is_eos[id]) return has_accept(m, m->cfg);
+    return cspace_walk(m->cs, m->cfg, v, id) > CFG_DEAD;
+}
+
+int grammar_matcher_accept(grammar_matcher *m, int32_t id, loom_err *err) {
+    const grammar_vocab *v = m->g->vocab;
+    if (!grammar_matcher_allows(m, id)) return loom_errf(err, "token %d does not follow the grammar", id);
+    if (v->is_eos[id]) {
+        m->eos_taken = true;
+        return 0;
+    }
+    int32_t next = cspace_walk(m->cs, m->cfg, v, id), kept = next >= 0 ? cspace_compact(m->cs, next) : -1;
+    if (kept < 0) return loom_errf(err, "cannot allocate a grammar's states");
+    if (kept != next)
+        for (int i = 0; i < MASK_CACHE; i++) m->cache[i].cfg = -1; /* the ids are renumbered */
+    m->cfg = kept;
+    return 0;
+}
+
+bool grammar_matcher_done(const grammar_matcher *m) {
+    int n;
+    const int32_t *nodes = cspace_nodes(m->cs, m->cfg, &n);
+    return m->eos_taken || (n == 1 && nodes[0] == NODE_ACCEPT);
+}
+
+void grammar_matcher_mask(grammar_matcher *m, uint32_t *allowed) {
+    const grammar_vocab *v = m->g->vocab;
+    size_t bytes = (size_t)v->words * sizeof *allowed;
+    for (int i = 0; i < MASK_CACHE; i++)
+        if (m->cache[i].cfg == m->cfg) {
+            memcpy(allowed, m->cache[i].mask, bytes);
+            return;
+        }
+    memset(allowed, 0, bytes);
+    if (m->eos_taken) return;
+    int32_t cfg = m->cfg;
+    int n;
+    const int32_t *nodes = cspace_nodes(m->cs, cfg, &n);
+    /* copy: the checks below may grow the config arrays */
+    int32_t local[64], *list = n <= 64 ? local : malloc((size_t)n * sizeof *list);
+    if (!list) return;
+    memcpy(list, nodes, (size_t)n * sizeof *list);
+    for (int k = 0; k < n; k++) {
+        if (list[k] == NODE_ACCEPT) {
+            for (int e = 0; e < v->n_eos; e++) allowed[v->eos[e] >> 5] |= 1u << (v->eos[e] & 31);
+            continue;
+        }
+        const pos_mask *pm = grammar_pos_mask(m->g, cspace_node_pos(m->cs, list[k]));
+        if (!pm) continue;
+        for (int w = 0; w < v->words; w++) allowed[w] |= pm->accept[w];
+        int32_t one = pm->n_uncertain ? cspace_single(m->cs, list[k]) : CFG_DEAD;
+        for (int i = 0; i < pm->n_uncertain && one > CFG_DEAD; i++) {
+            int32_t t = pm->uncertain[i];
+            if (!(allowed[t >> 5] >> (t & 31) & 1) && cspace_walk(m->cs, one, v, t) > CFG_DEAD)
+                allowed[t >> 5] |= 1u << (t & 31);
+        }
+    }
+    if (list != local) free(list);
+    int slot = m->next_slot;
+    m->next_slot = (slot + 1) % MASK_CACHE;
+    if (!m->cache[slot].mask && !(m->cache[slot].mask = malloc(bytes))) return;
+    memcpy(m->cache[slot].mask, allowed, bytes);
+    m->cache[slot].cfg = cfg;
+}

@@ -1,0 +1,180 @@
+/* The grammar engine (src/grammar): GBNF compiled to bytes, the matcher's language, and token
+ * masks.
+ * - Languages: each grammar accepts exactly the strings listed as in it, byte by byte, including
+ *   characters of 2-4 UTF-8 bytes split across tokens.
+ * - Errors: undefined rules, a missing root, left recursion and bad syntax are refused by name.
+ * - Masks: along random walks through grammars, on the real vocabularies in
+ *   tests/data/tokenizers, the mask equals asking the matcher about every token one at a time
+ *   (which walks the token's bytes through the automaton directly), and a token the mask allows
+ *   is accepted. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "grammar/grammar.h"
+#include "text/tokenizer.h"
+
+#define TOKDIR LOOM_SOURCE_DIR "/tests/data/tokenizers/"
+
+/* A vocabulary of the 256 single bytes, then EOS (id 256). */
+static grammar_vocab *byte_vocab(void) {
+    static char store[256];
+    const char *bytes[257];
+    int lens[257];
+    for (int i = 0; i < 256; i++) store[i] = (char)i, bytes[i] = &store[i], lens[i] = 1;
+    bytes[256] = "", lens[256] = -1;
+    int32_t eos = 256;
+    loom_err err = {{0}};
+    grammar_vocab *v = grammar_vocab_new(257, bytes, lens, &eos, 1, &err);
+    CHECK(v, "%s", err.msg);
+    return v;
+}
+
+/* Whether g accepts s whole (every byte allowed, then EOS). */
+static bool accepts(grammar *g, const char *s) {
+    loom_err err = {{0}};
+    grammar_matcher *m = grammar_matcher_new(g, &err);
+    bool ok = m != NULL;
+    for (const unsigned char *p = (const unsigned char *)s; ok && *p; p++) ok = !grammar_matcher_accept(m, *p, &err);
+    ok = ok && grammar_matcher_allows(m, 256);
+    grammar_matcher_free(m);
+    return ok;
+}
+
+static void language(grammar_vocab *v, const char *gbnf, const char *const *in, const char *const *out) {
+    loom_err err = {{0}};
+    grammar *g = grammar_compile(gbnf, v, &err);
+    CHECK(g, "%s: %s", gbnf, err.msg);
+    if (!g) return;
+    for (; *in; in++) CHECK(accepts(g, *in), "%s should accept \"%s\"", gbnf, *in);
+    for (; *out; out++) CHECK(!accepts(g, *out), "%s should refuse \"%s\"", gbnf, *out);
+    grammar_unref(g);
+}
+
+#define L(...) ((const char *const[]){__VA_ARGS__, NULL})
+
+static void test_languages(grammar_vocab *v) {
+    language(v, "root ::= \"a\" [b-d]* \"e\"", L("ae", "abe", "abcdde"), L("a", "af", "abce!", ""));
+    language(v, "root ::= (\"ab\" | \"c\")+ \"!\"", L("ab!", "c!", "abcab!"), L("!", "a!", "abc"));
+    language(v, "root ::= \"x\"{2,3}", L("xx", "xxx"), L("x", "xxxx"));
+    language(v, "root ::= \"x\"{,2} \"y\"{2,}", L("yy", "xyy", "xxyyyy"), L("y", "xxxyy"));
+    language(v, "root ::= [^\"\\\\]+", L("h\xC3\xA9llo \xE2\x86\x92", "\xF0\x9F\x98\x80"),
+             L("a\"", "\\", "\xC3", "\xED\xA0\x80"));
+    language(v, "root ::= [\xCE\xB1-\xCF\x89]{2}", L("\xCE\xB1\xCE\xB2", "\xCF\x89\xCF\x89"), L("ab", "\xCE\xB1"));
+    language(v, "root ::= . .", L("ab", "\xE2\x82\xAC\xF0\x9F\x98\x80"), L("a", "abc"));
+    language(v, "root ::= (\"a\"?)* \"b\"  # nullable repetition\n", L("b", "aab"), L("a", "ba"));
+    language(v, "root ::= item (\",\" item)*\nitem ::= [0-9]+ | \"[\" root? \"]\"", L("1", "1,[2,[]],3"),
+             L("1,", "[", "1,,2"));
+    language(v, "root ::= \"\\x41\\u00e9\\n\" [\\t-\\r]", L("A\xC3\xA9\n\t", "A\xC3\xA9\n\r"),
+             L("A\xC3\xA9\n ", "A\n\t"));
+    language(v, "root ::= \"\" | \"a\"", L("", "a"), L("aa"));
+}
+
+static void refused(grammar_vocab *v, const char *gbnf, const char *needle) {
+    loom_err err = {{0}};
+    grammar *g = grammar_compile(gbnf, v, &err);
+    CHECK(!g && strstr(err.msg, needle), "%s: expected an error naming \"%s\", got \"%s\"", gbnf, needle,
+          g ? "(compiled)" : err.msg);
+    grammar_unref(g);
+}
+
+static void test_errors(grammar_vocab *v) {
+    refused(v, "root ::= item", "rule 'item' is used but not defined");
+    refused(v, "start ::= \"a\"", "no rule named 'root'");
+    refused(v, "root ::= root \"a\" | \"b\"", "rule 'root' is left-recursive");
+    refused(v, "root ::= x \"a\"\nx ::= y?\ny ::= root", "left-recursive");
+    refused(v, "root ::= \"a\"\nroot ::= \"b\"", "rule 'root' is defined twice");
+    refused(v, "root ::= \"a", "unterminated");
+    refused(v, "root ::= \"\\q\"", "unknown escape");
+    refused(v, "root ::= [z-a]", "runs backwards");
+    refused(v, "root ::= \"a\"{3,2}", "repetition");
+    refused(v, "root ::= \"a\"{20000}", "over 10000");
+    refused(v, "root ::= (\"a\"", "expected ')'");
+    refused(v, "root = \"a\"", "expected '::='");
+}
+
+/* The mask against one-token-at-a-time questions, along random walks. */
+static void mask_matches_allows(const char *tok_file, const char *gbnf, int walks, int steps) {
+    loom_err err = {{0}};
+    tokenizer *t = tokenizer_load_file(tok_file, &err);
+    CHECK(t, "%s", err.msg);
+    if (!t) return;
+    int n = tokenizer_vocab_size(t);
+    char **bytes = calloc((size_t)n, sizeof *bytes);
+    int *lens = calloc((size_t)n, sizeof *lens);
+    for (int i = 0; i < n; i++) {
+        char buf[1024];
+        lens[i] = tokenizer_token_bytes(t, i, buf, sizeof buf);
+        bytes[i] = malloc(lens[i] > 0 ? (size_t)lens[i] : 1);
+        if (lens[i] > 0) memcpy(bytes[i], buf, (size_t)lens[i]);
+    }
+    int32_t eos = tokenizer_token_id(t, "</s>") >= 0 ? tokenizer_token_id(t, "</s>") : n - 1;
+    grammar_vocab *v = grammar_vocab_new(n, (const char *const *)bytes, lens, &eos, 1, &err);
+    grammar *g = v ? grammar_compile(gbnf, v, &err) : NULL;
+    CHECK(g, "%s", err.msg);
+    uint32_t *mask = calloc((size_t)(n + 31) / 32, sizeof *mask);
+    uint64_t rng = 12345;
+    int mismatches = 0, allowed_total = 0;
+    for (int w = 0; g && w < walks; w++) {
+        grammar_matcher *m = grammar_matcher_new(g, &err);
+        for (int s = 0; m && s < steps && !grammar_matcher_done(m); s++) {
+            grammar_matcher_mask(m, mask);
+            int n_allowed = 0;
+            int32_t *ok = malloc(sizeof *ok * (size_t)n);
+            for (int i = 0; i < n; i++) {
+                bool in_mask = mask[i >> 5] >> (i & 31) & 1;
+                if (in_mask != grammar_matcher_allows(m, i) && mismatches++ < 5)
+                    CHECK(false, "%s, walk %d step %d: token %d is %s by the mask but not by the matcher", gbnf, w, s,
+                          i, in_mask ? "allowed" : "refused");
+                if (in_mask) ok[n_allowed++] = i;
+            }
+            allowed_total += n_allowed;
+            CHECK(n_allowed > 0, "%s: a walk reached a state that allows no token", gbnf);
+            if (!n_allowed) {
+                free(ok);
+                break;
+            }
+            rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+            int32_t pick = ok[(rng >> 33) % (uint64_t)n_allowed];
+            free(ok);
+            if (pick == eos) break;
+            CHECK(!grammar_matcher_accept(m, pick, &err), "%s", err.msg);
+        }
+        grammar_matcher_free(m);
+    }
+    CHECK(mismatches == 0, "%s on %s: %d mismatches", gbnf, tok_file, mismatches);
+    CHECK(allowed_total > 0, "nothing was allowed");
+    free(mask);
+    grammar_unref(g);
+    grammar_vocab_free(v);
+    for (int i = 0; i < n; i++) free(bytes[i]);
+    free(bytes);
+    free(lens);
+    tokenizer_free(t);
+}
+
+static const char json_gbnf[] =
+    "root ::= object\n"
+    "value ::= object | array | string | number | (\"true\" | \"false\" | \"null\") ws\n"
+    "object ::= \"{\" ws ( string \":\" ws value (\",\" ws string \":\" ws value)* )? \"}\" ws\n"
+    "array ::= \"[\" ws ( value (\",\" ws value)* )? \"]\" ws\n"
+    "string ::= \"\\\"\" ( [^\"\\\\\\x00-\\x1F] | \"\\\\\" ([\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4}) )* \"\\\"\" ws\n"
+    "number ::= \"-\"? ([0-9] | [1-9] [0-9]{1,15}) (\".\" [0-9]{1,16})? ([eE] [-+]? [0-9]{1,3})? ws\n"
+    "ws ::= | \" \" | \"\\n\" [ \\t]{0,20}\n";
+
+int main(void) {
+    grammar_vocab *v = byte_vocab();
+    if (v) {
+        test_languages(v);
+        test_errors(v);
+    }
+    grammar_vocab_free(v);
+    const char *files[] = {TOKDIR "llama2/tokenizer.json", TOKDIR "phi-2/tokenizer.json"};
+    for (int f = 0; f < 2; f++) {
+        mask_matches_allows(files[f], json_gbnf, 4, 40);
+        mask_matches_allows(files[f], "root ::= \"caf\xC3\xA9 \" [\xE4\xB8\x80-\xE9\xBF\xBF]{1,3} \"!\"", 3, 10);
+        mask_matches_allows(files[f], "root ::= (\"yes\" | \"no\" | \"maybe\") \".\"", 3, 10);
+    }
+    return check_done();
+}
