@@ -631,6 +631,7 @@ static int bench_machine(int argc, char **argv) {
 int cli_bench(int argc, char **argv) {
     if (argc >= 1 && !strcmp(argv[0], "latency")) return bench_latency(argc - 1, argv + 1);
     if (argc >= 1 && !strcmp(argv[0], "machine")) return bench_machine(argc - 1, argv + 1);
-    fprintf(stderr, "usage: loom bench latency|machine [options]\n");
+    if (argc >= 1 && !strcmp(argv[0], "grammar")) return bench_grammar(argc - 1, argv + 1);
+    fprintf(stderr, "usage: loom bench latency|machine|grammar [options]\n");
     return 2;
 }

@@ -19,30 +19,13 @@
 #include "util/err.h"
 
 #define GRAMMAR_CACHE_SIZE 64
-#define TOKEN_BYTES_MAX    4096 /* longer tokens are cut (no vocabulary has any) */
 
 int structured_init(server *srv, loom_err *err) {
     if (!srv->info.has_tokenizer) return 0; /* grammars match text: requests for one get 400 */
-    int n = srv->info.vocab;
-    char **bytes = mem_zalloc((size_t)n, sizeof *bytes, "the vocabulary's bytes", err);
-    int *lens = mem_array((size_t)n, sizeof *lens, "the vocabulary's bytes", err);
-    char *buf = mem_alloc(TOKEN_BYTES_MAX, "a token's bytes", err);
-    int rc = -1;
-    if (!bytes || !lens || !buf) goto done;
-    for (int i = 0; i < n; i++) {
-        lens[i] = loom_token_bytes(srv->m, i, buf, TOKEN_BYTES_MAX);
-        if (lens[i] > 0 && !(bytes[i] = mem_strndup(buf, (size_t)lens[i], "a token's bytes", err))) goto done;
-    }
-    if ((srv->gvocab =
-             grammar_vocab_new(n, (const char *const *)bytes, lens, srv->info.eos_ids, srv->info.n_eos, err)) &&
-        (srv->grammars = grammar_cache_new(srv->gvocab, GRAMMAR_CACHE_SIZE, err)))
-        rc = 0;
-done:
-    for (int i = 0; bytes && i < n; i++) free(bytes[i]);
-    free(bytes);
-    free(lens);
-    free(buf);
-    return rc;
+    return (srv->gvocab = grammar_vocab_of_model(srv->m, err)) &&
+                   (srv->grammars = grammar_cache_new(srv->gvocab, GRAMMAR_CACHE_SIZE, err))
+               ? 0
+               : -1;
 }
 
 void structured_free(server *srv) {
