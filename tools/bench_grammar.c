@@ -15,8 +15,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "grammar/grammar.h"
 #include "cli.h"
+#include "grammar/grammar.h"
 #include "util/file.h"
 
 static double now(void) {
@@ -111,7 +111,8 @@ static int walk(grammar *g, const loom_model_info *info, int n, uint64_t seed, w
 static char *grammar_text(const char *schema_file, const char *gbnf_file, const char *regex) {
     loom_err err = {{0}};
     char *text = NULL;
-    if (regex) return regex_to_gbnf(regex, &err) ?: (fprintf(stderr, "loom bench grammar: --regex: %s\n", err.msg), NULL);
+    if (regex)
+        return regex_to_gbnf(regex, &err) ?: (fprintf(stderr, "loom bench grammar: --regex: %s\n", err.msg), NULL);
     const char *path = schema_file ? schema_file : gbnf_file;
     size_t len;
     char *src = file_read_all(path, &len, &err);
@@ -122,7 +123,8 @@ static char *grammar_text(const char *schema_file, const char *gbnf_file, const 
     if (gbnf_file) return src;
     cJSON *schema = cJSON_ParseWithLength(src, len);
     if (!schema) fprintf(stderr, "loom bench grammar: %s is not valid JSON\n", path);
-    else if (!(text = json_schema_to_gbnf(schema, &err))) fprintf(stderr, "loom bench grammar: %s: %s\n", path, err.msg);
+    else if (!(text = json_schema_to_gbnf(schema, &err)))
+        fprintf(stderr, "loom bench grammar: %s: %s\n", path, err.msg);
     cJSON_Delete(schema);
     free(src);
     return text;

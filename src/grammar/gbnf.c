@@ -602,9 +602,7 @@ grammar *grammar_compile(const char *gbnf, const grammar_vocab *v, loom_err *err
     g->refs = 1;
     g->vocab = v;
     pthread_mutex_init(&g->lock, NULL);
-    if (parse_rules(&ps) || flatten(&ps, g, err) ||
-        !(g->pm = mem_zalloc((size_t)g->n_el, sizeof *g->pm, "a grammar's masks", err)) ||
-        !(g->local = cspace_new(g, err))) {
+    if (parse_rules(&ps) || flatten(&ps, g, err) || !(g->local = cspace_new(g, err))) {
         parser_free(&ps);
         grammar_unref(g);
         return NULL;
@@ -620,8 +618,7 @@ grammar *grammar_ref(grammar *g) {
 
 void grammar_unref(grammar *g) {
     if (!g || __atomic_sub_fetch(&g->refs, 1, __ATOMIC_ACQ_REL) > 0) return;
-    for (int i = 0; g->pm && i < g->n_el; i++) pos_mask_free(g->pm[i]);
-    free(g->pm);
+    grammar_masks_free(g);
     cspace_free(g->local);
     for (int r = 0; g->rule_name && r < g->n_rules; r++) free(g->rule_name[r]);
     free(g->rule_name);

@@ -35,12 +35,26 @@ static inline bool gelem_has(const gelem *e, uint8_t b) { return e->bits[b >> 6]
 
 typedef struct cspace cspace;
 
-/* One token position's mask on its own (mask.c): tokens accepted whatever lies below the frame,
- * and those that leave the frame with bytes to spare, which need the real stack to decide. */
+/* A stack top's mask on its own (mask.c): the top two frames, a position and the position its
+ * frame returns to (two, because the innermost frame is often a repetition that may end at any
+ * byte, like a string's characters, where its caller, the string, decides). Tokens accepted
+ * whatever lies below those frames, and those that may leave them with bytes to spare, which
+ * need the real stack: each with the offsets at which the frames may end, the rest of its bytes
+ * then the stack below's. */
+typedef struct uncertain_token {
+    int32_t id;
+    int32_t pops, n_pops; /* pos_mask.pops[pops .. pops + n_pops) */
+} uncertain_token;
+
 typedef struct pos_mask {
     uint32_t *accept; /* [words] */
-    int32_t *uncertain;
+    /* the uncertain tokens with one pop offset, bucketed by the byte after it (a caller that
+     * cannot take that byte rules out the bucket at once: after optional whitespace, every token
+     * that starts with a space is uncertain), then those with several (bucket 256) */
+    uncertain_token *uncertain;
     int n_uncertain;
+    int32_t bucket[258]; /* uncertain[bucket[b] .. bucket[b + 1]) */
+    int32_t *pops;
 } pos_mask;
 
 struct grammar_vocab {
@@ -71,17 +85,21 @@ struct grammar {
     int n_rules, root;
     const grammar_vocab *vocab;
     int refs;
-    pthread_mutex_t lock; /* guards pm and local */
-    pos_mask **pm;        /* [n_el] computed on first use */
-    cspace *local;        /* the config space mask.c computes pm in */
+    pthread_mutex_t lock; /* guards the masks and local */
+    struct pm_slot {
+        int64_t key; /* -1: empty; else (pos << 32) | (return position + 1) */
+        pos_mask *pm;
+    } * pm; /* computed on first use */
+    size_t pm_slots, n_pm;
+    cspace *local; /* the config space mask.c computes masks in */
 };
 
 cspace *cspace_new(const grammar *g, loom_err *err);
 void cspace_free(cspace *cs);
 /* The start config (the root rule's alternatives over the empty stack), and a position's config
- * over the sentinel. -1 when out of memory. */
+ * over a frame returning to position ret (-1: none) over the sentinel. -1 when out of memory. */
 int32_t cspace_start(cspace *cs);
-int32_t cspace_local(cspace *cs, int32_t pos);
+int32_t cspace_local(cspace *cs, int32_t pos, int32_t ret);
 /* The config of one node; -1 when out of memory. */
 int32_t cspace_single(cspace *cs, int32_t node);
 /* The config after byte b (CFG_DEAD: none); -1 when out of memory. */
@@ -92,11 +110,16 @@ int32_t cspace_compact(cspace *cs, int32_t keep);
 /* A config's nodes, and a node's position (-1 for the accept and sentinel nodes). */
 const int32_t *cspace_nodes(const cspace *cs, int32_t cfg, int *n);
 int32_t cspace_node_pos(const cspace *cs, int32_t node);
-/* The config after the bytes of token id (CFG_DEAD: not allowed); -1 when out of memory. */
+/* The config after bytes b[0..n), or after the bytes of token id (CFG_DEAD: not allowed); -1
+ * when out of memory. */
+int32_t cspace_walk_bytes(cspace *cs, int32_t cfg, const uint8_t *b, int n);
 int32_t cspace_walk(cspace *cs, int32_t cfg, const grammar_vocab *v, int32_t id);
+/* A node's parent (the stack its frame returns to). */
+int32_t cspace_node_parent(const cspace *cs, int32_t node);
 
-/* mask.c: position pos's mask, computed on first use (NULL when out of memory). */
-const pos_mask *grammar_pos_mask(grammar *g, int32_t pos);
-void pos_mask_free(pos_mask *pm);
+/* mask.c: the mask of position pos in a frame that returns to position ret (-1: to the
+ * sentinel), computed on first use (NULL when out of memory); masks_free frees them all. */
+const pos_mask *grammar_pos_mask(grammar *g, int32_t pos, int32_t ret);
+void grammar_masks_free(grammar *g);
 
 #endif

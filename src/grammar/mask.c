@@ -18,6 +18,8 @@
 #include "util/alloc.h"
 #include "util/err.h"
 
+#define TOKEN_BYTES_MAX 4096 /* longer tokens are cut (no vocabulary has any) */
+
 static int by_bytes(const void *a, const void *b, void *vocab) {
     const grammar_vocab *v = vocab;
     int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
@@ -93,8 +95,6 @@ fail:
     return NULL;
 }
 
-#define TOKEN_BYTES_MAX 4096 /* longer tokens are cut (no vocabulary has any) */
-
 grammar_vocab *grammar_vocab_of_model(const loom_model *m, loom_err *err) {
     loom_model_info info;
     loom_model_get_info(m, &info);
@@ -125,10 +125,11 @@ void grammar_vocab_free(grammar_vocab *v) {
 
 int grammar_vocab_size(const grammar_vocab *v) { return v->n; }
 
-void pos_mask_free(pos_mask *pm) {
+static void pos_mask_free(pos_mask *pm) {
     if (!pm) return;
     free(pm->accept);
     free(pm->uncertain);
+    free(pm->pops);
     free(pm);
 }
 
@@ -136,64 +137,149 @@ typedef struct walker {
     const grammar_vocab *v;
     cspace *cs;
     pos_mask *pm;
-    size_t cap_uncertain;
+    size_t cap_uncertain, n_pops, cap_pops;
+    int32_t path_pops[TOKEN_BYTES_MAX]; /* depths on the current path where the frame may end */
+    int n_path_pops;
+    int32_t shared_at, shared_n; /* the path's pops as last copied into pm->pops */
     bool oom;
 } walker;
 
+/* Tokens sorted[lo .. hi) are uncertain, with the current path's pop offsets. */
 static void uncertain_range(walker *w, int32_t lo, int32_t hi) {
+    pos_mask *pm = w->pm;
     if (hi <= lo || w->oom) return;
-    if (ARRAY_RESERVE(w->pm->uncertain, w->cap_uncertain, (size_t)w->pm->n_uncertain + (size_t)(hi - lo),
-                      "a grammar mask", NULL)) {
+    if (w->shared_at < 0) { /* the path's pops changed since they were last copied */
+        if (ARRAY_RESERVE(pm->pops, w->cap_pops, w->n_pops + (size_t)w->n_path_pops, "a grammar mask", NULL)) {
+            w->oom = true;
+            return;
+        }
+        memcpy(pm->pops + w->n_pops, w->path_pops, (size_t)w->n_path_pops * sizeof *pm->pops);
+        w->shared_at = (int32_t)w->n_pops, w->shared_n = w->n_path_pops;
+        w->n_pops += (size_t)w->n_path_pops;
+    }
+    if (ARRAY_RESERVE(pm->uncertain, w->cap_uncertain, (size_t)pm->n_uncertain + (size_t)(hi - lo), "a grammar mask",
+                      NULL)) {
         w->oom = true;
         return;
     }
-    for (int32_t i = lo; i < hi; i++) w->pm->uncertain[w->pm->n_uncertain++] = w->v->sorted[i];
+    for (int32_t i = lo; i < hi; i++)
+        pm->uncertain[pm->n_uncertain++] = (uncertain_token){w->v->sorted[i], w->shared_at, w->shared_n};
 }
 
-/* Below trie node `at`, reached in config cfg; ctx: the frame may have ended at some prefix of
- * the path so far (the caller's stack would then take the rest). */
-static void walk(walker *w, int32_t at, int32_t cfg, bool ctx) {
+/* Below trie node `at`, `depth` bytes down, reached in config cfg. */
+static void walk(walker *w, int32_t at, int depth, int32_t cfg) {
     const grammar_vocab *v = w->v;
     int n;
     const int32_t *nodes = cspace_nodes(w->cs, cfg, &n);
-    ctx |= n && nodes[0] == NODE_SENTINEL; /* sorted: the sentinel, id 1, comes first in a local config */
+    bool pop = n && nodes[0] == NODE_SENTINEL; /* sorted: the sentinel, id 1, comes first in a local config */
+    if (pop) {
+        if (depth >= TOKEN_BYTES_MAX) {
+            w->oom = true;
+            return;
+        }
+        w->path_pops[w->n_path_pops++] = depth;
+        w->shared_at = -1;
+    }
     const struct trie_node *t = &v->trie[at];
     for (int32_t c = t->child0; c < t->child0 + t->n_child && !w->oom; c++) {
         const struct trie_node *ch = &v->trie[c];
         int32_t next = cspace_step(w->cs, cfg, ch->byte);
         if (next < 0) {
             w->oom = true;
-            return;
+            break;
         }
         if (next == CFG_DEAD) {
-            if (ctx) uncertain_range(w, ch->tok_lo, ch->sub_hi);
+            if (w->n_path_pops) uncertain_range(w, ch->tok_lo, ch->sub_hi);
             continue;
         }
         for (int32_t i = ch->tok_lo; i < ch->tok_hi; i++) w->pm->accept[v->sorted[i] >> 5] |= 1u << (v->sorted[i] & 31);
-        walk(w, c, next, ctx);
+        walk(w, c, depth + 1, next);
+    }
+    if (pop) {
+        w->n_path_pops--;
+        w->shared_at = -1;
     }
 }
 
-const pos_mask *grammar_pos_mask(grammar *g, int32_t pos) {
+/* The bucket of an uncertain token: the byte after its one pop offset, or 256. */
+static int bucket_of(const grammar_vocab *v, const pos_mask *pm, const uncertain_token *u) {
+    return u->n_pops == 1 ? v->bytes[v->off[u->id] + pm->pops[u->pops]] : 256;
+}
+
+/* Sorts pm's uncertain tokens into their buckets (a counting sort). */
+static int bucket_uncertain(const grammar_vocab *v, pos_mask *pm) {
+    int32_t count[258] = {0};
+    for (int i = 0; i < pm->n_uncertain; i++) count[bucket_of(v, pm, &pm->uncertain[i]) + 1]++;
+    for (int b = 0; b < 257; b++) count[b + 1] += count[b];
+    memcpy(pm->bucket, count, sizeof count);
+    uncertain_token *sorted = mem_array((size_t)pm->n_uncertain + 1, sizeof *sorted, "a grammar mask", NULL);
+    if (!sorted) return -1;
+    for (int i = 0; i < pm->n_uncertain; i++) sorted[count[bucket_of(v, pm, &pm->uncertain[i])]++] = pm->uncertain[i];
+    free(pm->uncertain);
+    pm->uncertain = sorted;
+    return 0;
+}
+
+void grammar_masks_free(grammar *g) {
+    for (size_t i = 0; i < g->pm_slots; i++) pos_mask_free(g->pm[i].pm);
+    free(g->pm);
+}
+
+static size_t slot_of(int64_t key, size_t slots) {
+    uint64_t h = (uint64_t)key * 0x9e3779b97f4a7c15ull;
+    return (size_t)(h >> 32) & (slots - 1);
+}
+
+/* Files pm under key, growing the table at half full; -1 when out of memory. */
+static int masks_put(grammar *g, int64_t key, pos_mask *pm) {
+    if ((g->n_pm + 1) * 2 > g->pm_slots) {
+        size_t n = g->pm_slots ? g->pm_slots * 2 : 64;
+        struct pm_slot *t = mem_array(n, sizeof *t, "a grammar's masks", NULL);
+        if (!t) return -1;
+        for (size_t i = 0; i < n; i++) t[i] = (struct pm_slot){.key = -1};
+        for (size_t i = 0; i < g->pm_slots; i++) {
+            if (g->pm[i].key < 0) continue;
+            size_t j = slot_of(g->pm[i].key, n);
+            while (t[j].key >= 0) j = (j + 1) & (n - 1);
+            t[j] = g->pm[i];
+        }
+        free(g->pm);
+        g->pm = t;
+        g->pm_slots = n;
+    }
+    size_t j = slot_of(key, g->pm_slots);
+    while (g->pm[j].key >= 0) j = (j + 1) & (g->pm_slots - 1);
+    g->pm[j] = (struct pm_slot){key, pm};
+    g->n_pm++;
+    return 0;
+}
+
+static pos_mask *masks_get(const grammar *g, int64_t key) {
+    if (!g->pm_slots) return NULL;
+    for (size_t j = slot_of(key, g->pm_slots); g->pm[j].key >= 0; j = (j + 1) & (g->pm_slots - 1))
+        if (g->pm[j].key == key) return g->pm[j].pm;
+    return NULL;
+}
+
+const pos_mask *grammar_pos_mask(grammar *g, int32_t pos, int32_t ret) {
+    int64_t key = (int64_t)pos << 32 | (uint32_t)(ret + 1);
     pthread_mutex_lock(&g->lock);
-    pos_mask *pm = g->pm[pos];
-    if (pm) goto done;
-    walker w = {.v = g->vocab, .cs = g->local};
-    if (!(w.pm = pm = mem_zalloc(1, sizeof *pm, "a grammar mask", NULL)) ||
-        !(pm->accept = mem_zalloc((size_t)g->vocab->words, sizeof *pm->accept, "a grammar mask", NULL))) {
-        pos_mask_free(pm);
-        pm = NULL;
-        goto done;
+    pos_mask *pm = masks_get(g, key);
+    walker *w = pm ? NULL : mem_zalloc(1, sizeof *w, "a grammar mask", NULL);
+    if (w) {
+        *w = (walker){.v = g->vocab, .cs = g->local, .shared_at = -1};
+        int32_t start = -1;
+        if ((w->pm = pm = mem_zalloc(1, sizeof *pm, "a grammar mask", NULL)) &&
+            (pm->accept = mem_zalloc((size_t)g->vocab->words, sizeof *pm->accept, "a grammar mask", NULL)) &&
+            (start = cspace_local(g->local, pos, ret)) > CFG_DEAD)
+            walk(w, 0, 0, start);
+        if (start < 0 || w->oom || cspace_compact(g->local, CFG_DEAD) < 0 || bucket_uncertain(g->vocab, pm) ||
+            masks_put(g, key, pm)) {
+            pos_mask_free(pm);
+            pm = NULL;
+        }
+        free(w);
     }
-    int32_t start = cspace_local(g->local, pos);
-    if (start > CFG_DEAD) walk(&w, 0, start, false);
-    if (start < 0 || w.oom || cspace_compact(g->local, CFG_DEAD) < 0) {
-        pos_mask_free(pm);
-        pm = NULL;
-        goto done;
-    }
-    g->pm[pos] = pm;
-done:
     pthread_mutex_unlock(&g->lock);
     return pm;
 }

@@ -223,9 +223,10 @@ static int32_t rule_config(cspace *cs, int rule, int32_t bottom) {
 
 int32_t cspace_start(cspace *cs) { return rule_config(cs, cs->g->root, NODE_ACCEPT); }
 
-int32_t cspace_local(cspace *cs, int32_t pos) {
+int32_t cspace_local(cspace *cs, int32_t pos, int32_t ret) {
     begin(cs);
-    if (close_node(cs, node(cs, pos, NODE_SENTINEL))) return -1;
+    int32_t below = ret >= 0 ? node(cs, ret, NODE_SENTINEL) : NODE_SENTINEL;
+    if (below < 0 || close_node(cs, node(cs, pos, below))) return -1;
     return intern_out(cs);
 }
 
@@ -265,11 +266,15 @@ const int32_t *cspace_nodes(const cspace *cs, int32_t cfg, int *n) {
 
 int32_t cspace_node_pos(const cspace *cs, int32_t n) { return n > NODE_SENTINEL ? cs->pos[n] : -1; }
 
-int32_t cspace_walk(cspace *cs, int32_t cfg, const grammar_vocab *v, int32_t id) {
-    if (v->len[id] <= 0) return CFG_DEAD;
-    const uint8_t *b = v->bytes + v->off[id];
-    for (int i = 0; i < v->len[id] && cfg > CFG_DEAD; i++) cfg = cspace_step(cs, cfg, b[i]);
+int32_t cspace_node_parent(const cspace *cs, int32_t n) { return cs->parent[n]; }
+
+int32_t cspace_walk_bytes(cspace *cs, int32_t cfg, const uint8_t *b, int n) {
+    for (int i = 0; i < n && cfg > CFG_DEAD; i++) cfg = cspace_step(cs, cfg, b[i]);
     return cfg;
+}
+
+int32_t cspace_walk(cspace *cs, int32_t cfg, const grammar_vocab *v, int32_t id) {
+    return v->len[id] > 0 ? cspace_walk_bytes(cs, cfg, v->bytes + v->off[id], v->len[id]) : CFG_DEAD;
 }
 
 /* ---- a sequence's matcher ---- */
@@ -365,14 +370,29 @@ void grammar_matcher_mask(grammar_matcher *m, uint32_t *allowed) {
             for (int e = 0; e < v->n_eos; e++) allowed[v->eos[e] >> 5] |= 1u << (v->eos[e] & 31);
             continue;
         }
-        const pos_mask *pm = grammar_pos_mask(m->g, cspace_node_pos(m->cs, list[k]));
+        int32_t up = cspace_node_parent(m->cs, list[k]), ret = cspace_node_pos(m->cs, up);
+        const pos_mask *pm = grammar_pos_mask(m->g, cspace_node_pos(m->cs, list[k]), ret);
         if (!pm) continue;
         for (int w = 0; w < v->words; w++) allowed[w] |= pm->accept[w];
-        int32_t one = pm->n_uncertain ? cspace_single(m->cs, list[k]) : CFG_DEAD;
-        for (int i = 0; i < pm->n_uncertain && one > CFG_DEAD; i++) {
-            int32_t t = pm->uncertain[i];
-            if (!(allowed[t >> 5] >> (t & 31) & 1) && cspace_walk(m->cs, one, v, t) > CFG_DEAD)
-                allowed[t >> 5] |= 1u << (t & 31);
+        /* an uncertain token is allowed when, at an offset where its frame may end, the stack
+         * the frame returns to takes the rest of its bytes */
+        int32_t below =
+            pm->n_uncertain ? cspace_single(m->cs, ret >= 0 ? cspace_node_parent(m->cs, up) : up) : CFG_DEAD;
+        for (int bucket = 0; bucket <= 256 && below > CFG_DEAD; bucket++) {
+            int32_t from = bucket < 256 ? cspace_step(m->cs, below, (uint8_t)bucket) : below, skip = bucket < 256;
+            for (int32_t i = pm->bucket[bucket]; i < pm->bucket[bucket + 1] && from > CFG_DEAD; i++) {
+                const uncertain_token *u = &pm->uncertain[i];
+                int32_t t = u->id;
+                if (allowed[t >> 5] >> (t & 31) & 1) continue;
+                const uint8_t *b = v->bytes + v->off[t];
+                for (int j = 0; j < u->n_pops; j++) {
+                    int at = pm->pops[u->pops + j] + skip;
+                    if (cspace_walk_bytes(m->cs, from, b + at, v->len[t] - at) > CFG_DEAD) {
+                        allowed[t >> 5] |= 1u << (t & 31);
+                        break;
+                    }
+                }
+            }
         }
     }
     if (list != local) free(list);
