@@ -59,3 +59,20 @@ llama_cpp_source() {
   ggmlver=$(sed -n 's/^set(GGML_VERSION_\(MAJOR\|MINOR\|PATCH\) \([0-9]*\))/\2/p' "$lcpp/ggml/CMakeLists.txt" | paste -sd.)
   llama_version="llama.cpp $commit (ggml $ggmlver, from llama-cpp-python $pyver)"
 }
+
+# llama_server_build: llama.cpp's llama-server target (CPU backend; no web UI, OpenSSL or curl)
+# from llama_cpp_source's tree into $bench/llama-server, unless built; sets lsdir.
+llama_server_build() {
+  lsdir=$bench/llama-server
+  [ -x "$lsdir/bin/llama-server" ] && return
+  phase "building llama.cpp llama-server (CPU) in $lsdir"
+  # LLAMA_USE_PREBUILT_UI=OFF: the build would otherwise fetch the web UI from Hugging Face
+  nice -n 10 cmake -S "$lcpp" -B "$lsdir" -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF \
+    -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_TESTS=OFF \
+    -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_COMMIT="$commit" >"$lsdir.log" 2>&1 \
+    || { tail -20 "$lsdir.log" >&2; die "llama.cpp cmake failed (log: $lsdir.log)"; }
+  nice -n 10 cmake --build "$lsdir" --target llama-server -j2 >>"$lsdir.log" 2>&1 \
+    || { grep -m5 -B2 -A5 'error' "$lsdir.log" >&2 || tail -20 "$lsdir.log" >&2; die "llama-server build failed (log: $lsdir.log)"; }
+  [ -x "$lsdir/bin/llama-server" ] || die "no $lsdir/bin/llama-server after the build"
+  phase_end "llama-server build"
+}

@@ -182,19 +182,7 @@ llama_version=none
 if [ $need_llama = 1 ]; then
   llama_cpp_source
 
-  lsdir=$bench/llama-server
-  if [ ! -x "$lsdir/bin/llama-server" ]; then
-    phase "building llama.cpp llama-server (CPU) in $lsdir"
-    # LLAMA_USE_PREBUILT_UI=OFF: the build would otherwise fetch the web UI from Hugging Face
-    nice -n 10 cmake -S "$lcpp" -B "$lsdir" -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF \
-      -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_TESTS=OFF \
-      -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_COMMIT="$commit" >"$lsdir.log" 2>&1 \
-      || { tail -20 "$lsdir.log" >&2; die "llama.cpp cmake failed (log: $lsdir.log)"; }
-    nice -n 10 cmake --build "$lsdir" --target llama-server -j2 >>"$lsdir.log" 2>&1 \
-      || { grep -m5 -B2 -A5 'error' "$lsdir.log" >&2 || tail -20 "$lsdir.log" >&2; die "llama-server build failed (log: $lsdir.log)"; }
-    [ -x "$lsdir/bin/llama-server" ] || die "no $lsdir/bin/llama-server after the build"
-    phase_end "llama-server build"
-  fi
+  llama_server_build
 
   # --- GGUF: make_gguf.py's bf16 file, and a copy with llama.cpp's "test" vocab --------------
   py=$bench/venv/bin/python

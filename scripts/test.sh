@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Builds loom and runs the whole test suite (ctest). --sanitize: the same suite under
 # AddressSanitizer + UndefinedBehaviorSanitizer, in build-asan/. The server's client test runs
-# OpenAI's own `openai` package, installed from PyPI into a virtual environment (.venv/).
+# OpenAI's own `openai` package, installed from PyPI into a virtual environment (.venv/), with
+# `jsonschema`, the validator structured outputs are checked against.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
-if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c "import openai, numpy" 2>/dev/null; then
+if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c "import openai, numpy, jsonschema" 2>/dev/null; then
   python3 -m venv .venv
-  .venv/bin/pip install -q openai==3.57.0 numpy==2.4.6
+  .venv/bin/pip install -q openai==3.57.0 numpy==2.4.6 jsonschema==4.26.0
 fi
 export LOOM_TEST_PYTHON=$PWD/.venv/bin/python
 dir=$(scripts/build.sh "$@" | tail -n 1)

@@ -5,6 +5,10 @@ Checks, against oracles loom did not write:
   the chat prompt equals what the server's /tokenize renders), streamed or not, at tp=1 and
   with -tp 2 --enable-async-tp (prompt steps sharded by SP);
 - stop strings (one that spans tokens), max_tokens, usage, finish reasons, logprobs;
+- structured outputs (response_format json_schema and json_object, vLLM's structured_outputs
+  choice and regex, llama-server's GBNF grammar): every finished output follows its constraint,
+  checked with `jsonschema` and Python's `re`, streamed or not; unsupported constraints are 400s
+  naming the field;
 - on a golden model (no tokenizer: prompts as ids, tokens as "token_id:N"), the first
   token's logprobs equal transformers' log-softmax of its logits (tests/golden/) to 1e-4;
 - 8 clients sending 64 requests of mixed lengths at once all complete, with the text each
@@ -24,6 +28,7 @@ import sys
 import time
 import urllib.request
 
+import jsonschema
 import numpy as np
 import openai
 
@@ -173,6 +178,64 @@ def concurrency(s, model):
     check(s.fds() <= fds, f"descriptors {fds} -> {s.fds()} after 64 requests")
 
 
+PERSON = {"type": "object",
+          "properties": {"name": {"type": "string", "maxLength": 24}, "age": {"type": "integer", "minimum": 0, "maximum": 120},
+                         "pets": {"type": "array", "items": {"enum": ["cat", "dog", "fish"]}, "maxItems": 3}},
+          "required": ["name", "age"], "additionalProperties": False}
+
+
+def valid(text, schema):
+    try:
+        jsonschema.validate(json.loads(text), schema)
+        return True
+    except (ValueError, jsonschema.ValidationError):
+        return False
+
+
+def structured(s, flags):
+    """Structured outputs through the client: every finished output follows its constraint."""
+    msgs = [{"role": "user", "content": "Tell me about a person."}]
+    rf = {"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON, "strict": True}}
+    finished = 0
+    for seed in range(4):
+        r = s.client.chat.completions.create(model="stories260K", messages=msgs, max_tokens=200, temperature=1,
+                                             seed=seed, response_format=rf)
+        text, why = r.choices[0].message.content, r.choices[0].finish_reason
+        check(why == "length" or valid(text, PERSON), f"{flags} json_schema, seed {seed}: {text!r} does not validate")
+        finished += why == "stop"
+        pieces, why = [], None
+        for c in s.client.chat.completions.create(model="stories260K", messages=msgs, max_tokens=200, temperature=1,
+                                                  seed=seed, response_format=rf, stream=True):
+            pieces.append(c.choices[0].delta.content or "")
+            why = c.choices[0].finish_reason or why
+        check("".join(pieces) == text, f"{flags} json_schema, seed {seed}: the stream {''.join(pieces)!r} != {text!r}")
+    check(finished >= 2, f"{flags}: only {finished} of 4 json_schema outputs finished in 200 tokens")
+    r = s.client.chat.completions.create(model="stories260K", messages=msgs, max_tokens=200, temperature=0,
+                                         response_format={"type": "json_object"})
+    check(r.choices[0].finish_reason == "length" or isinstance(json.loads(r.choices[0].message.content), dict),
+          f"{flags} json_object: {r.choices[0].message.content!r}")
+    so = {"choice": ["happily ever after", "the end", "and then"]}
+    for seed in range(3):
+        r = s.client.completions.create(model="stories260K", prompt="Once upon a time", max_tokens=20, temperature=1,
+                                        seed=seed, extra_body={"structured_outputs": so})
+        check(r.choices[0].text in so["choice"], f"{flags} choice: {r.choices[0].text!r}")
+    r = s.client.completions.create(model="stories260K", prompt="The cat", max_tokens=40, temperature=1, seed=5,
+                                    extra_body={"structured_outputs": {"regex": "[A-Z][a-z]{2,8}( [a-z]{1,8}){2,4}\\."}})
+    check(re.fullmatch(r"[A-Z][a-z]{2,8}( [a-z]{1,8}){2,4}\.", r.choices[0].text), f"{flags} regex: {r.choices[0].text!r}")
+    r = s.client.completions.create(model="stories260K", prompt="Lily", max_tokens=40, temperature=1, seed=2,
+                                    extra_body={"grammar": 'root ::= "Lily " ("ran" | "sat") " " [a-z]+ "."'})
+    check(re.fullmatch(r"Lily (ran|sat) [a-z]+\.", r.choices[0].text), f"{flags} GBNF: {r.choices[0].text!r}")
+    for body, param in (({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {
+            "type": "object", "patternProperties": {"^a": {}}}}}}, "response_format"),
+                        ({"grammar": "root ::= root \"a\""}, "grammar"),
+                        ({"structured_outputs": {"regex": "(?=a)b"}}, "structured_outputs")):
+        try:
+            s.client.completions.create(model="stories260K", prompt="x", max_tokens=4, extra_body=body)
+            check(False, f"{flags} {param}: an unsupported constraint was accepted")
+        except openai.BadRequestError as e:
+            check(e.status_code == 400 and e.body.get("param") == param, f"{flags} {param}: {e}")
+
+
 def read_safetensors(path):
     with open(path, "rb") as f:
         n = struct.unpack("<Q", f.read(8))[0]
@@ -218,6 +281,7 @@ def main():
         try:
             completions(s, flags, "stories260K")
             chat(s, flags, "stories260K")
+            structured(s, flags)
             if not flags:
                 concurrency(s, "stories260K")
         finally:
