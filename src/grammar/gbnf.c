@@ -574,7 +574,7 @@ static int flatten(parser *ps, grammar *g, loom_err *err) {
         b->name = NULL;
         for (size_t a = 0; a < b->n_alts; a++) {
             g->alt_start[alt++] = (int32_t)pos;
-            memcpy(g->el + pos, b->alts[a].el, b->alts[a].n * sizeof *g->el);
+            if (b->alts[a].n) memcpy(g->el + pos, b->alts[a].el, b->alts[a].n * sizeof *g->el);
             pos += b->alts[a].n;
             g->el[pos++] = (gelem){.kind = GE_END};
         }
