@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# JSON Schema coverage on JSONSchemaBench (guidance-ai/jsonschemabench: ~9,500 real schemas from
+# GitHub, Kubernetes, Snowplow, JSON Schema Store, the Washington Post and Glaive's function
+# calls), which this repository does not carry: give its checkout.
+#   1. every schema goes through loom's converter (tests/test_structured --corpus): converted or
+#      refused, and why (the keyword each refusal names is counted);
+#   2. every converted schema gets one sentence sampled under its mask from stories260K and from
+#      the random-weight golden llama (temperature 1, at most 384 tokens);
+#   3. benches/schema_coverage.py validates each finished sentence against its schema with
+#      Python's jsonschema and prints, per dataset: schemas, converted, outputs finished, valid.
+#
+# Usage: benches/schema_coverage.sh JSONSCHEMABENCH_DIR [BUILD_DIR]   (default build/)
+# Needs python3 with jsonschema (PY=...; default .venv/bin/python, which scripts/test.sh makes).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+data=${1:?usage: benches/schema_coverage.sh JSONSCHEMABENCH_DIR [BUILD_DIR]}/data
+build=${2:-build}
+py=${PY:-.venv/bin/python}
+out=${RESULTS:-build-bench/results-schema-coverage-$(date +%Y%m%d-%H%M%S)}
+mkdir -p "$out"
+[ -x "$build/test_structured" ] || cmake --build "$build" --target test_structured -j2
+"$py" - "$data" "$out/corpus.jsonl" <<'PYEOF'
+import json, os, sys
+data, dst = sys.argv[1:3]
+with open(dst, "w") as f:
+    for d in sorted(os.listdir(data)):
+        for n in sorted(os.listdir(os.path.join(data, d))):
+            try:
+                schema = json.load(open(os.path.join(data, d, n)))
+            except ValueError:
+                continue
+            f.write(json.dumps({"name": f"{d}/{n}", "schema": schema}) + "\n")
+PYEOF
+echo "$(wc -l <"$out/corpus.jsonl") schemas; generating (log: $out/generate.log)" >&2
+"$build/test_structured" --corpus "$out/corpus.jsonl" --out "$out/outputs.jsonl" >"$out/generate.log" 2>&1 || true
+tail -2 "$out/generate.log" >&2
+"$py" benches/schema_coverage.py "$out/corpus.jsonl" "$out/outputs.jsonl" | tee "$out/report.md"
