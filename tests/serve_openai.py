@@ -17,7 +17,8 @@ Checks, against oracles loom did not write:
   off EOS and stop ids; penalties change the output, each chosen token being the best of the
   raw logprobs less vLLM's penalties; on a golden model, the first token under
   repetition_penalty and logit_bias is the argmax of transformers' logits processed by vLLM's
-  formulas; every field loom refuses is a 400 naming it.
+  formulas; under speculative decoding such a request gets no proposals and the same output;
+  every field loom refuses is a 400 naming it.
 
 Usage: serve_openai.py LOOM_BINARY SOURCE_DIR. Every server it starts listens on 127.0.0.1
 only and is stopped with SIGTERM (which must drain and exit 0)."""
@@ -249,6 +250,10 @@ def sampling(s, model):
     r = s.client.completions.create(**greedy, logit_bias={"42": 100}, extra_body={"stop_token_ids": [42]})
     check(r.choices[0].text == "" and r.choices[0].finish_reason == "stop" and r.usage.completion_tokens == 1,
           f"stop_token_ids: {r}")
+    # stop strings apply once the output has more than min_tokens tokens, as vLLM's detokenizer
+    r = s.client.completions.create(**greedy | {"max_tokens": 48}, stop=",", extra_body={"min_tokens": 3})
+    check(r.choices[0].finish_reason == "stop" and r.choices[0].text.startswith(", there was") and
+          "," not in r.choices[0].text[1:], f"min_tokens 3 with stop ',': {r.choices[0].text!r}")
     for bias, extra in (("42", {"stop_token_ids": [42]}), ("2", {"ignore_eos": False})):
         r = s.client.completions.create(**greedy, logit_bias={bias: 100}, extra_body=extra | {"min_tokens": 5})
         check(r.choices[0].finish_reason == "stop" and r.usage.completion_tokens == 6 and
@@ -272,6 +277,14 @@ def sampling(s, model):
     # min_p keeps only the top token at min_p 1: greedy's output at any temperature
     r = s.client.completions.create(**kw | {"temperature": 1.5, "logprobs": None}, extra_body={"min_p": 1.0}, seed=5)
     check(r.choices[0].text == plain, f"min_p 1 must sample greedily: {r.choices[0].text!r}")
+    # a client leaving a stream of n choices frees every slot
+    stream = s.client.completions.create(**base | {"max_tokens": 400}, n=4, seed=2, stream=True)
+    next(iter(stream))
+    stream.close()
+    deadline = time.time() + 10
+    while s.metric("kv_slots_used") and time.time() < deadline:
+        time.sleep(0.05)
+    check(s.metric("kv_slots_used") == 0, "a stream of 4 choices left slots in use after its client left")
     # refusals name the field
     for param, bad in (("n", {"n": 129}), ("best_of", {"n": 3, "best_of": 2}),
                        ("best_of", {"best_of": 3, "stream": True}), ("echo", {"echo": True, "logprobs": 1}),
@@ -289,6 +302,28 @@ def sampling(s, model):
         check(False, "chat echo was not refused")
     except openai.BadRequestError as e:
         check(e.param == "echo", f"chat echo refused naming {e.param!r}")
+
+
+def speculative(model):
+    """A request whose logits are processed gets no proposals: its output equals the plain
+    server's, and the ngram proposer, which proposes on this repetitive text, proposes nothing."""
+    plain = Server()
+    kw = dict(model=model, prompt="Once upon a time", max_tokens=48, temperature=0,
+              extra_body={"repetition_penalty": 1.3, "presence_penalty": 0.5, "ignore_eos": True})
+    try:
+        want = plain.client.completions.create(**kw).choices[0].text
+    finally:
+        plain.stop()
+    s = Server("--speculative-config", json.dumps({"method": "ngram", "num_speculative_tokens": 4,
+                                                   "prompt_lookup_min": 1, "prompt_lookup_max": 3}))
+    try:
+        got = s.client.completions.create(**kw).choices[0].text
+        check(got == want, f"penalised under speculation {got!r} != plainly {want!r}")
+        check(s.metric("spec_decode_num_draft_tokens_total") == 0, "a processed request was given proposals")
+        s.client.completions.create(**kw | {"extra_body": {"ignore_eos": True}})
+        check(s.metric("spec_decode_num_draft_tokens_total") > 0, "the ngram proposer proposed nothing plainly")
+    finally:
+        s.stop()
 
 
 def read_safetensors(path):
@@ -355,6 +390,7 @@ def main():
         finally:
             s.stop()
         golden(flags)
+    speculative("stories260K")
     print(f"serve_openai: {'ok' if not failures else f'{failures} failed'} (openai {openai.__version__})")
     sys.exit(1 if failures else 0)
 

@@ -161,10 +161,6 @@ static void queue_siblings(sched *s, request *r) {
 
 int sched_submit(sched *s, request *r, char *msg, size_t cap) {
     server *srv = s->srv;
-    if (r->n_choices > s->max_queue)
-        return snprintf(msg, cap, "'n' or 'best_of' (%d choices) exceeds the server's queue (--max-queue %d)",
-                        r->n_choices, s->max_queue),
-               400;
     if (srv->failed[0]) return snprintf(msg, cap, "the engine failed: %s", srv->failed), 503;
     if (srv->draining) return snprintf(msg, cap, "the server is shutting down"), 503;
     if (s->q_len + s->held + r->n_choices > s->max_queue)
