@@ -13,7 +13,7 @@ Checks, against oracles loom did not write:
 - the sampling API: n > 1 gives n distinct samples, choice i being the sample of seed + i alone,
   streamed too (chunks carrying each choice's index), and the same seed reproduces them; best_of
   returns the n of best cumulative logprob; the choices of a long prompt share its KV (prefix
-  cache hits); logit_bias forces and forbids tokens; echo; stop_token_ids; min_tokens holding
+  cache hits); logit_bias forces and forbids tokens, as allowed_token_ids does; echo; stop_token_ids; min_tokens holding
   off EOS and stop ids; penalties change the output, each chosen token being the best of the
   raw logprobs less vLLM's penalties; on a golden model, the first token under
   repetition_penalty and logit_bias is the argmax of transformers' logits processed by vLLM's
@@ -236,6 +236,8 @@ def sampling(s, model):
     quote = s.post("/detokenize", {"tokens": [42]})["prompt"]
     r = s.client.completions.create(**greedy, logit_bias={"42": 100})
     check(r.choices[0].text == quote * 8, f"logit_bias +100: {r.choices[0].text!r}")
+    r = s.client.completions.create(**greedy, extra_body={"allowed_token_ids": [42]})
+    check(r.choices[0].text == quote * 8, f"allowed_token_ids [42]: {r.choices[0].text!r}")
     first = s.client.completions.create(**greedy | {"max_tokens": 1}, logprobs=1).choices[0].logprobs
     first_id = s.post("/tokenize", {"prompt": "Once upon a time" + first.tokens[0]})["tokens"][-1]
     r = s.client.completions.create(**greedy, logit_bias={str(first_id): -100})
@@ -294,7 +296,12 @@ def sampling(s, model):
                        ("repetition_penalty", {"extra_body": {"repetition_penalty": 0}}),
                        ("min_p", {"extra_body": {"min_p": 1.5}}),
                        ("min_tokens", {"extra_body": {"min_tokens": 9}}),
-                       ("stop_token_ids", {"extra_body": {"stop_token_ids": [-1]}})):
+                       ("stop_token_ids", {"extra_body": {"stop_token_ids": [-1]}}),
+                       ("allowed_token_ids", {"extra_body": {"allowed_token_ids": []}}),
+                       ("bad_words", {"extra_body": {"bad_words": ["dog"]}}),
+                       ("prompt_logprobs", {"extra_body": {"prompt_logprobs": 1}}),
+                       ("use_beam_search", {"extra_body": {"use_beam_search": True}}),
+                       ("include_stop_str_in_output", {"extra_body": {"include_stop_str_in_output": True}})):
         refused(s, param, **greedy | bad)
     try:
         s.client.chat.completions.create(model=model, messages=[{"role": "user", "content": "Hi"}],

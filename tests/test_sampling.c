@@ -3,8 +3,8 @@
  * top-k, top-p and min-p keep exactly the tokens they should; bad settings are refused.
  * A request's logits processing (src/serve/logits.c) against vLLM's formulas computed here in
  * double: repetition penalty over prompt and output (positive logits divided, negative
- * multiplied), frequency and presence penalties over the output, logit_bias, and min_tokens
- * masking EOS and stop_token_ids. */
+ * multiplied), frequency and presence penalties over the output, logit_bias, allowed_token_ids,
+ * and min_tokens masking EOS and stop_token_ids. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,8 +26,9 @@ static void draw(const loom_sampling *cfg, const float *logits, int n, int *coun
 
 #define V 64 /* the vocabulary of the logits-processing test */
 
-/* vLLM's processing of one row, in double: min_tokens, logit_bias, then repetition, frequency
- * and presence penalties (vllm/model_executor/layers/utils.py's apply_penalties). */
+/* vLLM's processing of one row, in double: allowed_token_ids, min_tokens, logit_bias, then
+ * repetition, frequency and presence penalties (vllm/model_executor/layers/utils.py's
+ * apply_penalties). */
 static void reference(const request *r, const int *eos, int n_eos, const float *raw, double *want) {
     int count[V] = {0};
     bool prompt[V] = {0};
@@ -35,6 +36,9 @@ static void reference(const request *r, const int *eos, int n_eos, const float *
     for (int i = 0; i < r->n_prompt; i++) prompt[r->prompt[i]] = true;
     for (int t = 0; t < V; t++) {
         double x = raw[t];
+        bool allowed = !r->n_allowed;
+        for (int i = 0; i < r->n_allowed; i++) allowed |= r->allowed_ids[i] == t;
+        if (!allowed) x = -INFINITY;
         for (int i = 0; i < n_eos && r->n_tokens < r->min_tokens && !r->sampling.ignore_eos; i++)
             if (eos[i] == t) x = -INFINITY;
         for (int i = 0; i < r->n_stop_ids && r->n_tokens < r->min_tokens; i++)
@@ -108,6 +112,10 @@ static void test_logits_processing(void) {
     CHECK(compare(&one, &info, 4) < 1e-5, "frequency penalty alone");
     one.frequency_penalty = 0, one.presence_penalty = 2;
     CHECK(compare(&one, &info, 5) < 1e-5, "presence penalty alone");
+    static int32_t allowed[] = {3, 12, 50};
+    one.presence_penalty = 0, one.allowed_ids = allowed, one.n_allowed = 3, one.bias_id = bias_id, one.bias = bias,
+    one.n_bias = 3;
+    CHECK(request_processes_logits(&one) && compare(&one, &info, 6) < 1e-5, "allowed_token_ids with logit_bias");
     free(r);
 }
 

@@ -76,10 +76,23 @@ static int check_model(const server *srv, const cJSON *root, api_error *e) {
     return 0;
 }
 
-/* Fields loom does not implement are refused when they would change the result; so are those
- * of one API that the other carries (echo, best_of: completions only). */
+/* Fields loom does not implement are refused when they would change the result (vLLM's
+ * extensions among them); so are those of one API that the other carries (echo, best_of:
+ * completions only). */
 static int refuse_unsupported(const cJSON *root, req_kind kind, api_error *e) {
     if (kind == REQ_COMPLETION && field(root, "suffix")) return api_fail(e, 400, "suffix", "'suffix' is not supported");
+    static const char *const vllm_flags[] = {"use_beam_search", "include_stop_str_in_output"};
+    for (size_t i = 0; i < sizeof vllm_flags / sizeof *vllm_flags; i++) {
+        bool on = false;
+        if (get_bool(root, vllm_flags[i], &on, e)) return -1;
+        if (on) return api_fail(e, 400, vllm_flags[i], "'%s' is not supported", vllm_flags[i]);
+    }
+    const cJSON *bad_words = field(root, "bad_words");
+    if (bad_words && cJSON_GetArraySize(bad_words) > 0)
+        return api_fail(e, 400, "bad_words", "'bad_words' is not supported");
+    if (field(root, "prompt_logprobs"))
+        return api_fail(e, 400, "prompt_logprobs",
+                        "'prompt_logprobs' is not supported (loom computes no prompt logprobs)");
     long best_of = 1;
     bool echo = false;
     if (kind == REQ_CHAT && (get_int(root, "best_of", 1, 1, &best_of, e) || get_bool(root, "echo", &echo, e) ||
@@ -158,26 +171,25 @@ static int parse_logit_bias(server *srv, const cJSON *root, request *r, api_erro
     return 0;
 }
 
-static int parse_stop_token_ids(server *srv, const cJSON *root, request *r, api_error *e) {
-    const cJSON *a = field(root, "stop_token_ids"), *v;
+/* A list of token ids, each in the vocabulary (stop_token_ids, allowed_token_ids), into *ids. */
+static int parse_ids(server *srv, const cJSON *root, const char *k, int32_t **ids, int *n, api_error *e) {
+    const cJSON *a = field(root, k), *v;
     if (!a) return 0;
-    if (!cJSON_IsArray(a)) return api_fail(e, 400, "stop_token_ids", "'stop_token_ids' must be an array of token ids");
-    int n = cJSON_GetArraySize(a);
+    if (!cJSON_IsArray(a)) return api_fail(e, 400, k, "'%s' must be an array of token ids", k);
+    int len = cJSON_GetArraySize(a);
     loom_err why;
-    if (n && !(r->stop_ids = mem_array((size_t)n, sizeof *r->stop_ids, "stop_token_ids", &why)))
-        return out_of_memory(e, &why);
+    if (len && !(*ids = mem_array((size_t)len, sizeof **ids, k, &why))) return out_of_memory(e, &why);
     cJSON_ArrayForEach(v, a) {
         if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || v->valuedouble < 0 ||
             v->valuedouble >= srv->info.vocab)
-            return api_fail(e, 400, "stop_token_ids", "'stop_token_ids'[%d] is not a token id in [0, %d)",
-                            r->n_stop_ids, srv->info.vocab);
-        r->stop_ids[r->n_stop_ids++] = (int32_t)v->valuedouble;
+            return api_fail(e, 400, k, "'%s'[%d] is not a token id in [0, %d)", k, *n, srv->info.vocab);
+        (*ids)[(*n)++] = (int32_t)v->valuedouble;
     }
     return 0;
 }
 
-/* What changes a request's logits before sampling (logits.h): penalties, logit_bias,
- * min_tokens, with vLLM's ranges. After fit_context (min_tokens is checked against max_tokens). */
+/* What changes a request's logits before sampling (logits.h): allowed_token_ids, penalties,
+ * logit_bias, min_tokens, with vLLM's ranges. After fit_context (min_tokens is checked against max_tokens). */
 static int parse_logits(server *srv, const cJSON *root, request *r, api_error *e) {
     double pres = 0, freq = 0, rep = 1;
     long min_tokens = 0;
@@ -185,8 +197,11 @@ static int parse_logits(server *srv, const cJSON *root, request *r, api_error *e
         get_number(root, "frequency_penalty", -2, 2, &freq, e) ||
         get_number(root, "repetition_penalty", 0, 1e6, &rep, e) ||
         get_int(root, "min_tokens", 0, 1 << 30, &min_tokens, e) || parse_logit_bias(srv, root, r, e) ||
-        parse_stop_token_ids(srv, root, r, e))
+        parse_ids(srv, root, "stop_token_ids", &r->stop_ids, &r->n_stop_ids, e) ||
+        parse_ids(srv, root, "allowed_token_ids", &r->allowed_ids, &r->n_allowed, e))
         return -1;
+    if (field(root, "allowed_token_ids") && !r->n_allowed)
+        return api_fail(e, 400, "allowed_token_ids", "'allowed_token_ids' must not be empty");
     if (rep <= 0) return api_fail(e, 400, "repetition_penalty", "'repetition_penalty' must be greater than 0");
     if (min_tokens > r->max_tokens)
         return api_fail(e, 400, "min_tokens", "'min_tokens' (%ld) must be at most max_tokens (%d)", min_tokens,

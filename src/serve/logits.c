@@ -1,4 +1,5 @@
-/* A request's logits processing (see logits.h), in vLLM's order: min_tokens and logit_bias, then
+/* A request's logits processing (see logits.h), in vLLM's order: allowed_token_ids, min_tokens and
+ * logit_bias, then
  * the penalties (repetition, frequency, presence). Counting the output's tokens anew for each
  * row costs O(prompt + output) per token, small beside the forward pass, and keeps no per-request
  * table of the vocabulary's width. */
@@ -11,13 +12,18 @@
 #define IN_PROMPT (1 << 30)
 
 bool request_processes_logits(const request *r) {
-    return r->presence_penalty != 0 || r->frequency_penalty != 0 || r->repetition_penalty != 1 || r->n_bias ||
-           r->min_tokens > r->n_tokens;
+    return r->n_allowed || r->presence_penalty != 0 || r->frequency_penalty != 0 || r->repetition_penalty != 1 ||
+           r->n_bias || r->min_tokens > r->n_tokens;
 }
 
 void request_process_logits(const request *r, const loom_model_info *info, const float *raw, float *out,
                             int32_t *count) {
-    memcpy(out, raw, (size_t)info->vocab * sizeof *out);
+    if (r->n_allowed) {
+        for (int i = 0; i < info->vocab; i++) out[i] = -INFINITY;
+        for (int i = 0; i < r->n_allowed; i++) out[r->allowed_ids[i]] = raw[r->allowed_ids[i]];
+    } else {
+        memcpy(out, raw, (size_t)info->vocab * sizeof *out);
+    }
     if (r->n_tokens < r->min_tokens) {
         for (int i = 0; i < info->n_eos && !r->sampling.ignore_eos; i++) out[info->eos_ids[i]] = -INFINITY;
         for (int i = 0; i < r->n_stop_ids; i++) out[r->stop_ids[i]] = -INFINITY;

@@ -9,8 +9,9 @@
 /* Whether r changes its logits at all (false: the raw row is sampled, and speculative proposals
  * can be verified against it). */
 bool request_processes_logits(const request *r);
-/* out = raw (info->vocab wide) processed for r's next token: min_tokens masks EOS (unless
- * ignore_eos) and stop_token_ids to -inf while r has fewer tokens; logit_bias is added; then
+/* out = raw (info->vocab wide) processed for r's next token: every token but allowed_token_ids
+ * (if given) is -inf; min_tokens masks EOS (unless ignore_eos) and stop_token_ids to -inf while
+ * r has fewer tokens; logit_bias is added; then
  * the penalties: repetition over the prompt's and the output's tokens (a positive logit
  * divided by it, a negative one multiplied), frequency (times the token's count in the
  * output) and presence (once for a token in the output) subtracted. count is [vocab] scratch,

@@ -47,6 +47,7 @@ request *request_clone(const request *r, loom_err *err) {
                    .include_usage = r->include_usage,
                    .logprobs = r->logprobs,
                    .top_logprobs = r->top_logprobs,
+                   .n_allowed = r->n_allowed,
                    .presence_penalty = r->presence_penalty,
                    .frequency_penalty = r->frequency_penalty,
                    .repetition_penalty = r->repetition_penalty,
@@ -61,6 +62,7 @@ request *request_clone(const request *r, loom_err *err) {
                    .refs = 1};
     memcpy(c->id, r->id, sizeof c->id);
     bool ok = copy_array(&c->prompt, r->prompt, (size_t)r->n_prompt, sizeof *r->prompt, err) &&
+              copy_array(&c->allowed_ids, r->allowed_ids, (size_t)r->n_allowed, sizeof *r->allowed_ids, err) &&
               copy_array(&c->bias_id, r->bias_id, (size_t)r->n_bias, sizeof *r->bias_id, err) &&
               copy_array(&c->bias, r->bias, (size_t)r->n_bias, sizeof *r->bias, err) &&
               copy_array(&c->stop_ids, r->stop_ids, (size_t)r->n_stop_ids, sizeof *r->stop_ids, err) &&
@@ -79,6 +81,7 @@ void request_unref(request *r) {
     for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
     free(r->rendered);
     free(r->gbnf);
+    free(r->allowed_ids);
     free(r->bias_id);
     free(r->bias);
     free(r->stop_ids);

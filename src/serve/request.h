@@ -48,8 +48,11 @@ typedef struct request {
     char *gbnf;       /* the grammar the output must follow (GBNF, see grammar/grammar.h): from
                          response_format, structured_outputs, grammar or a forced tool call;
                          NULL: none */
-    /* logits processing (logits.h), as vLLM's SamplingParams: penalties (0, 0, 1: off), logit_bias
-     * (ids and biases), min_tokens (EOS and stop_ids masked until that many tokens) */
+    /* logits processing (logits.h), as vLLM's SamplingParams: allowed_token_ids (none: all),
+     * penalties (0, 0, 1: off), logit_bias (ids and biases), min_tokens (EOS and stop_ids masked
+     * until that many tokens) */
+    int32_t *allowed_ids;
+    int n_allowed;
     float presence_penalty, frequency_penalty, repetition_penalty;
     int32_t *bias_id;
     float *bias;

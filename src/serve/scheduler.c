@@ -516,7 +516,7 @@ void sched_take(sched *s, const float *logits) {
     pthread_mutex_unlock(&s->srv->lock);
 }
 
-int sched_load(const sched *s) { return 4 * s->q_len + s->n_running; }
+int sched_load(const sched *s) { return 4 * (s->q_len + s->held) + s->n_running; }
 
 int sched_cached_tokens(sched *s, const request *r) {
     return r->n_prompt > 1
