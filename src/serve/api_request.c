@@ -238,10 +238,10 @@ static int make_choices(server *srv, const cJSON *root, request *r, api_error *e
     if (!best_of) best_of = n;
     if (best_of < n) return api_fail(e, 400, "best_of", "'best_of' (%ld) must be at least n (%ld)", best_of, n);
     if (best_of > n && r->stream) return api_fail(e, 400, "best_of", "'best_of' greater than n cannot be streamed");
+    if (best_of == 1) return 0;
     if (best_of > srv->o->max_queue) /* they wait in the queue together */
         return api_fail(e, 400, best_of > n ? "best_of" : "n", "%ld choices do not fit in the queue (--max-queue %d)",
                         best_of, srv->o->max_queue);
-    if (best_of == 1) return 0;
     loom_err why;
     if (!(r->choices = mem_zalloc((size_t)best_of, sizeof *r->choices, "a request's choices", &why)))
         return out_of_memory(e, &why);
