@@ -3,9 +3,11 @@
 
 Each round sends, to each server in turn (the order alternating between rounds), one request
 per mode: "free" (no constraint, ignore_eos) and "schema" (the schema as llama-server's
-top-level `json_schema` field, which loom takes too), at each temperature, all with the same
-prompt of random token ids and max_tokens. A request's decode rate is (completion_tokens - 1)
-over its time after the first token (streamed). Schema outputs that finished are validated with
+top-level `json_schema` field, which loom takes too; a .gbnf file goes as their `grammar`
+field instead, and its outputs are checked to parse as JSON), at each temperature, all with the same
+prompt of random token ids and max_tokens, after one warm-up request per server. A request's
+decode rate is (completion_tokens - 1) over its time from the first streamed token to the last
+(the tokens as the final usage chunk counts them, else the chunks). Schema outputs that finished are validated with
 the `jsonschema` package. Prints one JSON line per request and a markdown summary.
 
 Usage: structured_load.py SCHEMA.json ROUNDS MAX_TOKENS TEMPS NAME=URL [NAME=URL ...]"""
@@ -19,28 +21,34 @@ import jsonschema
 
 schema_path, rounds, max_tokens, temps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 servers = [a.split("=", 1) for a in sys.argv[5:]]
-schema = json.load(open(schema_path))
+gbnf = open(schema_path).read() if schema_path.endswith(".gbnf") else None
+schema = None if gbnf else json.load(open(schema_path))
 rng = random.Random(28)
 prompt = [rng.randrange(1000, 100000) for _ in range(16)]
 rows = []
 
 
 def run(name, url, mode, temp):
-    body = {"prompt": prompt, "max_tokens": max_tokens, "temperature": temp, "seed": 1, "stream": True}
-    if mode == "schema":
+    body = {"prompt": prompt, "max_tokens": max_tokens, "temperature": temp, "seed": 1, "stream": True,
+            "stream_options": {"include_usage": True}}
+    if mode == "schema" and gbnf:
+        body["grammar"] = gbnf
+    elif mode == "schema":
         body["json_schema"] = schema
     else:
         body["ignore_eos"] = True
     req = urllib.request.Request(url + "/v1/completions", json.dumps(body).encode(), {"Content-Type": "application/json"})
     t0 = time.monotonic()
     first = last = None
-    text, chunks, finish = "", 0, None
+    text, chunks, finish, tokens = "", 0, None, None
     with urllib.request.urlopen(req, timeout=900) as r:
         for line in r:
             line = line.decode().strip()
             if not line.startswith("data: ") or line == "data: [DONE]":
                 continue
             c = json.loads(line[6:])
+            if c.get("usage"):
+                tokens = c["usage"].get("completion_tokens")
             for ch in c.get("choices", []):
                 if ch.get("text"):
                     now = time.monotonic()
@@ -52,17 +60,24 @@ def run(name, url, mode, temp):
     valid = None
     if mode == "schema" and finish == "stop":
         try:
-            jsonschema.validate(json.loads(text), schema)
+            value = json.loads(text)
+            if schema:
+                jsonschema.validate(value, schema)
             valid = True
         except Exception:  # noqa: BLE001 - any failure means invalid
             valid = False
-    rate = (chunks - 1) / (last - first) if chunks > 1 and last > first else 0.0
-    row = {"server": name, "mode": mode, "temperature": temp, "chunks": chunks, "finish": finish,
+    n = tokens or chunks
+    rate = (n - 1) / (last - first) if n > 1 and last > first else 0.0
+    row = {"server": name, "mode": mode, "temperature": temp, "tokens": n, "chunks": chunks, "finish": finish,
            "decode_tok_s": round(rate, 2), "wall_s": round(time.monotonic() - t0, 2), "valid": valid, "text": text[:200]}
     print(json.dumps(row), flush=True)
     rows.append(row)
 
 
+for name, url in servers:  # warm-up: weights paged in, threads started
+    body = {"prompt": prompt, "max_tokens": 8, "temperature": 0}
+    urllib.request.urlopen(urllib.request.Request(url + "/v1/completions", json.dumps(body).encode(),
+                                                  {"Content-Type": "application/json"}), timeout=900).read()
 for r in range(rounds):
     order = servers if r % 2 == 0 else servers[::-1]
     for name, url in order:

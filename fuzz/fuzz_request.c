@@ -15,7 +15,7 @@ static const char chatml[] =
 
 static server *fuzz_server(void) {
     static server srv;
-    static serve_options o = {.served_name = "stories260K", .seed = 1};
+    static serve_options o = {.served_name = "stories260K", .seed = 1, .max_queue = 256}; /* room for n choices */
     if (srv.m) return &srv;
     loom_err err;
     loom_model_options mo = {.load_tokenizer = true};

@@ -281,13 +281,14 @@ typedef struct loom_sampling {
     float temperature; /* 0: greedy */
     int top_k;         /* 0: off */
     float top_p;       /* 1: off */
+    float min_p;       /* 0: off; tokens less likely than min_p times the most likely one are dropped */
     uint64_t seed;
     bool ignore_eos; /* keep generating past EOS */
 } loom_sampling;
 
 /* A sampler of next tokens from logits (vocab wide) with these settings, its random stream
- * seeded by seed: greedy at temperature 0, else softmax at the temperature over the top_k /
- * top_p candidates. NULL with err for a setting out of range. */
+ * seeded by seed: greedy at temperature 0, else softmax at the temperature over the min_p,
+ * then top_k / top_p candidates. NULL with err for a setting out of range. */
 typedef struct loom_sampler loom_sampler;
 LOOM_API loom_sampler *loom_sampler_new(const loom_sampling *s, int vocab, loom_err *err);
 LOOM_API int32_t loom_sampler_next(loom_sampler *s, const float *logits);

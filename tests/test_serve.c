@@ -261,7 +261,10 @@ static void bad_requests(int port) {
     expect_error(port, "unknown model", "POST", c, "{\"prompt\":\"x\",\"model\":\"gpt-4\"}", 404, "model_not_found");
     expect_error(port, "max_tokens 0", "POST", c, "{\"prompt\":\"x\",\"max_tokens\":0}", 400, "max_tokens");
     expect_error(port, "max_tokens negative", "POST", c, "{\"prompt\":\"x\",\"max_tokens\":-3}", 400, "max_tokens");
-    expect_error(port, "n 2", "POST", c, "{\"prompt\":\"x\",\"n\":2}", 400, "'n' must be 1");
+    expect_error(port, "n 200", "POST", c, "{\"prompt\":\"x\",\"n\":200}", 400, "'n' must be an integer in [1, 128]");
+    expect_error(port, "suffix", "POST", c, "{\"prompt\":\"x\",\"suffix\":\"y\"}", 400, "'suffix' is not supported");
+    expect_error(port, "logit_bias out of the vocabulary", "POST", c, "{\"prompt\":\"x\",\"logit_bias\":{\"512\":1}}",
+                 400, "'logit_bias' key '512' is not a token id");
     expect_error(port, "chat without messages", "POST", "/v1/chat/completions", "{\"model\":\"stories260K\"}", 400,
                  "messages");
     expect_error(port, "unknown route", "GET", "/v2/nothing", NULL, 404, "no route");

@@ -67,7 +67,7 @@ static void usage(FILE *f) {
           "  -p, --prompt TEXT         prompt (default: just BOS)\n"
           "  -n, --n-predict N         tokens to generate (default 200)\n"
           "  --temp T                  temperature (default 0: greedy)\n"
-          "  --top-k K, --top-p P      sampling filters (default off)\n"
+          "  --top-k K, --top-p P, --min-p P  sampling filters (default off)\n"
           "  --ignore-eos              do not stop at EOS\n"
           "  -v, --verbose             print the timing summary on stderr\n"
           "speculative decoding (run, bench latency, serve):\n"
@@ -211,6 +211,7 @@ static int cmd_run(int argc, char **argv) {
             o.sampling.temperature = (float)cli_float(a, cli_value(argc, argv, &i));
         else if (!strcmp(a, "--top-k")) o.sampling.top_k = (int)cli_int(a, cli_value(argc, argv, &i), 0, 1 << 24);
         else if (!strcmp(a, "--top-p")) o.sampling.top_p = (float)cli_float(a, cli_value(argc, argv, &i));
+        else if (!strcmp(a, "--min-p")) o.sampling.min_p = (float)cli_float(a, cli_value(argc, argv, &i));
         else if (!strcmp(a, "--ignore-eos")) o.ignore_eos = true;
         else if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) o.verbose = true;
         else {

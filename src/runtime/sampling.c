@@ -1,6 +1,7 @@
 /* Sampling (see sampling.h). Greedy takes the first maximum, as torch.argmax does. Otherwise
- * softmax(logits / T), then top-k, then top-p (smallest prefix by descending probability whose
- * mass reaches p), renormalised, and one draw from xorshift64*. */
+ * softmax(logits / T), then min-p (tokens below min_p times the top probability dropped, after
+ * the temperature, as vLLM does), then top-k, then top-p (smallest prefix by descending
+ * probability whose mass reaches p), renormalised, and one draw from xorshift64*. */
 #include "runtime/sampling.h"
 
 #include <math.h>
@@ -13,6 +14,7 @@ int sampler_init(sampler *s, const loom_sampling *cfg, int vocab, loom_err *err)
     if (cfg->temperature < 0) return loom_errf(err, "--temp must be >= 0 (got %g)", cfg->temperature);
     if (cfg->top_k < 0) return loom_errf(err, "--top-k must be >= 0 (got %d)", cfg->top_k);
     if (!(cfg->top_p > 0 && cfg->top_p <= 1)) return loom_errf(err, "--top-p must be in (0, 1] (got %g)", cfg->top_p);
+    if (!(cfg->min_p >= 0 && cfg->min_p <= 1)) return loom_errf(err, "--min-p must be in [0, 1] (got %g)", cfg->min_p);
     s->cfg = *cfg;
     s->state = cfg->seed * 0x9e3779b97f4a7c15ull + 1;
     s->vocab = vocab;
@@ -65,7 +67,9 @@ static int candidates(sampler *s, const float *logits, float *sum) {
     float inv_t = 1.0f / s->cfg.temperature;
     *sum = 0;
     for (int i = 0; i < n; i++) {
+        /* relative to the most likely token's, which is 1: min-p compares with min_p itself */
         s->prob[i] = expf((logits[i] - logits[best]) * inv_t);
+        if (s->prob[i] < s->cfg.min_p) s->prob[i] = 0;
         *sum += s->prob[i];
         s->idx[i] = i;
     }
@@ -91,12 +95,13 @@ static int candidates(sampler *s, const float *logits, float *sum) {
     return keep;
 }
 
-/* One draw from the candidates, leaving out `skip` (-1: none), whose mass sum excludes. */
+/* One draw from the candidates, leaving out `skip` (-1: none), whose mass sum excludes, and
+ * those of probability 0 (dropped by min-p or a -inf logit), which rounding must not pick. */
 static int32_t draw(sampler *s, int keep, float sum, int32_t skip) {
     float r = uniform(s) * sum, acc = 0;
     int32_t last = -1;
     for (int i = 0; i < keep; i++) {
-        if (s->idx[i] == skip) continue;
+        if (s->idx[i] == skip || !s->prob[s->idx[i]]) continue;
         acc += s->prob[s->idx[i]];
         last = s->idx[i];
         if (r < acc) return last;

@@ -1,7 +1,8 @@
 /* OpenAI's API as JSON: request bodies parsed into requests (api_request.c), and responses,
  * stream chunks and error bodies built from them (api_response.c), in the shapes OpenAI's
- * clients parse. vLLM's extensions are taken where clients send them (top_k, ignore_eos,
- * chat_template_kwargs, add_generation_prompt, /tokenize, /detokenize). */
+ * clients parse. vLLM's extensions are taken where clients send them (top_k, min_p, ignore_eos,
+ * repetition_penalty, min_tokens, stop_token_ids, allowed_token_ids, chat_template_kwargs,
+ * add_generation_prompt, /tokenize, /detokenize). */
 #ifndef LOOM_SERVE_API_H
 #define LOOM_SERVE_API_H
 #include <cjson/cJSON.h>
@@ -27,13 +28,16 @@ request *api_parse_generate(server *srv, req_kind kind, const char *body, size_t
 char *api_tokenize(server *srv, const char *body, size_t len, api_error *e);
 char *api_detokenize(server *srv, const char *body, size_t len, api_error *e);
 
-/* Response bodies (malloc'd JSON; NULL when out of memory). Caller holds the server lock. */
+/* Response bodies (malloc'd JSON; NULL when out of memory). Caller holds the server lock.
+ * api_response: every choice of r (the first choice; best_of: the n of best cumulative
+ * log-probability), usage summed over them. */
 char *api_response(const server *srv, const request *r);
-/* A stream chunk carrying r's text [text_from, text_to) and tokens [tok_from, tok_to);
- * `first` adds the chat role, `last` the finish reason. */
+/* A stream chunk carrying choice r's text [text_from, text_to) and tokens [tok_from, tok_to),
+ * with its index; `first` adds the chat role (and the echoed prompt), `last` the finish
+ * reason. */
 char *api_chunk(const server *srv, const request *r, size_t text_from, size_t text_to, int tok_from, int tok_to,
                 bool first, bool last);
-/* The final chunk with only usage (stream_options.include_usage). */
+/* The final chunk with only usage (stream_options.include_usage), r being the first choice. */
 char *api_usage_chunk(const server *srv, const request *r);
 char *api_error_body(const api_error *e);
 char *api_models(const server *srv);

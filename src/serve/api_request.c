@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "serve/api.h"
 #include "serve/structured.h"
@@ -29,6 +30,12 @@ static int out_of_memory(api_error *e, const loom_err *why) { return api_fail(e,
 static const cJSON *field(const cJSON *o, const char *k) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
     return v && !cJSON_IsNull(v) ? v : NULL;
+}
+
+/* prompt: a string, token ids, or a list holding one of those (that one: NULL when absent). */
+static const cJSON *prompt_value(const cJSON *root) {
+    const cJSON *p = field(root, "prompt");
+    return cJSON_IsArray(p) && cJSON_GetArraySize(p) == 1 && !cJSON_IsNumber(p->child) ? p->child : p;
 }
 
 static int get_number(const cJSON *o, const char *k, double lo, double hi, double *out, api_error *e) {
@@ -70,28 +77,28 @@ static int check_model(const server *srv, const cJSON *root, api_error *e) {
     return 0;
 }
 
-/* Fields loom does not implement are refused when they would change the result. */
+/* Fields loom does not implement are refused when they would change the result (vLLM's
+ * extensions among them); so are those of one API that the other carries (echo, best_of:
+ * completions only). */
 static int refuse_unsupported(const cJSON *root, req_kind kind, api_error *e) {
-    long n = 1, best_of = 1;
-    double pres = 0, freq = 0, rep = 1;
-    bool echo = false;
-    if (get_int(root, "n", 1, 1 << 20, &n, e) || get_int(root, "best_of", 1, 1 << 20, &best_of, e) ||
-        get_number(root, "presence_penalty", -2, 2, &pres, e) ||
-        get_number(root, "frequency_penalty", -2, 2, &freq, e) ||
-        get_number(root, "repetition_penalty", 0, 1e6, &rep, e) || get_bool(root, "echo", &echo, e))
-        return -1;
-    if (n != 1) return api_fail(e, 400, "n", "'n' must be 1: loom returns one choice per request");
-    if (best_of != 1) return api_fail(e, 400, "best_of", "'best_of' must be 1: loom returns one choice per request");
-    if (pres != 0 || freq != 0 || rep != 1)
-        return api_fail(e, 400,
-                        pres != 0   ? "presence_penalty"
-                        : freq != 0 ? "frequency_penalty"
-                                    : "repetition_penalty",
-                        "presence, frequency and repetition penalties are not supported");
-    if (echo) return api_fail(e, 400, "echo", "'echo' is not supported");
-    const cJSON *bias = field(root, "logit_bias");
-    if (bias && cJSON_GetArraySize(bias) > 0) return api_fail(e, 400, "logit_bias", "'logit_bias' is not supported");
     if (kind == REQ_COMPLETION && field(root, "suffix")) return api_fail(e, 400, "suffix", "'suffix' is not supported");
+    static const char *const vllm_flags[] = {"use_beam_search", "include_stop_str_in_output"};
+    for (size_t i = 0; i < sizeof vllm_flags / sizeof *vllm_flags; i++) {
+        bool on = false;
+        if (get_bool(root, vllm_flags[i], &on, e)) return -1;
+        if (on) return api_fail(e, 400, vllm_flags[i], "'%s' is not supported", vllm_flags[i]);
+    }
+    const cJSON *bad_words = field(root, "bad_words");
+    if (bad_words && cJSON_GetArraySize(bad_words) > 0)
+        return api_fail(e, 400, "bad_words", "'bad_words' is not supported");
+    if (field(root, "prompt_logprobs"))
+        return api_fail(e, 400, "prompt_logprobs",
+                        "'prompt_logprobs' is not supported (loom computes no prompt logprobs)");
+    long best_of = 1;
+    bool echo = false;
+    if (kind == REQ_CHAT && (get_int(root, "best_of", 1, 1, &best_of, e) || get_bool(root, "echo", &echo, e) ||
+                             (echo && api_fail(e, 400, "echo", "'echo' is only supported by /v1/completions"))))
+        return -1;
     return 0;
 }
 
@@ -120,20 +127,138 @@ static int parse_stop(const cJSON *root, request *r, api_error *e) {
 }
 
 static int parse_sampling(server *srv, const cJSON *root, request *r, api_error *e) {
-    double temp = 1, top_p = 1;
+    double temp = 1, top_p = 1, min_p = 0;
     long top_k = 0, seed = -1;
     if (get_number(root, "temperature", 0, 100, &temp, e) || get_number(root, "top_p", 1e-9, 1, &top_p, e) ||
-        get_int(root, "top_k", -1, 1 << 30, &top_k, e) || get_int(root, "seed", -(1L << 62), 1L << 62, &seed, e) ||
+        get_number(root, "min_p", 0, 1, &min_p, e) || get_int(root, "top_k", -1, 1 << 30, &top_k, e) ||
+        get_int(root, "seed", -(1L << 62), 1L << 62, &seed, e) ||
         get_bool(root, "ignore_eos", &r->sampling.ignore_eos, e))
         return -1;
     uint64_t n = __atomic_fetch_add(&srv->next_id, 1, __ATOMIC_RELAXED);
     r->sampling.temperature = (float)temp;
     r->sampling.top_p = (float)top_p;
     r->sampling.top_k = top_k < 0 ? 0 : (int)top_k;
+    r->sampling.min_p = (float)min_p;
     r->sampling.seed = field(root, "seed") ? (uint64_t)seed : srv->o->seed + n * 0x9e3779b97f4a7c15ull;
     snprintf(r->id, sizeof r->id, "%s-%016llx", r->kind == REQ_CHAT ? "chatcmpl" : "cmpl", (unsigned long long)n);
     loom_err err = {{0}};
     if (!(r->smp = loom_sampler_new(&r->sampling, srv->info.vocab, &err))) return api_fail(e, 400, NULL, "%s", err.msg);
+    return 0;
+}
+
+/* logit_bias: {"token id": bias}, ids in the vocabulary, biases clamped to [-100, 100] as vLLM
+ * clamps them. */
+static int parse_logit_bias(server *srv, const cJSON *root, request *r, api_error *e) {
+    const cJSON *b = field(root, "logit_bias"), *v;
+    if (!b) return 0;
+    if (!cJSON_IsObject(b))
+        return api_fail(e, 400, "logit_bias", "'logit_bias' must be an object of token ids (strings) to numbers");
+    int n = cJSON_GetArraySize(b);
+    loom_err why;
+    if (n && (!(r->bias_id = mem_array((size_t)n, sizeof *r->bias_id, "logit_bias", &why)) ||
+              !(r->bias = mem_array((size_t)n, sizeof *r->bias, "logit_bias", &why))))
+        return out_of_memory(e, &why);
+    cJSON_ArrayForEach(v, b) {
+        char *end;
+        long id = strtol(v->string, &end, 10);
+        if (end == v->string || *end || id < 0 || id >= srv->info.vocab)
+            return api_fail(e, 400, "logit_bias", "'logit_bias' key '%.40s' is not a token id in [0, %d)", v->string,
+                            srv->info.vocab);
+        if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble))
+            return api_fail(e, 400, "logit_bias", "'logit_bias' value of token %ld must be a number", id);
+        r->bias_id[r->n_bias] = (int32_t)id;
+        r->bias[r->n_bias++] = (float)fmin(100, fmax(-100, v->valuedouble));
+    }
+    return 0;
+}
+
+/* A list of token ids, each in the vocabulary (stop_token_ids, allowed_token_ids), into *ids. */
+static int parse_ids(server *srv, const cJSON *root, const char *k, int32_t **ids, int *n, api_error *e) {
+    const cJSON *a = field(root, k), *v;
+    if (!a) return 0;
+    if (!cJSON_IsArray(a)) return api_fail(e, 400, k, "'%s' must be an array of token ids", k);
+    int len = cJSON_GetArraySize(a);
+    loom_err why;
+    if (len && !(*ids = mem_array((size_t)len, sizeof **ids, k, &why))) return out_of_memory(e, &why);
+    cJSON_ArrayForEach(v, a) {
+        if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || v->valuedouble < 0 ||
+            v->valuedouble >= srv->info.vocab)
+            return api_fail(e, 400, k, "'%s'[%d] is not a token id in [0, %d)", k, *n, srv->info.vocab);
+        (*ids)[(*n)++] = (int32_t)v->valuedouble;
+    }
+    return 0;
+}
+
+/* What changes a request's logits before sampling (logits.h): allowed_token_ids, penalties,
+ * logit_bias, min_tokens, with vLLM's ranges. After fit_context (min_tokens is checked against max_tokens). */
+static int parse_logits(server *srv, const cJSON *root, request *r, api_error *e) {
+    double pres = 0, freq = 0, rep = 1;
+    long min_tokens = 0;
+    if (get_number(root, "presence_penalty", -2, 2, &pres, e) ||
+        get_number(root, "frequency_penalty", -2, 2, &freq, e) ||
+        get_number(root, "repetition_penalty", 0, 1e6, &rep, e) ||
+        get_int(root, "min_tokens", 0, 1 << 30, &min_tokens, e) || parse_logit_bias(srv, root, r, e) ||
+        parse_ids(srv, root, "stop_token_ids", &r->stop_ids, &r->n_stop_ids, e) ||
+        parse_ids(srv, root, "allowed_token_ids", &r->allowed_ids, &r->n_allowed, e))
+        return -1;
+    if (field(root, "allowed_token_ids") && !r->n_allowed)
+        return api_fail(e, 400, "allowed_token_ids", "'allowed_token_ids' must not be empty");
+    if (rep <= 0) return api_fail(e, 400, "repetition_penalty", "'repetition_penalty' must be greater than 0");
+    if (min_tokens > r->max_tokens)
+        return api_fail(e, 400, "min_tokens", "'min_tokens' (%ld) must be at most max_tokens (%d)", min_tokens,
+                        r->max_tokens);
+    r->presence_penalty = (float)pres;
+    r->frequency_penalty = (float)freq;
+    r->repetition_penalty = (float)rep;
+    r->min_tokens = (int)min_tokens;
+    return 0;
+}
+
+/* echo (completions): the prompt's text before the output; the prompt as given when it is text,
+ * else its ids decoded. Prompt log-probabilities are not computed, so not with logprobs. */
+static int parse_echo(server *srv, const cJSON *root, request *r, api_error *e) {
+    bool echo = false;
+    if (get_bool(root, "echo", &echo, e)) return -1;
+    if (!echo) return 0;
+    if (r->logprobs)
+        return api_fail(e, 400, "echo", "'echo' with 'logprobs' is not supported (loom computes no prompt logprobs)");
+    if (!srv->info.has_tokenizer) return api_fail(e, 400, "echo", "'echo' needs a model with a tokenizer");
+    const cJSON *prompt = prompt_value(root);
+    loom_err why;
+    r->echo = cJSON_IsString(prompt) ? mem_strdup(prompt->valuestring, "the echoed prompt", &why)
+                                     : loom_detokenize(srv->m, r->prompt, (size_t)r->n_prompt, false, &why);
+    return r->echo ? 0 : out_of_memory(e, &why);
+}
+
+/* n choices, of best_of generated (completions; not streamed): each a request of its own, seeded
+ * seed + index as vLLM seeds its child requests. */
+static int make_choices(server *srv, const cJSON *root, request *r, api_error *e) {
+    long n = 1, best_of = 0;
+    if (get_int(root, "n", 1, REQ_MAX_CHOICES, &n, e) || get_int(root, "best_of", 1, REQ_MAX_CHOICES, &best_of, e))
+        return -1;
+    if (!best_of) best_of = n;
+    if (best_of < n) return api_fail(e, 400, "best_of", "'best_of' (%ld) must be at least n (%ld)", best_of, n);
+    if (best_of > n && r->stream) return api_fail(e, 400, "best_of", "'best_of' greater than n cannot be streamed");
+    if (best_of == 1) return 0;
+    if (best_of > srv->o->max_queue) /* they wait in the queue together */
+        return api_fail(e, 400, best_of > n ? "best_of" : "n", "%ld choices do not fit in the queue (--max-queue %d)",
+                        best_of, srv->o->max_queue);
+    loom_err why;
+    if (!(r->choices = mem_zalloc((size_t)best_of, sizeof *r->choices, "a request's choices", &why)))
+        return out_of_memory(e, &why);
+    r->choices[0] = r;
+    r->n_choices = (int)best_of;
+    r->n_return = (int)n;
+    r->ranked = best_of > n;
+    for (int i = 1; i < r->n_choices; i++) {
+        request *c = r->choices[i] = request_clone(r, &why);
+        if (!c) return out_of_memory(e, &why);
+        c->index = i;
+        c->sampling.seed = r->sampling.seed + (uint64_t)i;
+        if (!(c->smp = loom_sampler_new(&c->sampling, srv->info.vocab, &why)) ||
+            (srv->info.has_tokenizer && !(c->dec = loom_detokenizer_new(srv->m, &why))))
+            return api_fail(e, 500, NULL, "%s", why.msg);
+    }
     return 0;
 }
 
@@ -172,11 +297,9 @@ static int tokenize(server *srv, const char *text, bool add_special, request *r,
     return 0;
 }
 
-/* prompt: a string, token ids, or a list holding one of those. */
 static int parse_prompt(server *srv, const cJSON *root, request *r, api_error *e) {
-    const cJSON *p = field(root, "prompt");
+    const cJSON *p = prompt_value(root);
     if (!p) return api_fail(e, 400, "prompt", "'prompt' is required");
-    if (cJSON_IsArray(p) && cJSON_GetArraySize(p) == 1 && !cJSON_IsNumber(p->child)) p = p->child;
     if (cJSON_IsString(p)) return tokenize(srv, p->valuestring, true, r, e);
     if (!cJSON_IsArray(p)) return api_fail(e, 400, "prompt", "'prompt' must be a string or an array of token ids");
     int n = cJSON_GetArraySize(p);
@@ -359,13 +482,16 @@ request *api_parse_generate(server *srv, req_kind kind, const char *body, size_t
         goto fail;
     }
     if (fit_context(srv, r, max_tokens, e) || parse_stop(root, r, e) || parse_output(root, r, e) ||
-        parse_sampling(srv, root, r, e) || structured_parse(srv, root, r, e))
+        parse_sampling(srv, root, r, e) || parse_logits(srv, root, r, e) || parse_echo(srv, root, r, e) ||
+        structured_parse(srv, root, r, e))
         goto fail;
     loom_err err = {{0}};
     if (srv->info.has_tokenizer && !(r->dec = loom_detokenizer_new(srv->m, &err))) {
         api_fail(e, 500, NULL, "%s", err.msg);
         goto fail;
     }
+    r->created = time(NULL);
+    if (make_choices(srv, root, r, e)) goto fail;
     cJSON_Delete(root);
     return r;
 fail:

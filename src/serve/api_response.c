@@ -93,11 +93,15 @@ fail:
     return NULL;
 }
 
+/* The prompt once, the output of every choice generated (best_of's unreturned ones too: they were
+ * computed, as OpenAI bills them). */
 static cJSON *usage(const request *r) {
     cJSON *u = cJSON_CreateObject();
+    int out = 0;
+    for (int i = 0; i < r->n_choices; i++) out += (i ? r->choices[i] : r)->n_tokens;
     cJSON_AddNumberToObject(u, "prompt_tokens", r->n_prompt);
-    cJSON_AddNumberToObject(u, "completion_tokens", r->n_tokens);
-    cJSON_AddNumberToObject(u, "total_tokens", r->n_prompt + r->n_tokens);
+    cJSON_AddNumberToObject(u, "completion_tokens", out);
+    cJSON_AddNumberToObject(u, "total_tokens", r->n_prompt + out);
     cJSON *details = cJSON_AddObjectToObject(u, "prompt_tokens_details");
     if (details) cJSON_AddNumberToObject(details, "cached_tokens", r->cached_tokens > 0 ? r->cached_tokens : 0);
     return u;
@@ -120,23 +124,29 @@ static char *print(cJSON *o) {
     return s;
 }
 
-/* One choice: text [text_from, text_to) and tokens [tok_from, tok_to); chat puts the text in
- * a message (whole) or a delta (chunk). NULL when out of memory. */
-static cJSON *choice(const server *srv, const request *r, size_t text_from, size_t text_to, int tok_from, int tok_to,
-                     bool chunk, bool first, bool last) {
+/* Choice `index`, from request r: text [text_from, text_to) and tokens [tok_from, tok_to), after
+ * the echoed prompt in the whole text or the first chunk; chat puts the text in a message
+ * (whole) or a delta (chunk). NULL when out of memory. */
+static cJSON *choice(const server *srv, const request *r, int index, size_t text_from, size_t text_to, int tok_from,
+                     int tok_to, bool chunk, bool first, bool last) {
     bool with_logprobs = r->logprobs && tok_to > tok_from;
-    char *text = mem_strndup(r->text ? r->text + text_from : "", text_to - text_from, "a response's text", NULL);
+    const char *echo = r->echo && (!chunk || first) ? r->echo : "";
+    size_t n_echo = strlen(echo), n = text_to - text_from;
+    char *text = mem_alloc(n_echo + n + 1, "a response's text", NULL);
     cJSON *lp = text && with_logprobs ? logprobs(srv, r, tok_from, tok_to) : NULL;
     if (!text || (with_logprobs && !lp)) {
         free(text);
         return NULL;
     }
+    memcpy(text, echo, n_echo);
+    memcpy(text + n_echo, r->text ? r->text + text_from : "", n);
+    text[n_echo + n] = 0;
     cJSON *c = cJSON_CreateObject();
-    cJSON_AddNumberToObject(c, "index", 0);
+    cJSON_AddNumberToObject(c, "index", index);
     if (r->kind == REQ_CHAT) {
         cJSON *m = cJSON_AddObjectToObject(c, chunk ? "delta" : "message");
         if (!chunk || first) cJSON_AddStringToObject(m, "role", "assistant");
-        if (!chunk || first || text_to > text_from) cJSON_AddStringToObject(m, "content", text);
+        if (!chunk || first || n) cJSON_AddStringToObject(m, "content", text);
     } else {
         cJSON_AddStringToObject(c, "text", text);
     }
@@ -148,18 +158,36 @@ static cJSON *choice(const server *srv, const request *r, size_t text_from, size
     return c;
 }
 
+/* best_of: the choices by cumulative log-probability, best first (ties in generated order);
+ * otherwise in order. */
+static void rank_choices(const request *r, const request **order) {
+    for (int i = 0; i < r->n_choices; i++) {
+        const request *c = i ? r->choices[i] : r;
+        int k = i;
+        for (; k > 0 && r->ranked && order[k - 1]->cum_logprob < c->cum_logprob; k--) order[k] = order[k - 1];
+        order[k] = c;
+    }
+}
+
 char *api_response(const server *srv, const request *r) {
-    cJSON *c = choice(srv, r, 0, r->text_len, 0, r->n_tokens, false, false, true);
-    if (!c) return NULL;
-    cJSON *o = envelope(srv, r, false);
-    cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "choices"), c);
+    const request *order[REQ_MAX_CHOICES];
+    rank_choices(r, order);
+    cJSON *o = envelope(srv, r, false), *choices = cJSON_AddArrayToObject(o, "choices");
+    for (int i = 0; i < r->n_return; i++) {
+        cJSON *c = choice(srv, order[i], i, 0, order[i]->text_len, 0, order[i]->n_tokens, false, false, true);
+        if (!c) {
+            cJSON_Delete(o);
+            return NULL;
+        }
+        cJSON_AddItemToArray(choices, c);
+    }
     cJSON_AddItemToObject(o, "usage", usage(r));
     return print(o);
 }
 
 char *api_chunk(const server *srv, const request *r, size_t text_from, size_t text_to, int tok_from, int tok_to,
                 bool first, bool last) {
-    cJSON *c = choice(srv, r, text_from, text_to, tok_from, tok_to, true, first, last);
+    cJSON *c = choice(srv, r, r->index, text_from, text_to, tok_from, tok_to, true, first, last);
     if (!c) return NULL;
     cJSON *o = envelope(srv, r, true);
     cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "choices"), c);

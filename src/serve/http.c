@@ -68,16 +68,20 @@ typedef struct upload {
     request *waiting; /* a non-streaming request submitted, its answer not sent yet */
 } upload;
 
-/* A streaming response: SSE text built from the request's progress, handed to MHD in blocks. */
+/* A streaming response: SSE text built from the request's progress, handed to MHD in blocks;
+ * what each of its choices has sent so far. */
 typedef struct stream {
     server *srv;
     conn *k;
-    request *r;
+    request *r; /* the first choice */
     char *out;
     size_t out_len, out_off, out_cap;
-    size_t sent_text;
-    int sent_tokens;
-    bool started, ended;
+    bool ended;
+    struct sent {
+        size_t text;
+        int tokens;
+        bool started, ended;
+    } sent[]; /* [r->n_choices] */
 } stream;
 
 /* A body that could not be made (NULL: out of memory) is answered with a fixed 500. */
@@ -137,20 +141,27 @@ static void wake(void *ctx) {
     MHD_resume_connection(k->c);
 }
 
-/* Links k and the request it waits for, both ways; unlinked by whichever of the request's end
- * and the connection's close comes first, so neither is left pointing at freed memory. Lock
- * held for both. */
+/* Choice i of request r (r itself for 0). */
+static request *choice_of(request *r, int i) { return i ? r->choices[i] : r; }
+
+/* Links k and the request it waits for (every choice of it), both ways; unlinked by whichever
+ * of the request's end and the connection's close comes first, so neither is left pointing at
+ * freed memory. Lock held for both. */
 static void wait_for(conn *k, request *r) {
     k->waiting = r;
-    r->wake = wake;
-    r->wake_ctx = k;
+    for (int i = 0; i < r->n_choices; i++) {
+        choice_of(r, i)->wake = wake;
+        choice_of(r, i)->wake_ctx = k;
+    }
 }
 
 static void stop_waiting(request *r) {
     conn *k = r->wake_ctx;
     if (k) k->waiting = NULL, k->suspended = false;
-    r->wake = NULL;
-    r->wake_ctx = NULL;
+    for (int i = 0; i < r->n_choices; i++) {
+        choice_of(r, i)->wake = NULL;
+        choice_of(r, i)->wake_ctx = NULL;
+    }
 }
 
 /* Parks k until its request changes (lock held). */
@@ -159,10 +170,10 @@ static void suspend(conn *k) {
     MHD_suspend_connection(k->c);
 }
 
-/* The client of a waiting request left: the request stops at the next step (lock held). */
+/* The client of a waiting request left: its choices stop at the next step (lock held). */
 static void cancel(server *srv, request *r) {
-    if (r->state == REQ_FINISHED) return;
-    r->cancel = true;
+    if (request_all_finished(r)) return;
+    for (int i = 0; i < r->n_choices; i++) choice_of(r, i)->cancel = true;
     pthread_cond_signal(&srv->work);
 }
 
@@ -181,31 +192,44 @@ static bool sse(stream *s, char *json) {
     return ok;
 }
 
-/* Appends the events r's progress allows (lock held): text no stop string can still claim,
- * with the log-probabilities of the tokens it completes; at the end the finish reason, usage
- * and [DONE]. Returns whether it appended anything (1 or 0), or -1 when out of memory. */
+/* Appends the events choice i's progress allows (lock held): text no stop string can still
+ * claim, with the log-probabilities of the tokens it completes; at its end, its finish reason.
+ * False when out of memory. */
+static bool choice_events(stream *s, int i) {
+    request *r = choice_of(s->r, i);
+    struct sent *p = &s->sent[i];
+    bool done = r->state == REQ_FINISHED;
+    if (p->ended) return true;
+    int tokens = r->n_tokens;
+    if (!done)
+        while (tokens > p->tokens && r->tokens[tokens - 1].text_end > r->text_ready) tokens--;
+    /* a token that adds no text still makes a chunk when it has log-probabilities to show, or
+     * when the model has no tokenizer (no text will ever come) */
+    bool new_tokens = tokens > p->tokens && (r->logprobs || !s->srv->info.has_tokenizer);
+    if (!done && r->text_ready <= p->text && !new_tokens) return true;
+    size_t to = done ? r->text_len : r->text_ready;
+    bool ok = sse(s, api_chunk(s->srv, r, p->text, to, p->tokens, tokens, !p->started, done));
+    p->text = to;
+    p->tokens = tokens;
+    p->started = true;
+    p->ended = done;
+    return ok;
+}
+
+/* Appends the events the request's progress allows (lock held): each choice's, then once all
+ * have finished, usage and [DONE]. Returns whether it appended anything (1 or 0), or -1 when
+ * out of memory. */
 static int next_events(stream *s) {
     request *r = s->r;
-    bool done = r->state == REQ_FINISHED, ok = true;
+    bool done = request_all_finished(r), ok = true;
     size_t before = s->out_len;
-    if (done && r->error[0]) {
+    const char *error = done ? request_error(r) : NULL;
+    if (error) {
         api_error e = {.status = 500};
-        snprintf(e.msg, sizeof e.msg, "%s", r->error);
+        snprintf(e.msg, sizeof e.msg, "%s", error);
         ok = sse(s, api_error_body(&e));
     } else {
-        int tokens = r->n_tokens;
-        if (!done)
-            while (tokens > s->sent_tokens && r->tokens[tokens - 1].text_end > r->text_ready) tokens--;
-        /* a token that adds no text still makes a chunk when it has log-probabilities to show,
-         * or when the model has no tokenizer (no text will ever come) */
-        bool new_tokens = tokens > s->sent_tokens && (r->logprobs || !s->srv->info.has_tokenizer);
-        if (done || r->text_ready > s->sent_text || new_tokens) {
-            size_t to = done ? r->text_len : r->text_ready;
-            ok = sse(s, api_chunk(s->srv, r, s->sent_text, to, s->sent_tokens, tokens, !s->started, done));
-            s->sent_text = to;
-            s->sent_tokens = tokens;
-            s->started = true;
-        }
+        for (int i = 0; i < r->n_choices && ok; i++) ok = choice_events(s, i);
         if (ok && done && r->include_usage) ok = sse(s, api_usage_chunk(s->srv, r));
     }
     if (ok && done) {
@@ -270,7 +294,7 @@ static enum MHD_Result answer_when_done(server *srv, struct MHD_Connection *c, c
     pthread_mutex_lock(&srv->lock);
     request *r = u->waiting;
     bool gone = k->abandoned || client_gone(k->fd);
-    if (r->state != REQ_FINISHED && !gone) {
+    if (!request_all_finished(r) && !gone) {
         suspend(k);
         pthread_mutex_unlock(&srv->lock);
         return MHD_YES;
@@ -279,9 +303,9 @@ static enum MHD_Result answer_when_done(server *srv, struct MHD_Connection *c, c
     stop_waiting(r);
     u->waiting = NULL;
     api_error e = {.status = 500};
-    char *body = gone || r->error[0] ? NULL : api_response(srv, r);
-    if (!gone && !body)
-        snprintf(e.msg, sizeof e.msg, "%s", r->error[0] ? r->error : "out of memory making the response");
+    const char *error = request_error(r);
+    char *body = gone || error ? NULL : api_response(srv, r);
+    if (!gone && !body) snprintf(e.msg, sizeof e.msg, "%s", error ? error : "out of memory making the response");
     request_unref(r);
     pthread_mutex_unlock(&srv->lock);
     if (gone) return MHD_NO; /* nobody to answer: close */
@@ -305,14 +329,13 @@ static enum MHD_Result generate(server *srv, struct MHD_Connection *c, conn *k, 
     request *r = api_parse_generate(srv, kind, u->body ? u->body : "", u->len, &e);
     if (!r) return send_error(c, &e);
     loom_err why;
-    stream *s = r->stream ? mem_zalloc(1, sizeof *s, "a stream", &why) : NULL;
+    stream *s = r->stream ? mem_zalloc(1, sizeof *s + (size_t)r->n_choices * sizeof *s->sent, "a stream", &why) : NULL;
     if (r->stream && !s) {
         pthread_mutex_lock(&srv->lock);
         request_unref(r);
         pthread_mutex_unlock(&srv->lock);
         return fail(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "%s", why.msg);
     }
-    r->created = time(NULL);
     pthread_mutex_lock(&srv->lock);
     int status = replicas_submit(srv, r, pinned_replica(c), e.msg, sizeof e.msg);
     if (status) {
@@ -331,7 +354,7 @@ static enum MHD_Result generate(server *srv, struct MHD_Connection *c, conn *k, 
         u->waiting = r;
         return answer_when_done(srv, c, k, u);
     }
-    *s = (stream){.srv = srv, .k = k, .r = r};
+    s->srv = srv, s->k = k, s->r = r;
     struct MHD_Response *res =
         MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, STREAM_BLOCK, stream_read, s, stream_done);
     if (!res) {

@@ -7,8 +7,9 @@
 #include "grammar/grammar.h"
 #include "loom.h"
 
-#define REQ_MAX_STOPS        8  /* stop strings per request (OpenAI allows 4) */
-#define REQ_MAX_TOP_LOGPROBS 20 /* as OpenAI's API */
+#define REQ_MAX_STOPS        8   /* stop strings per request (OpenAI allows 4) */
+#define REQ_MAX_TOP_LOGPROBS 20  /* as OpenAI's API */
+#define REQ_MAX_CHOICES      128 /* n and best_of, as OpenAI's API */
 
 typedef enum req_kind { REQ_COMPLETION, REQ_CHAT } req_kind;
 
@@ -49,6 +50,30 @@ typedef struct request {
                          response_format, structured_outputs, grammar or a forced tool call;
                          NULL: none */
     grammar *grammar; /* gbnf compiled (a reference) */
+    /* logits processing (logits.h), as vLLM's SamplingParams: allowed_token_ids (none: all),
+     * penalties (0, 0, 1: off), logit_bias (ids and biases), min_tokens (EOS and stop_ids masked
+     * until that many tokens) */
+    int32_t *allowed_ids;
+    int n_allowed;
+    float presence_penalty, frequency_penalty, repetition_penalty;
+    int32_t *bias_id;
+    float *bias;
+    int n_bias;
+    int min_tokens;
+    int32_t *stop_ids; /* stop_token_ids: the output ends with "stop" there, their text left out */
+    int n_stop_ids;
+    char *echo; /* completions' echo: the prompt's text, which the output follows (NULL: none) */
+
+    /* n > 1 and best_of: a request is one choice. The first one, which the HTTP front holds,
+     * lists them all; the scheduler holds the others back until the first has computed the
+     * prompt, so they start from its cached blocks (scheduler.c). */
+    int index;                /* this choice's place among them */
+    struct request **choices; /* the first's: [n_choices], [0] itself, the others its references */
+    int n_choices;            /* the first's: choices generated (best_of, else n) */
+    int n_return;             /* the first's: choices returned (n): those of best cumulative logprob */
+    bool siblings_held;       /* the first's: choices[1..] are not queued yet */
+    bool ranked;              /* best_of: sum its tokens' log-probabilities into cum_logprob */
+    double cum_logprob;
 
     /* produced (under the server lock) */
     req_state state;
@@ -83,14 +108,24 @@ typedef struct request {
     int refs;
 } request;
 
-/* A request with its defaults (max_tokens unset: -1; greedy; no stops) and one reference;
- * NULL when out of memory. */
+/* A request with its defaults (max_tokens unset: -1; greedy; no stops; one choice) and one
+ * reference; NULL when out of memory. */
 request *request_new(req_kind kind);
-/* Drops a reference; frees on the last. Caller holds the server lock. */
+/* Another choice of r: a new request with what r asked (prompt, limits, stops, logits
+ * processing, output options), nothing produced, and no sampler or decoder yet; NULL with err
+ * when out of memory. */
+request *request_clone(const request *r, loom_err *err);
+/* Drops a reference; frees on the last (the first choice lets go of the others). Caller holds
+ * the server lock. */
 void request_unref(request *r);
+/* Whether id is one of r's stop_token_ids. */
+bool request_is_stop_token(const request *r, int32_t id);
+/* Whether every choice of r has finished; the error of the first that failed (NULL: none). */
+bool request_all_finished(const request *r);
+const char *request_error(const request *r);
 /* Appends token id (and its log-probabilities) to r's output: decodes it, applies the stop
- * strings (across token boundaries: text a stop string might still claim is held back), and
- * sets finish when a stop string matched. Out of memory for its output, r fails: error says
+ * strings once it has more than min_tokens tokens, as vLLM (across token boundaries: text a
+ * stop string might still claim is held back), and sets finish when a stop string matched. Out of memory for its output, r fails: error says
  * why, finish is set (cancelled). */
 void request_add_token(request *r, const req_token *t);
 /* Ends r's text: flushes the decoder's held-back bytes and releases held-back text. */

@@ -19,7 +19,17 @@
  * before the step's tokens (steps.c), so the copies agree. The scheduler thread holds the server
  * lock while it reads and updates requests, and lets it go while the engine runs, so HTTP
  * threads queue and stream meanwhile. Everything a step needs is allocated here once; requests
- * allocate their own output as it grows. */
+ * allocate their own output as it grows.
+ *
+ * The choices of one request (n > 1, best_of) share its prompt's KV: with prefix caching, the
+ * first is queued alone and the others are held back until it has computed the prompt (its
+ * first token is sampled); they then go to the head of the queue and are admitted from its
+ * cached blocks, instead of all prefilling the same prompt at once. Without prefix caching
+ * nothing can be shared, and they are queued together.
+ *
+ * A request whose logits are processed (penalties, logit_bias, min_tokens: logits.h) samples
+ * from a processed copy of its row; it gets no speculative proposals, since verification
+ * samples from the raw rows. */
 #include "serve/scheduler.h"
 
 #include <math.h>
@@ -28,8 +38,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "serve/logits.h"
 #include "serve/steps.h"
-#include "serve/structured.h"
 #include "util/alloc.h"
 #include "util/err.h"
 
@@ -48,6 +58,7 @@ struct sched {
     int max_seqs, max_tokens, max_queue;
     request **queue; /* waiting, FIFO ring of max_queue + max_seqs (room for the preempted) */
     int q_head, q_len, q_cap;
+    int held;          /* choices held back until their first has computed the prompt (count in the queue's room) */
     request **running; /* in admission order (prefill priority) */
     int n_running;
     bool *slot_used;
@@ -61,13 +72,12 @@ struct sched {
     int32_t *slots, *drafts;
     const int32_t **hists;
     int *lens, *max_draft, *n_draft;
-    float *logprob;    /* [vocab] scratch */
-    float *row;        /* [vocab] scratch: a row of logits under a grammar's mask */
-    uint32_t *allowed; /* [(vocab + 31) / 32] the mask */
-    int32_t *context;  /* [max_ctx] scratch: a preempted request's prompt and output */
-    int32_t *matched;  /* [max_ctx] scratch: the cached blocks of a prefix */
-    int pending;       /* blocks this step's tokens will take from the pool when it runs */
-    loom_kv_stats kv;  /* as of the last step, for the gauges */
+    float *logprob;         /* [vocab] scratch */
+    logits_scratch scratch; /* a request's processed logit row, its counts and mask */
+    int32_t *context;       /* [max_ctx] scratch: a preempted request's prompt and output */
+    int32_t *matched;       /* [max_ctx] scratch: the cached blocks of a prefix */
+    int pending;            /* blocks this step's tokens will take from the pool when it runs */
+    loom_kv_stats kv;       /* as of the last step, for the gauges */
 };
 
 double serve_now(void) {
@@ -106,8 +116,12 @@ sched *sched_new(server *srv, const loom_engine *e, step *st, int replica, loom_
         (s->drafts = mem_zalloc((size_t)s->max_seqs * (s->k + 1), sizeof *s->drafts, what, err)) &&
         (s->logprob =
              mem_array((size_t)srv->info.vocab, sizeof *s->logprob, "the scheduler's log-probabilities", err)) &&
-        (s->row = mem_array((size_t)srv->info.vocab, sizeof *s->row, "the scheduler's logits", err)) &&
-        (s->allowed = mem_array(((size_t)srv->info.vocab + 31) / 32, sizeof *s->allowed, "a token mask", err)))
+        (s->scratch.row =
+             mem_array((size_t)srv->info.vocab, sizeof *s->scratch.row, "the scheduler's logit row", err)) &&
+        (s->scratch.count =
+             mem_zalloc((size_t)srv->info.vocab, sizeof *s->scratch.count, "the scheduler's token counts", err)) &&
+        (s->scratch.allowed =
+             mem_array(((size_t)srv->info.vocab + 31) / 32, sizeof *s->scratch.allowed, "a token mask", err)))
         return s;
     sched_free(s);
     return NULL;
@@ -125,27 +139,48 @@ void sched_free(sched *s) {
     free(s->drafts);
     loom_engine_free(s->book);
     free(s->logprob);
-    free(s->row);
-    free(s->allowed);
+    free(s->scratch.row);
+    free(s->scratch.count);
+    free(s->scratch.allowed);
     free(s);
+}
+
+/* Queues choice r at the queue's tail, or at its head (before the other waiting requests). */
+static void enqueue(sched *s, request *r, bool head) {
+    r->state = REQ_WAITING;
+    r->refs++;
+    if (head) s->q_head = (s->q_head + s->q_cap - 1) % s->q_cap;
+    s->queue[head ? s->q_head : (s->q_head + s->q_len) % s->q_cap] = r;
+    s->q_len++;
+}
+
+/* The choices r held back go to the head of the queue, in order: r has computed the prompt
+ * (or ended), so they are admitted next, from its cached blocks. */
+static void queue_siblings(sched *s, request *r) {
+    if (!r->siblings_held) return;
+    r->siblings_held = false;
+    s->held -= r->n_choices - 1;
+    for (int i = r->n_choices - 1; i > 0; i--) enqueue(s, r->choices[i], true);
 }
 
 int sched_submit(sched *s, request *r, char *msg, size_t cap) {
     server *srv = s->srv;
     if (srv->failed[0]) return snprintf(msg, cap, "the engine failed: %s", srv->failed), 503;
     if (srv->draining) return snprintf(msg, cap, "the server is shutting down"), 503;
-    if (s->q_len >= s->max_queue)
-        return snprintf(msg, cap, "the server is busy: %d requests are waiting (--max-queue)", s->q_len), 503;
-    r->state = REQ_WAITING;
-    r->t_arrive = serve_now();
-    r->refs++;
-    s->queue[(s->q_head + s->q_len++) % s->q_cap] = r;
+    if (s->q_len + s->held + r->n_choices > s->max_queue)
+        return snprintf(msg, cap, "the server is busy: %d requests are waiting (--max-queue)", s->q_len + s->held), 503;
+    for (int i = 0; i < r->n_choices; i++) (i ? r->choices[i] : r)->t_arrive = serve_now();
+    enqueue(s, r, false);
+    r->siblings_held = r->n_choices > 1 && srv->o->prefix_caching;
+    if (r->siblings_held) s->held += r->n_choices - 1;
+    else
+        for (int i = 1; i < r->n_choices; i++) enqueue(s, r->choices[i], false);
     return 0;
 }
 
 void sched_gauges(const sched *s, metrics *m) {
     m->running += s->n_running;
-    m->waiting += s->q_len;
+    m->waiting += s->q_len + s->held;
     for (int i = 0; i < s->max_seqs; i++) m->slots_used += s->slot_used[i];
     m->blocks_used += s->kv.blocks_used;
     m->blocks_total += s->kv.blocks;
@@ -153,6 +188,7 @@ void sched_gauges(const sched *s, metrics *m) {
 
 static void finish(sched *s, request *r, req_finish why) {
     server *srv = s->srv;
+    queue_siblings(s, r);
     if (r->finish == FINISH_NONE) r->finish = why;
     request_end_text(r);
     r->state = REQ_FINISHED;
@@ -253,13 +289,13 @@ static void add_decode(sched *s, request *r, const int32_t *draft, int n_draft) 
 }
 
 /* The proposals for the step's decoding requests, up to k each and within the token budget, the
- * request's own limits and the context; then their tokens. */
+ * request's own limits and the context (none for a request that processes its logits); then
+ * their tokens. */
 static void add_decoding(sched *s, int n) {
     int budget = s->max_tokens - s->st->n_tokens - n; /* past each one's last token */
     for (int i = 0; i < n; i++) {
         request *r = s->decoding[i];
-        /* proposals are verified against unmasked rows: a request under a grammar takes none */
-        int len = r->n_prompt + r->n_tokens, m = s->sp && !r->grammar ? s->k : 0;
+        int len = r->n_prompt + r->n_tokens, m = s->sp && !request_processes_logits(r) ? s->k : 0;
         if (m > r->max_tokens - r->n_tokens - 1) m = r->max_tokens - r->n_tokens - 1;
         if (m > s->srv->max_ctx - len) m = s->srv->max_ctx - len;
         if (m > budget) m = budget;
@@ -392,8 +428,10 @@ static bool is_eos(const server *srv, int32_t id) {
     return false;
 }
 
-/* Samples every request's rows of the step (verifying its proposals, if any) and hands the
- * tokens to it; a request's sequence is cut back past the proposals the target rejected. */
+/* Samples every request's rows of the step (verifying its proposals, if any; a processed copy of
+ * its row when it processes its logits) and hands the tokens to it; a request's sequence is cut
+ * back past the proposals the target rejected. The log-probabilities reported (and best_of's
+ * cumulative one) are the raw model's, as vLLM's by default. */
 static void take_tokens(sched *s, const float *logits) {
     server *srv = s->srv;
     double now = serve_now();
@@ -404,12 +442,10 @@ static void take_tokens(sched *s, const float *logits) {
         const float *rows = logits + (size_t)g->row0 * vocab;
         int32_t out[LOOM_SPEC_MAX_TOKENS + 1];
         int n_out = 1;
-        loom_err why;
+        loom_err why = {{0}};
         if (g->n_draft) n_out = loom_speculator_verify(s->sp, r->smp, rows, g->draft, g->n_draft, out);
-        else if (!r->grammar) out[0] = loom_sampler_next(r->smp, rows);
-        else if ((out[0] = structured_sample(r, rows, vocab, s->row, s->allowed, &why)) < 0 ||
-                 grammar_matcher_accept(r->gm, out[0], &why))
-            n_out = 0;
+        else if (!request_processes_logits(r)) out[0] = loom_sampler_next(r->smp, rows);
+        else if ((out[0] = request_sample(r, &srv->info, rows, &s->scratch, &why)) < 0) n_out = 0;
         pthread_mutex_lock(&srv->lock);
         if (!n_out) { /* the grammar allowed nothing: the request fails with why */
             snprintf(r->error, sizeof r->error, "%s", why.msg);
@@ -420,9 +456,11 @@ static void take_tokens(sched *s, const float *logits) {
         r->t_last = now;
         for (int j = 0; j < n_out && r->finish == FINISH_NONE; j++) {
             req_token t = {.id = out[j]};
-            if (r->logprobs) fill_logprobs(s, r, rows + (size_t)j * vocab, &t);
+            if (r->logprobs || r->ranked) fill_logprobs(s, r, rows + (size_t)j * vocab, &t);
+            r->cum_logprob += t.logprob;
             srv->met.generation_tokens++;
-            if (!r->sampling.ignore_eos && is_eos(srv, t.id)) r->finish = FINISH_STOP; /* counted, not printed */
+            if ((!r->sampling.ignore_eos && is_eos(srv, t.id)) || request_is_stop_token(r, t.id))
+                r->finish = FINISH_STOP; /* counted, not printed */
             request_add_token(r, &t);
             if (r->gm && grammar_matcher_done(r->gm) && r->finish == FINISH_NONE) r->finish = FINISH_STOP;
             if (r->n_tokens >= r->max_tokens || r->n_prompt + r->n_tokens >= srv->max_ctx) {
@@ -434,6 +472,7 @@ static void take_tokens(sched *s, const float *logits) {
             snprintf(r->error, sizeof r->error, "%s", why.msg); /* cannot happen: the pass wrote these rows */
             if (r->finish == FINISH_NONE) r->finish = FINISH_CANCELLED;
         }
+        queue_siblings(s, r); /* r has computed the prompt */
         request_changed(r);
         pthread_mutex_unlock(&srv->lock);
     }
@@ -481,7 +520,7 @@ void sched_take(sched *s, const float *logits) {
     pthread_mutex_unlock(&s->srv->lock);
 }
 
-int sched_load(const sched *s) { return 4 * s->q_len + s->n_running; }
+int sched_load(const sched *s) { return 4 * (s->q_len + s->held) + s->n_running; }
 
 int sched_cached_tokens(sched *s, const request *r) {
     return r->n_prompt > 1

@@ -17,7 +17,8 @@ bool sched_build(sched *s);
 void sched_take(sched *s, const float *logits);
 /* The engine failed: every request, running or waiting, fails with why. Takes the lock. */
 void sched_fail_all(sched *s, const char *why);
-/* Lock held: vLLM's measure of a replica's load (waiting x 4 + running), and the prompt tokens of
+/* Lock held: vLLM's measure of a replica's load (waiting x 4 + running; held-back choices wait
+ * too), and the prompt tokens of
  * r its KV cache holds in whole blocks. */
 int sched_load(const sched *s);
 int sched_cached_tokens(sched *s, const request *r);

@@ -69,9 +69,10 @@ typedef struct server {
     uint64_t next_id;
 } server;
 
-/* Queues r on one replica's scheduler (one more reference is taken); returns 0, or an HTTP
- * status with msg filled: 503 when the queue is full or the server is draining or failed.
- * Caller holds the lock. */
+/* Queues r and its other choices on one replica's scheduler (one more reference to each is
+ * taken; the scheduler may hold the others back, see scheduler.c); returns 0, or an HTTP status
+ * with msg filled: 503 when the queue has no room for every choice or the server is draining or
+ * failed. Caller holds the lock. */
 int sched_submit(sched *s, request *r, char *msg, size_t cap);
 /* Adds one replica's gauges (requests running and waiting, slots and KV blocks in use) as they
  * are now to m's. Lock held. */
