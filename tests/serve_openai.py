@@ -370,6 +370,31 @@ def sampling(s, model):
         check(e.param == "echo", f"chat echo refused naming {e.param!r}")
 
 
+def structured_modes(template):
+    """The same constrained requests under every parallel mode the server runs: each mode's greedy
+    text equals tp=1's (the mask is applied on rank 0, where sampling happens), and every finished
+    output, greedy or sampled, validates."""
+    modes = ([], ["-tp", "2", "--enable-sequence-parallel", "--sp-min-tokens", "2"], ["-pp", "2"], ["-dp", "2"],
+             ["--speculative-config", json.dumps({"method": "ngram", "num_speculative_tokens": 3})])
+    rf = {"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON}}
+    want = None
+    for flags in modes:
+        s = Server("--chat-template", template, *flags)
+        try:
+            got = []
+            for temp in (0, 1, 1):
+                r = s.client.chat.completions.create(model="stories260K", messages=[{"role": "user", "content": "Hi"}],
+                                                     max_tokens=160, temperature=temp, seed=len(got),
+                                                     response_format=rf)
+                got.append(r.choices[0].message.content)
+                check(r.choices[0].finish_reason == "length" or valid(got[-1], PERSON), f"{flags}: {got[-1]!r}")
+            got = got[0]
+            want = want or got
+            check(got == want, f"{flags}: constrained output {got} differs from tp=1's {want}")
+        finally:
+            s.stop()
+
+
 def speculative(model):
     """A request whose logits are processed gets no proposals: its output equals the plain
     server's, and the ngram proposer, which proposes on this repetitive text, proposes nothing."""
@@ -458,6 +483,7 @@ def main():
             s.stop()
         golden(flags)
     speculative("stories260K")
+    structured_modes(template)
     print(f"serve_openai: {'ok' if not failures else f'{failures} failed'} (openai {openai.__version__})")
     sys.exit(1 if failures else 0)
 
