@@ -6,7 +6,16 @@
  * - Masks: along random walks through grammars, on the real vocabularies in
  *   tests/data/tokenizers, the mask equals asking the matcher about every token one at a time
  *   (which walks the token's bytes through the automaton directly), and a token the mask allows
- *   is accepted. */
+ *   is accepted.
+ * - Regular expressions: for each pattern, the converted grammar accepts a string exactly when
+ *   PCRE2 (the library, anchored at both ends) matches it whole, over strings from the pattern's
+ *   alphabet; unsupported constructs are refused by name and offset.
+ * - JSON Schema numbers: integer ranges accept exactly the integers between their bounds, and
+ *   number ranges exactly the decimals between theirs, over every value near the bounds;
+ *   unsupported keywords are refused naming the keyword and where it stands. */
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <cjson/cJSON.h>
+#include <pcre2.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -163,11 +172,158 @@ static const char json_gbnf[] =
     "number ::= \"-\"? ([0-9] | [1-9] [0-9]{1,15}) (\".\" [0-9]{1,16})? ([eE] [-+]? [0-9]{1,3})? ws\n"
     "ws ::= | \" \" | \"\\n\" [ \\t]{0,20}\n";
 
+/* The grammar of a regex against PCRE2 over every string of up to 4 characters of an alphabet. */
+static void regex_vs_pcre2(grammar_vocab *v, const char *pattern, const char *alphabet) {
+    loom_err err = {{0}};
+    char *gbnf = regex_to_gbnf(pattern, &err);
+    grammar *g = gbnf ? grammar_compile(gbnf, v, &err) : NULL;
+    CHECK(g, "regex %s: %s", pattern, err.msg);
+    char anchored[256];
+    snprintf(anchored, sizeof anchored, "^(?:%s)$", pattern);
+    int ec;
+    PCRE2_SIZE eo;
+    pcre2_code *re = pcre2_compile((PCRE2_SPTR)anchored, PCRE2_ZERO_TERMINATED, 0, &ec, &eo, NULL);
+    pcre2_match_data *md = re ? pcre2_match_data_create_from_pattern(re, NULL) : NULL;
+    int n = (int)strlen(alphabet), total = 1, bad = 0;
+    for (int len = 1; len <= 4; len++) total = total * n + 1;
+    for (int k = 0; g && md && k < total; k++) { /* k in mixed radix: a string of up to 4 letters */
+        char s[8];
+        int len = 0;
+        for (int x = k; x > 0 && len < 4; x = (x - 1) / n) s[len++] = alphabet[(x - 1) % n];
+        s[len] = 0;
+        bool want = pcre2_match(re, (PCRE2_SPTR)s, (size_t)len, 0, 0, md, NULL) >= 0;
+        if (accepts(g, s) != want && bad++ < 3) CHECK(false, "regex %s on \"%s\": PCRE2 says %d", pattern, s, want);
+    }
+    CHECK(!bad, "regex %s: %d strings disagree with PCRE2", pattern, bad);
+    pcre2_match_data_free(md);
+    pcre2_code_free(re);
+    grammar_unref(g);
+    free(gbnf);
+}
+
+static void test_regex(grammar_vocab *v) {
+    regex_vs_pcre2(v, "a+b?", "ab");
+    regex_vs_pcre2(v, "(ab|c)*d", "abcd");
+    regex_vs_pcre2(v, "[a-c][^a]{1,2}", "abcx");
+    regex_vs_pcre2(v, "\\d\\w?\\s*", "1a _\t");
+    regex_vs_pcre2(v, "x{2,}|y{0,1}z", "xyz");
+    loom_err err = {{0}};
+    char *gbnf = regex_to_gbnf("y{,1}z", &err); /* Python reads {,m} as {0,m}; PCRE2 before 10.43 as text */
+    if (gbnf) language(v, gbnf, L("z", "yz"), L("yyz", "y{,1}z"));
+    CHECK(gbnf, "%s", err.msg);
+    free(gbnf);
+    regex_vs_pcre2(v, "(?:a|)(?P<n>b+?)c?", "abc");
+    regex_vs_pcre2(v, "\\.[.]\\x41\\D", "a.A1");
+    static const struct {
+        const char *pattern, *error;
+    } bad[] = {{"(?=a)b", "lookahead '(?=' is not supported (at offset 0)"},
+               {"a(?<!b)", "lookbehind"},
+               {"(a)\\1", "backreference is not supported (at offset 3)"},
+               {"\\bword", "word boundary"},
+               {"a^b", "anchor inside the pattern"},
+               {"(?i)abc", "inline flag"},
+               {"a**", "multiple repeat"},
+               {"(ab", "expected ')'"}};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        loom_err err = {{0}};
+        char *gbnf = regex_to_gbnf(bad[i].pattern, &err);
+        CHECK(!gbnf && strstr(err.msg, bad[i].error), "regex %s: got \"%s\"", bad[i].pattern, gbnf ? gbnf : err.msg);
+        free(gbnf);
+    }
+}
+
+/* The grammar of a one-schema document. */
+static grammar *schema_grammar(grammar_vocab *v, const char *schema, loom_err *err) {
+    cJSON *j = cJSON_Parse(schema);
+    char *gbnf = j ? json_schema_to_gbnf(j, err) : NULL;
+    grammar *g = gbnf ? grammar_compile(gbnf, v, err) : NULL;
+    cJSON_Delete(j);
+    free(gbnf);
+    return g;
+}
+
+static void integer_range(grammar_vocab *v, long lo, long hi, bool has_lo, bool has_hi) {
+    char schema[160], s[32];
+    snprintf(schema, sizeof schema, "{\"type\": \"integer\"%s%ld%s%ld}",
+             has_lo ? ", \"minimum\": " : ", \"x-lo\": ", lo, has_hi ? ", \"maximum\": " : ", \"x-hi\": ", hi);
+    loom_err err = {{0}};
+    grammar *g = schema_grammar(v, schema, &err);
+    CHECK(g, "%s: %s", schema, err.msg);
+    int bad = 0;
+    for (long x = lo - 120; g && x <= hi + 120; x++) {
+        snprintf(s, sizeof s, "%ld", x);
+        bool want = (!has_lo || x >= lo) && (!has_hi || x <= hi);
+        if (accepts(g, s) != want && bad++ < 3) CHECK(false, "%s on %s: want %d", schema, s, want);
+    }
+    CHECK(!bad, "%s: %d values wrong", schema, bad);
+    CHECK(!g || !accepts(g, "007"), "%s took a leading zero", schema);
+    grammar_unref(g);
+}
+
+/* number in [lo, hi] (integer bounds, each perhaps exclusive) against decimals in steps of 0.25 */
+static void number_range(grammar_vocab *v, const char *bounds, double lo, double hi, bool lo_ex, bool hi_ex) {
+    char schema[160], s[32];
+    snprintf(schema, sizeof schema, "{\"type\": \"number\", %s}", bounds);
+    loom_err err = {{0}};
+    grammar *g = schema_grammar(v, schema, &err);
+    CHECK(g, "%s: %s", schema, err.msg);
+    int bad = 0;
+    for (double x = lo - 3; g && x <= hi + 3; x += 0.25) {
+        snprintf(s, sizeof s, x == (long)x ? "%.0f" : "%.2f", x);
+        bool want = (lo_ex ? x > lo : x >= lo) && (hi_ex ? x < hi : x <= hi);
+        if (accepts(g, s) != want && bad++ < 3) CHECK(false, "%s on %s: want %d", schema, s, want);
+    }
+    CHECK(!bad, "%s: %d values wrong", schema, bad);
+    grammar_unref(g);
+}
+
+static void test_schema(grammar_vocab *v) {
+    integer_range(v, -7, 13, true, true);
+    integer_range(v, 95, 1234, true, true);
+    integer_range(v, -1000, -999, true, true);
+    integer_range(v, 0, 0, true, true);
+    integer_range(v, 5, 0, true, false);
+    integer_range(v, 0, -3, false, true);
+    integer_range(v, 19, 20001, true, true);
+    number_range(v, "\"minimum\": 0, \"maximum\": 1", 0, 1, false, false);
+    number_range(v, "\"exclusiveMinimum\": -2, \"exclusiveMaximum\": 3", -2, 3, true, true);
+    number_range(v, "\"minimum\": 10, \"exclusiveMaximum\": 12", 10, 12, false, true);
+    number_range(v, "\"minimum\": -5, \"maximum\": -1, \"exclusiveMaximum\": -2", -5, -2, false, true);
+    static const struct {
+        const char *schema, *error;
+    } bad[] = {
+        {"{\"type\": \"object\", \"patternProperties\": {\"^a\": {}}}", "'patternProperties' is not supported (at /)"},
+        {"{\"properties\": {\"a\": {\"type\": \"integer\", \"multipleOf\": 3}}}",
+         "'multipleOf' is not supported (at /properties/a)"},
+        {"{\"type\": \"array\", \"uniqueItems\": true}", "'uniqueItems' is not supported"},
+        {"{\"type\": \"string\", \"format\": \"idn-email\"}", "'format' 'idn-email' is not supported"},
+        {"{\"type\": \"number\", \"minimum\": 0.5}", "'minimum' that is not an integer"},
+        {"{\"$ref\": \"#/$defs/missing\"}", "names nothing"},
+        {"{\"$ref\": \"other.json#/x\"}", "another document"},
+        {"{\"not\": {\"type\": \"null\"}}", "'not' is not supported"},
+        {"{\"type\": \"integer\", \"minimum\": 5, \"maximum\": 4}", "no number lies between"},
+        {"{\"type\": \"string\", \"pattern\": \"(?=x)\"}", "lookahead"},
+        {"{\"allOf\": [{\"type\": \"string\"}, {\"type\": \"integer\"}]}", "'allOf' combines different 'type'"},
+        {"false", "no value is valid"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        loom_err err = {{0}};
+        cJSON *j = cJSON_Parse(bad[i].schema);
+        char *gbnf = json_schema_to_gbnf(j, &err);
+        CHECK(!gbnf && strstr(err.msg, bad[i].error) && strstr(err.msg, "json_schema: "), "%s: got \"%s\"",
+              bad[i].schema, gbnf ? "a grammar" : err.msg);
+        free(gbnf);
+        cJSON_Delete(j);
+    }
+}
+
 int main(void) {
     grammar_vocab *v = byte_vocab();
     if (v) {
         test_languages(v);
         test_errors(v);
+        test_regex(v);
+        test_schema(v);
     }
     grammar_vocab_free(v);
     const char *files[] = {TOKDIR "llama2/tokenizer.json", TOKDIR "phi-2/tokenizer.json"};

@@ -30,7 +30,7 @@ typedef struct model_case {
     const char *name;
     loom_model *m;
     loom_engine *e;
-    int vocab, n_prompt;
+    int vocab, n_prompt, max_tokens;
     int32_t prompt[16];
     char **bytes; /* each token's text mid-sentence */
     int *lens;    /* -1: none (special, EOS) */
@@ -54,13 +54,15 @@ static void golden_text(model_case *mc) {
 static bool model_open(model_case *mc, const char *path) {
     loom_err err = {{0}};
     loom_model_options mo = {.path = path, .load_tokenizer = path == NULL, .dtype = "float32"};
-    loom_engine_options eo = {.max_seqs = 1, .max_ctx = MAX_CTX, .max_tokens = 64};
     loom_model_info info;
-    if (!(mc->m = loom_model_load(&mo, &err)) || !(mc->e = loom_engine_new(mc->m, &eo, &err))) {
+    if ((mc->m = loom_model_load(&mo, &err))) loom_model_get_info(mc->m, &info);
+    loom_engine_options eo = {
+        .max_seqs = 1, .max_ctx = mc->m && info.max_pos < MAX_CTX ? info.max_pos : MAX_CTX, .max_tokens = 64};
+    if (!mc->m || !(mc->e = loom_engine_new(mc->m, &eo, &err))) {
         CHECK(false, "%s: %s", mc->name, err.msg);
         return false;
     }
-    loom_model_get_info(mc->m, &info);
+    mc->max_tokens = eo.max_ctx - 17 < MAX_TOKENS ? eo.max_ctx - 17 : MAX_TOKENS; /* after a prompt of 16 at most */
     mc->vocab = info.vocab;
     mc->bytes = calloc((size_t)mc->vocab, sizeof *mc->bytes);
     mc->lens = calloc((size_t)mc->vocab, sizeof *mc->lens);
@@ -112,7 +114,7 @@ static bool sample(model_case *mc, grammar *g, uint64_t seed, char *out, size_t 
     for (int i = 0; i < MAX_CTX; i++) pos[i] = i;
     loom_engine_reset_seq(mc->e, 0);
     *n_tokens = 0;
-    for (int from = 0; smp && gm && row && allowed && *n_tokens < MAX_TOKENS && !finished;) {
+    for (int from = 0; smp && gm && row && allowed && *n_tokens < mc->max_tokens && !finished;) {
         last = n - from - 1;
         loom_batch b = {
             .n_tokens = n - from, .ids = ids + from, .pos = pos + from, .seq = seq, .n_logits = 1, .logit_rows = &last};
