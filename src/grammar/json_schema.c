@@ -6,16 +6,22 @@
  * does where generating them would invite a model to ramble:
  *  - an object writes its properties in the declared order, the optional ones optional, and no
  *    other keys unless additionalProperties says so (absent means none, as xgrammar's strict
- *    mode and llama.cpp do); an object with no properties takes any keys;
+ *    mode and llama.cpp do), then keys of patternProperties (their names by the pattern); an
+ *    object with no properties takes any keys;
  *  - whitespace between tokens is bounded (a space, or a newline and up to 20 spaces or tabs);
  *  - numbers have at most 16 digits before and after the point and 3 in the exponent;
  *  - strings never hold \u escapes of surrogates (a pair would count as two characters here and
  *    one to a validator);
- *  - oneOf is taken as anyOf (a value of two branches validates against anyOf only).
+ *  - oneOf is anyOf, except that a branch leaves out the properties other branches require and
+ *    it does not (the usual way a oneOf tells its branches apart); enum values of the wrong
+ *    type are left out;
+ *  - exponents have at most two digits (1e999 would overflow a validator's double).
  * What would change validity and has no grammar here is refused, naming the keyword and the
- * JSON pointer of its schema: patternProperties, propertyNames, min/maxProperties (unless the
+ * JSON pointer of its schema: propertyNames, min/maxProperties (unless the
  * required properties already satisfy them), contains, not, if/then/else, dependencies,
- * unevaluated*, multipleOf, uniqueItems, non-integer bounds on numbers, unknown formats. */
+ * unevaluated*, multipleOf, uniqueItems, non-integer bounds on numbers, and the formats JSON
+ * Schema defines that have no grammar here (a format it does not define is an annotation, which
+ * validators ignore). A $ref with keywords beside it is merged with them, as allOf is. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -61,8 +67,7 @@ static void sub_path(char *dst, size_t cap, const char *path, const char *a, con
 
 /* ---- keywords ---- */
 
-static const char *const refused_keywords[] = {"patternProperties",
-                                               "propertyNames",
+static const char *const refused_keywords[] = {"propertyNames",
                                                "contains",
                                                "minContains",
                                                "maxContains",
@@ -111,7 +116,7 @@ static void emit_shared(conv *c) {
     if (c->need_value || c->need_number) {
         gbuf_printf(o,
                     "%s-number ::= \"-\"? (\"0\" | [1-9] [0-9]{0,15}) (\".\" [0-9]{1,16})? ([eE] [-+]? [1-9] "
-                    "[0-9]{0,2})?\n",
+                    "[0-9]?)?\n",
                     n);
     }
     if (c->need_integer) gbuf_printf(o, "%s-integer ::= \"-\"? (\"0\" | [1-9] [0-9]{0,15})\n", n);
@@ -322,7 +327,13 @@ static int format_expr(conv *c, const char *f, const char *path, gbuf *b) {
         {"ipv6", "[0-9a-f]{1,4} (\":\" [0-9a-f]{1,4}){7}"},
         {"hostname", "LABEL (\".\" LABEL){0,3}"},
         {"uri", "[a-z] [a-z0-9+.-]{0,8} \"://\" LABEL (\".\" LABEL){0,3} (\"/\" [a-zA-Z0-9._~-]{0,20}){0,5}"},
+        {"uri-reference", "[a-z] [a-z0-9+.-]{0,8} \"://\" LABEL (\".\" LABEL){0,3} (\"/\" [a-zA-Z0-9._~-]{0,20}){0,5}"},
     };
+    /* the formats JSON Schema defines that have no grammar here; one it does not define is an
+     * annotation, which validators ignore */
+    static const char *const standard[] = {
+        "duration",     "idn-email",    "idn-hostname",          "iri",   "iri-reference",
+        "uri-template", "json-pointer", "relative-json-pointer", "regex", NULL};
     for (size_t i = 0; i < sizeof formats / sizeof *formats; i++) {
         if (strcmp(formats[i].name, f)) continue;
         /* the pieces, expanded in place: a month and its days (February to 28), a time with its
@@ -352,7 +363,11 @@ static int format_expr(conv *c, const char *f, const char *path, gbuf *b) {
         gbuf_puts(b, " \"\\\"\"");
         return 0;
     }
-    return refuse(c, path, "'format' '%s' is not supported", f);
+    for (int i = 0; standard[i]; i++)
+        if (!strcmp(standard[i], f)) return refuse(c, path, "'format' '%s' is not supported", f);
+    c->need_string = true;
+    gbuf_printf(b, "%s-string", c->name);
+    return 0;
 }
 
 static int string_body(conv *c, const cJSON *s, const char *path, gbuf *b) {
@@ -510,11 +525,13 @@ static bool in_required(const cJSON *req, const char *k) {
 }
 
 static int object_body(conv *c, const cJSON *s, const char *path, gbuf *b) {
-    const cJSON *props = get(s, "properties"), *req = get(s, "required"), *addl = get(s, "additionalProperties");
+    const cJSON *props = get(s, "properties"), *req = get(s, "required"), *addl = get(s, "additionalProperties"),
+                *pats = get(s, "patternProperties");
+    if (pats && !cJSON_IsObject(pats)) return refuse(c, path, "'%s' must be an object", "patternProperties");
     if (props && !cJSON_IsObject(props)) return refuse(c, path, "'%s' must be an object", "properties");
     if (req && !cJSON_IsArray(req)) return refuse(c, path, "'%s' must be an array", "required");
     /* extra keys: absent means none where properties are declared, any where none are */
-    bool extra = addl ? !cJSON_IsFalse(addl) : !props;
+    bool extra = addl ? !cJSON_IsFalse(addl) : !props && !pats, more = extra || cJSON_GetArraySize(pats);
     int n = 0, n_req = 0;
     const cJSON *p, *r;
     cJSON_ArrayForEach(p, props) n++;
@@ -538,17 +555,42 @@ static int object_body(conv *c, const cJSON *s, const char *path, gbuf *b) {
     const cJSON *mnp = get(s, "minProperties"), *mxp = get(s, "maxProperties");
     if (mnp && (!cJSON_IsNumber(mnp) || mnp->valuedouble > n_req)) /* met by the required ones, or not */
         return free(list), refuse(c, path, "'%s' is not supported", "minProperties");
-    if (mxp && (!cJSON_IsNumber(mxp) || extra || mxp->valuedouble < n))
+    if (mxp && (!cJSON_IsNumber(mxp) || more || mxp->valuedouble < n))
         return free(list), refuse(c, path, "'%s' is not supported", "maxProperties");
     const char *nm = c->name;
     char sub[512];
-    int rc = 0, add_rule = -1, *kv = calloc((size_t)n + 1, sizeof *kv);
+    int rc = 0, extra_rule = -1, *kv = calloc((size_t)n + 1, sizeof *kv);
     if (!kv) rc = loom_errf(c->err, "json_schema: out of memory");
-    if (!rc && extra) {
-        sub_path(sub, sizeof sub, path, "additionalProperties", NULL);
-        add_rule = addl && cJSON_IsObject(addl) ? schema_rule(c, addl, sub) : -1;
-        if (add_rule < 0 && addl && cJSON_IsObject(addl)) rc = -1;
-        if (add_rule < 0) c->need_value = true;
+    if (!rc && more) { /* one key and value past the declared ones: by a pattern, or any */
+        gbuf alts = {0};
+        const cJSON *pp;
+        cJSON_ArrayForEach(pp, pats) {
+            sub_path(sub, sizeof sub, path, "patternProperties", pp->string);
+            int id = schema_rule(c, pp, sub);
+            if (id < 0) break;
+            gbuf_printf(&alts, "%s\"\\\"\" ", alts.len ? " | " : "");
+            if (regex_expr(pp->string, true, &alts, c->err)) {
+                loom_err_prefix(c->err, "json_schema: at %s", sub);
+                break;
+            }
+            gbuf_printf(&alts, " \"\\\"\" %s-ws \":\" %s-ws %s-%d %s-ws", nm, nm, nm, id, nm);
+        }
+        if (pp) rc = -1;
+        if (!rc && extra) {
+            sub_path(sub, sizeof sub, path, "additionalProperties", NULL);
+            int id = addl && cJSON_IsObject(addl) ? schema_rule(c, addl, sub) : -1;
+            if (id < 0 && addl && cJSON_IsObject(addl)) rc = -1;
+            if (id < 0) c->need_value = true;
+            c->need_string = true;
+            gbuf_printf(&alts, "%s%s-string %s-ws \":\" %s-ws ", alts.len ? " | " : "", nm, nm, nm);
+            if (id >= 0) gbuf_printf(&alts, "%s-%d %s-ws", nm, id, nm);
+            else gbuf_printf(&alts, "%s-value %s-ws", nm, nm);
+        }
+        if (!rc) {
+            extra_rule = c->n_rules++;
+            gbuf_printf(c->out, "%s-%d ::= %s\n", nm, extra_rule, alts.p ? alts.p : "\"\"");
+        }
+        gbuf_free(&alts);
     }
     for (int i = 0; !rc && i < n; i++) {
         sub_path(sub, sizeof sub, path, "properties", list[i].key);
@@ -558,14 +600,11 @@ static int object_body(conv *c, const cJSON *s, const char *path, gbuf *b) {
         if (kv[i] == -2) c->need_value = true;
     }
     if (!rc) { /* R(i): properties i.. after one was written; S(i): before any was */
-        c->need_string |= extra;
         int base = c->n_rules;
         c->n_rules += 2 * (n + 1);
-        char addkv[256] = "", val[64];
-        if (add_rule >= 0) snprintf(val, sizeof val, "%s-%d", nm, add_rule);
-        else snprintf(val, sizeof val, "%s-value", nm);
-        if (extra) snprintf(addkv, sizeof addkv, "%s-string %s-ws \":\" %s-ws %s %s-ws", nm, nm, nm, val, nm);
-        if (extra) {
+        char addkv[64];
+        snprintf(addkv, sizeof addkv, "%s-%d", nm, extra_rule);
+        if (more) {
             gbuf_printf(c->out, "%s-%d ::= (\",\" %s-ws %s)*\n", nm, base + 2 * n, nm, addkv);
             gbuf_printf(c->out, "%s-%d ::= (%s (\",\" %s-ws %s)*)?\n", nm, base + 2 * n + 1, addkv, nm, addkv);
         } else {
@@ -708,11 +747,23 @@ static int branches_body(conv *c, const cJSON *s, const cJSON *list, const char 
         snprintf(idx, sizeof idx, "%d", i);
         sub_path(sub, sizeof sub, path, kw, idx);
         int id;
-        if (alone) {
+        bool exclusive = !strcmp(kw, "oneOf") && cJSON_IsObject(br);
+        if (alone && !exclusive) {
             id = schema_rule(c, br, sub);
         } else { /* keywords beside anyOf apply to every branch */
-            cJSON *m = cJSON_Duplicate(rest, true);
-            id = merge_into(c, m, br, sub, 0) ? -1 : schema_rule(c, m, sub);
+            cJSON *m = cJSON_Duplicate(alone ? cJSON_CreateObject() : rest, true);
+            id = merge_into(c, m, br, sub, 0) ? -1 : 0;
+            /* oneOf: what the other branches require and this one does not stays out of it */
+            cJSON *props = cJSON_GetObjectItemCaseSensitive(m, "properties");
+            const cJSON *other, *name, *mine = cJSON_GetObjectItemCaseSensitive(m, "required"),
+                                       *others = exclusive ? list : NULL;
+            cJSON_ArrayForEach(other, others) {
+                if (other == br) continue;
+                const cJSON *theirs = cJSON_GetObjectItemCaseSensitive(other, "required");
+                cJSON_ArrayForEach(name, theirs) if (cJSON_IsString(name) && !in_required(mine, name->valuestring))
+                    cJSON_DeleteItemFromObjectCaseSensitive(props, name->valuestring);
+            }
+            if (!id) id = schema_rule(c, m, sub);
             cJSON_Delete(m);
         }
         if (id < 0) {
@@ -724,6 +775,25 @@ static int branches_body(conv *c, const cJSON *s, const cJSON *list, const char 
     gbuf_puts(b, ")");
     cJSON_Delete(rest);
     return rc;
+}
+
+/* Whether JSON value v is of `type` (a name or a list of them; NULL: any). */
+static bool of_type(const cJSON *v, const cJSON *type) {
+    if (!type) return true;
+    if (cJSON_IsArray(type)) {
+        const cJSON *t;
+        cJSON_ArrayForEach(t, type) if (of_type(v, t)) return true;
+        return false;
+    }
+    const char *t = cJSON_IsString(type) ? type->valuestring : "";
+    return !strcmp(t, "string")    ? cJSON_IsString(v)
+           : !strcmp(t, "number")  ? cJSON_IsNumber(v)
+           : !strcmp(t, "integer") ? cJSON_IsNumber(v) && v->valuedouble == floor(v->valuedouble)
+           : !strcmp(t, "boolean") ? cJSON_IsBool(v)
+           : !strcmp(t, "null")    ? cJSON_IsNull(v)
+           : !strcmp(t, "object")  ? cJSON_IsObject(v)
+           : !strcmp(t, "array")   ? cJSON_IsArray(v)
+                                   : true;
 }
 
 static int schema_body(conv *c, const cJSON *s, const char *path, gbuf *b) {
@@ -750,15 +820,22 @@ static int schema_body(conv *c, const cJSON *s, const char *path, gbuf *b) {
         if (!rc) rc = schema_body(c, m, path, b);
         cJSON_Delete(m);
     } else if (ref) {
+        bool alone = true;
         const cJSON *k;
-        cJSON_ArrayForEach(k, s) if (strcmp(k->string, "$ref") && !is_annotation(k->string) &&
-                                     strcmp(k->string, "nullable")) return refuse(c, path,
-                                                                                  "'$ref' beside '%s' is not supported",
-                                                                                  k->string);
-        int id = cJSON_IsString(ref) ? ref_rule(c, ref->valuestring, path)
-                                     : refuse(c, path, "'%s' must be a string", "$ref");
-        if (id < 0) return -1;
-        gbuf_printf(b, "%s-%d", c->name, id);
+        cJSON_ArrayForEach(k, s) alone &=
+            !strcmp(k->string, "$ref") || !strcmp(k->string, "nullable") || is_annotation(k->string);
+        if (!cJSON_IsString(ref)) return refuse(c, path, "'%s' must be a string", "$ref");
+        if (alone) {
+            int id = ref_rule(c, ref->valuestring, path);
+            if (id < 0) return -1;
+            gbuf_printf(b, "%s-%d", c->name, id);
+        } else { /* keywords beside $ref apply too (draft 2019 on): the target merged in, as allOf */
+            cJSON *m = cJSON_CreateObject();
+            rc = merge_into(c, m, s, path, 0);
+            cJSON_DeleteItemFromObjectCaseSensitive(m, "nullable");
+            if (!rc) rc = schema_body(c, m, path, b);
+            cJSON_Delete(m);
+        }
     } else if (any || one) {
         rc = branches_body(c, s, any ? any : one, any ? "anyOf" : "oneOf", path, b);
     } else if (cst || en) {
@@ -769,10 +846,12 @@ static int schema_body(conv *c, const cJSON *s, const char *path, gbuf *b) {
         const cJSON *v, *values = cst ? NULL : en;
         int i = 0;
         cJSON_ArrayForEach(v, values) {
+            if (!of_type(v, type)) continue; /* a value the type rules out is not valid */
             if (i++) gbuf_puts(b, " | ");
             json_literal(b, v);
         }
         gbuf_puts(b, ")");
+        if (en && !i) return refuse(c, path, "'enum' holds no value of the schema's '%s'", "type");
     } else if (cJSON_IsArray(type)) {
         const cJSON *t;
         int i = 0;
