@@ -9,16 +9,16 @@
  *    mode and llama.cpp do), then keys of patternProperties (their names by the pattern); an
  *    object with no properties takes any keys;
  *  - whitespace between tokens is bounded (a space, or a newline and up to 20 spaces or tabs);
- *  - numbers have at most 16 digits before and after the point and 3 in the exponent;
+ *  - numbers have at most 16 digits before and after the point and 2 in the exponent (1e999
+ *    would overflow a validator's double);
  *  - strings never hold \u escapes of surrogates (a pair would count as two characters here and
  *    one to a validator);
  *  - oneOf is anyOf, except that a branch leaves out the properties other branches require and
  *    it does not (the usual way a oneOf tells its branches apart); enum values of the wrong
- *    type are left out;
- *  - exponents have at most two digits (1e999 would overflow a validator's double).
+ *    type are left out.
  * What would change validity and has no grammar here is refused, naming the keyword and the
- * JSON pointer of its schema: propertyNames, min/maxProperties (unless the
- * required properties already satisfy them), contains, not, if/then/else, dependencies,
+ * JSON pointer of its schema: propertyNames, min/maxProperties (unless the required properties
+ * already satisfy them), contains, not, if/then/else, dependencies,
  * unevaluated*, multipleOf, uniqueItems, non-integer bounds on numbers, and the formats JSON
  * Schema defines that have no grammar here (a format it does not define is an annotation, which
  * validators ignore). A $ref with keywords beside it is merged with them, as allOf is. */
