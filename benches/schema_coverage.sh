@@ -6,7 +6,7 @@
 #      refused, and why (the keyword each refusal names is counted);
 #   2. every converted schema gets one sentence sampled under its mask from stories260K and from
 #      the random-weight golden llama (temperature 1, at most 384 tokens);
-#   3. benches/schema_coverage.py validates each finished sentence against its schema with
+#   3. tests/schema_check.py validates each finished sentence against its schema with
 #      Python's jsonschema and prints, per dataset: schemas, converted, outputs finished, valid.
 #
 # Usage: benches/schema_coverage.sh JSONSCHEMABENCH_DIR [BUILD_DIR]   (default build/)
@@ -34,4 +34,4 @@ PYEOF
 echo "$(wc -l <"$out/corpus.jsonl") schemas; generating (log: $out/generate.log)" >&2
 "$build/test_structured" --corpus "$out/corpus.jsonl" --out "$out/outputs.jsonl" >"$out/generate.log" 2>&1 || true
 tail -2 "$out/generate.log" >&2
-"$py" benches/schema_coverage.py "$out/corpus.jsonl" "$out/outputs.jsonl" | tee "$out/report.md"
+"$py" tests/schema_check.py "$out/corpus.jsonl" "$out/outputs.jsonl" | tee "$out/report.md"

@@ -304,7 +304,7 @@ static void test_schema(grammar_vocab *v) {
         {"{\"type\": \"integer\", \"minimum\": 5, \"maximum\": 4}", "no number lies between"},
         {"{\"type\": \"string\", \"pattern\": \"(?=x)\"}", "lookahead"},
         {"{\"allOf\": [{\"type\": \"string\"}, {\"type\": \"integer\"}]}", "'allOf' combines different 'type'"},
-        {"false", "no value is valid"},
+        {"false", "the schema 'false' admits no value"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         loom_err err = {{0}};

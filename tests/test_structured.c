@@ -22,7 +22,13 @@
 
 #define CORPUS     LOOM_SOURCE_DIR "/tests/data/schemas/corpus.jsonl"
 #define GOLDEN     LOOM_SOURCE_DIR "/tests/golden/llama"
-#define MAX_TOKENS 384 /* per output (a random model may write a string for a long time) */
+#define MAX_TOKENS 256 /* per output (a random model may write a string for a long time) */
+/* Under the sanitizers every 4th generated schema runs (10x slower code; the real ones all run). */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_UNDEFINED__)
+#define GEN_STRIDE 4
+#else
+#define GEN_STRIDE 1
+#endif
 #define MAX_CTX    512
 #define GOLDEN_EOS 127
 
@@ -176,8 +182,8 @@ static void run_schema(const cJSON *line, model_case *models, int n_models, int 
         }
         if (!gbnf) return;
     } else if (refuse) {
-        CHECK(!gbnf && strstr(err.msg, "json_schema: '"), "%s: should be refused naming a keyword, got %s",
-              name->valuestring, gbnf ? "a grammar" : err.msg);
+        CHECK(!gbnf && strstr(err.msg, "json_schema: ") && strchr(err.msg, '\''),
+              "%s: should be refused naming a keyword, got %s", name->valuestring, gbnf ? "a grammar" : err.msg);
         t->refused_ok += !gbnf;
         free(gbnf);
         return;
@@ -234,7 +240,9 @@ int main(int argc, char **argv) {
     for (int index = 0; ok && getline(&line, &cap, corpus) > 0; index++) {
         cJSON *j = cJSON_Parse(line);
         CHECK(j, "corpus line %d is not JSON", index + 1);
-        if (j) run_schema(j, models, 2, index, out, &t);
+        const cJSON *nm = cJSON_GetObjectItem(j, "name");
+        bool gen = cJSON_IsString(nm) && !strncmp(nm->valuestring, "gen/", 4);
+        if (j && (!gen || index % GEN_STRIDE == 0)) run_schema(j, models, 2, index, out, &t);
         cJSON_Delete(j);
     }
     free(line);

@@ -15,7 +15,9 @@
  *    one to a validator);
  *  - oneOf is anyOf, except that a branch leaves out the properties other branches require and
  *    it does not (the usual way a oneOf tells its branches apart); enum values of the wrong
- *    type are left out.
+ *    type are left out;
+ *  - OpenAPI's `nullable` is an annotation, as JSON Schema validators take it (null only where
+ *    the type allows it).
  * What would change validity and has no grammar here is refused, naming the keyword and the
  * JSON pointer of its schema: propertyNames, min/maxProperties (unless the required properties
  * already satisfy them), contains, not, if/then/else, dependencies,
@@ -381,7 +383,8 @@ static int string_body(conv *c, const cJSON *s, const char *path, gbuf *b) {
     if (f && (mn || mx)) return refuse(c, path, "'%s' with minLength or maxLength is not supported", "format");
     if (pat) {
         gbuf_puts(b, "\"\\\"\" ");
-        if (regex_expr(pat->valuestring, true, b, c->err)) return loom_err_prefix(c->err, "json_schema: at %s", path);
+        if (regex_expr(pat->valuestring, true, b, c->err))
+            return loom_err_prefix(c->err, "json_schema: at %s", path[0] ? path : "/");
         gbuf_puts(b, " \"\\\"\"");
         return 0;
     }
@@ -798,7 +801,7 @@ static bool of_type(const cJSON *v, const cJSON *type) {
 
 static int schema_body(conv *c, const cJSON *s, const char *path, gbuf *b) {
     if (cJSON_IsBool(s)) {
-        if (cJSON_IsFalse(s)) return refuse(c, path, "%s: no value is valid", "the schema false");
+        if (cJSON_IsFalse(s)) return refuse(c, path, "the schema '%s' admits no value", "false");
         c->need_value = true;
         gbuf_printf(b, "%s-value", c->name);
         return 0;
@@ -806,15 +809,13 @@ static int schema_body(conv *c, const cJSON *s, const char *path, gbuf *b) {
     if (!cJSON_IsObject(s)) return refuse(c, path, "%s", "a schema must be an object or a boolean");
     if (check_keywords(c, s, path)) return -1;
     const cJSON *ref = get(s, "$ref"), *any = get(s, "anyOf"), *one = get(s, "oneOf"), *all = get(s, "allOf"),
-                *en = get(s, "enum"), *cst = get(s, "const"), *type = get(s, "type"), *nul = get(s, "nullable");
-    bool nullable = nul && cJSON_IsTrue(nul);
-    if (nullable) gbuf_puts(b, "(\"null\" | ");
+                *en = get(s, "enum"), *type = get(s, "type");
+    const cJSON *cst = cJSON_GetObjectItemCaseSensitive(s, "const"); /* null is a value here */
     int rc = 0;
     if (all) {
         if (!cJSON_IsArray(all)) return refuse(c, path, "'%s' must be an array", "allOf");
         cJSON *m = cJSON_Duplicate(s, true);
         cJSON_DeleteItemFromObjectCaseSensitive(m, "allOf");
-        cJSON_DeleteItemFromObjectCaseSensitive(m, "nullable");
         const cJSON *x;
         cJSON_ArrayForEach(x, all) if (!rc) rc = merge_into(c, m, x, path, 0);
         if (!rc) rc = schema_body(c, m, path, b);
@@ -832,7 +833,6 @@ static int schema_body(conv *c, const cJSON *s, const char *path, gbuf *b) {
         } else { /* keywords beside $ref apply too (draft 2019 on): the target merged in, as allOf */
             cJSON *m = cJSON_CreateObject();
             rc = merge_into(c, m, s, path, 0);
-            cJSON_DeleteItemFromObjectCaseSensitive(m, "nullable");
             if (!rc) rc = schema_body(c, m, path, b);
             cJSON_Delete(m);
         }
@@ -873,7 +873,6 @@ static int schema_body(conv *c, const cJSON *s, const char *path, gbuf *b) {
             gbuf_printf(b, "%s-value", c->name);
         }
     }
-    if (nullable) gbuf_puts(b, ")");
     return rc;
 }
 

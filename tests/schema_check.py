@@ -1,9 +1,12 @@
-"""Reports benches/schema_coverage.sh's run: per dataset (the name's folder), the schemas, those
+"""Validates the outputs of tests/test_structured (its --out JSONL) and reports, as ctest's
+structured_schemas and benches/schema_coverage.sh run it: per dataset (the name's folder), the schemas, those
 converted, the outputs sampled, finished, and valid against their schema (Python's jsonschema,
 Draft 2020-12 unless the schema names its draft, with format checks); then the keywords the
 refusals name, most frequent first.
 
-Usage: schema_coverage.py CORPUS.jsonl OUTPUTS.jsonl"""
+Exits 1 when a finished output does not validate.
+
+Usage: schema_check.py CORPUS.jsonl OUTPUTS.jsonl"""
 import collections
 import json
 import re
@@ -54,3 +57,4 @@ print(f"| **all** | {tot['schemas']} | {conv} ({100 * conv / tot['schemas']:.1f}
 print("\nrefusals by what they name:", ", ".join(f"{k} {v}" for k, v in refusals.most_common(20)))
 for name, model, why in invalid[:20]:
     print(f"invalid: {name} ({model}): {why}")
+sys.exit(1 if invalid else 0)
