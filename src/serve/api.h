@@ -30,9 +30,15 @@ char *api_detokenize(server *srv, const char *body, size_t len, api_error *e);
 /* Response bodies (malloc'd JSON; NULL when out of memory). Caller holds the server lock. */
 char *api_response(const server *srv, const request *r);
 /* A stream chunk carrying r's text [text_from, text_to) and tokens [tok_from, tok_to);
- * `first` adds the chat role, `last` the finish reason. */
+ * `first` adds the chat role; finish (non-NULL: the last chunk) the finish reason. */
 char *api_chunk(const server *srv, const request *r, size_t text_from, size_t text_to, int tok_from, int tok_to,
-                bool first, bool last);
+                bool first, const char *finish);
+/* A chat stream chunk for tool call `index`: with name, the call begins (index, id, type, name
+ * and empty arguments, as OpenAI streams it); else a fragment of its arguments. */
+char *api_tool_chunk(const server *srv, const request *r, int index, const char *name, const char *arguments,
+                     bool first);
+/* The finish reason r's response gives: "tool_calls" when n_calls calls were made. */
+const char *api_finish_name(const request *r, int n_calls);
 /* The final chunk with only usage (stream_options.include_usage). */
 char *api_usage_chunk(const server *srv, const request *r);
 char *api_error_body(const api_error *e);

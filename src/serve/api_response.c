@@ -1,11 +1,13 @@
 /* Response bodies of the OpenAI API: completions and chat completions, whole or as stream
- * chunks, with usage and log-probabilities; models; errors (see api.h). */
+ * chunks, with usage, log-probabilities and tool calls; models; errors (see api.h). */
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "serve/api.h"
+#include "serve/tool_calls.h"
 #include "util/alloc.h"
 
 /* Token `id` as text for the log-probabilities of output position i (malloc'd; NULL when out of
@@ -123,7 +125,7 @@ static char *print(cJSON *o) {
 /* One choice: text [text_from, text_to) and tokens [tok_from, tok_to); chat puts the text in
  * a message (whole) or a delta (chunk). NULL when out of memory. */
 static cJSON *choice(const server *srv, const request *r, size_t text_from, size_t text_to, int tok_from, int tok_to,
-                     bool chunk, bool first, bool last) {
+                     bool chunk, bool first, const char *finish) {
     bool with_logprobs = r->logprobs && tok_to > tok_from;
     char *text = mem_strndup(r->text ? r->text + text_from : "", text_to - text_from, "a response's text", NULL);
     cJSON *lp = text && with_logprobs ? logprobs(srv, r, tok_from, tok_to) : NULL;
@@ -143,13 +145,50 @@ static cJSON *choice(const server *srv, const request *r, size_t text_from, size
     free(text);
     if (with_logprobs) cJSON_AddItemToObject(c, "logprobs", lp);
     else cJSON_AddNullToObject(c, "logprobs");
-    if (last) cJSON_AddStringToObject(c, "finish_reason", request_finish_name(r));
+    if (finish) cJSON_AddStringToObject(c, "finish_reason", finish);
     else cJSON_AddNullToObject(c, "finish_reason");
     return c;
 }
 
+const char *api_finish_name(const request *r, int n_calls) {
+    return n_calls && r->finish != FINISH_CANCELLED ? "tool_calls" : request_finish_name(r);
+}
+
+/* Tool call `index` as OpenAI gives it: {id, type, function {name, arguments}}; a stream's
+ * items carry their index, and a fragment of the arguments only that (name NULL). The id is
+ * the request's unique number and the call's index. */
+static cJSON *tool_call_json(const request *r, int index, bool chunk, const char *name, const char *arguments) {
+    cJSON *c = cJSON_CreateObject();
+    if (chunk) cJSON_AddNumberToObject(c, "index", index);
+    if (name) {
+        char id[48];
+        const char *dash = strrchr(r->id, '-');
+        snprintf(id, sizeof id, "call_%s%02d", dash ? dash + 1 : r->id, index);
+        cJSON_AddStringToObject(c, "id", id);
+        cJSON_AddStringToObject(c, "type", "function");
+    }
+    cJSON *fn = cJSON_AddObjectToObject(c, "function");
+    if (name) cJSON_AddStringToObject(fn, "name", name);
+    cJSON_AddStringToObject(fn, "arguments", arguments);
+    return c;
+}
+
 char *api_response(const server *srv, const request *r) {
-    cJSON *c = choice(srv, r, 0, r->text_len, 0, r->n_tokens, false, false, true);
+    tool_parse tp = {0};
+    loom_err err;
+    if (r->tool_parser && tool_calls_parse((tool_parser)r->tool_parser, r->text ? r->text : "", r->text_len,
+                                           r->parallel_tool_calls ? INT_MAX : 1, &tp, &err))
+        return NULL;
+    cJSON *c = choice(srv, r, 0, r->text_len, 0, r->n_tokens, false, false, api_finish_name(r, tp.n_calls));
+    if (c && tp.n_calls) { /* content: what is not a call, null when that is nothing (as OpenAI) */
+        cJSON *m = cJSON_GetObjectItemCaseSensitive(c, "message");
+        cJSON_ReplaceItemInObjectCaseSensitive(m, "content",
+                                               tp.content ? cJSON_CreateString(tp.content) : cJSON_CreateNull());
+        cJSON *calls = cJSON_AddArrayToObject(m, "tool_calls");
+        for (int i = 0; i < tp.n_calls; i++)
+            cJSON_AddItemToArray(calls, tool_call_json(r, i, false, tp.calls[i].name, tp.calls[i].arguments));
+    }
+    tool_parse_free(&tp);
     if (!c) return NULL;
     cJSON *o = envelope(srv, r, false);
     cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "choices"), c);
@@ -158,11 +197,26 @@ char *api_response(const server *srv, const request *r) {
 }
 
 char *api_chunk(const server *srv, const request *r, size_t text_from, size_t text_to, int tok_from, int tok_to,
-                bool first, bool last) {
-    cJSON *c = choice(srv, r, text_from, text_to, tok_from, tok_to, true, first, last);
+                bool first, const char *finish) {
+    cJSON *c = choice(srv, r, text_from, text_to, tok_from, tok_to, true, first, finish);
     if (!c) return NULL;
     cJSON *o = envelope(srv, r, true);
     cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "choices"), c);
+    if (r->include_usage) cJSON_AddNullToObject(o, "usage");
+    return print(o);
+}
+
+char *api_tool_chunk(const server *srv, const request *r, int index, const char *name, const char *arguments,
+                     bool first) {
+    cJSON *o = envelope(srv, r, true), *c = cJSON_CreateObject();
+    cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "choices"), c);
+    cJSON_AddNumberToObject(c, "index", 0);
+    cJSON *d = cJSON_AddObjectToObject(c, "delta");
+    if (first) cJSON_AddStringToObject(d, "role", "assistant");
+    cJSON *calls = cJSON_AddArrayToObject(d, "tool_calls");
+    cJSON_AddItemToArray(calls, tool_call_json(r, index, true, name, name ? "" : arguments));
+    cJSON_AddNullToObject(c, "logprobs");
+    cJSON_AddNullToObject(c, "finish_reason");
     if (r->include_usage) cJSON_AddNullToObject(o, "usage");
     return print(o);
 }

@@ -25,6 +25,7 @@
 
 #include "serve/api.h"
 #include "serve/scheduler.h"
+#include "serve/tool_calls.h"
 #include "util/alloc.h"
 #include "util/err.h"
 
@@ -78,6 +79,8 @@ typedef struct stream {
     size_t sent_text;
     int sent_tokens;
     bool started, ended;
+    tool_stream tools; /* chat with tool parsing: where the output's calls have been read to */
+    int calls;         /* tool calls sent */
 } stream;
 
 /* A body that could not be made (NULL: out of memory) is answered with a fixed 500. */
@@ -181,6 +184,44 @@ static bool sse(stream *s, char *json) {
     return ok;
 }
 
+/* The stream of a request whose output is parsed for tool calls (lock held): content as the
+ * parser releases it (a possible call's start is held back), each call as two chunks once it
+ * is complete (index, id and name; then its arguments), and at the end the finish reason with
+ * the log-probabilities of the tokens not sent yet. */
+static bool tool_events(stream *s, bool done) {
+    request *r = s->r;
+    const char *text = r->text ? r->text : "";
+    bool ok = true;
+    tool_item it;
+    loom_err err;
+    int rc = 0;
+    while (ok && (rc = tool_stream_next(&s->tools, text, done ? r->text_len : r->text_ready, done, &it, &err)) == 1) {
+        if (!it.is_call) {
+            int tokens = s->sent_tokens;
+            while (tokens < r->n_tokens && r->tokens[tokens].text_end <= it.to) tokens++;
+            ok = sse(s, api_chunk(s->srv, r, it.from, it.to, s->sent_tokens, tokens, !s->started, NULL));
+            s->sent_tokens = tokens;
+            s->started = true;
+            continue;
+        }
+        if (r->parallel_tool_calls || !s->calls) {
+            ok = sse(s, api_tool_chunk(s->srv, r, s->calls, it.name, NULL, !s->started)) &&
+                 sse(s, api_tool_chunk(s->srv, r, s->calls, NULL, it.arguments, false));
+            s->calls++;
+            s->started = true;
+        }
+        free(it.name);
+        free(it.arguments);
+    }
+    if (ok && rc < 0) ok = false;
+    if (ok && done) {
+        ok = sse(s, api_chunk(s->srv, r, r->text_len, r->text_len, s->sent_tokens, r->n_tokens, !s->started,
+                              api_finish_name(r, s->calls)));
+        s->started = true;
+    }
+    return ok;
+}
+
 /* Appends the events r's progress allows (lock held): text no stop string can still claim,
  * with the log-probabilities of the tokens it completes; at the end the finish reason, usage
  * and [DONE]. Returns whether it appended anything (1 or 0), or -1 when out of memory. */
@@ -192,6 +233,9 @@ static int next_events(stream *s) {
         api_error e = {.status = 500};
         snprintf(e.msg, sizeof e.msg, "%s", r->error);
         ok = sse(s, api_error_body(&e));
+    } else if (r->tool_parser) {
+        ok = tool_events(s, done);
+        if (ok && done && r->include_usage) ok = sse(s, api_usage_chunk(s->srv, r));
     } else {
         int tokens = r->n_tokens;
         if (!done)
@@ -201,7 +245,8 @@ static int next_events(stream *s) {
         bool new_tokens = tokens > s->sent_tokens && (r->logprobs || !s->srv->info.has_tokenizer);
         if (done || r->text_ready > s->sent_text || new_tokens) {
             size_t to = done ? r->text_len : r->text_ready;
-            ok = sse(s, api_chunk(s->srv, r, s->sent_text, to, s->sent_tokens, tokens, !s->started, done));
+            ok = sse(s, api_chunk(s->srv, r, s->sent_text, to, s->sent_tokens, tokens, !s->started,
+                                  done ? request_finish_name(r) : NULL));
             s->sent_text = to;
             s->sent_tokens = tokens;
             s->started = true;
@@ -331,7 +376,7 @@ static enum MHD_Result generate(server *srv, struct MHD_Connection *c, conn *k, 
         u->waiting = r;
         return answer_when_done(srv, c, k, u);
     }
-    *s = (stream){.srv = srv, .k = k, .r = r};
+    *s = (stream){.srv = srv, .k = k, .r = r, .tools = {.parser = (tool_parser)r->tool_parser}};
     struct MHD_Response *res =
         MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, STREAM_BLOCK, stream_read, s, stream_done);
     if (!res) {

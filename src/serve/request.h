@@ -41,12 +41,15 @@ typedef struct request {
     char *stop[REQ_MAX_STOPS];
     int n_stop;
     bool stream, include_usage;
-    bool logprobs;    /* return log-probabilities of the chosen tokens */
-    int top_logprobs; /* and of this many alternatives */
-    char *rendered;   /* chat: the prompt the template made (for /tokenize) */
-    char *gbnf;       /* the grammar the output must follow (GBNF, see grammar/grammar.h): from
+    bool logprobs;            /* return log-probabilities of the chosen tokens */
+    int top_logprobs;         /* and of this many alternatives */
+    char *rendered;           /* chat: the prompt the template made (for /tokenize) */
+    char *gbnf;               /* the grammar the output must follow (GBNF, see grammar/grammar.h): from
                          response_format, structured_outputs, grammar or a forced tool call;
                          NULL: none */
+    int tool_parser;          /* chat with tools: the tool_parser (serve/tool_calls.h) reading calls
+                                 out of the output; 0: the output is content */
+    bool parallel_tool_calls; /* false: one call at most (later ones are dropped) */
 
     /* produced (under the server lock) */
     req_state state;
