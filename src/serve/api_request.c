@@ -266,6 +266,26 @@ fail:
     return NULL;
 }
 
+/* tools[i]: {"type": "function", "function": {"name", "parameters": {...}}}. */
+static int check_tools(const cJSON *tools, api_error *e) {
+    int i = 0;
+    const cJSON *t;
+    cJSON_ArrayForEach(t, tools) {
+        const cJSON *type = cJSON_GetObjectItemCaseSensitive(t, "type"), *fn = field(t, "function");
+        const cJSON *name = fn ? cJSON_GetObjectItemCaseSensitive(fn, "name") : NULL,
+                    *params = fn ? field(fn, "parameters") : NULL;
+        if (!cJSON_IsObject(t) || !cJSON_IsString(type) || strcmp(type->valuestring, "function"))
+            return api_fail(e, 400, "tools", "'tools[%d]' must be an object with \"type\": \"function\"", i);
+        if (!cJSON_IsObject(fn) || !cJSON_IsString(name) || !name->valuestring[0])
+            return api_fail(e, 400, "tools", "'tools[%d].function' must be an object with a non-empty string 'name'",
+                            i);
+        if (params && !cJSON_IsObject(params))
+            return api_fail(e, 400, "tools", "'tools[%d].function.parameters' must be an object (a JSON Schema)", i);
+        i++;
+    }
+    return 0;
+}
+
 /* Renders the chat template for a body with `messages` (chat completions, /tokenize). */
 static char *render_chat(server *srv, const cJSON *root, api_error *e) {
     if (!srv->tmpl.plain)
@@ -284,6 +304,7 @@ static char *render_chat(server *srv, const cJSON *root, api_error *e) {
         api_fail(e, 400, "tools", "'tools' must be an array");
         goto fail;
     }
+    if (tools && check_tools(tools, e)) goto fail;
     bool agp = true;
     if (get_bool(root, "add_generation_prompt", &agp, e)) goto fail;
     cJSON_ArrayForEach(v, kw) cJSON_AddItemToObject(ctx, v->string, cJSON_Duplicate(v, true));
@@ -310,26 +331,6 @@ fail:
 static bool markers_are_special(tool_parser p) {
     return p == TOOL_PARSER_MISTRAL || p == TOOL_PARSER_DEEPSEEK_V3 || p == TOOL_PARSER_LLAMA3_JSON ||
            p == TOOL_PARSER_GRANITE;
-}
-
-/* tools[i]: {"type": "function", "function": {"name", "parameters": {...}}}. */
-static int check_tools(const cJSON *tools, api_error *e) {
-    int i = 0;
-    const cJSON *t;
-    cJSON_ArrayForEach(t, tools) {
-        const cJSON *type = cJSON_GetObjectItemCaseSensitive(t, "type"), *fn = field(t, "function");
-        const cJSON *name = fn ? cJSON_GetObjectItemCaseSensitive(fn, "name") : NULL,
-                    *params = fn ? field(fn, "parameters") : NULL;
-        if (!cJSON_IsObject(t) || !cJSON_IsString(type) || strcmp(type->valuestring, "function"))
-            return api_fail(e, 400, "tools", "'tools[%d]' must be an object with \"type\": \"function\"", i);
-        if (!cJSON_IsObject(fn) || !cJSON_IsString(name) || !name->valuestring[0])
-            return api_fail(e, 400, "tools", "'tools[%d].function' must be an object with a non-empty string 'name'",
-                            i);
-        if (params && !cJSON_IsObject(params))
-            return api_fail(e, 400, "tools", "'tools[%d].function.parameters' must be an object (a JSON Schema)", i);
-        i++;
-    }
-    return 0;
 }
 
 /* tool_choice: "none", "auto", "required" or {"type": "function", "function": {"name"}}; *named
@@ -364,15 +365,14 @@ static int parse_tool_choice(const cJSON *v, const cJSON *tools, const char **mo
                     name->valuestring);
 }
 
-/* tools, tool_choice and parallel_tool_calls of a chat request: whether the output is parsed
+/* tools (checked as the template rendered them), tool_choice and parallel_tool_calls of a chat
+ * request: whether the output is parsed
  * for calls (with the server's parser), and for "required" or a named function the grammar
  * that forces a call. Without tools the output is content, as before. */
 static int parse_tools(server *srv, const cJSON *root, request *r, api_error *e) {
     const cJSON *tools = field(root, "tools"), *choice = field(root, "tool_choice");
     bool parallel = true;
     if (get_bool(root, "parallel_tool_calls", &parallel, e)) return -1;
-    if (tools && !cJSON_IsArray(tools)) return api_fail(e, 400, "tools", "'tools' must be an array");
-    if (tools && check_tools(tools, e)) return -1;
     const char *mode = tools ? "auto" : "none", *named = NULL;
     if (choice && parse_tool_choice(choice, tools, &mode, &named, e)) return -1;
     if (!tools || !cJSON_GetArraySize(tools) || !strcmp(mode, "none")) {
