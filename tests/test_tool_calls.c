@@ -1,7 +1,8 @@
 /* The tool-call parsers (src/serve/tool_calls.c): each family's format over outputs written as
  * its models write them (several calls, text around them, malformed calls that stay content);
  * the stream fed in every split (byte by byte, in random chunks) gives the whole parse's calls
- * and content; the parser detected from every chat template under tests/data/templates. */
+ * and content; the parser detected from every chat template under tests/data/templates; a
+ * streaming detokenizer that keeps special tokens (the markers of some families) when asked. */
 #include <stdint.h>
 
 #include "check.h"
@@ -224,8 +225,31 @@ static void test_detect(void) {
     CHECK(tool_parser_find("hermes2") == TOOL_PARSER_NONE, "unknown name");
 }
 
+/* The embedded model's <s> (a special token) spelt out only when the detokenizer keeps them. */
+static void test_keep_special(void) {
+    loom_err err = {{0}};
+    loom_model_options mo = {.load_tokenizer = true};
+    loom_model *m = loom_model_load(&mo, &err);
+    CHECK(m != NULL, "%s", err.msg);
+    if (!m) return;
+    int32_t *ids;
+    size_t n;
+    CHECK(!loom_tokenize(m, "<s>", false, &ids, &n, &err) && n == 1, "<s> is one token: %s", err.msg);
+    for (int keep = 0; keep < 2; keep++) {
+        loom_detokenizer *d = loom_detokenizer_new(m, &err);
+        loom_detokenizer_keep_special(d, keep);
+        size_t len;
+        const char *piece = loom_detokenizer_next(d, ids[0], &len);
+        CHECK(keep ? len == 3 && !memcmp(piece, "<s>", 3) : len == 0, "keep %d: [%.*s]", keep, (int)len, piece);
+        loom_detokenizer_free(d);
+    }
+    free(ids);
+    loom_model_free(m);
+}
+
 int main(void) {
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) test_case((int)k, &cases[k]);
     test_detect();
+    test_keep_special();
     return check_done();
 }

@@ -392,6 +392,9 @@ static int parse_tools(server *srv, const cJSON *root, request *r, api_error *e)
     r->parallel_tool_calls = parallel && !named;
     if (r->dec && markers_are_special(p)) loom_detokenizer_keep_special(r->dec, true);
     if (!named && strcmp(mode, "required")) return 0;
+    if (p == TOOL_PARSER_PYTHONIC) /* its arguments are Python literals, which no schema grammar writes */
+        return api_fail(e, 400, "tool_choice", "tool_choice \"%s\" cannot be forced with the pythonic tool-call parser",
+                        named ? "named" : mode);
     loom_err err = {{0}};
     if (!(r->gbnf = tool_calls_gbnf(p, tools, named, r->parallel_tool_calls, &err)))
         return api_fail(e, 400, "tools", "%s", err.msg);

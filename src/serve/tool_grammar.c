@@ -38,7 +38,7 @@ static void gbnf_call(gbuf *b, tool_parser p, const char *json_name, int i) {
 }
 
 char *tool_calls_gbnf(tool_parser p, const cJSON *tools, const char *only, bool parallel, loom_err *err) {
-    if (p == TOOL_PARSER_NONE || p == TOOL_PARSER_PYTHONIC) {
+    if (p == TOOL_PARSER_NONE || p == TOOL_PARSER_PYTHONIC) { /* pythonic arguments are Python, not JSON */
         loom_errf(err, "calls cannot be forced in the %s format", tool_parser_name(p));
         return NULL;
     }
