@@ -154,16 +154,32 @@ const char *api_finish_name(const request *r, int n_calls) {
     return n_calls && r->finish != FINISH_CANCELLED ? "tool_calls" : request_finish_name(r);
 }
 
+/* A tool call's id: the request's unique number and the call's index, mixed (splitmix64, a
+ * bijection) so that ids look as random as OpenAI's. Mistral's template insists on 9
+ * alphanumerics (as vLLM's mistral parser makes them); others get "call_" and 16 hex digits. */
+static void tool_call_id(const request *r, int index, char *id, size_t cap) {
+    const char *dash = strrchr(r->id, '-');
+    uint64_t z = (strtoull(dash ? dash + 1 : r->id, NULL, 16) << 16 | (uint64_t)index) + 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    if (r->tool_parser != TOOL_PARSER_MISTRAL) {
+        snprintf(id, cap, "call_%016llx", (unsigned long long)z);
+        return;
+    }
+    static const char digits[] = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
+    for (int i = 0; i < 9; i++, z /= 62) id[i] = digits[z % 62];
+    id[9] = 0;
+}
+
 /* Tool call `index` as OpenAI gives it: {id, type, function {name, arguments}}; a stream's
- * items carry their index, and a fragment of the arguments only that (name NULL). The id is
- * the request's unique number and the call's index. */
+ * items carry their index, and a fragment of the arguments only that (name NULL). */
 static cJSON *tool_call_json(const request *r, int index, bool chunk, const char *name, const char *arguments) {
     cJSON *c = cJSON_CreateObject();
     if (chunk) cJSON_AddNumberToObject(c, "index", index);
     if (name) {
-        char id[48];
-        const char *dash = strrchr(r->id, '-');
-        snprintf(id, sizeof id, "call_%s%02d", dash ? dash + 1 : r->id, index);
+        char id[32];
+        tool_call_id(r, index, id, sizeof id);
         cJSON_AddStringToObject(c, "id", id);
         cJSON_AddStringToObject(c, "type", "function");
     }
