@@ -1,7 +1,8 @@
 /* OpenAI's API as JSON: request bodies parsed into requests (api_request.c), and responses,
  * stream chunks and error bodies built from them (api_response.c), in the shapes OpenAI's
- * clients parse. vLLM's extensions are taken where clients send them (top_k, ignore_eos,
- * chat_template_kwargs, add_generation_prompt, /tokenize, /detokenize). */
+ * clients parse, tool calls included (message.tool_calls, delta.tool_calls). vLLM's extensions
+ * are taken where clients send them (top_k, ignore_eos, chat_template_kwargs,
+ * add_generation_prompt, /tokenize, /detokenize). */
 #ifndef LOOM_SERVE_API_H
 #define LOOM_SERVE_API_H
 #include <cjson/cJSON.h>

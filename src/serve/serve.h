@@ -11,6 +11,9 @@
  *  - steps.c:     how rank 0 hands each round of steps to the other ranks, and their loop;
  *  - metrics.c:   the Prometheus counters and histograms behind GET /metrics;
  *  - request.c:   a request's output text: streaming decode and stop strings;
+ *  - tool_calls.c: tool calls read out of that text in a model family's format (whole or as
+ *                 it streams), and the family detected from a chat template;
+ *  - tool_grammar.c: the GBNF that forces a call in that format (tool_choice required/named);
  *  - serve.c:     start-up and shutdown on each rank.
  * Rank 0 runs HTTP and the schedulers; the others only run the steps they are sent. */
 #ifndef LOOM_SERVE_SERVE_H
