@@ -273,6 +273,9 @@ LOOM_API int loom_token_bytes(const loom_model *m, int32_t id, char *out, size_t
 typedef struct loom_detokenizer loom_detokenizer;
 LOOM_API loom_detokenizer *loom_detokenizer_new(const loom_model *m, loom_err *err);
 LOOM_API const char *loom_detokenizer_next(loom_detokenizer *d, int32_t id, size_t *len);
+/* Keep special tokens' text in the pieces (default: left out), as vLLM's
+ * skip_special_tokens=False: tool-call parsers whose markers are special tokens need them. */
+LOOM_API void loom_detokenizer_keep_special(loom_detokenizer *d, bool keep);
 /* What is held back at the end of a sequence (an unfinished character: U+FFFD). */
 LOOM_API const char *loom_detokenizer_flush(loom_detokenizer *d, size_t *len);
 LOOM_API void loom_detokenizer_free(loom_detokenizer *d);

@@ -11,6 +11,12 @@ Checks, against oracles loom did not write:
   naming the field;
 - on a golden model (no tokenizer: prompts as ids, tokens as "token_id:N"), the first
   token's logprobs equal transformers' log-softmax of its logits (tests/golden/) to 1e-4;
+- tool calls: the parser detected from a hermes template (printed at start-up); with
+  tool_choice "required" or a named function (forced by the grammar engine, on random weights),
+  the client gets tool_calls whose arguments parse and validate against the tool's parameters,
+  streamed (id and name first, then argument fragments) and not, finish_reason "tool_calls",
+  at tp=1 and -tp 2 --enable-async-tp; "auto" leaves an output without a call as content; bad
+  tools and tool_choice get 400s naming the field;
 - 8 clients sending 64 requests of mixed lengths at once all complete, with the text each
   gives alone (batch invariance of greedy output, see docs/DESIGN.md), and nothing leaks:
   KV slots (/metrics) and file descriptors (/proc);
@@ -146,6 +152,130 @@ def chat(s, run_flags, model):
     check("".join(c.token for c in content) == r.choices[0].message.content, "chat logprob tokens spell the text")
 
 
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "The weather in a city",
+    "parameters": {"type": "object", "properties": {"city": {"enum": ["Paris", "Oslo", "Rome"]},
+                                                    "metric": {"type": "boolean"}},
+                   "required": ["city", "metric"], "additionalProperties": False}}}
+CLOCK = {"type": "function", "function": {
+    "name": "get_time", "parameters": {"type": "object", "properties": {"zone": {"enum": ["UTC", "CET"]}},
+                                       "required": ["zone"], "additionalProperties": False}}}
+
+
+# Qwen2.5's template with tools renders ~500 tokens on stories260K's byte-level vocabulary, its
+# whole context: this one writes calls the same way (hermes) in a prompt that leaves room.
+HERMES_TEMPLATE = """{%- if tools %}<|im_start|>system
+Functions: {% for t in tools %}{{ t.function.name }} {% endfor %}
+Call one as <tool_call>
+{"name": NAME, "arguments": ARGS}
+</tool_call><|im_end|>
+{% endif %}{% for m in messages %}<|im_start|>{{ m.role }}
+{{ m.content }}<|im_end|>
+{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant
+{% endif %}"""
+
+
+def valid_arguments(tool, arguments):
+    """Whether a call's arguments (a JSON string) validate against the tool's parameters: by
+    the `jsonschema` package where it is installed, else by hand for the schemas above."""
+    try:
+        args = json.loads(arguments)
+    except ValueError:
+        return False
+    schema = tool["function"]["parameters"]
+    try:
+        import jsonschema
+        return jsonschema.Draft202012Validator(schema).is_valid(args)
+    except ImportError:
+        props = schema["properties"]
+        return (isinstance(args, dict) and set(args) <= set(props) and set(schema["required"]) <= set(args)
+                and all(args[k] in p["enum"] if "enum" in p else isinstance(args[k], bool) for k, p in props.items()
+                        if k in args))
+
+
+def streamed_calls(chunks):
+    """delta.tool_calls assembled as a client does: the index, id and name first, then fragments
+    of the arguments."""
+    calls = {}
+    for c in chunks:
+        for d in c.choices[0].delta.tool_calls or [] if c.choices else []:
+            if d.index not in calls:
+                check(d.id and d.type == "function" and d.function.name, f"a call's first delta: {d}")
+                calls[d.index] = {"id": d.id, "name": d.function.name, "arguments": d.function.arguments or ""}
+            else:
+                check(not d.id and not d.function.name, f"a later delta of call {d.index}: {d}")
+                calls[d.index]["arguments"] += d.function.arguments or ""
+    return [calls[i] for i in sorted(calls)]
+
+
+def tool_calls(s, model):
+    s.log.seek(0)
+    check("tool calls read in the hermes format (detected from the chat template)" in s.log.read(),
+          "start-up names the detected tool-call parser")
+    msgs = [{"role": "user", "content": "What is the weather in Paris?"}]
+    # no max_tokens: what the context leaves; a call that outgrows it stays content, and
+    # finish_reason is "tool_calls" once one call is complete (as vLLM)
+    kw = dict(model=model, messages=msgs, temperature=0.8)
+    tools = {"get_weather": WEATHER, "get_time": CLOCK}
+    for choice, parallel in (("required", True), ("required", False),
+                             ({"type": "function", "function": {"name": "get_time"}}, True)):
+        for seed in range(3):
+            args = kw | {"tools": [WEATHER, CLOCK], "tool_choice": choice, "parallel_tool_calls": parallel,
+                         "seed": seed}
+            what = f"tool_choice {choice}, parallel {parallel}, seed {seed}"
+            r = s.client.chat.completions.create(**args)
+            m = r.choices[0].message
+            check(r.choices[0].finish_reason == "tool_calls" and m.tool_calls, f"{what}: {r}")
+            calls = [{"id": c.id, "name": c.function.name, "arguments": c.function.arguments}
+                     for c in m.tool_calls or []]
+            check(all(c.type == "function" and c.id.startswith("call_") for c in m.tool_calls or []), f"{what}: ids")
+            check(len({c["id"] for c in calls}) == len(calls), f"{what}: call ids are distinct")
+            chunks = list(s.client.chat.completions.create(**args, stream=True))
+            check(chunks[-1].choices[0].finish_reason == "tool_calls", f"{what}, streamed: {chunks[-1]}")
+            for got in (calls, streamed_calls(chunks)):
+                check(got, f"{what}: no calls")
+                if not parallel or isinstance(choice, dict):
+                    check(len(got) == 1, f"{what}: {len(got)} calls")
+                for c in got:
+                    check(c["name"] in tools and (not isinstance(choice, dict) or c["name"] == "get_time"),
+                          f"{what}: called {c['name']}")
+                    check(c["name"] in tools and valid_arguments(tools[c["name"]], c["arguments"]),
+                          f"{what}: arguments {c['arguments']!r} do not validate")
+            check([(c["name"], c["arguments"]) for c in calls] ==
+                  [(c["name"], c["arguments"]) for c in streamed_calls(chunks)], f"{what}: streamed calls differ")
+
+
+def tool_requests(s, model):
+    """What does not need the grammar engine: "auto" and "none" parse (here: find no call in)
+    what the model writes, and malformed tools and tool_choice are refused naming the field."""
+    msgs = [{"role": "user", "content": "What is the weather in Paris?"}]
+    kw = dict(model=model, messages=msgs, max_tokens=16, temperature=0, extra_body={"ignore_eos": True})
+    plain = s.client.chat.completions.create(**kw | {"tools": [WEATHER], "tool_choice": "none"})
+    for choice in ("auto", None):
+        r = s.client.chat.completions.create(**kw | {"tools": [WEATHER]} | ({"tool_choice": choice} if choice else {}))
+        m = r.choices[0].message
+        check(not m.tool_calls and m.content == plain.choices[0].message.content, f"tool_choice {choice}: {r}")
+        check(r.choices[0].finish_reason == "length", f"tool_choice {choice}: finish {r.choices[0].finish_reason}")
+        chunks = list(s.client.chat.completions.create(**kw | {"tools": [WEATHER], "stream": True}))
+        check("".join(c.choices[0].delta.content or "" for c in chunks) == m.content, "auto, streamed: content")
+        check(not any(c.choices[0].delta.tool_calls for c in chunks), "auto, streamed: no calls")
+    bad = [({"tools": {"type": "function"}}, "tools"),
+           ({"tools": [{"type": "retrieval"}]}, "tools"),
+           ({"tools": [{"type": "function", "function": {"parameters": {}}}]}, "tools"),
+           ({"tools": [{"type": "function", "function": {"name": "f", "parameters": "none"}}]}, "tools"),
+           ({"tools": [WEATHER], "tool_choice": "sometimes"}, "tool_choice"),
+           ({"tools": [WEATHER], "tool_choice": {"type": "function", "function": {"name": "nope"}}}, "tool_choice"),
+           ({"tools": [WEATHER], "tool_choice": {"type": "function"}}, "tool_choice"),
+           ({"tool_choice": "required"}, "tool_choice"),
+           ({"tools": [WEATHER], "parallel_tool_calls": "yes"}, "parallel_tool_calls")]
+    for extra, param in bad:
+        try:
+            s.client.chat.completions.create(**kw | extra)
+            check(False, f"{extra} was accepted")
+        except openai.BadRequestError as e:
+            check(e.body.get("param") == param, f"{extra}: param {e.body.get('param')}, expected {param}")
+
+
 PROMPTS = ["Once upon a time", "The robot", "Lily wanted to", "One day, a little bird", "Tom and Sue went",
            "The sun was", "A big dog", "She said"]
 
@@ -235,7 +365,7 @@ def structured(s, flags):
                                     extra_body={"grammar": 'root ::= "Lily " ("ran" | "sat") " " [a-z]+ "."'})
     check(re.fullmatch(r"Lily (ran|sat) [a-z]+\.", r.choices[0].text), f"{flags} GBNF: {r.choices[0].text!r}")
     for body, param in (({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {
-            "type": "object", "patternProperties": {"^a": {}}}}}}, "response_format"),
+            "type": "object", "propertyNames": {"maxLength": 3}}}}}, "response_format"),
                         ({"grammar": "root ::= root \"a\""}, "grammar"),
                         ({"structured_outputs": {"regex": "(?=a)b"}}, "structured_outputs")):
         refused(s, param, model="stories260K", prompt="x", max_tokens=4, extra_body=body)
@@ -481,6 +611,16 @@ def main():
                 concurrency(s, "stories260K")
         finally:
             s.stop()
+        hermes = f"/tmp/loom-serve-openai-hermes-{os.getpid()}.jinja"
+        with open(hermes, "w") as f:
+            f.write(HERMES_TEMPLATE)
+        s = Server("--chat-template", hermes, *flags)
+        try:
+            tool_requests(s, "stories260K")
+            tool_calls(s, "stories260K")
+        finally:
+            s.stop()
+            os.unlink(hermes)
         golden(flags)
     speculative("stories260K")
     structured_modes(template)

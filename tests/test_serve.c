@@ -981,10 +981,73 @@ static void speculative_eagle3(void) {
     CHECK(drafted > 0, "the Eagle3 draft proposed nothing (%g)", drafted);
 }
 
+/* Tool calls without the grammar engine: start-up names the parser detected from Qwen2.5's
+ * template, or that none was found (ChatML), and refuses an unknown --tool-call-parser or
+ * --enable-auto-tool-choice without a parser; malformed tools and tool_choice are 400s naming
+ * the field. (Forced calls through the real client: tests/serve_openai.py.) */
+static void tool_calls(void) {
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "%s serve --port 0 --tool-call-parser hermes3 2>&1", LOOM_BIN);
+    FILE *p = popen(cmd, "r");
+    char *out = read_all(fileno(p));
+    int st = pclose(p);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 2 && strstr(out, "--tool-call-parser") && strstr(out, "llama3_json"),
+          "an unknown --tool-call-parser did not stop start-up naming the flag and the parsers: %s", out);
+    free(out);
+    snprintf(
+        cmd, sizeof cmd,
+        "%s serve --port 0 --enable-auto-tool-choice --chat-template %s/tests/data/templates/chatml/template.jinja "
+        "2>&1",
+        LOOM_BIN, LOOM_SOURCE_DIR);
+    p = popen(cmd, "r");
+    out = read_all(fileno(p));
+    st = pclose(p);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) != 0 && strstr(out, "--enable-auto-tool-choice needs --tool-call-parser"),
+          "--enable-auto-tool-choice without a parser started: %s", out);
+    free(out);
+    server s;
+    if (start(&s, "--chat-template " LOOM_SOURCE_DIR "/tests/data/templates/qwen2.5/template.jinja")) {
+        CHECK(0, "the server with Qwen2.5's template did not start");
+        return;
+    }
+    FILE *f = fopen(s.log, "r");
+    out = read_all(fileno(f));
+    fclose(f);
+    CHECK(strstr(out, "tool calls read in the hermes format (detected from the chat template)") != NULL,
+          "start-up does not name the detected parser: %s", out);
+    free(out);
+    static const char *bad[][3] = {
+        {"tools an object", "\"tools\":{\"type\":\"function\"}", "\"param\":\"tools\""},
+        {"a tool of another type", "\"tools\":[{\"type\":\"retrieval\"}]", "\"param\":\"tools\""},
+        {"a tool without a name", "\"tools\":[{\"type\":\"function\",\"function\":{}}]", "\"param\":\"tools\""},
+        {"parameters not an object",
+         "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":[]}}]", "\"param\":\"tools\""},
+        {"tool_choice unknown",
+         "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],"
+         "\"tool_choice\":\"always\"",
+         "\"param\":\"tool_choice\""},
+        {"tool_choice names no tool",
+         "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],\"tool_choice\":{\"type\":"
+         "\"function\",\"function\":{\"name\":\"g\"}}",
+         "not among 'tools'"},
+        {"tool_choice without tools", "\"tool_choice\":\"required\"", "\"param\":\"tool_choice\""},
+        {"parallel_tool_calls a string",
+         "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],\"parallel_tool_calls\":\"no\"",
+         "\"param\":\"parallel_tool_calls\""},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char body[1024];
+        snprintf(body, sizeof body, "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],%s}", bad[i][1]);
+        expect_error(s.port, bad[i][0], "POST", "/v1/chat/completions", body, 400, bad[i][2]);
+    }
+    CHECK(stop(&s, SIGTERM, 60) == 0, "the tools server did not exit 0 on SIGTERM");
+}
+
 int main(void) {
     signal(SIGPIPE, SIG_IGN);
     bad_template();
     named_templates();
+    tool_calls();
     server s;
     char args[256];
     snprintf(args, sizeof args,

@@ -78,7 +78,8 @@ static void check_stream(const tokenizer *t, const int32_t *ids, size_t n, const
     tok_decoder d;
     tok_decoder_init(&d);
     for (size_t i = 0; i <= n; i++) {
-        size_t k = i < n ? tokenizer_decode_next(t, &d, ids[i], buf, cap) : tokenizer_decode_flush(t, &d, buf, cap);
+        size_t k =
+            i < n ? tokenizer_decode_next(t, &d, ids[i], true, buf, cap) : tokenizer_decode_flush(t, &d, buf, cap);
         CHECK(k < cap, "%s: decode step wrote %zu of cap %zu", what, k, cap);
         while (len + k + 1 > room) got = realloc(got, room *= 2);
         memcpy(got + len, buf, k);

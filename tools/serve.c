@@ -9,6 +9,7 @@
 #include "cli.h"
 #include "serve/serve.h"
 #include "serve/steps.h"
+#include "serve/tool_calls.h"
 #include "util/alloc.h"
 
 typedef struct serve_job {
@@ -80,7 +81,16 @@ int cli_serve(int argc, char **argv) {
         else if (!strcmp(a, "--port")) j.so.port = (int)cli_int(a, cli_value(argc, argv, &i), 0, 65535);
         else if (!strcmp(a, "--served-model-name")) j.so.served_name = cli_value(argc, argv, &i);
         else if (!strcmp(a, "--chat-template")) j.so.chat_template = cli_value(argc, argv, &i);
-        else if (!strcmp(a, "--max-num-seqs")) j.so.max_num_seqs = (int)cli_int(a, cli_value(argc, argv, &i), 1, 4096);
+        else if (!strcmp(a, "--enable-auto-tool-choice")) j.so.enable_auto_tool_choice = true;
+        else if (!strcmp(a, "--tool-call-parser")) {
+            j.so.tool_call_parser = cli_value(argc, argv, &i);
+            if (!tool_parser_find(j.so.tool_call_parser)) {
+                fprintf(stderr, "loom serve: --tool-call-parser: unknown parser '%s' (known: %s)\n",
+                        j.so.tool_call_parser, tool_parser_names());
+                return 2;
+            }
+        } else if (!strcmp(a, "--max-num-seqs"))
+            j.so.max_num_seqs = (int)cli_int(a, cli_value(argc, argv, &i), 1, 4096);
         else if (!strcmp(a, "--max-num-batched-tokens"))
             j.so.max_num_batched_tokens = (int)cli_int(a, cli_value(argc, argv, &i), 1, 1 << 20);
         else if (!strcmp(a, "--max-queue")) j.so.max_queue = (int)cli_int(a, cli_value(argc, argv, &i), 1, 1 << 20);

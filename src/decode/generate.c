@@ -85,7 +85,7 @@ int loom_generate_speculative(loom_engine *e, loom_speculator *sp, const int32_t
      * (a SentencePiece "▁was" after "The robot" keeps its space, which a decoder starting on
      * the completion strips), so prompt + completion is the decode of all the ids. */
     for (int i = 0; e->model->tok && i < n_prompt; i++)
-        tokenizer_decode_next(e->model->tok, &dec, prompt[i], piece, cap - 1);
+        tokenizer_decode_next(e->model->tok, &dec, prompt[i], true, piece, cap - 1);
     loom_engine_reset_seq(e, 0);
     if (sp) loom_speculator_reset_seq(sp, 0);
     const float *logits;
@@ -106,7 +106,7 @@ int loom_generate_speculative(loom_engine *e, loom_speculator *sp, const int32_t
                 done = true;
                 break;
             }
-            size_t plen = e->model->tok ? tokenizer_decode_next(e->model->tok, &dec, out[i], piece, cap - 1) : 0;
+            size_t plen = e->model->tok ? tokenizer_decode_next(e->model->tok, &dec, out[i], true, piece, cap - 1) : 0;
             piece[plen] = 0;
             done = (cb && !cb(user, out[i], piece, plen)) || stats->generated == max_new;
         }

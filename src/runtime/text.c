@@ -30,7 +30,8 @@ int loom_token_bytes(const loom_model *m, int32_t id, char *out, size_t cap) {
 struct loom_detokenizer {
     const tokenizer *tok;
     tok_decoder dec;
-    size_t cap;   /* the most one call writes (tokenizer_decode_cap) */
+    size_t cap; /* the most one call writes (tokenizer_decode_cap) */
+    bool keep_special;
     char piece[]; /* cap + 1 */
 };
 
@@ -41,12 +42,15 @@ loom_detokenizer *loom_detokenizer_new(const loom_model *m, loom_err *err) {
     if (!d) return NULL;
     d->tok = m->tok;
     d->cap = cap;
+    d->keep_special = false;
     tok_decoder_init(&d->dec);
     return d;
 }
 
+void loom_detokenizer_keep_special(loom_detokenizer *d, bool keep) { d->keep_special = keep; }
+
 const char *loom_detokenizer_next(loom_detokenizer *d, int32_t id, size_t *len) {
-    *len = tokenizer_decode_next(d->tok, &d->dec, id, d->piece, d->cap);
+    *len = tokenizer_decode_next(d->tok, &d->dec, id, !d->keep_special, d->piece, d->cap);
     d->piece[*len] = 0;
     return d->piece;
 }

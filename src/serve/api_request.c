@@ -9,6 +9,7 @@
 
 #include "serve/api.h"
 #include "serve/structured.h"
+#include "serve/tool_calls.h"
 #include "template/template.h"
 #include "util/alloc.h"
 
@@ -240,6 +241,8 @@ static int make_choices(server *srv, const cJSON *root, request *r, api_error *e
     if (best_of < n) return api_fail(e, 400, "best_of", "'best_of' (%ld) must be at least n (%ld)", best_of, n);
     if (best_of > n && r->stream) return api_fail(e, 400, "best_of", "'best_of' greater than n cannot be streamed");
     if (best_of == 1) return 0;
+    if (r->tool_parser) /* the stream reads one choice's calls */
+        return api_fail(e, 400, best_of > n ? "best_of" : "n", "more than one choice with tools is not supported");
     if (best_of > srv->o->max_queue) /* they wait in the queue together */
         return api_fail(e, 400, best_of > n ? "best_of" : "n", "%ld choices do not fit in the queue (--max-queue %d)",
                         best_of, srv->o->max_queue);
@@ -389,6 +392,26 @@ fail:
     return NULL;
 }
 
+/* tools[i]: {"type": "function", "function": {"name", "parameters": {...}}}. */
+static int check_tools(const cJSON *tools, api_error *e) {
+    int i = 0;
+    const cJSON *t;
+    cJSON_ArrayForEach(t, tools) {
+        const cJSON *type = cJSON_GetObjectItemCaseSensitive(t, "type"), *fn = field(t, "function");
+        const cJSON *name = fn ? cJSON_GetObjectItemCaseSensitive(fn, "name") : NULL,
+                    *params = fn ? field(fn, "parameters") : NULL;
+        if (!cJSON_IsObject(t) || !cJSON_IsString(type) || strcmp(type->valuestring, "function"))
+            return api_fail(e, 400, "tools", "'tools[%d]' must be an object with \"type\": \"function\"", i);
+        if (!cJSON_IsObject(fn) || !cJSON_IsString(name) || !name->valuestring[0])
+            return api_fail(e, 400, "tools", "'tools[%d].function' must be an object with a non-empty string 'name'",
+                            i);
+        if (params && !cJSON_IsObject(params))
+            return api_fail(e, 400, "tools", "'tools[%d].function.parameters' must be an object (a JSON Schema)", i);
+        i++;
+    }
+    return 0;
+}
+
 /* Renders the chat template for a body with `messages` (chat completions, /tokenize). */
 static char *render_chat(server *srv, const cJSON *root, api_error *e) {
     if (!srv->tmpl.plain)
@@ -407,6 +430,7 @@ static char *render_chat(server *srv, const cJSON *root, api_error *e) {
         api_fail(e, 400, "tools", "'tools' must be an array");
         goto fail;
     }
+    if (tools && check_tools(tools, e)) goto fail;
     bool agp = true;
     if (get_bool(root, "add_generation_prompt", &agp, e)) goto fail;
     cJSON_ArrayForEach(v, kw) cJSON_AddItemToObject(ctx, v->string, cJSON_Duplicate(v, true));
@@ -426,6 +450,81 @@ fail:
     cJSON_Delete(msgs);
     cJSON_Delete(ctx);
     return NULL;
+}
+
+/* Which parsers' markers are special tokens in their models' tokenizers (vLLM decodes with
+ * skip_special_tokens=False for them). */
+static bool markers_are_special(tool_parser p) {
+    return p == TOOL_PARSER_MISTRAL || p == TOOL_PARSER_DEEPSEEK_V3 || p == TOOL_PARSER_LLAMA3_JSON ||
+           p == TOOL_PARSER_GRANITE;
+}
+
+/* tool_choice: "none", "auto", "required" or {"type": "function", "function": {"name"}}; *named
+ * gets the name of the last form (which must be among tools). */
+static int parse_tool_choice(const cJSON *v, const cJSON *tools, const char **mode, const char **named, api_error *e) {
+    if (cJSON_IsString(v)) {
+        if (strcmp(v->valuestring, "none") && strcmp(v->valuestring, "auto") && strcmp(v->valuestring, "required"))
+            return api_fail(e, 400, "tool_choice",
+                            "'tool_choice' must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", "
+                            "\"function\": {\"name\": ...}}, not \"%.100s\"",
+                            v->valuestring);
+        *mode = v->valuestring;
+        return 0;
+    }
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(v, "type"),
+                *fn = cJSON_GetObjectItemCaseSensitive(v, "function");
+    const cJSON *name = cJSON_GetObjectItemCaseSensitive(fn, "name");
+    if (!cJSON_IsObject(v) || !cJSON_IsString(type) || strcmp(type->valuestring, "function") || !cJSON_IsString(name))
+        return api_fail(e, 400, "tool_choice",
+                        "'tool_choice' must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", "
+                        "\"function\": {\"name\": ...}}");
+    const cJSON *t;
+    cJSON_ArrayForEach(t, tools) {
+        const cJSON *n = cJSON_GetObjectItemCaseSensitive(field(t, "function"), "name");
+        if (!strcmp(n->valuestring, name->valuestring)) {
+            *mode = "named";
+            *named = name->valuestring;
+            return 0;
+        }
+    }
+    return api_fail(e, 400, "tool_choice", "'tool_choice' names the function '%.100s', which is not among 'tools'",
+                    name->valuestring);
+}
+
+/* tools (checked as the template rendered them), tool_choice and parallel_tool_calls of a chat
+ * request: whether the output is parsed
+ * for calls (with the server's parser), and for "required" or a named function the grammar
+ * that forces a call. Without tools the output is content, as before. */
+static int parse_tools(server *srv, const cJSON *root, request *r, api_error *e) {
+    const cJSON *tools = field(root, "tools"), *choice = field(root, "tool_choice");
+    bool parallel = true;
+    if (get_bool(root, "parallel_tool_calls", &parallel, e)) return -1;
+    const char *mode = tools ? "auto" : "none", *named = NULL;
+    if (choice && parse_tool_choice(choice, tools, &mode, &named, e)) return -1;
+    if (!tools || !cJSON_GetArraySize(tools) || !strcmp(mode, "none")) {
+        if (choice && strcmp(mode, "none"))
+            return api_fail(e, 400, "tool_choice", "'tool_choice' is only allowed when 'tools' are given");
+        return 0;
+    }
+    tool_parser p = (tool_parser)srv->tool_parser;
+    if (!p) {
+        if (!choice) return 0; /* tools rendered, the output returned as text, as before parsers */
+        return api_fail(e, 400, "tool_choice",
+                        "\"%s\" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set "
+                        "(no tool-call format was detected in the chat template)",
+                        named ? "named" : mode);
+    }
+    r->tool_parser = p;
+    r->parallel_tool_calls = parallel && !named;
+    if (r->dec && markers_are_special(p)) loom_detokenizer_keep_special(r->dec, true);
+    if (!named && strcmp(mode, "required")) return 0;
+    if (p == TOOL_PARSER_PYTHONIC) /* its arguments are Python literals, which no schema grammar writes */
+        return api_fail(e, 400, "tool_choice", "tool_choice \"%s\" cannot be forced with the pythonic tool-call parser",
+                        named ? "named" : mode);
+    loom_err err = {{0}};
+    if (!(r->gbnf = tool_calls_gbnf(p, tools, named, r->parallel_tool_calls, &err)))
+        return api_fail(e, 400, "tools", "%s", err.msg);
+    return 0;
 }
 
 static cJSON *parse_body(const char *body, size_t len, api_error *e) {
@@ -482,14 +581,15 @@ request *api_parse_generate(server *srv, req_kind kind, const char *body, size_t
         goto fail;
     }
     if (fit_context(srv, r, max_tokens, e) || parse_stop(root, r, e) || parse_output(root, r, e) ||
-        parse_sampling(srv, root, r, e) || parse_logits(srv, root, r, e) || parse_echo(srv, root, r, e) ||
-        structured_parse(srv, root, r, e))
+        parse_sampling(srv, root, r, e) || parse_logits(srv, root, r, e) || parse_echo(srv, root, r, e))
         goto fail;
     loom_err err = {{0}};
     if (srv->info.has_tokenizer && !(r->dec = loom_detokenizer_new(srv->m, &err))) {
         api_fail(e, 500, NULL, "%s", err.msg);
         goto fail;
     }
+    /* a forced tool call's grammar first: structured_parse compiles it, or refuses a second one */
+    if ((kind == REQ_CHAT && parse_tools(srv, root, r, e)) || structured_parse(srv, root, r, e)) goto fail;
     r->created = time(NULL);
     if (make_choices(srv, root, r, e)) goto fail;
     cJSON_Delete(root);

@@ -1,11 +1,13 @@
 /* Response bodies of the OpenAI API: completions and chat completions, whole or as stream
- * chunks, with usage and log-probabilities; models; errors (see api.h). */
+ * chunks, with usage, log-probabilities and tool calls; models; errors (see api.h). */
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "serve/api.h"
+#include "serve/tool_calls.h"
 #include "util/alloc.h"
 
 /* Token `id` as text for the log-probabilities of output position i (malloc'd; NULL when out of
@@ -126,9 +128,10 @@ static char *print(cJSON *o) {
 
 /* Choice `index`, from request r: text [text_from, text_to) and tokens [tok_from, tok_to), after
  * the echoed prompt in the whole text or the first chunk; chat puts the text in a message
- * (whole) or a delta (chunk). NULL when out of memory. */
+ * (whole) or a delta (chunk); finish (non-NULL: the last) its finish reason. NULL when out of
+ * memory. */
 static cJSON *choice(const server *srv, const request *r, int index, size_t text_from, size_t text_to, int tok_from,
-                     int tok_to, bool chunk, bool first, bool last) {
+                     int tok_to, bool chunk, bool first, const char *finish) {
     bool with_logprobs = r->logprobs && tok_to > tok_from;
     const char *echo = r->echo && (!chunk || first) ? r->echo : "";
     size_t n_echo = strlen(echo), n = text_to - text_from;
@@ -153,8 +156,47 @@ static cJSON *choice(const server *srv, const request *r, int index, size_t text
     free(text);
     if (with_logprobs) cJSON_AddItemToObject(c, "logprobs", lp);
     else cJSON_AddNullToObject(c, "logprobs");
-    if (last) cJSON_AddStringToObject(c, "finish_reason", request_finish_name(r));
+    if (finish) cJSON_AddStringToObject(c, "finish_reason", finish);
     else cJSON_AddNullToObject(c, "finish_reason");
+    return c;
+}
+
+const char *api_finish_name(const request *r, int n_calls) {
+    return n_calls && r->finish != FINISH_CANCELLED ? "tool_calls" : request_finish_name(r);
+}
+
+/* A tool call's id: the request's unique number and the call's index, mixed (splitmix64, a
+ * bijection) so that ids look as random as OpenAI's. Mistral's template insists on 9
+ * alphanumerics (as vLLM's mistral parser makes them); others get "call_" and 16 hex digits. */
+static void tool_call_id(const request *r, int index, char *id, size_t cap) {
+    const char *dash = strrchr(r->id, '-');
+    uint64_t z = (strtoull(dash ? dash + 1 : r->id, NULL, 16) << 16 | (uint64_t)index) + 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    if (r->tool_parser != TOOL_PARSER_MISTRAL) {
+        snprintf(id, cap, "call_%016llx", (unsigned long long)z);
+        return;
+    }
+    static const char digits[] = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
+    for (int i = 0; i < 9; i++, z /= 62) id[i] = digits[z % 62];
+    id[9] = 0;
+}
+
+/* Tool call `index` as OpenAI gives it: {id, type, function {name, arguments}}; a stream's
+ * items carry their index, and a fragment of the arguments only that (name NULL). */
+static cJSON *tool_call_json(const request *r, int index, bool chunk, const char *name, const char *arguments) {
+    cJSON *c = cJSON_CreateObject();
+    if (chunk) cJSON_AddNumberToObject(c, "index", index);
+    if (name) {
+        char id[32];
+        tool_call_id(r, index, id, sizeof id);
+        cJSON_AddStringToObject(c, "id", id);
+        cJSON_AddStringToObject(c, "type", "function");
+    }
+    cJSON *fn = cJSON_AddObjectToObject(c, "function");
+    if (name) cJSON_AddStringToObject(fn, "name", name);
+    cJSON_AddStringToObject(fn, "arguments", arguments);
     return c;
 }
 
@@ -169,12 +211,33 @@ static void rank_choices(const request *r, const request **order) {
     }
 }
 
+/* Choice `index` of a whole response: its text, or with a tool parser the content and calls
+ * read out of it. NULL when out of memory. */
+static cJSON *whole_choice(const server *srv, const request *r, int index) {
+    tool_parse tp = {0};
+    loom_err err;
+    if (r->tool_parser && tool_calls_parse((tool_parser)r->tool_parser, r->text ? r->text : "", r->text_len,
+                                           r->parallel_tool_calls ? INT_MAX : 1, &tp, &err))
+        return NULL;
+    cJSON *c = choice(srv, r, index, 0, r->text_len, 0, r->n_tokens, false, false, api_finish_name(r, tp.n_calls));
+    if (c && tp.n_calls) { /* content: what is not a call, null when that is nothing (as OpenAI) */
+        cJSON *m = cJSON_GetObjectItemCaseSensitive(c, "message");
+        cJSON_ReplaceItemInObjectCaseSensitive(m, "content",
+                                               tp.content ? cJSON_CreateString(tp.content) : cJSON_CreateNull());
+        cJSON *calls = cJSON_AddArrayToObject(m, "tool_calls");
+        for (int i = 0; i < tp.n_calls; i++)
+            cJSON_AddItemToArray(calls, tool_call_json(r, i, false, tp.calls[i].name, tp.calls[i].arguments));
+    }
+    tool_parse_free(&tp);
+    return c;
+}
+
 char *api_response(const server *srv, const request *r) {
     const request *order[REQ_MAX_CHOICES];
     rank_choices(r, order);
     cJSON *o = envelope(srv, r, false), *choices = cJSON_AddArrayToObject(o, "choices");
     for (int i = 0; i < r->n_return; i++) {
-        cJSON *c = choice(srv, order[i], i, 0, order[i]->text_len, 0, order[i]->n_tokens, false, false, true);
+        cJSON *c = whole_choice(srv, order[i], i);
         if (!c) {
             cJSON_Delete(o);
             return NULL;
@@ -186,11 +249,26 @@ char *api_response(const server *srv, const request *r) {
 }
 
 char *api_chunk(const server *srv, const request *r, size_t text_from, size_t text_to, int tok_from, int tok_to,
-                bool first, bool last) {
-    cJSON *c = choice(srv, r, r->index, text_from, text_to, tok_from, tok_to, true, first, last);
+                bool first, const char *finish) {
+    cJSON *c = choice(srv, r, r->index, text_from, text_to, tok_from, tok_to, true, first, finish);
     if (!c) return NULL;
     cJSON *o = envelope(srv, r, true);
     cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "choices"), c);
+    if (r->include_usage) cJSON_AddNullToObject(o, "usage");
+    return print(o);
+}
+
+char *api_tool_chunk(const server *srv, const request *r, int index, const char *name, const char *arguments,
+                     bool first) {
+    cJSON *o = envelope(srv, r, true), *c = cJSON_CreateObject();
+    cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "choices"), c);
+    cJSON_AddNumberToObject(c, "index", r->index);
+    cJSON *d = cJSON_AddObjectToObject(c, "delta");
+    if (first) cJSON_AddStringToObject(d, "role", "assistant");
+    cJSON *calls = cJSON_AddArrayToObject(d, "tool_calls");
+    cJSON_AddItemToArray(calls, tool_call_json(r, index, true, name, name ? "" : arguments));
+    cJSON_AddNullToObject(c, "logprobs");
+    cJSON_AddNullToObject(c, "finish_reason");
     if (r->include_usage) cJSON_AddNullToObject(o, "usage");
     return print(o);
 }

@@ -25,6 +25,7 @@
 
 #include "serve/api.h"
 #include "serve/scheduler.h"
+#include "serve/tool_calls.h"
 #include "util/alloc.h"
 #include "util/err.h"
 
@@ -77,6 +78,8 @@ typedef struct stream {
     char *out;
     size_t out_len, out_off, out_cap;
     bool ended;
+    tool_stream tools; /* chat with tool parsing (one choice): where its calls have been read to */
+    int calls;         /* tool calls sent */
     struct sent {
         size_t text;
         int tokens;
@@ -208,7 +211,8 @@ static bool choice_events(stream *s, int i) {
     bool new_tokens = tokens > p->tokens && (r->logprobs || !s->srv->info.has_tokenizer);
     if (!done && r->text_ready <= p->text && !new_tokens) return true;
     size_t to = done ? r->text_len : r->text_ready;
-    bool ok = sse(s, api_chunk(s->srv, r, p->text, to, p->tokens, tokens, !p->started, done));
+    bool ok =
+        sse(s, api_chunk(s->srv, r, p->text, to, p->tokens, tokens, !p->started, done ? request_finish_name(r) : NULL));
     p->text = to;
     p->tokens = tokens;
     p->started = true;
@@ -216,9 +220,47 @@ static bool choice_events(stream *s, int i) {
     return ok;
 }
 
-/* Appends the events the request's progress allows (lock held): each choice's, then once all
- * have finished, usage and [DONE]. Returns whether it appended anything (1 or 0), or -1 when
- * out of memory. */
+/* The stream of a request whose output is parsed for tool calls (lock held): content as the
+ * parser releases it (a possible call's start is held back), each call as two chunks once it
+ * is complete (index, id and name; then its arguments), and at the end the finish reason with
+ * the log-probabilities of the tokens not sent yet. */
+static bool tool_events(stream *s, bool done) {
+    request *r = s->r;
+    const char *text = r->text ? r->text : "";
+    bool ok = true;
+    tool_item it;
+    loom_err err;
+    int rc = 0;
+    while (ok && (rc = tool_stream_next(&s->tools, text, done ? r->text_len : r->text_ready, done, &it, &err)) == 1) {
+        if (!it.is_call) {
+            int tokens = s->sent[0].tokens;
+            while (tokens < r->n_tokens && r->tokens[tokens].text_end <= it.to) tokens++;
+            ok = sse(s, api_chunk(s->srv, r, it.from, it.to, s->sent[0].tokens, tokens, !s->sent[0].started, NULL));
+            s->sent[0].tokens = tokens;
+            s->sent[0].started = true;
+            continue;
+        }
+        if (r->parallel_tool_calls || !s->calls) {
+            ok = sse(s, api_tool_chunk(s->srv, r, s->calls, it.name, NULL, !s->sent[0].started)) &&
+                 sse(s, api_tool_chunk(s->srv, r, s->calls, NULL, it.arguments, false));
+            s->calls++;
+            s->sent[0].started = true;
+        }
+        free(it.name);
+        free(it.arguments);
+    }
+    if (ok && rc < 0) ok = false;
+    if (ok && done) {
+        ok = sse(s, api_chunk(s->srv, r, r->text_len, r->text_len, s->sent[0].tokens, r->n_tokens, !s->sent[0].started,
+                              api_finish_name(r, s->calls)));
+        s->sent[0].started = true;
+    }
+    return ok;
+}
+
+/* Appends the events the request's progress allows (lock held): each choice's (with a tool
+ * parser, the one choice's content and calls), then once all have finished, usage and [DONE].
+ * Returns whether it appended anything (1 or 0), or -1 when out of memory. */
 static int next_events(stream *s) {
     request *r = s->r;
     bool done = request_all_finished(r), ok = true;
@@ -228,6 +270,9 @@ static int next_events(stream *s) {
         api_error e = {.status = 500};
         snprintf(e.msg, sizeof e.msg, "%s", error);
         ok = sse(s, api_error_body(&e));
+    } else if (r->tool_parser) {
+        ok = tool_events(s, done);
+        if (ok && done && r->include_usage) ok = sse(s, api_usage_chunk(s->srv, r));
     } else {
         for (int i = 0; i < r->n_choices && ok; i++) ok = choice_events(s, i);
         if (ok && done && r->include_usage) ok = sse(s, api_usage_chunk(s->srv, r));
@@ -354,7 +399,7 @@ static enum MHD_Result generate(server *srv, struct MHD_Connection *c, conn *k, 
         u->waiting = r;
         return answer_when_done(srv, c, k, u);
     }
-    s->srv = srv, s->k = k, s->r = r;
+    s->srv = srv, s->k = k, s->r = r, s->tools = (tool_stream){.parser = (tool_parser)r->tool_parser};
     struct MHD_Response *res =
         MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, STREAM_BLOCK, stream_read, s, stream_done);
     if (!res) {

@@ -57,6 +57,8 @@ request *request_clone(const request *r, loom_err *err) {
                    .n_choices = 1,
                    .n_return = 1,
                    .ranked = r->ranked,
+                   .tool_parser = r->tool_parser,
+                   .parallel_tool_calls = r->parallel_tool_calls,
                    .grammar = r->grammar ? grammar_ref(r->grammar) : NULL,
                    .slot = -1,
                    .cached_tokens = -1,

@@ -74,6 +74,9 @@ typedef struct request {
     bool siblings_held;       /* the first's: choices[1..] are not queued yet */
     bool ranked;              /* best_of: sum its tokens' log-probabilities into cum_logprob */
     double cum_logprob;
+    int tool_parser;          /* chat with tools: the tool_parser (serve/tool_calls.h) reading calls
+                                 out of the output; 0: the output is content */
+    bool parallel_tool_calls; /* false: one call at most (later ones are dropped) */
 
     /* produced (under the server lock) */
     req_state state;

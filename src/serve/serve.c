@@ -11,7 +11,9 @@
 #include "serve/scheduler.h"
 #include "serve/steps.h"
 #include "serve/structured.h"
+#include "serve/tool_calls.h"
 #include "template/template.h"
+#include "util/err.h"
 
 static volatile int stop_signal;
 static void on_stop_signal(int sig) {
@@ -35,6 +37,38 @@ static int round_init(step_round *r, const loom_engine_stats *st, const serve_op
                            o->max_num_seqs * (o->num_speculative_tokens + 1), vocab, rank0, err);
 }
 
+/* The tool-call parser, printed: --tool-call-parser's, else the one the markers in the tools
+ * template name (as llama.cpp detects it), else none (outputs stay content). With
+ * --enable-auto-tool-choice, vLLM's flag, there must be one. */
+static int choose_tool_parser(server *srv, const serve_options *o, loom_err *err) {
+    if (o->tool_call_parser) {
+        srv->tool_parser = tool_parser_find(o->tool_call_parser);
+        fprintf(stderr, "loom serve: tool calls read in the %s format (--tool-call-parser)\n",
+                tool_parser_name(srv->tool_parser));
+        return 0;
+    }
+    if (!srv->tmpl.tools) {
+        if (o->enable_auto_tool_choice)
+            return loom_errf(err, "--enable-auto-tool-choice needs --tool-call-parser, or a chat template to detect "
+                                  "the format from");
+        return 0;
+    }
+    srv->tool_parser = tool_parser_detect(srv->tmpl.tools_source);
+    if (srv->tool_parser) {
+        fprintf(stderr, "loom serve: tool calls read in the %s format (detected from the chat template)\n",
+                tool_parser_name(srv->tool_parser));
+        return 0;
+    }
+    if (o->enable_auto_tool_choice)
+        return loom_errf(err,
+                         "--enable-auto-tool-choice needs --tool-call-parser: the chat template shows no known "
+                         "tool-call format (%s)",
+                         tool_parser_names());
+    fprintf(stderr, "loom serve: no tool-call format detected in the chat template: outputs stay content "
+                    "(--tool-call-parser NAME picks one)\n");
+    return 0;
+}
+
 static int serve_rank0(loom_comm *comm, loom_model *m, loom_engine *e, const serve_options *o) {
     loom_err err = {{0}};
     loom_engine_stats st;
@@ -54,7 +88,7 @@ static int serve_rank0(loom_comm *comm, loom_model *m, loom_engine *e, const ser
         fprintf(stderr, "loom serve: %s\n", err.msg);
         goto done;
     }
-    if (structured_init(&srv, &err)) {
+    if (structured_init(&srv, &err) || choose_tool_parser(&srv, o, &err)) {
         fprintf(stderr, "loom serve: %s\n", err.msg);
         goto done;
     }

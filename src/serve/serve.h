@@ -11,6 +11,9 @@
  *  - steps.c:     how rank 0 hands each round of steps to the other ranks, and their loop;
  *  - metrics.c:   the Prometheus counters and histograms behind GET /metrics;
  *  - request.c:   a request's output text: streaming decode and stop strings;
+ *  - tool_calls.c: tool calls read out of that text in a model family's format (whole or as
+ *                 it streams), and the family detected from a chat template;
+ *  - tool_grammar.c: the GBNF that forces a call in that format (tool_choice required/named);
  *  - serve.c:     start-up and shutdown on each rank.
  * Rank 0 runs HTTP and the schedulers; the others only run the steps they are sent. */
 #ifndef LOOM_SERVE_SERVE_H
@@ -24,22 +27,25 @@
 #include "template/template.h"
 
 typedef struct serve_options {
-    const char *host;            /* address to listen on */
-    int port;                    /* 0: any free port (printed) */
-    const char *served_name;     /* the model's name in the API */
-    const char *model_dir;       /* where to look for a chat template (NULL: embedded model) */
-    const char *chat_template;   /* --chat-template FILE */
-    int max_num_seqs;            /* sequences running at once (slots; their KV shares the block pool) */
-    bool prefix_caching;         /* the engine keys full blocks: admissions reuse cached prefixes */
-    bool prefix_routing;         /* --data-parallel-routing prefix: prefer a replica's cached prefix */
-    int max_num_batched_tokens;  /* tokens per engine step */
-    int max_queue;               /* requests waiting beyond that; more get 503 */
-    size_t max_body_bytes;       /* larger request bodies get 413 */
-    double header_timeout;       /* seconds a client has to finish its request headers */
-    int max_per_address;         /* connections one IP address may hold open; more are refused */
-    uint64_t seed;               /* seeds of requests that give none derive from it */
-    int num_speculative_tokens;  /* --speculative-config's k on every rank (0: none) */
-    loom_speculator *speculator; /* rank 0's proposer (NULL: none) */
+    const char *host;             /* address to listen on */
+    int port;                     /* 0: any free port (printed) */
+    const char *served_name;      /* the model's name in the API */
+    const char *model_dir;        /* where to look for a chat template (NULL: embedded model) */
+    const char *chat_template;    /* --chat-template FILE */
+    const char *tool_call_parser; /* --tool-call-parser NAME (NULL: detected from the template) */
+    bool enable_auto_tool_choice; /* --enable-auto-tool-choice (vLLM's; loom parses calls whenever
+                                     it has a parser, so it only asks that there be one) */
+    int max_num_seqs;             /* sequences running at once (slots; their KV shares the block pool) */
+    bool prefix_caching;          /* the engine keys full blocks: admissions reuse cached prefixes */
+    bool prefix_routing;          /* --data-parallel-routing prefix: prefer a replica's cached prefix */
+    int max_num_batched_tokens;   /* tokens per engine step */
+    int max_queue;                /* requests waiting beyond that; more get 503 */
+    size_t max_body_bytes;        /* larger request bodies get 413 */
+    double header_timeout;        /* seconds a client has to finish its request headers */
+    int max_per_address;          /* connections one IP address may hold open; more are refused */
+    uint64_t seed;                /* seeds of requests that give none derive from it */
+    int num_speculative_tokens;   /* --speculative-config's k on every rank (0: none) */
+    loom_speculator *speculator;  /* rank 0's proposer (NULL: none) */
 } serve_options;
 
 /* Runs the server on this rank until SIGTERM/SIGINT (drained: 0) or a failure (1). */
@@ -59,6 +65,8 @@ typedef struct server {
     chat_templates tmpl;     /* none: chat requests get 400 */
     grammar_vocab *gvocab;   /* the vocabulary's bytes for structured output (NULL: no tokenizer) */
     grammar_cache *grammars; /* compiled grammars by their text */
+    int tool_parser;         /* the tool_parser (serve/tool_calls.h) reading calls in chat outputs with
+                                tools (0: none; the output stays content) */
     pthread_mutex_t lock;
     pthread_cond_t work; /* a request arrived or was cancelled: wakes the scheduler */
     sched **sch;         /* [dp]: each data-parallel replica's (replicas.c) */

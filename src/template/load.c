@@ -158,6 +158,7 @@ int chat_templates_load(const char *model_dir, const char *override_path, chat_t
         const named_template *plain = pick(&f, false, where, err), *tools = plain ? pick(&f, true, where, err) : NULL;
         if (!plain || !(out->plain = parse_chosen(plain, where, err))) rc = -1;
         else if (!(out->tools = tools == plain ? out->plain : parse_chosen(tools, where, err))) rc = -1;
+        else if (!(out->tools_source = mem_strdup(tools->source, "a chat template", err))) rc = -1;
     }
     found_free(&f);
     if (rc) chat_templates_free(out);
@@ -167,6 +168,7 @@ int chat_templates_load(const char *model_dir, const char *override_path, chat_t
 void chat_templates_free(chat_templates *t) {
     if (t->tools != t->plain) chat_template_free(t->tools);
     chat_template_free(t->plain);
+    free(t->tools_source);
     free(t->bos_token);
     free(t->eos_token);
     *t = (chat_templates){0};

@@ -52,6 +52,7 @@ void chat_template_free(chat_template *t);
  * tokenizer_config.json's bos_token / eos_token (strings or {"content": ...}), NULL if absent. */
 typedef struct chat_templates {
     chat_template *plain, *tools;
+    char *tools_source; /* the source of `tools` (a tool-call format is detected from it) */
     char *bos_token, *eos_token;
 } chat_templates;
 

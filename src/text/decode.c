@@ -258,9 +258,9 @@ void tok_decoder_init(tok_decoder *d) { memset(d, 0, sizeof *d); }
 
 size_t tokenizer_decode_cap(const tokenizer *t) { return t->decode_cap; }
 
-size_t tokenizer_decode_next(const tokenizer *t, tok_decoder *d, int32_t id, char *out, size_t cap) {
+size_t tokenizer_decode_next(const tokenizer *t, tok_decoder *d, int32_t id, bool skip_special, char *out, size_t cap) {
     sink o = {.p = out, .cap = cap};
-    dec_feed(t, d, id, true, &o);
+    dec_feed(t, d, id, skip_special, &o);
     return o.n;
 }
 

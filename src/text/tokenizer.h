@@ -51,7 +51,7 @@ void tok_decoder_init(tok_decoder *d);
  * dropped). A few hundred bytes for the usual tokenizers. */
 size_t tokenizer_decode_cap(const tokenizer *t);
 /* Feeds one id; writes the text now complete to out (not NUL-terminated) and returns its length. */
-size_t tokenizer_decode_next(const tokenizer *t, tok_decoder *d, int32_t id, char *out, size_t cap);
+size_t tokenizer_decode_next(const tokenizer *t, tok_decoder *d, int32_t id, bool skip_special, char *out, size_t cap);
 /* Ends the sequence: writes what was held back (incomplete UTF-8 becomes U+FFFD) and resets d. */
 size_t tokenizer_decode_flush(const tokenizer *t, tok_decoder *d, char *out, size_t cap);
 /* The bytes token id adds to text in the middle of a sequence, before UTF-8 assembly (a
