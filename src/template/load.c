@@ -158,6 +158,10 @@ int chat_templates_load(const char *model_dir, const char *override_path, chat_t
         const named_template *plain = pick(&f, false, where, err), *tools = plain ? pick(&f, true, where, err) : NULL;
         if (!plain || !(out->plain = parse_chosen(plain, where, err))) rc = -1;
         else if (!(out->tools = tools == plain ? out->plain : parse_chosen(tools, where, err))) rc = -1;
+        if (rc == 0) {
+            out->plain_caps = chat_template_probe(out->plain);
+            out->tools_caps = out->tools == out->plain ? out->plain_caps : chat_template_probe(out->tools);
+        }
     }
     found_free(&f);
     if (rc) chat_templates_free(out);
