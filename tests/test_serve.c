@@ -854,6 +854,28 @@ static void bad_template(void) {
     unlink(path);
 }
 
+/* The embedded model has no tokenizer_config.json: a --chat-template still gets its tokenizer's
+ * BOS and EOS text (issue 28, part 5). */
+static void embedded_special_tokens(void) {
+    char path[128], args[256];
+    snprintf(path, sizeof path, "/tmp/loom-test-serve-bos-%d.jinja", (int)getpid());
+    FILE *f = fopen(path, "w");
+    fputs("[{{ bos_token }}|{{ eos_token }}]{{ messages[0].content }}", f);
+    fclose(f);
+    server s;
+    snprintf(args, sizeof args, "--chat-template %s", path);
+    if (start(&s, args)) {
+        CHECK(0, "server with --chat-template did not start");
+        unlink(path);
+        return;
+    }
+    reply r = call(s.port, "POST", "/tokenize", "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}");
+    CHECK(r.status == 200 && strstr(r.body, "\"prompt\":\"[<s>|</s>]hi\""), "embedded bos/eos: %s", r.body);
+    reply_free(&r);
+    CHECK(stop(&s, SIGTERM, 30) == 0, "--chat-template server did not exit 0");
+    unlink(path);
+}
+
 /* A model with named templates: requests with `tools` render "tool_use", others "default", as
  * transformers picks them. */
 static void named_templates(void) {
@@ -1048,6 +1070,7 @@ int main(void) {
     bad_template();
     named_templates();
     tool_calls();
+    embedded_special_tokens();
     server s;
     char args[256];
     snprintf(args, sizeof args,

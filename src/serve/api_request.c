@@ -322,9 +322,11 @@ static int parse_prompt(server *srv, const cJSON *root, request *r, api_error *e
     return 0;
 }
 
-/* A copy of the messages as templates expect them: text parts joined into one string, and tool
- * call arguments (a JSON string in OpenAI's API) parsed into objects, as vLLM passes them. */
-static cJSON *template_messages(const cJSON *msgs, api_error *e) {
+/* A copy of the messages as this template expects them (its capabilities, template.h): text
+ * parts joined into one string; tool call arguments (a JSON string in OpenAI's API) parsed into
+ * objects, as vLLM passes them, unless the template shows the string itself; and content null
+ * beside tool calls made "" for templates that fail on null. */
+static cJSON *template_messages(const cJSON *msgs, chat_template_caps caps, api_error *e) {
     if (!cJSON_IsArray(msgs) || !cJSON_GetArraySize(msgs))
         return api_fail(e, 400, "messages", "'messages' must be a non-empty array"), NULL;
     cJSON *out = cJSON_Duplicate(msgs, true);
@@ -373,6 +375,10 @@ static cJSON *template_messages(const cJSON *msgs, api_error *e) {
         }
         cJSON *calls = cJSON_GetObjectItemCaseSensitive(m, "tool_calls"), *call;
         if (!cJSON_IsArray(calls)) calls = NULL;
+        if (calls && !caps.null_content && (!content || cJSON_IsNull(content))) {
+            if (content) cJSON_ReplaceItemInObjectCaseSensitive(m, "content", cJSON_CreateString(""));
+            else cJSON_AddStringToObject(m, "content", "");
+        }
         cJSON_ArrayForEach(call, calls) {
             cJSON *fn = cJSON_GetObjectItemCaseSensitive(call, "function");
             cJSON *args = cJSON_GetObjectItemCaseSensitive(fn, "arguments");
@@ -382,7 +388,8 @@ static cJSON *template_messages(const cJSON *msgs, api_error *e) {
                 api_fail(e, 400, "messages", "messages[%d]: tool call arguments are not valid JSON", i);
                 goto fail;
             }
-            cJSON_ReplaceItemInObjectCaseSensitive(fn, "arguments", parsed);
+            if (chat_template_wants_objects(caps)) cJSON_ReplaceItemInObjectCaseSensitive(fn, "arguments", parsed);
+            else cJSON_Delete(parsed);
         }
         i++;
     }
@@ -418,10 +425,12 @@ static char *render_chat(server *srv, const cJSON *root, api_error *e) {
         return api_fail(e, 400, "messages",
                         "the model has no chat template; start the server with --chat-template FILE"),
                NULL;
-    cJSON *msgs = template_messages(field(root, "messages"), e);
+    const cJSON *tools = field(root, "tools");
+    const chat_template *tmpl = tools ? srv->tmpl.tools : srv->tmpl.plain;
+    cJSON *msgs = template_messages(field(root, "messages"), tools ? srv->tmpl.tools_caps : srv->tmpl.plain_caps, e);
     if (!msgs) return NULL;
     cJSON *ctx = cJSON_CreateObject();
-    const cJSON *kw = field(root, "chat_template_kwargs"), *tools = field(root, "tools"), *v;
+    const cJSON *kw = field(root, "chat_template_kwargs"), *v;
     if (kw && !cJSON_IsObject(kw)) {
         api_fail(e, 400, "chat_template_kwargs", "'chat_template_kwargs' must be an object");
         goto fail;
@@ -442,8 +451,7 @@ static char *render_chat(server *srv, const cJSON *root, api_error *e) {
     if (srv->tmpl.eos_token) cJSON_AddStringToObject(ctx, "eos_token", srv->tmpl.eos_token);
     char *text = NULL;
     loom_err err = {{0}};
-    if (chat_template_render(tools ? srv->tmpl.tools : srv->tmpl.plain, ctx, &text, &err))
-        api_fail(e, 400, "messages", "%s", err.msg);
+    if (chat_template_render(tmpl, ctx, &text, &err)) api_fail(e, 400, "messages", "%s", err.msg);
     cJSON_Delete(ctx);
     return text;
 fail:

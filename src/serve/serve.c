@@ -69,6 +69,16 @@ static int choose_tool_parser(server *srv, const serve_options *o, loom_err *err
     return 0;
 }
 
+/* A special token's text from the model's tokenizer, where tokenizer_config.json gave none: the
+ * embedded model and --chat-template have no config, yet templates start with {{ bos_token }}.
+ * Left NULL when the model has no such token or no tokenizer (dummy weights from a config). */
+static void model_token(loom_model *m, int id, char **slot) {
+    if (*slot || id < 0) return;
+    int32_t one = id;
+    loom_err ignored;
+    *slot = loom_detokenize(m, &one, 1, false, &ignored);
+}
+
 static int serve_rank0(loom_comm *comm, loom_model *m, loom_engine *e, const serve_options *o) {
     loom_err err = {{0}};
     loom_engine_stats st;
@@ -88,6 +98,8 @@ static int serve_rank0(loom_comm *comm, loom_model *m, loom_engine *e, const ser
         fprintf(stderr, "loom serve: %s\n", err.msg);
         goto done;
     }
+    model_token(m, srv.info.bos_id, &srv.tmpl.bos_token);
+    model_token(m, srv.info.n_eos ? srv.info.eos_ids[0] : -1, &srv.tmpl.eos_token);
     if (structured_init(&srv, &err) || choose_tool_parser(&srv, o, &err)) {
         fprintf(stderr, "loom serve: %s\n", err.msg);
         goto done;
@@ -109,6 +121,11 @@ static int serve_rank0(loom_comm *comm, loom_model *m, loom_engine *e, const ser
             st.kv_bytes / 1048576.0, kv.blocks, kv.block_size, o->prefix_caching ? "on" : "off",
             o->max_num_batched_tokens, srv.tmpl.plain ? ", chat template loaded" : ", no chat template",
             o->speculator ? ", speculative decoding on" : "");
+    if (srv.tmpl.plain) {
+        char caps[160];
+        chat_template_caps_describe(srv.tmpl.tools_caps, caps, sizeof caps);
+        fprintf(stderr, "loom serve: chat template for tools: %s\n", caps);
+    }
     struct sigaction sa = {.sa_handler = on_stop_signal};
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);

@@ -159,6 +159,10 @@ int chat_templates_load(const char *model_dir, const char *override_path, chat_t
         if (!plain || !(out->plain = parse_chosen(plain, where, err))) rc = -1;
         else if (!(out->tools = tools == plain ? out->plain : parse_chosen(tools, where, err))) rc = -1;
         else if (!(out->tools_source = mem_strdup(tools->source, "a chat template", err))) rc = -1;
+        if (rc == 0) {
+            out->plain_caps = chat_template_probe(out->plain);
+            out->tools_caps = out->tools == out->plain ? out->plain_caps : chat_template_probe(out->tools);
+        }
     }
     found_free(&f);
     if (rc) chat_templates_free(out);

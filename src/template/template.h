@@ -46,13 +46,32 @@ int chat_template_render(const chat_template *t, const cJSON *context, char **ou
 
 void chat_template_free(chat_template *t);
 
+/* What a template renders of a tool conversation (caps.c: found by rendering probes). */
+typedef struct chat_template_caps {
+    bool string_arguments; /* a tool call's arguments given as a JSON string appear verbatim */
+    bool object_arguments; /* given as an object, its keys and values appear */
+    bool null_content;     /* an assistant message with tool calls may have content null */
+    bool tool_call_ids;    /* a tool call's id appears */
+    bool tool_results;     /* a tool message's content appears */
+} chat_template_caps;
+
+chat_template_caps chat_template_probe(const chat_template *t);
+/* Whether to pass a tool call's arguments as an object: unless the string appears verbatim
+ * (then the model saw the client's own text, as minja decides), so that templates that
+ * `| tojson` them, or concatenate them to a string, each get the form they expect. */
+bool chat_template_wants_objects(chat_template_caps c);
+/* One line for `loom serve`'s start-up ("tool call arguments as a string, ..."). */
+void chat_template_caps_describe(chat_template_caps c, char *buf, size_t cap);
+
 /* A model's chat templates: the one a request without tools renders, and the one a request
  * with tools (even an empty list) renders, which is a named "tool_use" template where the model
  * has one and the same template otherwise; both NULL when the model has none. Also
- * tokenizer_config.json's bos_token / eos_token (strings or {"content": ...}), NULL if absent. */
+ * tokenizer_config.json's bos_token / eos_token (strings or {"content": ...}), NULL if absent,
+ * which the caller may fill in from the model's tokenizer. Each template's capabilities. */
 typedef struct chat_templates {
     chat_template *plain, *tools;
     char *tools_source; /* the source of `tools` (a tool-call format is detected from it) */
+    chat_template_caps plain_caps, tools_caps;
     char *bos_token, *eos_token;
 } chat_templates;
 
