@@ -754,7 +754,7 @@ static int branches_body(conv *c, const cJSON *s, const cJSON *list, const char 
         if (alone && !exclusive) {
             id = schema_rule(c, br, sub);
         } else { /* keywords beside anyOf apply to every branch */
-            cJSON *m = cJSON_Duplicate(alone ? cJSON_CreateObject() : rest, true);
+            cJSON *m = alone ? cJSON_CreateObject() : cJSON_Duplicate(rest, true);
             id = merge_into(c, m, br, sub, 0) ? -1 : 0;
             /* oneOf: what the other branches require and this one does not stays out of it */
             cJSON *props = cJSON_GetObjectItemCaseSensitive(m, "properties");
