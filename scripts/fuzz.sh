@@ -28,7 +28,7 @@ for t in safetensors config tokenizer quant request template expert_load grammar
       rm -f "$corpus/ctx.json" ;;
     request) cp fuzz/seeds/request-*.bin "$corpus/" ;;
     expert_load) cp fuzz/seeds/expert-load-*.json "$corpus/" ;;
-    grammar) cp fuzz/seeds/grammar-*.bin "$corpus/" ;;
+    grammar) cp fuzz/seeds/grammar-*.bin fuzz/regressions/grammar-*.bin "$corpus/" ;;
     tool_calls) cp fuzz/seeds/tool-calls-* "$corpus/" ;;
   esac
   echo "fuzz_$t: ${secs}s"

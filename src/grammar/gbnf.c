@@ -247,7 +247,7 @@ static int by_lo(const void *a, const void *b) {
 
 /* A class's ranges (negated: their complement) as an item: one byte set, or a helper rule. */
 static int class_item(parser *ps, cp_range *r, size_t n, bool negated, seq *item) {
-    qsort(r, n, sizeof *r, by_lo);
+    if (n) qsort(r, n, sizeof *r, by_lo); /* an empty class has no array (qsort takes none) */
     class_out o = {.ps = ps, .ascii = {.kind = GE_TERM}};
     bool ascii_only = !negated;
     for (size_t i = 0; i < n; i++) ascii_only &= r[i].hi < 0x80;
