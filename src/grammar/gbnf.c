@@ -375,7 +375,7 @@ static int parse_postfix(parser *ps, seq *item) {
     }
 }
 
-static int parse_item(parser *ps, seq *item, bool in_group) {
+static int parse_item(parser *ps, seq *item) {
     char c = *ps->p;
     if (c == '"') return parse_literal(ps, item);
     if (c == '[') return parse_class(ps, item);
@@ -398,7 +398,6 @@ static int parse_item(parser *ps, seq *item, bool in_group) {
         int r = rule_id(ps, s, (size_t)(ps->p - s));
         return r < 0 ? -1 : seq_push(ps, item, ref(r));
     }
-    (void)in_group;
     char what[8] = {c, 0};
     return fail(ps, "unexpected '%s'", what);
 }
@@ -409,7 +408,7 @@ static int parse_sequence(parser *ps, seq *s, bool in_group) {
         char c = *ps->p;
         if (!c || c == '|' || c == ')' || (!in_group && at_rule_start(ps))) return 0;
         seq item = {0};
-        if (parse_item(ps, &item, in_group) || parse_postfix(ps, &item) || seq_append(ps, s, &item)) {
+        if (parse_item(ps, &item) || parse_postfix(ps, &item) || seq_append(ps, s, &item)) {
             free(item.el);
             return -1;
         }

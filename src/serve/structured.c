@@ -33,6 +33,15 @@ void structured_free(server *srv) {
     grammar_vocab_free(srv->gvocab);
 }
 
+/* json_object: any JSON object, as the schema {"type": "object"} converts. */
+static char *any_object_gbnf(loom_err *err) {
+    cJSON *any = cJSON_CreateObject();
+    cJSON_AddStringToObject(any, "type", "object");
+    char *gbnf = json_schema_to_gbnf(any, err);
+    cJSON_Delete(any);
+    return gbnf;
+}
+
 /* The one source of a grammar among the body's fields, as GBNF in *gbnf; *param names it. */
 static int grammar_source(const cJSON *root, char **gbnf, const char **param, api_error *e) {
     static const char *const fields[] = {"response_format", "structured_outputs", "grammar", "json_schema"};
@@ -62,9 +71,7 @@ static int grammar_source(const cJSON *root, char **gbnf, const char **param, ap
         if (!cJSON_IsObject(v) || !cJSON_IsString(t))
             return api_fail(e, 400, p, "'response_format' must be an object with a string 'type'");
         if (!strcmp(t->valuestring, "json_object")) {
-            cJSON *any = cJSON_Parse("{\"type\": \"object\"}");
-            *gbnf = any ? json_schema_to_gbnf(any, &err) : NULL;
-            cJSON_Delete(any);
+            *gbnf = any_object_gbnf(&err);
         } else if (!strcmp(t->valuestring, "json_schema")) {
             const cJSON *js = cJSON_GetObjectItemCaseSensitive(v, "json_schema");
             const cJSON *schema = cJSON_GetObjectItemCaseSensitive(js, "schema");
@@ -104,9 +111,7 @@ static int grammar_source(const cJSON *root, char **gbnf, const char **param, ap
             *gbnf = json_schema_to_gbnf(schema, &err);
             cJSON_Delete(parsed);
         } else if (!strcmp(name, "json_object")) {
-            cJSON *any = cJSON_Parse("{\"type\": \"object\"}");
-            *gbnf = any ? json_schema_to_gbnf(any, &err) : NULL;
-            cJSON_Delete(any);
+            *gbnf = any_object_gbnf(&err);
         } else if (!strcmp(name, "regex")) {
             if (!cJSON_IsString(kind)) return api_fail(e, 400, p, "'structured_outputs.regex' must be a string");
             *gbnf = regex_to_gbnf(kind->valuestring, &err);
