@@ -18,7 +18,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     cJSON *ctx = split < size ? cJSON_Parse(buf + split + 1) : NULL;
     if (t && ctx) {
         char *out = NULL;
-        if (chat_template_render(t, ctx, &out, &err) == 0) free(out);
+        if (chat_template_render(t, ctx, false, &out, &err) == 0) free(out);
     }
     cJSON_Delete(ctx);
     chat_template_free(t);

@@ -19,6 +19,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <cjson/cJSON.h>
+
 #include "check.h"
 #include "mpirun.h"
 
@@ -876,6 +878,64 @@ static void embedded_special_tokens(void) {
     unlink(path);
 }
 
+/* Tool round trips (issue 28): a conversation with a tool call and its result, as an OpenAI
+ * client sends it (the arguments a JSON string, content null beside the calls), renders through
+ * /tokenize as transformers renders it with the arguments and content in the form each template
+ * expects (tests/data/templates/NAME/roundtrip.json, from tests/golden/make_template_golden.py),
+ * or is refused with a 400 where transformers raises; every published template under
+ * tests/data/templates, DeepSeek-R1's (arguments concatenated as a string, calls shown only
+ * beside content none) included. */
+static void template_round_trips(void) {
+    const char *root = LOOM_SOURCE_DIR "/tests/data/templates";
+    DIR *d = opendir(root);
+    CHECK(d != NULL, "cannot open %s", root);
+    int templates = 0;
+    for (struct dirent *de; d && (de = readdir(d));) {
+        char path[512], args[600];
+        snprintf(path, sizeof path, "%s/%s/template.jinja", root, de->d_name);
+        if (de->d_name[0] == '.' || access(path, R_OK)) continue;
+        snprintf(path, sizeof path, "%s/%s/roundtrip.json", root, de->d_name);
+        FILE *f = fopen(path, "r");
+        CHECK(f != NULL, "%s: missing (run tests/golden/make_template_golden.py)", path);
+        if (!f) continue;
+        char *text = read_all(fileno(f));
+        fclose(f);
+        cJSON *trips = cJSON_Parse(text), *trip;
+        free(text);
+        CHECK(cJSON_GetArraySize(trips) > 0, "%s: no round trips", path);
+        server s;
+        snprintf(args, sizeof args, "--chat-template %s/%s/template.jinja", root, de->d_name);
+        if (start_with(&s, "env SOURCE_DATE_EPOCH=1736942400 TZ=UTC", args)) {
+            CHECK(0, "%s: the server did not start", de->d_name);
+            cJSON_Delete(trips);
+            continue;
+        }
+        cJSON_ArrayForEach(trip, trips) {
+            const char *name = cJSON_GetStringValue(cJSON_GetObjectItem(trip, "name"));
+            const char *expected = cJSON_GetStringValue(cJSON_GetObjectItem(trip, "expected"));
+            char *body = cJSON_PrintUnformatted(cJSON_GetObjectItem(trip, "request"));
+            reply r = call(s.port, "POST", "/tokenize", body);
+            cJSON *got = cJSON_Parse(r.body);
+            const char *prompt = cJSON_GetStringValue(cJSON_GetObjectItem(got, "prompt"));
+            if (expected)
+                CHECK(r.status == 200 && prompt && !strcmp(prompt, expected),
+                      "%s/%s: rendered\n%s\nexpected (transformers)\n%s", de->d_name, name, prompt ? prompt : r.body,
+                      expected);
+            else
+                CHECK(r.status == 400, "%s/%s: transformers raises (%s), the server answered %d: %s", de->d_name, name,
+                      cJSON_GetStringValue(cJSON_GetObjectItem(trip, "error")), r.status, r.body);
+            cJSON_Delete(got);
+            reply_free(&r);
+            free(body);
+        }
+        cJSON_Delete(trips);
+        CHECK(stop(&s, SIGTERM, 30) == 0, "%s: the server did not exit 0", de->d_name);
+        templates++;
+    }
+    if (d) closedir(d);
+    CHECK(templates >= 10, "round trips ran for %d templates (tests/data/templates has 10)", templates);
+}
+
 /* A model with named templates: requests with `tools` render "tool_use", others "default", as
  * transformers picks them. */
 static void named_templates(void) {
@@ -1071,6 +1131,7 @@ int main(void) {
     named_templates();
     tool_calls();
     embedded_special_tokens();
+    template_round_trips();
     server s;
     char args[256];
     snprintf(args, sizeof args,

@@ -34,7 +34,7 @@ static bool run_case(const chat_template *t, const char *what, const cJSON *c) {
     const cJSON *error = cJSON_GetObjectItemCaseSensitive(c, "error");
     loom_err err = {{0}};
     char *out = NULL;
-    int rc = chat_template_render(t, ctx, &out, &err);
+    int rc = chat_template_render(t, ctx, false, &out, &err);
     bool ok;
     if (cJSON_IsString(expected)) {
         ok = rc == 0 && !strcmp(out, expected->valuestring);
@@ -156,7 +156,7 @@ static void test_unsupported(void) {
         CHECK(t, "%s: %s", late[i][0], err.msg);
         cJSON *ctx = cJSON_Parse(late[i][1]);
         char *out = NULL;
-        CHECK(t && chat_template_render(t, ctx, &out, &err) != 0, "%s: rendered", late[i][0]);
+        CHECK(t && chat_template_render(t, ctx, false, &out, &err) != 0, "%s: rendered", late[i][0]);
         CHECK(strstr(err.msg, late[i][2]), "%s: \"%s\" lacks \"%s\"", late[i][0], err.msg, late[i][2]);
         free(out);
         cJSON_Delete(ctx);
@@ -180,8 +180,8 @@ static void test_bad_context(void) {
         cJSON *ctx = cJSON_Parse(bad[i][0]);
         char *out = NULL;
         if (!ctx) continue; /* cJSON itself refused it */
-        CHECK(chat_template_render(t, ctx, &out, &err) != 0 && strstr(err.msg, bad[i][1]), "%s: \"%s\"", bad[i][0],
-              err.msg);
+        CHECK(chat_template_render(t, ctx, false, &out, &err) != 0 && strstr(err.msg, bad[i][1]), "%s: \"%s\"",
+              bad[i][0], err.msg);
         free(out);
         cJSON_Delete(ctx);
     }
@@ -197,7 +197,7 @@ static void test_bad_context(void) {
     for (size_t i = 0; i < sizeof heavy / sizeof *heavy; i++) {
         chat_template *h = chat_template_parse(heavy[i][0], "heavy", &err);
         char *out = NULL;
-        CHECK(h && chat_template_render(h, ctx, &out, &err) != 0 && strstr(err.msg, heavy[i][1]), "%s: \"%s\"",
+        CHECK(h && chat_template_render(h, ctx, false, &out, &err) != 0 && strstr(err.msg, heavy[i][1]), "%s: \"%s\"",
               heavy[i][0], err.msg);
         free(out);
         chat_template_free(h);
@@ -218,7 +218,7 @@ static char *render_simple(chat_template *t) {
     cJSON *ctx = cJSON_Parse("{\"messages\": []}");
     char *out = NULL;
     loom_err err = {{0}};
-    if (t) CHECK(chat_template_render(t, ctx, &out, &err) == 0, "%s", err.msg);
+    if (t) CHECK(chat_template_render(t, ctx, false, &out, &err) == 0, "%s", err.msg);
     cJSON_Delete(ctx);
     return out;
 }

@@ -325,7 +325,8 @@ static int parse_prompt(server *srv, const cJSON *root, request *r, api_error *e
 /* A copy of the messages as this template expects them (its capabilities, template.h): text
  * parts joined into one string; tool call arguments (a JSON string in OpenAI's API) parsed into
  * objects, as vLLM passes them, unless the template shows the string itself; and content null
- * beside tool calls made "" for templates that fail on null. */
+ * or absent beside tool calls made "" for templates that fail on null, or null for those that
+ * show calls only then (chat_call_content). */
 static cJSON *template_messages(const cJSON *msgs, chat_template_caps caps, api_error *e) {
     if (!cJSON_IsArray(msgs) || !cJSON_GetArraySize(msgs))
         return api_fail(e, 400, "messages", "'messages' must be a non-empty array"), NULL;
@@ -375,9 +376,10 @@ static cJSON *template_messages(const cJSON *msgs, chat_template_caps caps, api_
         }
         cJSON *calls = cJSON_GetObjectItemCaseSensitive(m, "tool_calls"), *call;
         if (!cJSON_IsArray(calls)) calls = NULL;
-        if (calls && !caps.null_content && (!content || cJSON_IsNull(content))) {
-            if (content) cJSON_ReplaceItemInObjectCaseSensitive(m, "content", cJSON_CreateString(""));
-            else cJSON_AddStringToObject(m, "content", "");
+        if (calls && caps.call_content != CALL_CONTENT_DROPPED && (!content || cJSON_IsNull(content))) {
+            cJSON *shape = caps.call_content == CALL_CONTENT_EMPTY ? cJSON_CreateString("") : cJSON_CreateNull();
+            if (content) cJSON_ReplaceItemInObjectCaseSensitive(m, "content", shape);
+            else cJSON_AddItemToObject(m, "content", shape);
         }
         cJSON_ArrayForEach(call, calls) {
             cJSON *fn = cJSON_GetObjectItemCaseSensitive(call, "function");
@@ -451,7 +453,8 @@ static char *render_chat(server *srv, const cJSON *root, api_error *e) {
     if (srv->tmpl.eos_token) cJSON_AddStringToObject(ctx, "eos_token", srv->tmpl.eos_token);
     char *text = NULL;
     loom_err err = {{0}};
-    if (chat_template_render(tmpl, ctx, &text, &err)) api_fail(e, 400, "messages", "%s", err.msg);
+    bool keep_nulls = (tools ? srv->tmpl.tools_caps : srv->tmpl.plain_caps).call_content == CALL_CONTENT_NONE;
+    if (chat_template_render(tmpl, ctx, keep_nulls, &text, &err)) api_fail(e, 400, "messages", "%s", err.msg);
     cJSON_Delete(ctx);
     return text;
 fail:

@@ -46,13 +46,13 @@ void chat_template_free(chat_template *t) {
 }
 
 /* transformers' _normalize_chat_messages and _alias_reasoning_fields: keys whose value is null
- * are dropped, and reasoning under any of its names is passed as "thinking" (first) and
+ * are dropped (unless keep_nulls), and reasoning under any of its names is passed as "thinking" (first) and
  * "reasoning_content". */
-static value prepare_message(render *r, value m) {
+static value prepare_message(render *r, value m, bool keep_nulls) {
     static const char *const reasoning_names[] = {"reasoning_content", "thinking", "reasoning"};
     value out = v_dict(&r->c);
     for (size_t i = 0; i < m.d->n; i++)
-        if (m.d->v[i].kind != V_NONE) dict_set(&r->c, out.d, m.d->k[i], m.d->v[i]);
+        if (keep_nulls || m.d->v[i].kind != V_NONE) dict_set(&r->c, out.d, m.d->k[i], m.d->v[i]);
     value *reasoning = NULL;
     for (int k = 0; k < 3 && !reasoning; k++)
         reasoning = dict_getn(out.d, reasoning_names[k], strlen(reasoning_names[k]));
@@ -65,7 +65,7 @@ static value prepare_message(render *r, value m) {
 }
 
 /* The root scope: jinja's globals, then the context's members over them, messages prepared. */
-static void prepare_context(render *r, scope *root, const cJSON *context) {
+static void prepare_context(render *r, scope *root, const cJSON *context, bool keep_nulls) {
     if (!cJSON_IsObject(context)) tfail(&r->c, 0, "context: not a JSON object");
     add_globals(r, root);
     scope_set(r, root, "tools", V_NONE_VALUE);
@@ -78,7 +78,7 @@ static void prepare_context(render *r, scope *root, const cJSON *context) {
             if (v.kind != V_LIST) tfail(&r->c, 0, "context: messages is not a list");
             for (size_t i = 0; i < v.l->n; i++) {
                 if (v.l->v[i].kind != V_DICT) tfail(&r->c, 0, "context: message %zu is not an object", i);
-                v.l->v[i] = prepare_message(r, v.l->v[i]);
+                v.l->v[i] = prepare_message(r, v.l->v[i], keep_nulls);
             }
             have_messages = true;
         }
@@ -87,7 +87,7 @@ static void prepare_context(render *r, scope *root, const cJSON *context) {
     if (!have_messages) tfail(&r->c, 0, "context: no messages");
 }
 
-int chat_template_render(const chat_template *t, const cJSON *context, char **out, loom_err *err) {
+int chat_template_render(const chat_template *t, const cJSON *context, bool keep_nulls, char **out, loom_err *err) {
     *out = NULL;
     jmp_buf jb;
     render r = {.c = {.name = t->c.name, .err = err, .jb = &jb}};
@@ -96,7 +96,7 @@ int chat_template_render(const chat_template *t, const cJSON *context, char **ou
         return -1;
     }
     r.root = scope_new(&r, NULL);
-    prepare_context(&r, r.root, context);
+    prepare_context(&r, r.root, context, keep_nulls);
     tbuf b = {0};
     tb_put(&r.c, &b, "", 0);
     render_template(&r, t->tree, &b);

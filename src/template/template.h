@@ -36,23 +36,30 @@ chat_template *chat_template_parse(const char *source, const char *name, loom_er
 
 /* Renders with the given context, a cJSON object whose members are the template's variables
  * (messages, tools, documents, add_generation_prompt, bos_token, eos_token and any extra kwargs
- * such as enable_thinking or date_string). As apply_chat_template does, each message's keys
- * whose value is null are dropped, a message's reasoning given as "reasoning_content",
+ * such as enable_thinking or date_string). As transformers 5's apply_chat_template does, each
+ * message's keys whose value is null are dropped (kept as none with keep_nulls, as transformers 4
+ * passed them: see chat_call_content), a message's reasoning given as "reasoning_content",
  * "thinking" or "reasoning" is passed under both "thinking" and "reasoning_content", and tools,
  * documents (none) and add_generation_prompt (false) are always defined. strftime_now reads the
  * local clock, or SOURCE_DATE_EPOCH when it is set (reproducible prompts and tests). *out is
  * malloc'd and NUL-terminated; raise_exception(msg) becomes an error whose message contains msg. */
-int chat_template_render(const chat_template *t, const cJSON *context, char **out, loom_err *err);
+int chat_template_render(const chat_template *t, const cJSON *context, bool keep_nulls, char **out, loom_err *err);
 
 void chat_template_free(chat_template *t);
+
+/* How an assistant message's null content beside tool calls (as OpenAI clients send it) reaches
+ * the template: dropped, as transformers 5 drops null keys (most templates); "" for templates
+ * that read the content unconditionally and fail on a missing key; or kept as none, for
+ * templates that show calls only then (DeepSeek-R1's). */
+typedef enum chat_call_content { CALL_CONTENT_DROPPED, CALL_CONTENT_EMPTY, CALL_CONTENT_NONE } chat_call_content;
 
 /* What a template renders of a tool conversation (caps.c: found by rendering probes). */
 typedef struct chat_template_caps {
     bool string_arguments; /* a tool call's arguments given as a JSON string appear verbatim */
     bool object_arguments; /* given as an object, its keys and values appear */
-    bool null_content;     /* an assistant message with tool calls may have content null */
-    bool tool_call_ids;    /* a tool call's id appears */
-    bool tool_results;     /* a tool message's content appears */
+    chat_call_content call_content;
+    bool tool_call_ids; /* a tool call's id appears */
+    bool tool_results;  /* a tool message's content appears */
 } chat_template_caps;
 
 chat_template_caps chat_template_probe(const chat_template *t);

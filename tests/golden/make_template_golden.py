@@ -1,4 +1,6 @@
-"""Writes the oracle renderings of tests/data/templates/*/cases.json, checked by test_template.
+"""Writes the oracle renderings of tests/data/templates/*/cases.json, checked by test_template,
+and of the tool round trips in */roundtrip.json, checked through the server's /tokenize by
+test_serve.
 
 Each directory holds a published chat template (template.jinja, see its SOURCE.md); the
 conversations below are rendered with transformers exactly as apply_chat_template renders them
@@ -193,6 +195,68 @@ CASES = {
     ],
 }
 
+# ---------------------------------------------------------------- tool round trips (roundtrip.json)
+# A tool conversation as an OpenAI client sends it to the server: each call's arguments a JSON
+# string (compact here, so that a string shown verbatim and an object through tojson differ), and
+# content null beside the calls. The server passes each template the form it expects; these are
+# the forms, read from each template's source, that transformers renders the conversation with:
+#  - "string": DeepSeek-R1 concatenates the arguments to a string; Qwen3 shows a string verbatim
+#    (`is string`), as the model wrote it;
+#  - "object" elsewhere: `| tojson` (Qwen2.5, Llama 3.x, Mistral's `function|tojson`) or not
+#    shown at all, as vLLM passes them.
+# The null content reaches a template as transformers 5's apply_chat_template passes it (the key
+# dropped by _normalize_chat_messages), except:
+#  - "" for templates that read the content unconditionally (`message['content']`), which raise
+#    on the dropped key, as minja substitutes it;
+#  - DeepSeek-R1 shows a call only when the content is none, which transformers 5 never passes;
+#    its conversation is rendered as transformers 4's apply_chat_template did, by the same
+#    render_jinja_template on the messages as given.
+ARGS_FORM = {"deepseek-r1": "string", "qwen3": "string"}
+EMPTY_CONTENT = {"chatml", "phi3", "qwen3", "granite3.3"}
+KEEP_NULL = {"deepseek-r1"}
+
+
+def wire_call(call_id, name, args):
+    return {"id": call_id, "type": "function",
+            "function": {"name": name, "arguments": json.dumps(args, ensure_ascii=False, separators=(",", ":"))}}
+
+
+WIRE_CALL = wire_call("call12345", "get_weather", ARGS)
+WIRE_SEARCH = wire_call("call67890", "search", {"query": "Paris météo", "limit": 2})
+ROUND_TRIPS = [
+    ("call_result", [SYSTEM, ASK_WEATHER, {"role": "assistant", "content": None, "tool_calls": [WIRE_CALL]}, RESULT]),
+    ("call_result_answer", [ASK_WEATHER, {"role": "assistant", "content": "Let me check.", "tool_calls": [WIRE_CALL]},
+                            RESULT, ANSWER, UNICODE]),
+    ("two_calls", [ASK_WEATHER, {"role": "assistant", "content": None, "tool_calls": [WIRE_CALL, WIRE_SEARCH]},
+                   RESULT, RESULT2]),
+]
+
+
+def as_template_expects(messages, name):
+    """The messages with each call's arguments and null content in the template's form (copies)."""
+    out = json.loads(json.dumps(messages))
+    for m in out:
+        if m.get("tool_calls") and m.get("content") is None and name in EMPTY_CONTENT:
+            m["content"] = ""
+        for call in m.get("tool_calls") or []:
+            if ARGS_FORM.get(name, "object") == "object":
+                call["function"]["arguments"] = json.loads(call["function"]["arguments"])
+    return out
+
+
+def round_trip(name, template, messages):
+    request = {"messages": messages, "tools": TOOLS}
+    msgs = as_template_expects(messages, name)
+    try:
+        if name in KEEP_NULL:
+            rendered, _ = ctu.render_jinja_template(conversations=[msgs], tools=TOOLS, chat_template=template,
+                                                    add_generation_prompt=True, **TOKENS)
+            return {"request": request, "expected": rendered[0]}
+        return {"request": request, "expected": render(template, ctx(msgs, tools=TOOLS))}
+    except Exception as e:  # noqa: BLE001 - the template refuses the conversation: the server must too
+        return {"request": request, "error": str(e)}
+
+
 # ---------------------------------------------------------------- the interpreter's corners
 
 UNIT = [
@@ -293,7 +357,11 @@ def main():
         out = [case(cname, source, context) for cname, context in cases]
         (ROOT / name / "cases.json").write_text(json.dumps(out, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
         total += len(out)
-        print(f"{name}: {len(out)} cases ({sum('error' in c for c in out)} raising)")
+        trips = [{"name": cname, **round_trip(name, source, msgs)} for cname, msgs in ROUND_TRIPS]
+        (ROOT / name / "roundtrip.json").write_text(json.dumps(trips, ensure_ascii=False, indent=1) + "\n",
+                                                    encoding="utf-8")
+        print(f"{name}: {len(out)} cases ({sum('error' in c for c in out)} raising), "
+              f"{len(trips)} round trips ({sum('error' in c for c in trips)} raising)")
     unit = []
     for cname, template, context in UNIT:
         context = {"messages": [], **context}
