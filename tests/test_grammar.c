@@ -277,6 +277,36 @@ static void number_range(grammar_vocab *v, const char *bounds, double lo, double
     grammar_unref(g);
 }
 
+/* Properties with the same length bounds share one rule: JSONSchemaBench's Github_medium/o9913
+ * repeats "maxLength": 32767 (cut to 10000) 28 times, which as 28 chains of 10000 helper rules,
+ * each looked up by name among all the others, compiled for hours. The lengths still hold. */
+static void long_strings(grammar_vocab *v) {
+    gbuf schema = {0};
+    gbuf_puts(&schema, "{\"type\": \"object\", \"properties\": {");
+    for (int i = 0; i < 40; i++)
+        gbuf_printf(&schema, "%s\"p%d\": {\"type\": \"string\", \"maxLength\": 32767}", i ? ", " : "", i);
+    gbuf_puts(&schema,
+              ", \"short\": {\"type\": \"string\", \"minLength\": 2, \"maxLength\": 3}}, \"required\": [\"short\"]}");
+    loom_err err = {{0}};
+    cJSON *j = cJSON_Parse(schema.p);
+    char *gbnf = j ? json_schema_to_gbnf(j, &err) : NULL;
+    const char *first = gbnf ? strstr(gbnf, "{0,10000}") : NULL;
+    CHECK(first && !strstr(first + 1, "{0,10000}"), "40 strings of maxLength 32767: %s",
+          gbnf ? "not one shared rule" : err.msg);
+    grammar *g = gbnf ? grammar_compile(gbnf, v, &err) : NULL;
+    CHECK(g != NULL, "40 long strings: %s", err.msg);
+    if (g) {
+        static const char *const in[] = {"{\"short\": \"ab\"}", "{\"p0\": \"\", \"short\": \"abc\"}", NULL};
+        static const char *const out[] = {"{\"short\": \"a\"}", "{\"short\": \"abcd\"}", NULL};
+        for (int i = 0; in[i]; i++) CHECK(accepts(g, in[i]), "long strings: %s refused", in[i]);
+        for (int i = 0; out[i]; i++) CHECK(!accepts(g, out[i]), "long strings: %s accepted", out[i]);
+    }
+    grammar_unref(g);
+    cJSON_Delete(j);
+    free(gbnf);
+    free(schema.p);
+}
+
 static void test_schema(grammar_vocab *v) {
     integer_range(v, -7, 13, true, true);
     integer_range(v, 95, 1234, true, true);
@@ -289,6 +319,7 @@ static void test_schema(grammar_vocab *v) {
     number_range(v, "\"exclusiveMinimum\": -2, \"exclusiveMaximum\": 3", -2, 3, true, true);
     number_range(v, "\"minimum\": 10, \"exclusiveMaximum\": 12", 10, 12, false, true);
     number_range(v, "\"minimum\": -5, \"maximum\": -1, \"exclusiveMaximum\": -2", -5, -2, false, true);
+    long_strings(v);
     static const struct {
         const char *schema, *error;
     } bad[] = {

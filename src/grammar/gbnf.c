@@ -74,9 +74,7 @@ static gelem byte_set(uint8_t lo, uint8_t hi) {
 }
 
 /* The rule called name[0..n), made (undefined) on first mention; -1 when out of memory. */
-static int rule_id(parser *ps, const char *name, size_t n) {
-    for (size_t i = 0; i < ps->n_rules; i++)
-        if (strlen(ps->rules[i].name) == n && !memcmp(ps->rules[i].name, name, n)) return (int)i;
+static int new_rule(parser *ps, const char *name, size_t n) {
     if (ARRAY_RESERVE(ps->rules, ps->cap_rules, ps->n_rules + 1, "grammar rules", NULL)) return oom(ps);
     brule *r = &ps->rules[ps->n_rules];
     *r = (brule){.name = mem_strndup(name, n, "a rule name", NULL)};
@@ -84,11 +82,22 @@ static int rule_id(parser *ps, const char *name, size_t n) {
     return (int)ps->n_rules++;
 }
 
-/* A helper rule for a group, class or repetition, named after nothing a grammar can write. */
+/* A named rule's id, the rule made when the name is new. Helper rules (most of a converted
+ * schema's, thousands for a long string's repetition) are never looked up, so the scan is
+ * over the rules a grammar names. */
+static int rule_id(parser *ps, const char *name, size_t n) {
+    for (size_t i = 0; i < ps->n_rules; i++)
+        if (ps->rules[i].name[0] != ' ' && strlen(ps->rules[i].name) == n && !memcmp(ps->rules[i].name, name, n))
+            return (int)i;
+    return new_rule(ps, name, n);
+}
+
+/* A helper rule for a group, class or repetition, named after nothing a grammar can write
+ * (a leading space). */
 static int helper_rule(parser *ps) {
     char name[32];
     int n = snprintf(name, sizeof name, " helper %d", ps->n_helpers++);
-    int r = rule_id(ps, name, (size_t)n);
+    int r = new_rule(ps, name, (size_t)n);
     if (r >= 0) ps->rules[r].defined = true;
     return r;
 }

@@ -36,6 +36,7 @@
 #define MAX_DEPTH  64    /* nested subschemas (references do not count: they are rules) */
 #define MAX_REFS   512   /* distinct $ref targets */
 #define MAX_REPEAT 10000 /* GBNF's bound on a repetition count: longer maxima are cut to it */
+#define MAX_LENS   256   /* distinct string length bounds given a shared rule each */
 #define INT_DIGITS 16    /* an unbounded integer's digits at most */
 
 typedef struct conv {
@@ -50,6 +51,12 @@ typedef struct conv {
     } refs[MAX_REFS];
     int n_refs;
     bool need_value, need_string, need_number, need_integer;
+    /* strings with length bounds, each a shared rule: a schema repeating "maxLength": 32767 in
+     * a hundred places makes one rule of 10000 helpers, not a hundred */
+    struct {
+        int lo, hi; /* hi -1: unbounded */
+    } lens[MAX_LENS];
+    int n_lens;
 } conv;
 
 static int refuse(conv *c, const char *path, const char *fmt, const char *what) {
@@ -114,6 +121,11 @@ static void emit_shared(conv *c) {
     }
     if (c->need_value || c->need_string) {
         gbuf_printf(o, "%s-string ::= \"\\\"\" %s-char* \"\\\"\"\n", n, n);
+    }
+    for (int k = 0; k < c->n_lens; k++) {
+        gbuf_printf(o, "%s-string-%d ::= \"\\\"\" %s-char{%d,", n, k, n, c->lens[k].lo);
+        if (c->lens[k].hi >= 0) gbuf_printf(o, "%d", c->lens[k].hi);
+        gbuf_puts(o, "} \"\\\"\"\n");
     }
     if (c->need_value || c->need_number) {
         gbuf_printf(o,
@@ -398,8 +410,11 @@ static int string_body(conv *c, const cJSON *s, const char *path, gbuf *b) {
     if (lo > MAX_REPEAT) return refuse(c, path, "'minLength' over %s is not supported", "10000");
     if (hi > MAX_REPEAT) hi = MAX_REPEAT; /* a shorter maximum: still valid */
     if (mx && hi < lo) return refuse(c, path, "'%s' below minLength: no string fits", "maxLength");
-    if (mx) gbuf_printf(b, "\"\\\"\" %s-char{%d,%d} \"\\\"\"", c->name, (int)ceil(lo), (int)floor(hi));
-    else gbuf_printf(b, "\"\\\"\" %s-char{%d,} \"\\\"\"", c->name, (int)ceil(lo));
+    int l = (int)ceil(lo), h = mx ? (int)floor(hi) : -1, k = 0;
+    while (k < c->n_lens && (c->lens[k].lo != l || c->lens[k].hi != h)) k++;
+    if (k == MAX_LENS) return refuse(c, path, "more than %s distinct string length bounds", "256");
+    if (k == c->n_lens) c->lens[c->n_lens++].lo = l, c->lens[k].hi = h;
+    gbuf_printf(b, "%s-string-%d", c->name, k);
     return 0;
 }
 
