@@ -13,9 +13,11 @@
  *    would overflow a validator's double);
  *  - strings never hold \u escapes of surrogates (a pair would count as two characters here and
  *    one to a validator);
- *  - oneOf is anyOf, except that a branch leaves out the properties other branches require and
- *    it does not (the usual way a oneOf tells its branches apart); enum values of the wrong
- *    type are left out;
+ *  - oneOf is anyOf where the branches rule each other out: by type, by enum/const values, or
+ *    by required properties (a branch leaves out, as declared and as extra keys, the ones the
+ *    others require and it does not); a oneOf whose branches could both match is refused;
+ *  - keys past an object's declared properties are none of them, and unescaped;
+ *  - enum values of the wrong type are left out;
  *  - OpenAPI's `nullable` is an annotation, as JSON Schema validators take it (null only where
  *    the type allows it).
  * What would change validity and has no grammar here is refused, naming the keyword and the
@@ -32,6 +34,7 @@
 #include "grammar/grammar.h"
 #include "grammar/regex.h"
 #include "util/err.h"
+#include "util/utf8.h"
 
 #define MAX_DEPTH  64    /* nested subschemas (references do not count: they are rules) */
 #define MAX_REFS   512   /* distinct $ref targets */
@@ -50,13 +53,18 @@ typedef struct conv {
         int rule;
     } refs[MAX_REFS];
     int n_refs;
-    bool need_value, need_string, need_number, need_integer;
+    bool need_value, need_string, need_number, need_integer, need_keychar;
     /* strings with length bounds, each a shared rule: a schema repeating "maxLength": 32767 in
      * a hundred places makes one rule of 10000 helpers, not a hundred */
     struct {
         int lo, hi; /* hi -1: unbounded */
     } lens[MAX_LENS];
     int n_lens;
+    /* a oneOf branch's object (by identity) and the names it may not hold: the other branches
+     * require them, so leaving them out is what keeps them from matching too */
+    struct {
+        const cJSON *schema, *names;
+    } exclude;
 } conv;
 
 static int refuse(conv *c, const char *path, const char *fmt, const char *what) {
@@ -134,6 +142,7 @@ static void emit_shared(conv *c) {
                     n);
     }
     if (c->need_integer) gbuf_printf(o, "%s-integer ::= \"-\"? (\"0\" | [1-9] [0-9]{0,15})\n", n);
+    if (c->need_keychar) gbuf_printf(o, "%s-keychar ::= [^\"\\\\\\x00-\\x1F]\n", n);
     /* a character of a JSON string: raw, or an escape (no surrogate \u escapes) */
     gbuf_printf(o,
                 "%s-char ::= [^\"\\\\\\x00-\\x1F] | \"\\\\\" ([\"\\\\/bfnrt] | \"u\" ([0-9a-cA-C] [0-9a-fA-F]{3} | "
@@ -331,9 +340,9 @@ static int format_expr(conv *c, const char *f, const char *path, gbuf *b) {
     static const struct {
         const char *name, *gbnf;
     } formats[] = {
-        {"date", "[0-9]{4} \"-\" DATE"},
+        {"date", "YEAR \"-\" DATE"},
         {"time", "TIME"},
-        {"date-time", "[0-9]{4} \"-\" DATE \"T\" TIME"},
+        {"date-time", "YEAR \"-\" DATE \"T\" TIME"},
         {"uuid", "[0-9a-f]{8} \"-\" [0-9a-f]{4} \"-\" [0-9a-f]{4} \"-\" [0-9a-f]{4} \"-\" [0-9a-f]{12}"},
         {"email", "[a-zA-Z0-9] [a-zA-Z0-9._+-]{0,31} \"@\" [a-zA-Z0-9] [a-zA-Z0-9-]{0,30} (\".\" [a-zA-Z0-9] "
                   "[a-zA-Z0-9-]{0,30}){0,2} \".\" [a-zA-Z]{2,8}"},
@@ -350,11 +359,13 @@ static int format_expr(conv *c, const char *f, const char *path, gbuf *b) {
         "uri-template", "json-pointer", "relative-json-pointer", "regex", NULL};
     for (size_t i = 0; i < sizeof formats / sizeof *formats; i++) {
         if (strcmp(formats[i].name, f)) continue;
-        /* the pieces, expanded in place: a month and its days (February to 28), a time with its
+        /* the pieces, expanded in place: a year from 0001 (Python's dates, which validators use,
+         * have no year 0), a month and its days (February to 28), a time with its
          * zone, an octet without leading zeros, a hostname label */
         static const struct {
             const char *key, *gbnf;
         } pieces[] = {
+            {"YEAR", "(\"000\" [1-9] | \"00\" [1-9] [0-9] | \"0\" [1-9] [0-9]{2} | [1-9] [0-9]{3})"},
             {"DATE", "((\"0\" [13578] | \"1\" [02]) \"-\" (\"0\" [1-9] | [12] [0-9] | \"3\" [01]) | (\"0\" [469] | "
                      "\"11\") \"-\" (\"0\" [1-9] | [12] [0-9] | \"30\") | \"02-\" (\"0\" [1-9] | \"1\" [0-9] | \"2\" "
                      "[0-8]))"},
@@ -542,6 +553,74 @@ static bool in_required(const cJSON *req, const char *k) {
     return false;
 }
 
+/* Whether name is among a list of strings. */
+static bool listed(const cJSON *list, const char *name) {
+    const cJSON *r;
+    cJSON_ArrayForEach(r, list) if (cJSON_IsString(r) && !strcmp(r->valuestring, name)) return true;
+    return false;
+}
+
+/* The rule of the names' trie node at prefix `at` (bytes of a name): a key's characters from
+ * there, its closing quote included. The key may end unless a name ends here, go on along a
+ * name, or leave every name with another character and then take any (unescaped) characters. */
+static int key_node(conv *c, const cJSON *names, const char *at, size_t len) {
+    int id = c->n_rules++, n_seen = 0, rc = 0;
+    gbuf alts = {0}, others = {0};
+    uint32_t seen[128];
+    bool ends = false;
+    const cJSON *nm;
+    cJSON_ArrayForEach(nm, names) {
+        const char *k = nm->valuestring;
+        if (strlen(k) < len || memcmp(k, at, len)) continue;
+        if (!k[len]) {
+            ends = true;
+            continue;
+        }
+        size_t n;
+        uint32_t cp = u8decode(k + len, &n);
+        bool dup = false;
+        for (int i = 0; i < n_seen; i++) dup |= seen[i] == cp;
+        if (dup) continue;
+        if (n_seen == (int)(sizeof seen / sizeof *seen)) {
+            rc = refuse(c, "", "over %s property names branch at one character", "128");
+            break;
+        }
+        seen[n_seen++] = cp;
+        int child = key_node(c, names, k, len + n);
+        if (child < 0) {
+            rc = -1;
+            break;
+        }
+        gbuf_printf(&alts, "\"\\U%08X\" %s-%d | ", cp, c->name, child);
+        gbuf_printf(&others, "\\U%08X", cp);
+    }
+    if (!rc)
+        gbuf_printf(c->out, "%s-%d ::= %s%s[^\"\\\\\\x00-\\x1F%s] %s-keychar* \"\\\"\"\n", c->name, id,
+                    ends ? "" : "\"\\\"\" | ", alts.p ? alts.p : "", others.p ? others.p : "", c->name);
+    gbuf_free(&alts);
+    gbuf_free(&others);
+    return rc ? -1 : id;
+}
+
+/* A key (quoted) that is none of `names`: unescaped, since an escaped spelling of a name is the
+ * name to a validator. Names no unescaped key can spell are left out of the trie. */
+static int key_except(conv *c, const cJSON *names) {
+    cJSON *spellable = cJSON_CreateArray();
+    const cJSON *nm;
+    cJSON_ArrayForEach(nm, names) {
+        const char *k = cJSON_IsString(nm) ? nm->valuestring : NULL;
+        bool ok = k && u8invalid(k, strlen(k)) == strlen(k);
+        for (const char *q = ok ? k : ""; *q; q++) ok &= *q != '"' && *q != '\\' && (unsigned char)*q >= 0x20;
+        if (ok && !listed(spellable, k)) cJSON_AddItemToArray(spellable, cJSON_CreateString(k));
+    }
+    c->need_keychar = true;
+    int root = c->n_rules++, first = key_node(c, spellable, "", 0);
+    cJSON_Delete(spellable);
+    if (first < 0) return -1;
+    gbuf_printf(c->out, "%s-%d ::= \"\\\"\" %s-%d\n", c->name, root, c->name, first);
+    return root;
+}
+
 static int object_body(conv *c, const cJSON *s, const char *path, gbuf *b) {
     const cJSON *props = get(s, "properties"), *req = get(s, "required"), *addl = get(s, "additionalProperties"),
                 *pats = get(s, "patternProperties");
@@ -599,8 +678,18 @@ static int object_body(conv *c, const cJSON *s, const char *path, gbuf *b) {
             int id = addl && cJSON_IsObject(addl) ? schema_rule(c, addl, sub) : -1;
             if (id < 0 && addl && cJSON_IsObject(addl)) rc = -1;
             if (id < 0) c->need_value = true;
-            c->need_string = true;
-            gbuf_printf(&alts, "%s%s-string %s-ws \":\" %s-ws ", alts.len ? " | " : "", nm, nm, nm);
+            /* a key past the declared ones is none of them (nor a name a oneOf branch leaves out) */
+            cJSON *taken = cJSON_CreateArray();
+            const cJSON *x, *out = c->exclude.schema == s ? c->exclude.names : NULL;
+            cJSON_ArrayForEach(x, props) cJSON_AddItemToArray(taken, cJSON_CreateString(x->string));
+            cJSON_ArrayForEach(x, req) if (cJSON_IsString(x)) cJSON_AddItemToArray(taken, cJSON_Duplicate(x, true));
+            cJSON_ArrayForEach(x, out) cJSON_AddItemToArray(taken, cJSON_Duplicate(x, true));
+            int key = cJSON_GetArraySize(taken) ? key_except(c, taken) : -2;
+            cJSON_Delete(taken);
+            if (key == -1) rc = -1;
+            if (key < 0) c->need_string = true;
+            if (key < 0) gbuf_printf(&alts, "%s%s-string %s-ws \":\" %s-ws ", alts.len ? " | " : "", nm, nm, nm);
+            else gbuf_printf(&alts, "%s%s-%d %s-ws \":\" %s-ws ", alts.len ? " | " : "", nm, key, nm, nm);
             if (id >= 0) gbuf_printf(&alts, "%s-%d %s-ws", nm, id, nm);
             else gbuf_printf(&alts, "%s-value %s-ws", nm, nm);
         }
@@ -749,48 +838,120 @@ static const char *implied_type(const cJSON *s) {
     return NULL;
 }
 
-/* Alternatives of the branches of anyOf/oneOf, each merged with the keywords beside it. */
+/* The types a merged branch's values can have, as bits (integer inside number); 0: any. */
+enum { T_NULL = 1, T_BOOL = 2, T_INT = 4, T_NUM = 8 | T_INT, T_STR = 16, T_OBJ = 32, T_ARR = 64 };
+static int type_bits(const cJSON *s) {
+    static const struct {
+        const char *name;
+        int bits;
+    } names[] = {{"null", T_NULL},  {"boolean", T_BOOL}, {"integer", T_INT}, {"number", T_NUM},
+                 {"string", T_STR}, {"object", T_OBJ},   {"array", T_ARR}};
+    const cJSON *type = get(s, "type"), *types = cJSON_IsArray(type) ? type : NULL, *t;
+    const cJSON *cst = cJSON_GetObjectItemCaseSensitive(s, "const"), *en = cst ? NULL : get(s, "enum");
+    int bits = 0;
+    if (!type && (cst || en)) { /* the values' own types */
+        for (t = cst ? cst : en->child; t; t = cst ? NULL : t->next)
+            bits |= cJSON_IsNull(t)     ? T_NULL
+                    : cJSON_IsBool(t)   ? T_BOOL
+                    : cJSON_IsNumber(t) ? (t->valuedouble == floor(t->valuedouble) ? T_INT : T_NUM)
+                    : cJSON_IsString(t) ? T_STR
+                    : cJSON_IsArray(t)  ? T_ARR
+                                        : T_OBJ;
+        return bits;
+    }
+    const char *implied = type ? NULL : implied_type(s);
+    if (!type && !implied) return 0;
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+        bool named = implied ? !strcmp(implied, names[i].name)
+                             : cJSON_IsString(type) && !strcmp(type->valuestring, names[i].name);
+        cJSON_ArrayForEach(t, types) named |= cJSON_IsString(t) && !strcmp(t->valuestring, names[i].name);
+        if (named) bits |= names[i].bits;
+    }
+    return bits;
+}
+
+/* Whether every value branch a (merged) admits fails branch b, so that a oneOf holding both
+ * matches one: their types are apart, their enum/const values are, or a is an object left
+ * without a name b requires (a's names are taken out: see branches_body). */
+static bool rules_out(const cJSON *a, const cJSON *b) {
+    int ta = type_bits(a), tb = type_bits(b);
+    if (ta && tb && !(ta & tb)) return true;
+    const cJSON *ea = cJSON_GetObjectItemCaseSensitive(a, "const") ? NULL : get(a, "enum"),
+                *eb = cJSON_GetObjectItemCaseSensitive(b, "const") ? NULL : get(b, "enum"), *x, *y;
+    const cJSON *ca = cJSON_GetObjectItemCaseSensitive(a, "const"), *cb = cJSON_GetObjectItemCaseSensitive(b, "const");
+    if ((ca || ea) && (cb || eb)) {
+        bool apart = true;
+        for (x = ca ? ca : ea->child; x && apart; x = ca ? NULL : x->next)
+            for (y = cb ? cb : eb->child; y && apart; y = cb ? NULL : y->next) apart = !cJSON_Compare(x, y, true);
+        if (apart) return true;
+    }
+    /* required names only bind objects, and a's object grammar must be a's own (no branches,
+     * values or key patterns of its own that could bring the name back) */
+    if (ta != T_OBJ || ca || ea || get(a, "anyOf") || get(a, "oneOf") || get(a, "patternProperties")) return false;
+    const cJSON *theirs = get(b, "required"), *mine = get(a, "required");
+    cJSON_ArrayForEach(x, theirs) if (cJSON_IsString(x) && !listed(mine, x->valuestring)) return true;
+    return false;
+}
+
+/* Alternatives of the branches of anyOf/oneOf, each merged with the keywords beside it. A oneOf
+ * is the anyOf of its branches where each rules the others out (rules_out): a branch leaves out
+ * the properties other branches require and it does not, as keys past its declared ones too. A
+ * oneOf whose branches could both match some value is refused. */
 static int branches_body(conv *c, const cJSON *s, const cJSON *list, const char *kw, const char *path, gbuf *b) {
     if (!cJSON_IsArray(list) || !cJSON_GetArraySize(list)) return refuse(c, path, "'%s' must be a non-empty array", kw);
     cJSON *rest = cJSON_Duplicate(s, true);
     cJSON_DeleteItemFromObjectCaseSensitive(rest, kw);
-    bool alone = true;
+    bool alone = true, one = !strcmp(kw, "oneOf");
     const cJSON *k;
     cJSON_ArrayForEach(k, rest) alone &= is_annotation(k->string);
-    int i = 0, rc = 0;
-    const cJSON *br;
-    gbuf_puts(b, "(");
-    cJSON_ArrayForEach(br, list) {
-        char sub[512], idx[16];
+    int n = cJSON_GetArraySize(list), rc = 0;
+    cJSON **merged = calloc((size_t)n, sizeof *merged);
+    if (!merged) rc = loom_errf(c->err, "json_schema: out of memory");
+    const cJSON *br = list->child;
+    char sub[512], idx[16];
+    for (int i = 0; !rc && i < n; i++, br = br->next) { /* keywords beside them apply to every branch */
         snprintf(idx, sizeof idx, "%d", i);
         sub_path(sub, sizeof sub, path, kw, idx);
-        int id;
-        bool exclusive = !strcmp(kw, "oneOf") && cJSON_IsObject(br);
-        if (alone && !exclusive) {
-            id = schema_rule(c, br, sub);
-        } else { /* keywords beside anyOf apply to every branch */
-            cJSON *m = alone ? cJSON_CreateObject() : cJSON_Duplicate(rest, true);
-            id = merge_into(c, m, br, sub, 0) ? -1 : 0;
-            /* oneOf: what the other branches require and this one does not stays out of it */
-            cJSON *props = cJSON_GetObjectItemCaseSensitive(m, "properties");
-            const cJSON *other, *name, *mine = cJSON_GetObjectItemCaseSensitive(m, "required"),
-                                       *others = exclusive ? list : NULL;
-            cJSON_ArrayForEach(other, others) {
-                if (other == br) continue;
-                const cJSON *theirs = cJSON_GetObjectItemCaseSensitive(other, "required");
-                cJSON_ArrayForEach(name, theirs) if (cJSON_IsString(name) && !in_required(mine, name->valuestring))
-                    cJSON_DeleteItemFromObjectCaseSensitive(props, name->valuestring);
+        if (alone && !one) continue;
+        merged[i] = alone ? cJSON_CreateObject() : cJSON_Duplicate(rest, true);
+        if (cJSON_IsBool(br)) rc = refuse(c, sub, "a boolean branch in '%s' is not supported", kw);
+        else rc = merge_into(c, merged[i], br, sub, 0);
+    }
+    for (int i = 0; !rc && one && i < n; i++)
+        for (int j = 0; !rc && j < n; j++)
+            if (i != j && !rules_out(merged[i], merged[j])) {
+                char msg[64];
+                snprintf(msg, sizeof msg, "'oneOf' branches %d and %d", i, j);
+                rc = refuse(c, path,
+                            "%s could both match a value (only branches told apart by type, values or required "
+                            "properties are supported)",
+                            msg);
             }
-            if (!id) id = schema_rule(c, m, sub);
-            cJSON_Delete(m);
-        }
-        if (id < 0) {
-            rc = -1;
-            break;
-        }
-        gbuf_printf(b, "%s%s-%d", i++ ? " | " : "", c->name, id);
+    gbuf_puts(b, "(");
+    br = list->child;
+    for (int i = 0; !rc && i < n; i++, br = br->next) {
+        snprintf(idx, sizeof idx, "%d", i);
+        sub_path(sub, sizeof sub, path, kw, idx);
+        cJSON *excluded = cJSON_CreateArray(), *props = cJSON_GetObjectItemCaseSensitive(merged[i], "properties");
+        const cJSON *name, *mine = merged[i] ? get(merged[i], "required") : NULL;
+        for (int j = 0; one && j < n; j++)
+            if (j != i)
+                cJSON_ArrayForEach(name, get(merged[j], "required")) if (cJSON_IsString(name) &&
+                                                                         !listed(mine, name->valuestring) &&
+                                                                         !listed(excluded, name->valuestring)) {
+                    cJSON_DeleteItemFromObjectCaseSensitive(props, name->valuestring);
+                    cJSON_AddItemToArray(excluded, cJSON_CreateString(name->valuestring));
+                }
+        c->exclude.schema = merged[i], c->exclude.names = excluded;
+        int id = merged[i] ? schema_rule(c, merged[i], sub) : schema_rule(c, br, sub);
+        c->exclude.schema = c->exclude.names = NULL;
+        cJSON_Delete(excluded);
+        if (id < 0) rc = -1;
+        else gbuf_printf(b, "%s%s-%d", i ? " | " : "", c->name, id);
     }
     gbuf_puts(b, ")");
+    for (int i = 0; merged && i < n; i++) cJSON_Delete(merged[i]);
+    free(merged);
     cJSON_Delete(rest);
     return rc;
 }
