@@ -332,6 +332,13 @@ static void object_keys(grammar_vocab *v) {
                     "{\"type\": \"integer\"}}, \"oneOf\": [{\"required\": [\"x\"]}, {\"required\": [\"y\"]}]}",
                     (const char *const[]){"{\"x\": 1}", "{\"y\": 2}", NULL},
                     (const char *const[]){"{\"x\": 1, \"y\": 2}", "{\"y\": 2, \"x\": 1}", "{}", NULL});
+    /* draft 4's name fragments (JSONSchemaBench's Github_easy/o35904 was read as the root) */
+    schema_language(v,
+                    "{\"definitions\": {\"d\": {\"id\": \"#drive\", \"type\": \"object\", \"properties\": {\"n\": "
+                    "{\"type\": \"integer\"}}, \"required\": [\"n\"]}}, \"type\": \"object\", \"properties\": "
+                    "{\"jump\": {\"$ref\": \"#drive\"}}}",
+                    (const char *const[]){"{\"jump\": {\"n\": 1}}", "{}", NULL},
+                    (const char *const[]){"{\"jump\": {}}", "{\"jump\": {\"jump\": {\"n\": 1}}}", NULL});
     schema_language(v, "{\"oneOf\": [{\"type\": \"string\"}, {\"type\": \"integer\"}, {\"const\": true}]}",
                     (const char *const[]){"\"s\"", "3", "true", NULL}, (const char *const[]){"false", "null", NULL});
 }

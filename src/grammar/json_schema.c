@@ -445,9 +445,32 @@ static void json_literal(gbuf *b, const cJSON *v) {
     free(t);
 }
 
-/* The schema a JSON pointer names in the root document. */
+/* The subschema of v whose "$anchor" is name, or whose "id"/"$id" is "#name" (draft 4's plain
+ * name fragments). */
+static const cJSON *find_anchor(const cJSON *v, const char *name) {
+    if (!cJSON_IsObject(v) && !cJSON_IsArray(v)) return NULL;
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(v, "$anchor"), *x;
+    if (cJSON_IsString(a) && !strcmp(a->valuestring, name)) return v;
+    for (int k = 0; k < 2; k++) {
+        const cJSON *id = cJSON_GetObjectItemCaseSensitive(v, k ? "$id" : "id");
+        if (cJSON_IsString(id) && id->valuestring[0] == '#' && !strcmp(id->valuestring + 1, name)) return v;
+    }
+    cJSON_ArrayForEach(x, v) {
+        const cJSON *found = find_anchor(x, name);
+        if (found) return found;
+    }
+    return NULL;
+}
+
+/* The schema a JSON pointer ("#/a/b") or a plain name fragment ("#name") names in the root
+ * document. */
 static const cJSON *resolve(conv *c, const char *ref, const char *path) {
     if (ref[0] != '#') return refuse(c, path, "'$ref' to another document ('%s') is not supported", ref), NULL;
+    if (ref[1] && ref[1] != '/') {
+        const cJSON *named = find_anchor(c->root, ref + 1);
+        if (!named) refuse(c, path, "'$ref' '%s' names nothing in the schema", ref);
+        return named;
+    }
     const cJSON *at = c->root;
     for (const char *p = ref + 1; *p == '/' && at;) {
         char key[256];
