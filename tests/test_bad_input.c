@@ -110,7 +110,8 @@ static void expect(const char *what, const char *args, int want_rc, const char *
 
 #define BENCH "bench latency -m %s/m --input-len 3 --output-len 2 --batch-size 1 --num-iters 1 --num-iters-warmup 0"
 
-/* A case that changes one field of the golden model and must fail with `needle`: obj.key, in
+/* A case that changes one field of the golden model and must fail with `needle`: obj.key (obj
+ * NULL: a top-level key, added if absent), in
  * config.json (config) or in the safetensors header, set to the JSON `value` (a printf format, in
  * which %zu stands for the data section's size plus 256) or, with `like`, to a copy of like.key. */
 typedef struct {
@@ -136,7 +137,9 @@ static void expect_edits(const field_edit *e, size_t n, const cJSON *h, char *da
             snprintf(json, sizeof json, e->value, dlen + 256);
             v = cJSON_Parse(json);
         }
-        cJSON_ReplaceItemInObject(cJSON_GetObjectItem(c, e->obj), e->key, v);
+        cJSON *parent = e->obj ? cJSON_GetObjectItem(c, e->obj) : c;
+        if (cJSON_GetObjectItem(parent, e->key)) cJSON_ReplaceItemInObject(parent, e->key, v);
+        else cJSON_AddItemToObject(parent, e->key, v);
         if (e->config) {
             char *out = cJSON_Print(c);
             fresh_case(out);
@@ -335,6 +338,35 @@ static void bad_fp8(void) {
     free(whole);
 }
 
+/* Gemma's own fields, on the Gemma 3 golden model. */
+static void bad_gemma(void) {
+    snprintf(src_dir, sizeof src_dir, "%s/tests/golden/gemma3", LOOM_SOURCE_DIR);
+    static const field_edit edits[] = {
+        {"gemma: exact GELU", true, NULL, "hidden_activation", "\"gelu\"", NULL,
+         "unsupported hidden_activation 'gelu' (only gelu_pytorch_tanh)"},
+        {"gemma: layer_types too short", true, NULL, "layer_types", "[\"sliding_attention\"]", NULL,
+         "field 'layer_types' must list one type for each of the 3 layers"},
+        {"gemma: an unknown layer type", true, NULL, "layer_types",
+         "[\"sliding_attention\", \"chunked_attention\", \"full_attention\"]", NULL,
+         "layer_types[1] 'chunked_attention': only sliding_attention and full_attention"},
+        {"gemma: scaled RoPE on the sliding layers", true, "rope_parameters", "sliding_attention",
+         "{\"rope_type\": \"linear\", \"factor\": 2.0}", NULL,
+         "rope_parameters.sliding_attention: rope type 'linear' (only default)"},
+        {"gemma: a negative soft-cap", true, NULL, "final_logit_softcapping", "-1.0", NULL,
+         "field 'final_logit_softcapping' must be positive (or null for none)"},
+        {"gemma: bidirectional attention", true, NULL, "use_bidirectional_attention", "true", NULL,
+         "field 'use_bidirectional_attention': only causal attention is supported"},
+        {"gemma: query_pre_attn_scalar zero", true, NULL, "query_pre_attn_scalar", "0", NULL,
+         "field 'query_pre_attn_scalar' must be positive"},
+    };
+    char *data, *whole;
+    size_t dlen;
+    cJSON *h = orig_header(&data, &dlen, &whole);
+    expect_edits(edits, sizeof edits / sizeof *edits, h, data, dlen);
+    cJSON_Delete(h);
+    free(whole);
+}
+
 int main(void) {
     snprintf(tmp, sizeof tmp, "/tmp/loom-bad-XXXXXX");
     CHECK(mkdtemp(tmp), "mkdtemp");
@@ -446,6 +478,7 @@ int main(void) {
     free(whole);
     bad_quantized();
     bad_fp8();
+    bad_gemma();
     char cmd[1024];
     snprintf(cmd, sizeof cmd, "rm -rf %s", tmp);
     CHECK(system(cmd) == 0, "cleanup");

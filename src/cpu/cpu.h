@@ -75,6 +75,8 @@ typedef struct cpu_kernels {
     /* one head of rotate_half RoPE: out[i], out[i+half] from x[i], x[i+half] */
     void (*rope)(const float *x, const float *cos, const float *sin, float *out, int half);
     void (*silu_mul)(const float *gate, const float *up, float *out, int n);
+    /* gelu_tanh(gate) * up, GELU's tanh approximation written as x * sigmoid(2u) */
+    void (*gelu_tanh_mul)(const float *gate, const float *up, float *out, int n);
     void (*add)(const float *a, const float *b, float *out, int n);
     void (*axpy)(float a, const float *x, float *y, int n); /* y += a * x (the MoE combine) */
     void (*scale)(const float *x, float s, float *out, int n);

@@ -497,6 +497,17 @@ static void silu_mul(const float *gate, const float *up, float *out, int n) {
     })
 }
 
+/* 0.5 x (1 + tanh(u)) = x / (1 + exp(-2u)), u = sqrt(2/pi) (x + 0.044715 x^3): torch's
+ * gelu(approximate="tanh") without a tanh to vectorise */
+static void gelu_tanh_mul(const float *gate, const float *up, float *out, int n) {
+    vf one = vset1(1.0f), k = vset1(-2.0f * 0.7978845608028654f), c = vset1(0.044715f);
+    ELEMENTWISE(n, {
+        vf g = LD(gate);
+        vf u = vmul(k, vadd(g, vmul(c, vmul(g, vmul(g, g))))); /* -2u */
+        ST(out, vmul(vdiv(g, vadd(one, vexp(u))), LD(up)));
+    })
+}
+
 static void add(const float *a, const float *b, float *out, int n) { ELEMENTWISE(n, ST(out, vadd(LD(a), LD(b)));) }
 
 static void axpy(float a, const float *x, float *y, int n) {
@@ -542,6 +553,7 @@ const cpu_kernels TABLE = {
     .scale_mul = scale_mul,
     .rope = rope,
     .silu_mul = silu_mul,
+    .gelu_tanh_mul = gelu_tanh_mul,
     .add = add,
     .axpy = axpy,
     .scale = scale,

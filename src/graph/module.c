@@ -10,8 +10,8 @@
 #include "util/err.h"
 
 static const char *kind_names[OP_KIND_COUNT] = {
-    "embed", "linear",     "split", "rms_norm", "rope", "attention",    "silu_mul",   "add",
-    "scale", "logit_rows", "call",  "custom",   "moe",  "sigmoid_gate", "input_rows", "concat",
+    "embed",      "linear", "split",  "rms_norm", "rope",         "attention",  "glu",    "add",     "scale",
+    "logit_rows", "call",   "custom", "moe",      "sigmoid_gate", "input_rows", "concat", "softcap",
 };
 
 const char *op_kind_name(op_kind k) { return kind_names[k]; }
@@ -21,7 +21,10 @@ bool module_uses(const module *m, op_kind k) {
         if (m->ops[i].kind == k || (m->ops[i].kind == OP_CALL && module_uses(m->ops[i].child, k))) return true;
     return false;
 }
-const char *op_name(const op *o) { return o->kind == OP_CUSTOM ? o->custom.name : kind_names[o->kind]; }
+const char *op_name(const op *o) {
+    if (o->kind == OP_GLU) return o->act == GLU_GELU_TANH ? "gelu_tanh_mul" : "silu_mul";
+    return o->kind == OP_CUSTOM ? o->custom.name : kind_names[o->kind];
+}
 
 module *module_new(const char *kind, const char *fmt, ...) {
     module *m = mem_zalloc(1, sizeof *m, "a module", NULL);
@@ -147,13 +150,18 @@ int emit_split(module *m, int fused, int part, const char *name) {
     return o->out[0];
 }
 
-int emit_rms_norm(module *m, int in, const char *weight, float eps, int group, const char *name) {
+int emit_rms_norm_offset(module *m, int in, const char *weight, float offset, float eps, int group, const char *name) {
     op *o = new_op(m, OP_RMS_NORM, 1, &in, name);
     if (!o) return -1;
     snprintf(o->weight, sizeof o->weight, "%s", weight);
+    o->weight_offset = offset;
     o->eps = eps;
     o->group = group;
     return o->out[0];
+}
+
+int emit_rms_norm(module *m, int in, const char *weight, float eps, int group, const char *name) {
+    return emit_rms_norm_offset(m, in, weight, 0, eps, group, name);
 }
 
 int emit_rms_norm_across(module *m, int in, const char *weight, float eps, int features, const char *name) {
@@ -183,9 +191,18 @@ int emit_mla_attention(module *m, int q, int kv_c, int k_pe, const attn_desc *a,
     return v < 0 ? -1 : attach_lin(m, &m->ops[m->n_ops - 1], kv_b);
 }
 
-int emit_silu_mul(module *m, int gate, int up) {
-    op *o = new_op(m, OP_SILU_MUL, 2, (int[]){gate, up}, "act");
-    return o ? o->out[0] : -1;
+int emit_glu(module *m, int gate, int up, glu_act act) {
+    op *o = new_op(m, OP_GLU, 2, (int[]){gate, up}, "act");
+    if (!o) return -1;
+    o->act = act;
+    return o->out[0];
+}
+
+int emit_softcap(module *m, int in, float cap, const char *name) {
+    op *o = new_op(m, OP_SOFTCAP, 1, &in, name);
+    if (!o) return -1;
+    o->scalar = cap;
+    return o->out[0];
 }
 
 int emit_add(module *m, int a, int b, const char *name) {

@@ -14,7 +14,7 @@ typedef enum op_kind {
     OP_ROPE,         /* out = in with the rotary part of each head rotated            */
     OP_ATTENTION,    /* out = causal attention(q, k, v) through the layer's KV cache;
                        multi-head latent attention: (q, kv_c, k_pe) and kv_b_proj  */
-    OP_SILU_MUL,     /* out = silu(in0) * in1                                        */
+    OP_GLU,          /* out = act(in0) * in1: SiLU (SwiGLU) or GELU-tanh (GeGLU)      */
     OP_ADD,          /* out = in0 + in1                                              */
     OP_SCALE,        /* out = in0 * scalar                                           */
     OP_LOGIT_ROWS,   /* out = the rows of in0 whose logits are wanted                */
@@ -26,6 +26,7 @@ typedef enum op_kind {
     OP_INPUT_ROWS,   /* out[T, features] = rows the batch gives beside its ids (an Eagle3
                        draft's hidden state: loom_batch.rows_in)                   */
     OP_CONCAT,       /* out = [in0 | in1], columns side by side                       */
+    OP_SOFTCAP,      /* out = scalar * tanh(in0 / scalar) (Gemma 2's logit soft-capping) */
     OP_KIND_COUNT
 } op_kind;
 
@@ -85,9 +86,13 @@ typedef struct moe_desc {
     char gate[128], up[128], down[128];
 } moe_desc;
 
+/* A gated MLP's activation (OP_GLU). */
+typedef enum glu_act { GLU_SILU, GLU_GELU_TANH } glu_act;
+
 typedef struct attn_desc {
     int layer, n_heads, n_kv_heads, head_dim, sliding_window; /* head_dim: of q and k */
     float scale;
+    float softcap; /* scores become softcap * tanh(score / softcap) before masking (0: none) */
     /* multi-head latent attention (kv_lora 0: none): the cache holds each token's latent kv_c
      * (kv_lora) and rotated k_pe (rope); kv_b_proj (the op's lin) expands the latent into
      * per-head k_nope (nope) and v (v_dim) */
@@ -99,6 +104,7 @@ typedef struct attn_desc {
 typedef struct rope_desc {
     int n_heads, stride, offset;
     bool interleaved;
+    bool local; /* the sliding layers' own frequencies (Gemma 3's rope_local_base_freq) */
 } rope_desc;
 
 typedef struct module module;
@@ -110,12 +116,14 @@ typedef struct op {
     linear_desc *lin;      /* OP_LINEAR, OP_EMBED (parts[0] = table) */
     char weight[128];      /* OP_RMS_NORM */
     float eps;             /* OP_RMS_NORM */
+    float weight_offset;   /* OP_RMS_NORM: added to the weight (Gemma's 1 + w) */
+    glu_act act;           /* OP_GLU */
     int group;             /* OP_RMS_NORM: 0 = whole row, else normalise each `group` columns */
     bool across_ranks;     /* OP_RMS_NORM over a whole head-sharded projection (OLMoE's q/k
                            norms): under TP, its sum of squares is all-reduced */
     int features;          /* OP_RMS_NORM across ranks: the projection's whole width; OP_INPUT_ROWS: its width */
     int part;              /* OP_SPLIT */
-    float scalar;          /* OP_SCALE */
+    float scalar;          /* OP_SCALE, OP_SOFTCAP */
     attn_desc attn;        /* OP_ATTENTION */
     rope_desc rope;        /* OP_ROPE */
     module *child;         /* OP_CALL */
@@ -156,6 +164,8 @@ int emit_embed(module *m, const char *table, int vocab, int hidden);
 int emit_linear(module *m, int in, const linear_desc *lin);
 int emit_split(module *m, int fused, int part, const char *name);
 int emit_rms_norm(module *m, int in, const char *weight, float eps, int group, const char *name);
+/* x / rms(x) * (weight + offset): Gemma's norms store w for a scale of 1 + w. */
+int emit_rms_norm_offset(module *m, int in, const char *weight, float offset, float eps, int group, const char *name);
 /* RMSNorm over a whole projection of `features` that TP shards by heads (across_ranks). */
 int emit_rms_norm_across(module *m, int in, const char *weight, float eps, int features, const char *name);
 int emit_rope(module *m, int in, const rope_desc *r, const char *name);
@@ -163,7 +173,8 @@ int emit_attention(module *m, int q, int k, int v, const attn_desc *a);
 /* Latent attention over q (rotated), the normalised latent kv_c and the rotated k_pe, with
  * kv_b_proj (a column-parallel linear by head of nope + v_dim) applied inside. */
 int emit_mla_attention(module *m, int q, int kv_c, int k_pe, const attn_desc *a, const linear_desc *kv_b);
-int emit_silu_mul(module *m, int gate, int up);
+int emit_glu(module *m, int gate, int up, glu_act act);
+int emit_softcap(module *m, int in, float cap, const char *name);
 int emit_add(module *m, int a, int b, const char *name);
 int emit_scale(module *m, int in, float s, const char *name);
 int emit_logit_rows(module *m, int in);

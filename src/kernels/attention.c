@@ -78,8 +78,12 @@ void attend(const attend_task *t) {
             int p = t->p0 + r / g, lo = t->window ? p - t->window + 1 : 0;
             float bm = -FLT_MAX;
             for (int j = 0; j < nk; j++) {
-                if (k0 + j > p || k0 + j < lo) sr[j] = -INFINITY;
-                else if (sr[j] > bm) bm = sr[j];
+                if (k0 + j > p || k0 + j < lo) {
+                    sr[j] = -INFINITY;
+                    continue;
+                }
+                if (t->softcap) sr[j] = t->softcap * tanhf(sr[j] / t->softcap);
+                if (sr[j] > bm) bm = sr[j];
             }
             float mn = bm > sc->m[r] ? bm : sc->m[r], corr = expf(sc->m[r] - mn);
             sc->l[r] = sc->l[r] * corr + k->exp_sum(sr, nk, mn); /* masked: exp(-inf) = 0 */
@@ -108,7 +112,7 @@ static void attend_block(const attn_shape *s, const kv_layer *c, const float *q,
     size_t col = (size_t)kvh * hd;
     attend(&(attend_task){stacked, hd, nq * g, g, hd, hd, p0, s->window, s->scale, c->k + col, c->v + col, c->kv_width,
                           c->kv_width, out + (size_t)r0 * ldo + col * g, ldo, hd,
-                          c->tables + (size_t)sq * c->table_width, c->block_size});
+                          c->tables + (size_t)sq * c->table_width, c->block_size, s->softcap});
 }
 
 int attention_run_end(int r, int rows, const int32_t *pos, const int32_t *seq, int most) {

@@ -1,5 +1,5 @@
-/* Row-wise kernels: RMSNorm (also in two steps, for a norm whose row spans ranks), SiLU-and-mul,
- * residual add, scaling, sigmoid gating, embedding lookup. The loops over rows are here; the
+/* Row-wise kernels: RMSNorm (also in two steps, for a norm whose row spans ranks), gated
+ * activations (SiLU or GELU-tanh, times up), soft-capping, residual add, scaling, sigmoid gating, embedding lookup. The loops over rows are here; the
  * loop over a row's columns is the CPU variant's (cpu/variant.c). */
 #include <math.h>
 #include <string.h>
@@ -41,10 +41,17 @@ void sigmoid_gate(const float *x, size_t ldx, const float *g, size_t ldg, float 
     }
 }
 
-void silu_mul(const float *gate, size_t ldg, const float *up, size_t ldu, float *out, size_t ldo, int rows, int cols) {
+void glu(bool gelu_tanh, const float *gate, size_t ldg, const float *up, size_t ldu, float *out, size_t ldo, int rows,
+         int cols) {
+    void (*act_mul)(const float *, const float *, float *, int) = gelu_tanh ? cpu()->gelu_tanh_mul : cpu()->silu_mul;
+#pragma omp parallel for schedule(static) if (rows > 1)
+    for (int r = 0; r < rows; r++) act_mul(gate + (size_t)r * ldg, up + (size_t)r * ldu, out + (size_t)r * ldo, cols);
+}
+
+void softcap_rows(const float *x, size_t ldx, float cap, float *out, size_t ldo, int rows, int cols) {
 #pragma omp parallel for schedule(static) if (rows > 1)
     for (int r = 0; r < rows; r++)
-        cpu()->silu_mul(gate + (size_t)r * ldg, up + (size_t)r * ldu, out + (size_t)r * ldo, cols);
+        for (int j = 0; j < cols; j++) out[(size_t)r * ldo + j] = cap * tanhf(x[(size_t)r * ldx + j] / cap);
 }
 
 void add_rows(const float *a, size_t lda, const float *b, size_t ldb, float *out, size_t ldo, int rows, int cols) {

@@ -103,7 +103,11 @@ void rms_norm_by(const float *x, size_t ldx, const float *ss, size_t lds, float 
 /* out = x * sigmoid(g), g one value per row (Qwen2-MoE's shared-expert gate). */
 void sigmoid_gate(const float *x, size_t ldx, const float *g, size_t ldg, float *out, size_t ldo, int rows, int cols);
 
-void silu_mul(const float *gate, size_t ldg, const float *up, size_t ldu, float *out, size_t ldo, int rows, int cols);
+/* out = act(gate) * up, act SiLU or (gelu_tanh) GELU's tanh approximation */
+void glu(bool gelu_tanh, const float *gate, size_t ldg, const float *up, size_t ldu, float *out, size_t ldo, int rows,
+         int cols);
+/* out = cap * tanh(x / cap) */
+void softcap_rows(const float *x, size_t ldx, float cap, float *out, size_t ldo, int rows, int cols);
 /* (ldb 0 adds one row, e.g. a bias, to every row of a; out may be a) */
 void add_rows(const float *a, size_t lda, const float *b, size_t ldb, float *out, size_t ldo, int rows, int cols);
 void scale_rows(const float *a, size_t lda, float s, float *out, size_t ldo, int rows, int cols);
@@ -187,6 +191,7 @@ typedef struct attn_shape {
     int n_heads, n_kv_heads, head_dim, window;
     float scale;
     mla_shape mla;
+    float softcap; /* scores become softcap * tanh(score / softcap) (0: none; Gemma 2) */
 } attn_shape;
 void attention(const attn_shape *s, kv_layer *cache, const float *q, size_t ldq, const float *k, size_t ldk,
                const float *v, size_t ldv, float *out, size_t ldo, int rows, const int32_t *pos, const int32_t *seq);
@@ -209,6 +214,7 @@ typedef struct attend_task {
     size_t ldo, head_stride;
     const int32_t *blocks; /* NULL: contiguous keys and values */
     int block_size;
+    float softcap; /* 0: none */
 } attend_task;
 void attend(const attend_task *t);
 /* The end of the run of rows starting at r: same sequence, consecutive positions, at most `most`. */

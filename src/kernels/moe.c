@@ -131,7 +131,7 @@ static void run_expert(const moe_shape *sh, const wmat *w, const float *x, size_
     for (int i = 0; i < n; i++) memcpy(xs + (size_t)i * H, x + (size_t)tok[i] * ldx, H * sizeof *x);
     linear(xs, H, n, n, &w[0], NULL, g, I);
     linear(xs, H, n, n, &w[1], NULL, u, I);
-    silu_mul(g, I, u, I, g, I, n, I);
+    glu(false, g, I, u, I, g, I, n, I);
     linear(g, I, n, n, &w[2], NULL, y, H);
 }
 

@@ -97,11 +97,14 @@ static int parse_yarn(reader *r, model_config *c, const cJSON *s) {
 }
 
 /* RoPE settings: transformers 5 writes "rope_parameters" (theta inside), older versions
- * "rope_theta" plus an optional "rope_scaling"; accept both. */
-static int parse_rope(reader *r, model_config *c) {
+ * "rope_theta" plus an optional "rope_scaling"; accept both. Models whose layer types rotate
+ * differently (Gemma 3) nest one set per type: the full-attention layers' are the model's. */
+static int parse_rope(reader *r, model_config *c, double default_theta) {
     const cJSON *params = cJSON_GetObjectItemCaseSensitive(r->root, "rope_parameters");
     const cJSON *scaling = cJSON_GetObjectItemCaseSensitive(r->root, "rope_scaling");
-    if (get_float(r, r->root, "rope_theta", 10000.0, false, &c->rope_theta)) return -1;
+    if (cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(params, "full_attention")))
+        params = cJSON_GetObjectItemCaseSensitive(params, "full_attention");
+    if (get_float(r, r->root, "rope_theta", default_theta, false, &c->rope_theta)) return -1;
     const cJSON *s = NULL;
     if (cJSON_IsObject(params)) {
         s = params;
@@ -271,6 +274,93 @@ static int parse_moe(reader *r, model_config *c) {
 
 static int parse_body(reader *r, model_config *c);
 
+static bool is_gemma(const model_config *c) {
+    return !strcmp(c->arch, "Gemma2ForCausalLM") || !strcmp(c->arch, "Gemma3ForCausalLM");
+}
+
+/* Which layers attend within the window: "layer_types" (one "sliding_attention" or
+ * "full_attention" per layer), else every `period`-th layer attends fully, as transformers
+ * fills layer_types in. */
+static int parse_layer_types(reader *r, model_config *c, int period) {
+    const cJSON *types = cJSON_GetObjectItemCaseSensitive(r->root, "layer_types"), *t;
+    if (c->n_layers > (int)sizeof c->sliding_layer)
+        return loom_errf(r->err, "%s: %d layers: at most %zu with layer_types", r->name, c->n_layers,
+                         sizeof c->sliding_layer);
+    c->layer_windows = true;
+    if (!types || cJSON_IsNull(types)) {
+        for (int l = 0; l < c->n_layers; l++) c->sliding_layer[l] = (l + 1) % period != 0;
+        return 0;
+    }
+    if (!cJSON_IsArray(types) || cJSON_GetArraySize(types) != c->n_layers)
+        return loom_errf(r->err, "%s: field 'layer_types' must list one type for each of the %d layers", r->name,
+                         c->n_layers);
+    int l = 0;
+    cJSON_ArrayForEach(t, types) {
+        const char *v = cJSON_IsString(t) ? t->valuestring : "";
+        if (strcmp(v, "sliding_attention") && strcmp(v, "full_attention"))
+            return loom_errf(r->err, "%s: layer_types[%d] '%s': only sliding_attention and full_attention", r->name, l,
+                             v);
+        c->sliding_layer[l++] = !strcmp(v, "sliding_attention");
+    }
+    return 0;
+}
+
+/* A soft-capping field: absent is the default, null is none (0). */
+static int get_softcap(reader *r, const char *key, double def, float *out) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(r->root, key);
+    if (cJSON_IsNull(v)) return *out = 0, 0;
+    if (get_float(r, r->root, key, def, false, out)) return -1;
+    if (v && !(*out > 0)) return loom_errf(r->err, "%s: field '%s' must be positive (or null for none)", r->name, key);
+    return 0;
+}
+
+/* Gemma 2 and 3 (transformers' Gemma2Config / Gemma3TextConfig defaults): GeGLU, scores
+ * scaled by query_pre_attn_scalar, sliding and global layers (Gemma 2 alternating, Gemma 3 one
+ * global in sliding_window_pattern), soft-capping (Gemma 2; Gemma 3's attention ignores
+ * attn_logit_softcapping, as transformers' does), and Gemma 3's local RoPE base. */
+static int parse_gemma(reader *r, model_config *c) {
+    const cJSON *root = r->root;
+    bool gemma3 = !strcmp(c->arch, "Gemma3ForCausalLM");
+    const char *act = get_str(root, "hidden_activation");
+    if (act && strcmp(act, "gelu_pytorch_tanh"))
+        return loom_errf(r->err, "%s: unsupported hidden_activation '%s' (only gelu_pytorch_tanh)", r->name, act);
+    c->gelu_tanh = true;
+    float scalar;
+    int pattern;
+    if (get_int(r, root, "head_dim", 256, false, 1, &c->head_dim) ||
+        get_float(r, root, "query_pre_attn_scalar", 256, false, &scalar) ||
+        get_softcap(r, "final_logit_softcapping", gemma3 ? 0 : 30.0, &c->final_softcap) ||
+        get_softcap(r, "attn_logit_softcapping", 50.0, &c->attn_softcap) ||
+        get_int(r, root, "sliding_window", 4096, false, 1, &c->sliding_window) ||
+        get_int(r, root, "sliding_window_pattern", gemma3 ? 6 : 2, false, 1, &pattern) ||
+        get_bool(r, "tie_word_embeddings", true, &c->tie_embeddings) || parse_layer_types(r, c, pattern))
+        return -1;
+    if (c->head_dim % 2 || c->head_dim > CONFIG_MAX_HEAD_DIM)
+        return loom_errf(r->err, "%s: head_dim %d must be even for RoPE, and at most 1024", r->name, c->head_dim);
+    if (!(scalar > 0)) return loom_errf(r->err, "%s: field 'query_pre_attn_scalar' must be positive", r->name);
+    c->attention_mult = 1.0f / sqrtf(scalar);
+    if (gemma3) c->attn_softcap = 0;
+    const cJSON *bidir = cJSON_GetObjectItemCaseSensitive(root, "use_bidirectional_attention");
+    if (cJSON_IsTrue(bidir))
+        return loom_errf(r->err, "%s: field 'use_bidirectional_attention': only causal attention is supported",
+                         r->name);
+    if (!gemma3) return 0;
+    /* the sliding layers' RoPE: rope_parameters.sliding_attention, or rope_local_base_freq */
+    const cJSON *params = cJSON_GetObjectItemCaseSensitive(root, "rope_parameters");
+    const cJSON *local = cJSON_GetObjectItemCaseSensitive(params, "sliding_attention");
+    if (get_float(r, root, "rope_local_base_freq", 10000.0, false, &c->rope_local_theta)) return -1;
+    if (cJSON_IsObject(local)) {
+        const char *type = get_str(local, "rope_type");
+        if (type && strcmp(type, "default"))
+            return loom_errf(r->err, "%s: rope_parameters.sliding_attention: rope type '%s' (only default)", r->name,
+                             type);
+        if (get_float(r, local, "rope_theta", c->rope_local_theta, false, &c->rope_local_theta)) return -1;
+    }
+    if (!(c->rope_local_theta > 0))
+        return loom_errf(r->err, "%s: the sliding layers' rope_theta must be positive", r->name);
+    return 0;
+}
+
 /* An Eagle3 draft's own fields (eagle3_config), from `top`: EAGLE's config, or speculators'
  * outer one. norm_before_residual defaults as vLLM reads each format: true for speculators'
  * (vLLM's converter sets it when absent, though speculators' own class defaults to false), false
@@ -374,9 +464,9 @@ static int parse_body(reader *r, model_config *c) {
                          c->n_heads, c->n_kv_heads);
     if (!(c->rms_eps > 0)) return loom_errf(r->err, "%s: field 'rms_norm_eps' must be positive", r->name);
     const char *act = get_str(root, "hidden_act");
-    if (act && strcmp(act, "silu"))
+    if (act && strcmp(act, "silu") && !is_gemma(c)) /* Gemma's is hidden_activation */
         return loom_errf(r->err, "%s: unsupported hidden_act '%s' (only silu)", r->name, act);
-    if (parse_mla(r, c) || parse_rope(r, c)) return -1;
+    if (parse_mla(r, c) || parse_rope(r, c, strcmp(c->arch, "Gemma3ForCausalLM") ? 10000.0 : 1e6)) return -1;
     if (get_bool(r, "tie_word_embeddings", false, &c->tie_embeddings) ||
         get_bool(r, "attention_bias", false, &c->attention_bias) || get_bool(r, "mlp_bias", false, &c->mlp_bias))
         return -1;
@@ -389,6 +479,7 @@ static int parse_body(reader *r, model_config *c) {
         get_float(r, root, "logits_scaling", 1.0, false, &c->logits_scale))
         return -1;
     if (c->logits_scale == 0) return loom_errf(r->err, "%s: field 'logits_scaling' must be non-zero", r->name);
+    if (is_gemma(c) && parse_gemma(r, c)) return -1;
     if (parse_moe(r, c) || get_int(r, root, "bos_token_id", -1, false, -1, &c->bos_id) || parse_eos(r, c)) return -1;
     const char *dt = get_str(root, "torch_dtype");
     if (!dt) dt = get_str(root, "dtype");

@@ -56,6 +56,13 @@ typedef struct model_config {
     mla_config mla;
     bool tie_embeddings, attention_bias, mlp_bias;
     int sliding_window; /* 0: full causal attention */
+    /* Gemma: the layers that attend within sliding_window (layer_types; the others attend to
+     * everything), and their own RoPE base (0: the same tables as the others) */
+    bool layer_windows;
+    unsigned char sliding_layer[256];
+    float rope_local_theta;
+    bool gelu_tanh;                    /* the MLP's gate: GELU's tanh approximation (GeGLU), else SiLU (SwiGLU) */
+    float attn_softcap, final_softcap; /* cap * tanh(x / cap) of the scores, the logits; 0: none */
     /* Granite multipliers; 1 (and attention 1/sqrt(head_dim)) for the others */
     float embedding_mult, attention_mult, residual_mult, logits_scale;
     /* mixture of experts; n_experts 0: dense */

@@ -33,9 +33,15 @@ static float yarn_freq(const model_config *c, int i) {
     return 1.0f / (c->rope_factor * pos_freq) * (1 - extrapolation) + 1.0f / pos_freq * extrapolation;
 }
 
+static float default_freq(float theta, int i, int dim) { return 1.0f / powf(theta, (float)(2 * i) / (float)dim); }
+
+void rope_local_inv_freq(const model_config *c, float *inv) {
+    for (int i = 0; i < c->head_dim / 2; i++) inv[i] = default_freq(c->rope_local_theta, i, c->head_dim);
+}
+
 void rope_inv_freq(const model_config *c, float *inv) {
     for (int i = 0; i < c->head_dim / 2; i++) {
-        inv[i] = 1.0f / powf(c->rope_theta, (float)(2 * i) / (float)c->head_dim);
+        inv[i] = default_freq(c->rope_theta, i, c->head_dim);
         if (c->rope_kind == ROPE_LINEAR) inv[i] /= c->rope_factor;
         if (c->rope_kind == ROPE_LLAMA3) inv[i] = llama3_freq(c, inv[i]);
         if (c->rope_kind == ROPE_YARN) inv[i] = yarn_freq(c, i);

@@ -6,5 +6,7 @@
 
 /* inv[0 .. head_dim/2): the inverse frequency of each rotary pair of c's heads. */
 void rope_inv_freq(const model_config *c, float *inv);
+/* The same for the sliding layers' own base (c->rope_local_theta, unscaled; Gemma 3). */
+void rope_local_inv_freq(const model_config *c, float *inv);
 
 #endif

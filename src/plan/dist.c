@@ -27,7 +27,7 @@ static int partial_dist(plan *p, const module *m, const op *o, const int *in, lo
                          "would count it once per rank",
                          m->name, op_kind_name(o->kind));
     if (!partial) return complete ? DIST_COMPLETE : p->values[in[0]].dist;
-    const char *name = op_kind_name(o->kind);
+    const char *name = op_name(o);
     switch (o->kind) {
     case OP_ADD: /* additive */
         if (partial == o->n_in) return DIST_PARTIAL;

@@ -73,7 +73,7 @@ static int shard_op(plan *p, plan_step *s, const module *m, const op *o, int wid
     case OP_ATTENTION: {
         const attn_desc *a = &o->attn;
         int kv = a->n_kv_heads >= p->o.tp ? a->n_kv_heads / p->o.tp : 1, h = a->n_heads / p->o.tp;
-        s->attn = (attn_shape){h, kv, a->head_dim, a->sliding_window, a->scale, {0}};
+        s->attn = (attn_shape){h, kv, a->head_dim, a->sliding_window, a->scale, {0}, a->softcap};
         p->kv_width = kv * a->head_dim;
         return a->kv_lora ? shard_latent_attention(p, s, m, o, err) : h * a->head_dim;
     }
@@ -88,7 +88,7 @@ static int shard_op(plan *p, plan_step *s, const module *m, const op *o, int wid
     case OP_MOE: return shard_moe(p, s, o->moe, m, err);
     case OP_INPUT_ROWS: return o->features;
     case OP_CONCAT: return width + p->values[s->in[1]].width;
-    default: return width; /* rope, silu_mul, add, scale, logit_rows keep their input's width */
+    default: return width; /* rope, glu, add, scale, softcap, logit_rows keep their input's width */
     }
 }
 
@@ -125,7 +125,7 @@ static int flatten_op(plan *p, const module *m, const op *o, int *map, loom_err 
     const plan_value first = o->n_in ? p->values[in[0]] : (plan_value){.rows = ROWS_TOKENS};
     const plan_value *v0 = o->n_in ? &first : NULL;
     row_kind rows = first.rows;
-    bool same_width = o->kind == OP_ADD || o->kind == OP_SILU_MUL; /* elementwise over all inputs */
+    bool same_width = o->kind == OP_ADD || o->kind == OP_GLU; /* elementwise over all inputs */
     for (int i = 1; i < o->n_in; i++)
         if (p->values[in[i]].rows != rows || (same_width && p->values[in[i]].width != v0->width))
             return loom_errf(err, "%s: `%s` of values of different shapes on this rank", m->name,

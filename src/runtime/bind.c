@@ -134,6 +134,17 @@ static void gather_scales(plan *p) {
     }
 }
 
+/* A norm that scales by weight + offset (Gemma's 1 + w) reads a copy with the offset added,
+ * once, in fp32 as transformers adds it. */
+static int offset_norm(weight_store *ws, plan_step *s, loom_err *err) {
+    int n = s->norm_ref.nr ? s->norm_ref.nr : s->norm_ref.shape[0];
+    float *w = weights_buffer(ws, (size_t)n * sizeof *w, "a norm's offset weight", err);
+    if (!w) return -1;
+    for (int i = 0; i < n; i++) w[i] = s->norm_w[i] + s->op->weight_offset;
+    s->norm_w = w;
+    return 0;
+}
+
 static int bind_step(const plan *p, plan_step *s, weight_store *ws, loom_err *err) {
     for (int i = 0; i < LIN_MAX_PARTS; i++) {
         if (s->weight[i].kind && read_weight(p, ws, &s->weight[i], &s->w[i], err)) return -1;
@@ -144,6 +155,7 @@ static int bind_step(const plan *p, plan_step *s, weight_store *ws, loom_err *er
     if (read_vector(p, ws, &s->norm_ref, &s->norm_w, err) ||
         read_vector(p, ws, &s->route_bias_ref, &s->route_bias, err))
         return -1;
+    if (s->norm_w && s->op->weight_offset && offset_norm(ws, s, err)) return -1;
     if (s->op && s->op->kind == OP_MOE && (s->kind == STEP_OP || s->kind == STEP_EP_MOE) && bind_experts(p, s, ws, err))
         return -1;
     if (s->op && s->op->kind == OP_ATTENTION && s->attn.mla.kv_lora) {

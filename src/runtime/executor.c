@@ -70,7 +70,8 @@ static int alloc_quant_send(executor *x, loom_err *err) {
     return (x->quant_send = mem_aligned(floats * sizeof(float), "the quantized rows sent to a gather", err)) ? 0 : -1;
 }
 
-int executor_init(executor *x, const float *inv_freq, int half, float rope_factor, loom_err *err) {
+int executor_init(executor *x, const float *inv_freq, const float *local_inv_freq, int half, float rope_factor,
+                  loom_err *err) {
     const plan *p = &x->plans[0].p;
     x->cur = &x->plans[0];
     for (int i = 0; i < x->n_plans; i++)
@@ -98,6 +99,7 @@ int executor_init(executor *x, const float *inv_freq, int half, float rope_facto
     if (alloc_moe_scratch(x, err) || alloc_quant_send(x, err) ||
         ep_init(&x->ep, p, x->ep_comm->size, x->comm->size, x->max_tokens, &x->activation_bytes, err))
         return -1;
+    if (local_inv_freq && rope_table_init(&x->rope_local, local_inv_freq, half, 1.0f, x->max_ctx, err)) return -1;
     return rope_table_init(&x->rope, inv_freq, half, rope_factor, x->max_ctx, err);
 }
 
@@ -110,6 +112,7 @@ void executor_free(executor *x) {
     for (int l = x->layer0; x->kv && l < x->layer1; l++) free(x->kv[l].k), free(x->kv[l].v);
     free(x->kv);
     rope_table_free(&x->rope);
+    rope_table_free(&x->rope_local);
     moe_scratch_free(&x->moe);
     free(x->quant_send);
     for (int j = 0; j < x->n_capture; j++) free(x->capture[j]);
@@ -300,8 +303,8 @@ static void run_step(executor *x, const plan_step *s, const loom_batch *b) {
     }
     case OP_SIGMOID_GATE: sigmoid_gate(in0, ld0, in1, ld1, out, ldo, rows, w); break;
     case OP_ROPE:
-        rope_apply(&x->rope, in0, ld0, out, ldo, rows, w / o->rope.stride, o->rope.stride, o->rope.offset,
-                   o->rope.interleaved, b->pos);
+        rope_apply(o->rope.local ? &x->rope_local : &x->rope, in0, ld0, out, ldo, rows, w / o->rope.stride,
+                   o->rope.stride, o->rope.offset, o->rope.interleaved, b->pos);
         break;
     case OP_ATTENTION:
         if (s->attn.mla.kv_lora)
@@ -309,7 +312,8 @@ static void run_step(executor *x, const plan_step *s, const loom_batch *b) {
                           b->pos, b->seq);
         else attention(&s->attn, &x->kv[o->attn.layer], in0, ld0, in1, ld1, in2, ld2, out, ldo, rows, b->pos, b->seq);
         break;
-    case OP_SILU_MUL: silu_mul(in0, ld0, in1, ld1, out, ldo, rows, w); break;
+    case OP_GLU: glu(o->act == GLU_GELU_TANH, in0, ld0, in1, ld1, out, ldo, rows, w); break;
+    case OP_SOFTCAP: softcap_rows(in0, ld0, o->scalar, out, ldo, rows, w); break;
     case OP_ADD: add_rows(in0, ld0, in1, ld1, out, ldo, rows, w); break;
     case OP_SCALE: scale_rows(in0, ld0, o->scalar, out, ldo, rows, w); break;
     case OP_CUSTOM: {

@@ -42,10 +42,10 @@ typedef struct executor {
      * sequences' block tables (kv_tables, table_width per sequence; runtime/kv_cache.h) */
     int kv_blocks, block_size, table_width;
     const int32_t *kv_tables;
-    kv_layer *kv; /* indexed by layer */
-    rope_table rope;
-    moe_scratch moe;   /* shared by the MoE steps */
-    float *quant_send; /* this rank's rows quantized for a gather of quantized rows (plan_step.code) */
+    kv_layer *kv;                /* indexed by layer */
+    rope_table rope, rope_local; /* rope_local: the sliding layers' own (Gemma 3), if any */
+    moe_scratch moe;             /* shared by the MoE steps */
+    float *quant_send;           /* this rank's rows quantized for a gather of quantized rows (plan_step.code) */
     expert_parallel ep;
     /* the values the plans keep after a pass (plan_options' capture): slot j holds
      * capture_rows rows of capture_width columns, filled from row capture_row0 on (a pipeline
@@ -64,7 +64,8 @@ typedef struct executor {
  * layer1), the RoPE tables for max_ctx positions (inverse frequencies inv_freq of
  * `half` rotary pairs, scaled by rope_factor), the experts' scratch and expert parallelism's
  * buffers. The caller has set comm, world, ep_comm, stage, the plans, the max_* sizes and the pool's. */
-int executor_init(executor *x, const float *inv_freq, int half, float rope_factor, loom_err *err);
+int executor_init(executor *x, const float *inv_freq, const float *local_inv_freq, int half, float rope_factor,
+                  loom_err *err);
 /* Under pipeline stages: every captured slot from the stage that made it, to every rank (rows of
  * the pass just run). */
 int executor_share_captures(executor *x, int rows, loom_err *err);

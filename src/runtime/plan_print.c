@@ -29,12 +29,16 @@ static void print_linear(FILE *f, const linear_desc *l) {
 }
 
 /* Layers of the same shape: the same kinds of child, in the same order. */
+/* Same ops, children of the same shape, attention over the same window (Gemma's sliding and
+ * global layers print apart). */
 static bool same_shape(const module *a, const module *b) {
     if (a->n_ops != b->n_ops) return false;
-    for (int i = 0; i < a->n_ops; i++)
-        if (a->ops[i].kind != b->ops[i].kind ||
-            (a->ops[i].kind == OP_CALL && strcmp(a->ops[i].child->kind, b->ops[i].child->kind)))
+    for (int i = 0; i < a->n_ops; i++) {
+        const op *x = &a->ops[i], *y = &b->ops[i];
+        if (x->kind != y->kind || (x->kind == OP_CALL && !same_shape(x->child, y->child)) ||
+            (x->kind == OP_ATTENTION && x->attn.sliding_window != y->attn.sliding_window))
             return false;
+    }
     return true;
 }
 
@@ -70,7 +74,7 @@ static void print_module(FILE *f, const module *m, int depth) {
             }
             continue;
         }
-        fprintf(f, "%*s%s = %s(", 2 * depth + 2, "", m->value_names[o->out[0]], op_kind_name(o->kind));
+        fprintf(f, "%*s%s = %s(", 2 * depth + 2, "", m->value_names[o->out[0]], op_name(o));
         for (int j = 0; j < o->n_in; j++) fprintf(f, "%s%s", j ? ", " : "", m->value_names[o->in[j]]);
         fputc(')', f);
         if (o->lin && o->kind == OP_LINEAR) {
@@ -86,6 +90,12 @@ static void print_module(FILE *f, const module *m, int depth) {
                     "for longer runs",
                     a->nope, a->rope, a->v_dim);
         }
+        if (o->kind == OP_ATTENTION && o->attn.sliding_window)
+            fprintf(f, "  within a sliding window of %d positions", o->attn.sliding_window);
+        if (o->kind == OP_ATTENTION && o->attn.softcap) fprintf(f, "  scores soft-capped at %g", o->attn.softcap);
+        if (o->kind == OP_SOFTCAP) fprintf(f, "  %g * tanh(x / %g)", o->scalar, o->scalar);
+        if (o->kind == OP_RMS_NORM && o->weight_offset) fprintf(f, "  scaling by %g + w", o->weight_offset);
+        if (o->kind == OP_ROPE && o->rope.local) fprintf(f, "  the sliding layers' own RoPE base");
         if (o->kind == OP_ROPE && (o->rope.offset || o->rope.interleaved))
             fprintf(f, "  the rotary part of each head (from column %d)%s", o->rope.offset,
                     o->rope.interleaved ? ", interleaved pairs" : "");

@@ -43,19 +43,22 @@ static const moe_layout deepseek_moe = {"mlp",
 static const struct {
     const char *name;
     llama_variant variant;
+    module *(*build)(const model_config *c, const llama_variant *v);
 } llama_like[] = {
-    {"LlamaForCausalLM", {0}},
-    {"MistralForCausalLM", {.sliding_window = true}},
-    {"Qwen2ForCausalLM", {.qkv_bias = true}},
-    {"Qwen3ForCausalLM", {.qk_norm = true}},
-    {"GraniteForCausalLM", {0}}, /* multipliers come from the config */
-    {"OlmoeForCausalLM", {.qk_norm_whole = true, .moe = &olmoe_moe}},
-    {"MixtralForCausalLM", {.sliding_window = true, .moe = &mixtral_moe}},
-    {"Qwen2MoeForCausalLM", {.qkv_bias = true, .moe = &qwen_moe}},
-    {"Qwen3MoeForCausalLM", {.qk_norm = true, .moe = &qwen_moe}},
-    {"GraniteMoeForCausalLM", {.moe = &granite_moe}},
-    {"DeepseekV2ForCausalLM", {.mla = true, .interleaved = true, .moe = &deepseek_moe}},
-    {"DeepseekV3ForCausalLM", {.mla = true, .moe = &deepseek_moe}},
+    {"LlamaForCausalLM", {0}, build_llama_family},
+    {"MistralForCausalLM", {.sliding_window = true}, build_llama_family},
+    {"Qwen2ForCausalLM", {.qkv_bias = true}, build_llama_family},
+    {"Qwen3ForCausalLM", {.qk_norm = true}, build_llama_family},
+    {"GraniteForCausalLM", {0}, build_llama_family}, /* multipliers come from the config */
+    {"OlmoeForCausalLM", {.qk_norm_whole = true, .moe = &olmoe_moe}, build_llama_family},
+    {"MixtralForCausalLM", {.sliding_window = true, .moe = &mixtral_moe}, build_llama_family},
+    {"Qwen2MoeForCausalLM", {.qkv_bias = true, .moe = &qwen_moe}, build_llama_family},
+    {"Qwen3MoeForCausalLM", {.qk_norm = true, .moe = &qwen_moe}, build_llama_family},
+    {"GraniteMoeForCausalLM", {.moe = &granite_moe}, build_llama_family},
+    {"DeepseekV2ForCausalLM", {.mla = true, .interleaved = true, .moe = &deepseek_moe}, build_llama_family},
+    {"DeepseekV3ForCausalLM", {.mla = true, .moe = &deepseek_moe}, build_llama_family},
+    {"Gemma2ForCausalLM", {.norm_offset = 1}, build_gemma},
+    {"Gemma3ForCausalLM", {.qk_norm = true, .norm_offset = 1}, build_gemma},
 };
 
 module *arch_build(const model_config *c, loom_err *err) {
@@ -68,7 +71,9 @@ module *arch_build(const model_config *c, loom_err *err) {
     }
     for (size_t i = 0; i < sizeof llama_like / sizeof llama_like[0]; i++)
         if (!strcmp(c->arch, llama_like[i].name)) {
-            module *root = build_llama_family(c, &llama_like[i].variant); /* checked once, here */
+            const llama_variant *v = &llama_like[i].variant;
+            module *root =
+                llama_like[i].build ? llama_like[i].build(c, v) : build_llama_family(c, v); /* checked once, here */
             if (!module_check(root, err)) return root;
             module_free(root);
             loom_err_prefix(err, "building the module tree");

@@ -1,6 +1,7 @@
 /* Architecture builders: each turns a config into the module tree of its decoder model.
  * Llama-family architectures share the blocks in llama_blocks.c and differ only in a few
- * switches, so adding one is an entry in the table of arch.c. */
+ * switches, so adding one is an entry in the table of arch.c; a family whose layer differs
+ * (Gemma's) has a builder of its own around the same blocks. */
 #ifndef LOOM_MODEL_ARCH_H
 #define LOOM_MODEL_ARCH_H
 #include "graph/module.h"
@@ -33,9 +34,12 @@ typedef struct llama_variant {
     bool mla;              /* DeepSeek: multi-head latent attention (mla_blocks.c) */
     bool interleaved;      /* DeepSeek-V2: rotary pairs always interleaved (V3: rope_interleave) */
     const moe_layout *moe; /* MoE architectures: their expert layers (dense ones: NULL) */
+    float norm_offset;     /* Gemma: norms scale by weight + 1 */
 } llama_variant;
 
 module *build_llama_family(const model_config *c, const llama_variant *v);
+/* Gemma 2 and 3 (gemma_blocks.c): Llama's attention and MLP modules in Gemma's layer. */
+module *build_gemma(const model_config *c, const llama_variant *v);
 /* GQA self-attention `name` (q/k/v/o_proj) of decoder layer `layer` over an input of `in`
  * features (the hidden size, or an Eagle3 layer's two hidden states side by side). */
 module *attention_module(const model_config *c, const llama_variant *v, const char *name, int layer, int in);

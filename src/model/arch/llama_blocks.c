@@ -18,7 +18,7 @@ static int qk_norm(module *m, const model_config *c, const llama_variant *v, int
     snprintf(w, sizeof w, "%s.%s_norm.weight", m->name, which);
     snprintf(name, sizeof name, "%s_normed", which);
     return v->qk_norm_whole ? emit_rms_norm_across(m, x, w, c->rms_eps, features, name)
-                            : emit_rms_norm(m, x, w, c->rms_eps, c->head_dim, name);
+                            : emit_rms_norm_offset(m, x, w, v->norm_offset, c->rms_eps, c->head_dim, name);
 }
 
 module *attention_module(const model_config *c, const llama_variant *v, const char *name, int layer, int in) {
@@ -40,14 +40,18 @@ module *attention_module(const model_config *c, const llama_variant *v, const ch
         q = qk_norm(m, c, v, q, "q", q_out);
         k = qk_norm(m, c, v, k, "k", kv_out);
     }
-    q = emit_rope(m, q, &(rope_desc){c->n_heads, hd, 0, false}, "q_rot");
-    k = emit_rope(m, k, &(rope_desc){c->n_kv_heads, hd, 0, false}, "k_rot");
+    /* Gemma's layer_types: sliding layers attend within the window, with their own RoPE base */
+    bool sliding = c->layer_windows ? c->sliding_layer[layer] : v->sliding_window;
+    bool local = sliding && c->rope_local_theta;
+    q = emit_rope(m, q, &(rope_desc){c->n_heads, hd, 0, false, local}, "q_rot");
+    k = emit_rope(m, k, &(rope_desc){c->n_kv_heads, hd, 0, false, local}, "k_rot");
     attn_desc a = {.layer = layer,
                    .n_heads = c->n_heads,
                    .n_kv_heads = c->n_kv_heads,
                    .head_dim = hd,
-                   .sliding_window = v->sliding_window ? c->sliding_window : 0,
-                   .scale = c->attention_mult};
+                   .sliding_window = sliding ? c->sliding_window : 0,
+                   .scale = c->attention_mult,
+                   .softcap = c->attn_softcap};
     int att = emit_attention(m, q, k, val, &a);
     linear_desc o = {.in = q_out, .n_parts = 1, .style = PAR_ROW};
     linear_part_init(&o.parts[0], m->name, "o_proj", c->hidden, 0, c->attention_bias);
@@ -64,7 +68,7 @@ module *mlp_module(const model_config *c, const char *name, int inter) {
     linear_part_init(&gu.parts[1], m->name, "up_proj", inter, 0, c->mlp_bias);
     int fused = emit_linear(m, x, &gu);
     int gate = emit_split(m, fused, 0, "gate"), up = emit_split(m, fused, 1, "up");
-    int act = emit_silu_mul(m, gate, up);
+    int act = emit_glu(m, gate, up, c->gelu_tanh ? GLU_GELU_TANH : GLU_SILU);
     linear_desc d = {.in = inter, .n_parts = 1, .style = PAR_ROW};
     linear_part_init(&d.parts[0], m->name, "down_proj", c->hidden, 0, c->mlp_bias);
     module_output(m, emit_linear(m, act, &d));

@@ -59,8 +59,8 @@ module *mla_attention_module(const model_config *c, const llama_variant *v, int 
     snprintf(w, sizeof w, "%s.kv_a_layernorm.weight", m->name);
     kv_c = emit_rms_norm(m, kv_c, w, MLA_NORM_EPS, 0, "kv_c_normed");
     bool interleaved = v->interleaved || a->rope_interleave;
-    q = emit_rope(m, q, &(rope_desc){H, qk, a->qk_nope_head_dim, interleaved}, "q_rot");
-    k_pe = emit_rope(m, k_pe, &(rope_desc){1, a->qk_rope_head_dim, 0, interleaved}, "k_pe_rot");
+    q = emit_rope(m, q, &(rope_desc){H, qk, a->qk_nope_head_dim, interleaved, false}, "q_rot");
+    k_pe = emit_rope(m, k_pe, &(rope_desc){1, a->qk_rope_head_dim, 0, interleaved, false}, "k_pe_rot");
     attn_desc ad = {.layer = layer,
                     .n_heads = H,
                     .n_kv_heads = H,
