@@ -45,7 +45,10 @@ module *build_gemma(const model_config *c, const llama_variant *v);
 module *attention_module(const model_config *c, const llama_variant *v, const char *name, int layer, int in);
 /* An Eagle3 speculative draft (eagle3_blocks.c). */
 module *build_eagle3(const model_config *c);
-/* SwiGLU MLP `name` (gate_proj/up_proj/down_proj) of `inter` features. */
+/* The vocab-parallel LM head over h: lm_head.weight, or the embedding when tied. */
+int emit_lm_head(module *m, const model_config *c, int h);
+/* The gated MLP `name` (gate_proj/up_proj/down_proj) of `inter` features: SwiGLU, or GeGLU
+ * where the config says (Gemma). */
 module *mlp_module(const model_config *c, const char *name, int inter);
 /* Layer `layer`'s latent attention module (mla_blocks.c). */
 module *mla_attention_module(const model_config *c, const llama_variant *v, int layer);

@@ -45,11 +45,7 @@ module *build_gemma(const model_config *c, const llama_variant *v) {
     h = emit_scale(m, h, (float)sqrt((double)c->hidden), "embeds_scaled"); /* transformers' fp32 hidden**0.5 */
     for (int l = 0; l < c->n_layers; l++) h = emit_call(m, decoder_layer(c, v, l), &h, 1, "hidden");
     h = norm(m, v, c, emit_logit_rows(m, h), "model", "norm");
-    linear_desc head = {.in = c->hidden, .n_parts = 1, .style = PAR_VOCAB};
-    snprintf(head.parts[0].weight, sizeof head.parts[0].weight, "%s",
-             c->tie_embeddings ? "model.embed_tokens.weight" : "lm_head.weight");
-    head.parts[0].out = c->vocab;
-    int logits = emit_linear(m, h, &head);
+    int logits = emit_lm_head(m, c, h);
     if (c->final_softcap) logits = emit_softcap(m, logits, c->final_softcap, "logits_capped");
     module_output(m, logits);
     return m;

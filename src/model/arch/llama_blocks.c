@@ -103,6 +103,14 @@ static module *decoder_layer(const model_config *c, const llama_variant *v, int 
     return m;
 }
 
+int emit_lm_head(module *m, const model_config *c, int h) {
+    linear_desc head = {.in = c->hidden, .n_parts = 1, .style = PAR_VOCAB};
+    snprintf(head.parts[0].weight, sizeof head.parts[0].weight, "%s",
+             c->tie_embeddings ? "model.embed_tokens.weight" : "lm_head.weight");
+    head.parts[0].out = c->vocab;
+    return emit_linear(m, h, &head);
+}
+
 module *build_llama_family(const model_config *c, const llama_variant *v) {
     module *m = module_new("model", "model");
     if (!m) return NULL;
@@ -110,11 +118,7 @@ module *build_llama_family(const model_config *c, const llama_variant *v) {
     if (c->embedding_mult != 1.0f) h = emit_scale(m, h, c->embedding_mult, "embeds_scaled");
     for (int l = 0; l < c->n_layers; l++) h = emit_call(m, decoder_layer(c, v, l), &h, 1, "hidden");
     h = emit_rms_norm(m, emit_logit_rows(m, h), "model.norm.weight", c->rms_eps, 0, "normed");
-    linear_desc head = {.in = c->hidden, .n_parts = 1, .style = PAR_VOCAB};
-    snprintf(head.parts[0].weight, sizeof head.parts[0].weight, "%s",
-             c->tie_embeddings ? "model.embed_tokens.weight" : "lm_head.weight");
-    head.parts[0].out = c->vocab;
-    int logits = emit_linear(m, h, &head);
+    int logits = emit_lm_head(m, c, h);
     if (c->logits_scale != 1.0f) logits = emit_scale(m, logits, 1.0f / c->logits_scale, "logits_scaled");
     module_output(m, logits);
     return m;
