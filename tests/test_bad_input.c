@@ -338,6 +338,27 @@ static void bad_fp8(void) {
     free(whole);
 }
 
+/* ERNIE 4.5's own MoE fields, on its golden model. */
+static void bad_ernie(void) {
+    snprintf(src_dir, sizeof src_dir, "%s/tests/golden/ernie4_5_moe", LOOM_SOURCE_DIR);
+    static const field_edit edits[] = {
+        {"ernie: more experts per token than experts", true, NULL, "moe_k", "9", NULL, "moe_k 9 exceeds the 8 experts"},
+        {"ernie: a layer index below -1", true, NULL, "moe_layer_end_index", "-2", NULL,
+         "field 'moe_layer_end_index' must be an integer >= -1"},
+        {"ernie: a zero interval", true, NULL, "moe_layer_interval", "0", NULL,
+         "field 'moe_layer_interval' must be an integer >= 1"},
+        {"ernie: the correction bias of another shape", false, "model.layers.1.mlp.moe_statics.e_score_correction_bias",
+         "shape", "[8]", NULL,
+         "tensor 'model.layers.1.mlp.moe_statics.e_score_correction_bias' has shape [8], expected [1, 8]"},
+    };
+    char *data, *whole;
+    size_t dlen;
+    cJSON *h = orig_header(&data, &dlen, &whole);
+    expect_edits(edits, sizeof edits / sizeof *edits, h, data, dlen);
+    cJSON_Delete(h);
+    free(whole);
+}
+
 /* Gemma's own fields, on the Gemma 3 golden model. */
 static void bad_gemma(void) {
     snprintf(src_dir, sizeof src_dir, "%s/tests/golden/gemma3", LOOM_SOURCE_DIR);
@@ -479,6 +500,7 @@ int main(void) {
     bad_quantized();
     bad_fp8();
     bad_gemma();
+    bad_ernie();
     char cmd[1024];
     snprintf(cmd, sizeof cmd, "rm -rf %s", tmp);
     CHECK(system(cmd) == 0, "cleanup");

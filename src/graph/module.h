@@ -77,6 +77,7 @@ typedef struct moe_desc {
     int n_group, topk_group;
     float scale;
     char bias[128]; /* e_score_correction_bias, "" when absent */
+    bool bias_row;  /* stored as [1, n_experts] */
     /* the fused alternative of per-expert tensors, used when the checkpoint has it (transformers'
      * in-memory layout): gate_up [E, 2*inter, hidden], down [E, hidden, inter]; "" if none */
     char fused_gate_up[128], fused_down[128];

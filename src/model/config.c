@@ -241,10 +241,12 @@ static int parse_moe(reader *r, model_config *c) {
     const cJSON *root = r->root;
     const char *count = cJSON_GetObjectItemCaseSensitive(root, "num_experts")        ? "num_experts"
                         : cJSON_GetObjectItemCaseSensitive(root, "n_routed_experts") ? "n_routed_experts"
+                        : cJSON_GetObjectItemCaseSensitive(root, "moe_num_experts")  ? "moe_num_experts" /* ERNIE */
                                                                                      : "num_local_experts";
+    const char *per_token = cJSON_GetObjectItemCaseSensitive(root, "moe_k") ? "moe_k" : "num_experts_per_tok";
     if (get_int(r, root, count, 0, false, 0, &c->n_experts)) return -1;
     if (!c->n_experts) return 0;
-    if (get_int(r, root, "num_experts_per_tok", 2, false, 1, &c->top_k) ||
+    if (get_int(r, root, per_token, 2, false, 1, &c->top_k) ||
         get_int(r, root, "moe_intermediate_size", c->intermediate, false, 1, &c->moe_intermediate) ||
         get_int(r, root, "shared_expert_intermediate_size", 0, false, 0, &c->shared_intermediate) ||
         get_int(r, root, "decoder_sparse_step", 1, false, 1, &c->sparse_step) ||
@@ -252,10 +254,9 @@ static int parse_moe(reader *r, model_config *c) {
         return -1;
     if (c->n_experts > 512)
         return loom_errf(r->err, "%s: %d experts: at most 512 are supported", r->name, c->n_experts);
-    if (c->top_k > 64)
-        return loom_errf(r->err, "%s: num_experts_per_tok %d: at most 64 are supported", r->name, c->top_k);
+    if (c->top_k > 64) return loom_errf(r->err, "%s: %s %d: at most 64 are supported", r->name, per_token, c->top_k);
     if (c->top_k > c->n_experts)
-        return loom_errf(r->err, "%s: num_experts_per_tok %d exceeds the %d experts", r->name, c->top_k, c->n_experts);
+        return loom_errf(r->err, "%s: %s %d exceeds the %d experts", r->name, per_token, c->top_k, c->n_experts);
     if (c->n_layers > (int)sizeof c->mlp_only)
         return loom_errf(r->err, "%s: %d layers: at most %zu in a mixture-of-experts model", r->name, c->n_layers,
                          sizeof c->mlp_only);
@@ -273,6 +274,39 @@ static int parse_moe(reader *r, model_config *c) {
 }
 
 static int parse_body(reader *r, model_config *c);
+
+/* ERNIE 4.5 (transformers' Ernie4_5Config / Ernie4_5_MoeConfig defaults): biases on every
+ * projection or on none (use_bias), head_dim 128 on the dense model, tied embeddings; the MoE
+ * model's experts in the layers from moe_layer_start_index to moe_layer_end_index (-1: the last)
+ * every moe_layer_interval, with moe_num_shared_experts experts' width of shared MLP beside them.
+ * (moe_norm_min, the floor of the renormalising sum, is left out: softmax scores never near it.) */
+static int parse_ernie(reader *r, model_config *c) {
+    const cJSON *root = r->root;
+    bool bias;
+    if (get_bool(r, "use_bias", false, &bias) || get_bool(r, "tie_word_embeddings", true, &c->tie_embeddings))
+        return -1;
+    c->attention_bias = c->mlp_bias = bias;
+    if (!c->n_experts) {
+        if (get_int(r, root, "head_dim", 128, false, 1, &c->head_dim)) return -1;
+        if (c->head_dim % 2 || c->head_dim > CONFIG_MAX_HEAD_DIM)
+            return loom_errf(r->err, "%s: head_dim %d must be even for RoPE, and at most 1024", r->name, c->head_dim);
+        c->attention_mult = 1.0f / sqrtf((float)c->head_dim);
+        return 0;
+    }
+    int start, end, interval, shared;
+    if (get_int(r, root, "moe_layer_start_index", 1, false, 0, &start) ||
+        get_int(r, root, "moe_layer_end_index", -1, false, -1, &end) ||
+        get_int(r, root, "moe_layer_interval", 1, false, 1, &interval) ||
+        get_int(r, root, "moe_num_shared_experts", 2, false, 0, &shared))
+        return -1;
+    if (end == -1) end = c->n_layers - 1;
+    for (int l = 0; l < c->n_layers; l++) c->mlp_only[l] = !((l + 1) % interval == 0 && l >= start && l <= end);
+    if ((long long)shared * c->moe_intermediate > INT_MAX)
+        return loom_errf(r->err, "%s: moe_num_shared_experts %d x moe_intermediate_size %d is too large", r->name,
+                         shared, c->moe_intermediate);
+    c->shared_intermediate = shared * c->moe_intermediate;
+    return 0;
+}
 
 static bool is_gemma(const model_config *c) {
     return !strcmp(c->arch, "Gemma2ForCausalLM") || !strcmp(c->arch, "Gemma3ForCausalLM");
@@ -481,6 +515,7 @@ static int parse_body(reader *r, model_config *c) {
     if (c->logits_scale == 0) return loom_errf(r->err, "%s: field 'logits_scaling' must be non-zero", r->name);
     if (is_gemma(c) && parse_gemma(r, c)) return -1;
     if (parse_moe(r, c) || get_int(r, root, "bos_token_id", -1, false, -1, &c->bos_id) || parse_eos(r, c)) return -1;
+    if (!strncmp(c->arch, "Ernie4_5", 8) && parse_ernie(r, c)) return -1; /* after parse_moe: it reads the experts */
     const char *dt = get_str(root, "torch_dtype");
     if (!dt) dt = get_str(root, "dtype");
     snprintf(c->dtype, sizeof c->dtype, "%s", dt ? dt : "");

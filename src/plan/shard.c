@@ -179,7 +179,10 @@ int shard_moe(plan *p, plan_step *s, const moe_desc *d, const module *m, loom_er
     if (s->experts_sliced && H + 2 * d->top_k > p->max_comm_cols[ROWS_TOKENS])
         p->max_comm_cols[ROWS_TOKENS] = H + 2 * d->top_k;
     if (d->bias[0])
-        s->route_bias_ref = (weight_ref){WEIGHT_F32, d->bias, 1, {d->n_experts}, 0, 0, 0, 0, 0, PAR_REPLICATED, 0.02f};
+        s->route_bias_ref =
+            d->bias_row
+                ? (weight_ref){WEIGHT_F32, d->bias, 2, {1}, d->n_experts, 0, 1, 0, d->n_experts, PAR_REPLICATED, 0.02f}
+                : (weight_ref){WEIGHT_F32, d->bias, 1, {d->n_experts}, 0, 0, 0, 0, 0, PAR_REPLICATED, 0.02f};
     if (!s->n_experts) return H;
     /* every expert splits alike: the first one's slices stand for all */
     char names[3][160];

@@ -55,6 +55,8 @@ from transformers import (  # noqa: E402
     DeepseekV3Config, DeepseekV3ForCausalLM,
     Gemma2Config, Gemma2ForCausalLM,
     Gemma3TextConfig, Gemma3ForCausalLM,
+    Ernie4_5Config, Ernie4_5ForCausalLM,
+    Ernie4_5_MoeConfig, Ernie4_5_MoeForCausalLM,
 )
 
 torch.set_num_threads(1)
@@ -241,6 +243,19 @@ def case_defs():
             rope_parameters={"full_attention": {"rope_type": "linear", "factor": 2.0, "rope_theta": 1e6},
                              "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}}),
             {"incr_tol": 3e-5}),  # HF's own cache path drifts 1.3e-5 from its full forward here
+        # ERNIE 4.5 dense: biases on every projection (use_bias), rotary pairs interleaved, tied
+        "ernie4_5": (Ernie4_5ForCausalLM, Ernie4_5Config, dict(
+            BASE, head_dim=32, use_bias=True, tie_word_embeddings=True,
+            rope_parameters={"rope_type": "default", "rope_theta": 500000.0}), {}),
+        # ERNIE 4.5 MoE (the seed PR's validation model, ERNIE-4.5-21B-A3B, in small): layer 0
+        # dense, layers 1-2 sparse (moe_layer_start_index 1), 8 experts of 48, top 2 chosen by
+        # softmax score + moe_statics' correction bias (a parameter here: drawn with the
+        # weights), renormalised, one shared expert. Per-expert tensors (save_pretrained).
+        "ernie4_5_moe": (Ernie4_5_MoeForCausalLM, Ernie4_5_MoeConfig, dict(
+            MOE, num_hidden_layers=3, moe_num_experts=8, moe_k=2, moe_intermediate_size=48,
+            moe_num_shared_experts=1, moe_layer_start_index=1, moe_layer_end_index=-1,
+            moe_layer_interval=1, use_bias=False, tie_word_embeddings=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0}), {}),
     }
 
 

@@ -40,6 +40,22 @@ static const moe_layout deepseek_moe = {"mlp",
                                         .shared = "shared_experts",
                                         .bias = "gate.e_score_correction_bias"};
 
+/* ERNIE 4.5: softmax scores, the experts chosen by their score plus moe_statics' correction
+ * bias, weighted by their scores renormalised */
+static const moe_layout ernie_moe = {"mlp",
+                                     "gate.weight",
+                                     false,
+                                     false,
+                                     PER_EXPERT_PROJ,
+                                     .fused_gate_up = "experts.gate_up_proj",
+                                     .fused_down = "experts.down_proj",
+                                     .routing = ROUTE_SOFTMAX_TOPK,
+                                     .always_norm_topk = true,
+                                     .shared = "shared_experts",
+                                     .bias = "moe_statics.e_score_correction_bias",
+                                     .bias_always = true,
+                                     .bias_row = true};
+
 static const struct {
     const char *name;
     llama_variant variant;
@@ -57,6 +73,8 @@ static const struct {
     {"GraniteMoeForCausalLM", {.moe = &granite_moe}, build_llama_family},
     {"DeepseekV2ForCausalLM", {.mla = true, .interleaved = true, .moe = &deepseek_moe}, build_llama_family},
     {"DeepseekV3ForCausalLM", {.mla = true, .moe = &deepseek_moe}, build_llama_family},
+    {"Ernie4_5ForCausalLM", {.interleaved = true}, build_llama_family},
+    {"Ernie4_5_MoeForCausalLM", {.interleaved = true, .moe = &ernie_moe}, build_llama_family},
     {"Gemma2ForCausalLM", {.norm_offset = 1}, build_gemma},
     {"Gemma3ForCausalLM", {.qk_norm = true, .norm_offset = 1}, build_gemma},
 };

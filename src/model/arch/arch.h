@@ -23,6 +23,8 @@ typedef struct moe_layout {
     bool shared_gated;     /* Qwen2-MoE: times sigmoid(shared_expert_gate x) */
     const char *bias;      /* DeepSeek: routing from the config, with this correction bias under
                                noaux_tc (NULL: the layout's own routing) */
+    bool bias_always;      /* ERNIE: the bias chooses whatever the config's topk_method */
+    bool bias_row;         /* the bias is stored as [1, experts] (ERNIE's moe_statics) */
 } moe_layout;
 
 /* Options that distinguish Llama-like architectures. */
@@ -32,7 +34,7 @@ typedef struct llama_variant {
     bool qk_norm_whole;    /* OLMoE: RMSNorm of the whole q and k projections, across heads */
     bool sliding_window;   /* Mistral: honour config sliding_window */
     bool mla;              /* DeepSeek: multi-head latent attention (mla_blocks.c) */
-    bool interleaved;      /* DeepSeek-V2: rotary pairs always interleaved (V3: rope_interleave) */
+    bool interleaved;      /* rotary pairs (2i, 2i+1): DeepSeek-V2 (V3: rope_interleave), ERNIE */
     const moe_layout *moe; /* MoE architectures: their expert layers (dense ones: NULL) */
     float norm_offset;     /* Gemma: norms scale by weight + 1 */
 } llama_variant;

@@ -48,12 +48,14 @@ module *moe_module(const model_config *c, const moe_layout *l, int layer) {
         snprintf(d.fused_gate_up, sizeof d.fused_gate_up, "%s.%s", m->name, l->fused_gate_up);
         snprintf(d.fused_down, sizeof d.fused_down, "%s.%s", m->name, l->fused_down);
     }
-    if (l->bias) { /* DeepSeek's routing, as its config describes it */
+    if (l->bias) { /* DeepSeek's routing, as its config describes it; ERNIE's bias always */
         d.sigmoid = c->sigmoid_scores;
         d.scale = c->routed_scale;
         if (c->topk_method != TOPK_GREEDY) d.n_group = c->n_group, d.topk_group = c->topk_group;
         d.group_top2_sum = c->topk_method == TOPK_NOAUX_TC;
-        if (c->topk_method == TOPK_NOAUX_TC) snprintf(d.bias, sizeof d.bias, "%s.%s", m->name, l->bias);
+        if (c->topk_method == TOPK_NOAUX_TC || l->bias_always)
+            snprintf(d.bias, sizeof d.bias, "%s.%s", m->name, l->bias);
+        d.bias_row = l->bias_row;
     }
     int out = emit_moe(m, x, logits, &d);
     if (l->shared && c->shared_intermediate) { /* partial sums both: they meet before the one reduction */
