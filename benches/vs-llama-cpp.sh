@@ -43,7 +43,14 @@
 #   QUIET_WAIT=0             before each row, wait up to this many seconds for the machine to be
 #                            quiet (no other runnable threads); the threads other jobs had
 #                            runnable before each row go to load.txt and the report either way
+#   MODEL_DIR=DIR GGUF=FILE  a real model instead of CONFIG's random weights: loom reads the
+#                            Hugging Face folder DIR, llama.cpp the GGUF of the same weights
+#                            (the folder made from it by transformers, as tests/gemma3_real.py
+#                            does): its bf16 rows run llama-quantize --allow-requantize FILE BF16,
+#                            its q4 rows FILE itself (e.g. a Q4_K_M as published)
 # A quick check: REPS=1 ROWS="pp64 tg8" DTYPES=bf16 benches/vs-llama-cpp.sh
+# Gemma 3 270M (issue 29): MODEL_DIR=~/.cache/loom-tests/gemma3-270m-<key> GGUF=~/.cache/loom-tests/
+#   gemma-3-270m-q4_k_m.gguf DTYPES="bf16 q4" ROWS="pp512 tg64" BLAS_ROWS= benches/vs-llama-cpp.sh
 set -euo pipefail
 { # the whole script is read before it runs, so editing it mid-run is safe
 cd "$(dirname "$0")/.."
@@ -69,6 +76,13 @@ RESULTS=${RESULTS:-$bench/results-$(date +%Y%m%d-%H%M%S)}
 for t in python3 cmake make gcc g++ pip3 lscpu; do
   command -v "$t" >/dev/null || die "'$t' is missing (Debian: apt-get install cmake g++ make python3-pip util-linux)"
 done
+MODEL_DIR=${MODEL_DIR:-}
+GGUF=${GGUF:-}
+if [ -n "$MODEL_DIR" ]; then
+  [ -f "$MODEL_DIR/config.json" ] || die "MODEL_DIR: no config.json in '$MODEL_DIR'"
+  [ -f "$GGUF" ] || die "MODEL_DIR needs GGUF=FILE, the same weights for llama.cpp"
+  for d in $DTYPES; do [[ $d =~ ^(bf16|q4)$ ]] || die "DTYPES: '$d' with MODEL_DIR (bf16 or q4)"; done
+fi
 [ -f "$CONFIG" ] || die "no model config $CONFIG"
 for r in $ROWS; do [[ $r =~ ^(pp|tg)[0-9]+$ ]] || die "ROWS: '$r' is not ppN or tgN"; done
 for d in $DTYPES; do [[ $d =~ ^(f32|bf16|q4|q8)$ ]] || die "DTYPES: '$d' is not f32, bf16, q4 or q8"; done
@@ -126,11 +140,24 @@ if ! "$py" -c 'import gguf, numpy' 2>/dev/null; then
   phase_end "venv"
 fi
 model=$(basename "$CONFIG" .json)
+kind=random
+if [ -n "$MODEL_DIR" ]; then
+  model=$(basename "$MODEL_DIR") kind=real
+  mkdir -p "$bench/gguf"
+  ln -sf "$(realpath "$GGUF")" "$bench/gguf/$model-real-q4.gguf"
+  if [[ " $DTYPES " == *" bf16 "* ]] && [ ! -s "$bench/gguf/$model-real-bf16.gguf" ]; then
+    phase "llama-quantize --allow-requantize $GGUF to BF16"
+    nice -n 10 "$bench/llama-cpu/bin/llama-quantize" --allow-requantize "$GGUF" "$bench/gguf/$model-real-bf16.gguf.tmp" \
+      BF16 "$THREADS" >"$RESULTS/quantize-bf16.log" 2>&1 || { tail -20 "$RESULTS/quantize-bf16.log" >&2; die "llama-quantize BF16 failed"; }
+    mv "$bench/gguf/$model-real-bf16.gguf.tmp" "$bench/gguf/$model-real-bf16.gguf"
+    phase_end "llama-quantize BF16"
+  fi
+fi
 gguf_args=()
 float_dtypes=$(for d in $DTYPES; do case $d in q*) echo bf16 ;; *) echo "$d" ;; esac; done | sort -u)
 for d in $float_dtypes; do
   f=$bench/gguf/$model-random-$d.gguf
-  [ -s "$f" ] || gguf_args+=(--"$d" "$f.tmp")
+  [ -s "$f" ] || [ $kind = real ] || gguf_args+=(--"$d" "$f.tmp")
 done
 if [ ${#gguf_args[@]} -gt 0 ]; then
   phase "writing random-weight GGUFs of $CONFIG (${gguf_args[*]})"
@@ -140,6 +167,7 @@ if [ ${#gguf_args[@]} -gt 0 ]; then
   phase_end "GGUF writing"
 fi
 for d in $DTYPES; do
+  [ $kind = real ] && continue
   case $d in q4) type=Q4_0 ;; q8) type=Q8_0 ;; *) continue ;; esac
   f=$bench/gguf/$model-random-$d.gguf
   [ -s "$f" ] && continue
@@ -158,7 +186,7 @@ cpu=$(lscpu | sed -n 's/^Model name: *//p' | head -1)
   echo "cpu flags (avx512/amx/bf16): $(grep -m1 -o -w 'avx2\|avx512f\|avx512_bf16\|amx_tile\|amx_bf16' /proc/cpuinfo | sort -u | paste -sd' ')"
   echo "llama.cpp: $llama_version"
   echo "loom: $loom_src (git $(git rev-parse --short HEAD 2>/dev/null || echo '?')$(git diff --quiet HEAD 2>/dev/null || echo ', with uncommitted changes'))"
-  echo "config: $CONFIG"
+  echo "config: ${MODEL_DIR:-$CONFIG}$( [ $kind = real ] && echo " (real weights; llama.cpp: $GGUF, bf16 by llama-quantize --allow-requantize)")"
   echo "threads: $THREADS"
   echo "reps: $REPS (+1 warm-up)"
   echo "rows: $ROWS"
@@ -211,7 +239,7 @@ llama_run() { # build, dtype, row, label, extra env...
   if [[ $row == pp* ]]; then args=(-p "$n" -n 0); else args=(-p 0 -n "$n" -d "$DECODE_CTX"); fi
   local out=$RESULTS/llama-$d-$row-$label
   # shellcheck disable=SC2086
-  if ! env "$@" "$bench/llama-$b/bin/llama-bench" -m "$bench/gguf/$model-random-$d.gguf" -t "$THREADS" \
+  if ! env "$@" "$bench/llama-$b/bin/llama-bench" -m "$bench/gguf/$model-$kind-$d.gguf" -t "$THREADS" \
       -r "$REPS" "${args[@]}" -o json $LLAMA_ARGS >"$out.json" 2>"$out.log"; then
     tail -20 "$out.log" >&2; die "llama-bench ($label, $d, $row) failed (log: $out.log)"
   fi
@@ -236,7 +264,8 @@ for d in $DTYPES; do
     for v in $VARIANTS; do
       out=$RESULTS/loom-$d-$row-$v.txt
       note_load "loom [$v] $d $row"
-      run_loom "$v" bench latency -m "$lconfig" --load-format dummy --dtype "$ldtype" "${qargs[@]}" --threads "$THREADS" \
+      if [ $kind = real ]; then margs=(-m "$MODEL_DIR"); else margs=(-m "$lconfig" --load-format dummy); fi
+      run_loom "$v" bench latency "${margs[@]}" --dtype "$ldtype" "${qargs[@]}" --threads "$THREADS" \
         --batch-size 1 --num-iters-warmup 1 --num-iters "$REPS" "${largs[@]}" >"$out" 2>&1 \
         || { tail -20 "$out" >&2; die "loom bench latency failed ($v, $d, $row; output: $out)"; }
       echo "   loom [$v]: $(grep -E '^(Prefill|Decode):' "$out" | { if [[ $row == pp* ]]; then grep ^Prefill; else grep ^Decode; fi; } | head -1)" >&2

@@ -113,6 +113,7 @@ static void print_module(FILE *f, const module *m, int depth) {
                 fprintf(f, "; within the best %d of %d groups by their %s%s", d->topk_group, d->n_group,
                         d->group_top2_sum ? "two best scores' sum" : "best score",
                         d->bias[0] ? ", choosing with the correction bias" : "");
+            if (d->bias[0] && !d->n_group) fprintf(f, "; chosen by score plus the correction bias");
             if (d->scale != 1) fprintf(f, "; weights times %g", d->scale);
         }
         if (o->kind == OP_RMS_NORM && o->across_ranks)
