@@ -40,6 +40,7 @@
 #define MAX_REFS   512   /* distinct $ref targets */
 #define MAX_REPEAT 10000 /* GBNF's bound on a repetition count: longer maxima are cut to it */
 #define MAX_LENS   256   /* distinct string length bounds given a shared rule each */
+#define MAX_KEY    256   /* bytes of a property name kept out of extra keys */
 #define INT_DIGITS 16    /* an unbounded integer's digits at most */
 
 typedef struct conv {
@@ -586,7 +587,7 @@ static bool listed(const cJSON *list, const char *name) {
 /* The rule of the names' trie node at prefix `at` (bytes of a name): a key's characters from
  * there, its closing quote included. The key may end unless a name ends here, go on along a
  * name, or leave every name with another character and then take any (unescaped) characters. */
-static int key_node(conv *c, const cJSON *names, const char *at, size_t len) {
+static int key_node(conv *c, const cJSON *names, const char *at, size_t len, const char *path) {
     int id = c->n_rules++, n_seen = 0, rc = 0;
     gbuf alts = {0}, others = {0};
     uint32_t seen[128];
@@ -605,11 +606,11 @@ static int key_node(conv *c, const cJSON *names, const char *at, size_t len) {
         for (int i = 0; i < n_seen; i++) dup |= seen[i] == cp;
         if (dup) continue;
         if (n_seen == (int)(sizeof seen / sizeof *seen)) {
-            rc = refuse(c, "", "over %s property names branch at one character", "128");
+            rc = refuse(c, path, "over %s property names branch at one character", "128");
             break;
         }
         seen[n_seen++] = cp;
-        int child = key_node(c, names, k, len + n);
+        int child = key_node(c, names, k, len + n, path);
         if (child < 0) {
             rc = -1;
             break;
@@ -627,17 +628,21 @@ static int key_node(conv *c, const cJSON *names, const char *at, size_t len) {
 
 /* A key (quoted) that is none of `names`: unescaped, since an escaped spelling of a name is the
  * name to a validator. Names no unescaped key can spell are left out of the trie. */
-static int key_except(conv *c, const cJSON *names) {
+static int key_except(conv *c, const cJSON *names, const char *path) {
     cJSON *spellable = cJSON_CreateArray();
     const cJSON *nm;
     cJSON_ArrayForEach(nm, names) {
         const char *k = cJSON_IsString(nm) ? nm->valuestring : NULL;
+        if (k && strlen(k) > MAX_KEY) { /* the trie's depth is a name's length */
+            cJSON_Delete(spellable);
+            return refuse(c, path, "a property name over %s bytes beside additional properties", "256");
+        }
         bool ok = k && u8invalid(k, strlen(k)) == strlen(k);
         for (const char *q = ok ? k : ""; *q; q++) ok &= *q != '"' && *q != '\\' && (unsigned char)*q >= 0x20;
         if (ok && !listed(spellable, k)) cJSON_AddItemToArray(spellable, cJSON_CreateString(k));
     }
     c->need_keychar = true;
-    int root = c->n_rules++, first = key_node(c, spellable, "", 0);
+    int root = c->n_rules++, first = key_node(c, spellable, "", 0, path);
     cJSON_Delete(spellable);
     if (first < 0) return -1;
     gbuf_printf(c->out, "%s-%d ::= \"\\\"\" %s-%d\n", c->name, root, c->name, first);
@@ -707,7 +712,7 @@ static int object_body(conv *c, const cJSON *s, const char *path, gbuf *b) {
             cJSON_ArrayForEach(x, props) cJSON_AddItemToArray(taken, cJSON_CreateString(x->string));
             cJSON_ArrayForEach(x, req) if (cJSON_IsString(x)) cJSON_AddItemToArray(taken, cJSON_Duplicate(x, true));
             cJSON_ArrayForEach(x, out) cJSON_AddItemToArray(taken, cJSON_Duplicate(x, true));
-            int key = cJSON_GetArraySize(taken) ? key_except(c, taken) : -2;
+            int key = cJSON_GetArraySize(taken) ? key_except(c, taken, path) : -2;
             cJSON_Delete(taken);
             if (key == -1) rc = -1;
             if (key < 0) c->need_string = true;
