@@ -261,7 +261,7 @@ int32_t cspace_compact(cspace *cs, int32_t keep) {
 
 const int32_t *cspace_nodes(const cspace *cs, int32_t cfg, int *n) {
     *n = cs->len[cfg];
-    return cs->items + cs->start[cfg];
+    return *n ? cs->items + cs->start[cfg] : NULL; /* a config of no items may precede any storage */
 }
 
 int32_t cspace_node_pos(const cspace *cs, int32_t n) { return n > NODE_SENTINEL ? cs->pos[n] : -1; }
@@ -364,7 +364,7 @@ void grammar_matcher_mask(grammar_matcher *m, uint32_t *allowed) {
     /* copy: the checks below may grow the config arrays */
     int32_t local[64], *list = n <= 64 ? local : malloc((size_t)n * sizeof *list);
     if (!list) return;
-    memcpy(list, nodes, (size_t)n * sizeof *list);
+    if (n) memcpy(list, nodes, (size_t)n * sizeof *list);
     for (int k = 0; k < n; k++) {
         if (list[k] == NODE_ACCEPT) {
             for (int e = 0; e < v->n_eos; e++) allowed[v->eos[e] >> 5] |= 1u << (v->eos[e] & 31);
