@@ -295,6 +295,27 @@ int weights_read_f32(weight_store *w, const char *name, int ndim, const int *sha
     return 0;
 }
 
+bool weights_made_find(const weight_store *w, const char *name, int r0, int nr, int c0, int nc, bool quantized,
+                       enum dtype dt, wmat *out) {
+    for (int i = 0; i < w->n_made; i++) {
+        const wmat_made *m = &w->made[i];
+        if ((m->w.q != NULL) == quantized && (quantized || m->w.dt == dt) && m->r0 == r0 && m->nr == nr &&
+            m->c0 == c0 && m->nc == nc && !strcmp(m->name, name)) {
+            *out = m->w;
+            return true;
+        }
+    }
+    return false;
+}
+
+int weights_made_keep(weight_store *w, const char *name, int r0, int nr, int c0, int nc, const wmat *m, loom_err *err) {
+    if (ARRAY_RESERVE(w->made, w->cap_made, (size_t)w->n_made + 1, "the list of matrices made at load", err)) return -1;
+    wmat_made *k = &w->made[w->n_made++];
+    *k = (wmat_made){.r0 = r0, .nr = nr, .c0 = c0, .nc = nc, .w = *m};
+    snprintf(k->name, sizeof k->name, "%s", name);
+    return 0;
+}
+
 /* Fetches rows [r0, r0+nr) x columns [c0, c0+nc) of tensor `name`, which must have the ndim
  * dimensions `shape`, read as a [rows, cols] matrix (rows: the leading dimensions together). */
 static int fetch(weight_store *w, const char *name, int ndim, const int *shape, int cols, int r0, int nr, int c0,
@@ -320,6 +341,7 @@ static int fetch(weight_store *w, const char *name, int ndim, const int *shape, 
     }
     out->ld = nc;
     out->dt = keep_bf16 ? DT_BF16 : DT_F32;
+    if (weights_made_find(w, name, r0, nr, c0, nc, false, out->dt, out)) return 0;
     void *dst = weights_buffer(w, (size_t)nr * nc * (keep_bf16 ? 2 : 4), "a converted tensor", err);
     if (!dst) return loom_err_prefix(err, "%s: tensor '%s'", file, name);
     for (int r = 0; r < nr; r++)
@@ -329,7 +351,7 @@ static int fetch(weight_store *w, const char *name, int ndim, const int *shape, 
             else ((float *)dst)[(size_t)r * nc + c] = f;
         }
     out->data = dst;
-    return 0;
+    return weights_made_keep(w, name, r0, nr, c0, nc, out, err);
 }
 
 int weights_get(weight_store *w, const char *name, int rows, int cols, int r0, int nr, int c0, int nc, bool as_f32,

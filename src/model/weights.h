@@ -24,8 +24,9 @@ typedef struct quant_scheme {
 /* Dummy FP8 weights' static input scale: unit-variance activations reach about 4 */
 #define DUMMY_INPUT_SCALE (4.0f / 448)
 
-/* A matrix made at load (quantized), kept so that a second plan over the same slices (the
- * engine's plain-TP plan beside its SP one) reuses it. */
+/* A matrix made at load (quantized, or converted to another dtype), kept so that a second plan
+ * over the same slices (the engine's plain-TP plan beside its SP one) and a tied embedding and
+ * LM head read it once. */
 typedef struct wmat_made {
     char name[256];
     int r0, nr, c0, nc;
@@ -79,6 +80,11 @@ int weights_read_f32(weight_store *w, const char *name, int ndim, const int *sha
 const st_tensor *weights_tensor(weight_store *w, const char *name, const char **file);
 /* Whether the files hold tensor `name` (dummy stores hold none); nothing is marked used. */
 bool weights_has(const weight_store *w, const char *name);
+/* The matrix made earlier over these slices of `name`: quantized ones (any format), or else
+ * converted ones of dtype dt. */
+bool weights_made_find(const weight_store *w, const char *name, int r0, int nr, int c0, int nc, bool quantized,
+                       enum dtype dt, wmat *out);
+int weights_made_keep(weight_store *w, const char *name, int r0, int nr, int c0, int nc, const wmat *m, loom_err *err);
 /* A buffer owned by the store until weights_close (64-byte aligned; 2 MiB and up on huge pages);
  * NULL with err set ("cannot allocate N bytes for what") when out of memory. */
 void *weights_buffer(weight_store *w, size_t bytes, const char *what, loom_err *err);

@@ -227,7 +227,7 @@ static int32_t *read_g_idx(const st_tensor *t, const char *mod, const char *suff
 
 int quant_checkpoint_get(weight_store *ws, const quant_config *q, const char *name, int rows, int cols, int r0, int nr,
                          int c0, int nc, wmat *out, loom_err *err) {
-    if (qmat_find(ws, name, r0, nr, c0, nc, out)) return 0;
+    if (weights_made_find(ws, name, r0, nr, c0, nc, true, DT_F32, out)) return 0;
     if (quant_format_fp8(q->format)) return fp8_checkpoint_get(ws, q, name, rows, cols, r0, nr, c0, nc, out, err);
     if (quant_checkpoint_check(q, name, rows, cols, r0, nr, c0, nc, err)) return -1;
     char mod[256];
@@ -289,5 +289,5 @@ int quant_checkpoint_get(weight_store *ws, const quant_config *q, const char *na
     rc = qmat_build(ws, &src, out, err);
     free(group_of);
     if (rc) return loom_err_prefix(err, "%s", mod);
-    return qmat_keep(ws, name, r0, nr, c0, nc, out, err);
+    return weights_made_keep(ws, name, r0, nr, c0, nc, out, err);
 }

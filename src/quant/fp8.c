@@ -128,5 +128,5 @@ int fp8_checkpoint_get(weight_store *ws, const quant_config *q, const char *name
                    .in_scale = in_scale,
                    .in_group = q->fp8_act == FP8_ACT_GROUP ? q->act_group : 0};
     if (qmat_build(ws, &src, out, err)) return loom_err_prefix(err, "%s", mod);
-    return qmat_keep(ws, name, r0, nr, c0, nc, out, err);
+    return weights_made_keep(ws, name, r0, nr, c0, nc, out, err);
 }

@@ -91,7 +91,7 @@ int quant_online(weight_store *ws, const quant_scheme *s, const char *name, int 
                  int r0, int nr, int c0, int nc, float init, wmat *out, loom_err *err) {
     int group = s->group ? s->group : cols;
     if (quant_check_split(s, name, cols, c0, nc, err)) return -1;
-    if (qmat_find(ws, name, r0, nr, c0, nc, out)) return 0;
+    if (weights_made_find(ws, name, r0, nr, c0, nc, true, DT_F32, out)) return 0;
     online_src o = {ws,      name,   ndim,
                     shape,   cols,   r0,
                     c0,      nc,     group,
@@ -113,7 +113,7 @@ int quant_online(weight_store *ws, const quant_scheme *s, const char *name, int 
     int rc = qmat_build(ws, &src, out, err);
     free(o.buf);
     if (rc) return rc;
-    return qmat_keep(ws, name, r0, nr, c0, nc, out, err);
+    return weights_made_keep(ws, name, r0, nr, c0, nc, out, err);
 }
 
 int quant_check_split(const quant_scheme *s, const char *name, int cols, int c0, int nc, loom_err *err) {

@@ -30,25 +30,6 @@ static void pack_row(const qlayout *q, const uint8_t *codes, uint8_t *dst) {
         for (int j = 0; j < QBLOCK / 2; j++) dst[b / 2 + j] = (uint8_t)(codes[b + j] | codes[b + QBLOCK / 2 + j] << 4);
 }
 
-bool qmat_find(weight_store *ws, const char *name, int r0, int nr, int c0, int nc, wmat *out) {
-    for (int i = 0; i < ws->n_made; i++) {
-        const wmat_made *m = &ws->made[i];
-        if (!strcmp(m->name, name) && m->r0 == r0 && m->nr == nr && m->c0 == c0 && m->nc == nc) {
-            *out = m->w;
-            return true;
-        }
-    }
-    return false;
-}
-
-int qmat_keep(weight_store *ws, const char *name, int r0, int nr, int c0, int nc, const wmat *w, loom_err *err) {
-    if (ARRAY_RESERVE(ws->made, ws->cap_made, (size_t)ws->n_made + 1, "the list of quantized matrices", err)) return -1;
-    wmat_made *m = &ws->made[ws->n_made++];
-    *m = (wmat_made){.r0 = r0, .nr = nr, .c0 = c0, .nc = nc, .w = *w};
-    snprintf(m->name, sizeof m->name, "%s", name);
-    return 0;
-}
-
 int qmat_build(weight_store *ws, const qsource *src, wmat *out, loom_err *err) {
     int cols = src->cols, rows = src->rows;
     colkey *keys = mem_array((size_t)cols, sizeof *keys, "a quantized matrix's column order", err);

@@ -37,10 +37,8 @@ typedef struct qsource {
 
 /* Builds the packed matrix of src's rows (owned by the store) into out. */
 int qmat_build(weight_store *ws, const qsource *src, wmat *out, loom_err *err);
-/* Matrices built at load are kept by tensor name and slice, so that a second plan over the
- * same slices (the engine's plain-TP plan beside its SP one) reuses them. */
-bool qmat_find(weight_store *ws, const char *name, int r0, int nr, int c0, int nc, wmat *out);
-int qmat_keep(weight_store *ws, const char *name, int r0, int nr, int c0, int nc, const wmat *w, loom_err *err);
+/* Matrices built at load are kept by tensor name and slice (weights_made_keep), so that a
+ * second plan over the same slices reuses them. */
 
 /* Rows [r0, r0+nr) x columns [c0, c0+nc) of float tensor `name` (ndim dimensions `shape`, read
  * as [rows, cols]), quantized with scheme s at load (dummy stores generate the float values
