@@ -338,9 +338,19 @@ static void bad_fp8(void) {
     free(whole);
 }
 
+/* The n cases of e on golden model `name`. */
+static void edits_on(const char *name, const field_edit *e, size_t n) {
+    snprintf(src_dir, sizeof src_dir, "%s/tests/golden/%s", LOOM_SOURCE_DIR, name);
+    char *data, *whole;
+    size_t dlen;
+    cJSON *h = orig_header(&data, &dlen, &whole);
+    expect_edits(e, n, h, data, dlen);
+    cJSON_Delete(h);
+    free(whole);
+}
+
 /* ERNIE 4.5's own MoE fields, on its golden model. */
 static void bad_ernie(void) {
-    snprintf(src_dir, sizeof src_dir, "%s/tests/golden/ernie4_5_moe", LOOM_SOURCE_DIR);
     static const field_edit edits[] = {
         {"ernie: more experts per token than experts", true, NULL, "moe_k", "9", NULL, "moe_k 9 exceeds the 8 experts"},
         {"ernie: a layer index below -1", true, NULL, "moe_layer_end_index", "-2", NULL,
@@ -351,17 +361,11 @@ static void bad_ernie(void) {
          "shape", "[8]", NULL,
          "tensor 'model.layers.1.mlp.moe_statics.e_score_correction_bias' has shape [8], expected [1, 8]"},
     };
-    char *data, *whole;
-    size_t dlen;
-    cJSON *h = orig_header(&data, &dlen, &whole);
-    expect_edits(edits, sizeof edits / sizeof *edits, h, data, dlen);
-    cJSON_Delete(h);
-    free(whole);
+    edits_on("ernie4_5_moe", edits, sizeof edits / sizeof *edits);
 }
 
 /* Gemma's own fields, on the Gemma 3 golden model. */
 static void bad_gemma(void) {
-    snprintf(src_dir, sizeof src_dir, "%s/tests/golden/gemma3", LOOM_SOURCE_DIR);
     static const field_edit edits[] = {
         {"gemma: exact GELU", true, NULL, "hidden_activation", "\"gelu\"", NULL,
          "unsupported hidden_activation 'gelu' (only gelu_pytorch_tanh)"},
@@ -380,12 +384,7 @@ static void bad_gemma(void) {
         {"gemma: query_pre_attn_scalar zero", true, NULL, "query_pre_attn_scalar", "0", NULL,
          "field 'query_pre_attn_scalar' must be positive"},
     };
-    char *data, *whole;
-    size_t dlen;
-    cJSON *h = orig_header(&data, &dlen, &whole);
-    expect_edits(edits, sizeof edits / sizeof *edits, h, data, dlen);
-    cJSON_Delete(h);
-    free(whole);
+    edits_on("gemma3", edits, sizeof edits / sizeof *edits);
 }
 
 int main(void) {

@@ -51,14 +51,20 @@ static bool accepts(grammar *g, const char *s) {
     return ok;
 }
 
+/* g (made from `what`, or NULL with err) accepts each of in and refuses each of out
+ * (NULL-terminated); takes g's reference. */
+static void check_language(grammar *g, const char *what, const loom_err *err, const char *const *in,
+                           const char *const *out) {
+    CHECK(g, "%s: %s", what, err->msg);
+    if (!g) return;
+    for (; *in; in++) CHECK(accepts(g, *in), "%s should accept \"%s\"", what, *in);
+    for (; *out; out++) CHECK(!accepts(g, *out), "%s should refuse \"%s\"", what, *out);
+    grammar_unref(g);
+}
+
 static void language(grammar_vocab *v, const char *gbnf, const char *const *in, const char *const *out) {
     loom_err err = {{0}};
-    grammar *g = grammar_compile(gbnf, v, &err);
-    CHECK(g, "%s: %s", gbnf, err.msg);
-    if (!g) return;
-    for (; *in; in++) CHECK(accepts(g, *in), "%s should accept \"%s\"", gbnf, *in);
-    for (; *out; out++) CHECK(!accepts(g, *out), "%s should refuse \"%s\"", gbnf, *out);
-    grammar_unref(g);
+    check_language(grammar_compile(gbnf, v, &err), gbnf, &err, in, out);
 }
 
 #define L(...) ((const char *const[]){__VA_ARGS__, NULL})
@@ -310,11 +316,7 @@ static void long_strings(grammar_vocab *v) {
 /* A schema's grammar accepts each of in and refuses each of out (NULL-terminated). */
 static void schema_language(grammar_vocab *v, const char *schema, const char *const *in, const char *const *out) {
     loom_err err = {{0}};
-    grammar *g = schema_grammar(v, schema, &err);
-    CHECK(g != NULL, "%s: %s", schema, err.msg);
-    for (; g && *in; in++) CHECK(accepts(g, *in), "%s should accept %s", schema, *in);
-    for (; g && *out; out++) CHECK(!accepts(g, *out), "%s should refuse %s", schema, *out);
-    grammar_unref(g);
+    check_language(schema_grammar(v, schema, &err), schema, &err, in, out);
 }
 
 /* Keys past the declared properties are none of them; a oneOf told apart by required
