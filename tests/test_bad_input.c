@@ -364,6 +364,24 @@ static void bad_ernie(void) {
     edits_on("ernie4_5_moe", edits, sizeof edits / sizeof *edits);
 }
 
+/* Phi-3's RoPE fields and fused tensors, on the Phi-4-mini golden model (6 rotary pairs). */
+static void bad_phi3(void) {
+    static const field_edit edits[] = {
+        {"phi3: a short factor list of another length", true, "rope_parameters", "short_factor", "[1.0, 1.0]", NULL,
+         "rope 'short_factor' must list 6 factors (one per rotary pair)"},
+        {"phi3: a zero long factor", true, "rope_parameters", "long_factor", "[1, 2, 0, 8, 16, 32]", NULL,
+         "rope 'long_factor'[2] must be a positive number"},
+        {"phi3: a partial rotary factor over 1", true, "rope_parameters", "partial_rotary_factor", "1.5", NULL,
+         "partial_rotary_factor 1.5 of head_dim 16: the rotary width must be even and positive"},
+        {"phi3: an odd rotary width", true, "rope_parameters", "partial_rotary_factor", "0.3125", NULL,
+         "partial_rotary_factor 0.3125 of head_dim 16: the rotary width must be even and positive"},
+        {"phi3: a fused qkv_proj of another shape", false, "model.layers.0.self_attn.qkv_proj.weight", "shape",
+         "[64, 128]", NULL,
+         "tensor 'model.layers.0.self_attn.qkv_proj.weight' has shape [64, 128], expected [128, 64]"},
+    };
+    edits_on("phi4_mini", edits, sizeof edits / sizeof *edits);
+}
+
 /* Gemma's own fields, on the Gemma 3 golden model. */
 static void bad_gemma(void) {
     static const field_edit edits[] = {
@@ -500,6 +518,7 @@ int main(void) {
     bad_fp8();
     bad_gemma();
     bad_ernie();
+    bad_phi3();
     char cmd[1024];
     snprintf(cmd, sizeof cmd, "rm -rf %s", tmp);
     CHECK(system(cmd) == 0, "cleanup");

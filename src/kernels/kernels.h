@@ -79,16 +79,29 @@ int linear_transpose(const wmat *w, float *t);
 void rms_norm(const float *x, size_t ldx, float *out, size_t ldo, int rows, int cols, int group, const float *weight,
               float eps);
 
-/* RoPE tables: cos/sin [max_pos, half] of positions times the inverse frequencies inv_freq[half]
- * (the model's rope initialiser gives them: model/rope_freq.h), each multiplied by `factor`
- * (YaRN's attention factor; 1 otherwise). */
+/* What a model's RoPE tables are built from (model/rope_freq.h computes it). */
+#define ROPE_MAX_PAIRS 512
+typedef struct rope_freqs {
+    int half;     /* rotary pairs per head */
+    float factor; /* cos and sin times this: YaRN's and longrope's attention factor (else 1) */
+    float inv[ROPE_MAX_PAIRS];
+    bool has_local;
+    float local[ROPE_MAX_PAIRS]; /* the sliding layers' own, unscaled (Gemma 3) */
+    int long_after;              /* longrope: a pass reaching past this many positions of its
+                                    sequence rotates by long_inv (0: no long set) */
+    float long_inv[ROPE_MAX_PAIRS];
+} rope_freqs;
+
+/* RoPE tables: cos/sin [max_pos, half] of positions times the inverse frequencies inv_freq[half],
+ * each multiplied by `factor`; with long_inv, a second set follows at rows max_pos + p. */
 typedef struct rope_table {
     int max_pos, half;
     float *cos, *sin;
 } rope_table;
-int rope_table_init(rope_table *t, const float *inv_freq, int half, float factor, int max_pos, loom_err *err);
+int rope_table_init(rope_table *t, const float *inv_freq, const float *long_inv, int half, float factor, int max_pos,
+                    loom_err *err);
 void rope_table_free(rope_table *t);
-/* RoPE at positions pos[row] on n_heads heads of `stride` columns per row, rotating columns
+/* RoPE at table rows pos[row] (positions, or past max_pos those of the long set) on n_heads heads of `stride` columns per row, rotating columns
  * [offset, offset + head_dim) of each (rotate_half pairs, or interleaved ones: see rope_desc)
  * and copying the others. */
 void rope_apply(const rope_table *t, const float *x, size_t ldx, float *out, size_t ldo, int rows, int n_heads,

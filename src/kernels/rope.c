@@ -12,20 +12,24 @@
 #include "util/alloc.h"
 #include "util/err.h"
 
-int rope_table_init(rope_table *t, const float *inv_freq, int half, float factor, int max_pos, loom_err *err) {
+int rope_table_init(rope_table *t, const float *inv_freq, const float *long_inv, int half, float factor, int max_pos,
+                    loom_err *err) {
+    size_t rows = (size_t)max_pos * (long_inv ? 2 : 1);
     t->max_pos = max_pos;
     t->half = half;
-    t->cos = mem_array((size_t)max_pos * half, sizeof *t->cos, "the RoPE tables", err);
-    t->sin = t->cos ? mem_array((size_t)max_pos * half, sizeof *t->sin, "the RoPE tables", err) : NULL;
+    t->cos = mem_array(rows * half, sizeof *t->cos, "the RoPE tables", err);
+    t->sin = t->cos ? mem_array(rows * half, sizeof *t->sin, "the RoPE tables", err) : NULL;
     if (!t->sin) {
         rope_table_free(t);
         return loom_err_prefix(err, "%d positions", max_pos);
     }
-    for (int i = 0; i < half; i++) {
-        for (int p = 0; p < max_pos; p++) {
-            float f = (float)p * inv_freq[i];
-            t->cos[(size_t)p * half + i] = cosf(f) * factor;
-            t->sin[(size_t)p * half + i] = sinf(f) * factor;
+    for (size_t row = 0; row < rows; row++) {
+        const float *inv = row < (size_t)max_pos ? inv_freq : long_inv;
+        float p = (float)(row % (size_t)max_pos);
+        for (int i = 0; i < half; i++) {
+            float f = p * inv[i];
+            t->cos[row * half + i] = cosf(f) * factor;
+            t->sin[row * half + i] = sinf(f) * factor;
         }
     }
     return 0;

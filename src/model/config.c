@@ -96,21 +96,45 @@ static int parse_yarn(reader *r, model_config *c, const cJSON *s) {
     return 0;
 }
 
-/* RoPE settings: transformers 5 writes "rope_parameters" (theta inside), older versions
- * "rope_theta" plus an optional "rope_scaling"; accept both. Models whose layer types rotate
- * differently (Gemma 3) nest one set per type: the full-attention layers' are the model's. */
-static int parse_rope(reader *r, model_config *c, double default_theta) {
+/* Where the RoPE settings are: transformers 5 writes "rope_parameters" (theta inside), older
+ * versions "rope_theta" plus an optional "rope_scaling"; accept both. Models whose layer types
+ * rotate differently (Gemma 3) nest one set per type: the full-attention layers' are the
+ * model's. NULL: none beyond rope_theta. */
+static const cJSON *rope_params(const reader *r) {
     const cJSON *params = cJSON_GetObjectItemCaseSensitive(r->root, "rope_parameters");
     const cJSON *scaling = cJSON_GetObjectItemCaseSensitive(r->root, "rope_scaling");
     if (cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(params, "full_attention")))
         params = cJSON_GetObjectItemCaseSensitive(params, "full_attention");
+    return cJSON_IsObject(scaling) ? scaling : cJSON_IsObject(params) ? params : NULL;
+}
+
+/* longrope (transformers' _compute_longrope_parameters): the attention factor defaults to
+ * sqrt(1 + ln(factor) / ln(original context)), factor to max_position_embeddings over the
+ * original context, which Phi-3 keeps at the top level (4096 when absent, and first). The
+ * factor lists are read with the rotary width (parse_rope_dim). */
+static int parse_longrope(reader *r, model_config *c, const cJSON *s) {
+    bool phi3 = !strcmp(c->arch, "Phi3ForCausalLM");
+    float attention_factor;
+    c->rope_kind = ROPE_LONGROPE;
+    if (get_int(r, s, "original_max_position_embeddings", c->max_pos, false, 1, &c->rope_orig_max_pos) ||
+        (phi3 && get_int(r, r->root, "original_max_position_embeddings", 4096, false, 1, &c->rope_orig_max_pos)) ||
+        get_float(r, s, "factor", (double)c->max_pos / c->rope_orig_max_pos, false, &c->rope_factor) ||
+        get_float(r, s, "attention_factor", -1.0, false, &attention_factor))
+        return -1;
+    if (!(c->rope_factor > 0)) return loom_errf(r->err, "%s: rope 'factor' must be positive", r->name);
+    if (attention_factor >= 0) c->rope_attention_factor = attention_factor;
+    else if (c->rope_factor > 1 && c->rope_orig_max_pos > 1)
+        c->rope_attention_factor = (float)sqrt(1 + log(c->rope_factor) / log(c->rope_orig_max_pos));
+    return 0;
+}
+
+static int parse_rope(reader *r, model_config *c, double default_theta) {
+    const cJSON *params = cJSON_GetObjectItemCaseSensitive(r->root, "rope_parameters");
+    if (cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(params, "full_attention")))
+        params = cJSON_GetObjectItemCaseSensitive(params, "full_attention");
     if (get_float(r, r->root, "rope_theta", default_theta, false, &c->rope_theta)) return -1;
-    const cJSON *s = NULL;
-    if (cJSON_IsObject(params)) {
-        s = params;
-        if (get_float(r, params, "rope_theta", c->rope_theta, false, &c->rope_theta)) return -1;
-    }
-    if (cJSON_IsObject(scaling)) s = scaling;
+    if (cJSON_IsObject(params) && get_float(r, params, "rope_theta", c->rope_theta, false, &c->rope_theta)) return -1;
+    const cJSON *s = rope_params(r);
     c->rope_kind = ROPE_DEFAULT;
     c->rope_factor = 1;
     c->rope_attention_factor = 1;
@@ -118,6 +142,10 @@ static int parse_rope(reader *r, model_config *c, double default_theta) {
     const char *type = get_str(s, "rope_type");
     if (!type) type = get_str(s, "type");
     if (!type || !strcmp(type, "default")) return 0;
+    /* Phi-3's config class reads its older names for longrope */
+    if (!strcmp(type, "longrope") || !strcmp(type, "su") ||
+        (!strcmp(c->arch, "Phi3ForCausalLM") && !strcmp(type, "yarn")))
+        return parse_longrope(r, c, s);
     if (get_float(r, s, "factor", 1.0, strcmp(type, "yarn") != 0, &c->rope_factor)) return -1;
     if (!strcmp(type, "linear")) {
         c->rope_kind = ROPE_LINEAR;
@@ -134,8 +162,41 @@ static int parse_rope(reader *r, model_config *c, double default_theta) {
         return 0;
     }
     if (!strcmp(type, "yarn")) return parse_yarn(r, c, s);
-    return loom_errf(r->err, "%s: unsupported rope type '%s' (supported: default, linear, llama3, yarn)", r->name,
-                     type);
+    return loom_errf(r->err, "%s: unsupported rope type '%s' (supported: default, linear, llama3, yarn, longrope)",
+                     r->name, type);
+}
+
+/* A longrope factor list of `n` positive numbers. */
+static int get_factors(reader *r, const cJSON *s, const char *key, int n, float *out) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(s, key), *e;
+    if (!cJSON_IsArray(v) || cJSON_GetArraySize(v) != n)
+        return loom_errf(r->err, "%s: rope '%s' must list %d factors (one per rotary pair)", r->name, key, n);
+    int i = 0;
+    cJSON_ArrayForEach(e, v) {
+        if (!cJSON_IsNumber(e) || !(e->valuedouble > 0) || !isfinite(e->valuedouble))
+            return loom_errf(r->err, "%s: rope '%s'[%d] must be a positive number", r->name, key, i);
+        out[i++] = (float)e->valuedouble;
+    }
+    return 0;
+}
+
+/* The rotary width, once head_dim is final: head_dim x partial_rotary_factor (in the RoPE
+ * settings or at the top level), truncated as transformers' int() does; then longrope's
+ * factor lists, one per pair of it. */
+static int parse_rope_dim(reader *r, model_config *c) {
+    const cJSON *s = rope_params(r);
+    float partial;
+    if (get_float(r, r->root, "partial_rotary_factor", 1.0, false, &partial) ||
+        (s && get_float(r, s, "partial_rotary_factor", partial, false, &partial)))
+        return -1;
+    c->rope_dim = (int)(c->head_dim * (double)partial);
+    if (!(partial > 0 && partial <= 1) || c->rope_dim < 2 || c->rope_dim % 2)
+        return loom_errf(r->err,
+                         "%s: partial_rotary_factor %g of head_dim %d: the rotary width must be even and positive",
+                         r->name, partial, c->head_dim);
+    if (c->rope_kind != ROPE_LONGROPE) return 0;
+    return get_factors(r, s, "short_factor", c->rope_dim / 2, c->rope_short) ||
+           get_factors(r, s, "long_factor", c->rope_dim / 2, c->rope_long);
 }
 
 static int parse_eos(reader *r, model_config *c) {
@@ -516,6 +577,7 @@ static int parse_body(reader *r, model_config *c) {
     if (is_gemma(c) && parse_gemma(r, c)) return -1;
     if (parse_moe(r, c) || get_int(r, root, "bos_token_id", -1, false, -1, &c->bos_id) || parse_eos(r, c)) return -1;
     if (!strncmp(c->arch, "Ernie4_5", 8) && parse_ernie(r, c)) return -1; /* after parse_moe: it reads the experts */
+    if (parse_rope_dim(r, c)) return -1;                                  /* head_dim is final */
     const char *dt = get_str(root, "torch_dtype");
     if (!dt) dt = get_str(root, "dtype");
     snprintf(c->dtype, sizeof c->dtype, "%s", dt ? dt : "");

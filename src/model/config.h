@@ -8,7 +8,7 @@
 /* The widest head (and rotary part) config_parse accepts: RoPE's per-row scratch is sized by it. */
 #define CONFIG_MAX_HEAD_DIM 1024
 
-enum rope_kind { ROPE_DEFAULT, ROPE_LLAMA3, ROPE_LINEAR, ROPE_YARN };
+enum rope_kind { ROPE_DEFAULT, ROPE_LLAMA3, ROPE_LINEAR, ROPE_YARN, ROPE_LONGROPE };
 
 /* How a mixture of experts picks its experts (DeepSeek's topk_method). */
 enum topk_method { TOPK_GREEDY, TOPK_GROUP_LIMITED, TOPK_NOAUX_TC };
@@ -53,6 +53,11 @@ typedef struct model_config {
      * multiplied by, and mscale_all_dim (DeepSeek's softmax scale grows by mscale(factor, it)^2) */
     float rope_beta_fast, rope_beta_slow, rope_attention_factor, rope_mscale_all_dim;
     bool rope_truncate;
+    /* the rotated features of each head: head_dim x partial_rotary_factor (Phi-4-mini's 0.75) */
+    int rope_dim;
+    /* longrope (Phi-3): each pair's frequency divided by its short factor, or by its long one in
+     * a pass that reaches past rope_orig_max_pos positions */
+    float rope_short[CONFIG_MAX_HEAD_DIM / 2], rope_long[CONFIG_MAX_HEAD_DIM / 2];
     mla_config mla;
     bool tie_embeddings, attention_bias, mlp_bias;
     int sliding_window; /* 0: full causal attention */

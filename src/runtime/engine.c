@@ -258,11 +258,9 @@ static int alloc_state(loom_engine *e, loom_err *err) {
     x->layer0 = e->layer0, x->layer1 = e->layer1;
     x->kv_blocks = e->kv.n_blocks, x->block_size = e->kv.block_size, x->table_width = e->kv.table_width;
     x->kv_tables = e->kv.tables;
-    float inv_freq[CONFIG_MAX_HEAD_DIM / 2], local[CONFIG_MAX_HEAD_DIM / 2];
-    rope_inv_freq(c, inv_freq);
-    rope_local_inv_freq(c, local);
-    if (executor_init(x, inv_freq, c->rope_local_theta ? local : NULL, c->head_dim / 2, c->rope_attention_factor, err))
-        return -1;
+    rope_freqs f;
+    rope_freqs_of(c, &f);
+    if (executor_init(x, &f, err)) return -1;
     e->logits = mem_array((size_t)e->max_logits * c->head_vocab, sizeof *e->logits, "the logits", err);
     return e->logits ? 0 : -1;
 }

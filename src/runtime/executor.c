@@ -70,8 +70,7 @@ static int alloc_quant_send(executor *x, loom_err *err) {
     return (x->quant_send = mem_aligned(floats * sizeof(float), "the quantized rows sent to a gather", err)) ? 0 : -1;
 }
 
-int executor_init(executor *x, const float *inv_freq, const float *local_inv_freq, int half, float rope_factor,
-                  loom_err *err) {
+int executor_init(executor *x, const rope_freqs *f, loom_err *err) {
     const plan *p = &x->plans[0].p;
     x->cur = &x->plans[0];
     for (int i = 0; i < x->n_plans; i++)
@@ -99,8 +98,41 @@ int executor_init(executor *x, const float *inv_freq, const float *local_inv_fre
     if (alloc_moe_scratch(x, err) || alloc_quant_send(x, err) ||
         ep_init(&x->ep, p, x->ep_comm->size, x->comm->size, x->max_tokens, &x->activation_bytes, err))
         return -1;
-    if (local_inv_freq && rope_table_init(&x->rope_local, local_inv_freq, half, 1.0f, x->max_ctx, err)) return -1;
-    return rope_table_init(&x->rope, inv_freq, half, rope_factor, x->max_ctx, err);
+    if (f->has_local && rope_table_init(&x->rope_local, f->local, NULL, f->half, 1.0f, x->max_ctx, err)) return -1;
+    x->rope_long_after = f->long_after;
+    if (f->long_after) {
+        size_t n = x->max_tokens;
+        if (!(x->rope_rows = mem_array(n, sizeof(int32_t), "longrope's rows", err)) ||
+            !(x->seq_ids = mem_array(n, sizeof(int32_t), "longrope's rows", err)) ||
+            !(x->seq_reach = mem_array(n, sizeof(int32_t), "longrope's rows", err)))
+            return -1;
+    }
+    return rope_table_init(&x->rope, f->inv, f->long_after ? f->long_inv : NULL, f->half, f->factor, x->max_ctx, err);
+}
+
+/* longrope, as transformers switches it per forward: a sequence whose rows in this pass reach
+ * past long_after positions rotates all of them by the long set (rows max_ctx on of the table);
+ * keys already cached keep the rotation they had. Under SP every rank sees the whole batch, so
+ * the ranks agree. */
+static int seq_slot(const int32_t *seqs, int n, int32_t seq) {
+    int i = 0;
+    while (i < n && seqs[i] != seq) i++;
+    return i;
+}
+
+static const int32_t *longrope_rows(executor *x, const loom_batch *b) {
+    if (!x->rope_long_after) return b->pos;
+    int n = 0; /* the pass's sequences, and the furthest position each reaches */
+    for (int r = 0; r < b->n_tokens; r++) {
+        int i = seq_slot(x->seq_ids, n, b->seq[r]);
+        if (i == n) x->seq_ids[n] = b->seq[r], x->seq_reach[n++] = b->pos[r];
+        else if (b->pos[r] > x->seq_reach[i]) x->seq_reach[i] = b->pos[r];
+    }
+    for (int r = 0; r < b->n_tokens; r++) {
+        int i = seq_slot(x->seq_ids, n, b->seq[r]);
+        x->rope_rows[r] = b->pos[r] + (x->seq_reach[i] + 1 > x->rope_long_after ? x->max_ctx : 0);
+    }
+    return x->rope_rows;
 }
 
 void executor_free(executor *x) {
@@ -113,6 +145,7 @@ void executor_free(executor *x) {
     free(x->kv);
     rope_table_free(&x->rope);
     rope_table_free(&x->rope_local);
+    free(x->rope_rows), free(x->seq_ids), free(x->seq_reach);
     moe_scratch_free(&x->moe);
     free(x->quant_send);
     for (int j = 0; j < x->n_capture; j++) free(x->capture[j]);
@@ -304,7 +337,7 @@ static void run_step(executor *x, const plan_step *s, const loom_batch *b) {
     case OP_SIGMOID_GATE: sigmoid_gate(in0, ld0, in1, ld1, out, ldo, rows, w); break;
     case OP_ROPE:
         rope_apply(o->rope.local ? &x->rope_local : &x->rope, in0, ld0, out, ldo, rows, w / o->rope.stride,
-                   o->rope.stride, o->rope.offset, o->rope.interleaved, b->pos);
+                   o->rope.stride, o->rope.offset, o->rope.interleaved, o->rope.local ? b->pos : x->pass_rope_rows);
         break;
     case OP_ATTENTION:
         if (s->attn.mla.kv_lora)
@@ -396,6 +429,7 @@ static int run_ep_moe(executor *x, const plan_step *s, const loom_batch *b, loom
 
 int executor_run_pass(executor *x, const loom_batch *b, loom_err *err) {
     x->cur = &x->plans[x->n_plans > 1 && b->n_tokens < x->sp_min_tokens];
+    x->pass_rope_rows = longrope_rows(x, b);
     ep_begin_pass(&x->ep);
     for (int i = 0; i < x->cur->p.n_steps; i++) {
         const plan_step *s = &x->cur->p.steps[i];

@@ -44,8 +44,14 @@ typedef struct executor {
     const int32_t *kv_tables;
     kv_layer *kv;                /* indexed by layer */
     rope_table rope, rope_local; /* rope_local: the sliding layers' own (Gemma 3), if any */
-    moe_scratch moe;             /* shared by the MoE steps */
-    float *quant_send;           /* this rank's rows quantized for a gather of quantized rows (plan_step.code) */
+    /* longrope: a pass reaching past rope_long_after positions of a sequence rotates that
+     * sequence's rows by the long set (rope_rows: the pass's rows of `rope`; seq_ids and
+     * seq_reach: its sequences and how far each reaches) */
+    int rope_long_after;
+    int32_t *rope_rows, *seq_ids, *seq_reach;
+    const int32_t *pass_rope_rows; /* the pass's rows of `rope`: its positions, or rope_rows */
+    moe_scratch moe;               /* shared by the MoE steps */
+    float *quant_send;             /* this rank's rows quantized for a gather of quantized rows (plan_step.code) */
     expert_parallel ep;
     /* the values the plans keep after a pass (plan_options' capture): slot j holds
      * capture_rows rows of capture_width columns, filled from row capture_row0 on (a pipeline
@@ -61,11 +67,10 @@ typedef struct executor {
 } executor;
 
 /* Allocates what the plans run on, once: their buffers, the KV pools of layers [layer0,
- * layer1), the RoPE tables for max_ctx positions (inverse frequencies inv_freq of
- * `half` rotary pairs, scaled by rope_factor), the experts' scratch and expert parallelism's
- * buffers. The caller has set comm, world, ep_comm, stage, the plans, the max_* sizes and the pool's. */
-int executor_init(executor *x, const float *inv_freq, const float *local_inv_freq, int half, float rope_factor,
-                  loom_err *err);
+ * layer1), the RoPE tables of f for max_ctx positions, the experts' scratch and expert
+ * parallelism's buffers. The caller has set comm, world, ep_comm, stage, the plans, the max_*
+ * sizes and the pool's. */
+int executor_init(executor *x, const rope_freqs *f, loom_err *err);
 /* Under pipeline stages: every captured slot from the stage that made it, to every rank (rows of
  * the pass just run). */
 int executor_share_captures(executor *x, int rows, loom_err *err);

@@ -57,6 +57,7 @@ from transformers import (  # noqa: E402
     Gemma3TextConfig, Gemma3ForCausalLM,
     Ernie4_5Config, Ernie4_5ForCausalLM,
     Ernie4_5_MoeConfig, Ernie4_5_MoeForCausalLM,
+    Phi3Config, Phi3ForCausalLM,
 )
 
 torch.set_num_threads(1)
@@ -256,6 +257,25 @@ def case_defs():
             moe_num_shared_experts=1, moe_layer_start_index=1, moe_layer_end_index=-1,
             moe_layer_interval=1, use_bias=False, tie_word_embeddings=False,
             rope_parameters={"rope_type": "default", "rope_theta": 10000.0}), {}),
+        # Phi-3: fused qkv_proj and gate_up_proj, a sliding window on every layer, longrope
+        # past its original context: both prompts are longer than original_max_position_embeddings
+        # (3), so every pass rotates by the long factors, which is also what transformers' full
+        # forward does (its short-then-long switch mid-sequence would differ from the full forward).
+        "phi3": (Phi3ForCausalLM, Phi3Config, dict(
+            BASE, max_position_embeddings=32, original_max_position_embeddings=3, sliding_window=4, pad_token_id=0,
+            tie_word_embeddings=False,
+            rope_parameters={"rope_type": "longrope", "rope_theta": 10000.0,
+                             "short_factor": [1.0, 1.0, 1.02, 1.05, 1.1, 1.2, 1.3, 1.5],
+                             "long_factor": [1.0, 1.1, 1.5, 2.2, 3.5, 6.0, 9.0, 14.0]}),
+            {"check_window": 4, "longrope": "long"}),
+        # Phi-4-mini: partial_rotary_factor 0.75 (12 of 16 features rotated), tied embeddings,
+        # longrope inside its original context (64): the short factors.
+        "phi4_mini": (Phi3ForCausalLM, Phi3Config, dict(
+            BASE, original_max_position_embeddings=64, tie_word_embeddings=True, pad_token_id=0,
+            rope_parameters={"rope_type": "longrope", "rope_theta": 10000.0, "partial_rotary_factor": 0.75,
+                             "short_factor": [1.0, 1.3, 1.9, 2.8, 4.0, 6.5],
+                             "long_factor": [1.0, 2.0, 4.0, 8.0, 16.0, 32.0]}),
+            {"longrope": "short"}),
     }
 
 
@@ -603,6 +623,17 @@ def build_case(idx, name, model_cls, cfg_cls, cfg_kw, opts):
                 assert sc != qk ** -0.5, f"{name}: mscale_all_dim did not change the scale"
                 assert abs(sc - qk ** -0.5 * yarn_mscale(f, msa) ** 2) < 1e-12
             extra_info["softmax_scale"] = m.model.layers[0].self_attn.scaling
+    if "longrope" in opts:
+        # every pass of the golden (and of its incremental check) on one side of the original context
+        rp = m.config.rope_parameters
+        orig = rp["original_max_position_embeddings"]
+        if opts["longrope"] == "long":
+            assert min(PREFILL) > orig, f"{name}: a prefill within the original context"
+        else:
+            assert max(PREFILL) + DECODE_STEPS <= orig, f"{name}: a pass past the original context"
+        assert rp["short_factor"] != rp["long_factor"]
+        extra_info["longrope_attention_factor"] = m.model.rotary_emb.attention_scaling
+        extra_info["rotary_dim"] = 2 * m.model.rotary_emb.inv_freq.numel()
     if "routing" in opts:
         # Same weights as the in-memory model checked above; check the reloaded one too.
         ok, report = check_routing(m, ids, opts["routing"],

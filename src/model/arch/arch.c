@@ -75,6 +75,9 @@ static const struct {
     {"DeepseekV3ForCausalLM", {.mla = true, .moe = &deepseek_moe}, build_llama_family},
     {"Ernie4_5ForCausalLM", {.interleaved = true}, build_llama_family},
     {"Ernie4_5_MoeForCausalLM", {.interleaved = true, .moe = &ernie_moe}, build_llama_family},
+    {"Phi3ForCausalLM",
+     {.sliding_window = true, .fused_qkv = "qkv_proj", .fused_gate_up = "gate_up_proj"},
+     build_llama_family},
     {"Gemma2ForCausalLM", {.norm_offset = 1}, build_gemma},
     {"Gemma3ForCausalLM", {.qk_norm = true, .norm_offset = 1}, build_gemma},
 };

@@ -37,6 +37,8 @@ typedef struct llama_variant {
     bool interleaved;      /* rotary pairs (2i, 2i+1): DeepSeek-V2 (V3: rope_interleave), ERNIE */
     const moe_layout *moe; /* MoE architectures: their expert layers (dense ones: NULL) */
     float norm_offset;     /* Gemma: norms scale by weight + 1 */
+    /* Phi-3: q/k/v, and gate/up, as row ranges of one tensor each (NULL: a tensor per part) */
+    const char *fused_qkv, *fused_gate_up;
 } llama_variant;
 
 module *build_llama_family(const model_config *c, const llama_variant *v);
@@ -49,9 +51,9 @@ module *attention_module(const model_config *c, const llama_variant *v, const ch
 module *build_eagle3(const model_config *c);
 /* The vocab-parallel LM head over h: lm_head.weight, or the embedding when tied. */
 int emit_lm_head(module *m, const model_config *c, int h);
-/* The gated MLP `name` (gate_proj/up_proj/down_proj) of `inter` features: SwiGLU, or GeGLU
- * where the config says (Gemma). */
-module *mlp_module(const model_config *c, const char *name, int inter);
+/* The gated MLP `name` (gate_proj/up_proj/down_proj, or v's fused gate_up) of `inter`
+ * features: SwiGLU, or GeGLU where the config says (Gemma). v may be NULL (shared experts). */
+module *mlp_module(const model_config *c, const llama_variant *v, const char *name, int inter);
 /* Layer `layer`'s latent attention module (mla_blocks.c). */
 module *mla_attention_module(const model_config *c, const llama_variant *v, int layer);
 /* A linear part: weight (and bias) `proj` of module prefix, out features, sharded by heads of

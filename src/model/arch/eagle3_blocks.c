@@ -27,7 +27,7 @@ static module *eagle3_layer(const model_config *c) {
     snprintf(w, sizeof w, "%s.post_attention_layernorm.weight", e->layer);
     int p = emit_rms_norm(m, r, w, c->rms_eps, 0, "post_attention_layernorm");
     snprintf(name, sizeof name, "%s.mlp", e->layer);
-    int mlp = emit_call(m, mlp_module(c, name, c->intermediate), &p, 1, "mlp");
+    int mlp = emit_call(m, mlp_module(c, NULL, name, c->intermediate), &p, 1, "mlp");
     module_output(m, emit_add(m, r, mlp, "resid_mlp"));
     return m;
 }

@@ -33,7 +33,7 @@ static module *decoder_layer(const model_config *c, const llama_variant *v, int 
                  attention_module(c, v, name, layer, c->hidden), "resid_attn");
     snprintf(name, sizeof name, "model.layers.%d.mlp", layer);
     h = sandwich(m, v, c, h, "pre_feedforward_layernorm", "post_feedforward_layernorm",
-                 mlp_module(c, name, c->intermediate), "resid_mlp");
+                 mlp_module(c, v, name, c->intermediate), "resid_mlp");
     module_output(m, h);
     return m;
 }

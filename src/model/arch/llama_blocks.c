@@ -11,6 +11,20 @@ void linear_part_init(linear_part *p, const char *prefix, const char *proj, int 
     p->head_dim = head_dim;
 }
 
+/* A fused checkpoint tensor (Phi-3's qkv_proj, gate_up_proj): l's parts become its row ranges,
+ * in order, so each is still sharded by its own heads or features. */
+static void fuse_parts(linear_desc *l, const char *prefix, const char *fused) {
+    int rows = 0;
+    for (int i = 0; i < l->n_parts; i++) rows += l->parts[i].out;
+    for (int i = 0, row0 = 0; i < l->n_parts; row0 += l->parts[i++].out) {
+        linear_part *p = &l->parts[i];
+        snprintf(p->weight, sizeof p->weight, "%s.%s.weight", prefix, fused);
+        if (p->bias[0]) snprintf(p->bias, sizeof p->bias, "%s.%s.bias", prefix, fused);
+        p->row0 = row0;
+        p->tensor_rows = rows;
+    }
+}
+
 /* q_norm / k_norm before RoPE: per head (Qwen3), or over the whole projection of `features`
  * (OLMoE), whose statistic then spans the ranks under TP. */
 static int qk_norm(module *m, const model_config *c, const llama_variant *v, int x, const char *which, int features) {
@@ -32,6 +46,7 @@ module *attention_module(const model_config *c, const llama_variant *v, const ch
     linear_part_init(&qkv.parts[1], m->name, "k_proj", kv_out, hd, bias);
     linear_part_init(&qkv.parts[2], m->name, "v_proj", kv_out, hd, bias);
     qkv.parts[1].replicable = qkv.parts[2].replicable = true;
+    if (v->fused_qkv) fuse_parts(&qkv, m->name, v->fused_qkv);
     int fused = emit_linear(m, x, &qkv);
     int q = emit_split(m, fused, 0, "q");
     int k = emit_split(m, fused, 1, "k");
@@ -59,13 +74,14 @@ module *attention_module(const model_config *c, const llama_variant *v, const ch
     return m;
 }
 
-module *mlp_module(const model_config *c, const char *name, int inter) {
+module *mlp_module(const model_config *c, const llama_variant *v, const char *name, int inter) {
     module *m = module_new("mlp", "%s", name);
     if (!m) return NULL;
     int x = module_input(m, "x");
     linear_desc gu = {.in = c->hidden, .n_parts = 2, .style = PAR_COLUMN};
     linear_part_init(&gu.parts[0], m->name, "gate_proj", inter, 0, c->mlp_bias);
     linear_part_init(&gu.parts[1], m->name, "up_proj", inter, 0, c->mlp_bias);
+    if (v && v->fused_gate_up) fuse_parts(&gu, m->name, v->fused_gate_up);
     int fused = emit_linear(m, x, &gu);
     int gate = emit_split(m, fused, 0, "gate"), up = emit_split(m, fused, 1, "up");
     int act = emit_glu(m, gate, up, c->gelu_tanh ? GLU_GELU_TANH : GLU_SILU);
@@ -98,7 +114,7 @@ static module *decoder_layer(const model_config *c, const llama_variant *v, int 
     char mlp[96];
     snprintf(mlp, sizeof mlp, "model.layers.%d.mlp", layer);
     h = residual_branch(m, c, h, "post_attention_layernorm",
-                        sparse ? moe_module(c, v->moe, layer) : mlp_module(c, mlp, c->intermediate), "resid_mlp");
+                        sparse ? moe_module(c, v->moe, layer) : mlp_module(c, v, mlp, c->intermediate), "resid_mlp");
     module_output(m, h);
     return m;
 }

@@ -60,7 +60,7 @@ module *moe_module(const model_config *c, const moe_layout *l, int layer) {
     int out = emit_moe(m, x, logits, &d);
     if (l->shared && c->shared_intermediate) { /* partial sums both: they meet before the one reduction */
         snprintf(name, sizeof name, "%s.%s", m->name, l->shared);
-        int shared = emit_call(m, mlp_module(c, name, c->shared_intermediate), &x, 1, "shared");
+        int shared = emit_call(m, mlp_module(c, NULL, name, c->shared_intermediate), &x, 1, "shared");
         if (l->shared_gated) {
             snprintf(name, sizeof name, "%s.shared_expert_gate.weight", m->name);
             shared = emit_sigmoid_gate(m, shared, replicated_linear(m, x, name, c->hidden, 1), "shared_gated");
