@@ -30,7 +30,7 @@
 #define ARCH_CASES                                                                                                     \
     "llama", "llama_tied", "mistral", "qwen2", "qwen3", "granite", "llama_bf16", "llama_tp3", "llama_f16",             \
         "llama_bias", "olmoe", "mixtral", "qwen2_moe", "qwen3_moe", "granitemoe", "deepseek_v2", "deepseek_v3",        \
-        "gemma2", "gemma3", "ernie4_5", "ernie4_5_moe", "phi3", "phi4_mini"
+        "gemma2", "gemma3", "ernie4_5", "ernie4_5_moe", "phi3", "phi4_mini", "gpt_oss"
 
 typedef struct golden {
     st_file f;

@@ -382,6 +382,23 @@ static void bad_phi3(void) {
     edits_on("phi4_mini", edits, sizeof edits / sizeof *edits);
 }
 
+/* GPT-OSS's fields and MXFP4 tensors, on its golden model (8 experts of 128, hidden 64). */
+static void bad_gpt_oss(void) {
+    static const field_edit edits[] = {
+        {"gpt-oss: a zero swiglu_limit", true, NULL, "swiglu_limit", "0", NULL,
+         "field 'swiglu_limit' must be positive"},
+        {"gpt-oss: mxfp4 scales of another dtype", false, "model.layers.0.mlp.experts.gate_up_proj_scales", "dtype",
+         "\"I8\"", NULL, "tensor 'model.layers.0.mlp.experts.gate_up_proj_scales' has dtype I8, expected U8 (mxfp4)"},
+        {"gpt-oss: mxfp4 blocks of another shape", false, "model.layers.1.mlp.experts.down_proj_blocks", "shape",
+         "[8, 64, 2, 32]", NULL,
+         "tensor 'model.layers.1.mlp.experts.down_proj_blocks' has shape [8, 64, 2, 32], expected [experts, rows, 4, "
+         "16], 512 rows in all"},
+        {"gpt-oss: float experts in place of the MXFP4 ones", true, NULL, "quantization_config", "null", NULL,
+         "model.layers.0.mlp.experts.gate_up_proj: interleaved gate and up rows are read from MXFP4 checkpoints only"},
+    };
+    edits_on("gpt_oss", edits, sizeof edits / sizeof *edits);
+}
+
 /* Gemma's own fields, on the Gemma 3 golden model. */
 static void bad_gemma(void) {
     static const field_edit edits[] = {
@@ -519,6 +536,7 @@ int main(void) {
     bad_gemma();
     bad_ernie();
     bad_phi3();
+    bad_gpt_oss();
     char cmd[1024];
     snprintf(cmd, sizeof cmd, "rm -rf %s", tmp);
     CHECK(system(cmd) == 0, "cleanup");

@@ -19,6 +19,7 @@
 #include "kernels/kernels.h"
 #include "model/quant_config.h"
 #include "quant/quant.h"
+#include "tensor/fp4.h"
 #include "tensor/fp8.h"
 #include "tensor/half.h"
 
@@ -265,6 +266,47 @@ static void check_fp8_codes(enum qcode code) {
     weights_close(&ws);
 }
 
+/* MXFP4: all 16 FP4 codes under block scales from 2^-20 to 2^21 widen exactly through the
+ * prefill path's dequantization (the transpose) and the decode kernel (one-hot rows), against
+ * the format's table (0.5 x twice the value) times the scale; and f32_to_e2m1 (online mxfp4)
+ * rounds to the nearest number, ties to the even code, as a search over the 16 codes finds. */
+static void check_e2m1(void) {
+    enum { KP = 2 * QBLOCK };
+    static const float value[8] = {0, 0.5f, 1, 1.5f, 2, 3, 4, 6};
+    uint8_t packed[KP / 2];
+    for (int b = 0; b < KP / QBLOCK; b++) /* column c holds code c % 16, in loom's nibble order */
+        for (int j = 0; j < QBLOCK / 2; j++)
+            packed[b * QBLOCK / 2 + j] = (uint8_t)((b * QBLOCK + j) % 16 | ((b * QBLOCK + j + 16) % 16) << 4);
+    int wrong = 0;
+    float x[KP] = {0}, t[KP], y[2];
+    for (int e = -20; e <= 20; e += 5) {
+        float sz[4] = {ldexpf(1, e), 0, ldexpf(1, e + 1), 0};
+        qlayout q = {4, KP, 2, (int32_t[]){QBLOCK, KP}, NULL, sz, QCODE_E2M1, 0, 0};
+        wmat w = {.dt = DT_U8, .rows = 1, .cols = KP, .ld = KP / 2, .data = packed, .q = &q};
+        CHECK(linear_transpose(&w, t) == 0, "e2m1 transpose");
+        for (int c = 0; c < KP; c++) {
+            int code = c % 16;
+            float want = (code & 8 ? -value[code & 7] : value[code & 7]) * sz[2 * (c / QBLOCK)];
+            wrong += t[c] != want;
+            x[c] = 1;
+            const float *xr[2] = {x, x};
+            cpu()->dot_q(xr, 2, packed, &q, sz, y);
+            wrong += y[0] != want || y[1] != want;
+            x[c] = 0;
+        }
+    }
+    CHECK(wrong == 0, "E2M1: %d codes widen wrongly", wrong);
+    for (int i = -1000; i <= 1000; i++) { /* steps of 1/128 through +-7.8, every tie included */
+        float v = (float)i / 128, got = e2m1_to_f32(f32_to_e2m1(v));
+        for (int c = 0; c < 16; c++) {
+            float d = fabsf(v - e2m1_to_f32((uint8_t)c)), dg = fabsf(v - got);
+            wrong += d < dg || (d == dg && e2m1_to_f32((uint8_t)c) != got && !(c & 1) && (f32_to_e2m1(v) & 1));
+        }
+    }
+    CHECK(wrong == 0, "f32_to_e2m1: %d roundings off the nearest", wrong);
+    printf("E2M1 (MXFP4): all 16 codes widen exactly at 9 scales (prefill, decode); rounding to nearest, ties even\n");
+}
+
 /* FP8 weights in block-scaled groups, a shard that starts inside a group: the exact product
  * (1e-6 of the sum of |terms|), then FP8 activations (vLLM's W8A8) against the formulas with
  * the rounding found by search: static, per token, per group. Activations then move by at most
@@ -381,6 +423,7 @@ int main(void) {
     check_bf16();
     check_fp8_codes(QCODE_E4M3);
     check_fp8_codes(QCODE_E5M2);
+    check_e2m1();
     fp8_case block = {QCODE_E4M3, 37, 300, 0, 3, 128}; /* blocks of 128 columns, the last 44 wide */
     check_fp8_case("E4M3, blocks of 128, 300 columns", &block);
     fp8_case cut = {QCODE_E5M2, 19, 192, 192, 5, 128}; /* columns [192, 384) of 576: cuts block 1 */

@@ -24,7 +24,9 @@ static void add_complete(module *r, int x, int z) { module_output(r, emit_add(r,
 static void norm_tail(module *r, int x, int z) {
     (void)x, module_output(r, emit_rms_norm(r, z, "n.weight", 1e-5f, 0, "normed"));
 }
-static void act_tail(module *r, int x, int z) { (void)x, module_output(r, emit_glu(r, z, z, GLU_SILU)); }
+static void act_tail(module *r, int x, int z) {
+    (void)x, module_output(r, emit_glu(r, z, z, &(glu_desc){GLU_SILU, 0, 0}));
+}
 static void discard_tail(module *r, int x, int z) { (void)z, module_output(r, emit_scale(r, x, 1.5f, "not_the_sum")); }
 
 static linear_desc lin(const char *w, int in, int out, par_style style) {

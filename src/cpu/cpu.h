@@ -75,6 +75,9 @@ typedef struct cpu_kernels {
     /* one head of rotate_half RoPE: out[i], out[i+half] from x[i], x[i+half] */
     void (*rope)(const float *x, const float *cos, const float *sin, float *out, int half);
     void (*silu_mul)(const float *gate, const float *up, float *out, int n);
+    /* GPT-OSS's clamped SwiGLU: g = min(gate, limit), u = clamp(up, -limit, limit),
+     * out = g * sigmoid(alpha g) * (u + 1) */
+    void (*silu_clamped_mul)(const float *gate, const float *up, float *out, int n, float limit, float alpha);
     /* gelu_tanh(gate) * up, GELU's tanh approximation written as x * sigmoid(2u) */
     void (*gelu_tanh_mul)(const float *gate, const float *up, float *out, int n);
     void (*add)(const float *a, const float *b, float *out, int n);

@@ -72,6 +72,12 @@ static void dot_bf16(const float *const *x, int nr, const uint16_t *w, int k, fl
  * rounding (4-bit blocks through simd.h's vdequant_nib, given the group's vqtab). */
 static inline __attribute__((always_inline)) void qblock(const uint8_t *blk, int bits, enum qcode code, float s,
                                                          float z, vqtab t, vf out[QV]) {
+    if (code == QCODE_E2M1) { /* twice the value from a table, times half the scale: exact */
+        vf hs = vset1(0.5f * s);
+#pragma GCC unroll 16
+        for (int u = 0; u < QV / 2; u++) vdequant_e2m1(blk + u * VL, hs, &out[u], &out[u + QV / 2]);
+        return;
+    }
     if (code != QCODE_UINT) { /* the code's bits times 2^(127 - bias) times s, as (2^(127 - bias) s) in one
                                 * product: the same real number, rounded once, unless that factor overflows */
         int shift = code == QCODE_E5M2 ? FP8_E5M2_SHIFT : FP8_E4M3_SHIFT;
@@ -143,6 +149,10 @@ static void dot_q(const float *const *x, int nr, const uint8_t *w, const qlayout
         if (nr == 2) dot_q_row(x, 2, w, 8, QCODE_E5M2, q, sz, y);
         else dot_q_row(x, 1, w, 8, QCODE_E5M2, q, sz, y);
         break;
+    case QCODE_E2M1:
+        if (nr == 2) dot_q_row(x, 2, w, 4, QCODE_E2M1, q, sz, y);
+        else dot_q_row(x, 1, w, 4, QCODE_E2M1, q, sz, y);
+        break;
     case QCODE_UINT:
         if (q->bits == 4) {
             if (nr == 2) dot_q_row(x, 2, w, 4, QCODE_UINT, q, sz, y);
@@ -162,7 +172,8 @@ static void dequant_q(const uint8_t *w, const qlayout *q, const float *sz, float
         vqtab t = vqtab_make(s, z);
         for (; c < q->group_end[g]; c += QBLOCK) {
             vf wv[QV];
-            if (q->code == QCODE_E4M3) qblock(w + c / QBLOCK * block_bytes, 8, QCODE_E4M3, s, z, t, wv);
+            if (q->code == QCODE_E2M1) qblock(w + c / QBLOCK * block_bytes, 4, QCODE_E2M1, s, z, t, wv);
+            else if (q->code == QCODE_E4M3) qblock(w + c / QBLOCK * block_bytes, 8, QCODE_E4M3, s, z, t, wv);
             else if (q->code == QCODE_E5M2) qblock(w + c / QBLOCK * block_bytes, 8, QCODE_E5M2, s, z, t, wv);
             else if (q->bits == 4) qblock(w + c / QBLOCK * block_bytes, 4, QCODE_UINT, s, z, t, wv);
             else qblock(w + c / QBLOCK * block_bytes, 8, QCODE_UINT, s, z, t, wv);
@@ -497,6 +508,14 @@ static void silu_mul(const float *gate, const float *up, float *out, int n) {
     })
 }
 
+static void silu_clamped_mul(const float *gate, const float *up, float *out, int n, float limit, float alpha) {
+    vf one = vset1(1.0f), hi = vset1(limit), lo = vset1(-limit), na = vset1(-alpha);
+    ELEMENTWISE(n, {
+        vf g = vmin(LD(gate), hi), u = vadd(vmin(vmax(LD(up), lo), hi), one);
+        ST(out, vmul(vdiv(g, vadd(one, vexp(vmul(na, g)))), u));
+    })
+}
+
 /* 0.5 x (1 + tanh(u)) = x / (1 + exp(-2u)), u = sqrt(2/pi) (x + 0.044715 x^3): torch's
  * gelu(approximate="tanh") without a tanh to vectorise */
 static void gelu_tanh_mul(const float *gate, const float *up, float *out, int n) {
@@ -553,6 +572,7 @@ const cpu_kernels TABLE = {
     .scale_mul = scale_mul,
     .rope = rope,
     .silu_mul = silu_mul,
+    .silu_clamped_mul = silu_clamped_mul,
     .gelu_tanh_mul = gelu_tanh_mul,
     .add = add,
     .axpy = axpy,

@@ -22,7 +22,10 @@ bool module_uses(const module *m, op_kind k) {
     return false;
 }
 const char *op_name(const op *o) {
-    if (o->kind == OP_GLU) return o->act == GLU_GELU_TANH ? "gelu_tanh_mul" : "silu_mul";
+    if (o->kind == OP_GLU)
+        return o->glu.act == GLU_GELU_TANH      ? "gelu_tanh_mul"
+               : o->glu.act == GLU_SILU_CLAMPED ? "silu_clamped_mul"
+                                                : "silu_mul";
     return o->kind == OP_CUSTOM ? o->custom.name : kind_names[o->kind];
 }
 
@@ -191,10 +194,10 @@ int emit_mla_attention(module *m, int q, int kv_c, int k_pe, const attn_desc *a,
     return v < 0 ? -1 : attach_lin(m, &m->ops[m->n_ops - 1], kv_b);
 }
 
-int emit_glu(module *m, int gate, int up, glu_act act) {
+int emit_glu(module *m, int gate, int up, const glu_desc *g) {
     op *o = new_op(m, OP_GLU, 2, (int[]){gate, up}, "act");
     if (!o) return -1;
-    o->act = act;
+    o->glu = *g;
     return o->out[0];
 }
 

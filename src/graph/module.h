@@ -59,6 +59,15 @@ typedef struct linear_desc {
     bool no_fuse; /* keep plain collectives around it under async TP (quantized, or asked) */
 } linear_desc;
 
+/* A gated MLP's activation (OP_GLU, and the experts' of OP_MOE): act(gate) * up, SiLU or GELU's
+ * tanh approximation; or GPT-OSS's clamped SwiGLU, gate clamped above at limit and up to
+ * [-limit, limit], gate * sigmoid(alpha * gate) * (up + 1). */
+typedef enum glu_act { GLU_SILU, GLU_GELU_TANH, GLU_SILU_CLAMPED } glu_act;
+typedef struct glu_desc {
+    glu_act act;
+    float limit, alpha; /* GLU_SILU_CLAMPED */
+} glu_desc;
+
 /* A mixture-of-experts layer: each token goes to the top_k experts of its router logits,
  * each a SwiGLU MLP of `inter` features, and gets their outputs weighted by its routing
  * probabilities. Under TP every rank holds a 1/tp share of every expert's features (gate and
@@ -85,15 +94,18 @@ typedef struct moe_desc {
      * stacked: gate holds [E, 2*inter, hidden] (gate rows, then up rows), down [E, hidden, inter] */
     bool stacked;
     char gate[128], up[128], down[128];
+    /* GPT-OSS: gate and up rows alternate in the stacked gate tensor (gate j = row 2j), and the
+     * experts have biases ("" if none: [E, 2*inter] interleaved likewise, [E, hidden]) */
+    bool interleaved;
+    char gate_up_bias[136], down_bias[136];
+    glu_desc act; /* the experts' activation */
 } moe_desc;
-
-/* A gated MLP's activation (OP_GLU). */
-typedef enum glu_act { GLU_SILU, GLU_GELU_TANH } glu_act;
 
 typedef struct attn_desc {
     int layer, n_heads, n_kv_heads, head_dim, sliding_window; /* head_dim: of q and k */
     float scale;
-    float softcap; /* scores become softcap * tanh(score / softcap) before masking (0: none) */
+    float softcap;   /* scores become softcap * tanh(score / softcap) before masking (0: none) */
+    char sinks[128]; /* a learned logit per head in each softmax's denominator (GPT-OSS), "" if none */
     /* multi-head latent attention (kv_lora 0: none): the cache holds each token's latent kv_c
      * (kv_lora) and rotated k_pe (rope); kv_b_proj (the op's lin) expands the latent into
      * per-head k_nope (nope) and v (v_dim) */
@@ -118,7 +130,7 @@ typedef struct op {
     char weight[128];      /* OP_RMS_NORM */
     float eps;             /* OP_RMS_NORM */
     float weight_offset;   /* OP_RMS_NORM: added to the weight (Gemma's 1 + w) */
-    glu_act act;           /* OP_GLU */
+    glu_desc glu;          /* OP_GLU */
     int group;             /* OP_RMS_NORM: 0 = whole row, else normalise each `group` columns */
     bool across_ranks;     /* OP_RMS_NORM over a whole head-sharded projection (OLMoE's q/k
                            norms): under TP, its sum of squares is all-reduced */
@@ -174,7 +186,7 @@ int emit_attention(module *m, int q, int k, int v, const attn_desc *a);
 /* Latent attention over q (rotated), the normalised latent kv_c and the rotated k_pe, with
  * kv_b_proj (a column-parallel linear by head of nope + v_dim) applied inside. */
 int emit_mla_attention(module *m, int q, int kv_c, int k_pe, const attn_desc *a, const linear_desc *kv_b);
-int emit_glu(module *m, int gate, int up, glu_act act);
+int emit_glu(module *m, int gate, int up, const glu_desc *g);
 int emit_softcap(module *m, int in, float cap, const char *name);
 int emit_add(module *m, int a, int b, const char *name);
 int emit_scale(module *m, int in, float s, const char *name);

@@ -5,7 +5,8 @@
  * single-threaded inside our parallel loop). attend() is that task over any keys and values,
  * contiguous or in the paged cache's blocks, which latent attention (mla.c) also runs. Key
  * chunks past the block's last position are never visited; inside a chunk the causal mask and
- * sliding window are applied per row. The softmax's exponentials and rescaling are the CPU
+ * sliding window are applied per row. Attention sinks (GPT-OSS) join each row's softmax at the
+ * end, as one more score with no value. The softmax's exponentials and rescaling are the CPU
  * variant's kernels. */
 #include <cblas.h>
 #include <float.h>
@@ -93,6 +94,11 @@ void attend(const attend_task *t) {
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, dv, nk, 1.0f, sc->s, KB, t->v + row * t->ldv,
                     t->ldv, 1.0f, sc->acc, dv);
     }
+    for (int r = 0; r < rows && t->sinks; r++) { /* the sink joins the softmax as one more score */
+        float sink = t->sinks[r % g], mn = sink > sc->m[r] ? sink : sc->m[r];
+        sc->l[r] = sc->l[r] * expf(sc->m[r] - mn) + expf(sink - mn);
+        k->scale(sc->acc + (size_t)r * dv, expf(sc->m[r] - mn), sc->acc + (size_t)r * dv, dv);
+    }
     for (int r = 0; r < rows; r++)
         k->scale(sc->acc + (size_t)r * dv, 1.0f / sc->l[r],
                  t->out + (size_t)(r / g) * t->ldo + (size_t)(r % g) * t->head_stride, dv);
@@ -110,9 +116,26 @@ static void attend_block(const attn_shape *s, const kv_layer *c, const float *q,
         memcpy(stacked + (size_t)i * g * hd, q + (size_t)(r0 + i) * ldq + (size_t)kvh * g * hd,
                (size_t)g * hd * sizeof(float));
     size_t col = (size_t)kvh * hd;
-    attend(&(attend_task){stacked, hd, nq * g, g, hd, hd, p0, s->window, s->scale, c->k + col, c->v + col, c->kv_width,
-                          c->kv_width, out + (size_t)r0 * ldo + col * g, ldo, hd,
-                          c->tables + (size_t)sq * c->table_width, c->block_size, s->softcap});
+    attend(&(attend_task){stacked,
+                          hd,
+                          nq * g,
+                          g,
+                          hd,
+                          hd,
+                          p0,
+                          s->window,
+                          s->scale,
+                          c->k + col,
+                          c->v + col,
+                          c->kv_width,
+                          c->kv_width,
+                          out + (size_t)r0 * ldo + col * g,
+                          ldo,
+                          hd,
+                          c->tables + (size_t)sq * c->table_width,
+                          c->block_size,
+                          s->softcap,
+                          s->sinks ? s->sinks + (size_t)kvh * g : NULL});
 }
 
 int attention_run_end(int r, int rows, const int32_t *pos, const int32_t *seq, int most) {

@@ -41,11 +41,17 @@ void sigmoid_gate(const float *x, size_t ldx, const float *g, size_t ldg, float 
     }
 }
 
-void glu(bool gelu_tanh, const float *gate, size_t ldg, const float *up, size_t ldu, float *out, size_t ldo, int rows,
+void glu(const gate_fn *f, const float *gate, size_t ldg, const float *up, size_t ldu, float *out, size_t ldo, int rows,
          int cols) {
-    void (*act_mul)(const float *, const float *, float *, int) = gelu_tanh ? cpu()->gelu_tanh_mul : cpu()->silu_mul;
+    const cpu_kernels *k = cpu();
 #pragma omp parallel for schedule(static) if (rows > 1)
-    for (int r = 0; r < rows; r++) act_mul(gate + (size_t)r * ldg, up + (size_t)r * ldu, out + (size_t)r * ldo, cols);
+    for (int r = 0; r < rows; r++) {
+        const float *g = gate + (size_t)r * ldg, *u = up + (size_t)r * ldu;
+        float *o = out + (size_t)r * ldo;
+        if (f->kind == GATE_SILU_CLAMPED) k->silu_clamped_mul(g, u, o, cols, f->limit, f->alpha);
+        else if (f->kind == GATE_GELU_TANH) k->gelu_tanh_mul(g, u, o, cols);
+        else k->silu_mul(g, u, o, cols);
+    }
 }
 
 void softcap_rows(const float *x, size_t ldx, float cap, float *out, size_t ldo, int rows, int cols) {

@@ -116,8 +116,14 @@ void rms_norm_by(const float *x, size_t ldx, const float *ss, size_t lds, float 
 /* out = x * sigmoid(g), g one value per row (Qwen2-MoE's shared-expert gate). */
 void sigmoid_gate(const float *x, size_t ldx, const float *g, size_t ldg, float *out, size_t ldo, int rows, int cols);
 
-/* out = act(gate) * up, act SiLU or (gelu_tanh) GELU's tanh approximation */
-void glu(bool gelu_tanh, const float *gate, size_t ldg, const float *up, size_t ldu, float *out, size_t ldo, int rows,
+/* A gated activation as the kernels take it (graph/module.h's glu_desc says what each is). */
+typedef enum gate_kind { GATE_SILU, GATE_GELU_TANH, GATE_SILU_CLAMPED } gate_kind;
+typedef struct gate_fn {
+    gate_kind kind;
+    float limit, alpha; /* GATE_SILU_CLAMPED */
+} gate_fn;
+/* out = act(gate) * up by f */
+void glu(const gate_fn *f, const float *gate, size_t ldg, const float *up, size_t ldu, float *out, size_t ldo, int rows,
          int cols);
 /* out = cap * tanh(x / cap) */
 void softcap_rows(const float *x, size_t ldx, float cap, float *out, size_t ldo, int rows, int cols);
@@ -138,6 +144,10 @@ typedef struct moe_shape {
     bool group_top2_sum;     /* a group's score is the sum of its two best scores, else its best */
     const float *bias;       /* e_score_correction_bias: added to the scores to choose, not to weigh (NULL: none) */
     float scale;             /* routed_scaling_factor: multiplies the final weights (0 counts as 1) */
+    gate_fn gate;            /* the experts' activation */
+    /* the experts' biases (GPT-OSS; NULL: none): [3e + j] expert e's gate, up and down bias,
+     * indexed like `experts`, each NULL where absent (down's on all but one TP rank) */
+    const float *const *expert_bias;
 } moe_shape;
 
 /* Buffers for moe_forward, sized once for the engine's largest batch. */
@@ -204,7 +214,8 @@ typedef struct attn_shape {
     int n_heads, n_kv_heads, head_dim, window;
     float scale;
     mla_shape mla;
-    float softcap; /* scores become softcap * tanh(score / softcap) (0: none; Gemma 2) */
+    float softcap;      /* scores become softcap * tanh(score / softcap) (0: none; Gemma 2) */
+    const float *sinks; /* this rank's heads' sink logits (attend_task's; NULL: none) */
 } attn_shape;
 void attention(const attn_shape *s, kv_layer *cache, const float *q, size_t ldq, const float *k, size_t ldk,
                const float *v, size_t ldv, float *out, size_t ldo, int rows, const int32_t *pos, const int32_t *seq);
@@ -227,7 +238,9 @@ typedef struct attend_task {
     size_t ldo, head_stride;
     const int32_t *blocks; /* NULL: contiguous keys and values */
     int block_size;
-    float softcap; /* 0: none */
+    float softcap;      /* 0: none */
+    const float *sinks; /* per stacked head (row r's: sinks[r % g]), a logit that joins each
+                           softmax's denominator and weighs no value (GPT-OSS); NULL: none */
 } attend_task;
 void attend(const attend_task *t);
 /* The end of the run of rows starting at r: same sequence, consecutive positions, at most `most`. */

@@ -124,15 +124,17 @@ void moe_route(const float *logits, size_t ldl, int rows, const moe_shape *sh, i
     }
 }
 
-/* y[n, H] = down(silu(gate x) * up x) for the n rows tok[] of x, through the scratch xs, g, u. */
-static void run_expert(const moe_shape *sh, const wmat *w, const float *x, size_t ldx, const int32_t *tok, int n,
+/* y[n, H] = down(act(gate x) * up x) for the n rows tok[] of x, through the scratch xs, g, u
+ * (expert e: its matrices w, its biases from sh). */
+static void run_expert(const moe_shape *sh, int e, const wmat *w, const float *x, size_t ldx, const int32_t *tok, int n,
                        float *xs, float *g, float *u, float *y) {
     int H = sh->hidden, I = sh->inter;
+    const float *const *b = sh->expert_bias ? sh->expert_bias + 3 * e : (const float *const[3]){NULL, NULL, NULL};
     for (int i = 0; i < n; i++) memcpy(xs + (size_t)i * H, x + (size_t)tok[i] * ldx, H * sizeof *x);
-    linear(xs, H, n, n, &w[0], NULL, g, I);
-    linear(xs, H, n, n, &w[1], NULL, u, I);
-    glu(false, g, I, u, I, g, I, n, I);
-    linear(g, I, n, n, &w[2], NULL, y, H);
+    linear(xs, H, n, n, &w[0], b[0], g, I);
+    linear(xs, H, n, n, &w[1], b[1], u, I);
+    glu(&sh->gate, g, I, u, I, g, I, n, I);
+    linear(g, I, n, n, &w[2], b[2], y, H);
 }
 
 void moe_forward(const moe_shape *sh, const wmat *experts, const float *x, size_t ldx, const float *logits, size_t ldl,
@@ -169,7 +171,7 @@ void moe_experts(const moe_shape *sh, const wmat *experts, const float *x, size_
         for (int e = 0; e < E; e++) {
             int n = s->count[e];
             if (!n) continue;
-            run_expert(sh, experts + 3 * e, x, ldx, s->token + s->start[e], n, s->x, s->gate, s->up, s->y);
+            run_expert(sh, e, experts + 3 * e, x, ldx, s->token + s->start[e], n, s->x, s->gate, s->up, s->y);
             for (int i = 0; i < n; i++)
                 cpu()->axpy(weight[s->pair[s->start[e] + i]], s->y + (size_t)i * H,
                             out + (size_t)s->token[s->start[e] + i] * ldo, H);
@@ -180,7 +182,7 @@ void moe_experts(const moe_shape *sh, const wmat *experts, const float *x, size_
     for (int e = 0; e < E; e++) {
         int n = s->count[e], t = omp_get_thread_num();
         if (n)
-            run_expert(sh, experts + 3 * e, x, ldx, s->token + s->start[e], n, s->x + (size_t)t * rows * H,
+            run_expert(sh, e, experts + 3 * e, x, ldx, s->token + s->start[e], n, s->x + (size_t)t * rows * H,
                        s->gate + (size_t)t * rows * I, s->up + (size_t)t * rows * I, s->y + (size_t)s->start[e] * H);
     }
 #pragma omp parallel for schedule(static) if (rows > 16)

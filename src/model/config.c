@@ -456,6 +456,25 @@ static int parse_gemma(reader *r, model_config *c) {
     return 0;
 }
 
+/* GPT-OSS (transformers' GptOssConfig defaults): q/k/v/o biases, head_dim 64, sliding (128)
+ * and full layers alternating from a sliding one, the experts' clamped SwiGLU. The MoE fields
+ * (num_local_experts, num_experts_per_tok) are parse_moe's; every layer is sparse. */
+static int parse_gpt_oss(reader *r, model_config *c) {
+    const cJSON *root = r->root;
+    if (get_bool(r, "attention_bias", true, &c->attention_bias) ||
+        get_int(r, root, "head_dim", 64, false, 2, &c->head_dim) ||
+        get_int(r, root, "sliding_window", 128, false, 1, &c->sliding_window) ||
+        get_float(r, root, "swiglu_limit", 7.0, false, &c->swiglu_limit) ||
+        get_float(r, root, "swiglu_alpha", 1.702, false, &c->swiglu_alpha) || parse_layer_types(r, c, 2))
+        return -1;
+    if (!(c->swiglu_limit > 0)) return loom_errf(r->err, "%s: field 'swiglu_limit' must be positive", r->name);
+    if (c->head_dim % 2 || c->head_dim > CONFIG_MAX_HEAD_DIM)
+        return loom_errf(r->err, "%s: head_dim %d must be even for RoPE, and at most 1024", r->name, c->head_dim);
+    c->attention_mult = 1.0f / sqrtf((float)c->head_dim);
+    if (!c->n_experts) return loom_errf(r->err, "%s: missing field 'num_local_experts'", r->name);
+    return 0;
+}
+
 /* An Eagle3 draft's own fields (eagle3_config), from `top`: EAGLE's config, or speculators'
  * outer one. norm_before_residual defaults as vLLM reads each format: true for speculators'
  * (vLLM's converter sets it when absent, though speculators' own class defaults to false), false
@@ -577,7 +596,8 @@ static int parse_body(reader *r, model_config *c) {
     if (is_gemma(c) && parse_gemma(r, c)) return -1;
     if (parse_moe(r, c) || get_int(r, root, "bos_token_id", -1, false, -1, &c->bos_id) || parse_eos(r, c)) return -1;
     if (!strncmp(c->arch, "Ernie4_5", 8) && parse_ernie(r, c)) return -1; /* after parse_moe: it reads the experts */
-    if (parse_rope_dim(r, c)) return -1;                                  /* head_dim is final */
+    if (!strcmp(c->arch, "GptOssForCausalLM") && parse_gpt_oss(r, c)) return -1;
+    if (parse_rope_dim(r, c)) return -1; /* head_dim is final */
     const char *dt = get_str(root, "torch_dtype");
     if (!dt) dt = get_str(root, "dtype");
     snprintf(c->dtype, sizeof c->dtype, "%s", dt ? dt : "");

@@ -68,6 +68,7 @@ typedef struct model_config {
     float rope_local_theta;
     bool gelu_tanh;                    /* the MLP's gate: GELU's tanh approximation (GeGLU), else SiLU (SwiGLU) */
     float attn_softcap, final_softcap; /* cap * tanh(x / cap) of the scores, the logits; 0: none */
+    float swiglu_limit, swiglu_alpha;  /* GPT-OSS's clamped SwiGLU (limit 0: plain SwiGLU) */
     /* Granite multipliers; 1 (and attention 1/sqrt(head_dim)) for the others */
     float embedding_mult, attention_mult, residual_mult, logits_scale;
     /* mixture of experts; n_experts 0: dense */

@@ -21,7 +21,8 @@ const char *quant_format_name(quant_format f) {
                                   "compressed-tensors pack-quantized",
                                   "compressed-tensors int-quantized",
                                   "compressed-tensors float-quantized",
-                                  "fp8"};
+                                  "fp8",
+                                  "mxfp4"};
     return names[f];
 }
 
@@ -335,8 +336,12 @@ int quant_config_parse(quant_config *q, const cJSON *qc, const char *name, loom_
     if (!strcmp(method, "awq")) return parse_awq(&r, q);
     if (!strcmp(method, "compressed-tensors")) return parse_compressed(&r, q);
     if (!strcmp(method, "fp8")) return parse_fp8(&r, q);
+    if (!strcmp(method, "mxfp4")) { /* OCP MX: groups of 32, E8M0 scales; what is quantized, the files say */
+        *q = (quant_config){.format = QF_MXFP4, .bits = 4, .group = 32, .sym = true};
+        return ignore_list(&r, "modules_to_not_convert", q);
+    }
     return loom_errf(err,
-                     "%s: quantization_config.quant_method '%s' is not supported (gptq, awq, compressed-tensors, fp8; "
-                     "modelopt's NVFP4 and mxfp4 are not)",
+                     "%s: quantization_config.quant_method '%s' is not supported (gptq, awq, compressed-tensors, fp8, "
+                     "mxfp4; modelopt's NVFP4 is not)",
                      name, method);
 }

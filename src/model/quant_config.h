@@ -15,6 +15,7 @@ typedef enum quant_format {
     QF_CT_INT,    /* compressed-tensors int-quantized: int8 weight, weight_scale */
     QF_CT_FP8,    /* compressed-tensors float-quantized: FP8 weight, weight_scale, input_scale */
     QF_FP8,       /* quant_method "fp8": FP8 weight, weight_scale_inv per block (or weight_scale) */
+    QF_MXFP4,     /* quant_method "mxfp4" (GPT-OSS): stacked experts as <name>_blocks, <name>_scales */
 } quant_format;
 
 /* How an FP8 checkpoint scales its weights: one scale for the matrix, one per output row, or

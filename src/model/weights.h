@@ -13,12 +13,14 @@ typedef struct quant_scheme {
     int bits;        /* 0: float weights as stored */
     int group;       /* columns per scale; 0: one per output channel */
     bool head;       /* the LM head and embedding table too, at 8 bits per channel */
-    enum qcode code; /* QCODE_E4M3: FP8 codes (--quantization fp8), scale amax / 448 */
+    enum qcode code; /* QCODE_E4M3: FP8 codes (--quantization fp8), scale amax / 448; QCODE_E2M1:
+                        MXFP4's (--quantization mxfp4), groups of 32, power-of-two scales */
     /* FP8: the activations' scheme for --fp8-activations, as qlayout keeps it: dynamic per token
      * for --quantization fp8; dummy weights of an FP8 checkpoint take its config's, a static
      * scale being DUMMY_INPUT_SCALE */
     float in_scale;
     int in_group;
+    bool experts_only; /* only stacked expert tensors (dummy weights of an MXFP4 checkpoint) */
 } quant_scheme;
 
 /* Dummy FP8 weights' static input scale: unit-variance activations reach about 4 */

@@ -73,8 +73,11 @@ static int shard_op(plan *p, plan_step *s, const module *m, const op *o, int wid
     case OP_ATTENTION: {
         const attn_desc *a = &o->attn;
         int kv = a->n_kv_heads >= p->o.tp ? a->n_kv_heads / p->o.tp : 1, h = a->n_heads / p->o.tp;
-        s->attn = (attn_shape){h, kv, a->head_dim, a->sliding_window, a->scale, {0}, a->softcap};
+        s->attn = (attn_shape){h, kv, a->head_dim, a->sliding_window, a->scale, {0}, a->softcap, NULL};
         p->kv_width = kv * a->head_dim;
+        if (a->sinks[0]) /* this rank's heads' sinks */
+            s->sinks_ref = (weight_ref){WEIGHT_F32, a->sinks, 1, {a->n_heads},   0,     p->o.rank * h,
+                                        h,          0,        0, PAR_REPLICATED, 0.02f, 0};
         return a->kv_lora ? shard_latent_attention(p, s, m, o, err) : h * a->head_dim;
     }
     case OP_RMS_NORM: {
@@ -82,7 +85,7 @@ static int shard_op(plan *p, plan_step *s, const module *m, const op *o, int wid
         int n = o->group ? o->group : o->across_ranks ? o->features : width;
         int c0 = o->across_ranks ? p->values[s->in[0]].feat0 : 0;
         s->norm_ref =
-            (weight_ref){WEIGHT_F32, o->weight, 1, {n}, 0, c0, o->group ? 0 : width, 0, 0, PAR_REPLICATED, -1.0f};
+            (weight_ref){WEIGHT_F32, o->weight, 1, {n}, 0, c0, o->group ? 0 : width, 0, 0, PAR_REPLICATED, -1.0f, 0};
         return width;
     }
     case OP_MOE: return shard_moe(p, s, o->moe, m, err);
@@ -464,7 +467,7 @@ void plan_free(plan *p) {
     free(p->regions);
     for (int i = 0; i < p->n_steps; i++) {
         plan_step *s = &p->steps[i];
-        free(s->experts), free(s->expert_ids);
+        free(s->experts), free(s->expert_ids), free(s->expert_bias);
         placement_free(&s->place);
     }
     free(p->steps);

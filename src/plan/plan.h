@@ -85,6 +85,7 @@ typedef struct weight_ref {
     int r0, nr, c0, nc;
     par_style style; /* what decides a linear's quantization */
     float init;      /* dummy weights' scale (negative: the constant 1 of a norm) */
+    int row_step;    /* rows r0, r0 + row_step, ... (0 or 1: consecutive; 2: GPT-OSS's gate or up rows) */
 } weight_ref;
 
 typedef struct plan_step {
@@ -103,7 +104,7 @@ typedef struct plan_step {
     int layer;        /* the decoder layer (0: the stage's first) it belongs to; -1: none */
     /* what this rank reads: each part's weight and bias, a row-parallel bias every rank holds,
      * a norm's weight, the routing bias; the experts' slices start at expert_r0 (expert_slices) */
-    weight_ref weight[LIN_MAX_PARTS], bias_ref[LIN_MAX_PARTS], row_bias_ref, norm_ref, route_bias_ref;
+    weight_ref weight[LIN_MAX_PARTS], bias_ref[LIN_MAX_PARTS], row_bias_ref, norm_ref, route_bias_ref, sinks_ref;
     int expert_r0;
     /* resolved by the binder (w[1] of latent attention: kv_b_proj's f32 transpose), and the
      * parameters of this rank */
@@ -113,6 +114,7 @@ typedef struct plan_step {
     int feat0[LIN_MAX_PARTS];         /* first output feature of each part this rank holds */
     bool replicated[LIN_MAX_PARTS];   /* the part's heads are replicated across ranks */
     wmat *experts;                    /* OP_MOE: gate, up, down of each expert (this rank's share) */
+    const float **expert_bias;        /* OP_MOE: their biases, likewise (NULL: none) */
     const float *route_bias;          /* OP_MOE: e_score_correction_bias (NULL: none) */
     int expert_inter;                 /* OP_MOE: features of each expert this rank holds */
     /* OP_MOE: the experts this rank holds (all of them but under EP), by global index in

@@ -62,7 +62,7 @@ static float linear_init(int in) { return sqrtf(3.0f / (float)in); }
 quant_scheme shard_scheme(const plan *p, par_style style) {
     if (!p->o.quant.bits || style == PAR_REPLICATED) return (quant_scheme){0};
     if (style == PAR_VOCAB)
-        return p->o.quant.head ? (quant_scheme){8, 0, true, p->o.quant.code, 0, 0} : (quant_scheme){0};
+        return p->o.quant.head ? (quant_scheme){8, 0, true, p->o.quant.code, 0, 0, false} : (quant_scheme){0};
     return p->o.quant;
 }
 
@@ -71,8 +71,11 @@ quant_scheme shard_scheme(const plan *p, par_style style) {
  * or table quantized at load to its scheme's groups. */
 static int check_split(const plan *p, const weight_ref *r, loom_err *err) {
     const quant_config *cq = p->o.checkpoint;
-    if (r->kind == WEIGHT_LINEAR && cq && quant_checkpoint_applies(cq, r->name, r->style)) {
-        if (r->ndim != 2) return loom_errf(err, "%s: quantized stacked expert tensors are not supported", r->name);
+    /* MXFP4 checkpoints quantize stacked experts only (transformers' replaces GPT-OSS's experts) */
+    bool mx_float = cq && cq->format == QF_MXFP4 && r->ndim != 3;
+    if (r->kind == WEIGHT_LINEAR && cq && !mx_float && quant_checkpoint_applies(cq, r->name, r->style)) {
+        if (r->ndim != 2 && cq->format != QF_MXFP4)
+            return loom_errf(err, "%s: quantized stacked expert tensors are not supported", r->name);
         if (quant_checkpoint_check(cq, r->name, r->shape[0], r->cols, r->r0, r->nr, r->c0, r->nc, err)) return -1;
     }
     quant_scheme q = shard_scheme(p, r->style);
@@ -104,11 +107,11 @@ int shard_linear(plan *p, plan_step *s, const linear_desc *l, int in_width, cons
         /* a part that is a row range of its tensor reads from row0 on */
         int rows = pt->tensor_rows ? pt->tensor_rows : pt->out;
         s->weight[i] =
-            (weight_ref){WEIGHT_LINEAR, pt->weight,        2, {rows, l->in}, l->in, pt->row0 + r0, nr, c0, nc,
-                         l->style,      linear_init(l->in)};
+            (weight_ref){WEIGHT_LINEAR, pt->weight,         2, {rows, l->in}, l->in, pt->row0 + r0, nr, c0, nc,
+                         l->style,      linear_init(l->in), 0};
         if (check_split(p, &s->weight[i], err)) return loom_err_prefix(err, "%s", m->name);
         if (pt->bias[0]) {
-            weight_ref b = {WEIGHT_F32, pt->bias, 1, {rows}, 0, pt->row0 + r0, nr, 0, 0, PAR_REPLICATED, 0.02f};
+            weight_ref b = {WEIGHT_F32, pt->bias, 1, {rows}, 0, pt->row0 + r0, nr, 0, 0, PAR_REPLICATED, 0.02f, 0};
             /* a row-parallel bias must enter the sum over ranks once: rank 0 adds it to its
              * partial, unless the completing collective takes it over (plan_collective) */
             bool row = l->style == PAR_ROW && p->o.tp > 1;
@@ -127,19 +130,24 @@ void expert_slices(const plan_step *s, int e, bool fused, char names[3][160], we
     int E = d->n_experts, I = d->inter, H = d->hidden, r0 = s->expert_r0, nr = s->expert_inter;
     if (d->stacked || fused) { /* gate rows, then up rows, of one [2I, H] matrix per expert */
         const char *gate = fused ? d->fused_gate_up : d->gate, *down = fused ? d->fused_down : d->down;
-        out[0] = (weight_ref){WEIGHT_LINEAR, gate,          3, {E, 2 * I, H}, H, e * 2 * I + r0, nr, 0, H,
-                              PAR_COLUMN,    linear_init(H)};
+        out[0] = (weight_ref){WEIGHT_LINEAR, gate,           3, {E, 2 * I, H}, H, e * 2 * I + r0, nr, 0, H,
+                              PAR_COLUMN,    linear_init(H), 0};
         out[1] = out[0];
         out[1].r0 += I;
-        out[2] = (weight_ref){WEIGHT_LINEAR, down, 3, {E, H, I}, I, e * H, H, r0, nr, PAR_ROW, linear_init(I)};
+        if (d->interleaved) { /* GPT-OSS: gate j is row 2j, up j row 2j + 1 */
+            out[0].r0 = e * 2 * I + 2 * r0, out[0].row_step = 2;
+            out[1] = out[0];
+            out[1].r0++;
+        }
+        out[2] = (weight_ref){WEIGHT_LINEAR, down, 3, {E, H, I}, I, e * H, H, r0, nr, PAR_ROW, linear_init(I), 0};
         return;
     }
     const char *pattern[3] = {d->gate, d->up, d->down};
     for (int j = 0; j < 3; j++) snprintf(names[j], 160, pattern[j], e);
-    out[0] = (weight_ref){WEIGHT_LINEAR, names[0], 2, {I, H}, H, r0, nr, 0, H, PAR_COLUMN, linear_init(H)};
+    out[0] = (weight_ref){WEIGHT_LINEAR, names[0], 2, {I, H}, H, r0, nr, 0, H, PAR_COLUMN, linear_init(H), 0};
     out[1] = out[0];
     out[1].name = names[1];
-    out[2] = (weight_ref){WEIGHT_LINEAR, names[2], 2, {H, I}, I, 0, H, r0, nr, PAR_ROW, linear_init(I)};
+    out[2] = (weight_ref){WEIGHT_LINEAR, names[2], 2, {H, I}, I, 0, H, r0, nr, PAR_ROW, linear_init(I), 0};
 }
 
 int shard_moe(plan *p, plan_step *s, const moe_desc *d, const module *m, loom_err *err) {
@@ -180,9 +188,9 @@ int shard_moe(plan *p, plan_step *s, const moe_desc *d, const module *m, loom_er
         p->max_comm_cols[ROWS_TOKENS] = H + 2 * d->top_k;
     if (d->bias[0])
         s->route_bias_ref =
-            d->bias_row
-                ? (weight_ref){WEIGHT_F32, d->bias, 2, {1}, d->n_experts, 0, 1, 0, d->n_experts, PAR_REPLICATED, 0.02f}
-                : (weight_ref){WEIGHT_F32, d->bias, 1, {d->n_experts}, 0, 0, 0, 0, 0, PAR_REPLICATED, 0.02f};
+            d->bias_row ? (weight_ref){WEIGHT_F32,   d->bias,        2,     {1}, d->n_experts, 0, 1, 0,
+                                       d->n_experts, PAR_REPLICATED, 0.02f, 0}
+                        : (weight_ref){WEIGHT_F32, d->bias, 1, {d->n_experts}, 0, 0, 0, 0, 0, PAR_REPLICATED, 0.02f, 0};
     if (!s->n_experts) return H;
     /* every expert splits alike: the first one's slices stand for all */
     char names[3][160];
@@ -197,8 +205,8 @@ int shard_embed(plan *p, plan_step *s, const linear_part *table, int hidden, con
     s->vocab0 = p->vocab_col0[p->o.rank];
     /* quantized like the LM head where that is (a tied head is then the same matrix) */
     s->weight[0] = (weight_ref){
-        WEIGHT_TABLE, table->weight, 2,   {table->out, hidden}, hidden, s->vocab0, p->vocab_width[p->o.rank], 0,
-        hidden,       PAR_VOCAB,     1.0f};
+        WEIGHT_TABLE, table->weight, 2, {table->out, hidden}, hidden, s->vocab0, p->vocab_width[p->o.rank], 0, hidden,
+        PAR_VOCAB,    1.0f,          0};
     if (check_split(p, &s->weight[0], err)) return loom_err_prefix(err, "%s", m->name);
     return hidden;
 }

@@ -16,9 +16,10 @@ int quant_checkpoint_check(const quant_config *q, const char *name, int rows, in
                            loom_err *err);
 /* Whether the files hold `name` in the format (else the module was left in float). */
 bool quant_checkpoint_has(weight_store *ws, const quant_config *q, const char *name);
-/* The slice, read from the checkpoint's tensors and repacked. */
+/* The slice, read from the checkpoint's tensors and repacked: rows r0, r0 + row_step, ... (nr
+ * of them; a row_step over 1 only in MXFP4's interleaved experts). */
 int quant_checkpoint_get(weight_store *ws, const quant_config *q, const char *name, int rows, int cols, int r0, int nr,
-                         int c0, int nc, wmat *out, loom_err *err);
+                         int row_step, int c0, int nc, wmat *out, loom_err *err);
 
 /* Within quant/: the FP8 formats' reader (fp8.c), and what it shares with checkpoint.c: a
  * weight's module ("<module>.weight" less ".weight"), its tensor `<module>.<suffix>` (NULL if
@@ -27,6 +28,10 @@ int quant_checkpoint_get(weight_store *ws, const quant_config *q, const char *na
 int fp8_checkpoint_get(weight_store *ws, const quant_config *q, const char *name, int rows, int cols, int r0, int nr,
                        int c0, int nc, wmat *out, loom_err *err);
 void ckpt_module_of(const char *name, char *out, size_t cap);
+/* The MXFP4 reader (mxfp4.c): whether `name`_blocks is in the files, and the slice. */
+bool mxfp4_checkpoint_has(weight_store *ws, const char *name);
+int mxfp4_checkpoint_get(weight_store *ws, const char *name, int rows, int cols, int r0, int nr, int row_step, int c0,
+                         int nc, wmat *out, loom_err *err);
 const st_tensor *ckpt_part(weight_store *ws, const char *mod, const char *suffix, const char **file);
 float ckpt_real(const st_tensor *t, size_t i);
 void ckpt_shape(const st_tensor *t, char *out, size_t cap);

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "quant/quant.h"
+#include "tensor/fp4.h"
 #include "tensor/fp8.h"
 #include "util/alloc.h"
 #include "util/err.h"
@@ -23,10 +24,13 @@ int quant_scheme_parse(quant_scheme *s, const char *name, int group, bool head, 
             return loom_errf(err, "%s needs --quantization", group ? "--quant-group-size" : "--quantize-lm-head");
         return 0;
     }
-    if (!strcmp(name, "int8")) *s = (quant_scheme){8, group, head, QCODE_UINT, 0, 0};
-    else if (!strcmp(name, "int4")) *s = (quant_scheme){4, group ? group : 128, head, QCODE_UINT, 0, 0};
-    else if (!strcmp(name, "fp8")) *s = (quant_scheme){8, group, head, QCODE_E4M3, 0, 0};
-    else return loom_errf(err, "--quantization: unknown '%s' (none, int8, int4, fp8)", name);
+    if (!strcmp(name, "int8")) *s = (quant_scheme){8, group, head, QCODE_UINT, 0, 0, false};
+    else if (!strcmp(name, "int4")) *s = (quant_scheme){4, group ? group : 128, head, QCODE_UINT, 0, 0, false};
+    else if (!strcmp(name, "fp8")) *s = (quant_scheme){8, group, head, QCODE_E4M3, 0, 0, false};
+    else if (!strcmp(name, "mxfp4")) *s = (quant_scheme){4, 32, head, QCODE_E2M1, 0, 0, false};
+    else return loom_errf(err, "--quantization: unknown '%s' (none, int8, int4, fp8, mxfp4)", name);
+    if (s->code == QCODE_E2M1 && group && group != 32)
+        return loom_errf(err, "--quant-group-size: mxfp4's blocks are 32 columns (got %d)", group);
     if (group < 0 || (group && group % QBLOCK))
         return loom_errf(err, "--quant-group-size: %d is not a positive multiple of %d", group, QBLOCK);
     return 0;
@@ -66,7 +70,10 @@ static int online_row(void *ctx, int r, uint8_t *codes, float *scale, float *zer
                                  o->ws->dir, o->name, o->r0 + r, g * o->group + c);
             lo = fminf(lo, v[c]), hi = fmaxf(hi, v[c]);
         }
-        if (o->code) { /* FP8: vLLM's amax / 448, no zero point */
+        if (o->code == QCODE_E2M1) { /* OCP MX: 2^(floor(log2(amax)) - 2), the largest code's exponent */
+            float amax = fmaxf(hi, -lo);
+            s = amax > 0 ? ldexpf(1.0f, ilogbf(amax) - 2) : 1, z = 0;
+        } else if (o->code) { /* FP8: vLLM's amax / 448, no zero point */
             s = fmaxf(hi, -lo) / FP8_E4M3_MAX, z = 0;
         } else if (bits == 8) {
             s = fmaxf(hi, -lo) / 127, z = 128;
@@ -80,8 +87,9 @@ static int online_row(void *ctx, int r, uint8_t *codes, float *scale, float *zer
         for (int c = 0; c < n; c++) {
             int gc = g * o->group + c - o->c0;
             if (gc >= 0 && gc < o->nc)
-                codes[gc] =
-                    o->code ? f32_to_e4m3(v[c] / s) : (uint8_t)fminf(fmaxf(roundf(v[c] / s) + z, 0), (float)qmax);
+                codes[gc] = o->code == QCODE_E2M1 ? f32_to_e2m1(v[c] / s)
+                            : o->code             ? f32_to_e4m3(v[c] / s)
+                                                  : (uint8_t)fminf(fmaxf(roundf(v[c] / s) + z, 0), (float)qmax);
         }
     }
     return 0;
@@ -117,7 +125,7 @@ int quant_online(weight_store *ws, const quant_scheme *s, const char *name, int 
 }
 
 int quant_check_split(const quant_scheme *s, const char *name, int cols, int c0, int nc, loom_err *err) {
-    if (!s->group || s->code) return 0; /* per channel, or FP8 (any group may be cut: fp8.c): any split */
+    if (!s->group || (s->code && s->code != QCODE_E2M1)) return 0; /* per channel, or FP8 (fp8.c): any split */
     if (cols % s->group)
         return loom_errf(err, "%s: %d input features are not a whole number of quantization groups of %d", name, cols,
                          s->group);

@@ -23,6 +23,7 @@
  * a 1B model's bytes with an 8-bit head (--quantize-lm-head). */
 static enum wact act_for(const weight_store *ws, const weight_ref *r, const wmat *w) {
     if (ws->exact || r->style == PAR_REPLICATED) return WACT_F32;
+    if (w->q && w->q->code == QCODE_E2M1) return WACT_F32; /* MXFP4: exact, no integer or bf16 path */
     if (w->q && w->q->code != QCODE_UINT) return ws->fp8_act ? WACT_FP8 : WACT_BF16; /* FP8: exact in the weight */
     return w->q ? WACT_INT8 : w->dt == DT_BF16 ? WACT_BF16 : WACT_F32;
 }
@@ -41,12 +42,16 @@ static int read_tensor(const plan *p, weight_store *ws, const weight_ref *r, wma
     if (r->kind == WEIGHT_F32)
         return weights_get(ws, r->name, r->shape[0], r->cols, r->r0, r->nr, r->c0, r->nc, true, r->init, out, err);
     const quant_config *cq = p->o.checkpoint;
+    int step = r->row_step > 1 ? r->row_step : 1, rows = r->ndim == 3 ? r->shape[0] * r->shape[1] : r->shape[0];
     if (r->kind == WEIGHT_LINEAR && cq && quant_checkpoint_applies(cq, r->name, r->style) &&
         quant_checkpoint_has(ws, cq, r->name))
-        return quant_checkpoint_get(ws, cq, r->name, r->shape[0], r->cols, r->r0, r->nr, r->c0, r->nc, out, err);
+        return quant_checkpoint_get(ws, cq, r->name, rows, r->cols, r->r0, r->nr, step, r->c0, r->nc, out, err);
     quant_scheme q = shard_scheme(p, r->style);
-    if (q.bits)
+    if (q.bits && (!q.experts_only || r->ndim == 3)) /* dummy rows need no interleaving: any step reads alike */
         return quant_online(ws, &q, r->name, r->ndim, r->shape, r->cols, r->r0, r->nr, r->c0, r->nc, r->init, out, err);
+    if (step > 1 && !ws->dummy)
+        return loom_errf(err, "%s: interleaved gate and up rows are read from MXFP4 checkpoints only (%s_blocks)",
+                         r->name, r->name);
     if (r->ndim == 2)
         return weights_get(ws, r->name, r->shape[0], r->cols, r->r0, r->nr, r->c0, r->nc, false, r->init, out, err);
     return weights_get_expert(ws, r->name, r->shape[0], r->r0 / r->shape[1], r->shape[1], r->cols, r->r0 % r->shape[1],
@@ -69,6 +74,30 @@ static int read_vector(const plan *p, weight_store *ws, const weight_ref *r, con
     return 0;
 }
 
+/* GPT-OSS's expert biases: gate's and up's from the interleaved [E, 2 inter] tensor (this rank's
+ * features), down's [E, hidden] on the rank holding the first features only, so that the ranks'
+ * partial sums add it once (every rank under EP: each holds whole experts). */
+static int bind_expert_biases(const plan *p, plan_step *s, weight_store *ws, loom_err *err) {
+    const moe_desc *d = s->op->moe;
+    int E = d->n_experts, I = d->inter, H = d->hidden, nr = s->expert_inter, r0 = s->expert_r0;
+    s->expert_bias =
+        mem_zalloc(3 * (size_t)(s->n_experts ? s->n_experts : 1), sizeof *s->expert_bias, "the experts' biases", err);
+    if (!s->expert_bias) return -1;
+    for (int i = 0; i < s->n_experts; i++) {
+        int e = s->expert_ids[i];
+        weight_ref gu = {WEIGHT_F32, d->gate_up_bias, 2, {E}, 2 * I, e, 1, 2 * r0, 2 * nr, PAR_REPLICATED, 0.02f, 0};
+        weight_ref dn = {WEIGHT_F32, d->down_bias, 2, {E}, H, e, 1, 0, H, PAR_REPLICATED, 0.02f, 0};
+        wmat v;
+        float *b = weights_buffer(ws, 2 * (size_t)nr * sizeof *b, "the experts' biases", err);
+        if (!b || read_weight(p, ws, &gu, &v, err)) return -1;
+        for (int j = 0; j < nr; j++)
+            b[j] = ((const float *)v.data)[2 * j], b[nr + j] = ((const float *)v.data)[2 * j + 1];
+        s->expert_bias[3 * i] = b, s->expert_bias[3 * i + 1] = b + nr;
+        if (r0 == 0 && read_vector(p, ws, &dn, &s->expert_bias[3 * i + 2], err)) return -1;
+    }
+    return 0;
+}
+
 /* This rank's experts of an MoE step: per-expert tensors, or the layout's fused alternative
  * where the checkpoint holds that. */
 static int bind_experts(const plan *p, plan_step *s, weight_store *ws, loom_err *err) {
@@ -84,6 +113,7 @@ static int bind_experts(const plan *p, plan_step *s, weight_store *ws, loom_err 
         for (int j = 0; j < 3; j++)
             if (read_weight(p, ws, &w[j], &s->experts[3 * i + j], err)) return -1;
     }
+    if (d->gate_up_bias[0] && bind_expert_biases(p, s, ws, err)) return -1;
     /* static FP8 input scales (zero otherwise): as vLLM's, one for all of a rank's experts, the
      * largest of gate and up's (whose input they share) and of down's */
     wmat *e = s->experts;
@@ -153,7 +183,8 @@ static int bind_step(const plan *p, plan_step *s, weight_store *ws, loom_err *er
     if (s->op && s->op->kind == OP_LINEAR) share_input_scale(s);
     if (s->op && s->op->kind == OP_LINEAR && check_quantized_input(p, s, err)) return -1;
     if (read_vector(p, ws, &s->norm_ref, &s->norm_w, err) ||
-        read_vector(p, ws, &s->route_bias_ref, &s->route_bias, err))
+        read_vector(p, ws, &s->route_bias_ref, &s->route_bias, err) ||
+        read_vector(p, ws, &s->sinks_ref, &s->attn.sinks, err))
         return -1;
     if (s->norm_w && s->op->weight_offset && offset_norm(ws, s, err)) return -1;
     if (s->op && s->op->kind == OP_MOE && (s->kind == STEP_OP || s->kind == STEP_EP_MOE) && bind_experts(p, s, ws, err))

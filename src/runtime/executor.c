@@ -272,6 +272,14 @@ static int run_fused(executor *x, const plan_step *s, const loom_batch *b, loom_
 }
 
 /* The shape the kernels run step s's experts with (all of them, for routing). */
+/* The module tree's activation as the kernels name it. */
+static gate_fn gate_of(const glu_desc *g) {
+    gate_kind kind = g->act == GLU_SILU_CLAMPED ? GATE_SILU_CLAMPED
+                     : g->act == GLU_GELU_TANH  ? GATE_GELU_TANH
+                                                : GATE_SILU;
+    return (gate_fn){kind, g->limit, g->alpha};
+}
+
 static moe_shape moe_shape_of(const plan_step *s) {
     const moe_desc *d = s->op->moe;
     return (moe_shape){.hidden = d->hidden,
@@ -285,7 +293,9 @@ static moe_shape moe_shape_of(const plan_step *s) {
                        .topk_group = d->topk_group,
                        .group_top2_sum = d->group_top2_sum,
                        .bias = s->route_bias,
-                       .scale = d->scale};
+                       .scale = d->scale,
+                       .gate = gate_of(&d->act),
+                       .expert_bias = s->expert_bias};
 }
 
 static void run_step(executor *x, const plan_step *s, const loom_batch *b) {
@@ -345,7 +355,11 @@ static void run_step(executor *x, const plan_step *s, const loom_batch *b) {
                           b->pos, b->seq);
         else attention(&s->attn, &x->kv[o->attn.layer], in0, ld0, in1, ld1, in2, ld2, out, ldo, rows, b->pos, b->seq);
         break;
-    case OP_GLU: glu(o->act == GLU_GELU_TANH, in0, ld0, in1, ld1, out, ldo, rows, w); break;
+    case OP_GLU: {
+        gate_fn f = gate_of(&o->glu);
+        glu(&f, in0, ld0, in1, ld1, out, ldo, rows, w);
+        break;
+    }
     case OP_SOFTCAP: softcap_rows(in0, ld0, o->scalar, out, ldo, rows, w); break;
     case OP_ADD: add_rows(in0, ld0, in1, ld1, out, ldo, rows, w); break;
     case OP_SCALE: scale_rows(in0, ld0, o->scalar, out, ldo, rows, w); break;

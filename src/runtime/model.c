@@ -113,14 +113,18 @@ static int checkpoint_quantization(loom_model *m, bool dummy, loom_err *err) {
                          "%s: the checkpoint is already quantized (%s, %d-bit); --quantization applies to float "
                          "checkpoints",
                          m->source, quant_format_name(q->format), q->bits);
-    if (dummy) { /* FP8 blocks become groups of a block's columns: the same bytes and work a row */
+    if (dummy && q->format == QF_MXFP4) { /* its experts' blocks, quantized from the dummy floats */
+        m->ws.quant = (quant_scheme){4, 32, false, QCODE_E2M1, 0, 0, true};
+        q->format = QF_NONE;
+    } else if (dummy) { /* FP8 blocks become groups of a block's columns: the same bytes and work a row */
         bool fp8 = quant_format_fp8(q->format);
         m->ws.quant = (quant_scheme){q->bits,
                                      fp8 ? q->fp8_block[1] : q->group,
                                      q->format == QF_GPTQ ? q->lm_head : false,
                                      fp8 ? QCODE_E4M3 : QCODE_UINT,
                                      fp8 && q->fp8_act == FP8_ACT_STATIC ? DUMMY_INPUT_SCALE : 0,
-                                     fp8 && q->fp8_act == FP8_ACT_GROUP ? q->act_group : 0};
+                                     fp8 && q->fp8_act == FP8_ACT_GROUP ? q->act_group : 0,
+                                     false};
         q->format = QF_NONE;
     }
     return 0;

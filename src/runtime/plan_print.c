@@ -93,6 +93,7 @@ static void print_module(FILE *f, const module *m, int depth) {
         if (o->kind == OP_ATTENTION && o->attn.sliding_window)
             fprintf(f, "  within a sliding window of %d positions", o->attn.sliding_window);
         if (o->kind == OP_ATTENTION && o->attn.softcap) fprintf(f, "  scores soft-capped at %g", o->attn.softcap);
+        if (o->kind == OP_ATTENTION && o->attn.sinks[0]) fprintf(f, "  sinks %s", o->attn.sinks);
         if (o->kind == OP_SOFTCAP) fprintf(f, "  %g * tanh(x / %g)", o->scalar, o->scalar);
         if (o->kind == OP_RMS_NORM && o->weight_offset) fprintf(f, "  scaling by %g + w", o->weight_offset);
         if (o->kind == OP_ROPE && o->rope.local) fprintf(f, "  the sliding layers' own RoPE base");
@@ -115,6 +116,10 @@ static void print_module(FILE *f, const module *m, int depth) {
                         d->bias[0] ? ", choosing with the correction bias" : "");
             if (d->bias[0] && !d->n_group) fprintf(f, "; chosen by score plus the correction bias");
             if (d->scale != 1) fprintf(f, "; weights times %g", d->scale);
+            if (d->act.act == GLU_SILU_CLAMPED)
+                fprintf(f, "; clamped SwiGLU (limit %g, alpha %g)", d->act.limit, d->act.alpha);
+            if (d->gate_up_bias[0]) fprintf(f, "; experts with biases");
+            if (d->interleaved) fprintf(f, "; gate and up rows interleaved");
         }
         if (o->kind == OP_RMS_NORM && o->across_ranks)
             fprintf(f, "  over the whole projection: under TP each rank sums its heads' squares and an all_reduce "

@@ -20,8 +20,9 @@ bool dtype_from_name(const char *name, enum dtype *d);
 #define QBLOCK 32
 
 /* What a packed code means: an unsigned integer, the weight (q - zero) * scale; or an FP8
- * number (tensor/fp8.h), the weight fp8(q) * scale with no zero point. */
-enum qcode { QCODE_UINT, QCODE_E4M3, QCODE_E5M2 };
+ * number (tensor/fp8.h), the weight fp8(q) * scale with no zero point; or a 4-bit FP4 number
+ * (tensor/fp4.h, MXFP4), the weight e2m1(q) * scale, its groups 32 columns, scales powers of 2. */
+enum qcode { QCODE_UINT, QCODE_E4M3, QCODE_E5M2, QCODE_E2M1 };
 
 /* The packed layout of one quantized matrix (quant/ builds it). Its columns are the input
  * features reordered so that each quantization group is contiguous (act-order checkpoints

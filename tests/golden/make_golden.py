@@ -58,7 +58,9 @@ from transformers import (  # noqa: E402
     Ernie4_5Config, Ernie4_5ForCausalLM,
     Ernie4_5_MoeConfig, Ernie4_5_MoeForCausalLM,
     Phi3Config, Phi3ForCausalLM,
+    GptOssConfig, GptOssForCausalLM, Mxfp4Config,
 )
+from transformers.integrations.mxfp4 import FP4_VALUES  # noqa: E402
 
 torch.set_num_threads(1)
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -276,6 +278,22 @@ def case_defs():
                              "short_factor": [1.0, 1.3, 1.9, 2.8, 4.0, 6.5],
                              "long_factor": [1.0, 2.0, 4.0, 8.0, 16.0, 32.0]}),
             {"longrope": "short"}),
+        # GPT-OSS: attention sinks (one learned logit per head in the softmax's denominator),
+        # biases on q/k/v/o, the router and the experts, a sliding layer (window 4) then a full
+        # one, YaRN (factor 8, truncate false: no rounding of the ramp's ends, attention factor
+        # 1.2079), softmax over the top-2 router logits, interleaved gate/up with a clamped
+        # SwiGLU (limit 2: on these weights the real 7 never bites; 2 clamps 5% of the gate and
+        # 10% of the up values). reinit draws sinks and expert biases (names not ending in
+        # ".bias") N(0, 0.15), the router bias N(0, 0.1). Experts stored as the released
+        # checkpoints store them: MXFP4 blocks + scales ("mxfp4"; see mxfp4_quantize).
+        "gpt_oss": (GptOssForCausalLM, GptOssConfig, dict(
+            BASE, head_dim=16, intermediate_size=128, num_local_experts=8, num_experts_per_tok=2,
+            sliding_window=4, layer_types=["sliding_attention", "full_attention"],
+            tie_word_embeddings=False, pad_token_id=0, swiglu_limit=2.0,
+            rope_parameters={"rope_type": "yarn", "factor": 8.0, "beta_fast": 32.0, "beta_slow": 1.0,
+                             "truncate": False, "original_max_position_embeddings": 32,
+                             "rope_theta": 150000.0}),
+            {"check_window": 4, "mxfp4": True}),
     }
 
 
@@ -310,6 +328,114 @@ def reinit(model, opts):
                     b.normal_(0.0, opts["score_bias_std"])
                     if "skew_experts" in opts:  # experts 0..n-1 win every token
                         b[:opts["skew_experts"]] += SKEW_BIAS
+
+
+# MXFP4 (OCP microscaling), as the released gpt-oss checkpoints store their experts: blocks of
+# 32 values share a power-of-two scale 2**X, and each value is a 4-bit e2m1 code, an index into
+# transformers' FP4_VALUES (codes 8-15 are the negatives of 0-7).
+E2M1 = torch.tensor(FP4_VALUES[:8])
+MXFP4_QUANT_CONFIG = {"quant_method": "mxfp4", "modules_to_not_convert": [
+    "model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"]}
+
+
+def mxfp4_quantize(w):
+    """w [E, out, in], in a multiple of 32 -> (blocks U8 [E, out, in/32, 16], scales U8
+    [E, out, in/32], dequantized w). Per block X = floor(log2(amax)) - 2 (OCP MX: 2 is e2m1's
+    largest exponent; X = 0 for an all-zero block), so the largest magnitude scales into [4, 8)
+    and is clamped to 6; each value takes the nearest e2m1 value (ties: the smaller). Byte j of
+    a block packs value 2j in its low nibble and 2j+1 in its high one; scale = X + 127."""
+    e, o, i = w.shape
+    v = w.reshape(e, o, i // 32, 32)
+    amax = v.abs().amax(dim=-1)
+    x = (torch.frexp(amax).exponent - 3).clamp(-127, 127)  # amax = m * 2**exp, m in [0.5, 1)
+    x = torch.where(amax > 0, x, 0)
+    mag = torch.ldexp(v.abs(), -x[..., None]).clamp(max=6.0)
+    code = (mag[..., None] - E2M1).abs().argmin(dim=-1)  # the first minimum: ties go down
+    code = torch.where((v < 0) & (code > 0), code + 8, code)  # no -0.0 codes
+    deq = torch.ldexp(torch.tensor(FP4_VALUES)[code], x[..., None]).reshape(e, o, i)
+    blocks = (code[..., 0::2] | code[..., 1::2] << 4).to(torch.uint8)
+    return blocks, (x + 127).to(torch.uint8), deq
+
+
+def mxfp4_experts(model):
+    """Quantizes every layer's experts to MXFP4 in place, so the model holds exactly the
+    dequantized weights. transformers keeps gate_up_proj [E, H, 2I] and down_proj [E, I, H]
+    (in x out); the checkpoint quantizes W = param.transpose(1, 2), [E, out, in], along `in`.
+    Returns the checkpoint's tensors: <name>_blocks and <name>_scales for each weight <name>."""
+    packed = {}
+    with torch.no_grad():
+        for li, layer in enumerate(model.model.layers):
+            for proj in ("gate_up_proj", "down_proj"):
+                p = getattr(layer.mlp.experts, proj)
+                blocks, scales, deq = mxfp4_quantize(p.transpose(1, 2))
+                p.copy_(deq.transpose(1, 2))
+                name = f"model.layers.{li}.mlp.experts.{proj}"
+                packed[name + "_blocks"], packed[name + "_scales"] = blocks, scales
+    return packed
+
+
+def write_mxfp4(out_dir, packed):
+    """Replaces the experts' float weights in save_pretrained's model.safetensors by their
+    MXFP4 blocks and scales (the expert biases stay F32, under their names), and declares the
+    quantization in config.json as the released checkpoints do."""
+    path = os.path.join(out_dir, "model.safetensors")
+    sd = {k: v.clone() for k, v in load_file(path).items()}  # clones: the file is rewritten
+    for k in packed:
+        if k.endswith("_blocks"):
+            del sd[k.removesuffix("_blocks")]
+    assert not set(packed) & set(sd)
+    sd.update(packed)
+    save_safetensors(sd, path, {"format": "pt"})
+    cfg_path = os.path.join(out_dir, "config.json")
+    with open(cfg_path) as f:
+        cfg = json.load(f)
+    cfg["quantization_config"] = MXFP4_QUANT_CONFIG
+    with open(cfg_path, "w") as f:  # as save_pretrained writes it
+        f.write(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+
+
+@torch.no_grad()
+def check_gpt_oss(model, ids, min_gap=1e-4):
+    """GPT-OSS's own features must bite on the golden prompts (full forward of each sequence):
+    the SwiGLU clamp hits some but not all gate and up values, the sinks move the logits
+    (removed: -inf; zeroed; either also re-routes a few tokens), and no token's routing sits on a knife-edge (the k-th router logit
+    beats the k+1-th by > min_gap: the engine's router logits differ by ~1e-6)."""
+    cfg, layers = model.config, model.model.layers
+    lim, k = cfg.swiglu_limit, cfg.num_experts_per_tok
+    gate_up, top = [], []
+    hooks = [l.mlp.router.register_forward_hook(
+        lambda mod, inp, out: top.append(out[0].topk(k + 1, dim=-1).values)) for l in layers]
+    for l in layers:  # the experts' forward calls self._apply_gate: shadow it per instance
+        f = l.mlp.experts._apply_gate
+        l.mlp.experts._apply_gate = lambda x, f=f: (gate_up.append(x.clone()), f(x))[1]
+    try:
+        base = [full_logits(model, s) for s in ids]
+    finally:
+        for h in hooks:
+            h.remove()
+        for l in layers:
+            del l.mlp.experts._apply_gate
+    gu = torch.cat([x.reshape(-1, x.shape[-1]) for x in gate_up])
+    gate_frac = (gu[:, 0::2] > lim).float().mean().item()
+    up_frac = (gu[:, 1::2].abs() > lim).float().mean().item()
+    assert 0 < gate_frac < 0.5 and 0 < up_frac < 0.5, "swiglu clamp not exercised"
+    gap = min((t[:, k - 1] - t[:, k]).min().item() for t in top)
+    assert gap > min_gap, f"routing near-tie: the top-{k} gap is {gap}"
+    sinks = [l.self_attn.sinks for l in layers]
+    assert all((s != 0).all() for s in sinks)
+    saved = [s.clone() for s in sinks]
+    effect = {}
+    for what, value in (("removed", float("-inf")), ("zeroed", 0.0)):
+        for s in sinks:
+            s.fill_(value)
+        effect[what] = max((full_logits(model, x) - b).abs().max().item()
+                           for x, b in zip(ids, base))
+        for s, v in zip(sinks, saved):
+            s.copy_(v)
+        assert effect[what] > 1e-2, f"sinks {what}: logits move by {effect[what]} only"
+    return {"swiglu_clamped_gate": gate_frac, "swiglu_clamped_up": up_frac,
+            "sink_effect_removed": effect["removed"], "sink_effect_zeroed": effect["zeroed"],
+            "min_routing_gap": gap}
 
 
 def yarn_mscale(scale, mscale=1.0):
@@ -447,7 +573,7 @@ def save_safetensors(tensors, path, metadata, align=8):
     every regeneration a spurious git diff).  Data is read back and checked.
     align=64 pads the header so that every tensor starts 64-byte aligned in the
     file (each tensor's size must then be a multiple of 64 bytes)."""
-    dt = {torch.float32: "F32", torch.int64: "I64"}
+    dt = {torch.float32: "F32", torch.int64: "I64", torch.uint8: "U8"}
     header = {"__metadata__": dict(sorted(metadata.items()))}
     blobs, off = [], 0
     for k in sorted(tensors):
@@ -501,6 +627,8 @@ def build_case(idx, name, model_cls, cfg_cls, cfg_kw, opts):
         reinit(model, opts)
         if "tie_experts" in opts:
             tie_experts(model, *opts["tie_experts"])
+        if opts.get("mxfp4"):
+            mxfp4 = mxfp4_experts(model)
         if "routing" not in opts:
             break
         ok, report = check_routing(model, ids, opts["routing"],
@@ -531,6 +659,8 @@ def build_case(idx, name, model_cls, cfg_cls, cfg_kw, opts):
         # (~1e-6), which would break the exact in-memory == reloaded logits check.
         assert half is None
         save_safetensors(ref_sd, st_path, {"format": "pt"}, align=64)
+    if opts.get("mxfp4"):
+        write_mxfp4(out_dir, mxfp4)
     with safe_open(st_path, "pt") as f:
         keys = set(f.keys())
     if "routing" in opts:
@@ -552,8 +682,12 @@ def build_case(idx, name, model_cls, cfg_cls, cfg_kw, opts):
 
     # Reload what was written; golden logits come from the files on disk.
     load_dtype = half if half is not None else torch.float32
+    # mxfp4: transformers' own MXFP4 dequantizer is the oracle for the packing. The experts
+    # come back as float params (GptOssExperts, under their in-memory names), which the
+    # checks below compare bit for bit with the dequantized weights held in memory.
+    quant = {"quantization_config": Mxfp4Config(dequantize=True)} if opts.get("mxfp4") else {}
     m = model_cls.from_pretrained(out_dir, dtype=load_dtype,
-                                  attn_implementation="eager").eval()
+                                  attn_implementation="eager", **quant).eval()
     sd = m.state_dict()
     assert sorted(sd) == sorted(ref_sd), f"{name}: reloaded state_dict keys differ"
     for k, v in ref_sd.items():
@@ -644,6 +778,8 @@ def build_case(idx, name, model_cls, cfg_cls, cfg_kw, opts):
         assert m.config.sliding_window == opts["check_window"]
         for s in ids:
             check_sliding_window(m, s, opts["check_window"])
+    if m.config.model_type == "gpt_oss":
+        extra_info.update(check_gpt_oss(m, ids))
 
     tensors = {"ids_0": ids[0].contiguous(), "ids_1": ids[1].contiguous(),
                "logits_0": logits[0].contiguous(),

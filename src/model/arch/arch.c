@@ -56,6 +56,20 @@ static const moe_layout ernie_moe = {"mlp",
                                      .bias_always = true,
                                      .bias_row = true};
 
+/* GPT-OSS: the top k router logits (with the router's bias) softmaxed, experts stacked as
+ * MXFP4 checkpoints store them, gate and up rows alternating, with biases, clamped SwiGLU */
+static const moe_layout gpt_oss_moe = {"mlp",
+                                       "router.weight",
+                                       false,
+                                       true,
+                                       "experts.gate_up_proj",
+                                       NULL,
+                                       "experts.down_proj",
+                                       .routing = ROUTE_TOPK_SOFTMAX,
+                                       .router_bias = "router.bias",
+                                       .interleaved = true,
+                                       .expert_bias = true};
+
 static const struct {
     const char *name;
     llama_variant variant;
@@ -78,6 +92,7 @@ static const struct {
     {"Phi3ForCausalLM",
      {.sliding_window = true, .fused_qkv = "qkv_proj", .fused_gate_up = "gate_up_proj"},
      build_llama_family},
+    {"GptOssForCausalLM", {.attn_sinks = true, .moe = &gpt_oss_moe}, build_llama_family},
     {"Gemma2ForCausalLM", {.norm_offset = 1}, build_gemma},
     {"Gemma3ForCausalLM", {.qk_norm = true, .norm_offset = 1}, build_gemma},
 };

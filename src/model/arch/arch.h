@@ -25,6 +25,10 @@ typedef struct moe_layout {
                                noaux_tc (NULL: the layout's own routing) */
     bool bias_always;      /* ERNIE: the bias chooses whatever the config's topk_method */
     bool bias_row;         /* the bias is stored as [1, experts] (ERNIE's moe_statics) */
+    /* GPT-OSS: the router has a bias (this name), the stacked gate tensor alternates gate and
+     * up rows, and the experts have biases, <gate>_bias and <down>_bias */
+    const char *router_bias;
+    bool interleaved, expert_bias;
 } moe_layout;
 
 /* Options that distinguish Llama-like architectures. */
@@ -37,6 +41,7 @@ typedef struct llama_variant {
     bool interleaved;      /* rotary pairs (2i, 2i+1): DeepSeek-V2 (V3: rope_interleave), ERNIE */
     const moe_layout *moe; /* MoE architectures: their expert layers (dense ones: NULL) */
     float norm_offset;     /* Gemma: norms scale by weight + 1 */
+    bool attn_sinks;       /* GPT-OSS: a learned logit per head in each softmax's denominator (self_attn.sinks) */
     /* Phi-3: q/k/v, and gate/up, as row ranges of one tensor each (NULL: a tensor per part) */
     const char *fused_qkv, *fused_gate_up;
 } llama_variant;

@@ -67,6 +67,7 @@ module *attention_module(const model_config *c, const llama_variant *v, const ch
                    .sliding_window = sliding ? c->sliding_window : 0,
                    .scale = c->attention_mult,
                    .softcap = c->attn_softcap};
+    if (v->attn_sinks) snprintf(a.sinks, sizeof a.sinks, "%s.sinks", m->name);
     int att = emit_attention(m, q, k, val, &a);
     linear_desc o = {.in = q_out, .n_parts = 1, .style = PAR_ROW};
     linear_part_init(&o.parts[0], m->name, "o_proj", c->hidden, 0, c->attention_bias);
@@ -84,7 +85,7 @@ module *mlp_module(const model_config *c, const llama_variant *v, const char *na
     if (v && v->fused_gate_up) fuse_parts(&gu, m->name, v->fused_gate_up);
     int fused = emit_linear(m, x, &gu);
     int gate = emit_split(m, fused, 0, "gate"), up = emit_split(m, fused, 1, "up");
-    int act = emit_glu(m, gate, up, c->gelu_tanh ? GLU_GELU_TANH : GLU_SILU);
+    int act = emit_glu(m, gate, up, &(glu_desc){c->gelu_tanh ? GLU_GELU_TANH : GLU_SILU, 0, 0});
     linear_desc d = {.in = inter, .n_parts = 1, .style = PAR_ROW};
     linear_part_init(&d.parts[0], m->name, "down_proj", c->hidden, 0, c->mlp_bias);
     module_output(m, emit_linear(m, act, &d));

@@ -7,9 +7,11 @@
 
 #include "model/arch/arch.h"
 
-static int replicated_linear(module *m, int x, const char *weight, int in, int out) {
+/* bias: the tensor's name, or NULL for none */
+static int replicated_linear(module *m, int x, const char *weight, const char *bias, int in, int out) {
     linear_desc l = {.in = in, .n_parts = 1, .style = PAR_REPLICATED};
     snprintf(l.parts[0].weight, sizeof l.parts[0].weight, "%s", weight);
+    if (bias) snprintf(l.parts[0].bias, sizeof l.parts[0].bias, "%s", bias);
     l.parts[0].out = out;
     return emit_linear(m, x, &l);
 }
@@ -21,7 +23,7 @@ static module *router_module(const model_config *c, const char *name) {
     int x = module_input(r, "x");
     char w[128];
     snprintf(w, sizeof w, "%s.layer.weight", r->name);
-    module_output(r, replicated_linear(r, x, w, c->hidden, c->n_experts));
+    module_output(r, replicated_linear(r, x, w, NULL, c->hidden, c->n_experts));
     return r;
 }
 
@@ -30,9 +32,12 @@ module *moe_module(const model_config *c, const moe_layout *l, int layer) {
     if (!m) return NULL;
     int x = module_input(m, "x");
     char name[128];
+    char bias[128];
     snprintf(name, sizeof name, "%s.%s", m->name, l->router);
-    int logits = l->external_router ? emit_call(m, router_module(c, name), &x, 1, "router_logits")
-                                    : replicated_linear(m, x, name, c->hidden, c->n_experts);
+    if (l->router_bias) snprintf(bias, sizeof bias, "%s.%s", m->name, l->router_bias);
+    int logits = l->external_router
+                     ? emit_call(m, router_module(c, name), &x, 1, "router_logits")
+                     : replicated_linear(m, x, name, l->router_bias ? bias : NULL, c->hidden, c->n_experts);
     moe_desc d = {.hidden = c->hidden,
                   .inter = c->moe_intermediate,
                   .n_experts = c->n_experts,
@@ -44,6 +49,12 @@ module *moe_module(const model_config *c, const moe_layout *l, int layer) {
     snprintf(d.gate, sizeof d.gate, "%s.%s", m->name, l->gate);
     snprintf(d.up, sizeof d.up, "%s.%s", m->name, l->stacked ? l->gate : l->up);
     snprintf(d.down, sizeof d.down, "%s.%s", m->name, l->down);
+    d.interleaved = l->interleaved;
+    if (l->expert_bias) {
+        snprintf(d.gate_up_bias, sizeof d.gate_up_bias, "%s_bias", d.gate);
+        snprintf(d.down_bias, sizeof d.down_bias, "%s_bias", d.down);
+    }
+    if (c->swiglu_limit > 0) d.act = (glu_desc){GLU_SILU_CLAMPED, c->swiglu_limit, c->swiglu_alpha};
     if (l->fused_gate_up) {
         snprintf(d.fused_gate_up, sizeof d.fused_gate_up, "%s.%s", m->name, l->fused_gate_up);
         snprintf(d.fused_down, sizeof d.fused_down, "%s.%s", m->name, l->fused_down);
@@ -63,7 +74,7 @@ module *moe_module(const model_config *c, const moe_layout *l, int layer) {
         int shared = emit_call(m, mlp_module(c, NULL, name, c->shared_intermediate), &x, 1, "shared");
         if (l->shared_gated) {
             snprintf(name, sizeof name, "%s.shared_expert_gate.weight", m->name);
-            shared = emit_sigmoid_gate(m, shared, replicated_linear(m, x, name, c->hidden, 1), "shared_gated");
+            shared = emit_sigmoid_gate(m, shared, replicated_linear(m, x, name, NULL, c->hidden, 1), "shared_gated");
         }
         out = emit_add(m, out, shared, "moe_out");
     }

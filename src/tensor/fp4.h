@@ -1,0 +1,31 @@
+/* OCP MX's FP4 numbers (E2M1), as MXFP4 checkpoints (GPT-OSS's experts) store them: a sign,
+ * two exponent bits and one mantissa bit, the values 0, 0.5, 1, 1.5, 2, 3, 4, 6 and their
+ * negatives, a block of 32 sharing one E8M0 scale 2^(e - 127). Twice each value is a small
+ * integer, so the kernels widen a code through a 16-entry byte table (simd.h's vdequant_e2m1)
+ * and multiply by half the scale: exact, as the reference's lookup and ldexp are. */
+#ifndef LOOM_TENSOR_FP4_H
+#define LOOM_TENSOR_FP4_H
+#include <math.h>
+#include <stdint.h>
+
+#define E2M1_TWICE_VALUES 0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12
+#define E2M1_MAX          6.0f
+
+static inline float e2m1_to_f32(uint8_t code) {
+    static const int8_t twice[16] = {E2M1_TWICE_VALUES};
+    return 0.5f * twice[code & 15];
+}
+
+/* x rounded to the nearest E2M1 number, ties to the even code (mantissa 0), saturating at +-6;
+ * a NaN becomes 0 (the caller refuses non-finite weights first). */
+static inline uint8_t f32_to_e2m1(float x) {
+    float a = fabsf(x), best = INFINITY;
+    uint8_t code = 0;
+    for (uint8_t c = 0; c < 8; c++) {
+        float d = fabsf(a - e2m1_to_f32(c));
+        if (d < best || (d == best && !(c & 1))) best = d, code = c;
+    }
+    return (uint8_t)(code | (signbit(x) && code ? 8 : 0));
+}
+
+#endif
