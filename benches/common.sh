@@ -1,6 +1,7 @@
 # Sourced by the benchmarks that run llama.cpp beside loom (vs-llama-cpp.sh, serve.sh), from
 # the repository root: progress lines (phase, phase_end, timings), die, the loom binary a job
-# runs (loom_prepare), and llama.cpp's source (llama_cpp_source).
+# runs (loom_prepare), llama.cpp's source (llama_cpp_source), its builds (build_llama,
+# llama_server_build) and the venv that writes GGUFs (gguf_venv).
 
 die() { echo "$(basename "$0"): $*" >&2; exit 1; }
 stamp() { date +%s; }
@@ -75,4 +76,32 @@ llama_server_build() {
     || { grep -m5 -B2 -A5 'error' "$lsdir.log" >&2 || tail -20 "$lsdir.log" >&2; die "llama-server build failed (log: $lsdir.log)"; }
   [ -x "$lsdir/bin/llama-server" ] || die "no $lsdir/bin/llama-server after the build"
   phase_end "llama-server build"
+}
+
+# build_llama DIR LABEL [CMAKE_ARGS...]: llama.cpp's llama-bench and llama-quantize from
+# llama_cpp_source's tree into DIR, unless built.
+build_llama() { # dir, label, extra cmake args
+  local dir=$1 label=$2; shift 2
+  [ -x "$dir/bin/llama-bench" ] && [ -x "$dir/bin/llama-quantize" ] && return 0
+  phase "building llama.cpp llama-bench and llama-quantize ($label) in $dir"
+  nice -n 10 cmake -S "$lcpp" -B "$dir" -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF \
+    -DLLAMA_BUILD_COMMIT="$commit" "$@" >"$dir.log" 2>&1 \
+    || { tail -20 "$dir.log" >&2; die "llama.cpp cmake ($label) failed (log: $dir.log)"; }
+  nice -n 10 cmake --build "$dir" --target llama-bench llama-quantize -j2 >>"$dir.log" 2>&1 \
+    || { grep -m5 -B2 -A5 'error' "$dir.log" >&2 || tail -20 "$dir.log" >&2; die "llama.cpp build ($label) failed (log: $dir.log)"; }
+  [ -x "$dir/bin/llama-bench" ] || die "no $dir/bin/llama-bench after the build"
+  phase_end "llama.cpp build ($label)"
+}
+
+# gguf_venv: a venv at $bench/venv with numpy and llama.cpp's gguf-py (for benches/make_gguf.py);
+# sets py.
+gguf_venv() {
+  py=$bench/venv/bin/python
+  if ! "$py" -c 'import gguf, numpy' 2>/dev/null; then
+    phase "venv with numpy and llama.cpp's gguf-py in $bench/venv"
+    python3 -m venv "$bench/venv" || die "python3 -m venv failed (Debian: apt-get install python3-venv)"
+    nice -n 10 "$bench/venv/bin/pip" install -q numpy "$lcpp/gguf-py" >"$bench/venv.log" 2>&1 \
+      || { tail -20 "$bench/venv.log" >&2; die "pip install of numpy and gguf-py failed (log: $bench/venv.log)"; }
+    phase_end "venv"
+  fi
 }

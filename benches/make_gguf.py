@@ -1,7 +1,14 @@
 #!/usr/bin/env python3
-"""Writes random-weight GGUF files of a Llama model's shape for llama.cpp's llama-bench.
+"""Writes random-weight GGUF files of a Llama or GPT-OSS model's shape for llama.cpp's llama-bench.
 
 Usage: make_gguf.py CONFIG.json [--f32 OUT.gguf] [--bf16 OUT.gguf] [--seed N] [--std S]
+
+GPT-OSS (GptOssForCausalLM, e.g. configs/gpt-oss-20b.json; --bf16 only) is written as
+llama.cpp's converter writes the released checkpoint: arch "gpt-oss", the experts as MXFP4
+(ggml's blocks of 32: one E8M0 scale byte, then 16 bytes of E2M1 codes; random codes under
+scales of 2^-9 to 2^-6, so the weights are of the std's order), everything else 2-D in bf16
+and 1-D in f32 (norms 1, biases and sinks small random), YaRN and the sliding window as its
+config says.
 
 CONFIG.json is a Hugging Face config.json (LlamaForCausalLM, e.g. configs/llama-3.2-1b.json).
 Weights are normal(0, S) (default 0.02, as the config's initializer_range), the norms are 1 and
@@ -68,6 +75,10 @@ def main():
         ap.error("give --f32 and/or --bf16")
     cfg = json.load(open(a.config))
     archs = cfg.get("architectures", [])
+    if archs and archs[0] == "GptOssForCausalLM":
+        if a.f32 or not a.bf16:
+            ap.error("GPT-OSS: give --bf16 only (its experts are MXFP4 either way)")
+        return gpt_oss(cfg, a)
     if archs and archs[0] not in ("LlamaForCausalLM", "MistralForCausalLM"):
         sys.exit(f"make_gguf.py: only Llama-style models are supported (got {archs[0]})")
     d, L = cfg["hidden_size"], cfg["num_hidden_layers"]
@@ -145,6 +156,84 @@ def main():
         w.close()
     print(f"make_gguf.py: {total / 1e9:.3f}B parameters, {len(tensors)} tensors, "
           f"{time.time() - t0:.1f} s -> {', '.join(p for p in (a.f32, a.bf16) if p)}")
+
+
+MXFP4_BLOCK, MXFP4_BYTES = 32, 17  # ggml's block_mxfp4: e8m0 scale, 16 bytes of nibbles
+
+
+def gpt_oss(cfg, a):
+    d, L = cfg["hidden_size"], cfg["num_hidden_layers"]
+    nh, nkv, hd = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg.get("head_dim", 64)
+    E, k, ff, V = cfg["num_local_experts"], cfg["num_experts_per_tok"], cfg["intermediate_size"], cfg["vocab_size"]
+    std = a.std if a.std is not None else cfg.get("initializer_range", 0.02)
+    rs = cfg.get("rope_scaling") or cfg.get("rope_parameters") or {}
+    # (name, numpy shape, kind): "bf16" 2-D random, "norm" f32 ones, "f32" 1-D random, "mxfp4" experts
+    t = [("token_embd.weight", (V, d), "bf16")]
+    for i in range(L):
+        p = f"blk.{i}."
+        t += [(p + "attn_norm.weight", (d,), "norm"), (p + "post_attention_norm.weight", (d,), "norm"),
+              (p + "attn_q.weight", (nh * hd, d), "bf16"), (p + "attn_q.bias", (nh * hd,), "f32"),
+              (p + "attn_k.weight", (nkv * hd, d), "bf16"), (p + "attn_k.bias", (nkv * hd,), "f32"),
+              (p + "attn_v.weight", (nkv * hd, d), "bf16"), (p + "attn_v.bias", (nkv * hd,), "f32"),
+              (p + "attn_output.weight", (d, nh * hd), "bf16"), (p + "attn_output.bias", (d,), "f32"),
+              (p + "attn_sinks.weight", (nh,), "f32"),
+              (p + "ffn_gate_inp.weight", (E, d), "bf16"), (p + "ffn_gate_inp.bias", (E,), "f32"),
+              (p + "ffn_gate_exps.weight", (E, ff, d), "mxfp4"), (p + "ffn_gate_exps.bias", (E, ff), "f32"),
+              (p + "ffn_up_exps.weight", (E, ff, d), "mxfp4"), (p + "ffn_up_exps.bias", (E, ff), "f32"),
+              (p + "ffn_down_exps.weight", (E, d, ff), "mxfp4"), (p + "ffn_down_exps.bias", (E, d), "f32")]
+    t += [("output_norm.weight", (d,), "norm"), ("output.weight", (V, d), "bf16")]
+    w = gguf.GGUFWriter(a.bf16, "gpt-oss")
+    w.add_name("random " + a.config)
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_MXFP4_MOE)
+    w.add_context_length(cfg.get("max_position_embeddings", 131072))
+    w.add_embedding_length(d)
+    w.add_block_count(L)
+    w.add_feed_forward_length(ff)
+    w.add_expert_feed_forward_length(ff)
+    w.add_head_count(nh)
+    w.add_head_count_kv(nkv)
+    w.add_key_length(hd)
+    w.add_value_length(hd)
+    w.add_rope_freq_base(cfg.get("rope_theta", 150000.0))
+    w.add_layer_norm_rms_eps(cfg.get("rms_norm_eps", 1e-5))
+    w.add_expert_count(E)
+    w.add_expert_used_count(k)
+    w.add_sliding_window(cfg.get("sliding_window", 128))
+    if rs.get("rope_type", rs.get("type")) == "yarn":
+        w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+        w.add_rope_scaling_factor(rs["factor"])
+        w.add_rope_scaling_orig_ctx_len(rs.get("original_max_position_embeddings", 4096))
+    w.add_vocab_size(V)
+    w.add_tokenizer_model("none")
+    for name, shape, kind in t:
+        n = int(np.prod(shape))
+        if kind == "mxfp4":
+            byte_shape = shape[:-1] + (shape[-1] // MXFP4_BLOCK * MXFP4_BYTES,)
+            w.add_tensor_info(name, byte_shape, np.dtype(np.uint8), n // MXFP4_BLOCK * MXFP4_BYTES,
+                              raw_dtype=gguf.GGMLQuantizationType.MXFP4)
+        elif kind == "bf16":
+            w.add_tensor_info(name, shape, np.dtype(np.uint16), n * 2, raw_dtype=gguf.GGMLQuantizationType.BF16)
+        else:
+            w.add_tensor_info(name, shape, np.dtype(np.float32), n * 4)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_ti_data_to_file()
+    rng = np.random.default_rng(a.seed)
+    t0, total = time.time(), 0
+    for name, shape, kind in t:
+        n = int(np.prod(shape))
+        if kind == "mxfp4":
+            blocks = np.frombuffer(rng.bytes(n // MXFP4_BLOCK * MXFP4_BYTES), dtype=np.uint8).copy()
+            blocks.reshape(-1, MXFP4_BYTES)[:, 0] = rng.integers(118, 122, n // MXFP4_BLOCK, dtype=np.uint8)
+            w.write_tensor_data(blocks.reshape(shape[:-1] + (-1,)))
+        elif kind == "norm":
+            w.write_tensor_data(np.ones(shape, dtype=np.float32))
+        else:
+            x = rng.standard_normal(shape, dtype=np.float32) * np.float32(std)
+            w.write_tensor_data(to_bf16(x) if kind == "bf16" else x)
+        total += n
+    w.close()
+    print(f"make_gguf.py: {total / 1e9:.3f}B parameters, {len(t)} tensors, {time.time() - t0:.1f} s -> {a.bf16}")
 
 
 if __name__ == "__main__":

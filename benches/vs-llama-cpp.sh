@@ -106,18 +106,6 @@ if [ -n "$BLAS_ROWS" ] && [ ${#need_apt[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${need_apt[@]}" >/dev/null
   phase_end "apt-get"
 fi
-build_llama() { # dir, label, extra cmake args
-  local dir=$1 label=$2; shift 2
-  [ -x "$dir/bin/llama-bench" ] && [ -x "$dir/bin/llama-quantize" ] && return 0
-  phase "building llama.cpp llama-bench and llama-quantize ($label) in $dir"
-  nice -n 10 cmake -S "$lcpp" -B "$dir" -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF \
-    -DLLAMA_BUILD_COMMIT="$commit" "$@" >"$dir.log" 2>&1 \
-    || { tail -20 "$dir.log" >&2; die "llama.cpp cmake ($label) failed (log: $dir.log)"; }
-  nice -n 10 cmake --build "$dir" --target llama-bench llama-quantize -j2 >>"$dir.log" 2>&1 \
-    || { grep -m5 -B2 -A5 'error' "$dir.log" >&2 || tail -20 "$dir.log" >&2; die "llama.cpp build ($label) failed (log: $dir.log)"; }
-  [ -x "$dir/bin/llama-bench" ] || die "no $dir/bin/llama-bench after the build"
-  phase_end "llama.cpp build ($label)"
-}
 build_llama "$bench/llama-cpu" "CPU"
 # loom's avx2 rows meet llama.cpp built for AVX2 too: the native build uses AVX-512 here
 LLAMA_AVX2=0
@@ -131,14 +119,7 @@ if [ -n "$BLAS_ROWS" ]; then
 fi
 
 # --- GGUF files -------------------------------------------------------------------------------
-py=$bench/venv/bin/python
-if ! "$py" -c 'import gguf, numpy' 2>/dev/null; then
-  phase "venv with numpy and llama.cpp's gguf-py in $bench/venv"
-  python3 -m venv "$bench/venv" || die "python3 -m venv failed (Debian: apt-get install python3-venv)"
-  nice -n 10 "$bench/venv/bin/pip" install -q numpy "$lcpp/gguf-py" >"$bench/venv.log" 2>&1 \
-    || { tail -20 "$bench/venv.log" >&2; die "pip install of numpy and gguf-py failed (log: $bench/venv.log)"; }
-  phase_end "venv"
-fi
+gguf_venv
 model=$(basename "$CONFIG" .json)
 kind=random
 if [ -n "$MODEL_DIR" ]; then

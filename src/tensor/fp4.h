@@ -17,14 +17,12 @@ static inline float e2m1_to_f32(uint8_t code) {
 }
 
 /* x rounded to the nearest E2M1 number, ties to the even code (mantissa 0), saturating at +-6;
- * a NaN becomes 0 (the caller refuses non-finite weights first). */
+ * a NaN becomes 0 (the caller refuses non-finite weights first). The code is the number of
+ * midpoints between neighbours that |x| passes: a tie stays below when the lower code is even. */
 static inline uint8_t f32_to_e2m1(float x) {
-    float a = fabsf(x), best = INFINITY;
-    uint8_t code = 0;
-    for (uint8_t c = 0; c < 8; c++) {
-        float d = fabsf(a - e2m1_to_f32(c));
-        if (d < best || (d == best && !(c & 1))) best = d, code = c;
-    }
+    float a = fabsf(x);
+    uint8_t code =
+        (uint8_t)((a > 0.25f) + (a >= 0.75f) + (a > 1.25f) + (a >= 1.75f) + (a > 2.5f) + (a >= 3.5f) + (a > 5.0f));
     return (uint8_t)(code | (signbit(x) && code ? 8 : 0));
 }
 
