@@ -8,7 +8,7 @@
 #                    and sequence parallelism from the first token (--sp-min-tokens 0)
 #   llama.cpp        llama-bench of a GGUF of the same shape (benches/make_gguf.py: random
 #                    MXFP4 experts, bf16 elsewhere; arch gpt-oss as its converter writes it),
-#                    THREADS threads, weights read into memory (--mmap 0)
+#                    THREADS threads, weights read into memory (-lm none)
 # Decode is NEW tokens after a CTX-token prompt (loom bench latency --input-len CTX
 # --output-len NEW+1; llama-bench -p 0 -n NEW -d CTX). Each engine's weights (about 13 GB) fit
 # the 24 GiB machine one at a time, which is why they take turns rather than share it.
@@ -38,7 +38,7 @@ if [ ! -s "$gguf" ]; then
   phase_end "GGUF"
 fi
 {
-  echo "cpu: $(lscpu | sed -n 's/^Model name: *//p' | head -1)"
+  echo "cpu: $(lscpu | sed -n 's/^Model name: *//p' | head -1), $(grep -m1 "^cpu family" /proc/cpuinfo | tr -s " \t" " "), $(grep -m1 "^model\s" /proc/cpuinfo | tr -s " \t" " ")"
   echo "llama.cpp: $llama_version"
   echo "loom: $loom_src (git $(git rev-parse --short HEAD))"
   echo "rounds $ROUNDS, decode $NEW tokens after $CTX, threads $THREADS"
@@ -56,7 +56,7 @@ for r in $(seq 1 "$ROUNDS"); do
     --enable-sequence-parallel --sp-min-tokens 0 >"$RESULTS/loom-tp2-ep-sp-$r.txt" 2>&1 \
     || { tail -20 "$RESULTS/loom-tp2-ep-sp-$r.txt" >&2; die "loom tp=2 EP+SP failed"; }
   echo "   loom tp=2 EP+SP: $(grep -m1 '^Decode:' "$RESULTS/loom-tp2-ep-sp-$r.txt")" >&2
-  "$bench/llama-cpu/bin/llama-bench" -m "$gguf" -t "$THREADS" -p 0 -n "$NEW" -d "$CTX" -r 2 -mmp 0 -o json \
+  "$bench/llama-cpu/bin/llama-bench" -m "$gguf" -t "$THREADS" -p 0 -n "$NEW" -d "$CTX" -r 2 -lm none -o json \
     >"$RESULTS/llama-$r.json" 2>"$RESULTS/llama-$r.log" || { tail -20 "$RESULTS/llama-$r.log" >&2; die "llama-bench failed"; }
   echo "   llama.cpp:       $(python3 -c 'import json, sys; print("%.2f tok/s" % json.load(open(sys.argv[1]))[0]["avg_ts"])' "$RESULTS/llama-$r.json")" >&2
   phase_end "round $r"
