@@ -307,7 +307,7 @@ int main(int argc, char **argv) {
             if (runs[i]) munmap(runs[i], bytes);
         golden_close(&lg);
     }
-    /* Quantized at load (int8 per channel, int4 in groups of 32, fp8 per channel; a dense model with
+    /* Quantized at load (int8 per channel, int4 in groups of 32, fp8 per channel, mxfp4; a dense model with
      * biases and two mixtures of experts, whose 48-feature expert shares take no 32-column groups): no HF
      * oracle for the quantized model, so SP and async TP must equal TP exactly, and with exact
      * compute tp must stay near tp=1 (only the row-parallel partial sums' order differs). Then
@@ -316,11 +316,10 @@ int main(int argc, char **argv) {
     static const struct {
         const char *name, *q;
         int group, tp;
-    } qcases[] = {{"qwen2", "int8", 0, 2},          {"llama_tp3", "int4", 32, 3},
-                  {"olmoe", "int8", 0, 2},          {"qwen2_moe", "int8", 0, 2},
-                  {"qwen2@auto", "int8", 0, 2},     {"llama_tp3@auto", "int4", 32, 3},
-                  {"qwen2_moe@auto", "int8", 0, 2}, {"qwen2", "fp8", 0, 2},
-                  {"llama_tp3", "fp8", 0, 3},       {"olmoe", "fp8", 0, 2}};
+    } qcases[] = {{"qwen2", "int8", 0, 2},          {"llama_tp3", "int4", 32, 3}, {"olmoe", "int8", 0, 2},
+                  {"qwen2_moe", "int8", 0, 2},      {"qwen2@auto", "int8", 0, 2}, {"llama_tp3@auto", "int4", 32, 3},
+                  {"qwen2_moe@auto", "int8", 0, 2}, {"qwen2", "fp8", 0, 2},       {"llama_tp3", "fp8", 0, 3},
+                  {"olmoe", "fp8", 0, 2},           {"llama_tp3", "mxfp4", 0, 3}};
     for (size_t c = 0; c < sizeof qcases / sizeof qcases[0]; c++) {
         golden qg;
         if (golden_open(&qg, qcases[c].name, "logits")) continue;

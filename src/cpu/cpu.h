@@ -39,11 +39,10 @@ typedef struct cpu_kernels {
     void (*dot_f32)(const float *const *x, int nr, const float *w, int k, float y[2]);
     void (*dot_bf16)(const float *const *x, int nr, const uint16_t *w, int k, float y[2]);
     void (*widen_bf16)(const uint16_t *src, float *dst, int n);
-    /* The same for one row of a quantized matrix (quant/quant.h): x in its packed column
-     * order, sz the row's scales and zero points; and the row dequantized into dst[q->kp]. */
-    void (*dot_q)(const float *const *x, int nr, const uint8_t *w, const struct qlayout *q, const float *sz,
-                  float y[2]);
-    void (*dequant_q)(const uint8_t *w, const struct qlayout *q, const float *sz, float *dst);
+    /* The same for row `row` of a quantized matrix (quant/quant.h), whose packed bytes are w:
+     * x in its packed column order; and the row dequantized into dst[q->kp]. */
+    void (*dot_q)(const float *const *x, int nr, const uint8_t *w, const struct qlayout *q, size_t row, float y[2]);
+    void (*dequant_q)(const uint8_t *w, const struct qlayout *q, size_t row, float *dst);
     /* The reduced-precision products (--dtype auto): y[r] = x[r] . w for nr (1 to 4) rows.
      * dot_q8: int8 activations against a quantized row, integer sums per block scaled in fp32,
      * in the variants without tile_q8 (NEON, neondot, generic; NULL on x86);

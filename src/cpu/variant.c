@@ -112,20 +112,31 @@ static inline __attribute__((always_inline)) void dot_q_block(const float *const
             a[r][(first + u) & 3] = vfma(wv[u], vload(x[r] + c + u * VL), a[r][(first + u) & 3]);
 }
 
+/* Group g's scale and zero point in row `row` of q: FP4 codes' from their exponent bytes. */
+static inline __attribute__((always_inline)) void group_scale(const qlayout *q, enum qcode code, size_t row, int g,
+                                                              float *s, float *z) {
+    if (code == QCODE_E2M1) {
+        *s = e8m0_to_f32(q->exps[row * q->n_groups + g]), *z = 0;
+        return;
+    }
+    const float *sz = q->sz + (row * q->n_groups + g) * 2;
+    *s = sz[0], *z = sz[1];
+}
+
 /* dot_row for a quantized row: the packed bytes are streamed once and widened in registers,
  * so 4-bit weights move an eighth of f32's bytes; bits and nr are constant once inlined.
  * Blocks go in pairs, the second into the other accumulators: with 16 lanes a block is two
  * vectors, and two accumulator chains alone would wait on the FMA latency. */
 static inline __attribute__((always_inline)) void dot_q_row(const float *const *x, int nr, const uint8_t *w, int bits,
-                                                            enum qcode code, const qlayout *q, const float *sz,
-                                                            float y[2]) {
+                                                            enum qcode code, const qlayout *q, size_t row, float y[2]) {
     vf a[2][4];
 #pragma GCC unroll 2
     for (int r = 0; r < 2; r++)
 #pragma GCC unroll 4
         for (int u = 0; u < 4; u++) a[r][u] = vset1(0.0f);
     for (int g = 0, c = 0; g < q->n_groups; g++) {
-        float s = sz[2 * g], z = sz[2 * g + 1];
+        float s, z;
+        group_scale(q, code, row, g, &s, &z);
         vqtab t = vqtab_make(s, z);
         int end = q->group_end[g];
         for (; c + 2 * QBLOCK <= end; c += 2 * QBLOCK) {
@@ -139,36 +150,37 @@ static inline __attribute__((always_inline)) void dot_q_row(const float *const *
 }
 
 /* Each kind of code and row count its own loop (constants once inlined). */
-static void dot_q(const float *const *x, int nr, const uint8_t *w, const qlayout *q, const float *sz, float y[2]) {
+static void dot_q(const float *const *x, int nr, const uint8_t *w, const qlayout *q, size_t row, float y[2]) {
     switch (q->code) {
     case QCODE_E4M3:
-        if (nr == 2) dot_q_row(x, 2, w, 8, QCODE_E4M3, q, sz, y);
-        else dot_q_row(x, 1, w, 8, QCODE_E4M3, q, sz, y);
+        if (nr == 2) dot_q_row(x, 2, w, 8, QCODE_E4M3, q, row, y);
+        else dot_q_row(x, 1, w, 8, QCODE_E4M3, q, row, y);
         break;
     case QCODE_E5M2:
-        if (nr == 2) dot_q_row(x, 2, w, 8, QCODE_E5M2, q, sz, y);
-        else dot_q_row(x, 1, w, 8, QCODE_E5M2, q, sz, y);
+        if (nr == 2) dot_q_row(x, 2, w, 8, QCODE_E5M2, q, row, y);
+        else dot_q_row(x, 1, w, 8, QCODE_E5M2, q, row, y);
         break;
     case QCODE_E2M1:
-        if (nr == 2) dot_q_row(x, 2, w, 4, QCODE_E2M1, q, sz, y);
-        else dot_q_row(x, 1, w, 4, QCODE_E2M1, q, sz, y);
+        if (nr == 2) dot_q_row(x, 2, w, 4, QCODE_E2M1, q, row, y);
+        else dot_q_row(x, 1, w, 4, QCODE_E2M1, q, row, y);
         break;
     case QCODE_UINT:
         if (q->bits == 4) {
-            if (nr == 2) dot_q_row(x, 2, w, 4, QCODE_UINT, q, sz, y);
-            else dot_q_row(x, 1, w, 4, QCODE_UINT, q, sz, y);
+            if (nr == 2) dot_q_row(x, 2, w, 4, QCODE_UINT, q, row, y);
+            else dot_q_row(x, 1, w, 4, QCODE_UINT, q, row, y);
         } else {
-            if (nr == 2) dot_q_row(x, 2, w, 8, QCODE_UINT, q, sz, y);
-            else dot_q_row(x, 1, w, 8, QCODE_UINT, q, sz, y);
+            if (nr == 2) dot_q_row(x, 2, w, 8, QCODE_UINT, q, row, y);
+            else dot_q_row(x, 1, w, 8, QCODE_UINT, q, row, y);
         }
         break;
     }
 }
 
-static void dequant_q(const uint8_t *w, const qlayout *q, const float *sz, float *dst) {
+static void dequant_q(const uint8_t *w, const qlayout *q, size_t row, float *dst) {
     const int block_bytes = q->bits * QBLOCK / 8;
     for (int g = 0, c = 0; g < q->n_groups; g++) {
-        float s = sz[2 * g], z = sz[2 * g + 1];
+        float s, z;
+        group_scale(q, q->code, row, g, &s, &z);
         vqtab t = vqtab_make(s, z);
         for (; c < q->group_end[g]; c += QBLOCK) {
             vf wv[QV];

@@ -74,7 +74,7 @@ static void embed_quantized(const wmat *t, int id, float *o) {
     const qlayout *q = t->q;
     float *row = fbuf_get(&buf, (size_t)q->kp);
     if (!row) return; /* recorded (kernels.h) */
-    cpu()->dequant_q((const uint8_t *)t->data + (size_t)id * t->ld, q, q->sz + (size_t)id * q->n_groups * 2, row);
+    cpu()->dequant_q((const uint8_t *)t->data + (size_t)id * t->ld, q, (size_t)id, row);
     for (int p = 0; p < q->kp; p++)
         if (!q->col_of || q->col_of[p] >= 0) o[q->col_of ? q->col_of[p] : p] = row[p];
 }

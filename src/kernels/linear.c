@@ -66,9 +66,7 @@ static void linear_few(const float *x, size_t ldx, int m, const wmat *w, float *
             int nr = r + 1 < m ? 2 : 1;
             const float *xr[2] = {x + (size_t)r * ldx, x + (size_t)(r + nr - 1) * ldx};
             float acc[2];
-            if (w->q)
-                k->dot_q(xr, nr, (const uint8_t *)w->data + (size_t)n * w->ld, w->q,
-                         w->q->sz + (size_t)n * w->q->n_groups * 2, acc);
+            if (w->q) k->dot_q(xr, nr, (const uint8_t *)w->data + (size_t)n * w->ld, w->q, (size_t)n, acc);
             else if (w->dt == DT_F32) k->dot_f32(xr, nr, (const float *)w->data + (size_t)n * w->ld, w->cols, acc);
             else k->dot_bf16(xr, nr, (const uint16_t *)w->data + (size_t)n * w->ld, w->cols, acc);
             for (int i = 0; i < nr; i++) y[(size_t)(r + i) * ldy + n] = acc[i];
@@ -77,9 +75,7 @@ static void linear_few(const float *x, size_t ldx, int m, const wmat *w, float *
 
 /* Weight row n widened to f32 into dst[kernel_cols(w)]. */
 static void widen_row(const cpu_kernels *k, const wmat *w, int n, float *dst) {
-    if (w->q)
-        k->dequant_q((const uint8_t *)w->data + (size_t)n * w->ld, w->q, w->q->sz + (size_t)n * w->q->n_groups * 2,
-                     dst);
+    if (w->q) k->dequant_q((const uint8_t *)w->data + (size_t)n * w->ld, w->q, (size_t)n, dst);
     else k->widen_bf16((const uint16_t *)w->data + (size_t)n * w->ld, dst, w->cols);
 }
 

@@ -61,8 +61,10 @@ static float linear_init(int in) { return sqrtf(3.0f / (float)in); }
  * published story at token 61. */
 quant_scheme shard_scheme(const plan *p, par_style style) {
     if (!p->o.quant.bits || style == PAR_REPLICATED) return (quant_scheme){0};
+    /* the head at 8 bits: FP8 stays FP8, the integer and FP4 formats take int8 */
+    enum qcode head_code = p->o.quant.code == QCODE_E2M1 ? QCODE_UINT : p->o.quant.code;
     if (style == PAR_VOCAB)
-        return p->o.quant.head ? (quant_scheme){8, 0, true, p->o.quant.code, 0, 0, false} : (quant_scheme){0};
+        return p->o.quant.head ? (quant_scheme){8, 0, true, head_code, 0, 0, false} : (quant_scheme){0};
     return p->o.quant;
 }
 

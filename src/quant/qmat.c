@@ -1,12 +1,14 @@
 /* Repacking into loom's quantized layout (quant.h): orders a shard's columns by group, pads
  * each group to whole blocks, and packs every row's codes with its scales and zero points.
  * Every format's reader ends here, so the kernels see one layout. */
+#include <math.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "quant/quant.h"
+#include "tensor/fp4.h"
 #include "util/alloc.h"
 #include "util/err.h"
 
@@ -49,8 +51,9 @@ int qmat_build(weight_store *ws, const qsource *src, wmat *out, loom_err *err) {
     int n_groups = 0, kp = 0, rc = -1, threads = omp_get_max_threads();
     const char *what = "a quantized matrix";
     int32_t *gid = mem_array((size_t)cols, sizeof *gid, what, err), *gend = NULL, *group_end, *col_of;
-    uint8_t *codes = NULL, *data;
-    float *scale = NULL, *sz;
+    uint8_t *codes = NULL, *data, *exps = NULL;
+    float *scale = NULL, *sz = NULL;
+    bool fp4 = src->code == QCODE_E2M1; /* scales powers of two, no zero point: one exponent byte a group */
     qlayout *q;
     if (!gid || !(gend = mem_array((size_t)cols, sizeof *gend, what, err))) goto done;
     for (int c = 0; c < cols; c++) {
@@ -66,7 +69,8 @@ int qmat_build(weight_store *ws, const qsource *src, wmat *out, loom_err *err) {
     if (!(q = weights_buffer(ws, sizeof *q, what, err)) ||
         !(group_end = weights_buffer(ws, (size_t)n_groups * sizeof *group_end, what, err)) ||
         !(col_of = weights_buffer(ws, (size_t)kp * sizeof *col_of, what, err)) ||
-        !(sz = weights_buffer(ws, (size_t)rows * n_groups * 2 * sizeof *sz, what, err)) ||
+        (fp4 ? !(exps = weights_buffer(ws, (size_t)rows * n_groups, what, err))
+             : !(sz = weights_buffer(ws, (size_t)rows * n_groups * 2 * sizeof *sz, what, err))) ||
         !(data = weights_buffer(ws, (size_t)rows * row_bytes, what, err)) ||
         !(codes = mem_array((size_t)threads, (size_t)cols + kp, "quantization scratch", err)) ||
         !(scale = mem_array((size_t)threads * 2 * src->n_groups, sizeof *scale, "quantization scratch", err)))
@@ -77,8 +81,8 @@ int qmat_build(weight_store *ws, const qsource *src, wmat *out, loom_err *err) {
         for (; c < cols && keys[c].group == gid[g]; c++, p++) identity &= (col_of[p] = keys[c].col) == p;
         for (; p < group_end[g]; p++) col_of[p] = -1;
     }
-    *q = (qlayout){src->bits, kp,        n_groups,      group_end,    identity ? NULL : col_of,
-                   sz,        src->code, src->in_scale, src->in_group};
+    *q = (qlayout){src->bits, kp,        n_groups,      group_end,     identity ? NULL : col_of,
+                   sz,        src->code, src->in_scale, src->in_group, exps};
     *out = (wmat){.dt = DT_U8, .rows = rows, .cols = cols, .ld = row_bytes, .data = data, .q = q};
 
     rc = 0;
@@ -98,7 +102,17 @@ int qmat_build(weight_store *ws, const qsource *src, wmat *out, loom_err *err) {
             }
             for (int p = 0; p < kp; p++) packed[p] = col_of[p] >= 0 ? code[col_of[p]] : 0;
             pack_row(q, packed, data + (size_t)r * row_bytes);
-            for (int g = 0; g < n_groups; g++) {
+            for (int g = 0; g < n_groups && fp4; g++) { /* 2^(e - 127), e in [0, 254]: the readers' scales */
+                int e = s[gid[g]] > 0 ? ilogbf(s[gid[g]]) + 127 : -1;
+                if (e < 0 || e > 254 || e8m0_to_f32((uint8_t)e) != s[gid[g]]) {
+                    loom_errf(&mine, "row %d: FP4 scale %g is not a power of two in E8M0's range", r, s[gid[g]]);
+#pragma omp critical
+                    if (!rc) rc = -1, *err = mine;
+                    break;
+                }
+                exps[(size_t)r * n_groups + g] = (uint8_t)e;
+            }
+            for (int g = 0; g < n_groups && !fp4; g++) {
                 sz[((size_t)r * n_groups + g) * 2] = s[gid[g]];
                 sz[((size_t)r * n_groups + g) * 2 + 1] = z[gid[g]];
             }

@@ -7,9 +7,19 @@
 #define LOOM_TENSOR_FP4_H
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 #define E2M1_TWICE_VALUES 0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12
 #define E2M1_MAX          6.0f
+
+/* An E8M0 exponent's scale, 2^(e - 127), e < 255: f32's exponent field, or for e = 0 the
+ * subnormal 2^-127 */
+static inline float e8m0_to_f32(uint8_t e) {
+    uint32_t u = e ? (uint32_t)e << 23 : 0x00400000u;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
 
 static inline float e2m1_to_f32(uint8_t code) {
     static const int8_t twice[16] = {E2M1_TWICE_VALUES};

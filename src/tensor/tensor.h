@@ -34,12 +34,15 @@ typedef struct qlayout {
     int n_groups;             /* groups this matrix holds (a row-parallel shard: its share) */
     const int32_t *group_end; /* [n_groups]: the packed column where each group ends */
     const int32_t *col_of;    /* [kp]; NULL when packed column p is input column p (kp == cols) */
-    const float *sz;          /* [rows][n_groups][2]: scale, zero point */
+    const float *sz;          /* [rows][n_groups][2]: scale, zero point (NULL for FP4 codes) */
     enum qcode code;
     /* FP8 checkpoints, for FP8 activations (WACT_FP8): the stored activation scale (0:
      * dynamic), and with a dynamic one the columns each scale covers (0: the whole row) */
     float in_scale;
     int in_group;
+    /* FP4 codes (MXFP4): [rows][n_groups] E8M0 exponents, the scale 2^(e - 127), one byte a
+     * group where sz would take eight: decode reads 4.25 bits a weight, as the format stores it */
+    const uint8_t *exps;
 } qlayout;
 
 /* What a linear's input rows are rounded to before the product (--dtype): nothing (exact fp32),
