@@ -72,10 +72,9 @@ static void dot_bf16(const float *const *x, int nr, const uint16_t *w, int k, fl
  * rounding (4-bit blocks through simd.h's vdequant_nib, given the group's vqtab). */
 static inline __attribute__((always_inline)) void qblock(const uint8_t *blk, int bits, enum qcode code, float s,
                                                          float z, vqtab t, vf out[QV]) {
-    if (code == QCODE_E2M1) { /* twice the value from a table, times half the scale: exact */
-        vf hs = vset1(0.5f * s);
+    if (code == QCODE_E2M1) { /* t: vqtab_e2m1's */
 #pragma GCC unroll 16
-        for (int u = 0; u < QV / 2; u++) vdequant_e2m1(blk + u * VL, hs, &out[u], &out[u + QV / 2]);
+        for (int u = 0; u < QV / 2; u++) vdequant_e2m1(blk + u * VL, t, &out[u], &out[u + QV / 2]);
         return;
     }
     if (code != QCODE_UINT) { /* the code's bits times 2^(127 - bias) times s, as (2^(127 - bias) s) in one
@@ -137,7 +136,7 @@ static inline __attribute__((always_inline)) void dot_q_row(const float *const *
     for (int g = 0, c = 0; g < q->n_groups; g++) {
         float s, z;
         group_scale(q, code, row, g, &s, &z);
-        vqtab t = vqtab_make(s, z);
+        vqtab t = code == QCODE_E2M1 ? vqtab_e2m1(0.5f * s) : vqtab_make(s, z);
         int end = q->group_end[g];
         for (; c + 2 * QBLOCK <= end; c += 2 * QBLOCK) {
             dot_q_block(x, nr, w, bits, code, s, z, t, c, 0, a);
@@ -181,7 +180,7 @@ static void dequant_q(const uint8_t *w, const qlayout *q, size_t row, float *dst
     for (int g = 0, c = 0; g < q->n_groups; g++) {
         float s, z;
         group_scale(q, q->code, row, g, &s, &z);
-        vqtab t = vqtab_make(s, z);
+        vqtab t = q->code == QCODE_E2M1 ? vqtab_e2m1(0.5f * s) : vqtab_make(s, z);
         for (; c < q->group_end[g]; c += QBLOCK) {
             vf wv[QV];
             if (q->code == QCODE_E2M1) qblock(w + c / QBLOCK * block_bytes, 4, QCODE_E2M1, s, z, t, wv);
