@@ -1,7 +1,7 @@
 # Sourced by the benchmarks that run llama.cpp beside loom (vs-llama-cpp.sh, serve.sh), from
 # the repository root: progress lines (phase, phase_end, timings), die, the loom binary a job
 # runs (loom_prepare), llama.cpp's source (llama_cpp_source), its builds (build_llama,
-# llama_server_build) and the venv that writes GGUFs (gguf_venv).
+# llama_server_build), the venv that writes GGUFs (gguf_venv) and random-weight GGUFs (gguf_write).
 
 die() { echo "$(basename "$0"): $*" >&2; exit 1; }
 stamp() { date +%s; }
@@ -93,15 +93,26 @@ build_llama() { # dir, label, extra cmake args
   phase_end "llama.cpp build ($label)"
 }
 
-# gguf_venv: a venv at $bench/venv with numpy and llama.cpp's gguf-py (for benches/make_gguf.py);
-# sets py.
+# gguf_venv: a venv at $bench/venv with numpy and llama.cpp's gguf-py (for benches/make_gguf.py
+# and gguf-py's scripts, which use tqdm); sets py.
 gguf_venv() {
   py=$bench/venv/bin/python
-  if ! "$py" -c 'import gguf, numpy' 2>/dev/null; then
+  if ! "$py" -c 'import gguf, numpy, tqdm' 2>/dev/null; then
     phase "venv with numpy and llama.cpp's gguf-py in $bench/venv"
     python3 -m venv "$bench/venv" || die "python3 -m venv failed (Debian: apt-get install python3-venv)"
     nice -n 10 "$bench/venv/bin/pip" install -q numpy "$lcpp/gguf-py" >"$bench/venv.log" 2>&1 \
       || { tail -20 "$bench/venv.log" >&2; die "pip install of numpy and gguf-py failed (log: $bench/venv.log)"; }
     phase_end "venv"
   fi
+}
+
+# gguf_write CONFIG OUT: benches/make_gguf.py's random-weight GGUF of CONFIG's shape (bf16; MXFP4
+# experts for GPT-OSS) at OUT, unless written; needs gguf_venv's py.
+gguf_write() {
+  [ -s "$2" ] && return
+  phase "writing the random-weight GGUF of $1 ($2)"
+  mkdir -p "$(dirname "$2")"
+  nice -n 10 "$py" benches/make_gguf.py "$1" --bf16 "$2.tmp" || die "make_gguf.py $1 failed"
+  mv "$2.tmp" "$2"
+  phase_end "GGUF writing"
 }

@@ -30,13 +30,7 @@ llama_cpp_source
 build_llama "$bench/llama-cpu" "CPU"
 gguf_venv
 gguf=$bench/gguf/gpt-oss-20b-random-mxfp4.gguf
-if [ ! -s "$gguf" ]; then
-  phase "writing $gguf"
-  mkdir -p "$bench/gguf"
-  nice -n 10 "$py" benches/make_gguf.py "$CONFIG" --bf16 "$gguf.tmp"
-  mv "$gguf.tmp" "$gguf"
-  phase_end "GGUF"
-fi
+gguf_write "$CONFIG" "$gguf"
 {
   echo "cpu: $(lscpu | sed -n 's/^Model name: *//p' | head -1), $(grep -m1 "^cpu family" /proc/cpuinfo | tr -s " \t" " "), $(grep -m1 "^model\s" /proc/cpuinfo | tr -s " \t" " ")"
   echo "llama.cpp: $llama_version"

@@ -57,6 +57,25 @@ def rope_factors(cfg, head_dim):
     return np.asarray(out, dtype=np.float32)
 
 
+def shape_keys(w, cfg, ctx, theta):
+    """The keys every architecture's GGUF has: its sizes, RoPE base and norm epsilon, and no
+    tokenizer (vocab type "none" with the vocabulary's size)."""
+    d, nh = cfg["hidden_size"], cfg["num_attention_heads"]
+    hd = cfg.get("head_dim", d // nh)
+    w.add_context_length(cfg.get("max_position_embeddings", ctx))
+    w.add_embedding_length(d)
+    w.add_block_count(cfg["num_hidden_layers"])
+    w.add_feed_forward_length(cfg["intermediate_size"])
+    w.add_head_count(nh)
+    w.add_head_count_kv(cfg.get("num_key_value_heads", nh))
+    w.add_key_length(hd)
+    w.add_value_length(hd)
+    w.add_rope_freq_base(cfg.get("rope_theta", theta))
+    w.add_layer_norm_rms_eps(cfg.get("rms_norm_eps", 1e-5))
+    w.add_vocab_size(cfg["vocab_size"])
+    w.add_tokenizer_model("none")
+
+
 def to_bf16(x):
     """f32 -> bf16 bits (round to nearest even; no NaNs here)."""
     u = x.view(np.uint32)
@@ -115,19 +134,8 @@ def main():
         w = gguf.GGUFWriter(path, "llama")
         w.add_name("random " + a.config)
         w.add_file_type(gguf.LlamaFileType.MOSTLY_BF16 if bf16 else gguf.LlamaFileType.ALL_F32)
-        w.add_context_length(cfg.get("max_position_embeddings", 4096))
-        w.add_embedding_length(d)
-        w.add_block_count(L)
-        w.add_feed_forward_length(ff)
-        w.add_head_count(nh)
-        w.add_head_count_kv(nkv)
-        w.add_key_length(hd)
-        w.add_value_length(hd)
+        shape_keys(w, cfg, 4096, 10000.0)
         w.add_rope_dimension_count(hd)
-        w.add_rope_freq_base(cfg.get("rope_theta", 10000.0))
-        w.add_layer_norm_rms_eps(cfg.get("rms_norm_eps", 1e-5))
-        w.add_vocab_size(V)
-        w.add_tokenizer_model("none")
         for name, shape, norm in tensors:
             n = int(np.prod(shape))
             if norm or not bf16:
@@ -185,17 +193,8 @@ def gpt_oss(cfg, a):
     w = gguf.GGUFWriter(a.bf16, "gpt-oss")
     w.add_name("random " + a.config)
     w.add_file_type(gguf.LlamaFileType.MOSTLY_MXFP4_MOE)
-    w.add_context_length(cfg.get("max_position_embeddings", 131072))
-    w.add_embedding_length(d)
-    w.add_block_count(L)
-    w.add_feed_forward_length(ff)
+    shape_keys(w, cfg, 131072, 150000.0)
     w.add_expert_feed_forward_length(ff)
-    w.add_head_count(nh)
-    w.add_head_count_kv(nkv)
-    w.add_key_length(hd)
-    w.add_value_length(hd)
-    w.add_rope_freq_base(cfg.get("rope_theta", 150000.0))
-    w.add_layer_norm_rms_eps(cfg.get("rms_norm_eps", 1e-5))
     w.add_expert_count(E)
     w.add_expert_used_count(k)
     w.add_sliding_window(cfg.get("sliding_window", 128))
@@ -203,8 +202,6 @@ def gpt_oss(cfg, a):
         w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
         w.add_rope_scaling_factor(rs["factor"])
         w.add_rope_scaling_orig_ctx_len(rs.get("original_max_position_embeddings", 4096))
-    w.add_vocab_size(V)
-    w.add_tokenizer_model("none")
     for name, shape, kind in t:
         n = int(np.prod(shape))
         if kind == "mxfp4":

@@ -185,24 +185,11 @@ if [ $need_llama = 1 ]; then
   llama_server_build
 
   # --- GGUF: make_gguf.py's bf16 file, and a copy with llama.cpp's "test" vocab --------------
-  py=$bench/venv/bin/python
-  if ! "$py" -c 'import gguf, numpy, tqdm' 2>/dev/null; then
-    phase "venv with numpy and llama.cpp's gguf-py in $bench/venv"
-    python3 -m venv "$bench/venv" || die "python3 -m venv failed (Debian: apt-get install python3-venv)"
-    nice -n 10 "$bench/venv/bin/pip" install -q numpy "$lcpp/gguf-py" >"$bench/venv.log" 2>&1 \
-      || { tail -20 "$bench/venv.log" >&2; die "pip install of numpy and gguf-py failed (log: $bench/venv.log)"; }
-    phase_end "venv"
-  fi
+  gguf_venv
   model=$(basename "$CONFIG" .json)
   gguf_bf16=$bench/gguf/$model-random-bf16.gguf
   gguf=$bench/gguf/$model-random-bf16-testvocab.gguf
-  if [ ! -s "$gguf_bf16" ]; then
-    phase "writing the random-weight bf16 GGUF of $CONFIG"
-    mkdir -p "$bench/gguf"
-    nice -n 10 "$py" benches/make_gguf.py "$CONFIG" --bf16 "$gguf_bf16.tmp"
-    mv "$gguf_bf16.tmp" "$gguf_bf16"
-    phase_end "GGUF writing"
-  fi
+  gguf_write "$CONFIG" "$gguf_bf16"
   if [ ! -s "$gguf" ] || [ "$gguf" -ot "$gguf_bf16" ]; then
     phase "copying it with tokenizer.ggml.model \"test\" (llama-server cannot generate with vocab \"none\")"
     nice -n 10 "$py" - "$gguf_bf16" "$gguf.tmp" <<'EOF' 2>"$RESULTS/gguf-testvocab.log" \

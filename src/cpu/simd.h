@@ -70,8 +70,8 @@ static inline void vdequant_nib(const uint8_t *p, vqtab t, vf *lo, vf *hi) {
 /* FP4 (E2M1) codes: the 16 values times the block's scale, made once per block (twice each
  * value times half the scale: exact), looked up like any 4-bit code */
 static inline vqtab vqtab_e2m1(float half_scale) {
-    const vf twice = _mm512_setr_ps(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
-    return (vqtab){_mm512_mul_ps(twice, _mm512_set1_ps(half_scale))};
+    static const float twice[16] = {E2M1_TWICE_VALUES};
+    return (vqtab){_mm512_mul_ps(_mm512_loadu_ps(twice), _mm512_set1_ps(half_scale))};
 }
 static inline void vdequant_e2m1(const uint8_t *p, vqtab t, vf *lo, vf *hi) { vdequant_nib(p, t, lo, hi); }
 /* 2^n for integral n in [-126, 127] */

@@ -111,15 +111,17 @@ static inline __attribute__((always_inline)) void dot_q_block(const float *const
             a[r][(first + u) & 3] = vfma(wv[u], vload(x[r] + c + u * VL), a[r][(first + u) & 3]);
 }
 
-/* Group g's scale and zero point in row `row` of q: FP4 codes' from their exponent bytes. */
-static inline __attribute__((always_inline)) void group_scale(const qlayout *q, enum qcode code, size_t row, int g,
-                                                              float *s, float *z) {
+/* Group g of row `row` of q: its scale and zero point (FP4 codes': from their exponent byte),
+ * and the table its 4-bit codes widen through. */
+static inline __attribute__((always_inline)) vqtab group_tab(const qlayout *q, enum qcode code, size_t row, int g,
+                                                             float *s, float *z) {
     if (code == QCODE_E2M1) {
         *s = e8m0_to_f32(q->exps[row * q->n_groups + g]), *z = 0;
-        return;
+        return vqtab_e2m1(0.5f * *s);
     }
     const float *sz = q->sz + (row * q->n_groups + g) * 2;
     *s = sz[0], *z = sz[1];
+    return vqtab_make(*s, *z);
 }
 
 /* dot_row for a quantized row: the packed bytes are streamed once and widened in registers,
@@ -135,8 +137,7 @@ static inline __attribute__((always_inline)) void dot_q_row(const float *const *
         for (int u = 0; u < 4; u++) a[r][u] = vset1(0.0f);
     for (int g = 0, c = 0; g < q->n_groups; g++) {
         float s, z;
-        group_scale(q, code, row, g, &s, &z);
-        vqtab t = code == QCODE_E2M1 ? vqtab_e2m1(0.5f * s) : vqtab_make(s, z);
+        vqtab t = group_tab(q, code, row, g, &s, &z);
         int end = q->group_end[g];
         for (; c + 2 * QBLOCK <= end; c += 2 * QBLOCK) {
             dot_q_block(x, nr, w, bits, code, s, z, t, c, 0, a);
@@ -179,8 +180,7 @@ static void dequant_q(const uint8_t *w, const qlayout *q, size_t row, float *dst
     const int block_bytes = q->bits * QBLOCK / 8;
     for (int g = 0, c = 0; g < q->n_groups; g++) {
         float s, z;
-        group_scale(q, q->code, row, g, &s, &z);
-        vqtab t = q->code == QCODE_E2M1 ? vqtab_e2m1(0.5f * s) : vqtab_make(s, z);
+        vqtab t = group_tab(q, q->code, row, g, &s, &z);
         for (; c < q->group_end[g]; c += QBLOCK) {
             vf wv[QV];
             if (q->code == QCODE_E2M1) qblock(w + c / QBLOCK * block_bytes, 4, QCODE_E2M1, s, z, t, wv);

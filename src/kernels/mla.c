@@ -46,26 +46,23 @@ static void absorbed(const attn_shape *s, const kv_layer *c, const float *q, siz
     }
 #pragma omp parallel for schedule(dynamic, 1)
     for (int i = 0; i < n; i++) { /* the heads stacked over one key matrix: the cache itself */
-        attend(&(attend_task){qa + (size_t)i * H * lat,
-                              lat,
-                              H,
-                              H,
-                              lat,
-                              m->kv_lora,
-                              pos[idx[i]],
-                              0,
-                              s->scale,
-                              c->k,
-                              c->k,
-                              c->kv_width,
-                              c->kv_width,
-                              ol + (size_t)i * H * m->kv_lora,
-                              (size_t)H * m->kv_lora,
-                              m->kv_lora,
-                              c->tables + (size_t)seq[idx[i]] * c->table_width,
-                              c->block_size,
-                              0,
-                              NULL});
+        attend(&(attend_task){.q = qa + (size_t)i * H * lat,
+                              .ldq = lat,
+                              .rows = H,
+                              .g = H,
+                              .qk_dim = lat,
+                              .v_dim = m->kv_lora,
+                              .p0 = pos[idx[i]],
+                              .scale = s->scale,
+                              .k = c->k,
+                              .v = c->k,
+                              .ldk = c->kv_width,
+                              .ldv = c->kv_width,
+                              .out = ol + (size_t)i * H * m->kv_lora,
+                              .ldo = (size_t)H * m->kv_lora,
+                              .head_stride = m->kv_lora,
+                              .blocks = c->tables + (size_t)seq[idx[i]] * c->table_width,
+                              .block_size = c->block_size});
     }
     for (int h = 0; h < H; h++) /* the latent outputs through W_UV */
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, m->v_dim, m->kv_lora, 1.0f,
@@ -98,26 +95,20 @@ static void expanded(const attn_shape *s, const kv_layer *c, const float *q, siz
 #pragma omp parallel for schedule(dynamic, 1)
     for (int task = 0; task < blocks * H; task++) {
         int b = task / H, h = task % H, i0 = b * QB, nq = n - i0 < QB ? n - i0 : QB;
-        attend(&(attend_task){q + (size_t)(r0 + i0) * ldq + (size_t)h * qk,
-                              ldq,
-                              nq,
-                              1,
-                              qk,
-                              m->v_dim,
-                              p0 + i0,
-                              0,
-                              s->scale,
-                              k + (size_t)h * qk,
-                              kv + (size_t)h * kvb + m->nope,
-                              (size_t)H * qk,
-                              (size_t)H * kvb,
-                              out + (size_t)(r0 + i0) * ldo + (size_t)h * m->v_dim,
-                              ldo,
-                              0,
-                              NULL,
-                              0,
-                              0,
-                              NULL});
+        attend(&(attend_task){.q = q + (size_t)(r0 + i0) * ldq + (size_t)h * qk,
+                              .ldq = ldq,
+                              .rows = nq,
+                              .g = 1,
+                              .qk_dim = qk,
+                              .v_dim = m->v_dim,
+                              .p0 = p0 + i0,
+                              .scale = s->scale,
+                              .k = k + (size_t)h * qk,
+                              .v = kv + (size_t)h * kvb + m->nope,
+                              .ldk = (size_t)H * qk,
+                              .ldv = (size_t)H * kvb,
+                              .out = out + (size_t)(r0 + i0) * ldo + (size_t)h * m->v_dim,
+                              .ldo = ldo});
     }
 }
 

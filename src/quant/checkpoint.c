@@ -62,12 +62,13 @@ bool quant_checkpoint_applies(const quant_config *q, const char *name, par_style
 int quant_checkpoint_check(const quant_config *q, const char *name, int rows, int cols, int r0, int nr, int c0, int nc,
                            loom_err *err) {
     if (quant_format_fp8(q->format)) return 0; /* a code a byte, scales per row or block: any split (fp8.c) */
-    if (q->format == QF_MXFP4 && (cols % q->group || c0 % q->group || nc % q->group))
-        return loom_errf(err,
-                         "%s: a rank's share of the input features, [%d, %d) of %d, is not a whole number of MXFP4 "
-                         "blocks of %d",
-                         name, c0, c0 + nc, cols, q->group);
-    if (q->format == QF_MXFP4) return 0;
+    if (q->format == QF_MXFP4)                 /* whole blocks of input features; any rows */
+        return cols % q->group || c0 % q->group || nc % q->group
+                   ? loom_errf(err,
+                               "%s: a rank's share of the input features, [%d, %d) of %d, is not a whole number of "
+                               "MXFP4 blocks of %d",
+                               name, c0, c0 + nc, cols, q->group)
+                   : 0;
     int ip = in_pack(q), op = out_pack(q);
     if (q->group && cols % q->group)
         return loom_errf(err, "%s: quantization_config.group_size %d does not divide its %d input features", name,
@@ -235,11 +236,12 @@ static int32_t *read_g_idx(const st_tensor *t, const char *mod, const char *suff
 int quant_checkpoint_get(weight_store *ws, const quant_config *q, const char *name, int rows, int cols, int r0, int nr,
                          int row_step, int c0, int nc, wmat *out, loom_err *err) {
     if (weights_made_find(ws, name, r0, nr, c0, nc, true, DT_F32, out)) return 0;
-    if (q->format == QF_MXFP4)
-        return quant_checkpoint_check(q, name, rows, cols, r0, nr, c0, nc, err) ||
-                       mxfp4_checkpoint_get(ws, name, rows, cols, r0, nr, row_step, c0, nc, out, err)
-                   ? -1
-                   : weights_made_keep(ws, name, r0, nr, c0, nc, out, err);
+    if (q->format == QF_MXFP4) {
+        if (quant_checkpoint_check(q, name, rows, cols, r0, nr, c0, nc, err) ||
+            mxfp4_checkpoint_get(ws, name, rows, cols, r0, nr, row_step, c0, nc, out, err))
+            return -1;
+        return weights_made_keep(ws, name, r0, nr, c0, nc, out, err);
+    }
     if (row_step > 1)
         return loom_errf(err, "%s: interleaved rows in a %s checkpoint are not supported", name,
                          quant_format_name(q->format));
