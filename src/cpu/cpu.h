@@ -82,8 +82,20 @@ typedef struct cpu_kernels {
     void (*add)(const float *a, const float *b, float *out, int n);
     void (*axpy)(float a, const float *x, float *y, int n); /* y += a * x (the MoE combine) */
     void (*scale)(const float *x, float s, float *out, int n);
-    /* s[i] = exp(s[i] - max), returning their sum (attention's softmax; exp(-inf) is 0) */
-    float (*exp_sum)(float *s, int n, float max);
+    /* y[r][c] = (y[r][c] if accumulate, else 0) + the sum over i < k of x[r * xr + i * xk] *
+     * b[i * ldb + c], for r < m and c < n. Each element is one chain of fused multiply-adds in
+     * increasing i, so its bits depend on its own row of x and column of b alone: not on m or
+     * n, where its row or column sits, the tile or thread that ran it, or the vector width
+     * (the FMA variants give the same bits). Attention's products run here, not in a BLAS,
+     * whose order changes with the shape and the CPU (kernels/attention.c). */
+    void (*gemm_ordered)(int m, int n, int k, const float *x, size_t xr, size_t xk, const float *b, size_t ldb,
+                         float *y, size_t ldy, int accumulate);
+    /* One key block of attention's online softmax with the queries in columns: s holds nk rows
+     * (keys) of n scores (ld lds), m and l each query's running maximum and sum. Per column c:
+     * mx = max(m[c], s[j][c] over j); corr[c] = exp(m[c] - mx); s[j][c] = exp(s[j][c] - mx);
+     * l[c] = l[c] * corr[c] + (their sum in increasing j); m[c] = mx. Elementwise in c, so a
+     * query's result is a function of its own column; a score of -inf adds an exact zero. */
+    void (*softmax_step)(float *s, size_t lds, int nk, int n, float *m, float *l, float *corr);
 } cpu_kernels;
 
 /* The variant in use; chosen on first use if cpu_init was not called. Never fails: when the

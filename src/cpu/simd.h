@@ -20,7 +20,8 @@
 
 #if defined(LOOM_VARIANT_AVX512) || defined(LOOM_VARIANT_AVX512BF16)
 #include <immintrin.h>
-#define VL 16
+#define VL    16
+#define VREGS 32 /* vector registers, for the register tiles of variant.c */
 typedef __m512 vf;
 typedef __m512i vi;
 static inline vf vload(const float *p) { return _mm512_loadu_ps(p); }
@@ -85,7 +86,8 @@ static inline vf vkeep_ge(vf x, float lo, vf v) {
 
 #elif defined(LOOM_VARIANT_AVX2)
 #include <immintrin.h>
-#define VL 8
+#define VL    8
+#define VREGS 16
 typedef __m256 vf;
 static inline vf vload(const float *p) { return _mm256_loadu_ps(p); }
 static inline void vstore(float *p, vf v) { _mm256_storeu_ps(p, v); }
@@ -146,7 +148,8 @@ static inline vf vkeep_ge(vf x, float lo, vf v) { return _mm256_and_ps(_mm256_cm
 
 #elif defined(LOOM_VARIANT_NEON) || defined(LOOM_VARIANT_NEONDOT)
 #include <arm_neon.h>
-#define VL 4
+#define VL    4
+#define VREGS 32
 typedef float32x4_t vf;
 static inline vf vload(const float *p) { return vld1q_f32(p); }
 static inline void vstore(float *p, vf v) { vst1q_f32(p, v); }
@@ -204,7 +207,8 @@ static inline vf vkeep_ge(vf x, float lo, vf v) {
 }
 
 #elif defined(LOOM_VARIANT_GENERIC)
-#define VL 1
+#define VL    1
+#define VREGS 16 /* x86-64's SSE registers, aarch64 has more */
 typedef float vf;
 static inline vf vload(const float *p) { return *p; }
 static inline void vstore(float *p, vf v) { *p = v; }

@@ -550,16 +550,102 @@ static void scale(const float *x, float s, float *out, int n) {
     ELEMENTWISE(n, ST(out, vmul(LD(x), sv));)
 }
 
-static float exp_sum(float *s, int n, float max) {
-    vf mv = vset1(max), sum = vset1(0.0f);
-    for (int i = 0; i < n; i += VL) {
-        int m = n - i < VL ? n - i : VL;
-        vf e = vexp(vsub(m == VL ? vload(s + i) : vload_part(s + i, m, -INFINITY), mv));
-        sum = vadd(sum, e);
-        if (m == VL) vstore(s + i, e);
-        else vstore_part(s + i, e, m);
+/* gemm_ordered (cpu.h): register tiles of nr rows of x by nv whole vectors of b's columns, each
+ * accumulator one element's chain over i. The tile's shape is chosen for speed alone, by how
+ * many vectors remain; no shape changes an element's chain. */
+#define GT_ROWS 8 /* rows of a tile at most */
+#define GT_VECS 4 /* vectors of a tile at most */
+
+typedef struct gemm_args {
+    int k, accumulate;
+    const float *x, *b;
+    size_t xr, xk, ldb, ldy;
+    float *y;
+} gemm_args;
+
+static inline __attribute__((always_inline)) void gemm_tile(const gemm_args *g, int r0, int c0, int nr, int nv) {
+    vf a[GT_ROWS][GT_VECS];
+#pragma GCC unroll 8
+    for (int r = 0; r < nr; r++)
+#pragma GCC unroll 4
+        for (int v = 0; v < nv; v++)
+            a[r][v] = g->accumulate ? vload(g->y + (size_t)(r0 + r) * g->ldy + c0 + v * VL) : vset1(0.0f);
+    const float *x = g->x + (size_t)r0 * g->xr, *b = g->b + c0;
+    for (int i = 0; i < g->k; i++, x += g->xk, b += g->ldb) {
+        vf bv[GT_VECS];
+#pragma GCC unroll 4
+        for (int v = 0; v < nv; v++) bv[v] = vload(b + v * VL);
+#pragma GCC unroll 8
+        for (int r = 0; r < nr; r++) {
+            vf xv = vset1(x[(size_t)r * g->xr]);
+#pragma GCC unroll 4
+            for (int v = 0; v < nv; v++) a[r][v] = vfma(xv, bv[v], a[r][v]);
+        }
     }
-    return vhsum(sum);
+#pragma GCC unroll 8
+    for (int r = 0; r < nr; r++)
+#pragma GCC unroll 4
+        for (int v = 0; v < nv; v++) vstore(g->y + (size_t)(r0 + r) * g->ldy + c0 + v * VL, a[r][v]);
+}
+
+/* The last columns, fewer than a vector (w of them), one row at a time: the same chain per
+ * element through partial loads. Only head sizes that are not a multiple of VL come here. */
+static void gemm_tile_part(const gemm_args *g, int r, int c0, int w) {
+    float *y = g->y + (size_t)r * g->ldy + c0;
+    vf a = g->accumulate ? vload_part(y, w, 0.0f) : vset1(0.0f);
+    const float *x = g->x + (size_t)r * g->xr, *b = g->b + c0;
+    for (int i = 0; i < g->k; i++, x += g->xk, b += g->ldb) a = vfma(vset1(*x), vload_part(b, w, 0.0f), a);
+    vstore_part(y, a, w);
+}
+
+#define GT_FN(r, v)                                                                                                    \
+    static void gemm_tile_##r##_##v(const gemm_args *g, int r0, int c0) { gemm_tile(g, r0, c0, r, v); }
+#define GT_FNS(v) GT_FN(1, v) GT_FN(2, v) GT_FN(3, v) GT_FN(4, v) GT_FN(5, v) GT_FN(6, v) GT_FN(7, v) GT_FN(8, v)
+GT_FNS(1)
+GT_FNS(2)
+GT_FNS(3)
+GT_FNS(4)
+#define GT_ROW(r) {gemm_tile_##r##_1, gemm_tile_##r##_2, gemm_tile_##r##_3, gemm_tile_##r##_4}
+static void (*const gemm_tiles[GT_ROWS][GT_VECS])(const gemm_args *, int, int) = {
+    GT_ROW(1), GT_ROW(2), GT_ROW(3), GT_ROW(4), GT_ROW(5), GT_ROW(6), GT_ROW(7), GT_ROW(8)};
+
+static void gemm_ordered(int m, int n, int k, const float *x, size_t xr, size_t xk, const float *b, size_t ldb,
+                         float *y, size_t ldy, int accumulate) {
+    gemm_args g = {.k = k, .accumulate = accumulate, .x = x, .b = b, .xr = xr, .xk = xk, .ldb = ldb, .ldy = ldy, .y = y};
+    int whole = n / VL * VL;
+    for (int c0 = 0; c0 < whole; c0 += GT_VECS * VL) { /* columns outer: b's panel stays in the cache */
+        int nv = (whole - c0) / VL < GT_VECS ? (whole - c0) / VL : GT_VECS;
+        int rows = (VREGS - 1 - nv) / nv; /* accumulators, b's vectors and one broadcast in registers */
+        if (rows > GT_ROWS) rows = GT_ROWS;
+        for (int r0 = 0; r0 < m; r0 += rows) {
+            int nr = m - r0 < rows ? m - r0 : rows;
+            gemm_tiles[nr - 1][nv - 1](&g, r0, c0);
+        }
+    }
+    for (int r = 0; whole < n && r < m; r++) gemm_tile_part(&g, r, whole, n - whole);
+}
+
+/* softmax_step (cpu.h): whole vectors of columns, then one partial */
+static void softmax_step(float *s, size_t lds, int nk, int n, float *m, float *l, float *corr) {
+    for (int c = 0; c < n; c += VL) {
+        int w = n - c < VL ? n - c : VL;
+#define LDC(p)    (w == VL ? vload(p) : vload_part((p), w, -INFINITY))
+#define STC(p, v) (w == VL ? vstore((p), (v)) : vstore_part((p), (v), w))
+        vf mx = LDC(m + c);
+        for (int j = 0; j < nk; j++) mx = vmax(mx, LDC(s + (size_t)j * lds + c));
+        vf sum = vset1(0.0f);
+        for (int j = 0; j < nk; j++) {
+            vf e = vexp(vsub(LDC(s + (size_t)j * lds + c), mx));
+            sum = vadd(sum, e);
+            STC(s + (size_t)j * lds + c, e);
+        }
+        vf cr = vexp(vsub(LDC(m + c), mx));
+        STC(corr + c, cr);
+        STC(l + c, vfma(LDC(l + c), cr, sum));
+        STC(m + c, mx);
+#undef LDC
+#undef STC
+    }
 }
 
 const cpu_kernels TABLE = {
@@ -588,5 +674,6 @@ const cpu_kernels TABLE = {
     .add = add,
     .axpy = axpy,
     .scale = scale,
-    .exp_sum = exp_sum,
+    .gemm_ordered = gemm_ordered,
+    .softmax_step = softmax_step,
 };

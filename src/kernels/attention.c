@@ -1,14 +1,21 @@
 /* Causal attention with a KV cache, tiled with an online softmax so no [T, T] score matrix
  * exists. A task is one block of up to QB consecutive queries of one sequence and one kv head
- * with all the query heads that share it (GQA): their rows are stacked into one small matrix
- * so that scores and the weighted sum of values are sgemm calls (the OpenMP OpenBLAS runs them
- * single-threaded inside our parallel loop). attend() is that task over any keys and values,
- * contiguous or in the paged cache's blocks, which latent attention (mla.c) also runs. Key
- * chunks past the block's last position are never visited; inside a chunk the causal mask and
- * sliding window are applied per row. Attention sinks (GPT-OSS) join each row's softmax at the
- * end, as one more score with no value. The softmax's exponentials and rescaling are the CPU
- * variant's kernels. */
-#include <cblas.h>
+ * with all the query heads that share it (GQA): their rows are stacked into one small matrix.
+ * attend() is that task over any keys and values, contiguous or in the paged cache's blocks,
+ * which latent attention (mla.c) also runs. Key chunks past the block's last position are never
+ * visited; inside a chunk the causal mask and sliding window are applied per row. Attention
+ * sinks (GPT-OSS) join each row's softmax at the end, as one more score with no value.
+ *
+ * A row's bits must not depend on which rows share its task: a prefix served from the cache,
+ * a pipeline's microbatches and a speculative verify pass put the same query in other blocks
+ * at other offsets, and the parallel modes and the prefix cache promise the same bits
+ * (docs/DESIGN.md 4.7). A BLAS does not promise that: OpenBLAS on an Emerald Rapids Xeon sums
+ * a row's products in another order when the call has another row count. So the scores and
+ * the weighted sum of values are the CPU variant's gemm_ordered, which sums every element in
+ * one chain over its inner dimension, and the softmax runs with the queries in columns
+ * (softmax_step), elementwise across them: each row's result is a function of its own query,
+ * its own keys and the chunk boundaries, which are multiples of the chunk whatever the block.
+ * Keys a row may not see score -inf and add exact zeros, to its sum and to its values. */
 #include <float.h>
 #include <math.h>
 #include <stdlib.h>
@@ -20,25 +27,33 @@
 
 #define QB 16 /* queries per task */
 #define KB 64 /* keys per block */
+#define PAD 16 /* a task's rows are padded to a multiple of the widest vector: the softmax's columns */
 
 typedef struct scratch {
-    float *s, *acc, *m, *l;
+    float *qt;          /* the queries transposed: [qk_dim][rows padded] */
+    float *s;           /* a chunk's scores, then weights: [KB][rows padded] */
+    float *acc;         /* each row's weighted values: [rows][v_dim] */
+    float *m, *l, *cor; /* each row's running max, sum and a chunk's rescaling */
     size_t cap_rows, cap_dim;
 } scratch;
 
-/* This thread's scratch for rows x dim, or NULL when it cannot be allocated (recorded: kernels.h). */
+/* This thread's scratch for rows (padded) x dim, or NULL when it cannot be allocated (recorded:
+ * kernels.h). */
 static scratch *thread_scratch(size_t rows, size_t dim) {
     static _Thread_local scratch sc;
     if (rows > sc.cap_rows || dim > sc.cap_dim) {
-        free(sc.s), free(sc.acc), free(sc.m), free(sc.l);
+        free(sc.qt), free(sc.s), free(sc.acc), free(sc.m), free(sc.l), free(sc.cor);
         size_t cap_rows = rows > sc.cap_rows ? rows : sc.cap_rows, cap_dim = dim > sc.cap_dim ? dim : sc.cap_dim;
         loom_err why;
         sc = (scratch){0};
-        if (!(sc.acc = mem_array(cap_rows * cap_dim, sizeof(float), "attention's scratch", &why)) ||
-            !(sc.s = mem_array(cap_rows * KB, sizeof(float), "attention's scratch", &why)) ||
-            !(sc.m = mem_array(cap_rows, sizeof(float), "attention's scratch", &why)) ||
-            !(sc.l = mem_array(cap_rows, sizeof(float), "attention's scratch", &why))) {
-            free(sc.s), free(sc.acc), free(sc.m), free(sc.l);
+        const char *what = "attention's scratch";
+        if (!(sc.qt = mem_array(cap_rows * cap_dim, sizeof(float), what, &why)) ||
+            !(sc.acc = mem_array(cap_rows * cap_dim, sizeof(float), what, &why)) ||
+            !(sc.s = mem_array(cap_rows * KB, sizeof(float), what, &why)) ||
+            !(sc.m = mem_array(cap_rows, sizeof(float), what, &why)) ||
+            !(sc.l = mem_array(cap_rows, sizeof(float), what, &why)) ||
+            !(sc.cor = mem_array(cap_rows, sizeof(float), what, &why))) {
+            free(sc.qt), free(sc.s), free(sc.acc), free(sc.m), free(sc.l), free(sc.cor);
             sc = (scratch){0};
             kernel_scratch_failed(&why);
             return NULL;
@@ -59,12 +74,26 @@ static void write_cache(kv_layer *c, const float *k, size_t ldk, const float *v,
     }
 }
 
+/* Row j of a chunk's scores (key at position kp, rows padded to rp) after scaling: soft-capped
+ * where a row may see the key, -inf where it may not. Row r is query p0 + r / g, which sees
+ * keys at or before it and, with a window, within the window. */
+static void mask_scores(const attend_task *t, float *sj, int kp, int rp) {
+    long lo = (long)(kp - t->p0) * t->g, hi = t->window ? (long)(kp + t->window - t->p0) * t->g : t->rows;
+    lo = lo < 0 ? 0 : lo > t->rows ? t->rows : lo;
+    hi = hi < lo ? lo : hi > t->rows ? t->rows : hi;
+    for (long r = 0; r < lo; r++) sj[r] = -INFINITY;
+    for (long r = lo; r < hi && t->softcap; r++) sj[r] = t->softcap * tanhf(sj[r] / t->softcap);
+    for (long r = hi; r < rp; r++) sj[r] = -INFINITY;
+}
+
 void attend(const attend_task *t) {
-    int rows = t->rows, g = t->g, dq = t->qk_dim, dv = t->v_dim;
+    int rows = t->rows, g = t->g, dq = t->qk_dim, dv = t->v_dim, rp = (rows + PAD - 1) / PAD * PAD;
     const cpu_kernels *k = cpu();
-    scratch *sc = thread_scratch((size_t)rows, dv);
+    scratch *sc = thread_scratch((size_t)rp, (size_t)(dq > dv ? dq : dv));
     if (!sc) return;
-    for (int r = 0; r < rows; r++) sc->m[r] = -FLT_MAX, sc->l[r] = 0;
+    for (int r = 0; r < rp; r++) sc->m[r] = -FLT_MAX, sc->l[r] = 0;
+    for (int d = 0; d < dq; d++) /* padding rows hold zeros: their scores are masked anyway */
+        for (int r = 0; r < rp; r++) sc->qt[(size_t)d * rp + r] = r < rows ? t->q[(size_t)r * t->ldq + d] : 0.0f;
     memset(sc->acc, 0, (size_t)rows * dv * sizeof(float));
     int last = t->p0 + rows / g - 1, first = t->window ? t->p0 - t->window + 1 : 0;
     if (first < 0) first = 0;
@@ -72,27 +101,15 @@ void attend(const attend_task *t) {
     for (int k0 = first - first % chunk; k0 <= last; k0 += chunk) {
         int nk = last + 1 - k0 < chunk ? last + 1 - k0 : chunk;
         size_t row = t->blocks ? block_row(t->blocks, t->block_size, k0) : (size_t)k0;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, nk, dq, t->scale, t->q, t->ldq, t->k + row * t->ldk,
-                    t->ldk, 0.0f, sc->s, KB);
-        for (int r = 0; r < rows; r++) {
-            float *sr = sc->s + (size_t)r * KB;
-            int p = t->p0 + r / g, lo = t->window ? p - t->window + 1 : 0;
-            float bm = -FLT_MAX;
-            for (int j = 0; j < nk; j++) {
-                if (k0 + j > p || k0 + j < lo) {
-                    sr[j] = -INFINITY;
-                    continue;
-                }
-                if (t->softcap) sr[j] = t->softcap * tanhf(sr[j] / t->softcap);
-                if (sr[j] > bm) bm = sr[j];
-            }
-            float mn = bm > sc->m[r] ? bm : sc->m[r], corr = expf(sc->m[r] - mn);
-            sc->l[r] = sc->l[r] * corr + k->exp_sum(sr, nk, mn); /* masked: exp(-inf) = 0 */
-            sc->m[r] = mn;
-            if (corr != 1.0f) k->scale(sc->acc + (size_t)r * dv, corr, sc->acc + (size_t)r * dv, dv);
-        }
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, dv, nk, 1.0f, sc->s, KB, t->v + row * t->ldv,
-                    t->ldv, 1.0f, sc->acc, dv);
+        /* scores with the keys in rows: s[j][r] = k_j . q_r, then scaled as a BLAS's alpha would */
+        k->gemm_ordered(nk, rp, dq, t->k + row * t->ldk, t->ldk, 1, sc->qt, (size_t)rp, sc->s, (size_t)rp, 0);
+        k->scale(sc->s, t->scale, sc->s, nk * rp);
+        for (int j = 0; j < nk; j++) mask_scores(t, sc->s + (size_t)j * rp, k0 + j, rp);
+        k->softmax_step(sc->s, (size_t)rp, nk, rp, sc->m, sc->l, sc->cor);
+        for (int r = 0; r < rows; r++)
+            if (sc->cor[r] != 1.0f) k->scale(sc->acc + (size_t)r * dv, sc->cor[r], sc->acc + (size_t)r * dv, dv);
+        /* acc[r] += sum over j of weight[j][r] * v_j */
+        k->gemm_ordered(rows, dv, nk, sc->s, 1, (size_t)rp, t->v + row * t->ldv, t->ldv, sc->acc, (size_t)dv, 1);
     }
     for (int r = 0; r < rows && t->sinks; r++) { /* the sink joins the softmax as one more score */
         float sink = t->sinks[r % g], mn = sink > sc->m[r] ? sink : sc->m[r];

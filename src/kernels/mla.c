@@ -9,13 +9,22 @@
  *   half, is applied to the latent result. No per-head K or V is ever made, which is what
  *   makes decoding read kv_lora + rope floats per cached token instead of heads * (K + V).
  * Both take kv_b_proj as its f32 transpose T [kv_lora, heads * (nope + v_dim)], whose column
- * blocks are W_UK^T and W_UV^T of each head, so each product is one sgemm per head. */
-#include <cblas.h>
+ * blocks are W_UK^T and W_UV^T of each head.
+ *
+ * A token's K, V and latent query must not depend on which rows share its pass (a cached
+ * prefix, a pipeline's microbatches: attention.c says why), so no product here goes to a BLAS:
+ * the expansions and W_UV are the variant's gemm_ordered, one chain per element, and W_UK, read
+ * along its rows, the variant's dot product, which sums each (row, column) pair alone. */
 #include <string.h>
 
+#include "cpu/cpu.h"
 #include "kernels/kernels.h"
 
 #define QB 16 /* queries per task in the expanded form */
+/* The expansion's tiles, one per thread at a time: 256 columns of T over 512 latents are
+ * 512 KiB, read once for 128 positions */
+#define EXPAND_COLS 256
+#define EXPAND_ROWS 128
 
 static void write_latent(kv_layer *c, const mla_shape *m, const float *kv_c, size_t ldc, const float *k_pe, size_t ldp,
                          int rows, const int32_t *pos, const int32_t *seq) {
@@ -36,14 +45,23 @@ static void absorbed(const attn_shape *s, const kv_layer *c, const float *q, siz
     float *qd = fbuf_get(&qb, (size_t)n * H * qk), *qa = fbuf_get(&ab, (size_t)n * H * lat);
     float *ol = fbuf_get(&lb, (size_t)n * H * m->kv_lora), *od = fbuf_get(&ob, (size_t)n * H * m->v_dim);
     if (!qd || !qa || !ol || !od) return; /* recorded (kernels.h) */
+    const cpu_kernels *k = cpu();
     for (int i = 0; i < n; i++) memcpy(qd + (size_t)i * H * qk, q + (size_t)idx[i] * ldq, (size_t)H * qk * sizeof *qd);
-    for (int h = 0; h < H; h++) { /* each head's query over the latent: [q_nope W_UK | q_pe] */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, m->kv_lora, m->nope, 1.0f, qd + (size_t)h * qk,
-                    (size_t)H * qk, t + (size_t)h * kvb, ldt, 0.0f, qa + (size_t)h * lat, (size_t)H * lat);
-        for (int i = 0; i < n; i++)
+#pragma omp parallel for schedule(static)
+    for (int hl = 0; hl < H * m->kv_lora; hl++) { /* each head's query over the latent: [q_nope W_UK | q_pe] */
+        int h = hl / m->kv_lora, l = hl % m->kv_lora;
+        for (int i = 0; i < n; i += 2) {
+            int nr = i + 1 < n ? 2 : 1;
+            const float *xr[2] = {qd + ((size_t)i * H + h) * qk, qd + ((size_t)(i + nr - 1) * H + h) * qk};
+            float y[2];
+            k->dot_f32(xr, nr, t + (size_t)l * ldt + (size_t)h * kvb, m->nope, y);
+            for (int j = 0; j < nr; j++) qa[((size_t)(i + j) * H + h) * lat + l] = y[j];
+        }
+    }
+    for (int i = 0; i < n; i++)
+        for (int h = 0; h < H; h++)
             memcpy(qa + ((size_t)i * H + h) * lat + m->kv_lora, qd + ((size_t)i * H + h) * qk + m->nope,
                    m->rope * sizeof *qa);
-    }
 #pragma omp parallel for schedule(dynamic, 1)
     for (int i = 0; i < n; i++) { /* the heads stacked over one key matrix: the cache itself */
         attend(&(attend_task){.q = qa + (size_t)i * H * lat,
@@ -64,10 +82,10 @@ static void absorbed(const attn_shape *s, const kv_layer *c, const float *q, siz
                               .blocks = c->tables + (size_t)seq[idx[i]] * c->table_width,
                               .block_size = c->block_size});
     }
+#pragma omp parallel for schedule(static)
     for (int h = 0; h < H; h++) /* the latent outputs through W_UV */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, m->v_dim, m->kv_lora, 1.0f,
-                    ol + (size_t)h * m->kv_lora, (size_t)H * m->kv_lora, t + (size_t)h * kvb + m->nope, ldt, 0.0f,
-                    od + (size_t)h * m->v_dim, (size_t)H * m->v_dim);
+        k->gemm_ordered(n, m->v_dim, m->kv_lora, ol + (size_t)h * m->kv_lora, (size_t)H * m->kv_lora, 1,
+                        t + (size_t)h * kvb + m->nope, ldt, od + (size_t)h * m->v_dim, (size_t)H * m->v_dim, 0);
     for (int i = 0; i < n; i++)
         memcpy(out + (size_t)idx[i] * ldo, od + (size_t)i * H * m->v_dim, (size_t)H * m->v_dim * sizeof *out);
 }
@@ -83,8 +101,15 @@ static void expanded(const attn_shape *s, const kv_layer *c, const float *q, siz
     if (!kv || !k || !lat) return; /* recorded (kernels.h) */
     for (int p = 0; p < ctx; p++)  /* the sequence's cache rows, gathered from their blocks */
         memcpy(lat + (size_t)p * c->kv_width, c->k + kv_row(c, sq, p) * c->kv_width, c->kv_width * sizeof *lat);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, ctx, H * kvb, m->kv_lora, 1.0f, lat, c->kv_width, t,
-                (size_t)H * kvb, 0.0f, kv, (size_t)H * kvb);
+    const cpu_kernels *kern = cpu();
+    int cols = H * kvb, col_tiles = (cols + EXPAND_COLS - 1) / EXPAND_COLS, row_tiles = (ctx + EXPAND_ROWS - 1) / EXPAND_ROWS;
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int tile = 0; tile < col_tiles * row_tiles; tile++) { /* kv = lat T, tile by tile */
+        int c0 = tile / row_tiles * EXPAND_COLS, pt = tile % row_tiles * EXPAND_ROWS;
+        int nc = cols - c0 < EXPAND_COLS ? cols - c0 : EXPAND_COLS, np = ctx - pt < EXPAND_ROWS ? ctx - pt : EXPAND_ROWS;
+        kern->gemm_ordered(np, nc, m->kv_lora, lat + (size_t)pt * c->kv_width, c->kv_width, 1, t + c0, (size_t)cols,
+                          kv + (size_t)pt * cols + c0, (size_t)cols, 0);
+    }
     for (int p = 0; p < ctx; p++) /* each head's key: its k_nope, then the shared k_pe */
         for (int h = 0; h < H; h++) {
             float *kh = k + ((size_t)p * H + h) * qk;
