@@ -476,6 +476,8 @@ typedef struct loom_cpu_info {
     char model[128];     /* as the OS reports it */
     const char *variant; /* in use */
     char runnable[128];  /* every variant this CPU runs, best first (filled even on failure) */
+    char gemm[128];      /* the kernels the GEMM libraries chose for this CPU themselves, as
+                            "OpenBLAS Cooperlake, oneDNN avx512_core_amx" (filled even on failure) */
 } loom_cpu_info;
 LOOM_API int loom_cpu_get_info(loom_cpu_info *info, loom_err *err);
 

@@ -22,12 +22,22 @@ static int check_passed, check_failed;
         }                                                                                                              \
     } while (0)
 
+/* Where the checks ran: the CPU, the variant and the GEMM libraries' own kernels. A failed
+ * comparison of bits is read with it: a user's report then says which path to look at. */
+static inline void check_where(FILE *f) {
+    loom_cpu_info ci;
+    loom_err err = {{0}};
+    if (loom_cpu_get_info(&ci, &err)) fprintf(f, "CPU: %s, no kernels (%s); GEMMs: %s\n", ci.model, err.msg, ci.gemm);
+    else fprintf(f, "CPU: %s, kernels %s; GEMMs: %s\n", ci.model, ci.variant, ci.gemm);
+}
+
 static inline int check_done(void) {
     printf("%d passed, %d failed\n", check_passed, check_failed);
+    if (check_failed) check_where(stderr);
     return check_failed ? 1 : 0;
 }
 /* Tests registered once per CPU variant (LOOM_CPU set by ctest) skip, with ctest's code 77,
- * where this CPU cannot run the variant; they print the variant they test otherwise. */
+ * where this CPU cannot run the variant; they print where they run otherwise. */
 static inline void check_cpu_variant(void) {
     loom_cpu_info ci;
     loom_err err = {{0}};
@@ -35,6 +45,6 @@ static inline void check_cpu_variant(void) {
         printf("skipped: %s\n", err.msg);
         exit(77);
     }
-    printf("CPU: %s, kernels %s\n", ci.model, ci.variant);
+    check_where(stdout);
 }
 #endif

@@ -261,6 +261,6 @@ int cli_print_cpu(const char *cmd, FILE *f) {
         fprintf(stderr, "loom %s: %s\n", cmd, err.msg);
         return 1;
     }
-    fprintf(f, "CPU: %s, kernels %s (this CPU runs: %s)\n", ci.model, ci.variant, ci.runnable);
+    fprintf(f, "CPU: %s, kernels %s (this CPU runs: %s); GEMMs: %s\n", ci.model, ci.variant, ci.runnable, ci.gemm);
     return 0;
 }

@@ -1,8 +1,9 @@
 /* Choosing the CPU variant: the list of variants this architecture is built with, best first,
  * each with the test of what the CPU must report to run it; the LOOM_CPU override; the CPU's
- * model name for reports. */
+ * model name and the GEMM libraries' own choice of kernels, for reports. */
 #include "cpu/cpu.h"
 
+#include <cblas.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -13,6 +14,11 @@
 #endif
 
 #include "util/err.h"
+
+#if defined(LOOM_DNNL)
+#include <dnnl.h>
+#include <dnnl_debug.h>
+#endif
 
 extern const cpu_kernels cpu_generic;
 #if defined(__x86_64__)
@@ -131,9 +137,23 @@ static void cpu_model(char *out, size_t cap) {
     else if (impl[0]) snprintf(out, cap, "aarch64 (implementer %s, part %s)", impl, part);
 }
 
+/* The kernels OpenBLAS and oneDNN picked for this CPU by themselves (OPENBLAS_CORETYPE and
+ * ONEDNN_MAX_CPU_ISA change them): what a report of a product's bits must name beside the
+ * variant, since inside those libraries the order of a sum is theirs. */
+static void gemm_libraries(char *out, size_t cap) {
+    int n = snprintf(out, cap, "OpenBLAS %s", openblas_get_corename());
+#if defined(LOOM_DNNL)
+    if (n > 0 && (size_t)n < cap)
+        snprintf(out + n, cap - n, ", oneDNN %s", dnnl_cpu_isa2str(dnnl_get_effective_cpu_isa()));
+#else
+    (void)n;
+#endif
+}
+
 int loom_cpu_get_info(loom_cpu_info *info, loom_err *err) {
     memset(info, 0, sizeof *info);
     cpu_model(info->model, sizeof info->model);
+    gemm_libraries(info->gemm, sizeof info->gemm);
     pthread_once(&once, choose); /* __builtin_cpu_init before the runs() tests */
     list_variants(info->runnable, sizeof info->runnable, true);
     if (cpu_init(err)) return -1;

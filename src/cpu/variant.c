@@ -605,13 +605,15 @@ GT_FNS(1)
 GT_FNS(2)
 GT_FNS(3)
 GT_FNS(4)
-#define GT_ROW(r) {gemm_tile_##r##_1, gemm_tile_##r##_2, gemm_tile_##r##_3, gemm_tile_##r##_4}
+#define GT_ROW(r)                                                                                                      \
+    { gemm_tile_##r##_1, gemm_tile_##r##_2, gemm_tile_##r##_3, gemm_tile_##r##_4 }
 static void (*const gemm_tiles[GT_ROWS][GT_VECS])(const gemm_args *, int, int) = {
     GT_ROW(1), GT_ROW(2), GT_ROW(3), GT_ROW(4), GT_ROW(5), GT_ROW(6), GT_ROW(7), GT_ROW(8)};
 
 static void gemm_ordered(int m, int n, int k, const float *x, size_t xr, size_t xk, const float *b, size_t ldb,
                          float *y, size_t ldy, int accumulate) {
-    gemm_args g = {.k = k, .accumulate = accumulate, .x = x, .b = b, .xr = xr, .xk = xk, .ldb = ldb, .ldy = ldy, .y = y};
+    gemm_args g = {
+        .k = k, .accumulate = accumulate, .x = x, .b = b, .xr = xr, .xk = xk, .ldb = ldb, .ldy = ldy, .y = y};
     int whole = n / VL * VL;
     for (int c0 = 0; c0 < whole; c0 += GT_VECS * VL) { /* columns outer: b's panel stays in the cache */
         int nv = (whole - c0) / VL < GT_VECS ? (whole - c0) / VL : GT_VECS;

@@ -25,8 +25,8 @@
 #include "kernels/kernels.h"
 #include "util/alloc.h"
 
-#define QB 16 /* queries per task */
-#define KB 64 /* keys per block */
+#define QB  16 /* queries per task */
+#define KB  64 /* keys per block */
 #define PAD 16 /* a task's rows are padded to a multiple of the widest vector: the softmax's columns */
 
 typedef struct scratch {

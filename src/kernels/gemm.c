@@ -11,6 +11,16 @@
  * so x and y pass through contiguous, aligned per-thread copies unless they already are:
  * every mode then runs the very same primitive on the same layout.
  *
+ * A library's order depends on the row count too, on some of its paths: oneDNN on AVX2
+ * (ONEDNN_MAX_CPU_ISA=AVX2, as on a Zen 2) changes an f32 row's bits when the call's rows leave
+ * 1 to 3 over a multiple of 6, and on AMX sums a bf16 call of 1 or 2 rows in another order than
+ * a long one; OpenBLAS 0.3.21's Prescott kernels (its choice on an Emerald Rapids Xeon) give a
+ * row alone other bits than in a pair. A pipeline's microbatches and a cached prefix hand the
+ * same row to calls of other lengths. So every call, to either library, takes exactly GEMM_TILE
+ * rows, the last tile padded with zero rows (gemm_tiled): whatever the pass, a row meets one
+ * shape, in a whole block of every kernel the libraries have. tests/test_row_bits.c checks it
+ * under every ISA oneDNN can run on the host (.ci/run, scripts/test-gemm-paths.sh).
+ *
  * gemm_bf16 is the prefill product of bf16 weights under --dtype auto: oneDNN's bf16 matmul
  * (AVX512-BF16 dot products, or AMX-BF16 tiles on CPUs that have them, which oneDNN asks
  * Linux's permission for itself) with fp32 accumulation and output.
@@ -21,16 +31,58 @@
 #include <cblas.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "kernels/kernels.h"
 
-static void sgemm(int m, int n, int k, const float *x, size_t ldx, const float *w, size_t ldw, float *y, size_t ldy) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, k, 1.0f, x, (int)ldx, w, (int)ldw, 0.0f, y, (int)ldy);
+/* Rows of every library call: a multiple of every row block their kernels use (6 on AVX2, 16
+ * and 32 on AVX-512 and AMX, OpenBLAS's unrolls), and long enough that a tile reads each weight
+ * once for 192 rows. 1B shape, bf16, prefill 2048, Emerald Rapids: tiles of 192 rows ran at
+ * 1.4-1.6x one call of 2048 (benches/RESULTS.md). */
+#define GEMM_TILE 192
+
+static bool packed(const void *p, size_t ld, int cols) { return ld == (size_t)cols && (uintptr_t)p % 64 == 0; }
+
+/* One tile: y[GEMM_TILE, n] (contiguous, aligned) = x[GEMM_TILE, k] (row stride ldx; bf16 or
+ * f32) times w^T. false when the backend cannot run it. */
+typedef bool gemm_tile_fn(bool bf16, int n, int k, const void *x, size_t ldx, const void *w, size_t ldw, float *y);
+
+/* y = x w^T in tiles of GEMM_TILE rows; the last tile's rows, and y's tiles unless they are
+ * packed, through aligned per-thread copies. false when a tile could not run (y may then be
+ * partly written: the caller computes all of it again). */
+static bool gemm_tiled(gemm_tile_fn *tile, bool bf16, int m, int n, int k, const void *x, size_t ldx, const void *w,
+                       size_t ldw, float *y, size_t ldy) {
+    static _Thread_local fbuf xs, ys;
+    size_t esize = bf16 ? sizeof(uint16_t) : sizeof(float), xrow = (size_t)k * esize;
+    for (int r0 = 0; r0 < m; r0 += GEMM_TILE) {
+        int rows = m - r0 < GEMM_TILE ? m - r0 : GEMM_TILE;
+        const char *xt = (const char *)x + (size_t)r0 * ldx * esize;
+        size_t ldt = ldx;
+        float *yt = y + (size_t)r0 * ldy, *yp = rows == GEMM_TILE && packed(yt, ldy, n) ? yt : NULL;
+        if (rows < GEMM_TILE) { /* the last tile: its rows, then zeros */
+            char *pad = (char *)fbuf_get(&xs, (GEMM_TILE * xrow + sizeof(float) - 1) / sizeof(float));
+            if (!pad) return false; /* recorded (kernels.h) */
+            for (int r = 0; r < rows; r++) memcpy(pad + r * xrow, xt + (size_t)r * ldx * esize, xrow);
+            memset(pad + (size_t)rows * xrow, 0, (size_t)(GEMM_TILE - rows) * xrow);
+            xt = pad, ldt = (size_t)k;
+        }
+        if (!yp && !(yp = fbuf_get(&ys, (size_t)GEMM_TILE * n))) return false;
+        if (!tile(bf16, n, k, xt, ldt, w, ldw, yp)) return false;
+        if (yp != yt)
+            for (int r = 0; r < rows; r++) memcpy(yt + (size_t)r * ldy, yp + (size_t)r * n, (size_t)n * sizeof *y);
+    }
+    return true;
+}
+
+static bool sgemm_tile(bool bf16, int n, int k, const void *x, size_t ldx, const void *w, size_t ldw, float *y) {
+    (void)bf16; /* f32 only: gemm_bf16 never comes here */
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, GEMM_TILE, n, k, 1.0f, x, (int)ldx, w, (int)ldw, 0.0f, y, n);
+    return true;
 }
 
 #if !defined(LOOM_DNNL)
 void gemm_f32(int m, int n, int k, const float *x, size_t ldx, const float *w, size_t ldw, float *y, size_t ldy) {
-    sgemm(m, n, k, x, ldx, w, ldw, y, ldy);
+    gemm_tiled(sgemm_tile, false, m, n, k, x, ldx, w, ldw, y, ldy);
 }
 bool gemm_bf16(int m, int n, int k, const uint16_t *x, const uint16_t *w, size_t ldw, float *y, size_t ldy) {
     (void)m, (void)n, (void)k, (void)x, (void)w, (void)ldw, (void)y, (void)ldy;
@@ -40,18 +92,17 @@ bool gemm_bf16(int m, int n, int k, const uint16_t *x, const uint16_t *w, size_t
 #include <dnnl.h>
 #include <pthread.h>
 #include <stdlib.h>
-#include <string.h>
 
 typedef struct gemm_entry {
     bool bf16; /* the operands' type: bf16, else f32 */
-    int m, n, k;
-    size_t ldx, ldw, ldy;
+    int n, k;
+    size_t ldw;
     dnnl_primitive_t p;
     dnnl_memory_t x, w, y;
     unsigned used; /* the table's clock at the last use */
 } gemm_entry;
 
-#define GEMM_SHAPES 48 /* per thread: a model's linears at a few pass lengths */
+#define GEMM_SHAPES 48 /* per thread: a model's linears' shapes, with room for a draft model's */
 
 static dnnl_engine_t engine;
 static pthread_once_t engine_once = PTHREAD_ONCE_INIT;
@@ -69,17 +120,18 @@ static void entry_free(gemm_entry *e) {
     memset(e, 0, sizeof *e);
 }
 
-/* The primitive and memory objects of one shape (x: m x k, w: n x k, y: m x n, row-major with
- * the given leading dimensions; x and w bf16 or f32, y f32); false if oneDNN has none. */
-static bool entry_make(gemm_entry *e, bool bf16, int m, int n, int k, size_t ldx, size_t ldw, size_t ldy) {
+/* The primitive and memory objects of one tile's shape (x: GEMM_TILE x k, w: n x k with row
+ * stride ldw, y: GEMM_TILE x n; x and y contiguous; x and w bf16 or f32, y f32); false if
+ * oneDNN has none. */
+static bool entry_make(gemm_entry *e, bool bf16, int n, int k, size_t ldw) {
     dnnl_memory_desc_t xd, wd, yd;
-    dnnl_dims_t xdims = {m, k}, xstr = {(dnnl_dim_t)ldx, 1};
+    dnnl_dims_t xdims = {GEMM_TILE, k}, xstr = {k, 1};
     dnnl_dims_t wdims = {k, n}, wstr = {1, (dnnl_dim_t)ldw}; /* w^T: element (k, n) at n * ldw + k */
-    dnnl_dims_t ydims = {m, n}, ystr = {(dnnl_dim_t)ldy, 1};
+    dnnl_dims_t ydims = {GEMM_TILE, n}, ystr = {n, 1};
     dnnl_data_type_t in = bf16 ? dnnl_bf16 : dnnl_f32;
     dnnl_matmul_desc_t md;
     dnnl_primitive_desc_t pd = NULL;
-    *e = (gemm_entry){.bf16 = bf16, .m = m, .n = n, .k = k, .ldx = ldx, .ldw = ldw, .ldy = ldy};
+    *e = (gemm_entry){.bf16 = bf16, .n = n, .k = k, .ldw = ldw};
     bool ok = dnnl_memory_desc_init_by_strides(&xd, 2, xdims, in, xstr) == dnnl_success &&
               dnnl_memory_desc_init_by_strides(&wd, 2, wdims, in, wstr) == dnnl_success &&
               dnnl_memory_desc_init_by_strides(&yd, 2, ydims, dnnl_f32, ystr) == dnnl_success &&
@@ -100,48 +152,37 @@ static bool entry_make(gemm_entry *e, bool bf16, int m, int n, int k, size_t ldx
 }
 
 /* This thread's entry for the shape: found, or made in place of the least recently used. */
-static gemm_entry *entry_for(bool bf16, int m, int n, int k, size_t ldx, size_t ldw, size_t ldy) {
+static gemm_entry *entry_for(bool bf16, int n, int k, size_t ldw) {
     static _Thread_local gemm_entry table[GEMM_SHAPES];
     static _Thread_local unsigned clock;
     gemm_entry *victim = &table[0];
     clock++;
     for (int i = 0; i < GEMM_SHAPES; i++) {
         gemm_entry *e = &table[i];
-        if (e->p && e->bf16 == bf16 && e->m == m && e->n == n && e->k == k && e->ldx == ldx && e->ldw == ldw &&
-            e->ldy == ldy) {
+        if (e->p && e->bf16 == bf16 && e->n == n && e->k == k && e->ldw == ldw) {
             e->used = clock;
             return e;
         }
         if (!e->p || e->used < victim->used) victim = e;
     }
     entry_free(victim);
-    if (!entry_make(victim, bf16, m, n, k, ldx, ldw, ldy)) return NULL;
+    if (!entry_make(victim, bf16, n, k, ldw)) return NULL;
     victim->used = clock;
     return victim;
 }
 
-static bool packed(const void *p, size_t ld, int cols) { return ld == (size_t)cols && (uintptr_t)p % 64 == 0; }
-
-/* y = x w^T through oneDNN, x contiguous and aligned (packed); y through an aligned contiguous
- * copy unless it is one. false, nothing written, when oneDNN cannot run it. */
-static bool onednn_gemm(bool bf16, int m, int n, int k, const void *x, const void *w, size_t ldw, float *y,
-                        size_t ldy) {
+/* One tile through oneDNN: x must be packed (ldx == k), the layout its primitive was made for. */
+static bool onednn_tile(bool bf16, int n, int k, const void *x, size_t ldx, const void *w, size_t ldw, float *y) {
     static _Thread_local dnnl_stream_t stream; /* a stream serves one thread at a time */
-    static _Thread_local fbuf ys;
     pthread_once(&engine_once, engine_init);
-    gemm_entry *e = engine ? entry_for(bf16, m, n, k, (size_t)k, ldw, (size_t)n) : NULL;
+    gemm_entry *e = engine && ldx == (size_t)k ? entry_for(bf16, n, k, ldw) : NULL;
     if (e && !stream && dnnl_stream_create(&stream, engine, dnnl_stream_default_flags) != dnnl_success) stream = NULL;
-    float *yp = packed(y, ldy, n) ? y : fbuf_get(&ys, (size_t)m * n);
-    if (!e || !stream || !yp) return false; /* no scratch is recorded (kernels.h); the caller still computes */
+    if (!e || !stream) return false;
     dnnl_memory_set_data_handle(e->x, (void *)x);
     dnnl_memory_set_data_handle(e->w, (void *)w);
-    dnnl_memory_set_data_handle(e->y, yp);
+    dnnl_memory_set_data_handle(e->y, y);
     dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, e->x}, {DNNL_ARG_WEIGHTS, e->w}, {DNNL_ARG_DST, e->y}};
-    if (dnnl_primitive_execute(e->p, stream, 3, args) != dnnl_success || dnnl_stream_wait(stream) != dnnl_success)
-        return false;
-    if (yp != y)
-        for (int r = 0; r < m; r++) memcpy(y + (size_t)r * ldy, yp + (size_t)r * n, (size_t)n * sizeof *y);
-    return true;
+    return dnnl_primitive_execute(e->p, stream, 3, args) == dnnl_success && dnnl_stream_wait(stream) == dnnl_success;
 }
 
 void gemm_f32(int m, int n, int k, const float *x, size_t ldx, const float *w, size_t ldw, float *y, size_t ldy) {
@@ -152,10 +193,11 @@ void gemm_f32(int m, int n, int k, const float *x, size_t ldx, const float *w, s
         for (int r = 0; c && r < m; r++) memcpy(c + (size_t)r * k, x + (size_t)r * ldx, (size_t)k * sizeof *c);
         xp = c;
     }
-    if (!xp || !onednn_gemm(false, m, n, k, xp, w, ldw, y, ldy)) sgemm(m, n, k, x, ldx, w, ldw, y, ldy);
+    if (!xp || !gemm_tiled(onednn_tile, false, m, n, k, xp, (size_t)k, w, ldw, y, ldy))
+        gemm_tiled(sgemm_tile, false, m, n, k, x, ldx, w, ldw, y, ldy);
 }
 
 bool gemm_bf16(int m, int n, int k, const uint16_t *x, const uint16_t *w, size_t ldw, float *y, size_t ldy) {
-    return packed(x, (size_t)k, k) && onednn_gemm(true, m, n, k, x, w, ldw, y, ldy);
+    return packed(x, (size_t)k, k) && gemm_tiled(onednn_tile, true, m, n, k, x, (size_t)k, w, ldw, y, ldy);
 }
 #endif

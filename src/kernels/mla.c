@@ -102,13 +102,15 @@ static void expanded(const attn_shape *s, const kv_layer *c, const float *q, siz
     for (int p = 0; p < ctx; p++)  /* the sequence's cache rows, gathered from their blocks */
         memcpy(lat + (size_t)p * c->kv_width, c->k + kv_row(c, sq, p) * c->kv_width, c->kv_width * sizeof *lat);
     const cpu_kernels *kern = cpu();
-    int cols = H * kvb, col_tiles = (cols + EXPAND_COLS - 1) / EXPAND_COLS, row_tiles = (ctx + EXPAND_ROWS - 1) / EXPAND_ROWS;
+    int cols = H * kvb, col_tiles = (cols + EXPAND_COLS - 1) / EXPAND_COLS,
+        row_tiles = (ctx + EXPAND_ROWS - 1) / EXPAND_ROWS;
 #pragma omp parallel for schedule(dynamic, 1)
     for (int tile = 0; tile < col_tiles * row_tiles; tile++) { /* kv = lat T, tile by tile */
         int c0 = tile / row_tiles * EXPAND_COLS, pt = tile % row_tiles * EXPAND_ROWS;
-        int nc = cols - c0 < EXPAND_COLS ? cols - c0 : EXPAND_COLS, np = ctx - pt < EXPAND_ROWS ? ctx - pt : EXPAND_ROWS;
+        int nc = cols - c0 < EXPAND_COLS ? cols - c0 : EXPAND_COLS,
+            np = ctx - pt < EXPAND_ROWS ? ctx - pt : EXPAND_ROWS;
         kern->gemm_ordered(np, nc, m->kv_lora, lat + (size_t)pt * c->kv_width, c->kv_width, 1, t + c0, (size_t)cols,
-                          kv + (size_t)pt * cols + c0, (size_t)cols, 0);
+                           kv + (size_t)pt * cols + c0, (size_t)cols, 0);
     }
     for (int p = 0; p < ctx; p++) /* each head's key: its k_nope, then the shared k_pe */
         for (int h = 0; h < H; h++) {
