@@ -452,6 +452,8 @@ typedef struct loom_kv_stats {
     int blocks_used;        /* held by sequences */
     int blocks_cached;      /* full blocks a new sequence can reuse (prefix caching), held or not */
     long evicted;           /* cached blocks given to other positions since the engine was made */
+    bool prefix_caching;    /* full blocks are keyed and matched (loom_engine_match_prefix) */
+    const char *uncached;   /* prefix caching was asked for but is off: why (else NULL) */
 } loom_kv_stats;
 LOOM_API void loom_engine_get_kv_stats(const loom_engine *e, loom_kv_stats *st);
 /* Prefix caching: the cached blocks holding the longest prefix of tokens[0..n) in whole

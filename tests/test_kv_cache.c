@@ -82,6 +82,49 @@ static void bookkeeping(void) {
     kv_cache_free(&c);
 }
 
+/* Cutting back (rejected speculative tokens): at a block boundary the blocks past it, whose
+ * tokens were all rejected, leave the index and are reused first, while the cached prefix stays;
+ * inside a block the block stops being a prefix; inside a shared block the cut is refused. A
+ * cached block evicted, written again with other tokens, matches those and not the old ones. */
+static void truncation(void) {
+    kv_cache c;
+    loom_err err;
+    CHECK(!kv_cache_init(&c, 8, 16, 4, 128, true, &err), "init: %s", err.msg);
+    int32_t prompt[128], older[64], got[8];
+    for (int i = 0; i < 128; i++) prompt[i] = i * 7;
+    for (int i = 0; i < 64; i++) older[i] = i * 7 + 1000;
+    write_tokens(&c, 1, 0, 32, 1000); /* an older prefix of 2 blocks, cached once released */
+    kv_cache_release(&c, 1);
+    write_tokens(&c, 0, 0, 48, 0); /* 32 accepted positions, then a block of 16 drafts */
+    int rejected = c.tables[2];
+    CHECK(!kv_cache_truncate(&c, 0, 32, &err), "a cut at a block boundary: %s", err.msg);
+    CHECK(!c.blocks[rejected].indexed && kv_cache_match(&c, prompt, 47, got) == 2,
+          "the rejected drafts' block is still a cached prefix");
+    kv_cache_grow(&c, 3, 64); /* the 3 never-keyed blocks left, and one more */
+    CHECK(c.evicted == 0 && kv_cache_match(&c, older, 33, got) == 2,
+          "a new block evicted the older cached prefix (%ld evicted) instead of reusing the rejected drafts' block",
+          c.evicted);
+    kv_cache_release(&c, 3);
+    CHECK(!kv_cache_truncate(&c, 0, 20, &err) && !c.blocks[c.tables[1]].indexed && c.len[0] == 20,
+          "a cut inside the second block leaves it a cached prefix: %s", err.msg);
+    int n = kv_cache_match(&c, prompt, 33, got);
+    CHECK(n == 1 && !kv_cache_attach(&c, 2, got, n, &err), "the first block shared: %d, %s", n, err.msg);
+    CHECK(kv_cache_truncate(&c, 2, 8, &err) && strstr(err.msg, "share"), "a cut inside a shared block is refused");
+    CHECK(!kv_cache_truncate(&c, 2, 16, &err) && c.blocks[got[0]].indexed,
+          "a cut at the shared block's end keeps it cached: %s", err.msg);
+    kv_cache_release(&c, 0);
+    kv_cache_release(&c, 2);
+    /* evicted and written again: 8 blocks for one sequence take every block, cached ones too */
+    write_tokens(&c, 0, 0, 128, 500);
+    CHECK(kv_cache_match(&c, prompt, 33, got) == 0 && kv_cache_match(&c, older, 33, got) == 0,
+          "an old prefix still matches after its blocks were written again");
+    int32_t now[128];
+    for (int i = 0; i < 128; i++) now[i] = i * 7 + 500;
+    n = kv_cache_match(&c, now, 127, got);
+    CHECK(n == 7, "the blocks written again match their new tokens: %d of 7", n);
+    kv_cache_free(&c);
+}
+
 /* Attention over a pool whose blocks a table maps; the contiguous layout is the identity table. */
 #define SEQS  2
 #define CTX   128
@@ -194,6 +237,7 @@ static void paged_kernels(void) {
 
 int main(void) {
     bookkeeping();
+    truncation();
     paged_kernels();
     return check_done();
 }

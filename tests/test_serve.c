@@ -416,6 +416,73 @@ static void preemption(void) {
     CHECK(stop(&s, SIGTERM, 60) == 0, "the small-cache server did not exit 0 on SIGTERM");
 }
 
+/* A cached prefix of 4,200 blocks of 16 positions, more than a step message had room to attach
+ * before it was sized to a whole context (4,096 + 16 a sequence: such a request was never
+ * admitted, and every request queued behind it waited with it). The golden mistral, whose
+ * sliding window of 4 makes a 67,201-token prompt a matter of seconds, with its context raised
+ * in a copy. The prompt runs, then again with three short requests queued behind it: all
+ * complete, the repeat from 67,200 cached positions with the first run's text. */
+static void long_cached_prefix(const char *tp, const char *where) {
+    char dir[] = "/tmp/loom-test-long-XXXXXX", path[512], cfg[512], args[1024];
+    if (!mkdtemp(dir)) {
+        CHECK(0, "%s: mkdtemp failed", where);
+        return;
+    }
+    snprintf(cfg, sizeof cfg, "%s/config.json", dir);
+    FILE *in = fopen(LOOM_SOURCE_DIR "/tests/golden/mistral/config.json", "r"), *out = fopen(cfg, "w");
+    char line[4096];
+    while (in && out && fgets(line, sizeof line, in)) {
+        const char *was = "\"max_position_embeddings\": 256";
+        char *at = strstr(line, was);
+        if (at) fprintf(out, "%.*s\"max_position_embeddings\": 131072%s", (int)(at - line), line, at + strlen(was));
+        else fputs(line, out);
+    }
+    if (in) fclose(in);
+    if (out) fclose(out);
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    CHECK(!symlink(LOOM_SOURCE_DIR "/tests/golden/mistral/model.safetensors", path), "%s: symlink failed", where);
+    enum { N = 4200 * 16 + 1, SHORT = 3 };
+    char *big = malloc((size_t)N * 4 + 128), *shorts[SHORT];
+    int len = sprintf(big, "{\"prompt\":[");
+    for (int i = 0; i < N; i++) len += sprintf(big + len, "%s%d", i ? "," : "", 3 + (i * 37) % 120);
+    sprintf(big + len, "],\"max_tokens\":4,\"temperature\":0,\"ignore_eos\":true}");
+    for (int i = 0; i < SHORT; i++) {
+        shorts[i] = malloc(64);
+        snprintf(shorts[i], 64, "{\"prompt\":[%d,5,7],\"max_tokens\":4,\"temperature\":0}", 10 + i);
+    }
+    snprintf(args, sizeof args,
+             "-m %s %s --block-size 16 --max-model-len 67300 --max-num-seqs 4 --max-num-batched-tokens 8192", dir, tp);
+    server s;
+    if (start(&s, args)) {
+        CHECK(0, "%s: the long-context server did not start", where);
+    } else {
+        completion first = complete(s.port, big);
+        CHECK(first.status == 200 && first.cached == 0, "%s: a %d-token prompt: status %d, cached %d", where, N,
+              first.status, first.cached);
+        int fds[1 + SHORT];
+        fds[0] = post_completion(s.port, big);
+        for (int i = 0; i < SHORT; i++) fds[1 + i] = post_completion(s.port, shorts[i]);
+        for (int i = 0; i <= SHORT; i++) {
+            char *resp = read_all(fds[i]);
+            close(fds[i]);
+            const char *body = resp ? strstr(resp, "\r\n\r\n") : NULL;
+            completion c = parse_completion(body ? 200 : -1, body);
+            if (i == 0)
+                CHECK(c.status == 200 && c.cached == N - 1 && !strcmp(c.text, first.text),
+                      "%s: the %d-token prompt again: status %d, cached %d (want %d), text '%s' (first '%s')", where, N,
+                      c.status, c.cached, N - 1, c.text, first.text);
+            else
+                CHECK(c.status == 200, "%s: short request %d queued behind the long cached prefix: status %d", where, i,
+                      c.status);
+            free(resp);
+        }
+        CHECK(stop(&s, SIGTERM, 60) == 0, "%s: the long-context server did not exit 0 on SIGTERM", where);
+    }
+    unlink(path), unlink(cfg), rmdir(dir);
+    for (int i = 0; i < SHORT; i++) free(shorts[i]);
+    free(big);
+}
+
 /* A client that leaves mid-stream frees its slot at the next step. */
 static void client_leaves(int port) {
     /* the 100M model takes seconds over 400 tokens, so the slot is watched on one stream: the
@@ -1161,6 +1228,8 @@ int main(void) {
     client_leaves(s.port);
     sigterm_drains(&s);
     preemption();
+    long_cached_prefix("", "tp=1");
+    long_cached_prefix("-tp 2", "-tp 2");
     speculative();
     speculative_eagle3();
     ranks();

@@ -121,7 +121,6 @@ int cli_serve(int argc, char **argv) {
         return 2;
     }
     j.so.seed = c.seed;
-    j.so.prefix_caching = !c.no_prefix_caching;
     if (!j.so.served_name) j.so.served_name = c.model ? c.model : "stories260K";
     loom_err err = {{0}};
     char *dir = model_dir(c.model, &err);
@@ -162,9 +161,11 @@ int cli_serve(int argc, char **argv) {
     j.c = &c;
     loom_engine_options eo = cli_engine_options(&c);
     j.eo = serve_engine_options(&eo, &j.so);
+    loom_model_info info;
+    loom_model_get_info(j.m, &info);
     int rc = cli_spec_engine_options(&c, j.m, &j.eo)
                  ? 1
-                 : cli_launch(&c, j.m, &j.eo, serve_step_bytes(&j.eo), serve_rank, &j);
+                 : cli_launch(&c, j.m, &j.eo, serve_step_bytes(&j.eo, info.max_pos), serve_rank, &j);
     cli_free(&c, j.m);
     free(dir);
     return rc;

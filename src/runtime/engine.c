@@ -189,7 +189,18 @@ static int size_kv(loom_engine *e, const loom_engine_options *o, loom_err *err) 
                          "(--kv-cache-memory-bytes)",
                          o->max_ctx, budget, blocks, bs, per);
     e->max_ctx = o->max_ctx > 0 ? o->max_ctx : blocks * bs < (size_t)max_pos ? (int)(blocks * bs) : max_pos;
-    return kv_cache_init(&e->kv, (int)blocks, bs, e->max_seqs, e->max_ctx, o->prefix_caching, err);
+    /* longrope rotates all of a pass's rows by its long factors once the pass reaches past the
+     * original context (executor.c, as transformers does), so a block's K would hold the
+     * rotation of the pass that wrote it: another request attaching it would see other keys
+     * than its own passes make. No prefix is exact then, and none is cached. */
+    const model_config *c = &e->model->cfg;
+    bool switches = c->rope_kind == ROPE_LONGROPE && e->max_ctx > c->rope_orig_max_pos;
+    if (kv_cache_init(&e->kv, (int)blocks, bs, e->max_seqs, e->max_ctx, o->prefix_caching && !switches, err)) return -1;
+    if (o->prefix_caching && switches)
+        e->kv.uncached = "longrope switches a pass to its long factors past original_max_position_embeddings, so "
+                         "a cached block's keys would depend on the pass that wrote them (a --max-model-len within "
+                         "it keeps caching on)";
+    return 0;
 }
 
 /* The plans: the one o asks for, and with --sp-min-tokens the plain TP one that short passes

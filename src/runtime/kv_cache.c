@@ -1,7 +1,8 @@
 /* The paged KV cache's bookkeeping (kv_cache.h): block tables, the free list and the prefix
  * index. A block's key is XXH3-128 (libxxhash) of its predecessor's key and its tokens, as
- * vLLM's chain of block hashes; a hit also compares the tokens, so even a 128-bit collision
- * cannot hand a sequence another prefix's K and V. */
+ * vLLM's chain of block hashes; a hit also compares the block's own tokens, so a collision
+ * between blocks of other tokens is a miss. Two different prefixes whose chains collide and
+ * end in the same tokens would still hit: about n^2 / 2^129 for n blocks ever keyed. */
 #include "runtime/kv_cache.h"
 
 #include <stdlib.h>
@@ -169,9 +170,14 @@ int kv_cache_truncate(kv_cache *c, int seq, int new_len, loom_err *err) {
         if (k->indexed) index_remove(c, table[keep - 1]);
         k->full = false;
     }
-    for (int i = c->held[seq] - 1; i >= keep; i--) { /* rows of rejected tokens: reused first */
+    /* blocks wholly past new_len hold rejected tokens only (a draft filling one got it keyed and
+     * indexed): out of the index and reused first, not kept as the newest cached prefix */
+    for (int i = c->held[seq] - 1; i >= keep; i--) {
         kv_block *k = &c->blocks[table[i]];
-        if (--k->refs == 0) push_free(c, table[i], k->indexed);
+        if (--k->refs) continue;
+        if (k->indexed) index_remove(c, table[i]);
+        k->full = false;
+        push_free(c, table[i], false);
     }
     c->held[seq] = keep < c->held[seq] ? keep : c->held[seq];
     c->len[seq] = new_len;
@@ -240,5 +246,7 @@ void kv_cache_get_stats(const kv_cache *c, loom_kv_stats *st) {
                           .blocks = c->n_blocks,
                           .blocks_used = c->n_blocks - c->n_free,
                           .blocks_cached = c->n_indexed,
-                          .evicted = c->evicted};
+                          .evicted = c->evicted,
+                          .prefix_caching = c->prefix_caching,
+                          .uncached = c->uncached};
 }

@@ -30,10 +30,11 @@ typedef struct kv_block {
 typedef struct kv_cache {
     int n_blocks, block_size, max_seqs, table_width;
     bool prefix_caching;
-    int32_t *tables; /* [max_seqs][table_width]: each sequence's blocks in position order */
-    int *len;        /* positions each sequence holds */
-    int *held;       /* blocks in its table (more than len needs after a failed pass) */
-    int32_t *tokens; /* [n_blocks][block_size]: the token written at each row */
+    const char *uncached; /* prefix caching asked for, but off: why (a static string) */
+    int32_t *tables;      /* [max_seqs][table_width]: each sequence's blocks in position order */
+    int *len;             /* positions each sequence holds */
+    int *held;            /* blocks in its table (more than len needs after a failed pass) */
+    int32_t *tokens;      /* [n_blocks][block_size]: the token written at each row */
     kv_block *blocks;
     /* blocks no sequence holds, the next to be reused at the head: never-keyed ones there,
      * indexed ones at the tail, so a cached prefix is evicted last, least recently used first */
@@ -64,8 +65,9 @@ int kv_cache_truncate(kv_cache *c, int seq, int new_len, loom_err *err);
 /* seq lets go of its blocks; its length restarts at 0. */
 void kv_cache_release(kv_cache *c, int seq);
 /* The indexed blocks holding the longest prefix of tokens[0..n) in whole blocks, into blocks
- * (room for n / block_size); their count. Keys are compared in full and so are the tokens, so a
- * hash collision is a miss, never wrong K and V. Changes nothing. */
+ * (room for n / block_size); their count. Keys are compared in full and so are each block's own
+ * tokens: a collision between blocks of other tokens is a miss (kv_cache.c says what is left).
+ * Changes nothing. */
 int kv_cache_match(const kv_cache *c, const int32_t *tokens, int n, int32_t *blocks);
 /* A batch's sequences (each one's tokens contiguous, loom_forward's rule): the blocks they need
  * from the free list; then, before its pass, the blocks given to them; after it, what they

@@ -67,6 +67,12 @@ int replicas_loop(server *srv, loom_engine *e, loom_comm *c, step_round *round, 
         pthread_mutex_lock(&srv->lock);
         if (*stop_signal) srv->draining = true;
         bool busy = false;
+        for (int d = 0; d < srv->dp; d++) sched_begin(srv->sch[d]);
+        if (srv->o->speculator) { /* a draft model's passes, without the lock */
+            pthread_mutex_unlock(&srv->lock);
+            for (int d = 0; d < srv->dp; d++) sched_propose(srv->sch[d]);
+            pthread_mutex_lock(&srv->lock);
+        }
         for (int d = 0; d < srv->dp; d++) busy |= sched_build(srv->sch[d]);
         if (!busy && srv->draining) {
             pthread_mutex_unlock(&srv->lock);

@@ -69,6 +69,7 @@ struct sched {
     loom_speculator *sp;
     int k;
     request **decoding;
+    int n_decoding;
     int32_t *slots, *drafts;
     const int32_t **hists;
     int *lens, *max_draft, *n_draft;
@@ -171,7 +172,7 @@ int sched_submit(sched *s, request *r, char *msg, size_t cap) {
         return snprintf(msg, cap, "the server is busy: %d requests are waiting (--max-queue)", s->q_len + s->held), 503;
     for (int i = 0; i < r->n_choices; i++) (i ? r->choices[i] : r)->t_arrive = serve_now();
     enqueue(s, r, false);
-    r->siblings_held = r->n_choices > 1 && srv->o->prefix_caching;
+    r->siblings_held = r->n_choices > 1 && s->kv.prefix_caching;
     if (r->siblings_held) s->held += r->n_choices - 1;
     else
         for (int i = 1; i < r->n_choices; i++) enqueue(s, r->choices[i], false);
@@ -288,10 +289,10 @@ static void add_decode(sched *s, request *r, const int32_t *draft, int n_draft) 
     r->computed++; /* the proposals count once the target keeps them */
 }
 
-/* The proposals for the step's decoding requests, up to k each and within the token budget, the
- * request's own limits and the context (none for a request that processes its logits); then
- * their tokens. */
-static void add_decoding(sched *s, int n) {
+/* Room for each of the step's decoding requests' proposals: up to k each and within the token
+ * budget, the request's own limits and the context (none for a request that processes its
+ * logits). */
+static void proposal_room(sched *s, int n) {
     int budget = s->max_tokens - s->st->n_tokens - n; /* past each one's last token */
     for (int i = 0; i < n; i++) {
         request *r = s->decoding[i];
@@ -303,13 +304,6 @@ static void add_decoding(sched *s, int n) {
         budget -= m;
         s->slots[i] = r->slot, s->hists[i] = r->context, s->lens[i] = len, s->max_draft[i] = m, s->n_draft[i] = 0;
     }
-    loom_err why;
-    if (s->sp && n &&
-        loom_speculator_propose(s->sp, n, s->slots, s->hists, s->lens, s->max_draft, s->drafts, s->n_draft, &why)) {
-        fprintf(stderr, "loom serve: proposing failed, decoding on without proposals: %s\n", why.msg);
-        for (int i = 0; i < n; i++) s->n_draft[i] = 0;
-    }
-    for (int i = 0; i < n; i++) add_decode(s, s->decoding[i], s->drafts + (size_t)i * s->k, s->n_draft[i]);
 }
 
 /* Of r's next `want` tokens, as many as the free blocks hold. */
@@ -364,10 +358,14 @@ static bool admit_next(sched *s) {
     return true;
 }
 
-/* Fills the step: decode tokens first (preempting the newest requests when they need blocks
- * that are not free), then prompt chunks of running requests, then admissions, within the
- * token budget and the free blocks. */
-static void build_step(sched *s) {
+/* A step is built in three parts, so that a draft model's passes do not hold the lock that HTTP
+ * threads take to queue, stream and read /metrics (k passes a step: sched_propose):
+ * sched_begin picks the decoding requests (preempting the newest when they need blocks that are
+ * not free) and their proposals' room; sched_propose has them proposed; sched_build adds their
+ * tokens, then prompt chunks of running requests, then admissions, within the token budget and
+ * the free blocks. Only the scheduler's thread changes what the proposer reads (the requests'
+ * contexts), and a running request is not freed before its release, which is this thread's. */
+void sched_begin(sched *s) {
     for (int i = s->n_running - 1; i >= 0; i--)
         if (s->running[i]->cancel) release(s, i, FINISH_CANCELLED);
     s->pending = 0;
@@ -382,7 +380,22 @@ static void build_step(sched *s) {
         s->pending += blocks_for(r->computed + 1, bs) - blocks_for(r->computed, bs);
         s->decoding[n_decoding++] = r;
     }
-    add_decoding(s, n_decoding);
+    s->n_decoding = n_decoding;
+    proposal_room(s, n_decoding);
+}
+
+void sched_propose(sched *s) {
+    loom_err why;
+    if (s->sp && s->n_decoding &&
+        loom_speculator_propose(s->sp, s->n_decoding, s->slots, s->hists, s->lens, s->max_draft, s->drafts, s->n_draft,
+                                &why)) {
+        fprintf(stderr, "loom serve: proposing failed, decoding on without proposals: %s\n", why.msg);
+        for (int i = 0; i < s->n_decoding; i++) s->n_draft[i] = 0;
+    }
+}
+
+static void build_step(sched *s) {
+    for (int i = 0; i < s->n_decoding; i++) add_decode(s, s->decoding[i], s->drafts + (size_t)i * s->k, s->n_draft[i]);
     for (int i = 0; i < s->n_running && s->st->n_tokens < s->max_tokens; i++) {
         request *r = s->running[i];
         int budget = s->max_tokens - s->st->n_tokens, want = to_compute(r) < budget ? to_compute(r) : budget;

@@ -9,8 +9,12 @@
  * pool every replica's has the size of. */
 sched *sched_new(server *srv, const loom_engine *e, step *st, int replica, loom_err *err);
 void sched_free(sched *s);
-/* Lock held: builds the next step (decode tokens, prompt chunks, admissions); whether it has
- * anything for the replica's ranks (tokens or sequence changes). */
+/* The next step, in three parts (scheduler.c): lock held, sched_begin picks its decoding
+ * requests; lock not held, sched_propose has the speculator propose their tokens; lock held
+ * again, sched_build adds their tokens, prompt chunks and admissions, and says whether the step
+ * has anything for the replica's ranks (tokens or sequence changes). */
+void sched_begin(sched *s);
+void sched_propose(sched *s);
 bool sched_build(sched *s);
 /* After the step ran: samples its logit rows (the replica's, [n_logits][vocab]) into its
  * requests and finishes those that are done. Takes the lock. */

@@ -31,9 +31,13 @@ loom_engine_options serve_engine_options(const loom_engine_options *eo, const se
 }
 
 /* Every replica's step of a round: the engine's sizes, as serve_engine_options made them. */
-static int round_init(step_round *r, const loom_engine_stats *st, const serve_options *o, size_t vocab, bool rank0,
+static int round_init(step_round *r, const loom_engine *e, const serve_options *o, size_t vocab, bool rank0,
                       loom_err *err) {
-    return step_round_init(r, st, o->max_num_batched_tokens, o->max_num_seqs,
+    loom_engine_stats st;
+    loom_kv_stats kv;
+    loom_engine_get_stats(e, &st);
+    loom_engine_get_kv_stats(e, &kv);
+    return step_round_init(r, &st, kv.block_size, o->max_num_batched_tokens, o->max_num_seqs,
                            o->max_num_seqs * (o->num_speculative_tokens + 1), vocab, rank0, err);
 }
 
@@ -104,7 +108,7 @@ static int serve_rank0(loom_comm *comm, loom_model *m, loom_engine *e, const ser
         fprintf(stderr, "loom serve: %s\n", err.msg);
         goto done;
     }
-    bool ok = !round_init(&round, &st, o, (size_t)srv.info.vocab, true, &err) &&
+    bool ok = !round_init(&round, e, o, (size_t)srv.info.vocab, true, &err) &&
               (srv.sch = calloc((size_t)srv.dp, sizeof *srv.sch));
     for (int d = 0; ok && d < srv.dp; d++) ok = (srv.sch[d] = sched_new(&srv, e, &round.of[d], d, &err)) != NULL;
     if (!ok || !(h = http_start(&srv, &err))) {
@@ -118,9 +122,10 @@ static int serve_rank0(loom_comm *comm, loom_model *m, loom_engine *e, const ser
             "(%d blocks of %d positions, prefix caching %s), %d tokens a step%s%s\n",
             srv.info.source, o->served_name, loom_comm_size(comm), loom_comm_size(comm) > 1 ? "s" : "",
             srv.dp > 1 ? " in data-parallel replicas" : "", o->max_num_seqs, st.max_ctx, srv.dp > 1 ? " a replica" : "",
-            st.kv_bytes / 1048576.0, kv.blocks, kv.block_size, o->prefix_caching ? "on" : "off",
+            st.kv_bytes / 1048576.0, kv.blocks, kv.block_size, kv.prefix_caching ? "on" : "off",
             o->max_num_batched_tokens, srv.tmpl.plain ? ", chat template loaded" : ", no chat template",
             o->speculator ? ", speculative decoding on" : "");
+    if (kv.uncached) fprintf(stderr, "loom serve: prefix caching is off: %s\n", kv.uncached);
     if (srv.tmpl.plain) {
         char caps[160];
         chat_template_caps_describe(srv.tmpl.tools_caps, caps, sizeof caps);
@@ -160,7 +165,7 @@ int serve_run(loom_comm *comm, loom_model *m, loom_engine *e, const serve_option
     loom_engine_get_stats(e, &st);
     loom_model_info info;
     loom_model_get_info(m, &info);
-    if (round_init(&r, &st, o, (size_t)info.vocab, false, &err)) {
+    if (round_init(&r, e, o, (size_t)info.vocab, false, &err)) {
         fprintf(stderr, "loom serve: rank %d: %s\n", loom_comm_rank(comm), err.msg);
         return 1;
     }

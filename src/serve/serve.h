@@ -36,7 +36,6 @@ typedef struct serve_options {
     bool enable_auto_tool_choice; /* --enable-auto-tool-choice (vLLM's; loom parses calls whenever
                                      it has a parser, so it only asks that there be one) */
     int max_num_seqs;             /* sequences running at once (slots; their KV shares the block pool) */
-    bool prefix_caching;          /* the engine keys full blocks: admissions reuse cached prefixes */
     bool prefix_routing;          /* --data-parallel-routing prefix: prefer a replica's cached prefix */
     int max_num_batched_tokens;   /* tokens per engine step */
     int max_queue;                /* requests waiting beyond that; more get 503 */

@@ -31,15 +31,21 @@ enum { HEADER = 5 };
 enum { OP_RESET = 1, OP_ATTACH = 2, OP_TRUNCATE = 3 };
 
 /* a reset, an attach header and a truncation per slot, twice over (a slot released and reused
- * in one step), and the attached blocks */
-static int max_ops(int max_seqs) { return 2 * (2 + 3 + 3) * max_seqs + STEP_MAX_ATTACHED_BLOCKS; }
+ * in one step), and the attached blocks: as many as one whole context holds, so that any
+ * cached prefix fits beside the first admission of a step (a request the step's earlier
+ * admissions leave no room for is first in the next one) */
+static int max_ops(int max_seqs, int max_blocks) { return 2 * (2 + 3 + 3) * max_seqs + max_blocks; }
 
-static int message_ints(int max_tokens, int max_seqs, int max_logits) {
-    return HEADER + 3 * max_tokens + max_logits + max_ops(max_seqs);
+static int message_ints(int max_tokens, int max_seqs, int max_logits, int max_blocks) {
+    return HEADER + 3 * max_tokens + max_logits + max_ops(max_seqs, max_blocks);
 }
 
-size_t serve_step_bytes(const loom_engine_options *eo) {
-    return (size_t)message_ints(eo->max_tokens, eo->max_seqs, eo->max_logits > 0 ? eo->max_logits : eo->max_seqs) *
+static int blocks_of(int positions, int block_size) { return (positions + block_size - 1) / block_size; }
+
+size_t serve_step_bytes(const loom_engine_options *eo, int max_pos) {
+    int bs = eo->block_size ? eo->block_size : LOOM_BLOCK_SIZE_DEFAULT;
+    return (size_t)message_ints(eo->max_tokens, eo->max_seqs, eo->max_logits > 0 ? eo->max_logits : eo->max_seqs,
+                                blocks_of(eo->max_ctx > 0 ? eo->max_ctx : max_pos, bs)) *
            sizeof(int32_t);
 }
 
@@ -60,10 +66,11 @@ void step_clear(step *s) {
     s->n_tokens = s->n_logits = s->n_ops = 0;
 }
 
-int step_round_init(step_round *r, const loom_engine_stats *st, int max_tokens, int max_seqs, int max_logits,
-                    size_t vocab, bool rank0, loom_err *err) {
+int step_round_init(step_round *r, const loom_engine_stats *st, int block_size, int max_tokens, int max_seqs,
+                    int max_logits, size_t vocab, bool rank0, loom_err *err) {
     memset(r, 0, sizeof *r);
-    int n = message_ints(max_tokens, max_seqs, max_logits), dp = st->replicas;
+    int max_blocks = blocks_of(st->max_ctx, block_size);
+    int n = message_ints(max_tokens, max_seqs, max_logits, max_blocks), dp = st->replicas;
     const char *what = "a server round's messages";
     if (!(r->msg = mem_zalloc((size_t)dp * n, sizeof *r->msg, what, err)) ||
         !(r->of = mem_zalloc((size_t)dp, sizeof *r->of, what, err)) ||
@@ -85,7 +92,7 @@ int step_round_init(step_round *r, const loom_engine_stats *st, int max_tokens, 
                     .max_tokens = max_tokens,
                     .max_seqs = max_seqs,
                     .max_logits = max_logits,
-                    .max_ops = max_ops(max_seqs)};
+                    .max_ops = max_ops(max_seqs, max_blocks)};
         step_clear(s);
         if (rank0 && d &&
             !(r->recv[d] = mem_array((size_t)max_logits * vocab, sizeof(float), "a replica's logits", err))) {

@@ -6,9 +6,6 @@
 
 enum step_cmd { STEP_RUN = 1, STEP_STOP = 2 };
 
-/* Cached blocks one step may attach, over all its sequences: a longer match waits a step. */
-#define STEP_MAX_ATTACHED_BLOCKS 4096
-
 typedef struct step {
     int32_t cmd, n_tokens, n_logits, n_ops;
     int32_t *ids, *pos, *seq, *logit_rows, *ops; /* inside msg */
@@ -17,14 +14,16 @@ typedef struct step {
 } step;
 
 /* Bytes a step's message takes on the communicator, for an engine with eo's sizes. */
-size_t serve_step_bytes(const loom_engine_options *eo);
+/* The largest step message of an engine made from eo for a model of max_pos positions (an
+ * upper bound before the engine exists: its context may come out shorter). */
+size_t serve_step_bytes(const loom_engine_options *eo, int max_pos);
 /* Empties s for the next step (a run of nothing, no sequence changes). */
 void step_clear(step *s);
 /* Rank 0's changes to a replica's KV cache sequences, made at once on its mirror of that
  * replica's engine (book, loom_engine_mirror_new) and on the replica's ranks, in the same order,
  * before the step's tokens: slot's sequence forgotten (its blocks given back), the empty slot
  * started with n cached blocks (from loom_engine_match_prefix), which needs room in the step
- * (step_attach_fits: else try the next step), or cut back (speculative tokens its last step ran
+ * (step_attach_fits: else try the next step, where any match fits), or cut back (speculative tokens its last step ran
  * and the target rejected). */
 void step_reset(step *s, loom_engine *book, int slot);
 bool step_attach_fits(const step *s, int n);
@@ -44,9 +43,10 @@ typedef struct step_round {
     size_t vocab;
 } step_round;
 
-/* 0, or -1 with err set when out of memory (r then needs no step_round_free). */
-int step_round_init(step_round *r, const loom_engine_stats *st, int max_tokens, int max_seqs, int max_logits,
-                    size_t vocab, bool rank0, loom_err *err);
+/* 0, or -1 with err set when out of memory (r then needs no step_round_free). block_size: the
+ * KV cache's, so that a step has room to attach a whole context's blocks. */
+int step_round_init(step_round *r, const loom_engine_stats *st, int block_size, int max_tokens, int max_seqs,
+                    int max_logits, size_t vocab, bool rank0, loom_err *err);
 void step_round_free(step_round *r);
 /* Rank 0, at monotonic time `now` (seconds): sends each replica's step to its ranks (those that
  * take part in the round), runs its own replica's step, and collects every replica's logit rows
