@@ -471,7 +471,8 @@ LOOM_API int loom_engine_attach_prefix(loom_engine *e, int seq, const int32_t *b
 LOOM_API int loom_engine_truncate_seq(loom_engine *e, int seq, int len, loom_err *err);
 
 /* The CPU and the variant of loom's kernels chosen for it at start-up: the best it runs, or the
- * one the LOOM_CPU environment variable names (generic, avx2, avx512 or neon). Fails when
+ * one the LOOM_CPU environment variable names (generic, avx2, avx2vnni, avx512, avx512bf16, neon
+ * or neondot). Fails when
  * LOOM_CPU names a variant this build lacks or this CPU cannot run; loom_model_load fails then
  * too, with the same message. */
 typedef struct loom_cpu_info {

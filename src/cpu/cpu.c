@@ -22,7 +22,7 @@
 
 extern const cpu_kernels cpu_generic;
 #if defined(__x86_64__)
-extern const cpu_kernels cpu_avx2, cpu_avx512, cpu_avx512bf16;
+extern const cpu_kernels cpu_avx2, cpu_avx2vnni, cpu_avx512, cpu_avx512bf16;
 /* libgcc's checks include the OS's consent (XCR0) to save the wider registers */
 static bool has_avx512(void) { return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma"); }
 static bool has_avx512bf16(void) {
@@ -30,6 +30,7 @@ static bool has_avx512bf16(void) {
            __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bf16");
 }
 static bool has_avx2(void) { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"); }
+static bool has_avx2vnni(void) { return has_avx2() && __builtin_cpu_supports("avxvnni"); }
 #elif defined(__aarch64__)
 extern const cpu_kernels cpu_neon, cpu_neondot;
 static bool has_neon(void) { return getauxval(AT_HWCAP) & HWCAP_ASIMD; }
@@ -44,6 +45,7 @@ static const struct variant {
 #if defined(__x86_64__)
     {&cpu_avx512bf16, has_avx512bf16},
     {&cpu_avx512, has_avx512},
+    {&cpu_avx2vnni, has_avx2vnni},
     {&cpu_avx2, has_avx2},
 #elif defined(__aarch64__)
     {&cpu_neondot, has_neondot},

@@ -1,12 +1,13 @@
 /* CPU variants: the one home of everything that depends on the instruction set. Each variant
- * (generic C, AVX2+FMA, AVX-512, NEON, NEON with sdot) is a table of the hand-written hot kernels, all built
+ * (generic C, AVX2+FMA, AVX2 with AVX-VNNI, AVX-512, NEON, NEON with sdot) is a table of the hand-written hot kernels, all built
  * from the same source (variant.c over simd.h) with that variant's compiler flags. The table is
  * chosen once, at start-up, from what the CPU reports (cpuid on x86-64, hwcaps on aarch64), so
  * one binary runs everywhere at the speed its CPU allows; LOOM_CPU forces a lower variant.
  * On x86-64, avx512bf16 is AVX-512 with the VNNI and BF16 dot products (Zen 4 and later,
- * Cooper Lake, Sapphire Rapids); avx512 the same vectors without them. On aarch64, neondot is
+ * Cooper Lake, Sapphire Rapids); avx512 the same vectors without them; avx2vnni AVX2 with the
+ * VEX-encoded int8 dot product of CPUs without AVX-512 (Alder Lake, Sierra Forest). On aarch64, neondot is
  * NEON with the Armv8.2 int8 dot product (sdot; Neoverse N1 and later).
- * GEMMs are not here: OpenBLAS dispatches on the CPU itself. */
+ * GEMMs are not here: oneDNN and OpenBLAS dispatch on the CPU themselves. */
 #ifndef LOOM_CPU_CPU_H
 #define LOOM_CPU_CPU_H
 #include <stddef.h>

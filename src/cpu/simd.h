@@ -84,7 +84,7 @@ static inline vf vkeep_ge(vf x, float lo, vf v) {
     return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, vset1(lo), _CMP_GE_OQ), v);
 }
 
-#elif defined(LOOM_VARIANT_AVX2)
+#elif defined(LOOM_VARIANT_AVX2) || defined(LOOM_VARIANT_AVX2VNNI)
 #include <immintrin.h>
 #define VL    8
 #define VREGS 16
@@ -265,7 +265,8 @@ static inline vf vkeep_ge(vf x, float lo, vf v) { return x >= lo ? v : 0.0f; }
  * the generic variant one weight row at a time (dot_q8). 8-bit codes are made signed by
  * vq_prep8, which subtracts Q8_OFFSET8, where the instruction needs signed weights: the sums
  * are then of (code - Q8_OFFSET8) * x, and the kernels move the offset into the zero point. */
-#if defined(LOOM_VARIANT_AVX2) || defined(LOOM_VARIANT_AVX512) || defined(LOOM_VARIANT_AVX512BF16)
+#if defined(LOOM_VARIANT_AVX2) || defined(LOOM_VARIANT_AVX2VNNI) || defined(LOOM_VARIANT_AVX512) ||                \
+    defined(LOOM_VARIANT_AVX512BF16)
 typedef __m256i vq;
 typedef __m256i vacc;
 /* the block's 16 bytes in both halves, the upper half shifted down a nibble: low nibbles are
@@ -275,13 +276,19 @@ static inline vq vq_nib(const uint8_t *p) {
     return _mm256_and_si256(_mm256_srlv_epi64(b, _mm256_set_epi64x(4, 4, 0, 0)), _mm256_set1_epi8(15));
 }
 static inline vacc vacc_zero(void) { return _mm256_setzero_si256(); }
-#if defined(LOOM_VARIANT_AVX512BF16)
-/* AVX512-VNNI: four u8 x s8 products summed into each int32 lane, no intermediate to overflow */
+#if defined(LOOM_VARIANT_AVX512BF16) || defined(LOOM_VARIANT_AVX2VNNI)
+/* AVX512-VNNI, or AVX-VNNI (its VEX form, on CPUs without AVX-512: Alder Lake, Sierra Forest):
+ * four u8 x s8 products summed into each int32 lane, no intermediate to overflow */
 #define Q8_OFFSET8  0
 #define INT16_SUMS4 0
+#if defined(LOOM_VARIANT_AVX2VNNI)
+#define vpdpbusd _mm256_dpbusd_avx_epi32
+#else
+#define vpdpbusd _mm256_dpbusd_epi32
+#endif
 static inline vq vq_prep8(const uint8_t *p) { return _mm256_loadu_si256((const __m256i *)p); }
-static inline vacc vacc_mul4(vacc a, __m256i w, __m256i x) { return _mm256_dpbusd_epi32(a, w, x); }
-static inline vacc vacc_mul8(vacc a, __m256i w, __m256i x) { return _mm256_dpbusd_epi32(a, w, x); }
+static inline vacc vacc_mul4(vacc a, __m256i w, __m256i x) { return vpdpbusd(a, w, x); }
+static inline vacc vacc_mul8(vacc a, __m256i w, __m256i x) { return vpdpbusd(a, w, x); }
 #else
 /* AVX2's vpmaddubsw sums two u8 x s8 products into int16: exact for 4-bit codes (2 * 15 * 127),
  * not for 8-bit ones, which are made signed and multiplied as |w| times x with w's sign; then

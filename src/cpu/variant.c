@@ -1,5 +1,5 @@
 /* The hot kernels of one CPU variant, written once over simd.h's vector vocabulary. CMake
- * compiles this file once per variant (generic, avx2, avx512, avx512bf16 on x86-64; generic,
+ * compiles this file once per variant (generic, avx2, avx2vnni, avx512, avx512bf16 on x86-64; generic,
  * neon, neondot on aarch64) with that variant's flags, each defining the table cpu_<variant>; cpu.c picks one
  * at start-up. Every loop takes whole vectors and then one partial vector (simd.h's *_part),
  * so a kernel has a single code path for every length. */
