@@ -12,6 +12,10 @@
 #      Debian's libopenblas-openmp-dev as loom uses; apt-get installs what is missing) when
 #      BLAS_ROWS asks, and for AVX2 alone (build-bench/llama-avx2, GGML_NATIVE=OFF) when
 #      VARIANTS has loom's avx2, so that each loom variant meets a llama.cpp of the same ISA;
+#      on a CPU with AMX, also for AVX-512 without AMX (build-bench/llama-avx512: VNNI, BF16,
+#      VBMI), since the native build takes AMX there and its AMX path can crash (SIGILL on
+#      Q4_0 prefill on an Emerald Rapids Xeon): each row then meets the faster of the builds
+#      that ran, and the report names it;
 #   3. writes random-weight GGUFs of configs/llama-3.2-1b.json, f32 and bf16, with llama.cpp's
 #      gguf-py (benches/make_gguf.py, in a venv at build-bench/venv; no tokenizer: vocab type
 #      "none");
@@ -112,6 +116,13 @@ LLAMA_AVX2=0
 [[ " $VARIANTS " =~ \ avx2(\+exact)?\  ]] && LLAMA_AVX2=1
 [ $LLAMA_AVX2 = 1 ] && build_llama "$bench/llama-avx2" "AVX2" -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON \
   -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON -DGGML_AVX512=OFF
+# with AMX the native build is an AMX build; the AVX-512 one is the other working peer
+LLAMA_AVX512=0
+grep -qw amx_tile /proc/cpuinfo && LLAMA_AVX512=1
+[ $LLAMA_AVX512 = 1 ] && build_llama "$bench/llama-avx512" "AVX-512 without AMX" -DGGML_NATIVE=OFF -DGGML_AVX=ON \
+  -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON -DGGML_AVX_VNNI=ON -DGGML_AVX512=ON \
+  -DGGML_AVX512_VBMI=ON -DGGML_AVX512_VNNI=ON -DGGML_AVX512_BF16=ON -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF \
+  -DGGML_AMX_BF16=OFF
 if [ -n "$BLAS_ROWS" ]; then
   build_llama "$bench/llama-blas" "OpenBLAS" -DGGML_BLAS=ON -DGGML_BLAS_VENDOR=OpenBLAS
   ls "$bench/llama-blas/bin" | grep -q ggml-blas \
@@ -174,7 +185,7 @@ cpu=$(lscpu | sed -n 's/^Model name: *//p' | head -1)
   echo "decode context: $DECODE_CTX"
   echo "dtypes: $DTYPES"
   echo "variants: $VARIANTS"
-  echo "llama.cpp builds: cpu ($bench/llama-cpu)$( [ $LLAMA_AVX2 = 1 ] && echo ", avx2 ($bench/llama-avx2, GGML_NATIVE=OFF)")$( [ -n "$BLAS_ROWS" ] && echo ", blas ($bench/llama-blas, OMP_WAIT_POLICY=PASSIVE) for $BLAS_ROWS")"
+  echo "llama.cpp builds: cpu ($bench/llama-cpu, native$( [ $LLAMA_AVX512 = 1 ] && echo ": AMX"))$( [ $LLAMA_AVX512 = 1 ] && echo ", avx512 ($bench/llama-avx512, GGML_NATIVE=OFF, no AMX)")$( [ $LLAMA_AVX2 = 1 ] && echo ", avx2 ($bench/llama-avx2, GGML_NATIVE=OFF)")$( [ -n "$BLAS_ROWS" ] && echo ", blas ($bench/llama-blas, OMP_WAIT_POLICY=PASSIVE) for $BLAS_ROWS")"
 } | tee "$RESULTS/info.txt" >&2
 
 run_loom() { # variant, then loom's arguments; prints to stdout, stderr kept too
@@ -219,10 +230,14 @@ llama_run() { # build, dtype, row, label, extra env...
   local n=${row#??} args
   if [[ $row == pp* ]]; then args=(-p "$n" -n 0); else args=(-p 0 -n "$n" -d "$DECODE_CTX"); fi
   local out=$RESULTS/llama-$d-$row-$label
+  local rc=0
   # shellcheck disable=SC2086
-  if ! env "$@" "$bench/llama-$b/bin/llama-bench" -m "$bench/gguf/$model-$kind-$d.gguf" -t "$THREADS" \
-      -r "$REPS" "${args[@]}" -o json $LLAMA_ARGS >"$out.json" 2>"$out.log"; then
-    tail -20 "$out.log" >&2; die "llama-bench ($label, $d, $row) failed (log: $out.log)"
+  env "$@" "$bench/llama-$b/bin/llama-bench" -m "$bench/gguf/$model-$kind-$d.gguf" -t "$THREADS" \
+    -r "$REPS" "${args[@]}" -o json $LLAMA_ARGS >"$out.json" 2>"$out.log" || rc=$?
+  if [ $rc -ne 0 ]; then # a build that crashes on a row (the AMX build's SIGILL) is left out of it
+    tail -5 "$out.log" >&2; rm -f "$out.json"
+    echo "$d $row: llama.cpp $label build failed (exit $rc, log: $out.log)" | tee -a "$RESULTS/crashed.txt" >&2
+    return 0
   fi
   echo "   llama.cpp $label: $(python3 -c 'import json, sys; j = json.load(open(sys.argv[1]))[0]; print("%.2f tok/s (sd %.2f)" % (j["avg_ts"], j["stddev_ts"]))' "$out.json" 2>/dev/null || echo '?')" >&2
 }
@@ -253,6 +268,10 @@ for d in $DTYPES; do
     done
     note_load "llama.cpp cpu $d $row"
     llama_run cpu "$d" "$row" cpu
+    if [ $LLAMA_AVX512 = 1 ]; then
+      note_load "llama.cpp avx512 $d $row"
+      llama_run avx512 "$d" "$row" avx512
+    fi
     if [ $LLAMA_AVX2 = 1 ]; then
       note_load "llama.cpp avx2 $d $row"
       llama_run avx2 "$d" "$row" avx2

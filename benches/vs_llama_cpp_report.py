@@ -159,6 +159,10 @@ def main():
                 cells.append("")
             print("| " + " | ".join(cells) + " |")
         print()
+        crashed = read(os.path.join(d, "crashed.txt"))
+        for line in (crashed or "").splitlines():
+            if line.startswith(f"{dt} "):
+                print(f"Left out: {line}  ")
         if held:
             print("Weights held: " + ", ".join(f"{k} {mib:.0f} MiB" for k, mib in sorted(held.items())) + "\n")
 

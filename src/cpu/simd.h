@@ -265,7 +265,7 @@ static inline vf vkeep_ge(vf x, float lo, vf v) { return x >= lo ? v : 0.0f; }
  * the generic variant one weight row at a time (dot_q8). 8-bit codes are made signed by
  * vq_prep8, which subtracts Q8_OFFSET8, where the instruction needs signed weights: the sums
  * are then of (code - Q8_OFFSET8) * x, and the kernels move the offset into the zero point. */
-#if defined(LOOM_VARIANT_AVX2) || defined(LOOM_VARIANT_AVX2VNNI) || defined(LOOM_VARIANT_AVX512) ||                \
+#if defined(LOOM_VARIANT_AVX2) || defined(LOOM_VARIANT_AVX2VNNI) || defined(LOOM_VARIANT_AVX512) ||                    \
     defined(LOOM_VARIANT_AVX512BF16)
 typedef __m256i vq;
 typedef __m256i vacc;
