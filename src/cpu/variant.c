@@ -244,7 +244,12 @@ static void dot_q8(const q8row *x, int nr, const uint8_t *w, const qlayout *q, c
  * folds the sums into the lanes, rather than transposing the blocks to share them among the
  * input rows: with one or two there is little to share. One Zen 4 core, 4-bit, in the cache:
  * two rows 53.5 GMAC/s by sums, 39.9 transposed. */
-#define TILE_BY_SUMS 2
+#define TILE_BY_SUMS  2
+/* Bytes ahead that the few-row path prefetches in each of its eight weight rows. Decode reads
+ * eight streams an eighth of the matrix apart (kernels/linear.c), more than the prefetchers of
+ * an Emerald Rapids Xeon follow: 1B shape, 4-bit, 2 threads, 24.5-25.5 tok/s without, 30.7-33.8
+ * at 512 bytes ahead, 28.5-32.6 at 1024 (benches/RESULTS.md). */
+#define TILE_PREFETCH 512
 
 /* The exact sums of two consecutive blocks (at byte `at` of each row) of eight weight rows
  * against one input row's codes x: lane j of *s0 and *s1 for row j. */
@@ -297,13 +302,18 @@ static inline __attribute__((always_inline)) void tile_q8_rows(const q8row *x, i
             c += 2 * QBLOCK, g++;
             continue;
         }
-        for (; nr <= TILE_BY_SUMS && c + 2 * QBLOCK <= end; c += 2 * QBLOCK)
+        for (; nr <= TILE_BY_SUMS && c + 2 * QBLOCK <= end; c += 2 * QBLOCK) {
+            size_t at = c / QBLOCK * block_bytes;
+            if (at % 64 == 0) /* a cache line ahead in each of the eight row streams */
+#pragma GCC unroll 8
+                for (int j = 0; j < 8; j++) __builtin_prefetch(w[j] + at + TILE_PREFETCH);
 #pragma GCC unroll 8
             for (int r = 0; r < nr; r++) {
                 vacc s0, s1;
-                tile_pair_sums(x[r].q + c, w, c / QBLOCK * block_bytes, bits, &s0, &s1);
+                tile_pair_sums(x[r].q + c, w, at, bits, &s0, &s1);
                 ga[r] = vaccf_fma(s1, x[r].d[c / QACT + 1], vaccf_fma(s0, x[r].d[c / QACT], ga[r]));
             }
+        }
         for (; c < end; c += QBLOCK) {
             vq wt[8];
 #pragma GCC unroll 8
