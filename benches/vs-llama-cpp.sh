@@ -14,7 +14,7 @@
 #      VARIANTS has loom's avx2, so that each loom variant meets a llama.cpp of the same ISA;
 #      on a CPU with AMX, also for AVX-512 without AMX (build-bench/llama-avx512: VNNI, BF16,
 #      VBMI), since the native build takes AMX there and its AMX path can crash (SIGILL on
-#      Q4_0 prefill on an Emerald Rapids Xeon): each row then meets the faster of the builds
+#      every Q4_0 and Q8_0 row on an Emerald Rapids Xeon): each row then meets the faster of the builds
 #      that ran, and the report names it;
 #   3. writes random-weight GGUFs of configs/llama-3.2-1b.json, f32 and bf16, with llama.cpp's
 #      gguf-py (benches/make_gguf.py, in a venv at build-bench/venv; no tokenizer: vocab type
