@@ -456,6 +456,10 @@ typedef struct loom_kv_stats {
     const char *uncached;   /* prefix caching was asked for but is off: why (else NULL) */
 } loom_kv_stats;
 LOOM_API void loom_engine_get_kv_stats(const loom_engine *e, loom_kv_stats *st);
+/* A hash of the KV cache's bookkeeping (sequences' blocks, block states and keys, the free
+ * list's order): the ranks of a replica, and rank 0's mirror of it, agree on it after the same
+ * steps (loom serve prints each at exit). */
+LOOM_API unsigned long long loom_engine_kv_digest(const loom_engine *e);
 /* Prefix caching: the cached blocks holding the longest prefix of tokens[0..n) in whole
  * blocks, into blocks (room for n / block_size); their count (0 without prefix caching).
  * Changes nothing. Pass n - 1 tokens for a prompt whose last token must run for its logits. */

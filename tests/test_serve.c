@@ -76,11 +76,35 @@ static int start_with(server *s, const char *prefix, const char *args) {
 static int start(server *s, const char *args) { return start_with(s, "", args); }
 
 /* Sends sig to `to` and returns the server's exit status (-1 if it did not exit in time). */
+/* At exit every rank, and rank 0's mirror of each replica, print the digest of the replica's KV
+ * bookkeeping ("replica R: KV bookkeeping HEX"): all of a replica's must agree, that is, every
+ * rank took rank 0's block decisions. */
+static void books_agree(const server *s) {
+    FILE *f = fopen(s->log, "r");
+    char line[512], first[16][32] = {{0}};
+    int seen = 0;
+    while (f && fgets(line, sizeof line, f)) {
+        const char *at = strstr(line, "replica ");
+        int rep;
+        char hex[32];
+        if (!at || !strstr(line, "KV bookkeeping") || sscanf(at, "replica %d: KV bookkeeping %31s", &rep, hex) != 2 ||
+            rep < 0 || rep >= 16)
+            continue;
+        seen++;
+        if (!first[rep][0]) snprintf(first[rep], sizeof first[rep], "%s", hex);
+        CHECK(!strcmp(first[rep], hex), "replica %d's KV bookkeeping differs between its ranks: %s against %s (%s)",
+              rep, hex, first[rep], s->log);
+    }
+    if (f) fclose(f);
+    CHECK(seen >= 2, "the server printed %d digests of its KV bookkeeping at exit (%s)", seen, s->log);
+}
+
 static int stop_via(server *s, pid_t to, int sig, double within_s) {
     kill(to, sig);
     for (double t0 = now(); now() - t0 < within_s; nap(0.02)) {
         int st;
         if (waitpid(s->pid, &st, WNOHANG) == s->pid) {
+            if (WIFEXITED(st) && !WEXITSTATUS(st)) books_agree(s);
             unlink(s->log);
             return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
         }

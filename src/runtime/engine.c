@@ -363,6 +363,8 @@ void loom_engine_reset_seq(loom_engine *e, int seq) {
 
 void loom_engine_get_kv_stats(const loom_engine *e, loom_kv_stats *st) { kv_cache_get_stats(&e->kv, st); }
 
+unsigned long long loom_engine_kv_digest(const loom_engine *e) { return kv_cache_digest(&e->kv); }
+
 int loom_engine_match_prefix(const loom_engine *e, const int32_t *tokens, int n, int32_t *blocks) {
     return kv_cache_match(&e->kv, tokens, n, blocks);
 }

@@ -241,6 +241,27 @@ void kv_cache_written_batch(kv_cache *c, const loom_batch *b) {
         }
 }
 
+uint64_t kv_cache_digest(const kv_cache *c) {
+    XXH3_state_t *h = XXH3_createState();
+    if (!h) return 0;
+    XXH3_64bits_reset(h);
+    for (int s = 0; s < c->max_seqs; s++) {
+        int32_t head[2] = {c->len[s], c->held[s]};
+        XXH3_64bits_update(h, head, sizeof head);
+        XXH3_64bits_update(h, c->tables + (size_t)s * c->table_width, (size_t)c->held[s] * sizeof *c->tables);
+    }
+    for (int b = 0; b < c->n_blocks; b++) {
+        const kv_block *k = &c->blocks[b];
+        int32_t state[3] = {k->refs, k->full, k->indexed};
+        XXH3_64bits_update(h, state, sizeof state);
+        if (k->full) XXH3_64bits_update(h, &k->key, sizeof k->key);
+    }
+    for (int b = c->free_head; b >= 0; b = c->blocks[b].next) XXH3_64bits_update(h, &b, sizeof b);
+    uint64_t d = XXH3_64bits_digest(h);
+    XXH3_freeState(h);
+    return d;
+}
+
 void kv_cache_get_stats(const kv_cache *c, loom_kv_stats *st) {
     *st = (loom_kv_stats){.block_size = c->block_size,
                           .blocks = c->n_blocks,

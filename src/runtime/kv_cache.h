@@ -76,6 +76,10 @@ int kv_cache_batch_needs(const kv_cache *c, const loom_batch *b);
 void kv_cache_grow_batch(kv_cache *c, const loom_batch *b);
 void kv_cache_written_batch(kv_cache *c, const loom_batch *b);
 void kv_cache_get_stats(const kv_cache *c, loom_kv_stats *st);
+/* A hash of the whole bookkeeping (each sequence's length and blocks, each block's references,
+ * key and state, the free list in order), which every copy of it agrees on after the same
+ * calls: a check that ranks took the same block decisions. */
+uint64_t kv_cache_digest(const kv_cache *c);
 /* Empty sequence seq starts with full blocks blocks[0..n) (from kv_cache_match, here or on
  * rank 0): it holds n * block_size positions. */
 int kv_cache_attach(kv_cache *c, int seq, const int32_t *blocks, int n, loom_err *err);

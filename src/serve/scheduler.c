@@ -535,6 +535,8 @@ void sched_take(sched *s, const float *logits) {
 
 int sched_load(const sched *s) { return 4 * (s->q_len + s->held) + s->n_running; }
 
+unsigned long long sched_kv_digest(const sched *s) { return loom_engine_kv_digest(s->book); }
+
 int sched_cached_tokens(sched *s, const request *r) {
     return r->n_prompt > 1
                ? loom_engine_match_prefix(s->book, r->prompt, r->n_prompt - 1, s->matched) * s->kv.block_size

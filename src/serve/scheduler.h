@@ -25,6 +25,8 @@ void sched_fail_all(sched *s, const char *why);
  * too), and the prompt tokens of
  * r its KV cache holds in whole blocks. */
 int sched_load(const sched *s);
+/* The digest of the replica's KV bookkeeping as rank 0's mirror holds it (loom_engine_kv_digest). */
+unsigned long long sched_kv_digest(const sched *s);
 int sched_cached_tokens(sched *s, const request *r);
 /* Runs rounds of every replica's step (replicas.c) until *stop_signal is set and every request
  * has finished (0), or the engine fails (-1: every open request fails with err's message). Then

@@ -141,7 +141,14 @@ static int serve_rank0(loom_comm *comm, loom_model *m, loom_engine *e, const ser
                 srv.dp, o->prefix_routing ? " or one holding a cached prefix of its prompt" : "");
     rc = replicas_loop(&srv, e, comm, &round, &stop_signal, &err) ? 1 : 0;
     if (rc) fprintf(stderr, "loom serve: %s; every open request failed with it\n", err.msg);
-    else fprintf(stderr, "loom serve: drained, stopping\n");
+    else {
+        /* every copy of a replica's KV bookkeeping took the same decisions: test_serve compares */
+        fprintf(stderr, "loom serve: rank 0, replica 0: KV bookkeeping %016llx\n", loom_engine_kv_digest(e));
+        for (int d = 0; d < srv.dp; d++)
+            fprintf(stderr, "loom serve: rank 0's mirror, replica %d: KV bookkeeping %016llx\n", d,
+                    sched_kv_digest(srv.sch[d]));
+        fprintf(stderr, "loom serve: drained, stopping\n");
+    }
 done:
     http_stop(h); /* after the schedulers: open streams have ended (finished or failed) */
     for (int d = 0; srv.sch && d < srv.dp; d++) sched_free(srv.sch[d]);
@@ -171,6 +178,9 @@ int serve_run(loom_comm *comm, loom_model *m, loom_engine *e, const serve_option
     }
     int rc = step_round_follow(&r, e, comm, st.replica, &err);
     if (rc) fprintf(stderr, "loom serve: rank %d: %s\n", loom_comm_rank(comm), err.msg);
+    else
+        fprintf(stderr, "loom serve: rank %d, replica %d: KV bookkeeping %016llx\n", loom_comm_rank(comm), st.replica,
+                loom_engine_kv_digest(e));
     step_round_free(&r);
     return rc ? 1 : 0;
 }
