@@ -507,6 +507,78 @@ static void long_cached_prefix(const char *tp, const char *where) {
     free(big);
 }
 
+/* The texts of a completion's choices, in index order, joined by '|' into out ("" if none). */
+static void choice_texts(const char *body, char *out, size_t cap) {
+    out[0] = 0;
+    cJSON *j = body ? cJSON_Parse(body) : NULL, *c;
+    cJSON_ArrayForEach(c, cJSON_GetObjectItem(j, "choices")) {
+        const cJSON *t = cJSON_GetObjectItem(c, "text");
+        size_t n = strlen(out);
+        snprintf(out + n, cap - n, "%s%s", n ? "|" : "", cJSON_IsString(t) ? t->valuestring : "?");
+    }
+    cJSON_Delete(j);
+}
+
+/* Preemption with siblings and speculative decoding, in each parallel mode: a KV cache of 8
+ * blocks of 16 positions (on each rank: a budget for its share of the heads under -tp 2, of the
+ * layers under -pp 2), n-gram proposals (not under -dp 2, where speculation does not run yet),
+ * and 4 requests of 2 greedy choices each (the siblings share their prompt's blocks) of 20 + 60
+ * positions. Run together, the newest are preempted and recomputed, and each choice's text is
+ * the one the request had alone. A fifth request, queued behind them, is cancelled while it
+ * waits. At the end nothing is held, and the ranks' bookkeeping agrees (books_agree). */
+static void preemption_modes(void) {
+    static const char *modes[][2] = {{"-tp 2", "80K"}, {"-pp 2", "96K"}, {"-dp 2", "160K"}};
+    const char *spec = "--speculative-config '{\"method\":\"ngram\",\"num_speculative_tokens\":3,"
+                       "\"prompt_lookup_min\":1,\"prompt_lookup_max\":3}'";
+    for (int m = 0; m < 3; m++) {
+        server s;
+        char args[512];
+        snprintf(args, sizeof args,
+                 "%s --block-size 16 --kv-cache-memory-bytes %s --max-model-len 128 --max-num-seqs 4 %s", modes[m][0],
+                 modes[m][1], m < 2 ? spec : "");
+        if (start(&s, args)) {
+            CHECK(0, "%s: the small-cache speculative server did not start", modes[m][0]);
+            continue;
+        }
+        enum { N = 4 };
+        char *bodies[N], alone[N][1024];
+        for (int i = 0; i < N; i++) {
+            char *b = ids_body(20, 40 + i, 60);
+            bodies[i] = realloc(b, strlen(b) + 16);
+            strcpy(strrchr(bodies[i], '}'), ",\"n\":2}");
+            reply r = call(s.port, "POST", "/v1/completions", bodies[i]);
+            choice_texts(r.status == 200 ? r.body : NULL, alone[i], sizeof alone[i]);
+            CHECK(r.status == 200 && strchr(alone[i], '|'), "%s: request %d alone: status %d, choices '%s'",
+                  modes[m][0], i, r.status, alone[i]);
+            reply_free(&r);
+        }
+        int fds[N + 1];
+        for (int i = 0; i < N; i++) fds[i] = post_completion(s.port, bodies[i]);
+        char *waiting = ids_body(30, 77, 40);
+        fds[N] = post_completion(s.port, waiting);
+        nap(0.05);
+        close(fds[N]); /* the fifth leaves while it waits for a slot */
+        for (int i = 0; i < N; i++) {
+            char *resp = read_all(fds[i]), got[1024];
+            close(fds[i]);
+            const char *body = resp ? strstr(resp, "\r\n\r\n") : NULL;
+            choice_texts(body, got, sizeof got);
+            CHECK(!strcmp(got, alone[i]), "%s: request %d among %d: choices '%s', alone '%s'", modes[m][0], i, N, got,
+                  alone[i]);
+            free(resp);
+            free(bodies[i]);
+        }
+        free(waiting);
+        CHECK(metric(s.port, "num_preemptions_total") > 0, "%s: 4 requests of twice 5 blocks in 8 preempted none",
+              modes[m][0]);
+        double t0 = now();
+        while (metric(s.port, "kv_slots_used") != 0 && now() - t0 < 5) nap(0.05);
+        CHECK(metric(s.port, "kv_blocks_used") == 0 && metric(s.port, "kv_slots_used") == 0,
+              "%s: blocks or slots held after every request ended or left", modes[m][0]);
+        CHECK(stop(&s, SIGTERM, 60) == 0, "%s: the small-cache speculative server did not exit 0", modes[m][0]);
+    }
+}
+
 /* A client that leaves mid-stream frees its slot at the next step. */
 static void client_leaves(int port) {
     /* the 100M model takes seconds over 400 tokens, so the slot is watched on one stream: the
@@ -1252,6 +1324,7 @@ int main(void) {
     client_leaves(s.port);
     sigterm_drains(&s);
     preemption();
+    preemption_modes();
     long_cached_prefix("", "tp=1");
     long_cached_prefix("-tp 2", "-tp 2");
     speculative();
