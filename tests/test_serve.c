@@ -579,6 +579,49 @@ static void preemption_modes(void) {
     }
 }
 
+/* The waiting queue's room when held-back siblings and preempted requests both return to its
+ * head: --max-queue 4 and 2 slots, requests of 2 choices in 8 blocks of 16 positions, so that
+ * choices are held, released, admitted, preempted and queued again at once. Every request is
+ * answered: 200 with the choices it had alone, or 503 when the queue was full as it came. */
+static void queue_room(void) {
+    server s;
+    if (start(&s, "--max-queue 4 --max-num-seqs 2 --block-size 16 --kv-cache-memory-bytes 160K --max-model-len 128")) {
+        CHECK(0, "the small-queue server did not start");
+        return;
+    }
+    enum { N = 4 };
+    char *bodies[N], alone[N][1024];
+    for (int i = 0; i < N; i++) {
+        char *b = ids_body(20, 60 + i, 60);
+        bodies[i] = realloc(b, strlen(b) + 16);
+        strcpy(strrchr(bodies[i], '}'), ",\"n\":2}");
+        reply r = call(s.port, "POST", "/v1/completions", bodies[i]);
+        choice_texts(r.status == 200 ? r.body : NULL, alone[i], sizeof alone[i]);
+        CHECK(r.status == 200, "the small-queue server: request %d alone: %d", i, r.status);
+        reply_free(&r);
+    }
+    int fds[N], answered = 0;
+    for (int i = 0; i < N; i++) fds[i] = post_completion(s.port, bodies[i]);
+    for (int i = 0; i < N; i++) {
+        char *resp = read_all(fds[i]), got[1024];
+        close(fds[i]);
+        const char *body = resp ? strstr(resp, "\r\n\r\n") : NULL;
+        bool busy = resp && strstr(resp, " 503 ") && strstr(resp, "--max-queue");
+        choice_texts(busy ? NULL : body, got, sizeof got);
+        CHECK(busy || !strcmp(got, alone[i]), "the small-queue server: request %d: choices '%s', alone '%s'", i, got,
+              alone[i]);
+        answered += !busy;
+        free(resp);
+        free(bodies[i]);
+    }
+    CHECK(answered >= 2, "the small-queue server turned away %d of %d requests of 2 choices (room for 2)", N - answered,
+          N);
+    CHECK(metric(s.port, "num_preemptions_total") > 0, "the small-queue server preempted nothing");
+    CHECK(metric(s.port, "kv_blocks_used") == 0 && metric(s.port, "kv_slots_used") == 0,
+          "the small-queue server holds blocks or slots after every request ended");
+    CHECK(stop(&s, SIGTERM, 60) == 0, "the small-queue server did not exit 0");
+}
+
 /* A client that leaves mid-stream frees its slot at the next step. */
 static void client_leaves(int port) {
     /* the 100M model takes seconds over 400 tokens, so the slot is watched on one stream: the
@@ -1325,6 +1368,7 @@ int main(void) {
     sigterm_drains(&s);
     preemption();
     preemption_modes();
+    queue_room();
     long_cached_prefix("", "tp=1");
     long_cached_prefix("-tp 2", "-tp 2");
     speculative();
