@@ -11,6 +11,8 @@
 #include <string.h>
 #if defined(__aarch64__)
 #include <sys/auxv.h>
+#elif defined(__x86_64__)
+#include <cpuid.h>
 #endif
 
 #include "util/err.h"
@@ -30,7 +32,12 @@ static bool has_avx512bf16(void) {
            __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bf16");
 }
 static bool has_avx2(void) { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"); }
-static bool has_avx2vnni(void) { return has_avx2() && __builtin_cpu_supports("avxvnni"); }
+/* AVX-VNNI is cpuid leaf 7, subleaf 1, EAX bit 4 (clang 14's __builtin_cpu_supports does not
+ * know it); its registers are AVX2's, whose OS support has_avx2 checked */
+static bool has_avx2vnni(void) {
+    unsigned a, b, c, d;
+    return has_avx2() && __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a >> 4 & 1);
+}
 #elif defined(__aarch64__)
 extern const cpu_kernels cpu_neon, cpu_neondot;
 static bool has_neon(void) { return getauxval(AT_HWCAP) & HWCAP_ASIMD; }
