@@ -16,4 +16,5 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
 # Under qemu, OpenMP threads that spin at barriers slow each other down badly (test_stories:
 # ~50 s spinning, ~20 s sleeping).
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
-ctest --test-dir "$dir" -R "${1:-^(test_golden|test_stories|test_parallel|test_quant|test_row_bits)(\.|\$)}" --output-on-failure
+ctest --test-dir "$dir" -R "${1:-^(test_golden|test_stories|test_parallel|test_quant|test_row_bits)(\.|\$)}" --output-on-failure \
+  -j2
