@@ -519,6 +519,22 @@ static void choice_texts(const char *body, char *out, size_t cap) {
     cJSON_Delete(j);
 }
 
+/* N_TWO requests of 20 prompt ids (salts salt0..), 60 greedy tokens and 2 choices: their bodies
+ * (malloc'd) into bodies, and the choices each has alone on the server at port into alone. */
+#define N_TWO 4
+static void two_choice_requests(int port, const char *where, int salt0, char *bodies[N_TWO], char alone[N_TWO][1024]) {
+    for (int i = 0; i < N_TWO; i++) {
+        char *b = ids_body(20, salt0 + i, 60);
+        bodies[i] = realloc(b, strlen(b) + 16);
+        strcpy(strrchr(bodies[i], '}'), ",\"n\":2}");
+        reply r = call(port, "POST", "/v1/completions", bodies[i]);
+        choice_texts(r.status == 200 ? r.body : NULL, alone[i], 1024);
+        CHECK(r.status == 200 && strchr(alone[i], '|'), "%s: request %d alone: status %d, choices '%s'", where, i,
+              r.status, alone[i]);
+        reply_free(&r);
+    }
+}
+
 /* Preemption with siblings and speculative decoding, in each parallel mode: a KV cache of 8
  * blocks of 16 positions (on each rank: a budget for its share of the heads under -tp 2, of the
  * layers under -pp 2), n-gram proposals (not under -dp 2, where speculation does not run yet),
@@ -540,18 +556,9 @@ static void preemption_modes(void) {
             CHECK(0, "%s: the small-cache speculative server did not start", modes[m][0]);
             continue;
         }
-        enum { N = 4 };
+        enum { N = N_TWO };
         char *bodies[N], alone[N][1024];
-        for (int i = 0; i < N; i++) {
-            char *b = ids_body(20, 40 + i, 60);
-            bodies[i] = realloc(b, strlen(b) + 16);
-            strcpy(strrchr(bodies[i], '}'), ",\"n\":2}");
-            reply r = call(s.port, "POST", "/v1/completions", bodies[i]);
-            choice_texts(r.status == 200 ? r.body : NULL, alone[i], sizeof alone[i]);
-            CHECK(r.status == 200 && strchr(alone[i], '|'), "%s: request %d alone: status %d, choices '%s'",
-                  modes[m][0], i, r.status, alone[i]);
-            reply_free(&r);
-        }
+        two_choice_requests(s.port, modes[m][0], 40, bodies, alone);
         int fds[N + 1];
         for (int i = 0; i < N; i++) fds[i] = post_completion(s.port, bodies[i]);
         char *waiting = ids_body(30, 77, 40);
@@ -589,17 +596,9 @@ static void queue_room(void) {
         CHECK(0, "the small-queue server did not start");
         return;
     }
-    enum { N = 4 };
+    enum { N = N_TWO };
     char *bodies[N], alone[N][1024];
-    for (int i = 0; i < N; i++) {
-        char *b = ids_body(20, 60 + i, 60);
-        bodies[i] = realloc(b, strlen(b) + 16);
-        strcpy(strrchr(bodies[i], '}'), ",\"n\":2}");
-        reply r = call(s.port, "POST", "/v1/completions", bodies[i]);
-        choice_texts(r.status == 200 ? r.body : NULL, alone[i], sizeof alone[i]);
-        CHECK(r.status == 200, "the small-queue server: request %d alone: %d", i, r.status);
-        reply_free(&r);
-    }
+    two_choice_requests(s.port, "the small-queue server", 60, bodies, alone);
     int fds[N], answered = 0;
     for (int i = 0; i < N; i++) fds[i] = post_completion(s.port, bodies[i]);
     for (int i = 0; i < N; i++) {
