@@ -15,6 +15,8 @@
 
 #include "check.h"
 #include "kernels/kernels.h"
+#include "model/weights.h"
+#include "quant/quant.h"
 #include "tensor/half.h"
 
 static uint32_t rng = 12345;
@@ -231,12 +233,32 @@ static void mla_splits(void) {
     free(m.q), free(m.kv_c), free(m.k_pe), free(m.t), free(m.cache.k), free(ref), free(out);
 }
 
-/* ---- the linears' GEMMs (oneDNN, f32 and bf16) over any rows ---- */
+/* ---- the linears over any rows: oneDNN's GEMMs (f32, bf16), the int8 tile and AMX panel ---- */
 
 #define LROWS 131 /* rows of the longest pass */
 #define LIN   200 /* columns in */
 #define LOUT  96  /* columns out */
 #define LDX   (LIN + 3)
+
+/* the codes, scales and zero points of a quantized matrix of LOUT rows: groups of 32 columns
+ * in the 4-bit one (one block a group), of 64 in the 8-bit one */
+static int random_codes(void *ctx, int r, uint8_t *codes, float *scale, float *zero, loom_err *err) {
+    (void)r, (void)err;
+    int bits = *(const int *)ctx, group = bits == 4 ? 32 : 64;
+    for (int c = 0; c < LIN; c++) codes[c] = (uint8_t)((urand() + 1) * 0.5f * (float)(1 << bits)) & ((1 << bits) - 1);
+    for (int g = 0; g < (LIN + group - 1) / group; g++)
+        scale[g] = 0.01f + 0.005f * urand(), zero[g] = (float)(1 << (bits - 1));
+    return 0;
+}
+static wmat quantized(weight_store *ws, int *bits) {
+    int group = *bits == 4 ? 32 : 64;
+    qsource src = {*bits, LOUT, LIN, 0, (LIN + group - 1) / group, group, NULL, bits, NULL, random_codes, 0, 0, 0};
+    wmat w;
+    loom_err err = {{0}};
+    CHECK(qmat_build(ws, &src, &w, &err) == 0, "%d-bit matrix: %s", *bits, err.msg);
+    w.act = WACT_INT8;
+    return w;
+}
 
 static void linears(void) {
     float *x = rand_array((size_t)LROWS * LDX, 1.0f), *wf = rand_array((size_t)LOUT * LIN, 0.1f);
@@ -244,10 +266,16 @@ static void linears(void) {
     memcpy(shifted + 1, x, (size_t)LROWS * LDX * sizeof *x); /* the same rows, off 64-byte alignment */
     uint16_t *wb = malloc((size_t)LOUT * LIN * sizeof *wb);
     for (int i = 0; i < LOUT * LIN; i++) wb[i] = f32_to_bf16(wf[i]);
+    weight_store ws;
+    weights_init_dummy(&ws, 1);
+    int four = 4, eight = 8;
     const wmat mats[] = {{.dt = DT_F32, .rows = LOUT, .cols = LIN, .ld = LIN, .data = wf, .act = WACT_F32},
                          {.dt = DT_BF16, .rows = LOUT, .cols = LIN, .ld = LIN, .data = wb, .act = WACT_F32},
-                         {.dt = DT_BF16, .rows = LOUT, .cols = LIN, .ld = LIN, .data = wb, .act = WACT_BF16}};
-    static const char *names[] = {"f32 weights", "bf16 weights, exact", "bf16 weights, bf16 activations"};
+                         {.dt = DT_BF16, .rows = LOUT, .cols = LIN, .ld = LIN, .data = wb, .act = WACT_BF16},
+                         quantized(&ws, &four),
+                         quantized(&ws, &eight)};
+    static const char *names[] = {"f32 weights", "bf16 weights, exact", "bf16 weights, bf16 activations",
+                                  "4-bit weights, int8 activations", "8-bit weights, int8 activations"};
     float *ref = malloc((size_t)LROWS * LOUT * sizeof *ref), *y = malloc((size_t)LROWS * LOUT * sizeof *y);
     static const int counts[] = {17, 31, 64, 100, LROWS}, chunks[] = {0, 32};
     for (size_t wi = 0; wi < sizeof mats / sizeof *mats; wi++) {
@@ -273,6 +301,7 @@ static void linears(void) {
                     }
     }
     omp_set_num_threads(2);
+    weights_close(&ws);
     free(x), free(shifted), free(wf), free(wb), free(ref), free(y);
 }
 

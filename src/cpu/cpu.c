@@ -13,6 +13,8 @@
 #include <sys/auxv.h>
 #elif defined(__x86_64__)
 #include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #endif
 
 #include "util/err.h"
@@ -24,7 +26,7 @@
 
 extern const cpu_kernels cpu_generic;
 #if defined(__x86_64__)
-extern const cpu_kernels cpu_avx2, cpu_avx2vnni, cpu_avx512, cpu_avx512bf16;
+extern const cpu_kernels cpu_avx2, cpu_avx2vnni, cpu_avx512, cpu_avx512bf16, cpu_avx512amx;
 /* libgcc's checks include the OS's consent (XCR0) to save the wider registers */
 static bool has_avx512(void) { return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma"); }
 static bool has_avx512bf16(void) {
@@ -38,6 +40,18 @@ static bool has_avx2vnni(void) {
     unsigned a, b, c, d;
     return has_avx2() && __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a >> 4 & 1);
 }
+/* AMX: the tile and int8 units (cpuid leaf 7 EDX bits 24 and 25), the OS's saving of the tile
+ * state (XCR0 bits 17 and 18), and Linux's consent for this process to use the 8 KiB of tile
+ * data (arch_prctl ARCH_REQ_XCOMP_PERM for XFEATURE_XTILEDATA, Linux 5.16 and later), without
+ * which the first tile instruction ends it with SIGILL. */
+static bool has_avx512amx(void) {
+    unsigned a, b, c, d;
+    if (!has_avx512bf16() || !__get_cpuid_count(7, 0, &a, &b, &c, &d) || (d >> 24 & 3) != 3) return false;
+    unsigned lo, hi;
+    __asm__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    enum { ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18 };
+    return (lo >> 17 & 3) == 3 && syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
+}
 #elif defined(__aarch64__)
 extern const cpu_kernels cpu_neon, cpu_neondot;
 static bool has_neon(void) { return getauxval(AT_HWCAP) & HWCAP_ASIMD; }
@@ -50,9 +64,8 @@ static const struct variant {
     bool (*runs)(void);
 } variants[] = {
 #if defined(__x86_64__)
-    {&cpu_avx512bf16, has_avx512bf16},
-    {&cpu_avx512, has_avx512},
-    {&cpu_avx2vnni, has_avx2vnni},
+    {&cpu_avx512amx, has_avx512amx}, {&cpu_avx512bf16, has_avx512bf16},
+    {&cpu_avx512, has_avx512},       {&cpu_avx2vnni, has_avx2vnni},
     {&cpu_avx2, has_avx2},
 #elif defined(__aarch64__)
     {&cpu_neondot, has_neondot},

@@ -3,7 +3,8 @@
  * from the same source (variant.c over simd.h) with that variant's compiler flags. The table is
  * chosen once, at start-up, from what the CPU reports (cpuid on x86-64, hwcaps on aarch64), so
  * one binary runs everywhere at the speed its CPU allows; LOOM_CPU forces a lower variant.
- * On x86-64, avx512bf16 is AVX-512 with the VNNI and BF16 dot products (Zen 4 and later,
+ * On x86-64, avx512amx is avx512bf16 with the AMX int8 tiles for prefill (Sapphire Rapids and
+ * later Xeons); avx512bf16 is AVX-512 with the VNNI and BF16 dot products (Zen 4 and later,
  * Cooper Lake, Sapphire Rapids); avx512 the same vectors without them; avx2vnni AVX2 with the
  * VEX-encoded int8 dot product of CPUs without AVX-512 (Alder Lake, Sierra Forest). On aarch64, neondot is
  * NEON with the Armv8.2 int8 dot product (sdot; Neoverse N1 and later).
@@ -32,6 +33,12 @@ typedef struct q8row {
     const float *d;
     const float *gsum;
 } q8row;
+
+/* panel_q8's shape: input rows a step (an AMX tile's rows), weight rows a panel (its columns) */
+#define PANEL_Q8_ROWS 16
+#define PANEL_Q8_W    16
+/* panel_q8's scratch for a matrix: its panel's codes as the tiles take them, and its scales */
+#define PANEL_Q8_PACK(q) ((size_t)(q)->kp * PANEL_Q8_W + (size_t)(q)->n_groups * 2 * PANEL_Q8_W * sizeof(float))
 
 typedef struct cpu_kernels {
     const char *name;
@@ -69,6 +76,13 @@ typedef struct cpu_kernels {
      * the row's group sum into the zero term, taken off at the end. */
     void (*tile_q8)(const q8row *x, int nr, const uint8_t *const *w, const struct qlayout *q, const float *const *sz,
                     float *y);
+    /* On CPUs with AMX (NULL elsewhere), tile_q8's products for a prefill's panel: nr input rows
+     * (a multiple of PANEL_Q8_ROWS; x[i].q is x[0].q + i * x_stride bytes) against PANEL_Q8_W
+     * adjacent weight rows from w, ld bytes apart (their scales and zero points from sz, a row's
+     * 2 * n_groups floats apart), into y[i * ldy + j], in tile_q8's order and so with its bits.
+     * pack is scratch of PANEL_Q8_PACK bytes. */
+    void (*panel_q8)(const q8row *x, size_t x_stride, int nr, const uint8_t *w, size_t ld, const struct qlayout *q,
+                     const float *sz, uint8_t *pack, float *y, size_t ldy);
     float (*sum_squares)(const float *x, int n);
     /* out = x * s * w (RMSNorm's scaling by its inverse root and weight) */
     void (*scale_mul)(const float *x, float s, const float *w, float *out, int n);

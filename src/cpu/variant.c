@@ -1,5 +1,5 @@
 /* The hot kernels of one CPU variant, written once over simd.h's vector vocabulary. CMake
- * compiles this file once per variant (generic, avx2, avx2vnni, avx512, avx512bf16 on x86-64; generic,
+ * compiles this file once per variant (generic, avx2, avx2vnni, avx512, avx512bf16, avx512amx on x86-64; generic,
  * neon, neondot on aarch64) with that variant's flags, each defining the table cpu_<variant>; cpu.c picks one
  * at start-up. Every loop takes whole vectors and then one partial vector (simd.h's *_part),
  * so a kernel has a single code path for every length. */
@@ -8,6 +8,10 @@
 #include <string.h>
 
 #include "cpu/cpu.h"
+#if defined(LOOM_VARIANT_AVX512AMX) /* avx512bf16's kernels, and amx.c's panel for prefill */
+#define LOOM_VARIANT_AVX512BF16
+#include "cpu/amx.h"
+#endif
 #include "cpu/simd.h"
 #include "tensor/fp8.h"
 #include "tensor/tensor.h"
@@ -193,6 +197,10 @@ static void dequant_q(const uint8_t *w, const qlayout *q, size_t row, float *dst
         }
     }
 }
+
+#if defined(LOOM_VARIANT_AVX512AMX)
+_Static_assert(Q8_OFFSET8 == 0, "amx.c's panel sums 8-bit codes unsigned: the tile must too");
+#endif
 
 #if !HAS_INT8_TILE
 /* dot_q_row on int8 activations (cpu.h's q8row), in the order cpu.h fixes for every int8
@@ -669,6 +677,9 @@ const cpu_kernels TABLE = {
     .dequant_q = dequant_q,
 #if HAS_INT8_TILE
     .tile_q8 = tile_q8,
+#if defined(LOOM_VARIANT_AVX512AMX)
+    .panel_q8 = amx_panel_q8, /* its 8-bit codes unsigned, as the tile's (Q8_OFFSET8 0) */
+#endif
 #else
     .dot_q8 = dot_q8,
 #endif

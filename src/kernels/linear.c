@@ -175,15 +175,67 @@ static void tile_call(const cpu_kernels *k, const q8row *xr, int r, int nr, cons
             if (n[j] >= 0) y[(size_t)(r + i) * ldy + n[j]] = out[i * 8 + j];
 }
 
+/* Input rows [r0, r1) against weight rows [n0, n1) through the tile (eight weight rows a call)
+ * or dot_q8 (one), in panels of weight rows that meet every input row while they stay in the
+ * cache. */
+static void panels_q8(const float *xq, size_t ldq, int r0, int r1, int n0, int n1, const wmat *w, const float *sums,
+                      float *y, size_t ldy) {
+    const cpu_kernels *k = cpu();
+    const qlayout *ql = w->q;
+    const int tile = k->tile_q8 ? 8 : TILE_ROWS; /* input rows per call */
+    int panels = (n1 - n0 + PANEL_ROWS - 1) / PANEL_ROWS;
+#pragma omp parallel for schedule(static)
+    for (int p = 0; p < panels; p++) {
+        int p0 = n0 + p * PANEL_ROWS, p1 = p0 + PANEL_ROWS < n1 ? p0 + PANEL_ROWS : n1;
+        for (int r = r0; r < r1; r += tile) {
+            q8row xr[8];
+            int nr = r1 - r < tile ? r1 - r : tile;
+            q8rows_at(xq, ldq, r, nr, ql, sums, xr);
+            if (k->tile_q8)
+                for (int j0 = p0; j0 < p1; j0 += 8) {
+                    int n[8];
+                    for (int j = 0; j < 8; j++) n[j] = j0 + j < p1 ? j0 + j : -1;
+                    tile_call(k, xr, r, nr, w, n, y, ldy);
+                }
+            else
+                for (int n = p0; n < p1; n++) {
+                    float acc[TILE_ROWS];
+                    k->dot_q8(xr, nr, (const uint8_t *)w->data + (size_t)n * w->ld, ql,
+                              ql->sz + (size_t)n * ql->n_groups * 2, acc);
+                    for (int i = 0; i < nr; i++) y[(size_t)(r + i) * ldy + n] = acc[i];
+                }
+        }
+    }
+}
+
+/* The first mp input rows against the first wp weight rows through the variant's panel
+ * (cpu.h's panel_q8: AMX), PANEL_Q8_W weight rows a thread's task. */
+static void panels_amx(const float *xq, size_t ldq, int mp, int wp, const wmat *w, const float *sums, float *y,
+                       size_t ldy) {
+    static _Thread_local fbuf rows_buf;
+    const qlayout *ql = w->q;
+    q8row *xr = (q8row *)fbuf_get(&rows_buf, (size_t)mp * sizeof *xr / sizeof(float) + 1);
+    if (!xr) return;
+    q8rows_at(xq, ldq, 0, mp, ql, sums, xr);
+#pragma omp parallel for schedule(static)
+    for (int n0 = 0; n0 < wp; n0 += PANEL_Q8_W) {
+        static _Thread_local fbuf pack_buf; /* each thread's own */
+        uint8_t *pack = (uint8_t *)fbuf_get(&pack_buf, PANEL_Q8_PACK(ql) / sizeof(float));
+        if (!pack) continue;
+        cpu()->panel_q8(xr, ldq * sizeof(float), mp, (const uint8_t *)w->data + (size_t)n0 * w->ld, w->ld, ql,
+                        ql->sz + (size_t)n0 * ql->n_groups * 2, pack, y + n0, ldy);
+    }
+}
+
 /* y = xq W^T for a quantized W on m int8 rows (in W's packed column order, ldq floats apart),
  * of a product of pass_rows rows. With the variant's tile, a long product (prefill) takes
- * panels of weight rows that meet every input row while they stay in the cache, eight adjacent
- * rows a call. A short one (decode) is bound by memory, and reads the matrix once: a tile's
- * eight rows are then an eighth of the matrix apart, eight sequential streams. Eight adjacent
- * rows interleave within a few pages, which the prefetchers do not follow: Zen 4, one core,
- * 128 MiB of 1 KiB rows, 16-byte loads: 7.9 GB/s interleaved, 20.1 as far streams, 24.5 as one
- * stream. Without a tile, dot_q8 streams each weight row alone; it sums in the tile's order,
- * so all give the same bits (cpu.h). */
+ * panels of weight rows that meet every input row while they stay in the cache (with AMX, its
+ * panel takes the whole rows and weight rows it can, the tile the rest). A short one (decode)
+ * is bound by memory, and reads the matrix once: a tile's eight rows are then an eighth of the
+ * matrix apart, eight sequential streams. Eight adjacent rows interleave within a few pages,
+ * which the prefetchers do not follow: Zen 4, one core, 128 MiB of 1 KiB rows, 16-byte loads:
+ * 7.9 GB/s interleaved, 20.1 as far streams, 24.5 as one stream. Without a tile, dot_q8 streams
+ * each weight row alone; it sums in the tile's order, so all give the same bits (cpu.h). */
 static void linear_q8_rows(const float *xq, size_t ldq, int m, int pass_rows, const wmat *w, float *y, size_t ldy) {
     static _Thread_local fbuf sums_buf;
     const qlayout *ql = w->q;
@@ -204,30 +256,11 @@ static void linear_q8_rows(const float *xq, size_t ldq, int m, int pass_rows, co
         }
         return;
     }
-    const int tile = k->tile_q8 ? 8 : TILE_ROWS; /* input rows per call */
-    int panels = (w->rows + PANEL_ROWS - 1) / PANEL_ROWS;
-#pragma omp parallel for schedule(static)
-    for (int p = 0; p < panels; p++) {
-        int n1 = (p + 1) * PANEL_ROWS < w->rows ? (p + 1) * PANEL_ROWS : w->rows;
-        for (int r = 0; r < m; r += tile) {
-            q8row xr[8];
-            int nr = m - r < tile ? m - r : tile;
-            q8rows_at(xq, ldq, r, nr, ql, sums, xr);
-            if (k->tile_q8)
-                for (int n0 = p * PANEL_ROWS; n0 < n1; n0 += 8) {
-                    int n[8];
-                    for (int j = 0; j < 8; j++) n[j] = n0 + j < n1 ? n0 + j : -1;
-                    tile_call(k, xr, r, nr, w, n, y, ldy);
-                }
-            else
-                for (int n = p * PANEL_ROWS; n < n1; n++) {
-                    float acc[TILE_ROWS];
-                    k->dot_q8(xr, nr, (const uint8_t *)w->data + (size_t)n * w->ld, ql,
-                              ql->sz + (size_t)n * ql->n_groups * 2, acc);
-                    for (int i = 0; i < nr; i++) y[(size_t)(r + i) * ldy + n] = acc[i];
-                }
-        }
-    }
+    int mp = k->panel_q8 ? m / PANEL_Q8_ROWS * PANEL_Q8_ROWS : 0, wp = mp ? w->rows / PANEL_Q8_W * PANEL_Q8_W : 0;
+    if (wp) panels_amx(xq, ldq, mp, wp, w, sums, y, ldy);
+    else mp = 0;
+    panels_q8(xq, ldq, mp, m, 0, w->rows, w, sums, y, ldy);
+    if (wp < w->rows) panels_q8(xq, ldq, 0, mp, wp, w->rows, w, sums, y, ldy);
 }
 
 /* y = x W^T for a quantized W on int8 activations, x quantized here. */

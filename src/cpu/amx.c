@@ -1,0 +1,146 @@
+/* The int8 panel on AMX tiles (cpu.h's panel_q8), built into the avx512amx variant alone, with
+ * its flags: one tile instruction multiplies 16 input rows by 16 weight rows over a 32-column
+ * block, where the AVX-512 tile (variant.c's tile_q8) needs 64 vector products. Written here
+ * because oneDNN's u8s8 matmul sums over the whole row before it scales: the int8 order every
+ * variant keeps (cpu.h) scales each 32-column block's exact sum by its own activation scale, so
+ * a tile instruction covers one block, its int32 sums leave the tile, and the fp32 steps follow
+ * tile_q8's to the operation. Integer sums are exact, so the bits are the same as tile_q8's. */
+#include <immintrin.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "cpu/amx.h"
+#include "tensor/tensor.h"
+
+/* The tiles: C0-C3 a ring of four blocks' int32 sums (block b in C(b % 4)), each of 16 input
+ * rows against 16 weight rows; A0, A1 and B0, B1 the blocks' codes, the inputs' (16 rows of 32
+ * bytes) and the weights' (four columns of a row in each dword, the layout the instruction
+ * takes), alternating. Numerals, not an enum: the intrinsics paste them into the instruction's
+ * register names. */
+#define C0      0
+#define C1      1
+#define C2      2
+#define C3      3
+#define A0      4
+#define A1      5
+#define B0      6
+#define B1      7
+#define PANEL_W PANEL_Q8_W /* a C tile's int32 columns */
+
+typedef struct tile_config {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} tile_config;
+
+static void tiles_configure(void) {
+    tile_config c;
+    memset(&c, 0, sizeof c);
+    c.palette = 1;
+    for (int t = C0; t <= C3; t++) c.rows[t] = PANEL_Q8_ROWS, c.colsb[t] = PANEL_W * 4;
+    for (int t = A0; t <= A1; t++) c.rows[t] = PANEL_Q8_ROWS, c.colsb[t] = QBLOCK;
+    for (int t = B0; t <= B1; t++) c.rows[t] = QBLOCK / 4, c.colsb[t] = PANEL_W * 4;
+    _tile_loadconfig(&c);
+}
+
+/* The panel as the tiles take it: the 16 weight rows (ld bytes apart) as B tiles, one per
+ * block, dword t of tile row n holding row n's columns 4t..4t+3 (a 4-bit block's byte i holds
+ * column i in its low nibble and column 16 + i in its high one, so its dword t gives tile rows t
+ * and t + 4); then per group the 16 rows' scales and scale times zero point, as tile_q8 forms
+ * them (their 8-bit codes need no offset here: the instruction takes them unsigned). */
+static void pack_panel(const uint8_t *w, size_t ld, const qlayout *q, const float *sz, uint8_t *pack) {
+    const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const __m512i rows = _mm512_mullo_epi32(_mm512_set1_epi32((int)ld), lane);
+    const __m512i nib = _mm512_set1_epi8(15);
+    const size_t block_bytes = (size_t)q->bits * QBLOCK / 8;
+    for (int b = 0; b < q->kp / QBLOCK; b++, pack += QBLOCK * PANEL_W) {
+        const uint8_t *blk = w + (size_t)b * block_bytes;
+        for (int t = 0; t < (int)block_bytes / 4; t++) {
+            __m512i d = _mm512_i32gather_epi32(rows, blk + 4 * t, 1);
+            if (q->bits == 8) {
+                _mm512_storeu_si512(pack + t * 64, d);
+                continue;
+            }
+            _mm512_storeu_si512(pack + t * 64, _mm512_and_si512(d, nib));
+            _mm512_storeu_si512(pack + (t + 4) * 64, _mm512_and_si512(_mm512_srli_epi16(d, 4), nib));
+        }
+    }
+    const __m512i at = _mm512_mullo_epi32(_mm512_set1_epi32(2 * q->n_groups), lane);
+    float *scales = (float *)pack;
+    for (int g = 0; g < q->n_groups; g++, scales += 2 * PANEL_W) {
+        __m512 s = _mm512_i32gather_ps(at, sz + 2 * g, 4), z = _mm512_i32gather_ps(at, sz + 2 * g + 1, 4);
+        _mm512_storeu_ps(scales, s);
+        _mm512_storeu_ps(scales + PANEL_W, _mm512_mul_ps(s, z));
+    }
+}
+
+/* Block b of 16 input rows (x0, x_stride bytes apart) against the panel's: the block's exact
+ * sums, through tile c, into cs. */
+#define BLOCK_SUMS(c, a, bt, b, cs)                                                                                    \
+    do {                                                                                                               \
+        _tile_zero(c);                                                                                                 \
+        _tile_loadd(a, x0 + (size_t)(b)*QBLOCK, x_stride);                                                             \
+        _tile_loadd(bt, pack + (size_t)(b)*QBLOCK * PANEL_W, PANEL_W * 4);                                             \
+        _tile_dpbsud(c, a, bt);                                                                                        \
+        _tile_stored(c, cs, PANEL_W * 4);                                                                              \
+    } while (0)
+
+/* ga[r] += block b's sums of row r (cs[r], one lane a weight row) times its activation scale */
+static inline __attribute__((always_inline)) void add_block(__m512 ga[PANEL_Q8_ROWS], int32_t cs[][PANEL_W],
+                                                            const q8row *x, size_t b) {
+#pragma GCC unroll 16
+    for (int r = 0; r < PANEL_Q8_ROWS; r++)
+        ga[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(cs[r])), _mm512_set1_ps(x[r].d[b]), ga[r]);
+}
+
+/* Block b's sums into tile b % 4 and its buffer, the tile numbers being constants. */
+static inline __attribute__((always_inline)) void issue_block(const int8_t *x0, size_t x_stride, const uint8_t *pack,
+                                                              int b, int32_t cs[][PANEL_Q8_ROWS][PANEL_W]) {
+    switch (b & 3) {
+    case 0: BLOCK_SUMS(C0, A0, B0, b, cs[0]); break;
+    case 1: BLOCK_SUMS(C1, A1, B1, b, cs[1]); break;
+    case 2: BLOCK_SUMS(C2, A0, B0, b, cs[2]); break;
+    default: BLOCK_SUMS(C3, A1, B1, b, cs[3]); break;
+    }
+}
+
+/* 16 input rows from x against the packed panel: tile_q8_rows's steps, with the 16 weight rows
+ * in the lanes. The tiles run LEAD blocks ahead of the vector units that scale their sums: a
+ * block's path through the tiles and back to memory takes about as long as the vector work of
+ * a few, and the pipeline crosses group boundaries. */
+#define LEAD 3
+static void rows16(const q8row *x, size_t x_stride, const uint8_t *pack, const qlayout *q, float *y, size_t ldy) {
+    _Alignas(64) int32_t cs[4][PANEL_Q8_ROWS][PANEL_W];
+    _Alignas(64) float acc[PANEL_Q8_ROWS][PANEL_W] = {{0}}, zt[PANEL_Q8_ROWS][PANEL_W] = {{0}};
+    const int8_t *x0 = x[0].q;
+    const float *scales = (const float *)(pack + (size_t)q->kp * PANEL_W);
+    const int nb = q->kp / QBLOCK;
+    for (int b = 0; b < LEAD && b < nb; b++) issue_block(x0, x_stride, pack, b, cs);
+    __m512 ga[PANEL_Q8_ROWS];
+#pragma GCC unroll 16
+    for (int r = 0; r < PANEL_Q8_ROWS; r++) ga[r] = _mm512_setzero_ps();
+    for (int b = 0, g = 0; b < nb; b++) {
+        if (b + LEAD < nb) issue_block(x0, x_stride, pack, b + LEAD, cs);
+        add_block(ga, cs[b & 3], x, (size_t)b);
+        if (b + 1 < q->group_end[g] / QBLOCK) continue;
+        __m512 sv = _mm512_loadu_ps(scales), szv = _mm512_loadu_ps(scales + PANEL_W);
+#pragma GCC unroll 16
+        for (int r = 0; r < PANEL_Q8_ROWS; r++) {
+            _mm512_store_ps(acc[r], _mm512_fmadd_ps(ga[r], sv, _mm512_load_ps(acc[r])));
+            _mm512_store_ps(zt[r], _mm512_fmadd_ps(szv, _mm512_set1_ps(x[r].gsum[g]), _mm512_load_ps(zt[r])));
+            ga[r] = _mm512_setzero_ps();
+        }
+        g++, scales += 2 * PANEL_W;
+    }
+    for (int r = 0; r < PANEL_Q8_ROWS; r++)
+        _mm512_storeu_ps(y + (size_t)r * ldy, _mm512_sub_ps(_mm512_load_ps(acc[r]), _mm512_load_ps(zt[r])));
+}
+
+void amx_panel_q8(const q8row *x, size_t x_stride, int nr, const uint8_t *w, size_t ld, const qlayout *q,
+                  const float *sz, uint8_t *pack, float *y, size_t ldy) {
+    pack_panel(w, ld, q, sz, pack);
+    tiles_configure();
+    for (int r = 0; r + PANEL_Q8_ROWS <= nr; r += PANEL_Q8_ROWS)
+        rows16(x + r, x_stride, pack, q, y + (size_t)r * ldy, ldy);
+    _tile_release(); /* a thread holding tile state costs every context switch 8 KiB more */
+}
