@@ -7,8 +7,8 @@ secs=${1:-60}
 LOOM_WITH_FUZZ=1 scripts/install-deps.sh
 cmake -S . -B build-fuzz -DCMAKE_C_COMPILER=clang -DLOOM_FUZZ=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build-fuzz -j "$(nproc)" --target fuzz_safetensors fuzz_config fuzz_tokenizer fuzz_quant fuzz_request fuzz_template \
-  fuzz_expert_load fuzz_grammar fuzz_tool_calls
-for t in safetensors config tokenizer quant request template expert_load grammar tool_calls; do
+  fuzz_expert_load fuzz_grammar fuzz_grammar_ambiguous fuzz_tool_calls
+for t in safetensors config tokenizer quant request template expert_load grammar grammar_ambiguous tool_calls; do
   corpus=build-fuzz/corpus-$t
   mkdir -p "$corpus"
   case $t in
@@ -29,6 +29,7 @@ for t in safetensors config tokenizer quant request template expert_load grammar
     request) cp fuzz/seeds/request-*.bin "$corpus/" ;;
     expert_load) cp fuzz/seeds/expert-load-*.json "$corpus/" ;;
     grammar) cp fuzz/seeds/grammar-*.bin fuzz/regressions/grammar-*.bin "$corpus/" ;;
+    grammar_ambiguous) cp fuzz/seeds/ambiguous-*.bin "$corpus/" ;;
     tool_calls) cp fuzz/seeds/tool-calls-* "$corpus/" ;;
   esac
   echo "fuzz_$t: ${secs}s"

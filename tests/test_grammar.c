@@ -134,7 +134,7 @@ static void mask_matches_allows(const char *tok_file, const char *gbnf, int walk
     for (int w = 0; g && w < walks; w++) {
         grammar_matcher *m = grammar_matcher_new(g, &err);
         for (int s = 0; m && s < steps && !grammar_matcher_done(m); s++) {
-            grammar_matcher_mask(m, mask);
+            CHECK(!grammar_matcher_mask(m, mask, &err), "%s: %s", gbnf, err.msg);
             int n_allowed = 0;
             int32_t *ok = malloc(sizeof *ok * (size_t)n);
             for (int i = 0; i < n; i++) {

@@ -4,7 +4,8 @@
  * descriptors, streamed pieces joining to the whole text, the completion equal to
  * `loom run`'s, the same under -tp 2 (with a rank killed: every open request fails cleanly and
  * the job names the rank) and with speculative decoding, and SIGTERM draining the running
- * requests before exiting 0.
+ * requests before exiting 0, and grammars ambiguous enough to hold a step ending with a 400
+ * while the server serves on.
  * Requests are written by hand here because most of them are malformed on purpose; the real
  * client (the `openai` package) is tests/serve_openai.py. */
 #include <arpa/inet.h>
@@ -619,6 +620,84 @@ static void queue_room(void) {
     CHECK(metric(s.port, "kv_blocks_used") == 0 && metric(s.port, "kv_slots_used") == 0,
           "the small-queue server holds blocks or slots after every request ended");
     CHECK(stop(&s, SIGTERM, 60) == 0, "the small-queue server did not exit 0");
+}
+
+/* The CPU seconds (user + system) the process pid has used so far; its resident MiB in *rss. */
+static double cpu_seconds(pid_t pid, double *rss_mib) {
+    char path[64], text[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    size_t n = f ? fread(text, 1, sizeof text - 1, f) : 0;
+    if (f) fclose(f);
+    text[n] = 0;
+    const char *after = strrchr(text, ')');
+    unsigned long user = 0, sys = 0;
+    long pages = 0;
+    if (after)
+        sscanf(after, ") %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu %*d %*d %*d %*d %*d %*d %*u %*u %ld",
+               &user, &sys, &pages);
+    if (rss_mib) *rss_mib = (double)pages * (double)sysconf(_SC_PAGESIZE) / 1048576.0;
+    return (double)(user + sys) / (double)sysconf(_SC_CLK_TCK);
+}
+
+/* Grammars that match the same text in many ways (issue 49), each as a request of 64 tokens: it
+ * finishes or fails with a 400 naming the ambiguity; a plain request sent beside it is answered
+ * within 2 s; the server's memory stays under 1 GiB; and after a client of such a request
+ * leaves, the server is idle within a second (under 0.2 CPU s in the next). */
+static void hostile_grammars(const server *s) {
+    char bodies[6][1024];
+    int n = 0;
+    for (int alts = 2; alts <= 5; alts++) {
+        int k = snprintf(bodies[n], sizeof bodies[n],
+                         "{\"prompt\":\"The\",\"max_tokens\":64,\"grammar\":\"root ::= s\\ns ::= ");
+        for (int a = 0; a < alts; a++)
+            k += snprintf(bodies[n] + k, sizeof bodies[n] - (size_t)k, "[a-zA-Z ] s \\\"%d\\\" | ", a);
+        snprintf(bodies[n] + k, sizeof bodies[n] - (size_t)k, "\\\"\\\"\"}");
+        n++;
+    }
+    const char *any_of = "{\"anyOf\":[{\"type\":\"array\",\"items\":{\"$ref\":\"#\"}},"
+                         "{\"type\":\"array\",\"items\":{\"$ref\":\"#\"},\"maxItems\":7}]}";
+    snprintf(bodies[n++], sizeof bodies[0],
+             "{\"prompt\":\"[\",\"max_tokens\":64,\"response_format\":{\"type\":\"json_schema\","
+             "\"json_schema\":{\"name\":\"a\",\"schema\":%s}}}",
+             any_of);
+    double worst_plain = 0, most_rss = 0;
+    for (int i = 0; i < n; i++) {
+        int fd = post_completion(s->port, bodies[i]);
+        double t0 = now();
+        reply plain = call(s->port, "POST", "/v1/completions", "{\"prompt\":\"The\",\"max_tokens\":4}");
+        double took = now() - t0;
+        worst_plain = took > worst_plain ? took : worst_plain;
+        CHECK(plain.status == 200 && took < 2, "beside hostile grammar %d: a plain request got %d after %.2f s", i,
+              plain.status, took);
+        reply_free(&plain);
+        char *resp = read_all(fd);
+        close(fd);
+        int status = 0;
+        sscanf(resp, "HTTP/1.%*d %d", &status);
+        CHECK(status == 200 || (status == 400 && strstr(resp, "too ambiguous")), "hostile grammar %d: %.300s", i, resp);
+        printf("hostile grammar %d: %d%s; a plain request beside it took %.2f s\n", i, status,
+               status == 400 ? " (too ambiguous)" : "", took);
+        free(resp);
+        double rss;
+        cpu_seconds(s->pid, &rss);
+        most_rss = rss > most_rss ? rss : most_rss;
+    }
+    CHECK(most_rss < 1024, "the server grew to %.0f MiB", most_rss);
+    /* a client that leaves: the server goes idle */
+    char stream[1100];
+    snprintf(stream, sizeof stream, "%.*s,\"stream\":true}", (int)strlen(bodies[n - 1]) - 1, bodies[n - 1]);
+    int fd = post_completion(s->port, stream);
+    nap(0.05);
+    close(fd);
+    nap(1.0);
+    double c0 = cpu_seconds(s->pid, NULL);
+    nap(1.0);
+    double busy = cpu_seconds(s->pid, NULL) - c0;
+    CHECK(busy < 0.2, "after its client left, the server used %.2f CPU s in a second", busy);
+    printf("hostile grammars: plain requests beside them answered within %.2f s; the server at most %.0f MiB; "
+           "%.2f CPU s in the second after a client left\n",
+           worst_plain, most_rss, busy);
 }
 
 /* A client that leaves mid-stream frees its slot at the next step. */
@@ -1352,6 +1431,7 @@ int main(void) {
     completions_match_run(s.port, "-p 'The robot' -n 24 --ignore-eos");
     prefix_reuse(s.port, 64, "tp=1");
     slow_client(s.port);
+    hostile_grammars(&s);
     idle_flood(&s);
     header_deadline(&s);
     chunked_too_big(&s);

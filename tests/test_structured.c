@@ -130,7 +130,10 @@ static bool sample(model_case *mc, grammar *g, uint64_t seed, char *out, size_t 
             break;
         }
         from = n;
-        grammar_matcher_mask(gm, allowed);
+        if (grammar_matcher_mask(gm, allowed, &err)) {
+            CHECK(false, "%s: %s", mc->name, err.msg);
+            break;
+        }
         bool any = false;
         for (int i = 0; i < mc->vocab; i++) {
             bool ok = allowed[i >> 5] >> (i & 31) & 1;

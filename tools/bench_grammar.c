@@ -60,7 +60,11 @@ static int walk(grammar *g, const loom_model_info *info, int n, uint64_t seed, w
             if (!(m = grammar_matcher_new(g, err))) return -1;
         }
         double t0 = now();
-        grammar_matcher_mask(m, b->allowed);
+        if (grammar_matcher_mask(m, b->allowed, err)) {
+            printf("step %d: the mask stopped after %.3f ms: %s\n", steps, (now() - t0) * 1e3, err->msg);
+            grammar_matcher_free(m);
+            return -1;
+        }
         b->mask_ms[steps] = (now() - t0) * 1e3;
         int n_ok = 0;
         for (int i = 0; i < b->vocab; i++) {
@@ -96,8 +100,14 @@ static int walk(grammar *g, const loom_model_info *info, int n, uint64_t seed, w
         t0 = now();
         bool allowed = grammar_matcher_allows(m, pick);
         b->check_ms[steps] = (now() - t0) * 1e3;
+        if (!allowed && grammar_matcher_fault(m, err)) { /* past the matcher's bound of work */
+            printf("step %d: the check stopped after %.3f ms: %s\n", steps, b->check_ms[steps], err->msg);
+            steps = -1;
+            break;
+        }
         if (!allowed || grammar_matcher_accept(m, pick, err)) {
-            fprintf(stderr, "loom bench grammar: the mask allowed token %d, which the matcher refuses\n", pick);
+            fprintf(stderr, "loom bench grammar: the mask allowed token %d, which the matcher refuses%s%s\n", pick,
+                    allowed ? ": " : "", allowed ? err->msg : "");
             steps = -1;
             break;
         }

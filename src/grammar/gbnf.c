@@ -16,8 +16,9 @@
 #include "util/alloc.h"
 #include "util/err.h"
 
-#define GRAMMAR_MAX_ELEMS  (1 << 21) /* elements in all: a bound on what a request can make us build */
-#define GRAMMAR_MAX_REPEAT 10000     /* x{n,m}: n and m at most */
+/* elements in all, 40 bytes each: a bound on what a request can make the server hold (20 MiB) */
+#define GRAMMAR_MAX_ELEMS  (1 << 19)
+#define GRAMMAR_MAX_REPEAT 10000 /* x{n,m}: n and m at most */
 
 typedef struct seq {
     gelem *el;
@@ -53,7 +54,11 @@ static int fail(parser *ps, const char *fmt, const char *what) {
 static int oom(parser *ps) { return fail(ps, "%s", "out of memory"); }
 
 static int seq_push(parser *ps, seq *s, gelem e) {
-    if (++ps->total > GRAMMAR_MAX_ELEMS) return fail(ps, "the grammar is too large (over %s elements)", "2097152");
+    if (++ps->total > GRAMMAR_MAX_ELEMS) {
+        char limit[32];
+        snprintf(limit, sizeof limit, "%d", GRAMMAR_MAX_ELEMS);
+        return fail(ps, "the grammar is too large (over %s elements, as repetitions expand)", limit);
+    }
     if (ARRAY_RESERVE(s->el, s->cap, s->n + 1, "grammar elements", NULL)) return oom(ps);
     s->el[s->n++] = e;
     return 0;
@@ -617,6 +622,17 @@ grammar *grammar_compile(const char *gbnf, const grammar_vocab *v, loom_err *err
     }
     parser_free(&ps);
     return g;
+}
+
+size_t grammar_bytes(grammar *g) {
+    pthread_mutex_lock(&g->lock);
+    size_t bytes = sizeof *g + (size_t)g->n_el * sizeof *g->el + g->pm_slots * sizeof *g->pm + g->mask_bytes +
+                   cspace_bytes(g->local);
+    for (int r = 0; r < g->n_rules; r++)
+        bytes += 2 * sizeof *g->rule_alt0 + sizeof *g->rule_name + strlen(g->rule_name[r]) + 1 +
+                 (size_t)g->rule_nalt[r] * sizeof *g->alt_start;
+    pthread_mutex_unlock(&g->lock);
+    return bytes;
 }
 
 grammar *grammar_ref(grammar *g) {

@@ -27,6 +27,7 @@
 #ifndef LOOM_GRAMMAR_GRAMMAR_H
 #define LOOM_GRAMMAR_GRAMMAR_H
 #include <cjson/cJSON.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -84,24 +85,42 @@ grammar *grammar_compile(const char *gbnf, const grammar_vocab *v, loom_err *err
 grammar *grammar_ref(grammar *g);
 void grammar_unref(grammar *g);
 
-/* Compiled grammars by their text (cache.c), at most `capacity`, least recently used leaving
- * first. grammar_cache_get returns a reference (compiling on a miss), NULL with err for text
- * that does not compile. Safe from several threads. */
+/* The bytes a grammar holds: its elements and rules, and the masks and states it has learned
+ * (which grow with use, within their own bounds). */
+size_t grammar_bytes(grammar *g);
+
+/* Compiled grammars by their text (cache.c), at most `capacity` of them and `max_bytes` in all
+ * (grammar_bytes plus the text), least recently used leaving first. grammar_cache_get returns a
+ * reference (compiling on a miss), NULL with err for text that does not compile. Safe from
+ * several threads. */
 typedef struct grammar_cache grammar_cache;
-grammar_cache *grammar_cache_new(const grammar_vocab *v, int capacity, loom_err *err);
+grammar_cache *grammar_cache_new(const grammar_vocab *v, int capacity, size_t max_bytes, loom_err *err);
 grammar *grammar_cache_get(grammar_cache *c, const char *gbnf, loom_err *err);
+/* The bytes the cache's grammars hold now. */
+size_t grammar_cache_bytes(grammar_cache *c);
 void grammar_cache_free(grammar_cache *c);
 
-/* One sequence's place in a grammar. */
+/* One sequence's place in a grammar. Each operation's work is bounded (a grammar ambiguous
+ * enough to need more fails the operation, naming why), and a set stop flag ends one early. */
 typedef struct grammar_matcher grammar_matcher;
 grammar_matcher *grammar_matcher_new(grammar *g, loom_err *err);
 void grammar_matcher_free(grammar_matcher *m);
-/* Whether token id may come next (EOS: where the grammar may end). */
+/* The flag (the request's cancellation) the operations read now and then; NULL: none. */
+void grammar_matcher_stop_on(grammar_matcher *m, const atomic_bool *stop);
+/* Whether token id may come next (EOS: where the grammar may end); false too when checking
+ * stopped short, which grammar_matcher_fault then reports. */
 bool grammar_matcher_allows(grammar_matcher *m, int32_t id);
-/* Takes token id; -1 when the grammar does not allow it (the matcher is unchanged). */
+/* 0 when the last operation decided; -1 with err when it stopped short (its bound of work, the
+ * stop flag, memory). */
+int grammar_matcher_fault(const grammar_matcher *m, loom_err *err);
+/* Takes token id; -1 with err when the grammar does not allow it or checking failed (the
+ * matcher is unchanged). */
 int grammar_matcher_accept(grammar_matcher *m, int32_t id, loom_err *err);
-/* allowed[(vocab + 31) / 32] gets bit i set for each token that may come next. */
-void grammar_matcher_mask(grammar_matcher *m, uint32_t *allowed);
+/* allowed[(vocab + 31) / 32] gets bit i set for each token that may come next; -1 with err when
+ * computing it failed (past the work bound, stopped, out of memory). */
+int grammar_matcher_mask(grammar_matcher *m, uint32_t *allowed, loom_err *err);
+/* The bytes the matcher holds (its stacks, states and masks), within a bound of its own. */
+size_t grammar_matcher_bytes(const grammar_matcher *m);
 /* The text so far is a whole sentence of the grammar, and nothing may follow. */
 bool grammar_matcher_done(const grammar_matcher *m);
 

@@ -16,6 +16,7 @@
 #ifndef LOOM_GRAMMAR_IMPL_H
 #define LOOM_GRAMMAR_IMPL_H
 #include <pthread.h>
+#include <stdatomic.h>
 
 #include "grammar/grammar.h"
 
@@ -91,11 +92,21 @@ struct grammar {
         pos_mask *pm;
     } * pm; /* computed on first use */
     size_t pm_slots, n_pm;
-    cspace *local; /* the config space mask.c computes masks in */
+    size_t mask_bytes; /* what the masks kept hold */
+    cspace *local;     /* the config space mask.c computes masks in */
 };
 
 cspace *cspace_new(const grammar *g, loom_err *err);
 void cspace_free(cspace *cs);
+size_t cspace_bytes(const cspace *cs); /* what its tables hold */
+/* Why the last operation that returned -1 failed: past its units or the space's nodes
+ * (CS_OVER), stopped by the owner's flag (CS_STOPPED), or, with CS_OK, out of memory. */
+enum cspace_fault { CS_OK, CS_OVER, CS_STOPPED };
+/* Bounds the operations from now to the next call: `units` of work in all (LONG_MAX: none), and
+ * stop, when not NULL, read now and then to end them early. Clears the fault. */
+void cspace_budget(cspace *cs, long units, const atomic_bool *stop);
+long cspace_budget_left(const cspace *cs);
+enum cspace_fault cspace_fault(const cspace *cs);
 /* The start config (the root rule's alternatives over the empty stack), and a position's config
  * over a frame returning to position ret (-1: none) over the sentinel. -1 when out of memory. */
 int32_t cspace_start(cspace *cs);
@@ -104,8 +115,9 @@ int32_t cspace_local(cspace *cs, int32_t pos, int32_t ret);
 int32_t cspace_single(cspace *cs, int32_t node);
 /* The config after byte b (CFG_DEAD: none); -1 when out of memory. */
 int32_t cspace_step(cspace *cs, int32_t cfg, uint8_t b);
-/* When the space holds too many configs, forgets all but keep, whose new id it returns (keep
- * itself otherwise; -1 when out of memory). Every other config id goes stale. */
+/* When the space holds too many configs, items or nodes, forgets all but keep and the nodes it
+ * stands on, and returns keep's new id (keep itself otherwise; -1 when out of memory). Every
+ * other config id, and node ids when nodes were forgotten, go stale. */
 int32_t cspace_compact(cspace *cs, int32_t keep);
 /* A config's nodes, and a node's position (-1 for the accept and sentinel nodes). */
 const int32_t *cspace_nodes(const cspace *cs, int32_t cfg, int *n);
@@ -117,9 +129,23 @@ int32_t cspace_walk(cspace *cs, int32_t cfg, const grammar_vocab *v, int32_t id)
 /* A node's parent (the stack its frame returns to). */
 int32_t cspace_node_parent(const cspace *cs, int32_t node);
 
+/* The units of one matcher operation (a token's check or step, a sequence's mask without its
+ * positions' masks), and of the positions' masks one sequence's mask may compute (mask.c): four
+ * walks of the vocabulary's trie and 262,144 more. Legitimate grammars stay far below: a JSON
+ * Schema's new position over GPT-2's 50,257 tokens took 31,000 units beyond its walk. */
+#define GRAMMAR_STEP_UNITS (1L << 16)
+long grammar_mask_units(const grammar_vocab *v);
+/* the bytes of the masks a grammar keeps */
+#define GRAMMAR_MASK_BYTES ((size_t)64 << 20)
+
 /* mask.c: the mask of position pos in a frame that returns to position ret (-1: to the
- * sentinel), computed on first use (NULL when out of memory); masks_free frees them all. */
-const pos_mask *grammar_pos_mask(grammar *g, int32_t pos, int32_t ret);
+ * sentinel), computed on first use within *units of work, less what it took (stop read now and
+ * then). Kept with the grammar while its masks hold under GRAMMAR_MASK_BYTES; past that it is
+ * the caller's, in *owned too, to free with pos_mask_free after use. 0 with *out, or -1 with
+ * *fault (CS_OK: out of memory). */
+int grammar_pos_mask(grammar *g, int32_t pos, int32_t ret, long *units, const atomic_bool *stop, const pos_mask **out,
+                     pos_mask **owned, enum cspace_fault *fault);
+void pos_mask_free(pos_mask *pm);
 void grammar_masks_free(grammar *g);
 
 #endif

@@ -11,6 +11,7 @@
  * prefix share its work, and a subtree no stack can enter is skipped whole. Positions are
  * computed on first use and kept with the grammar, so requests with the same grammar share
  * them. */
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -125,7 +126,9 @@ void grammar_vocab_free(grammar_vocab *v) {
 
 int grammar_vocab_size(const grammar_vocab *v) { return v->n; }
 
-static void pos_mask_free(pos_mask *pm) {
+long grammar_mask_units(const grammar_vocab *v) { return 4L * v->n_trie + (1L << 18); }
+
+void pos_mask_free(pos_mask *pm) {
     if (!pm) return;
     free(pm->accept);
     free(pm->uncertain);
@@ -261,25 +264,45 @@ static pos_mask *masks_get(const grammar *g, int64_t key) {
     return NULL;
 }
 
-const pos_mask *grammar_pos_mask(grammar *g, int32_t pos, int32_t ret) {
+/* The bytes w's mask holds. */
+static size_t mask_bytes(const walker *w) {
+    return sizeof *w->pm + (size_t)w->v->words * sizeof *w->pm->accept +
+           (size_t)w->pm->n_uncertain * sizeof *w->pm->uncertain + w->n_pops * sizeof *w->pm->pops;
+}
+
+int grammar_pos_mask(grammar *g, int32_t pos, int32_t ret, long *units, const atomic_bool *stop, const pos_mask **out,
+                     pos_mask **owned, enum cspace_fault *fault) {
     int64_t key = (int64_t)pos << 32 | (uint32_t)(ret + 1);
+    *owned = NULL, *fault = CS_OK;
     pthread_mutex_lock(&g->lock);
     pos_mask *pm = masks_get(g, key);
-    walker *w = pm ? NULL : mem_zalloc(1, sizeof *w, "a grammar mask", NULL);
+    if (pm) {
+        pthread_mutex_unlock(&g->lock);
+        *out = pm;
+        return 0;
+    }
+    walker *w = mem_zalloc(1, sizeof *w, "a grammar mask", NULL);
+    int rc = -1;
     if (w) {
         *w = (walker){.v = g->vocab, .cs = g->local, .shared_at = -1};
         int32_t start = -1;
+        cspace_budget(g->local, *units, stop);
         if ((w->pm = pm = mem_zalloc(1, sizeof *pm, "a grammar mask", NULL)) &&
             (pm->accept = mem_zalloc((size_t)g->vocab->words, sizeof *pm->accept, "a grammar mask", NULL)) &&
             (start = cspace_local(g->local, pos, ret)) > CFG_DEAD)
             walk(w, 0, 0, start);
-        if (start < 0 || w->oom || cspace_compact(g->local, CFG_DEAD) < 0 || bucket_uncertain(g->vocab, pm) ||
-            masks_put(g, key, pm)) {
-            pos_mask_free(pm);
-            pm = NULL;
+        *fault = cspace_fault(g->local), *units = cspace_budget_left(g->local);
+        cspace_budget(g->local, LONG_MAX, NULL);
+        if (start >= 0 && !w->oom && cspace_compact(g->local, CFG_DEAD) >= 0 && !bucket_uncertain(g->vocab, pm)) {
+            size_t bytes = mask_bytes(w);
+            if (g->mask_bytes + bytes > GRAMMAR_MASK_BYTES) /* past the grammar's budget: the caller's alone */
+                *owned = pm, rc = 0;
+            else if (!masks_put(g, key, pm)) g->mask_bytes += bytes, rc = 0;
         }
+        if (rc) pos_mask_free(pm);
         free(w);
     }
     pthread_mutex_unlock(&g->lock);
-    return pm;
+    *out = rc ? NULL : pm;
+    return rc;
 }

@@ -8,9 +8,18 @@
  * this step" one array lookup, which also ends the loops that nullable repetitions would make.
  *
  * Each config remembers its step on every byte, so after warm-up a token's check is one table
- * lookup per byte. A space keeps what it learned; past CSPACE_MAX_CONFIGS configs (a sequence
- * wandering through new states) its owner compacts it between steps: the configs and their steps
- * are forgotten and relearned, while the nodes, 8 bytes each, stay. */
+ * lookup per byte. A space keeps what it learned; past CSPACE_MAX_CONFIGS configs or
+ * CSPACE_MAX_ITEMS items (a sequence wandering through new states), or half CSPACE_MAX_NODES
+ * nodes, its owner compacts it between steps: the configs and their steps are forgotten and
+ * relearned, and only the nodes the kept config stands on stay.
+ *
+ * Stacks are a tree, not a graph: a grammar whose alternatives match the same bytes in b ways at
+ * each of k nested levels makes b^k stacks. So the work is bounded instead (cspace_budget): each
+ * node closed and each item stepped is a unit, an operation past its owner's units fails with
+ * CS_OVER, and so does a space past CSPACE_MAX_NODES nodes. Every 4096 units the owner's stop
+ * flag is read, so a request whose client left stops inside a step. */
+#include <limits.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,12 +28,15 @@
 #include "util/err.h"
 
 #define CSPACE_MAX_CONFIGS 8192
+#define CSPACE_MAX_ITEMS   (1 << 20)
+#define CSPACE_MAX_NODES   (1 << 18)
+#define STOP_EVERY         4096 /* units between reads of the stop flag */
 
 struct cspace {
     const grammar *g;
     /* nodes: (pos, parent), interned by an open-addressed table of ids */
     int32_t *pos, *parent;
-    int n_nodes;
+    int n_nodes, kept_nodes; /* kept_nodes: after the last forgetting */
     size_t cap_pos, cap_parent;
     int32_t *node_hash;
     size_t node_slots;
@@ -40,8 +52,34 @@ struct cspace {
     uint32_t epoch;
     int32_t *out, *work;
     size_t n_out, cap_out, cap_work;
-    bool oom;
+    /* the bound on one operation (cspace_budget) and why the last one failed */
+    long budget, until_stop;
+    const atomic_bool *stop;
+    enum cspace_fault fault;
 };
+
+/* Spends n units of the budget; -1 (CS_OVER, or CS_STOPPED when the owner's flag is up) when
+ * it runs out. */
+static int charge(cspace *cs, long n) {
+    if ((cs->until_stop -= n) <= 0) {
+        cs->until_stop = STOP_EVERY;
+        if (cs->stop && atomic_load_explicit(cs->stop, memory_order_relaxed)) {
+            cs->fault = CS_STOPPED;
+            return -1;
+        }
+    }
+    if ((cs->budget -= n) >= 0) return 0;
+    cs->fault = CS_OVER;
+    return -1;
+}
+
+void cspace_budget(cspace *cs, long units, const atomic_bool *stop) {
+    cs->budget = units, cs->until_stop = STOP_EVERY, cs->stop = stop, cs->fault = CS_OK;
+}
+
+enum cspace_fault cspace_fault(const cspace *cs) { return cs->fault; }
+
+long cspace_budget_left(const cspace *cs) { return cs->budget > 0 ? cs->budget : 0; }
 
 static uint64_t mix(uint64_t h) {
     h ^= h >> 33;
@@ -77,13 +115,17 @@ static uint64_t cfg_hash_of(const cspace *cs, int32_t c) {
     return h;
 }
 
-/* The node (pos, parent), interned; -1 when out of memory. */
+/* The node (pos, parent), interned; -1 when out of memory or past CSPACE_MAX_NODES (CS_OVER). */
 static int32_t node(cspace *cs, int32_t pos, int32_t parent) {
     uint64_t h = mix((uint64_t)(uint32_t)pos << 32 | (uint32_t)parent);
     size_t mask = cs->node_slots - 1, i = h & mask;
     for (; cs->node_hash[i] >= 0; i = (i + 1) & mask)
         if (cs->pos[cs->node_hash[i]] == pos && cs->parent[cs->node_hash[i]] == parent) return cs->node_hash[i];
     int32_t id = cs->n_nodes;
+    if (id >= CSPACE_MAX_NODES) {
+        cs->fault = CS_OVER;
+        return -1;
+    }
     if (ARRAY_RESERVE(cs->pos, cs->cap_pos, (size_t)id + 1, "grammar stacks", NULL) ||
         ARRAY_RESERVE(cs->parent, cs->cap_parent, (size_t)id + 1, "grammar stacks", NULL) ||
         ARRAY_RESERVE(cs->seen, cs->cap_seen, (size_t)id + 1, "grammar stacks", NULL))
@@ -115,6 +157,7 @@ static int close_node(cspace *cs, int32_t n0) {
     while (sp) {
         int32_t n = cs->work[--sp];
         if (cs->seen[n] == cs->epoch) continue;
+        if (charge(cs, 1)) return -1;
         cs->seen[n] = cs->epoch;
         const gelem *e = n > NODE_SENTINEL ? &cs->g->el[cs->pos[n]] : NULL;
         if (!e || e->kind == GE_TERM) {
@@ -180,6 +223,7 @@ cspace *cspace_new(const grammar *g, loom_err *err) {
     if (!cs) return NULL;
     cs->g = g;
     cs->epoch = 1;
+    cspace_budget(cs, LONG_MAX, NULL);
     /* node 0 (accept) and 1 (sentinel); config 0 (dead, no nodes) */
     if (rehash(cs, &cs->node_hash, &cs->node_slots, 0, node_hash_of) ||
         rehash(cs, &cs->cfg_hash, &cs->cfg_slots, 0, cfg_hash_of) || node(cs, -1, -1) != NODE_ACCEPT ||
@@ -194,6 +238,14 @@ cspace *cspace_new(const grammar *g, loom_err *err) {
     cs->n_cfg = 1;
     forget_configs(cs);
     return cs;
+}
+
+size_t cspace_bytes(const cspace *cs) {
+    return sizeof *cs +
+           (cs->cap_pos + cs->cap_parent + cs->node_slots + cs->cfg_slots + cs->cap_start + cs->cap_len +
+            cs->cap_items + cs->cap_trans + cs->cap_out + cs->cap_work) *
+               sizeof(int32_t) +
+           cs->cap_seen * sizeof *cs->seen;
 }
 
 void cspace_free(cspace *cs) {
@@ -238,8 +290,10 @@ int32_t cspace_single(cspace *cs, int32_t n) {
 
 int32_t cspace_step(cspace *cs, int32_t cfg, uint8_t b) {
     int32_t *t = &cs->trans[(size_t)cfg * 256 + b];
+    if (charge(cs, 1)) return -1; /* a step learned before is a unit too: masks walk a vocabulary */
     if (*t >= 0) return *t;
     begin(cs);
+    if (charge(cs, cs->len[cfg])) return -1;
     for (int32_t i = 0; i < cs->len[cfg]; i++) {
         int32_t n = cs->items[cs->start[cfg] + i];
         if (n <= NODE_SENTINEL || !gelem_has(&cs->g->el[cs->pos[n]], b)) continue;
@@ -250,11 +304,45 @@ int32_t cspace_step(cspace *cs, int32_t cfg, uint8_t b) {
     return next;
 }
 
+/* Keeps only the nodes under cs->out's (the accept and sentinel nodes first, as ever), and maps
+ * cs->out to their new ids; -1 when out of memory. */
+static int forget_nodes(cspace *cs) {
+    int32_t *old_pos = cs->pos, *old_parent = cs->parent, n_old = cs->n_nodes;
+    int32_t *map = mem_array((size_t)n_old, sizeof *map, "grammar stacks", NULL);
+    if (!map) return -1;
+    memset(map, 0xff, (size_t)n_old * sizeof *map);
+    free(cs->node_hash), free(cs->seen);
+    cs->pos = cs->parent = cs->node_hash = NULL, cs->seen = NULL;
+    cs->cap_pos = cs->cap_parent = cs->cap_seen = cs->node_slots = 0, cs->n_nodes = 0;
+    int rc = rehash(cs, &cs->node_hash, &cs->node_slots, 0, node_hash_of) || node(cs, -1, -1) != NODE_ACCEPT ||
+                     node(cs, -2, -2) != NODE_SENTINEL
+                 ? -1
+                 : 0;
+    map[NODE_ACCEPT] = NODE_ACCEPT, map[NODE_SENTINEL] = NODE_SENTINEL;
+    for (size_t i = 0; !rc && i < cs->n_out; i++) {
+        size_t sp = 0; /* the stack from the item down to its first node already kept */
+        for (int32_t n = cs->out[i]; !rc && map[n] < 0; n = old_parent[n])
+            rc = out_push(&cs->work, &cs->cap_work, sp++, n);
+        while (!rc && sp) {
+            int32_t n = cs->work[--sp];
+            if ((map[n] = node(cs, old_pos[n], map[old_parent[n]])) < 0) rc = -1;
+        }
+        if (!rc) cs->out[i] = map[cs->out[i]];
+    }
+    free(old_pos), free(old_parent), free(map);
+    return rc;
+}
+
 int32_t cspace_compact(cspace *cs, int32_t keep) {
-    if (cs->n_cfg <= CSPACE_MAX_CONFIGS) return keep;
+    /* twice what the last forgetting kept, too: a config standing on most of them would
+     * otherwise be rebuilt at every step */
+    bool nodes = cs->n_nodes > CSPACE_MAX_NODES / 2 && cs->n_nodes > 2 * cs->kept_nodes;
+    if (cs->n_cfg <= CSPACE_MAX_CONFIGS && cs->n_items <= CSPACE_MAX_ITEMS && !nodes) return keep;
     begin(cs);
     for (int32_t i = 0; i < cs->len[keep]; i++)
         if (out_push(&cs->out, &cs->cap_out, cs->n_out++, cs->items[cs->start[keep] + i])) return -1;
+    if (nodes && forget_nodes(cs)) return -1;
+    if (nodes) cs->kept_nodes = cs->n_nodes;
     forget_configs(cs);
     return intern_out(cs);
 }
@@ -286,6 +374,9 @@ struct grammar_matcher {
     cspace *cs;
     int32_t cfg;
     bool eos_taken;
+    const atomic_bool *stop;
+    bool failed;             /* the last operation stopped short of deciding: */
+    enum cspace_fault fault; /* why */
     struct {
         int32_t cfg; /* -1: none */
         uint32_t *mask;
@@ -314,28 +405,70 @@ void grammar_matcher_free(grammar_matcher *m) {
     free(m);
 }
 
+void grammar_matcher_stop_on(grammar_matcher *m, const atomic_bool *stop) { m->stop = stop; }
+
+size_t grammar_matcher_bytes(const grammar_matcher *m) {
+    size_t bytes = sizeof *m + cspace_bytes(m->cs);
+    for (int i = 0; i < MASK_CACHE; i++) bytes += m->cache[i].mask ? (size_t)m->g->vocab->words * sizeof(uint32_t) : 0;
+    return bytes;
+}
+
+/* An operation's error from the fault that ended it. */
+static int matcher_fail(const grammar_vocab *vocab, enum cspace_fault fault, loom_err *err) {
+    if (fault == CS_STOPPED) return loom_errf(err, "grammar: stopped (the request was cancelled)");
+    if (fault == CS_OVER)
+        return loom_errf(err,
+                         "grammar: too ambiguous here: one token's matching went past its bound of work (%ld "
+                         "steps, %ld for masks, %d stacks): the grammar's alternatives match the same text in too "
+                         "many ways, as overlapping anyOf branches or GBNF alternatives with a common start can",
+                         GRAMMAR_STEP_UNITS, grammar_mask_units(vocab), CSPACE_MAX_NODES);
+    return loom_errf(err, "grammar: cannot allocate a grammar's states");
+}
+
 static bool has_accept(const grammar_matcher *m, int32_t cfg) {
     int n;
     const int32_t *nodes = cspace_nodes(m->cs, cfg, &n);
     return n && nodes[0] == NODE_ACCEPT; /* sorted: the accept node comes first */
 }
 
+/* The config after token id (CFG_DEAD: not allowed; -1: failed, cspace_fault says why), within
+ * one operation's budget. */
+static int32_t after(grammar_matcher *m, int32_t id) {
+    cspace_budget(m->cs, GRAMMAR_STEP_UNITS, m->stop);
+    int32_t next = cspace_walk(m->cs, m->cfg, m->g->vocab, id);
+    if ((m->failed = next < 0)) m->fault = cspace_fault(m->cs);
+    return next;
+}
+
+int grammar_matcher_fault(const grammar_matcher *m, loom_err *err) {
+    return m->failed ? matcher_fail(m->g->vocab, m->fault, err) : 0;
+}
+
 bool grammar_matcher_allows(grammar_matcher *m, int32_t id) {
     const grammar_vocab *v = m->g->vocab;
+    m->failed = false;
     if (id < 0 || id >= v->n || m->eos_taken) return false;
     if (v->is_eos[id]) return has_accept(m, m->cfg);
-    return cspace_walk(m->cs, m->cfg, v, id) > CFG_DEAD;
+    return after(m, id) > CFG_DEAD;
 }
 
 int grammar_matcher_accept(grammar_matcher *m, int32_t id, loom_err *err) {
     const grammar_vocab *v = m->g->vocab;
-    if (!grammar_matcher_allows(m, id)) return loom_errf(err, "token %d does not follow the grammar", id);
+    m->failed = false;
+    if (id < 0 || id >= v->n || m->eos_taken) return loom_errf(err, "token %d does not follow the grammar", id);
     if (v->is_eos[id]) {
+        if (!has_accept(m, m->cfg)) return loom_errf(err, "token %d does not follow the grammar", id);
         m->eos_taken = true;
         return 0;
     }
-    int32_t next = cspace_walk(m->cs, m->cfg, v, id), kept = next >= 0 ? cspace_compact(m->cs, next) : -1;
-    if (kept < 0) return loom_errf(err, "cannot allocate a grammar's states");
+    int32_t next = after(m, id);
+    if (next < 0) return matcher_fail(m->g->vocab, m->fault, err);
+    if (next == CFG_DEAD) return loom_errf(err, "token %d does not follow the grammar", id);
+    int32_t kept = cspace_compact(m->cs, next);
+    if (kept < 0) {
+        m->failed = true, m->fault = CS_OK;
+        return matcher_fail(m->g->vocab, CS_OK, err);
+    }
     if (kept != next)
         for (int i = 0; i < MASK_CACHE; i++) m->cache[i].cfg = -1; /* the ids are renumbered */
     m->cfg = kept;
@@ -348,57 +481,82 @@ bool grammar_matcher_done(const grammar_matcher *m) {
     return m->eos_taken || (n == 1 && nodes[0] == NODE_ACCEPT);
 }
 
-void grammar_matcher_mask(grammar_matcher *m, uint32_t *allowed) {
+/* Adds to allowed what node n of the current config allows: its position's mask, and the
+ * uncertain tokens that the stack below takes the rest of. 0, or -1 with the fault in *fault. */
+static int node_mask(grammar_matcher *m, int32_t n, uint32_t *allowed, long *mask_units, enum cspace_fault *fault) {
+    const grammar_vocab *v = m->g->vocab;
+    if (n == NODE_ACCEPT) {
+        for (int e = 0; e < v->n_eos; e++) allowed[v->eos[e] >> 5] |= 1u << (v->eos[e] & 31);
+        return 0;
+    }
+    int32_t up = cspace_node_parent(m->cs, n), ret = cspace_node_pos(m->cs, up);
+    const pos_mask *pm;
+    pos_mask *owned;
+    if (grammar_pos_mask(m->g, cspace_node_pos(m->cs, n), ret, mask_units, m->stop, &pm, &owned, fault)) return -1;
+    for (int w = 0; w < v->words; w++) allowed[w] |= pm->accept[w];
+    /* an uncertain token is allowed when, at an offset where its frame may end, the stack the
+     * frame returns to takes the rest of its bytes */
+    int32_t below = pm->n_uncertain ? cspace_single(m->cs, ret >= 0 ? cspace_node_parent(m->cs, up) : up) : CFG_DEAD;
+    for (int bucket = 0; bucket <= 256 && below > CFG_DEAD; bucket++) {
+        int32_t from = bucket < 256 ? cspace_step(m->cs, below, (uint8_t)bucket) : below, skip = bucket < 256;
+        for (int32_t i = pm->bucket[bucket]; i < pm->bucket[bucket + 1] && from > CFG_DEAD; i++) {
+            const uncertain_token *u = &pm->uncertain[i];
+            int32_t t = u->id;
+            if (allowed[t >> 5] >> (t & 31) & 1) continue;
+            const uint8_t *b = v->bytes + v->off[t];
+            for (int j = 0; j < u->n_pops; j++) {
+                int at = pm->pops[u->pops + j] + skip;
+                int32_t to = cspace_walk_bytes(m->cs, from, b + at, v->len[t] - at);
+                if (to < 0) from = -1;
+                if (to > CFG_DEAD) {
+                    allowed[t >> 5] |= 1u << (t & 31);
+                    break;
+                }
+            }
+        }
+        if (from < 0) below = -1;
+    }
+    pos_mask_free(owned);
+    if (below >= 0) return 0;
+    *fault = cspace_fault(m->cs);
+    return -1;
+}
+
+int grammar_matcher_mask(grammar_matcher *m, uint32_t *allowed, loom_err *err) {
     const grammar_vocab *v = m->g->vocab;
     size_t bytes = (size_t)v->words * sizeof *allowed;
     for (int i = 0; i < MASK_CACHE; i++)
         if (m->cache[i].cfg == m->cfg) {
             memcpy(allowed, m->cache[i].mask, bytes);
-            return;
+            return 0;
         }
     memset(allowed, 0, bytes);
-    if (m->eos_taken) return;
+    m->failed = false;
+    if (m->eos_taken) return 0;
     int32_t cfg = m->cfg;
     int n;
     const int32_t *nodes = cspace_nodes(m->cs, cfg, &n);
     /* copy: the checks below may grow the config arrays */
-    int32_t local[64], *list = n <= 64 ? local : malloc((size_t)n * sizeof *list);
-    if (!list) return;
-    if (n) memcpy(list, nodes, (size_t)n * sizeof *list);
-    for (int k = 0; k < n; k++) {
-        if (list[k] == NODE_ACCEPT) {
-            for (int e = 0; e < v->n_eos; e++) allowed[v->eos[e] >> 5] |= 1u << (v->eos[e] & 31);
-            continue;
-        }
-        int32_t up = cspace_node_parent(m->cs, list[k]), ret = cspace_node_pos(m->cs, up);
-        const pos_mask *pm = grammar_pos_mask(m->g, cspace_node_pos(m->cs, list[k]), ret);
-        if (!pm) continue;
-        for (int w = 0; w < v->words; w++) allowed[w] |= pm->accept[w];
-        /* an uncertain token is allowed when, at an offset where its frame may end, the stack
-         * the frame returns to takes the rest of its bytes */
-        int32_t below =
-            pm->n_uncertain ? cspace_single(m->cs, ret >= 0 ? cspace_node_parent(m->cs, up) : up) : CFG_DEAD;
-        for (int bucket = 0; bucket <= 256 && below > CFG_DEAD; bucket++) {
-            int32_t from = bucket < 256 ? cspace_step(m->cs, below, (uint8_t)bucket) : below, skip = bucket < 256;
-            for (int32_t i = pm->bucket[bucket]; i < pm->bucket[bucket + 1] && from > CFG_DEAD; i++) {
-                const uncertain_token *u = &pm->uncertain[i];
-                int32_t t = u->id;
-                if (allowed[t >> 5] >> (t & 31) & 1) continue;
-                const uint8_t *b = v->bytes + v->off[t];
-                for (int j = 0; j < u->n_pops; j++) {
-                    int at = pm->pops[u->pops + j] + skip;
-                    if (cspace_walk_bytes(m->cs, from, b + at, v->len[t] - at) > CFG_DEAD) {
-                        allowed[t >> 5] |= 1u << (t & 31);
-                        break;
-                    }
-                }
-            }
-        }
+    int32_t local[64], *list = n <= 64 ? local : mem_array((size_t)n, sizeof *list, "a grammar mask", NULL);
+    if (!list) {
+        m->failed = true, m->fault = CS_OK;
+        return matcher_fail(m->g->vocab, CS_OK, err);
     }
+    if (n) memcpy(list, nodes, (size_t)n * sizeof *list);
+    cspace_budget(m->cs, GRAMMAR_STEP_UNITS, m->stop);
+    enum cspace_fault fault = CS_OK;
+    long mask_units = grammar_mask_units(v);
+    int rc = 0;
+    for (int k = 0; k < n && !rc; k++) rc = node_mask(m, list[k], allowed, &mask_units, &fault);
     if (list != local) free(list);
+    if (rc) {
+        m->failed = true, m->fault = fault;
+        return matcher_fail(m->g->vocab, fault, err);
+    }
     int slot = m->next_slot;
     m->next_slot = (slot + 1) % MASK_CACHE;
-    if (!m->cache[slot].mask && !(m->cache[slot].mask = malloc(bytes))) return;
+    if (!m->cache[slot].mask && !(m->cache[slot].mask = mem_alloc(bytes, "a grammar mask", NULL))) return 0;
     memcpy(m->cache[slot].mask, allowed, bytes);
     m->cache[slot].cfg = cfg;
+    return 0;
 }

@@ -265,9 +265,9 @@ static int next_events(stream *s) {
     request *r = s->r;
     bool done = request_all_finished(r), ok = true;
     size_t before = s->out_len;
-    const char *error = done ? request_error(r) : NULL;
+    api_error e = {.status = 500};
+    const char *error = done ? request_error(r, &e.status) : NULL;
     if (error) {
-        api_error e = {.status = 500};
         snprintf(e.msg, sizeof e.msg, "%s", error);
         ok = sse(s, api_error_body(&e));
     } else if (r->tool_parser) {
@@ -348,7 +348,7 @@ static enum MHD_Result answer_when_done(server *srv, struct MHD_Connection *c, c
     stop_waiting(r);
     u->waiting = NULL;
     api_error e = {.status = 500};
-    const char *error = request_error(r);
+    const char *error = request_error(r, &e.status);
     char *body = gone || error ? NULL : api_response(srv, r);
     if (!gone && !body) snprintf(e.msg, sizeof e.msg, "%s", error ? error : "out of memory making the response");
     request_unref(r);
@@ -454,12 +454,16 @@ static enum MHD_Result route(server *srv, struct MHD_Connection *c, conn *k, con
         out = mem_strdup("{\"status\":\"ok\"}", "the answer", NULL);
         break;
     }
-    case METRICS:
+    case METRICS: {
+        /* before the server's lock: a grammar computing a mask holds its own lock a while */
+        size_t grammar_bytes = srv->grammars ? grammar_cache_bytes(srv->grammars) : 0;
         pthread_mutex_lock(&srv->lock);
+        srv->met.grammar_cache_bytes = grammar_bytes;
         replicas_gauges(srv, &srv->met);
         out = metrics_text(&srv->met, srv->o->served_name);
         pthread_mutex_unlock(&srv->lock);
         return send_body(c, MHD_HTTP_OK, out, "text/plain; version=0.0.4");
+    }
     }
     if (!out && e.status) return send_error(c, &e);
     return send_body(c, MHD_HTTP_OK, out, "application/json"); /* NULL: out of memory, a 500 */

@@ -83,6 +83,9 @@ char *metrics_text(const metrics *m, const char *model_name) {
     scalar(&t, "num_preemptions_total", "counter",
            "Running requests put back in the queue for want of KV blocks (recomputed later).", label,
            (double)m->preemptions);
+    scalar(&t, "grammar_cache_bytes", "gauge",
+           "Bytes the cache of compiled grammars holds (their elements, masks and states).", label,
+           (double)m->grammar_cache_bytes);
     scalar(&t, "prompt_tokens_total", "counter", "Prompt tokens of the requests admitted.", label,
            (double)m->prompt_tokens);
     scalar(&t, "generation_tokens_total", "counter", "Tokens generated.", label, (double)m->generation_tokens);

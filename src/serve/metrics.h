@@ -25,6 +25,7 @@ typedef struct metrics {
     uint64_t prompt_tokens, generation_tokens;
     uint64_t prefix_queries, prefix_hits; /* prompt tokens looked up in the prefix cache, and found */
     uint64_t preemptions;
+    size_t grammar_cache_bytes; /* the compiled grammars' cache, as of the request for /metrics */
     uint64_t finished_stop, finished_length, finished_abort, failed;
     histogram ttft, itl, e2e;
     loom_spec_stats spec; /* speculative decoding's counters (spec.k 0: none) */

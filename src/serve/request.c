@@ -185,9 +185,13 @@ bool request_all_finished(const request *r) {
     return true;
 }
 
-const char *request_error(const request *r) {
-    for (int i = 0; i < r->n_choices; i++)
-        if ((i ? r->choices[i] : r)->error[0]) return (i ? r->choices[i] : r)->error;
+const char *request_error(const request *r, int *status) {
+    for (int i = 0; i < r->n_choices; i++) {
+        const request *c = i ? r->choices[i] : r;
+        if (!c->error[0]) continue;
+        *status = c->error_status ? c->error_status : 500;
+        return c->error;
+    }
     return NULL;
 }
 

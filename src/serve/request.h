@@ -4,6 +4,8 @@
  * last to let go frees it. */
 #ifndef LOOM_SERVE_REQUEST_H
 #define LOOM_SERVE_REQUEST_H
+#include <stdatomic.h>
+
 #include "grammar/grammar.h"
 #include "loom.h"
 
@@ -82,6 +84,7 @@ typedef struct request {
     req_state state;
     req_finish finish;
     char error[512];   /* set when the request failed in the engine */
+    int error_status;  /* its HTTP status: 500 (0), or 400 where the request's own grammar failed */
     int slot;          /* KV sequence slot while running */
     int computed;      /* positions of prompt and output whose K and V its sequence holds */
     int cached_tokens; /* prompt tokens its first admission found in the prefix cache (-1: not
@@ -97,7 +100,7 @@ typedef struct request {
     size_t text_ready;                /* bytes of text that no stop string can still claim */
     bool stop_cut;                    /* a stop string ended the text: nothing may follow it */
     double t_arrive, t_first, t_last; /* monotonic seconds: arrival, first token, latest token */
-    bool cancel;                      /* the client left: free the slot at the next step */
+    atomic_bool cancel; /* the client left: free the slot at the next step (the grammar reads it mid-step) */
 
     /* generation state (scheduler only) */
     loom_sampler *smp;
@@ -123,9 +126,10 @@ request *request_clone(const request *r, loom_err *err);
 void request_unref(request *r);
 /* Whether id is one of r's stop_token_ids. */
 bool request_is_stop_token(const request *r, int32_t id);
-/* Whether every choice of r has finished; the error of the first that failed (NULL: none). */
+/* Whether every choice of r has finished; the error of the first that failed (NULL: none), its
+ * HTTP status in *status. */
 bool request_all_finished(const request *r);
-const char *request_error(const request *r);
+const char *request_error(const request *r, int *status);
 /* Appends token id (and its log-probabilities) to r's output: decodes it, applies the stop
  * strings once it has more than min_tokens tokens, as vLLM (across token boundaries: text a
  * stop string might still claim is held back), and sets finish when a stop string matched. Out of memory for its output, r fails: error says

@@ -460,8 +460,9 @@ static void take_tokens(sched *s, const float *logits) {
         else if (!request_processes_logits(r)) out[0] = loom_sampler_next(r->smp, rows);
         else if ((out[0] = request_sample(r, &srv->info, rows, &s->scratch, &why)) < 0) n_out = 0;
         pthread_mutex_lock(&srv->lock);
-        if (!n_out) { /* the grammar allowed nothing: the request fails with why */
+        if (!n_out) { /* its grammar allowed nothing, or gave up (too ambiguous, cancelled): it fails with why */
             snprintf(r->error, sizeof r->error, "%s", why.msg);
+            r->error_status = 400;
             if (r->finish == FINISH_NONE) r->finish = FINISH_CANCELLED;
         }
         if (!r->n_tokens) histogram_add(&srv->met.ttft, now - r->t_arrive), r->t_first = now;

@@ -18,12 +18,14 @@
 #include "util/alloc.h"
 #include "util/err.h"
 
-#define GRAMMAR_CACHE_SIZE 64
+/* compiled grammars kept, and their bytes in all (elements, masks, states) */
+#define GRAMMAR_CACHE_SIZE  64
+#define GRAMMAR_CACHE_BYTES ((size_t)256 << 20)
 
 int structured_init(server *srv, loom_err *err) {
     if (!srv->info.has_tokenizer) return 0; /* grammars match text: requests for one get 400 */
     return (srv->gvocab = grammar_vocab_of_model(srv->m, err)) &&
-                   (srv->grammars = grammar_cache_new(srv->gvocab, GRAMMAR_CACHE_SIZE, err))
+                   (srv->grammars = grammar_cache_new(srv->gvocab, GRAMMAR_CACHE_SIZE, GRAMMAR_CACHE_BYTES, err))
                ? 0
                : -1;
 }
@@ -159,14 +161,18 @@ int structured_parse(server *srv, const cJSON *root, request *r, api_error *e) {
 }
 
 int32_t structured_sample(request *r, const float *logits, int vocab, float *row, uint32_t *allowed, loom_err *err) {
-    if (!r->gm && !(r->gm = grammar_matcher_new(r->grammar, err))) return -1;
+    if (!r->gm) {
+        if (!(r->gm = grammar_matcher_new(r->grammar, err))) return -1;
+        grammar_matcher_stop_on(r->gm, &r->cancel);
+    }
     if (r->sampling.temperature == 0) {
         int32_t best = 0;
         for (int i = 1; i < vocab; i++)
             if (logits[i] > logits[best]) best = i;
         if (grammar_matcher_allows(r->gm, best)) return best;
+        if (grammar_matcher_fault(r->gm, err)) return -1;
     }
-    grammar_matcher_mask(r->gm, allowed);
+    if (grammar_matcher_mask(r->gm, allowed, err)) return -1;
     bool any = false;
     for (int i = 0; i < vocab; i++) {
         bool ok = allowed[i >> 5] >> (i & 31) & 1;
