@@ -129,10 +129,10 @@ int32_t cspace_walk(cspace *cs, int32_t cfg, const grammar_vocab *v, int32_t id)
 /* A node's parent (the stack its frame returns to). */
 int32_t cspace_node_parent(const cspace *cs, int32_t node);
 
-/* The units of one matcher operation (a token's check or step, a sequence's mask without its
- * positions' masks), and of the positions' masks one sequence's mask may compute (mask.c): four
- * walks of the vocabulary's trie and 262,144 more. Legitimate grammars stay far below: a JSON
- * Schema's new position over GPT-2's 50,257 tokens took 31,000 units beyond its walk. */
+/* The units of a token's check or step, and of a sequence's mask: for its own stacks, and again
+ * for the positions' masks it computes (mask.c), four walks of the vocabulary's trie and
+ * 262,144 more. Legitimate grammars stay far below: a JSON Schema's new position over GPT-2's
+ * 50,257 tokens took 31,000 units beyond its walk. */
 #define GRAMMAR_STEP_UNITS (1L << 16)
 long grammar_mask_units(const grammar_vocab *v);
 /* the bytes of the masks a grammar keeps */

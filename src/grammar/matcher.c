@@ -419,8 +419,9 @@ static int matcher_fail(const grammar_vocab *vocab, enum cspace_fault fault, loo
     if (fault == CS_OVER)
         return loom_errf(err,
                          "grammar: too ambiguous here: one token's matching went past its bound of work (%ld "
-                         "steps, %ld for masks, %d stacks): the grammar's alternatives match the same text in too "
-                         "many ways, as overlapping anyOf branches or GBNF alternatives with a common start can",
+                         "units a token, %ld a mask and as many for its positions, %d stacks): the grammar's "
+                         "alternatives match the same text in too many ways, as overlapping anyOf branches or GBNF "
+                         "alternatives with a common start can",
                          GRAMMAR_STEP_UNITS, grammar_mask_units(vocab), CSPACE_MAX_NODES);
     return loom_errf(err, "grammar: cannot allocate a grammar's states");
 }
@@ -543,7 +544,8 @@ int grammar_matcher_mask(grammar_matcher *m, uint32_t *allowed, loom_err *err) {
         return matcher_fail(m->g->vocab, CS_OK, err);
     }
     if (n) memcpy(list, nodes, (size_t)n * sizeof *list);
-    cspace_budget(m->cs, GRAMMAR_STEP_UNITS, m->stop);
+    /* the uncertain tokens' checks scale with the vocabulary, as the masks' walks do */
+    cspace_budget(m->cs, grammar_mask_units(v), m->stop);
     enum cspace_fault fault = CS_OK;
     long mask_units = grammar_mask_units(v);
     int rc = 0;
