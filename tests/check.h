@@ -36,6 +36,20 @@ static inline int check_done(void) {
     if (check_failed) check_where(stderr);
     return check_failed ? 1 : 0;
 }
+/* A program of scenarios: each a ctest entry of its own (PROGRAM.NAME), for the programs CMake's
+ * LOOM_SCENARIO_TESTS lists; CMake reads the table's entries, one a line: {"name", function}, */
+typedef struct check_scenario {
+    const char *name;
+    void (*run)(void);
+} check_scenario;
+/* Runs the scenario argv[1] names, or every one with no argument; the exit code. */
+static inline int check_scenarios(const check_scenario *s, int n, int argc, char **argv) {
+    int ran = 0;
+    for (int i = 0; i < n; i++)
+        if (argc < 2 || !strcmp(argv[1], s[i].name)) s[i].run(), ran++;
+    CHECK(ran, "no scenario named '%s'", argc > 1 ? argv[1] : "");
+    return check_done();
+}
 /* Tests registered once per CPU variant (LOOM_CPU set by ctest) skip, with ctest's code 77,
  * where this CPU cannot run the variant; they print where they run otherwise. */
 static inline void check_cpu_variant(void) {

@@ -62,6 +62,14 @@ static inline void golden_dir(char *out, size_t cap, const char *name) {
     snprintf(out, cap, "%s/tests/golden/%.*s", LOOM_SOURCE_DIR, (int)strcspn(name, "@"), name);
 }
 
+/* Case `name`'s model, loaded at the precision its golden run computes in (golden_dtype). */
+static inline loom_model *golden_load(const char *name, loom_err *err) {
+    char dir[900];
+    golden_dir(dir, sizeof dir, name);
+    loom_model_options mo = {.path = dir, .dtype = golden_dtype(name)};
+    return loom_model_load(&mo, err);
+}
+
 static inline int golden_open(golden *g, const char *name, const char *logits_prefix) {
     char dir[900], path[1000];
     loom_err err;
@@ -126,6 +134,13 @@ static inline int golden_row(const golden *g, int s, int i) { return s ? g->n[0]
 
 /* HF's logits for that row. */
 static const float *golden_expected(const golden *g, int s, int i) { return g->logits[s] + (size_t)i * g->vocab; }
+
+/* Room for every row's logits that the ranks' processes share (the launch's children write it),
+ * *bytes of it; munmap'd by the caller. */
+static inline float *golden_shared_logits(const golden *g, size_t *bytes) {
+    *bytes = (size_t)golden_rows(g) * g->vocab * sizeof(float);
+    return mmap(NULL, *bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+}
 
 static inline loom_engine_options golden_engine_options(loom_comm *comm) {
     return (loom_engine_options){.max_seqs = 2, .max_ctx = 32, .max_tokens = 16, .all_logits = true, .comm = comm};

@@ -89,17 +89,13 @@ static int rank_main(loom_comm *comm, void *arg) {
 /* Logits of case `name` at tp x dp x pp in mode md over backend (munmap'd by the caller), or NULL. */
 static float *run(const char *name, const golden *g, int tp, int dp, int pp, mode md, const char *backend,
                   loom_err *err) {
-    char dir[900];
-    golden_dir(dir, sizeof dir, name);
-    loom_model_options mo = {.path = dir, .dtype = golden_dtype(name)};
-    loom_model *m = loom_model_load(&mo, err);
+    loom_model *m = golden_load(name, err);
     if (!m) return NULL;
-    size_t bytes = (size_t)golden_rows(g) * g->vocab * sizeof(float);
+    size_t bytes;
     /* deepseek's first layer is dense: alone on stage 0 (deepseek_v3_skewed's two layers split
      * so as they are), that stage holds no experts and still steps with the replicas */
     const char *partition = pp == 2 && !strcmp(name, "deepseek_v2") ? "1,2" : NULL;
-    job j = {m,  g,  md,        tp,
-             dp, pp, partition, mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0)};
+    job j = {m, g, md, tp, dp, pp, partition, golden_shared_logits(g, &bytes)};
     loom_engine_options eo = options(NULL, md, dp, pp, partition);
     return golden_launch_dp(m, tp, dp, pp, backend, &eo, rank_main, &j, j.out, bytes, err);
 }

@@ -96,18 +96,12 @@ static int rank_main(loom_comm *comm, void *arg) {
 static float *run_placed(const char *name, golden *g, int n, int pp, mode md, bool alone, const char *backend,
                          long *received, const loom_expert_load *load, int redundant, const char *save_load,
                          loom_err *err) {
-    char dir[900];
-    golden_dir(dir, sizeof dir, name);
-    loom_model_options mo = {.path = dir, .dtype = golden_dtype(name)};
-    loom_model *m = loom_model_load(&mo, err);
+    loom_model *m = golden_load(name, err);
     if (!m) return NULL;
-    size_t bytes = (size_t)golden_rows(g) * g->vocab * sizeof(float);
+    size_t bytes;
     long *rows =
         mmap(NULL, MAX_MOE_LAYERS * 8 * sizeof *rows, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    job j = {m,        g,    md,
-             alone,    pp,   mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0),
-             rows,     load, redundant,
-             save_load};
+    job j = {m, g, md, alone, pp, golden_shared_logits(g, &bytes), rows, load, redundant, save_load};
     loom_engine_options eo = options(NULL, md, pp);
     float *out = golden_launch(m, n, pp, backend, &eo, rank_main, &j, j.out, bytes, err);
     if (received) memcpy(received, rows, MAX_MOE_LAYERS * n * sizeof *rows);

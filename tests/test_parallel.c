@@ -247,6 +247,7 @@ int main(int argc, char **argv) {
                   cases[c], tp, worst);
             CHECK(golden_reduced(cases[c]) || vs1 <= ATOL, "%s tp=%d: max |logit diff| vs tp=1 %.3g", cases[c], tp,
                   vs1);
+            /* EVIDENCE-OF: 4.1, 4.2 (SP and async TP the same bits as TP) */
             size_t bytes = (size_t)golden_rows(&g) * g.vocab * sizeof(float);
             float *sp = run_tp(cases[c], &g, tp, MODE_SP, "shm", &err);
             float *as = run_tp(cases[c], &g, tp, MODE_ASYNC, "shm", &err);

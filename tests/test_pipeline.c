@@ -50,14 +50,11 @@ static int rank_main(loom_comm *comm, void *arg) {
 
 /* Case `name` at tp x pp ranks over backend: the logits (munmap'd by the caller), or NULL. */
 static float *run(const char *name, golden *g, int tp, int pp, mode md, const char *backend, loom_err *err) {
-    char dir[900];
-    golden_dir(dir, sizeof dir, name);
-    loom_model_options mo = {.path = dir, .dtype = golden_dtype(name)};
-    loom_model *m = loom_model_load(&mo, err);
+    loom_model *m = golden_load(name, err);
     if (!m) return NULL;
     job j = {m, g, pp, md, NULL};
-    size_t bytes = (size_t)golden_rows(g) * g->vocab * sizeof(float);
-    float *out = j.out = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    size_t bytes;
+    float *out = j.out = golden_shared_logits(g, &bytes);
     loom_engine_options eo = golden_engine_options(NULL);
     eo.sequence_parallel = md != MODE_TP, eo.pipeline_parallel = pp;
     return golden_launch(m, tp, pp, backend, &eo, rank_main, &j, out, bytes, err);

@@ -65,6 +65,7 @@ static void attend_block(const attend_case *c, const float *q, const float *k, c
                           .sinks = c->sinks ? sinks : NULL});
 }
 
+/* EVIDENCE-OF: 4.7 (attention) */
 static void attend_blocks(const attend_case *c) {
     size_t ld = (size_t)c->g * c->d;
     float *q = rand_array(CTX * ld, 2.0f), *k = rand_array(CTX * (size_t)c->d, 2.0f);
@@ -204,6 +205,7 @@ static void mla_history(mla_data *m, int run, bool batched, float *out) {
         for (int s = 0; s < MSEQS; s++) mla_rows(m, 1, seq + s, pos + s, out);
 }
 
+/* EVIDENCE-OF: 4.7 (latent attention) */
 static void mla_splits(void) {
     mla_data m = {0};
     size_t tokens = (size_t)MSEQS * (HIST + 1), ow = MH * VDIM;
@@ -260,6 +262,7 @@ static wmat quantized(weight_store *ws, int *bits) {
     return w;
 }
 
+/* EVIDENCE-OF: 4.4 (a block's kernel chosen by its pass's rows), 4.7 (the linears) */
 static void linears(void) {
     float *x = rand_array((size_t)LROWS * LDX, 1.0f), *wf = rand_array((size_t)LOUT * LIN, 0.1f);
     float *shifted = malloc(((size_t)LROWS * LDX + 1) * sizeof *shifted);

@@ -1409,13 +1409,11 @@ static void tool_calls(void) {
     CHECK(stop(&s, SIGTERM, 60) == 0, "the tools server did not exit 0 on SIGTERM");
 }
 
-int main(void) {
-    signal(SIGPIPE, SIG_IGN);
-    bad_template();
-    named_templates();
-    tool_calls();
-    embedded_special_tokens();
-    template_round_trips();
+/* ---- the scenarios, each its own ctest entry (test_serve.NAME; CMake reads the table) ---- */
+
+/* fn on the main test server (the embedded model), then no descriptor, slot or request left
+ * over, and a clean exit on SIGTERM. */
+static void on_main_server(void (*fn)(const server *)) {
     server s;
     char args[256];
     snprintf(args, sizeof args,
@@ -1424,37 +1422,82 @@ int main(void) {
              HEADER_TIMEOUT, BODY_LIMIT);
     if (start(&s, args)) {
         CHECK(0, "server did not start");
-        return check_done();
+        return;
     }
     int fds = open_fds(s.pid);
-    bad_requests(s.port);
-    completions_match_run(s.port, "-p 'The robot' -n 24 --ignore-eos");
-    prefix_reuse(s.port, 64, "tp=1");
-    slow_client(s.port);
-    hostile_grammars(&s);
-    idle_flood(&s);
-    header_deadline(&s);
-    chunked_too_big(&s);
+    fn(&s);
     no_leaks(&s, fds);
     CHECK(stop(&s, SIGTERM, 30) == 0, "an idle server did not exit 0 on SIGTERM");
-    /* a model slow enough (~100M parameters, dummy weights) that requests are still running
-     * when the client leaves or SIGTERM comes */
-    if (start(&s, "-m " LOOM_SOURCE_DIR "/configs/llama-100m.json --load-format dummy --max-model-len 512")) {
-        CHECK(0, "the 100M server did not start");
-        return check_done();
-    }
+}
+
+/* a model slow enough (~100M parameters, dummy weights) that requests are still running when
+ * the client leaves or SIGTERM comes */
+static int start_slow(server *s) {
+    int rc = start(s, "-m " LOOM_SOURCE_DIR "/configs/llama-100m.json --load-format dummy --max-model-len 512");
+    CHECK(rc == 0, "the 100M server did not start");
+    return rc;
+}
+
+static void requests_refused(const server *s) { bad_requests(s->port); }
+static void matches_run(const server *s) { completions_match_run(s->port, "-p 'The robot' -n 24 --ignore-eos"); }
+static void prefix_reused(const server *s) { prefix_reuse(s->port, 64, "tp=1"); }
+static void slow_client_alone(const server *s) { slow_client(s->port); }
+#define ON_MAIN(fn)                                                                                                    \
+    static void fn##_main(void) { on_main_server(fn); }
+ON_MAIN(requests_refused)
+ON_MAIN(matches_run)
+ON_MAIN(prefix_reused)
+ON_MAIN(slow_client_alone)
+ON_MAIN(hostile_grammars)
+ON_MAIN(idle_flood)
+ON_MAIN(header_deadline)
+ON_MAIN(chunked_too_big)
+
+static void client_leaves_slow(void) {
+    server s;
+    if (start_slow(&s)) return;
     client_leaves(s.port);
-    sigterm_drains(&s);
-    preemption();
-    preemption_modes();
-    queue_room();
-    long_cached_prefix("", "tp=1");
-    long_cached_prefix("-tp 2", "-tp 2");
-    speculative();
-    speculative_eagle3();
-    ranks();
-    stages();
-    data_parallel();
-    over_mpi();
-    return check_done();
+    CHECK(stop(&s, SIGTERM, 60) == 0, "the 100M server did not exit 0 on SIGTERM");
+}
+static void sigterm_drains_slow(void) {
+    server s;
+    if (!start_slow(&s)) sigterm_drains(&s);
+}
+static void long_cached_prefix_tp1(void) { long_cached_prefix("", "tp=1"); }
+static void long_cached_prefix_tp2(void) { long_cached_prefix("-tp 2", "-tp 2"); }
+
+/* One entry a line, as CMake reads them (check.h) */
+static const check_scenario scenarios[] = {
+    {"bad_template", bad_template},
+    {"named_templates", named_templates},
+    {"tool_calls", tool_calls},
+    {"embedded_special_tokens", embedded_special_tokens},
+    {"template_round_trips", template_round_trips},
+    {"bad_requests", requests_refused_main},
+    {"completions_match_run", matches_run_main},
+    {"prefix_reuse", prefix_reused_main},
+    {"slow_client", slow_client_alone_main},
+    {"hostile_grammars", hostile_grammars_main},
+    {"idle_flood", idle_flood_main},
+    {"header_deadline", header_deadline_main},
+    {"chunked_too_big", chunked_too_big_main},
+    {"client_leaves", client_leaves_slow},
+    {"sigterm_drains", sigterm_drains_slow},
+    {"preemption", preemption},
+    {"preemption_modes", preemption_modes},
+    {"queue_room", queue_room},
+    {"long_cached_prefix_tp1", long_cached_prefix_tp1},
+    {"long_cached_prefix_tp2", long_cached_prefix_tp2},
+    {"speculative", speculative},
+    {"speculative_eagle3", speculative_eagle3},
+    {"ranks", ranks},
+    {"stages", stages},
+    {"data_parallel", data_parallel},
+    {"over_mpi", over_mpi},
+};
+
+/* test_serve NAME runs one scenario (ctest's test_serve.NAME); with no argument, all in turn. */
+int main(int argc, char **argv) {
+    signal(SIGPIPE, SIG_IGN);
+    return check_scenarios(scenarios, (int)(sizeof scenarios / sizeof *scenarios), argc, argv);
 }

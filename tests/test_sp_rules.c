@@ -274,7 +274,9 @@ static void attention_outside(module *layer, int *h) {
     emit_attention(layer, *h, *h, *h, &a);
 }
 
-int main(void) {
+/* The rows each quantization gathers under SP: int8 codes where the linears take them, else
+ * fp32 or FP8 (section 3.4). */
+static void gathers(void) {
     quant_config act_order = {.format = QF_GPTQ, .bits = 4, .group = 32, .act_order = true};
     quant_config groups_of_16 = {.format = QF_GPTQ, .bits = 4, .group = 16};
     quant_config fp8_static = {.format = QF_CT_FP8, .bits = 8, .fp8_act = FP8_ACT_STATIC};
@@ -297,24 +299,39 @@ int main(void) {
                   (plan_options){.quant = {8, 0, false, QCODE_E4M3, 0, 0}, .fp8_act = true}, ROWS_F32);
     expect_gather("dummy weights of a static FP8 checkpoint", 64,
                   (plan_options){.quant = {8, 0, false, QCODE_E4M3, DUMMY_INPUT_SCALE, 0}, .fp8_act = true}, ROWS_FP8);
+}
+
+/* Section 4.3's rules on the model's own ops. */
+static void region_rules(void) {
+    /* EVIDENCE-OF: 4.3 R2 (a partial passes through to the exit) */
     expect_ok("plain region", model(no_tail, NULL), true, NULL);
+    /* EVIDENCE-OF: 4.3 R3 */
     expect_ok("scaling a partial sum (Granite's residual multiplier)", model(scale_tail, NULL), true, NULL);
+    /* EVIDENCE-OF: 4.3 R1, both ways */
     expect_ok("adding two partial sums", model(add_partials, NULL), true, NULL);
     expect_error("residual add inside the region", model(add_complete, NULL),
                  "model.layers.0.mlp: `add` adds a complete value to a partial sum");
+    /* EVIDENCE-OF: 4.3 R6 */
     expect_error("norm of a partial sum", model(norm_tail, NULL),
                  "model.layers.0.mlp: `rms_norm` is applied to a partial sum");
     expect_error("activation of a partial sum", model(act_tail, NULL),
                  "model.layers.0.mlp: `silu_mul` is applied to a partial sum");
+    /* EVIDENCE-OF: 4.3 R5 */
     expect_error("second reduction", model(reduce_again, NULL),
                  "model.layers.0.mlp: `linear` reduces a partial sum again");
     expect_error("column linear on a partial sum", model(column_on_partial, NULL),
                  "model.layers.0.mlp: `linear` is applied to a partial sum");
+    /* EVIDENCE-OF: 4.3 R8 */
     expect_error("region output is not the sum", model(discard_tail, NULL),
                  "its output is not a partial sum of its reductions");
+    /* EVIDENCE-OF: 4.3 R9 */
     expect_ok("token mixing outside a region warns", model(no_tail, attention_outside), true,
               "`attention` outside a region may mix tokens");
+}
 
+/* The same rules on custom ops of each class (loom_op_class). */
+static void custom_ops(void) {
+    /* EVIDENCE-OF: 4.3 R1, R2, R3 and R6 for custom ops of each class */
     expect_ok("custom additive", with_custom(LOOM_OP_ADDITIVE, "my_sum", "model.layers.0.mlp", false), true, NULL);
     expect_ok("custom pass-through", with_custom(LOOM_OP_PASSTHROUGH, "my_view", "model.layers.0.mlp", false), true,
               NULL);
@@ -325,13 +342,17 @@ int main(void) {
     expect_error("custom token mixing on a partial sum",
                  with_custom(LOOM_OP_TOKEN_MIXING, "my_conv", "model.layers.0.mlp", false),
                  "`my_conv` is applied to a partial sum");
+    /* EVIDENCE-OF: 4.3 R7 */
     expect_ok("custom opaque op: could not verify", with_custom(LOOM_OP_OPAQUE, "my_blob", "model.layers.0.mlp", false),
               false, "could not verify that `my_blob` is compatible");
     expect_ok("custom token mixing outside a region warns",
               with_custom(LOOM_OP_TOKEN_MIXING, "my_shift", "model.layers.0", true), true, "`my_shift` may mix tokens");
     expect_ok("custom elementwise on the region input is fine",
               with_custom(LOOM_OP_ELEMENTWISE, "my_gelu", "model.layers.0.mlp", true), true, NULL);
+}
 
+/* Norms over sharded features or heads, experts and sigmoid gates in a region. */
+static void norms_and_gates(void) {
     /* a norm over features that tensor parallelism shards (OLMoE-style q/k norm) is refused */
     module *m = model(no_tail, NULL);
     module *r = module_find(m, "model.layers.0.mlp");
@@ -341,6 +362,7 @@ int main(void) {
 
     expect_ok("experts beside the MLP: two partial sums added", model(moe_beside, NULL), true, NULL);
     expect_error("experts on a partial sum", model(moe_on_partial, NULL), "`moe` is applied to a partial sum");
+    /* EVIDENCE-OF: 4.3 R4, both ways */
     expect_ok("a sigmoid gate by a complete value (Qwen2-MoE's shared expert)", model(gate_complete, NULL), true, NULL);
     expect_error("a gate by a partial sum", model(gate_partial, NULL), "`sigmoid_gate` gates by a partial sum");
     expect_error("a whole-projection norm over replicated heads", model(norm_one_head, NULL),
@@ -358,7 +380,10 @@ int main(void) {
     CHECK(stat >= 0, "whole-projection norm: want sum of squares -> all_reduce -> norm steps");
     if (!nerr.msg[0]) plan_free(&np);
     module_free(m);
+}
 
+/* Regions around expert parallelism, with and without SP. */
+static void expert_parallel(void) {
     /* expert parallelism: the experts' output is complete. Under SP the region takes this rank's
      * rows and leaves them as they are (only the embedding reduce-scatters); under plain TP it
      * slices them and all-gathers the complete rows back. */
@@ -376,7 +401,10 @@ int main(void) {
                     "model.layers.0.mlp: `linear` reduces across ranks a value the experts' combine already completed");
     expect_ep_error("EP: a tensor-parallel linear on the experts' output", ep_column_on_output,
                     "`linear` reads every token, but its input is made inside the expert-parallel region");
+}
 
+/* Expert placement (EPLB): ranges, copies and their balance. */
+static void expert_placement(void) {
     /* placement: without a load, contiguous ranges covering every expert once, the first E % N
      * ranks one more; with one, and with redundant copies, each rank holding a contiguous split's
      * count of the copies, numbered in increasing expert order, an expert's copies on distinct
@@ -479,5 +507,19 @@ int main(void) {
              "mixture-of-experts layers'",
              LOOM_BIN);
     CHECK(system(cmd) == 0, "loom run --enable-expert-parallel on a dense model must warn");
-    return check_done();
+}
+
+/* One entry a line, as CMake reads them (check.h) */
+static const check_scenario scenarios[] = {
+    {"gathers", gathers},
+    {"region_rules", region_rules},
+    {"custom_ops", custom_ops},
+    {"norms_and_gates", norms_and_gates},
+    {"expert_parallel", expert_parallel},
+    {"expert_placement", expert_placement},
+};
+
+/* test_sp_rules NAME runs one scenario (ctest's test_sp_rules.NAME); with no argument, all. */
+int main(int argc, char **argv) {
+    return check_scenarios(scenarios, (int)(sizeof scenarios / sizeof *scenarios), argc, argv);
 }

@@ -17,6 +17,8 @@
 
 #include "cli.h"
 #include "grammar/grammar.h"
+#include "serve/vocab.h"
+#include "util/alloc.h"
 #include "util/file.h"
 
 static double now(void) {
@@ -176,7 +178,7 @@ int bench_grammar(int argc, char **argv) {
     if (!m || cli_print_cpu("bench grammar", stdout)) goto done;
     loom_model_get_info(m, &info);
     double t0 = now();
-    if (!(v = grammar_vocab_of_model(m, &err))) goto fail;
+    if (!(v = vocab_of_model(m, &err))) goto fail;
     double t_vocab = now() - t0;
     t0 = now();
     if (!(g = grammar_compile(text, v, &err))) goto fail;
@@ -188,18 +190,19 @@ int bench_grammar(int argc, char **argv) {
         while (b.text_len && (sentence[b.text_len - 1] == '\n' || sentence[b.text_len - 1] == ' ')) b.text_len--;
         b.text = sentence;
         n = (int)b.text_len; /* steps at most */
-        b.bytes = calloc((size_t)info.vocab, sizeof *b.bytes);
-        b.len = calloc((size_t)info.vocab, sizeof *b.len);
+        b.bytes = mem_zalloc((size_t)info.vocab, sizeof *b.bytes, "the vocabulary", NULL);
+        b.len = mem_zalloc((size_t)info.vocab, sizeof *b.len, "the vocabulary", NULL);
         char piece[4096];
         for (int i = 0; b.bytes && b.len && i < info.vocab; i++)
-            if ((b.len[i] = loom_token_bytes(m, i, piece, sizeof piece)) > 0 && (b.bytes[i] = malloc((size_t)b.len[i])))
+            if ((b.len[i] = loom_token_bytes(m, i, piece, sizeof piece)) > 0 &&
+                (b.bytes[i] = mem_alloc((size_t)b.len[i], "a token", NULL)))
                 memcpy(b.bytes[i], piece, (size_t)b.len[i]);
         printf("spelling the %zu bytes of %s\n", b.text_len, text_file);
     }
-    b.allowed = calloc(((size_t)info.vocab + 31) / 32, sizeof *b.allowed);
-    b.ok = malloc((size_t)info.vocab * sizeof *b.ok);
-    b.mask_ms = malloc((size_t)n * sizeof *b.mask_ms);
-    b.check_ms = malloc((size_t)n * sizeof *b.check_ms);
+    b.allowed = mem_zalloc(((size_t)info.vocab + 31) / 32, sizeof *b.allowed, "a mask", NULL);
+    b.ok = mem_array((size_t)info.vocab, sizeof *b.ok, "the allowed tokens", NULL);
+    b.mask_ms = mem_array((size_t)n, sizeof *b.mask_ms, "the timings", NULL);
+    b.check_ms = mem_array((size_t)n, sizeof *b.check_ms, "the timings", NULL);
     if (!b.allowed || !b.ok || !b.mask_ms || !b.check_ms) {
         fprintf(stderr, "loom bench grammar: out of memory\n");
         goto done;

@@ -486,10 +486,12 @@ static void left_edges(const grammar *g, const bool *nullable, left_graph *lg, b
 
 static int check_left_recursion(grammar *g, loom_err *err) {
     int n = g->n_rules, rc = -1;
-    bool *nullable = calloc((size_t)n, 1);
-    left_graph lg = {.n = n, .first = malloc(sizeof(int32_t) * ((size_t)n + 1))};
-    int32_t *order = malloc(sizeof(int32_t) * (size_t)n), *comp = malloc(sizeof(int32_t) * (size_t)n),
-            *stack = malloc(sizeof(int32_t) * (size_t)n * 2), *rcount = NULL;
+    const char *what = "a grammar's left-recursion check";
+    bool *nullable = mem_zalloc((size_t)n, 1, what, NULL);
+    left_graph lg = {.n = n, .first = mem_array((size_t)n + 1, sizeof(int32_t), what, NULL)};
+    int32_t *order = mem_array((size_t)n, sizeof(int32_t), what, NULL),
+            *comp = mem_array((size_t)n, sizeof(int32_t), what, NULL),
+            *stack = mem_array((size_t)n, 2 * sizeof(int32_t), what, NULL), *rcount = NULL;
     if (!nullable || !lg.first || !order || !comp || !stack) goto oom;
     for (bool changed = true; changed;) {
         changed = false;
@@ -503,9 +505,10 @@ static int check_left_recursion(grammar *g, loom_err *err) {
     }
     left_edges(g, nullable, &lg, false);
     size_t m = (size_t)lg.first[n];
-    lg.to = malloc(sizeof(int32_t) * (m + 1)), lg.tail = malloc(m + 1);
-    lg.rfirst = calloc((size_t)n + 1, sizeof(int32_t)), lg.rto = malloc(sizeof(int32_t) * (m + 1));
-    rcount = calloc((size_t)n + 1, sizeof(int32_t));
+    lg.to = mem_array(m + 1, sizeof(int32_t), what, NULL), lg.tail = mem_array(m + 1, sizeof(bool), what, NULL);
+    lg.rfirst = mem_zalloc((size_t)n + 1, sizeof(int32_t), what, NULL);
+    lg.rto = mem_array(m + 1, sizeof(int32_t), what, NULL);
+    rcount = mem_zalloc((size_t)n + 1, sizeof(int32_t), what, NULL);
     if (!lg.to || !lg.tail || !lg.rfirst || !lg.rto || !rcount) goto oom;
     left_edges(g, nullable, &lg, true);
     for (size_t k = 0; k < m; k++) lg.rfirst[lg.to[k] + 1]++;

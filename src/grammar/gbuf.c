@@ -35,7 +35,7 @@ void gbuf_printf(gbuf *b, const char *fmt, ...) {
         gbuf_put(b, small, (size_t)n);
         return;
     }
-    char *big = malloc((size_t)n + 1);
+    char *big = mem_alloc((size_t)n + 1, "a grammar's text", NULL);
     if (!big) {
         b->oom = true;
         return;

@@ -72,8 +72,6 @@ char *regex_to_gbnf(const char *pattern, loom_err *err);
 typedef struct grammar_vocab grammar_vocab;
 grammar_vocab *grammar_vocab_new(int n, const char *const *bytes, const int *lens, const int32_t *eos, int n_eos,
                                  loom_err *err);
-/* The same for a model's tokenizer (loom_token_bytes; its EOS ids end sentences). */
-grammar_vocab *grammar_vocab_of_model(const loom_model *m, loom_err *err);
 void grammar_vocab_free(grammar_vocab *v);
 int grammar_vocab_size(const grammar_vocab *v);
 

@@ -33,6 +33,7 @@
 
 #include "grammar/grammar.h"
 #include "grammar/regex.h"
+#include "util/alloc.h"
 #include "util/err.h"
 #include "util/utf8.h"
 
@@ -495,7 +496,8 @@ static int ref_rule(conv *c, const char *ref, const char *path) {
     if (!target) return -1;
     if (c->n_refs == MAX_REFS) return refuse(c, path, "more than %s distinct '$ref' targets", "512");
     int id = c->n_rules++, saved = c->depth;
-    if (!(c->refs[c->n_refs].ptr = strdup(ref))) return loom_errf(c->err, "json_schema: out of memory");
+    if (!(c->refs[c->n_refs].ptr = mem_strdup(ref, "a schema's reference", NULL)))
+        return loom_errf(c->err, "json_schema: out of memory");
     c->refs[c->n_refs++].rule = id;
     gbuf body = {0};
     c->depth = 0; /* a reference starts a rule of its own */
@@ -661,7 +663,7 @@ static int object_body(conv *c, const cJSON *s, const char *path, gbuf *b) {
     const cJSON *p, *r;
     cJSON_ArrayForEach(p, props) n++;
     cJSON_ArrayForEach(r, req) n++, n_req++;
-    prop *list = calloc((size_t)n + 1, sizeof *list);
+    prop *list = mem_zalloc((size_t)n + 1, sizeof *list, "a schema's properties", NULL);
     if (!list) return loom_errf(c->err, "json_schema: out of memory");
     n = 0;
     cJSON_ArrayForEach(p, props) list[n++] = (prop){p->string, p, in_required(req, p->string)};
@@ -684,7 +686,7 @@ static int object_body(conv *c, const cJSON *s, const char *path, gbuf *b) {
         return free(list), refuse(c, path, "'%s' is not supported", "maxProperties");
     const char *nm = c->name;
     char sub[512];
-    int rc = 0, extra_rule = -1, *kv = calloc((size_t)n + 1, sizeof *kv);
+    int rc = 0, extra_rule = -1, *kv = mem_zalloc((size_t)n + 1, sizeof *kv, "a schema's properties", NULL);
     if (!kv) rc = loom_errf(c->err, "json_schema: out of memory");
     if (!rc && more) { /* one key and value past the declared ones: by a pattern, or any */
         gbuf alts = {0};
@@ -933,7 +935,7 @@ static int branches_body(conv *c, const cJSON *s, const cJSON *list, const char 
     const cJSON *k;
     cJSON_ArrayForEach(k, rest) alone &= is_annotation(k->string);
     int n = cJSON_GetArraySize(list), rc = 0;
-    cJSON **merged = calloc((size_t)n, sizeof *merged);
+    cJSON **merged = mem_zalloc((size_t)n, sizeof *merged, "a schema's branches", NULL);
     if (!merged) rc = loom_errf(c->err, "json_schema: out of memory");
     const cJSON *br = list->child;
     char sub[512], idx[16];

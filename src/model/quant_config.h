@@ -1,6 +1,6 @@
 /* A checkpoint's quantization, as config.json's quantization_config states it: which format
  * its quantized linears are stored in and with what parameters (config.c parses the block
- * through quant_config_parse; the readers in checkpoint.c follow it). */
+ * through quant_config_parse; the readers of quant/reader.h follow it). */
 #ifndef LOOM_MODEL_QUANT_CONFIG_H
 #define LOOM_MODEL_QUANT_CONFIG_H
 #include <stdbool.h>

@@ -1,5 +1,6 @@
-/* Quantized checkpoints (checkpoint.c): which linears a quantization_config covers, the
- * splits its packing allows, and reading a rank's slice into loom's layout. */
+/* Quantized checkpoints (checkpoint.c, over a reader per format: reader.h): which linears a
+ * quantization_config covers, the splits its packing allows, and reading a rank's slice into
+ * loom's layout. */
 #ifndef LOOM_QUANT_CHECKPOINT_H
 #define LOOM_QUANT_CHECKPOINT_H
 #include "graph/module.h"
@@ -20,20 +21,5 @@ bool quant_checkpoint_has(weight_store *ws, const quant_config *q, const char *n
  * of them; a row_step over 1 only in MXFP4's interleaved experts). */
 int quant_checkpoint_get(weight_store *ws, const quant_config *q, const char *name, int rows, int cols, int r0, int nr,
                          int row_step, int c0, int nc, wmat *out, loom_err *err);
-
-/* Within quant/: the FP8 formats' reader (fp8.c), and what it shares with checkpoint.c: a
- * weight's module ("<module>.weight" less ".weight"), its tensor `<module>.<suffix>` (NULL if
- * absent; *file, if given, the file holding it), element i of a float tensor as f32, and a
- * tensor's shape as text for messages ("128, 64"). */
-int fp8_checkpoint_get(weight_store *ws, const quant_config *q, const char *name, int rows, int cols, int r0, int nr,
-                       int c0, int nc, wmat *out, loom_err *err);
-void ckpt_module_of(const char *name, char *out, size_t cap);
-/* The MXFP4 reader (mxfp4.c): whether `name`_blocks is in the files, and the slice. */
-bool mxfp4_checkpoint_has(weight_store *ws, const char *name);
-int mxfp4_checkpoint_get(weight_store *ws, const char *name, int rows, int cols, int r0, int nr, int row_step, int c0,
-                         int nc, wmat *out, loom_err *err);
-const st_tensor *ckpt_part(weight_store *ws, const char *mod, const char *suffix, const char **file);
-float ckpt_real(const st_tensor *t, size_t i);
-void ckpt_shape(const st_tensor *t, char *out, size_t cap);
 
 #endif

@@ -125,7 +125,7 @@ int quant_online(weight_store *ws, const quant_scheme *s, const char *name, int 
 }
 
 int quant_check_split(const quant_scheme *s, const char *name, int cols, int c0, int nc, loom_err *err) {
-    if (!s->group || (s->code && s->code != QCODE_E2M1)) return 0; /* per channel, or FP8 (fp8.c): any split */
+    if (!s->group || (s->code && s->code != QCODE_E2M1)) return 0; /* per channel, or FP8 (fp8_reader.c): any split */
     if (cols % s->group)
         return loom_errf(err, "%s: %d input features are not a whole number of quantization groups of %d", name, cols,
                          s->group);

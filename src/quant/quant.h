@@ -1,6 +1,7 @@
-/* Quantized weights: the one home of integer and FP8 weight formats. A quantized linear reaches
- * the kernels as a wmat whose `q` describes loom's own packed layout (tensor/tensor.h's qlayout),
- * whatever the checkpoint stored: each format's reader (checkpoint.c, fp8.c; online.c for float
+/* Quantized weights: the one home of integer, FP8 and MXFP4 weight formats. A quantized linear
+ * reaches the kernels as a wmat whose `q` describes loom's own packed layout
+ * (tensor/tensor.h's qlayout), whatever the checkpoint stored: each format's reader (a row of
+ * checkpoint.c's table: int_reader.c, fp8_reader.c, mxfp4_reader.c; online.c for float
  * checkpoints and dummy weights) turns its tensors into codes, scales and zero points, and
  * qmat.c repacks them.
  *

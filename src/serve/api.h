@@ -8,17 +8,8 @@
 #define LOOM_SERVE_API_H
 #include <cjson/cJSON.h>
 
-#include "serve/serve.h"
-
-/* An error as the API reports it: HTTP status, message, and the request field at fault. */
-typedef struct api_error {
-    int status;
-    char msg[512];
-    char param[64];
-    const char *code; /* e.g. "model_not_found"; NULL: none */
-} api_error;
-
-int api_fail(api_error *e, int status, const char *param, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+#include "serve/fields.h"
+#include "serve/server.h"
 
 /* Parses a /v1/completions or /v1/chat/completions body into a new request (prompt tokenized,
  * chat template rendered, sampler ready). NULL with e filled (4xx) when the body is not a

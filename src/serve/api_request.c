@@ -8,65 +8,24 @@
 #include <time.h>
 
 #include "serve/api.h"
+#include "serve/fields.h"
 #include "serve/structured.h"
 #include "serve/tool_calls.h"
+#include "serve/tool_grammar.h"
 #include "template/template.h"
 #include "util/alloc.h"
-
-int api_fail(api_error *e, int status, const char *param, const char *fmt, ...) {
-    e->status = status;
-    snprintf(e->param, sizeof e->param, "%s", param ? param : "");
-    e->code = NULL;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(e->msg, sizeof e->msg, fmt, ap);
-    va_end(ap);
-    return -1;
-}
 
 /* The server ran out of memory for this request: a 500 with the allocator's message. */
 static int out_of_memory(api_error *e, const loom_err *why) { return api_fail(e, 500, NULL, "%s", why->msg); }
 
-/* A member that is present and not null. */
-static const cJSON *field(const cJSON *o, const char *k) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
-    return v && !cJSON_IsNull(v) ? v : NULL;
-}
-
 /* prompt: a string, token ids, or a list holding one of those (that one: NULL when absent). */
 static const cJSON *prompt_value(const cJSON *root) {
-    const cJSON *p = field(root, "prompt");
+    const cJSON *p = get_field(root, "prompt");
     return cJSON_IsArray(p) && cJSON_GetArraySize(p) == 1 && !cJSON_IsNumber(p->child) ? p->child : p;
 }
 
-static int get_number(const cJSON *o, const char *k, double lo, double hi, double *out, api_error *e) {
-    const cJSON *v = field(o, k);
-    if (!v) return 0;
-    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || v->valuedouble < lo || v->valuedouble > hi)
-        return api_fail(e, 400, k, "'%s' must be a number in [%g, %g]", k, lo, hi);
-    *out = v->valuedouble;
-    return 0;
-}
-
-static int get_int(const cJSON *o, const char *k, long lo, long hi, long *out, api_error *e) {
-    const cJSON *v = field(o, k);
-    if (!v) return 0;
-    if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || v->valuedouble < lo || v->valuedouble > hi)
-        return api_fail(e, 400, k, "'%s' must be an integer in [%ld, %ld]", k, lo, hi);
-    *out = (long)v->valuedouble;
-    return 0;
-}
-
-static int get_bool(const cJSON *o, const char *k, bool *out, api_error *e) {
-    const cJSON *v = field(o, k);
-    if (!v) return 0;
-    if (!cJSON_IsBool(v)) return api_fail(e, 400, k, "'%s' must be a boolean", k);
-    *out = cJSON_IsTrue(v);
-    return 0;
-}
-
 static int check_model(const server *srv, const cJSON *root, api_error *e) {
-    const cJSON *v = field(root, "model");
+    const cJSON *v = get_field(root, "model");
     if (!v) return 0;
     if (!cJSON_IsString(v)) return api_fail(e, 400, "model", "'model' must be a string");
     if (strcmp(v->valuestring, srv->o->served_name)) {
@@ -82,17 +41,18 @@ static int check_model(const server *srv, const cJSON *root, api_error *e) {
  * extensions among them); so are those of one API that the other carries (echo, best_of:
  * completions only). */
 static int refuse_unsupported(const cJSON *root, req_kind kind, api_error *e) {
-    if (kind == REQ_COMPLETION && field(root, "suffix")) return api_fail(e, 400, "suffix", "'suffix' is not supported");
+    if (kind == REQ_COMPLETION && get_field(root, "suffix"))
+        return api_fail(e, 400, "suffix", "'suffix' is not supported");
     static const char *const vllm_flags[] = {"use_beam_search", "include_stop_str_in_output"};
     for (size_t i = 0; i < sizeof vllm_flags / sizeof *vllm_flags; i++) {
         bool on = false;
         if (get_bool(root, vllm_flags[i], &on, e)) return -1;
         if (on) return api_fail(e, 400, vllm_flags[i], "'%s' is not supported", vllm_flags[i]);
     }
-    const cJSON *bad_words = field(root, "bad_words");
+    const cJSON *bad_words = get_field(root, "bad_words");
     if (bad_words && cJSON_GetArraySize(bad_words) > 0)
         return api_fail(e, 400, "bad_words", "'bad_words' is not supported");
-    if (field(root, "prompt_logprobs"))
+    if (get_field(root, "prompt_logprobs"))
         return api_fail(e, 400, "prompt_logprobs",
                         "'prompt_logprobs' is not supported (loom computes no prompt logprobs)");
     long best_of = 1;
@@ -113,7 +73,7 @@ static int add_stop(request *r, const char *s, api_error *e) {
 }
 
 static int parse_stop(const cJSON *root, request *r, api_error *e) {
-    const cJSON *v = field(root, "stop");
+    const cJSON *v = get_field(root, "stop");
     if (!v) return 0;
     if (cJSON_IsString(v)) return add_stop(r, v->valuestring, e);
     if (!cJSON_IsArray(v)) return api_fail(e, 400, "stop", "'stop' must be a string or an array of strings");
@@ -140,7 +100,7 @@ static int parse_sampling(server *srv, const cJSON *root, request *r, api_error 
     r->sampling.top_p = (float)top_p;
     r->sampling.top_k = top_k < 0 ? 0 : (int)top_k;
     r->sampling.min_p = (float)min_p;
-    r->sampling.seed = field(root, "seed") ? (uint64_t)seed : srv->o->seed + n * 0x9e3779b97f4a7c15ull;
+    r->sampling.seed = get_field(root, "seed") ? (uint64_t)seed : srv->o->seed + n * 0x9e3779b97f4a7c15ull;
     snprintf(r->id, sizeof r->id, "%s-%016llx", r->kind == REQ_CHAT ? "chatcmpl" : "cmpl", (unsigned long long)n);
     loom_err err = {{0}};
     if (!(r->smp = loom_sampler_new(&r->sampling, srv->info.vocab, &err))) return api_fail(e, 400, NULL, "%s", err.msg);
@@ -150,7 +110,7 @@ static int parse_sampling(server *srv, const cJSON *root, request *r, api_error 
 /* logit_bias: {"token id": bias}, ids in the vocabulary, biases clamped to [-100, 100] as vLLM
  * clamps them. */
 static int parse_logit_bias(server *srv, const cJSON *root, request *r, api_error *e) {
-    const cJSON *b = field(root, "logit_bias"), *v;
+    const cJSON *b = get_field(root, "logit_bias"), *v;
     if (!b) return 0;
     if (!cJSON_IsObject(b))
         return api_fail(e, 400, "logit_bias", "'logit_bias' must be an object of token ids (strings) to numbers");
@@ -175,7 +135,7 @@ static int parse_logit_bias(server *srv, const cJSON *root, request *r, api_erro
 
 /* A list of token ids, each in the vocabulary (stop_token_ids, allowed_token_ids), into *ids. */
 static int parse_ids(server *srv, const cJSON *root, const char *k, int32_t **ids, int *n, api_error *e) {
-    const cJSON *a = field(root, k), *v;
+    const cJSON *a = get_field(root, k), *v;
     if (!a) return 0;
     if (!cJSON_IsArray(a)) return api_fail(e, 400, k, "'%s' must be an array of token ids", k);
     int len = cJSON_GetArraySize(a);
@@ -202,7 +162,7 @@ static int parse_logits(server *srv, const cJSON *root, request *r, api_error *e
         parse_ids(srv, root, "stop_token_ids", &r->stop_ids, &r->n_stop_ids, e) ||
         parse_ids(srv, root, "allowed_token_ids", &r->allowed_ids, &r->n_allowed, e))
         return -1;
-    if (field(root, "allowed_token_ids") && !r->n_allowed)
+    if (get_field(root, "allowed_token_ids") && !r->n_allowed)
         return api_fail(e, 400, "allowed_token_ids", "'allowed_token_ids' must not be empty");
     if (rep <= 0) return api_fail(e, 400, "repetition_penalty", "'repetition_penalty' must be greater than 0");
     if (min_tokens > r->max_tokens)
@@ -267,7 +227,7 @@ static int make_choices(server *srv, const cJSON *root, request *r, api_error *e
 
 static int parse_output(const cJSON *root, request *r, api_error *e) {
     if (get_bool(root, "stream", &r->stream, e)) return -1;
-    const cJSON *so = field(root, "stream_options");
+    const cJSON *so = get_field(root, "stream_options");
     if (so) {
         if (!cJSON_IsObject(so)) return api_fail(e, 400, "stream_options", "'stream_options' must be an object");
         if (!r->stream)
@@ -276,7 +236,7 @@ static int parse_output(const cJSON *root, request *r, api_error *e) {
     }
     long top = 0;
     if (r->kind == REQ_COMPLETION) { /* the legacy API: logprobs is the number of alternatives */
-        const cJSON *lp = field(root, "logprobs");
+        const cJSON *lp = get_field(root, "logprobs");
         if (lp && get_int(root, "logprobs", 0, REQ_MAX_TOP_LOGPROBS, &top, e)) return -1;
         r->logprobs = lp != NULL;
     } else {
@@ -406,9 +366,9 @@ static int check_tools(const cJSON *tools, api_error *e) {
     int i = 0;
     const cJSON *t;
     cJSON_ArrayForEach(t, tools) {
-        const cJSON *type = cJSON_GetObjectItemCaseSensitive(t, "type"), *fn = field(t, "function");
+        const cJSON *type = cJSON_GetObjectItemCaseSensitive(t, "type"), *fn = get_field(t, "function");
         const cJSON *name = fn ? cJSON_GetObjectItemCaseSensitive(fn, "name") : NULL,
-                    *params = fn ? field(fn, "parameters") : NULL;
+                    *params = fn ? get_field(fn, "parameters") : NULL;
         if (!cJSON_IsObject(t) || !cJSON_IsString(type) || strcmp(type->valuestring, "function"))
             return api_fail(e, 400, "tools", "'tools[%d]' must be an object with \"type\": \"function\"", i);
         if (!cJSON_IsObject(fn) || !cJSON_IsString(name) || !name->valuestring[0])
@@ -427,12 +387,13 @@ static char *render_chat(server *srv, const cJSON *root, api_error *e) {
         return api_fail(e, 400, "messages",
                         "the model has no chat template; start the server with --chat-template FILE"),
                NULL;
-    const cJSON *tools = field(root, "tools");
+    const cJSON *tools = get_field(root, "tools");
     const chat_template *tmpl = tools ? srv->tmpl.tools : srv->tmpl.plain;
-    cJSON *msgs = template_messages(field(root, "messages"), tools ? srv->tmpl.tools_caps : srv->tmpl.plain_caps, e);
+    cJSON *msgs =
+        template_messages(get_field(root, "messages"), tools ? srv->tmpl.tools_caps : srv->tmpl.plain_caps, e);
     if (!msgs) return NULL;
     cJSON *ctx = cJSON_CreateObject();
-    const cJSON *kw = field(root, "chat_template_kwargs"), *v;
+    const cJSON *kw = get_field(root, "chat_template_kwargs"), *v;
     if (kw && !cJSON_IsObject(kw)) {
         api_fail(e, 400, "chat_template_kwargs", "'chat_template_kwargs' must be an object");
         goto fail;
@@ -491,7 +452,7 @@ static int parse_tool_choice(const cJSON *v, const cJSON *tools, const char **mo
                         "\"function\": {\"name\": ...}}");
     const cJSON *t;
     cJSON_ArrayForEach(t, tools) {
-        const cJSON *n = cJSON_GetObjectItemCaseSensitive(field(t, "function"), "name");
+        const cJSON *n = cJSON_GetObjectItemCaseSensitive(get_field(t, "function"), "name");
         if (!strcmp(n->valuestring, name->valuestring)) {
             *mode = "named";
             *named = name->valuestring;
@@ -507,7 +468,7 @@ static int parse_tool_choice(const cJSON *v, const cJSON *tools, const char **mo
  * for calls (with the server's parser), and for "required" or a named function the grammar
  * that forces a call. Without tools the output is content, as before. */
 static int parse_tools(server *srv, const cJSON *root, request *r, api_error *e) {
-    const cJSON *tools = field(root, "tools"), *choice = field(root, "tool_choice");
+    const cJSON *tools = get_field(root, "tools"), *choice = get_field(root, "tool_choice");
     bool parallel = true;
     if (get_bool(root, "parallel_tool_calls", &parallel, e)) return -1;
     const char *mode = tools ? "auto" : "none", *named = NULL;
@@ -582,7 +543,7 @@ request *api_parse_generate(server *srv, req_kind kind, const char *body, size_t
     }
     long max_tokens = kind == REQ_COMPLETION ? 16 : 0; /* OpenAI's defaults: 16; chat: what fits */
     const char *max_key =
-        kind == REQ_CHAT && field(root, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
+        kind == REQ_CHAT && get_field(root, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
     if (check_model(srv, root, e) || refuse_unsupported(root, kind, e) ||
         get_int(root, max_key, 1, 1 << 30, &max_tokens, e))
         goto fail;
@@ -622,7 +583,7 @@ char *api_tokenize(server *srv, const char *body, size_t len, api_error *e) {
     if (!root) return NULL;
     request *r = request_new(REQ_COMPLETION);
     char *out = NULL;
-    bool chat = field(root, "messages") != NULL, add_special = !chat;
+    bool chat = get_field(root, "messages") != NULL, add_special = !chat;
     if (!r) {
         api_fail(e, 500, NULL, "cannot allocate %zu bytes for a request", sizeof *r);
         goto done;
@@ -631,7 +592,7 @@ char *api_tokenize(server *srv, const char *body, size_t len, api_error *e) {
     if (chat) {
         if (!(r->rendered = render_chat(srv, root, e)) || tokenize(srv, r->rendered, add_special, r, e)) goto done;
     } else {
-        const cJSON *p = field(root, "prompt");
+        const cJSON *p = get_field(root, "prompt");
         if (!cJSON_IsString(p)) {
             api_fail(e, 400, "prompt", "'prompt' (a string) or 'messages' is required");
             goto done;
@@ -654,7 +615,7 @@ done:
 char *api_detokenize(server *srv, const char *body, size_t len, api_error *e) {
     cJSON *root = parse_body(body, len, e);
     if (!root) return NULL;
-    const cJSON *t = field(root, "tokens"), *v;
+    const cJSON *t = get_field(root, "tokens"), *v;
     char *out = NULL;
     if (check_model(srv, root, e)) goto done;
     if (!cJSON_IsArray(t)) {

@@ -12,6 +12,8 @@
  * requests of waiting clients that left, so their KV slots free at the next step rather than
  * when generation ends. Routes: POST /v1/completions, /v1/chat/completions, /tokenize,
  * /detokenize; GET /v1/models, /health, /metrics. */
+#include "serve/http.h"
+
 #include <errno.h>
 #include <microhttpd.h>
 #include <netdb.h>
@@ -24,7 +26,8 @@
 #include <unistd.h>
 
 #include "serve/api.h"
-#include "serve/scheduler.h"
+#include "serve/clock.h"
+#include "serve/replicas.h"
 #include "serve/tool_calls.h"
 #include "util/alloc.h"
 #include "util/err.h"

@@ -10,11 +10,13 @@
  * cannot pull them all onto one replica. It is not the default: on a multi-turn chat it cached
  * 6-11% more prompt tokens but gave 20% less throughput, the replicas' loads drifting apart
  * (benches/RESULTS.md). */
+#include "serve/replicas.h"
+
 #include <stdio.h>
 #include <time.h>
 
+#include "serve/clock.h"
 #include "serve/scheduler.h"
-#include "serve/steps.h"
 
 /* How much more loaded (in sched_load's units: one waiting request is 4) a replica holding a
  * cached prefix may be and still be chosen for it. */

@@ -38,6 +38,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "serve/clock.h"
 #include "serve/logits.h"
 #include "serve/steps.h"
 #include "util/alloc.h"
@@ -80,12 +81,6 @@ struct sched {
     int pending;            /* blocks this step's tokens will take from the pool when it runs */
     loom_kv_stats kv;       /* as of the last step, for the gauges */
 };
-
-double serve_now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec + t.tv_nsec * 1e-9;
-}
 
 sched *sched_new(server *srv, const loom_engine *e, step *st, int replica, loom_err *err) {
     sched *s = mem_zalloc(1, sizeof *s, "the scheduler", err);

@@ -1,9 +1,18 @@
-/* Continuous batching for one data-parallel replica (see scheduler.c); replicas.c runs the
+/* Continuous batching for one data-parallel replica (scheduler.c); replicas.c runs the
  * replicas' schedulers together. */
 #ifndef LOOM_SERVE_SCHEDULER_H
 #define LOOM_SERVE_SCHEDULER_H
-#include "serve/serve.h"
+#include "serve/server.h"
 #include "serve/steps.h"
+
+/* Queues r and its other choices on one replica's scheduler (one more reference to each is
+ * taken; the scheduler may hold the others back, see scheduler.c); returns 0, or an HTTP status
+ * with msg filled: 503 when the queue has no room for every choice or the server is draining or
+ * failed. Caller holds the lock. */
+int sched_submit(sched *s, request *r, char *msg, size_t cap);
+/* Adds one replica's gauges (requests running and waiting, slots and KV blocks in use) as they
+ * are now to m's. Lock held. */
+void sched_gauges(const sched *s, metrics *m);
 
 /* The scheduler of replica `replica`, building its steps in st; e is rank 0's engine, whose KV
  * pool every replica's has the size of. */
@@ -28,12 +37,5 @@ int sched_load(const sched *s);
 /* The digest of the replica's KV bookkeeping as rank 0's mirror holds it (loom_engine_kv_digest). */
 unsigned long long sched_kv_digest(const sched *s);
 int sched_cached_tokens(sched *s, const request *r);
-/* Runs rounds of every replica's step (replicas.c) until *stop_signal is set and every request
- * has finished (0), or the engine fails (-1: every open request fails with err's message). Then
- * tells the other ranks to stop. */
-int replicas_loop(server *srv, loom_engine *e, loom_comm *c, step_round *round, volatile int *stop_signal,
-                  loom_err *err);
-/* Monotonic seconds. */
-double serve_now(void);
 
 #endif

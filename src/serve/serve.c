@@ -8,11 +8,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "serve/http.h"
+#include "serve/replicas.h"
 #include "serve/scheduler.h"
 #include "serve/steps.h"
 #include "serve/structured.h"
 #include "serve/tool_calls.h"
 #include "template/template.h"
+#include "util/alloc.h"
 #include "util/err.h"
 
 static volatile int stop_signal;
@@ -109,7 +112,7 @@ static int serve_rank0(loom_comm *comm, loom_model *m, loom_engine *e, const ser
         goto done;
     }
     bool ok = !round_init(&round, e, o, (size_t)srv.info.vocab, true, &err) &&
-              (srv.sch = calloc((size_t)srv.dp, sizeof *srv.sch));
+              (srv.sch = mem_zalloc((size_t)srv.dp, sizeof *srv.sch, "the schedulers", NULL));
     for (int d = 0; ok && d < srv.dp; d++) ok = (srv.sch[d] = sched_new(&srv, e, &round.of[d], d, &err)) != NULL;
     if (!ok || !(h = http_start(&srv, &err))) {
         fprintf(stderr, "loom serve: %s\n", err.msg[0] ? err.msg : "out of memory for the schedulers");

@@ -1,5 +1,5 @@
-/* Structured output in the server: the model's vocabulary as the grammar layer sees it, the
- * cache of compiled grammars, the request fields that ask for a grammar (OpenAI's
+/* Structured output in the server: the grammar vocabulary of the model (vocab.c), the cache of
+ * compiled grammars, the request fields that ask for a grammar (OpenAI's
  * response_format, vLLM's structured_outputs, llama-server's grammar and json_schema), and
  * sampling under a grammar's mask.
  *
@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "serve/structured.h"
+#include "serve/vocab.h"
 #include "util/alloc.h"
 #include "util/err.h"
 
@@ -24,7 +25,7 @@
 
 int structured_init(server *srv, loom_err *err) {
     if (!srv->info.has_tokenizer) return 0; /* grammars match text: requests for one get 400 */
-    return (srv->gvocab = grammar_vocab_of_model(srv->m, err)) &&
+    return (srv->gvocab = vocab_of_model(srv->m, err)) &&
                    (srv->grammars = grammar_cache_new(srv->gvocab, GRAMMAR_CACHE_SIZE, GRAMMAR_CACHE_BYTES, err))
                ? 0
                : -1;

@@ -3,7 +3,8 @@
 #ifndef LOOM_SERVE_STRUCTURED_H
 #define LOOM_SERVE_STRUCTURED_H
 #include "grammar/grammar.h"
-#include "serve/api.h"
+#include "serve/fields.h"
+#include "serve/server.h"
 
 /* The vocabulary's bytes and the grammar cache (none for a model without a tokenizer). */
 int structured_init(server *srv, loom_err *err);

@@ -146,7 +146,7 @@ static int json_span(const char *t, size_t len, size_t p, size_t *end) {
 /* Arguments as OpenAI sends them: compact JSON text. A string holding JSON (some models write
  * that) is taken for the JSON it holds; missing arguments are {}. */
 static char *args_text(const cJSON *a) {
-    if (!a) return strdup("{}");
+    if (!a) return mem_strdup("{}", "a tool call's arguments", NULL);
     if (cJSON_IsString(a)) {
         cJSON *inner = cJSON_Parse(a->valuestring);
         if (inner) {
@@ -164,7 +164,7 @@ static int call_from_json(const cJSON *o, char **name, char **args) {
     if (!cJSON_IsObject(o) || !cJSON_IsString(n) || !n->valuestring[0]) return FAIL;
     const cJSON *a = cJSON_GetObjectItemCaseSensitive(o, "arguments");
     if (!a) a = cJSON_GetObjectItemCaseSensitive(o, "parameters");
-    if (!(*name = strdup(n->valuestring)) || !(*args = args_text(a))) {
+    if (!(*name = mem_strdup(n->valuestring, "a tool call's name", NULL)) || !(*args = args_text(a))) {
         free(*name);
         *name = NULL;
         return OOM;
@@ -257,7 +257,7 @@ static int py_value(const char *t, size_t len, size_t *p, cJSON **out, int depth
 /* A quoted string ('...' or "..."), its common escapes decoded. */
 static int py_string(const char *t, size_t len, size_t *p, cJSON **out) {
     char q = t[*p];
-    char *buf = malloc(len - *p + 1);
+    char *buf = mem_alloc(len - *p + 1, "a tool call's text", NULL);
     if (!buf) return OOM;
     size_t n = 0, i = *p + 1;
     for (;; i++) {
@@ -564,7 +564,7 @@ int tool_calls_parse(tool_parser p, const char *text, size_t len, int max_calls,
     tool_stream s = {.parser = p};
     tool_item it;
     size_t clen = 0, cap_calls = 0;
-    char *c = malloc(len + 1);
+    char *c = mem_alloc(len + 1, "a tool call's text", NULL);
     if (!c) return loom_errf(err, "out of memory parsing tool calls");
     int rc;
     while ((rc = tool_stream_next(&s, text, len, true, &it, err)) == 1) {

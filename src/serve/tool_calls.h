@@ -84,10 +84,4 @@ typedef struct tool_parse {
 int tool_calls_parse(tool_parser p, const char *text, size_t len, int max_calls, tool_parse *out, loom_err *err);
 void tool_parse_free(tool_parse *t);
 
-/* GBNF (root rule `root`) for output that is a call in p's format to one of `tools` (OpenAI's
- * tools array, already validated), or only to the one named `only` (non-NULL), whose arguments
- * follow the tool's parameters schema; parallel: one or more calls. NULL with err when a schema
- * is not supported (the converter's message) or p cannot be forced. */
-char *tool_calls_gbnf(tool_parser p, const cJSON *tools, const char *only, bool parallel, loom_err *err);
-
 #endif

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "grammar/grammar.h"
-#include "serve/tool_calls.h"
+#include "serve/tool_grammar.h"
 #include "util/err.h"
 
 /* The grammar text of one call to tool i (its arguments rule `tool<i>`) in p's format. */

@@ -5,34 +5,34 @@
 
 #include "util/err.h"
 
-#define PER_EXPERT_PROJ "experts.%d.gate_proj.weight", "experts.%d.up_proj.weight", "experts.%d.down_proj.weight"
-static const moe_layout olmoe_moe = {"mlp", "gate.weight",   false,
-                                     false, PER_EXPERT_PROJ, .routing = ROUTE_SOFTMAX_TOPK};
-static const moe_layout qwen_moe = {"mlp",
-                                    "gate.weight",
-                                    false,
-                                    false,
+#define PER_EXPERT_PROJ                                                                                                \
+    .gate = "experts.%d.gate_proj.weight", .up = "experts.%d.up_proj.weight", .down = "experts.%d.down_proj.weight"
+
+static const moe_layout olmoe_moe = {
+    .module = "mlp", .router = "gate.weight", PER_EXPERT_PROJ, .routing = ROUTE_SOFTMAX_TOPK};
+static const moe_layout qwen_moe = {.module = "mlp",
+                                    .router = "gate.weight",
                                     PER_EXPERT_PROJ,
                                     .routing = ROUTE_SOFTMAX_TOPK,
                                     .shared = "shared_expert",
                                     .shared_gated = true};
-static const moe_layout mixtral_moe = {"block_sparse_moe",
-                                       "gate.weight",
-                                       false,
-                                       false,
-                                       "experts.%d.w1.weight",
-                                       "experts.%d.w3.weight",
-                                       "experts.%d.w2.weight",
+static const moe_layout mixtral_moe = {.module = "block_sparse_moe",
+                                       .router = "gate.weight",
+                                       .gate = "experts.%d.w1.weight",
+                                       .up = "experts.%d.w3.weight",
+                                       .down = "experts.%d.w2.weight",
                                        .routing = ROUTE_SOFTMAX_TOPK,
                                        .always_norm_topk = true};
-static const moe_layout granite_moe = {
-    "block_sparse_moe",           "router", true, true, "input_linear.weight", NULL, "output_linear.weight",
-    .routing = ROUTE_TOPK_SOFTMAX};
+static const moe_layout granite_moe = {.module = "block_sparse_moe",
+                                       .router = "router",
+                                       .external_router = true,
+                                       .stacked = true,
+                                       .gate = "input_linear.weight",
+                                       .down = "output_linear.weight",
+                                       .routing = ROUTE_TOPK_SOFTMAX};
 /* DeepSeek: checkpoints hold experts one by one; transformers' in-memory fused layout loads too */
-static const moe_layout deepseek_moe = {"mlp",
-                                        "gate.weight",
-                                        false,
-                                        false,
+static const moe_layout deepseek_moe = {.module = "mlp",
+                                        .router = "gate.weight",
                                         PER_EXPERT_PROJ,
                                         .fused_gate_up = "experts.gate_up_proj",
                                         .fused_down = "experts.down_proj",
@@ -42,10 +42,8 @@ static const moe_layout deepseek_moe = {"mlp",
 
 /* ERNIE 4.5: softmax scores, the experts chosen by their score plus moe_statics' correction
  * bias, weighted by their scores renormalised */
-static const moe_layout ernie_moe = {"mlp",
-                                     "gate.weight",
-                                     false,
-                                     false,
+static const moe_layout ernie_moe = {.module = "mlp",
+                                     .router = "gate.weight",
                                      PER_EXPERT_PROJ,
                                      .fused_gate_up = "experts.gate_up_proj",
                                      .fused_down = "experts.down_proj",
@@ -58,13 +56,11 @@ static const moe_layout ernie_moe = {"mlp",
 
 /* GPT-OSS: the top k router logits (with the router's bias) softmaxed, experts stacked as
  * MXFP4 checkpoints store them, gate and up rows alternating, with biases, clamped SwiGLU */
-static const moe_layout gpt_oss_moe = {"mlp",
-                                       "router.weight",
-                                       false,
-                                       true,
-                                       "experts.gate_up_proj",
-                                       NULL,
-                                       "experts.down_proj",
+static const moe_layout gpt_oss_moe = {.module = "mlp",
+                                       .router = "router.weight",
+                                       .stacked = true,
+                                       .gate = "experts.gate_up_proj",
+                                       .down = "experts.down_proj",
                                        .routing = ROUTE_TOPK_SOFTMAX,
                                        .router_bias = "router.bias",
                                        .interleaved = true,

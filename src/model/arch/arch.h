@@ -1,7 +1,8 @@
-/* Architecture builders: each turns a config into the module tree of its decoder model.
- * Llama-family architectures share the blocks in llama_blocks.c and differ only in a few
- * switches, so adding one is an entry in the table of arch.c; a family whose layer differs
- * (Gemma's) has a builder of its own around the same blocks. */
+/* Architecture builders: each turns a config into the module tree of its decoder model. The
+ * blocks every family shares are in blocks.c. Llama-family architectures share its layer
+ * (llama_blocks.c) and differ only in a few switches, so adding one is an entry in the table of
+ * arch.c; a family whose layer differs (Gemma's) has a builder of its own around the same
+ * blocks. */
 #ifndef LOOM_MODEL_ARCH_H
 #define LOOM_MODEL_ARCH_H
 #include "graph/module.h"
@@ -46,25 +47,28 @@ typedef struct llama_variant {
     const char *fused_qkv, *fused_gate_up;
 } llama_variant;
 
+/* The families' builders: Llama's (llama_blocks.c), Gemma 2 and 3's (gemma_blocks.c: the shared
+ * attention and MLP in Gemma's layer), an Eagle3 speculative draft (eagle3_blocks.c). */
 module *build_llama_family(const model_config *c, const llama_variant *v);
-/* Gemma 2 and 3 (gemma_blocks.c): Llama's attention and MLP modules in Gemma's layer. */
 module *build_gemma(const model_config *c, const llama_variant *v);
-/* GQA self-attention `name` (q/k/v/o_proj) of decoder layer `layer` over an input of `in`
- * features (the hidden size, or an Eagle3 layer's two hidden states side by side). */
-module *attention_module(const model_config *c, const llama_variant *v, const char *name, int layer, int in);
-/* An Eagle3 speculative draft (eagle3_blocks.c). */
 module *build_eagle3(const model_config *c);
-/* The vocab-parallel LM head over h: lm_head.weight, or the embedding when tied. */
-int emit_lm_head(module *m, const model_config *c, int h);
+
+/* The shared blocks (blocks.c). GQA self-attention `name` (q/k/v/o_proj) of decoder layer
+ * `layer` over an input of `in` features (the hidden size, or an Eagle3 layer's two hidden
+ * states side by side). */
+module *attention_module(const model_config *c, const llama_variant *v, const char *name, int layer, int in);
 /* The gated MLP `name` (gate_proj/up_proj/down_proj, or v's fused gate_up) of `inter`
  * features: SwiGLU, or GeGLU where the config says (Gemma). v may be NULL (shared experts). */
 module *mlp_module(const model_config *c, const llama_variant *v, const char *name, int inter);
-/* Layer `layer`'s latent attention module (mla_blocks.c). */
-module *mla_attention_module(const model_config *c, const llama_variant *v, int layer);
+/* The vocab-parallel LM head over h: lm_head.weight, or the embedding when tied. */
+int emit_lm_head(module *m, const model_config *c, int h);
 /* A linear part: weight (and bias) `proj` of module prefix, out features, sharded by heads of
  * head_dim (0: by features). */
 void linear_part_init(linear_part *p, const char *prefix, const char *proj, int out, int head_dim, bool bias);
-/* Layer `layer`'s mixture-of-experts module (moe_blocks.c). */
+
+/* Layer `layer`'s latent attention module (mla_blocks.c) and mixture-of-experts module
+ * (moe_blocks.c). */
+module *mla_attention_module(const model_config *c, const llama_variant *v, int layer);
 module *moe_module(const model_config *c, const moe_layout *l, int layer);
 
 /* Returns the model tree for c->arch, or NULL with err naming the architecture. */

@@ -1,6 +1,6 @@
-/* FP8 checkpoints: a rank's slice of a compressed-tensors float-quantized linear or of the
- * "fp8" method's, into loom's layout (qmat_build) with FP8 codes. The tensors, as
- * compressed-tensors and vLLM store them:
+/* The FP8 checkpoint formats' reader (rows of checkpoint.c's table): a rank's slice of a
+ * compressed-tensors float-quantized linear or of the "fp8" method's, into loom's layout
+ * (qmat_build) with FP8 codes. The tensors, as compressed-tensors and vLLM store them:
  *   <module>.weight           F8_E4M3 (or F8_E5M2) [out, in], one byte a weight;
  *   <module>.weight_scale     strategy tensor: [] or [1]; channel: [out, 1] or [out];
  *                             block [bh, bw]: [ceil(out / bh), ceil(in / bw)];
@@ -16,7 +16,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "quant/checkpoint.h"
+#include "quant/reader.h"
 #include "tensor/fp8.h"
 #include "util/err.h"
 
@@ -73,8 +73,9 @@ static int need_scale(weight_store *ws, const char *mod, const char *suffix, int
     return 0;
 }
 
-int fp8_checkpoint_get(weight_store *ws, const quant_config *q, const char *name, int rows, int cols, int r0, int nr,
-                       int c0, int nc, wmat *out, loom_err *err) {
+static int fp8_get(weight_store *ws, const quant_config *q, const char *name, const ckpt_slice *sl, wmat *out,
+                   loom_err *err) {
+    int rows = sl->rows, cols = sl->cols, r0 = sl->r0, nr = sl->nr, c0 = sl->c0, nc = sl->nc;
     char mod[256];
     ckpt_module_of(name, mod, sizeof mod);
     const char *file = ws->dir;
@@ -127,6 +128,27 @@ int fp8_checkpoint_get(weight_store *ws, const quant_config *q, const char *name
                    .code = k.code,
                    .in_scale = in_scale,
                    .in_group = q->fp8_act == FP8_ACT_GROUP ? q->act_group : 0};
-    if (qmat_build(ws, &src, out, err)) return loom_err_prefix(err, "%s", mod);
-    return weights_made_keep(ws, name, r0, nr, c0, nc, out, err);
+    return qmat_build(ws, &src, out, err) ? loom_err_prefix(err, "%s", mod) : 0;
 }
+
+/* the "fp8" method never quantizes the head (vLLM's lm_head takes no quantization from it);
+ * compressed-tensors does unless its ignore list names it */
+static bool fp8_head(const quant_config *q) { return q->format != QF_FP8; }
+
+/* a code a byte, scales per row or block, partial blocks padded: any split */
+static int fp8_check(const quant_config *q, const char *name, const ckpt_slice *s, loom_err *err) {
+    (void)q, (void)name, (void)s, (void)err;
+    return 0;
+}
+
+/* FP8 weights, even without their scale (the reader then names it), or the scale alone */
+static bool fp8_has(weight_store *ws, const quant_config *q, const char *name) {
+    char mod[256];
+    ckpt_module_of(name, mod, sizeof mod);
+    const st_tensor *w = ckpt_part(ws, mod, "weight", NULL);
+    if (w && (w->dtype == DT_F8_E4M3 || w->dtype == DT_F8_E5M2)) return true;
+    return ckpt_part(ws, mod, q->format == QF_FP8 && q->fp8_scale == FP8_BLOCK ? "weight_scale_inv" : "weight_scale",
+                     NULL);
+}
+
+const ckpt_reader fp8_reader = {.head = fp8_head, .check = fp8_check, .has = fp8_has, .get = fp8_get};

@@ -1,17 +1,18 @@
-/* MXFP4 checkpoints (quant_method "mxfp4": GPT-OSS's experts as released): a rank's slice of a
- * stacked expert tensor into loom's layout (qmat_build) with FP4 codes. A tensor `<name>`, read
- * as a matrix of [experts x rows, cols], is stored as
+/* The MXFP4 checkpoint format's reader (a row of checkpoint.c's table; quant_method "mxfp4":
+ * GPT-OSS's experts as released): a rank's slice of a stacked expert tensor into loom's layout
+ * (qmat_build) with FP4 codes. A tensor `<name>`, read as a matrix of [experts x rows, cols],
+ * is stored as
  *   <name>_blocks  U8 [experts, rows, cols / 32, 16]: per 32 input features 16 bytes, byte i
  *                  holding feature 2i's E2M1 code in its low nibble and 2i + 1's in its high one;
  *   <name>_scales  U8 [experts, rows, cols / 32]: the block's E8M0 exponent e, the weights being
  *                  e2m1(code) * 2^(e - 127) (transformers' and the reference's dequantization).
  * One quantization group a block, scale 2^(e - 127), no zero point: exact. A slice keeps whole
- * blocks (quant_checkpoint_check) and may take every row_step-th row (GPT-OSS interleaves its
- * gate and up rows). An exponent of 255 (E8M0's NaN) is an error naming the tensor and block. */
+ * blocks (mx_check) and may take every row_step-th row (GPT-OSS interleaves its gate and up
+ * rows). An exponent of 255 (E8M0's NaN) is an error naming the tensor and block. */
 #include <math.h>
 #include <stdio.h>
 
-#include "quant/checkpoint.h"
+#include "quant/reader.h"
 #include "util/err.h"
 
 #define MX_BLOCK 32
@@ -62,14 +63,27 @@ static int need_u8(weight_store *ws, const char *name, const char *suffix, int r
     return 0;
 }
 
-bool mxfp4_checkpoint_has(weight_store *ws, const char *name) {
+static bool mx_has(weight_store *ws, const quant_config *q, const char *name) {
+    (void)q;
     char full[300];
     snprintf(full, sizeof full, "%s_blocks", name);
     return weights_tensor(ws, full, NULL);
 }
 
-int mxfp4_checkpoint_get(weight_store *ws, const char *name, int rows, int cols, int r0, int nr, int row_step, int c0,
-                         int nc, wmat *out, loom_err *err) {
+/* whole blocks of input features; any rows */
+static int mx_check(const quant_config *q, const char *name, const ckpt_slice *s, loom_err *err) {
+    if (s->cols % q->group || s->c0 % q->group || s->nc % q->group)
+        return loom_errf(err,
+                         "%s: a rank's share of the input features, [%d, %d) of %d, is not a whole number of MXFP4 "
+                         "blocks of %d",
+                         name, s->c0, s->c0 + s->nc, s->cols, q->group);
+    return 0;
+}
+
+static int mx_get(weight_store *ws, const quant_config *q, const char *name, const ckpt_slice *s, wmat *out,
+                  loom_err *err) {
+    (void)q;
+    int rows = s->rows, cols = s->cols, r0 = s->r0, nr = s->nr, row_step = s->row_step, c0 = s->c0, nc = s->nc;
     int groups = cols / MX_BLOCK;
     mx_ckpt k = {NULL, NULL, name, groups, r0, row_step, c0, nc};
     if (need_u8(ws, name, "_blocks", rows, groups, true, &k.blocks, err) ||
@@ -84,6 +98,12 @@ int mxfp4_checkpoint_get(weight_store *ws, const char *name, int rows, int cols,
                    .ctx = &k,
                    .row = mx_row,
                    .code = QCODE_E2M1};
-    if (qmat_build(ws, &src, out, err)) return loom_err_prefix(err, "%s", name);
-    return 0;
+    return qmat_build(ws, &src, out, err) ? loom_err_prefix(err, "%s", name) : 0;
 }
+
+static bool mx_head(const quant_config *q) {
+    (void)q;
+    return true;
+}
+
+const ckpt_reader mxfp4_reader = {.head = mx_head, .check = mx_check, .has = mx_has, .get = mx_get, .row_step = true};
