@@ -51,12 +51,12 @@ typedef struct loom_model_options {
     const char *path; /* Hugging Face folder or a config.json (dummy); NULL: embedded default */
     bool dummy;       /* --load-format dummy: real shapes, seeded random weights */
     uint64_t seed;    /* dummy weights */
-    /* --dtype, the compute precision as vLLM's (README, "Compute precision"): "auto" (weights as
+    /* --dtype, the compute precision as vLLM's (docs/USAGE.md, "Compute precision"): "auto" (weights as
      * stored, f16 widened to f32; bf16 ones on bf16 activations, quantized ones on int8),
      * "float32" (every linear exact in fp32, weights as stored), "bfloat16" (float weights
      * held in bf16, computed as auto) */
     const char *dtype;
-    const char *quantization; /* quantize float linears at load: NULL/"none", "int8", "int4", "fp8" */
+    const char *quantization; /* quantize float linears at load: NULL/"none", "int8", "int4", "fp8", "mxfp4" */
     int quant_group;          /* columns per scale for it (0: per channel for int8 and fp8, 128 for int4) */
     bool quantize_lm_head;    /* the LM head and embedding table too (8 bits per channel); else float */
     /* FP8 linears (checkpoints, --quantization fp8) compute on FP8 activations as vLLM's W8A8
