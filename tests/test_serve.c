@@ -887,9 +887,6 @@ static void ranks(void) {
     if (rank1 > 0) kill(rank1, SIGKILL);
     char *resp = read_all(fd);
     close(fd);
-    CHECK(strstr(resp, "\"error\"") && strstr(resp, "data: [DONE]"), "the open stream did not fail cleanly: %.300s",
-          resp + (strlen(resp) > 300 ? strlen(resp) - 300 : 0));
-    free(resp);
     double t0 = now();
     int st = 0;
     while (waitpid(s.pid, &st, WNOHANG) != s.pid && now() - t0 < 15) nap(0.05);
@@ -899,6 +896,11 @@ static void ranks(void) {
     size_t len = f ? fread(log, 1, sizeof log - 1, f) : 0;
     log[len] = 0;
     if (f) fclose(f);
+    /* the server's log with it: this failed once in about 50 runs, cause not yet found */
+    CHECK(strstr(resp, "\"error\"") && strstr(resp, "data: [DONE]"),
+          "the open stream did not fail cleanly: %.300s\nthe server's log:\n%s",
+          resp + (strlen(resp) > 300 ? strlen(resp) - 300 : 0), log);
+    free(resp);
     CHECK(strstr(log, "rank 1 was killed by signal 9"), "the failure does not name rank 1: %s", log);
     unlink(s.log);
 }
