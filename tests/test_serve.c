@@ -740,9 +740,11 @@ static void slow_client(int port) {
     close(fd);
 }
 
-/* 2000 connections from 127.0.0.1 that send nothing (most refused at once: the test server lets
- * an address hold 32) leave the server answering another address long before their header
- * deadline could have freed it, and give all their descriptors back once closed. */
+/* 2000 connections from 127.0.0.1 that send nothing (the test server lets an address hold 32
+ * idle ones): none refused, and once they have been idle a second, each new connection from that
+ * address closes its oldest idle one, so the flood cannot grow; meanwhile another address and an
+ * active client on the flooding one are answered long before the header deadline could have freed
+ * anything, and every descriptor comes back once the flood ends. */
 static void idle_flood(const server *s) {
     enum { N = 2000 };
     struct rlimit was, rl;
@@ -754,19 +756,26 @@ static void idle_flood(const server *s) {
     }
     rl = (struct rlimit){was.rlim_max, was.rlim_max};
     setrlimit(RLIMIT_NOFILE, &rl);
-    int fds_before = open_fds(s->pid), fd[N], opened = 0;
+    enum { MORE = 100 }; /* made after the first N have been idle a second */
+    int fds_before = open_fds(s->pid), fd[N + MORE], opened = 0;
     for (double t0 = now(); opened < N && now() - t0 < 30; opened++)
         if ((fd[opened] = connect_from("127.0.0.1", s->port)) < 0) break;
     CHECK(opened == N, "only %d of %d idle connections could be made", opened, N);
-    /* from another address: 127.0.0.1's share is taken */
-    const char *ask[][3] = {{"GET", "/health", NULL},
-                            {"POST", "/v1/completions", "{\"prompt\":\"Hi\",\"max_tokens\":4}"}};
-    for (int i = 0; i < 2; i++) {
+    nap(1.2);
+    for (int i = 0; i < MORE && opened == N + i; i++)
+        if ((fd[opened] = connect_from("127.0.0.1", s->port)) >= 0) opened++;
+    CHECK(opened == N + MORE, "only %d of %d idle connections could be made", opened, N + MORE);
+    /* from another address, and an active client from the flooding one */
+    const char *ask[][4] = {{"127.0.0.2", "GET", "/health", NULL},
+                            {"127.0.0.2", "POST", "/v1/completions", "{\"prompt\":\"Hi\",\"max_tokens\":4}"},
+                            {"127.0.0.1", "POST", "/v1/completions", "{\"prompt\":\"Hi\",\"max_tokens\":4}"}};
+    for (int i = 0; i < 3; i++) {
         double t0 = now();
-        reply r = call_from("127.0.0.2", s->port, ask[i][0], ask[i][1], ask[i][2]);
+        reply r = call_from(ask[i][0], s->port, ask[i][1], ask[i][2], ask[i][3]);
         double t = now() - t0;
-        CHECK(r.status == 200 && t < HEADER_TIMEOUT / 2, "%s %s beside %d idle connections: status %d after %.2f s",
-              ask[i][0], ask[i][1], opened, r.status, t);
+        CHECK(r.status == 200 && t < HEADER_TIMEOUT / 2,
+              "%s %s from %s beside %d idle connections: status %d after %.2f s", ask[i][1], ask[i][2], ask[i][0],
+              opened, r.status, t);
         reply_free(&r);
     }
     int refused = 0;
@@ -776,6 +785,8 @@ static void idle_flood(const server *s) {
         refused += k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
         close(fd[i]);
     }
+    CHECK(refused >= MORE, "of %d idle connections the server closed %d, fewer than the %d made past the grace", opened,
+          refused, MORE);
     printf("idle flood: %d connections made, %d of them closed by the server\n", opened, refused);
     setrlimit(RLIMIT_NOFILE, &was);
     int fds = fds_down_to(s->pid, fds_before, 5);
@@ -783,6 +794,24 @@ static void idle_flood(const server *s) {
     reply r = call(s->port, "POST", "/v1/completions", "{\"prompt\":\"Hi\",\"max_tokens\":4}");
     CHECK(r.status == 200, "a completion after the idle flood: %d %s", r.status, r.body ? r.body : "(no answer)");
     reply_free(&r);
+}
+
+/* 256 streams at once from one address (the test server lets it hold 32 idle connections), as a
+ * benchmark client or a proxy sends them: every one is answered in full. */
+static void many_streams(const server *s) {
+    enum { N = 256 };
+    int fd[N], bad = 0, first_bad = -1;
+    for (int i = 0; i < N; i++)
+        fd[i] = post_completion(s->port, "{\"prompt\":\"The\",\"max_tokens\":4,\"ignore_eos\":true,\"stream\":true}");
+    for (int i = 0; i < N; i++) {
+        char *resp = fd[i] >= 0 ? read_all(fd[i]) : NULL;
+        if (fd[i] >= 0) close(fd[i]);
+        bool whole = resp && strstr(resp, " 200 ") && strstr(resp, "data: [DONE]");
+        if (!whole && bad++ == 0) first_bad = i;
+        free(resp);
+    }
+    CHECK(!bad, "%d of %d streams from one address were not answered in full (the first: %d)", bad, N, first_bad);
+    printf("%d streams at once from one address: %d answered in full\n", N, N - bad);
 }
 
 /* A client whose request headers are not finished is closed after --header-timeout; one that
@@ -1452,6 +1481,7 @@ ON_MAIN(prefix_reused)
 ON_MAIN(slow_client_alone)
 ON_MAIN(hostile_grammars)
 ON_MAIN(idle_flood)
+ON_MAIN(many_streams)
 ON_MAIN(header_deadline)
 ON_MAIN(chunked_too_big)
 
@@ -1481,6 +1511,7 @@ static const check_scenario scenarios[] = {
     {"slow_client", slow_client_alone_main},
     {"hostile_grammars", hostile_grammars_main},
     {"idle_flood", idle_flood_main},
+    {"many_streams", many_streams_main},
     {"header_deadline", header_deadline_main},
     {"chunked_too_big", chunked_too_big_main},
     {"client_leaves", client_leaves_slow},

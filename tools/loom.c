@@ -94,8 +94,9 @@ static void usage(FILE *f) {
           "                            prefer a replica holding a cached prefix of the prompt (prefix)\n"
           "  --header-timeout S        a client finishes its request headers within S seconds of\n"
           "                            connecting (or of its last answer), or is closed (default 10)\n"
-          "  --max-connections-per-address N  open connections one IP address may hold; more are\n"
-          "                            refused at once (default 64)\n",
+          "  --max-connections-per-address N  idle connections (no request, or its headers\n"
+          "                            unfinished) one IP address may hold; one more closes its\n"
+          "                            oldest idle one (default 64); working ones are never refused\n",
           f);
 }
 

@@ -1,7 +1,7 @@
 /* The HTTP front, on GNU libmicrohttpd (Debian's libmicrohttpd-dev). Chosen over civetweb: a
  * GNU project maintained since 2007, a C API with no embedded scripting or file serving to
  * switch off, responses produced by a callback (server-sent events without buffering), and
- * its own limits on connections per address and idle time. It parses HTTP; loom reads the
+ * its own limits on connections and idle time. It parses HTTP; loom reads the
  * bodies.
  *
  * No connection holds a thread: MHD's few event threads serve them all (epoll), so thousands of
@@ -32,11 +32,18 @@
 #include "util/alloc.h"
 #include "util/err.h"
 
-#define STREAM_BLOCK    16384 /* bytes MHD asks a stream for at a time */
-#define IDLE_TIMEOUT_S  60    /* MHD closes a connection silent this long (a body upload, an answer) */
-#define WATCH_S         0.1   /* how often the watcher looks at the connections */
-#define EVENT_THREADS   2     /* MHD's threads, whatever the number of connections */
+#define STREAM_BLOCK   16384 /* bytes MHD asks a stream for at a time */
+#define IDLE_TIMEOUT_S 60    /* MHD closes a connection silent this long (a body upload, an answer) */
+#define WATCH_S        0.1   /* how often the watcher looks at the connections */
+#define EVENT_THREADS  2     /* MHD's threads, whatever the number of connections */
+/* Connections: past MAX_CONNECTIONS a request is answered 503 with Retry-After; MHD refuses
+ * at accept only past MHD_CONNECTIONS. An address may hold --max-connections-per-address idle
+ * ones (no request, or its headers unfinished): one more closes its oldest idle connection that
+ * has been idle IDLE_GRACE_S, so a client opening many connections at once for requests (a
+ * benchmark, a proxy) is never refused, while an idle flood cannot grow. */
 #define MAX_CONNECTIONS 4096
+#define MHD_CONNECTIONS (MAX_CONNECTIONS + 256)
+#define IDLE_GRACE_S    1.0
 #define DRAIN_WAIT_S    30 /* at shutdown, how long answers still being sent may take */
 
 /* One client connection, from accept to close (MHD's socket context). */
@@ -44,10 +51,11 @@ typedef struct conn {
     struct conn *prev, *next; /* the front's list, under its conns_lock */
     struct MHD_Connection *c;
     int fd;
-    double since;   /* when its current request began: the accept, or its previous answer */
-    bool headers;   /* that request's headers are in */
-    bool closing;   /* the watcher shut it down */
-    bool abandoned; /* the server stops: what it waits for will not come (under the server lock) */
+    uint8_t addr[17]; /* the client's address: family, then its 4 or 16 bytes */
+    double since;     /* when its current request began: the accept, or its previous answer */
+    bool headers;     /* that request's headers are in */
+    bool closing;     /* the watcher shut it down */
+    bool abandoned;   /* the server stops: what it waits for will not come (under the server lock) */
     /* under the server lock: the request it waits for, and whether MHD has it suspended */
     request *waiting;
     bool suspended;
@@ -59,6 +67,7 @@ struct http_front {
     _Atomic int in_flight; /* requests begun and not yet answered in full */
     pthread_mutex_t conns_lock;
     conn *conns;
+    _Atomic int n_conns;
     pthread_t watcher;
     _Atomic bool stop;
 };
@@ -107,6 +116,7 @@ static enum MHD_Result send_body(struct MHD_Connection *c, int status, char *bod
         type = "application/json";
     }
     MHD_add_response_header(res, "Content-Type", type);
+    if (status == MHD_HTTP_SERVICE_UNAVAILABLE) MHD_add_response_header(res, "Retry-After", "1");
     enum MHD_Result rc = MHD_queue_response(c, status, res);
     MHD_destroy_response(res);
     return rc;
@@ -494,6 +504,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         if (!(*con_cls = u = mem_zalloc(1, sizeof *u, "a connection", NULL))) return MHD_NO; /* out of memory: close */
         h->in_flight++;
         headers_in(h, k, true);
+        if (h->n_conns > MAX_CONNECTIONS) {
+            u->too_big = u->answered = true; /* the body, if any, is read and dropped */
+            return fail(c, MHD_HTTP_SERVICE_UNAVAILABLE, "the server holds %d connections, its most; retry",
+                        (int)h->n_conns);
+        }
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
         if (cl && strtoull(cl, NULL, 10) > limit) {
             u->too_big = u->answered = true;
@@ -549,8 +564,35 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
     *con_cls = NULL;
 }
 
-/* A connection opens (its record joins the list) or closes (it leaves, unlinked from any
- * request it waited for). */
+static void address_of(struct MHD_Connection *c, uint8_t out[17]) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    memset(out, 0, 17);
+    const struct sockaddr *sa = ci ? ci->client_addr : NULL;
+    if (!sa) return;
+    out[0] = (uint8_t)sa->sa_family;
+    if (sa->sa_family == AF_INET) memcpy(out + 1, &((const struct sockaddr_in *)sa)->sin_addr, 4);
+    else if (sa->sa_family == AF_INET6) memcpy(out + 1, &((const struct sockaddr_in6 *)sa)->sin6_addr, 16);
+}
+
+/* k's address holds more idle connections than its share: its oldest idle one past the grace
+ * is shut down, as the watcher shuts late ones (conns_lock held). */
+static void evict_idle(http_front *h, const conn *k) {
+    int idle = 0;
+    conn *oldest = NULL;
+    double now = serve_now();
+    for (conn *o = h->conns; o; o = o->next) {
+        if (o->headers || o->closing || memcmp(o->addr, k->addr, sizeof k->addr)) continue;
+        idle++;
+        if (o != k && now - o->since >= IDLE_GRACE_S && (!oldest || o->since < oldest->since)) oldest = o;
+    }
+    if (idle > h->srv->o->max_per_address && oldest) {
+        oldest->closing = true;
+        shutdown(oldest->fd, SHUT_RDWR);
+    }
+}
+
+/* A connection opens (its record joins the list, its address's oldest idle one closing past
+ * the address's share) or closes (it leaves, unlinked from any request it waited for). */
 static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
                           enum MHD_ConnectionNotificationCode code) {
     http_front *h = cls;
@@ -559,10 +601,13 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
         const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
         if (!ci || !(k = mem_zalloc(1, sizeof *k, "a connection", NULL))) return; /* on_request closes it */
         *k = (conn){.c = c, .fd = ci->connect_fd, .since = serve_now()};
+        address_of(c, k->addr);
         *socket_context = k;
         pthread_mutex_lock(&h->conns_lock);
         if ((k->next = h->conns)) k->next->prev = k;
         h->conns = k;
+        h->n_conns++;
+        evict_idle(h, k);
         pthread_mutex_unlock(&h->conns_lock);
         return;
     }
@@ -571,6 +616,7 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
     if (k->prev) k->prev->next = k->next;
     else h->conns = k->next;
     if (k->next) k->next->prev = k->prev;
+    h->n_conns--;
     pthread_mutex_unlock(&h->conns_lock);
     pthread_mutex_lock(&h->srv->lock);
     if (k->waiting) stop_waiting(k->waiting);
@@ -633,8 +679,7 @@ http_front *http_start(server *srv, loom_err *err) {
         MHD_USE_AUTO_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | (ai->ai_family == AF_INET6 ? MHD_USE_IPv6 : 0);
     h->d = MHD_start_daemon(flags, (uint16_t)srv->o->port, NULL, NULL, on_request, h, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
                             MHD_OPTION_THREAD_POOL_SIZE, (unsigned)EVENT_THREADS, MHD_OPTION_CONNECTION_TIMEOUT,
-                            (unsigned)IDLE_TIMEOUT_S, MHD_OPTION_CONNECTION_LIMIT, (unsigned)MAX_CONNECTIONS,
-                            MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)srv->o->max_per_address,
+                            (unsigned)IDLE_TIMEOUT_S, MHD_OPTION_CONNECTION_LIMIT, (unsigned)MHD_CONNECTIONS,
                             MHD_OPTION_NOTIFY_COMPLETED, on_completed, h, MHD_OPTION_NOTIFY_CONNECTION, on_connection,
                             h, MHD_OPTION_END);
     freeaddrinfo(ai);

@@ -25,7 +25,7 @@ typedef struct serve_options {
     int max_queue;                /* requests waiting beyond that; more get 503 */
     size_t max_body_bytes;        /* larger request bodies get 413 */
     double header_timeout;        /* seconds a client has to finish its request headers */
-    int max_per_address;          /* connections one IP address may hold open; more are refused */
+    int max_per_address;          /* idle connections one IP address may hold; one more closes its oldest */
     uint64_t seed;                /* seeds of requests that give none derive from it */
     int num_speculative_tokens;   /* --speculative-config's k on every rank (0: none) */
     loom_speculator *speculator;  /* rank 0's proposer (NULL: none) */
