@@ -442,9 +442,9 @@ int main(void) {
         {"per channel, 100 columns (padded)", {0, 21, 100, 0, 1, 100, NULL}},
         /* the second half of a 256-column matrix's groups of 64: a row-parallel shard */
         {"columns [128, 256) of groups of 64", {0, 11, 128, 128, 4, 64, NULL}},
-        {"act-order groups", {0, 13, 128, 0, 8, 16, gi}},
+        {"act-order groups", {0, 21, 128, 0, 8, 16, gi}},
         /* a shard of 80 columns holding parts of groups, as a row-parallel rank's g_idx slice */
-        {"act-order, columns [48, 128)", {0, 13, 80, 48, 8, 16, gi + 48}},
+        {"act-order, columns [48, 128)", {0, 21, 80, 48, 8, 16, gi + 48}},
     };
     for (int bits = 4; bits <= 8; bits += 4)
         for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {

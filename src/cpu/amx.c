@@ -104,10 +104,26 @@ static inline __attribute__((always_inline)) void issue_block(const int8_t *x0, 
     }
 }
 
+/* Group g's sums (ga) into the rows' totals, as tile_q8 finishes a group: acc += ga * scale,
+ * zt += the row's group sum * scale * zero point; ga starts again. */
+static inline __attribute__((always_inline)) void finish_group(__m512 ga[PANEL_Q8_ROWS], const q8row *x,
+                                                               const float *scales, int g, float acc[][PANEL_W],
+                                                               float zt[][PANEL_W]) {
+    __m512 sv = _mm512_loadu_ps(scales + (size_t)g * 2 * PANEL_W),
+           szv = _mm512_loadu_ps(scales + (size_t)g * 2 * PANEL_W + PANEL_W);
+#pragma GCC unroll 16
+    for (int r = 0; r < PANEL_Q8_ROWS; r++) {
+        _mm512_store_ps(acc[r], _mm512_fmadd_ps(ga[r], sv, _mm512_load_ps(acc[r])));
+        _mm512_store_ps(zt[r], _mm512_fmadd_ps(szv, _mm512_set1_ps(x[r].gsum[g]), _mm512_load_ps(zt[r])));
+        ga[r] = _mm512_setzero_ps();
+    }
+}
+
 /* 16 input rows from x against the packed panel: tile_q8_rows's steps, with the 16 weight rows
  * in the lanes. The tiles run LEAD blocks ahead of the vector units that scale their sums: a
  * block's path through the tiles and back to memory takes about as long as the vector work of
- * a few, and the pipeline crosses group boundaries. */
+ * a few, and the pipeline crosses group boundaries. Every group is finished in order, those
+ * without a block of a shard's columns too, as tile_q8 does. */
 #define LEAD 3
 static void rows16(const q8row *x, size_t x_stride, const uint8_t *pack, const qlayout *q, float *y, size_t ldy) {
     _Alignas(64) int32_t cs[4][PANEL_Q8_ROWS][PANEL_W];
@@ -119,19 +135,13 @@ static void rows16(const q8row *x, size_t x_stride, const uint8_t *pack, const q
     __m512 ga[PANEL_Q8_ROWS];
 #pragma GCC unroll 16
     for (int r = 0; r < PANEL_Q8_ROWS; r++) ga[r] = _mm512_setzero_ps();
-    for (int b = 0, g = 0; b < nb; b++) {
+    int g = 0;
+    for (int b = 0; b < nb; b++) {
         if (b + LEAD < nb) issue_block(x0, x_stride, pack, b + LEAD, cs);
+        for (; g < q->n_groups && q->group_end[g] / QBLOCK <= b; g++) finish_group(ga, x, scales, g, acc, zt);
         add_block(ga, cs[b & 3], x, (size_t)b);
-        if (b + 1 < q->group_end[g] / QBLOCK) continue;
-        __m512 sv = _mm512_loadu_ps(scales), szv = _mm512_loadu_ps(scales + PANEL_W);
-#pragma GCC unroll 16
-        for (int r = 0; r < PANEL_Q8_ROWS; r++) {
-            _mm512_store_ps(acc[r], _mm512_fmadd_ps(ga[r], sv, _mm512_load_ps(acc[r])));
-            _mm512_store_ps(zt[r], _mm512_fmadd_ps(szv, _mm512_set1_ps(x[r].gsum[g]), _mm512_load_ps(zt[r])));
-            ga[r] = _mm512_setzero_ps();
-        }
-        g++, scales += 2 * PANEL_W;
     }
+    for (; g < q->n_groups; g++) finish_group(ga, x, scales, g, acc, zt);
     for (int r = 0; r < PANEL_Q8_ROWS; r++)
         _mm512_storeu_ps(y + (size_t)r * ldy, _mm512_sub_ps(_mm512_load_ps(acc[r]), _mm512_load_ps(zt[r])));
 }
