@@ -622,20 +622,25 @@ static void queue_room(void) {
     CHECK(stop(&s, SIGTERM, 60) == 0, "the small-queue server did not exit 0");
 }
 
-/* The CPU seconds (user + system) the process pid has used so far; its resident MiB in *rss. */
-static double cpu_seconds(pid_t pid, double *rss_mib) {
+/* Process pid's CPU seconds so far (user + system), or -1 when it is gone; its parent in *ppid
+ * and its resident MiB in *rss_mib, each when not NULL. The name may hold spaces: the fields
+ * follow its closing parenthesis. */
+static double proc_cpu_seconds(int pid, int *ppid, double *rss_mib) {
     char path[64], text[1024];
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    snprintf(path, sizeof path, "/proc/%d/stat", pid);
     FILE *f = fopen(path, "r");
     size_t n = f ? fread(text, 1, sizeof text - 1, f) : 0;
     if (f) fclose(f);
     text[n] = 0;
     const char *after = strrchr(text, ')');
+    int parent = 0;
     unsigned long user = 0, sys = 0;
     long pages = 0;
-    if (after)
-        sscanf(after, ") %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu %*d %*d %*d %*d %*d %*d %*u %*u %ld",
-               &user, &sys, &pages);
+    if (!after ||
+        sscanf(after, ") %*c %d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu %*d %*d %*d %*d %*d %*d %*u %*u %ld",
+               &parent, &user, &sys, &pages) < 3)
+        return -1;
+    if (ppid) *ppid = parent;
     if (rss_mib) *rss_mib = (double)pages * (double)sysconf(_SC_PAGESIZE) / 1048576.0;
     return (double)(user + sys) / (double)sysconf(_SC_CLK_TCK);
 }
@@ -680,7 +685,7 @@ static void hostile_grammars(const server *s) {
                status == 400 ? " (too ambiguous)" : "", took);
         free(resp);
         double rss;
-        cpu_seconds(s->pid, &rss);
+        proc_cpu_seconds(s->pid, NULL, &rss);
         most_rss = rss > most_rss ? rss : most_rss;
     }
     CHECK(most_rss < 1024, "the server grew to %.0f MiB", most_rss);
@@ -691,9 +696,9 @@ static void hostile_grammars(const server *s) {
     nap(0.05);
     close(fd);
     nap(1.0);
-    double c0 = cpu_seconds(s->pid, NULL);
+    double c0 = proc_cpu_seconds(s->pid, NULL, NULL);
     nap(1.0);
-    double busy = cpu_seconds(s->pid, NULL) - c0;
+    double busy = proc_cpu_seconds(s->pid, NULL, NULL) - c0;
     CHECK(busy < 0.2, "after its client left, the server used %.2f CPU s in a second", busy);
     printf("hostile grammars: plain requests beside them answered within %.2f s; the server at most %.0f MiB; "
            "%.2f CPU s in the second after a client left\n",
@@ -1036,7 +1041,7 @@ static char *completion_tokens(int port, const char *body) {
 /* The CPU seconds (user + system) so far of the rank the launcher `supervisor` named
  * "loom rank R" (launch.c), or -1 if there is none. */
 static double rank_cpu_seconds(pid_t supervisor, int rank) {
-    char want[32], path[300], text[1024];
+    char want[32], path[300], text[64];
     snprintf(want, sizeof want, "loom rank %d\n", rank);
     DIR *d = opendir("/proc");
     double found = -1;
@@ -1045,17 +1050,9 @@ static double rank_cpu_seconds(pid_t supervisor, int rank) {
         FILE *f = fopen(path, "r");
         bool named = f && fgets(text, sizeof text, f) && !strcmp(text, want);
         if (f) fclose(f);
-        snprintf(path, sizeof path, "/proc/%s/stat", de->d_name);
-        if (!named || !(f = fopen(path, "r"))) continue;
-        size_t n = fread(text, 1, sizeof text - 1, f);
-        fclose(f);
-        text[n] = 0;
-        const char *after = strrchr(text, ')'); /* the name may hold spaces: the fields follow it */
-        int ppid;
-        unsigned long user, sys;
-        if (after && sscanf(after, ") %*c %d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ppid, &user, &sys) == 3 &&
-            ppid == supervisor)
-            found = (double)(user + sys) / sysconf(_SC_CLK_TCK);
+        int ppid = 0;
+        double cpu = named ? proc_cpu_seconds(atoi(de->d_name), &ppid, NULL) : -1;
+        if (cpu >= 0 && ppid == supervisor) found = cpu;
     }
     if (d) closedir(d);
     return found;

@@ -71,10 +71,12 @@ static size_t held(const grammar_cache *c) {
 
 /* Drops least recently used entries while the cache holds over its budget (lock held). */
 static void evict(grammar_cache *c) {
-    while (c->n && held(c) > c->max_bytes) {
+    for (size_t bytes = held(c); c->n && bytes > c->max_bytes;) {
         int lru = 0;
         for (int i = 1; i < c->n; i++)
             if (c->e[i].used < c->e[lru].used) lru = i;
+        size_t e = entry_bytes(&c->e[lru]); /* grown since counted, maybe */
+        bytes = e < bytes ? bytes - e : 0;
         drop(c, lru);
     }
 }

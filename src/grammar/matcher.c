@@ -441,6 +441,12 @@ static int32_t after(grammar_matcher *m, int32_t id) {
     return next;
 }
 
+/* The operation stopped short (fault: why): recorded for grammar_matcher_fault, and its error. */
+static int stopped(grammar_matcher *m, enum cspace_fault fault, loom_err *err) {
+    m->failed = true, m->fault = fault;
+    return matcher_fail(m->g->vocab, fault, err);
+}
+
 int grammar_matcher_fault(const grammar_matcher *m, loom_err *err) {
     return m->failed ? matcher_fail(m->g->vocab, m->fault, err) : 0;
 }
@@ -466,10 +472,7 @@ int grammar_matcher_accept(grammar_matcher *m, int32_t id, loom_err *err) {
     if (next < 0) return matcher_fail(m->g->vocab, m->fault, err);
     if (next == CFG_DEAD) return loom_errf(err, "token %d does not follow the grammar", id);
     int32_t kept = cspace_compact(m->cs, next);
-    if (kept < 0) {
-        m->failed = true, m->fault = CS_OK;
-        return matcher_fail(m->g->vocab, CS_OK, err);
-    }
+    if (kept < 0) return stopped(m, CS_OK, err);
     if (kept != next)
         for (int i = 0; i < MASK_CACHE; i++) m->cache[i].cfg = -1; /* the ids are renumbered */
     m->cfg = kept;
@@ -539,10 +542,7 @@ int grammar_matcher_mask(grammar_matcher *m, uint32_t *allowed, loom_err *err) {
     const int32_t *nodes = cspace_nodes(m->cs, cfg, &n);
     /* copy: the checks below may grow the config arrays */
     int32_t local[64], *list = n <= 64 ? local : mem_array((size_t)n, sizeof *list, "a grammar mask", NULL);
-    if (!list) {
-        m->failed = true, m->fault = CS_OK;
-        return matcher_fail(m->g->vocab, CS_OK, err);
-    }
+    if (!list) return stopped(m, CS_OK, err);
     if (n) memcpy(list, nodes, (size_t)n * sizeof *list);
     /* the uncertain tokens' checks scale with the vocabulary, as the masks' walks do */
     cspace_budget(m->cs, grammar_mask_units(v), m->stop);
@@ -551,10 +551,7 @@ int grammar_matcher_mask(grammar_matcher *m, uint32_t *allowed, loom_err *err) {
     int rc = 0;
     for (int k = 0; k < n && !rc; k++) rc = node_mask(m, list[k], allowed, &mask_units, &fault);
     if (list != local) free(list);
-    if (rc) {
-        m->failed = true, m->fault = fault;
-        return matcher_fail(m->g->vocab, fault, err);
-    }
+    if (rc) return stopped(m, fault, err);
     int slot = m->next_slot;
     m->next_slot = (slot + 1) % MASK_CACHE;
     if (!m->cache[slot].mask && !(m->cache[slot].mask = mem_alloc(bytes, "a grammar mask", NULL))) return 0;
