@@ -36,7 +36,6 @@ import concurrent.futures
 import json
 import os
 import re
-import signal
 import struct
 import subprocess
 import sys
@@ -47,41 +46,20 @@ import jsonschema
 import numpy as np
 import openai
 
+import serve_util
+from serve_util import HERMES_TEMPLATE, check
+
 LOOM, SRC = sys.argv[1], sys.argv[2]
-failures = 0
 
 
-def check(cond, what):
-    global failures
-    if not cond:
-        failures += 1
-        print(f"FAILED: {what}", file=sys.stderr)
-
-
-class Server:
+class Server(serve_util.LoomServer):
     def __init__(self, *args):
-        self.log = open(f"/tmp/loom-serve-openai-{os.getpid()}-{time.monotonic_ns()}.txt", "w+")
-        self.proc = subprocess.Popen([*LOOM.split(), "serve", "--port", "0", *args], stderr=self.log)
-        deadline = time.time() + 120
-        self.port = None
-        while time.time() < deadline and self.port is None and self.proc.poll() is None:
-            time.sleep(0.05)
-            self.log.seek(0)
-            m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", self.log.read())
-            self.port = int(m.group(1)) if m else None
-        if self.port is None:
-            self.log.seek(0)
-            raise RuntimeError(f"loom serve {' '.join(args)} did not start: {self.log.read()}")
+        super().__init__(LOOM, "serve-openai", *args)
         self.reconnect()
 
     def reconnect(self):
         self.client = openai.OpenAI(base_url=f"http://127.0.0.1:{self.port}/v1", api_key="none", max_retries=0,
                                     timeout=120)
-
-    def post(self, path, body):
-        req = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}", json.dumps(body).encode(),
-                                     {"Content-Type": "application/json"})
-        return json.load(urllib.request.urlopen(req, timeout=60))
 
     def metric(self, name):
         text = urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=10).read().decode()
@@ -89,12 +67,6 @@ class Server:
 
     def fds(self):
         return len(os.listdir(f"/proc/{self.proc.pid}/fd"))
-
-    def stop(self):
-        self.proc.send_signal(signal.SIGTERM)
-        rc = self.proc.wait(timeout=60)
-        check(rc == 0, f"the server exited with {rc} after SIGTERM")
-        os.unlink(self.log.name)
 
 
 def loom_run(*args):
@@ -162,17 +134,6 @@ CLOCK = {"type": "function", "function": {
                                        "required": ["zone"], "additionalProperties": False}}}
 
 
-# Qwen2.5's template with tools renders ~500 tokens on stories260K's byte-level vocabulary, its
-# whole context: this one writes calls the same way (hermes) in a prompt that leaves room.
-HERMES_TEMPLATE = """{%- if tools %}<|im_start|>system
-Functions: {% for t in tools %}{{ t.function.name }} {% endfor %}
-Call one as <tool_call>
-{"name": NAME, "arguments": ARGS}
-</tool_call><|im_end|>
-{% endif %}{% for m in messages %}<|im_start|>{{ m.role }}
-{{ m.content }}<|im_end|>
-{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant
-{% endif %}"""
 
 
 def valid_arguments(tool, arguments):
@@ -624,6 +585,7 @@ def main():
         golden(flags)
     speculative("stories260K")
     structured_modes(template)
+    failures = serve_util.failures
     print(f"serve_openai: {'ok' if not failures else f'{failures} failed'} (openai {openai.__version__})")
     sys.exit(1 if failures else 0)
 

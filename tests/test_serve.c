@@ -1437,6 +1437,169 @@ static void tool_calls(void) {
     CHECK(stop(&s, SIGTERM, 60) == 0, "the tools server did not exit 0 on SIGTERM");
 }
 
+#define CHATML LOOM_SOURCE_DIR "/tests/data/templates/chatml/template.jinja"
+
+/* Anthropic's Messages and OpenAI's Responses APIs refuse bad bodies with a 400 in their own
+ * error shape, naming what is wrong, and the server keeps serving. (Their answers, against the
+ * real `anthropic` and `openai` clients: tests/serve_agents.py.) */
+static void agent_apis_refused(void) {
+    server s;
+    if (start(&s, "--chat-template " CHATML)) {
+        CHECK(0, "the server with the ChatML template did not start");
+        return;
+    }
+    const char *tool = "\"tools\":[{\"name\":\"f\",\"input_schema\":{\"type\":\"object\"}}]";
+    static const char *const anthropic[][3] = {
+        {"not JSON", "{\"max_tokens\":", "not valid JSON"},
+        {"no max_tokens", "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}", "'max_tokens' is required"},
+        {"messages empty", "{\"max_tokens\":4,\"messages\":[]}", "non-empty array"},
+        {"a role of system", "{\"max_tokens\":4,\"messages\":[{\"role\":\"system\",\"content\":\"hi\"}]}",
+         "\\\"user\\\" or \\\"assistant\\\""},
+        {"content a number", "{\"max_tokens\":4,\"messages\":[{\"role\":\"user\",\"content\":5}]}",
+         "messages[0].content must be"},
+        {"an unknown block", "{\"max_tokens\":4,\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"video\"}]}]}",
+         "not 'video'"},
+        {"an image block",
+         "{\"max_tokens\":4,\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image\",\"source\":{}}]}]}",
+         "not 'image'"},
+        {"a tool_result without its tool_use",
+         "{\"max_tokens\":4,\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"tool_result\",\"tool_use_id\":"
+         "\"toolu_1\",\"content\":\"3\"}]}]}",
+         "tool_result for 'toolu_1' answers no tool_use"},
+        {"a tool_use without input",
+         "{\"max_tokens\":4,\"messages\":[{\"role\":\"user\",\"content\":\"hi\"},{\"role\":\"assistant\",\"content\":"
+         "[{\"type\":\"tool_use\",\"id\":\"t\",\"name\":\"f\"}]},{\"role\":\"user\",\"content\":\"go\"}]}",
+         "object 'input'"},
+        {"a final assistant message",
+         "{\"max_tokens\":4,\"messages\":[{\"role\":\"user\",\"content\":\"hi\"},{\"role\":\"assistant\",\"content\":"
+         "\"Sure\"}]}",
+         "prefill"},
+        {"a server tool",
+         "{\"max_tokens\":4,\"tools\":[{\"type\":\"web_search_20250305\",\"name\":\"w\"}],"
+         "\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}",
+         "'web_search_20250305' is not supported"},
+        {"tool_choice unknown",
+         "{\"max_tokens\":4,\"tool_choice\":{\"type\":\"all\"},\"messages\":[{\"role\":\"user\","
+         "\"content\":\"hi\"}]}",
+         "'tool_choice.type'"},
+        {"temperature a string",
+         "{\"max_tokens\":4,\"temperature\":\"hot\",\"messages\":[{\"role\":\"user\","
+         "\"content\":\"hi\"}]}",
+         "temperature"},
+        {"stop_sequences a number",
+         "{\"max_tokens\":4,\"stop_sequences\":7,\"messages\":[{\"role\":\"user\","
+         "\"content\":\"hi\"}]}",
+         "'stop'"},
+    };
+    for (size_t i = 0; i < sizeof anthropic / sizeof *anthropic; i++) {
+        reply r = call(s.port, "POST", "/v1/messages", anthropic[i][1]);
+        CHECK(r.status == 400 && r.body &&
+                  strstr(r.body, "{\"type\":\"error\",\"error\":{\"type\":\"invalid_request_error\"") &&
+                  strstr(r.body, anthropic[i][2]),
+              "/v1/messages, %s: %d %s (want 400 in Anthropic's shape naming '%s')", anthropic[i][0], r.status,
+              r.body ? r.body : "", anthropic[i][2]);
+        reply_free(&r);
+    }
+    char body[512];
+    snprintf(body, sizeof body,
+             "{\"max_tokens\":4,%s,\"tool_choice\":{\"type\":\"tool\",\"name\":\"g\"},"
+             "\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}",
+             tool);
+    reply r = call(s.port, "POST", "/v1/messages", body);
+    CHECK(r.status == 400 && r.body && strstr(r.body, "\"type\":\"error\"") && strstr(r.body, "not among 'tools'"),
+          "/v1/messages, tool_choice naming no tool: %d %s", r.status, r.body ? r.body : "");
+    reply_free(&r);
+    r = call(s.port, "POST", "/v1/messages",
+             "{\"model\":\"claude-x\",\"max_tokens\":4,\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}");
+    CHECK(r.status == 404 && r.body && strstr(r.body, "\"not_found_error\""), "/v1/messages, unknown model: %d %s",
+          r.status, r.body ? r.body : "");
+    reply_free(&r);
+    r = call(s.port, "GET", "/v1/messages/batches", NULL);
+    CHECK(r.status == 404 && r.body && strstr(r.body, "\"type\":\"error\""), "GET /v1/messages/batches: %d %s",
+          r.status, r.body ? r.body : "");
+    reply_free(&r);
+    r = call(s.port, "POST", "/v1/messages/count_tokens", "{\"messages\":\"hi\"}");
+    CHECK(r.status == 400 && r.body && strstr(r.body, "\"type\":\"error\""), "count_tokens of a bad body: %d %s",
+          r.status, r.body ? r.body : "");
+    reply_free(&r);
+    static const char *const responses[][3] = {
+        {"no input", "{\"max_output_tokens\":4}", "'input' must be"},
+        {"input a number", "{\"input\":5}", "'input' must be"},
+        {"an unknown item", "{\"input\":[{\"type\":\"web_search_call\"}]}", "'web_search_call' are not supported"},
+        {"an image part", "{\"input\":[{\"role\":\"user\",\"content\":[{\"type\":\"input_image\"}]}]}",
+         "not 'input_image'"},
+        {"an output without its call",
+         "{\"input\":[{\"type\":\"function_call_output\",\"call_id\":\"c9\","
+         "\"output\":\"1\"}]}",
+         "answers no function_call"},
+        {"an unknown previous_response_id", "{\"previous_response_id\":\"resp_nope\",\"input\":\"hi\"}",
+         "Previous response with id 'resp_nope' not found"},
+        {"a tool of another type", "{\"input\":\"hi\",\"tools\":[{\"type\":\"file_search\"}]}",
+         "'file_search' is not supported"},
+        {"text.format unknown", "{\"input\":\"hi\",\"text\":{\"format\":{\"type\":\"yaml\"}}}", "'text.format'"},
+        {"max_output_tokens 0", "{\"input\":\"hi\",\"max_output_tokens\":0}", "max_tokens"},
+        {"background", "{\"input\":\"hi\",\"background\":true}", "'background'"},
+        {"store a string", "{\"input\":\"hi\",\"store\":\"yes\"}", "store"},
+    };
+    for (size_t i = 0; i < sizeof responses / sizeof *responses; i++)
+        expect_error(s.port, responses[i][0], "POST", "/v1/responses", responses[i][1], 400, responses[i][2]);
+    expect_error(s.port, "a response never stored", "GET", "/v1/responses/resp_0123", NULL, 404, "not found");
+    r = call(s.port, "POST", "/v1/messages",
+             "{\"max_tokens\":3,\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}");
+    CHECK(r.status == 200 && r.body && strstr(r.body, "\"stop_reason\":\"max_tokens\""),
+          "a good message after the bad ones: %d %s", r.status, r.body ? r.body : "");
+    reply_free(&r);
+    CHECK(stop(&s, SIGTERM, 60) == 0, "the server did not exit 0 on SIGTERM");
+}
+
+/* The Responses store's bound: with room for a few responses, the least recently used go first
+ * (continuing one is a 400 naming previous_response_id), while one that was continued stays;
+ * --responses-store-bytes 0 stores nothing. */
+static void responses_store_bound(void) {
+    server s;
+    if (start(&s, "--responses-store-bytes 6000 --chat-template " CHATML)) {
+        CHECK(0, "the server with a small responses store did not start");
+        return;
+    }
+    char ids[8][40], body[256];
+    for (int i = 0; i < 8; i++) {
+        reply r = call(s.port, "POST", "/v1/responses", "{\"input\":\"Once upon\",\"max_output_tokens\":4}");
+        CHECK(r.status == 200 && r.body && !json_str(r.body, "id", ids[i], sizeof ids[i]), "response %d: %d %s", i,
+              r.status, r.body ? r.body : "");
+        reply_free(&r);
+        if (i < 2) continue;
+        /* the first is continued each time: the most recently used, it is never dropped */
+        snprintf(body, sizeof body,
+                 "{\"previous_response_id\":\"%s\",\"input\":\"x\",\"max_output_tokens\":2,"
+                 "\"store\":false}",
+                 ids[0]);
+        r = call(s.port, "POST", "/v1/responses", body);
+        CHECK(r.status == 200, "continuing the first response after %d more: %d %s", i, r.status, r.body ? r.body : "");
+        reply_free(&r);
+    }
+    snprintf(body, sizeof body, "{\"previous_response_id\":\"%s\",\"input\":\"x\"}", ids[1]);
+    expect_error(s.port, "continuing a response dropped from the store", "POST", "/v1/responses", body, 400,
+                 "\"param\":\"previous_response_id\"");
+    char path[64];
+    snprintf(path, sizeof path, "/v1/responses/%s", ids[7]);
+    reply r = call(s.port, "GET", path, NULL);
+    CHECK(r.status == 200 && r.body && strstr(r.body, ids[7]), "GET the newest response: %d %s", r.status,
+          r.body ? r.body : "");
+    reply_free(&r);
+    CHECK(stop(&s, SIGTERM, 60) == 0, "the server did not exit 0 on SIGTERM");
+    if (start(&s, "--responses-store-bytes 0 --chat-template " CHATML)) {
+        CHECK(0, "the server without a responses store did not start");
+        return;
+    }
+    r = call(s.port, "POST", "/v1/responses", "{\"input\":\"Once upon\",\"max_output_tokens\":4}");
+    CHECK(r.status == 200 && r.body && strstr(r.body, "\"store\":false") && !json_str(r.body, "id", ids[0], 40),
+          "a response with the store off says it was not stored: %s", r.body ? r.body : "");
+    reply_free(&r);
+    snprintf(path, sizeof path, "/v1/responses/%s", ids[0]);
+    expect_error(s.port, "GET with the store off", "GET", path, NULL, 404, "not found");
+    CHECK(stop(&s, SIGTERM, 60) == 0, "the server did not exit 0 on SIGTERM");
+}
+
 /* ---- the scenarios, each its own ctest entry (test_serve.NAME; CMake reads the table) ---- */
 
 /* fn on the main test server (the embedded model), then no descriptor, slot or request left
@@ -1500,6 +1663,8 @@ static const check_scenario scenarios[] = {
     {"bad_template", bad_template},
     {"named_templates", named_templates},
     {"tool_calls", tool_calls},
+    {"agent_apis_refused", agent_apis_refused},
+    {"responses_store_bound", responses_store_bound},
     {"embedded_special_tokens", embedded_special_tokens},
     {"template_round_trips", template_round_trips},
     {"bad_requests", requests_refused_main},

@@ -71,7 +71,8 @@ int cli_serve(int argc, char **argv) {
                           .max_queue = 256,
                           .max_body_bytes = 1 << 20,
                           .header_timeout = 10,
-                          .max_per_address = 64}};
+                          .max_per_address = 64,
+                          .responses_store_bytes = 64 << 20}};
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         int r = cli_common_arg(&c, argc, argv, &i);
@@ -98,6 +99,8 @@ int cli_serve(int argc, char **argv) {
             j.so.header_timeout = (double)cli_int(a, cli_value(argc, argv, &i), 1, 3600);
         else if (!strcmp(a, "--max-connections-per-address"))
             j.so.max_per_address = (int)cli_int(a, cli_value(argc, argv, &i), 1, 1 << 16);
+        else if (!strcmp(a, "--responses-store-bytes"))
+            j.so.responses_store_bytes = (size_t)cli_int(a, cli_value(argc, argv, &i), 0, 1L << 40);
         else if (!strcmp(a, "--data-parallel-routing")) {
             const char *v = cli_value(argc, argv, &i);
             if (strcmp(v, "prefix") && strcmp(v, "load")) {

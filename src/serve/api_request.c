@@ -101,6 +101,7 @@ static int parse_sampling(server *srv, const cJSON *root, request *r, api_error 
     r->sampling.top_k = top_k < 0 ? 0 : (int)top_k;
     r->sampling.min_p = (float)min_p;
     r->sampling.seed = get_field(root, "seed") ? (uint64_t)seed : srv->o->seed + n * 0x9e3779b97f4a7c15ull;
+    r->serial = n;
     snprintf(r->id, sizeof r->id, "%s-%016llx", r->kind == REQ_CHAT ? "chatcmpl" : "cmpl", (unsigned long long)n);
     loom_err err = {{0}};
     if (!(r->smp = loom_sampler_new(&r->sampling, srv->info.vocab, &err))) return api_fail(e, 400, NULL, "%s", err.msg);
@@ -301,32 +302,13 @@ static cJSON *template_messages(const cJSON *msgs, chat_template_caps caps, api_
         }
         cJSON *content = cJSON_GetObjectItemCaseSensitive(m, "content");
         if (cJSON_IsArray(content)) {
-            char *joined = NULL;
-            size_t len = 0, cap = 0;
-            loom_err why;
-            if (ARRAY_RESERVE(joined, cap, 1, "a message's text", &why)) {
-                out_of_memory(e, &why);
+            static const char *const text[] = {"text", NULL};
+            int bad;
+            char *joined = text_of_parts(content, text, &bad);
+            if (!joined) {
+                if (bad == -2) api_fail(e, 500, NULL, "out of memory reading messages[%d]", i);
+                else api_fail(e, 400, "messages", "messages[%d]: only text content parts are supported", i);
                 goto fail;
-            }
-            joined[0] = 0;
-            const cJSON *part;
-            cJSON_ArrayForEach(part, content) {
-                const cJSON *type = cJSON_GetObjectItemCaseSensitive(part, "type"),
-                            *text = cJSON_GetObjectItemCaseSensitive(part, "text");
-                if (!cJSON_IsString(type) || strcmp(type->valuestring, "text") || !cJSON_IsString(text)) {
-                    free(joined);
-                    api_fail(e, 400, "messages", "messages[%d]: only text content parts are supported", i);
-                    goto fail;
-                }
-                size_t n = strlen(text->valuestring);
-                if (ARRAY_RESERVE(joined, cap, len + n + 2, "a message's text", &why)) {
-                    free(joined);
-                    out_of_memory(e, &why);
-                    goto fail;
-                }
-                if (len) joined[len++] = '\n';
-                memcpy(joined + len, text->valuestring, n + 1);
-                len += n;
             }
             cJSON_ReplaceItemInObjectCaseSensitive(m, "content", cJSON_CreateString(joined));
             free(joined);
@@ -499,7 +481,7 @@ static int parse_tools(server *srv, const cJSON *root, request *r, api_error *e)
     return 0;
 }
 
-static cJSON *parse_body(const char *body, size_t len, api_error *e) {
+cJSON *api_parse_body(const char *body, size_t len, api_error *e) {
     cJSON *root = cJSON_ParseWithLength(body, len);
     if (!root) {
         size_t at = cJSON_GetErrorPtr() ? (size_t)(cJSON_GetErrorPtr() - body) : 0;
@@ -532,12 +514,9 @@ static int fit_context(const server *srv, request *r, long max_tokens, api_error
     return 0;
 }
 
-request *api_parse_generate(server *srv, req_kind kind, const char *body, size_t len, api_error *e) {
-    cJSON *root = parse_body(body, len, e);
-    if (!root) return NULL;
+request *api_generate_json(server *srv, req_kind kind, const cJSON *root, api_error *e) {
     request *r = request_new(kind);
     if (!r) {
-        cJSON_Delete(root);
         api_fail(e, 500, NULL, "cannot allocate %zu bytes for a request", sizeof *r);
         return NULL;
     }
@@ -548,7 +527,7 @@ request *api_parse_generate(server *srv, req_kind kind, const char *body, size_t
         get_int(root, max_key, 1, 1 << 30, &max_tokens, e))
         goto fail;
     if (kind == REQ_CHAT) {
-        if (!(r->rendered = render_chat(srv, root, e)) || tokenize(srv, r->rendered, false, r, e)) goto fail;
+        if (api_chat_prompt(srv, root, false, r, e)) goto fail;
     } else if (parse_prompt(srv, root, r, e)) {
         goto fail;
     }
@@ -564,12 +543,21 @@ request *api_parse_generate(server *srv, req_kind kind, const char *body, size_t
     if ((kind == REQ_CHAT && parse_tools(srv, root, r, e)) || structured_parse(srv, root, r, e)) goto fail;
     r->created = time(NULL);
     if (make_choices(srv, root, r, e)) goto fail;
-    cJSON_Delete(root);
     return r;
 fail:
-    cJSON_Delete(root);
     request_unref(r);
     return NULL;
+}
+
+request *api_parse_generate(server *srv, req_kind kind, const char *body, size_t len, api_error *e) {
+    cJSON *root = api_parse_body(body, len, e);
+    request *r = root ? api_generate_json(srv, kind, root, e) : NULL;
+    cJSON_Delete(root);
+    return r;
+}
+
+int api_chat_prompt(server *srv, const cJSON *root, bool add_special, request *r, api_error *e) {
+    return !(r->rendered = render_chat(srv, root, e)) || tokenize(srv, r->rendered, add_special, r, e) ? -1 : 0;
 }
 
 static cJSON *ids_array(const int32_t *ids, int n) {
@@ -579,7 +567,7 @@ static cJSON *ids_array(const int32_t *ids, int n) {
 }
 
 char *api_tokenize(server *srv, const char *body, size_t len, api_error *e) {
-    cJSON *root = parse_body(body, len, e);
+    cJSON *root = api_parse_body(body, len, e);
     if (!root) return NULL;
     request *r = request_new(REQ_COMPLETION);
     char *out = NULL;
@@ -590,7 +578,7 @@ char *api_tokenize(server *srv, const char *body, size_t len, api_error *e) {
     }
     if (check_model(srv, root, e) || get_bool(root, "add_special_tokens", &add_special, e)) goto done;
     if (chat) {
-        if (!(r->rendered = render_chat(srv, root, e)) || tokenize(srv, r->rendered, add_special, r, e)) goto done;
+        if (api_chat_prompt(srv, root, add_special, r, e)) goto done;
     } else {
         const cJSON *p = get_field(root, "prompt");
         if (!cJSON_IsString(p)) {
@@ -613,7 +601,7 @@ done:
 }
 
 char *api_detokenize(server *srv, const char *body, size_t len, api_error *e) {
-    cJSON *root = parse_body(body, len, e);
+    cJSON *root = api_parse_body(body, len, e);
     if (!root) return NULL;
     const cJSON *t = get_field(root, "tokens"), *v;
     char *out = NULL;

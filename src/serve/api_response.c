@@ -168,14 +168,13 @@ const char *api_finish_name(const request *r, int n_calls) {
 /* A tool call's id: the request's unique number and the call's index, mixed (splitmix64, a
  * bijection) so that ids look as random as OpenAI's. Mistral's template insists on 9
  * alphanumerics (as vLLM's mistral parser makes them); others get "call_" and 16 hex digits. */
-static void tool_call_id(const request *r, int index, char *id, size_t cap) {
-    const char *dash = strrchr(r->id, '-');
-    uint64_t z = (strtoull(dash ? dash + 1 : r->id, NULL, 16) << 16 | (uint64_t)index) + 0x9e3779b97f4a7c15ull;
+void api_tool_call_id(const request *r, int index, const char *prefix, char *id, size_t cap) {
+    uint64_t z = (r->serial << 16 | (uint64_t)index) + 0x9e3779b97f4a7c15ull;
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
     z ^= z >> 31;
     if (r->tool_parser != TOOL_PARSER_MISTRAL) {
-        snprintf(id, cap, "call_%016llx", (unsigned long long)z);
+        snprintf(id, cap, "%s%016llx", prefix, (unsigned long long)z);
         return;
     }
     static const char digits[] = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
@@ -190,7 +189,7 @@ static cJSON *tool_call_json(const request *r, int index, bool chunk, const char
     if (chunk) cJSON_AddNumberToObject(c, "index", index);
     if (name) {
         char id[32];
-        tool_call_id(r, index, id, sizeof id);
+        api_tool_call_id(r, index, "call_", id, sizeof id);
         cJSON_AddStringToObject(c, "id", id);
         cJSON_AddStringToObject(c, "type", "function");
     }
@@ -301,4 +300,55 @@ char *api_models(const server *srv) {
     cJSON_AddNumberToObject(m, "max_model_len", srv->max_ctx);
     cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "data"), m);
     return print(o);
+}
+
+bool api_stream_done(sse_buf *b, const server *srv, const request *r) {
+    return (!r->include_usage || sse_event(b, NULL, api_usage_chunk(srv, r))) &&
+           sse_event(b, NULL, mem_strdup("[DONE]", "a stream's events", NULL));
+}
+
+/* ---- the shape of a one-choice chat stream whose output is read for tool calls ---- */
+
+/* Content [from, to), with the log-probabilities of the tokens it completes. */
+static bool openai_text(shape_stream *s, size_t from, size_t to) {
+    const request *r = s->r;
+    int tokens = s->tokens;
+    while (tokens < r->n_tokens && r->tokens[tokens].text_end <= to) tokens++;
+    bool ok = sse_event(s->buf, NULL, api_chunk(s->srv, r, from, to, s->tokens, tokens, !s->started, NULL));
+    s->tokens = tokens;
+    s->started = true;
+    return ok;
+}
+
+/* A complete call as two chunks: index, id and name; then its arguments. */
+static bool openai_call(shape_stream *s, const char *name, const char *arguments) {
+    bool ok = sse_event(s->buf, NULL, api_tool_chunk(s->srv, s->r, s->calls, name, NULL, !s->started)) &&
+              sse_event(s->buf, NULL, api_tool_chunk(s->srv, s->r, s->calls, NULL, arguments, false));
+    s->started = true;
+    return ok;
+}
+
+/* The finish reason, with the log-probabilities of the tokens not sent yet; usage; [DONE]. */
+static bool openai_end(shape_stream *s) {
+    const request *r = s->r;
+    bool ok = sse_event(s->buf, NULL,
+                        api_chunk(s->srv, r, r->text_len, r->text_len, s->tokens, r->n_tokens, !s->started,
+                                  api_finish_name(r, s->calls)));
+    s->started = true;
+    return ok && api_stream_done(s->buf, s->srv, r);
+}
+
+static bool openai_fail(shape_stream *s, const api_error *e) {
+    return sse_event(s->buf, NULL, api_error_body(e)) &&
+           sse_event(s->buf, NULL, mem_strdup("[DONE]", "a stream's events", NULL));
+}
+
+const api_shape api_shape_openai = {api_response, openai_text, openai_call, openai_end, openai_fail, api_error_body};
+
+const api_shape *api_shape_of(req_api api) {
+    switch (api) {
+    case API_MESSAGES: return &api_shape_messages;
+    case API_RESPONSES: return &api_shape_responses;
+    default: return &api_shape_openai;
+    }
 }

@@ -10,8 +10,9 @@
  * resumes it when the request changes (request_changed). One watcher thread closes clients
  * that have not finished their request headers within --header-timeout, and cancels the
  * requests of waiting clients that left, so their KV slots free at the next step rather than
- * when generation ends. Routes: POST /v1/completions, /v1/chat/completions, /tokenize,
- * /detokenize; GET /v1/models, /health, /metrics. */
+ * when generation ends. Routes: POST /v1/completions, /v1/chat/completions, /v1/messages,
+ * /v1/messages/count_tokens, /v1/responses, /tokenize, /detokenize; GET /v1/responses/ID,
+ * /v1/models, /health, /metrics. */
 #include "serve/http.h"
 
 #include <errno.h>
@@ -81,17 +82,19 @@ typedef struct upload {
     request *waiting; /* a non-streaming request submitted, its answer not sent yet */
 } upload;
 
-/* A streaming response: SSE text built from the request's progress, handed to MHD in blocks;
- * what each of its choices has sent so far. */
+/* A streaming response: events built from the request's progress in its API's shape, handed
+ * to MHD in blocks. OpenAI's requests without tool parsing follow each choice (sent[]); the
+ * others have one choice, read as items of content and tool calls (tools, ss). */
 typedef struct stream {
     server *srv;
     conn *k;
     request *r; /* the first choice */
-    char *out;
-    size_t out_len, out_off, out_cap;
+    const api_shape *shape;
+    sse_buf buf;
+    size_t out_off; /* bytes of buf handed to MHD */
     bool ended;
-    tool_stream tools; /* chat with tool parsing (one choice): where its calls have been read to */
-    int calls;         /* tool calls sent */
+    tool_stream tools; /* where the output has been read to */
+    shape_stream ss;   /* and how far its events have gone */
     struct sent {
         size_t text;
         int tokens;
@@ -122,19 +125,25 @@ static enum MHD_Result send_body(struct MHD_Connection *c, int status, char *bod
     return rc;
 }
 
-static enum MHD_Result send_error(struct MHD_Connection *c, const api_error *e) {
-    return send_body(c, e->status, api_error_body(e), "application/json");
+/* An error in the shape of the API the path belongs to. */
+static enum MHD_Result send_error(struct MHD_Connection *c, const api_shape *sh, const api_error *e) {
+    return send_body(c, e->status, sh->error_body(e), "application/json");
 }
 
-static enum MHD_Result fail(struct MHD_Connection *c, int status, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static enum MHD_Result fail(struct MHD_Connection *c, int status, const char *fmt, ...) {
+static enum MHD_Result fail(struct MHD_Connection *c, const api_shape *sh, int status, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static enum MHD_Result fail(struct MHD_Connection *c, const api_shape *sh, int status, const char *fmt, ...) {
     api_error e = {.status = status};
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(e.msg, sizeof e.msg, fmt, ap);
     va_end(ap);
-    return send_error(c, &e);
+    return send_error(c, sh, &e);
+}
+
+/* Anthropic's paths answer errors in its shape; the others in OpenAI's. */
+static const api_shape *shape_of_path(const char *url) {
+    return api_shape_of(strncmp(url, "/v1/messages", 12) ? API_OPENAI : API_MESSAGES);
 }
 
 /* True when the peer has closed its end (a pending request of a keep-alive client is not). */
@@ -193,21 +202,6 @@ static void cancel(server *srv, request *r) {
     pthread_cond_signal(&srv->work);
 }
 
-/* Appends the event "data: TEXT\n\n"; false when out of memory. */
-static bool sse_text(stream *s, const char *text) {
-    if (!text || ARRAY_RESERVE(s->out, s->out_cap, s->out_len + strlen(text) + 9, "a stream's events", NULL))
-        return false;
-    s->out_len += (size_t)sprintf(s->out + s->out_len, "data: %s\n\n", text);
-    return true;
-}
-
-/* The same with a body it frees (NULL: making it ran out of memory). */
-static bool sse(stream *s, char *json) {
-    bool ok = sse_text(s, json);
-    free(json);
-    return ok;
-}
-
 /* Appends the events choice i's progress allows (lock held): text no stop string can still
  * claim, with the log-probabilities of the tokens it completes; at its end, its finish reason.
  * False when out of memory. */
@@ -224,8 +218,9 @@ static bool choice_events(stream *s, int i) {
     bool new_tokens = tokens > p->tokens && (r->logprobs || !s->srv->info.has_tokenizer);
     if (!done && r->text_ready <= p->text && !new_tokens) return true;
     size_t to = done ? r->text_len : r->text_ready;
-    bool ok =
-        sse(s, api_chunk(s->srv, r, p->text, to, p->tokens, tokens, !p->started, done ? request_finish_name(r) : NULL));
+    bool ok = sse_event(
+        &s->buf, NULL,
+        api_chunk(s->srv, r, p->text, to, p->tokens, tokens, !p->started, done ? request_finish_name(r) : NULL));
     p->text = to;
     p->tokens = tokens;
     p->started = true;
@@ -233,68 +228,52 @@ static bool choice_events(stream *s, int i) {
     return ok;
 }
 
-/* The stream of a request whose output is parsed for tool calls (lock held): content as the
- * parser releases it (a possible call's start is held back), each call as two chunks once it
- * is complete (index, id and name; then its arguments), and at the end the finish reason with
- * the log-probabilities of the tokens not sent yet. */
-static bool tool_events(stream *s, bool done) {
+/* The stream of a one-choice request read as items (lock held): content as it becomes final
+ * (with a tool parser, a possible call's start held back) and each call once complete, in the
+ * request's API's shape; at the end, its finish. */
+static bool item_events(stream *s, bool done) {
     request *r = s->r;
     const char *text = r->text ? r->text : "";
+    size_t ready = done ? r->text_len : r->text_ready;
     bool ok = true;
+    if (!r->tool_parser && ready > s->tools.pos) {
+        ok = s->shape->text(&s->ss, s->tools.pos, ready);
+        s->tools.pos = ready;
+    }
     tool_item it;
     loom_err err;
     int rc = 0;
-    while (ok && (rc = tool_stream_next(&s->tools, text, done ? r->text_len : r->text_ready, done, &it, &err)) == 1) {
+    while (r->tool_parser && ok && (rc = tool_stream_next(&s->tools, text, ready, done, &it, &err)) == 1) {
         if (!it.is_call) {
-            int tokens = s->sent[0].tokens;
-            while (tokens < r->n_tokens && r->tokens[tokens].text_end <= it.to) tokens++;
-            ok = sse(s, api_chunk(s->srv, r, it.from, it.to, s->sent[0].tokens, tokens, !s->sent[0].started, NULL));
-            s->sent[0].tokens = tokens;
-            s->sent[0].started = true;
-            continue;
+            ok = s->shape->text(&s->ss, it.from, it.to);
+        } else if (r->parallel_tool_calls || !s->ss.calls) {
+            ok = s->shape->call(&s->ss, it.name, it.arguments);
+            s->ss.calls++;
         }
-        if (r->parallel_tool_calls || !s->calls) {
-            ok = sse(s, api_tool_chunk(s->srv, r, s->calls, it.name, NULL, !s->sent[0].started)) &&
-                 sse(s, api_tool_chunk(s->srv, r, s->calls, NULL, it.arguments, false));
-            s->calls++;
-            s->sent[0].started = true;
-        }
-        free(it.name);
-        free(it.arguments);
+        if (it.is_call) free(it.name), free(it.arguments);
     }
-    if (ok && rc < 0) ok = false;
-    if (ok && done) {
-        ok = sse(s, api_chunk(s->srv, r, r->text_len, r->text_len, s->sent[0].tokens, r->n_tokens, !s->sent[0].started,
-                              api_finish_name(r, s->calls)));
-        s->sent[0].started = true;
-    }
-    return ok;
+    return ok && rc >= 0 && (!done || s->shape->end(&s->ss));
 }
 
-/* Appends the events the request's progress allows (lock held): each choice's (with a tool
- * parser, the one choice's content and calls), then once all have finished, usage and [DONE].
- * Returns whether it appended anything (1 or 0), or -1 when out of memory. */
+/* Appends the events the request's progress allows (lock held), and at the end the API's
+ * closing events. Returns whether it appended anything (1 or 0), or -1 when out of memory. */
 static int next_events(stream *s) {
     request *r = s->r;
     bool done = request_all_finished(r), ok = true;
-    size_t before = s->out_len;
+    size_t before = s->buf.len;
     api_error e = {.status = 500};
     const char *error = done ? request_error(r, &e.status) : NULL;
     if (error) {
         snprintf(e.msg, sizeof e.msg, "%s", error);
-        ok = sse(s, api_error_body(&e));
-    } else if (r->tool_parser) {
-        ok = tool_events(s, done);
-        if (ok && done && r->include_usage) ok = sse(s, api_usage_chunk(s->srv, r));
+        ok = s->shape->fail(&s->ss, &e);
+    } else if (r->tool_parser || r->api != API_OPENAI) {
+        ok = item_events(s, done);
     } else {
         for (int i = 0; i < r->n_choices && ok; i++) ok = choice_events(s, i);
-        if (ok && done && r->include_usage) ok = sse(s, api_usage_chunk(s->srv, r));
+        if (ok && done) ok = api_stream_done(&s->buf, s->srv, r);
     }
-    if (ok && done) {
-        ok = sse_text(s, "[DONE]");
-        s->ended = true;
-    }
-    return !ok ? -1 : s->out_len > before;
+    if (done) s->ended = true;
+    return !ok ? -1 : s->buf.len > before;
 }
 
 /* MHD asks for the next block of a stream. With nothing to send yet the connection is
@@ -305,11 +284,11 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
     server *srv = s->srv;
     pthread_mutex_lock(&srv->lock);
     for (;;) {
-        if (s->out_off < s->out_len) {
-            size_t n = s->out_len - s->out_off < max ? s->out_len - s->out_off : max;
-            memcpy(buf, s->out + s->out_off, n);
+        if (s->out_off < s->buf.len) {
+            size_t n = s->buf.len - s->out_off < max ? s->buf.len - s->out_off : max;
+            memcpy(buf, s->buf.out + s->out_off, n);
             s->out_off += n;
-            if (s->out_off == s->out_len) s->out_off = s->out_len = 0;
+            if (s->out_off == s->buf.len) s->out_off = s->buf.len = 0;
             pthread_mutex_unlock(&srv->lock);
             return (ssize_t)n;
         }
@@ -342,7 +321,8 @@ static void stream_done(void *cls) {
     stop_waiting(s->r);
     request_unref(s->r);
     pthread_mutex_unlock(&srv->lock);
-    free(s->out);
+    free(s->ss.text);
+    free(s->buf.out);
     free(s);
 }
 
@@ -362,13 +342,14 @@ static enum MHD_Result answer_when_done(server *srv, struct MHD_Connection *c, c
     u->waiting = NULL;
     api_error e = {.status = 500};
     const char *error = request_error(r, &e.status);
-    char *body = gone || error ? NULL : api_response(srv, r);
+    const api_shape *sh = api_shape_of(r->api);
+    char *body = gone || error ? NULL : sh->whole(srv, r);
     if (!gone && !body) snprintf(e.msg, sizeof e.msg, "%s", error ? error : "out of memory making the response");
     request_unref(r);
     pthread_mutex_unlock(&srv->lock);
     if (gone) return MHD_NO; /* nobody to answer: close */
     MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)IDLE_TIMEOUT_S);
-    if (!body) return send_error(c, &e);
+    if (!body) return send_error(c, sh, &e);
     return send_body(c, MHD_HTTP_OK, body, "application/json");
 }
 
@@ -382,26 +363,28 @@ static int pinned_replica(struct MHD_Connection *c) {
     return end == v || *end || d < 0 || d > 1 << 20 ? -2 : (int)d;
 }
 
-static enum MHD_Result generate(server *srv, struct MHD_Connection *c, conn *k, req_kind kind, upload *u) {
-    api_error e = {0};
-    request *r = api_parse_generate(srv, kind, u->body ? u->body : "", u->len, &e);
-    if (!r) return send_error(c, &e);
+/* Request r, parsed (NULL: refused, e says why), is queued; its answer follows when it is
+ * finished, or its stream as it goes, in the shape sh of the API that asked. */
+static enum MHD_Result generate(server *srv, struct MHD_Connection *c, conn *k, upload *u, const api_shape *sh,
+                                request *r, api_error *e) {
+    if (!r) return send_error(c, sh, e);
+    sh = api_shape_of(r->api);
     loom_err why;
     stream *s = r->stream ? mem_zalloc(1, sizeof *s + (size_t)r->n_choices * sizeof *s->sent, "a stream", &why) : NULL;
     if (r->stream && !s) {
         pthread_mutex_lock(&srv->lock);
         request_unref(r);
         pthread_mutex_unlock(&srv->lock);
-        return fail(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "%s", why.msg);
+        return fail(c, sh, MHD_HTTP_INTERNAL_SERVER_ERROR, "%s", why.msg);
     }
     pthread_mutex_lock(&srv->lock);
-    int status = replicas_submit(srv, r, pinned_replica(c), e.msg, sizeof e.msg);
+    int status = replicas_submit(srv, r, pinned_replica(c), e->msg, sizeof e->msg);
     if (status) {
         request_unref(r);
         pthread_mutex_unlock(&srv->lock);
         free(s);
-        e.status = status;
-        return send_error(c, &e);
+        e->status = status;
+        return send_error(c, sh, e);
     }
     wait_for(k, r);
     pthread_cond_signal(&srv->work);
@@ -412,7 +395,8 @@ static enum MHD_Result generate(server *srv, struct MHD_Connection *c, conn *k, 
         u->waiting = r;
         return answer_when_done(srv, c, k, u);
     }
-    s->srv = srv, s->k = k, s->r = r, s->tools = (tool_stream){.parser = (tool_parser)r->tool_parser};
+    s->srv = srv, s->k = k, s->r = r, s->shape = sh, s->tools = (tool_stream){.parser = (tool_parser)r->tool_parser};
+    s->ss.buf = &s->buf, s->ss.srv = srv, s->ss.r = r;
     struct MHD_Response *res =
         MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, STREAM_BLOCK, stream_read, s, stream_done);
     if (!res) {
@@ -426,14 +410,31 @@ static enum MHD_Result generate(server *srv, struct MHD_Connection *c, conn *k, 
     return rc;
 }
 
-typedef enum route_id { COMPLETIONS, CHAT, TOKENIZE, DETOKENIZE, MODELS, HEALTH, METRICS } route_id;
+typedef enum route_id {
+    COMPLETIONS,
+    CHAT,
+    MESSAGES,
+    COUNT_TOKENS,
+    RESPONSES,
+    STORED_RESPONSE,
+    TOKENIZE,
+    DETOKENIZE,
+    MODELS,
+    HEALTH,
+    METRICS
+} route_id;
 
+/* A path ending in '/' takes one more segment (the id of what it names). */
 static const struct route {
     const char *path, *method;
     route_id id;
 } routes[] = {
     {"/v1/completions", "POST", COMPLETIONS},
     {"/v1/chat/completions", "POST", CHAT},
+    {"/v1/messages", "POST", MESSAGES},
+    {"/v1/messages/count_tokens", "POST", COUNT_TOKENS},
+    {"/v1/responses", "POST", RESPONSES},
+    {"/v1/responses/", "GET", STORED_RESPONSE},
     {"/tokenize", "POST", TOKENIZE},
     {"/detokenize", "POST", DETOKENIZE},
     {"/v1/models", "GET", MODELS},
@@ -444,16 +445,25 @@ static const struct route {
 static enum MHD_Result route(server *srv, struct MHD_Connection *c, conn *k, const char *url, const char *method,
                              upload *u) {
     const struct route *r = NULL;
-    for (size_t i = 0; i < sizeof routes / sizeof *routes && !r; i++)
-        if (!strcmp(url, routes[i].path)) r = &routes[i];
-    if (!r) return fail(c, MHD_HTTP_NOT_FOUND, "no route %s %s", method, url);
-    if (strcmp(method, r->method)) return fail(c, MHD_HTTP_METHOD_NOT_ALLOWED, "%s does not take %s", url, method);
+    const api_shape *sh = shape_of_path(url);
+    for (size_t i = 0; i < sizeof routes / sizeof *routes && !r; i++) {
+        size_t n = strlen(routes[i].path);
+        if (routes[i].path[n - 1] == '/' ? !strncmp(url, routes[i].path, n) && url[n] && !strchr(url + n, '/')
+                                         : !strcmp(url, routes[i].path))
+            r = &routes[i];
+    }
+    if (!r) return fail(c, sh, MHD_HTTP_NOT_FOUND, "no route %s %s", method, url);
+    if (strcmp(method, r->method)) return fail(c, sh, MHD_HTTP_METHOD_NOT_ALLOWED, "%s does not take %s", url, method);
     const char *body = u->body ? u->body : "";
     api_error e = {0};
     char *out = NULL;
     switch (r->id) {
-    case COMPLETIONS: return generate(srv, c, k, REQ_COMPLETION, u);
-    case CHAT: return generate(srv, c, k, REQ_CHAT, u);
+    case COMPLETIONS: return generate(srv, c, k, u, sh, api_parse_generate(srv, REQ_COMPLETION, body, u->len, &e), &e);
+    case CHAT: return generate(srv, c, k, u, sh, api_parse_generate(srv, REQ_CHAT, body, u->len, &e), &e);
+    case MESSAGES: return generate(srv, c, k, u, sh, api_parse_messages(srv, body, u->len, &e), &e);
+    case COUNT_TOKENS: out = api_count_tokens(srv, body, u->len, &e); break;
+    case RESPONSES: return generate(srv, c, k, u, sh, api_parse_responses(srv, body, u->len, &e), &e);
+    case STORED_RESPONSE: out = api_stored_response(srv, url + strlen(r->path), &e); break;
     case TOKENIZE: out = api_tokenize(srv, body, u->len, &e); break;
     case DETOKENIZE: out = api_detokenize(srv, body, u->len, &e); break;
     case MODELS: out = api_models(srv); break;
@@ -462,7 +472,7 @@ static enum MHD_Result route(server *srv, struct MHD_Connection *c, conn *k, con
         bool up = !srv->draining && !srv->failed[0];
         pthread_mutex_unlock(&srv->lock);
         if (!up)
-            return fail(c, MHD_HTTP_SERVICE_UNAVAILABLE, "the server is %s",
+            return fail(c, sh, MHD_HTTP_SERVICE_UNAVAILABLE, "the server is %s",
                         srv->failed[0] ? "failed" : "shutting down");
         out = mem_strdup("{\"status\":\"ok\"}", "the answer", NULL);
         break;
@@ -478,7 +488,7 @@ static enum MHD_Result route(server *srv, struct MHD_Connection *c, conn *k, con
         return send_body(c, MHD_HTTP_OK, out, "text/plain; version=0.0.4");
     }
     }
-    if (!out && e.status) return send_error(c, &e);
+    if (!out && e.status) return send_error(c, sh, &e);
     return send_body(c, MHD_HTTP_OK, out, "application/json"); /* NULL: out of memory, a 500 */
 }
 
@@ -506,14 +516,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         headers_in(h, k, true);
         if (h->n_conns > MAX_CONNECTIONS) {
             u->too_big = u->answered = true; /* the body, if any, is read and dropped */
-            return fail(c, MHD_HTTP_SERVICE_UNAVAILABLE, "the server holds %d connections, its most; retry",
-                        (int)h->n_conns);
+            return fail(c, shape_of_path(url), MHD_HTTP_SERVICE_UNAVAILABLE,
+                        "the server holds %d connections, its most; retry", (int)h->n_conns);
         }
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
         if (cl && strtoull(cl, NULL, 10) > limit) {
             u->too_big = u->answered = true;
-            return fail(c, MHD_HTTP_CONTENT_TOO_LARGE, "the request body (%s bytes) exceeds the limit of %zu bytes", cl,
-                        limit);
+            return fail(c, shape_of_path(url), MHD_HTTP_CONTENT_TOO_LARGE,
+                        "the request body (%s bytes) exceeds the limit of %zu bytes", cl, limit);
         }
         return MHD_YES;
     }
@@ -537,7 +547,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     if (u->answered) return MHD_YES;
     if (u->too_big) {
         u->answered = true;
-        return fail(c, MHD_HTTP_CONTENT_TOO_LARGE, "the request body exceeds the limit of %zu bytes", limit);
+        return fail(c, shape_of_path(url), MHD_HTTP_CONTENT_TOO_LARGE,
+                    "the request body exceeds the limit of %zu bytes", limit);
     }
     if (u->waiting) return answer_when_done(srv, c, k, u); /* resumed */
     return route(srv, c, k, url, method, u);

@@ -39,6 +39,8 @@ request *request_clone(const request *r, loom_err *err) {
     request *c = mem_zalloc(1, sizeof *c, "a request", err);
     if (!c) return NULL;
     *c = (request){.kind = r->kind,
+                   .api = r->api,
+                   .serial = r->serial,
                    .created = r->created,
                    .n_prompt = r->n_prompt,
                    .max_tokens = r->max_tokens,
@@ -89,6 +91,8 @@ void request_unref(request *r) {
     free(r->bias);
     free(r->stop_ids);
     free(r->echo);
+    free(r->conversation);
+    free(r->echoed);
     free(r->tokens);
     free(r->context);
     free(r->text);
@@ -122,11 +126,12 @@ static bool append_text(request *r, const char *s, size_t n) {
  * part (finishing r), or holds back the longest tail that a stop string may still complete. */
 static void apply_stops(request *r, size_t from) {
     size_t ready = r->text_len, cut = (size_t)-1;
+    const char *matched = NULL;
     for (int i = 0; i < r->n_stop; i++) {
         size_t n = strlen(r->stop[i]);
         size_t start = from >= n - 1 ? from - (n - 1) : 0;
         const char *hit = memmem(r->text + start, r->text_len - start, r->stop[i], n);
-        if (hit && (size_t)(hit - r->text) < cut) cut = (size_t)(hit - r->text);
+        if (hit && (size_t)(hit - r->text) < cut) cut = (size_t)(hit - r->text), matched = r->stop[i];
         /* a tail of the text that is a proper prefix of this stop string */
         for (size_t k = n - 1 < r->text_len ? n - 1 : r->text_len; k > 0; k--)
             if (!memcmp(r->text + r->text_len - k, r->stop[i], k)) {
@@ -139,6 +144,7 @@ static void apply_stops(request *r, size_t from) {
         r->text[cut] = 0;
         r->finish = FINISH_STOP;
         r->stop_cut = true;
+        r->stop_matched = matched;
     }
     if (ready > r->text_ready) r->text_ready = ready;
 }

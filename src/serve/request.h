@@ -15,6 +15,10 @@
 
 typedef enum req_kind { REQ_COMPLETION, REQ_CHAT } req_kind;
 
+/* The API a request came through, which shapes its answer (api.h): OpenAI's Completions and
+ * Chat Completions, Anthropic's Messages, OpenAI's Responses. The last two are chat requests. */
+typedef enum req_api { API_OPENAI, API_MESSAGES, API_RESPONSES } req_api;
+
 typedef enum req_state {
     REQ_WAITING,  /* queued for a sequence slot (again, when preempted) */
     REQ_RUNNING,  /* holds a slot: prefilling, then decoding */
@@ -36,6 +40,8 @@ typedef struct req_token {
 typedef struct request {
     /* asked */
     req_kind kind;
+    req_api api;
+    uint64_t serial; /* the server's number for it, unique: ids derive from it */
     char id[40];
     long created; /* unix time */
     int32_t *prompt;
@@ -65,6 +71,11 @@ typedef struct request {
     int32_t *stop_ids; /* stop_token_ids: the output ends with "stop" there, their text left out */
     int n_stop_ids;
     char *echo; /* completions' echo: the prompt's text, which the output follows (NULL: none) */
+    /* Responses: the conversation given (chat messages, JSON), which the store keeps with the
+     * output; the request's fields the response object repeats (a JSON object); and whether to
+     * store it (api_responses.c) */
+    char *conversation, *echoed;
+    bool store;
 
     /* n > 1 and best_of: a request is one choice. The first one, which the HTTP front holds,
      * lists them all; the scheduler holds the others back until the first has computed the
@@ -99,6 +110,7 @@ typedef struct request {
     size_t text_len, text_cap;
     size_t text_ready;                /* bytes of text that no stop string can still claim */
     bool stop_cut;                    /* a stop string ended the text: nothing may follow it */
+    const char *stop_matched;         /* that stop string (one of stop[]) */
     double t_arrive, t_first, t_last; /* monotonic seconds: arrival, first token, latest token */
     atomic_bool cancel; /* the client left: free the slot at the next step (the grammar reads it mid-step) */
 

@@ -10,6 +10,7 @@
 
 #include "serve/http.h"
 #include "serve/replicas.h"
+#include "serve/response_store.h"
 #include "serve/scheduler.h"
 #include "serve/steps.h"
 #include "serve/structured.h"
@@ -107,7 +108,8 @@ static int serve_rank0(loom_comm *comm, loom_model *m, loom_engine *e, const ser
     }
     model_token(m, srv.info.bos_id, &srv.tmpl.bos_token);
     model_token(m, srv.info.n_eos ? srv.info.eos_ids[0] : -1, &srv.tmpl.eos_token);
-    if (structured_init(&srv, &err) || choose_tool_parser(&srv, o, &err)) {
+    if (structured_init(&srv, &err) || choose_tool_parser(&srv, o, &err) ||
+        !(srv.responses = response_store_new(o->responses_store_bytes, &err))) {
         fprintf(stderr, "loom serve: %s\n", err.msg);
         goto done;
     }
@@ -159,6 +161,7 @@ done:
     step_round_free(&round);
     chat_templates_free(&srv.tmpl);
     structured_free(&srv);
+    response_store_free(srv.responses);
     pthread_cond_destroy(&srv.work);
     pthread_mutex_destroy(&srv.lock);
     return rc;

@@ -26,12 +26,14 @@ typedef struct serve_options {
     size_t max_body_bytes;        /* larger request bodies get 413 */
     double header_timeout;        /* seconds a client has to finish its request headers */
     int max_per_address;          /* idle connections one IP address may hold; one more closes its oldest */
+    size_t responses_store_bytes; /* the Responses API's store of conversations (0: store nothing) */
     uint64_t seed;                /* seeds of requests that give none derive from it */
     int num_speculative_tokens;   /* --speculative-config's k on every rank (0: none) */
     loom_speculator *speculator;  /* rank 0's proposer (NULL: none) */
 } serve_options;
 
 typedef struct sched sched;
+typedef struct response_store response_store;
 
 /* State shared by the HTTP threads and the scheduler. `lock` guards every request and the
  * queues; the engine runs outside it. */
@@ -40,10 +42,11 @@ typedef struct server {
     loom_model *m;
     loom_model_info info;
     int max_ctx;
-    chat_templates tmpl;     /* none: chat requests get 400 */
-    grammar_vocab *gvocab;   /* the vocabulary's bytes for structured output (NULL: no tokenizer) */
-    grammar_cache *grammars; /* compiled grammars by their text */
-    int tool_parser;         /* the tool_parser (serve/tool_calls.h) reading calls in chat outputs with
+    chat_templates tmpl;       /* none: chat requests get 400 */
+    grammar_vocab *gvocab;     /* the vocabulary's bytes for structured output (NULL: no tokenizer) */
+    grammar_cache *grammars;   /* compiled grammars by their text */
+    response_store *responses; /* the Responses API's stored responses */
+    int tool_parser;           /* the tool_parser (serve/tool_calls.h) reading calls in chat outputs with
                                 tools (0: none; the output stays content) */
     pthread_mutex_t lock;
     pthread_cond_t work; /* a request arrived or was cancelled: wakes the scheduler */
