@@ -6,6 +6,7 @@ pkgs=(cmake gcc make pkg-config binutils libopenblas-openmp-dev libdnnl-dev libp
       python3 python3-venv)
 [ "${LOOM_WITH_FUZZ:-0}" = 1 ] && pkgs+=(clang libclang-rt-14-dev libomp-14-dev)
 [ "${LOOM_WITH_FORMAT:-0}" = 1 ] && pkgs+=(clang-format) # scripts/check-format.sh
+[ "${LOOM_WITH_BROWSER:-0}" = 1 ] && pkgs+=(chromium chromium-driver) # tests/chat_page.py
 # The aarch64 cross build (scripts/test-aarch64.sh): cross gcc, qemu, and the arm64 multiarch
 # libraries it links. Not libopenmpi-dev:arm64: it conflicts with the amd64 libopenmpi-dev
 # above (and needs gfortran-12:arm64, which would replace the amd64 gcc), so that build has

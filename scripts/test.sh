@@ -1,19 +1,21 @@
 #!/usr/bin/env bash
 # Builds loom and runs the whole test suite (ctest). --sanitize: the same suite under
 # AddressSanitizer + UndefinedBehaviorSanitizer, in build-asan/. The server's client tests run
-# OpenAI's own `openai` package and Anthropic's `anthropic`, installed from PyPI into a virtual
-# environment (.venv/), with `jsonschema`, the validator structured outputs are checked against,
-# and transformers (torch, gguf, accelerate), which turns the real Gemma 3 GGUF into the folder
-# tests/gemma3_real.py checks loom against.
+# OpenAI's own `openai` package and Anthropic's `anthropic` (and the chat page's, `selenium` with
+# Debian's Chromium), installed from PyPI into a virtual environment (.venv/), with `jsonschema`,
+# the validator structured outputs are checked against, and transformers (torch, gguf,
+# accelerate), which turns the real Gemma 3 GGUF into the folder tests/gemma3_real.py checks
+# loom against.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
-if [ ! -x .venv/bin/python ] ||
-  ! .venv/bin/python -c "import openai, anthropic, numpy, jsonschema, torch, transformers, gguf, accelerate" 2>/dev/null; then
+# the chat page's test drives a real browser; without one it skips, saying so
+LOOM_WITH_BROWSER=1 scripts/install-deps.sh || echo "test.sh: chromium could not be installed: chat_page will skip"
+if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c \
+  "import openai, anthropic, selenium, numpy, jsonschema, torch, transformers, gguf, accelerate" 2>/dev/null; then
   python3 -m venv .venv
-  .venv/bin/pip install -q openai==3.57.0 anthropic==2.17.0 numpy==2.4.6 jsonschema==4.26.0 torch==2.13.0 \
-    transformers==5.24.0 \
-    gguf==0.19.0 accelerate==1.16.0
+  .venv/bin/pip install -q openai==3.57.0 anthropic==2.17.0 selenium==4.45.0 numpy==2.4.6 jsonschema==4.26.0 \
+    torch==2.13.0 transformers==5.24.0 gguf==0.19.0 accelerate==1.16.0
 fi
 export LOOM_TEST_PYTHON=$PWD/.venv/bin/python
 dir=$(scripts/build.sh "$@" | tail -n 1)

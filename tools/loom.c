@@ -97,6 +97,7 @@ static void usage(FILE *f) {
           "  --max-connections-per-address N  idle connections (no request, or its headers\n"
           "                            unfinished) one IP address may hold; one more closes its\n"
           "                            oldest idle one (default 64); working ones are never refused\n"
+          "  --no-ui                   no chat page at / (by default a browser there gets one)\n"
           "  --responses-store-bytes N  memory for /v1/responses conversations kept for\n"
           "                            previous_response_id; past it the least recently used go (default\n"
           "                            64 MiB; 0: store none)\n",

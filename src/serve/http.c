@@ -12,7 +12,7 @@
  * requests of waiting clients that left, so their KV slots free at the next step rather than
  * when generation ends. Routes: POST /v1/completions, /v1/chat/completions, /v1/messages,
  * /v1/messages/count_tokens, /v1/responses, /tokenize, /detokenize; GET /v1/responses/ID,
- * /v1/models, /health, /metrics. */
+ * /v1/models, /health, /metrics, and the chat page at / (unless --no-ui). */
 #include "serve/http.h"
 
 #include <errno.h>
@@ -30,6 +30,7 @@
 #include "serve/clock.h"
 #include "serve/replicas.h"
 #include "serve/tool_calls.h"
+#include "serve/ui.h"
 #include "util/alloc.h"
 #include "util/err.h"
 
@@ -421,7 +422,8 @@ typedef enum route_id {
     DETOKENIZE,
     MODELS,
     HEALTH,
-    METRICS
+    METRICS,
+    CHAT_PAGE
 } route_id;
 
 /* A path ending in '/' takes one more segment (the id of what it names). */
@@ -440,16 +442,19 @@ static const struct route {
     {"/v1/models", "GET", MODELS},
     {"/health", "GET", HEALTH},
     {"/metrics", "GET", METRICS},
+    {"/", "GET", CHAT_PAGE},
 };
 
 static enum MHD_Result route(server *srv, struct MHD_Connection *c, conn *k, const char *url, const char *method,
                              upload *u) {
     const struct route *r = NULL;
     const api_shape *sh = shape_of_path(url);
+    size_t page_len;
     for (size_t i = 0; i < sizeof routes / sizeof *routes && !r; i++) {
+        if (routes[i].id == CHAT_PAGE && srv->o->no_ui) continue;
         size_t n = strlen(routes[i].path);
-        if (routes[i].path[n - 1] == '/' ? !strncmp(url, routes[i].path, n) && url[n] && !strchr(url + n, '/')
-                                         : !strcmp(url, routes[i].path))
+        if (routes[i].path[n - 1] == '/' && n > 1 ? !strncmp(url, routes[i].path, n) && url[n] && !strchr(url + n, '/')
+                                                  : !strcmp(url, routes[i].path))
             r = &routes[i];
     }
     if (!r) return fail(c, sh, MHD_HTTP_NOT_FOUND, "no route %s %s", method, url);
@@ -476,6 +481,15 @@ static enum MHD_Result route(server *srv, struct MHD_Connection *c, conn *k, con
                         srv->failed[0] ? "failed" : "shutting down");
         out = mem_strdup("{\"status\":\"ok\"}", "the answer", NULL);
         break;
+    }
+    case CHAT_PAGE: {
+        const char *page = ui_chat_page(&page_len);
+        struct MHD_Response *res = MHD_create_response_from_buffer(page_len, (void *)page, MHD_RESPMEM_PERSISTENT);
+        if (!res) return MHD_NO;
+        MHD_add_response_header(res, "Content-Type", "text/html; charset=utf-8");
+        enum MHD_Result rc = MHD_queue_response(c, MHD_HTTP_OK, res);
+        MHD_destroy_response(res);
+        return rc;
     }
     case METRICS: {
         /* before the server's lock: a grammar computing a mask holds its own lock a while */
@@ -712,6 +726,9 @@ http_front *http_start(server *srv, loom_err *err) {
     /* the pid is where SIGTERM drains the server (under mpirun, which ends the job itself) */
     fprintf(stderr, "loom serve: listening on http://%s:%u (pid %d)\n", srv->o->host,
             di ? di->port : (unsigned)srv->o->port, (int)getpid());
+    if (!srv->o->no_ui)
+        fprintf(stderr, "loom serve: a chat page for browsers at http://%s:%u/ (--no-ui turns it off)\n", srv->o->host,
+                di ? di->port : (unsigned)srv->o->port);
     return h;
 }
 

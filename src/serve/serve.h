@@ -1,8 +1,14 @@
-/* `loom serve`: an OpenAI-compatible HTTP server over the engine, with continuous batching.
+/* `loom serve`: an HTTP server over the engine for OpenAI's and Anthropic's clients and for
+ * browsers, with continuous batching.
  * The pieces, one file each:
  *  - http.c:      the HTTP front (GNU libmicrohttpd): routes, body limits, responses, streaming;
  *  - api_request.c, api_response.c: OpenAI's API as JSON: request bodies into `request`s;
  *                 responses, stream chunks and error bodies out;
+ *  - api_messages.c, api_responses.c: Anthropic's Messages and OpenAI's Responses APIs,
+ *                 translated into chat requests (chat_body.c), answered in their own shapes
+ *                 (sse.c writes every stream's events); response_store.c, the stored
+ *                 Responses conversations;
+ *  - ui.c:        the chat page at /, embedded;
  *  - scheduler.c: continuous batching: admits requests into sequence slots from their cached
  *                 prefixes, preempts when KV blocks run out, builds each step's batch
  *                 (every running sequence's next token plus chunks of prompts), samples;

@@ -27,6 +27,7 @@ typedef struct serve_options {
     double header_timeout;        /* seconds a client has to finish its request headers */
     int max_per_address;          /* idle connections one IP address may hold; one more closes its oldest */
     size_t responses_store_bytes; /* the Responses API's store of conversations (0: store nothing) */
+    bool no_ui;                   /* --no-ui: no chat page at / */
     uint64_t seed;                /* seeds of requests that give none derive from it */
     int num_speculative_tokens;   /* --speculative-config's k on every rank (0: none) */
     loom_speculator *speculator;  /* rank 0's proposer (NULL: none) */
