@@ -1,6 +1,7 @@
 /* libFuzzer target: the server's request bodies (src/serve/api_*.c), what every client sends.
  * The first byte picks the endpoint (completions, chat completions with a ChatML template,
- * /tokenize, /detokenize, Anthropic's /v1/messages and its count_tokens, /v1/responses), the
+ * /tokenize, /detokenize, Anthropic's /v1/messages and its count_tokens, /v1/responses,
+ * /v1/embeddings), the
  * rest is the body; whatever parses is then answered as the server would, whole and as a
  * stream in its API's shape (stop strings applied to a few tokens, tool calls read in the
  * hermes format). A Responses request is stored, so a later input can continue it. HTTP itself
@@ -43,13 +44,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     api_error e;
     char *out = NULL;
     request *r = NULL;
-    switch (data[0] % 8) {
+    switch (data[0] % 9) {
     case 0:
-    case 1: r = api_parse_generate(srv, data[0] % 8 ? REQ_CHAT : REQ_COMPLETION, body, len, &e); break;
+    case 1: r = api_parse_generate(srv, data[0] % 9 ? REQ_CHAT : REQ_COMPLETION, body, len, &e); break;
     case 2: out = api_tokenize(srv, body, len, &e); break;
     case 3: out = api_detokenize(srv, body, len, &e); break;
     case 4: r = api_parse_messages(srv, body, len, &e); break;
     case 5: out = api_count_tokens(srv, body, len, &e); break;
+    case 8: r = api_parse_embeddings(srv, body, len, &e); break;
     default: r = api_parse_responses(srv, body, len, &e); break;
     }
     free(out);
@@ -65,7 +67,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     free(sh->whole(srv, r));
     sse_buf buf = {0};
     shape_stream ss = {.buf = &buf, .srv = srv, .r = r};
-    if (r->n_choices == 1) {
+    if (r->n_choices == 1 && sh->text) { /* embeddings are never streamed */
         sh->text(&ss, 0, r->text_len / 2);
         sh->text(&ss, r->text_len / 2, r->text_len);
         sh->call(&ss, "f", "{}");

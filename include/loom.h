@@ -47,6 +47,14 @@ typedef struct loom_engine loom_engine;
 typedef struct loom_expert_load loom_expert_load; /* tokens routed to each expert (see below) */
 typedef struct loom_comm loom_comm;               /* this rank's view of the other ranks */
 
+/* What a model is run for, as vLLM's --task: next-token logits (generate; score reads two of
+ * them, a causal reranker's yes/no), or an embedding (its final hidden state, pooled). AUTO:
+ * embed for a bare decoder (config.json's architectures[0] "Qwen3Model") or a folder with
+ * sentence-transformers' modules.json, else generate. */
+typedef enum loom_task { LOOM_TASK_AUTO, LOOM_TASK_GENERATE, LOOM_TASK_EMBED, LOOM_TASK_SCORE } loom_task;
+/* An embedding's pooling over a prompt's final hidden states (after the final norm). */
+typedef enum loom_pooling { LOOM_POOL_LAST, LOOM_POOL_MEAN } loom_pooling;
+
 typedef struct loom_model_options {
     const char *path; /* Hugging Face folder or a config.json (dummy); NULL: embedded default */
     bool dummy;       /* --load-format dummy: real shapes, seeded random weights */
@@ -68,6 +76,7 @@ typedef struct loom_model_options {
     /* An Eagle3 draft without its own embed_tokens.weight reads model.embed_tokens.weight from
      * this folder (the target's), as vLLM shares the target's embedding */
     const char *embedding_from;
+    loom_task task;
 } loom_model_options;
 
 LOOM_API loom_model *loom_model_load(const loom_model_options *o, loom_err *err);
@@ -84,6 +93,12 @@ typedef struct loom_model_info {
     const char *source;  /* the folder or config it was loaded from, or "(embedded stories260K)" */
     bool has_tokenizer;  /* text in and out (loom_tokenize, loom_detokenize) */
     int spec_tokens;     /* an Eagle3 draft: the speculative tokens its config proposes (0: none) */
+    loom_task task;      /* as resolved (never AUTO) */
+    /* the width of a forward pass's output rows: vocab, or hidden for an embedding model, whose
+     * rows are final hidden states (loom_forward's "logits"), pooled as these say */
+    int out_width;
+    loom_pooling pooling;
+    bool normalize;
 } loom_model_info;
 LOOM_API void loom_model_get_info(const loom_model *m, loom_model_info *info);
 

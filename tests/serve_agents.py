@@ -1,5 +1,6 @@
-"""`loom serve` driven by the agents' clients: Anthropic's `anthropic` package against
-/v1/messages, and OpenAI's `openai` package against /v1/responses, on loopback.
+"""`loom serve` driven by the agents' and pipelines' clients: Anthropic's `anthropic` package
+against /v1/messages, and OpenAI's `openai` package against /v1/responses and /v1/embeddings,
+on loopback.
 
 Every answer is checked for its shape (the SDKs parse them into their own types) and for
 equality with the same conversation sent through Chat Completions (greedy), which
@@ -14,6 +15,9 @@ tests/serve_openai.py checks against `loom run`:
   call arguments (the deltas spell the final item's arguments); a tool loop through
   function_call_output; text.format json_schema output that validates; GET /v1/responses/ID.
 Each runs at tp=1 and with -tp 2 --enable-async-tp (steps of two tokens or more sharded by SP).
+- Embeddings: the client's default base64 and float encodings of the golden embedding model's
+  vectors equal transformers' (tests/golden/make_embed_golden.py) within 1e-4 (test_serve's
+  embeddings_golden checks every parallel mode).
 
 Usage: serve_agents.py LOOM_BINARY SOURCE_DIR."""
 import json
@@ -251,6 +255,34 @@ def responses(s, where):
 
 
 
+def embeddings():
+    """OpenAI's client asks for base64 by default and decodes it: the vectors equal the golden
+    ones (transformers' pooled last hidden state, tests/golden/make_embed_golden.py) to 1e-4,
+    one input and several, and with encoding_format float."""
+    import numpy as np
+    from safetensors.numpy import load_file
+    g = load_file(f"{SRC}/tests/golden/qwen3_embed/golden.safetensors")
+    ids = [g[f"ids_{i}"].tolist() for i in range(3)]
+    s = Server("-m", f"{SRC}/tests/golden/qwen3_embed", "--dtype", "float32", "--served-model-name", "embed")
+    try:
+        for fmt in (None, "float"):  # None: the client asks for base64 and decodes it
+            r = s.openai.embeddings.create(model="embed", input=ids, **({"encoding_format": fmt} if fmt else {}))
+            got = [np.array(d.embedding) for d in r.data]
+            worst = max(float(np.abs(got[i] - g[f"embedding_{i}"]).max()) for i in range(3))
+            check(len(got) == 3 and worst < 1e-4, f"embeddings ({fmt}): {worst} from transformers'")
+            check(r.usage.prompt_tokens == sum(map(len, ids)) and r.model == "embed", f"embeddings usage: {r.usage}")
+        one = s.openai.embeddings.create(model="embed", input=ids[1])
+        check(len(one.data) == 1 and np.abs(np.array(one.data[0].embedding) - g["embedding_1"]).max() < 1e-4,
+              "one input's embedding")
+        try:
+            s.openai.chat.completions.create(model="embed", messages=[{"role": "user", "content": "hi"}])
+            check(False, "an embedding model answered a chat completion")
+        except openai.BadRequestError as e:
+            check("--task generate" in str(e), f"the refusal: {e}")
+    finally:
+        s.stop()
+
+
 def main():
     hermes = f"/tmp/loom-serve-agents-hermes-{os.getpid()}.jinja"
     with open(hermes, "w") as f:
@@ -267,6 +299,7 @@ def main():
                 s.stop()
     finally:
         os.unlink(hermes)
+    embeddings()
     failures = serve_util.failures
     print(f"serve_agents: {'ok' if not failures else f'{failures} failed'} "
           f"(anthropic {anthropic.__version__}, openai {openai.__version__})")

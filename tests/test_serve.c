@@ -11,6 +11,7 @@
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
+#include <math.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +24,7 @@
 #include <cjson/cJSON.h>
 
 #include "check.h"
+#include "model/safetensors.h"
 #include "mpirun.h"
 
 #define BODY_LIMIT (1 << 20) /* the main test server's --max-body-bytes (loom's default) */
@@ -1600,6 +1602,131 @@ static void responses_store_bound(void) {
     CHECK(stop(&s, SIGTERM, 60) == 0, "the server did not exit 0 on SIGTERM");
 }
 
+/* Golden embeddings (tests/golden/make_embed_golden.py: transformers' last hidden state of a
+ * bare Qwen3Model, pooled as its sentence-transformers files say) from /v1/embeddings within
+ * 1e-4, for last-token pooling with normalisation and mean pooling without, in every parallel
+ * mode; prompts are chunked (--max-num-batched-tokens 8), so mean pooling sums across steps;
+ * the float and base64 encodings give the same vectors. */
+static void embeddings_golden(void) {
+    static const char *const modes[] = {"",
+                                        "-tp 2",
+                                        "-tp 2 --enable-sequence-parallel --sp-min-tokens 0",
+                                        "-tp 2 --enable-async-tp --sp-min-tokens 0",
+                                        "-pp 2",
+                                        "-dp 2",
+                                        "--backend mpi"}; /* last: under mpirun -np 2, tp=2 */
+    for (int c = 0; c < 2; c++) {
+        const char *name = c ? "qwen3_embed_mean" : "qwen3_embed";
+        char path[512];
+        snprintf(path, sizeof path, "%s/tests/golden/%s/golden.safetensors", LOOM_SOURCE_DIR, name);
+        st_file g;
+        loom_err err;
+        if (st_open(&g, path, &err)) {
+            CHECK(0, "%s", err.msg);
+            return;
+        }
+        char body[2048] = "{\"input\":[";
+        for (int i = 0; i < 3; i++) {
+            char key[32];
+            snprintf(key, sizeof key, "ids_%d", i);
+            const st_tensor *t = st_find(&g, key);
+            strcat(body, i ? ",[" : "[");
+            for (int j = 0; j < t->shape[0]; j++) {
+                int64_t v;
+                memcpy(&v, (const char *)t->data + 8 * j, 8);
+                snprintf(body + strlen(body), sizeof body - strlen(body), "%s%lld", j ? "," : "", (long long)v);
+            }
+            strcat(body, "]");
+        }
+        strcat(body, "]}");
+        for (size_t m = 0; m < sizeof modes / sizeof *modes; m++) {
+            server s;
+            char args[512];
+            bool mpi = strstr(modes[m], "mpi") != NULL;
+            if (mpi && !mpi_available("test_serve")) continue;
+            snprintf(args, sizeof args,
+                     "-m %s/tests/golden/%s --dtype float32 --max-num-seqs 4 --max-num-batched-tokens 8 %s",
+                     LOOM_SOURCE_DIR, name, modes[m]);
+            if (start_with(&s, mpi ? "env " MPIRUN " -np 2" : "", args)) {
+                CHECK(0, "%s %s: the server did not start", name, modes[m]);
+                continue;
+            }
+            reply r = call(s.port, "POST", "/v1/embeddings", body);
+            cJSON *root = r.body ? cJSON_Parse(r.body) : NULL;
+            const cJSON *data = cJSON_GetObjectItemCaseSensitive(root, "data");
+            CHECK(r.status == 200 && cJSON_GetArraySize(data) == 3, "%s %s: %d %s", name, modes[m], r.status,
+                  r.body ? r.body : "");
+            double worst = 0;
+            for (int i = 0; i < 3 && cJSON_GetArraySize(data) == 3; i++) {
+                char key[32];
+                snprintf(key, sizeof key, "embedding_%d", i);
+                const st_tensor *want = st_find(&g, key);
+                const cJSON *got = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(data, i), "embedding");
+                CHECK(cJSON_GetArraySize(got) == want->shape[0], "%s %s: embedding %d has %d values", name, modes[m], i,
+                      cJSON_GetArraySize(got));
+                for (int j = 0; j < cJSON_GetArraySize(got) && j < want->shape[0]; j++) {
+                    float w;
+                    memcpy(&w, (const char *)want->data + 4 * j, 4);
+                    double d = fabs(cJSON_GetArrayItem(got, j)->valuedouble - w);
+                    worst = d > worst ? d : worst;
+                }
+            }
+            CHECK(worst <= 1e-4, "%s %s: embeddings differ from transformers' by %.3g", name, modes[m], worst);
+            cJSON_Delete(root);
+            reply_free(&r);
+            if (!m) { /* base64: the same vectors, as float32 bytes */
+                char b64[2100];
+                snprintf(b64, sizeof b64, "%.*s,\"encoding_format\":\"base64\"}", (int)strlen(body) - 1, body);
+                r = call(s.port, "POST", "/v1/embeddings", b64);
+                CHECK(r.status == 200 && r.body && strstr(r.body, "\"embedding\":\""), "%s base64: %d %s", name,
+                      r.status, r.body ? r.body : "");
+                reply_free(&r);
+            }
+            printf("%s %s: 3 embeddings within %.3g of transformers'\n", name, modes[m][0] ? modes[m] : "tp=1", worst);
+            CHECK(stop_via(&s, mpi ? s.rank0 : s.pid, SIGTERM, 60) == 0, "%s %s: the server did not exit 0 on SIGTERM",
+                  name, modes[m]);
+        }
+        st_close(&g);
+    }
+}
+
+/* Each task's endpoints: an embedding model refuses generation and a generator refuses
+ * embeddings, with a 400 naming the --task; bad embedding requests are 400s naming the field. */
+static void embedding_requests_refused(void) {
+    server s;
+    if (start(&s, "-m " LOOM_SOURCE_DIR "/tests/golden/qwen3_embed --dtype float32")) {
+        CHECK(0, "the embedding server did not start");
+        return;
+    }
+    expect_error(s.port, "a completion from an embedding model", "POST", "/v1/completions", "{\"prompt\":[5,6]}", 400,
+                 "--task generate");
+    static const char *const bad[][3] = {
+        {"no input", "{}", "'input' must be"},
+        {"input a number", "{\"input\":5}", "'input' must be"},
+        {"an empty list", "{\"input\":[]}", "'input' must be"},
+        {"a token outside the vocabulary", "{\"input\":[[1,2],[3,500]]}", "input[1][1] is not a token id"},
+        {"an empty input", "{\"input\":[[1],[]]}", "input[1] is empty"},
+        {"text without a tokenizer", "{\"input\":\"hello\"}", "no tokenizer"},
+        {"dimensions", "{\"input\":[1,2],\"dimensions\":32}", "'dimensions' 32"},
+        {"encoding_format", "{\"input\":[1,2],\"encoding_format\":\"int8\"}", "'encoding_format'"},
+        {"an unknown model", "{\"input\":[1,2],\"model\":\"text-embedding-3-small\"}", "does not exist"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+        expect_error(s.port, bad[i][0], "POST", "/v1/embeddings", bad[i][1], strstr(bad[i][0], "model") ? 404 : 400,
+                     bad[i][2]);
+    reply r = call(s.port, "POST", "/v1/embeddings", "{\"input\":[1,2,3]}");
+    CHECK(r.status == 200, "an embedding after the bad requests: %d %s", r.status, r.body ? r.body : "");
+    reply_free(&r);
+    CHECK(stop(&s, SIGTERM, 60) == 0, "the embedding server did not exit 0 on SIGTERM");
+    if (start(&s, "")) {
+        CHECK(0, "the server did not start");
+        return;
+    }
+    expect_error(s.port, "embeddings from a generator", "POST", "/v1/embeddings", "{\"input\":\"hi\"}", 400,
+                 "--task embed");
+    CHECK(stop(&s, SIGTERM, 60) == 0, "the server did not exit 0 on SIGTERM");
+}
+
 /* ---- the scenarios, each its own ctest entry (test_serve.NAME; CMake reads the table) ---- */
 
 /* fn on the main test server (the embedded model), then no descriptor, slot or request left
@@ -1665,6 +1792,8 @@ static const check_scenario scenarios[] = {
     {"tool_calls", tool_calls},
     {"agent_apis_refused", agent_apis_refused},
     {"responses_store_bound", responses_store_bound},
+    {"embeddings_golden", embeddings_golden},
+    {"embedding_requests_refused", embedding_requests_refused},
     {"embedded_special_tokens", embedded_special_tokens},
     {"template_round_trips", template_round_trips},
     {"bad_requests", requests_refused_main},

@@ -62,6 +62,16 @@ int cli_common_arg(cli_common *c, int argc, char **argv, int *i) {
             fprintf(stderr, "loom: --load-format: unknown '%s' (auto, safetensors, dummy)\n", v);
             return -1;
         }
+    } else if (!strcmp(a, "--task")) {
+        static const char *const tasks[] = {"auto", "generate", "embed", "score"};
+        const char *v = cli_value(argc, argv, i);
+        int t = 0;
+        while (t < 4 && strcmp(v, tasks[t])) t++;
+        if (t == 4) {
+            fprintf(stderr, "loom: --task: unknown '%s' (auto, generate, embed, score)\n", v);
+            return -1;
+        }
+        c->task = (loom_task)t;
     } else if (!strcmp(a, "--dtype")) c->dtype = cli_value(argc, argv, i);
     else if (!strcmp(a, "-q") || !strcmp(a, "--quantization")) c->quantization = cli_value(argc, argv, i);
     else if (!strcmp(a, "--quant-group-size")) c->quant_group = (int)cli_int(a, cli_value(argc, argv, i), 1, 1 << 20);
@@ -202,7 +212,8 @@ loom_model *cli_load_model(cli_common *c, bool tokenizer) {
                             .quantize_lm_head = c->quantize_lm_head,
                             .fp8_activations = c->fp8_activations,
                             .progress = true,
-                            .load_tokenizer = tokenizer};
+                            .load_tokenizer = tokenizer,
+                            .task = c->task};
     loom_model *m = loom_model_load(&o, &err);
     if (!m) fprintf(stderr, "loom: %s\n", err.msg);
     if (m && c->expert_load_path && !(c->expert_load = loom_expert_load_read(c->expert_load_path, &err))) {

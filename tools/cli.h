@@ -12,6 +12,7 @@ typedef struct cli_common {
     bool quantize_lm_head;         /* --quantize-lm-head */
     bool fp8_activations;          /* --fp8-activations */
     uint64_t seed;                 /* --seed */
+    loom_task task;                /* --task (0: from the model's config) */
     int threads;                   /* --threads */
     int tp;                        /* -tp (0: as many as mpirun started) */
     int max_model_len;             /* --max-model-len */

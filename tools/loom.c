@@ -19,6 +19,11 @@ static void usage(FILE *f) {
           "common options:\n"
           "  -m, --model PATH          Hugging Face folder (or config.json with --load-format dummy)\n"
           "  --load-format auto|safetensors|dummy  dummy: real shapes, seeded random weights\n"
+          "  --task auto|generate|embed|score  what the model runs for, as vLLM's --task: text (generate),\n"
+          "                            an embedding (embed: its last hidden state pooled, as\n"
+          "                            sentence-transformers' files say), or a reranker's yes/no score\n"
+          "                            (score). auto: embed for a bare decoder (Qwen3Model) or a folder\n"
+          "                            with modules.json, else generate\n"
           "  --dtype auto|float32|bfloat16  compute precision, as vLLM's. auto: bf16 weights on bf16\n"
           "                            activations (where the CPU has bf16 dot products), quantized\n"
           "                            ones on int8; float32: every linear exact in fp32\n"
@@ -233,6 +238,14 @@ static int cmd_run(int argc, char **argv) {
     o.sampling.ignore_eos = o.ignore_eos;
     loom_model *m = cli_load_model(&o.c, true);
     if (!m) return 1;
+    loom_model_info info;
+    loom_model_get_info(m, &info);
+    if (info.task == LOOM_TASK_EMBED) {
+        fprintf(stderr, "loom run: %s is an embedding model: serve it (loom serve, POST /v1/embeddings)\n",
+                info.source);
+        cli_free(&o.c, m);
+        return 2;
+    }
     int rc = cli_load_speculation(&o.c) ? 1 : run_ranks(m, &o);
     cli_free(&o.c, m);
     return rc;

@@ -163,10 +163,18 @@ int cli_serve(int argc, char **argv) {
         j.so.num_speculative_tokens = c.spec.num_speculative_tokens;
     }
     j.c = &c;
-    loom_engine_options eo = cli_engine_options(&c);
-    j.eo = serve_engine_options(&eo, &j.so);
     loom_model_info info;
     loom_model_get_info(j.m, &info);
+    if (info.task != LOOM_TASK_GENERATE && c.spec_json) {
+        fprintf(stderr, "loom serve: --speculative-config speeds up generation; this model runs for --task %s\n",
+                info.task == LOOM_TASK_EMBED ? "embed" : "score");
+        cli_free(&c, j.m);
+        free(dir);
+        return 2;
+    }
+    j.so.pool_every_token = info.task == LOOM_TASK_EMBED && info.pooling == LOOM_POOL_MEAN;
+    loom_engine_options eo = cli_engine_options(&c);
+    j.eo = serve_engine_options(&eo, &j.so);
     int rc = cli_spec_engine_options(&c, j.m, &j.eo)
                  ? 1
                  : cli_launch(&c, j.m, &j.eo, serve_step_bytes(&j.eo, info.max_pos), serve_rank, &j);

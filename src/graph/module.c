@@ -40,14 +40,17 @@ module *module_new(const char *kind, const char *fmt, ...) {
     return m;
 }
 
+/* What op o owns. */
+static void op_release(op *o) {
+    free(o->lin);
+    free(o->moe);
+    if (o->kind == OP_CALL) module_free(o->child);
+    if (o->kind == OP_CUSTOM) free((char *)o->custom.name);
+}
+
 void module_free(module *m) {
     if (!m) return;
-    for (int i = 0; i < m->n_ops; i++) {
-        free(m->ops[i].lin);
-        free(m->ops[i].moe);
-        if (m->ops[i].kind == OP_CALL) module_free(m->ops[i].child);
-        if (m->ops[i].kind == OP_CUSTOM) free((char *)m->ops[i].custom.name);
-    }
+    for (int i = 0; i < m->n_ops; i++) op_release(&m->ops[i]);
     for (int i = 0; i < m->n_values; i++) free(m->value_names[i]);
     free(m->value_names);
     free(m->ops);
@@ -92,6 +95,19 @@ int module_input(module *m, const char *name) {
 
 void module_output(module *m, int value) {
     if (m) m->outputs[m->n_outputs++] = value;
+}
+
+int module_end_at(module *m, int value) {
+    for (int i = 0; i < m->n_ops; i++)
+        for (int k = 0; k < m->ops[i].n_out; k++)
+            if (m->ops[i].out[k] == value) {
+                for (int j = i + 1; j < m->n_ops; j++) op_release(&m->ops[j]);
+                m->n_ops = i + 1;
+                m->n_outputs = 1;
+                m->outputs[0] = value;
+                return 0;
+            }
+    return -1;
 }
 
 /* The op appended to m, or NULL (m marked failed) when out of memory. */

@@ -171,6 +171,9 @@ void module_free(module *m); /* frees children reached through OP_CALL too */
 int module_check(const module *root, loom_err *err);
 int module_input(module *m, const char *name);
 void module_output(module *m, int value);
+/* m ends where `value` is made: the ops after it are dropped and it is the one output (a
+ * pooling model's final hidden state, its head cut off). -1 when no op of m makes it. */
+int module_end_at(module *m, int value);
 
 /* Op emitters: each returns the id of the value it defines (-1 when out of memory). */
 int emit_embed(module *m, const char *table, int vocab, int hidden);

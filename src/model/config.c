@@ -549,6 +549,12 @@ static int parse(reader *r, model_config *c) {
     const cJSON *a0 = cJSON_IsArray(archs) ? cJSON_GetArrayItem(archs, 0) : NULL;
     if (!cJSON_IsString(a0)) return loom_errf(r->err, "%s: missing field 'architectures'", r->name);
     snprintf(c->arch, sizeof c->arch, "%s", a0->valuestring);
+    /* a bare decoder (Qwen3Model, LlamaModel): its ForCausalLM family without the head */
+    size_t n = strlen(c->arch);
+    if (n > 5 && n + 9 < sizeof c->arch && !strcmp(c->arch + n - 5, "Model") && !strstr(c->arch, "ForCausalLM")) {
+        c->bare = true;
+        snprintf(c->arch + n - 5, sizeof c->arch - (n - 5), "ForCausalLM");
+    }
     if (parse_body(r, c)) return -1;
     return strcmp(c->arch, "LlamaForCausalLMEagle3") ? 0 : parse_eagle3(r, root, c, false);
 }

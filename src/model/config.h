@@ -41,7 +41,12 @@ typedef struct eagle3_config {
 typedef struct model_config {
     char arch[64]; /* architectures[0], e.g. "LlamaForCausalLM" */
     int hidden, intermediate, n_layers, n_heads, n_kv_heads, head_dim, vocab, max_pos;
-    int head_vocab; /* rows of the LM head: vocab, but an Eagle3 draft's own vocabulary */
+    int head_vocab; /* rows of the LM head: vocab, but an Eagle3 draft's own vocabulary; a
+                       pooling model's hidden size (it has no head: pooled) */
+    bool bare;      /* architectures[0] names the bare decoder ("Qwen3Model"): no LM head, an
+                       embedding model; arch then holds its ...ForCausalLM family */
+    bool pooled;    /* the model outputs its final hidden states (after the final norm) where it
+                       would output logits: an embedding model (loom_model_options.task) */
     eagle3_config eagle3;
     float rms_eps;
     /* RoPE */

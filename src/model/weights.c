@@ -215,7 +215,7 @@ static int fill_dummy(weight_store *w, const char *name, int cols, int r0, int n
     return 0;
 }
 
-static const st_tensor *find(weight_store *w, const char *name, const char **file) {
+static const st_tensor *find_exact(weight_store *w, const char *name, const char **file) {
     for (int i = 0; i < w->n_files; i++) {
         const st_tensor *t = st_find(&w->files[i], name);
         if (t) {
@@ -225,6 +225,13 @@ static const st_tensor *find(weight_store *w, const char *name, const char **fil
         }
     }
     return NULL;
+}
+
+/* Tensor name in the checkpoint; a bare decoder's (Qwen3Model saved alone, as embedding models
+ * are) has its names without the "model." prefix. */
+static const st_tensor *find(weight_store *w, const char *name, const char **file) {
+    const st_tensor *t = find_exact(w, name, file);
+    return t || strncmp(name, "model.", 6) ? t : find_exact(w, name + 6, file);
 }
 
 bool weights_has(const weight_store *w, const char *name) {

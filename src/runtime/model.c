@@ -53,11 +53,36 @@ static int borrow_embedding(loom_model *m, const loom_model_options *o, loom_err
                : 0;
 }
 
+static const char *task_name(loom_task t) {
+    return t == LOOM_TASK_EMBED ? "embed" : t == LOOM_TASK_SCORE ? "score" : "generate";
+}
+
+/* What the model is run for (loom_task), from the options, its config and the pooling its
+ * folder dir declares (NULL: none, the embedded model); an embedding model outputs its pooled
+ * rows' final hidden states (cfg.pooled), so it is built without its head. Before the tree. */
+static int resolve_task(loom_model *m, const loom_model_options *o, const char *dir, loom_err *err) {
+    model_config *c = &m->cfg;
+    m->pool = (pooling_config){.mode = LOOM_POOL_LAST, .normalize = true};
+    if (dir && pooling_config_read(dir, &m->pool, err)) return -1;
+    m->task = o->task ? o->task : c->bare || m->pool.declared ? LOOM_TASK_EMBED : LOOM_TASK_GENERATE;
+    if (c->bare && m->task != LOOM_TASK_EMBED)
+        return loom_errf(err,
+                         "%s: architecture '%.*sModel' is a bare decoder with no LM head: it can only embed (--task "
+                         "embed), not %s",
+                         m->source, (int)(strlen(c->arch) - strlen("ForCausalLM")), c->arch, task_name(m->task));
+    if (m->task == LOOM_TASK_EMBED && c->eagle3.on)
+        return loom_errf(err, "%s: an Eagle3 draft cannot embed", m->source);
+    c->pooled = m->task == LOOM_TASK_EMBED;
+    if (c->pooled) c->head_vocab = c->hidden;
+    return 0;
+}
+
 static int open_sources(loom_model *m, const loom_model_options *o, loom_err *err) {
     if (!o->path) {
         embedded_file c = embedded_get(EMBEDDED_CONFIG), w = embedded_get(EMBEDDED_SAFETENSORS);
         if (!(m->source = mem_strdup("(embedded stories260K)", "the model's name", err))) return -1;
-        if (config_parse(&m->cfg, c.data, c.size, "embedded config.json", err)) return -1;
+        if (config_parse(&m->cfg, c.data, c.size, "embedded config.json", err) || resolve_task(m, o, NULL, err))
+            return -1;
         if (!(m->tree = arch_build(&m->cfg, err))) return -1;
         if (o->dummy) weights_init_dummy(&m->ws, o->seed);
         else if (weights_open_image(&m->ws, w.data, w.size, "embedded model.safetensors", err)) return -1;
@@ -84,7 +109,7 @@ static int open_sources(loom_model *m, const loom_model_options *o, loom_err *er
         else snprintf(dir, sizeof dir, ".");
     }
     if (!(m->source = mem_strdup(o->path, "the model's path", err))) return -1;
-    if (config_load_file(&m->cfg, cfg_path, err)) return -1;
+    if (config_load_file(&m->cfg, cfg_path, err) || resolve_task(m, o, dir, err)) return -1;
     if (!(m->tree = arch_build(&m->cfg, err))) return loom_err_prefix(err, "%s", cfg_path);
     if (o->dummy) weights_init_dummy(&m->ws, o->seed);
     else if (weights_open_dir(&m->ws, dir, err)) return -1;
@@ -179,6 +204,10 @@ void loom_model_get_info(const loom_model *m, loom_model_info *info) {
         .source = m->source,
         .has_tokenizer = m->tok,
         .spec_tokens = c->eagle3.spec_tokens,
+        .task = m->task,
+        .out_width = c->head_vocab,
+        .pooling = m->pool.mode,
+        .normalize = m->pool.normalize,
     };
 }
 

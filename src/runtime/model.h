@@ -3,6 +3,7 @@
 #define LOOM_RUNTIME_MODEL_H
 #include "graph/module.h"
 #include "model/config.h"
+#include "model/pooling.h"
 #include "model/weights.h"
 #include "text/tokenizer.h"
 
@@ -13,6 +14,8 @@ struct loom_model {
     weight_store ws;
     tokenizer *tok; /* NULL when not loaded */
     bool progress;
+    loom_task task;      /* resolved from loom_model_options.task */
+    pooling_config pool; /* an embedding model's */
 };
 
 #endif

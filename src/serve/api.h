@@ -5,7 +5,8 @@
  *    repetition_penalty, min_tokens, stop_token_ids, allowed_token_ids, chat_template_kwargs,
  *    add_generation_prompt, /tokenize, /detokenize);
  *  - Anthropic's Messages (api_messages.c) and OpenAI's Responses (api_responses.c), each
- *    translated into a chat request, so that templates, tools and grammars work the same. */
+ *    translated into a chat request, so that templates, tools and grammars work the same;
+ *  - embeddings (api_embeddings.c), for a model run with --task embed. */
 #ifndef LOOM_SERVE_API_H
 #define LOOM_SERVE_API_H
 #include <cjson/cJSON.h>
@@ -50,6 +51,8 @@ void api_tool_call_id(const request *r, int index, const char *prefix, char *id,
  * Messages and Responses parsers translate theirs into); and a chat body's prompt rendered and
  * tokenized into r (-1 with e filled on failure). */
 cJSON *api_parse_body(const char *body, size_t len, api_error *e);
+/* The body's `model`, when given, must be the served name (else a 404 naming it). */
+int api_check_model(const server *srv, const cJSON *root, api_error *e);
 request *api_generate_json(server *srv, req_kind kind, const cJSON *root, api_error *e);
 int api_chat_prompt(server *srv, const cJSON *root, bool add_special, request *r, api_error *e);
 
@@ -61,6 +64,9 @@ char *api_count_tokens(server *srv, const char *body, size_t len, api_error *e);
  * conversation of previous_response_id before its input), and GET /v1/responses/ID. */
 request *api_parse_responses(server *srv, const char *body, size_t len, api_error *e);
 char *api_stored_response(server *srv, const char *id, api_error *e);
+/* POST /v1/embeddings (api_embeddings.c), for a model run with --task embed: a request per
+ * input, the others the first's choices. */
+request *api_parse_embeddings(server *srv, const char *body, size_t len, api_error *e);
 
 /* ---- an answer in the shape of the API that asked (one table per API) ---- */
 
@@ -102,7 +108,7 @@ typedef struct api_shape {
     char *(*error_body)(const api_error *e);
 } api_shape;
 
-extern const api_shape api_shape_openai, api_shape_messages, api_shape_responses;
+extern const api_shape api_shape_openai, api_shape_messages, api_shape_responses, api_shape_embeddings;
 const api_shape *api_shape_of(req_api api);
 /* OpenAI's stream end once every choice has finished: usage (when asked) and [DONE]. */
 bool api_stream_done(sse_buf *b, const server *srv, const request *r);

@@ -24,7 +24,7 @@ static const cJSON *prompt_value(const cJSON *root) {
     return cJSON_IsArray(p) && cJSON_GetArraySize(p) == 1 && !cJSON_IsNumber(p->child) ? p->child : p;
 }
 
-static int check_model(const server *srv, const cJSON *root, api_error *e) {
+int api_check_model(const server *srv, const cJSON *root, api_error *e) {
     const cJSON *v = get_field(root, "model");
     if (!v) return 0;
     if (!cJSON_IsString(v)) return api_fail(e, 400, "model", "'model' must be a string");
@@ -523,7 +523,7 @@ request *api_generate_json(server *srv, req_kind kind, const cJSON *root, api_er
     long max_tokens = kind == REQ_COMPLETION ? 16 : 0; /* OpenAI's defaults: 16; chat: what fits */
     const char *max_key =
         kind == REQ_CHAT && get_field(root, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
-    if (check_model(srv, root, e) || refuse_unsupported(root, kind, e) ||
+    if (api_check_model(srv, root, e) || refuse_unsupported(root, kind, e) ||
         get_int(root, max_key, 1, 1 << 30, &max_tokens, e))
         goto fail;
     if (kind == REQ_CHAT) {
@@ -576,7 +576,7 @@ char *api_tokenize(server *srv, const char *body, size_t len, api_error *e) {
         api_fail(e, 500, NULL, "cannot allocate %zu bytes for a request", sizeof *r);
         goto done;
     }
-    if (check_model(srv, root, e) || get_bool(root, "add_special_tokens", &add_special, e)) goto done;
+    if (api_check_model(srv, root, e) || get_bool(root, "add_special_tokens", &add_special, e)) goto done;
     if (chat) {
         if (api_chat_prompt(srv, root, add_special, r, e)) goto done;
     } else {
@@ -605,7 +605,7 @@ char *api_detokenize(server *srv, const char *body, size_t len, api_error *e) {
     if (!root) return NULL;
     const cJSON *t = get_field(root, "tokens"), *v;
     char *out = NULL;
-    if (check_model(srv, root, e)) goto done;
+    if (api_check_model(srv, root, e)) goto done;
     if (!cJSON_IsArray(t)) {
         api_fail(e, 400, "tokens", "'tokens' must be an array of token ids");
         goto done;

@@ -349,6 +349,7 @@ const api_shape *api_shape_of(req_api api) {
     switch (api) {
     case API_MESSAGES: return &api_shape_messages;
     case API_RESPONSES: return &api_shape_responses;
+    case API_EMBEDDINGS: return &api_shape_embeddings;
     default: return &api_shape_openai;
     }
 }

@@ -11,7 +11,8 @@
  * that have not finished their request headers within --header-timeout, and cancels the
  * requests of waiting clients that left, so their KV slots free at the next step rather than
  * when generation ends. Routes: POST /v1/completions, /v1/chat/completions, /v1/messages,
- * /v1/messages/count_tokens, /v1/responses, /tokenize, /detokenize; GET /v1/responses/ID,
+ * /v1/messages/count_tokens, /v1/responses, /v1/embeddings, /tokenize, /detokenize; GET
+ * /v1/responses/ID,
  * /v1/models, /health, /metrics, and the chat page at / (unless --no-ui). */
 #include "serve/http.h"
 
@@ -418,6 +419,7 @@ typedef enum route_id {
     COUNT_TOKENS,
     RESPONSES,
     STORED_RESPONSE,
+    EMBEDDINGS,
     TOKENIZE,
     DETOKENIZE,
     MODELS,
@@ -426,23 +428,26 @@ typedef enum route_id {
     CHAT_PAGE
 } route_id;
 
-/* A path ending in '/' takes one more segment (the id of what it names). */
+/* A path ending in '/' takes one more segment (the id of what it names). A route with a task
+ * needs the model run for it (--task). */
 static const struct route {
     const char *path, *method;
     route_id id;
+    loom_task task;
 } routes[] = {
-    {"/v1/completions", "POST", COMPLETIONS},
-    {"/v1/chat/completions", "POST", CHAT},
-    {"/v1/messages", "POST", MESSAGES},
-    {"/v1/messages/count_tokens", "POST", COUNT_TOKENS},
-    {"/v1/responses", "POST", RESPONSES},
-    {"/v1/responses/", "GET", STORED_RESPONSE},
-    {"/tokenize", "POST", TOKENIZE},
-    {"/detokenize", "POST", DETOKENIZE},
-    {"/v1/models", "GET", MODELS},
-    {"/health", "GET", HEALTH},
-    {"/metrics", "GET", METRICS},
-    {"/", "GET", CHAT_PAGE},
+    {"/v1/completions", "POST", COMPLETIONS, LOOM_TASK_GENERATE},
+    {"/v1/chat/completions", "POST", CHAT, LOOM_TASK_GENERATE},
+    {"/v1/messages", "POST", MESSAGES, LOOM_TASK_GENERATE},
+    {"/v1/messages/count_tokens", "POST", COUNT_TOKENS, 0},
+    {"/v1/responses", "POST", RESPONSES, LOOM_TASK_GENERATE},
+    {"/v1/responses/", "GET", STORED_RESPONSE, 0},
+    {"/v1/embeddings", "POST", EMBEDDINGS, LOOM_TASK_EMBED},
+    {"/tokenize", "POST", TOKENIZE, 0},
+    {"/detokenize", "POST", DETOKENIZE, 0},
+    {"/v1/models", "GET", MODELS, 0},
+    {"/health", "GET", HEALTH, 0},
+    {"/metrics", "GET", METRICS, 0},
+    {"/", "GET", CHAT_PAGE, 0},
 };
 
 static enum MHD_Result route(server *srv, struct MHD_Connection *c, conn *k, const char *url, const char *method,
@@ -459,6 +464,12 @@ static enum MHD_Result route(server *srv, struct MHD_Connection *c, conn *k, con
     }
     if (!r) return fail(c, sh, MHD_HTTP_NOT_FOUND, "no route %s %s", method, url);
     if (strcmp(method, r->method)) return fail(c, sh, MHD_HTTP_METHOD_NOT_ALLOWED, "%s does not take %s", url, method);
+    if (r->task && r->task != srv->info.task) {
+        static const char *const names[] = {"auto", "generate", "embed", "score"};
+        return fail(c, sh, MHD_HTTP_BAD_REQUEST,
+                    "%s needs a model run with --task %s; this server's model runs with --task %s", url, names[r->task],
+                    names[srv->info.task]);
+    }
     const char *body = u->body ? u->body : "";
     api_error e = {0};
     char *out = NULL;
@@ -468,6 +479,7 @@ static enum MHD_Result route(server *srv, struct MHD_Connection *c, conn *k, con
     case MESSAGES: return generate(srv, c, k, u, sh, api_parse_messages(srv, body, u->len, &e), &e);
     case COUNT_TOKENS: out = api_count_tokens(srv, body, u->len, &e); break;
     case RESPONSES: return generate(srv, c, k, u, sh, api_parse_responses(srv, body, u->len, &e), &e);
+    case EMBEDDINGS: return generate(srv, c, k, u, sh, api_parse_embeddings(srv, body, u->len, &e), &e);
     case STORED_RESPONSE: out = api_stored_response(srv, url + strlen(r->path), &e); break;
     case TOKENIZE: out = api_tokenize(srv, body, u->len, &e); break;
     case DETOKENIZE: out = api_detokenize(srv, body, u->len, &e); break;

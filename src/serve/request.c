@@ -92,6 +92,7 @@ void request_unref(request *r) {
     free(r->stop_ids);
     free(r->echo);
     free(r->conversation);
+    free(r->pooled);
     free(r->echoed);
     free(r->tokens);
     free(r->context);

@@ -49,6 +49,7 @@
 typedef struct verify_group {
     request *r;
     int row0, n_draft;
+    int n_rows; /* an embedding's rows to pool (mean pooling: every token of the chunk) */
     int32_t draft[LOOM_SPEC_MAX_TOKENS];
 } verify_group;
 
@@ -167,7 +168,8 @@ int sched_submit(sched *s, request *r, char *msg, size_t cap) {
         return snprintf(msg, cap, "the server is busy: %d requests are waiting (--max-queue)", s->q_len + s->held), 503;
     for (int i = 0; i < r->n_choices; i++) (i ? r->choices[i] : r)->t_arrive = serve_now();
     enqueue(s, r, false);
-    r->siblings_held = r->n_choices > 1 && s->kv.prefix_caching;
+    /* an embedding's inputs are prompts of their own, with no prefix to wait for */
+    r->siblings_held = r->n_choices > 1 && s->kv.prefix_caching && r->kind != REQ_EMBED;
     if (r->siblings_held) s->held += r->n_choices - 1;
     else
         for (int i = 1; i < r->n_choices; i++) enqueue(s, r->choices[i], false);
@@ -231,6 +233,7 @@ static void preempt_newest(sched *s) {
     request *r = unrun(s, s->n_running - 1);
     r->state = REQ_WAITING;
     r->computed = 0;
+    r->n_pooled = 0; /* an embedding pools its rows again as they are recomputed */
     s->q_head = (s->q_head + s->q_cap - 1) % s->q_cap;
     s->queue[s->q_head] = r;
     s->q_len++;
@@ -246,8 +249,14 @@ static int to_compute(const request *r) { return r->n_prompt + r->n_tokens - r->
 
 static int blocks_for(int positions, int block_size) { return (positions + block_size - 1) / block_size; }
 
+/* Whether r reads the output row of every token of its prompt (an embedding's mean pooling). */
+static bool pools_every_token(const sched *s, const request *r) {
+    return r->kind == REQ_EMBED && s->srv->o->pool_every_token;
+}
+
 /* The step's next k tokens are r's next uncomputed ones, with a logit row when they reach the
- * end of what r knows (its next token is sampled from it). */
+ * end of what r knows (its next token is sampled from it, or its last row pooled), or with
+ * one each when r pools them all. */
 static void add_tokens(sched *s, request *r, int k) {
     step *st = s->st;
     int bs = s->kv.block_size;
@@ -259,8 +268,11 @@ static void add_tokens(sched *s, request *r, int k) {
     }
     st->n_tokens += k;
     r->computed += k;
-    if (!to_compute(r)) {
-        s->groups[s->n_groups++] = (verify_group){.r = r, .row0 = st->n_logits};
+    if (pools_every_token(s, r)) {
+        s->groups[s->n_groups++] = (verify_group){.r = r, .row0 = st->n_logits, .n_rows = k};
+        for (int j = k; j > 0; j--) st->logit_rows[st->n_logits++] = st->n_tokens - j;
+    } else if (!to_compute(r)) {
+        s->groups[s->n_groups++] = (verify_group){.r = r, .row0 = st->n_logits, .n_rows = 1};
         st->logit_rows[st->n_logits++] = st->n_tokens - 1;
     }
 }
@@ -273,7 +285,7 @@ static void add_decode(sched *s, request *r, const int32_t *draft, int n_draft) 
     while (n_draft && blocks_for(p + 1 + n_draft, bs) - blocks_for(p + 1, bs) > free_blocks(s)) n_draft--;
     s->pending += blocks_for(p + 1 + n_draft, bs) - blocks_for(p + 1, bs);
     verify_group *g = &s->groups[s->n_groups++];
-    *g = (verify_group){.r = r, .row0 = st->n_logits, .n_draft = n_draft};
+    *g = (verify_group){.r = r, .row0 = st->n_logits, .n_draft = n_draft, .n_rows = 1}; /* an embedding's last */
     for (int j = 0; j <= n_draft; j++) {
         int t = st->n_tokens++;
         st->ids[t] = j ? draft[j - 1] : context_token(r, p);
@@ -320,7 +332,8 @@ static bool admit_next(sched *s) {
             for (int i = 0; i < known; i++) s->context[i] = context_token(r, i);
             ctx = s->context;
         }
-        int m = loom_engine_match_prefix(s->book, ctx, known - 1, s->matched);
+        /* mean pooling reads every token's row: nothing may come from the cache */
+        int m = pools_every_token(s, r) ? 0 : loom_engine_match_prefix(s->book, ctx, known - 1, s->matched);
         int budget = s->max_tokens - s->st->n_tokens, want = known - m * bs;
         int first = want < budget ? want : budget;
         /* assume every matched block leaves the free list: the chunk's blocks must fit beside them */
@@ -436,18 +449,44 @@ static bool is_eos(const server *srv, int32_t id) {
     return false;
 }
 
+/* An embedding's rows of the step, summed in double in token order; once its prompt is all
+ * computed, its embedding: the mean (or the last row), L2-normalised when the model says. Lock
+ * held. */
+static void pool_rows(sched *s, request *r, const float *rows, int n) {
+    const loom_model_info *info = &s->srv->info;
+    int w = info->out_width;
+    for (int t = 0; t < n; t++, r->n_pooled++)
+        for (int j = 0; j < w; j++) r->pooled[j] = (r->n_pooled ? r->pooled[j] : 0) + rows[(size_t)t * w + j];
+    if (to_compute(r)) return;
+    double norm = 0;
+    for (int j = 0; j < w; j++) {
+        r->pooled[j] /= r->n_pooled;
+        norm += r->pooled[j] * r->pooled[j];
+    }
+    for (int j = 0; info->normalize && norm > 0 && j < w; j++) r->pooled[j] /= sqrt(norm);
+    r->finish = FINISH_STOP;
+}
+
 /* Samples every request's rows of the step (verifying its proposals, if any; a processed copy of
  * its row when it processes its logits) and hands the tokens to it; a request's sequence is cut
- * back past the proposals the target rejected. The log-probabilities reported (and best_of's
- * cumulative one) are the raw model's, as vLLM's by default. */
+ * back past the proposals the target rejected; an embedding pools its rows instead. The
+ * log-probabilities reported (and best_of's cumulative one) are the raw model's, as vLLM's by
+ * default. */
 static void take_tokens(sched *s, const float *logits) {
     server *srv = s->srv;
     double now = serve_now();
-    int vocab = srv->info.vocab;
+    int width = srv->info.out_width; /* vocab, or an embedding model's hidden size */
     for (int i = 0; i < s->n_groups; i++) {
         verify_group *g = &s->groups[i];
         request *r = g->r;
-        const float *rows = logits + (size_t)g->row0 * vocab;
+        const float *rows = logits + (size_t)g->row0 * width;
+        if (r->kind == REQ_EMBED) {
+            pthread_mutex_lock(&srv->lock);
+            pool_rows(s, r, rows, g->n_rows);
+            request_changed(r);
+            pthread_mutex_unlock(&srv->lock);
+            continue;
+        }
         int32_t out[LOOM_SPEC_MAX_TOKENS + 1];
         int n_out = 1;
         loom_err why = {{0}};
@@ -465,7 +504,7 @@ static void take_tokens(sched *s, const float *logits) {
         r->t_last = now;
         for (int j = 0; j < n_out && r->finish == FINISH_NONE; j++) {
             req_token t = {.id = out[j]};
-            if (r->logprobs || r->ranked) fill_logprobs(s, r, rows + (size_t)j * vocab, &t);
+            if (r->logprobs || r->ranked) fill_logprobs(s, r, rows + (size_t)j * width, &t);
             r->cum_logprob += t.logprob;
             srv->met.generation_tokens++;
             if ((!r->sampling.ignore_eos && is_eos(srv, t.id)) || request_is_stop_token(r, t.id))

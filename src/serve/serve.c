@@ -25,12 +25,18 @@ static void on_stop_signal(int sig) {
     stop_signal = 1;
 }
 
+/* Output rows a step reads at most: k + 1 a sequence that verifies k proposals, or every token
+ * of the step when mean pooling reads them all. */
+static int max_rows(const serve_options *o) {
+    return o->pool_every_token ? o->max_num_batched_tokens : o->max_num_seqs * (o->num_speculative_tokens + 1);
+}
+
 loom_engine_options serve_engine_options(const loom_engine_options *eo, const serve_options *o) {
     loom_engine_options e = *eo;
     e.max_seqs = o->max_num_seqs;
     e.max_tokens = o->max_num_batched_tokens;
     e.all_logits = false;
-    e.max_logits = o->max_num_seqs * (o->num_speculative_tokens + 1); /* k + 1 rows a sequence verifies */
+    e.max_logits = max_rows(o);
     return e;
 }
 
@@ -41,8 +47,8 @@ static int round_init(step_round *r, const loom_engine *e, const serve_options *
     loom_kv_stats kv;
     loom_engine_get_stats(e, &st);
     loom_engine_get_kv_stats(e, &kv);
-    return step_round_init(r, &st, kv.block_size, o->max_num_batched_tokens, o->max_num_seqs,
-                           o->max_num_seqs * (o->num_speculative_tokens + 1), vocab, rank0, err);
+    return step_round_init(r, &st, kv.block_size, o->max_num_batched_tokens, o->max_num_seqs, max_rows(o), vocab, rank0,
+                           err);
 }
 
 /* The tool-call parser, printed: --tool-call-parser's, else the one the markers in the tools
@@ -113,7 +119,7 @@ static int serve_rank0(loom_comm *comm, loom_model *m, loom_engine *e, const ser
         fprintf(stderr, "loom serve: %s\n", err.msg);
         goto done;
     }
-    bool ok = !round_init(&round, e, o, (size_t)srv.info.vocab, true, &err) &&
+    bool ok = !round_init(&round, e, o, (size_t)srv.info.out_width, true, &err) &&
               (srv.sch = mem_zalloc((size_t)srv.dp, sizeof *srv.sch, "the schedulers", NULL));
     for (int d = 0; ok && d < srv.dp; d++) ok = (srv.sch[d] = sched_new(&srv, e, &round.of[d], d, &err)) != NULL;
     if (!ok || !(h = http_start(&srv, &err))) {
@@ -178,7 +184,7 @@ int serve_run(loom_comm *comm, loom_model *m, loom_engine *e, const serve_option
     loom_engine_get_stats(e, &st);
     loom_model_info info;
     loom_model_get_info(m, &info);
-    if (round_init(&r, e, o, (size_t)info.vocab, false, &err)) {
+    if (round_init(&r, e, o, (size_t)info.out_width, false, &err)) {
         fprintf(stderr, "loom serve: rank %d: %s\n", loom_comm_rank(comm), err.msg);
         return 1;
     }

@@ -28,6 +28,8 @@ typedef struct serve_options {
     int max_per_address;          /* idle connections one IP address may hold; one more closes its oldest */
     size_t responses_store_bytes; /* the Responses API's store of conversations (0: store nothing) */
     bool no_ui;                   /* --no-ui: no chat page at / */
+    bool pool_every_token;        /* an embedding model with mean pooling: every prompt token's
+                                     output row is read (so a pass returns up to a step's tokens) */
     uint64_t seed;                /* seeds of requests that give none derive from it */
     int num_speculative_tokens;   /* --speculative-config's k on every rank (0: none) */
     loom_speculator *speculator;  /* rank 0's proposer (NULL: none) */

@@ -93,6 +93,19 @@ static const struct {
     {"Gemma3ForCausalLM", {.qk_norm = true, .norm_offset = 1}, build_gemma},
 };
 
+/* A pooling model's tree: the top module ends at the final norm of the logit rows, its head cut
+ * off (the model's output is the normed hidden state). */
+static int cut_head(module *root, loom_err *err) {
+    for (int i = 1; i < root->n_ops; i++) {
+        const op *o = &root->ops[i];
+        if (o->kind != OP_RMS_NORM) continue;
+        for (int k = 0; k < i; k++)
+            if (root->ops[k].kind == OP_LOGIT_ROWS && root->ops[k].out[0] == o->in[0])
+                return module_end_at(root, o->out[0]);
+    }
+    return loom_errf(err, "the model has no final norm after its last layer to pool");
+}
+
 module *arch_build(const model_config *c, loom_err *err) {
     if (c->eagle3.on) {
         module *root = build_eagle3(c);
@@ -106,7 +119,11 @@ module *arch_build(const model_config *c, loom_err *err) {
             const llama_variant *v = &llama_like[i].variant;
             module *root =
                 llama_like[i].build ? llama_like[i].build(c, v) : build_llama_family(c, v); /* checked once, here */
-            if (!module_check(root, err)) return root;
+            if (!module_check(root, err) && (!c->pooled || !cut_head(root, err))) return root;
+            if (root && !root->failed && c->pooled) { /* cut_head said why */
+                module_free(root);
+                return NULL;
+            }
             module_free(root);
             loom_err_prefix(err, "building the module tree");
             return NULL;
