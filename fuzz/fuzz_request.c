@@ -1,7 +1,7 @@
 /* libFuzzer target: the server's request bodies (src/serve/api_*.c), what every client sends.
  * The first byte picks the endpoint (completions, chat completions with a ChatML template,
  * /tokenize, /detokenize, Anthropic's /v1/messages and its count_tokens, /v1/responses,
- * /v1/embeddings), the
+ * /v1/embeddings, /v1/score, /v1/rerank), the
  * rest is the body; whatever parses is then answered as the server would, whole and as a
  * stream in its API's shape (stop strings applied to a few tokens, tool calls read in the
  * hermes format). A Responses request is stored, so a later input can continue it. HTTP itself
@@ -44,14 +44,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     api_error e;
     char *out = NULL;
     request *r = NULL;
-    switch (data[0] % 9) {
+    switch (data[0] % 11) {
     case 0:
-    case 1: r = api_parse_generate(srv, data[0] % 9 ? REQ_CHAT : REQ_COMPLETION, body, len, &e); break;
+    case 1: r = api_parse_generate(srv, data[0] % 11 ? REQ_CHAT : REQ_COMPLETION, body, len, &e); break;
     case 2: out = api_tokenize(srv, body, len, &e); break;
     case 3: out = api_detokenize(srv, body, len, &e); break;
     case 4: r = api_parse_messages(srv, body, len, &e); break;
     case 5: out = api_count_tokens(srv, body, len, &e); break;
     case 8: r = api_parse_embeddings(srv, body, len, &e); break;
+    case 9: r = api_parse_score(srv, body, len, &e); break;
+    case 10: r = api_parse_rerank(srv, body, len, &e); break;
     default: r = api_parse_responses(srv, body, len, &e); break;
     }
     free(out);

@@ -26,7 +26,7 @@ for t in safetensors config tokenizer quant request template expert_load grammar
         { cat "$d/template.jinja"; printf '\0'; cat "$corpus/ctx.json"; } >"$corpus/$(basename "$d")"
       done
       rm -f "$corpus/ctx.json" ;;
-    request) cp fuzz/seeds/request-*.bin "$corpus/" ;;
+    request) cp fuzz/seeds/request-*.bin fuzz/regressions/request-*.bin "$corpus/" ;;
     expert_load) cp fuzz/seeds/expert-load-*.json "$corpus/" ;;
     grammar) cp fuzz/seeds/grammar-*.bin fuzz/regressions/grammar-*.bin "$corpus/" ;;
     grammar_ambiguous) cp fuzz/seeds/ambiguous-*.bin "$corpus/" ;;

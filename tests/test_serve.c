@@ -1690,6 +1690,98 @@ static void embeddings_golden(void) {
     }
 }
 
+/* A causal reranker's scores (--task score): /v1/score's P(yes) against P(no) at each pair's
+ * last token equals the softmax of transformers' logits there (the qwen3 golden model, tokens 5
+ * and 9 as no and yes) within 1e-4, one query against many documents whose pairs are prefixes
+ * of a golden sequence, in the parallel modes; /v1/rerank orders them by it, top_n of them. */
+static void scores_golden(void) {
+    static const char *const modes[] = {"", "-tp 2 --enable-async-tp --sp-min-tokens 0", "-pp 2", "-dp 2"};
+    char path[512];
+    snprintf(path, sizeof path, "%s/tests/golden/qwen3/golden.safetensors", LOOM_SOURCE_DIR);
+    st_file g;
+    loom_err err;
+    if (st_open(&g, path, &err)) {
+        CHECK(0, "%s", err.msg);
+        return;
+    }
+    const st_tensor *ids = st_find(&g, "ids_0"), *logits = st_find(&g, "logits_0");
+    int n = (int)ids->shape[0], vocab = (int)logits->shape[1];
+    int64_t id[64];
+    memcpy(id, ids->data, (size_t)n * 8);
+    /* text_1: the first token; text_2[k]: tokens 1..k+1, so pair k is the sequence's first k+2 */
+    char body[4096];
+    int len = snprintf(body, sizeof body, "{\"text_1\":[%lld],\"text_2\":[", (long long)id[0]);
+    for (int k = 0; k + 2 <= n; k++) {
+        len += snprintf(body + len, sizeof body - len, "%s[", k ? "," : "");
+        for (int j = 1; j < k + 2; j++)
+            len += snprintf(body + len, sizeof body - len, "%s%lld", j > 1 ? "," : "", (long long)id[j]);
+        len += snprintf(body + len, sizeof body - len, "]");
+    }
+    snprintf(body + len, sizeof body - len, "]}");
+    for (size_t m = 0; m < sizeof modes / sizeof *modes; m++) {
+        server s;
+        char args[512];
+        snprintf(args, sizeof args,
+                 "-m %s/tests/golden/qwen3 --dtype float32 --task score --score-tokens 5,9 --max-num-seqs 4 "
+                 "--max-num-batched-tokens 8 %s",
+                 LOOM_SOURCE_DIR, modes[m]);
+        if (start(&s, args)) {
+            CHECK(0, "score %s: the server did not start", modes[m]);
+            continue;
+        }
+        reply r = call(s.port, "POST", "/v1/score", body);
+        cJSON *root = r.body ? cJSON_Parse(r.body) : NULL;
+        const cJSON *data = cJSON_GetObjectItemCaseSensitive(root, "data");
+        CHECK(r.status == 200 && cJSON_GetArraySize(data) == n - 1, "score %s: %d %s", modes[m], r.status,
+              r.body ? r.body : "");
+        double worst = 0;
+        for (int k = 0; k < cJSON_GetArraySize(data); k++) {
+            float no, yes;
+            memcpy(&no, (const char *)logits->data + 4 * ((size_t)(k + 1) * vocab + 5), 4);
+            memcpy(&yes, (const char *)logits->data + 4 * ((size_t)(k + 1) * vocab + 9), 4);
+            double want = 1 / (1 + exp((double)no - yes));
+            double got = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(data, k), "score")->valuedouble;
+            worst = fabs(got - want) > worst ? fabs(got - want) : worst;
+        }
+        CHECK(worst <= 1e-4, "score %s: %.3g from transformers' softmax", modes[m], worst);
+        printf("score %s: %d pairs within %.3g of transformers'\n", modes[m][0] ? modes[m] : "tp=1", n - 1, worst);
+        cJSON_Delete(root);
+        reply_free(&r);
+        if (!m) {
+            r = call(s.port, "POST", "/v1/rerank",
+                     "{\"query\":[109],\"documents\":[[34],[34,56],[34,56,34],{\"text\":[34,56,34,7]}],\"top_n\":3}");
+            root = r.body ? cJSON_Parse(r.body) : NULL;
+            const cJSON *res = cJSON_GetObjectItemCaseSensitive(root, "results");
+            bool sorted = cJSON_GetArraySize(res) == 3;
+            for (int k = 1; k < cJSON_GetArraySize(res); k++)
+                sorted &=
+                    cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(res, k - 1), "relevance_score")->valuedouble >=
+                    cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(res, k), "relevance_score")->valuedouble;
+            CHECK(r.status == 200 && sorted && strstr(r.body, "\"document\":{\"text\":"),
+                  "rerank: top 3 by relevance, with their documents: %s", r.body ? r.body : "");
+            cJSON_Delete(root);
+            reply_free(&r);
+            expect_error(s.port, "rerank without documents", "POST", "/v1/rerank", "{\"query\":[1]}", 400,
+                         "'documents'");
+            expect_error(s.port, "score of unequal lists", "POST", "/v1/score",
+                         "{\"text_1\":[[1],[2]],\"text_2\":[[3],[4],[5]]}", 400, "one against many");
+            expect_error(s.port, "embeddings from a reranker", "POST", "/v1/embeddings", "{\"input\":[1]}", 400,
+                         "--task embed");
+        }
+        CHECK(stop(&s, SIGTERM, 60) == 0, "score %s: the server did not exit 0 on SIGTERM", modes[m]);
+    }
+    st_close(&g);
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "%s serve --port 0 -m %s/tests/golden/qwen3 --task score --score-tokens yes,no 2>&1",
+             LOOM_BIN, LOOM_SOURCE_DIR);
+    FILE *p = popen(cmd, "r");
+    char *out = read_all(fileno(p));
+    int st = pclose(p);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) != 0 && strstr(out, "--score-tokens") && strstr(out, "token ids"),
+          "word score tokens on a model without a tokenizer did not stop start-up naming the flag: %s", out);
+    free(out);
+}
+
 /* Each task's endpoints: an embedding model refuses generation and a generator refuses
  * embeddings, with a 400 naming the --task; bad embedding requests are 400s naming the field. */
 static void embedding_requests_refused(void) {
@@ -1794,6 +1886,7 @@ static const check_scenario scenarios[] = {
     {"responses_store_bound", responses_store_bound},
     {"embeddings_golden", embeddings_golden},
     {"embedding_requests_refused", embedding_requests_refused},
+    {"scores_golden", scores_golden},
     {"embedded_special_tokens", embedded_special_tokens},
     {"template_round_trips", template_round_trips},
     {"bad_requests", requests_refused_main},

@@ -103,6 +103,8 @@ static void usage(FILE *f) {
           "                            unfinished) one IP address may hold; one more closes its\n"
           "                            oldest idle one (default 64); working ones are never refused\n"
           "  --no-ui                   no chat page at / (by default a browser there gets one)\n"
+          "  --score-tokens NO,YES     --task score: the tokens (words, or ids) whose probabilities at\n"
+          "                            a pair's last token make its score, P(yes) (default no,yes)\n"
           "  --responses-store-bytes N  memory for /v1/responses conversations kept for\n"
           "                            previous_response_id; past it the least recently used go (default\n"
           "                            64 MiB; 0: store none)\n",

@@ -6,7 +6,8 @@
  *    add_generation_prompt, /tokenize, /detokenize);
  *  - Anthropic's Messages (api_messages.c) and OpenAI's Responses (api_responses.c), each
  *    translated into a chat request, so that templates, tools and grammars work the same;
- *  - embeddings (api_embeddings.c), for a model run with --task embed. */
+ *  - the pooling APIs (api_pooling.c): embeddings (--task embed), score and rerank (--task
+ *    score). */
 #ifndef LOOM_SERVE_API_H
 #define LOOM_SERVE_API_H
 #include <cjson/cJSON.h>
@@ -64,9 +65,11 @@ char *api_count_tokens(server *srv, const char *body, size_t len, api_error *e);
  * conversation of previous_response_id before its input), and GET /v1/responses/ID. */
 request *api_parse_responses(server *srv, const char *body, size_t len, api_error *e);
 char *api_stored_response(server *srv, const char *id, api_error *e);
-/* POST /v1/embeddings (api_embeddings.c), for a model run with --task embed: a request per
- * input, the others the first's choices. */
+/* The pooling APIs (api_pooling.c): POST /v1/embeddings (--task embed), /v1/score and
+ * /v1/rerank (--task score); a request per input, the others the first's choices. */
 request *api_parse_embeddings(server *srv, const char *body, size_t len, api_error *e);
+request *api_parse_score(server *srv, const char *body, size_t len, api_error *e);
+request *api_parse_rerank(server *srv, const char *body, size_t len, api_error *e);
 
 /* ---- an answer in the shape of the API that asked (one table per API) ---- */
 
@@ -108,7 +111,8 @@ typedef struct api_shape {
     char *(*error_body)(const api_error *e);
 } api_shape;
 
-extern const api_shape api_shape_openai, api_shape_messages, api_shape_responses, api_shape_embeddings;
+extern const api_shape api_shape_openai, api_shape_messages, api_shape_responses, api_shape_embeddings, api_shape_score,
+    api_shape_rerank;
 const api_shape *api_shape_of(req_api api);
 /* OpenAI's stream end once every choice has finished: usage (when asked) and [DONE]. */
 bool api_stream_done(sse_buf *b, const server *srv, const request *r);

@@ -350,6 +350,8 @@ const api_shape *api_shape_of(req_api api) {
     case API_MESSAGES: return &api_shape_messages;
     case API_RESPONSES: return &api_shape_responses;
     case API_EMBEDDINGS: return &api_shape_embeddings;
+    case API_SCORE: return &api_shape_score;
+    case API_RERANK: return &api_shape_rerank;
     default: return &api_shape_openai;
     }
 }

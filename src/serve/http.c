@@ -11,7 +11,8 @@
  * that have not finished their request headers within --header-timeout, and cancels the
  * requests of waiting clients that left, so their KV slots free at the next step rather than
  * when generation ends. Routes: POST /v1/completions, /v1/chat/completions, /v1/messages,
- * /v1/messages/count_tokens, /v1/responses, /v1/embeddings, /tokenize, /detokenize; GET
+ * /v1/messages/count_tokens, /v1/responses, /v1/embeddings, /v1/score, /v1/rerank (and
+ * /rerank), /tokenize, /detokenize; GET
  * /v1/responses/ID,
  * /v1/models, /health, /metrics, and the chat page at / (unless --no-ui). */
 #include "serve/http.h"
@@ -420,6 +421,8 @@ typedef enum route_id {
     RESPONSES,
     STORED_RESPONSE,
     EMBEDDINGS,
+    SCORE,
+    RERANK,
     TOKENIZE,
     DETOKENIZE,
     MODELS,
@@ -442,6 +445,9 @@ static const struct route {
     {"/v1/responses", "POST", RESPONSES, LOOM_TASK_GENERATE},
     {"/v1/responses/", "GET", STORED_RESPONSE, 0},
     {"/v1/embeddings", "POST", EMBEDDINGS, LOOM_TASK_EMBED},
+    {"/v1/score", "POST", SCORE, LOOM_TASK_SCORE},
+    {"/v1/rerank", "POST", RERANK, LOOM_TASK_SCORE},
+    {"/rerank", "POST", RERANK, LOOM_TASK_SCORE},
     {"/tokenize", "POST", TOKENIZE, 0},
     {"/detokenize", "POST", DETOKENIZE, 0},
     {"/v1/models", "GET", MODELS, 0},
@@ -480,6 +486,8 @@ static enum MHD_Result route(server *srv, struct MHD_Connection *c, conn *k, con
     case COUNT_TOKENS: out = api_count_tokens(srv, body, u->len, &e); break;
     case RESPONSES: return generate(srv, c, k, u, sh, api_parse_responses(srv, body, u->len, &e), &e);
     case EMBEDDINGS: return generate(srv, c, k, u, sh, api_parse_embeddings(srv, body, u->len, &e), &e);
+    case SCORE: return generate(srv, c, k, u, sh, api_parse_score(srv, body, u->len, &e), &e);
+    case RERANK: return generate(srv, c, k, u, sh, api_parse_rerank(srv, body, u->len, &e), &e);
     case STORED_RESPONSE: out = api_stored_response(srv, url + strlen(r->path), &e); break;
     case TOKENIZE: out = api_tokenize(srv, body, u->len, &e); break;
     case DETOKENIZE: out = api_detokenize(srv, body, u->len, &e); break;

@@ -13,13 +13,13 @@
 #define REQ_MAX_TOP_LOGPROBS 20  /* as OpenAI's API */
 #define REQ_MAX_CHOICES      128 /* n and best_of, as OpenAI's API */
 
-/* A generation (completion or chat), or an embedding: the prompt's output rows pooled, nothing
- * generated. */
-typedef enum req_kind { REQ_COMPLETION, REQ_CHAT, REQ_EMBED } req_kind;
+/* A generation (completion or chat), or a pooling: the prompt's output rows pooled into an
+ * embedding or a score, nothing generated. */
+typedef enum req_kind { REQ_COMPLETION, REQ_CHAT, REQ_POOL } req_kind;
 
 /* The API a request came through, which shapes its answer (api.h): OpenAI's Completions and
  * Chat Completions, Anthropic's Messages, OpenAI's Responses. The last two are chat requests. */
-typedef enum req_api { API_OPENAI, API_MESSAGES, API_RESPONSES, API_EMBEDDINGS } req_api;
+typedef enum req_api { API_OPENAI, API_MESSAGES, API_RESPONSES, API_EMBEDDINGS, API_SCORE, API_RERANK } req_api;
 
 typedef enum req_state {
     REQ_WAITING,  /* queued for a sequence slot (again, when preempted) */
@@ -94,7 +94,8 @@ typedef struct request {
     bool parallel_tool_calls; /* false: one call at most (later ones are dropped) */
 
     /* an embedding: the sum of the rows pooled so far (mean pooling: every prompt token's; last:
-     * the last one's), [the model's out_width]; then, once finished, the embedding itself */
+     * the last one's), [the model's out_width]; then, once finished, the embedding itself. A
+     * score: [1], the reranker's probability of "yes" at the last token */
     double *pooled;
     int n_pooled;
     bool as_base64; /* the first's: embeddings answered as base64 of their float32 bytes */

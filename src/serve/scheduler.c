@@ -169,7 +169,7 @@ int sched_submit(sched *s, request *r, char *msg, size_t cap) {
     for (int i = 0; i < r->n_choices; i++) (i ? r->choices[i] : r)->t_arrive = serve_now();
     enqueue(s, r, false);
     /* an embedding's inputs are prompts of their own, with no prefix to wait for */
-    r->siblings_held = r->n_choices > 1 && s->kv.prefix_caching && r->kind != REQ_EMBED;
+    r->siblings_held = r->n_choices > 1 && s->kv.prefix_caching && r->kind != REQ_POOL;
     if (r->siblings_held) s->held += r->n_choices - 1;
     else
         for (int i = 1; i < r->n_choices; i++) enqueue(s, r->choices[i], false);
@@ -251,7 +251,7 @@ static int blocks_for(int positions, int block_size) { return (positions + block
 
 /* Whether r reads the output row of every token of its prompt (an embedding's mean pooling). */
 static bool pools_every_token(const sched *s, const request *r) {
-    return r->kind == REQ_EMBED && s->srv->o->pool_every_token;
+    return r->kind == REQ_POOL && s->srv->o->pool_every_token;
 }
 
 /* The step's next k tokens are r's next uncomputed ones, with a logit row when they reach the
@@ -455,6 +455,13 @@ static bool is_eos(const server *srv, int32_t id) {
 static void pool_rows(sched *s, request *r, const float *rows, int n) {
     const loom_model_info *info = &s->srv->info;
     int w = info->out_width;
+    if (info->task == LOOM_TASK_SCORE) { /* softmax over (no, yes) at the last token: P(yes) */
+        const float *last = rows + (size_t)(n - 1) * w;
+        r->pooled[0] = 1.0 / (1.0 + exp((double)last[s->srv->score_ids[0]] - last[s->srv->score_ids[1]]));
+        r->n_pooled = 1;
+        r->finish = FINISH_STOP;
+        return;
+    }
     for (int t = 0; t < n; t++, r->n_pooled++)
         for (int j = 0; j < w; j++) r->pooled[j] = (r->n_pooled ? r->pooled[j] : 0) + rows[(size_t)t * w + j];
     if (to_compute(r)) return;
@@ -480,7 +487,7 @@ static void take_tokens(sched *s, const float *logits) {
         verify_group *g = &s->groups[i];
         request *r = g->r;
         const float *rows = logits + (size_t)g->row0 * width;
-        if (r->kind == REQ_EMBED) {
+        if (r->kind == REQ_POOL) {
             pthread_mutex_lock(&srv->lock);
             pool_rows(s, r, rows, g->n_rows);
             request_changed(r);

@@ -51,6 +51,39 @@ static int round_init(step_round *r, const loom_engine *e, const serve_options *
                            err);
 }
 
+/* --task score's two tokens from --score-tokens NO,YES (default "no,yes"): each a token id, or a
+ * word the tokenizer makes one token of; printed. */
+static int choose_score_tokens(server *srv, const serve_options *o, loom_err *err) {
+    if (srv->info.task != LOOM_TASK_SCORE) return 0;
+    const char *spec = o->score_tokens ? o->score_tokens : "no,yes";
+    const char *comma = strchr(spec, ',');
+    if (!comma || strchr(comma + 1, ',')) return loom_errf(err, "--score-tokens '%s': give two tokens, NO,YES", spec);
+    for (int k = 0; k < 2; k++) {
+        char word[128];
+        snprintf(word, sizeof word, "%.*s", k ? (int)strlen(comma + 1) : (int)(comma - spec), k ? comma + 1 : spec);
+        char *end;
+        long id = strtol(word, &end, 10);
+        if (word[0] && !*end) {
+            if (id < 0 || id >= srv->info.vocab)
+                return loom_errf(err, "--score-tokens: %ld is not a token id in [0, %d)", id, srv->info.vocab);
+            srv->score_ids[k] = (int32_t)id;
+            continue;
+        }
+        int32_t *ids = NULL;
+        size_t n = 0;
+        if (!srv->info.has_tokenizer || loom_tokenize(srv->m, word, false, &ids, &n, err) || n != 1) {
+            free(ids);
+            return loom_errf(err, "--score-tokens: '%s' is not one token of the model's vocabulary%s", word,
+                             srv->info.has_tokenizer ? "" : " (it has no tokenizer: give token ids)");
+        }
+        srv->score_ids[k] = ids[0];
+        free(ids);
+    }
+    fprintf(stderr, "loom serve: a pair's score is P(token %d) against token %d at its last token (--score-tokens)\n",
+            srv->score_ids[1], srv->score_ids[0]);
+    return 0;
+}
+
 /* The tool-call parser, printed: --tool-call-parser's, else the one the markers in the tools
  * template name (as llama.cpp detects it), else none (outputs stay content). With
  * --enable-auto-tool-choice, vLLM's flag, there must be one. */
@@ -114,7 +147,7 @@ static int serve_rank0(loom_comm *comm, loom_model *m, loom_engine *e, const ser
     }
     model_token(m, srv.info.bos_id, &srv.tmpl.bos_token);
     model_token(m, srv.info.n_eos ? srv.info.eos_ids[0] : -1, &srv.tmpl.eos_token);
-    if (structured_init(&srv, &err) || choose_tool_parser(&srv, o, &err) ||
+    if (structured_init(&srv, &err) || choose_tool_parser(&srv, o, &err) || choose_score_tokens(&srv, o, &err) ||
         !(srv.responses = response_store_new(o->responses_store_bytes, &err))) {
         fprintf(stderr, "loom serve: %s\n", err.msg);
         goto done;

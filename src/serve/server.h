@@ -30,6 +30,7 @@ typedef struct serve_options {
     bool no_ui;                   /* --no-ui: no chat page at / */
     bool pool_every_token;        /* an embedding model with mean pooling: every prompt token's
                                      output row is read (so a pass returns up to a step's tokens) */
+    const char *score_tokens;     /* --score-tokens NO,YES: a reranker's two tokens (words or ids) */
     uint64_t seed;                /* seeds of requests that give none derive from it */
     int num_speculative_tokens;   /* --speculative-config's k on every rank (0: none) */
     loom_speculator *speculator;  /* rank 0's proposer (NULL: none) */
@@ -49,6 +50,7 @@ typedef struct server {
     grammar_vocab *gvocab;     /* the vocabulary's bytes for structured output (NULL: no tokenizer) */
     grammar_cache *grammars;   /* compiled grammars by their text */
     response_store *responses; /* the Responses API's stored responses */
+    int32_t score_ids[2];      /* --task score: the tokens whose logits make a score (no, yes) */
     int tool_parser;           /* the tool_parser (serve/tool_calls.h) reading calls in chat outputs with
                                 tools (0: none; the output stays content) */
     pthread_mutex_t lock;
