@@ -1551,6 +1551,12 @@ static void agent_apis_refused(void) {
     CHECK(r.status == 200 && r.body && strstr(r.body, "\"stop_reason\":\"max_tokens\""),
           "a good message after the bad ones: %d %s", r.status, r.body ? r.body : "");
     reply_free(&r);
+    /* Claude Code asks for 32,000 tokens whatever the model: a bound, clamped to the context */
+    r = call(s.port, "POST", "/v1/messages",
+             "{\"max_tokens\":32000,\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}");
+    CHECK(r.status == 200 && r.body && strstr(r.body, "\"type\":\"message\""), "max_tokens past the context: %d %s",
+          r.status, r.body ? r.body : "");
+    reply_free(&r);
     CHECK(stop(&s, SIGTERM, 60) == 0, "the server did not exit 0 on SIGTERM");
 }
 

@@ -8,7 +8,10 @@
  *   thinking blocks                     dropped, as llama-server drops them
  *   tools[].input_schema                tools[].function.parameters
  *   tool_choice auto/any/tool/none      "auto" / "required" / a named function / "none"
- *   stop_sequences, max_tokens          stop, max_tokens
+ *   stop_sequences                      stop
+ *   max_tokens                          an upper bound, as Anthropic defines it: what the context
+ *                                       leaves when that is less (Claude Code asks for 32,000
+ *                                       whatever the model; llama-server clamps it too)
  *   output_config.format (json_schema)  response_format
  *   temperature, top_p, top_k           the same (which newer SDKs no longer send: then the
  *                                       server's default, temperature 1, as vLLM)
@@ -235,11 +238,6 @@ static cJSON *to_chat(const cJSON *in, bool for_generation, api_error *e) {
         goto fail;
     copy_field(in, out, "model", "model");
     if (!for_generation) return out;
-    if (!get_field(in, "max_tokens")) {
-        api_fail(e, 400, "max_tokens", "'max_tokens' is required");
-        goto fail;
-    }
-    copy_field(in, out, "max_tokens", "max_tokens");
     copy_field(in, out, "stop_sequences", "stop");
     static const char *const same[] = {"temperature", "top_p", "top_k", "stream"};
     for (size_t i = 0; i < sizeof same / sizeof *same; i++) copy_field(in, out, same[i], same[i]);
@@ -250,11 +248,16 @@ fail:
 }
 
 request *api_parse_messages(server *srv, const char *body, size_t len, api_error *e) {
-    cJSON *in = api_parse_body(body, len, e), *chat = in ? to_chat(in, true, e) : NULL;
-    request *r = chat ? api_generate_json(srv, REQ_CHAT, chat, e) : NULL;
+    cJSON *in = api_parse_body(body, len, e), *chat = NULL;
+    long max_tokens = 0;
+    if (in && !get_int(in, "max_tokens", 1, 1 << 30, &max_tokens, e) && !max_tokens)
+        api_fail(e, 400, "max_tokens", "'max_tokens' is required");
+    chat = in && max_tokens ? to_chat(in, true, e) : NULL;
+    request *r = chat ? api_generate_json(srv, REQ_CHAT, chat, e) : NULL; /* max_tokens: what the context leaves */
     cJSON_Delete(in);
     cJSON_Delete(chat);
     if (!r) return NULL;
+    if (max_tokens < r->max_tokens) r->max_tokens = (int)max_tokens;
     r->api = API_MESSAGES;
     snprintf(r->id, sizeof r->id, "msg_%016llx", (unsigned long long)r->serial);
     return r;
