@@ -1823,6 +1823,19 @@ static void embedding_requests_refused(void) {
     expect_error(s.port, "embeddings from a generator", "POST", "/v1/embeddings", "{\"input\":\"hi\"}", 400,
                  "--task embed");
     CHECK(stop(&s, SIGTERM, 60) == 0, "the server did not exit 0 on SIGTERM");
+    /* a bare decoder has no head to generate with; loom run says where embeddings come from */
+    static const char *const cli[][2] = {{"run --task generate", "bare decoder"}, {"run", "loom serve"}};
+    for (size_t i = 0; i < sizeof cli / sizeof *cli; i++) {
+        char cmd[1024];
+        snprintf(cmd, sizeof cmd, "%s %s -m %s/tests/golden/qwen3_embed/config.json --load-format dummy -p x 2>&1",
+                 LOOM_BIN, cli[i][0], LOOM_SOURCE_DIR);
+        FILE *p = popen(cmd, "r");
+        char *out = read_all(fileno(p));
+        int st = pclose(p);
+        CHECK(WIFEXITED(st) && WEXITSTATUS(st) != 0 && strstr(out, cli[i][1]), "loom %s on an embedding model: %s",
+              cli[i][0], out);
+        free(out);
+    }
 }
 
 /* ---- the scenarios, each its own ctest entry (test_serve.NAME; CMake reads the table) ---- */

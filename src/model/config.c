@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/arch/arch.h"
 #include "util/err.h"
 #include "util/file.h"
 
@@ -549,11 +550,14 @@ static int parse(reader *r, model_config *c) {
     const cJSON *a0 = cJSON_IsArray(archs) ? cJSON_GetArrayItem(archs, 0) : NULL;
     if (!cJSON_IsString(a0)) return loom_errf(r->err, "%s: missing field 'architectures'", r->name);
     snprintf(c->arch, sizeof c->arch, "%s", a0->valuestring);
-    /* a bare decoder (Qwen3Model, LlamaModel): its ForCausalLM family without the head */
+    /* a bare decoder (Qwen3Model, LlamaModel) of a family loom builds: that family without
+     * its head */
     size_t n = strlen(c->arch);
-    if (n > 5 && n + 9 < sizeof c->arch && !strcmp(c->arch + n - 5, "Model") && !strstr(c->arch, "ForCausalLM")) {
+    char family[sizeof c->arch + 16];
+    snprintf(family, sizeof family, "%.*sForCausalLM", n > 5 ? (int)n - 5 : 0, c->arch);
+    if (n > 5 && !strcmp(c->arch + n - 5, "Model") && strlen(family) < sizeof c->arch && arch_supported(family)) {
         c->bare = true;
-        snprintf(c->arch + n - 5, sizeof c->arch - (n - 5), "ForCausalLM");
+        snprintf(c->arch, sizeof c->arch, "%s", family);
     }
     if (parse_body(r, c)) return -1;
     return strcmp(c->arch, "LlamaForCausalLMEagle3") ? 0 : parse_eagle3(r, root, c, false);

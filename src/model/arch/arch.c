@@ -93,6 +93,12 @@ static const struct {
     {"Gemma3ForCausalLM", {.qk_norm = true, .norm_offset = 1}, build_gemma},
 };
 
+bool arch_supported(const char *name) {
+    for (size_t i = 0; i < sizeof llama_like / sizeof llama_like[0]; i++)
+        if (!strcmp(name, llama_like[i].name)) return true;
+    return false;
+}
+
 /* A pooling model's tree: the top module ends at the final norm of the logit rows, its head cut
  * off (the model's output is the normed hidden state). */
 static int cut_head(module *root, loom_err *err) {

@@ -72,6 +72,8 @@ module *mla_attention_module(const model_config *c, const llama_variant *v, int 
 module *moe_module(const model_config *c, const moe_layout *l, int layer);
 
 /* Returns the model tree for c->arch, or NULL with err naming the architecture. */
+/* Whether name (config.json's architectures[0]) is one arch_build builds. */
+bool arch_supported(const char *name);
 module *arch_build(const model_config *c, loom_err *err);
 
 #endif
