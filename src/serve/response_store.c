@@ -2,9 +2,8 @@
  * request can continue their conversation by previous_response_id, and GET /v1/responses/ID
  * can return them. vLLM keeps them without bound; here a byte budget (--responses-store-bytes)
  * bounds them, and past it the least recently used (created or continued) go first. A
- * follow-up then finds its conversation's prompt in the prefix cache, since the stored
- * conversation renders to the same tokens it was generated from. Entries are found by a hash
- * of their id. */
+ * follow-up renders the stored turns as they were, so it finds their prompt in the prefix
+ * cache. Entries are found by a hash of their id. */
 #include "serve/response_store.h"
 
 #include <pthread.h>
