@@ -1788,6 +1788,49 @@ static void scores_golden(void) {
     free(out);
 }
 
+/* --score-template writes a pair's prompt: the score equals that of the same text sent whole
+ * to a server without one (the embedded model, tokens 5 and 9); the template takes text only,
+ * and the flag needs --task score. */
+static void score_template(void) {
+    char tmpl[] = "/tmp/loom-score-XXXXXX";
+    int fd = mkstemp(tmpl);
+    const char *src = "Q: {{ query }}\nD: {{ document }}";
+    CHECK(fd >= 0 && write(fd, src, strlen(src)) == (ssize_t)strlen(src), "cannot write the score template");
+    close(fd);
+    double scores[2] = {-1, -2};
+    for (int t = 0; t < 2; t++) {
+        server s;
+        char args[256];
+        snprintf(args, sizeof args, "--task score --score-tokens 5,9%s%s", t ? "" : " --score-template ",
+                 t ? "" : tmpl);
+        if (start(&s, args)) {
+            CHECK(0, "the score server (%s) did not start", args);
+            continue;
+        }
+        reply r = call(s.port, "POST", "/v1/score",
+                       t ? "{\"text_1\":\"Q: a robot\\nD: The robot was big.\",\"text_2\":\"\"}"
+                         : "{\"text_1\":\"a robot\",\"text_2\":\"The robot was big.\"}");
+        const char *p = r.body ? strstr(r.body, "\"score\":") : NULL;
+        CHECK(r.status == 200 && p, "score %s: %d %s", args, r.status, r.body ? r.body : "");
+        if (p) scores[t] = atof(p + 8);
+        reply_free(&r);
+        if (!t)
+            expect_error(s.port, "token ids through a score template", "POST", "/v1/score",
+                         "{\"text_1\":[1,2],\"text_2\":\"x\"}", 400, "with --score-template");
+        CHECK(stop(&s, SIGTERM, 60) == 0, "the score server did not exit 0 on SIGTERM");
+    }
+    CHECK(scores[0] == scores[1], "the templated pair scores %.17g, the same text whole %.17g", scores[0], scores[1]);
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "%s serve --port 0 --score-template %s 2>&1", LOOM_BIN, tmpl);
+    FILE *p = popen(cmd, "r");
+    char *out = read_all(fileno(p));
+    int st = pclose(p);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) != 0 && strstr(out, "--task score"),
+          "--score-template on a generator did not stop start-up: %s", out);
+    free(out);
+    unlink(tmpl);
+}
+
 /* Each task's endpoints: an embedding model refuses generation and a generator refuses
  * embeddings, with a 400 naming the --task; bad embedding requests are 400s naming the field. */
 static void embedding_requests_refused(void) {
@@ -1906,6 +1949,7 @@ static const check_scenario scenarios[] = {
     {"embeddings_golden", embeddings_golden},
     {"embedding_requests_refused", embedding_requests_refused},
     {"scores_golden", scores_golden},
+    {"score_template", score_template},
     {"embedded_special_tokens", embedded_special_tokens},
     {"template_round_trips", template_round_trips},
     {"bad_requests", requests_refused_main},

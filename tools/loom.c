@@ -105,6 +105,9 @@ static void usage(FILE *f) {
           "  --no-ui                   no chat page at / (by default a browser there gets one)\n"
           "  --score-tokens NO,YES     --task score: the tokens (words, or ids) whose probabilities at\n"
           "                            a pair's last token make its score, P(yes) (default no,yes)\n"
+          "  --score-template FILE     --task score: Jinja writing a pair's prompt from `query` and\n"
+          "                            `document` (Qwen3-Reranker's: examples/templates/);\n"
+          "                            default: the query's tokens then the document's, as vLLM\n"
           "  --responses-store-bytes N  memory for /v1/responses conversations kept for\n"
           "                            previous_response_id; past it the least recently used go (default\n"
           "                            64 MiB; 0: store none)\n",

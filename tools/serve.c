@@ -101,6 +101,7 @@ int cli_serve(int argc, char **argv) {
             j.so.max_per_address = (int)cli_int(a, cli_value(argc, argv, &i), 1, 1 << 16);
         else if (!strcmp(a, "--no-ui")) j.so.no_ui = true;
         else if (!strcmp(a, "--score-tokens")) j.so.score_tokens = cli_value(argc, argv, &i);
+        else if (!strcmp(a, "--score-template")) j.so.score_template = cli_value(argc, argv, &i);
         else if (!strcmp(a, "--responses-store-bytes"))
             j.so.responses_store_bytes = (size_t)cli_int(a, cli_value(argc, argv, &i), 0, 1L << 40);
         else if (!strcmp(a, "--data-parallel-routing")) {

@@ -8,10 +8,9 @@
  *  - POST /v1/score (vLLM's) and /v1/rerank (Jina's and Cohere's shape, vLLM's and
  *    llama-server's) (--task score): a causal reranker such as Qwen3-Reranker scores each
  *    (query, document) pair as the probability of its "yes" token against its "no" token at the
- *    pair's last token (--score-tokens). The pair's prompt is the query's tokens then the
- *    document's, as vLLM joins a pair for a decoder model: a model that wants its own format
- *    (Qwen3-Reranker's instruction, prefix and suffix) gets it written into query and document,
- *    as vLLM's example does.
+ *    pair's last token (--score-tokens). The pair's prompt is what --score-template writes from
+ *    `query` and `document` (Qwen3-Reranker's instruction, prefix and suffix), else the query's
+ *    tokens then the document's, as vLLM joins a pair for a decoder model.
  * Base64 is written here: six lines, for which no library is worth a dependency. */
 #include <math.h>
 #include <stdio.h>
@@ -20,6 +19,7 @@
 #include <time.h>
 
 #include "serve/api.h"
+#include "template/template.h"
 #include "util/alloc.h"
 
 #define MAX_INPUTS 2048 /* as OpenAI's API */
@@ -175,13 +175,35 @@ done:
     return r;
 }
 
-/* Pair i's prompt: the query's tokens (with the model's special tokens), then the document's. */
+/* A pair's prompt written by --score-template from its query and document (text). */
+static int templated_pair(server *srv, const cJSON *query, const cJSON *doc, const char *dname, request *r,
+                          api_error *e) {
+    if (!cJSON_IsString(query) || !cJSON_IsString(doc))
+        return api_fail(e, 400, NULL, "%s: with --score-template, the query and documents are text", dname);
+    cJSON *ctx = cJSON_CreateObject();
+    cJSON_AddArrayToObject(ctx, "messages"); /* the renderer's context always has them */
+    cJSON_AddStringToObject(ctx, "query", query->valuestring);
+    cJSON_AddStringToObject(ctx, "document", doc->valuestring);
+    char *text = NULL;
+    loom_err err = {{0}};
+    int rc = chat_template_render(srv->score_tmpl, ctx, false, &text, &err);
+    cJSON_Delete(ctx);
+    if (rc) return api_fail(e, 400, NULL, "%s: --score-template: %s", dname, err.msg);
+    cJSON *prompt = cJSON_CreateStringReference(text);
+    rc = add_tokens_of(srv, prompt, true, dname, r, e);
+    cJSON_Delete(prompt);
+    free(text);
+    return rc;
+}
+
+/* Pair i's prompt: --score-template's, else the query's tokens (with the model's special
+ * tokens), then the document's. */
 static int pair_prompt(server *srv, const cJSON *query, const char *qname, const cJSON *doc, const char *dname,
                        request *r, api_error *e) {
-    return add_tokens_of(srv, query, true, qname, r, e) || add_tokens_of(srv, doc, false, dname, r, e) ||
-                   prompt_done(srv, r, dname, e)
-               ? -1
-               : 0;
+    if (srv->score_tmpl ? templated_pair(srv, query, doc, dname, r, e)
+                        : add_tokens_of(srv, query, true, qname, r, e) || add_tokens_of(srv, doc, false, dname, r, e))
+        return -1;
+    return prompt_done(srv, r, dname, e);
 }
 
 /* /v1/score: text_1 and text_2 each a string (or token ids) or a list; one text_1 against every

@@ -18,6 +18,7 @@
 #include "template/template.h"
 #include "util/alloc.h"
 #include "util/err.h"
+#include "util/file.h"
 
 static volatile int stop_signal;
 static void on_stop_signal(int sig) {
@@ -54,7 +55,10 @@ static int round_init(step_round *r, const loom_engine *e, const serve_options *
 /* --task score's two tokens from --score-tokens NO,YES (default "no,yes"): each a token id, or a
  * word the tokenizer makes one token of; printed. */
 static int choose_score_tokens(server *srv, const serve_options *o, loom_err *err) {
-    if (srv->info.task != LOOM_TASK_SCORE) return 0;
+    if (srv->info.task != LOOM_TASK_SCORE)
+        return o->score_tokens || o->score_template ? loom_errf(err, "%s applies to a reranker (--task score)",
+                                                                o->score_tokens ? "--score-tokens" : "--score-template")
+                                                    : 0;
     const char *spec = o->score_tokens ? o->score_tokens : "no,yes";
     const char *comma = strchr(spec, ',');
     if (!comma || strchr(comma + 1, ',')) return loom_errf(err, "--score-tokens '%s': give two tokens, NO,YES", spec);
@@ -81,7 +85,13 @@ static int choose_score_tokens(server *srv, const serve_options *o, loom_err *er
     }
     fprintf(stderr, "loom serve: a pair's score is P(token %d) against token %d at its last token (--score-tokens)\n",
             srv->score_ids[1], srv->score_ids[0]);
-    return 0;
+    if (!o->score_template) return 0;
+    size_t len;
+    char *src = file_read_all(o->score_template, &len, err);
+    if (!src) return loom_err_prefix(err, "--score-template");
+    srv->score_tmpl = chat_template_parse(src, o->score_template, err);
+    free(src);
+    return srv->score_tmpl ? 0 : loom_err_prefix(err, "--score-template %s", o->score_template);
 }
 
 /* The tool-call parser, printed: --tool-call-parser's, else the one the markers in the tools
@@ -201,6 +211,7 @@ done:
     chat_templates_free(&srv.tmpl);
     structured_free(&srv);
     response_store_free(srv.responses);
+    chat_template_free(srv.score_tmpl);
     pthread_cond_destroy(&srv.work);
     pthread_mutex_destroy(&srv.lock);
     return rc;

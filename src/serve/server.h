@@ -31,6 +31,8 @@ typedef struct serve_options {
     bool pool_every_token;        /* an embedding model with mean pooling: every prompt token's
                                      output row is read (so a pass returns up to a step's tokens) */
     const char *score_tokens;     /* --score-tokens NO,YES: a reranker's two tokens (words or ids) */
+    const char *score_template;   /* --score-template FILE: Jinja writing a (query, document) pair's
+                                     prompt (NULL: the query's tokens then the document's) */
     uint64_t seed;                /* seeds of requests that give none derive from it */
     int num_speculative_tokens;   /* --speculative-config's k on every rank (0: none) */
     loom_speculator *speculator;  /* rank 0's proposer (NULL: none) */
@@ -51,6 +53,7 @@ typedef struct server {
     grammar_cache *grammars;   /* compiled grammars by their text */
     response_store *responses; /* the Responses API's stored responses */
     int32_t score_ids[2];      /* --task score: the tokens whose logits make a score (no, yes) */
+    chat_template *score_tmpl; /* --score-template, parsed (NULL: none) */
     int tool_parser;           /* the tool_parser (serve/tool_calls.h) reading calls in chat outputs with
                                 tools (0: none; the output stays content) */
     pthread_mutex_t lock;
