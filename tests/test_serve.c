@@ -1439,6 +1439,19 @@ static void tool_calls(void) {
     CHECK(stop(&s, SIGTERM, 60) == 0, "the tools server did not exit 0 on SIGTERM");
 }
 
+/* An error in Anthropic's shape ({"type": "error", "error": {"type": TYPE, ...}}, TYPE NULL:
+ * any) with this status, its body holding needle (NULL: anything). */
+static void expect_anthropic_error(int port, const char *what, const char *method, const char *path, const char *body,
+                                   int status, const char *type, const char *needle) {
+    reply r = call(port, method, path, body);
+    char shape[128];
+    snprintf(shape, sizeof shape, "{\"type\":\"error\",\"error\":{\"type\":\"%s", type ? type : "");
+    CHECK(r.status == status && r.body && strstr(r.body, shape) && (!needle || strstr(r.body, needle)),
+          "%s %s, %s: %d %s (want %d in Anthropic's shape naming '%s')", method, path, what, r.status,
+          r.body ? r.body : "", status, needle ? needle : "");
+    reply_free(&r);
+}
+
 #define CHATML LOOM_SOURCE_DIR "/tests/data/templates/chatml/template.jinja"
 
 /* Anthropic's Messages and OpenAI's Responses APIs refuse bad bodies with a 400 in their own
@@ -1493,37 +1506,23 @@ static void agent_apis_refused(void) {
          "\"content\":\"hi\"}]}",
          "'stop'"},
     };
-    for (size_t i = 0; i < sizeof anthropic / sizeof *anthropic; i++) {
-        reply r = call(s.port, "POST", "/v1/messages", anthropic[i][1]);
-        CHECK(r.status == 400 && r.body &&
-                  strstr(r.body, "{\"type\":\"error\",\"error\":{\"type\":\"invalid_request_error\"") &&
-                  strstr(r.body, anthropic[i][2]),
-              "/v1/messages, %s: %d %s (want 400 in Anthropic's shape naming '%s')", anthropic[i][0], r.status,
-              r.body ? r.body : "", anthropic[i][2]);
-        reply_free(&r);
-    }
+    for (size_t i = 0; i < sizeof anthropic / sizeof *anthropic; i++)
+        expect_anthropic_error(s.port, anthropic[i][0], "POST", "/v1/messages", anthropic[i][1], 400,
+                               "invalid_request_error", anthropic[i][2]);
     char body[512];
     snprintf(body, sizeof body,
              "{\"max_tokens\":4,%s,\"tool_choice\":{\"type\":\"tool\",\"name\":\"g\"},"
              "\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}",
              tool);
-    reply r = call(s.port, "POST", "/v1/messages", body);
-    CHECK(r.status == 400 && r.body && strstr(r.body, "\"type\":\"error\"") && strstr(r.body, "not among 'tools'"),
-          "/v1/messages, tool_choice naming no tool: %d %s", r.status, r.body ? r.body : "");
-    reply_free(&r);
-    r = call(s.port, "POST", "/v1/messages",
-             "{\"model\":\"claude-x\",\"max_tokens\":4,\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}");
-    CHECK(r.status == 404 && r.body && strstr(r.body, "\"not_found_error\""), "/v1/messages, unknown model: %d %s",
-          r.status, r.body ? r.body : "");
-    reply_free(&r);
-    r = call(s.port, "GET", "/v1/messages/batches", NULL);
-    CHECK(r.status == 404 && r.body && strstr(r.body, "\"type\":\"error\""), "GET /v1/messages/batches: %d %s",
-          r.status, r.body ? r.body : "");
-    reply_free(&r);
-    r = call(s.port, "POST", "/v1/messages/count_tokens", "{\"messages\":\"hi\"}");
-    CHECK(r.status == 400 && r.body && strstr(r.body, "\"type\":\"error\""), "count_tokens of a bad body: %d %s",
-          r.status, r.body ? r.body : "");
-    reply_free(&r);
+    expect_anthropic_error(s.port, "tool_choice naming no tool", "POST", "/v1/messages", body, 400, NULL,
+                           "not among 'tools'");
+    expect_anthropic_error(s.port, "an unknown model", "POST", "/v1/messages",
+                           "{\"model\":\"claude-x\",\"max_tokens\":4,\"messages\":[{\"role\":\"user\",\"content\":"
+                           "\"hi\"}]}",
+                           404, "not_found_error", NULL);
+    expect_anthropic_error(s.port, "GET /v1/messages/batches", "GET", "/v1/messages/batches", NULL, 404, NULL, NULL);
+    expect_anthropic_error(s.port, "count_tokens of a bad body", "POST", "/v1/messages/count_tokens",
+                           "{\"messages\":\"hi\"}", 400, NULL, NULL);
     static const char *const responses[][3] = {
         {"no input", "{\"max_output_tokens\":4}", "'input' must be"},
         {"input a number", "{\"input\":5}", "'input' must be"},
@@ -1546,8 +1545,8 @@ static void agent_apis_refused(void) {
     for (size_t i = 0; i < sizeof responses / sizeof *responses; i++)
         expect_error(s.port, responses[i][0], "POST", "/v1/responses", responses[i][1], 400, responses[i][2]);
     expect_error(s.port, "a response never stored", "GET", "/v1/responses/resp_0123", NULL, 404, "not found");
-    r = call(s.port, "POST", "/v1/messages",
-             "{\"max_tokens\":3,\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}");
+    reply r = call(s.port, "POST", "/v1/messages",
+                   "{\"max_tokens\":3,\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}");
     CHECK(r.status == 200 && r.body && strstr(r.body, "\"stop_reason\":\"max_tokens\""),
           "a good message after the bad ones: %d %s", r.status, r.body ? r.body : "");
     reply_free(&r);

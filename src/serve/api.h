@@ -43,6 +43,8 @@ const char *api_finish_name(const request *r, int n_calls);
 char *api_usage_chunk(const server *srv, const request *r);
 char *api_error_body(const api_error *e);
 char *api_models(const server *srv);
+/* o as compact JSON (malloc'd; NULL when out of memory), o deleted. */
+char *api_print(cJSON *o);
 /* Tool call `index` of r's id: prefix and 16 hex digits, unique to the request and the call
  * (Mistral's template insists on 9 alphanumerics, and gets them whatever the prefix). */
 void api_tool_call_id(const request *r, int index, const char *prefix, char *id, size_t cap);

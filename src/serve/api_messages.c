@@ -45,6 +45,17 @@ static void add_message(cJSON *msgs, const char *role, const char *content) {
     cJSON_AddItemToArray(msgs, chat_message(role, content));
 }
 
+/* A content block's type ("" when it names none), and a text block's text (NULL for others). */
+static const char *block_type(const cJSON *b) {
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(b, "type");
+    return cJSON_IsString(type) ? type->valuestring : "";
+}
+
+static const char *block_text(const cJSON *b) {
+    const cJSON *text = get_field(b, "text");
+    return !strcmp(block_type(b), "text") && cJSON_IsString(text) ? text->valuestring : NULL;
+}
+
 /* The tool_use ids of the conversation, each answered at most once by a tool_result. */
 typedef struct call_ids {
     const char *id[256];
@@ -60,10 +71,9 @@ static int user_blocks(const cJSON *content, int i, cJSON *msgs, call_ids *ids, 
     int j = 0, rc = 0;
     const cJSON *b;
     cJSON_ArrayForEach(b, content) {
-        const cJSON *type = cJSON_GetObjectItemCaseSensitive(b, "type");
-        const char *t = cJSON_IsString(type) ? type->valuestring : "";
-        if (!strcmp(t, "text") && cJSON_IsString(get_field(b, "text"))) {
-            if (!text_append(&text, &len, &cap, get_field(b, "text")->valuestring)) {
+        const char *t = block_type(b), *said = block_text(b);
+        if (said) {
+            if (!text_append(&text, &len, &cap, said)) {
                 rc = api_fail(e, 500, NULL, "out of memory reading messages[%d]", i);
                 break;
             }
@@ -113,10 +123,9 @@ static int assistant_blocks(const cJSON *content, int i, cJSON *msgs, call_ids *
     int j = 0;
     const cJSON *b;
     cJSON_ArrayForEach(b, content) {
-        const cJSON *type = cJSON_GetObjectItemCaseSensitive(b, "type");
-        const char *t = cJSON_IsString(type) ? type->valuestring : "";
-        if (!strcmp(t, "text") && cJSON_IsString(get_field(b, "text"))) {
-            if (!text_append(&text, &len, &cap, get_field(b, "text")->valuestring)) {
+        const char *t = block_type(b), *said = block_text(b);
+        if (said) {
+            if (!text_append(&text, &len, &cap, said)) {
                 free(text);
                 return api_fail(e, 500, NULL, "out of memory reading messages[%d]", i);
             }
@@ -213,12 +222,6 @@ static int translate_output_config(const cJSON *in, cJSON *out, api_error *e) {
     return 0;
 }
 
-/* Fields copied as they are (checked by the chat parser), and those renamed. */
-static void copy_field(const cJSON *in, cJSON *out, const char *from, const char *to) {
-    const cJSON *v = get_field(in, from);
-    if (v) cJSON_AddItemToObject(out, to, cJSON_Duplicate(v, true));
-}
-
 /* The Messages body `in` as a Chat Completions body (NULL with e filled). */
 static cJSON *to_chat(const cJSON *in, bool for_generation, api_error *e) {
     cJSON *out = cJSON_CreateObject(), *msgs = cJSON_AddArrayToObject(out, "messages");
@@ -236,11 +239,11 @@ static cJSON *to_chat(const cJSON *in, bool for_generation, api_error *e) {
     if (translate_messages(in, msgs, e) || chat_tools_from_flat(in, out, "custom", "input_schema", e) ||
         translate_tool_choice(in, out, e) || translate_output_config(in, out, e))
         goto fail;
-    copy_field(in, out, "model", "model");
+    chat_copy_field(in, out, "model", "model");
     if (!for_generation) return out;
-    copy_field(in, out, "stop_sequences", "stop");
+    chat_copy_field(in, out, "stop_sequences", "stop");
     static const char *const same[] = {"temperature", "top_p", "top_k", "stream"};
-    for (size_t i = 0; i < sizeof same / sizeof *same; i++) copy_field(in, out, same[i], same[i]);
+    for (size_t i = 0; i < sizeof same / sizeof *same; i++) chat_copy_field(in, out, same[i], same[i]);
     return out;
 fail:
     cJSON_Delete(out);
@@ -328,12 +331,6 @@ static cJSON *tool_use(const request *r, int index, const char *name, const char
     return b;
 }
 
-static char *print(cJSON *o) {
-    char *s = cJSON_PrintUnformatted(o);
-    cJSON_Delete(o);
-    return s;
-}
-
 static char *messages_whole(const server *srv, const request *r) {
     tool_parse tp = {0};
     loom_err err;
@@ -354,7 +351,7 @@ static char *messages_whole(const server *srv, const request *r) {
     add_stop_fields(m, r, tp.n_calls);
     cJSON_AddItemToObject(m, "usage", usage(r, true));
     tool_parse_free(&tp);
-    return print(m);
+    return api_print(m);
 }
 
 /* ---- the stream: message_start, content blocks (start, deltas, stop), message_delta,
@@ -362,7 +359,7 @@ static char *messages_whole(const server *srv, const request *r) {
 
 static bool event(shape_stream *s, const char *type, cJSON *o) {
     cJSON_AddStringToObject(o, "type", type);
-    return sse_event(s->buf, type, print(o));
+    return sse_event(s->buf, type, api_print(o));
 }
 
 static bool open_message(shape_stream *s) {
@@ -450,10 +447,10 @@ static cJSON *error_json(const api_error *e) {
     return o;
 }
 
-static char *messages_error(const api_error *e) { return print(error_json(e)); }
+static char *messages_error(const api_error *e) { return api_print(error_json(e)); }
 
 static bool messages_fail(shape_stream *s, const api_error *e) {
-    return sse_event(s->buf, "error", print(error_json(e)));
+    return sse_event(s->buf, "error", api_print(error_json(e)));
 }
 
 const api_shape api_shape_messages = {messages_whole, messages_text, messages_call,

@@ -28,43 +28,32 @@
  * token ids, checked) to r's prompt; where names v in errors. */
 static int add_tokens_of(server *srv, const cJSON *v, bool add_special, const char *where, request *r, api_error *e) {
     loom_err err = {{0}};
-    int32_t *ids = NULL;
-    size_t n = 0;
+    size_t cap = (size_t)r->n_prompt; /* what the prompt surely holds */
     if (cJSON_IsString(v)) {
+        int32_t *ids = NULL;
+        size_t n = 0;
         if (!srv->info.has_tokenizer)
             return api_fail(e, 400, NULL, "the model has no tokenizer: give %s as token ids", where);
         if (loom_tokenize(srv->m, v->valuestring, add_special, &ids, &n, &err))
             return api_fail(e, 400, NULL, "%s: %s", where, err.msg);
-    } else if (cJSON_IsArray(v)) {
-        n = (size_t)cJSON_GetArraySize(v);
-        if (n && !(ids = mem_array(n, sizeof *ids, "an input's tokens", &err)))
-            return api_fail(e, 500, NULL, "%s", err.msg);
-        int k = 0;
-        const cJSON *t;
-        cJSON_ArrayForEach(t, v) {
-            if (!cJSON_IsNumber(t) || t->valuedouble != floor(t->valuedouble) || t->valuedouble < 0 ||
-                t->valuedouble >= srv->info.vocab) {
-                free(ids);
-                return api_fail(e, 400, NULL, "%s[%d] is not a token id in [0, %d)", where, k, srv->info.vocab);
-            }
-            ids[k++] = (int32_t)t->valuedouble;
-        }
-    } else {
-        return api_fail(e, 400, NULL, "%s must be a string or a list of token ids", where);
-    }
-    int32_t *all = n ? mem_array((size_t)r->n_prompt + n, sizeof *all, "a prompt", &err) : NULL;
-    if (n && !all) {
+        bool ok = !n || !ARRAY_RESERVE(r->prompt, cap, (size_t)r->n_prompt + n, "a prompt", &err);
+        if (ok && n) memcpy(r->prompt + r->n_prompt, ids, n * sizeof *ids);
+        r->n_prompt += ok ? (int)n : 0;
         free(ids);
+        return ok ? 0 : api_fail(e, 500, NULL, "%s", err.msg);
+    }
+    if (!cJSON_IsArray(v)) return api_fail(e, 400, NULL, "%s must be a string or a list of token ids", where);
+    int n = cJSON_GetArraySize(v), k = 0;
+    if (n && ARRAY_RESERVE(r->prompt, cap, (size_t)r->n_prompt + n, "a prompt", &err))
         return api_fail(e, 500, NULL, "%s", err.msg);
+    const cJSON *t;
+    cJSON_ArrayForEach(t, v) {
+        if (!cJSON_IsNumber(t) || t->valuedouble != floor(t->valuedouble) || t->valuedouble < 0 ||
+            t->valuedouble >= srv->info.vocab)
+            return api_fail(e, 400, NULL, "%s[%d] is not a token id in [0, %d)", where, k, srv->info.vocab);
+        r->prompt[r->n_prompt + k++] = (int32_t)t->valuedouble;
     }
-    if (n) {
-        if (r->n_prompt) memcpy(all, r->prompt, (size_t)r->n_prompt * sizeof *all);
-        memcpy(all + r->n_prompt, ids, n * sizeof *all);
-        free(r->prompt);
-        r->prompt = all;
-        r->n_prompt += (int)n;
-    }
-    free(ids);
+    r->n_prompt += n;
     return 0;
 }
 
@@ -343,12 +332,6 @@ static cJSON *envelope(const server *srv, const request *r, const char *list, cJ
     return o;
 }
 
-static char *print(cJSON *o) {
-    char *s = o ? cJSON_PrintUnformatted(o) : NULL;
-    cJSON_Delete(o);
-    return s;
-}
-
 static char *embeddings_whole(const server *srv, const request *r) {
     cJSON *data, *o = envelope(srv, r, "data", &data);
     for (int i = 0; i < r->n_choices; i++) {
@@ -371,7 +354,7 @@ static char *embeddings_whole(const server *srv, const request *r) {
                 cJSON_AddItemToArray(v, cJSON_CreateNumber((float)c->pooled[j]));
         }
     }
-    return print(o);
+    return api_print(o);
 }
 
 static char *score_whole(const server *srv, const request *r) {
@@ -383,7 +366,7 @@ static char *score_whole(const server *srv, const request *r) {
         cJSON_AddStringToObject(d, "object", "score");
         cJSON_AddNumberToObject(d, "score", pick(r, i)->pooled[0]);
     }
-    return print(o);
+    return api_print(o);
 }
 
 /* Results by relevance, best first (ties in the documents' order), the first top_n. */
@@ -414,7 +397,7 @@ static char *rerank_whole(const server *srv, const request *r) {
     }
     free(order);
     cJSON_Delete(echo);
-    return print(o);
+    return api_print(o);
 }
 
 /* Pooled answers are whole: their parsers never set stream, so the stream events are none. */

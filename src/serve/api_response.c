@@ -120,8 +120,8 @@ static cJSON *envelope(const server *srv, const request *r, bool chunk) {
     return o;
 }
 
-static char *print(cJSON *o) {
-    char *s = cJSON_PrintUnformatted(o);
+char *api_print(cJSON *o) {
+    char *s = o ? cJSON_PrintUnformatted(o) : NULL;
     cJSON_Delete(o);
     return s;
 }
@@ -244,7 +244,7 @@ char *api_response(const server *srv, const request *r) {
         cJSON_AddItemToArray(choices, c);
     }
     cJSON_AddItemToObject(o, "usage", usage(r));
-    return print(o);
+    return api_print(o);
 }
 
 char *api_chunk(const server *srv, const request *r, size_t text_from, size_t text_to, int tok_from, int tok_to,
@@ -254,7 +254,7 @@ char *api_chunk(const server *srv, const request *r, size_t text_from, size_t te
     cJSON *o = envelope(srv, r, true);
     cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "choices"), c);
     if (r->include_usage) cJSON_AddNullToObject(o, "usage");
-    return print(o);
+    return api_print(o);
 }
 
 char *api_tool_chunk(const server *srv, const request *r, int index, const char *name, const char *arguments,
@@ -269,14 +269,14 @@ char *api_tool_chunk(const server *srv, const request *r, int index, const char 
     cJSON_AddNullToObject(c, "logprobs");
     cJSON_AddNullToObject(c, "finish_reason");
     if (r->include_usage) cJSON_AddNullToObject(o, "usage");
-    return print(o);
+    return api_print(o);
 }
 
 char *api_usage_chunk(const server *srv, const request *r) {
     cJSON *o = envelope(srv, r, true);
     cJSON_AddArrayToObject(o, "choices");
     cJSON_AddItemToObject(o, "usage", usage(r));
-    return print(o);
+    return api_print(o);
 }
 
 char *api_error_body(const api_error *e) {
@@ -287,7 +287,7 @@ char *api_error_body(const api_error *e) {
     else cJSON_AddNullToObject(err, "param");
     if (e->code) cJSON_AddStringToObject(err, "code", e->code);
     else cJSON_AddNumberToObject(err, "code", e->status);
-    return print(o);
+    return api_print(o);
 }
 
 char *api_models(const server *srv) {
@@ -299,7 +299,7 @@ char *api_models(const server *srv) {
     cJSON_AddStringToObject(m, "owned_by", "loom");
     cJSON_AddNumberToObject(m, "max_model_len", srv->max_ctx);
     cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "data"), m);
-    return print(o);
+    return api_print(o);
 }
 
 bool api_stream_done(sse_buf *b, const server *srv, const request *r) {

@@ -181,11 +181,6 @@ static int translate_format(const cJSON *in, cJSON *out, api_error *e) {
     return 0;
 }
 
-static void copy_field(const cJSON *in, cJSON *out, const char *from, const char *to) {
-    const cJSON *v = get_field(in, from);
-    if (v) cJSON_AddItemToObject(out, to, cJSON_Duplicate(v, true));
-}
-
 /* Fields loom cannot honour are refused by name. */
 static int refuse_unsupported(const cJSON *in, api_error *e) {
     bool background = false;
@@ -242,10 +237,10 @@ request *api_parse_responses(server *srv, const char *body, size_t len, api_erro
     if (chat_tools_from_flat(in, chat, "function", "parameters", e) || translate_tool_choice(in, chat, e) ||
         translate_format(in, chat, e))
         goto done;
-    copy_field(in, chat, "model", "model");
-    copy_field(in, chat, "max_output_tokens", "max_tokens");
+    chat_copy_field(in, chat, "model", "model");
+    chat_copy_field(in, chat, "max_output_tokens", "max_tokens");
     static const char *const same[] = {"temperature", "top_p", "stream", "parallel_tool_calls"};
-    for (size_t i = 0; i < sizeof same / sizeof *same; i++) copy_field(in, chat, same[i], same[i]);
+    for (size_t i = 0; i < sizeof same / sizeof *same; i++) chat_copy_field(in, chat, same[i], same[i]);
     if (!(r = api_generate_json(srv, REQ_CHAT, chat, e))) goto done;
     r->api = API_RESPONSES;
     r->store = store && srv->o->responses_store_bytes > 0;
@@ -273,12 +268,6 @@ char *api_stored_response(server *srv, const char *id, api_error *e) {
 }
 
 /* ---- the answer ---- */
-
-static char *print(cJSON *o) {
-    char *s = cJSON_PrintUnformatted(o);
-    cJSON_Delete(o);
-    return s;
-}
 
 /* Output item i's id; call i's call_id. */
 static void item_id(const request *r, int i, bool call, char *id, size_t cap) {
@@ -425,27 +414,31 @@ static char *conversation_after(const request *r, const cJSON *output) {
     if (text || !calls) cJSON_ReplaceItemInObjectCaseSensitive(m, "content", cJSON_CreateString(text ? text : ""));
     free(text);
     cJSON_AddItemToArray(msgs, m);
-    return print(msgs);
+    return api_print(msgs);
 }
 
 /* The finished response's body; stored when asked. */
-static char *responses_whole(const server *srv, const request *r) {
+/* The finished response object (NULL when out of memory), stored when asked: what the whole
+ * body is, and what a stream's last event carries. */
+static cJSON *finished_response(const server *srv, const request *r) {
     cJSON *output = output_items(r);
     if (!output) return NULL;
     cJSON *o = response_object(srv, r, output);
-    char *body = cJSON_PrintUnformatted(o), *conv = body && r->store ? conversation_after(r, output) : NULL;
-    if (conv) response_store_put(srv->responses, r->id, conv, body);
+    char *conv = r->store ? conversation_after(r, output) : NULL, *body = conv ? cJSON_PrintUnformatted(o) : NULL;
+    if (body) response_store_put(srv->responses, r->id, conv, body);
     free(conv);
-    cJSON_Delete(o);
-    return body;
+    free(body);
+    return o;
 }
+
+static char *responses_whole(const server *srv, const request *r) { return api_print(finished_response(srv, r)); }
 
 /* ---- the stream ---- */
 
 static bool event(shape_stream *s, const char *type, cJSON *o) {
     cJSON_AddStringToObject(o, "type", type);
     cJSON_AddNumberToObject(o, "sequence_number", s->seq++);
-    return sse_event(s->buf, type, print(o));
+    return sse_event(s->buf, type, api_print(o));
 }
 
 static bool with_response(shape_stream *s, const char *type) {
@@ -526,14 +519,9 @@ static bool responses_call(shape_stream *s, const char *name, const char *argume
 
 static bool responses_end(shape_stream *s) {
     if (!open_response(s) || !close_text(s)) return false;
-    cJSON *output = output_items(s->r);
-    if (!output) return false;
-    cJSON *o = cJSON_CreateObject(), *resp = response_object(s->srv, s->r, output);
-    char *conv = s->r->store ? conversation_after(s->r, output) : NULL,
-         *body = conv ? cJSON_PrintUnformatted(resp) : NULL;
-    if (body) response_store_put(s->srv->responses, s->r->id, conv, body);
-    free(conv);
-    free(body);
+    cJSON *resp = finished_response(s->srv, s->r);
+    if (!resp) return false;
+    cJSON *o = cJSON_CreateObject();
     cJSON_AddItemToObject(o, "response", resp);
     return event(s, s->r->finish == FINISH_LENGTH ? "response.incomplete" : "response.completed", o);
 }

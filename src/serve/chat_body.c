@@ -34,6 +34,11 @@ cJSON *chat_tool_call(const char *id, const char *name, const char *arguments) {
     return call;
 }
 
+void chat_copy_field(const cJSON *in, cJSON *out, const char *from, const char *to) {
+    const cJSON *v = get_field(in, from);
+    if (v) cJSON_AddItemToObject(out, to, cJSON_Duplicate(v, true));
+}
+
 void chat_choose_tool(cJSON *body, const char *name) {
     cJSON *c = cJSON_AddObjectToObject(body, "tool_choice");
     cJSON_AddStringToObject(c, "type", "function");

@@ -17,6 +17,8 @@ cJSON *chat_tool_call(const char *id, const char *name, const char *arguments);
  * which may be left out; Responses: "function"), its schema under schema_key (input_schema,
  * required; parameters, optional). Other tool types are refused by name. -1 with e on failure. */
 int chat_tools_from_flat(const cJSON *in, cJSON *out, const char *type, const char *schema_key, api_error *e);
+/* in's field `from`, when present and not null, copied into out as `to`. */
+void chat_copy_field(const cJSON *in, cJSON *out, const char *from, const char *to);
 /* Adds tool_choice naming a function to body. */
 void chat_choose_tool(cJSON *body, const char *name);
 

@@ -74,8 +74,8 @@ typedef struct request {
     int n_stop_ids;
     char *echo; /* completions' echo: the prompt's text, which the output follows (NULL: none) */
     /* Responses: the conversation given (chat messages, JSON), which the store keeps with the
-     * output; the request's fields the response object repeats (a JSON object); and whether to
-     * store it (api_responses.c) */
+     * output; the request's fields the answer repeats (a JSON object; rerank's: top_n and the
+     * documents); and whether to store it (api_responses.c) */
     char *conversation, *echoed;
     bool store;
 

@@ -462,8 +462,9 @@ static void pool_rows(sched *s, request *r, const float *rows, int n) {
         r->finish = FINISH_STOP;
         return;
     }
+    if (!r->n_pooled) memset(r->pooled, 0, (size_t)w * sizeof *r->pooled); /* a start, or again after preemption */
     for (int t = 0; t < n; t++, r->n_pooled++)
-        for (int j = 0; j < w; j++) r->pooled[j] = (r->n_pooled ? r->pooled[j] : 0) + rows[(size_t)t * w + j];
+        for (int j = 0; j < w; j++) r->pooled[j] += rows[(size_t)t * w + j];
     if (to_compute(r)) return;
     double norm = 0;
     for (int j = 0; j < w; j++) {

@@ -125,14 +125,16 @@ module *arch_build(const model_config *c, loom_err *err) {
             const llama_variant *v = &llama_like[i].variant;
             module *root =
                 llama_like[i].build ? llama_like[i].build(c, v) : build_llama_family(c, v); /* checked once, here */
-            if (!module_check(root, err) && (!c->pooled || !cut_head(root, err))) return root;
-            if (root && !root->failed && c->pooled) { /* cut_head said why */
+            if (module_check(root, err)) {
+                module_free(root);
+                loom_err_prefix(err, "building the module tree");
+                return NULL;
+            }
+            if (c->pooled && cut_head(root, err)) {
                 module_free(root);
                 return NULL;
             }
-            module_free(root);
-            loom_err_prefix(err, "building the module tree");
-            return NULL;
+            return root;
         }
     char list[512] = "";
     for (size_t i = 0; i < sizeof llama_like / sizeof llama_like[0]; i++)
