@@ -99,6 +99,7 @@ typedef struct loom_model_info {
     int out_width;
     loom_pooling pooling;
     bool normalize;
+    const char *chat_template; /* the chat template the model file carries (a GGUF's), or NULL */
 } loom_model_info;
 LOOM_API void loom_model_get_info(const loom_model *m, loom_model_info *info);
 

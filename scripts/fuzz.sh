@@ -6,15 +6,16 @@ cd "$(dirname "$0")/.."
 secs=${1:-60}
 LOOM_WITH_FUZZ=1 scripts/install-deps.sh
 cmake -S . -B build-fuzz -DCMAKE_C_COMPILER=clang -DLOOM_FUZZ=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-cmake --build build-fuzz -j "$(nproc)" --target fuzz_safetensors fuzz_config fuzz_tokenizer fuzz_quant fuzz_request fuzz_template \
+cmake --build build-fuzz -j "$(nproc)" --target fuzz_safetensors fuzz_gguf fuzz_config fuzz_tokenizer fuzz_quant fuzz_request fuzz_template \
   fuzz_expert_load fuzz_grammar fuzz_grammar_ambiguous fuzz_tool_calls
-for t in safetensors config tokenizer quant request template expert_load grammar grammar_ambiguous tool_calls; do
+for t in safetensors gguf config tokenizer quant request template expert_load grammar grammar_ambiguous tool_calls; do
   corpus=build-fuzz/corpus-$t
   mkdir -p "$corpus"
   case $t in
     safetensors) cp tests/golden/*/golden.safetensors models/stories260K/model.safetensors "$corpus/" 2>/dev/null || true
                  cp fuzz/regressions/safetensors-* "$corpus/"
                  for f in tests/golden/*/model.safetensors; do cp "$f" "$corpus/$(basename "$(dirname "$f")").st"; done ;;
+    gguf) cp fuzz/seeds/gguf-*.gguf fuzz/regressions/gguf-* "$corpus/" ;;
     config) for f in tests/golden/*/config.json models/stories260K/config.json configs/*.json fuzz/seeds/config-*.json fuzz/regressions/config-*.json; do
               cp "$f" "$corpus/$(echo "$f" | tr / _)"; done ;;
     tokenizer) cp models/stories260K/tokenizer.json "$corpus/stories.json" ;;

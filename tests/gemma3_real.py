@@ -9,7 +9,11 @@ published one (tests/data/templates/gemma2, as llama.cpp vendors it). Then, on t
   - `loom run` greedy completions of a few prompts equal transformers' greedy `generate`;
   - a chat answer through `loom serve` and the `openai` client equals transformers' greedy chat
     (apply_chat_template, generate);
-  - both again at `-tp 2 --enable-async-tp --sp-min-tokens 0`.
+  - both again at `-tp 2 --enable-async-tp --sp-min-tokens 0`;
+  - all of it again on the GGUF file itself, `-m gemma-3-270m-q4_k_m.gguf` with no conversion
+    (the chat template given with --chat-template, as the file has none), where `/tokenize` must
+    also give the ids of transformers' tokenizer read from the same GGUF for multilingual, code
+    and emoji strings.
 Without the registry (the download fails) it skips with a message (exit 77). The folder and
 transformers' answers are cached in ~/.cache/loom-tests (or $LOOM_TEST_CACHE), keyed by the
 GGUF's checksum and transformers' version.
@@ -35,6 +39,9 @@ TEMPLATE = SRC / "tests/data/templates/gemma2/template.jinja"
 PROMPTS = ["The capital of France is", "def fibonacci(n):", "Once upon a time, in a small village,"]
 CHAT = [{"role": "user", "content": "Name three primary colors."}]
 NEW_TOKENS = 24
+TEXTS = ["Hello world", " leading space", "naïve café, Äpfel und Übermut", "Здравствуй, мир", "你好，世界。日本語もある",
+         "مرحبا بالعالم", "def f(x):\n\treturn x ** 2  # square\n", "    indented\n\n\nlines", "🦙🦙 emoji 👍🏽 and ✨",
+         "<start_of_turn>user\nhi<end_of_turn>", "1234567890 3.14159", "a\u00a0b\u200bc", ""]
 failures = 0
 
 
@@ -131,8 +138,10 @@ def loom_run(folder, prompt, flags):
     return r.stdout[:-1] if r.stdout.endswith("\n") else r.stdout  # the line loom ends its output with
 
 
-def serve_chat(folder, flags):
+def serve_chat(folder, flags, texts=()):
+    """The chat answer, and the ids /tokenize gives for texts (without special tokens)."""
     import openai
+    import urllib.request
     log = tempfile.NamedTemporaryFile("w+", prefix="loom-gemma3-serve-", suffix=".txt", delete=False)
     proc = subprocess.Popen([*LOOM.split(), "serve", "-m", str(folder), "--port", "0", "--max-model-len", "1024",
                              *flags], stderr=log)
@@ -149,7 +158,12 @@ def serve_chat(folder, flags):
             return None
         client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none", max_retries=0, timeout=600)
         r = client.chat.completions.create(model=str(folder), messages=CHAT, temperature=0, max_tokens=NEW_TOKENS)
-        return r.choices[0].message.content
+        ids = []
+        for t in texts:
+            req = urllib.request.Request(f"http://127.0.0.1:{port}/tokenize", method="POST",
+                                         data=json.dumps({"prompt": t, "add_special_tokens": False}).encode())
+            ids.append(json.loads(urllib.request.urlopen(req, timeout=60).read())["tokens"])
+        return r.choices[0].message.content, ids
     finally:
         proc.send_signal(signal.SIGTERM)
         check(proc.wait(timeout=120) == 0, f"loom serve {' '.join(flags)} did not exit 0 on SIGTERM")
@@ -165,15 +179,25 @@ def main():
     folder = cache / f"gemma3-270m-{key.hexdigest()[:12]}"
     convert(gguf, folder)
     ref = reference(folder, folder / "transformers-answers.json")
-    for flags in ([], ["-tp", "2", "--enable-async-tp", "--sp-min-tokens", "0"]):
-        where = " ".join(flags) or "tp=1"
-        for prompt, want in zip(PROMPTS, ref["completions"]):
-            got = loom_run(folder, prompt, flags)
-            check(got == want, f"{where}: {prompt!r}: loom {got!r}, transformers {want!r}")
-        got = serve_chat(folder, flags)
-        check(got == ref["chat"], f"{where}: chat: loom serve {got!r}, transformers {ref['chat']!r}")
-        print(f"{where}: {len(PROMPTS)} greedy completions and a chat answer as transformers gives them"
-              f"{'' if not failures else ' (with failures above)'}", flush=True)
+    from transformers import AutoTokenizer
+    gguf_tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    want_ids = [gguf_tok(t, add_special_tokens=False).input_ids for t in TEXTS]
+    for model, extra in ((folder, []), (gguf, ["--chat-template", str(TEMPLATE)])):
+        for flags in ([], ["-tp", "2", "--enable-async-tp", "--sp-min-tokens", "0"]):
+            where = f"{model.name} " + (" ".join(flags) or "tp=1")
+            for prompt, want in zip(PROMPTS, ref["completions"]):
+                got = loom_run(model, prompt, flags)
+                check(got == want, f"{where}: {prompt!r}: loom {got!r}, transformers {want!r}")
+            answer = serve_chat(model, flags + extra, TEXTS if model == gguf else ())
+            if answer is None:
+                continue
+            got, ids = answer
+            check(got == ref["chat"], f"{where}: chat: loom serve {got!r}, transformers {ref['chat']!r}")
+            for t, g, w in zip(TEXTS, ids, want_ids):
+                check(g == w, f"{where}: /tokenize {t!r}: loom {g}, transformers {w}")
+            print(f"{where}: {len(PROMPTS)} greedy completions and a chat answer as transformers gives them"
+                  f"{f', and /tokenize ids of {len(TEXTS)} strings' if ids else ''}"
+                  f"{'' if not failures else ' (with failures above)'}", flush=True)
     print(f"{'FAILED' if failures else 'passed'}: Gemma 3 270M (real weights) against transformers")
     sys.exit(1 if failures else 0)
 

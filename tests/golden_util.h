@@ -22,8 +22,11 @@
  * on the same three, DeepSeek-V3's block-scaled layout, and E5M2 blocks that a split over 3 cuts. */
 #define QUANTIZED_CASES                                                                                                \
     "gptq_llama", "gptq_qwen2", "gptq_mixtral", "awq_llama", "awq_qwen2", "awq_mixtral", "ct_llama", "ct_qwen2",       \
-        "ct_mixtral", FP8_CASES
-#define FP8_CASES "fp8_llama", "fp8_qwen2", "fp8_mixtral", "fp8_deepseek_v3", "fp8_tp3"
+        "ct_mixtral", FP8_CASES, GGUF_CASES
+/* GGUF files of a Llama, a Qwen2, a Qwen3 and a Gemma 3, every linear another of llama.cpp's block
+ * types, and the `llama` golden converted as llama.cpp does it (tests/golden/make_gguf_golden.py) */
+#define GGUF_CASES "gguf_llama", "gguf_qwen2", "gguf_qwen3", "gguf_gemma3", "gguf_llama3"
+#define FP8_CASES  "fp8_llama", "fp8_qwen2", "fp8_mixtral", "fp8_deepseek_v3", "fp8_tp3"
 
 /* The float golden models of every architecture the parallel tests run (test_golden adds its
  * expert-parallel ones). */
@@ -62,11 +65,18 @@ static inline void golden_dir(char *out, size_t cap, const char *name) {
     snprintf(out, cap, "%s/tests/golden/%.*s", LOOM_SOURCE_DIR, (int)strcspn(name, "@"), name);
 }
 
+/* The model in case folder dir: its model.gguf where it has one (the GGUF cases,
+ * tests/golden/make_gguf_golden.py), else the folder. */
+static inline const char *golden_model_at(const char *dir, char *out, size_t cap) {
+    snprintf(out, cap, "%s/model.gguf", dir);
+    return access(out, R_OK) == 0 ? out : dir;
+}
+
 /* Case `name`'s model, loaded at the precision its golden run computes in (golden_dtype). */
 static inline loom_model *golden_load(const char *name, loom_err *err) {
-    char dir[900];
+    char dir[900], path[1000];
     golden_dir(dir, sizeof dir, name);
-    loom_model_options mo = {.path = dir, .dtype = golden_dtype(name)};
+    loom_model_options mo = {.path = golden_model_at(dir, path, sizeof path), .dtype = golden_dtype(name)};
     return loom_model_load(&mo, err);
 }
 
@@ -115,9 +125,9 @@ static inline void golden_close(golden *g) {
 /* Whether case `name`'s attention heads split over tp ranks (vLLM's rule: kv heads divide by tp
  * or tp by them); -1 with err set when the model does not load. */
 static inline int golden_heads_divide(const char *name, int tp, loom_err *err) {
-    char dir[900];
+    char dir[900], path[1000];
     golden_dir(dir, sizeof dir, name);
-    loom_model_options mo = {.path = dir, .dtype = golden_dtype(name)};
+    loom_model_options mo = {.path = golden_model_at(dir, path, sizeof path), .dtype = golden_dtype(name)};
     loom_model *m = loom_model_load(&mo, err);
     if (!m) return -1;
     loom_model_info info;

@@ -33,7 +33,9 @@ static const char *cases[] = {ARCH_CASES, "deepseek_v3_skewed", "mixtral_ep3", Q
 static bool run_dtype(const char *name, const char *dir, const char *dtype, const golden *g, float *out) {
     loom_err err = {{0}};
     bool fp8_act = !strcmp(dtype, FP8_ACT);
-    loom_model_options mo = {.path = dir, .dtype = fp8_act ? "auto" : dtype, .fp8_activations = fp8_act};
+    char path[1000];
+    loom_model_options mo = {
+        .path = golden_model_at(dir, path, sizeof path), .dtype = fp8_act ? "auto" : dtype, .fp8_activations = fp8_act};
     loom_model *m = loom_model_load(&mo, &err);
     loom_engine_options eo = golden_engine_options(NULL);
     loom_engine *e = m ? loom_engine_new(m, &eo, &err) : NULL;

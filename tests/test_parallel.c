@@ -16,9 +16,11 @@
 
 /* (the last four again with --dtype auto: bf16 and int8 activations, golden_util.h; ct_llama's
  * and awq_mixtral's attention regions gather int8 rows, gptq_llama's act-order ones fp32; then
- * two FP8 models on FP8 activations, static scales and dynamic per-token ones) */
-static const char *cases[] = {ARCH_CASES,      QUANTIZED_CASES,    "llama_bf16@auto",  "gptq_llama@auto",
-                              "ct_llama@auto", "awq_mixtral@auto", "fp8_llama@fp8act", "fp8_qwen2@fp8act"};
+ * two FP8 models on FP8 activations, static scales and dynamic per-token ones; then a GGUF's
+ * blocks, whose regions gather fp32 rows under --dtype auto too) */
+static const char *cases[] = {ARCH_CASES,         QUANTIZED_CASES,    "llama_bf16@auto",
+                              "gptq_llama@auto",  "ct_llama@auto",    "awq_mixtral@auto",
+                              "fp8_llama@fp8act", "fp8_qwen2@fp8act", "gguf_gemma3@auto"};
 
 typedef enum mode { MODE_TP, MODE_SP, MODE_ASYNC, MODE_ASYNC_THRESHOLD } mode;
 static const char *mode_names[] = {"TP", "SP", "async TP", "async TP above 4 tokens"};
@@ -101,10 +103,10 @@ static int quant_group;
 
 static loom_model *load(const char *name) {
     bool custom = !strcmp(name, CUSTOM_CASE);
-    char dir[900];
+    char dir[900], path[1000];
     golden_dir(dir, sizeof dir, custom ? "llama" : name);
     loom_err err = {{0}};
-    loom_model_options mo = {.path = dir,
+    loom_model_options mo = {.path = golden_model_at(dir, path, sizeof path),
                              .dtype = golden_dtype(name),
                              .quantization = quantization,
                              .quant_group = quant_group,
@@ -170,6 +172,12 @@ static bool shardable(const char *name, int tp, const char **why) {
     *why = "cannot be split across";
     if (!(i.n_heads % tp == 0 && (i.n_kv_heads % tp == 0 || tp % i.n_kv_heads == 0) && i.intermediate % tp == 0))
         return false;
+    /* the GGUF cases of random blocks: down_proj in k-quant super-blocks, o_proj in blocks of 32
+     * (gguf_llama3 is F32) */
+    if (!strncmp(name, "gguf_", 5) && strcmp(name, "gguf_llama3")) {
+        *why = "cuts a GGUF block: the tensor is";
+        return (i.intermediate / tp) % 256 == 0 && (i.n_heads * i.head_dim / tp) % 32 == 0;
+    }
     int g = quant_group_size(name);
     *why = "is not a whole number of quantization groups";
     return !g || ((i.hidden / tp) % g == 0 && (i.intermediate / tp) % g == 0);

@@ -38,12 +38,15 @@ static int serve_rank(loom_comm *comm, void *arg) {
     return rc;
 }
 
-/* The folder a chat template would be found in: -m itself, or a config.json's folder; NULL with
- * err set when out of memory, or without when there is none. */
+/* The folder a chat template would be found in: -m itself, or a config.json's folder (not a
+ * GGUF file's: the file carries its own); NULL with err set when out of memory, or without when
+ * there is none. */
 static char *model_dir(const char *model, loom_err *err) {
     struct stat st;
     if (!model || stat(model, &st)) return NULL;
     if (S_ISDIR(st.st_mode)) return mem_strdup(model, "the model's folder", err);
+    size_t n = strlen(model);
+    if (n < 5 || strcmp(model + n - 5, ".json")) return NULL;
     char *copy = mem_strdup(model, "the model's path", err),
          *dir = copy ? mem_strdup(dirname(copy), "the model's folder", err) : NULL;
     free(copy);

@@ -44,6 +44,18 @@ static inline vf vload_bf16(const uint16_t *p) {
 static inline vf vload_u8(const uint8_t *p) {
     return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p)));
 }
+/* VL bytes' bit fields (b >> shift) & mask as floats: GGUF blocks' codes and their high bits */
+static inline vf vbits_u8(const uint8_t *p, int shift, int mask) {
+    __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p));
+    return _mm512_cvtepi32_ps(
+        _mm512_and_si512(_mm512_srlv_epi32(b, _mm512_set1_epi32(shift)), _mm512_set1_epi32(mask)));
+}
+/* bits first, first + 1, ... of w, one a lane, as floats (0 or 1) */
+static inline vf vbit_lanes(uint32_t w, int first) {
+    const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    __m512i at = _mm512_add_epi32(iota, _mm512_set1_epi32(first));
+    return _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srlv_epi32(_mm512_set1_epi32((int)w), at), _mm512_set1_epi32(1)));
+}
 /* VL FP8 codes as f32 bits (tensor/fp8.h): sign to bit 31, the rest shifted up; each is the
  * code's value times 2^-(127 - bias), which the caller multiplies back */
 static inline vf vload_fp8(const uint8_t *p, int shift) {
@@ -112,6 +124,15 @@ static inline vf vload_bf16(const uint16_t *p) {
 static inline vf vload_u8(const uint8_t *p) {
     return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p)));
 }
+static inline vf vbits_u8(const uint8_t *p, int shift, int mask) {
+    __m256i b = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p));
+    return _mm256_cvtepi32_ps(
+        _mm256_and_si256(_mm256_srlv_epi32(b, _mm256_set1_epi32(shift)), _mm256_set1_epi32(mask)));
+}
+static inline vf vbit_lanes(uint32_t w, int first) {
+    __m256i at = _mm256_add_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(first));
+    return _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32((int)w), at), _mm256_set1_epi32(1)));
+}
 static inline vf vload_fp8(const uint8_t *p, int shift) {
     __m256i b = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p));
     __m256i u =
@@ -170,6 +191,14 @@ static inline uint32x4_t vload_u8_u32(const uint8_t *p) {
     return vmovl_u16(vget_low_u16(vmovl_u8(vreinterpret_u8_u32(vdup_n_u32(u)))));
 }
 static inline vf vload_u8(const uint8_t *p) { return vcvtq_f32_u32(vload_u8_u32(p)); }
+static inline vf vbits_u8(const uint8_t *p, int shift, int mask) {
+    return vcvtq_f32_u32(vandq_u32(vshlq_u32(vload_u8_u32(p), vdupq_n_s32(-shift)), vdupq_n_u32((uint32_t)mask)));
+}
+static inline vf vbit_lanes(uint32_t w, int first) {
+    const int32_t iota[4] = {0, -1, -2, -3};
+    int32x4_t at = vsubq_s32(vld1q_s32(iota), vdupq_n_s32(first));
+    return vcvtq_f32_u32(vandq_u32(vshlq_u32(vdupq_n_u32(w), at), vdupq_n_u32(1)));
+}
 static inline vf vload_fp8(const uint8_t *p, int shift) {
     uint32x4_t b = vload_u8_u32(p);
     uint32x4_t u = vorrq_u32(vshlq_n_u32(vandq_u32(b, vdupq_n_u32(0x80)), 24),
@@ -229,6 +258,8 @@ static inline vf vload_bf16(const uint16_t *p) {
     return f;
 }
 static inline vf vload_u8(const uint8_t *p) { return (float)*p; }
+static inline vf vbits_u8(const uint8_t *p, int shift, int mask) { return (float)((*p >> shift) & mask); }
+static inline vf vbit_lanes(uint32_t w, int first) { return (float)((w >> first) & 1); }
 static inline vf vload_fp8(const uint8_t *p, int shift) {
     uint32_t u = (uint32_t)(*p & 0x80) << 24 | (uint32_t)(*p & 0x7f) << shift;
     float f;

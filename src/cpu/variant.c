@@ -14,6 +14,7 @@
 #endif
 #include "cpu/simd.h"
 #include "tensor/fp8.h"
+#include "tensor/gguf_blocks.h"
 #include "tensor/tensor.h"
 
 #define CAT2(a, b) a##b
@@ -153,9 +154,146 @@ static inline __attribute__((always_inline)) void dot_q_row(const float *const *
     for (int r = 0; r < nr; r++) y[r] = vhsum(vadd(vadd(a[r][0], a[r][1]), vadd(a[r][2], a[r][3])));
 }
 
+/* GGUF blocks (tensor/gguf_blocks.h) decoded a vector at a time. Each weight's integer code is
+ * built in float from its bit fields (small integers: exact), then scaled with the same one or
+ * two roundings as the definition (dl * q, then - ml or + m): the scalar decoder's bits. Types
+ * without a vector form here (IQ4_NL, IQ4_XS: table lookups) take the scalar one. */
+static inline __attribute__((always_inline)) void gg_put(float *out, vf q, float dl, bool min, float ml) {
+    vf p = vmul(vset1(dl), q);
+    vstore(out, min ? vsub(p, vset1(ml)) : p);
+}
+
+/* A k-quant block of 256 weights at b into out. */
+static inline __attribute__((always_inline)) void gg_kquant(int t, const uint8_t *b, float *out) {
+    switch (t) {
+    case GT_Q2_K: { /* scales[16] qs[64] d dmin: 16 groups of 16 */
+        float d = gguf_f16(b + 80), dmin = gguf_f16(b + 82);
+        for (int g = 0; g < 16; g++) {
+            int i0 = g * 16 % 128;
+            const uint8_t *q = b + 16 + g / 8 * 32 + i0 % 32;
+            float dl = d * (float)(b[g] & 15), ml = dmin * (float)(b[g] >> 4);
+            for (int u = 0; u < 16; u += VL) gg_put(out + g * 16 + u, vbits_u8(q + u, 2 * (i0 / 32), 3), dl, true, ml);
+        }
+        return;
+    }
+    case GT_Q3_K: { /* hmask[32] qs[64] scales[12] d */
+        const uint8_t *s = b + 96;
+        float d = gguf_f16(b + 108);
+        for (int g = 0; g < 16; g++) {
+            int e0 = g * 16, i0 = e0 % 128;
+            int lo = g < 8 ? s[g] & 15 : s[g - 8] >> 4, hi = (s[8 + g % 4] >> (2 * (g / 4))) & 3;
+            float dl = d * (float)((int8_t)(lo | hi << 4) - 32);
+            const uint8_t *q = b + 32 + e0 / 128 * 32 + i0 % 32, *h = b + e0 % 32;
+            for (int u = 0; u < 16; u += VL) { /* ql - 4 (1 - bit): the bit set means no offset */
+                vf neg = vsub(vset1(1.0f), vbits_u8(h + u, e0 / 32, 1));
+                gg_put(out + e0 + u, vsub(vbits_u8(q + u, 2 * (i0 / 32), 3), vmul(neg, vset1(4.0f))), dl, false, 0);
+            }
+        }
+        return;
+    }
+    case GT_Q4_K:
+    case GT_Q5_K: { /* d dmin scales[12] (Q5_K: qh[32]) qs[128]: 8 groups of 32 */
+        uint8_t sc[8], mn[8];
+        float d = gguf_f16(b), dmin = gguf_f16(b + 2);
+        gguf_k_scales(b + 4, sc, mn);
+        const uint8_t *qs = b + (t == GT_Q5_K ? 48 : 16);
+        for (int g = 0; g < 8; g++) {
+            float dl = d * (float)sc[g], ml = dmin * (float)mn[g];
+            for (int u = 0; u < 32; u += VL) {
+                vf q = vbits_u8(qs + g / 2 * 32 + u, 4 * (g % 2), 15);
+                if (t == GT_Q5_K) q = vadd(q, vmul(vbits_u8(b + 16 + u, g, 1), vset1(16.0f)));
+                gg_put(out + g * 32 + u, q, dl, true, ml);
+            }
+        }
+        return;
+    }
+    case GT_Q6_K: { /* ql[128] qh[64] scales[16] d: 16 groups of 16 */
+        float d = gguf_f16(b + 208);
+        for (int g = 0; g < 16; g++) {
+            int e0 = g * 16, h = e0 / 128, i0 = e0 % 128;
+            float dl = d * (float)(int8_t)b[192 + g];
+            const uint8_t *lo = b + h * 64 + i0 % 64, *hi = b + 128 + h * 32 + i0 % 32;
+            for (int u = 0; u < 16; u += VL) {
+                vf q =
+                    vadd(vbits_u8(lo + u, 4 * (i0 / 64), 15), vmul(vbits_u8(hi + u, 2 * (i0 / 32), 3), vset1(16.0f)));
+                gg_put(out + e0 + u, vsub(q, vset1(32.0f)), dl, false, 0);
+            }
+        }
+        return;
+    }
+    }
+}
+
+/* A block of 32 at b into out (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0). */
+static inline __attribute__((always_inline)) void gg_block32(int t, const uint8_t *b, float *out) {
+    float d = gguf_f16(b);
+    if (t == GT_Q8_0) { /* signed bytes: u - 256 where u >= 128 */
+        for (int u = 0; u < 32; u += VL) {
+            vf q = vbits_u8(b + 2 + u, 0, 255);
+            vstore(out + u, vmul(vsub(q, vkeep_ge(q, 128.0f, vset1(256.0f))), vset1(d)));
+        }
+        return;
+    }
+    bool min = t == GT_Q4_1 || t == GT_Q5_1, five = t == GT_Q5_0 || t == GT_Q5_1;
+    float m = min ? gguf_f16(b + 2) : 0, offset = min ? 0 : five ? 16.0f : 8.0f;
+    const uint8_t *qs = b + 2 + (min ? 2 : 0) + (five ? 4 : 0);
+    const uint8_t *h = b + (min ? 4 : 2);
+    uint32_t high = (uint32_t)h[0] | (uint32_t)h[1] << 8 | (uint32_t)h[2] << 16 | (uint32_t)h[3] << 24;
+    for (int u = 0; u < 32; u += VL) {
+        vf q = vbits_u8(qs + u % 16, u < 16 ? 0 : 4, 15);
+        if (five) q = vadd(q, vmul(vbit_lanes(high, u), vset1(16.0f)));
+        vf p = vmul(vset1(d), vsub(q, vset1(offset)));
+        vstore(out + u, min ? vadd(p, vset1(m)) : p);
+    }
+}
+
+/* Weights [c0, c0 + n) of a GGUF row (whole blocks) into out. */
+static void gguf_span(int t, const uint8_t *row, int c0, int n, float *out) {
+    const gtype_info *g = &gtype_table[t];
+    const uint8_t *b = row + (size_t)(c0 / g->block) * g->bytes;
+/* each type its own loop, the type constant in the inlined block decoder */
+#define GG_LOOP(type, block, decode)                                                                                   \
+    case type:                                                                                                         \
+        for (int c = 0; c < n; c += block, b += g->bytes) decode(type, b, out + c);                                    \
+        return;
+    switch (t) {
+        GG_LOOP(GT_Q2_K, QK_K, gg_kquant)
+        GG_LOOP(GT_Q3_K, QK_K, gg_kquant)
+        GG_LOOP(GT_Q4_K, QK_K, gg_kquant)
+        GG_LOOP(GT_Q5_K, QK_K, gg_kquant)
+        GG_LOOP(GT_Q6_K, QK_K, gg_kquant)
+        GG_LOOP(GT_Q4_0, 32, gg_block32)
+        GG_LOOP(GT_Q4_1, 32, gg_block32)
+        GG_LOOP(GT_Q5_0, 32, gg_block32)
+        GG_LOOP(GT_Q5_1, 32, gg_block32)
+        GG_LOOP(GT_Q8_0, 32, gg_block32)
+    default: gguf_decode_row(t, row, c0, n, out);
+    }
+}
+
+/* Weights decoded from GGUF blocks at a time, on the stack: a whole number of any type's blocks */
+#define GGUF_SPAN 2048
+
+/* A GGUF row: each span of it decoded exactly into f32 and dotted as f32 weights are, the spans'
+ * sums added in order. */
+static void dot_gguf(const float *const *x, int nr, const uint8_t *w, const qlayout *q, float y[2]) {
+    float span[GGUF_SPAN] __attribute__((aligned(64)));
+    y[0] = y[1] = 0;
+    for (int c = 0; c < q->kp; c += GGUF_SPAN) {
+        int n = q->kp - c < GGUF_SPAN ? q->kp - c : GGUF_SPAN;
+        const float *xs[2] = {x[0] + c, x[nr - 1] + c};
+        float part[2] = {0, 0};
+        gguf_span(q->gtype, w, c, n, span);
+        if (nr == 2) dot_row(xs, 2, span, false, n, part);
+        else dot_row(xs, 1, span, false, n, part);
+        for (int r = 0; r < nr; r++) y[r] += part[r];
+    }
+}
+
 /* Each kind of code and row count its own loop (constants once inlined). */
 static void dot_q(const float *const *x, int nr, const uint8_t *w, const qlayout *q, size_t row, float y[2]) {
     switch (q->code) {
+    case QCODE_GGUF: dot_gguf(x, nr, w, q, y); break;
     case QCODE_E4M3:
         if (nr == 2) dot_q_row(x, 2, w, 8, QCODE_E4M3, q, row, y);
         else dot_q_row(x, 1, w, 8, QCODE_E4M3, q, row, y);
@@ -181,6 +319,10 @@ static void dot_q(const float *const *x, int nr, const uint8_t *w, const qlayout
 }
 
 static void dequant_q(const uint8_t *w, const qlayout *q, size_t row, float *dst) {
+    if (q->code == QCODE_GGUF) {
+        gguf_span(q->gtype, w, 0, q->kp, dst);
+        return;
+    }
     const int block_bytes = q->bits * QBLOCK / 8;
     for (int g = 0, c = 0; g < q->n_groups; g++) {
         float s, z;

@@ -65,6 +65,9 @@ typedef struct model_config {
     float rope_short[CONFIG_MAX_HEAD_DIM / 2], rope_long[CONFIG_MAX_HEAD_DIM / 2];
     mla_config mla;
     bool tie_embeddings, attention_bias, mlp_bias;
+    /* q and k rows of each head in Meta's layout, rotary pairs adjacent: a GGUF file's Llama, as
+     * llama.cpp's converter reorders it (model/gguf_model.c) */
+    bool rope_meta_layout;
     int sliding_window; /* 0: full causal attention */
     /* Gemma: the layers that attend within sliding_window (layer_types; the others attend to
      * everything), and their own RoPE base (0: the same tables as the others) */

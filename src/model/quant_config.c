@@ -22,7 +22,8 @@ const char *quant_format_name(quant_format f) {
                                   "compressed-tensors int-quantized",
                                   "compressed-tensors float-quantized",
                                   "fp8",
-                                  "mxfp4"};
+                                  "mxfp4",
+                                  "gguf"};
     return names[f];
 }
 

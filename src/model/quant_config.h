@@ -16,6 +16,7 @@ typedef enum quant_format {
     QF_CT_FP8,    /* compressed-tensors float-quantized: FP8 weight, weight_scale, input_scale */
     QF_FP8,       /* quant_method "fp8": FP8 weight, weight_scale_inv per block (or weight_scale) */
     QF_MXFP4,     /* quant_method "mxfp4" (GPT-OSS): stacked experts as <name>_blocks, <name>_scales */
+    QF_GGUF,      /* a GGUF file: linears in llama.cpp's block types, mapped as stored (model/gguf_model.c) */
 } quant_format;
 
 /* How an FP8 checkpoint scales its weights: one scale for the matrix, one per output row, or
@@ -43,6 +44,10 @@ typedef struct quant_config {
     int n_ignore; /* modules kept in float: AWQ's modules_to_not_convert, CT's ignore (a "re:" entry is a
                    * regular expression matched from the name's start), fp8's ignored_layers */
     char ignore[QUANT_MAX_IGNORE][160];
+    /* QF_GGUF: tensor `name`'s block type (weights_gguf_type over the open store), so that the
+     * planner's split check knows each tensor's own */
+    int (*gguf_type)(const void *store, const char *name);
+    const void *store;
 } quant_config;
 
 static inline bool quant_format_fp8(quant_format f) { return f == QF_CT_FP8 || f == QF_FP8; }

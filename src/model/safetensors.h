@@ -15,6 +15,8 @@ typedef struct st_tensor {
     int64_t shape[ST_MAX_DIMS];
     size_t nbytes;
     const void *data;
+    int gtype; /* a GGUF file's block-quantized tensor (dtype U8, shape in weights): its ggml type
+                  (tensor/gguf_blocks.h); 0 for a plain dtype */
 } st_tensor;
 
 typedef struct st_file {

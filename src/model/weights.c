@@ -8,13 +8,13 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include "tensor/gguf_blocks.h"
 #include "tensor/half.h"
 #include "util/alloc.h"
 #include "util/err.h"
 #include "util/file.h"
 
-/* Adds an opened file, which the store then owns (closed here when out of memory). */
-static int add_file(weight_store *w, st_file *f, loom_err *err) {
+int weights_add_file(weight_store *w, st_file *f, loom_err *err) {
     bool *used = mem_zalloc(f->n, sizeof *used, "the tensors' marks", err);
     if (!used || ARRAY_RESERVE(w->files, w->cap_files, (size_t)w->n_files + 1, "the list of weight files", err) ||
         ARRAY_RESERVE(w->used, w->cap_used, (size_t)w->n_files + 1, "the list of weight files", err)) {
@@ -52,7 +52,7 @@ static int open_index(weight_store *w, const char *dir, const char *index_path, 
         for (int i = 0; i < w->n_files && !seen; i++) seen = !strcmp(w->files[i].name, path);
         if (seen) continue;
         st_file f;
-        if ((rc = st_open(&f, path, err)) || (rc = add_file(w, &f, err))) break;
+        if ((rc = st_open(&f, path, err)) || (rc = weights_add_file(w, &f, err))) break;
     }
     /* every tensor the index lists must be in the file it names */
     cJSON_ArrayForEach(e, map) {
@@ -80,7 +80,7 @@ static int add_dir(weight_store *w, const char *dir, loom_err *err) {
         snprintf(path, sizeof path, "%s/model.safetensors", dir);
         st_file sf;
         rc = st_open(&sf, path, err);
-        if (!rc) rc = add_file(w, &sf, err);
+        if (!rc) rc = weights_add_file(w, &sf, err);
     }
     return rc;
 }
@@ -106,7 +106,7 @@ int weights_open_image(weight_store *w, const void *buf, size_t size, const char
     memset(w, 0, sizeof *w);
     snprintf(w->dir, sizeof w->dir, "%s", name);
     st_file f;
-    if (st_parse(&f, buf, size, name, err) || add_file(w, &f, err)) {
+    if (st_parse(&f, buf, size, name, err) || weights_add_file(w, &f, err)) {
         weights_close(w);
         return -1;
     }
@@ -234,6 +234,15 @@ static const st_tensor *find(weight_store *w, const char *name, const char **fil
     return t || strncmp(name, "model.", 6) ? t : find_exact(w, name + 6, file);
 }
 
+int weights_gguf_type(const void *store, const char *name) {
+    const weight_store *w = store;
+    for (int i = 0; i < w->n_files; i++) {
+        const st_tensor *t = st_find(&w->files[i], name);
+        if (t) return t->gtype;
+    }
+    return 0;
+}
+
 bool weights_has(const weight_store *w, const char *name) {
     for (int i = 0; i < w->n_files; i++)
         if (st_find(&w->files[i], name)) return true;
@@ -264,6 +273,11 @@ static const st_tensor *locate(weight_store *w, const char *name, int ndim, cons
         for (int i = 0; i < ndim; i++)
             snprintf(want + strlen(want), sizeof want - strlen(want), "%s%d", i ? ", " : "", shape[i]);
         loom_errf(err, "%s: tensor '%s' has shape [%s], expected [%s]", *file, name, got, want);
+        return NULL;
+    }
+    if (t->gtype) {
+        loom_errf(err, "%s: tensor '%s' is stored as %s blocks, which only a linear layer reads", *file, name,
+                  gtype_table[t->gtype].name);
         return NULL;
     }
     if (t->dtype != DT_F32 && t->dtype != DT_BF16 && t->dtype != DT_F16) {

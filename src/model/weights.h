@@ -61,6 +61,9 @@ typedef struct weight_store {
 
 int weights_open_dir(weight_store *w, const char *dir, loom_err *err);
 int weights_open_image(weight_store *w, const void *buf, size_t size, const char *name, loom_err *err);
+/* Adds an opened file (a GGUF part as gguf_model.c renames it), which the store then owns: closed
+ * by weights_close, or here on failure. */
+int weights_add_file(weight_store *w, st_file *f, loom_err *err);
 /* Adds another model's folder to an open store, for the few tensors a model shares with it (an
  * Eagle3 draft's embedding, the target's); its other tensors are not reported unused. */
 int weights_borrow_dir(weight_store *w, const char *dir, loom_err *err);
@@ -80,6 +83,9 @@ int weights_read_f32(weight_store *w, const char *name, int ndim, const int *sha
 /* Tensor `name` as the files hold it (any dtype, marked used), its file in *file; NULL if no
  * file has it. What the quantized formats' readers start from. */
 const st_tensor *weights_tensor(weight_store *w, const char *name, const char **file);
+/* Tensor `name`'s GGUF block type (a ggml type number), 0 for a plain dtype or no such tensor;
+ * nothing is marked used. A quant_config's gguf_type. */
+int weights_gguf_type(const void *store, const char *name);
 /* Whether the files hold tensor `name` (dummy stores hold none); nothing is marked used. */
 bool weights_has(const weight_store *w, const char *name);
 /* The matrix made earlier over these slices of `name`: quantized ones (any format), or else

@@ -7,7 +7,7 @@
 
 static const ckpt_reader *const readers[] = {
     [QF_GPTQ] = &int_reader,   [QF_AWQ] = &int_reader, [QF_CT_PACKED] = &int_reader, [QF_CT_INT] = &int_reader,
-    [QF_CT_FP8] = &fp8_reader, [QF_FP8] = &fp8_reader, [QF_MXFP4] = &mxfp4_reader,
+    [QF_CT_FP8] = &fp8_reader, [QF_FP8] = &fp8_reader, [QF_MXFP4] = &mxfp4_reader,   [QF_GGUF] = &gguf_reader,
 };
 
 static const ckpt_reader *reader_of(const quant_config *q) {

@@ -81,8 +81,16 @@ int qmat_build(weight_store *ws, const qsource *src, wmat *out, loom_err *err) {
         for (; c < cols && keys[c].group == gid[g]; c++, p++) identity &= (col_of[p] = keys[c].col) == p;
         for (; p < group_end[g]; p++) col_of[p] = -1;
     }
-    *q = (qlayout){src->bits, kp,        n_groups,      group_end,     identity ? NULL : col_of,
-                   sz,        src->code, src->in_scale, src->in_group, exps};
+    *q = (qlayout){.bits = src->bits,
+                   .kp = kp,
+                   .n_groups = n_groups,
+                   .group_end = group_end,
+                   .col_of = identity ? NULL : col_of,
+                   .sz = sz,
+                   .code = src->code,
+                   .in_scale = src->in_scale,
+                   .in_group = src->in_group,
+                   .exps = exps};
     *out = (wmat){.dt = DT_U8, .rows = rows, .cols = cols, .ld = row_bytes, .data = data, .q = q};
 
     rc = 0;

@@ -25,7 +25,7 @@ typedef struct ckpt_reader {
     bool row_step; /* takes interleaved rows (row_step over 1) */
 } ckpt_reader;
 
-extern const ckpt_reader int_reader, fp8_reader, mxfp4_reader;
+extern const ckpt_reader int_reader, fp8_reader, mxfp4_reader, gguf_reader;
 
 /* A weight's module ("<module>.weight" less ".weight"); its tensor `<module>.<suffix>` (NULL if
  * absent; *file, if given, the file holding it); element i of an F32, F16 or BF16 tensor as f32;

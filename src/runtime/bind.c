@@ -23,7 +23,8 @@
  * a 1B model's bytes with an 8-bit head (--quantize-lm-head). */
 static enum wact act_for(const weight_store *ws, const weight_ref *r, const wmat *w) {
     if (ws->exact || r->style == PAR_REPLICATED) return WACT_F32;
-    if (w->q && w->q->code == QCODE_E2M1) return WACT_F32; /* MXFP4: exact, no integer or bf16 path */
+    if (w->q && (w->q->code == QCODE_E2M1 || w->q->code == QCODE_GGUF))
+        return WACT_F32; /* MXFP4 and GGUF blocks: exact, no integer or bf16 path */
     if (w->q && w->q->code != QCODE_UINT) return ws->fp8_act ? WACT_FP8 : WACT_BF16; /* FP8: exact in the weight */
     return w->q ? WACT_INT8 : w->dt == DT_BF16 ? WACT_BF16 : WACT_F32;
 }
@@ -43,8 +44,8 @@ static int read_tensor(const plan *p, weight_store *ws, const weight_ref *r, wma
         return weights_get(ws, r->name, r->shape[0], r->cols, r->r0, r->nr, r->c0, r->nc, true, r->init, out, err);
     const quant_config *cq = p->o.checkpoint;
     int step = r->row_step > 1 ? r->row_step : 1, rows = r->ndim == 3 ? r->shape[0] * r->shape[1] : r->shape[0];
-    if (r->kind == WEIGHT_LINEAR && cq && quant_checkpoint_applies(cq, r->name, r->style) &&
-        quant_checkpoint_has(ws, cq, r->name))
+    if ((r->kind == WEIGHT_LINEAR || r->kind == WEIGHT_TABLE) && cq &&
+        quant_checkpoint_applies(cq, r->name, r->style) && quant_checkpoint_has(ws, cq, r->name))
         return quant_checkpoint_get(ws, cq, r->name, rows, r->cols, r->r0, r->nr, step, r->c0, r->nc, out, err);
     quant_scheme q = shard_scheme(p, r->style);
     if (q.bits && (!q.experts_only || r->ndim == 3)) /* dummy rows need no interleaving: any step reads alike */

@@ -9,6 +9,8 @@
 #include "cpu/cpu.h"
 #include "model/arch/arch.h"
 #include "model/embedded.h"
+#include "model/gguf_model.h"
+#include "model/gguf_vocab.h"
 #include "quant/quant.h"
 #include "runtime/model.h"
 #include "util/alloc.h"
@@ -77,7 +79,37 @@ static int resolve_task(loom_model *m, const loom_model_options *o, const char *
     return 0;
 }
 
+#define GGUF_MAX_PARTS 64
+
+/* A GGUF file (or a split one's first part): config, tokenizer and chat template from its
+ * metadata, weights mapped from its tensors. */
+static int open_gguf(loom_model *m, const loom_model_options *o, loom_err *err) {
+    gguf_file parts[GGUF_MAX_PARTS];
+    int n = 0, rc = gguf_model_open(o->path, parts, GGUF_MAX_PARTS, &n, err);
+    if (!rc) rc = gguf_model_config(&parts[0], &m->cfg, err);
+    if (!rc) rc = resolve_task(m, o, NULL, err);
+    if (!rc && !(m->tree = arch_build(&m->cfg, err))) rc = loom_err_prefix(err, "%s", o->path);
+    if (!rc && o->load_tokenizer && !(m->tok = gguf_tokenizer(&parts[0], err)) && err->msg[0]) rc = -1;
+    if (!rc && !(m->chat_template = gguf_model_chat_template(&parts[0], err)) && err->msg[0]) rc = -1;
+    if (rc) {
+        for (int i = 0; i < n; i++) gguf_close(&parts[i]);
+        return -1;
+    }
+    if (o->dummy) {
+        for (int i = 0; i < n; i++) gguf_close(&parts[i]);
+        weights_init_dummy(&m->ws, o->seed);
+        return 0;
+    }
+    if (gguf_model_weights(&m->ws, parts, n, err)) return -1;
+    m->cfg.quant.gguf_type = weights_gguf_type, m->cfg.quant.store = &m->ws;
+    return 0;
+}
+
 static int open_sources(loom_model *m, const loom_model_options *o, loom_err *err) {
+    if (o->path && gguf_model_is_file(o->path)) {
+        if (!(m->source = mem_strdup(o->path, "the model's path", err))) return -1;
+        return open_gguf(m, o, err);
+    }
     if (!o->path) {
         embedded_file c = embedded_get(EMBEDDED_CONFIG), w = embedded_get(EMBEDDED_SAFETENSORS);
         if (!(m->source = mem_strdup("(embedded stories260K)", "the model's name", err))) return -1;
@@ -138,7 +170,9 @@ static int checkpoint_quantization(loom_model *m, bool dummy, loom_err *err) {
                          "%s: the checkpoint is already quantized (%s, %d-bit); --quantization applies to float "
                          "checkpoints",
                          m->source, quant_format_name(q->format), q->bits);
-    if (dummy && q->format == QF_MXFP4) { /* its experts' blocks, quantized from the dummy floats */
+    if (dummy && q->format == QF_GGUF) { /* dummy weights of its shapes, in float */
+        q->format = QF_NONE;
+    } else if (dummy && q->format == QF_MXFP4) { /* its experts' blocks, quantized from the dummy floats */
         m->ws.quant = (quant_scheme){4, 32, false, QCODE_E2M1, 0, 0, true};
         q->format = QF_NONE;
     } else if (dummy) { /* FP8 blocks become groups of a block's columns: the same bytes and work a row */
@@ -178,6 +212,7 @@ void loom_model_free(loom_model *m) {
     module_free(m->tree);
     weights_close(&m->ws);
     if (m->tok) tokenizer_free(m->tok);
+    free(m->chat_template);
     free(m->source);
     free(m);
 }
@@ -208,6 +243,7 @@ void loom_model_get_info(const loom_model *m, loom_model_info *info) {
         .out_width = c->head_vocab,
         .pooling = m->pool.mode,
         .normalize = m->pool.normalize,
+        .chat_template = m->chat_template,
     };
 }
 

@@ -16,6 +16,7 @@ struct loom_model {
     bool progress;
     loom_task task;      /* resolved from loom_model_options.task */
     pooling_config pool; /* an embedding model's */
+    char *chat_template; /* the one the model file carries (a GGUF's), or NULL */
 };
 
 #endif

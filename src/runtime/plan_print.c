@@ -9,8 +9,25 @@
 #include "plan/stage.h"
 #include "quant/checkpoint.h"
 #include "runtime/engine.h"
+#include "tensor/gguf_blocks.h"
 
 /* "column-parallel, out 48+32+16" and which parts every rank holds whole */
+/* A GGUF model's block type of weight `name` ("" when the file stores it as a plain dtype). */
+static const char *gguf_type_of(const quant_config *cq, const char *name) {
+    int t = cq && cq->format == QF_GGUF && cq->gguf_type ? cq->gguf_type(cq->store, name) : 0;
+    return t ? gtype_table[t].name : "";
+}
+
+/* The linear's parts' GGUF types ("Q5_0+Q5_0+Q8_0"), where any is stored in blocks. */
+static void print_gguf_types(FILE *f, const quant_config *cq, const linear_desc *l) {
+    bool any = false;
+    for (int j = 0; j < l->n_parts; j++) any |= *gguf_type_of(cq, l->parts[j].weight) != 0;
+    for (int j = 0; any && j < l->n_parts; j++) {
+        const char *t = gguf_type_of(cq, l->parts[j].weight);
+        fprintf(f, "%s%s", j ? "+" : ", GGUF ", *t ? t : "float");
+    }
+}
+
 static void print_linear(FILE *f, const linear_desc *l) {
     static const char *styles[] = {"replicated", "column-parallel", "row-parallel", "vocab-parallel"};
     int whole = 0;
@@ -28,16 +45,19 @@ static void print_linear(FILE *f, const linear_desc *l) {
     if (whole) fputs(" (*: held whole by every rank)", f);
 }
 
-/* Layers of the same shape: the same kinds of child, in the same order. */
-/* Same ops, children of the same shape, attention over the same window (Gemma's sliding and
- * global layers print apart). */
-static bool same_shape(const module *a, const module *b) {
+/* Layers of the same shape: the same ops, children of the same shape, attention over the same
+ * window (Gemma's sliding and global layers print apart), and in a GGUF file linears of the same
+ * block types (a Q4_K_M file's layers with Q6_K in some tensors print apart). */
+static bool same_shape(const module *a, const module *b, const quant_config *cq) {
     if (a->n_ops != b->n_ops) return false;
     for (int i = 0; i < a->n_ops; i++) {
         const op *x = &a->ops[i], *y = &b->ops[i];
-        if (x->kind != y->kind || (x->kind == OP_CALL && !same_shape(x->child, y->child)) ||
+        if (x->kind != y->kind || (x->kind == OP_CALL && !same_shape(x->child, y->child, cq)) ||
             (x->kind == OP_ATTENTION && x->attn.sliding_window != y->attn.sliding_window))
             return false;
+        for (int j = 0; x->kind == OP_LINEAR && j < x->lin->n_parts && j < y->lin->n_parts; j++)
+            if (strcmp(gguf_type_of(cq, x->lin->parts[j].weight), gguf_type_of(cq, y->lin->parts[j].weight)))
+                return false;
     }
     return true;
 }
@@ -48,7 +68,7 @@ static void print_repeats(FILE *f, int depth, int repeats) {
                 repeats > 1 ? "s" : "");
 }
 
-static void print_module(FILE *f, const module *m, int depth) {
+static void print_module(FILE *f, const module *m, int depth, const quant_config *cq) {
     fprintf(f, "%*s%s [%s]\n", 2 * depth, "", m->name, m->kind);
     const module *shown = NULL; /* the last decoder layer shown in full */
     int repeats = 0;            /* layers since, of its shape */
@@ -62,12 +82,12 @@ static void print_module(FILE *f, const module *m, int depth) {
             /* decoder layers: show a layer in full where its shape changes (a dense layer
              * before the experts' ones), count the ones like it after */
             if (strcmp(o->child->kind, "decoder_layer")) {
-                print_module(f, o->child, depth + 1);
+                print_module(f, o->child, depth + 1, cq);
                 continue;
             }
-            if (!shown || !same_shape(shown, o->child)) {
+            if (!shown || !same_shape(shown, o->child, cq)) {
                 print_repeats(f, depth, repeats);
-                print_module(f, o->child, depth + 1);
+                print_module(f, o->child, depth + 1, cq);
                 shown = o->child, repeats = 0;
             } else {
                 repeats++;
@@ -80,7 +100,9 @@ static void print_module(FILE *f, const module *m, int depth) {
         if (o->lin && o->kind == OP_LINEAR) {
             fputs("  ", f);
             print_linear(f, o->lin);
+            print_gguf_types(f, cq, o->lin);
         }
+        if (o->kind == OP_EMBED) print_gguf_types(f, cq, o->lin);
         if (o->kind == OP_ATTENTION && o->attn.kv_lora) {
             const attn_desc *a = &o->attn;
             fprintf(f, "  latent cache of %d+%d per token (kv_c, k_pe) on every rank; ", a->kv_lora, a->rope);
@@ -428,7 +450,7 @@ int loom_print_plan(loom_model *m, int tp, const loom_engine_options *o, FILE *f
                 : plan_experts_span(&p.o) ? " + experts across replicas"
                                           : "");
     fprintf(f, "\nmodule tree:\n");
-    print_module(f, m->tree, 1);
+    print_module(f, m->tree, 1, &m->cfg.quant);
     if (pp > 1) print_stages(f, m, &p.o, first);
     size_t floats = 0;
     for (int b = 0; b < p.n_buffers; b++)

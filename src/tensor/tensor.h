@@ -21,8 +21,10 @@ bool dtype_from_name(const char *name, enum dtype *d);
 
 /* What a packed code means: an unsigned integer, the weight (q - zero) * scale; or an FP8
  * number (tensor/fp8.h), the weight fp8(q) * scale with no zero point; or a 4-bit FP4 number
- * (tensor/fp4.h, MXFP4), the weight e2m1(q) * scale, its groups 32 columns, scales powers of 2. */
-enum qcode { QCODE_UINT, QCODE_E4M3, QCODE_E5M2, QCODE_E2M1 };
+ * (tensor/fp4.h, MXFP4), the weight e2m1(q) * scale, its groups 32 columns, scales powers of 2.
+ * QCODE_GGUF is not loom's packing: each row is a GGUF file's blocks of one llama.cpp type as
+ * stored (tensor/gguf_blocks.h), mapped from the file, in input column order. */
+enum qcode { QCODE_UINT, QCODE_E4M3, QCODE_E5M2, QCODE_E2M1, QCODE_GGUF };
 
 /* The packed layout of one quantized matrix (quant/ builds it). Its columns are the input
  * features reordered so that each quantization group is contiguous (act-order checkpoints
@@ -43,6 +45,7 @@ typedef struct qlayout {
     /* FP4 codes (MXFP4): [rows][n_groups] E8M0 exponents, the scale 2^(e - 127), one byte a
      * group where sz would take eight: decode reads 4.25 bits a weight, as the format stores it */
     const uint8_t *exps;
+    int gtype; /* QCODE_GGUF: the rows' block type (a ggml type number) */
 } qlayout;
 
 /* What a linear's input rows are rounded to before the product (--dtype): nothing (exact fp32),

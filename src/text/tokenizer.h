@@ -13,6 +13,48 @@ tokenizer *tokenizer_load_file(const char *path, loom_err *err);
 tokenizer *tokenizer_load_json(const char *json, size_t len, const char *name, loom_err *err);
 void tokenizer_free(tokenizer *t);
 
+/* A vocabulary as a GGUF file (llama.cpp's format) carries it, for tokenizer_load_vocab. The
+ * arrays are borrowed for the call only. Kinds, as tokenizer.ggml.model names them:
+ *   TOKENIZER_VOCAB_GPT2    "gpt2": byte-level BPE with merges; `pre` picks the split
+ *   TOKENIZER_VOCAB_SPM     "llama": SentencePiece, merges derived from the scores, byte tokens
+ *                           <0xXX> as fallback
+ *   TOKENIZER_VOCAB_GEMMA4  "gemma4": SentencePiece-style BPE (U+2581 for spaces, byte tokens)
+ *                           with merges */
+typedef enum { TOKENIZER_VOCAB_GPT2, TOKENIZER_VOCAB_SPM, TOKENIZER_VOCAB_GEMMA4 } tokenizer_vocab_kind;
+typedef struct tokenizer_str {
+    const char *p; /* not NUL-terminated */
+    size_t n;
+} tokenizer_str;
+/* tokenizer.ggml.token_type values */
+enum {
+    TOKEN_TYPE_NORMAL = 1,
+    TOKEN_TYPE_UNKNOWN,
+    TOKEN_TYPE_CONTROL,
+    TOKEN_TYPE_USER_DEFINED,
+    TOKEN_TYPE_UNUSED,
+    TOKEN_TYPE_BYTE
+};
+typedef struct tokenizer_vocab {
+    tokenizer_vocab_kind kind;
+    const char *pre;             /* tokenizer.ggml.pre; NULL as "default" (GPT2 only) */
+    const char *arch;            /* general.architecture or NULL: Gemma 1-3 SentencePiece files need it */
+    const tokenizer_str *tokens; /* [n_tokens], id = index */
+    size_t n_tokens;
+    const float *scores;         /* [n_tokens] or NULL (SPM needs them) */
+    const int32_t *types;        /* [n_tokens] TOKEN_TYPE_* or NULL (all normal) */
+    const tokenizer_str *merges; /* [n_merges] "left right", or NULL (GPT2 and GEMMA4 need them) */
+    size_t n_merges;
+    int32_t bos, eos, unk, pad; /* ids, -1 for none */
+    /* 1 yes, 0 no, -1 not stated: llama.cpp's default (BOS for SPM and the Llama-3 names; a
+     * space prefix for SPM) */
+    signed char add_bos, add_eos; /* what add_special adds */
+    signed char add_space_prefix; /* a space before the text (and after each added token) */
+} tokenizer_vocab;
+/* The tokenizer the vocabulary describes, built as transformers' GGUF conversion and llama.cpp
+ * tokenize (see vocab_load.c). name is used in errors. NULL with err set for a pre-tokenizer name
+ * or kind it does not know, or inconsistent arrays. */
+tokenizer *tokenizer_load_vocab(const tokenizer_vocab *v, const char *name, loom_err *err);
+
 /* Ids run 0 .. vocab_size-1 (max id of the vocab and the added tokens, plus one). */
 int tokenizer_vocab_size(const tokenizer *t);
 /* Id of a token string ("<s>", "<|endoftext|>", "▁the"); added tokens first, then the vocab. -1 if absent. */

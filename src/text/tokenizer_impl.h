@@ -167,6 +167,11 @@ int tok_added_index(tokenizer *t, loom_err *err);
 /* Sets t->decode_cap once the vocab, added tokens and decoder chain are loaded. */
 void tok_decode_init_cap(tokenizer *t);
 
+/* tokenizer_load.c: loads a tokenizer.json already parsed (vocab_load.c builds one); name prefixes
+ * errors. */
+struct cJSON;
+tokenizer *tokenizer_load_tree(const struct cJSON *root, const char *name, loom_err *err);
+
 /* ---------------------------------------------------------------- encoding state */
 
 typedef struct {

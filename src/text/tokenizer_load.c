@@ -478,10 +478,14 @@ tokenizer *tokenizer_load_json(const char *json, size_t len, const char *name, l
         loom_errf(err, "%s: invalid JSON near byte %zu", name, end && end >= json ? (size_t)(end - json) : (size_t)0);
         return NULL;
     }
-    tokenizer *t = mem_zalloc(1, sizeof *t, "the tokenizer", err);
-    int rc = t ? load(t, root, err) : -1;
+    tokenizer *t = tokenizer_load_tree(root, name, err);
     cJSON_Delete(root);
-    if (rc) {
+    return t;
+}
+
+tokenizer *tokenizer_load_tree(const cJSON *root, const char *name, loom_err *err) {
+    tokenizer *t = mem_zalloc(1, sizeof *t, "the tokenizer", err);
+    if (!t || load(t, root, err)) {
         loom_err_prefix(err, "%s", name);
         tokenizer_free(t);
         return NULL;

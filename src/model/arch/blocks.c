@@ -60,8 +60,9 @@ module *attention_module(const model_config *c, const llama_variant *v, const ch
     /* Gemma's layer_types: sliding layers attend within the window, with their own RoPE base */
     bool sliding = c->layer_windows ? c->sliding_layer[layer] : v->sliding_window;
     bool local = sliding && c->rope_local_theta;
-    q = emit_rope(m, q, &(rope_desc){c->n_heads, hd, 0, v->interleaved, local}, "q_rot");
-    k = emit_rope(m, k, &(rope_desc){c->n_kv_heads, hd, 0, v->interleaved, local}, "k_rot");
+    bool adjacent = v->interleaved || c->rope_meta_layout;
+    q = emit_rope(m, q, &(rope_desc){c->n_heads, hd, 0, adjacent, local}, "q_rot");
+    k = emit_rope(m, k, &(rope_desc){c->n_kv_heads, hd, 0, adjacent, local}, "k_rot");
     attn_desc a = {.layer = layer,
                    .n_heads = c->n_heads,
                    .n_kv_heads = c->n_kv_heads,

@@ -1,0 +1,395 @@
+/* GGUF as a model source (see gguf_model.h). Each architecture llama.cpp writes is a row of
+ * `archs`: the transformers class it is, and what its converter changed on the way in. The
+ * metadata becomes config.json text for config.c, with the keys transformers' GGUF loader maps
+ * and the defaults its config classes (and loom's parser) fill in, so both read one model. The
+ * tensors are renamed by `names`; anything else in the file is refused by name. */
+#include "model/gguf_model.h"
+
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "util/alloc.h"
+#include "util/err.h"
+
+#define ROPE_FREQS "rope_freqs.weight" /* read into the config (put_rope_freqs), not a weight */
+
+typedef struct gguf_arch {
+    const char *name; /* general.architecture */
+    const char *hf;   /* its transformers class */
+    /* llama.cpp's converter reorders q and k rows of each head into Meta's layout, rotary pairs
+     * adjacent; the file is run with adjacent pairs instead of copying rows back */
+    bool meta_rope;
+    bool gemma; /* norms stored as 1 + w, the FFN's norms named as Gemma's */
+} gguf_arch;
+
+static const gguf_arch archs[] = {
+    {"llama", "LlamaForCausalLM", true, false},   {"qwen2", "Qwen2ForCausalLM", false, false},
+    {"qwen3", "Qwen3ForCausalLM", false, false},  {"gemma2", "Gemma2ForCausalLM", false, true},
+    {"gemma3", "Gemma3ForCausalLM", false, true},
+};
+
+/* Architectures llama.cpp defines whose GGUF layout loom does not read yet. */
+static const char *const later[] = {"qwen2moe", "qwen3moe", "phi3",         "granite",  "olmoe",   "deepseek2",
+                                    "gpt-oss",  "ernie4_5", "ernie4_5-moe", "mistral3", "gemma3n", "granitemoe"};
+
+/* GGUF's per-layer names (after "blk.N.") and the Hugging Face module they belong to; Gemma's
+ * FFN norms first, in their own rows. */
+typedef struct name_map {
+    const char *gguf, *hf;
+    bool gemma_only, plain_only;
+} name_map;
+
+static const name_map layer_names[] = {
+    {"attn_norm", "input_layernorm", false, false},
+    {"attn_q", "self_attn.q_proj", false, false},
+    {"attn_k", "self_attn.k_proj", false, false},
+    {"attn_v", "self_attn.v_proj", false, false},
+    {"attn_output", "self_attn.o_proj", false, false},
+    {"attn_q_norm", "self_attn.q_norm", false, false},
+    {"attn_k_norm", "self_attn.k_norm", false, false},
+    {"ffn_norm", "post_attention_layernorm", false, true},
+    {"ffn_norm", "pre_feedforward_layernorm", true, false},
+    {"post_attention_norm", "post_attention_layernorm", true, false},
+    {"post_ffw_norm", "post_feedforward_layernorm", true, false},
+    {"ffn_gate", "mlp.gate_proj", false, false},
+    {"ffn_up", "mlp.up_proj", false, false},
+    {"ffn_down", "mlp.down_proj", false, false},
+};
+
+static const name_map global_names[] = {
+    {"token_embd", "model.embed_tokens", false, false},
+    {"output_norm", "model.norm", false, false},
+    {"output", "lm_head", false, false},
+};
+
+static const gguf_arch *arch_of(const gguf_file *f, loom_err *err) {
+    gguf_str a;
+    int rc = gguf_get_str(f, "general.architecture", &a, err);
+    if (rc < 0) return NULL;
+    if (rc > 0) {
+        loom_errf(err, "%s: missing key 'general.architecture'", f->name);
+        return NULL;
+    }
+    for (size_t i = 0; i < sizeof archs / sizeof *archs; i++)
+        if (strlen(archs[i].name) == a.n && !memcmp(archs[i].name, a.p, a.n)) return &archs[i];
+    for (size_t i = 0; i < sizeof later / sizeof *later; i++)
+        if (strlen(later[i]) == a.n && !memcmp(later[i], a.p, a.n)) {
+            loom_errf(err,
+                      "%s: general.architecture '%s': loom runs this architecture from Hugging Face folders, not "
+                      "yet from GGUF",
+                      f->name, later[i]);
+            return NULL;
+        }
+    loom_errf(err, "%s: general.architecture '%.*s' is not one loom runs (GGUF: llama, qwen2, qwen3, gemma2, gemma3)",
+              f->name, (int)(a.n > 64 ? 64 : a.n), a.p);
+    return NULL;
+}
+
+bool gguf_model_is_file(const char *path) {
+    struct stat st;
+    if (stat(path, &st) || !S_ISREG(st.st_mode)) return false;
+    FILE *fp = fopen(path, "rb");
+    char magic[4];
+    bool yes = fp && fread(magic, 1, 4, fp) == 4 && gguf_is_gguf(magic, 4);
+    if (fp) fclose(fp);
+    return yes;
+}
+
+/* "NAME-00001-of-00003.gguf": the split's count and where its number starts in path. */
+static int split_count(const char *path, size_t *num_at) {
+    size_t n = strlen(path);
+    const char *tail = "-00001-of-00000.gguf";
+    size_t tl = strlen(tail);
+    if (n < tl || strcmp(path + n - 5, ".gguf") || memcmp(path + n - tl, "-00001-of-", 10)) return 1;
+    int count = 0;
+    for (size_t i = n - 10; i < n - 5; i++) {
+        if (path[i] < '0' || path[i] > '9') return 1;
+        count = count * 10 + (path[i] - '0');
+    }
+    *num_at = n - tl + 1;
+    return count;
+}
+
+int gguf_model_open(const char *path, gguf_file *parts, int max_parts, int *n_parts, loom_err *err) {
+    *n_parts = 0;
+    if (gguf_open(&parts[0], path, err)) return -1;
+    *n_parts = 1;
+    int64_t declared = 1;
+    if (gguf_get_i64(&parts[0], "split.count", &declared, err) < 0) return -1;
+    size_t num_at = 0;
+    int count = split_count(path, &num_at);
+    if (declared != count)
+        return loom_errf(err, "%s: split.count is %lld, but the file name says %d part%s", path, (long long)declared,
+                         count, count == 1 ? "" : "s");
+    if (count > max_parts) return loom_errf(err, "%s: %d parts (at most %d)", path, count, max_parts);
+    char part[4096];
+    for (int i = 1; i < count; i++) {
+        snprintf(part, sizeof part, "%s", path);
+        char num[16];
+        snprintf(num, sizeof num, "%05d", i + 1);
+        memcpy(part + num_at, num, 5);
+        if (gguf_open(&parts[i], part, err)) return -1;
+        *n_parts = i + 1;
+        int64_t no = -1;
+        if (gguf_get_i64(&parts[i], "split.no", &no, err) < 0) return -1;
+        if (no != i) return loom_errf(err, "%s: split.no is %lld, expected %d", part, (long long)no, i);
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- config */
+
+typedef struct cfg_writer {
+    const gguf_file *f;
+    const char *arch;
+    cJSON *root;
+    loom_err *err;
+} cfg_writer;
+
+/* `{arch}.<key>` as a number into json field `field`; required keys must be there. */
+static int put_num(cfg_writer *w, const char *key, const char *field, bool required) {
+    char full[160];
+    snprintf(full, sizeof full, "%s.%s", w->arch, key);
+    double v;
+    int rc = gguf_get_f64(w->f, full, &v, w->err);
+    if (rc < 0) return -1;
+    if (rc > 0) return required ? loom_errf(w->err, "%s: missing key '%s'", w->f->name, full) : 0;
+    cJSON_AddNumberToObject(w->root, field, v);
+    return 0;
+}
+
+/* RoPE scaling as `{arch}.rope.scaling.*` states it */
+static int put_rope_scaling(cfg_writer *w) {
+    char key[160];
+    gguf_str type;
+    snprintf(key, sizeof key, "%s.rope.scaling.type", w->arch);
+    int rc = gguf_get_str(w->f, key, &type, w->err);
+    if (rc) return rc < 0 ? -1 : 0;
+    char name[16];
+    snprintf(name, sizeof name, "%.*s", (int)(type.n < 15 ? type.n : 15), type.p);
+    if (!strcmp(name, "none")) return 0;
+    if (strcmp(name, "linear") && strcmp(name, "yarn"))
+        return loom_errf(w->err, "%s: key '%s' is '%s' (none, linear and yarn are read)", w->f->name, key, name);
+    double factor = 1, orig = 0;
+    snprintf(key, sizeof key, "%s.rope.scaling.factor", w->arch);
+    if (gguf_get_f64(w->f, key, &factor, w->err) < 0) return -1;
+    snprintf(key, sizeof key, "%s.rope.scaling.original_context_length", w->arch);
+    if (gguf_get_f64(w->f, key, &orig, w->err) < 0) return -1;
+    cJSON *s = cJSON_AddObjectToObject(w->root, "rope_scaling");
+    cJSON_AddStringToObject(s, "rope_type", name);
+    cJSON_AddNumberToObject(s, "factor", factor);
+    if (orig > 0) cJSON_AddNumberToObject(s, "original_max_position_embeddings", orig);
+    return 0;
+}
+
+/* tokenizer.ggml.<key> as config field `field`, if present */
+static int put_token_id(cfg_writer *w, const char *key, const char *field) {
+    char full[96];
+    snprintf(full, sizeof full, "tokenizer.ggml.%s", key);
+    int64_t id;
+    int rc = gguf_get_i64(w->f, full, &id, w->err);
+    if (rc) return rc < 0 ? -1 : 0;
+    cJSON_AddNumberToObject(w->root, field, (double)id);
+    return 0;
+}
+
+/* Llama 3's RoPE scaling as llama.cpp's converter stores it: `rope_freqs.weight`, each rotary
+ * pair's frequency divided by its factor (llama.cpp's rope kernels divide theta by it). That is
+ * longrope's form with one factor list and no attention factor, so it is written as such.
+ * (transformers' GGUF loader drops the tensor: it runs such a file without the scaling.) */
+static int put_rope_freqs(cfg_writer *w) {
+    const gguf_tensor *t = gguf_find_tensor(w->f, ROPE_FREQS);
+    if (!t) return 0;
+    if (cJSON_GetObjectItemCaseSensitive(w->root, "rope_scaling"))
+        return loom_errf(w->err, "%s: both %s.rope.scaling.type and tensor '%s' scale RoPE", w->f->name, w->arch,
+                         ROPE_FREQS);
+    if (t->type != GT_F32 || t->ndim != 1)
+        return loom_errf(w->err, "%s: tensor '%s' must be F32 [rotary dims / 2], not %s of %d dimensions", w->f->name,
+                         ROPE_FREQS, gtype_table[t->type].name, t->ndim);
+    const cJSON *ctx = cJSON_GetObjectItemCaseSensitive(w->root, "max_position_embeddings");
+    cJSON *s = cJSON_AddObjectToObject(w->root, "rope_scaling"), *lists[2];
+    cJSON_AddStringToObject(s, "rope_type", "longrope");
+    cJSON_AddNumberToObject(s, "original_max_position_embeddings", ctx ? ctx->valuedouble : 0);
+    cJSON_AddNumberToObject(s, "attention_factor", 1.0);
+    lists[0] = cJSON_AddArrayToObject(s, "short_factor");
+    lists[1] = cJSON_AddArrayToObject(s, "long_factor");
+    const float *v = t->data;
+    for (int64_t i = 0; i < t->ne[0]; i++)
+        for (int l = 0; l < 2; l++) cJSON_AddItemToArray(lists[l], cJSON_CreateNumber(v[i]));
+    return 0;
+}
+
+/* Keys that change the model and that loom does not read: refused rather than ignored. */
+static int refuse_unread(cfg_writer *w) {
+    static const char *const keys[] = {"attention.clamp_kqv", "expert_count", "attention.q_lora_rank",
+                                       "rope.scaling.attn_factor", "attention.causal"};
+    char full[160];
+    for (size_t i = 0; i < sizeof keys / sizeof *keys; i++) {
+        snprintf(full, sizeof full, "%s.%s", w->arch, keys[i]);
+        if (gguf_find(w->f, full)) return loom_errf(w->err, "%s: key '%s' is not supported", w->f->name, full);
+    }
+    return 0;
+}
+
+static int vocab_size(const gguf_file *f, int64_t *out, loom_err *err) {
+    const gguf_tensor *t = gguf_find_tensor(f, "token_embd.weight");
+    if (!t || t->ndim != 2) return loom_errf(err, "%s: missing tensor 'token_embd.weight' [hidden, vocab]", f->name);
+    *out = t->ne[1];
+    return 0;
+}
+
+int gguf_model_config(const gguf_file *f, model_config *c, loom_err *err) {
+    const gguf_arch *a = arch_of(f, err);
+    if (!a) return -1;
+    cfg_writer w = {f, a->name, cJSON_CreateObject(), err};
+    if (!w.root) return loom_errf(err, "out of memory building %s's config", f->name);
+    cJSON *list = cJSON_AddArrayToObject(w.root, "architectures");
+    cJSON_AddItemToArray(list, cJSON_CreateString(a->hf));
+    int64_t vocab = 0;
+    bool blocks = false;
+    for (size_t i = 0; i < f->n_tensors; i++) blocks |= gtype_table[f->tensors[i].type].block > 1;
+    int rc = refuse_unread(&w);
+    if (!rc) rc = vocab_size(f, &vocab, err);
+    if (!rc)
+        rc = put_num(&w, "embedding_length", "hidden_size", true) ||
+                     put_num(&w, "feed_forward_length", "intermediate_size", true) ||
+                     put_num(&w, "block_count", "num_hidden_layers", true) ||
+                     put_num(&w, "attention.head_count", "num_attention_heads", true) ||
+                     put_num(&w, "attention.head_count_kv", "num_key_value_heads", false) ||
+                     put_num(&w, "context_length", "max_position_embeddings", true) ||
+                     put_num(&w, "attention.layer_norm_rms_epsilon", "rms_norm_eps", true) ||
+                     put_num(&w, "attention.key_length", "head_dim", false) ||
+                     put_num(&w, "rope.freq_base", "rope_theta", false) ||
+                     put_num(&w, "attention.sliding_window", "sliding_window", false) ||
+                     put_num(&w, "final_logit_softcapping", "final_logit_softcapping", false) ||
+                     put_num(&w, "attn_logit_softcapping", "attn_logit_softcapping", false) || put_rope_scaling(&w) ||
+                     put_rope_freqs(&w) || put_token_id(&w, "bos_token_id", "bos_token_id") ||
+                     put_token_id(&w, "eos_token_id", "eos_token_id") ||
+                     put_token_id(&w, "padding_token_id", "pad_token_id")
+                 ? -1
+                 : 0;
+    if (!rc) {
+        cJSON_AddNumberToObject(w.root, "vocab_size", (double)vocab);
+        cJSON_AddBoolToObject(w.root, "tie_word_embeddings", !gguf_find_tensor(f, "output.weight"));
+        /* biases on every attention projection (Qwen2's q/k/v ones are its architecture's own) */
+        cJSON_AddBoolToObject(w.root, "attention_bias", gguf_find_tensor(f, "blk.0.attn_output.bias") != NULL);
+    }
+    char *text = rc ? NULL : cJSON_PrintUnformatted(w.root);
+    cJSON_Delete(w.root);
+    if (rc) return -1;
+    if (!text) return loom_errf(err, "out of memory building %s's config", f->name);
+    rc = config_parse(c, text, strlen(text), f->name, err);
+    cJSON_free(text);
+    if (rc) return -1;
+    c->rope_meta_layout = a->meta_rope;
+    if (blocks) c->quant = (quant_config){.format = QF_GGUF};
+    return 0;
+}
+
+char *gguf_model_chat_template(const gguf_file *f, loom_err *err) {
+    gguf_str t;
+    err->msg[0] = 0;
+    int rc = gguf_get_str(f, "tokenizer.chat_template", &t, err);
+    return rc ? NULL : mem_strndup(t.p, t.n, "the chat template", err);
+}
+
+/* ---------------------------------------------------------------- tensors */
+
+/* The Hugging Face name of GGUF tensor `name` into out; false if it has none. */
+static bool hf_name(const gguf_arch *a, const char *name, char *out, size_t cap) {
+    const char *dot = strrchr(name, '.');
+    if (!dot || (strcmp(dot, ".weight") && strcmp(dot, ".bias"))) return false;
+    size_t stem = (size_t)(dot - name);
+    int layer, used = 0;
+    const char *rest = name;
+    const name_map *table = global_names;
+    size_t n = sizeof global_names / sizeof *global_names;
+    if (sscanf(name, "blk.%d.%n", &layer, &used) == 1 && used > 0 && layer >= 0) {
+        rest = name + used, stem -= (size_t)used;
+        table = layer_names, n = sizeof layer_names / sizeof *layer_names;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (strlen(table[i].gguf) != stem || memcmp(table[i].gguf, rest, stem)) continue;
+        if ((table[i].gemma_only && !a->gemma) || (table[i].plain_only && a->gemma)) continue;
+        if (table == layer_names) snprintf(out, cap, "model.layers.%d.%s%s", layer, table[i].hf, dot);
+        else snprintf(out, cap, "%s%s", table[i].hf, dot);
+        return true;
+    }
+    return false;
+}
+
+static enum dtype plain_dtype(int type) { return type == GT_F32 ? DT_F32 : type == GT_F16 ? DT_F16 : DT_BF16; }
+
+static int by_name(const void *x, const void *y) {
+    return strcmp(((const st_tensor *)x)->name, ((const st_tensor *)y)->name);
+}
+
+/* Gemma's norm weights back to w from the file's 1 + w, as transformers' loader subtracts 1 */
+static int unshift_norm(weight_store *ws, st_tensor *t, const gguf_tensor *g, loom_err *err) {
+    if (g->type != GT_F32)
+        return loom_errf(err, "%s: Gemma norm '%s' has type %s (F32 expected)", ws->dir, g->name,
+                         gtype_table[g->type].name);
+    size_t n = t->nbytes / sizeof(float);
+    float *w = weights_buffer(ws, t->nbytes, "Gemma's norm weights", err);
+    if (!w) return -1;
+    memcpy(w, g->data, t->nbytes);
+    for (size_t i = 0; i < n; i++) w[i] -= 1.0f;
+    t->data = w;
+    return 0;
+}
+
+/* Part p's tensors under Hugging Face names, as an st_file the store owns (its mapping moves). */
+static int part_as_file(weight_store *ws, gguf_file *p, const gguf_arch *a, st_file *out, loom_err *err) {
+    memset(out, 0, sizeof *out);
+    if (!(out->tensors = mem_zalloc(p->n_tensors ? p->n_tensors : 1, sizeof *out->tensors, "the tensors", err)) ||
+        !(out->name = mem_strdup(p->name, "a file name", err)))
+        return -1;
+    for (size_t i = 0; i < p->n_tensors; i++) {
+        const gguf_tensor *g = &p->tensors[i];
+        if (!strcmp(g->name, ROPE_FREQS)) continue;
+        st_tensor *t = &out->tensors[out->n++];
+        char name[256];
+        if (!hf_name(a, g->name, name, sizeof name))
+            return loom_errf(err, "%s: tensor '%s' (%s) is not one of a %s model that loom reads", p->name, g->name,
+                             gtype_table[g->type].name, a->name);
+        if (!gtype_table[g->type].decoded)
+            return loom_errf(err,
+                             "%s: tensor '%s' has type %s, which loom does not decode (F32, F16, BF16, Q4_0, "
+                             "Q4_1, Q5_0, Q5_1, Q8_0, Q2_K to Q6_K, IQ4_NL, IQ4_XS)",
+                             p->name, g->name, gtype_table[g->type].name);
+        if (!(t->name = mem_strdup(name, "a tensor name", err))) return -1;
+        t->ndim = g->ndim, t->nbytes = g->nbytes, t->data = g->data;
+        for (int d = 0; d < g->ndim; d++) t->shape[d] = g->ne[g->ndim - 1 - d];
+        bool blocks = gtype_table[g->type].block > 1;
+        t->dtype = blocks ? DT_U8 : plain_dtype(g->type);
+        t->gtype = blocks ? g->type : 0;
+        size_t len = strlen(name);
+        if (a->gemma && len > 11 && !strcmp(name + len - 11, "norm.weight") && unshift_norm(ws, t, g, err)) return -1;
+    }
+    qsort(out->tensors, out->n, sizeof *out->tensors, by_name);
+    for (size_t i = 1; i < out->n; i++)
+        if (!strcmp(out->tensors[i].name, out->tensors[i - 1].name))
+            return loom_errf(err, "%s: two tensors are both '%s'", p->name, out->tensors[i].name);
+    out->map = p->map;
+    p->map = (file_map){0};
+    return 0;
+}
+
+int gguf_model_weights(weight_store *ws, gguf_file *parts, int n_parts, loom_err *err) {
+    memset(ws, 0, sizeof *ws);
+    snprintf(ws->dir, sizeof ws->dir, "%s", parts[0].name);
+    const gguf_arch *a = arch_of(&parts[0], err);
+    int rc = a ? 0 : -1;
+    for (int i = 0; i < n_parts && !rc; i++) {
+        st_file f;
+        rc = part_as_file(ws, &parts[i], a, &f, err);
+        if (rc) st_close(&f);
+        else rc = weights_add_file(ws, &f, err);
+    }
+    for (int i = 0; i < n_parts; i++) gguf_close(&parts[i]);
+    if (rc) weights_close(ws);
+    return rc;
+}

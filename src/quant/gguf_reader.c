@@ -1,0 +1,66 @@
+/* The GGUF reader (a row of checkpoint.c's table; quant format QF_GGUF): a rank's slice of a
+ * linear stored in one of llama.cpp's block types is the file's own bytes, mapped, never
+ * repacked. Rows are independent, so any rows can be taken; a slice of the input features
+ * (row-parallel) must keep whole blocks, and with 256-weight k-quant super-blocks a shape like
+ * 2880 features over 4 ranks cannot be cut: that is refused at plan time, naming the tensor, its
+ * type and the block. The kernels decode the blocks exactly (tensor/gguf_blocks.h) and compute
+ * on fp32 activations (runtime/bind.c). Tensors the file stores as F32, F16 or BF16 are not this
+ * reader's: `has` says no, and they load as any float checkpoint's. */
+#include <stdio.h>
+
+#include "quant/reader.h"
+#include "tensor/gguf_blocks.h"
+#include "util/err.h"
+
+static bool gg_head(const quant_config *q) {
+    (void)q;
+    return true;
+}
+
+static bool gg_has(weight_store *ws, const quant_config *q, const char *name) {
+    (void)q;
+    const st_tensor *t = weights_tensor(ws, name, NULL);
+    return t && t->gtype;
+}
+
+/* At plan time, before any tensor is read: the tensor's own type's block must not be cut. */
+static int gg_check(const quant_config *q, const char *name, const ckpt_slice *s, loom_err *err) {
+    if (s->row_step > 1) return loom_errf(err, "%s: interleaved rows are not read from GGUF files", name);
+    int type = q->gguf_type ? q->gguf_type(q->store, name) : 0;
+    int block = type ? gtype_table[type].block : 1;
+    if (block > 1 && (s->c0 % block || s->nc % block))
+        return loom_errf(err,
+                         "%s: a rank's share of the input features, [%d, %d) of %d, cuts a GGUF block: the tensor is "
+                         "%s, whose blocks hold %d weights; use fewer ranks for this model",
+                         name, s->c0, s->c0 + s->nc, s->cols, gtype_table[type].name, block);
+    return 0;
+}
+
+static int gg_get(weight_store *ws, const quant_config *q, const char *name, const ckpt_slice *s, wmat *out,
+                  loom_err *err) {
+    (void)q;
+    const char *file = ws->dir;
+    const st_tensor *t = weights_tensor(ws, name, &file);
+    if (!t || !t->gtype) return loom_errf(err, "%s: missing block-quantized tensor '%s'", ws->dir, name);
+    const gtype_info *g = &gtype_table[t->gtype];
+    if (t->ndim != 2 || t->shape[0] != s->rows || t->shape[1] != s->cols)
+        return loom_errf(err, "%s: tensor '%s' (%s) is [%lld, %lld], expected [%d, %d]", file, name, g->name,
+                         (long long)t->shape[0], (long long)(t->ndim > 1 ? t->shape[1] : 0), s->rows, s->cols);
+    if (s->c0 % g->block || s->nc % g->block)
+        return loom_errf(err, "%s: tensor '%s' (%s): a rank's input features [%d, %d) cut a block of %d weights", file,
+                         name, g->name, s->c0, s->c0 + s->nc, g->block);
+    qlayout *ql = weights_buffer(ws, sizeof *ql, "a GGUF tensor's layout", err);
+    if (!ql) return -1;
+    size_t row_bytes = (size_t)s->cols / g->block * g->bytes;
+    *ql = (qlayout){.bits = 0, .kp = s->nc, .code = QCODE_GGUF, .gtype = t->gtype};
+    *out = (wmat){.dt = DT_U8,
+                  .rows = s->nr,
+                  .cols = s->nc,
+                  .ld = row_bytes,
+                  .data = (const uint8_t *)t->data + (size_t)s->r0 * row_bytes + (size_t)s->c0 / g->block * g->bytes,
+                  .q = ql};
+    ws->bytes_mapped_used += (size_t)s->nr * ((size_t)s->nc / g->block * g->bytes);
+    return 0;
+}
+
+const ckpt_reader gguf_reader = {.head = gg_head, .check = gg_check, .has = gg_has, .get = gg_get};

@@ -1,0 +1,51 @@
+"""Blocks of every GGUF weight type loom decodes, with the gguf package's dequantization of each
+as the oracle (tests/test_gguf.c checks loom's decoders and kernels against it).
+
+For each type T the file holds tensor "T": ROWS rows of COLS weights as raw blocks, and "T.ref":
+the same weights as gguf.quants.dequantize gives them, in F32. The codes are random bytes, so
+every code and sub-block scale appears; the f16 scales (d, and dmin or m where the type has one)
+are drawn from a list of edge values (zero, negative, subnormal, the largest finite half, one)
+and random normal halves, never Inf or NaN.
+
+Usage: make_gguf_blocks.py OUT.gguf"""
+import sys
+
+import numpy as np
+from gguf import GGMLQuantizationType as T
+from gguf import GGUFWriter
+from gguf.constants import GGML_QUANT_SIZES
+from gguf.quants import dequantize
+
+ROWS, COLS = 4, 512
+TYPES = [T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0, T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K, T.IQ4_NL, T.IQ4_XS,
+         T.F16, T.BF16]
+# byte offsets of each type's f16 scales within a block
+HALVES = {T.Q4_0: [0], T.Q4_1: [0, 2], T.Q5_0: [0], T.Q5_1: [0, 2], T.Q8_0: [0], T.Q2_K: [80, 82], T.Q3_K: [108],
+          T.Q4_K: [0, 2], T.Q5_K: [0, 2], T.Q6_K: [208], T.IQ4_NL: [0], T.IQ4_XS: [0]}
+EDGES = np.array([0.0, -0.0, 1.0, -1.0, 65504.0, -65504.0, 2.0 ** -24, -(2.0 ** -14), 0.5], dtype=np.float16)
+
+rng = np.random.default_rng(20261206)
+w = GGUFWriter(sys.argv[1], "loom-blocks")
+for t in TYPES:
+    block, size = GGML_QUANT_SIZES[t]
+    n_blocks = ROWS * COLS // block
+    raw = rng.integers(0, 256, size=(n_blocks, size), dtype=np.uint8)
+    if t == T.F16:
+        raw = rng.normal(0, 1, size=ROWS * COLS).astype(np.float16).view(np.uint8).reshape(n_blocks, size)
+    elif t == T.BF16:  # a random sign and mantissa, exponents from 2^-27 to 2^27
+        bits = rng.integers(0, 1 << 16, size=ROWS * COLS, dtype=np.uint32).astype(np.uint16)
+        bits = (bits & 0x807F) | (rng.integers(100, 155, size=ROWS * COLS).astype(np.uint16) << 7)
+        raw = bits.view(np.uint8).reshape(n_blocks, size)
+    for b in range(n_blocks):
+        for off in HALVES.get(t, []):
+            h = EDGES[b % len(EDGES)] if b < len(EDGES) else np.float16(rng.normal(0, 0.05))
+            raw[b, off:off + 2] = np.frombuffer(np.float16(h).tobytes(), dtype=np.uint8)
+    data = raw.reshape(ROWS, COLS // block * size)
+    ref = dequantize(data, t).astype(np.float32).reshape(ROWS, COLS)
+    assert np.isfinite(ref).all(), t.name
+    w.add_tensor(t.name, data, raw_dtype=t)
+    w.add_tensor(t.name + ".ref", ref)
+w.write_header_to_file()
+w.write_kv_data_to_file()
+w.write_tensors_to_file()
+w.close()

@@ -1,0 +1,241 @@
+"""GGUF golden models: small random models written as llama.cpp's converter writes them, and
+transformers' logits for them, loaded from the GGUF itself (`from_pretrained(...,
+gguf_file=...)`, which dequantizes with the gguf package).
+
+Every linear is a different block type, so that each type loom decodes meets transformers in a
+real forward pass: the codes are random bytes and the f16 scales random around a size that
+keeps the activations in range, so the weights are whatever those blocks mean, as in any
+quantized file. Layer 0 and 1 together cover Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q4_0, Q4_1, Q5_0,
+Q5_1, Q8_0, IQ4_NL and IQ4_XS; norms and biases are F32. The shapes keep the row-parallel
+linears splittable: o_proj (512 or 256 input features) has 32-weight blocks, down_proj (1024) k-quant
+super-blocks, so tp = 2 and 4 cut no block. Four heads of 128 (Qwen2: of 64), two kv heads.
+
+Cases (folder tests/golden/<case>/: model.gguf, golden.safetensors as make_golden.py writes it):
+  gguf_llama   llama, q and k rows permuted into Meta's layout as llama.cpp's converter does,
+               untied head
+  gguf_qwen2   qwen2: q/k/v biases
+  gguf_qwen3   qwen3: per-head q/k norms
+  gguf_gemma3  gemma3: norms stored as 1 + w, sliding layers, tied embedding (Q8_0)
+  gguf_llama3  the `llama` golden (Llama 3 RoPE scaling) converted as convert_hf_to_gguf.py does
+               it, in F32: q/k rows permuted, the scaling written as rope_freqs.weight. Its
+               golden is that case's own (transformers on the Hugging Face folder), because
+               transformers' GGUF loader drops rope_freqs.weight and would run it unscaled
+
+Usage: make_gguf_golden.py [CASE...]"""
+import os
+import sys
+
+import numpy as np
+import torch
+import transformers
+from gguf import GGMLQuantizationType as T
+from gguf import GGUFWriter
+from gguf.constants import GGML_QUANT_SIZES
+from transformers import AutoModelForCausalLM
+
+sys.path.insert(0, os.path.dirname(__file__))
+from make_golden import DECODE_STEPS, PREFILL, full_logits, incremental_logits, make_ids, save_safetensors  # noqa
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+HIDDEN, HEADS, KV_HEADS, INTER, VOCAB, LAYERS, MAX_POS = 256, 4, 2, 512, 256, 2, 256
+# transformers' GGUF loader takes head_dim from rope.dimension_count (llama), key_length
+# (gemma3), its config class's default (qwen3: 128) or hidden / heads (qwen2)
+HEAD_DIMS = {"llama": 128, "qwen2": 64, "qwen3": 128, "gemma3": 128}
+LAYER_TYPES = [
+    {"attn_q": T.Q4_K, "attn_k": T.Q5_K, "attn_v": T.Q6_K, "attn_output": T.Q8_0, "ffn_gate": T.Q2_K,
+     "ffn_up": T.Q3_K, "ffn_down": T.Q4_K},
+    {"attn_q": T.IQ4_XS, "attn_k": T.Q4_0, "attn_v": T.Q4_1, "attn_output": T.Q5_0, "ffn_gate": T.Q5_1,
+     "ffn_up": T.IQ4_NL, "ffn_down": T.Q6_K},
+]
+# byte offsets of each type's f16 scales within a block
+HALVES = {T.Q4_0: [0], T.Q4_1: [0, 2], T.Q5_0: [0], T.Q5_1: [0, 2], T.Q8_0: [0], T.Q2_K: [80, 82], T.Q3_K: [108],
+          T.Q4_K: [0, 2], T.Q5_K: [0, 2], T.Q6_K: [208], T.IQ4_NL: [0], T.IQ4_XS: [0]}
+CASES = {"gguf_llama": "llama", "gguf_qwen2": "qwen2", "gguf_qwen3": "qwen3", "gguf_gemma3": "gemma3",
+         "gguf_llama3": "llama"}
+
+
+def random_blocks(rng, t, rows, cols, std):
+    """rows x cols weights of type t as raw blocks whose dequantized values have about `std`."""
+    from gguf.quants import dequantize
+    block, size = GGML_QUANT_SIZES[t]
+    raw = rng.integers(0, 256, size=(rows * cols // block, size), dtype=np.uint8)
+    for off in HALVES[t]:
+        raw[:, off:off + 2] = np.frombuffer(np.float16(1.0).tobytes(), dtype=np.uint8)
+    data = raw.reshape(rows, cols // block * size)
+    unit = dequantize(data, t).std()
+    for off in HALVES[t]:  # every scale std / unit, times a random factor in [0.5, 1.5)
+        s = (std / unit * rng.uniform(0.5, 1.5, size=raw.shape[0])).astype(np.float16)
+        raw[:, off:off + 2] = s.view(np.uint8).reshape(-1, 2)
+    return raw.reshape(rows, cols // block * size)
+
+
+def f32(rng, shape, mean=0.0, std=0.1):
+    return (mean + std * rng.standard_normal(shape)).astype(np.float32)
+
+
+def write(case, arch, path, rng):
+    gemma = arch == "gemma3"
+    HEAD_DIM = HEAD_DIMS[arch]
+    w = GGUFWriter(path, arch)
+    w.add_context_length(MAX_POS)
+    w.add_embedding_length(HIDDEN)
+    w.add_block_count(LAYERS)
+    w.add_feed_forward_length(INTER)
+    w.add_head_count(HEADS)
+    w.add_head_count_kv(KV_HEADS)
+    w.add_key_length(HEAD_DIM)
+    w.add_value_length(HEAD_DIM)
+    w.add_rope_dimension_count(HEAD_DIM)
+    w.add_layer_norm_rms_eps(1e-6)
+    w.add_rope_freq_base(10000.0 if arch == "llama" else 1e6)
+    if gemma:
+        w.add_sliding_window(4)
+    # a byte-level vocabulary of the 256 bytes, no merges: enough for the loaders, unused here
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("default")
+    w.add_token_list([bytes([b]).decode("latin-1") for b in range(VOCAB)])
+    w.add_token_types([1] * VOCAB)
+    w.add_token_merges([])
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+
+    def norm(name, n):  # Gemma's converter stores 1 + w
+        v = f32(rng, (n,), 0.0 if gemma else 1.0, 0.2)
+        w.add_tensor(name, (v + 1).astype(np.float32) if gemma else v)
+
+    w.add_tensor("token_embd.weight", random_blocks(rng, T.Q8_0, VOCAB, HIDDEN, 0.05 if gemma else 0.5), raw_dtype=T.Q8_0)
+    norm("output_norm.weight", HIDDEN)
+    if not gemma:
+        w.add_tensor("output.weight", random_blocks(rng, T.Q6_K, VOCAB, HIDDEN, 0.06), raw_dtype=T.Q6_K)
+    for layer, types in enumerate(LAYER_TYPES):
+        p = f"blk.{layer}."
+        shapes = {"attn_q": (HEADS * HEAD_DIM, HIDDEN), "attn_k": (KV_HEADS * HEAD_DIM, HIDDEN),
+                  "attn_v": (KV_HEADS * HEAD_DIM, HIDDEN), "attn_output": (HIDDEN, HEADS * HEAD_DIM),
+                  "ffn_gate": (INTER, HIDDEN), "ffn_up": (INTER, HIDDEN), "ffn_down": (HIDDEN, INTER)}
+        for name, t in types.items():
+            rows, cols = shapes[name]
+            w.add_tensor(p + name + ".weight", random_blocks(rng, t, rows, cols, 0.06), raw_dtype=t)
+        norm(p + "attn_norm.weight", HIDDEN)
+        norm(p + "ffn_norm.weight", HIDDEN)
+        if gemma:
+            norm(p + "post_attention_norm.weight", HIDDEN)
+            norm(p + "post_ffw_norm.weight", HIDDEN)
+        if arch in ("qwen3", "gemma3"):
+            norm(p + "attn_q_norm.weight", HEAD_DIM)
+            norm(p + "attn_k_norm.weight", HEAD_DIM)
+        if arch == "qwen2":
+            for name, n in (("attn_q", HEADS * HEAD_DIM), ("attn_k", KV_HEADS * HEAD_DIM),
+                            ("attn_v", KV_HEADS * HEAD_DIM)):
+                w.add_tensor(p + name + ".bias", f32(rng, (n,)))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def build(case, arch, seed):
+    out = os.path.join(HERE, case)
+    os.makedirs(out, exist_ok=True)
+    for f in os.listdir(out):
+        os.remove(os.path.join(out, f))
+    rng = np.random.default_rng(seed)
+    write(case, arch, os.path.join(out, "model.gguf"), rng)
+    m = AutoModelForCausalLM.from_pretrained(out, gguf_file="model.gguf", dtype=torch.float32,
+                                             attn_implementation="eager").eval()
+    gen = torch.Generator().manual_seed(seed)
+    ids = [make_ids(gen, VOCAB, PREFILL[i] + DECODE_STEPS) for i in range(2)]
+    logits = [full_logits(m, s) for s in ids]
+    for s, lg, pre in zip(ids, logits, PREFILL):
+        inc = incremental_logits(m, s, pre)
+        assert (inc - lg).abs().max() < 2e-5, f"{case}: transformers' cache path differs"
+        assert lg.std(dim=-1).min() > 0.5, f"{case}: logits too flat"
+    tensors = {"ids_0": ids[0], "ids_1": ids[1], "logits_0": logits[0].contiguous(), "logits_1": logits[1].contiguous()}
+    meta = {"prefill_0": str(PREFILL[0]), "prefill_1": str(PREFILL[1]), "decode_steps": str(DECODE_STEPS),
+            "transformers": transformers.__version__, "torch": torch.__version__, "case": case, "atol": "1e-4"}
+    save_safetensors(tensors, os.path.join(out, "golden.safetensors"), meta)
+    size = sum(os.path.getsize(os.path.join(out, f)) for f in os.listdir(out))
+    print(f"{case}: {size} bytes, max |logit| {max(l.abs().max().item() for l in logits):.2f}, "
+          f"min row std {min(l.std(dim=-1).min().item() for l in logits):.2f}")
+
+
+def meta_permute(w, heads):
+    """HF's q/k rows into Meta's layout (rotary pairs adjacent), as llama.cpp's converter does."""
+    return w.reshape(heads, 2, w.shape[0] // heads // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def llama3_factors(cfg):
+    """rope_freqs.weight as convert_hf_to_gguf.py computes it from Llama 3's rope parameters."""
+    import math
+    rp = cfg["rope_parameters"]
+    dim, base = cfg["head_dim"], rp["rope_theta"]
+    freqs = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim))
+    factor, low, high, old = rp["factor"], rp["low_freq_factor"], rp["high_freq_factor"], \
+        rp["original_max_position_embeddings"]
+    out = []
+    for freq in freqs.tolist():
+        wavelen = 2 * math.pi / freq
+        if wavelen < old / high:
+            out.append(1.0)
+        elif wavelen > old / low:
+            out.append(factor)
+        else:
+            smooth = (old / wavelen - low) / (high - low)
+            out.append(1 / ((1 - smooth) / factor + smooth))
+    return np.array(out, dtype=np.float32)
+
+
+def build_converted(case, source):
+    """A float golden folder as llama.cpp's converter writes it, with that folder's golden."""
+    import json
+    import shutil
+    from safetensors.numpy import load_file
+    src, out = os.path.join(HERE, source), os.path.join(HERE, case)
+    os.makedirs(out, exist_ok=True)
+    cfg = json.load(open(os.path.join(src, "config.json")))
+    t = load_file(os.path.join(src, "model.safetensors"))
+    w = GGUFWriter(os.path.join(out, "model.gguf"), "llama")
+    w.add_context_length(cfg["max_position_embeddings"])
+    w.add_embedding_length(cfg["hidden_size"])
+    w.add_block_count(cfg["num_hidden_layers"])
+    w.add_feed_forward_length(cfg["intermediate_size"])
+    w.add_head_count(cfg["num_attention_heads"])
+    w.add_head_count_kv(cfg["num_key_value_heads"])
+    w.add_rope_dimension_count(cfg["head_dim"])
+    w.add_rope_freq_base(cfg["rope_parameters"]["rope_theta"])
+    w.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
+    w.add_tensor("rope_freqs.weight", llama3_factors(cfg))
+    names = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
+             "lm_head.weight": "output.weight"}
+    parts = {"input_layernorm": "attn_norm", "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k",
+             "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output", "post_attention_layernorm": "ffn_norm",
+             "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down"}
+    for name, v in sorted(t.items()):
+        if name in names:
+            w.add_tensor(names[name], v)
+            continue
+        layer, rest = name.split(".")[2], ".".join(name.split(".")[3:-1])
+        if rest == "self_attn.q_proj":
+            v = meta_permute(v, cfg["num_attention_heads"])
+        if rest == "self_attn.k_proj":
+            v = meta_permute(v, cfg["num_key_value_heads"])
+        w.add_tensor(f"blk.{layer}.{parts[rest]}.weight", np.ascontiguousarray(v))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    shutil.copy(os.path.join(src, "golden.safetensors"), os.path.join(out, "golden.safetensors"))
+    print(f"{case}: from {source}, {sum(os.path.getsize(os.path.join(out, f)) for f in os.listdir(out))} bytes")
+
+
+def main():
+    torch.manual_seed(0)
+    names = sys.argv[1:] or list(CASES)
+    for i, case in enumerate(CASES):
+        if case in names and case == "gguf_llama3":
+            build_converted(case, "llama")
+        elif case in names:
+            build(case, CASES[case], 4300 + i)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,214 @@
+/* GGUF: llama.cpp's weight types and the container.
+ *
+ * Types: tests/golden/gguf_blocks/blocks.gguf (tests/golden/make_gguf_blocks.py) holds random
+ * blocks of every type loom decodes beside the gguf package's dequantization of them. In the CPU
+ * variant LOOM_CPU selects, each row decoded by the variant's kernel must equal the package's
+ * values bit for bit, and the product y = x W^T through the decode kernel (one and two rows) and
+ * the prefill path (panels for the GEMM), whole and for a row-parallel shard's columns, must
+ * match a double-precision product over those values to fp32 rounding.
+ *
+ * Container: a small GGUF written here, then broken one way at a time (wrong magic, version,
+ * every truncation, a string or count too large for the file, an unknown value or tensor type,
+ * a message naming what is wrong. */
+#include <math.h>
+
+#include "check.h"
+#include "cpu/cpu.h"
+#include "kernels/kernels.h"
+#include "model/gguf.h"
+
+#define GOLDEN LOOM_SOURCE_DIR "/tests/golden/gguf_blocks/blocks.gguf"
+
+/* x: m rows of cols values, deterministic */
+static void fill_x(float *x, int m, int cols) {
+    for (int i = 0; i < m * cols; i++) x[i] = sinf(0.37f * (float)i + 0.11f) * (1.0f + (float)(i % 7) / 7.0f);
+}
+
+/* y = x W^T over columns [c0, c0 + nc) of ref's rows, against the kernels' y */
+static void check_product(const char *type, const wmat *w, const float *ref, int cols, int c0, int m) {
+    int rows = w->rows, nc = w->cols;
+    float *x = calloc((size_t)m * nc, sizeof *x), *y = calloc((size_t)m * rows, sizeof *y);
+    fill_x(x, m, nc);
+    linear(x, nc, m, m, w, NULL, y, rows);
+    double worst = 0;
+    for (int i = 0; i < m; i++)
+        for (int r = 0; r < rows; r++) {
+            double want = 0, mag = 0;
+            for (int c = 0; c < nc; c++) {
+                double p = (double)x[(size_t)i * nc + c] * ref[(size_t)r * cols + c0 + c];
+                want += p, mag += fabs(p);
+            }
+            double err = fabs(y[(size_t)i * rows + r] - want) / (mag + 1e-30);
+            if (err > worst) worst = err;
+        }
+    CHECK(worst < 4e-6, "%s, columns [%d, %d), %d input rows: relative error %.3g", type, c0, c0 + nc, m, worst);
+    free(x);
+    free(y);
+}
+
+static void check_type(const gguf_file *f, const gguf_tensor *t) {
+    char ref_name[64];
+    snprintf(ref_name, sizeof ref_name, "%s.ref", t->name);
+    const gguf_tensor *r = gguf_find_tensor(f, ref_name);
+    CHECK(r && r->type == GT_F32, "%s: no reference tensor", t->name);
+    if (!r) return;
+    const gtype_info *g = gtype_get(t->type);
+    int rows = (int)t->ne[1], cols = (int)t->ne[0];
+    size_t row_bytes = (size_t)cols / g->block * g->bytes;
+    const float *ref = r->data;
+    qlayout q = {.kp = cols, .code = QCODE_GGUF, .gtype = t->type};
+    /* decoded by the variant's kernel: the reference's bits */
+    float *row = calloc(cols, sizeof *row);
+    int differ = 0;
+    for (int i = 0; i < rows; i++) {
+        cpu()->dequant_q((const uint8_t *)t->data + i * row_bytes, &q, (size_t)i, row);
+        differ += memcmp(row, ref + (size_t)i * cols, cols * sizeof *row) != 0;
+    }
+    free(row);
+    CHECK(!differ, "%s: %d of %d rows decode to other bits than the gguf package's", t->name, differ, rows);
+    wmat w = {.dt = DT_U8, .rows = rows, .cols = cols, .ld = row_bytes, .data = t->data, .q = &q, .act = WACT_F32};
+    for (int m = 1; m <= 40; m += m < 2 ? 1 : 38) check_product(t->name, &w, ref, cols, 0, m);
+    /* a row-parallel shard: the second half of the columns, whole super-blocks */
+    qlayout half = q;
+    half.kp = cols / 2;
+    wmat shard = w;
+    shard.cols = cols / 2, shard.q = &half;
+    shard.data = (const uint8_t *)t->data + row_bytes / 2;
+    check_product(t->name, &shard, ref, cols, cols / 2, 2);
+    check_product(t->name, &shard, ref, cols, cols / 2, 40);
+}
+
+static void check_types(void) {
+    gguf_file f;
+    loom_err err = {{0}};
+    CHECK(gguf_open(&f, GOLDEN, &err) == 0, "%s", err.msg);
+    if (err.msg[0]) return;
+    int types = 0;
+    for (size_t i = 0; i < f.n_tensors; i++)
+        if (!strstr(f.tensors[i].name, ".ref")) check_type(&f, &f.tensors[i]), types++;
+    CHECK(types == 14, "%d types in %s", types, GOLDEN);
+    gguf_close(&f);
+}
+
+/* ---------------------------------------------------------------- the container */
+
+typedef struct buf {
+    uint8_t b[4096];
+    size_t n;
+} buf;
+
+static void put(buf *o, const void *p, size_t n) {
+    memcpy(o->b + o->n, p, n);
+    o->n += n;
+}
+static void put_u32(buf *o, uint32_t v) { put(o, &v, 4); }
+static void put_u64(buf *o, uint64_t v) { put(o, &v, 8); }
+static void put_str(buf *o, const char *s) {
+    put_u64(o, strlen(s));
+    put(o, s, strlen(s));
+}
+
+/* Where the fields to break sit in the file good() writes. */
+typedef struct layout {
+    size_t version, n_kv, key_len, kv_type, tensor_type, tensor_offset[2], dim0;
+} layout;
+
+/* Two keys (a string, an array of three u32) and two F32 tensors [8] and [2, 16], 32-aligned. */
+static buf good(layout *at) {
+    buf o = {.n = 0};
+    put(&o, "GGUF", 4);
+    at->version = o.n;
+    put_u32(&o, 3);
+    put_u64(&o, 2);
+    at->n_kv = o.n;
+    put_u64(&o, 2);
+    at->key_len = o.n;
+    put_str(&o, "general.architecture");
+    at->kv_type = o.n;
+    put_u32(&o, GGUF_STRING);
+    put_str(&o, "llama");
+    put_str(&o, "test.list");
+    put_u32(&o, GGUF_ARRAY);
+    put_u32(&o, GGUF_U32);
+    put_u64(&o, 3);
+    for (uint32_t i = 0; i < 3; i++) put_u32(&o, i);
+    put_str(&o, "a.weight");
+    put_u32(&o, 1);
+    at->dim0 = o.n;
+    put_u64(&o, 8);
+    at->tensor_type = o.n;
+    put_u32(&o, GT_F32);
+    at->tensor_offset[0] = o.n;
+    put_u64(&o, 0);
+    put_str(&o, "b.weight");
+    put_u32(&o, 2);
+    put_u64(&o, 16);
+    put_u64(&o, 2);
+    put_u32(&o, GT_F32);
+    at->tensor_offset[1] = o.n;
+    put_u64(&o, 32);
+    while (o.n % 32) o.b[o.n++] = 0;
+    for (int i = 0; i < 32 + 128; i++) o.b[o.n++] = (uint8_t)i;
+    return o;
+}
+
+/* The file with field `at` set to v (of `size` bytes) must be refused, the message holding `why`. */
+static void refused(const char *what, size_t at, uint64_t v, int size, size_t len, const char *why) {
+    layout l;
+    buf o = good(&l);
+    if (size) memcpy(o.b + at, &v, size);
+    gguf_file f;
+    loom_err err = {{0}};
+    int rc = gguf_parse(&f, o.b, len ? len : o.n, "bad.gguf", &err);
+    CHECK(rc != 0, "%s: accepted", what);
+    CHECK(strstr(err.msg, "bad.gguf") && strstr(err.msg, why), "%s: message '%s' should name '%s'", what, err.msg, why);
+    if (!rc) gguf_close(&f);
+}
+
+static void check_container(void) {
+    layout l;
+    buf o = good(&l);
+    gguf_file f;
+    loom_err err = {{0}};
+    CHECK(gguf_parse(&f, o.b, o.n, "good.gguf", &err) == 0, "%s", err.msg);
+    if (!err.msg[0]) {
+        gguf_str s;
+        CHECK(gguf_get_str(&f, "general.architecture", &s, &err) == 0 && s.n == 5 && !memcmp(s.p, "llama", 5),
+              "architecture");
+        const gguf_kv *list = gguf_get_array(&f, "test.list", GGUF_I32, &err);
+        CHECK(list && list->n == 3 && gguf_array_num(list, 2) == 2, "the array");
+        int64_t v;
+        CHECK(gguf_get_i64(&f, "general.architecture", &v, &err) < 0 && strstr(err.msg, "general.architecture"),
+              "a string read as an integer: %s", err.msg);
+        const gguf_tensor *b = gguf_find_tensor(&f, "b.weight");
+        CHECK(b && b->ndim == 2 && b->ne[0] == 16 && b->nbytes == 128 && ((const uint8_t *)b->data)[0] == 32,
+              "tensor b");
+        gguf_close(&f);
+    }
+    refused("wrong magic", 0, 0x46554746, 4, 0, "not a GGUF file");
+    refused("version 1", l.version, 1, 4, 0, "version 1");
+    refused("a huge key count", l.n_kv, (uint64_t)1 << 60, 8, 0, "metadata keys");
+    refused("a key length past the end", l.key_len, (uint64_t)1 << 40, 8, 0, "remain");
+    refused("an unknown value type", l.kv_type, 77, 4, 0, "type 77");
+    refused("an unknown tensor type", l.tensor_type, 99, 4, 0, "type 99");
+    refused("a misaligned offset", l.tensor_offset[1], 36, 8, 0, "alignment");
+    refused("a tensor past the end", l.tensor_offset[1], 4096, 8, 0, "past the end");
+    refused("overlapping tensors", l.tensor_offset[1], 0, 8, 0, "overlap");
+    refused("a zero dimension", l.dim0, 0, 8, 0, "dimension 0");
+    /* every truncation is refused, naming the file */
+    int accepted = 0;
+    for (size_t n = 0; n < o.n - 1; n++) {
+        gguf_file t;
+        loom_err e = {{0}};
+        if (gguf_parse(&t, o.b, n, "cut.gguf", &e) == 0) accepted++, gguf_close(&t);
+        else if (!strstr(e.msg, "cut.gguf")) accepted++;
+    }
+    CHECK(!accepted, "%d truncations accepted or refused without the file's name", accepted);
+}
+
+int main(void) {
+    check_cpu_variant();
+    check_types();
+    check_container();
+    return check_done();
+}
