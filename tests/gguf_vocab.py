@@ -22,6 +22,10 @@ import tarfile
 import tempfile
 from pathlib import Path
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import serve_util  # noqa: E402
+from serve_util import check  # noqa: E402
+
 SDIST = "llama-cpp-python==0.3.36"
 SEP = "\n__ggml_vocab_test__\n"
 
@@ -75,14 +79,6 @@ SKIP_STRINGS = {
 # file has no add_bos_token), and Gemma 4's add_bos_token, which transformers overrides
 EXTRA_BOS = {"llama-bpe": 128000, "gemma-4": 2}
 
-failures = 0
-
-
-def check(cond, what):
-    global failures
-    if not cond:
-        failures += 1
-        print(f"FAILED: {what}", flush=True)
 
 
 def fetch(cache):
@@ -224,8 +220,8 @@ def main():
     report("llama.cpp's .out", checked, skipped)
     tchecked, tskipped = against_transformers(driver, models, [n for n, _, _ in checked])
     report("transformers", tchecked, tskipped)
-    if failures:
-        sys.exit(f"{failures} checks failed")
+    if serve_util.failures:
+        sys.exit(f"{serve_util.failures} checks failed")
     print("all checks passed")
 
 

@@ -1,6 +1,6 @@
-"""What the server's client tests (serve_openai.py, serve_agents.py) share: a `loom serve` on a
-free loopback port, stopped with SIGTERM (which must drain and exit 0), and failures counted
-rather than raised, so that one run reports them all."""
+"""What the Python tests share: failures counted rather than raised, so that one run reports them
+all (`check`); and for the server's client tests (serve_openai.py, serve_agents.py) a `loom serve`
+on a free loopback port, stopped with SIGTERM (which must drain and exit 0)."""
 import json
 import os
 import re

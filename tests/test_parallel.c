@@ -214,11 +214,12 @@ static void check_mpi_matches_shm(const char *name, mode md, const golden *g, co
 }
 
 /* The cases also run over MPI at tp=2 (a dense, a biased, two mixtures, latent attention, four
- * quantized). */
+ * quantized, a GGUF file's blocks). */
 static bool over_mpi(const char *name) {
     static const char *names[] = {"llama",           "qwen2",         "llama_bias",      "olmoe",
                                   "qwen2_moe",       "deepseek_v3",   "gptq_llama",      "ct_mixtral",
-                                  "gptq_llama@auto", "ct_llama@auto", "fp8_deepseek_v3", "fp8_llama@fp8act"};
+                                  "gptq_llama@auto", "ct_llama@auto", "fp8_deepseek_v3", "fp8_llama@fp8act",
+                                  "gguf_gemma3"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (!strcmp(name, names[i])) return true;
     return false;

@@ -50,6 +50,14 @@ static inline vf vbits_u8(const uint8_t *p, int shift, int mask) {
     return _mm512_cvtepi32_ps(
         _mm512_and_si512(_mm512_srlv_epi32(b, _mm512_set1_epi32(shift)), _mm512_set1_epi32(mask)));
 }
+/* VL bytes' low and high 4-bit codes as entries of a 16-entry table of small integers (IQ4's
+ * levels), looked up as floats with one permute each */
+static inline void vlevels_nib(const uint8_t *p, const int8_t levels[16], vf *lo, vf *hi) {
+    __m512 t = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)levels)));
+    __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p));
+    *lo = _mm512_permutexvar_ps(b, t);
+    *hi = _mm512_permutexvar_ps(_mm512_srli_epi32(b, 4), t);
+}
 /* bits first, first + 1, ... of w, one a lane, as floats (0 or 1) */
 static inline vf vbit_lanes(uint32_t w, int first) {
     const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
@@ -129,6 +137,12 @@ static inline vf vbits_u8(const uint8_t *p, int shift, int mask) {
     return _mm256_cvtepi32_ps(
         _mm256_and_si256(_mm256_srlv_epi32(b, _mm256_set1_epi32(shift)), _mm256_set1_epi32(mask)));
 }
+static inline void vlevels_nib(const uint8_t *p, const int8_t levels[16], vf *lo, vf *hi) {
+    const __m128i t = _mm_loadu_si128((const __m128i *)levels), nib = _mm_set1_epi8(15);
+    __m128i b = _mm_loadl_epi64((const __m128i *)p);
+    *lo = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_shuffle_epi8(t, _mm_and_si128(b, nib))));
+    *hi = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_shuffle_epi8(t, _mm_and_si128(_mm_srli_epi16(b, 4), nib))));
+}
 static inline vf vbit_lanes(uint32_t w, int first) {
     __m256i at = _mm256_add_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(first));
     return _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32((int)w), at), _mm256_set1_epi32(1)));
@@ -193,6 +207,16 @@ static inline uint32x4_t vload_u8_u32(const uint8_t *p) {
 static inline vf vload_u8(const uint8_t *p) { return vcvtq_f32_u32(vload_u8_u32(p)); }
 static inline vf vbits_u8(const uint8_t *p, int shift, int mask) {
     return vcvtq_f32_u32(vandq_u32(vshlq_u32(vload_u8_u32(p), vdupq_n_s32(-shift)), vdupq_n_u32((uint32_t)mask)));
+}
+static inline void vlevels_nib(const uint8_t *p, const int8_t levels[16], vf *lo, vf *hi) {
+    uint32_t w;
+    memcpy(&w, p, 4);
+    uint8x8_t b = vcreate_u8(w);
+    uint8x16_t t = vreinterpretq_u8_s8(vld1q_s8(levels));
+    int8x8_t l = vreinterpret_s8_u8(vqtbl1_u8(t, vand_u8(b, vdup_n_u8(15))));
+    int8x8_t h = vreinterpret_s8_u8(vqtbl1_u8(t, vshr_n_u8(b, 4)));
+    *lo = vcvtq_f32_s32(vmovl_s16(vget_low_s16(vmovl_s8(l))));
+    *hi = vcvtq_f32_s32(vmovl_s16(vget_low_s16(vmovl_s8(h))));
 }
 static inline vf vbit_lanes(uint32_t w, int first) {
     const int32_t iota[4] = {0, -1, -2, -3};
@@ -260,6 +284,10 @@ static inline vf vload_bf16(const uint16_t *p) {
 static inline vf vload_u8(const uint8_t *p) { return (float)*p; }
 static inline vf vbits_u8(const uint8_t *p, int shift, int mask) { return (float)((*p >> shift) & mask); }
 static inline vf vbit_lanes(uint32_t w, int first) { return (float)((w >> first) & 1); }
+static inline void vlevels_nib(const uint8_t *p, const int8_t levels[16], vf *lo, vf *hi) {
+    *lo = (float)levels[*p & 15];
+    *hi = (float)levels[*p >> 4];
+}
 static inline vf vload_fp8(const uint8_t *p, int shift) {
     uint32_t u = (uint32_t)(*p & 0x80) << 24 | (uint32_t)(*p & 0x7f) << shift;
     float f;

@@ -156,8 +156,8 @@ static inline __attribute__((always_inline)) void dot_q_row(const float *const *
 
 /* GGUF blocks (tensor/gguf_blocks.h) decoded a vector at a time. Each weight's integer code is
  * built in float from its bit fields (small integers: exact), then scaled with the same one or
- * two roundings as the definition (dl * q, then - ml or + m): the scalar decoder's bits. Types
- * without a vector form here (IQ4_NL, IQ4_XS: table lookups) take the scalar one. */
+ * two roundings as the definition (dl * q, then - ml or + m): the scalar decoder's bits. IQ4's
+ * non-uniform levels are looked up (vlevels_nib) and scaled once. */
 static inline __attribute__((always_inline)) void gg_put(float *out, vf q, float dl, bool min, float ml) {
     vf p = vmul(vset1(dl), q);
     vstore(out, min ? vsub(p, vset1(ml)) : p);
@@ -247,6 +247,25 @@ static inline __attribute__((always_inline)) void gg_block32(int t, const uint8_
     }
 }
 
+/* IQ4_NL's block of 32 or IQ4_XS's of 256 (8 groups of 32 under 6-bit sub-scales) at b into out:
+ * d (or d times the sub-scale) times each code's level. */
+static inline __attribute__((always_inline)) void gg_iq4(int t, const uint8_t *b, float *out) {
+    float d = gguf_f16(b);
+    int groups = t == GT_IQ4_XS ? 8 : 1;
+    unsigned sh = b[2] | (unsigned)b[3] << 8;
+    for (int g = 0; g < groups; g++) {
+        const uint8_t *qs = t == GT_IQ4_XS ? b + 8 + g * 16 : b + 2;
+        int ls = ((b[4 + g / 2] >> (4 * (g % 2))) & 15) | (int)((sh >> (2 * g)) & 3) << 4;
+        float dl = t == GT_IQ4_XS ? d * (float)(ls - 32) : d;
+        for (int u = 0; u < 16; u += VL) {
+            vf lo, hi;
+            vlevels_nib(qs + u, gguf_iq4_levels, &lo, &hi);
+            vstore(out + g * 32 + u, vmul(vset1(dl), lo));
+            vstore(out + g * 32 + 16 + u, vmul(vset1(dl), hi));
+        }
+    }
+}
+
 /* Weights [c0, c0 + n) of a GGUF row (whole blocks) into out. */
 static void gguf_span(int t, const uint8_t *row, int c0, int n, float *out) {
     const gtype_info *g = &gtype_table[t];
@@ -267,6 +286,8 @@ static void gguf_span(int t, const uint8_t *row, int c0, int n, float *out) {
         GG_LOOP(GT_Q5_0, 32, gg_block32)
         GG_LOOP(GT_Q5_1, 32, gg_block32)
         GG_LOOP(GT_Q8_0, 32, gg_block32)
+        GG_LOOP(GT_IQ4_NL, 32, gg_iq4)
+        GG_LOOP(GT_IQ4_XS, QK_K, gg_iq4)
     default: gguf_decode_row(t, row, c0, n, out);
     }
 }
