@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Cross-builds loom for aarch64 into build-aarch64/ (Debian's gcc-aarch64-linux-gnu and arm64
 # multiarch libraries, no MPI backend; see cmake/aarch64-linux-gnu.cmake) and runs tests under
-# qemu-aarch64: test_golden, test_stories, test_parallel, test_quant and test_row_bits (whose
+# qemu-aarch64: test_golden, test_stories, test_parallel, test_quant, test_gguf and test_row_bits (whose
 # linears run on OpenBLAS in this build), once per CPU variant (generic, neon, neondot: qemu's
 # default CPU has the dot product), or the tests that a ctest -R regex given as argument picks.
 # Installs the Debian packages first (adds the arm64 architecture to dpkg).
@@ -16,5 +16,5 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
 # Under qemu, OpenMP threads that spin at barriers slow each other down badly (test_stories:
 # ~50 s spinning, ~20 s sleeping).
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
-ctest --test-dir "$dir" -R "${1:-^(test_golden|test_stories|test_parallel|test_quant|test_row_bits)(\.|\$)}" --output-on-failure \
+ctest --test-dir "$dir" -R "${1:-^(test_golden|test_stories|test_parallel|test_quant|test_gguf|test_row_bits)(\.|\$)}" --output-on-failure \
   -j2

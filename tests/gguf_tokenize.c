@@ -32,12 +32,14 @@ int main(int argc, char **argv) {
     free(in);
     if (!cJSON_IsArray(texts)) {
         fprintf(stderr, "gguf_tokenize: stdin is not a JSON list of strings\n");
+        cJSON_Delete(texts);
         return 2;
     }
     loom_err err = {{0}};
     gguf_file f = {0};
     if (gguf_open(&f, argv[1], &err)) {
         fprintf(stderr, "gguf_tokenize: %s\n", err.msg);
+        cJSON_Delete(texts);
         return 2;
     }
     double t0 = now();
@@ -46,6 +48,7 @@ int main(int argc, char **argv) {
     if (!t) {
         printf("refused: %s\n", err.msg);
         gguf_close(&f);
+        cJSON_Delete(texts);
         return 3;
     }
     int rc = 0;
