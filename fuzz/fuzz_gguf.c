@@ -14,7 +14,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         sink ^= ((const uint8_t *)f.tensors[i].data)[0] ^ ((const uint8_t *)f.tensors[i].data)[f.tensors[i].nbytes - 1];
     (void)sink;
     model_config c;
-    (void)gguf_model_config(&f, &c, &err);
+    (void)gguf_model_config(&f, 1, &c, &err);
     tokenizer *t = gguf_tokenizer(&f, &err);
     if (t) tokenizer_free(t);
     gguf_close(&f);

@@ -24,8 +24,9 @@
     "gptq_llama", "gptq_qwen2", "gptq_mixtral", "awq_llama", "awq_qwen2", "awq_mixtral", "ct_llama", "ct_qwen2",       \
         "ct_mixtral", FP8_CASES, GGUF_CASES
 /* GGUF files of a Llama, a Qwen2, a Qwen3 and a Gemma 3, every linear another of llama.cpp's block
- * types, and the `llama` golden converted as llama.cpp does it (tests/golden/make_gguf_golden.py) */
-#define GGUF_CASES "gguf_llama", "gguf_qwen2", "gguf_qwen3", "gguf_gemma3", "gguf_llama3"
+ * types, and the `llama` golden converted as llama.cpp does it, whole and split in three parts
+ * (tests/golden/make_gguf_golden.py) */
+#define GGUF_CASES "gguf_llama", "gguf_qwen2", "gguf_qwen3", "gguf_gemma3", "gguf_llama3", "gguf_llama3_split"
 #define FP8_CASES  "fp8_llama", "fp8_qwen2", "fp8_mixtral", "fp8_deepseek_v3", "fp8_tp3"
 
 /* The float golden models of every architecture the parallel tests run (test_golden adds its
@@ -65,10 +66,12 @@ static inline void golden_dir(char *out, size_t cap, const char *name) {
     snprintf(out, cap, "%s/tests/golden/%.*s", LOOM_SOURCE_DIR, (int)strcspn(name, "@"), name);
 }
 
-/* The model in case folder dir: its model.gguf where it has one (the GGUF cases,
- * tests/golden/make_gguf_golden.py), else the folder. */
+/* The model in case folder dir: its model.gguf, or a split one's first part, where it has one
+ * (the GGUF cases, tests/golden/make_gguf_golden.py), else the folder. */
 static inline const char *golden_model_at(const char *dir, char *out, size_t cap) {
     snprintf(out, cap, "%s/model.gguf", dir);
+    if (access(out, R_OK) == 0) return out;
+    snprintf(out, cap, "%s/model-00001-of-00003.gguf", dir);
     return access(out, R_OK) == 0 ? out : dir;
 }
 

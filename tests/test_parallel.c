@@ -173,8 +173,8 @@ static bool shardable(const char *name, int tp, const char **why) {
     if (!(i.n_heads % tp == 0 && (i.n_kv_heads % tp == 0 || tp % i.n_kv_heads == 0) && i.intermediate % tp == 0))
         return false;
     /* the GGUF cases of random blocks: down_proj in k-quant super-blocks, o_proj in blocks of 32
-     * (gguf_llama3 is F32) */
-    if (!strncmp(name, "gguf_", 5) && strcmp(name, "gguf_llama3")) {
+     * (gguf_llama3 and its split copy are F32) */
+    if (!strncmp(name, "gguf_", 5) && strncmp(name, "gguf_llama3", 11)) {
         *why = "cuts a GGUF block: the tensor is";
         return (i.intermediate / tp) % 256 == 0 && (i.n_heads * i.head_dim / tp) % 32 == 0;
     }

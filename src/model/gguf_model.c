@@ -143,11 +143,20 @@ int gguf_model_open(const char *path, gguf_file *parts, int max_parts, int *n_pa
 /* ---------------------------------------------------------------- config */
 
 typedef struct cfg_writer {
-    const gguf_file *f;
+    const gguf_file *f; /* the first part: the metadata */
+    const gguf_file *parts;
+    int n_parts;
     const char *arch;
     cJSON *root;
     loom_err *err;
 } cfg_writer;
+
+/* Tensor `name` in whichever part holds it (a split file's tensors are spread over its parts). */
+static const gguf_tensor *find_tensor(const cfg_writer *w, const char *name) {
+    const gguf_tensor *t = NULL;
+    for (int i = 0; i < w->n_parts && !t; i++) t = gguf_find_tensor(&w->parts[i], name);
+    return t;
+}
 
 /* `{arch}.<key>` as a number into json field `field`; required keys must be there. */
 static int put_num(cfg_writer *w, const char *key, const char *field, bool required) {
@@ -201,7 +210,7 @@ static int put_token_id(cfg_writer *w, const char *key, const char *field) {
  * longrope's form with one factor list and no attention factor, so it is written as such.
  * (transformers' GGUF loader drops the tensor: it runs such a file without the scaling.) */
 static int put_rope_freqs(cfg_writer *w) {
-    const gguf_tensor *t = gguf_find_tensor(w->f, ROPE_FREQS);
+    const gguf_tensor *t = find_tensor(w, ROPE_FREQS);
     if (!t) return 0;
     if (cJSON_GetObjectItemCaseSensitive(w->root, "rope_scaling"))
         return loom_errf(w->err, "%s: both %s.rope.scaling.type and tensor '%s' scale RoPE", w->f->name, w->arch,
@@ -234,25 +243,28 @@ static int refuse_unread(cfg_writer *w) {
     return 0;
 }
 
-static int vocab_size(const gguf_file *f, int64_t *out, loom_err *err) {
-    const gguf_tensor *t = gguf_find_tensor(f, "token_embd.weight");
-    if (!t || t->ndim != 2) return loom_errf(err, "%s: missing tensor 'token_embd.weight' [hidden, vocab]", f->name);
+static int vocab_size(const cfg_writer *w, int64_t *out) {
+    const gguf_tensor *t = find_tensor(w, "token_embd.weight");
+    if (!t || t->ndim != 2)
+        return loom_errf(w->err, "%s: missing tensor 'token_embd.weight' [hidden, vocab]", w->f->name);
     *out = t->ne[1];
     return 0;
 }
 
-int gguf_model_config(const gguf_file *f, model_config *c, loom_err *err) {
+int gguf_model_config(const gguf_file *parts, int n_parts, model_config *c, loom_err *err) {
+    const gguf_file *f = &parts[0];
     const gguf_arch *a = arch_of(f, err);
     if (!a) return -1;
-    cfg_writer w = {f, a->name, cJSON_CreateObject(), err};
+    cfg_writer w = {f, parts, n_parts, a->name, cJSON_CreateObject(), err};
     if (!w.root) return loom_errf(err, "out of memory building %s's config", f->name);
     cJSON *list = cJSON_AddArrayToObject(w.root, "architectures");
     cJSON_AddItemToArray(list, cJSON_CreateString(a->hf));
     int64_t vocab = 0;
     bool blocks = false;
-    for (size_t i = 0; i < f->n_tensors; i++) blocks |= gtype_table[f->tensors[i].type].block > 1;
+    for (int p = 0; p < n_parts; p++)
+        for (size_t i = 0; i < parts[p].n_tensors; i++) blocks |= gtype_table[parts[p].tensors[i].type].block > 1;
     int rc = refuse_unread(&w);
-    if (!rc) rc = vocab_size(f, &vocab, err);
+    if (!rc) rc = vocab_size(&w, &vocab);
     if (!rc)
         rc = put_num(&w, "embedding_length", "hidden_size", true) ||
                      put_num(&w, "feed_forward_length", "intermediate_size", true) ||
@@ -273,9 +285,9 @@ int gguf_model_config(const gguf_file *f, model_config *c, loom_err *err) {
                  : 0;
     if (!rc) {
         cJSON_AddNumberToObject(w.root, "vocab_size", (double)vocab);
-        cJSON_AddBoolToObject(w.root, "tie_word_embeddings", !gguf_find_tensor(f, "output.weight"));
+        cJSON_AddBoolToObject(w.root, "tie_word_embeddings", !find_tensor(&w, "output.weight"));
         /* biases on every attention projection (Qwen2's q/k/v ones are its architecture's own) */
-        cJSON_AddBoolToObject(w.root, "attention_bias", gguf_find_tensor(f, "blk.0.attn_output.bias") != NULL);
+        cJSON_AddBoolToObject(w.root, "attention_bias", find_tensor(&w, "blk.0.attn_output.bias") != NULL);
     }
     char *text = rc ? NULL : cJSON_PrintUnformatted(w.root);
     cJSON_Delete(w.root);

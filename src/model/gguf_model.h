@@ -15,10 +15,10 @@ bool gguf_model_is_file(const char *path);
 int gguf_model_open(const char *path, gguf_file *parts, int max_parts, int *n_parts, loom_err *err);
 
 /* The model's config, from the first part's metadata (`general.architecture`, `{arch}.*`, the
- * tokenizer's special ids) and its tensors (a tied head where `output.weight` is absent). A GGUF
- * whose linears are block-quantized gets quant format QF_GGUF. Keys loom does not run are
- * refused by name. */
-int gguf_model_config(const gguf_file *f, model_config *c, loom_err *err);
+ * tokenizer's special ids) and every part's tensors (a tied head where `output.weight` is absent,
+ * Llama 3's `rope_freqs.weight`). A GGUF whose linears are block-quantized gets quant format
+ * QF_GGUF. Keys loom does not run are refused by name. */
+int gguf_model_config(const gguf_file *parts, int n_parts, model_config *c, loom_err *err);
 
 /* The store over the parts' tensors under Hugging Face names (every tensor mapped, except Gemma's
  * norms, which the file stores as 1 + w and the store gives back as w). Takes the parts: they are

@@ -86,7 +86,7 @@ static int resolve_task(loom_model *m, const loom_model_options *o, const char *
 static int open_gguf(loom_model *m, const loom_model_options *o, loom_err *err) {
     gguf_file parts[GGUF_MAX_PARTS];
     int n = 0, rc = gguf_model_open(o->path, parts, GGUF_MAX_PARTS, &n, err);
-    if (!rc) rc = gguf_model_config(&parts[0], &m->cfg, err);
+    if (!rc) rc = gguf_model_config(parts, n, &m->cfg, err);
     if (!rc) rc = resolve_task(m, o, NULL, err);
     if (!rc && !(m->tree = arch_build(&m->cfg, err))) rc = loom_err_prefix(err, "%s", o->path);
     if (!rc && o->load_tokenizer && !(m->tok = gguf_tokenizer(&parts[0], err)) && err->msg[0]) rc = -1;

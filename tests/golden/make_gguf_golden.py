@@ -20,6 +20,8 @@ Cases (folder tests/golden/<case>/: model.gguf, golden.safetensors as make_golde
                it, in F32: q/k rows permuted, the scaling written as rope_freqs.weight. Its
                golden is that case's own (transformers on the Hugging Face folder), because
                transformers' GGUF loader drops rope_freqs.weight and would run it unscaled
+  gguf_llama3_split  the same file split as llama.cpp's gguf-split writes it, three parts
+               (model-0000N-of-00003.gguf, eight tensors a part, split.* keys), with the same golden
 
 Usage: make_gguf_golden.py [CASE...]"""
 import os
@@ -51,7 +53,7 @@ LAYER_TYPES = [
 HALVES = {T.Q4_0: [0], T.Q4_1: [0, 2], T.Q5_0: [0], T.Q5_1: [0, 2], T.Q8_0: [0], T.Q2_K: [80, 82], T.Q3_K: [108],
           T.Q4_K: [0, 2], T.Q5_K: [0, 2], T.Q6_K: [208], T.IQ4_NL: [0], T.IQ4_XS: [0]}
 CASES = {"gguf_llama": "llama", "gguf_qwen2": "qwen2", "gguf_qwen3": "qwen3", "gguf_gemma3": "gemma3",
-         "gguf_llama3": "llama"}
+         "gguf_llama3": "llama", "gguf_llama3_split": "llama"}
 
 
 def random_blocks(rng, t, rows, cols, std):
@@ -227,12 +229,42 @@ def build_converted(case, source):
     print(f"{case}: from {source}, {sum(os.path.getsize(os.path.join(out, f)) for f in os.listdir(out))} bytes")
 
 
+def build_split(case, source):
+    """Case `source`'s GGUF rewritten in parts of eight tensors by the gguf package's writer."""
+    import shutil
+    from gguf import GGUFReader, GGUFValueType
+    src, out = os.path.join(HERE, source), os.path.join(HERE, case)
+    os.makedirs(out, exist_ok=True)
+    for f in os.listdir(out):
+        os.remove(os.path.join(out, f))
+    r = GGUFReader(os.path.join(src, "model.gguf"))
+    w = GGUFWriter(os.path.join(out, "model.gguf"), r.fields["general.architecture"].contents(),
+                   split_max_tensors=8)
+    for key, field in r.fields.items():
+        if key.startswith("GGUF.") or key == "general.architecture":
+            continue
+        if field.types[0] == GGUFValueType.ARRAY:
+            w.add_key_value(key, field.contents(), field.types[0], sub_type=field.types[-1])
+        else:
+            w.add_key_value(key, field.contents(), field.types[0])
+    for t in r.tensors:
+        w.add_tensor(t.name, np.array(t.data), raw_dtype=t.tensor_type)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    shutil.copy(os.path.join(src, "golden.safetensors"), os.path.join(out, "golden.safetensors"))
+    print(f"{case}: {sorted(os.listdir(out))}")
+
+
 def main():
     torch.manual_seed(0)
     names = sys.argv[1:] or list(CASES)
     for i, case in enumerate(CASES):
         if case in names and case == "gguf_llama3":
             build_converted(case, "llama")
+        elif case in names and case == "gguf_llama3_split":
+            build_split(case, "gguf_llama3")
         elif case in names:
             build(case, CASES[case], 4300 + i)
 
