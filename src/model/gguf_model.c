@@ -91,6 +91,8 @@ static const gguf_arch *arch_of(const gguf_file *f, loom_err *err) {
 bool gguf_model_is_file(const char *path) {
     struct stat st;
     if (stat(path, &st) || !S_ISREG(st.st_mode)) return false;
+    size_t n = strlen(path);
+    if (n > 5 && !strcmp(path + n - 5, ".gguf")) return true; /* then a bad magic is gguf.c's error */
     FILE *fp = fopen(path, "rb");
     char magic[4];
     bool yes = fp && fread(magic, 1, 4, fp) == 4 && gguf_is_gguf(magic, 4);
@@ -121,6 +123,11 @@ int gguf_model_open(const char *path, gguf_file *parts, int max_parts, int *n_pa
     if (gguf_get_i64(&parts[0], "split.count", &declared, err) < 0) return -1;
     size_t num_at = 0;
     int count = split_count(path, &num_at);
+    if (declared > 1 && count == 1)
+        return loom_errf(err,
+                         "%s: one part of a model split in %lld (split.count): give its first part, the file named "
+                         "...-00001-of-%05lld.gguf",
+                         path, (long long)declared, (long long)declared);
     if (declared != count)
         return loom_errf(err, "%s: split.count is %lld, but the file name says %d part%s", path, (long long)declared,
                          count, count == 1 ? "" : "s");

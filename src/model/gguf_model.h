@@ -7,7 +7,7 @@
 #include "model/gguf.h"
 #include "model/weights.h"
 
-/* Whether path names a GGUF file (by its magic; a folder or a missing file is not one). */
+/* Whether path names a GGUF file (by its name or its magic; a folder or a missing file is not one). */
 bool gguf_model_is_file(const char *path);
 
 /* Opens path and, for a split model (`NAME-00001-of-0000N.gguf`), every part. parts[0] holds the
