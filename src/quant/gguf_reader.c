@@ -23,7 +23,8 @@ static bool gg_has(weight_store *ws, const quant_config *q, const char *name) {
     return t && t->gtype;
 }
 
-/* At plan time, before any tensor is read: the tensor's own type's block must not be cut. */
+/* The tensor's own type's block must not be cut (checked at plan time, and by checkpoint.c before
+ * every gg_get). */
 static int gg_check(const quant_config *q, const char *name, const ckpt_slice *s, loom_err *err) {
     if (s->row_step > 1) return loom_errf(err, "%s: interleaved rows are not read from GGUF files", name);
     int type = q->gguf_type ? q->gguf_type(q->store, name) : 0;
@@ -46,9 +47,6 @@ static int gg_get(weight_store *ws, const quant_config *q, const char *name, con
     if (t->ndim != 2 || t->shape[0] != s->rows || t->shape[1] != s->cols)
         return loom_errf(err, "%s: tensor '%s' (%s) is [%lld, %lld], expected [%d, %d]", file, name, g->name,
                          (long long)t->shape[0], (long long)(t->ndim > 1 ? t->shape[1] : 0), s->rows, s->cols);
-    if (s->c0 % g->block || s->nc % g->block)
-        return loom_errf(err, "%s: tensor '%s' (%s): a rank's input features [%d, %d) cut a block of %d weights", file,
-                         name, g->name, s->c0, s->c0 + s->nc, g->block);
     qlayout *ql = weights_buffer(ws, sizeof *ql, "a GGUF tensor's layout", err);
     if (!ql) return -1;
     size_t row_bytes = (size_t)s->cols / g->block * g->bytes;
