@@ -234,20 +234,19 @@ static const st_tensor *find(weight_store *w, const char *name, const char **fil
     return t || strncmp(name, "model.", 6) ? t : find_exact(w, name + 6, file);
 }
 
-int weights_gguf_type(const void *store, const char *name) {
-    const weight_store *w = store;
-    for (int i = 0; i < w->n_files; i++) {
-        const st_tensor *t = st_find(&w->files[i], name);
-        if (t) return t->gtype;
-    }
-    return 0;
+/* Tensor `name` in any file, nothing marked used. */
+static const st_tensor *peek(const weight_store *w, const char *name) {
+    const st_tensor *t = NULL;
+    for (int i = 0; i < w->n_files && !t; i++) t = st_find(&w->files[i], name);
+    return t;
 }
 
-bool weights_has(const weight_store *w, const char *name) {
-    for (int i = 0; i < w->n_files; i++)
-        if (st_find(&w->files[i], name)) return true;
-    return false;
+int weights_gguf_type(const void *store, const char *name) {
+    const st_tensor *t = peek(store, name);
+    return t ? t->gtype : 0;
 }
+
+bool weights_has(const weight_store *w, const char *name) { return peek(w, name) != NULL; }
 
 const st_tensor *weights_tensor(weight_store *w, const char *name, const char **file) {
     const char *f;

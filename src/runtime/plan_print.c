@@ -11,7 +11,6 @@
 #include "runtime/engine.h"
 #include "tensor/gguf_blocks.h"
 
-/* "column-parallel, out 48+32+16" and which parts every rank holds whole */
 /* A GGUF model's block type of weight `name` ("" when the file stores it as a plain dtype). */
 static const char *gguf_type_of(const quant_config *cq, const char *name) {
     int t = cq && cq->format == QF_GGUF && cq->gguf_type ? cq->gguf_type(cq->store, name) : 0;
@@ -28,6 +27,7 @@ static void print_gguf_types(FILE *f, const quant_config *cq, const linear_desc 
     }
 }
 
+/* "column-parallel, out 48+32+16" and which parts every rank holds whole */
 static void print_linear(FILE *f, const linear_desc *l) {
     static const char *styles[] = {"replicated", "column-parallel", "row-parallel", "vocab-parallel"};
     int whole = 0;
