@@ -45,6 +45,7 @@ static int get_int(reader *r, const cJSON *obj, const char *key, int def, bool r
 static int get_float(reader *r, const cJSON *obj, const char *key, double def, bool required, float *out) {
     double d = def;
     if (get_num(r, obj, key, def, required, &d)) return -1;
+    if (!isfinite((float)d)) return loom_errf(r->err, "%s: field '%s' must be a finite number (got %g)", r->name, key, d);
     *out = (float)d;
     return 0;
 }
@@ -190,8 +191,8 @@ static int parse_rope_dim(reader *r, model_config *c) {
     if (get_float(r, r->root, "partial_rotary_factor", 1.0, false, &partial) ||
         (s && get_float(r, s, "partial_rotary_factor", partial, false, &partial)))
         return -1;
-    c->rope_dim = (int)(c->head_dim * (double)partial);
-    if (!(partial > 0 && partial <= 1) || c->rope_dim < 2 || c->rope_dim % 2)
+    c->rope_dim = partial > 0 && partial <= 1 ? (int)(c->head_dim * (double)partial) : 0;
+    if (c->rope_dim < 2 || c->rope_dim % 2)
         return loom_errf(r->err,
                          "%s: partial_rotary_factor %g of head_dim %d: the rotary width must be even and positive",
                          r->name, partial, c->head_dim);
