@@ -93,6 +93,8 @@ typedef struct moe_desc {
     /* per-expert tensors: printf patterns with one %d for the expert ("...experts.%d.w1.weight");
      * stacked: gate holds [E, 2*inter, hidden] (gate rows, then up rows), down [E, hidden, inter] */
     bool stacked;
+    /* stacked_each: gate [E, inter, hidden], up likewise, down [E, hidden, inter], one tensor each */
+    bool stacked_each;
     char gate[128], up[128], down[128];
     /* GPT-OSS: gate and up rows alternate in the stacked gate tensor (gate j = row 2j), and the
      * experts have biases ("" if none: [E, 2*inter] interleaved likewise, [E, hidden]) */

@@ -45,7 +45,8 @@ static int get_int(reader *r, const cJSON *obj, const char *key, int def, bool r
 static int get_float(reader *r, const cJSON *obj, const char *key, double def, bool required, float *out) {
     double d = def;
     if (get_num(r, obj, key, def, required, &d)) return -1;
-    if (!isfinite((float)d)) return loom_errf(r->err, "%s: field '%s' must be a finite number (got %g)", r->name, key, d);
+    if (!isfinite((float)d))
+        return loom_errf(r->err, "%s: field '%s' must be a finite number (got %g)", r->name, key, d);
     *out = (float)d;
     return 0;
 }

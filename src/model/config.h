@@ -81,6 +81,9 @@ typedef struct model_config {
     float embedding_mult, attention_mult, residual_mult, logits_scale;
     /* mixture of experts; n_experts 0: dense */
     int n_experts, top_k, moe_intermediate, shared_intermediate, sparse_step;
+    /* each projection's experts in one [E, out, in] tensor, named as the per-expert one without
+     * its index: a GGUF file's ffn_{gate,up,down}_exps (model/gguf_model.c) */
+    bool experts_stacked;
     bool norm_topk;      /* renormalise the top-k routing weights */
     bool sigmoid_scores; /* scoring_func sigmoid (DeepSeek-V3), else softmax */
     enum topk_method topk_method;

@@ -23,46 +23,64 @@ typedef struct gguf_arch {
      * adjacent; the file is run with adjacent pairs instead of copying rows back */
     bool meta_rope;
     bool gemma; /* norms stored as 1 + w, the FFN's norms named as Gemma's */
+    /* a mixture of experts, whose top k weights llama.cpp's graph renormalises or not by
+     * architecture (the file carries no norm_topk_prob; transformers' loader sets Qwen3-MoE's) */
+    bool moe, norm_topk;
 } gguf_arch;
 
 static const gguf_arch archs[] = {
-    {"llama", "LlamaForCausalLM", true, false},   {"qwen2", "Qwen2ForCausalLM", false, false},
-    {"qwen3", "Qwen3ForCausalLM", false, false},  {"gemma2", "Gemma2ForCausalLM", false, true},
-    {"gemma3", "Gemma3ForCausalLM", false, true},
+    {"llama", "LlamaForCausalLM", true, false, false, false},
+    {"qwen2", "Qwen2ForCausalLM", false, false, false, false},
+    {"qwen3", "Qwen3ForCausalLM", false, false, false, false},
+    {"gemma2", "Gemma2ForCausalLM", false, true, false, false},
+    {"gemma3", "Gemma3ForCausalLM", false, true, false, false},
+    {"qwen2moe", "Qwen2MoeForCausalLM", false, false, true, false},
+    {"qwen3moe", "Qwen3MoeForCausalLM", false, false, true, true},
+    {"olmoe", "OlmoeForCausalLM", false, false, true, false},
 };
 
 /* Architectures llama.cpp defines whose GGUF layout loom does not read yet. */
-static const char *const later[] = {"qwen2moe", "qwen3moe", "phi3",         "granite",  "olmoe",   "deepseek2",
-                                    "gpt-oss",  "ernie4_5", "ernie4_5-moe", "mistral3", "gemma3n", "granitemoe"};
+static const char *const later[] = {"phi3",         "granite",  "deepseek2", "gpt-oss",   "ernie4_5",
+                                    "ernie4_5-moe", "mistral3", "gemma3n",   "granitemoe"};
 
 /* GGUF's per-layer names (after "blk.N.") and the Hugging Face module they belong to; Gemma's
  * FFN norms first, in their own rows. */
 typedef struct name_map {
     const char *gguf, *hf;
     bool gemma_only, plain_only;
+    bool as_row; /* stored 1-D, read as one row: [n] is [1, n] (a linear of one output) */
 } name_map;
 
 static const name_map layer_names[] = {
-    {"attn_norm", "input_layernorm", false, false},
-    {"attn_q", "self_attn.q_proj", false, false},
-    {"attn_k", "self_attn.k_proj", false, false},
-    {"attn_v", "self_attn.v_proj", false, false},
-    {"attn_output", "self_attn.o_proj", false, false},
-    {"attn_q_norm", "self_attn.q_norm", false, false},
-    {"attn_k_norm", "self_attn.k_norm", false, false},
-    {"ffn_norm", "post_attention_layernorm", false, true},
-    {"ffn_norm", "pre_feedforward_layernorm", true, false},
-    {"post_attention_norm", "post_attention_layernorm", true, false},
-    {"post_ffw_norm", "post_feedforward_layernorm", true, false},
-    {"ffn_gate", "mlp.gate_proj", false, false},
-    {"ffn_up", "mlp.up_proj", false, false},
-    {"ffn_down", "mlp.down_proj", false, false},
+    {"attn_norm", "input_layernorm", false, false, false},
+    {"attn_q", "self_attn.q_proj", false, false, false},
+    {"attn_k", "self_attn.k_proj", false, false, false},
+    {"attn_v", "self_attn.v_proj", false, false, false},
+    {"attn_output", "self_attn.o_proj", false, false, false},
+    {"attn_q_norm", "self_attn.q_norm", false, false, false},
+    {"attn_k_norm", "self_attn.k_norm", false, false, false},
+    {"ffn_norm", "post_attention_layernorm", false, true, false},
+    {"ffn_norm", "pre_feedforward_layernorm", true, false, false},
+    {"post_attention_norm", "post_attention_layernorm", true, false, false},
+    {"post_ffw_norm", "post_feedforward_layernorm", true, false, false},
+    {"ffn_gate", "mlp.gate_proj", false, false, false},
+    {"ffn_up", "mlp.up_proj", false, false, false},
+    {"ffn_down", "mlp.down_proj", false, false, false},
+    {"ffn_gate_inp", "mlp.gate", false, false, false},
+    /* every expert's projection in one tensor (model_config.experts_stacked) */
+    {"ffn_gate_exps", "mlp.experts.gate_proj", false, false, false},
+    {"ffn_up_exps", "mlp.experts.up_proj", false, false, false},
+    {"ffn_down_exps", "mlp.experts.down_proj", false, false, false},
+    {"ffn_gate_shexp", "mlp.shared_expert.gate_proj", false, false, false},
+    {"ffn_up_shexp", "mlp.shared_expert.up_proj", false, false, false},
+    {"ffn_down_shexp", "mlp.shared_expert.down_proj", false, false, false},
+    {"ffn_gate_inp_shexp", "mlp.shared_expert_gate", false, false, true},
 };
 
 static const name_map global_names[] = {
-    {"token_embd", "model.embed_tokens", false, false},
-    {"output_norm", "model.norm", false, false},
-    {"output", "lm_head", false, false},
+    {"token_embd", "model.embed_tokens", false, false, false},
+    {"output_norm", "model.norm", false, false, false},
+    {"output", "lm_head", false, false, false},
 };
 
 static const gguf_arch *arch_of(const gguf_file *f, loom_err *err) {
@@ -83,8 +101,10 @@ static const gguf_arch *arch_of(const gguf_file *f, loom_err *err) {
                       f->name, later[i]);
             return NULL;
         }
-    loom_errf(err, "%s: general.architecture '%.*s' is not one loom runs (GGUF: llama, qwen2, qwen3, gemma2, gemma3)",
-              f->name, (int)(a.n > 64 ? 64 : a.n), a.p);
+    char list[256] = "";
+    for (size_t i = 0; i < sizeof archs / sizeof *archs; i++) strcat(strcat(list, i ? ", " : ""), archs[i].name);
+    loom_errf(err, "%s: general.architecture '%.*s' is not one loom runs (GGUF: %s)", f->name,
+              (int)(a.n > 64 ? 64 : a.n), a.p, list);
     return NULL;
 }
 
@@ -153,6 +173,7 @@ typedef struct cfg_writer {
     const gguf_file *f; /* the first part: the metadata */
     const gguf_file *parts;
     int n_parts;
+    const gguf_arch *a;
     const char *arch;
     cJSON *root;
     loom_err *err;
@@ -238,16 +259,44 @@ static int put_rope_freqs(cfg_writer *w) {
     return 0;
 }
 
-/* Keys that change the model and that loom does not read: refused rather than ignored. */
+/* Keys that change the model and that loom does not read: refused rather than ignored (a
+ * dense architecture's experts: Mixtral as `llama` is not read yet). */
 static int refuse_unread(cfg_writer *w) {
-    static const char *const keys[] = {"attention.clamp_kqv", "expert_count", "attention.q_lora_rank",
-                                       "rope.scaling.attn_factor", "attention.causal"};
+    static const char *const keys[] = {"attention.clamp_kqv",       "attention.q_lora_rank", "rope.scaling.attn_factor",
+                                       "attention.causal",          "expert_weights_scale",  "expert_group_count",
+                                       "leading_dense_block_count", "expert_shared_count"};
     char full[160];
     for (size_t i = 0; i < sizeof keys / sizeof *keys; i++) {
         snprintf(full, sizeof full, "%s.%s", w->arch, keys[i]);
         if (gguf_find(w->f, full)) return loom_errf(w->err, "%s: key '%s' is not supported", w->f->name, full);
     }
+    snprintf(full, sizeof full, "%s.expert_count", w->arch);
+    if (!w->a->moe && gguf_find(w->f, full))
+        return loom_errf(w->err, "%s: key '%s': experts in a '%s' file are not supported", w->f->name, full, w->arch);
     return 0;
+}
+
+/* The experts' sizes and routing. Routing is a softmax over the router's logits (the only
+ * gating function these architectures have); whether the top k weights are renormalised is the
+ * file's expert_weights_norm where it says, else the architecture's own rule. */
+static int put_experts(cfg_writer *w) {
+    if (!w->a->moe) return 0;
+    char key[160];
+    int64_t gating = 1;
+    snprintf(key, sizeof key, "%s.expert_gating_func", w->arch);
+    if (gguf_get_i64(w->f, key, &gating, w->err) < 0) return -1;
+    if (gating != 1)
+        return loom_errf(w->err, "%s: key '%s' is %lld (1, softmax, is read)", w->f->name, key, (long long)gating);
+    bool norm = w->a->norm_topk;
+    snprintf(key, sizeof key, "%s.expert_weights_norm", w->arch);
+    if (gguf_get_bool(w->f, key, &norm, w->err) < 0) return -1;
+    cJSON_AddBoolToObject(w->root, "norm_topk_prob", norm);
+    return put_num(w, "expert_count", "num_experts", true) ||
+                   put_num(w, "expert_used_count", "num_experts_per_tok", true) ||
+                   put_num(w, "expert_feed_forward_length", "moe_intermediate_size", false) ||
+                   put_num(w, "expert_shared_feed_forward_length", "shared_expert_intermediate_size", false)
+               ? -1
+               : 0;
 }
 
 static int vocab_size(const cfg_writer *w, int64_t *out) {
@@ -262,7 +311,7 @@ int gguf_model_config(const gguf_file *parts, int n_parts, model_config *c, loom
     const gguf_file *f = &parts[0];
     const gguf_arch *a = arch_of(f, err);
     if (!a) return -1;
-    cfg_writer w = {f, parts, n_parts, a->name, cJSON_CreateObject(), err};
+    cfg_writer w = {f, parts, n_parts, a, a->name, cJSON_CreateObject(), err};
     if (!w.root) return loom_errf(err, "out of memory building %s's config", f->name);
     cJSON *list = cJSON_AddArrayToObject(w.root, "architectures");
     cJSON_AddItemToArray(list, cJSON_CreateString(a->hf));
@@ -284,8 +333,8 @@ int gguf_model_config(const gguf_file *parts, int n_parts, model_config *c, loom
                      put_num(&w, "rope.freq_base", "rope_theta", false) ||
                      put_num(&w, "attention.sliding_window", "sliding_window", false) ||
                      put_num(&w, "final_logit_softcapping", "final_logit_softcapping", false) ||
-                     put_num(&w, "attn_logit_softcapping", "attn_logit_softcapping", false) || put_rope_scaling(&w) ||
-                     put_rope_freqs(&w) || put_token_id(&w, "bos_token_id", "bos_token_id") ||
+                     put_num(&w, "attn_logit_softcapping", "attn_logit_softcapping", false) || put_experts(&w) ||
+                     put_rope_scaling(&w) || put_rope_freqs(&w) || put_token_id(&w, "bos_token_id", "bos_token_id") ||
                      put_token_id(&w, "eos_token_id", "eos_token_id") ||
                      put_token_id(&w, "padding_token_id", "pad_token_id")
                  ? -1
@@ -304,6 +353,7 @@ int gguf_model_config(const gguf_file *parts, int n_parts, model_config *c, loom
     cJSON_free(text);
     if (rc) return -1;
     c->rope_meta_layout = a->meta_rope;
+    c->experts_stacked = a->moe;
     if (blocks) c->quant = (quant_config){.format = QF_GGUF};
     return 0;
 }
@@ -317,10 +367,11 @@ char *gguf_model_chat_template(const gguf_file *f, loom_err *err) {
 
 /* ---------------------------------------------------------------- tensors */
 
-/* The Hugging Face name of GGUF tensor `name` into out; false if it has none. */
-static bool hf_name(const gguf_arch *a, const char *name, char *out, size_t cap) {
+/* The Hugging Face name of GGUF tensor `name` into out, and its row of the tables; NULL if it
+ * has none. */
+static const name_map *hf_name(const gguf_arch *a, const char *name, char *out, size_t cap) {
     const char *dot = strrchr(name, '.');
-    if (!dot || (strcmp(dot, ".weight") && strcmp(dot, ".bias"))) return false;
+    if (!dot || (strcmp(dot, ".weight") && strcmp(dot, ".bias"))) return NULL;
     size_t stem = (size_t)(dot - name);
     int layer, used = 0;
     const char *rest = name;
@@ -335,9 +386,9 @@ static bool hf_name(const gguf_arch *a, const char *name, char *out, size_t cap)
         if ((table[i].gemma_only && !a->gemma) || (table[i].plain_only && a->gemma)) continue;
         if (table == layer_names) snprintf(out, cap, "model.layers.%d.%s%s", layer, table[i].hf, dot);
         else snprintf(out, cap, "%s%s", table[i].hf, dot);
-        return true;
+        return &table[i];
     }
-    return false;
+    return NULL;
 }
 
 static enum dtype plain_dtype(int type) { return type == GT_F32 ? DT_F32 : type == GT_F16 ? DT_F16 : DT_BF16; }
@@ -371,7 +422,8 @@ static int part_as_file(weight_store *ws, gguf_file *p, const gguf_arch *a, st_f
         if (!strcmp(g->name, ROPE_FREQS)) continue;
         st_tensor *t = &out->tensors[out->n++];
         char name[256];
-        if (!hf_name(a, g->name, name, sizeof name))
+        const name_map *m = hf_name(a, g->name, name, sizeof name);
+        if (!m)
             return loom_errf(err, "%s: tensor '%s' (%s) is not one of a %s model that loom reads", p->name, g->name,
                              gtype_table[g->type].name, a->name);
         if (!gtype_table[g->type].decoded)
@@ -382,6 +434,7 @@ static int part_as_file(weight_store *ws, gguf_file *p, const gguf_arch *a, st_f
         if (!(t->name = mem_strdup(name, "a tensor name", err))) return -1;
         t->ndim = g->ndim, t->nbytes = g->nbytes, t->data = g->data;
         for (int d = 0; d < g->ndim; d++) t->shape[d] = g->ne[g->ndim - 1 - d];
+        if (m->as_row && g->ndim == 1) t->ndim = 2, t->shape[0] = 1, t->shape[1] = g->ne[0];
         bool blocks = gtype_table[g->type].block > 1;
         t->dtype = blocks ? DT_U8 : plain_dtype(g->type);
         t->gtype = blocks ? g->type : 0;

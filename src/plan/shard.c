@@ -76,9 +76,11 @@ static int check_split(const plan *p, const weight_ref *r, loom_err *err) {
     /* MXFP4 checkpoints quantize stacked experts only (transformers' replaces GPT-OSS's experts) */
     bool mx_float = cq && cq->format == QF_MXFP4 && r->ndim != 3;
     if (r->kind == WEIGHT_LINEAR && cq && !mx_float && quant_checkpoint_applies(cq, r->name, r->style)) {
-        if (r->ndim != 2 && cq->format != QF_MXFP4)
+        if (r->ndim != 2 && cq->format != QF_MXFP4 && cq->format != QF_GGUF)
             return loom_errf(err, "%s: quantized stacked expert tensors are not supported", r->name);
-        if (quant_checkpoint_check(cq, r->name, r->shape[0], r->cols, r->r0, r->nr, r->c0, r->nc, err)) return -1;
+        if (quant_checkpoint_check(cq, r->name, r->ndim == 3 ? r->shape[0] * r->shape[1] : r->shape[0], r->cols, r->r0,
+                                   r->nr, r->c0, r->nc, err))
+            return -1;
     }
     quant_scheme q = shard_scheme(p, r->style);
     return q.bits ? quant_check_split(&q, r->name, r->cols, r->c0, r->nc, err) : 0;
@@ -142,6 +144,14 @@ void expert_slices(const plan_step *s, int e, bool fused, char names[3][160], we
             out[1].r0++;
         }
         out[2] = (weight_ref){WEIGHT_LINEAR, down, 3, {E, H, I}, I, e * H, H, r0, nr, PAR_ROW, linear_init(I), 0};
+        return;
+    }
+    if (d->stacked_each) { /* one [E, I, H] tensor each for gate and up, [E, H, I] for down */
+        out[0] =
+            (weight_ref){WEIGHT_LINEAR, d->gate, 3, {E, I, H}, H, e * I + r0, nr, 0, H, PAR_COLUMN, linear_init(H), 0};
+        out[1] = out[0];
+        out[1].name = d->up;
+        out[2] = (weight_ref){WEIGHT_LINEAR, d->down, 3, {E, H, I}, I, e * H, H, r0, nr, PAR_ROW, linear_init(I), 0};
         return;
     }
     const char *pattern[3] = {d->gate, d->up, d->down};

@@ -44,9 +44,11 @@ static int gg_get(weight_store *ws, const quant_config *q, const char *name, con
     const st_tensor *t = weights_tensor(ws, name, &file);
     if (!t || !t->gtype) return loom_errf(err, "%s: missing block-quantized tensor '%s'", ws->dir, name);
     const gtype_info *g = &gtype_table[t->gtype];
-    if (t->ndim != 2 || t->shape[0] != s->rows || t->shape[1] != s->cols)
-        return loom_errf(err, "%s: tensor '%s' (%s) is [%lld, %lld], expected [%d, %d]", file, name, g->name,
-                         (long long)t->shape[0], (long long)(t->ndim > 1 ? t->shape[1] : 0), s->rows, s->cols);
+    /* a stack of experts, [E, out, in], is read as its E x out rows */
+    long long rows = t->ndim == 3 ? (long long)t->shape[0] * t->shape[1] : t->shape[0];
+    if (t->ndim < 2 || t->ndim > 3 || rows != s->rows || t->shape[t->ndim - 1] != s->cols)
+        return loom_errf(err, "%s: tensor '%s' (%s) has %lld rows of %lld, expected %d of %d", file, name, g->name,
+                         rows, (long long)t->shape[t->ndim - 1], s->rows, s->cols);
     qlayout *ql = weights_buffer(ws, sizeof *ql, "a GGUF tensor's layout", err);
     if (!ql) return -1;
     size_t row_bytes = (size_t)s->cols / g->block * g->bytes;

@@ -27,6 +27,15 @@ static void print_gguf_types(FILE *f, const quant_config *cq, const linear_desc 
     }
 }
 
+/* A GGUF file's stacked experts: their gate, up and down tensors' types ("Q4_K+Q5_K+Q8_0"),
+ * into out, "" when they are not stacked per projection or not stored in blocks. */
+static const char *expert_types(const quant_config *cq, const moe_desc *d, char *out, size_t cap) {
+    out[0] = 0;
+    if (d->stacked_each && *gguf_type_of(cq, d->gate))
+        snprintf(out, cap, "%s+%s+%s", gguf_type_of(cq, d->gate), gguf_type_of(cq, d->up), gguf_type_of(cq, d->down));
+    return out;
+}
+
 /* "column-parallel, out 48+32+16" and which parts every rank holds whole */
 static void print_linear(FILE *f, const linear_desc *l) {
     static const char *styles[] = {"replicated", "column-parallel", "row-parallel", "vocab-parallel"};
@@ -58,6 +67,10 @@ static bool same_shape(const module *a, const module *b, const quant_config *cq)
         for (int j = 0; x->kind == OP_LINEAR && j < x->lin->n_parts && j < y->lin->n_parts; j++)
             if (strcmp(gguf_type_of(cq, x->lin->parts[j].weight), gguf_type_of(cq, y->lin->parts[j].weight)))
                 return false;
+        char tx[64], ty[64];
+        if (x->kind == OP_MOE &&
+            strcmp(expert_types(cq, x->moe, tx, sizeof tx), expert_types(cq, y->moe, ty, sizeof ty)))
+            return false;
     }
     return true;
 }
@@ -142,6 +155,8 @@ static void print_module(FILE *f, const module *m, int depth, const quant_config
                 fprintf(f, "; clamped SwiGLU (limit %g, alpha %g)", d->act.limit, d->act.alpha);
             if (d->gate_up_bias[0]) fprintf(f, "; experts with biases");
             if (d->interleaved) fprintf(f, "; gate and up rows interleaved");
+            char types[64];
+            if (*expert_types(cq, d, types, sizeof types)) fprintf(f, "; stacked per projection, GGUF %s", types);
         }
         if (o->kind == OP_RMS_NORM && o->across_ranks)
             fprintf(f, "  over the whole projection: under TP each rank sums its heads' squares and an all_reduce "

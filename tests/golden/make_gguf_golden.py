@@ -16,12 +16,23 @@ Cases (folder tests/golden/<case>/: model.gguf, golden.safetensors as make_golde
   gguf_qwen2   qwen2: q/k/v biases
   gguf_qwen3   qwen3: per-head q/k norms
   gguf_gemma3  gemma3: norms stored as 1 + w, sliding layers, tied embedding (Q8_0)
+  gguf_qwen2_moe  qwen2moe: q/k/v biases; every layer 4 experts of 64 features, top 2, stacked as
+               ffn_{gate,up,down}_exps, an F32 router, and the shared expert (128 features) with
+               its sigmoid gate (ffn_gate_inp_shexp, stored 1-D)
+  gguf_qwen3_moe  qwen3moe: per-head q/k norms, the same experts, top 2 renormalised (llama.cpp's
+               rule for qwen3moe, which transformers' loader sets as norm_topk_prob), no shared one
+               The experts' down_exps read 64 features in 32-weight blocks: they split 2 ways, not
+               4. transformers' loader does not map expert_feed_forward_length (nor the shared
+               one), so those two sizes are passed to from_pretrained beside the file
   gguf_llama3  the `llama` golden (Llama 3 RoPE scaling) converted as convert_hf_to_gguf.py does
                it, in F32: q/k rows permuted, the scaling written as rope_freqs.weight. Its
                golden is that case's own (transformers on the Hugging Face folder), because
                transformers' GGUF loader drops rope_freqs.weight and would run it unscaled
   gguf_llama3_split  the same file split as llama.cpp's gguf-split writes it, three parts
                (model-0000N-of-00003.gguf, eight tensors a part, split.* keys), with the same golden
+  gguf_olmoe   the `olmoe` golden converted as convert_hf_to_gguf.py does it (F32, experts merged
+               into ffn_*_exps, the router as ffn_gate_inp), with that case's golden: transformers'
+               GGUF loader does not read olmoe
 
 Usage: make_gguf_golden.py [CASE...]"""
 import os
@@ -42,7 +53,15 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 HIDDEN, HEADS, KV_HEADS, INTER, VOCAB, LAYERS, MAX_POS = 256, 4, 2, 512, 256, 2, 256
 # transformers' GGUF loader takes head_dim from rope.dimension_count (llama), key_length
 # (gemma3), its config class's default (qwen3: 128) or hidden / heads (qwen2)
-HEAD_DIMS = {"llama": 128, "qwen2": 64, "qwen3": 128, "gemma3": 128}
+HEAD_DIMS = {"llama": 128, "qwen2": 64, "qwen3": 128, "gemma3": 128, "qwen2moe": 64, "qwen3moe": 128}
+EXPERTS, TOP_K, EXP_INTER, SHARED_INTER = 4, 2, 64, 128
+# the MoE cases' layers: the experts' and the shared expert's types in place of the dense MLP's
+MOE_TYPES = [
+    {"ffn_gate_exps": T.Q4_K, "ffn_up_exps": T.Q5_K, "ffn_down_exps": T.Q8_0, "ffn_gate_shexp": T.Q6_K,
+     "ffn_up_shexp": T.Q2_K, "ffn_down_shexp": T.Q5_0},
+    {"ffn_gate_exps": T.IQ4_XS, "ffn_up_exps": T.Q3_K, "ffn_down_exps": T.Q4_1, "ffn_gate_shexp": T.Q4_K,
+     "ffn_up_shexp": T.IQ4_NL, "ffn_down_shexp": T.Q5_1},
+]
 LAYER_TYPES = [
     {"attn_q": T.Q4_K, "attn_k": T.Q5_K, "attn_v": T.Q6_K, "attn_output": T.Q8_0, "ffn_gate": T.Q2_K,
      "ffn_up": T.Q3_K, "ffn_down": T.Q4_K},
@@ -53,7 +72,8 @@ LAYER_TYPES = [
 HALVES = {T.Q4_0: [0], T.Q4_1: [0, 2], T.Q5_0: [0], T.Q5_1: [0, 2], T.Q8_0: [0], T.Q2_K: [80, 82], T.Q3_K: [108],
           T.Q4_K: [0, 2], T.Q5_K: [0, 2], T.Q6_K: [208], T.IQ4_NL: [0], T.IQ4_XS: [0]}
 CASES = {"gguf_llama": "llama", "gguf_qwen2": "qwen2", "gguf_qwen3": "qwen3", "gguf_gemma3": "gemma3",
-         "gguf_llama3": "llama", "gguf_llama3_split": "llama"}
+         "gguf_llama3": "llama", "gguf_llama3_split": "llama", "gguf_qwen2_moe": "qwen2moe",
+         "gguf_qwen3_moe": "qwen3moe", "gguf_olmoe": "olmoe"}
 
 
 def random_blocks(rng, t, rows, cols, std):
@@ -76,7 +96,7 @@ def f32(rng, shape, mean=0.0, std=0.1):
 
 
 def write(case, arch, path, rng):
-    gemma = arch == "gemma3"
+    gemma, moe = arch == "gemma3", arch.endswith("moe")
     HEAD_DIM = HEAD_DIMS[arch]
     w = GGUFWriter(path, arch)
     w.add_context_length(MAX_POS)
@@ -92,6 +112,12 @@ def write(case, arch, path, rng):
     w.add_rope_freq_base(10000.0 if arch == "llama" else 1e6)
     if gemma:
         w.add_sliding_window(4)
+    if moe:
+        w.add_expert_count(EXPERTS)
+        w.add_expert_used_count(TOP_K)
+        w.add_expert_feed_forward_length(EXP_INTER)
+        if arch == "qwen2moe":
+            w.add_expert_shared_feed_forward_length(SHARED_INTER)
     # a byte-level vocabulary of the 256 bytes, no merges: enough for the loaders, unused here
     w.add_tokenizer_model("gpt2")
     w.add_tokenizer_pre("default")
@@ -113,19 +139,29 @@ def write(case, arch, path, rng):
         p = f"blk.{layer}."
         shapes = {"attn_q": (HEADS * HEAD_DIM, HIDDEN), "attn_k": (KV_HEADS * HEAD_DIM, HIDDEN),
                   "attn_v": (KV_HEADS * HEAD_DIM, HIDDEN), "attn_output": (HIDDEN, HEADS * HEAD_DIM),
-                  "ffn_gate": (INTER, HIDDEN), "ffn_up": (INTER, HIDDEN), "ffn_down": (HIDDEN, INTER)}
+                  "ffn_gate": (INTER, HIDDEN), "ffn_up": (INTER, HIDDEN), "ffn_down": (HIDDEN, INTER),
+                  "ffn_gate_exps": (EXPERTS, EXP_INTER, HIDDEN), "ffn_up_exps": (EXPERTS, EXP_INTER, HIDDEN),
+                  "ffn_down_exps": (EXPERTS, HIDDEN, EXP_INTER), "ffn_gate_shexp": (SHARED_INTER, HIDDEN),
+                  "ffn_up_shexp": (SHARED_INTER, HIDDEN), "ffn_down_shexp": (HIDDEN, SHARED_INTER)}
+        if moe:  # the experts (and Qwen2-MoE's shared one) in place of the MLP
+            types = {k: v for k, v in types.items() if not k.startswith("ffn_")}
+            types.update({k: v for k, v in MOE_TYPES[layer].items() if arch == "qwen2moe" or "shexp" not in k})
+            w.add_tensor(p + "ffn_gate_inp.weight", f32(rng, (EXPERTS, HIDDEN), 0.0, 0.1))
+            if arch == "qwen2moe":
+                w.add_tensor(p + "ffn_gate_inp_shexp.weight", f32(rng, (HIDDEN,), 0.0, 0.1))
         for name, t in types.items():
-            rows, cols = shapes[name]
-            w.add_tensor(p + name + ".weight", random_blocks(rng, t, rows, cols, 0.06), raw_dtype=t)
+            *lead, rows, cols = shapes[name]
+            raw = random_blocks(rng, t, int(np.prod(lead, dtype=int)) * rows, cols, 0.06)
+            w.add_tensor(p + name + ".weight", raw.reshape(*lead, rows, -1), raw_dtype=t)
         norm(p + "attn_norm.weight", HIDDEN)
         norm(p + "ffn_norm.weight", HIDDEN)
         if gemma:
             norm(p + "post_attention_norm.weight", HIDDEN)
             norm(p + "post_ffw_norm.weight", HIDDEN)
-        if arch in ("qwen3", "gemma3"):
+        if arch in ("qwen3", "gemma3", "qwen3moe"):
             norm(p + "attn_q_norm.weight", HEAD_DIM)
             norm(p + "attn_k_norm.weight", HEAD_DIM)
-        if arch == "qwen2":
+        if arch in ("qwen2", "qwen2moe"):
             for name, n in (("attn_q", HEADS * HEAD_DIM), ("attn_k", KV_HEADS * HEAD_DIM),
                             ("attn_v", KV_HEADS * HEAD_DIM)):
                 w.add_tensor(p + name + ".bias", f32(rng, (n,)))
@@ -142,8 +178,11 @@ def build(case, arch, seed):
         os.remove(os.path.join(out, f))
     rng = np.random.default_rng(seed)
     write(case, arch, os.path.join(out, "model.gguf"), rng)
+    sizes = {"moe_intermediate_size": EXP_INTER} if arch.endswith("moe") else {}
+    if arch == "qwen2moe":
+        sizes["shared_expert_intermediate_size"] = SHARED_INTER
     m = AutoModelForCausalLM.from_pretrained(out, gguf_file="model.gguf", dtype=torch.float32,
-                                             attn_implementation="eager").eval()
+                                             attn_implementation="eager", **sizes).eval()
     gen = torch.Generator().manual_seed(seed)
     ids = [make_ids(gen, VOCAB, PREFILL[i] + DECODE_STEPS) for i in range(2)]
     logits = [full_logits(m, s) for s in ids]
@@ -186,8 +225,10 @@ def llama3_factors(cfg):
     return np.array(out, dtype=np.float32)
 
 
-def build_converted(case, source):
-    """A float golden folder as llama.cpp's converter writes it, with that folder's golden."""
+def build_converted(case, source, arch):
+    """A float golden folder as llama.cpp's converter writes it, with that folder's golden: a
+    Llama's q/k rows permuted and its RoPE scaling as rope_freqs.weight, an OLMoE's experts
+    stacked per projection."""
     import json
     import shutil
     from safetensors.numpy import load_file
@@ -195,32 +236,47 @@ def build_converted(case, source):
     os.makedirs(out, exist_ok=True)
     cfg = json.load(open(os.path.join(src, "config.json")))
     t = load_file(os.path.join(src, "model.safetensors"))
-    w = GGUFWriter(os.path.join(out, "model.gguf"), "llama")
+    llama = arch == "llama"
+    w = GGUFWriter(os.path.join(out, "model.gguf"), arch)
     w.add_context_length(cfg["max_position_embeddings"])
     w.add_embedding_length(cfg["hidden_size"])
     w.add_block_count(cfg["num_hidden_layers"])
     w.add_feed_forward_length(cfg["intermediate_size"])
     w.add_head_count(cfg["num_attention_heads"])
     w.add_head_count_kv(cfg["num_key_value_heads"])
-    w.add_rope_dimension_count(cfg["head_dim"])
+    head_dim = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
+    w.add_rope_dimension_count(head_dim)
     w.add_rope_freq_base(cfg["rope_parameters"]["rope_theta"])
     w.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
-    w.add_tensor("rope_freqs.weight", llama3_factors(cfg))
+    if llama:
+        w.add_tensor("rope_freqs.weight", llama3_factors(cfg))
+    else:
+        w.add_expert_count(cfg["num_experts"])
+        w.add_expert_used_count(cfg["num_experts_per_tok"])
     names = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
              "lm_head.weight": "output.weight"}
     parts = {"input_layernorm": "attn_norm", "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k",
              "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output", "post_attention_layernorm": "ffn_norm",
-             "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down"}
+             "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down",
+             "self_attn.q_norm": "attn_q_norm", "self_attn.k_norm": "attn_k_norm", "mlp.gate": "ffn_gate_inp"}
+    experts = {}  # (layer, proj) -> {expert: weight}, stacked once all are read
     for name, v in sorted(t.items()):
         if name in names:
             w.add_tensor(names[name], v)
             continue
         layer, rest = name.split(".")[2], ".".join(name.split(".")[3:-1])
-        if rest == "self_attn.q_proj":
+        if rest.startswith("mlp.experts."):
+            _, _, e, proj = rest.split(".")
+            experts.setdefault((layer, proj), {})[int(e)] = v
+            continue
+        if llama and rest == "self_attn.q_proj":
             v = meta_permute(v, cfg["num_attention_heads"])
-        if rest == "self_attn.k_proj":
+        if llama and rest == "self_attn.k_proj":
             v = meta_permute(v, cfg["num_key_value_heads"])
         w.add_tensor(f"blk.{layer}.{parts[rest]}.weight", np.ascontiguousarray(v))
+    for (layer, proj), per in sorted(experts.items()):
+        stacked = np.stack([per[e] for e in range(len(per))])
+        w.add_tensor(f"blk.{layer}.ffn_{proj.split('_')[0]}_exps.weight", np.ascontiguousarray(stacked))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -262,7 +318,9 @@ def main():
     names = sys.argv[1:] or list(CASES)
     for i, case in enumerate(CASES):
         if case in names and case == "gguf_llama3":
-            build_converted(case, "llama")
+            build_converted(case, "llama", "llama")
+        elif case in names and case == "gguf_olmoe":
+            build_converted(case, "olmoe", "olmoe")
         elif case in names and case == "gguf_llama3_split":
             build_split(case, "gguf_llama3")
         elif case in names:

@@ -4,6 +4,7 @@
  * module's output is the sum of partial sums under TP, which is what makes it a sequence-
  * parallel region like a dense MLP. */
 #include <stdio.h>
+#include <string.h>
 
 #include "model/arch/arch.h"
 
@@ -25,6 +26,12 @@ static module *router_module(const model_config *c, const char *name) {
     snprintf(w, sizeof w, "%s.layer.weight", r->name);
     module_output(r, replicated_linear(r, x, w, NULL, c->hidden, c->n_experts));
     return r;
+}
+
+/* "...experts.%d.w1.weight" -> "...experts.w1.weight": the tensor stacking every expert's */
+static void drop_expert_index(char *pattern) {
+    char *at = strstr(pattern, "%d.");
+    if (at) memmove(at, at + 3, strlen(at + 3) + 1);
 }
 
 module *moe_module(const model_config *c, const moe_layout *l, int layer) {
@@ -49,6 +56,12 @@ module *moe_module(const model_config *c, const moe_layout *l, int layer) {
     snprintf(d.gate, sizeof d.gate, "%s.%s", m->name, l->gate);
     snprintf(d.up, sizeof d.up, "%s.%s", m->name, l->stacked ? l->gate : l->up);
     snprintf(d.down, sizeof d.down, "%s.%s", m->name, l->down);
+    d.stacked_each = c->experts_stacked && !l->stacked;
+    if (d.stacked_each) {
+        drop_expert_index(d.gate);
+        drop_expert_index(d.up);
+        drop_expert_index(d.down);
+    }
     d.interleaved = l->interleaved;
     if (l->expert_bias) {
         snprintf(d.gate_up_bias, sizeof d.gate_up_bias, "%s_bias", d.gate);
