@@ -72,7 +72,7 @@ def main():
          "key 'qwen2moe.expert_weights_scale' is not supported"),
         ("a sigmoid router", moe, {"keys": {"qwen2moe.expert_gating_func": (2, u32)}},
          "key 'qwen2moe.expert_gating_func' is 2 (1, softmax, is read)"),
-        ("experts in a dense architecture (Mixtral as llama)", dense, {"keys": {"qwen2.expert_count": (8, u32)}},
+        ("experts in an architecture llama.cpp has no MoE form of", dense, {"keys": {"qwen2.expert_count": (8, u32)}},
          "key 'qwen2.expert_count': experts in a 'qwen2' file are not supported"),
         ("a tensor loom has no name for", moe, {"rename": {"blk.1.ffn_norm.weight": "blk.1.ffn_sub_norm.weight"}},
          "tensor 'blk.1.ffn_sub_norm.weight' (F32) is not one of a qwen2moe model that loom reads"),

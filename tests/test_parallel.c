@@ -174,8 +174,9 @@ static bool shardable(const char *name, int tp, const char **why) {
         return false;
     /* the GGUF cases of random blocks: down_proj in k-quant super-blocks, o_proj in blocks of 32;
      * the MoE ones' down_exps 64 features (make_gguf_golden.py's EXP_INTER) in blocks of 32
-     * (gguf_llama3, its split copy and gguf_olmoe are F32) */
-    if (!strncmp(name, "gguf_", 5) && strncmp(name, "gguf_llama3", 11) && strcmp(name, "gguf_olmoe")) {
+     * (gguf_llama3, its split copy, gguf_olmoe and gguf_mixtral are F32) */
+    if (!strncmp(name, "gguf_", 5) && strncmp(name, "gguf_llama3", 11) && strcmp(name, "gguf_olmoe") &&
+        strcmp(name, "gguf_mixtral")) {
         *why = "cuts a GGUF block: the tensor is";
         int down_share = strstr(name, "_moe") ? 64 / tp : i.intermediate / tp,
             down_block = strstr(name, "_moe") ? 32 : 256;

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "model/arch/arch.h"
 #include "util/alloc.h"
 #include "util/err.h"
 
@@ -23,13 +24,15 @@ typedef struct gguf_arch {
      * adjacent; the file is run with adjacent pairs instead of copying rows back */
     bool meta_rope;
     bool gemma; /* norms stored as 1 + w, the FFN's norms named as Gemma's */
-    /* a mixture of experts, whose top k weights llama.cpp's graph renormalises or not by
-     * architecture (the file carries no norm_topk_prob; transformers' loader sets Qwen3-MoE's) */
+    /* a mixture of experts (the row chosen where {arch}.expert_count is present), whose top k
+     * weights llama.cpp's graph renormalises or not by architecture (the file carries no
+     * norm_topk_prob; transformers' loader sets Qwen3-MoE's) */
     bool moe, norm_topk;
 } gguf_arch;
 
 static const gguf_arch archs[] = {
     {"llama", "LlamaForCausalLM", true, false, false, false},
+    {"llama", "MixtralForCausalLM", true, false, true, true},
     {"qwen2", "Qwen2ForCausalLM", false, false, false, false},
     {"qwen3", "Qwen3ForCausalLM", false, false, false, false},
     {"gemma2", "Gemma2ForCausalLM", false, true, false, false},
@@ -66,11 +69,6 @@ static const name_map layer_names[] = {
     {"ffn_gate", "mlp.gate_proj", false, false, false},
     {"ffn_up", "mlp.up_proj", false, false, false},
     {"ffn_down", "mlp.down_proj", false, false, false},
-    {"ffn_gate_inp", "mlp.gate", false, false, false},
-    /* every expert's projection in one tensor (model_config.experts_stacked) */
-    {"ffn_gate_exps", "mlp.experts.gate_proj", false, false, false},
-    {"ffn_up_exps", "mlp.experts.up_proj", false, false, false},
-    {"ffn_down_exps", "mlp.experts.down_proj", false, false, false},
     {"ffn_gate_shexp", "mlp.shared_expert.gate_proj", false, false, false},
     {"ffn_up_shexp", "mlp.shared_expert.up_proj", false, false, false},
     {"ffn_down_shexp", "mlp.shared_expert.down_proj", false, false, false},
@@ -91,8 +89,15 @@ static const gguf_arch *arch_of(const gguf_file *f, loom_err *err) {
         loom_errf(err, "%s: missing key 'general.architecture'", f->name);
         return NULL;
     }
-    for (size_t i = 0; i < sizeof archs / sizeof *archs; i++)
-        if (strlen(archs[i].name) == a.n && !memcmp(archs[i].name, a.p, a.n)) return &archs[i];
+    /* of an architecture's rows, the one with experts where the file counts them */
+    const gguf_arch *found = NULL;
+    for (size_t i = 0; i < sizeof archs / sizeof *archs; i++) {
+        if (strlen(archs[i].name) != a.n || memcmp(archs[i].name, a.p, a.n)) continue;
+        char key[96];
+        snprintf(key, sizeof key, "%s.expert_count", archs[i].name);
+        if (!found || archs[i].moe == (gguf_find(f, key) != NULL)) found = &archs[i];
+    }
+    if (found) return found;
     for (size_t i = 0; i < sizeof later / sizeof *later; i++)
         if (strlen(later[i]) == a.n && !memcmp(later[i], a.p, a.n)) {
             loom_errf(err,
@@ -102,7 +107,8 @@ static const gguf_arch *arch_of(const gguf_file *f, loom_err *err) {
             return NULL;
         }
     char list[256] = "";
-    for (size_t i = 0; i < sizeof archs / sizeof *archs; i++) strcat(strcat(list, i ? ", " : ""), archs[i].name);
+    for (size_t i = 0; i < sizeof archs / sizeof *archs; i++)
+        if (!i || strcmp(archs[i].name, archs[i - 1].name)) strcat(strcat(list, i ? ", " : ""), archs[i].name);
     loom_errf(err, "%s: general.architecture '%.*s' is not one loom runs (GGUF: %s)", f->name,
               (int)(a.n > 64 ? 64 : a.n), a.p, list);
     return NULL;
@@ -367,6 +373,32 @@ char *gguf_model_chat_template(const gguf_file *f, loom_err *err) {
 
 /* ---------------------------------------------------------------- tensors */
 
+/* The router and every expert's projection in one tensor each (model_config.experts_stacked),
+ * named as the architecture's MoE block reads them (model/arch's layout: Qwen's
+ * mlp.experts.gate_proj, Mixtral's block_sparse_moe.experts.w1). */
+static const name_map expert_rows[] = {
+    {"ffn_gate_inp", "router", false, false, false},
+    {"ffn_gate_exps", "gate", false, false, false},
+    {"ffn_up_exps", "up", false, false, false},
+    {"ffn_down_exps", "down", false, false, false},
+};
+
+static const name_map *expert_name(const gguf_arch *a, const char *rest, size_t stem, const char *dot, int layer,
+                                   char *out, size_t cap) {
+    const moe_layout *l = a->moe ? arch_moe_layout(a->hf) : NULL;
+    if (!l || strcmp(dot, ".weight")) return NULL;
+    const char *hf[] = {l->router, l->gate, l->up, l->down};
+    for (size_t i = 0; i < sizeof expert_rows / sizeof *expert_rows; i++) {
+        if (!hf[i] || strlen(expert_rows[i].gguf) != stem || memcmp(expert_rows[i].gguf, rest, stem)) continue;
+        char part[128];
+        snprintf(part, sizeof part, "%s", hf[i]);
+        moe_stacked_name(part);
+        snprintf(out, cap, "model.layers.%d.%s.%s", layer, l->module, part);
+        return &expert_rows[i];
+    }
+    return NULL;
+}
+
 /* The Hugging Face name of GGUF tensor `name` into out, and its row of the tables; NULL if it
  * has none. */
 static const name_map *hf_name(const gguf_arch *a, const char *name, char *out, size_t cap) {
@@ -380,6 +412,8 @@ static const name_map *hf_name(const gguf_arch *a, const char *name, char *out, 
     if (sscanf(name, "blk.%d.%n", &layer, &used) == 1 && used > 0 && layer >= 0) {
         rest = name + used, stem -= (size_t)used;
         table = layer_names, n = sizeof layer_names / sizeof *layer_names;
+        const name_map *e = expert_name(a, rest, stem, dot, layer, out, cap);
+        if (e) return e;
     }
     for (size_t i = 0; i < n; i++) {
         if (strlen(table[i].gguf) != stem || memcmp(table[i].gguf, rest, stem)) continue;

@@ -33,6 +33,8 @@ Cases (folder tests/golden/<case>/: model.gguf, golden.safetensors as make_golde
   gguf_olmoe   the `olmoe` golden converted as convert_hf_to_gguf.py does it (F32, experts merged
                into ffn_*_exps, the router as ffn_gate_inp), with that case's golden: transformers'
                GGUF loader does not read olmoe
+  gguf_mixtral the `mixtral` golden converted likewise: a `llama` file with expert_count, q/k rows
+               in Meta's layout, w1/w3/w2 merged into ffn_{gate,up,down}_exps
 
 Usage: make_gguf_golden.py [CASE...]"""
 import os
@@ -73,7 +75,7 @@ HALVES = {T.Q4_0: [0], T.Q4_1: [0, 2], T.Q5_0: [0], T.Q5_1: [0, 2], T.Q8_0: [0],
           T.Q4_K: [0, 2], T.Q5_K: [0, 2], T.Q6_K: [208], T.IQ4_NL: [0], T.IQ4_XS: [0]}
 CASES = {"gguf_llama": "llama", "gguf_qwen2": "qwen2", "gguf_qwen3": "qwen3", "gguf_gemma3": "gemma3",
          "gguf_llama3": "llama", "gguf_llama3_split": "llama", "gguf_qwen2_moe": "qwen2moe",
-         "gguf_qwen3_moe": "qwen3moe", "gguf_olmoe": "olmoe"}
+         "gguf_qwen3_moe": "qwen3moe", "gguf_olmoe": "olmoe", "gguf_mixtral": "llama"}
 
 
 def random_blocks(rng, t, rows, cols, std):
@@ -227,8 +229,8 @@ def llama3_factors(cfg):
 
 def build_converted(case, source, arch):
     """A float golden folder as llama.cpp's converter writes it, with that folder's golden: a
-    Llama's q/k rows permuted and its RoPE scaling as rope_freqs.weight, an OLMoE's experts
-    stacked per projection."""
+    Llama's (and Mixtral's) q/k rows permuted and Llama 3's RoPE scaling as rope_freqs.weight,
+    experts stacked per projection."""
     import json
     import shutil
     from safetensors.numpy import load_file
@@ -248,26 +250,28 @@ def build_converted(case, source, arch):
     w.add_rope_dimension_count(head_dim)
     w.add_rope_freq_base(cfg["rope_parameters"]["rope_theta"])
     w.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
-    if llama:
+    if cfg["rope_parameters"].get("rope_type") == "llama3":
         w.add_tensor("rope_freqs.weight", llama3_factors(cfg))
-    else:
-        w.add_expert_count(cfg["num_experts"])
+    if "num_experts_per_tok" in cfg:
+        w.add_expert_count(cfg.get("num_experts") or cfg["num_local_experts"])
         w.add_expert_used_count(cfg["num_experts_per_tok"])
     names = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
              "lm_head.weight": "output.weight"}
     parts = {"input_layernorm": "attn_norm", "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k",
              "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output", "post_attention_layernorm": "ffn_norm",
              "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down",
-             "self_attn.q_norm": "attn_q_norm", "self_attn.k_norm": "attn_k_norm", "mlp.gate": "ffn_gate_inp"}
+             "self_attn.q_norm": "attn_q_norm", "self_attn.k_norm": "attn_k_norm", "mlp.gate": "ffn_gate_inp",
+             "block_sparse_moe.gate": "ffn_gate_inp"}
+    projs = {"gate_proj": "gate", "up_proj": "up", "down_proj": "down", "w1": "gate", "w3": "up", "w2": "down"}
     experts = {}  # (layer, proj) -> {expert: weight}, stacked once all are read
     for name, v in sorted(t.items()):
         if name in names:
             w.add_tensor(names[name], v)
             continue
         layer, rest = name.split(".")[2], ".".join(name.split(".")[3:-1])
-        if rest.startswith("mlp.experts."):
+        if ".experts." in rest:
             _, _, e, proj = rest.split(".")
-            experts.setdefault((layer, proj), {})[int(e)] = v
+            experts.setdefault((layer, projs[proj]), {})[int(e)] = v
             continue
         if llama and rest == "self_attn.q_proj":
             v = meta_permute(v, cfg["num_attention_heads"])
@@ -276,7 +280,7 @@ def build_converted(case, source, arch):
         w.add_tensor(f"blk.{layer}.{parts[rest]}.weight", np.ascontiguousarray(v))
     for (layer, proj), per in sorted(experts.items()):
         stacked = np.stack([per[e] for e in range(len(per))])
-        w.add_tensor(f"blk.{layer}.ffn_{proj.split('_')[0]}_exps.weight", np.ascontiguousarray(stacked))
+        w.add_tensor(f"blk.{layer}.ffn_{proj}_exps.weight", np.ascontiguousarray(stacked))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -319,8 +323,8 @@ def main():
     for i, case in enumerate(CASES):
         if case in names and case == "gguf_llama3":
             build_converted(case, "llama", "llama")
-        elif case in names and case == "gguf_olmoe":
-            build_converted(case, "olmoe", "olmoe")
+        elif case in names and case in ("gguf_olmoe", "gguf_mixtral"):
+            build_converted(case, case[5:], CASES[case])
         elif case in names and case == "gguf_llama3_split":
             build_split(case, "gguf_llama3")
         elif case in names:

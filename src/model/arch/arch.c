@@ -99,6 +99,12 @@ bool arch_supported(const char *name) {
     return false;
 }
 
+const moe_layout *arch_moe_layout(const char *name) {
+    for (size_t i = 0; i < sizeof llama_like / sizeof llama_like[0]; i++)
+        if (!strcmp(name, llama_like[i].name)) return llama_like[i].variant.moe;
+    return NULL;
+}
+
 /* A pooling model's tree: the top module ends at the final norm of the logit rows, its head cut
  * off (the model's output is the normed hidden state). */
 static int cut_head(module *root, loom_err *err) {

@@ -74,6 +74,12 @@ module *moe_module(const model_config *c, const moe_layout *l, int layer);
 /* Returns the model tree for c->arch, or NULL with err naming the architecture. */
 /* Whether name (config.json's architectures[0]) is one arch_build builds. */
 bool arch_supported(const char *name);
+/* The expert layout of architecture `name`, NULL for a dense one (a GGUF file's expert tensors
+ * are named by it: model/gguf_model.c). */
+const moe_layout *arch_moe_layout(const char *name);
+/* A per-expert tensor pattern ("...experts.%d.w1.weight") into the name of the tensor stacking
+ * every expert's ("...experts.w1.weight"), in place. */
+void moe_stacked_name(char *pattern);
 module *arch_build(const model_config *c, loom_err *err);
 
 #endif

@@ -28,8 +28,7 @@ static module *router_module(const model_config *c, const char *name) {
     return r;
 }
 
-/* "...experts.%d.w1.weight" -> "...experts.w1.weight": the tensor stacking every expert's */
-static void drop_expert_index(char *pattern) {
+void moe_stacked_name(char *pattern) {
     char *at = strstr(pattern, "%d.");
     if (at) memmove(at, at + 3, strlen(at + 3) + 1);
 }
@@ -58,9 +57,9 @@ module *moe_module(const model_config *c, const moe_layout *l, int layer) {
     snprintf(d.down, sizeof d.down, "%s.%s", m->name, l->down);
     d.stacked_each = c->experts_stacked && !l->stacked;
     if (d.stacked_each) {
-        drop_expert_index(d.gate);
-        drop_expert_index(d.up);
-        drop_expert_index(d.down);
+        moe_stacked_name(d.gate);
+        moe_stacked_name(d.up);
+        moe_stacked_name(d.down);
     }
     d.interleaved = l->interleaved;
     if (l->expert_bias) {
