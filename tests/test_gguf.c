@@ -76,6 +76,25 @@ static void check_type(const gguf_file *f, const gguf_tensor *t) {
     shard.data = (const uint8_t *)t->data + row_bytes / 2;
     check_product(t->name, &shard, ref, cols, cols / 2, 2);
     check_product(t->name, &shard, ref, cols, cols / 2, 40);
+    /* a share cut inside blocks at both ends, at the type's finest split (a k-quant's sub-block):
+     * [u, cols - u), its rows decoding to the reference's bits and its products */
+    int u = gtype_split(t->type);
+    qlayout cut = q;
+    cut.kp = cols - 2 * u, cut.g0 = u % g->block;
+    shard.cols = cut.kp, shard.q = &cut;
+    shard.data = (const uint8_t *)t->data + (size_t)u / g->block * g->bytes;
+    float *part = calloc(cut.kp, sizeof *part);
+    differ = 0;
+    for (int i = 0; i < rows; i++) {
+        cpu()->dequant_q((const uint8_t *)shard.data + i * row_bytes, &cut, (size_t)i, part);
+        differ += memcmp(part, ref + (size_t)i * cols + u, cut.kp * sizeof *part) != 0;
+    }
+    free(part);
+    CHECK(!differ, "%s: %d of %d rows' columns [%d, %d) decode to other bits than the gguf package's", t->name, differ,
+          rows, u, cols - u);
+    check_product(t->name, &shard, ref, cols, u, 1);
+    check_product(t->name, &shard, ref, cols, u, 2);
+    check_product(t->name, &shard, ref, cols, u, 40);
 }
 
 static void check_types(void) {

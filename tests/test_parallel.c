@@ -172,15 +172,15 @@ static bool shardable(const char *name, int tp, const char **why) {
     *why = "cannot be split across";
     if (!(i.n_heads % tp == 0 && (i.n_kv_heads % tp == 0 || tp % i.n_kv_heads == 0) && i.intermediate % tp == 0))
         return false;
-    /* the GGUF cases of random blocks: down_proj in k-quant super-blocks, o_proj in blocks of 32;
-     * the MoE ones' down_exps 64 features (make_gguf_golden.py's EXP_INTER) in blocks of 32
-     * (gguf_llama3, its split copy, gguf_olmoe and gguf_mixtral are F32) */
+    /* the GGUF cases of random blocks: down_proj in Q4_K and Q6_K (split at 32 and 16 weights:
+     * their sub-blocks), o_proj in blocks of 32; the MoE ones' down_exps 64 features
+     * (make_gguf_golden.py's EXP_INTER) in blocks of 32 (gguf_llama3, its split copy, gguf_olmoe
+     * and gguf_mixtral are F32) */
     if (!strncmp(name, "gguf_", 5) && strncmp(name, "gguf_llama3", 11) && strcmp(name, "gguf_olmoe") &&
         strcmp(name, "gguf_mixtral")) {
         *why = "cuts a GGUF block: the tensor is";
-        int down_share = strstr(name, "_moe") ? 64 / tp : i.intermediate / tp,
-            down_block = strstr(name, "_moe") ? 32 : 256;
-        return down_share % down_block == 0 && (i.n_heads * i.head_dim / tp) % 32 == 0;
+        int down_share = strstr(name, "_moe") ? 64 / tp : i.intermediate / tp;
+        return down_share % 32 == 0 && (i.n_heads * i.head_dim / tp) % 32 == 0;
     }
     int g = quant_group_size(name);
     *why = "is not a whole number of quantization groups";

@@ -237,7 +237,7 @@ static void check_fp8_codes(enum qcode code) {
     /* one row of every code, then zero codes to a whole block: kp = cols, no column map */
     int kp = (n + QBLOCK - 1) / QBLOCK * QBLOCK;
     wmat w = {.dt = DT_U8, .rows = 1, .cols = kp, .ld = (size_t)kp};
-    qlayout q = {8, kp, 1, (int32_t[]){kp}, NULL, (float[]){1, 0}, code, 0, 0, NULL, 0};
+    qlayout q = {8, kp, 1, (int32_t[]){kp}, NULL, (float[]){1, 0}, code, 0, 0, NULL, 0, 0};
     uint8_t padded[N + QBLOCK] = {0};
     memcpy(padded, all, (size_t)n);
     w.data = padded, w.q = &q;
@@ -281,7 +281,8 @@ static void check_e2m1(void) {
     float x[KP] = {0}, t[KP], y[2];
     for (int e = -20; e <= 20; e += 5) {
         float sz[2] = {ldexpf(1, e), ldexpf(1, e + 1)};
-        qlayout q = {4, KP, 2, (int32_t[]){QBLOCK, KP}, NULL, NULL, QCODE_E2M1, 0, 0, (uint8_t[]){e + 127, e + 128}, 0};
+        qlayout q = {4,          KP, 2, (int32_t[]){QBLOCK, KP},       NULL, NULL,
+                     QCODE_E2M1, 0,  0, (uint8_t[]){e + 127, e + 128}, 0,    0};
         wmat w = {.dt = DT_U8, .rows = 1, .cols = KP, .ld = KP / 2, .data = packed, .q = &q};
         CHECK(linear_transpose(&w, t) == 0, "e2m1 transpose");
         for (int c = 0; c < KP; c++) {

@@ -297,6 +297,27 @@ static void gguf_span(int t, const uint8_t *row, int c0, int n, float *out) {
     }
 }
 
+/* Weights [c0, c0 + n) of a row's slice that starts g0 weights into its first block (a
+ * row-parallel share cut inside a k-quant super-block, tensor/gguf_blocks.h's gtype_split): whole
+ * blocks decoded in place, a partial first or last one through a block on the stack. */
+static void gguf_slice(int t, const uint8_t *row, int g0, int c0, int n, float *out) {
+    float part[QK_K] __attribute__((aligned(64)));
+    int block = gtype_table[t].block, at = g0 + c0, end = at + n, head = at % block;
+    if (head) {
+        int k = block - head < n ? block - head : n;
+        gguf_span(t, row, at - head, block, part);
+        memcpy(out, part + head, (size_t)k * sizeof *out);
+        out += k, at += k;
+    }
+    int whole = (end - at) / block * block;
+    if (whole) gguf_span(t, row, at, whole, out);
+    out += whole, at += whole;
+    if (at < end) {
+        gguf_span(t, row, at, block, part);
+        memcpy(out, part, (size_t)(end - at) * sizeof *out);
+    }
+}
+
 /* Weights decoded from GGUF blocks at a time, on the stack: a whole number of any type's blocks */
 #define GGUF_SPAN 2048
 
@@ -309,7 +330,7 @@ static void dot_gguf(const float *const *x, int nr, const uint8_t *w, const qlay
         int n = q->kp - c < GGUF_SPAN ? q->kp - c : GGUF_SPAN;
         const float *xs[2] = {x[0] + c, x[nr - 1] + c};
         float part[2] = {0, 0};
-        gguf_span(q->gtype, w, c, n, span);
+        gguf_slice(q->gtype, w, q->g0, c, n, span);
         if (nr == 2) dot_row(xs, 2, span, false, n, part);
         else dot_row(xs, 1, span, false, n, part);
         for (int r = 0; r < nr; r++) y[r] += part[r];
@@ -346,7 +367,7 @@ static void dot_q(const float *const *x, int nr, const uint8_t *w, const qlayout
 
 static void dequant_q(const uint8_t *w, const qlayout *q, size_t row, float *dst) {
     if (q->code == QCODE_GGUF) {
-        gguf_span(q->gtype, w, 0, q->kp, dst);
+        gguf_slice(q->gtype, w, q->g0, 0, q->kp, dst);
         return;
     }
     const int block_bytes = q->bits * QBLOCK / 8;

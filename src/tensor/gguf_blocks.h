@@ -59,6 +59,22 @@ static const gtype_info gtype_table[GT_COUNT] = {
     [35] = {"TQ2_0", 256, 66, false},  [39] = {"MXFP4", 32, 17, false},
 };
 
+/* The finest share of a row a rank may take: a k-quant's sub-block (both sides of the cut read
+ * the super-block's header, d and the packed scales, and decode their own sub-blocks), else the
+ * block. A Q4_K_M file's down_proj of 18944 features (Qwen2.5-7B) thus splits 4 ways, in
+ * 4736-feature shares, 18.5 super-blocks each. */
+static inline int gtype_split(int t) {
+    switch (t) {
+    case GT_Q2_K:
+    case GT_Q3_K:
+    case GT_Q6_K: return 16;
+    case GT_Q4_K:
+    case GT_Q5_K:
+    case GT_IQ4_XS: return 32;
+    default: return gtype_table[t].block;
+    }
+}
+
 /* The type's row of the table, or NULL for a number ggml does not define. */
 static inline const gtype_info *gtype_get(int t) {
     return t >= 0 && t < GT_COUNT && gtype_table[t].name ? &gtype_table[t] : NULL;

@@ -46,6 +46,7 @@ typedef struct qlayout {
      * group where sz would take eight: decode reads 4.25 bits a weight, as the format stores it */
     const uint8_t *exps;
     int gtype; /* QCODE_GGUF: the rows' block type (a ggml type number) */
+    int g0;    /* QCODE_GGUF: where a row's slice starts in its first block (a split inside a super-block) */
 } qlayout;
 
 /* What a linear's input rows are rounded to before the product (--dtype): nothing (exact fp32),
