@@ -58,14 +58,15 @@ def main():
     loom, root = sys.argv[1], sys.argv[2]
     moe = os.path.join(root, "tests/golden/gguf_qwen2_moe/model.gguf")
     dense = os.path.join(root, "tests/golden/gguf_qwen2/model.gguf")
-    for path in (moe, dense):
+    mla = os.path.join(root, "tests/golden/gguf_deepseek_v3/model.gguf")
+    for path in (moe, dense, mla):
         rc, out = plan(loom, path)
         check(rc == 0, f"{path} does not load: {out[-400:]}")
     u32, i32 = GGUFValueType.UINT32, GGUFValueType.INT32
     iq2 = np.zeros((512, 66), dtype=np.uint8)  # gguf_qwen2's ffn_gate, [512, 256], in IQ2_XXS (66 bytes a block)
     cases = [
-        ("an architecture llama.cpp defines that loom reads from folders only", moe, {"arch": "deepseek2"},
-         "general.architecture 'deepseek2': loom runs this architecture from Hugging Face folders, not yet from GGUF"),
+        ("an architecture llama.cpp defines that loom reads from folders only", moe, {"arch": "phi3"},
+         "general.architecture 'phi3': loom runs this architecture from Hugging Face folders, not yet from GGUF"),
         ("an architecture loom does not run", moe, {"arch": "mamba"},
          "general.architecture 'mamba' is not one loom runs (GGUF: llama, qwen2, qwen3, gemma2, gemma3, qwen2moe"),
         ("experts' weights scaled", moe, {"keys": {"qwen2moe.expert_weights_scale": (2.5, GGUFValueType.FLOAT32)}},
@@ -83,6 +84,13 @@ def main():
          "model.layers.1.mlp.experts.up_proj.weight"),
         ("a missing expert count", moe, {"strip": ["qwen2moe.expert_count"]},
          "missing key 'qwen2moe.expert_count'"),
+        ("half of a latent attention's kv_b_proj", mla, {"drop": ["blk.1.attn_k_b.weight"], "load": True},
+         "tensor 'blk.1.attn_v_b.weight' without 'blk.1.attn_k_b.weight'"),
+        ("latent attention without its rank", mla, {"strip": ["deepseek2.attention.kv_lora_rank"]},
+         "deepseek2.attention.kv_lora_rank, rope.dimension_count and key_length_mla"),
+        ("a DeepSeek router of another gating function", mla, {"strip": ["deepseek2.expert_gating_func"],
+                                                              "keys": {"deepseek2.expert_gating_func": (3, u32)}},
+         "key 'deepseek2.expert_gating_func' is 3 (1, softmax, or 2, sigmoid, is read)"),
         ("a negative experts used count", moe, {"strip": ["qwen2moe.expert_used_count"], "keys": {"qwen2moe.expert_used_count": (-1, i32)}}, "num_experts_per_tok"),
     ]
     with tempfile.TemporaryDirectory() as tmp:

@@ -16,8 +16,10 @@
 #include "cpu/cpu.h"
 #include "kernels/kernels.h"
 #include "model/gguf.h"
+#include "model/gguf_mla.h"
 
-#define GOLDEN LOOM_SOURCE_DIR "/tests/golden/gguf_blocks/blocks.gguf"
+#define GOLDEN     LOOM_SOURCE_DIR "/tests/golden/gguf_blocks/blocks.gguf"
+#define MLA_GOLDEN LOOM_SOURCE_DIR "/tests/golden/gguf_blocks/mla.gguf"
 
 /* x: m rows of cols values, deterministic */
 static void fill_x(float *x, int m, int cols) {
@@ -106,6 +108,27 @@ static void check_types(void) {
     for (size_t i = 0; i < f.n_tensors; i++)
         if (!strstr(f.tensors[i].name, ".ref")) check_type(&f, &f.tensors[i]), types++;
     CHECK(types == 14, "%d types in %s", types, GOLDEN);
+    gguf_close(&f);
+}
+
+/* DeepSeek's kv_b_proj joined from its Q8_0 and Q5_1 halves (model/gguf_mla.c) must be the
+ * gguf package's dequantization of them joined in numpy (make_gguf_blocks.py's mla.gguf). */
+static void check_mla_join(void) {
+    gguf_file f;
+    loom_err err = {{0}};
+    CHECK(gguf_open(&f, MLA_GOLDEN, &err) == 0, "%s", err.msg);
+    if (err.msg[0]) return;
+    weight_store ws = {0};
+    st_tensor kv = {0};
+    const gguf_tensor *ref = gguf_find_tensor(&f, "kv_b.ref");
+    CHECK(gguf_mla_kv_b(&ws, &f, 1, 0, &kv, &err) == 0, "joining kv_b_proj: %s", err.msg);
+    CHECK(ref && kv.data && kv.ndim == 2 && kv.shape[0] == ref->ne[1] && kv.shape[1] == ref->ne[0] &&
+              !memcmp(kv.data, ref->data, kv.nbytes),
+          "kv_b_proj joined from attn_k_b and attn_v_b differs from the gguf package's");
+    CHECK(gguf_mla_kv_b(&ws, &f, 1, 1, NULL, &err) < 0 && strstr(err.msg, "blk.1.attn_v_b.weight"),
+          "a layer without its halves: %s", err.msg);
+    free(kv.name);
+    weights_close(&ws);
     gguf_close(&f);
 }
 
@@ -228,6 +251,7 @@ static void check_container(void) {
 int main(void) {
     check_cpu_variant();
     check_types();
+    check_mla_join();
     check_container();
     return check_done();
 }

@@ -174,10 +174,10 @@ static bool shardable(const char *name, int tp, const char **why) {
         return false;
     /* the GGUF cases of random blocks: down_proj in Q4_K and Q6_K (split at 32 and 16 weights:
      * their sub-blocks), o_proj in blocks of 32; the MoE ones' down_exps 64 features
-     * (make_gguf_golden.py's EXP_INTER) in blocks of 32 (gguf_llama3, its split copy, gguf_olmoe
-     * and gguf_mixtral are F32) */
+     * (make_gguf_golden.py's EXP_INTER) in blocks of 32 (gguf_llama3, its split copy and the
+     * converted gguf_olmoe, gguf_mixtral and gguf_deepseek_v3 are F32) */
     if (!strncmp(name, "gguf_", 5) && strncmp(name, "gguf_llama3", 11) && strcmp(name, "gguf_olmoe") &&
-        strcmp(name, "gguf_mixtral")) {
+        strcmp(name, "gguf_mixtral") && strcmp(name, "gguf_deepseek_v3")) {
         *why = "cuts a GGUF block: the tensor is";
         int down_share = strstr(name, "_moe") ? 64 / tp : i.intermediate / tp;
         return down_share % 32 == 0 && (i.n_heads * i.head_dim / tp) % 32 == 0;

@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 
 #include "model/arch/arch.h"
+#include "model/gguf_mla.h"
 #include "util/alloc.h"
 #include "util/err.h"
 
@@ -28,23 +29,27 @@ typedef struct gguf_arch {
      * weights llama.cpp's graph renormalises or not by architecture (the file carries no
      * norm_topk_prob; transformers' loader sets Qwen3-MoE's) */
     bool moe, norm_topk;
+    /* DeepSeek-V2/V3: latent attention and DeepSeek's routing (put_deepseek), written for
+     * DeepseekV3's config class, which states every choice V2 makes as well */
+    bool deepseek;
 } gguf_arch;
 
 static const gguf_arch archs[] = {
-    {"llama", "LlamaForCausalLM", true, false, false, false},
-    {"llama", "MixtralForCausalLM", true, false, true, true},
-    {"qwen2", "Qwen2ForCausalLM", false, false, false, false},
-    {"qwen3", "Qwen3ForCausalLM", false, false, false, false},
-    {"gemma2", "Gemma2ForCausalLM", false, true, false, false},
-    {"gemma3", "Gemma3ForCausalLM", false, true, false, false},
-    {"qwen2moe", "Qwen2MoeForCausalLM", false, false, true, false},
-    {"qwen3moe", "Qwen3MoeForCausalLM", false, false, true, true},
-    {"olmoe", "OlmoeForCausalLM", false, false, true, false},
+    {.name = "llama", .hf = "LlamaForCausalLM", .meta_rope = true},
+    {.name = "llama", .hf = "MixtralForCausalLM", .meta_rope = true, .moe = true, .norm_topk = true},
+    {.name = "qwen2", .hf = "Qwen2ForCausalLM"},
+    {.name = "qwen3", .hf = "Qwen3ForCausalLM"},
+    {.name = "gemma2", .hf = "Gemma2ForCausalLM", .gemma = true},
+    {.name = "gemma3", .hf = "Gemma3ForCausalLM", .gemma = true},
+    {.name = "qwen2moe", .hf = "Qwen2MoeForCausalLM", .moe = true},
+    {.name = "qwen3moe", .hf = "Qwen3MoeForCausalLM", .moe = true, .norm_topk = true},
+    {.name = "olmoe", .hf = "OlmoeForCausalLM", .moe = true},
+    {.name = "deepseek2", .hf = "DeepseekV3ForCausalLM", .moe = true, .deepseek = true},
 };
 
 /* Architectures llama.cpp defines whose GGUF layout loom does not read yet. */
-static const char *const later[] = {"phi3",         "granite",  "deepseek2", "gpt-oss",   "ernie4_5",
-                                    "ernie4_5-moe", "mistral3", "gemma3n",   "granitemoe"};
+static const char *const later[] = {"phi3",         "granite",  "gpt-oss", "ernie4_5",
+                                    "ernie4_5-moe", "mistral3", "gemma3n", "granitemoe"};
 
 /* GGUF's per-layer names (after "blk.N.") and the Hugging Face module they belong to; Gemma's
  * FFN norms first, in their own rows. */
@@ -69,10 +74,15 @@ static const name_map layer_names[] = {
     {"ffn_gate", "mlp.gate_proj", false, false, false},
     {"ffn_up", "mlp.up_proj", false, false, false},
     {"ffn_down", "mlp.down_proj", false, false, false},
-    {"ffn_gate_shexp", "mlp.shared_expert.gate_proj", false, false, false},
-    {"ffn_up_shexp", "mlp.shared_expert.up_proj", false, false, false},
-    {"ffn_down_shexp", "mlp.shared_expert.down_proj", false, false, false},
     {"ffn_gate_inp_shexp", "mlp.shared_expert_gate", false, false, true},
+    /* latent attention (attn_k_b and attn_v_b, llama.cpp's split of kv_b_proj, are joined back
+     * by gguf_mla.c) */
+    {"attn_q_a", "self_attn.q_a_proj", false, false, false},
+    {"attn_q_a_norm", "self_attn.q_a_layernorm", false, false, false},
+    {"attn_q_b", "self_attn.q_b_proj", false, false, false},
+    {"attn_kv_a_mqa", "self_attn.kv_a_proj_with_mqa", false, false, false},
+    {"attn_kv_a_norm", "self_attn.kv_a_layernorm", false, false, false},
+    {"attn_kv_b", "self_attn.kv_b_proj", false, false, false},
 };
 
 static const name_map global_names[] = {
@@ -265,14 +275,15 @@ static int put_rope_freqs(cfg_writer *w) {
     return 0;
 }
 
-/* Keys that change the model and that loom does not read: refused rather than ignored (a
- * dense architecture's experts: Mixtral as `llama` is not read yet). */
+/* Keys that change the model and that loom does not read: refused rather than ignored (and
+ * experts in a dense architecture). */
 static int refuse_unread(cfg_writer *w) {
-    static const char *const keys[] = {"attention.clamp_kqv",       "attention.q_lora_rank", "rope.scaling.attn_factor",
-                                       "attention.causal",          "expert_weights_scale",  "expert_group_count",
+    static const char *const keys[] = {"attention.clamp_kqv", "rope.scaling.attn_factor", "attention.causal",
+                                       /* DeepSeek's, read by put_deepseek */
+                                       "attention.q_lora_rank", "expert_weights_scale", "expert_group_count",
                                        "leading_dense_block_count", "expert_shared_count"};
     char full[160];
-    for (size_t i = 0; i < sizeof keys / sizeof *keys; i++) {
+    for (size_t i = 0; i < (w->a->deepseek ? 3 : sizeof keys / sizeof *keys); i++) {
         snprintf(full, sizeof full, "%s.%s", w->arch, keys[i]);
         if (gguf_find(w->f, full)) return loom_errf(w->err, "%s: key '%s' is not supported", w->f->name, full);
     }
@@ -283,16 +294,31 @@ static int refuse_unread(cfg_writer *w) {
 }
 
 /* The experts' sizes and routing. Routing is a softmax over the router's logits (the only
- * gating function these architectures have); whether the top k weights are renormalised is the
- * file's expert_weights_norm where it says, else the architecture's own rule. */
+ * gating function these architectures have but DeepSeek's, which may score by a sigmoid);
+ * whether the top k weights are renormalised is the file's expert_weights_norm where it says,
+ * else the architecture's own rule. */
 static int put_experts(cfg_writer *w) {
     if (!w->a->moe) return 0;
     char key[160];
     int64_t gating = 1;
     snprintf(key, sizeof key, "%s.expert_gating_func", w->arch);
     if (gguf_get_i64(w->f, key, &gating, w->err) < 0) return -1;
-    if (gating != 1)
-        return loom_errf(w->err, "%s: key '%s' is %lld (1, softmax, is read)", w->f->name, key, (long long)gating);
+    if (gating != 1 && !(w->a->deepseek && gating == 2))
+        return loom_errf(w->err, "%s: key '%s' is %lld (1, softmax%s, is read)", w->f->name, key, (long long)gating,
+                         w->a->deepseek ? ", or 2, sigmoid" : "");
+    if (w->a->deepseek) {
+        cJSON_AddStringToObject(w->root, "scoring_func", gating == 2 ? "sigmoid" : "softmax");
+        int64_t groups = 1;
+        snprintf(key, sizeof key, "%s.expert_group_count", w->arch);
+        if (gguf_get_i64(w->f, key, &groups, w->err) < 0) return -1;
+        /* a sigmoid router picks groups by their two best scores, with the correction bias
+         * (V3's noaux_tc); a softmax one by their best (V2's group_limited_greedy), which is
+         * DeepSeek-V2's rule though llama.cpp scores every file's groups by the best two */
+        cJSON_AddStringToObject(w->root, "topk_method",
+                                gating == 2  ? "noaux_tc"
+                                : groups > 1 ? "group_limited_greedy"
+                                             : "greedy");
+    }
     bool norm = w->a->norm_topk;
     snprintf(key, sizeof key, "%s.expert_weights_norm", w->arch);
     if (gguf_get_bool(w->f, key, &norm, w->err) < 0) return -1;
@@ -303,6 +329,62 @@ static int put_experts(cfg_writer *w) {
                    put_num(w, "expert_shared_feed_forward_length", "shared_expert_intermediate_size", false)
                ? -1
                : 0;
+}
+
+/* `{arch}.<key>` as an integer, or def where absent. */
+static int get_int_key(cfg_writer *w, const char *key, int64_t def, int64_t *out) {
+    char full[160];
+    snprintf(full, sizeof full, "%s.%s", w->arch, key);
+    *out = def;
+    return gguf_get_i64(w->f, full, out, w->err) < 0 ? -1 : 0;
+}
+
+/* DeepSeek-V2/V3's latent attention and layer layout as DeepseekV3's config states them.
+ * llama.cpp's converter writes the attention as MQA: one kv head of the latent and the rotary
+ * key (key_length = kv_lora + rope), the per-head widths under key_length_mla and
+ * value_length_mla (older files: key_length and value_length themselves). Its q/k rows keep
+ * Hugging Face's order, whose rotary pairs are interleaved, as llama.cpp's rope then rotates
+ * them. YaRN's log multiplier is 0.1 x mscale_all_dim; mscale is taken equal, as in every
+ * released DeepSeek config. */
+static int put_deepseek(cfg_writer *w) {
+    if (!w->a->deepseek) return 0;
+    int64_t kv_lora, rope, q_lora, kl, vl, heads;
+    if (get_int_key(w, "attention.kv_lora_rank", -1, &kv_lora) || get_int_key(w, "rope.dimension_count", -1, &rope) ||
+        get_int_key(w, "attention.q_lora_rank", 0, &q_lora) || get_int_key(w, "attention.head_count", 0, &heads) ||
+        get_int_key(w, "attention.key_length", -1, &kl) || get_int_key(w, "attention.key_length_mla", kl, &kl) ||
+        get_int_key(w, "attention.value_length", -1, &vl) || get_int_key(w, "attention.value_length_mla", vl, &vl))
+        return -1;
+    if (kv_lora < 1 || rope < 2 || kl <= rope || vl < 1)
+        return loom_errf(w->err,
+                         "%s: %s.attention.kv_lora_rank, rope.dimension_count and key_length_mla / value_length_mla "
+                         "(or key_length / value_length) must size latent attention (got %lld, %lld, %lld, %lld)",
+                         w->f->name, w->arch, (long long)kv_lora, (long long)rope, (long long)kl, (long long)vl);
+    cJSON *r = w->root;
+    cJSON_AddNumberToObject(r, "kv_lora_rank", (double)kv_lora);
+    if (q_lora) cJSON_AddNumberToObject(r, "q_lora_rank", (double)q_lora);
+    cJSON_AddNumberToObject(r, "qk_rope_head_dim", (double)rope);
+    cJSON_AddNumberToObject(r, "qk_nope_head_dim", (double)(kl - rope));
+    cJSON_AddNumberToObject(r, "v_head_dim", (double)vl);
+    cJSON_AddBoolToObject(r, "rope_interleave", true);
+    cJSON_DeleteItemFromObject(r, "head_dim"); /* the MQA form's, not a head's */
+    cJSON_ReplaceItemInObject(r, "num_key_value_heads", cJSON_CreateNumber((double)heads));
+    if (put_num(w, "leading_dense_block_count", "first_k_dense_replace", false) ||
+        put_num(w, "expert_shared_count", "n_shared_experts", false) ||
+        put_num(w, "expert_weights_scale", "routed_scaling_factor", false) ||
+        put_num(w, "expert_group_count", "n_group", false) ||
+        put_num(w, "expert_group_used_count", "topk_group", false))
+        return -1;
+    char key[160];
+    double log_mul;
+    snprintf(key, sizeof key, "%s.rope.scaling.yarn_log_multiplier", w->arch);
+    int rc = gguf_get_f64(w->f, key, &log_mul, w->err);
+    if (rc) return rc < 0 ? -1 : 0;
+    cJSON *s = cJSON_GetObjectItemCaseSensitive(r, "rope_scaling");
+    if (!s)
+        return loom_errf(w->err, "%s: key '%s' without YaRN scaling (%s.rope.scaling.type)", w->f->name, key, w->arch);
+    cJSON_AddNumberToObject(s, "mscale", log_mul / 0.1);
+    cJSON_AddNumberToObject(s, "mscale_all_dim", log_mul / 0.1);
+    return 0;
 }
 
 static int vocab_size(const cfg_writer *w, int64_t *out) {
@@ -340,7 +422,8 @@ int gguf_model_config(const gguf_file *parts, int n_parts, model_config *c, loom
                      put_num(&w, "attention.sliding_window", "sliding_window", false) ||
                      put_num(&w, "final_logit_softcapping", "final_logit_softcapping", false) ||
                      put_num(&w, "attn_logit_softcapping", "attn_logit_softcapping", false) || put_experts(&w) ||
-                     put_rope_scaling(&w) || put_rope_freqs(&w) || put_token_id(&w, "bos_token_id", "bos_token_id") ||
+                     put_rope_scaling(&w) || put_deepseek(&w) || put_rope_freqs(&w) ||
+                     put_token_id(&w, "bos_token_id", "bos_token_id") ||
                      put_token_id(&w, "eos_token_id", "eos_token_id") ||
                      put_token_id(&w, "padding_token_id", "pad_token_id")
                  ? -1
@@ -373,23 +456,36 @@ char *gguf_model_chat_template(const gguf_file *f, loom_err *err) {
 
 /* ---------------------------------------------------------------- tensors */
 
-/* The router and every expert's projection in one tensor each (model_config.experts_stacked),
- * named as the architecture's MoE block reads them (model/arch's layout: Qwen's
- * mlp.experts.gate_proj, Mixtral's block_sparse_moe.experts.w1). */
+/* The router, every expert's projection in one tensor each (model_config.experts_stacked), the
+ * shared experts and DeepSeek's routing bias, named as the architecture's MoE block reads them
+ * (model/arch's layout: Qwen's mlp.experts.gate_proj, Mixtral's block_sparse_moe.experts.w1,
+ * DeepSeek's mlp.shared_experts.gate_proj). */
 static const name_map expert_rows[] = {
-    {"ffn_gate_inp", "router", false, false, false},
-    {"ffn_gate_exps", "gate", false, false, false},
-    {"ffn_up_exps", "up", false, false, false},
-    {"ffn_down_exps", "down", false, false, false},
+    {"ffn_gate_inp", "router", false, false, false},      {"ffn_gate_exps", "gate", false, false, false},
+    {"ffn_up_exps", "up", false, false, false},           {"ffn_down_exps", "down", false, false, false},
+    {"ffn_gate_shexp", "gate_proj", false, false, false}, {"ffn_up_shexp", "up_proj", false, false, false},
+    {"ffn_down_shexp", "down_proj", false, false, false}, {"exp_probs_b", "bias", false, false, false},
 };
 
 static const name_map *expert_name(const gguf_arch *a, const char *rest, size_t stem, const char *dot, int layer,
                                    char *out, size_t cap) {
     const moe_layout *l = a->moe ? arch_moe_layout(a->hf) : NULL;
-    if (!l || strcmp(dot, ".weight")) return NULL;
-    const char *hf[] = {l->router, l->gate, l->up, l->down};
+    if (!l) return NULL;
+    char shared[3][96] = {"", "", ""};
+    for (int j = 0; j < 3 && l->shared; j++)
+        snprintf(shared[j], sizeof shared[j], "%s.%s.weight", l->shared, expert_rows[4 + j].hf);
+    const char *hf[] = {l->router,
+                        l->gate,
+                        l->up,
+                        l->down,
+                        l->shared ? shared[0] : NULL,
+                        l->shared ? shared[1] : NULL,
+                        l->shared ? shared[2] : NULL,
+                        l->bias};
     for (size_t i = 0; i < sizeof expert_rows / sizeof *expert_rows; i++) {
         if (!hf[i] || strlen(expert_rows[i].gguf) != stem || memcmp(expert_rows[i].gguf, rest, stem)) continue;
+        if (strcmp(dot, hf[i] == l->bias ? ".bias" : ".weight"))
+            return NULL; /* the bias tensor is "exp_probs_b.bias" */
         char part[128];
         snprintf(part, sizeof part, "%s", hf[i]);
         moe_stacked_name(part);
@@ -445,8 +541,12 @@ static int unshift_norm(weight_store *ws, st_tensor *t, const gguf_tensor *g, lo
     return 0;
 }
 
-/* Part p's tensors under Hugging Face names, as an st_file the store owns (its mapping moves). */
-static int part_as_file(weight_store *ws, gguf_file *p, const gguf_arch *a, st_file *out, loom_err *err) {
+/* Part `at`'s tensors under Hugging Face names, as an st_file the store owns (its mapping
+ * moves); DeepSeek's attn_k_b, with its attn_v_b from whichever part holds it, becomes one
+ * kv_b_proj (gguf_mla.c). */
+static int part_as_file(weight_store *ws, gguf_file *parts, int n_parts, int at, const gguf_arch *a, st_file *out,
+                        loom_err *err) {
+    gguf_file *p = &parts[at];
     memset(out, 0, sizeof *out);
     if (!(out->tensors = mem_zalloc(p->n_tensors ? p->n_tensors : 1, sizeof *out->tensors, "the tensors", err)) ||
         !(out->name = mem_strdup(p->name, "a file name", err)))
@@ -454,6 +554,13 @@ static int part_as_file(weight_store *ws, gguf_file *p, const gguf_arch *a, st_f
     for (size_t i = 0; i < p->n_tensors; i++) {
         const gguf_tensor *g = &p->tensors[i];
         if (!strcmp(g->name, ROPE_FREQS)) continue;
+        int layer, used = 0;
+        char half = 0;
+        if (a->deepseek && sscanf(g->name, "blk.%d.attn_%c_b.weight%n", &layer, &half, &used) == 2 &&
+            used == (int)strlen(g->name) && (half == 'k' || half == 'v')) {
+            if (gguf_mla_kv_b(ws, parts, n_parts, layer, half == 'k' ? &out->tensors[out->n++] : NULL, err)) return -1;
+            continue;
+        }
         st_tensor *t = &out->tensors[out->n++];
         char name[256];
         const name_map *m = hf_name(a, g->name, name, sizeof name);
@@ -491,7 +598,7 @@ int gguf_model_weights(weight_store *ws, gguf_file *parts, int n_parts, loom_err
     int rc = a ? 0 : -1;
     for (int i = 0; i < n_parts && !rc; i++) {
         st_file f;
-        rc = part_as_file(ws, &parts[i], a, &f, err);
+        rc = part_as_file(ws, parts, n_parts, i, a, &f, err);
         if (rc) st_close(&f);
         else rc = weights_add_file(ws, &f, err);
     }

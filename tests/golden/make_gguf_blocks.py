@@ -7,7 +7,13 @@ every code and sub-block scale appears; the f16 scales (d, and dmin or m where t
 are drawn from a list of edge values (zero, negative, subnormal, the largest finite half, one)
 and random normal halves, never Inf or NaN.
 
+Beside OUT, mla.gguf holds DeepSeek's kv_b_proj as llama.cpp's converter splits it, per head
+into attn_k_b (k's rows transposed) in Q8_0 and attn_v_b in Q5_1 (random blocks), and "kv_b.ref",
+the Hugging Face tensor those halves join back into, from the gguf package's dequantization, for
+model/gguf_mla.c.
+
 Usage: make_gguf_blocks.py OUT.gguf"""
+import os
 import sys
 
 import numpy as np
@@ -45,6 +51,27 @@ for t in TYPES:
     assert np.isfinite(ref).all(), t.name
     w.add_tensor(t.name, data, raw_dtype=t)
     w.add_tensor(t.name + ".ref", ref)
+w.write_header_to_file()
+w.write_kv_data_to_file()
+w.write_tensors_to_file()
+w.close()
+
+# DeepSeek's split kv_b_proj: 2 heads, kv_lora 64, nope 32, v 16
+HEADS, LORA, NOPE, VD = 2, 64, 32, 16
+rng = np.random.default_rng(20261207)
+w = GGUFWriter(os.path.join(os.path.dirname(os.path.abspath(sys.argv[1])), "mla.gguf"), "deepseek2")
+halves = {}
+for name, t, (rows, cols) in (("attn_k_b", T.Q8_0, (HEADS * LORA, NOPE)), ("attn_v_b", T.Q5_1, (HEADS * VD, LORA))):
+    block, size = GGML_QUANT_SIZES[t]
+    raw = rng.integers(0, 256, size=(rows * cols // block, size), dtype=np.uint8)
+    for off in HALVES[t]:
+        raw[:, off:off + 2] = np.frombuffer(np.float16(0.05).tobytes(), dtype=np.uint8)
+    data = raw.reshape(HEADS, rows // HEADS, cols // block * size)
+    halves[name] = dequantize(raw.reshape(rows, -1), t).astype(np.float32).reshape(HEADS, rows // HEADS, cols)
+    w.add_tensor(f"blk.0.{name}.weight", data, raw_dtype=t)
+k_b, v_b = halves["attn_k_b"], halves["attn_v_b"]  # [heads, lora, nope], [heads, v, lora]
+ref = np.concatenate([k_b.transpose(0, 2, 1), v_b], axis=1).reshape(HEADS * (NOPE + VD), LORA)
+w.add_tensor("kv_b.ref", np.ascontiguousarray(ref))
 w.write_header_to_file()
 w.write_kv_data_to_file()
 w.write_tensors_to_file()

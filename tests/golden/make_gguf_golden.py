@@ -35,11 +35,20 @@ Cases (folder tests/golden/<case>/: model.gguf, golden.safetensors as make_golde
                GGUF loader does not read olmoe
   gguf_mixtral the `mixtral` golden converted likewise: a `llama` file with expert_count, q/k rows
                in Meta's layout, w1/w3/w2 merged into ffn_{gate,up,down}_exps
+  gguf_deepseek_v3  the `deepseek_v3` golden as convert_hf_to_gguf.py's DeepseekV2Model writes it
+               (arch deepseek2, F32): latent attention as MQA (head_count_kv 1, key_length
+               kv_lora + rope, the head widths as key_length_mla / value_length_mla), kv_b_proj
+               split per head into attn_k_b (transposed) and attn_v_b, the sigmoid router with
+               its correction bias (exp_probs_b.bias), groups, scaling, the shared expert, the
+               leading dense layer, YaRN's log multiplier (0.1 x mscale_all_dim). `deepseek_v2`
+               is not converted: its mscale (1) differs from its mscale_all_dim (0.707), which a
+               GGUF file cannot state
 
 Usage: make_gguf_golden.py [CASE...]"""
 import os
 import sys
 
+import gguf
 import numpy as np
 import torch
 import transformers
@@ -75,7 +84,8 @@ HALVES = {T.Q4_0: [0], T.Q4_1: [0, 2], T.Q5_0: [0], T.Q5_1: [0, 2], T.Q8_0: [0],
           T.Q4_K: [0, 2], T.Q5_K: [0, 2], T.Q6_K: [208], T.IQ4_NL: [0], T.IQ4_XS: [0]}
 CASES = {"gguf_llama": "llama", "gguf_qwen2": "qwen2", "gguf_qwen3": "qwen3", "gguf_gemma3": "gemma3",
          "gguf_llama3": "llama", "gguf_llama3_split": "llama", "gguf_qwen2_moe": "qwen2moe",
-         "gguf_qwen3_moe": "qwen3moe", "gguf_olmoe": "olmoe", "gguf_mixtral": "llama"}
+         "gguf_qwen3_moe": "qwen3moe", "gguf_olmoe": "olmoe", "gguf_mixtral": "llama",
+         "gguf_deepseek_v3": "deepseek2"}
 
 
 def random_blocks(rng, t, rows, cols, std):
@@ -227,12 +237,23 @@ def llama3_factors(cfg):
     return np.array(out, dtype=np.float32)
 
 
+def finish_converted(w, case, source):
+    """Writes a converted case's GGUF and gives it the source case's golden."""
+    import shutil
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    src, out = os.path.join(HERE, source), os.path.join(HERE, case)
+    shutil.copy(os.path.join(src, "golden.safetensors"), os.path.join(out, "golden.safetensors"))
+    print(f"{case}: from {source}, {sum(os.path.getsize(os.path.join(out, f)) for f in os.listdir(out))} bytes")
+
+
 def build_converted(case, source, arch):
     """A float golden folder as llama.cpp's converter writes it, with that folder's golden: a
     Llama's (and Mixtral's) q/k rows permuted and Llama 3's RoPE scaling as rope_freqs.weight,
     experts stacked per projection."""
     import json
-    import shutil
     from safetensors.numpy import load_file
     src, out = os.path.join(HERE, source), os.path.join(HERE, case)
     os.makedirs(out, exist_ok=True)
@@ -281,12 +302,87 @@ def build_converted(case, source, arch):
     for (layer, proj), per in sorted(experts.items()):
         stacked = np.stack([per[e] for e in range(len(per))])
         w.add_tensor(f"blk.{layer}.ffn_{proj}_exps.weight", np.ascontiguousarray(stacked))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    shutil.copy(os.path.join(src, "golden.safetensors"), os.path.join(out, "golden.safetensors"))
-    print(f"{case}: from {source}, {sum(os.path.getsize(os.path.join(out, f)) for f in os.listdir(out))} bytes")
+    finish_converted(w, case, source)
+
+
+def build_deepseek(case, source):
+    """A DeepSeek-V3 golden folder as llama.cpp's converter writes it (arch deepseek2), with
+    that folder's golden."""
+    import json
+    from gguf import ExpertGatingFuncType
+    from safetensors.numpy import load_file
+    src, out = os.path.join(HERE, source), os.path.join(HERE, case)
+    os.makedirs(out, exist_ok=True)
+    cfg = json.load(open(os.path.join(src, "config.json")))
+    t = load_file(os.path.join(src, "model.safetensors"))
+    heads, lora, nope, rope, vd = (cfg[k] for k in ("num_attention_heads", "kv_lora_rank", "qk_nope_head_dim",
+                                                     "qk_rope_head_dim", "v_head_dim"))
+    rp = cfg["rope_parameters"]
+    w = GGUFWriter(os.path.join(out, "model.gguf"), "deepseek2")
+    w.add_context_length(cfg["max_position_embeddings"])
+    w.add_embedding_length(cfg["hidden_size"])
+    w.add_block_count(cfg["num_hidden_layers"])
+    w.add_feed_forward_length(cfg["intermediate_size"])
+    w.add_head_count(heads)
+    w.add_head_count_kv(1)
+    w.add_rope_freq_base(rp["rope_theta"])
+    w.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
+    w.add_leading_dense_block_count(cfg["first_k_dense_replace"])
+    if cfg.get("q_lora_rank"):
+        w.add_q_lora_rank(cfg["q_lora_rank"])
+    w.add_kv_lora_rank(lora)
+    w.add_key_length(lora + rope)
+    w.add_value_length(lora)
+    w.add_key_length_mla(nope + rope)
+    w.add_value_length_mla(vd)
+    w.add_expert_feed_forward_length(cfg["moe_intermediate_size"])
+    w.add_expert_count(cfg["n_routed_experts"])
+    w.add_expert_used_count(cfg["num_experts_per_tok"])
+    w.add_expert_shared_count(cfg["n_shared_experts"])
+    w.add_expert_weights_scale(cfg["routed_scaling_factor"])
+    if cfg["norm_topk_prob"]:
+        w.add_expert_weights_norm(True)
+    w.add_expert_gating_func(ExpertGatingFuncType.SIGMOID)
+    w.add_expert_group_count(cfg["n_group"])
+    w.add_expert_group_used_count(cfg["topk_group"])
+    w.add_rope_dimension_count(rope)
+    assert rp["rope_type"] == "yarn" and rp["mscale"] == rp["mscale_all_dim"]
+    w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+    w.add_rope_scaling_factor(rp["factor"])
+    w.add_rope_scaling_orig_ctx_len(rp["original_max_position_embeddings"])
+    w.add_rope_scaling_yarn_log_mul(0.1 * rp["mscale_all_dim"])
+    names = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
+             "lm_head.weight": "output.weight"}
+    parts = {"input_layernorm.weight": "attn_norm.weight", "post_attention_layernorm.weight": "ffn_norm.weight",
+             "self_attn.q_proj.weight": "attn_q.weight", "self_attn.q_a_proj.weight": "attn_q_a.weight",
+             "self_attn.q_a_layernorm.weight": "attn_q_a_norm.weight", "self_attn.q_b_proj.weight": "attn_q_b.weight",
+             "self_attn.kv_a_proj_with_mqa.weight": "attn_kv_a_mqa.weight",
+             "self_attn.kv_a_layernorm.weight": "attn_kv_a_norm.weight", "self_attn.o_proj.weight": "attn_output.weight",
+             "mlp.gate_proj.weight": "ffn_gate.weight", "mlp.up_proj.weight": "ffn_up.weight",
+             "mlp.down_proj.weight": "ffn_down.weight", "mlp.gate.weight": "ffn_gate_inp.weight",
+             "mlp.gate.e_score_correction_bias": "exp_probs_b.bias",
+             "mlp.shared_experts.gate_proj.weight": "ffn_gate_shexp.weight",
+             "mlp.shared_experts.up_proj.weight": "ffn_up_shexp.weight",
+             "mlp.shared_experts.down_proj.weight": "ffn_down_shexp.weight", "mlp.experts.down_proj": "ffn_down_exps.weight"}
+    for name, v in sorted(t.items()):
+        if name in names:
+            w.add_tensor(names[name], v)
+            continue
+        layer, rest = int(name.split(".")[2]), ".".join(name.split(".")[3:])
+        if layer >= cfg["num_hidden_layers"]:  # the MTP layer: not converted
+            continue
+        p = f"blk.{layer}."
+        if rest == "self_attn.kv_b_proj.weight":  # per head: k's rows transposed, then v's
+            kv = v.reshape(heads, nope + vd, lora)
+            w.add_tensor(p + "attn_k_b.weight", np.ascontiguousarray(kv[:, :nope, :].transpose(0, 2, 1)))
+            w.add_tensor(p + "attn_v_b.weight", np.ascontiguousarray(kv[:, nope:, :]))
+        elif rest == "mlp.experts.gate_up_proj":  # [E, 2I, H]: gate rows, then up rows
+            inter = v.shape[1] // 2
+            w.add_tensor(p + "ffn_gate_exps.weight", np.ascontiguousarray(v[:, :inter]))
+            w.add_tensor(p + "ffn_up_exps.weight", np.ascontiguousarray(v[:, inter:]))
+        else:
+            w.add_tensor(p + parts[rest], np.ascontiguousarray(v))
+    finish_converted(w, case, source)
 
 
 def build_split(case, source):
@@ -325,6 +421,8 @@ def main():
             build_converted(case, "llama", "llama")
         elif case in names and case in ("gguf_olmoe", "gguf_mixtral"):
             build_converted(case, case[5:], CASES[case])
+        elif case in names and case == "gguf_deepseek_v3":
+            build_deepseek(case, "deepseek_v3")
         elif case in names and case == "gguf_llama3_split":
             build_split(case, "gguf_llama3")
         elif case in names:
