@@ -367,7 +367,8 @@ static int put_deepseek(cfg_writer *w) {
     cJSON_AddNumberToObject(r, "v_head_dim", (double)vl);
     cJSON_AddBoolToObject(r, "rope_interleave", true);
     cJSON_DeleteItemFromObject(r, "head_dim"); /* the MQA form's, not a head's */
-    cJSON_ReplaceItemInObject(r, "num_key_value_heads", cJSON_CreateNumber((double)heads));
+    cJSON_DeleteItemFromObject(r, "num_key_value_heads"); /* the MQA form's one */
+    cJSON_AddNumberToObject(r, "num_key_value_heads", (double)heads);
     if (put_num(w, "leading_dense_block_count", "first_k_dense_replace", false) ||
         put_num(w, "expert_shared_count", "n_shared_experts", false) ||
         put_num(w, "expert_weights_scale", "routed_scaling_factor", false) ||
