@@ -84,6 +84,8 @@ def main():
          "model.layers.1.mlp.experts.up_proj.weight"),
         ("a missing expert count", moe, {"strip": ["qwen2moe.expert_count"]},
          "missing key 'qwen2moe.expert_count'"),
+        ("Granite's logit multiplier in a Qwen2", dense, {"keys": {"qwen2.logit_scale": (8.0, GGUFValueType.FLOAT32)}},
+         "key 'qwen2.logit_scale' is not supported"),
         ("half of a latent attention's kv_b_proj", mla, {"drop": ["blk.1.attn_k_b.weight"], "load": True},
          "tensor 'blk.1.attn_v_b.weight' without 'blk.1.attn_k_b.weight'"),
         ("latent attention without its rank", mla, {"strip": ["deepseek2.attention.kv_lora_rank"]},

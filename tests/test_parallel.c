@@ -172,12 +172,14 @@ static bool shardable(const char *name, int tp, const char **why) {
     *why = "cannot be split across";
     if (!(i.n_heads % tp == 0 && (i.n_kv_heads % tp == 0 || tp % i.n_kv_heads == 0) && i.intermediate % tp == 0))
         return false;
-    /* the GGUF cases of random blocks: down_proj in Q4_K and Q6_K (split at 32 and 16 weights:
-     * their sub-blocks), o_proj in blocks of 32; the MoE ones' down_exps 64 features
-     * (make_gguf_golden.py's EXP_INTER) in blocks of 32 (gguf_llama3, its split copy and the
-     * converted gguf_olmoe, gguf_mixtral and gguf_deepseek_v3 are F32) */
-    if (!strncmp(name, "gguf_", 5) && strncmp(name, "gguf_llama3", 11) && strcmp(name, "gguf_olmoe") &&
-        strcmp(name, "gguf_mixtral") && strcmp(name, "gguf_deepseek_v3")) {
+    /* the GGUF cases of random blocks (the others are converted in F32): down_proj in Q4_K and
+     * Q6_K (split at 32 and 16 weights: their sub-blocks), o_proj in blocks of 32; the MoE ones'
+     * down_exps 64 features (make_gguf_golden.py's EXP_INTER) in blocks of 32 */
+    static const char *const blocks[] = {"gguf_llama",  "gguf_qwen2",     "gguf_qwen3",
+                                         "gguf_gemma3", "gguf_qwen2_moe", "gguf_qwen3_moe"};
+    for (size_t b = 0; b < sizeof blocks / sizeof *blocks; b++) {
+        if (strncmp(name, blocks[b], strlen(blocks[b])) || (name[strlen(blocks[b])] && name[strlen(blocks[b])] != '@'))
+            continue;
         *why = "cuts a GGUF block: the tensor is";
         int down_share = strstr(name, "_moe") ? 64 / tp : i.intermediate / tp;
         return down_share % 32 == 0 && (i.n_heads * i.head_dim / tp) % 32 == 0;

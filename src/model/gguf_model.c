@@ -32,6 +32,8 @@ typedef struct gguf_arch {
     /* DeepSeek-V2/V3: latent attention and DeepSeek's routing (put_deepseek), written for
      * DeepseekV3's config class, which states every choice V2 makes as well */
     bool deepseek;
+    /* Granite: the embedding, residual, attention and logit multipliers (their _scale keys) */
+    bool multipliers;
 } gguf_arch;
 
 static const gguf_arch archs[] = {
@@ -45,11 +47,12 @@ static const gguf_arch archs[] = {
     {.name = "qwen3moe", .hf = "Qwen3MoeForCausalLM", .moe = true, .norm_topk = true},
     {.name = "olmoe", .hf = "OlmoeForCausalLM", .moe = true},
     {.name = "deepseek2", .hf = "DeepseekV3ForCausalLM", .moe = true, .deepseek = true},
+    {.name = "granite", .hf = "GraniteForCausalLM", .meta_rope = true, .multipliers = true},
 };
 
 /* Architectures llama.cpp defines whose GGUF layout loom does not read yet. */
-static const char *const later[] = {"phi3",         "granite",  "gpt-oss", "ernie4_5",
-                                    "ernie4_5-moe", "mistral3", "gemma3n", "granitemoe"};
+static const char *const later[] = {"phi3",     "gpt-oss", "ernie4_5",   "ernie4_5-moe",
+                                    "mistral3", "gemma3n", "granitemoe", "granitehybrid"};
 
 /* GGUF's per-layer names (after "blk.N.") and the Hugging Face module they belong to; Gemma's
  * FFN norms first, in their own rows. */
@@ -278,15 +281,22 @@ static int put_rope_freqs(cfg_writer *w) {
 /* Keys that change the model and that loom does not read: refused rather than ignored (and
  * experts in a dense architecture). */
 static int refuse_unread(cfg_writer *w) {
-    static const char *const keys[] = {"attention.clamp_kqv", "rope.scaling.attn_factor", "attention.causal",
-                                       /* DeepSeek's, read by put_deepseek */
-                                       "attention.q_lora_rank", "expert_weights_scale", "expert_group_count",
-                                       "leading_dense_block_count", "expert_shared_count"};
+    static const char *const keys[] = {"attention.clamp_kqv", "rope.scaling.attn_factor", "attention.causal"};
+    /* read by put_deepseek and put_multipliers for their architectures only */
+    static const char *const deepseek[] = {"attention.q_lora_rank", "expert_weights_scale", "expert_group_count",
+                                           "leading_dense_block_count", "expert_shared_count"};
+    static const char *const multipliers[] = {"attention.scale", "embedding_scale", "residual_scale", "logit_scale"};
+    const struct {
+        const char *const *keys;
+        size_t n;
+        bool read;
+    } lists[] = {{keys, 3, false}, {deepseek, 5, w->a->deepseek}, {multipliers, 4, w->a->multipliers}};
     char full[160];
-    for (size_t i = 0; i < (w->a->deepseek ? 3 : sizeof keys / sizeof *keys); i++) {
-        snprintf(full, sizeof full, "%s.%s", w->arch, keys[i]);
-        if (gguf_find(w->f, full)) return loom_errf(w->err, "%s: key '%s' is not supported", w->f->name, full);
-    }
+    for (size_t l = 0; l < sizeof lists / sizeof *lists; l++)
+        for (size_t i = 0; !lists[l].read && i < lists[l].n; i++) {
+            snprintf(full, sizeof full, "%s.%s", w->arch, lists[l].keys[i]);
+            if (gguf_find(w->f, full)) return loom_errf(w->err, "%s: key '%s' is not supported", w->f->name, full);
+        }
     snprintf(full, sizeof full, "%s.expert_count", w->arch);
     if (!w->a->moe && gguf_find(w->f, full))
         return loom_errf(w->err, "%s: key '%s': experts in a '%s' file are not supported", w->f->name, full, w->arch);
@@ -366,7 +376,7 @@ static int put_deepseek(cfg_writer *w) {
     cJSON_AddNumberToObject(r, "qk_nope_head_dim", (double)(kl - rope));
     cJSON_AddNumberToObject(r, "v_head_dim", (double)vl);
     cJSON_AddBoolToObject(r, "rope_interleave", true);
-    cJSON_DeleteItemFromObject(r, "head_dim"); /* the MQA form's, not a head's */
+    cJSON_DeleteItemFromObject(r, "head_dim");            /* the MQA form's, not a head's */
     cJSON_DeleteItemFromObject(r, "num_key_value_heads"); /* the MQA form's one */
     cJSON_AddNumberToObject(r, "num_key_value_heads", (double)heads);
     if (put_num(w, "leading_dense_block_count", "first_k_dense_replace", false) ||
@@ -386,6 +396,17 @@ static int put_deepseek(cfg_writer *w) {
     cJSON_AddNumberToObject(s, "mscale", log_mul / 0.1);
     cJSON_AddNumberToObject(s, "mscale_all_dim", log_mul / 0.1);
     return 0;
+}
+
+/* Granite's multipliers, which llama.cpp's converter renames to _scale keys. */
+static int put_multipliers(cfg_writer *w) {
+    if (!w->a->multipliers) return 0;
+    return put_num(w, "attention.scale", "attention_multiplier", false) ||
+                   put_num(w, "embedding_scale", "embedding_multiplier", false) ||
+                   put_num(w, "residual_scale", "residual_multiplier", false) ||
+                   put_num(w, "logit_scale", "logits_scaling", false)
+               ? -1
+               : 0;
 }
 
 static int vocab_size(const cfg_writer *w, int64_t *out) {
@@ -423,7 +444,7 @@ int gguf_model_config(const gguf_file *parts, int n_parts, model_config *c, loom
                      put_num(&w, "attention.sliding_window", "sliding_window", false) ||
                      put_num(&w, "final_logit_softcapping", "final_logit_softcapping", false) ||
                      put_num(&w, "attn_logit_softcapping", "attn_logit_softcapping", false) || put_experts(&w) ||
-                     put_rope_scaling(&w) || put_deepseek(&w) || put_rope_freqs(&w) ||
+                     put_rope_scaling(&w) || put_deepseek(&w) || put_multipliers(&w) || put_rope_freqs(&w) ||
                      put_token_id(&w, "bos_token_id", "bos_token_id") ||
                      put_token_id(&w, "eos_token_id", "eos_token_id") ||
                      put_token_id(&w, "padding_token_id", "pad_token_id")

@@ -35,6 +35,8 @@ Cases (folder tests/golden/<case>/: model.gguf, golden.safetensors as make_golde
                GGUF loader does not read olmoe
   gguf_mixtral the `mixtral` golden converted likewise: a `llama` file with expert_count, q/k rows
                in Meta's layout, w1/w3/w2 merged into ffn_{gate,up,down}_exps
+  gguf_granite the `granite` golden converted likewise (arch granite: q/k in Meta's layout, its
+               multipliers as attention.scale, embedding_scale, residual_scale and logit_scale)
   gguf_deepseek_v3  the `deepseek_v3` golden as convert_hf_to_gguf.py's DeepseekV2Model writes it
                (arch deepseek2, F32): latent attention as MQA (head_count_kv 1, key_length
                kv_lora + rope, the head widths as key_length_mla / value_length_mla), kv_b_proj
@@ -85,7 +87,7 @@ HALVES = {T.Q4_0: [0], T.Q4_1: [0, 2], T.Q5_0: [0], T.Q5_1: [0, 2], T.Q8_0: [0],
 CASES = {"gguf_llama": "llama", "gguf_qwen2": "qwen2", "gguf_qwen3": "qwen3", "gguf_gemma3": "gemma3",
          "gguf_llama3": "llama", "gguf_llama3_split": "llama", "gguf_qwen2_moe": "qwen2moe",
          "gguf_qwen3_moe": "qwen3moe", "gguf_olmoe": "olmoe", "gguf_mixtral": "llama",
-         "gguf_deepseek_v3": "deepseek2"}
+         "gguf_deepseek_v3": "deepseek2", "gguf_granite": "granite"}
 
 
 def random_blocks(rng, t, rows, cols, std):
@@ -259,7 +261,7 @@ def build_converted(case, source, arch):
     os.makedirs(out, exist_ok=True)
     cfg = json.load(open(os.path.join(src, "config.json")))
     t = load_file(os.path.join(src, "model.safetensors"))
-    llama = arch == "llama"
+    llama = arch in ("llama", "granite")  # LlamaModel's converters: q/k rows in Meta's layout
     w = GGUFWriter(os.path.join(out, "model.gguf"), arch)
     w.add_context_length(cfg["max_position_embeddings"])
     w.add_embedding_length(cfg["hidden_size"])
@@ -273,6 +275,11 @@ def build_converted(case, source, arch):
     w.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
     if cfg["rope_parameters"].get("rope_type") == "llama3":
         w.add_tensor("rope_freqs.weight", llama3_factors(cfg))
+    if arch == "granite":
+        w.add_attention_scale(cfg["attention_multiplier"])
+        w.add_embedding_scale(cfg["embedding_multiplier"])
+        w.add_residual_scale(cfg["residual_multiplier"])
+        w.add_logit_scale(cfg["logits_scaling"])
     if "num_experts_per_tok" in cfg:
         w.add_expert_count(cfg.get("num_experts") or cfg["num_local_experts"])
         w.add_expert_used_count(cfg["num_experts_per_tok"])
@@ -419,7 +426,7 @@ def main():
     for i, case in enumerate(CASES):
         if case in names and case == "gguf_llama3":
             build_converted(case, "llama", "llama")
-        elif case in names and case in ("gguf_olmoe", "gguf_mixtral"):
+        elif case in names and case in ("gguf_olmoe", "gguf_mixtral", "gguf_granite"):
             build_converted(case, case[5:], CASES[case])
         elif case in names and case == "gguf_deepseek_v3":
             build_deepseek(case, "deepseek_v3")
