@@ -9,12 +9,13 @@
 # Files (GGUFS, space-separated; default below): each is run as it is. The default set:
 #   - Gemma 3 270M Q4_K_M as published (tests/gemma3_real.py's download, ~/.cache/loom-tests),
 #     when it is there;
-#   - the Llama-3.2-1B shape (configs/llama-3.2-1b.json) with random weights, written in BF16 by
-#     benches/make_gguf.py and quantized by llama.cpp's own llama-quantize to Q4_K_M, Q6_K, Q8_0
-#     and IQ4_XS (QUANTS), in build-bench/gguf/.
+#   - each shape of SHAPES (configs/NAME.json; default the Llama-3.2-1B shape, llama-3.2-1b) with
+#     random weights, written in BF16 by benches/make_gguf.py and quantized by llama.cpp's own
+#     llama-quantize to Q4_K_M, Q6_K, Q8_0 and IQ4_XS (QUANTS), in build-bench/gguf/. An MoE row:
+#     SHAPES=olmoe-1b-7b QUANTS=Q4_K_M (OLMoE-1B-7B's shape, its experts stacked per projection).
 #
 # Knobs: ROWS="pp512 tg64", REPS=2, THREADS=2, DECODE_CTX=16, QUANTS="Q4_K_M Q6_K Q8_0 IQ4_XS",
-# GGUFS="FILE ...", RESULTS=build-bench/gguf-<date>.
+# SHAPES="llama-3.2-1b", GGUFS="FILE ...", RESULTS=build-bench/gguf-<date>.
 # Prints a markdown table (tokens/s of each, and loom / llama.cpp) with the CPU, loom's kernel
 # variant and llama.cpp's build; raw outputs stay in RESULTS.
 set -euo pipefail
@@ -53,18 +54,20 @@ if [ -z "${GGUFS:-}" ]; then
   GGUFS=
   gemma=$HOME/.cache/loom-tests/gemma-3-270m-q4_k_m.gguf
   [ -s "$gemma" ] && GGUFS=$gemma
-  bf16=$bench/gguf/llama-3.2-1b-random-bf16.gguf
-  gguf_write configs/llama-3.2-1b.json "$bf16"
-  for q in $QUANTS; do
-    f=$bench/gguf/llama-3.2-1b-random-$q.gguf
-    if [ ! -s "$f" ]; then
-      phase "llama-quantize to $q"
-      nice -n 10 "$llama/bin/llama-quantize" "$bf16" "$f.tmp" "$q" "$THREADS" >"$RESULTS/quantize-$q.log" 2>&1 \
-        || { tail -20 "$RESULTS/quantize-$q.log" >&2; die "llama-quantize $q failed"; }
-      mv "$f.tmp" "$f"
-      phase_end "llama-quantize $q"
-    fi
-    GGUFS="$GGUFS $f"
+  for shape in ${SHAPES:-llama-3.2-1b}; do
+    bf16=$bench/gguf/$shape-random-bf16.gguf
+    gguf_write "configs/$shape.json" "$bf16"
+    for q in $QUANTS; do
+      f=$bench/gguf/$shape-random-$q.gguf
+      if [ ! -s "$f" ]; then
+        phase "llama-quantize $shape to $q"
+        nice -n 10 "$llama/bin/llama-quantize" "$bf16" "$f.tmp" "$q" "$THREADS" >"$RESULTS/quantize-$shape-$q.log" 2>&1 \
+          || { tail -20 "$RESULTS/quantize-$shape-$q.log" >&2; die "llama-quantize $shape $q failed"; }
+        mv "$f.tmp" "$f"
+        phase_end "llama-quantize $shape $q"
+      fi
+      GGUFS="$GGUFS $f"
+    done
   done
 fi
 

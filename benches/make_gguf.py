@@ -10,7 +10,9 @@ scales of 2^-9 to 2^-6, so the weights are of the std's order), everything else 
 and 1-D in f32 (norms 1, biases and sinks small random), YaRN and the sliding window as its
 config says.
 
-CONFIG.json is a Hugging Face config.json (LlamaForCausalLM, e.g. configs/llama-3.2-1b.json).
+CONFIG.json is a Hugging Face config.json (LlamaForCausalLM, e.g. configs/llama-3.2-1b.json;
+or OlmoeForCausalLM, e.g. configs/olmoe-1b-7b.json, written as arch "olmoe" with its whole-q/k
+norms, an expert router and every expert's gate, up and down stacked in ffn_*_exps).
 Weights are normal(0, S) (default 0.02, as the config's initializer_range), the norms are 1 and
 Llama-3 rope scaling is written as `rope_freqs.weight`, as convert_hf_to_gguf.py does. Both
 files hold the same values (bf16 is f32 rounded to nearest even); norms and rope_freqs stay f32
@@ -98,8 +100,10 @@ def main():
         if a.f32 or not a.bf16:
             ap.error("GPT-OSS: give --bf16 only (its experts are MXFP4 either way)")
         return gpt_oss(cfg, a)
-    if archs and archs[0] not in ("LlamaForCausalLM", "MistralForCausalLM"):
-        sys.exit(f"make_gguf.py: only Llama-style models are supported (got {archs[0]})")
+    if archs and archs[0] not in ("LlamaForCausalLM", "MistralForCausalLM", "OlmoeForCausalLM"):
+        sys.exit(f"make_gguf.py: only Llama-style models and OLMoE are supported (got {archs[0]})")
+    olmoe = bool(archs) and archs[0] == "OlmoeForCausalLM"
+    E = cfg.get("num_experts", 0)
     d, L = cfg["hidden_size"], cfg["num_hidden_layers"]
     nh, nkv = cfg["num_attention_heads"], cfg.get("num_key_value_heads", cfg["num_attention_heads"])
     hd = cfg.get("head_dim", d // nh)
@@ -119,10 +123,18 @@ def main():
                     (p + "attn_k.weight", (nkv * hd, d), False),
                     (p + "attn_v.weight", (nkv * hd, d), False),
                     (p + "attn_output.weight", (d, nh * hd), False),
-                    (p + "ffn_norm.weight", (d,), True),
-                    (p + "ffn_gate.weight", (ff, d), False),
-                    (p + "ffn_up.weight", (ff, d), False),
-                    (p + "ffn_down.weight", (d, ff), False)]
+                    (p + "ffn_norm.weight", (d,), True)]
+        if olmoe:  # whole-q/k norms, the router, the experts stacked per projection
+            tensors += [(p + "attn_q_norm.weight", (nh * hd,), True),
+                        (p + "attn_k_norm.weight", (nkv * hd,), True),
+                        (p + "ffn_gate_inp.weight", (E, d), False),
+                        (p + "ffn_gate_exps.weight", (E, ff, d), False),
+                        (p + "ffn_up_exps.weight", (E, ff, d), False),
+                        (p + "ffn_down_exps.weight", (E, d, ff), False)]
+        else:
+            tensors += [(p + "ffn_gate.weight", (ff, d), False),
+                        (p + "ffn_up.weight", (ff, d), False),
+                        (p + "ffn_down.weight", (d, ff), False)]
     tensors.append(("output_norm.weight", (d,), True))
     if not tied:
         tensors.append(("output.weight", (V, d), False))
@@ -131,11 +143,14 @@ def main():
     for path, bf16 in ((a.f32, False), (a.bf16, True)):
         if not path:
             continue
-        w = gguf.GGUFWriter(path, "llama")
+        w = gguf.GGUFWriter(path, "olmoe" if olmoe else "llama")
         w.add_name("random " + a.config)
         w.add_file_type(gguf.LlamaFileType.MOSTLY_BF16 if bf16 else gguf.LlamaFileType.ALL_F32)
         shape_keys(w, cfg, 4096, 10000.0)
         w.add_rope_dimension_count(hd)
+        if olmoe:
+            w.add_expert_count(E)
+            w.add_expert_used_count(cfg["num_experts_per_tok"])
         for name, shape, norm in tensors:
             n = int(np.prod(shape))
             if norm or not bf16:

@@ -59,14 +59,15 @@ def main():
     moe = os.path.join(root, "tests/golden/gguf_qwen2_moe/model.gguf")
     dense = os.path.join(root, "tests/golden/gguf_qwen2/model.gguf")
     mla = os.path.join(root, "tests/golden/gguf_deepseek_v3/model.gguf")
-    for path in (moe, dense, mla):
+    phi3 = os.path.join(root, "tests/golden/gguf_phi3/model.gguf")
+    for path in (moe, dense, mla, phi3):
         rc, out = plan(loom, path)
         check(rc == 0, f"{path} does not load: {out[-400:]}")
     u32, i32 = GGUFValueType.UINT32, GGUFValueType.INT32
     iq2 = np.zeros((512, 66), dtype=np.uint8)  # gguf_qwen2's ffn_gate, [512, 256], in IQ2_XXS (66 bytes a block)
     cases = [
-        ("an architecture llama.cpp defines that loom reads from folders only", moe, {"arch": "phi3"},
-         "general.architecture 'phi3': loom runs this architecture from Hugging Face folders, not yet from GGUF"),
+        ("an architecture llama.cpp defines that loom reads from folders only", moe, {"arch": "ernie4_5"},
+         "general.architecture 'ernie4_5': loom runs this architecture from Hugging Face folders, not yet from GGUF"),
         ("an architecture loom does not run", moe, {"arch": "mamba"},
          "general.architecture 'mamba' is not one loom runs (GGUF: llama, qwen2, qwen3, gemma2, gemma3, qwen2moe"),
         ("experts' weights scaled", moe, {"keys": {"qwen2moe.expert_weights_scale": (2.5, GGUFValueType.FLOAT32)}},
@@ -86,6 +87,11 @@ def main():
          "missing key 'qwen2moe.expert_count'"),
         ("Granite's logit multiplier in a Qwen2", dense, {"keys": {"qwen2.logit_scale": (8.0, GGUFValueType.FLOAT32)}},
          "key 'qwen2.logit_scale' is not supported"),
+        ("longrope's long factors without the short ones", phi3, {"drop": ["rope_factors_short.weight"]},
+         "or tensors 'rope_factors_short.weight' and 'rope_factors_long.weight': not two of them, nor one of the last two"),
+        ("a rotary width over a head's", phi3, {"strip": ["phi3.rope.dimension_count"],
+                                               "keys": {"phi3.rope.dimension_count": (40, u32)}},
+         "phi3.rope.dimension_count 40: a head has 16 features"),
         ("half of a latent attention's kv_b_proj", mla, {"drop": ["blk.1.attn_k_b.weight"], "load": True},
          "tensor 'blk.1.attn_v_b.weight' without 'blk.1.attn_k_b.weight'"),
         ("latent attention without its rank", mla, {"strip": ["deepseek2.attention.kv_lora_rank"]},

@@ -16,7 +16,10 @@
 #include "util/alloc.h"
 #include "util/err.h"
 
-#define ROPE_FREQS "rope_freqs.weight" /* read into the config (put_rope_freqs), not a weight */
+/* RoPE factor tensors, read into the config (put_rope_factors), not weights */
+#define ROPE_FREQS "rope_freqs.weight"
+#define ROPE_SHORT "rope_factors_short.weight"
+#define ROPE_LONG  "rope_factors_long.weight"
 
 typedef struct gguf_arch {
     const char *name; /* general.architecture */
@@ -48,50 +51,55 @@ static const gguf_arch archs[] = {
     {.name = "olmoe", .hf = "OlmoeForCausalLM", .moe = true},
     {.name = "deepseek2", .hf = "DeepseekV3ForCausalLM", .moe = true, .deepseek = true},
     {.name = "granite", .hf = "GraniteForCausalLM", .meta_rope = true, .multipliers = true},
+    {.name = "phi3", .hf = "Phi3ForCausalLM"},
 };
 
 /* Architectures llama.cpp defines whose GGUF layout loom does not read yet. */
-static const char *const later[] = {"phi3",     "gpt-oss", "ernie4_5",   "ernie4_5-moe",
-                                    "mistral3", "gemma3n", "granitemoe", "granitehybrid"};
+static const char *const later[] = {"gpt-oss", "ernie4_5",   "ernie4_5-moe", "mistral3",
+                                    "gemma3n", "granitemoe", "granitehybrid"};
 
 /* GGUF's per-layer names (after "blk.N.") and the Hugging Face module they belong to; Gemma's
  * FFN norms first, in their own rows. */
 typedef struct name_map {
     const char *gguf, *hf;
     bool gemma_only, plain_only;
-    bool as_row; /* stored 1-D, read as one row: [n] is [1, n] (a linear of one output) */
+    bool as_row;      /* stored 1-D, read as one row: [n] is [1, n] (a linear of one output) */
+    const char *only; /* the one architecture the row is for (NULL: any; such rows come first) */
 } name_map;
 
 static const name_map layer_names[] = {
-    {"attn_norm", "input_layernorm", false, false, false},
-    {"attn_q", "self_attn.q_proj", false, false, false},
-    {"attn_k", "self_attn.k_proj", false, false, false},
-    {"attn_v", "self_attn.v_proj", false, false, false},
-    {"attn_output", "self_attn.o_proj", false, false, false},
-    {"attn_q_norm", "self_attn.q_norm", false, false, false},
-    {"attn_k_norm", "self_attn.k_norm", false, false, false},
-    {"ffn_norm", "post_attention_layernorm", false, true, false},
-    {"ffn_norm", "pre_feedforward_layernorm", true, false, false},
-    {"post_attention_norm", "post_attention_layernorm", true, false, false},
-    {"post_ffw_norm", "post_feedforward_layernorm", true, false, false},
-    {"ffn_gate", "mlp.gate_proj", false, false, false},
-    {"ffn_up", "mlp.up_proj", false, false, false},
-    {"ffn_down", "mlp.down_proj", false, false, false},
-    {"ffn_gate_inp_shexp", "mlp.shared_expert_gate", false, false, true},
+    /* Phi-3's fused q/k/v and gate/up, read as row ranges (model/arch) */
+    {"attn_qkv", "self_attn.qkv_proj", false, false, false, "phi3"},
+    {"ffn_up", "mlp.gate_up_proj", false, false, false, "phi3"},
+    {"attn_norm", "input_layernorm", false, false, false, NULL},
+    {"attn_q", "self_attn.q_proj", false, false, false, NULL},
+    {"attn_k", "self_attn.k_proj", false, false, false, NULL},
+    {"attn_v", "self_attn.v_proj", false, false, false, NULL},
+    {"attn_output", "self_attn.o_proj", false, false, false, NULL},
+    {"attn_q_norm", "self_attn.q_norm", false, false, false, NULL},
+    {"attn_k_norm", "self_attn.k_norm", false, false, false, NULL},
+    {"ffn_norm", "post_attention_layernorm", false, true, false, NULL},
+    {"ffn_norm", "pre_feedforward_layernorm", true, false, false, NULL},
+    {"post_attention_norm", "post_attention_layernorm", true, false, false, NULL},
+    {"post_ffw_norm", "post_feedforward_layernorm", true, false, false, NULL},
+    {"ffn_gate", "mlp.gate_proj", false, false, false, NULL},
+    {"ffn_up", "mlp.up_proj", false, false, false, NULL},
+    {"ffn_down", "mlp.down_proj", false, false, false, NULL},
+    {"ffn_gate_inp_shexp", "mlp.shared_expert_gate", false, false, true, NULL},
     /* latent attention (attn_k_b and attn_v_b, llama.cpp's split of kv_b_proj, are joined back
      * by gguf_mla.c) */
-    {"attn_q_a", "self_attn.q_a_proj", false, false, false},
-    {"attn_q_a_norm", "self_attn.q_a_layernorm", false, false, false},
-    {"attn_q_b", "self_attn.q_b_proj", false, false, false},
-    {"attn_kv_a_mqa", "self_attn.kv_a_proj_with_mqa", false, false, false},
-    {"attn_kv_a_norm", "self_attn.kv_a_layernorm", false, false, false},
-    {"attn_kv_b", "self_attn.kv_b_proj", false, false, false},
+    {"attn_q_a", "self_attn.q_a_proj", false, false, false, NULL},
+    {"attn_q_a_norm", "self_attn.q_a_layernorm", false, false, false, NULL},
+    {"attn_q_b", "self_attn.q_b_proj", false, false, false, NULL},
+    {"attn_kv_a_mqa", "self_attn.kv_a_proj_with_mqa", false, false, false, NULL},
+    {"attn_kv_a_norm", "self_attn.kv_a_layernorm", false, false, false, NULL},
+    {"attn_kv_b", "self_attn.kv_b_proj", false, false, false, NULL},
 };
 
 static const name_map global_names[] = {
-    {"token_embd", "model.embed_tokens", false, false, false},
-    {"output_norm", "model.norm", false, false, false},
-    {"output", "lm_head", false, false, false},
+    {"token_embd", "model.embed_tokens", false, false, false, NULL},
+    {"output_norm", "model.norm", false, false, false, NULL},
+    {"output", "lm_head", false, false, false, NULL},
 };
 
 static const gguf_arch *arch_of(const gguf_file *f, loom_err *err) {
@@ -252,36 +260,65 @@ static int put_token_id(cfg_writer *w, const char *key, const char *field) {
     return 0;
 }
 
-/* Llama 3's RoPE scaling as llama.cpp's converter stores it: `rope_freqs.weight`, each rotary
- * pair's frequency divided by its factor (llama.cpp's rope kernels divide theta by it). That is
- * longrope's form with one factor list and no attention factor, so it is written as such.
- * (transformers' GGUF loader drops the tensor: it runs such a file without the scaling.) */
-static int put_rope_freqs(cfg_writer *w) {
-    const gguf_tensor *t = find_tensor(w, ROPE_FREQS);
-    if (!t) return 0;
-    if (cJSON_GetObjectItemCaseSensitive(w->root, "rope_scaling"))
-        return loom_errf(w->err, "%s: both %s.rope.scaling.type and tensor '%s' scale RoPE", w->f->name, w->arch,
-                         ROPE_FREQS);
+/* An F32 [rotary dims / 2] factor tensor's values into a new array `key` of s. */
+static int put_factor_list(cfg_writer *w, cJSON *s, const char *key, const gguf_tensor *t, const char *name) {
     if (t->type != GT_F32 || t->ndim != 1)
         return loom_errf(w->err, "%s: tensor '%s' must be F32 [rotary dims / 2], not %s of %d dimensions", w->f->name,
-                         ROPE_FREQS, gtype_table[t->type].name, t->ndim);
-    const cJSON *ctx = cJSON_GetObjectItemCaseSensitive(w->root, "max_position_embeddings");
-    cJSON *s = cJSON_AddObjectToObject(w->root, "rope_scaling"), *lists[2];
-    cJSON_AddStringToObject(s, "rope_type", "longrope");
-    cJSON_AddNumberToObject(s, "original_max_position_embeddings", ctx ? ctx->valuedouble : 0);
-    cJSON_AddNumberToObject(s, "attention_factor", 1.0);
-    lists[0] = cJSON_AddArrayToObject(s, "short_factor");
-    lists[1] = cJSON_AddArrayToObject(s, "long_factor");
+                         name, gtype_table[t->type].name, t->ndim);
+    cJSON *list = cJSON_AddArrayToObject(s, key);
     const float *v = t->data;
-    for (int64_t i = 0; i < t->ne[0]; i++)
-        for (int l = 0; l < 2; l++) cJSON_AddItemToArray(lists[l], cJSON_CreateNumber(v[i]));
+    for (int64_t i = 0; i < t->ne[0]; i++) cJSON_AddItemToArray(list, cJSON_CreateNumber(v[i]));
     return 0;
+}
+
+/* RoPE scaling stored as factor tensors, both longrope's form:
+ * - Llama 3's, `rope_freqs.weight`: each rotary pair's frequency divided by its factor
+ *   (llama.cpp's rope kernels divide theta by it), one list and no attention factor.
+ *   (transformers' GGUF loader drops the tensor: it runs such a file without the scaling.)
+ * - Phi-3's, `rope_factors_short.weight` and `rope_factors_long.weight`, with the context they
+ *   switch at (rope.scaling.original_context_length) and the attention factor
+ *   (rope.scaling.attn_factor). loom switches per pass, as transformers does, where llama.cpp
+ *   chooses by the context it was started with. */
+static int put_rope_factors(cfg_writer *w) {
+    const gguf_tensor *freqs = find_tensor(w, ROPE_FREQS), *shrt = find_tensor(w, ROPE_SHORT),
+                      *lng = find_tensor(w, ROPE_LONG);
+    if (!freqs && !shrt && !lng) return 0;
+    if (cJSON_GetObjectItemCaseSensitive(w->root, "rope_scaling") || (freqs && (shrt || lng)) || !shrt != !lng)
+        return loom_errf(w->err,
+                         "%s: RoPE scaling is %s.rope.scaling.type, or tensor '%s', or tensors '%s' and '%s': not "
+                         "two of them, nor one of the last two",
+                         w->f->name, w->arch, ROPE_FREQS, ROPE_SHORT, ROPE_LONG);
+    cJSON *s = cJSON_AddObjectToObject(w->root, "rope_scaling");
+    cJSON_AddStringToObject(s, "rope_type", "longrope");
+    if (freqs) {
+        const cJSON *ctx = cJSON_GetObjectItemCaseSensitive(w->root, "max_position_embeddings");
+        cJSON_AddNumberToObject(s, "original_max_position_embeddings", ctx ? ctx->valuedouble : 0);
+        cJSON_AddNumberToObject(s, "attention_factor", 1.0);
+        return put_factor_list(w, s, "short_factor", freqs, ROPE_FREQS) ||
+                       put_factor_list(w, s, "long_factor", freqs, ROPE_FREQS)
+                   ? -1
+                   : 0;
+    }
+    char key[160];
+    double orig, factor;
+    snprintf(key, sizeof key, "%s.rope.scaling.original_context_length", w->arch);
+    int rc = gguf_get_f64(w->f, key, &orig, w->err);
+    if (rc) return rc < 0 ? -1 : loom_errf(w->err, "%s: tensor '%s' without key '%s'", w->f->name, ROPE_LONG, key);
+    cJSON_AddNumberToObject(s, "original_max_position_embeddings", orig);
+    cJSON_AddNumberToObject(w->root, "original_max_position_embeddings", orig); /* where Phi-3's config keeps it */
+    snprintf(key, sizeof key, "%s.rope.scaling.attn_factor", w->arch);
+    if ((rc = gguf_get_f64(w->f, key, &factor, w->err)) < 0) return -1;
+    if (!rc) cJSON_AddNumberToObject(s, "attention_factor", factor);
+    return put_factor_list(w, s, "short_factor", shrt, ROPE_SHORT) ||
+                   put_factor_list(w, s, "long_factor", lng, ROPE_LONG)
+               ? -1
+               : 0;
 }
 
 /* Keys that change the model and that loom does not read: refused rather than ignored (and
  * experts in a dense architecture). */
 static int refuse_unread(cfg_writer *w) {
-    static const char *const keys[] = {"attention.clamp_kqv", "rope.scaling.attn_factor", "attention.causal"};
+    static const char *const keys[] = {"attention.clamp_kqv", "attention.causal", "rope.scaling.attn_factor"};
     /* read by put_deepseek and put_multipliers for their architectures only */
     static const char *const deepseek[] = {"attention.q_lora_rank", "expert_weights_scale", "expert_group_count",
                                            "leading_dense_block_count", "expert_shared_count"};
@@ -290,7 +327,10 @@ static int refuse_unread(cfg_writer *w) {
         const char *const *keys;
         size_t n;
         bool read;
-    } lists[] = {{keys, 3, false}, {deepseek, 5, w->a->deepseek}, {multipliers, 4, w->a->multipliers}};
+    } lists[] = {{keys, 2, false},
+                 {keys + 2, 1, find_tensor(w, ROPE_LONG) != NULL}, /* Phi-3's longrope attention factor */
+                 {deepseek, 5, w->a->deepseek},
+                 {multipliers, 4, w->a->multipliers}};
     char full[160];
     for (size_t l = 0; l < sizeof lists / sizeof *lists; l++)
         for (size_t i = 0; !lists[l].read && i < lists[l].n; i++) {
@@ -347,6 +387,28 @@ static int get_int_key(cfg_writer *w, const char *key, int64_t def, int64_t *out
     snprintf(full, sizeof full, "%s.%s", w->arch, key);
     *out = def;
     return gguf_get_i64(w->f, full, out, w->err) < 0 ? -1 : 0;
+}
+
+/* The rotary width (rope.dimension_count) where it is less than a head's, as transformers'
+ * partial_rotary_factor (Phi-4-mini's 0.75): written half a feature over, so that config.c's
+ * truncation of head_dim x factor lands on it whatever the float rounding. DeepSeek's states
+ * its own (put_deepseek). A sliding window of 0, which Phi-3's converter writes for none, is
+ * none. */
+static int put_rotary(cfg_writer *w) {
+    const cJSON *window = cJSON_GetObjectItemCaseSensitive(w->root, "sliding_window");
+    if (window && window->valuedouble == 0) cJSON_DeleteItemFromObject(w->root, "sliding_window");
+    int64_t dims, heads, hidden, head;
+    if (w->a->deepseek) return 0;
+    if (get_int_key(w, "rope.dimension_count", 0, &dims) || get_int_key(w, "attention.head_count", 1, &heads) ||
+        get_int_key(w, "embedding_length", 0, &hidden) ||
+        get_int_key(w, "attention.key_length", heads > 0 ? hidden / heads : 0, &head))
+        return -1;
+    if (!dims || dims == head) return 0;
+    if (dims < 2 || dims > head)
+        return loom_errf(w->err, "%s: %s.rope.dimension_count %lld: a head has %lld features", w->f->name, w->arch,
+                         (long long)dims, (long long)head);
+    cJSON_AddNumberToObject(w->root, "partial_rotary_factor", ((double)dims + 0.5) / (double)head);
+    return 0;
 }
 
 /* DeepSeek-V2/V3's latent attention and layer layout as DeepseekV3's config states them.
@@ -444,8 +506,8 @@ int gguf_model_config(const gguf_file *parts, int n_parts, model_config *c, loom
                      put_num(&w, "attention.sliding_window", "sliding_window", false) ||
                      put_num(&w, "final_logit_softcapping", "final_logit_softcapping", false) ||
                      put_num(&w, "attn_logit_softcapping", "attn_logit_softcapping", false) || put_experts(&w) ||
-                     put_rope_scaling(&w) || put_deepseek(&w) || put_multipliers(&w) || put_rope_freqs(&w) ||
-                     put_token_id(&w, "bos_token_id", "bos_token_id") ||
+                     put_rope_scaling(&w) || put_deepseek(&w) || put_multipliers(&w) || put_rotary(&w) ||
+                     put_rope_factors(&w) || put_token_id(&w, "bos_token_id", "bos_token_id") ||
                      put_token_id(&w, "eos_token_id", "eos_token_id") ||
                      put_token_id(&w, "padding_token_id", "pad_token_id")
                  ? -1
@@ -483,10 +545,10 @@ char *gguf_model_chat_template(const gguf_file *f, loom_err *err) {
  * (model/arch's layout: Qwen's mlp.experts.gate_proj, Mixtral's block_sparse_moe.experts.w1,
  * DeepSeek's mlp.shared_experts.gate_proj). */
 static const name_map expert_rows[] = {
-    {"ffn_gate_inp", "router", false, false, false},      {"ffn_gate_exps", "gate", false, false, false},
-    {"ffn_up_exps", "up", false, false, false},           {"ffn_down_exps", "down", false, false, false},
-    {"ffn_gate_shexp", "gate_proj", false, false, false}, {"ffn_up_shexp", "up_proj", false, false, false},
-    {"ffn_down_shexp", "down_proj", false, false, false}, {"exp_probs_b", "bias", false, false, false},
+    {"ffn_gate_inp", "router", false, false, false, NULL},      {"ffn_gate_exps", "gate", false, false, false, NULL},
+    {"ffn_up_exps", "up", false, false, false, NULL},           {"ffn_down_exps", "down", false, false, false, NULL},
+    {"ffn_gate_shexp", "gate_proj", false, false, false, NULL}, {"ffn_up_shexp", "up_proj", false, false, false, NULL},
+    {"ffn_down_shexp", "down_proj", false, false, false, NULL}, {"exp_probs_b", "bias", false, false, false, NULL},
 };
 
 static const name_map *expert_name(const gguf_arch *a, const char *rest, size_t stem, const char *dot, int layer,
@@ -535,7 +597,9 @@ static const name_map *hf_name(const gguf_arch *a, const char *name, char *out, 
     }
     for (size_t i = 0; i < n; i++) {
         if (strlen(table[i].gguf) != stem || memcmp(table[i].gguf, rest, stem)) continue;
-        if ((table[i].gemma_only && !a->gemma) || (table[i].plain_only && a->gemma)) continue;
+        if ((table[i].gemma_only && !a->gemma) || (table[i].plain_only && a->gemma) ||
+            (table[i].only && strcmp(table[i].only, a->name)))
+            continue;
         if (table == layer_names) snprintf(out, cap, "model.layers.%d.%s%s", layer, table[i].hf, dot);
         else snprintf(out, cap, "%s%s", table[i].hf, dot);
         return &table[i];
@@ -575,7 +639,7 @@ static int part_as_file(weight_store *ws, gguf_file *parts, int n_parts, int at,
         return -1;
     for (size_t i = 0; i < p->n_tensors; i++) {
         const gguf_tensor *g = &p->tensors[i];
-        if (!strcmp(g->name, ROPE_FREQS)) continue;
+        if (!strcmp(g->name, ROPE_FREQS) || !strcmp(g->name, ROPE_SHORT) || !strcmp(g->name, ROPE_LONG)) continue;
         int layer, used = 0;
         char half = 0;
         if (a->deepseek && sscanf(g->name, "blk.%d.attn_%c_b.weight%n", &layer, &half, &used) == 2 &&

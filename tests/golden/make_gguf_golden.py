@@ -37,6 +37,11 @@ Cases (folder tests/golden/<case>/: model.gguf, golden.safetensors as make_golde
                in Meta's layout, w1/w3/w2 merged into ffn_{gate,up,down}_exps
   gguf_granite the `granite` golden converted likewise (arch granite: q/k in Meta's layout, its
                multipliers as attention.scale, embedding_scale, residual_scale and logit_scale)
+  gguf_phi3, gguf_phi4_mini  the `phi3` and `phi4_mini` goldens converted as Phi3MiniModel does
+               it: fused attn_qkv and ffn_up (gate and up), longrope as rope_factors_short and
+               rope_factors_long tensors with rope.scaling.original_context_length and the
+               attention factor it computes (rope.scaling.attn_factor), the rotary width as
+               rope.dimension_count (phi4_mini: 12 of 16), sliding_window 0 for none
   gguf_deepseek_v3  the `deepseek_v3` golden as convert_hf_to_gguf.py's DeepseekV2Model writes it
                (arch deepseek2, F32): latent attention as MQA (head_count_kv 1, key_length
                kv_lora + rope, the head widths as key_length_mla / value_length_mla), kv_b_proj
@@ -87,7 +92,7 @@ HALVES = {T.Q4_0: [0], T.Q4_1: [0, 2], T.Q5_0: [0], T.Q5_1: [0, 2], T.Q8_0: [0],
 CASES = {"gguf_llama": "llama", "gguf_qwen2": "qwen2", "gguf_qwen3": "qwen3", "gguf_gemma3": "gemma3",
          "gguf_llama3": "llama", "gguf_llama3_split": "llama", "gguf_qwen2_moe": "qwen2moe",
          "gguf_qwen3_moe": "qwen3moe", "gguf_olmoe": "olmoe", "gguf_mixtral": "llama",
-         "gguf_deepseek_v3": "deepseek2", "gguf_granite": "granite"}
+         "gguf_deepseek_v3": "deepseek2", "gguf_granite": "granite", "gguf_phi3": "phi3", "gguf_phi4_mini": "phi3"}
 
 
 def random_blocks(rng, t, rows, cols, std):
@@ -270,7 +275,17 @@ def build_converted(case, source, arch):
     w.add_head_count(cfg["num_attention_heads"])
     w.add_head_count_kv(cfg["num_key_value_heads"])
     head_dim = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
-    w.add_rope_dimension_count(head_dim)
+    rp = cfg["rope_parameters"]
+    w.add_rope_dimension_count(int(rp.get("partial_rotary_factor", 1.0) * cfg["hidden_size"]) // cfg["num_attention_heads"])
+    if rp.get("rope_type") == "longrope":  # Phi3MiniModel's form
+        import math
+        orig, scale = rp["original_max_position_embeddings"], cfg["max_position_embeddings"] / rp[
+            "original_max_position_embeddings"]
+        w.add_rope_scaling_orig_ctx_len(orig)
+        w.add_rope_scaling_attn_factors(math.sqrt(1 + math.log(scale) / math.log(orig)) if scale > 1 else 1.0)
+        w.add_sliding_window(cfg.get("sliding_window") or 0)
+        w.add_tensor("rope_factors_long.weight", np.array(rp["long_factor"], dtype=np.float32))
+        w.add_tensor("rope_factors_short.weight", np.array(rp["short_factor"], dtype=np.float32))
     w.add_rope_freq_base(cfg["rope_parameters"]["rope_theta"])
     w.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
     if cfg["rope_parameters"].get("rope_type") == "llama3":
@@ -289,7 +304,7 @@ def build_converted(case, source, arch):
              "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output", "post_attention_layernorm": "ffn_norm",
              "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down",
              "self_attn.q_norm": "attn_q_norm", "self_attn.k_norm": "attn_k_norm", "mlp.gate": "ffn_gate_inp",
-             "block_sparse_moe.gate": "ffn_gate_inp"}
+             "block_sparse_moe.gate": "ffn_gate_inp", "self_attn.qkv_proj": "attn_qkv", "mlp.gate_up_proj": "ffn_up"}
     projs = {"gate_proj": "gate", "up_proj": "up", "down_proj": "down", "w1": "gate", "w3": "up", "w2": "down"}
     experts = {}  # (layer, proj) -> {expert: weight}, stacked once all are read
     for name, v in sorted(t.items()):
@@ -426,7 +441,7 @@ def main():
     for i, case in enumerate(CASES):
         if case in names and case == "gguf_llama3":
             build_converted(case, "llama", "llama")
-        elif case in names and case in ("gguf_olmoe", "gguf_mixtral", "gguf_granite"):
+        elif case in names and case in ("gguf_olmoe", "gguf_mixtral", "gguf_granite", "gguf_phi3", "gguf_phi4_mini"):
             build_converted(case, case[5:], CASES[case])
         elif case in names and case == "gguf_deepseek_v3":
             build_deepseek(case, "deepseek_v3")
