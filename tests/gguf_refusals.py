@@ -1,4 +1,4 @@
-"""GGUF models loom must refuse by name (src/model/gguf_model.c): each case rewrites a golden
+"""GGUF models loom must refuse by name (src/model/gguf_*.c): each case rewrites a golden
 GGUF with the gguf package (one key or tensor changed) and runs `loom plan -m` on it, which must
 exit non-zero with a message naming the file and what it does not read. The golden files
 themselves must load, so that a refusal is the change's and not the file's.

@@ -66,7 +66,7 @@ typedef struct model_config {
     mla_config mla;
     bool tie_embeddings, attention_bias, mlp_bias;
     /* q and k rows of each head in Meta's layout, rotary pairs adjacent: a GGUF file's Llama, as
-     * llama.cpp's converter reorders it (model/gguf_model.c) */
+     * llama.cpp's converter reorders it (model/gguf_arch.c) */
     bool rope_meta_layout;
     int sliding_window; /* 0: full causal attention */
     /* Gemma: the layers that attend within sliding_window (layer_types; the others attend to
@@ -82,7 +82,7 @@ typedef struct model_config {
     /* mixture of experts; n_experts 0: dense */
     int n_experts, top_k, moe_intermediate, shared_intermediate, sparse_step;
     /* each projection's experts in one [E, out, in] tensor, named as the per-expert one without
-     * its index: a GGUF file's ffn_{gate,up,down}_exps (model/gguf_model.c) */
+     * its index: a GGUF file's ffn_{gate,up,down}_exps (model/gguf_config.c) */
     bool experts_stacked;
     bool norm_topk;      /* renormalise the top-k routing weights */
     bool sigmoid_scores; /* scoring_func sigmoid (DeepSeek-V3), else softmax */

@@ -1,4 +1,4 @@
-/* DeepSeek's kv_b_proj from a GGUF file's two halves (model/gguf_model.c reads the rest). */
+/* DeepSeek's kv_b_proj from a GGUF file's two halves (model/gguf_model.c reads the other tensors). */
 #ifndef LOOM_MODEL_GGUF_MLA_H
 #define LOOM_MODEL_GGUF_MLA_H
 #include "model/gguf.h"
