@@ -66,8 +66,8 @@ def main():
     u32, i32 = GGUFValueType.UINT32, GGUFValueType.INT32
     iq2 = np.zeros((512, 66), dtype=np.uint8)  # gguf_qwen2's ffn_gate, [512, 256], in IQ2_XXS (66 bytes a block)
     cases = [
-        ("an architecture llama.cpp defines that loom reads from folders only", moe, {"arch": "ernie4_5"},
-         "general.architecture 'ernie4_5': loom runs this architecture from Hugging Face folders, not yet from GGUF"),
+        ("an architecture llama.cpp defines that loom reads from folders only", moe, {"arch": "ernie4_5-moe"},
+         "general.architecture 'ernie4_5-moe': loom runs this architecture from Hugging Face folders, not yet from GGUF"),
         ("an architecture loom does not run", moe, {"arch": "mamba"},
          "general.architecture 'mamba' is not one loom runs (GGUF: llama, qwen2, qwen3, gemma2, gemma3, qwen2moe"),
         ("experts' weights scaled", moe, {"keys": {"qwen2moe.expert_weights_scale": (2.5, GGUFValueType.FLOAT32)}},

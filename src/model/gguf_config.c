@@ -332,8 +332,17 @@ int gguf_model_config(const gguf_file *parts, int n_parts, model_config *c, loom
     if (!rc) {
         cJSON_AddNumberToObject(w.root, "vocab_size", (double)vocab);
         cJSON_AddBoolToObject(w.root, "tie_word_embeddings", !find_tensor(&w, "output.weight"));
-        /* biases on every attention projection (Qwen2's q/k/v ones are its architecture's own) */
-        cJSON_AddBoolToObject(w.root, "attention_bias", find_tensor(&w, "blk.0.attn_output.bias") != NULL);
+        /* biases on every attention projection (Qwen2's q/k/v ones are its architecture's own);
+         * ERNIE's use_bias says the same of every projection */
+        bool bias = find_tensor(&w, "blk.0.attn_output.bias") != NULL;
+        cJSON_AddBoolToObject(w.root, "attention_bias", bias);
+        cJSON_AddBoolToObject(w.root, "use_bias", bias);
+        /* a head's width where the file does not state it (attention.key_length): hidden / heads,
+         * as llama.cpp takes it, rather than a config class's own default (ERNIE's 128) */
+        const cJSON *hidden = cJSON_GetObjectItemCaseSensitive(w.root, "hidden_size"),
+                    *heads = cJSON_GetObjectItemCaseSensitive(w.root, "num_attention_heads");
+        if (!cJSON_GetObjectItemCaseSensitive(w.root, "head_dim") && !a->deepseek && heads->valuedouble > 0)
+            cJSON_AddNumberToObject(w.root, "head_dim", (double)(int64_t)(hidden->valuedouble / heads->valuedouble));
     }
     char *text = rc ? NULL : cJSON_PrintUnformatted(w.root);
     cJSON_Delete(w.root);

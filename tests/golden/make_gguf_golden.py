@@ -42,6 +42,8 @@ Cases (folder tests/golden/<case>/: model.gguf, golden.safetensors as make_golde
                rope_factors_long tensors with rope.scaling.original_context_length and the
                attention factor it computes (rope.scaling.attn_factor), the rotary width as
                rope.dimension_count (phi4_mini: 12 of 16), sliding_window 0 for none
+  gguf_ernie4_5  the `ernie4_5` golden converted likewise: biases on every projection, rotary
+               pairs interleaved as Hugging Face stores them (llama.cpp rotates adjacent pairs)
   gguf_deepseek_v3  the `deepseek_v3` golden as convert_hf_to_gguf.py's DeepseekV2Model writes it
                (arch deepseek2, F32): latent attention as MQA (head_count_kv 1, key_length
                kv_lora + rope, the head widths as key_length_mla / value_length_mla), kv_b_proj
@@ -92,7 +94,8 @@ HALVES = {T.Q4_0: [0], T.Q4_1: [0, 2], T.Q5_0: [0], T.Q5_1: [0, 2], T.Q8_0: [0],
 CASES = {"gguf_llama": "llama", "gguf_qwen2": "qwen2", "gguf_qwen3": "qwen3", "gguf_gemma3": "gemma3",
          "gguf_llama3": "llama", "gguf_llama3_split": "llama", "gguf_qwen2_moe": "qwen2moe",
          "gguf_qwen3_moe": "qwen3moe", "gguf_olmoe": "olmoe", "gguf_mixtral": "llama",
-         "gguf_deepseek_v3": "deepseek2", "gguf_granite": "granite", "gguf_phi3": "phi3", "gguf_phi4_mini": "phi3"}
+         "gguf_deepseek_v3": "deepseek2", "gguf_granite": "granite", "gguf_phi3": "phi3", "gguf_phi4_mini": "phi3",
+         "gguf_ernie4_5": "ernie4_5"}
 
 
 def random_blocks(rng, t, rows, cols, std):
@@ -275,8 +278,11 @@ def build_converted(case, source, arch):
     w.add_head_count(cfg["num_attention_heads"])
     w.add_head_count_kv(cfg["num_key_value_heads"])
     head_dim = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
+    if cfg.get("head_dim") and arch != "granite":  # as TextModel does (GraniteModel drops it)
+        w.add_key_length(head_dim)
+        w.add_value_length(head_dim)
     rp = cfg["rope_parameters"]
-    w.add_rope_dimension_count(int(rp.get("partial_rotary_factor", 1.0) * cfg["hidden_size"]) // cfg["num_attention_heads"])
+    w.add_rope_dimension_count(int(rp.get("partial_rotary_factor", 1.0) * head_dim))
     if rp.get("rope_type") == "longrope":  # Phi3MiniModel's form
         import math
         orig, scale = rp["original_max_position_embeddings"], cfg["max_position_embeddings"] / rp[
@@ -320,7 +326,7 @@ def build_converted(case, source, arch):
             v = meta_permute(v, cfg["num_attention_heads"])
         if llama and rest == "self_attn.k_proj":
             v = meta_permute(v, cfg["num_key_value_heads"])
-        w.add_tensor(f"blk.{layer}.{parts[rest]}.weight", np.ascontiguousarray(v))
+        w.add_tensor(f"blk.{layer}.{parts[rest]}.{name.split('.')[-1]}", np.ascontiguousarray(v))
     for (layer, proj), per in sorted(experts.items()):
         stacked = np.stack([per[e] for e in range(len(per))])
         w.add_tensor(f"blk.{layer}.ffn_{proj}_exps.weight", np.ascontiguousarray(stacked))
@@ -441,7 +447,8 @@ def main():
     for i, case in enumerate(CASES):
         if case in names and case == "gguf_llama3":
             build_converted(case, "llama", "llama")
-        elif case in names and case in ("gguf_olmoe", "gguf_mixtral", "gguf_granite", "gguf_phi3", "gguf_phi4_mini"):
+        elif case in names and case in ("gguf_olmoe", "gguf_mixtral", "gguf_granite", "gguf_phi3", "gguf_phi4_mini",
+                                        "gguf_ernie4_5"):
             build_converted(case, case[5:], CASES[case])
         elif case in names and case == "gguf_deepseek_v3":
             build_deepseek(case, "deepseek_v3")
