@@ -307,6 +307,12 @@ const gguf_tensor *gguf_find_tensor(const gguf_file *f, const char *name) {
     return bsearch(&key, f->tensors, f->n_tensors, sizeof *f->tensors, by_tensor_name);
 }
 
+const gguf_tensor *gguf_parts_find_tensor(const gguf_file *parts, int n_parts, const char *name) {
+    const gguf_tensor *t = NULL;
+    for (int i = 0; i < n_parts && !t; i++) t = gguf_find_tensor(&parts[i], name);
+    return t;
+}
+
 static bool is_int(enum gguf_vtype t) { return t <= GGUF_I32 || t == GGUF_U64 || t == GGUF_I64; }
 static bool is_signed(enum gguf_vtype t) { return t == GGUF_I8 || t == GGUF_I16 || t == GGUF_I32 || t == GGUF_I64; }
 

@@ -71,6 +71,8 @@ void gguf_close(gguf_file *f);
 
 const gguf_kv *gguf_find(const gguf_file *f, const char *key);
 const gguf_tensor *gguf_find_tensor(const gguf_file *f, const char *name);
+/* Tensor `name` in whichever of a split file's parts holds it, or NULL. */
+const gguf_tensor *gguf_parts_find_tensor(const gguf_file *parts, int n_parts, const char *name);
 
 /* Typed reads of scalar keys. Each returns 1 when the key is absent (out untouched), 0 when read,
  * and -1 with err naming the key when it holds another type or a value out of range. Integer

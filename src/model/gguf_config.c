@@ -25,9 +25,7 @@ typedef struct cfg_writer {
 
 /* Tensor `name` in whichever part holds it (a split file's tensors are spread over its parts). */
 static const gguf_tensor *find_tensor(const cfg_writer *w, const char *name) {
-    const gguf_tensor *t = NULL;
-    for (int i = 0; i < w->n_parts && !t; i++) t = gguf_find_tensor(&w->parts[i], name);
-    return t;
+    return gguf_parts_find_tensor(w->parts, w->n_parts, name);
 }
 
 /* `{arch}.<key>` as a number into json field `field`; required keys must be there. */
@@ -135,8 +133,9 @@ static int put_rope_factors(cfg_writer *w) {
 /* Keys that change the model and that loom does not read: refused rather than ignored (and
  * experts in a dense architecture). */
 static int refuse_unread(cfg_writer *w) {
-    static const char *const keys[] = {"attention.clamp_kqv", "attention.causal", "rope.scaling.attn_factor"};
-    /* read by put_deepseek and put_multipliers for their architectures only */
+    static const char *const keys[] = {"attention.clamp_kqv", "attention.causal"};
+    /* read by put_rope_factors, put_deepseek and put_multipliers where they apply only */
+    static const char *const longrope[] = {"rope.scaling.attn_factor"};
     static const char *const deepseek[] = {"attention.q_lora_rank", "expert_weights_scale", "expert_group_count",
                                            "leading_dense_block_count", "expert_shared_count"};
     static const char *const multipliers[] = {"attention.scale", "embedding_scale", "residual_scale", "logit_scale"};
@@ -145,7 +144,7 @@ static int refuse_unread(cfg_writer *w) {
         size_t n;
         bool read;
     } lists[] = {{keys, 2, false},
-                 {keys + 2, 1, find_tensor(w, ROPE_LONG) != NULL}, /* Phi-3's longrope attention factor */
+                 {longrope, 1, find_tensor(w, ROPE_LONG) != NULL},
                  {deepseek, 5, w->a->deepseek},
                  {multipliers, 4, w->a->multipliers}};
     char full[160];
@@ -206,14 +205,19 @@ static int get_int_key(cfg_writer *w, const char *key, int64_t def, int64_t *out
     return gguf_get_i64(w->f, full, out, w->err) < 0 ? -1 : 0;
 }
 
+/* The sliding window, where the file has one: Phi-3's converter writes 0 for none. */
+static int put_window(cfg_writer *w) {
+    int64_t window;
+    if (get_int_key(w, "attention.sliding_window", 0, &window)) return -1;
+    if (window) cJSON_AddNumberToObject(w->root, "sliding_window", (double)window);
+    return 0;
+}
+
 /* The rotary width (rope.dimension_count) where it is less than a head's, as transformers'
  * partial_rotary_factor (Phi-4-mini's 0.75): written half a feature over, so that config.c's
  * truncation of head_dim x factor lands on it whatever the float rounding. DeepSeek's states
- * its own (put_deepseek). A sliding window of 0, which Phi-3's converter writes for none, is
- * none. */
+ * its own (put_deepseek). */
 static int put_rotary(cfg_writer *w) {
-    const cJSON *window = cJSON_GetObjectItemCaseSensitive(w->root, "sliding_window");
-    if (window && window->valuedouble == 0) cJSON_DeleteItemFromObject(w->root, "sliding_window");
     int64_t dims, heads, hidden, head;
     if (w->a->deepseek) return 0;
     if (get_int_key(w, "rope.dimension_count", 0, &dims) || get_int_key(w, "attention.head_count", 1, &heads) ||
@@ -319,8 +323,7 @@ int gguf_model_config(const gguf_file *parts, int n_parts, model_config *c, loom
                      put_num(&w, "context_length", "max_position_embeddings", true) ||
                      put_num(&w, "attention.layer_norm_rms_epsilon", "rms_norm_eps", true) ||
                      put_num(&w, "attention.key_length", "head_dim", false) ||
-                     put_num(&w, "rope.freq_base", "rope_theta", false) ||
-                     put_num(&w, "attention.sliding_window", "sliding_window", false) ||
+                     put_num(&w, "rope.freq_base", "rope_theta", false) || put_window(&w) ||
                      put_num(&w, "final_logit_softcapping", "final_logit_softcapping", false) ||
                      put_num(&w, "attn_logit_softcapping", "attn_logit_softcapping", false) || put_experts(&w) ||
                      put_rope_scaling(&w) || put_deepseek(&w) || put_multipliers(&w) || put_rotary(&w) ||

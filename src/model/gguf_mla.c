@@ -15,12 +15,6 @@
 #include "util/alloc.h"
 #include "util/err.h"
 
-static const gguf_tensor *find(const gguf_file *parts, int n_parts, const char *name) {
-    const gguf_tensor *t = NULL;
-    for (int i = 0; i < n_parts && !t; i++) t = gguf_find_tensor(&parts[i], name);
-    return t;
-}
-
 /* Row r of t (ne[0] weights) in f32. */
 static void row_f32(const gguf_tensor *t, int64_t r, float *dst) {
     const gtype_info *g = &gtype_table[t->type];
@@ -43,7 +37,7 @@ int gguf_mla_kv_b(weight_store *ws, const gguf_file *parts, int n_parts, int lay
     char kn[64], vn[64];
     snprintf(kn, sizeof kn, "blk.%d.attn_k_b.weight", layer);
     snprintf(vn, sizeof vn, "blk.%d.attn_v_b.weight", layer);
-    const gguf_tensor *k = find(parts, n_parts, kn), *v = find(parts, n_parts, vn);
+    const gguf_tensor *k = gguf_parts_find_tensor(parts, n_parts, kn), *v = gguf_parts_find_tensor(parts, n_parts, vn);
     if (!k || !v) return loom_errf(err, "%s: tensor '%s' without '%s'", parts[0].name, k ? kn : vn, k ? vn : kn);
     /* k: ne [nope, kv_lora, heads]; v: ne [kv_lora, v, heads] */
     if (k->ndim != 3 || v->ndim != 3 || k->ne[1] != v->ne[0] || k->ne[2] != v->ne[2] || !gtype_table[k->type].decoded ||
