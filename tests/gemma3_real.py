@@ -11,7 +11,9 @@ published one (tests/data/templates/gemma2, as llama.cpp vendors it). Then, on t
     (apply_chat_template, generate);
   - both again at `-tp 2 --enable-async-tp --sp-min-tokens 0`;
   - all of it again on the GGUF file itself, `-m gemma-3-270m-q4_k_m.gguf` with no conversion
-    (the chat template given with --chat-template, as the file has none), where `/tokenize` must
+    and `--dtype float32` (the chat template given with --chat-template, as the file has none;
+    by default its blocks meet int8 activations, which are not transformers' fp32 products; the
+    kernels hold those to their definition in test_gguf), where `/tokenize` must
     also give the ids of transformers' tokenizer read from the same GGUF for multilingual, code
     and emoji strings.
 Without the registry (the download fails) it skips with a message (exit 77). The folder and
@@ -178,8 +180,11 @@ def main():
     from transformers import AutoTokenizer
     gguf_tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     want_ids = [gguf_tok(t, add_special_tokens=False).input_ids for t in TEXTS]
-    for model, extra in ((folder, []), (gguf, ["--chat-template", str(TEMPLATE)])):
-        for flags in ([], ["-tp", "2", "--enable-async-tp", "--sp-min-tokens", "0"]):
+    # the GGUF exact (--dtype float32): its blocks on int8 activations (the default) are not the
+    # dequantized weights' fp32 products, which transformers computes
+    for model, exact in ((folder, []), (gguf, ["--dtype", "float32"])):
+        extra = ["--chat-template", str(TEMPLATE)] if model == gguf else []
+        for flags in ([*exact], ["-tp", "2", "--enable-async-tp", "--sp-min-tokens", "0", *exact]):
             where = f"{model.name} " + (" ".join(flags) or "tp=1")
             for prompt, want in zip(PROMPTS, ref["completions"]):
                 got = loom_run(model, prompt, flags)

@@ -48,6 +48,64 @@ static void check_product(const char *type, const wmat *w, const float *ref, int
     free(y);
 }
 
+extern const cpu_kernels cpu_generic;
+
+/* --dtype auto: y = x W^T on x's rows quantized to int8, through dot_gguf_q8 for 1 to 5 rows
+ * (decode) and the exact panels for 40 (prefill). Both must match a double-precision product of
+ * the reference weights with the values the int8 rows stand for, to fp32 rounding; and the
+ * decode path must give, row by row, the generic variant's bits from its kernel called on one
+ * row and on four at once (cpu.h's one order). */
+static void check_int8(const char *type, const wmat *w, const float *ref, int cols, int c0) {
+    int rows = w->rows, nc = w->cols;
+    wmat wi = *w;
+    wi.act = WACT_INT8;
+    size_t ldq = q8row_floats(nc);
+    for (int m = 1; m <= 40; m += m < 5 ? 1 : 35) {
+        float *x = calloc((size_t)m * nc, sizeof *x), *y = calloc((size_t)m * rows, sizeof *y);
+        float *xq = calloc((size_t)m * ldq, sizeof *xq), *sums = calloc((size_t)m * nc / 4, sizeof *sums);
+        fill_x(x, m, nc);
+        linear(x, nc, m, m, &wi, NULL, y, rows);
+        quantize_rows(ROWS_INT8, x, nc, m, nc, 0, xq, ldq);
+        q8row xr[5];
+        double worst = 0;
+        for (int i = 0; i < m; i++) {
+            const int8_t *q = (const int8_t *)(xq + i * ldq);
+            const float *d = xq + i * ldq + nc / 4;
+            for (int b = 0; b < nc / QACT; b++) {
+                int s = 0;
+                for (int c = b * QACT; c < (b + 1) * QACT; c++) s += q[c];
+                sums[i * nc / QACT + b] = (float)s * d[b];
+            }
+            if (i < 5) xr[i] = (q8row){q, d, sums + i * nc / QACT};
+            for (int r = 0; r < rows; r++) {
+                double want = 0, mag = 0;
+                for (int c = 0; c < nc; c++) {
+                    double p = (double)q[c] * d[c / QACT] * ref[(size_t)r * cols + c0 + c];
+                    want += p, mag += fabs(p);
+                }
+                double err = fabs(y[(size_t)i * rows + r] - want) / (mag + 1e-30);
+                if (err > worst) worst = err;
+            }
+        }
+        CHECK(worst < 4e-6, "%s int8, columns [%d, %d), %d input rows: relative error %.3g", type, c0, c0 + nc, m,
+              worst);
+        int differ = 0;
+        for (int r = 0; m == 5 && r < rows; r++) {
+            const uint8_t *wr = (const uint8_t *)w->data + (size_t)r * w->ld;
+            float one[4], four[4];
+            for (int i = 0; i < 5; i++) {
+                cpu_generic.dot_gguf_q8(xr + i, 1, wr, w->q, one);
+                differ += memcmp(&one[0], &y[(size_t)i * rows + r], sizeof one[0]) != 0;
+            }
+            cpu_generic.dot_gguf_q8(xr, 4, wr, w->q, four);
+            for (int i = 0; i < 4; i++) differ += memcmp(&four[i], &y[(size_t)i * rows + r], sizeof *four) != 0;
+        }
+        CHECK(!differ, "%s int8, columns [%d, %d): %d products differ from the generic variant's bits", type, c0,
+              c0 + nc, differ);
+        free(x), free(y), free(xq), free(sums);
+    }
+}
+
 static void check_type(const gguf_file *f, const gguf_tensor *t) {
     char ref_name[64];
     snprintf(ref_name, sizeof ref_name, "%s.ref", t->name);
@@ -70,6 +128,8 @@ static void check_type(const gguf_file *f, const gguf_tensor *t) {
     CHECK(!differ, "%s: %d of %d rows decode to other bits than the gguf package's", t->name, differ, rows);
     wmat w = {.dt = DT_U8, .rows = rows, .cols = cols, .ld = row_bytes, .data = t->data, .q = &q, .act = WACT_F32};
     for (int m = 1; m <= 40; m += m < 2 ? 1 : 38) check_product(t->name, &w, ref, cols, 0, m);
+    bool blocks = g->block > 1;
+    if (blocks) check_int8(t->name, &w, ref, cols, 0);
     /* a row-parallel shard: the second half of the columns, whole super-blocks */
     qlayout half = q;
     half.kp = cols / 2;
@@ -78,6 +138,7 @@ static void check_type(const gguf_file *f, const gguf_tensor *t) {
     shard.data = (const uint8_t *)t->data + row_bytes / 2;
     check_product(t->name, &shard, ref, cols, cols / 2, 2);
     check_product(t->name, &shard, ref, cols, cols / 2, 40);
+    if (blocks) check_int8(t->name, &shard, ref, cols, cols / 2);
     /* a share cut inside blocks at both ends, at the type's finest split (a k-quant's sub-block):
      * [u, cols - u), its rows decoding to the reference's bits and its products */
     int u = gtype_split(t->type);
@@ -97,6 +158,7 @@ static void check_type(const gguf_file *f, const gguf_tensor *t) {
     check_product(t->name, &shard, ref, cols, u, 1);
     check_product(t->name, &shard, ref, cols, u, 2);
     check_product(t->name, &shard, ref, cols, u, 40);
+    if (blocks && u % QACT == 0) check_int8(t->name, &shard, ref, cols, u);
 }
 
 static void check_types(void) {

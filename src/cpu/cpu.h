@@ -27,7 +27,7 @@ struct qlayout;
 /* One row of activations quantized for the integer dot products of a quantized matrix
  * (kernels/linear.c makes them): codes q in the matrix's packed column order, value q * d
  * with one scale d per QACT columns, and per quantization group the sum of the row's values
- * q * d over the group's columns, for the zero points. */
+ * q * d over the group's columns, for the zero points (for a GGUF row: dot_gguf_q8's sums). */
 typedef struct q8row {
     const int8_t *q;
     const float *d;
@@ -51,6 +51,17 @@ typedef struct cpu_kernels {
      * x in its packed column order; and the row dequantized into dst[q->kp]. */
     void (*dot_q)(const float *const *x, int nr, const uint8_t *w, const struct qlayout *q, size_t row, float y[2]);
     void (*dequant_q)(const uint8_t *w, const struct qlayout *q, size_t row, float *dst);
+    /* A GGUF row (QCODE_GGUF, a block type, the slice starting on a block of 32) on int8
+     * activations, in every variant: y[r] = x[r] . w for nr (1 to 4) rows, whose gsum holds
+     * each 4 columns' codes added (exact small integers). One order everywhere, so every variant
+     * and every way of batching rows gives the same bits: per block of 32 columns, lane k (k < 8)
+     * takes the exact integer sum of weight codes times activation codes over columns
+     * 4k..4k+3, times (its sub-block's scale times the block's activation scale, one rounding),
+     * added (fused) into lane k of one of two chains by the block's parity; for a type with
+     * mins, the lane's gsum times (its sub-block's min times the activation scale) likewise into
+     * two more; each pair of chains is added lane by lane, its eight lanes in the tree
+     * ((0 + 4) + (2 + 6)) + ((1 + 5) + (3 + 7)), and y is the first sum less the second. */
+    void (*dot_gguf_q8)(const q8row *x, int nr, const uint8_t *w, const struct qlayout *q, float y[4]);
     /* The reduced-precision products (--dtype auto): y[r] = x[r] . w for nr (1 to 4) rows.
      * dot_q8: int8 activations against a quantized row, integer sums per block scaled in fp32,
      * in the variants without tile_q8 (NEON, neondot, generic; NULL on x86);

@@ -503,6 +503,267 @@ static inline vacc vacc_dot8(vacc a, vq w, const int8_t *x) { return vacc_dot4(a
 #define HAS_INT8_TILE 0
 #endif
 
+/* GGUF blocks on int8 activations (variant.c's dot_gguf_q8): a block of 32 weights as 32
+ * signed bytes (vgb), each the weight's integer code from its bit fields; its products with
+ * 32 int8 activations summed four columns a lane, lane k of a vgl the exact sum over columns
+ * 4k..4k+3; and eight float lanes (vgf) to scale and add those sums in. Every variant has the
+ * same lanes and adds them in the same tree (vgf_sum), so every variant gives the same bits.
+ * Codes lie in [-128, 127] and activations in [-127, 127], so two products fit an int16. */
+#if defined(LOOM_VARIANT_AVX2) || defined(LOOM_VARIANT_AVX2VNNI) || defined(LOOM_VARIANT_AVX512) ||                    \
+    defined(LOOM_VARIANT_AVX512BF16)
+typedef __m256i vgb;
+typedef __m256i vgl;
+typedef __m256 vgf;
+static inline vgb vgb_load(const uint8_t *p) { return _mm256_loadu_si256((const __m256i *)p); }
+static inline vgb vgb_set1(int c) { return _mm256_set1_epi8((char)c); }
+/* 16 bytes of nibbles: the low ones columns 0-15, the high ones 16-31 */
+static inline vgb vgb_nib16(const uint8_t *p) { return vq_nib(p); }
+/* each byte's bits [shift, shift + width) where mask = 2^width - 1 and shift + width <= 8 */
+static inline vgb vgb_bits(vgb v, int shift, int mask) {
+    return _mm256_and_si256(_mm256_srl_epi16(v, _mm_cvtsi32_si128(shift)), _mm256_set1_epi8((char)mask));
+}
+/* each byte shifted left by n, the bytes below 2^(8 - n) */
+static inline vgb vgb_shl(vgb v, int n) { return _mm256_sll_epi16(v, _mm_cvtsi32_si128(n)); }
+static inline vgb vgb_or(vgb a, vgb b) { return _mm256_or_si256(a, b); }
+static inline vgb vgb_add(vgb a, vgb b) { return _mm256_add_epi8(a, b); }
+static inline vgb vgb_sub(vgb a, int c) { return _mm256_sub_epi8(a, _mm256_set1_epi8((char)c)); }
+/* byte c = bit c of u */
+static inline vgb vgb_bit32(uint32_t u) {
+    const __m256i pick = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3,
+                                          3, 3, 3, 3, 3, 3);
+    __m256i b = _mm256_shuffle_epi8(_mm256_set1_epi32((int)u), pick);
+    b = _mm256_and_si256(b, _mm256_set1_epi64x((long long)0x8040201008040201ULL));
+    return _mm256_min_epu8(b, _mm256_set1_epi8(1));
+}
+/* levels[code] for codes below 16 */
+static inline vgb vgb_levels(vgb code, const int8_t levels[16]) {
+    return _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)levels)), code);
+}
+/* codes in [0, 127] times x: u8 x s8 as the instructions take it */
+static inline vgl vgl_dot_u(vgb w, const int8_t *x) {
+    __m256i xv = _mm256_loadu_si256((const __m256i *)x);
+#if defined(LOOM_VARIANT_AVX512BF16) || defined(LOOM_VARIANT_AVX2VNNI)
+    return vpdpbusd(_mm256_setzero_si256(), w, xv);
+#else
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(w, xv), _mm256_set1_epi16(1));
+#endif
+}
+/* any codes: |w| times x with w's sign */
+static inline vgl vgl_dot(vgb w, const int8_t *x) {
+    __m256i xv = _mm256_loadu_si256((const __m256i *)x), aw = _mm256_abs_epi8(w), sx = _mm256_sign_epi8(xv, w);
+#if defined(LOOM_VARIANT_AVX512BF16) || defined(LOOM_VARIANT_AVX2VNNI)
+    return vpdpbusd(_mm256_setzero_si256(), aw, sx);
+#else
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(aw, sx), _mm256_set1_epi16(1));
+#endif
+}
+static inline vgf vgf_zero(void) { return _mm256_setzero_ps(); }
+static inline vgf vgf_set1(float v) { return _mm256_set1_ps(v); }
+static inline vgf vgf_halves(float lo, float hi) { return _mm256_setr_m128(_mm_set1_ps(lo), _mm_set1_ps(hi)); }
+static inline vgf vgf_add(vgf a, vgf b) { return _mm256_add_ps(a, b); }
+static inline vgf vgf_load(const float *p) { return _mm256_loadu_ps(p); }
+static inline void vgf_store(float *p, vgf a) { _mm256_storeu_ps(p, a); }
+static inline vgf vgf_mul(vgf a, vgf b) { return _mm256_mul_ps(a, b); }
+/* eight bytes, unsigned or signed, as floats */
+static inline vgf vgf_from_u8(const uint8_t *p) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p)));
+}
+static inline vgf vgf_from_i8(const int8_t *p) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p)));
+}
+/* a + (float)i * f, and a + x * f, fused, lane by lane */
+static inline vgf vgf_fma(vgl i, vgf f, vgf a) { return _mm256_fmadd_ps(_mm256_cvtepi32_ps(i), f, a); }
+static inline vgf vgf_fmaf(vgf x, vgf f, vgf a) { return _mm256_fmadd_ps(x, f, a); }
+/* ((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7)) */
+static inline float vgf_sum(vgf a) {
+    __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+    return _mm_cvtss_f32(_mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1)));
+}
+#elif defined(LOOM_VARIANT_NEON) || defined(LOOM_VARIANT_NEONDOT)
+typedef struct vgb {
+    uint8x16_t lo, hi;
+} vgb;
+typedef struct vgl {
+    int32x4_t lo, hi;
+} vgl;
+typedef struct vgf {
+    float32x4_t lo, hi;
+} vgf;
+static inline vgb vgb_load(const uint8_t *p) { return (vgb){vld1q_u8(p), vld1q_u8(p + 16)}; }
+static inline vgb vgb_set1(int c) { return (vgb){vdupq_n_u8((uint8_t)c), vdupq_n_u8((uint8_t)c)}; }
+static inline vgb vgb_nib16(const uint8_t *p) {
+    uint8x16_t b = vld1q_u8(p);
+    return (vgb){vandq_u8(b, vdupq_n_u8(15)), vshrq_n_u8(b, 4)};
+}
+static inline vgb vgb_bits(vgb v, int shift, int mask) {
+    int8x16_t s = vdupq_n_s8((int8_t)-shift);
+    uint8x16_t m = vdupq_n_u8((uint8_t)mask);
+    return (vgb){vandq_u8(vshlq_u8(v.lo, s), m), vandq_u8(vshlq_u8(v.hi, s), m)};
+}
+static inline vgb vgb_shl(vgb v, int n) {
+    int8x16_t s = vdupq_n_s8((int8_t)n);
+    return (vgb){vshlq_u8(v.lo, s), vshlq_u8(v.hi, s)};
+}
+static inline vgb vgb_or(vgb a, vgb b) { return (vgb){vorrq_u8(a.lo, b.lo), vorrq_u8(a.hi, b.hi)}; }
+static inline vgb vgb_add(vgb a, vgb b) { return (vgb){vaddq_u8(a.lo, b.lo), vaddq_u8(a.hi, b.hi)}; }
+static inline vgb vgb_sub(vgb a, int c) {
+    uint8x16_t v = vdupq_n_u8((uint8_t)c);
+    return (vgb){vsubq_u8(a.lo, v), vsubq_u8(a.hi, v)};
+}
+static inline vgb vgb_bit32(uint32_t u) {
+    static const uint8_t pick[32] = {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
+                                     2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3};
+    static const uint8_t bit[16] = {1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128};
+    uint8x16_t bytes = vreinterpretq_u8_u32(vdupq_n_u32(u)), m = vld1q_u8(bit), one = vdupq_n_u8(1);
+    return (vgb){vandq_u8(vtstq_u8(vqtbl1q_u8(bytes, vld1q_u8(pick)), m), one),
+                 vandq_u8(vtstq_u8(vqtbl1q_u8(bytes, vld1q_u8(pick + 16)), m), one)};
+}
+static inline vgb vgb_levels(vgb code, const int8_t levels[16]) {
+    uint8x16_t t = vld1q_u8((const uint8_t *)levels);
+    return (vgb){vqtbl1q_u8(t, code.lo), vqtbl1q_u8(t, code.hi)};
+}
+static inline int32x4_t vgl_dot16(uint8x16_t w, const int8_t *x) {
+    int8x16_t wv = vreinterpretq_s8_u8(w), xv = vld1q_s8(x);
+#if defined(LOOM_VARIANT_NEONDOT)
+    return vdotq_s32(vdupq_n_s32(0), wv, xv);
+#else /* pairs into int32, then pairs of pairs: lane k columns 4k..4k+3 */
+    int32x4_t a = vpaddlq_s16(vmull_s8(vget_low_s8(wv), vget_low_s8(xv)));
+    int32x4_t b = vpaddlq_s16(vmull_s8(vget_high_s8(wv), vget_high_s8(xv)));
+    return vpaddq_s32(a, b);
+#endif
+}
+static inline vgl vgl_dot(vgb w, const int8_t *x) { return (vgl){vgl_dot16(w.lo, x), vgl_dot16(w.hi, x + 16)}; }
+static inline vgl vgl_dot_u(vgb w, const int8_t *x) { return vgl_dot(w, x); } /* s8 x s8 takes both */
+static inline vgf vgf_zero(void) { return (vgf){vdupq_n_f32(0), vdupq_n_f32(0)}; }
+static inline vgf vgf_set1(float v) { return (vgf){vdupq_n_f32(v), vdupq_n_f32(v)}; }
+static inline vgf vgf_halves(float lo, float hi) { return (vgf){vdupq_n_f32(lo), vdupq_n_f32(hi)}; }
+static inline vgf vgf_add(vgf a, vgf b) { return (vgf){vaddq_f32(a.lo, b.lo), vaddq_f32(a.hi, b.hi)}; }
+static inline vgf vgf_load(const float *p) { return (vgf){vld1q_f32(p), vld1q_f32(p + 4)}; }
+static inline void vgf_store(float *p, vgf a) { vst1q_f32(p, a.lo), vst1q_f32(p + 4, a.hi); }
+static inline vgf vgf_mul(vgf a, vgf b) { return (vgf){vmulq_f32(a.lo, b.lo), vmulq_f32(a.hi, b.hi)}; }
+static inline vgf vgf_from_u8(const uint8_t *p) {
+    uint16x8_t h = vmovl_u8(vld1_u8(p));
+    return (vgf){vcvtq_f32_u32(vmovl_u16(vget_low_u16(h))), vcvtq_f32_u32(vmovl_u16(vget_high_u16(h)))};
+}
+static inline vgf vgf_from_i8(const int8_t *p) {
+    int16x8_t h = vmovl_s8(vld1_s8(p));
+    return (vgf){vcvtq_f32_s32(vmovl_s16(vget_low_s16(h))), vcvtq_f32_s32(vmovl_s16(vget_high_s16(h)))};
+}
+static inline vgf vgf_fma(vgl i, vgf f, vgf a) {
+    return (vgf){vfmaq_f32(a.lo, vcvtq_f32_s32(i.lo), f.lo), vfmaq_f32(a.hi, vcvtq_f32_s32(i.hi), f.hi)};
+}
+static inline vgf vgf_fmaf(vgf x, vgf f, vgf a) {
+    return (vgf){vfmaq_f32(a.lo, x.lo, f.lo), vfmaq_f32(a.hi, x.hi, f.hi)};
+}
+static inline float vgf_sum(vgf a) {
+    float32x4_t s4 = vaddq_f32(a.lo, a.hi);
+    float32x2_t s2 = vadd_f32(vget_low_f32(s4), vget_high_f32(s4));
+    return vget_lane_f32(s2, 0) + vget_lane_f32(s2, 1);
+}
+#else /* generic: the same lanes, one byte at a time */
+typedef struct vgb {
+    uint8_t b[32];
+} vgb;
+typedef struct vgl {
+    int32_t l[8];
+} vgl;
+typedef struct vgf {
+    float l[8];
+} vgf;
+static inline vgb vgb_load(const uint8_t *p) {
+    vgb v;
+    memcpy(v.b, p, 32);
+    return v;
+}
+static inline vgb vgb_set1(int c) {
+    vgb v;
+    memset(v.b, c, 32);
+    return v;
+}
+static inline vgb vgb_nib16(const uint8_t *p) {
+    vgb v;
+    for (int j = 0; j < 16; j++) v.b[j] = p[j] & 15, v.b[j + 16] = p[j] >> 4;
+    return v;
+}
+static inline vgb vgb_bits(vgb v, int shift, int mask) {
+    for (int j = 0; j < 32; j++) v.b[j] = (uint8_t)((v.b[j] >> shift) & mask);
+    return v;
+}
+static inline vgb vgb_shl(vgb v, int n) {
+    for (int j = 0; j < 32; j++) v.b[j] = (uint8_t)(v.b[j] << n);
+    return v;
+}
+static inline vgb vgb_or(vgb a, vgb b) {
+    for (int j = 0; j < 32; j++) a.b[j] |= b.b[j];
+    return a;
+}
+static inline vgb vgb_add(vgb a, vgb b) {
+    for (int j = 0; j < 32; j++) a.b[j] = (uint8_t)(a.b[j] + b.b[j]);
+    return a;
+}
+static inline vgb vgb_sub(vgb a, int c) {
+    for (int j = 0; j < 32; j++) a.b[j] = (uint8_t)(a.b[j] - c);
+    return a;
+}
+static inline vgb vgb_bit32(uint32_t u) {
+    vgb v;
+    for (int j = 0; j < 32; j++) v.b[j] = (u >> j) & 1;
+    return v;
+}
+static inline vgb vgb_levels(vgb code, const int8_t levels[16]) {
+    for (int j = 0; j < 32; j++) code.b[j] = (uint8_t)levels[code.b[j]];
+    return code;
+}
+static inline vgl vgl_dot(vgb w, const int8_t *x) {
+    vgl s;
+    for (int k = 0; k < 8; k++) {
+        s.l[k] = 0;
+        for (int j = 4 * k; j < 4 * k + 4; j++) s.l[k] += (int8_t)w.b[j] * x[j];
+    }
+    return s;
+}
+static inline vgl vgl_dot_u(vgb w, const int8_t *x) { return vgl_dot(w, x); }
+static inline vgf vgf_zero(void) { return (vgf){{0}}; }
+static inline vgf vgf_set1(float v) { return (vgf){{v, v, v, v, v, v, v, v}}; }
+static inline vgf vgf_halves(float lo, float hi) { return (vgf){{lo, lo, lo, lo, hi, hi, hi, hi}}; }
+static inline vgf vgf_add(vgf a, vgf b) {
+    for (int k = 0; k < 8; k++) a.l[k] += b.l[k];
+    return a;
+}
+static inline vgf vgf_load(const float *p) {
+    vgf a;
+    memcpy(a.l, p, sizeof a.l);
+    return a;
+}
+static inline void vgf_store(float *p, vgf a) { memcpy(p, a.l, sizeof a.l); }
+static inline vgf vgf_mul(vgf a, vgf b) {
+    for (int k = 0; k < 8; k++) a.l[k] *= b.l[k];
+    return a;
+}
+static inline vgf vgf_from_u8(const uint8_t *p) {
+    vgf a;
+    for (int k = 0; k < 8; k++) a.l[k] = (float)p[k];
+    return a;
+}
+static inline vgf vgf_from_i8(const int8_t *p) {
+    vgf a;
+    for (int k = 0; k < 8; k++) a.l[k] = (float)p[k];
+    return a;
+}
+static inline vgf vgf_fma(vgl i, vgf f, vgf a) { /* fused, as the vector variants' */
+    for (int k = 0; k < 8; k++) a.l[k] = __builtin_fmaf((float)i.l[k], f.l[k], a.l[k]);
+    return a;
+}
+static inline vgf vgf_fmaf(vgf x, vgf f, vgf a) {
+    for (int k = 0; k < 8; k++) a.l[k] = __builtin_fmaf(x.l[k], f.l[k], a.l[k]);
+    return a;
+}
+static inline float vgf_sum(vgf a) {
+    return ((a.l[0] + a.l[4]) + (a.l[2] + a.l[6])) + ((a.l[1] + a.l[5]) + (a.l[3] + a.l[7]));
+}
+#endif
+
 /* bf16 dot products, fp32 accumulation: a += x . w over VL pairs of bf16 values (2 * VL of each) */
 #if defined(LOOM_VARIANT_AVX512BF16)
 #define HAS_BF16_DOT 1

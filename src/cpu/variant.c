@@ -337,6 +337,213 @@ static void dot_gguf(const float *const *x, int nr, const uint8_t *w, const qlay
     }
 }
 
+/* GGUF rows on int8 activations (cpu.h's dot_gguf_q8). A type's block is read as blocks of 32
+ * weights: each block's integer codes (gq_codes), and the scales of its block, once a block:
+ * the factor dl a sub-block's codes are scaled by and the ml taken off times its activations'
+ * sum (gq_scales), per 16 columns where a sub-block is 16 (gq_sub16), else per block of 32. */
+typedef struct gq_scales {
+    float dl[16], ml[16];
+} gq_scales;
+
+static inline bool gq_sub16(int t) { return t == GT_Q2_K || t == GT_Q3_K || t == GT_Q6_K; }
+/* the types whose weights have a min (a code's weight is dl q - ml) */
+static inline bool gq_mins(int t) {
+    return t == GT_Q2_K || t == GT_Q4_K || t == GT_Q5_K || t == GT_Q4_1 || t == GT_Q5_1;
+}
+
+/* The scales of the block (a super-block, or a block of 32) at b, as the definition rounds them:
+ * d times the sub-block's integer scale (gg_kquant's dl), and dmin times its min (ml). */
+static inline __attribute__((always_inline)) void gq_header(int t, const uint8_t *b, gq_scales *s) {
+    switch (t) {
+    case GT_Q2_K: {
+        uint8_t sc[16], mn[16];
+        for (int h = 0; h < 16; h++) sc[h] = b[h] & 15, mn[h] = b[h] >> 4;
+        vgf d = vgf_set1(gguf_f16(b + 80)), dmin = vgf_set1(gguf_f16(b + 82));
+        for (int h = 0; h < 16; h += 8) {
+            vgf_store(s->dl + h, vgf_mul(d, vgf_from_u8(sc + h)));
+            vgf_store(s->ml + h, vgf_mul(dmin, vgf_from_u8(mn + h)));
+        }
+        return;
+    }
+    case GT_Q3_K: {
+        const uint8_t *sc = b + 96;
+        float d = gguf_f16(b + 108);
+        for (int h = 0; h < 16; h++) {
+            int lo = h < 8 ? sc[h] & 15 : sc[h - 8] >> 4, hi = (sc[8 + h % 4] >> (2 * (h / 4))) & 3;
+            s->dl[h] = d * (float)((int8_t)(lo | hi << 4) - 32);
+        }
+        return;
+    }
+    case GT_Q4_K:
+    case GT_Q5_K: {
+        uint8_t sc[8], mn[8];
+        gguf_k_scales(b + 4, sc, mn);
+        vgf_store(s->dl, vgf_mul(vgf_set1(gguf_f16(b)), vgf_from_u8(sc)));
+        vgf_store(s->ml, vgf_mul(vgf_set1(gguf_f16(b + 2)), vgf_from_u8(mn)));
+        return;
+    }
+    case GT_Q6_K: {
+        vgf d = vgf_set1(gguf_f16(b + 208));
+        for (int h = 0; h < 16; h += 8) vgf_store(s->dl + h, vgf_mul(d, vgf_from_i8((const int8_t *)b + 192 + h)));
+        return;
+    }
+    case GT_IQ4_XS: {
+        float d = gguf_f16(b);
+        unsigned sh = b[2] | (unsigned)b[3] << 8;
+        for (int j = 0; j < 8; j++) {
+            int ls = ((b[4 + j / 2] >> (4 * (j % 2))) & 15) | (int)((sh >> (2 * j)) & 3) << 4;
+            s->dl[j] = d * (float)(ls - 32);
+        }
+        return;
+    }
+    default: /* blocks of 32: one scale; Q4_1's and Q5_1's min is added, so taken off negated */
+        s->dl[0] = gguf_f16(b);
+        if (gq_mins(t)) s->ml[0] = -gguf_f16(b + 2);
+        return;
+    }
+}
+
+/* Block j's lanes of v (dl or ml) times the activation scale dx, one rounding each */
+static inline __attribute__((always_inline)) vgf gq_factor(int t, const float *v, int j, float dx) {
+    return gq_sub16(t) ? vgf_halves(v[2 * j] * dx, v[2 * j + 1] * dx) : vgf_set1(v[j] * dx);
+}
+
+/* Block j (of 32 weights) of the block at b as signed integer codes: the weight is its code
+ * times its sub-block's dl, less its ml. */
+static inline __attribute__((always_inline)) vgb gq_codes(int t, const uint8_t *b, int j) {
+    switch (t) {
+    case GT_Q2_K: return vgb_bits(vgb_load(b + 16 + j / 4 * 32), 2 * (j % 4), 3);
+    case GT_Q3_K: /* low 2 bits, less 4 where the high bit is clear */
+        return vgb_sub(
+            vgb_or(vgb_bits(vgb_load(b + 32 + j / 4 * 32), 2 * (j % 4), 3), vgb_shl(vgb_bits(vgb_load(b), j, 1), 2)),
+            4);
+    case GT_Q4_K: return vgb_bits(vgb_load(b + 16 + j / 2 * 32), 4 * (j % 2), 15);
+    case GT_Q5_K:
+        return vgb_or(vgb_bits(vgb_load(b + 48 + j / 2 * 32), 4 * (j % 2), 15),
+                      vgb_shl(vgb_bits(vgb_load(b + 16), j, 1), 4));
+    case GT_Q6_K: {
+        int half = j / 4, jj = j % 4;
+        vgb lo = vgb_bits(vgb_load(b + half * 64 + jj % 2 * 32), 4 * (jj / 2), 15);
+        vgb hi = vgb_bits(vgb_load(b + 128 + half * 32), 2 * jj, 3);
+        return vgb_sub(vgb_or(lo, vgb_shl(hi, 4)), 32);
+    }
+    case GT_IQ4_XS: return vgb_levels(vgb_nib16(b + 8 + j * 16), gguf_iq4_levels);
+    case GT_IQ4_NL: return vgb_levels(vgb_nib16(b + 2), gguf_iq4_levels);
+    case GT_Q4_0: return vgb_sub(vgb_nib16(b + 2), 8);
+    case GT_Q4_1: return vgb_nib16(b + 4);
+    case GT_Q5_0:
+    case GT_Q5_1: {
+        int min = t == GT_Q5_1;
+        uint32_t high;
+        memcpy(&high, b + 2 + 2 * min, 4);
+        vgb q = vgb_or(vgb_nib16(b + 6 + 2 * min), vgb_shl(vgb_bit32(high), 4));
+        return min ? q : vgb_sub(q, 16);
+    }
+    default: return vgb_load(b + 2); /* Q8_0 */
+    }
+}
+
+/* Block j of the block at b, at column c of the slice, into the rows' chains acc; Q2_K's mins,
+ * by 16 columns, into mt, each lane's activation codes added as its products are. */
+static inline __attribute__((always_inline)) void gq_block(int t, const q8row *x, int nr, const uint8_t *b,
+                                                           const gq_scales *s, int j, int c, vgf acc[4], vgf mt[4]) {
+    vgb code = gq_codes(t, b, j);
+    bool u = t == GT_Q2_K || t == GT_Q4_K || t == GT_Q5_K || t == GT_Q4_1 || t == GT_Q5_1; /* codes >= 0 */
+#pragma GCC unroll 4
+    for (int r = 0; r < nr; r++) {
+        float dx = x[r].d[c / QACT];
+        vgl sums = u ? vgl_dot_u(code, x[r].q + c) : vgl_dot(code, x[r].q + c);
+        acc[r] = vgf_fma(sums, gq_factor(t, s->dl, j, dx), acc[r]);
+        if (t == GT_Q2_K) mt[r] = vgf_fma(vgl_dot_u(vgb_set1(1), x[r].q + c), gq_factor(t, s->ml, j, dx), mt[r]);
+    }
+}
+
+/* Q4_K's and Q5_K's mins for a super-block whose blocks [j0, end) are the slice's from block i0:
+ * each block's min times its activations' sum (q d, gsum), eight lanes, those outside the slice
+ * zero, into the rows' chains mt. */
+static inline __attribute__((always_inline)) void gq_mins_super(const q8row *x, int nr, const gq_scales *s, int j0,
+                                                                int end, int i0, vgf mt[4]) {
+#pragma GCC unroll 4
+    for (int r = 0; r < nr; r++) {
+        const float *gs = x[r].gsum + i0;
+        float part[8];
+        if (j0 || end < 8) {
+            for (int j = 0; j < 8; j++) part[j] = j >= j0 && j < end ? gs[j - j0] : 0;
+            gs = part;
+        }
+        mt[r] = vgf_fmaf(vgf_load(s->ml), vgf_load(gs), mt[r]);
+    }
+}
+
+#ifndef GQ_PREFETCH
+#define GQ_PREFETCH 512
+#endif
+/* dot_gguf_q8 for nr (1, 2 or 4) input rows, t and nr constant once inlined: each block's scales
+ * read once, each block of 32 decoded once for all the rows, the blocks in pairs (even and odd
+ * in the row: the chains). */
+static inline __attribute__((always_inline)) void dot_gguf_q8_rows(int t, const q8row *x, int nr, const uint8_t *w,
+                                                                   const qlayout *q, float y[4]) {
+    const gtype_info *g = &gtype_table[t];
+    const int per = g->block / QACT, n = q->kp / QACT; /* blocks of 32 a block; in the slice */
+    vgf acc[2][4], mt[2][4];
+    float ms[4];
+#pragma GCC unroll 4
+    for (int r = 0; r < nr; r++) acc[0][r] = acc[1][r] = mt[0][r] = mt[1][r] = vgf_zero(), ms[r] = 0;
+    gq_scales s;
+    if (per == 1) { /* blocks of 32, in pairs; their mins (Q4_1, Q5_1) in ms */
+        for (int i = 0; i < n; i += 2, w += 2 * g->bytes) {
+            __builtin_prefetch(w + GQ_PREFETCH);
+            for (int k = 0; k < 2 && i + k < n; k++) {
+                gq_header(t, w + k * g->bytes, &s);
+                if (k) gq_block(t, x, nr, w + g->bytes, &s, 0, 32 * i + 32, acc[1], mt[1]);
+                else gq_block(t, x, nr, w, &s, 0, 32 * i, acc[0], mt[0]);
+                for (int r = 0; gq_mins(t) && r < nr; r++) ms[r] = __builtin_fmaf(s.ml[0], x[r].gsum[i + k], ms[r]);
+            }
+        }
+    } else { /* super-blocks, the slice's first and last perhaps in part; i: the slice's block, j: its own */
+        for (int i = 0, j = q->g0 / QACT; i < n; j = 0, w += g->bytes) {
+            int end = per - j < n - i ? per : j + n - i, j0 = j, i0 = i;
+            for (int p = 0; p < g->bytes; p += 64) __builtin_prefetch(w + GQ_PREFETCH + p);
+            gq_header(t, w, &s);
+            if (j & 1) gq_block(t, x, nr, w, &s, j, 32 * i, acc[1], mt[1]), j++, i++;
+            for (; j + 2 <= end; j += 2, i += 2) {
+                gq_block(t, x, nr, w, &s, j, 32 * i, acc[0], mt[0]);
+                gq_block(t, x, nr, w, &s, j + 1, 32 * i + 32, acc[1], mt[1]);
+            }
+            if (j < end) gq_block(t, x, nr, w, &s, j, 32 * i, acc[0], mt[0]), i++;
+            if (t == GT_Q4_K || t == GT_Q5_K) gq_mins_super(x, nr, &s, j0, end, i0, mt[0]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < nr; r++)
+        y[r] = vgf_sum(vgf_add(acc[0][r], acc[1][r])) - (vgf_sum(vgf_add(mt[0][r], mt[1][r])) + ms[r]);
+}
+
+static void dot_gguf_q8(const q8row *x, int nr, const uint8_t *w, const qlayout *q, float y[4]) {
+#define GQ_TYPE(type)                                                                                                  \
+    case type:                                                                                                         \
+        if (nr == 4) dot_gguf_q8_rows(type, x, 4, w, q, y);                                                            \
+        else if (nr >= 2) dot_gguf_q8_rows(type, x, 2, w, q, y);                                                       \
+        if (nr == 1 || nr == 3) dot_gguf_q8_rows(type, x + nr - 1, 1, w, q, y + nr - 1);                               \
+        return;
+    switch (q->gtype) {
+        GQ_TYPE(GT_Q2_K)
+        GQ_TYPE(GT_Q3_K)
+        GQ_TYPE(GT_Q4_K)
+        GQ_TYPE(GT_Q5_K)
+        GQ_TYPE(GT_Q6_K)
+        GQ_TYPE(GT_Q4_0)
+        GQ_TYPE(GT_Q4_1)
+        GQ_TYPE(GT_Q5_0)
+        GQ_TYPE(GT_Q5_1)
+        GQ_TYPE(GT_Q8_0)
+        GQ_TYPE(GT_IQ4_NL)
+        GQ_TYPE(GT_IQ4_XS)
+    default: return; /* plain element types compute on fp32 activations (runtime/bind.c) */
+    }
+#undef GQ_TYPE
+}
+
 /* Each kind of code and row count its own loop (constants once inlined). */
 static void dot_q(const float *const *x, int nr, const uint8_t *w, const qlayout *q, size_t row, float y[2]) {
     switch (q->code) {
@@ -864,6 +1071,7 @@ const cpu_kernels TABLE = {
     .widen_bf16 = widen_bf16,
     .dot_q = dot_q,
     .dequant_q = dequant_q,
+    .dot_gguf_q8 = dot_gguf_q8,
 #if HAS_INT8_TILE
     .tile_q8 = tile_q8,
 #if defined(LOOM_VARIANT_AVX512AMX)

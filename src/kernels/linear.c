@@ -227,6 +227,55 @@ static void panels_amx(const float *xq, size_t ldq, int mp, int wp, const wmat *
     }
 }
 
+/* y = xq W^T for GGUF blocks on m int8 rows (ldq floats apart). A short pass (decode) streams
+ * each weight row once through the variant's dot_gguf_q8, four input rows a call, one thread's
+ * rows one sequential stream; its order is the same for any rows, so a row's bits never depend
+ * on the pass. A long one (prefill) computes exactly on the values the int8 rows stand for
+ * (q d) through the panels of decoded blocks: decode and prefill then differ only in the order
+ * of their fp32 sums, as FP8's do (linear_fp8x). */
+static void linear_gguf_q8_rows(const float *xq, size_t ldq, int m, int pass_rows, const wmat *w, float *y,
+                                size_t ldy) {
+    static _Thread_local fbuf buf;
+    int kp = w->q->kp;
+    if (pass_rows > FEW_ROWS || m > FEW_ROWS) {
+        float *xv = fbuf_get(&buf, (size_t)m * kp);
+        if (!xv) return;
+#pragma omp parallel for schedule(static)
+        for (int r = 0; r < m; r++) {
+            const int8_t *q = (const int8_t *)(xq + (size_t)r * ldq);
+            const float *d = xq + (size_t)r * ldq + kp / 4;
+            for (int c = 0; c < kp; c++) xv[(size_t)r * kp + c] = (float)q[c] * d[c / QACT];
+        }
+        wmat exact = *w;
+        exact.act = WACT_F32;
+        linear_panels(xv, kp, m, m, &exact, y, ldy);
+        return;
+    }
+    float *sums = fbuf_get(&buf, (size_t)m * kp / QACT); /* each block's q d, for the mins */
+    if (!sums) return;
+    q8row xr[FEW_ROWS];
+    for (int r = 0; r < m; r++) {
+        const int8_t *q = (const int8_t *)(xq + (size_t)r * ldq);
+        const float *d = xq + (size_t)r * ldq + kp / 4;
+        float *s = sums + (size_t)r * kp / QACT;
+        for (int b = 0; b < kp / QACT; b++) {
+            int sum = 0;
+            for (int c = b * QACT; c < (b + 1) * QACT; c++) sum += q[c];
+            s[b] = (float)sum * d[b];
+        }
+        xr[r] = (q8row){q, d, s};
+    }
+    const cpu_kernels *k = cpu();
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < w->rows; n++)
+        for (int r = 0; r < m; r += 4) {
+            float acc[4];
+            int nr = m - r < 4 ? m - r : 4;
+            k->dot_gguf_q8(xr + r, nr, (const uint8_t *)w->data + (size_t)n * w->ld, w->q, acc);
+            for (int i = 0; i < nr; i++) y[(size_t)(r + i) * ldy + n] = acc[i];
+        }
+}
+
 /* y = xq W^T for a quantized W on m int8 rows (in W's packed column order, ldq floats apart),
  * of a product of pass_rows rows. With the variant's tile, a long product (prefill) takes
  * panels of weight rows that meet every input row while they stay in the cache (with AMX, its
@@ -239,6 +288,10 @@ static void panels_amx(const float *xq, size_t ldq, int mp, int wp, const wmat *
 static void linear_q8_rows(const float *xq, size_t ldq, int m, int pass_rows, const wmat *w, float *y, size_t ldy) {
     static _Thread_local fbuf sums_buf;
     const qlayout *ql = w->q;
+    if (ql->code == QCODE_GGUF) {
+        linear_gguf_q8_rows(xq, ldq, m, pass_rows, w, y, ldy);
+        return;
+    }
     float *sums = fbuf_get(&sums_buf, (size_t)m * ql->n_groups);
     if (!sums) return;
 #pragma omp parallel for schedule(static)

@@ -12,6 +12,9 @@
 #include <string.h>
 
 #include "tensor/half.h"
+#if defined(__F16C__)
+#include <immintrin.h>
+#endif
 
 /* ggml's type numbers, as GGUF writes them */
 enum gtype {
@@ -80,22 +83,33 @@ static inline const gtype_info *gtype_get(int t) {
     return t >= 0 && t < GT_COUNT && gtype_table[t].name ? &gtype_table[t] : NULL;
 }
 
+/* An f16 scale: by the CPU's conversion where the code is built for it (every x86 variant but
+ * the generic one), both exact */
 static inline float gguf_f16(const uint8_t *p) {
     uint16_t h;
     memcpy(&h, p, 2);
+#if defined(__F16C__)
+    return _cvtsh_ss(h);
+#else
     return f16_to_f32(h);
+#endif
 }
 
 /* IQ4_NL's and IQ4_XS's sixteen non-uniform levels */
 static const int8_t gguf_iq4_levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
 
-/* Q4_K's and Q5_K's eight 6-bit sub-block scales and mins, packed in 12 bytes */
+/* Q4_K's and Q5_K's eight 6-bit sub-block scales and mins, packed in 12 bytes: scales 0-3 and
+ * mins 0-3 are the low 6 bits of bytes 0-3 and 4-7; scale and min 4 + j take their low 4 bits
+ * from byte 8 + j's low and high nibble, their high 2 from the top of bytes j and 4 + j. Four
+ * bytes a word, so each line does four. */
 static inline void gguf_k_scales(const uint8_t *s, uint8_t sc[8], uint8_t mn[8]) {
-    for (int j = 0; j < 4; j++) {
-        sc[j] = s[j] & 63, mn[j] = s[4 + j] & 63;
-        sc[4 + j] = (s[8 + j] & 15) | ((s[j] >> 2) & 0x30);
-        mn[4 + j] = (s[8 + j] >> 4) | ((s[4 + j] >> 2) & 0x30);
-    }
+    uint32_t w0, w1, w2, r[4];
+    memcpy(&w0, s, 4), memcpy(&w1, s + 4, 4), memcpy(&w2, s + 8, 4);
+    r[0] = w0 & 0x3f3f3f3f;
+    r[1] = (w2 & 0x0f0f0f0f) | (w0 >> 2 & 0x30303030);
+    r[2] = w1 & 0x3f3f3f3f;
+    r[3] = (w2 >> 4 & 0x0f0f0f0f) | (w1 >> 2 & 0x30303030);
+    memcpy(sc, r, 8), memcpy(mn, r + 2, 8);
 }
 
 #endif
