@@ -505,12 +505,21 @@ static inline __attribute__((always_inline)) void dot_gguf_q8_rows(int t, const 
             int end = per - j < n - i ? per : j + n - i, j0 = j, i0 = i;
             for (int p = 0; p < g->bytes; p += 64) __builtin_prefetch(w + GQ_PREFETCH + p);
             gq_header(t, w, &s);
-            if (j & 1) gq_block(t, x, nr, w, &s, j, 32 * i, acc[1], mt[1]), j++, i++;
-            for (; j + 2 <= end; j += 2, i += 2) {
-                gq_block(t, x, nr, w, &s, j, 32 * i, acc[0], mt[0]);
-                gq_block(t, x, nr, w, &s, j + 1, 32 * i + 32, acc[1], mt[1]);
+            if (j == 0 && end == per) { /* a whole super-block: every block's bit fields at constant places */
+#pragma GCC unroll 8
+                for (int k = 0; k < per; k += 2) {
+                    gq_block(t, x, nr, w, &s, k, 32 * (i + k), acc[0], mt[0]);
+                    gq_block(t, x, nr, w, &s, k + 1, 32 * (i + k) + 32, acc[1], mt[1]);
+                }
+                i += per;
+            } else {
+                if (j & 1) gq_block(t, x, nr, w, &s, j, 32 * i, acc[1], mt[1]), j++, i++;
+                for (; j + 2 <= end; j += 2, i += 2) {
+                    gq_block(t, x, nr, w, &s, j, 32 * i, acc[0], mt[0]);
+                    gq_block(t, x, nr, w, &s, j + 1, 32 * i + 32, acc[1], mt[1]);
+                }
+                if (j < end) gq_block(t, x, nr, w, &s, j, 32 * i, acc[0], mt[0]), i++;
             }
-            if (j < end) gq_block(t, x, nr, w, &s, j, 32 * i, acc[0], mt[0]), i++;
             if (t == GT_Q4_K || t == GT_Q5_K) gq_mins_super(x, nr, &s, j0, end, i0, mt[0]);
         }
     }
