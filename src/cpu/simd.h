@@ -564,6 +564,10 @@ static inline vgf vgf_add(vgf a, vgf b) { return _mm256_add_ps(a, b); }
 static inline vgf vgf_load(const float *p) { return _mm256_loadu_ps(p); }
 static inline void vgf_store(float *p, vgf a) { _mm256_storeu_ps(p, a); }
 static inline vgf vgf_mul(vgf a, vgf b) { return _mm256_mul_ps(a, b); }
+static inline vgf vgf_sub(vgf a, vgf b) { return _mm256_sub_ps(a, b); }
+/* lanes 0-3 and 4-7 of a, each twice: [a0, a0, a1, a1, ...] */
+static inline vgf vgf_dup_lo(vgf a) { return _mm256_permutevar8x32_ps(a, _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3)); }
+static inline vgf vgf_dup_hi(vgf a) { return _mm256_permutevar8x32_ps(a, _mm256_setr_epi32(4, 4, 5, 5, 6, 6, 7, 7)); }
 /* eight bytes, unsigned or signed, as floats */
 static inline vgf vgf_from_u8(const uint8_t *p) {
     return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p)));
@@ -642,6 +646,9 @@ static inline vgf vgf_add(vgf a, vgf b) { return (vgf){vaddq_f32(a.lo, b.lo), va
 static inline vgf vgf_load(const float *p) { return (vgf){vld1q_f32(p), vld1q_f32(p + 4)}; }
 static inline void vgf_store(float *p, vgf a) { vst1q_f32(p, a.lo), vst1q_f32(p + 4, a.hi); }
 static inline vgf vgf_mul(vgf a, vgf b) { return (vgf){vmulq_f32(a.lo, b.lo), vmulq_f32(a.hi, b.hi)}; }
+static inline vgf vgf_sub(vgf a, vgf b) { return (vgf){vsubq_f32(a.lo, b.lo), vsubq_f32(a.hi, b.hi)}; }
+static inline vgf vgf_dup_lo(vgf a) { return (vgf){vzip1q_f32(a.lo, a.lo), vzip2q_f32(a.lo, a.lo)}; }
+static inline vgf vgf_dup_hi(vgf a) { return (vgf){vzip1q_f32(a.hi, a.hi), vzip2q_f32(a.hi, a.hi)}; }
 static inline vgf vgf_from_u8(const uint8_t *p) {
     uint16x8_t h = vmovl_u8(vld1_u8(p));
     return (vgf){vcvtq_f32_u32(vmovl_u16(vget_low_u16(h))), vcvtq_f32_u32(vmovl_u16(vget_high_u16(h)))};
@@ -741,6 +748,12 @@ static inline vgf vgf_mul(vgf a, vgf b) {
     for (int k = 0; k < 8; k++) a.l[k] *= b.l[k];
     return a;
 }
+static inline vgf vgf_sub(vgf a, vgf b) {
+    for (int k = 0; k < 8; k++) a.l[k] -= b.l[k];
+    return a;
+}
+static inline vgf vgf_dup_lo(vgf a) { return (vgf){{a.l[0], a.l[0], a.l[1], a.l[1], a.l[2], a.l[2], a.l[3], a.l[3]}}; }
+static inline vgf vgf_dup_hi(vgf a) { return (vgf){{a.l[4], a.l[4], a.l[5], a.l[5], a.l[6], a.l[6], a.l[7], a.l[7]}}; }
 static inline vgf vgf_from_u8(const uint8_t *p) {
     vgf a;
     for (int k = 0; k < 8; k++) a.l[k] = (float)p[k];
@@ -762,6 +775,83 @@ static inline vgf vgf_fmaf(vgf x, vgf f, vgf a) {
 static inline float vgf_sum(vgf a) {
     return ((a.l[0] + a.l[4]) + (a.l[2] + a.l[6])) + ((a.l[1] + a.l[5]) + (a.l[3] + a.l[7]));
 }
+#endif
+
+/* Two consecutive blocks of 32 at once: their codes (vgb2), lane sums (vgl2), and the two chains
+ * of dot_gguf_q8 (vgf2: the even block's lanes, then the odd one's). AVX-512 with VNNI holds each
+ * in one register, so one instruction does both blocks' work; elsewhere they are two of the
+ * single ones. Either way each lane takes the same operations in the same order. */
+#if defined(LOOM_VARIANT_AVX512BF16)
+typedef __m512i vgb2;
+typedef __m512i vgl2;
+typedef __m512 vgf2;
+static inline vgb2 vgb2_join(vgb a, vgb b) { return _mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1); }
+/* 32 bytes' low nibbles, then their high ones (Q4_K's pair of blocks) */
+static inline vgb2 vgb2_nibbles(const uint8_t *p) {
+    __m512i v = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)p));
+    return _mm512_and_si512(_mm512_mask_srli_epi16(v, (__mmask32)0xffff0000u, v, 4), _mm512_set1_epi8(15));
+}
+static inline vgl2 vgl2_dot_u(vgb2 w, const int8_t *x) {
+    return _mm512_dpbusd_epi32(_mm512_setzero_si512(), w, _mm512_loadu_si512(x));
+}
+static inline vgl2 vgl2_dot(vgb2 w, const int8_t *x) { /* x negated where w < 0; where w = 0, |w| = 0 */
+    __m512i xv = _mm512_loadu_si512(x),
+            sx = _mm512_mask_sub_epi8(xv, _mm512_movepi8_mask(w), _mm512_setzero_si512(), xv);
+    return _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_abs_epi8(w), sx);
+}
+static inline vgf2 vgf2_zero(void) { return _mm512_setzero_ps(); }
+static inline vgf2 vgf2_fma(vgl2 i, vgf2 f, vgf2 a) { return _mm512_fmadd_ps(_mm512_cvtepi32_ps(i), f, a); }
+/* [f0 x 8 | f1 x 8] */
+static inline vgf2 vgf2_pair(const float *f) {
+    __m128 v = _mm_castsi128_ps(_mm_loadl_epi64((const __m128i *)f));
+    return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1),
+                                 _mm512_castps128_ps512(v));
+}
+/* [f0 x 4, f1 x 4 | f2 x 4, f3 x 4] */
+static inline vgf2 vgf2_quad(const float *f) {
+    return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3),
+                                 _mm512_castps128_ps512(_mm_loadu_ps(f)));
+}
+/* one block into chain h alone: a + i f in its lanes */
+static inline vgf2 vgf2_fma_half(int h, vgl i, vgf f, vgf2 a) {
+    __m512 iv = _mm512_castps256_ps512(_mm256_cvtepi32_ps(i)), fv = _mm512_castps256_ps512(f);
+    iv = _mm512_shuffle_f32x4(iv, iv, 0x44), fv = _mm512_shuffle_f32x4(fv, fv, 0x44);
+    return _mm512_mask3_fmadd_ps(iv, fv, a, (__mmask16)(h ? 0xff00 : 0x00ff));
+}
+/* the chains added lane by lane */
+static inline vgf vgf2_fold(vgf2 a) {
+    return _mm256_add_ps(_mm512_castps512_ps256(a), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1)));
+}
+#else
+typedef struct vgb2 {
+    vgb b[2];
+} vgb2;
+typedef struct vgl2 {
+    vgl l[2];
+} vgl2;
+typedef struct vgf2 {
+    vgf f[2];
+} vgf2;
+static inline vgb2 vgb2_join(vgb a, vgb b) { return (vgb2){{a, b}}; }
+static inline vgb2 vgb2_nibbles(const uint8_t *p) {
+    vgb v = vgb_load(p);
+    return (vgb2){{vgb_bits(v, 0, 15), vgb_bits(v, 4, 15)}};
+}
+static inline vgl2 vgl2_dot_u(vgb2 w, const int8_t *x) {
+    return (vgl2){{vgl_dot_u(w.b[0], x), vgl_dot_u(w.b[1], x + 32)}};
+}
+static inline vgl2 vgl2_dot(vgb2 w, const int8_t *x) { return (vgl2){{vgl_dot(w.b[0], x), vgl_dot(w.b[1], x + 32)}}; }
+static inline vgf2 vgf2_zero(void) { return (vgf2){{vgf_zero(), vgf_zero()}}; }
+static inline vgf2 vgf2_fma(vgl2 i, vgf2 f, vgf2 a) {
+    return (vgf2){{vgf_fma(i.l[0], f.f[0], a.f[0]), vgf_fma(i.l[1], f.f[1], a.f[1])}};
+}
+static inline vgf2 vgf2_pair(const float *f) { return (vgf2){{vgf_set1(f[0]), vgf_set1(f[1])}}; }
+static inline vgf2 vgf2_quad(const float *f) { return (vgf2){{vgf_halves(f[0], f[1]), vgf_halves(f[2], f[3])}}; }
+static inline vgf2 vgf2_fma_half(int h, vgl i, vgf f, vgf2 a) {
+    a.f[h] = vgf_fma(i, f, a.f[h]);
+    return a;
+}
+static inline vgf vgf2_fold(vgf2 a) { return vgf_add(a.f[0], a.f[1]); }
 #endif
 
 /* bf16 dot products, fp32 accumulation: a += x . w over VL pairs of bf16 values (2 * VL of each) */

@@ -387,13 +387,14 @@ static inline __attribute__((always_inline)) void gq_header(int t, const uint8_t
         for (int h = 0; h < 16; h += 8) vgf_store(s->dl + h, vgf_mul(d, vgf_from_i8((const int8_t *)b + 192 + h)));
         return;
     }
-    case GT_IQ4_XS: {
-        float d = gguf_f16(b);
-        unsigned sh = b[2] | (unsigned)b[3] << 8;
-        for (int j = 0; j < 8; j++) {
-            int ls = ((b[4 + j / 2] >> (4 * (j % 2))) & 15) | (int)((sh >> (2 * j)) & 3) << 4;
-            s->dl[j] = d * (float)(ls - 32);
-        }
+    case GT_IQ4_XS: { /* 6-bit scales: low 4 bits, a nibble each, from bytes 4-7; high 2 from bytes 2-3 */
+        uint32_t lo;
+        uint16_t hi;
+        memcpy(&lo, b + 4, 4), memcpy(&hi, b + 2, 2);
+        uint64_t ls = gguf_spread_nibbles(lo) | gguf_spread_pairs(hi) << 4;
+        uint8_t sc[8];
+        memcpy(sc, &ls, 8);
+        vgf_store(s->dl, vgf_mul(vgf_set1(gguf_f16(b)), vgf_sub(vgf_from_u8(sc), vgf_set1(32))));
         return;
     }
     default: /* blocks of 32: one scale; Q4_1's and Q5_1's min is added, so taken off negated */
@@ -443,18 +444,62 @@ static inline __attribute__((always_inline)) vgb gq_codes(int t, const uint8_t *
     }
 }
 
-/* Block j of the block at b, at column c of the slice, into the rows' chains acc; Q2_K's mins,
- * by 16 columns, into mt, each lane's activation codes added as its products are. */
+/* whether a type's codes are never negative, so that they meet the activations as they are */
+static inline bool gq_unsigned(int t) {
+    return t == GT_Q2_K || t == GT_Q4_K || t == GT_Q5_K || t == GT_Q4_1 || t == GT_Q5_1;
+}
+
+/* Block j of the block at b, at column c of the slice, into chain h of the rows' chains acc
+ * (Q2_K's mins, by 16 columns, into mt's: each lane's activation codes added as its products
+ * are). For a super-block's edge blocks; pairs take gq_pair. */
 static inline __attribute__((always_inline)) void gq_block(int t, const q8row *x, int nr, const uint8_t *b,
-                                                           const gq_scales *s, int j, int c, vgf acc[4], vgf mt[4]) {
+                                                           const gq_scales *s, int j, int c, int h, vgf2 acc[4],
+                                                           vgf2 mt[4]) {
     vgb code = gq_codes(t, b, j);
-    bool u = t == GT_Q2_K || t == GT_Q4_K || t == GT_Q5_K || t == GT_Q4_1 || t == GT_Q5_1; /* codes >= 0 */
 #pragma GCC unroll 4
     for (int r = 0; r < nr; r++) {
         float dx = x[r].d[c / QACT];
-        vgl sums = u ? vgl_dot_u(code, x[r].q + c) : vgl_dot(code, x[r].q + c);
-        acc[r] = vgf_fma(sums, gq_factor(t, s->dl, j, dx), acc[r]);
-        if (t == GT_Q2_K) mt[r] = vgf_fma(vgl_dot_u(vgb_set1(1), x[r].q + c), gq_factor(t, s->ml, j, dx), mt[r]);
+        vgl sums = gq_unsigned(t) ? vgl_dot_u(code, x[r].q + c) : vgl_dot(code, x[r].q + c);
+        acc[r] = vgf2_fma_half(h, sums, gq_factor(t, s->dl, j, dx), acc[r]);
+        if (t == GT_Q2_K)
+            mt[r] = vgf2_fma_half(h, vgl_dot_u(vgb_set1(1), x[r].q + c), gq_factor(t, s->ml, j, dx), mt[r]);
+    }
+}
+
+/* A pair of blocks at column c of the slice: block j (even) of the block at b, and the next,
+ * block j + 1 of the same super-block or (b1 another block of 32) b1's; f[r] holds each row's
+ * factors (dl times the activation scale) by block, or by 16 columns (gq_sub16), block j's at
+ * index j (or 2j), fm[r] Q2_K's mins' likewise. Even block into chain 0, odd into chain 1. */
+static inline __attribute__((always_inline)) void gq_pair(int t, const q8row *x, int nr, const uint8_t *b,
+                                                          const uint8_t *b1, int j, int c, const float f[4][16],
+                                                          const float fm[4][16], vgf2 acc[4], vgf2 mt[4]) {
+    vgb2 code = t == GT_Q4_K ? vgb2_nibbles(b + 16 + j / 2 * 32) /* the pair shares its bytes */
+                             : vgb2_join(gq_codes(t, b, j), gq_codes(t, b1, b1 == b ? j + 1 : 0));
+#pragma GCC unroll 4
+    for (int r = 0; r < nr; r++) {
+        vgl2 sums = gq_unsigned(t) ? vgl2_dot_u(code, x[r].q + c) : vgl2_dot(code, x[r].q + c);
+        acc[r] = vgf2_fma(sums, gq_sub16(t) ? vgf2_quad(f[r] + 2 * j) : vgf2_pair(f[r] + j), acc[r]);
+        if (t == GT_Q2_K)
+            mt[r] =
+                vgf2_fma(vgl2_dot_u(vgb2_join(vgb_set1(1), vgb_set1(1)), x[r].q + c), vgf2_quad(fm[r] + 2 * j), mt[r]);
+    }
+}
+
+/* A whole super-block's factors for each row, its first block the slice's i0: dl (and Q2_K's ml)
+ * times the activation scale of each column's block, one rounding, as gq_factor's. */
+static inline __attribute__((always_inline)) void gq_factors(int t, const q8row *x, int nr, const gq_scales *s, int i0,
+                                                             float f[4][16], float fm[4][16]) {
+#pragma GCC unroll 4
+    for (int r = 0; r < nr; r++) {
+        const float *d = x[r].d + i0;
+        if (!gq_sub16(t)) {
+            vgf_store(f[r], vgf_mul(vgf_load(s->dl), vgf_load(d)));
+            continue;
+        }
+        vgf dx = vgf_load(d), lo = vgf_dup_lo(dx), hi = vgf_dup_hi(dx); /* each block's scale for its two halves */
+        vgf_store(f[r], vgf_mul(vgf_load(s->dl), lo)), vgf_store(f[r] + 8, vgf_mul(vgf_load(s->dl + 8), hi));
+        if (t == GT_Q2_K)
+            vgf_store(fm[r], vgf_mul(vgf_load(s->ml), lo)), vgf_store(fm[r] + 8, vgf_mul(vgf_load(s->ml + 8), hi));
     }
 }
 
@@ -480,52 +525,53 @@ static inline __attribute__((always_inline)) void gq_mins_super(const q8row *x, 
 #endif
 /* dot_gguf_q8 for nr (1, 2 or 4) input rows, t and nr constant once inlined: each block's scales
  * read once, each block of 32 decoded once for all the rows, the blocks in pairs (even and odd
- * in the row: the chains). */
+ * in the row: the chains). A whole super-block's eight go as four pairs with every bit field at
+ * a constant place; the slice's partial first and last ones block by block. */
 static inline __attribute__((always_inline)) void dot_gguf_q8_rows(int t, const q8row *x, int nr, const uint8_t *w,
                                                                    const qlayout *q, float y[4]) {
     const gtype_info *g = &gtype_table[t];
     const int per = g->block / QACT, n = q->kp / QACT; /* blocks of 32 a block; in the slice */
-    vgf acc[2][4], mt[2][4];
-    float ms[4];
+    vgf2 acc[4], mt2[4];
+    vgf mt[4];
+    float ms[4], f[4][16], fm[4][16];
 #pragma GCC unroll 4
-    for (int r = 0; r < nr; r++) acc[0][r] = acc[1][r] = mt[0][r] = mt[1][r] = vgf_zero(), ms[r] = 0;
-    gq_scales s;
+    for (int r = 0; r < nr; r++) acc[r] = mt2[r] = vgf2_zero(), mt[r] = vgf_zero(), ms[r] = 0;
+    gq_scales s, s1;
     if (per == 1) { /* blocks of 32, in pairs; their mins (Q4_1, Q5_1) in ms */
-        for (int i = 0; i < n; i += 2, w += 2 * g->bytes) {
+        int i = 0;
+        for (; i + 2 <= n; i += 2, w += 2 * g->bytes) {
             __builtin_prefetch(w + GQ_PREFETCH);
-            for (int k = 0; k < 2 && i + k < n; k++) {
-                gq_header(t, w + k * g->bytes, &s);
-                if (k) gq_block(t, x, nr, w + g->bytes, &s, 0, 32 * i + 32, acc[1], mt[1]);
-                else gq_block(t, x, nr, w, &s, 0, 32 * i, acc[0], mt[0]);
-                for (int r = 0; gq_mins(t) && r < nr; r++) ms[r] = __builtin_fmaf(s.ml[0], x[r].gsum[i + k], ms[r]);
-            }
+            gq_header(t, w, &s), gq_header(t, w + g->bytes, &s1);
+#pragma GCC unroll 4
+            for (int r = 0; r < nr; r++) f[r][0] = s.dl[0] * x[r].d[i], f[r][1] = s1.dl[0] * x[r].d[i + 1];
+            gq_pair(t, x, nr, w, w + g->bytes, 0, 32 * i, f, fm, acc, mt2);
+            for (int r = 0; gq_mins(t) && r < nr; r++)
+                ms[r] = __builtin_fmaf(s1.ml[0], x[r].gsum[i + 1], __builtin_fmaf(s.ml[0], x[r].gsum[i], ms[r]));
+        }
+        if (i < n) {
+            gq_header(t, w, &s);
+            gq_block(t, x, nr, w, &s, 0, 32 * i, 0, acc, mt2);
+            for (int r = 0; gq_mins(t) && r < nr; r++) ms[r] = __builtin_fmaf(s.ml[0], x[r].gsum[i], ms[r]);
         }
     } else { /* super-blocks, the slice's first and last perhaps in part; i: the slice's block, j: its own */
         for (int i = 0, j = q->g0 / QACT; i < n; j = 0, w += g->bytes) {
             int end = per - j < n - i ? per : j + n - i, j0 = j, i0 = i;
             for (int p = 0; p < g->bytes; p += 64) __builtin_prefetch(w + GQ_PREFETCH + p);
             gq_header(t, w, &s);
-            if (j == 0 && end == per) { /* a whole super-block: every block's bit fields at constant places */
+            if (j == 0 && end == per) {
+                gq_factors(t, x, nr, &s, i, f, fm);
 #pragma GCC unroll 8
-                for (int k = 0; k < per; k += 2) {
-                    gq_block(t, x, nr, w, &s, k, 32 * (i + k), acc[0], mt[0]);
-                    gq_block(t, x, nr, w, &s, k + 1, 32 * (i + k) + 32, acc[1], mt[1]);
-                }
+                for (int k = 0; k < per; k += 2) gq_pair(t, x, nr, w, w, k, 32 * (i + k), f, fm, acc, mt2);
                 i += per;
             } else {
-                if (j & 1) gq_block(t, x, nr, w, &s, j, 32 * i, acc[1], mt[1]), j++, i++;
-                for (; j + 2 <= end; j += 2, i += 2) {
-                    gq_block(t, x, nr, w, &s, j, 32 * i, acc[0], mt[0]);
-                    gq_block(t, x, nr, w, &s, j + 1, 32 * i + 32, acc[1], mt[1]);
-                }
-                if (j < end) gq_block(t, x, nr, w, &s, j, 32 * i, acc[0], mt[0]), i++;
+                for (; j < end; j++, i++) gq_block(t, x, nr, w, &s, j, 32 * i, j & 1, acc, mt2);
             }
-            if (t == GT_Q4_K || t == GT_Q5_K) gq_mins_super(x, nr, &s, j0, end, i0, mt[0]);
+            if (t == GT_Q4_K || t == GT_Q5_K) gq_mins_super(x, nr, &s, j0, end, i0, mt);
         }
     }
 #pragma GCC unroll 4
     for (int r = 0; r < nr; r++)
-        y[r] = vgf_sum(vgf_add(acc[0][r], acc[1][r])) - (vgf_sum(vgf_add(mt[0][r], mt[1][r])) + ms[r]);
+        y[r] = vgf_sum(vgf2_fold(acc[r])) - (vgf_sum(vgf_add(vgf2_fold(mt2[r]), mt[r])) + ms[r]);
 }
 
 static void dot_gguf_q8(const q8row *x, int nr, const uint8_t *w, const qlayout *q, float y[4]) {

@@ -98,6 +98,22 @@ static inline float gguf_f16(const uint8_t *p) {
 /* IQ4_NL's and IQ4_XS's sixteen non-uniform levels */
 static const int8_t gguf_iq4_levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
 
+/* Byte k of the result = nibble k of w (IQ4_XS's low scale bits), and 2-bit field k of w (its
+ * high ones), for k < 8: the fields moved apart by halves */
+static inline uint64_t gguf_spread_nibbles(uint32_t w) {
+    uint64_t x = w;
+    x = (x | x << 16) & 0x0000ffff0000ffffULL;
+    x = (x | x << 8) & 0x00ff00ff00ff00ffULL;
+    return (x | x << 4) & 0x0f0f0f0f0f0f0f0fULL;
+}
+static inline uint64_t gguf_spread_pairs(uint16_t w) {
+    uint64_t x = w;
+    x = (x | x << 24) & 0x000000ff000000ffULL;
+    x = (x | x << 12) & 0x000f000f000f000fULL;
+    x = (x | x << 6) & 0x0303030303030303ULL;
+    return x;
+}
+
 /* Q4_K's and Q5_K's eight 6-bit sub-block scales and mins, packed in 12 bytes: scales 0-3 and
  * mins 0-3 are the low 6 bits of bytes 0-3 and 4-7; scale and min 4 + j take their low 4 bits
  * from byte 8 + j's low and high nibble, their high 2 from the top of bytes j and 4 + j. Four
