@@ -4,8 +4,9 @@
  * (row-parallel) must keep whole decoding units: a k-quant's sub-blocks of 16 or 32 (a slice may
  * start or end inside a super-block, whose header both sides read), the other types' blocks. A
  * shape that cuts one (2880 features over 4 ranks in Q4_K: 720 is not a multiple of 32) is
- * refused at plan time, naming the tensor, its type and the unit. The kernels decode the blocks exactly (tensor/gguf_blocks.h) and compute
- * on fp32 activations (runtime/bind.c). Tensors the file stores as F32, F16 or BF16 are not this
+ * refused at plan time, naming the tensor, its type and the unit. The kernels multiply the
+ * blocks' codes by int8 activations (cpu.h's dot_gguf_q8) or decode them exactly (--dtype
+ * float32; runtime/bind.c chooses). Tensors the file stores as F32, F16 or BF16 are not this
  * reader's: `has` says no, and they load as any float checkpoint's. */
 #include <stdio.h>
 
