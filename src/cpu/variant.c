@@ -346,7 +346,8 @@ typedef struct gq_scales {
 } gq_scales;
 
 static inline bool gq_sub16(int t) { return t == GT_Q2_K || t == GT_Q3_K || t == GT_Q6_K; }
-/* the types whose weights have a min (a code's weight is dl q - ml) */
+/* the types whose weights have a min (a code's weight is dl q - ml); their codes are never
+ * negative, so they meet the activations as they are (vgl_dot_u) */
 static inline bool gq_mins(int t) {
     return t == GT_Q2_K || t == GT_Q4_K || t == GT_Q5_K || t == GT_Q4_1 || t == GT_Q5_1;
 }
@@ -444,11 +445,6 @@ static inline __attribute__((always_inline)) vgb gq_codes(int t, const uint8_t *
     }
 }
 
-/* whether a type's codes are never negative, so that they meet the activations as they are */
-static inline bool gq_unsigned(int t) {
-    return t == GT_Q2_K || t == GT_Q4_K || t == GT_Q5_K || t == GT_Q4_1 || t == GT_Q5_1;
-}
-
 /* Block j of the block at b, at column c of the slice, into chain h of the rows' chains acc
  * (Q2_K's mins, by 16 columns, into mt's: each lane's activation codes added as its products
  * are). For a super-block's edge blocks; pairs take gq_pair. */
@@ -459,7 +455,7 @@ static inline __attribute__((always_inline)) void gq_block(int t, const q8row *x
 #pragma GCC unroll 4
     for (int r = 0; r < nr; r++) {
         float dx = x[r].d[c / QACT];
-        vgl sums = gq_unsigned(t) ? vgl_dot_u(code, x[r].q + c) : vgl_dot(code, x[r].q + c);
+        vgl sums = gq_mins(t) ? vgl_dot_u(code, x[r].q + c) : vgl_dot(code, x[r].q + c);
         acc[r] = vgf2_fma_half(h, sums, gq_factor(t, s->dl, j, dx), acc[r]);
         if (t == GT_Q2_K)
             mt[r] = vgf2_fma_half(h, vgl_dot_u(vgb_set1(1), x[r].q + c), gq_factor(t, s->ml, j, dx), mt[r]);
@@ -477,7 +473,7 @@ static inline __attribute__((always_inline)) void gq_pair(int t, const q8row *x,
                              : vgb2_join(gq_codes(t, b, j), gq_codes(t, b1, b1 == b ? j + 1 : 0));
 #pragma GCC unroll 4
     for (int r = 0; r < nr; r++) {
-        vgl2 sums = gq_unsigned(t) ? vgl2_dot_u(code, x[r].q + c) : vgl2_dot(code, x[r].q + c);
+        vgl2 sums = gq_mins(t) ? vgl2_dot_u(code, x[r].q + c) : vgl2_dot(code, x[r].q + c);
         acc[r] = vgf2_fma(sums, gq_sub16(t) ? vgf2_quad(f[r] + 2 * j) : vgf2_pair(f[r] + j), acc[r]);
         if (t == GT_Q2_K)
             mt[r] =
