@@ -51,10 +51,11 @@ static void check_product(const char *type, const wmat *w, const float *ref, int
 extern const cpu_kernels cpu_generic;
 
 /* --dtype auto: y = x W^T on x's rows quantized to int8, through dot_gguf_q8 for 1 to 5 rows
- * (decode) and the exact panels for 40 (prefill). Both must match a double-precision product of
- * the reference weights with the values the int8 rows stand for, to fp32 rounding; and the
- * decode path must give, row by row, the generic variant's bits from its kernel called on one
- * row and on four at once (cpu.h's one order). */
+ * (decode) and the prefill path for 40 (the AMX panel, else the exact panels). Both must match a
+ * double-precision product of the reference weights with the values the int8 rows stand for, to
+ * fp32 rounding; the decode path must give, row by row, the generic variant's bits from its
+ * kernel called on one row and on four at once (cpu.h's one order); and a prefill's last 17 rows
+ * must have the same bits in a pass of their own. */
 static void check_int8(const char *type, const wmat *w, const float *ref, int cols, int c0) {
     int rows = w->rows, nc = w->cols;
     wmat wi = *w;
@@ -102,6 +103,14 @@ static void check_int8(const char *type, const wmat *w, const float *ref, int co
         }
         CHECK(!differ, "%s int8, columns [%d, %d): %d products differ from the generic variant's bits", type, c0,
               c0 + nc, differ);
+        if (m == 40) { /* a prefill's row has the same bits in a pass of other rows: rows 23.. alone */
+            float *y17 = calloc((size_t)17 * rows, sizeof *y17);
+            linear(x + 23 * nc, nc, 17, 17, &wi, NULL, y17, rows);
+            CHECK(!memcmp(y17, y + 23 * rows, (size_t)17 * rows * sizeof *y17),
+                  "%s int8, columns [%d, %d): rows 23-39 of a 40-row prefill differ from the same rows alone", type, c0,
+                  c0 + nc);
+            free(y17);
+        }
         free(x), free(y), free(xq), free(sums);
     }
 }

@@ -6,6 +6,7 @@
  * a tile instruction covers one block, its int32 sums leave the tile, and the fp32 steps follow
  * tile_q8's to the operation. Integer sums are exact, so the bits are the same as tile_q8's. */
 #include <immintrin.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -33,14 +34,18 @@ typedef struct tile_config {
     uint8_t rows[16];
 } tile_config;
 
-static void tiles_configure(void) {
+/* The tiles for blocks of `width` columns (a multiple of 4): 32 for loom's formats, a GGUF
+ * type's sub-block (16 or 32) for its panel. */
+static void tiles_configure(int width) {
     tile_config c;
     memset(&c, 0, sizeof c);
     c.palette = 1;
     for (int t = C0; t <= C3; t++) c.rows[t] = PANEL_Q8_ROWS, c.colsb[t] = PANEL_W * 4;
-    for (int t = A0; t <= A1; t++) c.rows[t] = PANEL_Q8_ROWS, c.colsb[t] = QBLOCK;
-    for (int t = B0; t <= B1; t++) c.rows[t] = QBLOCK / 4, c.colsb[t] = PANEL_W * 4;
-    _tile_loadconfig(&c);
+    for (int t = A0; t <= A1; t++) c.rows[t] = PANEL_Q8_ROWS, c.colsb[t] = (uint16_t)width;
+    for (int t = B0; t <= B1; t++) c.rows[t] = (uint8_t)(width / 4), c.colsb[t] = PANEL_W * 4;
+    /* GCC 12's _tile_loadconfig tells the compiler it reads 8 bytes, which lets it drop the
+     * stores above; the whole struct as the operand keeps them */
+    __asm__ volatile("ldtilecfg %0" ::"m"(c));
 }
 
 /* The panel as the tiles take it: the 16 weight rows (ld bytes apart) as B tiles, one per
@@ -74,14 +79,16 @@ static void pack_panel(const uint8_t *w, size_t ld, const qlayout *q, const floa
     }
 }
 
-/* Block b of 16 input rows (x0, x_stride bytes apart) against the panel's: the block's exact
- * sums, through tile c, into cs. */
+/* Block b (`width` columns) of 16 input rows (x0, x_stride bytes apart) against the panel's:
+ * the block's exact sums, through tile c, into cs; the weights' codes unsigned (loom's formats)
+ * or signed (GGUF's). */
 #define BLOCK_SUMS(c, a, bt, b, cs)                                                                                    \
     do {                                                                                                               \
         _tile_zero(c);                                                                                                 \
-        _tile_loadd(a, x0 + (size_t)(b)*QBLOCK, x_stride);                                                             \
-        _tile_loadd(bt, pack + (size_t)(b)*QBLOCK * PANEL_W, PANEL_W * 4);                                             \
-        _tile_dpbsud(c, a, bt);                                                                                        \
+        _tile_loadd(a, x0 + (size_t)(b)*width, x_stride);                                                              \
+        _tile_loadd(bt, pack + (size_t)(b)*width * PANEL_W, PANEL_W * 4);                                              \
+        if (signed_codes) _tile_dpbssd(c, a, bt);                                                                      \
+        else _tile_dpbsud(c, a, bt);                                                                                   \
         _tile_stored(c, cs, PANEL_W * 4);                                                                              \
     } while (0)
 
@@ -95,7 +102,8 @@ static inline __attribute__((always_inline)) void add_block(__m512 ga[PANEL_Q8_R
 
 /* Block b's sums into tile b % 4 and its buffer, the tile numbers being constants. */
 static inline __attribute__((always_inline)) void issue_block(const int8_t *x0, size_t x_stride, const uint8_t *pack,
-                                                              int b, int32_t cs[][PANEL_Q8_ROWS][PANEL_W]) {
+                                                              int width, bool signed_codes, int b,
+                                                              int32_t cs[][PANEL_Q8_ROWS][PANEL_W]) {
     switch (b & 3) {
     case 0: BLOCK_SUMS(C0, A0, B0, b, cs[0]); break;
     case 1: BLOCK_SUMS(C1, A1, B1, b, cs[1]); break;
@@ -131,13 +139,13 @@ static void rows16(const q8row *x, size_t x_stride, const uint8_t *pack, const q
     const int8_t *x0 = x[0].q;
     const float *scales = (const float *)(pack + (size_t)q->kp * PANEL_W);
     const int nb = q->kp / QBLOCK;
-    for (int b = 0; b < LEAD && b < nb; b++) issue_block(x0, x_stride, pack, b, cs);
+    for (int b = 0; b < LEAD && b < nb; b++) issue_block(x0, x_stride, pack, QBLOCK, false, b, cs);
     __m512 ga[PANEL_Q8_ROWS];
 #pragma GCC unroll 16
     for (int r = 0; r < PANEL_Q8_ROWS; r++) ga[r] = _mm512_setzero_ps();
     int g = 0;
     for (int b = 0; b < nb; b++) {
-        if (b + LEAD < nb) issue_block(x0, x_stride, pack, b + LEAD, cs);
+        if (b + LEAD < nb) issue_block(x0, x_stride, pack, QBLOCK, false, b + LEAD, cs);
         for (; g < q->n_groups && q->group_end[g] / QBLOCK <= b; g++) finish_group(ga, x, scales, g, acc, zt);
         add_block(ga, cs[b & 3], x, (size_t)b);
     }
@@ -149,8 +157,63 @@ static void rows16(const q8row *x, size_t x_stride, const uint8_t *pack, const q
 void amx_panel_q8(const q8row *x, size_t x_stride, int nr, const uint8_t *w, size_t ld, const qlayout *q,
                   const float *sz, uint8_t *pack, float *y, size_t ldy) {
     pack_panel(w, ld, q, sz, pack);
-    tiles_configure();
+    tiles_configure(QBLOCK);
     for (int r = 0; r + PANEL_Q8_ROWS <= nr; r += PANEL_Q8_ROWS)
         rows16(x + r, x_stride, pack, q, y + (size_t)r * ldy, ldy);
     _tile_release(); /* a thread holding tile state costs every context switch 8 KiB more */
+}
+
+/* The GGUF panel's codes (its 16 rows kp bytes apart) as the tiles take them: dword n of the
+ * pack's 64-byte row c / 4 holds weight row n's columns c..c + 3, so a sub-block of any width
+ * is its tile's rows in order. */
+static void pack_codes(const int8_t *codes, int kp, uint8_t *pack) {
+    const __m512i rows = _mm512_mullo_epi32(_mm512_set1_epi32(kp),
+                                            _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
+    for (int c = 0; c < kp; c += 4, pack += 64) _mm512_storeu_si512(pack, _mm512_i32gather_epi32(rows, codes + c, 1));
+}
+
+/* 16 input rows (codes from x0, x_stride bytes apart; scales and sums from x) against the GGUF
+ * panel, in panel_gguf_q8's order, into y's first `rows` rows and nw columns. */
+static void gguf_rows16(const int8_t *x0, size_t x_stride, const q8row *x, const uint8_t *pack, const float *dl,
+                        const float *ml, int kp, int width, bool mins, float *y, size_t ldy, int rows, int nw) {
+    _Alignas(64) int32_t cs[4][PANEL_Q8_ROWS][PANEL_W];
+    const int nb = kp / width, per = QACT / width; /* sub-blocks; of them a scale block */
+    const bool signed_codes = true;
+    for (int b = 0; b < LEAD && b < nb; b++) issue_block(x0, x_stride, pack, width, signed_codes, b, cs);
+    __m512 acc[PANEL_Q8_ROWS];
+#pragma GCC unroll 16
+    for (int r = 0; r < PANEL_Q8_ROWS; r++) acc[r] = _mm512_setzero_ps();
+    for (int b = 0; b < nb; b++) {
+        if (b + LEAD < nb) issue_block(x0, x_stride, pack, width, signed_codes, b + LEAD, cs);
+        __m512 dv = _mm512_loadu_ps(dl + (size_t)b * PANEL_W), mv = _mm512_loadu_ps(ml + (size_t)b * PANEL_W);
+#pragma GCC unroll 16
+        for (int r = 0; r < PANEL_Q8_ROWS; r++) {
+            __m512 f = _mm512_mul_ps(dv, _mm512_set1_ps(x[r].d[b / per]));
+            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(cs[b & 3][r])), f, acc[r]);
+            if (mins) acc[r] = _mm512_fnmadd_ps(mv, _mm512_set1_ps(x[r].gsum[b]), acc[r]);
+        }
+    }
+    __mmask16 cols = (__mmask16)((1u << nw) - 1);
+    for (int r = 0; r < rows; r++) _mm512_mask_storeu_ps(y + (size_t)r * ldy, cols, acc[r]);
+}
+
+void amx_panel_gguf(const q8row *x, size_t x_stride, int nr, const int8_t *codes, const float *dl, const float *ml,
+                    int kp, int width, bool mins, uint8_t *pack, float *y, size_t ldy, int nw) {
+    uint8_t *tail = pack + (size_t)kp * PANEL_W; /* a partial step's rows, the last repeated */
+    pack_codes(codes, kp, pack);
+    tiles_configure(width);
+    int r = 0;
+    for (; r + PANEL_Q8_ROWS <= nr; r += PANEL_Q8_ROWS)
+        gguf_rows16(x[r].q, x_stride, x + r, pack, dl, ml, kp, width, mins, y + (size_t)r * ldy, ldy, PANEL_Q8_ROWS,
+                    nw);
+    if (r < nr) {
+        q8row xt[PANEL_Q8_ROWS];
+        for (int i = 0; i < PANEL_Q8_ROWS; i++) {
+            xt[i] = x[r + i < nr ? r + i : nr - 1];
+            memcpy(tail + (size_t)i * kp, xt[i].q, (size_t)kp);
+        }
+        gguf_rows16((const int8_t *)tail, (size_t)kp, xt, pack, dl, ml, kp, width, mins, y + (size_t)r * ldy, ldy,
+                    nr - r, nw);
+    }
+    _tile_release();
 }

@@ -39,6 +39,10 @@ typedef struct q8row {
 #define PANEL_Q8_W    16
 /* panel_q8's scratch for a matrix: its panel's codes as the tiles take them, and its scales */
 #define PANEL_Q8_PACK(q) ((size_t)(q)->kp * PANEL_Q8_W + (size_t)(q)->n_groups * 2 * PANEL_Q8_W * sizeof(float))
+/* panel_gguf_q8's scratch for a slice of kp columns: its rows' codes as they are and as the
+ * tiles take them, a partial step's input rows, and two factors (dl, ml) per 16 columns a row */
+#define PANEL_GGUF_PACK(kp)                                                                                            \
+    ((size_t)(kp) * (2 * PANEL_Q8_W + PANEL_Q8_ROWS) + (size_t)(kp) / 16 * 2 * PANEL_Q8_W * sizeof(float))
 
 typedef struct cpu_kernels {
     const char *name;
@@ -94,6 +98,17 @@ typedef struct cpu_kernels {
      * pack is scratch of PANEL_Q8_PACK bytes. */
     void (*panel_q8)(const q8row *x, size_t x_stride, int nr, const uint8_t *w, size_t ld, const struct qlayout *q,
                      const float *sz, uint8_t *pack, float *y, size_t ldy);
+    /* On CPUs with AMX (NULL elsewhere), a GGUF prefill's products (dot_gguf_q8 streams decode):
+     * nr input rows (x[i].q = x[0].q + i * x_stride bytes) against nw (1 to PANEL_Q8_W) weight
+     * rows of a GGUF slice from w, ld bytes apart, into y[i * ldy + j]. x[i].gsum holds each
+     * sub-block's activation codes added times the block's scale (one rounding); a sub-block is
+     * the type's scale step, gtype_split's 16 or 32 columns. The order, its own, the same for
+     * any nr and nw and any row's place among them: per sub-block u, in increasing u, one chain
+     * of fused multiply-adds takes the exact integer sum of weight codes times activation codes
+     * over the sub-block, times (its dl times the block's activation scale, one rounding); for a
+     * type with mins, then its -ml times gsum. pack is scratch of PANEL_GGUF_PACK bytes. */
+    void (*panel_gguf_q8)(const q8row *x, size_t x_stride, int nr, const uint8_t *w, size_t ld, int nw,
+                          const struct qlayout *q, uint8_t *pack, float *y, size_t ldy);
     float (*sum_squares)(const float *x, int n);
     /* out = x * s * w (RMSNorm's scaling by its inverse root and weight) */
     void (*scale_mul)(const float *x, float s, const float *w, float *out, int n);

@@ -596,6 +596,60 @@ static void dot_gguf_q8(const q8row *x, int nr, const uint8_t *w, const qlayout 
 #undef GQ_TYPE
 }
 
+#if defined(LOOM_VARIANT_AVX512AMX)
+/* A GGUF prefill on AMX (cpu.h's panel_gguf_q8): each of the panel's 16 weight rows as its
+ * integer codes (gq_codes) and its sub-blocks' factors dl and ml (gq_header's), lane n of each
+ * sub-block's 16, for amx.c's tiles; t constant once inlined. */
+static inline __attribute__((always_inline)) void gguf_unpack_row(int t, const uint8_t *w, const qlayout *q, int n,
+                                                                  int8_t *codes, float *dl, float *ml) {
+    const gtype_info *g = &gtype_table[t];
+    const int per = g->block / QACT, n32 = q->kp / QACT, halves = gtype_split(t) == 16;
+    gq_scales s;
+    for (int i = 0, j = q->g0 / QACT; i < n32; j = 0, w += g->bytes) {
+        int end = per - j < n32 - i ? per : j + n32 - i;
+        gq_header(t, w, &s);
+        for (; j < end; j++, i++) {
+            _mm256_storeu_si256((__m256i *)(codes + (size_t)QACT * i), gq_codes(t, w, j));
+            for (int h = 0; h <= halves; h++) {
+                int u = (i << halves) + h, k = halves ? 2 * j + h : j;
+                dl[u * PANEL_Q8_W + n] = s.dl[k];
+                ml[u * PANEL_Q8_W + n] = gq_mins(t) ? s.ml[k] : 0;
+            }
+        }
+    }
+}
+
+static void panel_gguf_q8(const q8row *x, size_t x_stride, int nr, const uint8_t *w, size_t ld, int nw,
+                          const qlayout *q, uint8_t *pack, float *y, size_t ldy) {
+    const int t = q->gtype, kp = q->kp;
+    int8_t *codes = (int8_t *)pack + (size_t)kp * (PANEL_Q8_W + PANEL_Q8_ROWS); /* after amx.c's part */
+    float *dl = (float *)(codes + (size_t)kp * PANEL_Q8_W), *ml = dl + (size_t)kp / 16 * PANEL_Q8_W;
+    for (int n = 0; n < PANEL_Q8_W; n++) { /* rows past nw repeat the last: their sums are not stored */
+        const uint8_t *row = w + (size_t)(n < nw ? n : nw - 1) * ld;
+        int8_t *cn = codes + (size_t)n * kp;
+#define GU_TYPE(type)                                                                                                  \
+    case type: gguf_unpack_row(type, row, q, n, cn, dl, ml); break;
+        switch (t) {
+            GU_TYPE(GT_Q2_K)
+            GU_TYPE(GT_Q3_K)
+            GU_TYPE(GT_Q4_K)
+            GU_TYPE(GT_Q5_K)
+            GU_TYPE(GT_Q6_K)
+            GU_TYPE(GT_Q4_0)
+            GU_TYPE(GT_Q4_1)
+            GU_TYPE(GT_Q5_0)
+            GU_TYPE(GT_Q5_1)
+            GU_TYPE(GT_Q8_0)
+            GU_TYPE(GT_IQ4_NL)
+            GU_TYPE(GT_IQ4_XS)
+        default: return; /* plain element types compute on fp32 activations (runtime/bind.c) */
+        }
+#undef GU_TYPE
+    }
+    amx_panel_gguf(x, x_stride, nr, codes, dl, ml, kp, gtype_split(t), gq_mins(t), pack, y, ldy, nw);
+}
+#endif
+
 /* Each kind of code and row count its own loop (constants once inlined). */
 static void dot_q(const float *const *x, int nr, const uint8_t *w, const qlayout *q, size_t row, float y[2]) {
     switch (q->code) {
@@ -1128,6 +1182,7 @@ const cpu_kernels TABLE = {
     .tile_q8 = tile_q8,
 #if defined(LOOM_VARIANT_AVX512AMX)
     .panel_q8 = amx_panel_q8, /* its 8-bit codes unsigned, as the tile's (Q8_OFFSET8 0) */
+    .panel_gguf_q8 = panel_gguf_q8,
 #endif
 #else
     .dot_q8 = dot_q8,
