@@ -173,28 +173,57 @@ static void pack_codes(const int8_t *codes, int kp, uint8_t *pack) {
 }
 
 /* 16 input rows (codes from x0, x_stride bytes apart; scales and sums from x) against the GGUF
- * panel, in panel_gguf_q8's order, into y's first `rows` rows and nw columns. */
-static void gguf_rows16(const int8_t *x0, size_t x_stride, const q8row *x, const uint8_t *pack, const float *dl,
-                        const float *ml, int kp, int width, bool mins, float *y, size_t ldy, int rows, int nw) {
+ * panel, in panel_gguf_q8's order, into y's first `rows` rows and nw columns; width and mins
+ * constant once inlined (gguf_strip: 1B shape, Q6_K, prefill 512, 242 -> 274 tok/s). Two
+ * 16-column sub-blocks share their block's activation scale, which multiplies their sum once
+ * (274 -> 289). */
+static inline __attribute__((always_inline)) void gguf_rows16(const int8_t *x0, size_t x_stride, const q8row *x,
+                                                              const uint8_t *pack, const float *dl, const float *ml,
+                                                              int kp, int width, bool mins, float *y, size_t ldy,
+                                                              int rows, int nw) {
     _Alignas(64) int32_t cs[4][PANEL_Q8_ROWS][PANEL_W];
     const int nb = kp / width, per = QACT / width; /* sub-blocks; of them a scale block */
-    const bool signed_codes = true;
-    for (int b = 0; b < LEAD && b < nb; b++) issue_block(x0, x_stride, pack, width, signed_codes, b, cs);
+    const int lead = per == 2 ? 2 : LEAD;          /* a pair's two in flight, the next pair's issued */
+    for (int b = 0; b < lead && b < nb; b++) issue_block(x0, x_stride, pack, width, true, b, cs);
     __m512 acc[PANEL_Q8_ROWS];
 #pragma GCC unroll 16
     for (int r = 0; r < PANEL_Q8_ROWS; r++) acc[r] = _mm512_setzero_ps();
-    for (int b = 0; b < nb; b++) {
-        if (b + LEAD < nb) issue_block(x0, x_stride, pack, width, signed_codes, b + LEAD, cs);
-        __m512 dv = _mm512_loadu_ps(dl + (size_t)b * PANEL_W), mv = _mm512_loadu_ps(ml + (size_t)b * PANEL_W);
+    for (int b = 0; b < nb; b += per) {
+        for (int h = 0; h < per; h++)
+            if (b + h + lead < nb) issue_block(x0, x_stride, pack, width, true, b + h + lead, cs);
+        __m512 dv = _mm512_loadu_ps(dl + (size_t)b * PANEL_W);
+        if (per == 2) {
+            __m512 dv1 = _mm512_loadu_ps(dl + (size_t)(b + 1) * PANEL_W);
 #pragma GCC unroll 16
-        for (int r = 0; r < PANEL_Q8_ROWS; r++) {
-            __m512 f = _mm512_mul_ps(dv, _mm512_set1_ps(x[r].d[b / per]));
-            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(cs[b & 3][r])), f, acc[r]);
-            if (mins) acc[r] = _mm512_fnmadd_ps(mv, _mm512_set1_ps(x[r].gsum[b]), acc[r]);
+            for (int r = 0; r < PANEL_Q8_ROWS; r++) {
+                __m512 p = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_load_si512(cs[b & 3][r])), dv);
+                p = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(cs[(b + 1) & 3][r])), dv1, p);
+                acc[r] = _mm512_fmadd_ps(p, _mm512_set1_ps(x[r].d[b / 2]), acc[r]);
+            }
+        } else {
+#pragma GCC unroll 16
+            for (int r = 0; r < PANEL_Q8_ROWS; r++) {
+                __m512 f = _mm512_mul_ps(dv, _mm512_set1_ps(x[r].d[b]));
+                acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(cs[b & 3][r])), f, acc[r]);
+            }
+        }
+        for (int h = 0; mins && h < per; h++) {
+            __m512 mv = _mm512_loadu_ps(ml + (size_t)(b + h) * PANEL_W);
+#pragma GCC unroll 16
+            for (int r = 0; r < PANEL_Q8_ROWS; r++)
+                acc[r] = _mm512_fnmadd_ps(mv, _mm512_set1_ps(x[r].gsum[b + h]), acc[r]);
         }
     }
     __mmask16 cols = (__mmask16)((1u << nw) - 1);
     for (int r = 0; r < rows; r++) _mm512_mask_storeu_ps(y + (size_t)r * ldy, cols, acc[r]);
+}
+
+static void gguf_strip(const int8_t *x0, size_t x_stride, const q8row *x, const uint8_t *pack, const float *dl,
+                       const float *ml, int kp, int width, bool mins, float *y, size_t ldy, int rows, int nw) {
+    if (width == 16 && mins) gguf_rows16(x0, x_stride, x, pack, dl, ml, kp, 16, true, y, ldy, rows, nw);
+    else if (width == 16) gguf_rows16(x0, x_stride, x, pack, dl, ml, kp, 16, false, y, ldy, rows, nw);
+    else if (mins) gguf_rows16(x0, x_stride, x, pack, dl, ml, kp, QACT, true, y, ldy, rows, nw);
+    else gguf_rows16(x0, x_stride, x, pack, dl, ml, kp, QACT, false, y, ldy, rows, nw);
 }
 
 void amx_panel_gguf(const q8row *x, size_t x_stride, int nr, const int8_t *codes, const float *dl, const float *ml,
@@ -204,16 +233,15 @@ void amx_panel_gguf(const q8row *x, size_t x_stride, int nr, const int8_t *codes
     tiles_configure(width);
     int r = 0;
     for (; r + PANEL_Q8_ROWS <= nr; r += PANEL_Q8_ROWS)
-        gguf_rows16(x[r].q, x_stride, x + r, pack, dl, ml, kp, width, mins, y + (size_t)r * ldy, ldy, PANEL_Q8_ROWS,
-                    nw);
+        gguf_strip(x[r].q, x_stride, x + r, pack, dl, ml, kp, width, mins, y + (size_t)r * ldy, ldy, PANEL_Q8_ROWS, nw);
     if (r < nr) {
         q8row xt[PANEL_Q8_ROWS];
         for (int i = 0; i < PANEL_Q8_ROWS; i++) {
             xt[i] = x[r + i < nr ? r + i : nr - 1];
             memcpy(tail + (size_t)i * kp, xt[i].q, (size_t)kp);
         }
-        gguf_rows16((const int8_t *)tail, (size_t)kp, xt, pack, dl, ml, kp, width, mins, y + (size_t)r * ldy, ldy,
-                    nr - r, nw);
+        gguf_strip((const int8_t *)tail, (size_t)kp, xt, pack, dl, ml, kp, width, mins, y + (size_t)r * ldy, ldy,
+                   nr - r, nw);
     }
     _tile_release();
 }

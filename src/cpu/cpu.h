@@ -103,10 +103,12 @@ typedef struct cpu_kernels {
      * rows of a GGUF slice from w, ld bytes apart, into y[i * ldy + j]. x[i].gsum holds each
      * sub-block's activation codes added times the block's scale (one rounding); a sub-block is
      * the type's scale step, gtype_split's 16 or 32 columns. The order, its own, the same for
-     * any nr and nw and any row's place among them: per sub-block u, in increasing u, one chain
+     * any nr and nw and any row's place among them: per block of 32 columns, in order, one chain
      * of fused multiply-adds takes the exact integer sum of weight codes times activation codes
-     * over the sub-block, times (its dl times the block's activation scale, one rounding); for a
-     * type with mins, then its -ml times gsum. pack is scratch of PANEL_GGUF_PACK bytes. */
+     * over each sub-block: a 32-column one times (its dl times the block's activation scale, one
+     * rounding); two of 16 as (the first's sum times its dl, plus, fused, the second's times its
+     * dl) times the activation scale; for a type with mins, then each sub-block's -ml times gsum.
+     * pack is scratch of PANEL_GGUF_PACK bytes. */
     void (*panel_gguf_q8)(const q8row *x, size_t x_stride, int nr, const uint8_t *w, size_t ld, int nw,
                           const struct qlayout *q, uint8_t *pack, float *y, size_t ldy);
     float (*sum_squares)(const float *x, int n);
