@@ -14,7 +14,8 @@ published one (tests/data/templates/gemma2, as llama.cpp vendors it). Then, on t
     and `--dtype float32` (the chat template given with --chat-template, as the file has none;
     by default its blocks meet int8 activations, which are not transformers' fp32 products; the
     kernels hold those to their definition in test_gguf), where `/tokenize` must
-    also give the ids of transformers' tokenizer read from the same GGUF for multilingual, code
+    also give the ids of transformers' tokenizer read from the same GGUF, and llama.cpp's
+    `llama-tokenize` ids on it (tests/golden/gemma3_270m/tokenize.json), for multilingual, code
     and emoji strings.
 Without the registry (the download fails) it skips with a message (exit 77). The folder and
 transformers' answers are cached in ~/.cache/loom-tests (or $LOOM_TEST_CACHE), keyed by the
@@ -45,9 +46,10 @@ TEMPLATE = SRC / "tests/data/templates/gemma2/template.jinja"
 PROMPTS = ["The capital of France is", "def fibonacci(n):", "Once upon a time, in a small village,"]
 CHAT = [{"role": "user", "content": "Name three primary colors."}]
 NEW_TOKENS = 24
-TEXTS = ["Hello world", " leading space", "naïve café, Äpfel und Übermut", "Здравствуй, мир", "你好，世界。日本語もある",
-         "مرحبا بالعالم", "def f(x):\n\treturn x ** 2  # square\n", "    indented\n\n\nlines", "🦙🦙 emoji 👍🏽 and ✨",
-         "<start_of_turn>user\nhi<end_of_turn>", "1234567890 3.14159", "a\u00a0b\u200bc", ""]
+# multilingual, code and emoji strings, with llama.cpp's llama-tokenize ids for them on this GGUF
+# (tests/golden/make_gemma3_llama_ids.py)
+TOKENIZE = json.loads((SRC / "tests/golden/gemma3_270m/tokenize.json").read_text())
+TEXTS = TOKENIZE["texts"]
 
 
 def fetch(cache):
@@ -180,6 +182,12 @@ def main():
     from transformers import AutoTokenizer
     gguf_tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     want_ids = [gguf_tok(t, add_special_tokens=False).input_ids for t in TEXTS]
+    sha = hashlib.sha256(gguf.read_bytes()).hexdigest()
+    llama_ids = TOKENIZE["llama_tokenize"] if sha == TOKENIZE["gguf_sha256"] else None
+    whose = " (transformers' and llama.cpp's)" if llama_ids else " (transformers')"
+    if llama_ids is None:
+        print(f"note: {gguf} is not the file tests/golden/gemma3_270m/tokenize.json's llama.cpp ids were made on; "
+              "only transformers' ids are compared")
     # the GGUF exact (--dtype float32): its blocks on int8 activations (the default) are not the
     # dequantized weights' fp32 products, which transformers computes
     for model, exact in ((folder, []), (gguf, ["--dtype", "float32"])):
@@ -194,10 +202,12 @@ def main():
                 continue
             got, ids = answer
             check(got == ref["chat"], f"{where}: chat: loom serve {got!r}, transformers {ref['chat']!r}")
-            for t, g, w in zip(TEXTS, ids, want_ids):
+            for i, (t, g, w) in enumerate(zip(TEXTS, ids, want_ids)):
                 check(g == w, f"{where}: /tokenize {t!r}: loom {g}, transformers {w}")
+                if llama_ids:
+                    check(g == llama_ids[i], f"{where}: /tokenize {t!r}: loom {g}, llama.cpp {llama_ids[i]}")
             print(f"{where}: {len(PROMPTS)} greedy completions and a chat answer as transformers gives them"
-                  f"{f', and /tokenize ids of {len(TEXTS)} strings' if ids else ''}"
+                  f"{f', and /tokenize ids of {len(TEXTS)} strings' if ids else ''}{whose if ids else ''}"
                   f"{'' if not serve_util.failures else ' (with failures above)'}", flush=True)
     print(f"{'FAILED' if serve_util.failures else 'passed'}: Gemma 3 270M (real weights) against transformers")
     sys.exit(1 if serve_util.failures else 0)
