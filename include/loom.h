@@ -100,6 +100,8 @@ typedef struct loom_model_info {
     loom_pooling pooling;
     bool normalize;
     const char *chat_template; /* the chat template the model file carries (a GGUF's), or NULL */
+    /* its template for requests with tools (a GGUF's tokenizer.chat_template.tool_use), or NULL */
+    const char *chat_template_tools;
 } loom_model_info;
 LOOM_API void loom_model_get_info(const loom_model *m, loom_model_info *info);
 

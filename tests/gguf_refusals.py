@@ -18,10 +18,11 @@ import serve_util  # noqa: E402
 from serve_util import check  # noqa: E402
 
 
-def rewrite(src, dst, arch=None, keys=None, strip=(), drop=(), tensors=None, rename=None):
+def rewrite(src, dst, arch=None, keys=None, strip=(), drop=(), tensors=None, rename=None, edit=None):
     """src as dst: general.architecture `arch`, the keys in `keys` set ({name: (value, type)}) and
     those in `strip` left out, the tensors in `drop` left out, `tensors` ({name: (array, raw
-    type)}) added, and tensor names renamed by `rename` ({old: new})."""
+    type)}) added, and tensor names renamed by `rename` ({old: new}); edit(writer), if given,
+    called after the keys."""
     r = GGUFReader(src)
     old_arch = r.fields["general.architecture"].contents()
     arch = arch or old_arch
@@ -36,6 +37,8 @@ def rewrite(src, dst, arch=None, keys=None, strip=(), drop=(), tensors=None, ren
             w.add_key_value(key, field.contents(), field.types[0])
     for key, (value, vtype) in (keys or {}).items():
         w.add_key_value(key, value, vtype)
+    if edit:
+        edit(w)
     for t in r.tensors:
         if t.name not in drop:
             w.add_tensor((rename or {}).get(t.name, t.name), np.array(t.data), raw_dtype=t.tensor_type)

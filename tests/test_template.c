@@ -229,13 +229,14 @@ static void test_load(void) {
     CHECK(mkdtemp(dir), "mkdtemp");
     loom_err err = {{0}};
     chat_templates t;
-    CHECK(chat_templates_load(dir, NULL, NULL, &t, &err) == 0 && !t.plain && !t.tools, "no template: %s", err.msg);
+    CHECK(chat_templates_load(dir, NULL, NULL, NULL, &t, &err) == 0 && !t.plain && !t.tools, "no template: %s",
+          err.msg);
 
     snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
     write_file(path, "{\"bos_token\": {\"content\": \"<s>\", \"lstrip\": false}, \"eos_token\": \"</s>\","
                      " \"chat_template\": [{\"name\": \"default\", \"template\": \"D\"}, {\"name\": \"tool_use\", "
                      "\"template\": \"T\"}]}");
-    CHECK(chat_templates_load(dir, NULL, NULL, &t, &err) == 0, "%s", err.msg);
+    CHECK(chat_templates_load(dir, NULL, NULL, NULL, &t, &err) == 0, "%s", err.msg);
     char *out = render_simple(t.plain);
     CHECK(out && !strcmp(out, "D") && t.bos_token && !strcmp(t.bos_token, "<s>") && t.eos_token &&
               !strcmp(t.eos_token, "</s>"),
@@ -247,7 +248,7 @@ static void test_load(void) {
 
     snprintf(path, sizeof path, "%s/chat_template.jinja", dir);
     write_file(path, "J");
-    CHECK(chat_templates_load(dir, NULL, NULL, &t, &err) == 0, "%s", err.msg);
+    CHECK(chat_templates_load(dir, NULL, NULL, NULL, &t, &err) == 0, "%s", err.msg);
     out = render_simple(t.tools);
     CHECK(out && !strcmp(out, "J") && t.tools == t.plain, "chat_template.jinja replaces the config's: %s",
           out ? out : err.msg);
@@ -255,11 +256,11 @@ static void test_load(void) {
 
     snprintf(path, sizeof path, "%s/override.jinja", dir);
     write_file(path, "O{{ 1 + 1 }}");
-    CHECK(chat_templates_load(dir, path, NULL, &t, &err) == 0, "%s", err.msg);
+    CHECK(chat_templates_load(dir, path, NULL, NULL, &t, &err) == 0, "%s", err.msg);
     out = render_simple(t.plain);
     CHECK(out && !strcmp(out, "O2"), "override: %s", out ? out : err.msg);
     free(out), chat_templates_free(&t);
-    CHECK(chat_templates_load(NULL, path, NULL, &t, &err) == 0 && t.plain && !t.bos_token,
+    CHECK(chat_templates_load(NULL, path, NULL, NULL, &t, &err) == 0 && t.plain && !t.bos_token,
           "override without a folder: %s", err.msg);
     chat_templates_free(&t);
 

@@ -360,9 +360,11 @@ int gguf_model_config(const gguf_file *parts, int n_parts, model_config *c, loom
     return 0;
 }
 
-char *gguf_model_chat_template(const gguf_file *f, loom_err *err) {
+char *gguf_model_chat_template(const gguf_file *f, const char *name, loom_err *err) {
     gguf_str t;
+    char key[96];
+    snprintf(key, sizeof key, "tokenizer.chat_template%s%s", name ? "." : "", name ? name : "");
     err->msg[0] = 0;
-    int rc = gguf_get_str(f, "tokenizer.chat_template", &t, err);
+    int rc = gguf_get_str(f, key, &t, err);
     return rc ? NULL : mem_strndup(t.p, t.n, "the chat template", err);
 }

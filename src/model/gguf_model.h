@@ -25,8 +25,9 @@ int gguf_model_config(const gguf_file *parts, int n_parts, model_config *c, loom
  * closed by weights_close, or here on failure. */
 int gguf_model_weights(weight_store *ws, gguf_file *parts, int n_parts, loom_err *err);
 
-/* The chat template the file carries (tokenizer.chat_template), NUL-terminated and malloc'd, or
- * NULL (err clear) when it has none. */
-char *gguf_model_chat_template(const gguf_file *f, loom_err *err);
+/* The chat template the file carries (tokenizer.chat_template), or with a name one of its
+ * named ones (tokenizer.chat_template.NAME, as llama.cpp's converter writes a list of named
+ * templates), NUL-terminated and malloc'd, or NULL (err clear) when it has none. */
+char *gguf_model_chat_template(const gguf_file *f, const char *name, loom_err *err);
 
 #endif

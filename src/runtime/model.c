@@ -90,7 +90,8 @@ static int open_gguf(loom_model *m, const loom_model_options *o, loom_err *err) 
     if (!rc) rc = resolve_task(m, o, NULL, err);
     if (!rc && !(m->tree = arch_build(&m->cfg, err))) rc = loom_err_prefix(err, "%s", o->path);
     if (!rc && o->load_tokenizer && !(m->tok = gguf_tokenizer(&parts[0], err)) && err->msg[0]) rc = -1;
-    if (!rc && !(m->chat_template = gguf_model_chat_template(&parts[0], err)) && err->msg[0]) rc = -1;
+    if (!rc && !(m->chat_template = gguf_model_chat_template(&parts[0], NULL, err)) && err->msg[0]) rc = -1;
+    if (!rc && !(m->chat_template_tools = gguf_model_chat_template(&parts[0], "tool_use", err)) && err->msg[0]) rc = -1;
     if (rc) {
         for (int i = 0; i < n; i++) gguf_close(&parts[i]);
         return -1;
@@ -213,6 +214,7 @@ void loom_model_free(loom_model *m) {
     weights_close(&m->ws);
     if (m->tok) tokenizer_free(m->tok);
     free(m->chat_template);
+    free(m->chat_template_tools);
     free(m->source);
     free(m);
 }
@@ -244,6 +246,7 @@ void loom_model_get_info(const loom_model *m, loom_model_info *info) {
         .pooling = m->pool.mode,
         .normalize = m->pool.normalize,
         .chat_template = m->chat_template,
+        .chat_template_tools = m->chat_template_tools,
     };
 }
 

@@ -14,9 +14,10 @@ struct loom_model {
     weight_store ws;
     tokenizer *tok; /* NULL when not loaded */
     bool progress;
-    loom_task task;      /* resolved from loom_model_options.task */
-    pooling_config pool; /* an embedding model's */
-    char *chat_template; /* the one the model file carries (a GGUF's), or NULL */
+    loom_task task;            /* resolved from loom_model_options.task */
+    pooling_config pool;       /* an embedding model's */
+    char *chat_template;       /* the one the model file carries (a GGUF's), or NULL */
+    char *chat_template_tools; /* its "tool_use" one, or NULL */
 };
 
 #endif

@@ -151,7 +151,8 @@ static int serve_rank0(loom_comm *comm, loom_model *m, loom_engine *e, const ser
     step_round round = {0};
     /* --chat-template, else the model's own; a model without one still serves completions, a
      * template that cannot be rendered stops start-up */
-    if (chat_templates_load(o->model_dir, o->chat_template, srv.info.chat_template, &srv.tmpl, &err)) {
+    if (chat_templates_load(o->model_dir, o->chat_template, srv.info.chat_template, srv.info.chat_template_tools,
+                            &srv.tmpl, &err)) {
         fprintf(stderr, "loom serve: %s\n", err.msg);
         goto done;
     }

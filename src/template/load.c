@@ -124,7 +124,7 @@ static chat_template *parse_chosen(const named_template *chosen, const char *whe
 }
 
 int chat_templates_load(const char *model_dir, const char *override_path, const char *model_template,
-                        chat_templates *out, loom_err *err) {
+                        const char *model_tools, chat_templates *out, loom_err *err) {
     *out = (chat_templates){0};
     char cfg_path[4096];
     cJSON *cfg = NULL;
@@ -152,6 +152,7 @@ int chat_templates_load(const char *model_dir, const char *override_path, const 
         rc = add(&f, "default", file_read_all(override_path, NULL, err), err);
     } else if (model_template) {
         rc = add(&f, "default", mem_strdup(model_template, "the chat template", err), err);
+        if (rc == 0 && model_tools) rc = add(&f, "tool_use", mem_strdup(model_tools, "the chat template", err), err);
     } else if (model_dir) {
         rc = read_jinja_files(model_dir, &f, err);
         if (rc == 0 && f.n == 0 && cfg) rc = read_config_templates(cfg, cfg_path, &f, err);

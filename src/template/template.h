@@ -84,13 +84,14 @@ typedef struct chat_templates {
 
 /* Finds them as transformers' tokenizer does: override_path (--chat-template, a file) if
  * non-NULL; else model_template, the one the model file carries (a GGUF's
- * tokenizer.chat_template), if non-NULL; else chat_template.jinja and additional_chat_templates/NAME.jinja in model_dir
+ * tokenizer.chat_template), if non-NULL, with model_tools (its tokenizer.chat_template.tool_use,
+ * or NULL) as its "tool_use"; else chat_template.jinja and additional_chat_templates/NAME.jinja in model_dir
  * (NULL: no folder), which replace tokenizer_config.json's "chat_template" (a string, or a list
  * of {"name", "template"}). Of several named templates, "tool_use" and "default" as above;
  * no "default" among several is an error listing the names. Returns 0 (with no templates when
  * the model has none), or -1 with err filled when a file cannot be read or a template parsed. */
 int chat_templates_load(const char *model_dir, const char *override_path, const char *model_template,
-                        chat_templates *out, loom_err *err);
+                        const char *model_tools, chat_templates *out, loom_err *err);
 void chat_templates_free(chat_templates *t);
 
 #endif
