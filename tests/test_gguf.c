@@ -50,12 +50,49 @@ static void check_product(const char *type, const wmat *w, const float *ref, int
 
 extern const cpu_kernels cpu_generic;
 
+#if defined(__x86_64__)
+extern const cpu_kernels cpu_avx512bf16, cpu_avx512amx;
+
+/* A prefill's two panels, AMX's tiles and AVX-512 VNNI, give the same bits (cpu.h), on the m
+ * int8 rows xq (ldq floats apart): checked where the CPU runs both. */
+static void check_panels(const char *type, const wmat *w, const float *xq, size_t ldq, int m, int c0) {
+    if (cpu() != &cpu_avx512amx) return;
+    const qlayout *ql = w->q;
+    int kp = ql->kp, width = gtype_split(ql->gtype), nsub = kp / width, rows = w->rows;
+    q8row *xr = calloc(m, sizeof *xr);
+    float *gsum = calloc((size_t)m * nsub, sizeof *gsum), *y[2];
+    int32_t *isum = calloc((size_t)m * nsub, sizeof *isum);
+    uint8_t *pack = malloc(PANEL_GGUF_PACK(kp));
+    for (int i = 0; i < m; i++) {
+        const int8_t *q = (const int8_t *)(xq + i * ldq);
+        const float *d = xq + i * ldq + kp / 4;
+        for (int u = 0; u < nsub; u++) {
+            int sum = 0;
+            for (int c = u * width; c < (u + 1) * width; c++) sum += q[c];
+            isum[i * nsub + u] = sum, gsum[i * nsub + u] = (float)sum * d[u * width / QACT];
+        }
+        xr[i] = (q8row){q, d, gsum + i * nsub};
+    }
+    const cpu_kernels *k[2] = {&cpu_avx512amx, &cpu_avx512bf16};
+    for (int v = 0; v < 2; v++) {
+        y[v] = calloc((size_t)m * rows, sizeof *y[v]);
+        for (int n0 = 0; n0 < rows; n0 += PANEL_Q8_W)
+            k[v]->panel_gguf_q8(xr, ldq * sizeof(float), isum, m, (const uint8_t *)w->data + (size_t)n0 * w->ld, w->ld,
+                                rows - n0 < PANEL_Q8_W ? rows - n0 : PANEL_Q8_W, ql, pack, y[v] + n0, rows);
+    }
+    CHECK(!memcmp(y[0], y[1], (size_t)m * rows * sizeof *y[0]),
+          "%s int8, columns [%d, %d), %d rows: the AMX and AVX-512 VNNI panels give other bits", type, c0, c0 + kp, m);
+    free(xr), free(gsum), free(isum), free(pack), free(y[0]), free(y[1]);
+}
+#endif
+
 /* --dtype auto: y = x W^T on x's rows quantized to int8, through dot_gguf_q8 for 1 to 5 rows
  * (decode) and the prefill path for 40 (the AMX panel, else the exact panels). Both must match a
  * double-precision product of the reference weights with the values the int8 rows stand for, to
  * fp32 rounding; the decode path must give, row by row, the generic variant's bits from its
- * kernel called on one row and on four at once (cpu.h's one order); and a prefill's last 17 rows
- * must have the same bits in a pass of their own. */
+ * kernel called on one row and on four at once (cpu.h's one order); a prefill's last 17 rows
+ * must have the same bits in a pass of their own; and on a CPU with AMX its panel must give the
+ * AVX-512 VNNI one's bits. */
 static void check_int8(const char *type, const wmat *w, const float *ref, int cols, int c0) {
     int rows = w->rows, nc = w->cols;
     wmat wi = *w;
@@ -103,6 +140,9 @@ static void check_int8(const char *type, const wmat *w, const float *ref, int co
         }
         CHECK(!differ, "%s int8, columns [%d, %d): %d products differ from the generic variant's bits", type, c0,
               c0 + nc, differ);
+#if defined(__x86_64__)
+        if (m == 40) check_panels(type, w, xq, ldq, m, c0);
+#endif
         if (m == 40) { /* a prefill's row has the same bits in a pass of other rows: rows 23.. alone */
             float *y17 = calloc((size_t)17 * rows, sizeof *y17);
             linear(x + 23 * nc, nc, 17, 17, &wi, NULL, y17, rows);

@@ -163,15 +163,6 @@ void amx_panel_q8(const q8row *x, size_t x_stride, int nr, const uint8_t *w, siz
     _tile_release(); /* a thread holding tile state costs every context switch 8 KiB more */
 }
 
-/* The GGUF panel's codes (its 16 rows kp bytes apart) as the tiles take them: dword n of the
- * pack's 64-byte row c / 4 holds weight row n's columns c..c + 3, so a sub-block of any width
- * is its tile's rows in order. */
-static void pack_codes(const int8_t *codes, int kp, uint8_t *pack) {
-    const __m512i rows = _mm512_mullo_epi32(_mm512_set1_epi32(kp),
-                                            _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
-    for (int c = 0; c < kp; c += 4, pack += 64) _mm512_storeu_si512(pack, _mm512_i32gather_epi32(rows, codes + c, 1));
-}
-
 /* 16 input rows (codes from x0, x_stride bytes apart; scales and sums from x) against the GGUF
  * panel, in panel_gguf_q8's order, into y's first `rows` rows and nw columns; width and mins
  * constant once inlined (gguf_strip: 1B shape, Q6_K, prefill 512, 242 -> 274 tok/s). Two
@@ -226,10 +217,9 @@ static void gguf_strip(const int8_t *x0, size_t x_stride, const q8row *x, const 
     else gguf_rows16(x0, x_stride, x, pack, dl, ml, kp, QACT, false, y, ldy, rows, nw);
 }
 
-void amx_panel_gguf(const q8row *x, size_t x_stride, int nr, const int8_t *codes, const float *dl, const float *ml,
-                    int kp, int width, bool mins, uint8_t *pack, float *y, size_t ldy, int nw) {
+void amx_panel_gguf(const q8row *x, size_t x_stride, int nr, uint8_t *pack, const float *dl, const float *ml, int kp,
+                    int width, bool mins, float *y, size_t ldy, int nw) {
     uint8_t *tail = pack + (size_t)kp * PANEL_W; /* a partial step's rows, the last repeated */
-    pack_codes(codes, kp, pack);
     tiles_configure(width);
     int r = 0;
     for (; r + PANEL_Q8_ROWS <= nr; r += PANEL_Q8_ROWS)

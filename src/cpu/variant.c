@@ -596,10 +596,12 @@ static void dot_gguf_q8(const q8row *x, int nr, const uint8_t *w, const qlayout 
 #undef GQ_TYPE
 }
 
-#if defined(LOOM_VARIANT_AVX512AMX)
-/* A GGUF prefill on AMX (cpu.h's panel_gguf_q8): each of the panel's 16 weight rows as its
- * integer codes (gq_codes) and its sub-blocks' factors dl and ml (gq_header's), lane n of each
- * sub-block's 16, for amx.c's tiles; t constant once inlined. */
+#if defined(LOOM_VARIANT_AVX512BF16)
+/* A GGUF prefill on AVX-512 VNNI, or AMX's tiles where the variant has them (cpu.h's
+ * panel_gguf_q8): the panel's 16 weight rows decoded once into integer codes (gq_codes) and
+ * their sub-blocks' factors dl and ml (gq_header's), lane n of each sub-block's 16; the codes
+ * laid out as the tiles take them, which is also the lanes VNNI wants: dword n of 64-byte row
+ * c / 4 holds weight row n's columns c..c + 3. t constant once inlined. */
 static inline __attribute__((always_inline)) void gguf_unpack_row(int t, const uint8_t *w, const qlayout *q, int n,
                                                                   int8_t *codes, float *dl, float *ml) {
     const gtype_info *g = &gtype_table[t];
@@ -619,10 +621,91 @@ static inline __attribute__((always_inline)) void gguf_unpack_row(int t, const u
     }
 }
 
-static void panel_gguf_q8(const q8row *x, size_t x_stride, int nr, const uint8_t *w, size_t ld, int nw,
-                          const qlayout *q, uint8_t *pack, float *y, size_t ldy) {
+static void gguf_pack(const int8_t *codes, int kp, uint8_t *pack) {
+    const __m512i rows = _mm512_mullo_epi32(_mm512_set1_epi32(kp),
+                                            _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
+    for (int c = 0; c < kp; c += 4, pack += 64) _mm512_storeu_si512(pack, _mm512_i32gather_epi32(rows, codes + c, 1));
+}
+
+#if !defined(LOOM_VARIANT_AVX512AMX)
+/* Input rows x (VNNI_ROWS, those past `rows` repeating the last: not stored) against the packed
+ * panel, in panel_gguf_q8's order. vpdpbusd multiplies unsigned bytes by signed ones: the codes
+ * go in offset by 128 (their top bit flipped) against each row's four activation codes
+ * broadcast, and each sum starts at -128 times the sub-block's activation codes' sum (xs), so it
+ * is exact, the tiles' own. width and mins constant once inlined. 12 rows a call measured the
+ * same as 8 (1B shape, Q6_K and IQ4_XS, prefill 512, Emerald Rapids). */
+#define VNNI_ROWS 8
+static inline __attribute__((always_inline)) void gguf_vnni_rows(const q8row *x, const int32_t *const *xs, int rows,
+                                                                 const uint8_t *pack, const float *dl, const float *ml,
+                                                                 int kp, int width, bool mins, float *y, size_t ldy,
+                                                                 __mmask16 cols) {
+    const __m512i flip = _mm512_set1_epi8((char)0x80);
+    __m512 acc[VNNI_ROWS];
+#pragma GCC unroll 8
+    for (int r = 0; r < VNNI_ROWS; r++) acc[r] = _mm512_setzero_ps();
+    for (int k = 0; k < kp / QACT; k++) {
+        __m512i w[8];
+#pragma GCC unroll 8
+        for (int t = 0; t < 8; t++) w[t] = _mm512_xor_si512(_mm512_loadu_si512(pack + ((size_t)k * 8 + t) * 64), flip);
+        const int u = width == 16 ? 2 * k : k; /* the block's first sub-block */
+        __m512 dv = _mm512_loadu_ps(dl + (size_t)u * PANEL_Q8_W), mv = _mm512_loadu_ps(ml + (size_t)u * PANEL_Q8_W);
+#pragma GCC unroll 8
+        for (int r = 0; r < VNNI_ROWS; r++) {
+            int32_t a[8];
+            memcpy(a, x[r].q + (size_t)k * QACT, sizeof a);
+            __m512i s0 = _mm512_set1_epi32(-128 * xs[r][u]);
+            if (width == 16) {
+                __m512i s1 = _mm512_set1_epi32(-128 * xs[r][u + 1]);
+#pragma GCC unroll 4
+                for (int t = 0; t < 4; t++) {
+                    s0 = _mm512_dpbusd_epi32(s0, w[t], _mm512_set1_epi32(a[t]));
+                    s1 = _mm512_dpbusd_epi32(s1, w[t + 4], _mm512_set1_epi32(a[t + 4]));
+                }
+                __m512 p = _mm512_mul_ps(_mm512_cvtepi32_ps(s0), dv);
+                p = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1), _mm512_loadu_ps(dl + (size_t)(u + 1) * PANEL_Q8_W), p);
+                acc[r] = _mm512_fmadd_ps(p, _mm512_set1_ps(x[r].d[k]), acc[r]);
+            } else {
+#pragma GCC unroll 8
+                for (int t = 0; t < 8; t++) s0 = _mm512_dpbusd_epi32(s0, w[t], _mm512_set1_epi32(a[t]));
+                acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s0), _mm512_mul_ps(dv, _mm512_set1_ps(x[r].d[k])), acc[r]);
+            }
+            for (int h = 0; mins && h < QACT / width; h++)
+                acc[r] = _mm512_fnmadd_ps(h ? _mm512_loadu_ps(ml + (size_t)(u + 1) * PANEL_Q8_W) : mv,
+                                          _mm512_set1_ps(x[r].gsum[u + h]), acc[r]);
+        }
+    }
+    for (int r = 0; r < rows; r++) _mm512_mask_storeu_ps(y + (size_t)r * ldy, cols, acc[r]);
+}
+
+/* nr input rows against the packed panel, VNNI_ROWS at a time, the last group's missing rows
+ * repeating its last row. */
+static void gguf_vnni(const q8row *x, const int32_t *xsum, int nr, const uint8_t *pack, const float *dl,
+                      const float *ml, int kp, int width, bool mins, float *y, size_t ldy, int nw) {
+    const int nsub = kp / width;
+    const __mmask16 cols = (__mmask16)((1u << nw) - 1);
+    for (int r = 0; r < nr; r += VNNI_ROWS) {
+        q8row xr[VNNI_ROWS];
+        const int32_t *xs[VNNI_ROWS];
+        int rows = nr - r < VNNI_ROWS ? nr - r : VNNI_ROWS;
+        for (int i = 0; i < VNNI_ROWS; i++) {
+            int at = r + (i < rows ? i : rows - 1);
+            xr[i] = x[at], xs[i] = xsum + (size_t)at * nsub;
+        }
+        float *yr = y + (size_t)r * ldy;
+#define GV(w, m) gguf_vnni_rows(xr, xs, rows, pack, dl, ml, kp, w, m, yr, ldy, cols)
+        if (width == 16 && mins) GV(16, true);
+        else if (width == 16) GV(16, false);
+        else if (mins) GV(QACT, true);
+        else GV(QACT, false);
+#undef GV
+    }
+}
+#endif
+
+static void panel_gguf_q8(const q8row *x, size_t x_stride, const int32_t *xsum, int nr, const uint8_t *w, size_t ld,
+                          int nw, const qlayout *q, uint8_t *pack, float *y, size_t ldy) {
     const int t = q->gtype, kp = q->kp;
-    int8_t *codes = (int8_t *)pack + (size_t)kp * (PANEL_Q8_W + PANEL_Q8_ROWS); /* after amx.c's part */
+    int8_t *codes = (int8_t *)pack + (size_t)kp * (PANEL_Q8_W + PANEL_Q8_ROWS); /* after the tiles' part */
     float *dl = (float *)(codes + (size_t)kp * PANEL_Q8_W), *ml = dl + (size_t)kp / 16 * PANEL_Q8_W;
     for (int n = 0; n < PANEL_Q8_W; n++) { /* rows past nw repeat the last: their sums are not stored */
         const uint8_t *row = w + (size_t)(n < nw ? n : nw - 1) * ld;
@@ -646,7 +729,14 @@ static void panel_gguf_q8(const q8row *x, size_t x_stride, int nr, const uint8_t
         }
 #undef GU_TYPE
     }
-    amx_panel_gguf(x, x_stride, nr, codes, dl, ml, kp, gtype_split(t), gq_mins(t), pack, y, ldy, nw);
+    gguf_pack(codes, kp, pack);
+#if defined(LOOM_VARIANT_AVX512AMX)
+    (void)xsum; /* the tiles multiply signed bytes by signed bytes */
+    amx_panel_gguf(x, x_stride, nr, pack, dl, ml, kp, gtype_split(t), gq_mins(t), y, ldy, nw);
+#else
+    (void)x_stride;
+    gguf_vnni(x, xsum, nr, pack, dl, ml, kp, gtype_split(t), gq_mins(t), y, ldy, nw);
+#endif
 }
 #endif
 
@@ -1182,10 +1272,12 @@ const cpu_kernels TABLE = {
     .tile_q8 = tile_q8,
 #if defined(LOOM_VARIANT_AVX512AMX)
     .panel_q8 = amx_panel_q8, /* its 8-bit codes unsigned, as the tile's (Q8_OFFSET8 0) */
-    .panel_gguf_q8 = panel_gguf_q8,
 #endif
 #else
     .dot_q8 = dot_q8,
+#endif
+#if defined(LOOM_VARIANT_AVX512BF16)
+    .panel_gguf_q8 = panel_gguf_q8,
 #endif
 #if HAS_BF16_DOT
     .dot_bf16x = dot_bf16x,

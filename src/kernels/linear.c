@@ -228,23 +228,25 @@ static void panels_amx(const float *xq, size_t ldq, int mp, int wp, const wmat *
     }
 }
 
-/* A GGUF prefill of m int8 rows through the variant's AMX panel (cpu.h's panel_gguf_q8), a
- * thread's task PANEL_Q8_W weight rows against every input row. */
+/* A GGUF prefill of m int8 rows through the variant's panel (cpu.h's panel_gguf_q8: AMX or
+ * AVX-512 VNNI), a thread's task PANEL_Q8_W weight rows against every input row. */
 static void panels_gguf(const float *xq, size_t ldq, int m, const wmat *w, float *y, size_t ldy) {
-    static _Thread_local fbuf rows_buf, sums_buf;
+    static _Thread_local fbuf rows_buf, sums_buf, isums_buf;
     const qlayout *ql = w->q;
     const int kp = ql->kp, width = gtype_split(ql->gtype), nsub = kp / width;
     q8row *xr = (q8row *)fbuf_get(&rows_buf, (size_t)m * sizeof *xr / sizeof(float) + 1);
     float *sums = fbuf_get(&sums_buf, (size_t)m * nsub);
-    if (!xr || !sums) return;
+    int32_t *isums = (int32_t *)fbuf_get(&isums_buf, (size_t)m * nsub);
+    if (!xr || !sums || !isums) return;
 #pragma omp parallel for schedule(static)
-    for (int r = 0; r < m; r++) { /* each sub-block's activations added, times its block's scale */
+    for (int r = 0; r < m; r++) { /* each sub-block's activations added, and times its block's scale */
         const int8_t *q = (const int8_t *)(xq + (size_t)r * ldq);
         const float *d = xq + (size_t)r * ldq + kp / 4;
         float *s = sums + (size_t)r * nsub;
         for (int u = 0; u < nsub; u++) {
             int sum = 0;
             for (int c = u * width; c < (u + 1) * width; c++) sum += q[c];
+            isums[(size_t)r * nsub + u] = sum;
             s[u] = (float)sum * d[u * width / QACT];
         }
         xr[r] = (q8row){q, d, s};
@@ -256,16 +258,16 @@ static void panels_gguf(const float *xq, size_t ldq, int m, const wmat *w, float
         uint8_t *pack = (uint8_t *)fbuf_get(&pack_buf, PANEL_GGUF_PACK(kp) / sizeof(float) + 1);
         if (!pack) continue;
         int n0 = p * PANEL_Q8_W, nw = w->rows - n0 < PANEL_Q8_W ? w->rows - n0 : PANEL_Q8_W;
-        cpu()->panel_gguf_q8(xr, ldq * sizeof(float), m, (const uint8_t *)w->data + (size_t)n0 * w->ld, w->ld, nw, ql,
-                             pack, y + n0, ldy);
+        cpu()->panel_gguf_q8(xr, ldq * sizeof(float), isums, m, (const uint8_t *)w->data + (size_t)n0 * w->ld, w->ld,
+                             nw, ql, pack, y + n0, ldy);
     }
 }
 
 /* y = xq W^T for GGUF blocks on m int8 rows (ldq floats apart). A short pass (decode) streams
  * each weight row once through the variant's dot_gguf_q8, four input rows a call, one thread's
  * rows one sequential stream; its order is the same for any rows, so a row's bits never depend
- * on the pass. A long one (prefill) takes the AMX panel where the CPU has one (its own order,
- * again the same for any rows), else computes exactly on the values the int8 rows stand for
+ * on the pass. A long one (prefill) takes the AMX or AVX-512 VNNI panel where the CPU has one
+ * (its own order, again the same for any rows), else computes exactly on the values the int8 rows stand for
  * (q d) through the panels of decoded blocks: decode and prefill then differ only in the order
  * of their fp32 sums, as FP8's do (linear_fp8x). */
 static void linear_gguf_q8_rows(const float *xq, size_t ldq, int m, int pass_rows, const wmat *w, float *y,
