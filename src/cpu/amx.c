@@ -4,7 +4,9 @@
  * because oneDNN's u8s8 matmul sums over the whole row before it scales: the int8 order every
  * variant keeps (cpu.h) scales each 32-column block's exact sum by its own activation scale, so
  * a tile instruction covers one block, its int32 sums leave the tile, and the fp32 steps follow
- * tile_q8's to the operation. Integer sums are exact, so the bits are the same as tile_q8's. */
+ * tile_q8's to the operation. Integer sums are exact, so the bits are the same as tile_q8's.
+ * GGUF blocks take the same tiles a sub-block at a time (amx_panel_gguf), in panel_gguf_q8's
+ * order, which variant.c's AVX-512 VNNI panel keeps too. */
 #include <immintrin.h>
 #include <stdbool.h>
 #include <stdint.h>
