@@ -25,7 +25,8 @@
 #endif
 
 extern const cpu_kernels cpu_generic;
-#if defined(__x86_64__)
+#if defined(LOOM_CPU_GENERIC_ONLY) /* a build of the generic variant alone (CMakeLists.txt) */
+#elif defined(__x86_64__)
 extern const cpu_kernels cpu_avx2, cpu_avx2vnni, cpu_avx512, cpu_avx512bf16, cpu_avx512amx;
 /* libgcc's checks include the OS's consent (XCR0) to save the wider registers */
 static bool has_avx512(void) { return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma"); }
@@ -63,7 +64,8 @@ static const struct variant {
     const cpu_kernels *k;
     bool (*runs)(void);
 } variants[] = {
-#if defined(__x86_64__)
+#if defined(LOOM_CPU_GENERIC_ONLY)
+#elif defined(__x86_64__)
     {&cpu_avx512amx, has_avx512amx}, {&cpu_avx512bf16, has_avx512bf16},
     {&cpu_avx512, has_avx512},       {&cpu_avx2vnni, has_avx2vnni},
     {&cpu_avx2, has_avx2},
