@@ -605,7 +605,7 @@ static void dot_gguf_q8(const q8row *x, int nr, const uint8_t *w, const qlayout 
 static inline __attribute__((always_inline)) void gguf_unpack_row(int t, const uint8_t *w, const qlayout *q, int n,
                                                                   int8_t *codes, float *dl, float *ml) {
     const gtype_info *g = &gtype_table[t];
-    const int per = g->block / QACT, n32 = q->kp / QACT, halves = gtype_split(t) == 16;
+    const int per = g->block / QACT, n32 = q->kp / QACT, halves = gq_sub16(t);
     gq_scales s;
     for (int i = 0, j = q->g0 / QACT; i < n32; j = 0, w += g->bytes) {
         int end = per - j < n32 - i ? per : j + n32 - i;

@@ -228,6 +228,21 @@ static void panels_amx(const float *xq, size_t ldq, int mp, int wp, const wmat *
     }
 }
 
+/* Row r of the int8 rows xq (ldq floats apart, kp columns) as the GGUF kernels take it: each
+ * `width`-column sub-block's activation codes added (into isum when given), times its block's
+ * scale (one rounding) into gsum. */
+static q8row gguf_row(const float *xq, size_t ldq, int r, int kp, int width, float *gsum, int32_t *isum) {
+    const int8_t *q = (const int8_t *)(xq + (size_t)r * ldq);
+    const float *d = xq + (size_t)r * ldq + kp / 4;
+    for (int u = 0; u < kp / width; u++) {
+        int sum = 0;
+        for (int c = u * width; c < (u + 1) * width; c++) sum += q[c];
+        if (isum) isum[u] = sum;
+        gsum[u] = (float)sum * d[u * width / QACT];
+    }
+    return (q8row){q, d, gsum};
+}
+
 /* A GGUF prefill of m int8 rows through the variant's panel (cpu.h's panel_gguf_q8: AMX or
  * AVX-512 VNNI), a thread's task PANEL_Q8_W weight rows against every input row. */
 static void panels_gguf(const float *xq, size_t ldq, int m, const wmat *w, float *y, size_t ldy) {
@@ -239,18 +254,8 @@ static void panels_gguf(const float *xq, size_t ldq, int m, const wmat *w, float
     int32_t *isums = (int32_t *)fbuf_get(&isums_buf, (size_t)m * nsub);
     if (!xr || !sums || !isums) return;
 #pragma omp parallel for schedule(static)
-    for (int r = 0; r < m; r++) { /* each sub-block's activations added, and times its block's scale */
-        const int8_t *q = (const int8_t *)(xq + (size_t)r * ldq);
-        const float *d = xq + (size_t)r * ldq + kp / 4;
-        float *s = sums + (size_t)r * nsub;
-        for (int u = 0; u < nsub; u++) {
-            int sum = 0;
-            for (int c = u * width; c < (u + 1) * width; c++) sum += q[c];
-            isums[(size_t)r * nsub + u] = sum;
-            s[u] = (float)sum * d[u * width / QACT];
-        }
-        xr[r] = (q8row){q, d, s};
-    }
+    for (int r = 0; r < m; r++)
+        xr[r] = gguf_row(xq, ldq, r, kp, width, sums + (size_t)r * nsub, isums + (size_t)r * nsub);
     int panels = (w->rows + PANEL_Q8_W - 1) / PANEL_Q8_W;
 #pragma omp parallel for schedule(static)
     for (int p = 0; p < panels; p++) {
@@ -267,9 +272,9 @@ static void panels_gguf(const float *xq, size_t ldq, int m, const wmat *w, float
  * each weight row once through the variant's dot_gguf_q8, four input rows a call, one thread's
  * rows one sequential stream; its order is the same for any rows, so a row's bits never depend
  * on the pass. A long one (prefill) takes the AMX or AVX-512 VNNI panel where the CPU has one
- * (its own order, again the same for any rows), else computes exactly on the values the int8 rows stand for
- * (q d) through the panels of decoded blocks: decode and prefill then differ only in the order
- * of their fp32 sums, as FP8's do (linear_fp8x). */
+ * (its own order, again the same for any rows), else computes exactly on the values the int8
+ * rows stand for (q d) through the panels of decoded blocks: decode and prefill then differ
+ * only in the order of their fp32 sums, as FP8's do (linear_fp8x). */
 static void linear_gguf_q8_rows(const float *xq, size_t ldq, int m, int pass_rows, const wmat *w, float *y,
                                 size_t ldy) {
     static _Thread_local fbuf buf;
@@ -278,7 +283,7 @@ static void linear_gguf_q8_rows(const float *xq, size_t ldq, int m, int pass_row
         panels_gguf(xq, ldq, m, w, y, ldy);
         return;
     }
-    if (pass_rows > FEW_ROWS || m > FEW_ROWS) {
+    if (pass_rows > FEW_ROWS || m > FEW_ROWS) { /* no panel: exact on the rows' values */
         float *xv = fbuf_get(&buf, (size_t)m * kp);
         if (!xv) return;
 #pragma omp parallel for schedule(static)
@@ -295,17 +300,7 @@ static void linear_gguf_q8_rows(const float *xq, size_t ldq, int m, int pass_row
     float *sums = fbuf_get(&buf, (size_t)m * kp / QACT); /* each block's q d, for the mins */
     if (!sums) return;
     q8row xr[FEW_ROWS];
-    for (int r = 0; r < m; r++) {
-        const int8_t *q = (const int8_t *)(xq + (size_t)r * ldq);
-        const float *d = xq + (size_t)r * ldq + kp / 4;
-        float *s = sums + (size_t)r * kp / QACT;
-        for (int b = 0; b < kp / QACT; b++) {
-            int sum = 0;
-            for (int c = b * QACT; c < (b + 1) * QACT; c++) sum += q[c];
-            s[b] = (float)sum * d[b];
-        }
-        xr[r] = (q8row){q, d, s};
-    }
+    for (int r = 0; r < m; r++) xr[r] = gguf_row(xq, ldq, r, kp, QACT, sums + (size_t)r * kp / QACT, NULL);
     const cpu_kernels *k = cpu();
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < w->rows; n++)
