@@ -403,6 +403,7 @@ static int mpi_dump(const char *name, const char *path) {
 
 int main(int argc, char **argv) {
     if (argc == 4 && !strcmp(argv[1], "--mpi-dump")) return mpi_dump(argv[2], argv[3]);
+    check_cpu_variant();
     test_truncate();
     test_verify_distribution();
     test_bad_input();
