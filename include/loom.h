@@ -250,6 +250,11 @@ typedef struct loom_launch_options {
                              them, and which slows plain collectives */
     bool forward_signals; /* shm: SIGTERM and SIGINT to the launcher go to rank 0 (which then
                              stops the job itself, as `loom serve` drains) instead of ending it */
+    const char *cpu_bind; /* where each rank of this machine runs (--cpu-bind): NULL or "auto"
+                             splits the cores this process may use among its ranks by the
+                             topology (one NUMA node a rank when they match), binds each rank's
+                             threads and memory there, and under mpirun keeps the launcher's
+                             binding; "none" binds nothing; "0-7|8-15" gives each rank its PUs */
 } loom_launch_options;
 LOOM_API int loom_launch(const loom_launch_options *o, loom_rank_fn fn, void *arg, loom_err *err);
 LOOM_API int loom_comm_rank(const loom_comm *c);

@@ -2,7 +2,7 @@
 # Installs the Debian packages loom builds and tests with. Idempotent; run as root (or with sudo).
 set -euo pipefail
 pkgs=(cmake gcc make pkg-config binutils libopenblas-openmp-dev libdnnl-dev libpcre2-dev libcjson-dev libmicrohttpd-dev libopenmpi-dev openmpi-bin
-      libunistring-dev libxxhash-dev
+      libunistring-dev libxxhash-dev libhwloc-dev
       python3 python3-venv)
 [ "${LOOM_WITH_FUZZ:-0}" = 1 ] && pkgs+=(clang libclang-rt-14-dev libomp-14-dev)
 [ "${LOOM_WITH_FORMAT:-0}" = 1 ] && pkgs+=(clang-format) # scripts/check-format.sh

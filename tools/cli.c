@@ -92,6 +92,7 @@ int cli_common_arg(cli_common *c, int argc, char **argv, int *i) {
         if (!strcmp(c->backend, "mpi") && c->tp == 1) c->tp = 0; /* the job's size unless -tp says */
     } else if (!strcmp(a, "--comm-timeout")) c->comm_timeout = cli_float(a, cli_value(argc, argv, i));
     else if (!strcmp(a, "--comm-spin")) c->comm_spin = (int)cli_int(a, cli_value(argc, argv, i), 0, 1 << 30);
+    else if (!strcmp(a, "--cpu-bind")) c->cpu_bind = cli_value(argc, argv, i);
     else if (!strcmp(a, "--enable-sequence-parallel") || !strcmp(a, "-sp")) c->sp = true;
     else if (!strcmp(a, "--enable-async-tp")) c->async_tp = c->sp = true;
     else if (!strcmp(a, "--enable-expert-parallel") || !strcmp(a, "-ep")) c->ep = true;
@@ -242,6 +243,7 @@ int cli_launch(const cli_common *c, const loom_model *m, const loom_engine_optio
                               .timeout_s = c->comm_timeout,
                               .spin = c->comm_spin,
                               .isolate = c->isolate,
+                              .cpu_bind = c->cpu_bind,
                               .mpi_progress = eo->async_tp || eo->pipeline_parallel > 1,
                               .slot_bytes = slot > min_slot_bytes ? slot : min_slot_bytes,
                               .forward_signals = min_slot_bytes > 0};

@@ -22,6 +22,7 @@ typedef struct cli_common {
     const char *backend;           /* --backend shm|mpi */
     double comm_timeout;           /* --comm-timeout seconds */
     int comm_spin;                 /* --comm-spin iterations (-1: default) */
+    const char *cpu_bind;          /* --cpu-bind auto|none|LIST|LIST (NULL: auto) */
     bool sp;                       /* --enable-sequence-parallel */
     bool async_tp;                 /* --enable-async-tp (implies sp) */
     bool ep;                       /* --enable-expert-parallel */

@@ -377,3 +377,14 @@ int comm_mpi_run(int tp, int dp, int pp, double timeout_s, bool progress_thread,
     MPI_Finalize();
     return rc;
 }
+
+void comm_mpi_node_rank(int *rank, int *size) {
+    MPI_Comm node;
+    if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) != MPI_SUCCESS) {
+        *rank = 0, *size = 1; /* unknown: as if alone */
+        return;
+    }
+    MPI_Comm_rank(node, rank);
+    MPI_Comm_size(node, size);
+    MPI_Comm_free(&node);
+}

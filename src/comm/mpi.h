@@ -10,4 +10,8 @@
 int comm_mpi_run(int tp, int dp, int pp, double timeout_s, bool progress_thread, loom_rank_fn fn, void *arg,
                  loom_err *err);
 
+/* This process's rank among the job's ranks on its machine, and their count (a collective:
+ * every rank calls it, inside comm_mpi_run). */
+void comm_mpi_node_rank(int *rank, int *size);
+
 #endif

@@ -12,15 +12,20 @@
 #include "plan/stage.h"
 #include "runtime/bind.h"
 #include "runtime/engine.h"
+#include "runtime/topology.h"
 #include "util/alloc.h"
 #include "util/err.h"
 
 static int round_up(int n, int k) { return (n + k - 1) / k * k; }
 
+/* By default a rank runs a thread on each core it was placed on (runtime/topology.c), or, left
+ * unplaced, on its share of the cores this process sees. */
 static void set_threads(int threads, int ranks) {
+    if (threads <= 0) threads = topology_cores();
     if (threads <= 0) threads = omp_get_num_procs() / ranks > 0 ? omp_get_num_procs() / ranks : 1;
     omp_set_num_threads(threads);
     openblas_set_num_threads(threads);
+    topology_pin_threads(threads);
 }
 
 /* Tensors no op reads, reported by the first rank of each stage for its own part (under expert

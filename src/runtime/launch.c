@@ -16,6 +16,7 @@
 
 #include "comm/mpi.h"
 #include "comm/shm.h"
+#include "runtime/topology.h"
 #include "util/alloc.h"
 #include "util/err.h"
 
@@ -27,13 +28,19 @@ static double now(void) {
     return t.tv_sec + t.tv_nsec * 1e-9;
 }
 
-static int run_rank(shm_arena *a, int rank, pid_t parent, loom_rank_fn fn, void *arg) {
+static int run_rank(shm_arena *a, int rank, int n, const char *cpu_bind, pid_t parent, loom_rank_fn fn, void *arg) {
     prctl(PR_SET_PDEATHSIG, SIGKILL); /* a killed supervisor takes its ranks along */
     if (getppid() != parent) _exit(1);
     char name[32]; /* what top and ps show (the first 15 bytes): which rank is busy, which sleeps */
     snprintf(name, sizeof name, "loom rank %d", rank);
     prctl(PR_SET_NAME, name);
     if (rank != 0 && !freopen("/dev/null", "w", stdout)) _exit(1);
+    loom_err err = {{0}};
+    if (topology_place_rank(cpu_bind, rank, n, false, &err)) { /* a bad --cpu-bind */
+        fprintf(stderr, "loom: rank %d: %s\n", rank, err.msg);
+        shm_arena_abort(a);
+        _exit(2);
+    }
     loom_comm *c = comm_shm(a, rank);
     if (!c) {
         fprintf(stderr, "loom: rank %d: cannot allocate its communicator\n", rank);
@@ -101,6 +108,9 @@ static void forward_to_rank0(int sig) {
 
 static int launch_shm(const loom_launch_options *o, const comm_layout *l, loom_rank_fn fn, void *arg, loom_err *err) {
     int n = comm_layout_size(l);
+    rank_place check; /* a bad --cpu-bind fails here, before any rank starts */
+    for (int r = 0; r < n; r++)
+        if (topology_decide(o->cpu_bind, r, n, false, NULL, &check, err)) return 2;
     shm_arena *a =
         shm_arena_create(l, o->slot_bytes, o->timeout_s > 0 ? o->timeout_s : 60, o->spin >= 0 ? o->spin : 2000, err);
     if (!a) return 1;
@@ -114,7 +124,7 @@ static int launch_shm(const loom_launch_options *o, const comm_layout *l, loom_r
     int forked = 0;
     for (; forked < n; forked++) {
         pid_t pid = fork();
-        if (pid == 0) run_rank(a, forked, parent, fn, arg);
+        if (pid == 0) run_rank(a, forked, n, o->cpu_bind, parent, fn, arg);
         if (pid < 0) break;
         pids[forked] = pid;
     }
@@ -143,6 +153,27 @@ static int launch_shm(const loom_launch_options *o, const comm_layout *l, loom_r
     return rc;
 }
 
+#if LOOM_HAVE_MPI
+/* mpi: each process places itself among the job's ranks on its machine, then runs fn. */
+typedef struct {
+    loom_rank_fn fn;
+    void *arg;
+    const char *cpu_bind;
+} placed_rank;
+
+static int run_placed(loom_comm *c, void *arg) {
+    placed_rank *p = arg;
+    int rank, n;
+    comm_mpi_node_rank(&rank, &n);
+    loom_err err = {{0}};
+    if (topology_place_rank(p->cpu_bind, rank, n, true, &err)) {
+        fprintf(stderr, "loom: rank %d: %s\n", loom_comm_rank(c), err.msg);
+        return 2;
+    }
+    return p->fn(c, p->arg);
+}
+#endif
+
 int loom_launch(const loom_launch_options *o, loom_rank_fn fn, void *arg, loom_err *err) {
     const char *be = o->backend ? o->backend : "shm";
     if (o->pp < 0) {
@@ -156,7 +187,8 @@ int loom_launch(const loom_launch_options *o, loom_rank_fn fn, void *arg, loom_e
     int pp = o->pp > 1 ? o->pp : 1, dp = o->dp > 1 ? o->dp : 1;
     if (!strcmp(be, "mpi")) {
 #if LOOM_HAVE_MPI
-        return comm_mpi_run(o->tp, dp, pp, o->timeout_s > 0 ? o->timeout_s : 60, o->mpi_progress, fn, arg, err);
+        placed_rank p = {fn, arg, o->cpu_bind};
+        return comm_mpi_run(o->tp, dp, pp, o->timeout_s > 0 ? o->timeout_s : 60, o->mpi_progress, run_placed, &p, err);
 #else
         loom_errf(err, "--backend mpi: this build has no MPI backend (configured with -DLOOM_MPI=OFF)");
         return 2;
@@ -172,6 +204,7 @@ int loom_launch(const loom_launch_options *o, loom_rank_fn fn, void *arg, loom_e
     }
     comm_layout l = {o->tp, dp, pp};
     if (comm_layout_size(&l) == 1 && !o->isolate) { /* no ranks to start: run here */
+        if (topology_place_rank(o->cpu_bind, 0, 1, false, err)) return 2;
         loom_comm *c = comm_local();
         if (!c) {
             loom_errf(err, "cannot allocate a communicator for one rank");
