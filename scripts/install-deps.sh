@@ -2,8 +2,10 @@
 # Installs the Debian packages loom builds and tests with. Idempotent; run as root (or with sudo).
 set -euo pipefail
 pkgs=(cmake gcc make pkg-config binutils libopenblas-openmp-dev libdnnl-dev libpcre2-dev libcjson-dev libmicrohttpd-dev libopenmpi-dev openmpi-bin
-      libunistring-dev libxxhash-dev libhwloc-dev
+      libunistring-dev libxxhash-dev libhwloc-dev libudev-dev
       python3 python3-venv)
+# libhwloc-dev places ranks (src/runtime/topology.c); libudev-dev only for the -ludev that
+# hwloc's pkg-config file adds to a static link (scripts/check-install.sh links libloom.a)
 [ "${LOOM_WITH_FUZZ:-0}" = 1 ] && pkgs+=(clang libclang-rt-14-dev libomp-14-dev)
 [ "${LOOM_WITH_FORMAT:-0}" = 1 ] && pkgs+=(clang-format) # scripts/check-format.sh
 [ "${LOOM_WITH_BROWSER:-0}" = 1 ] && pkgs+=(chromium chromium-driver) # tests/chat_page.py
