@@ -108,9 +108,7 @@ static void forward_to_rank0(int sig) {
 
 static int launch_shm(const loom_launch_options *o, const comm_layout *l, loom_rank_fn fn, void *arg, loom_err *err) {
     int n = comm_layout_size(l);
-    rank_place check; /* a bad --cpu-bind fails here, before any rank starts */
-    for (int r = 0; r < n; r++)
-        if (topology_decide(o->cpu_bind, r, n, false, NULL, &check, err)) return 2;
+    if (topology_check(o->cpu_bind, n, err)) return 2; /* a bad --cpu-bind, before any rank starts */
     shm_arena *a =
         shm_arena_create(l, o->slot_bytes, o->timeout_s > 0 ? o->timeout_s : 60, o->spin >= 0 ? o->spin : 2000, err);
     if (!a) return 1;

@@ -153,15 +153,30 @@ static int decide(hwloc_topology_t t, const char *spec, int rank, int n, bool la
     return 0;
 }
 
-int topology_decide(const char *spec, int rank, int n, bool launcher, const char *given, rank_place *out,
-                    loom_err *err) {
+/* Ranks r0 to r1 - 1 of n decided on one reading of the topology; out holds the last. */
+static int decide_ranks(const char *spec, int r0, int r1, int n, bool launcher, const char *given, rank_place *out,
+                        loom_err *err) {
     hwloc_topology_t t;
     if (load(&t, err)) return -1;
     hwloc_bitmap_t set = hwloc_bitmap_alloc();
-    int rc = decide(t, spec, rank, n, launcher, given, set, out, err);
+    int rc = 0;
+    for (int r = r0; r < r1 && !rc; r++) {
+        hwloc_bitmap_zero(set);
+        rc = decide(t, spec, r, n, launcher, given, set, out, err);
+    }
     hwloc_bitmap_free(set);
     hwloc_topology_destroy(t);
     return rc;
+}
+
+int topology_decide(const char *spec, int rank, int n, bool launcher, const char *given, rank_place *out,
+                    loom_err *err) {
+    return decide_ranks(spec, rank, rank + 1, n, launcher, given, out, err);
+}
+
+int topology_check(const char *spec, int n, loom_err *err) {
+    rank_place p;
+    return decide_ranks(spec, 0, n, n, false, NULL, &p, err);
 }
 
 static void forget(void) {
@@ -226,6 +241,11 @@ int topology_decide(const char *spec, int rank, int n, bool launcher, const char
 int topology_place_rank(const char *spec, int rank, int n, bool launcher, loom_err *err) {
     rank_place p;
     return topology_decide(spec, rank, n, launcher, NULL, &p, err);
+}
+
+int topology_check(const char *spec, int n, loom_err *err) {
+    (void)spec, (void)n, (void)err;
+    return 0;
 }
 
 int topology_cores(void) { return 0; }

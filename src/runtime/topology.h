@@ -9,7 +9,7 @@
 
 typedef struct rank_place {
     bool bound;      /* loom binds this rank's cores and memory */
-    bool launcher;   /* the launcher (mpirun, taskset) bound it to a part of the machine: kept */
+    bool launcher;   /* mpirun bound it to a part of the machine: kept */
     bool interleave; /* its cores span several NUMA nodes: memory interleaved over them */
     int cores;       /* cores it runs on, its default thread count (0: unknown) */
     int nodes_n;     /* NUMA nodes its memory comes from */
@@ -33,6 +33,9 @@ typedef struct rank_place {
 int topology_decide(const char *spec, int rank, int n, bool launcher, const char *given, rank_place *out,
                     loom_err *err);
 
+/* Every rank's decision of a job of n ranks here, for a bad spec's error before any starts. */
+int topology_check(const char *spec, int n, loom_err *err);
+
 /* Decides as above for this process and applies it: binds the process's cpus and memory policy,
  * remembers the cores for topology_pin_threads, and prints the placement on stderr when the job
  * has several ranks here or the machine several NUMA nodes. A failed bind is a warning. */
@@ -46,7 +49,7 @@ int topology_cores(void);
  * caches and the memory node beside them. */
 void topology_pin_threads(int threads);
 
-/* One line: "cores 0-7 (8), NUMA node 0" and how. */
+/* One line: "PUs 0-7 (4 cores), NUMA node 0, memory bound there", or by whom or why not. */
 void topology_describe(const rank_place *p, char *out, size_t cap);
 
 #endif
