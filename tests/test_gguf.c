@@ -218,7 +218,7 @@ static void check_types(void) {
     int types = 0;
     for (size_t i = 0; i < f.n_tensors; i++)
         if (!strstr(f.tensors[i].name, ".ref")) check_type(&f, &f.tensors[i]), types++;
-    CHECK(types == 14, "%d types in %s", types, GOLDEN);
+    CHECK(types == 15, "%d types in %s", types, GOLDEN);
     gguf_close(&f);
 }
 

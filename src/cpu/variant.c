@@ -247,19 +247,20 @@ static inline __attribute__((always_inline)) void gg_block32(int t, const uint8_
     }
 }
 
-/* IQ4_NL's block of 32 or IQ4_XS's of 256 (8 groups of 32 under 6-bit sub-scales) at b into out:
- * d (or d times the sub-scale) times each code's level. */
+/* IQ4_NL's block of 32 or IQ4_XS's of 256 (8 groups of 32 under 6-bit sub-scales), or MXFP4's of
+ * 32, at b into out: d (or d times the sub-scale) times each code's level. */
 static inline __attribute__((always_inline)) void gg_iq4(int t, const uint8_t *b, float *out) {
-    float d = gguf_f16(b);
+    bool mx = t == GT_MXFP4;
+    float d = mx ? gguf_e8m0_half(b[0]) : gguf_f16(b);
     int groups = t == GT_IQ4_XS ? 8 : 1;
     unsigned sh = b[2] | (unsigned)b[3] << 8;
     for (int g = 0; g < groups; g++) {
-        const uint8_t *qs = t == GT_IQ4_XS ? b + 8 + g * 16 : b + 2;
+        const uint8_t *qs = t == GT_IQ4_XS ? b + 8 + g * 16 : b + (mx ? 1 : 2);
         int ls = ((b[4 + g / 2] >> (4 * (g % 2))) & 15) | (int)((sh >> (2 * g)) & 3) << 4;
         float dl = t == GT_IQ4_XS ? d * (float)(ls - 32) : d;
         for (int u = 0; u < 16; u += VL) {
             vf lo, hi;
-            vlevels_nib(qs + u, gguf_iq4_levels, &lo, &hi);
+            vlevels_nib(qs + u, mx ? gguf_mxfp4_levels : gguf_iq4_levels, &lo, &hi);
             vstore(out + g * 32 + u, vmul(vset1(dl), lo));
             vstore(out + g * 32 + 16 + u, vmul(vset1(dl), hi));
         }
@@ -288,6 +289,7 @@ static void gguf_span(int t, const uint8_t *row, int c0, int n, float *out) {
         GG_LOOP(GT_Q8_0, 32, gg_block32)
         GG_LOOP(GT_IQ4_NL, 32, gg_iq4)
         GG_LOOP(GT_IQ4_XS, QK_K, gg_iq4)
+        GG_LOOP(GT_MXFP4, 32, gg_iq4)
     case GT_F16:
     case GT_BF16: /* one-element blocks: the store hands them over as plain dtypes, so test_gguf alone reads them here */
         for (int c = 0; c < n; c++, b += 2)
@@ -399,7 +401,7 @@ static inline __attribute__((always_inline)) void gq_header(int t, const uint8_t
         return;
     }
     default: /* blocks of 32: one scale; Q4_1's and Q5_1's min is added, so taken off negated */
-        s->dl[0] = gguf_f16(b);
+        s->dl[0] = t == GT_MXFP4 ? gguf_e8m0_half(b[0]) : gguf_f16(b);
         if (gq_mins(t)) s->ml[0] = -gguf_f16(b + 2);
         return;
     }
@@ -431,6 +433,7 @@ static inline __attribute__((always_inline)) vgb gq_codes(int t, const uint8_t *
     }
     case GT_IQ4_XS: return vgb_levels(vgb_nib16(b + 8 + j * 16), gguf_iq4_levels);
     case GT_IQ4_NL: return vgb_levels(vgb_nib16(b + 2), gguf_iq4_levels);
+    case GT_MXFP4: return vgb_levels(vgb_nib16(b + 1), gguf_mxfp4_levels);
     case GT_Q4_0: return vgb_sub(vgb_nib16(b + 2), 8);
     case GT_Q4_1: return vgb_nib16(b + 4);
     case GT_Q5_0:
@@ -591,6 +594,7 @@ static void dot_gguf_q8(const q8row *x, int nr, const uint8_t *w, const qlayout 
         GQ_TYPE(GT_Q8_0)
         GQ_TYPE(GT_IQ4_NL)
         GQ_TYPE(GT_IQ4_XS)
+        GQ_TYPE(GT_MXFP4)
     default: return; /* plain element types compute on fp32 activations (runtime/bind.c) */
     }
 #undef GQ_TYPE
@@ -725,6 +729,7 @@ static void panel_gguf_q8(const q8row *x, size_t x_stride, const int32_t *xsum, 
             GU_TYPE(GT_Q8_0)
             GU_TYPE(GT_IQ4_NL)
             GU_TYPE(GT_IQ4_XS)
+            GU_TYPE(GT_MXFP4)
         default: return; /* plain element types compute on fp32 activations (runtime/bind.c) */
         }
 #undef GU_TYPE

@@ -234,7 +234,7 @@ static int part_as_file(weight_store *ws, gguf_file *parts, int n_parts, int at,
         if (!gtype_table[g->type].decoded)
             return loom_errf(err,
                              "%s: tensor '%s' has type %s, which loom does not decode (F32, F16, BF16, Q4_0, "
-                             "Q4_1, Q5_0, Q5_1, Q8_0, Q2_K to Q6_K, IQ4_NL, IQ4_XS)",
+                             "Q4_1, Q5_0, Q5_1, Q8_0, Q2_K to Q6_K, IQ4_NL, IQ4_XS, MXFP4)",
                              p->name, g->name, gtype_table[g->type].name);
         if (!(t->name = mem_strdup(name, "a tensor name", err))) return -1;
         t->ndim = g->ndim, t->nbytes = g->nbytes, t->data = g->data;

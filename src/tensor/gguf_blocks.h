@@ -33,6 +33,7 @@ enum gtype {
     GT_IQ4_NL = 20,
     GT_IQ4_XS = 23,
     GT_BF16 = 30,
+    GT_MXFP4 = 39,
     GT_COUNT = 40 /* numbers below this are named (gguf_type_name); higher ones are unknown */
 };
 
@@ -46,8 +47,7 @@ typedef struct gtype_info {
 } gtype_info;
 
 /* Every type ggml numbers below GT_COUNT, with its size; the ones loom does not decode (other IQ
- * types, ternary, MXFP4 of ggml's layout) keep their names so that a file using one is refused by
- * name. */
+ * types, ternary) keep their names so that a file using one is refused by name. */
 static const gtype_info gtype_table[GT_COUNT] = {
     [0] = {"F32", 1, 4, true},         [1] = {"F16", 1, 2, true},          [2] = {"Q4_0", 32, 18, true},
     [3] = {"Q4_1", 32, 20, true},      [6] = {"Q5_0", 32, 22, true},       [7] = {"Q5_1", 32, 24, true},
@@ -59,7 +59,7 @@ static const gtype_info gtype_table[GT_COUNT] = {
     [23] = {"IQ4_XS", 256, 136, true}, [24] = {"I8", 1, 1, false},         [25] = {"I16", 1, 2, false},
     [26] = {"I32", 1, 4, false},       [27] = {"I64", 1, 8, false},        [28] = {"F64", 1, 8, false},
     [29] = {"IQ1_M", 256, 56, false},  [30] = {"BF16", 1, 2, true},        [34] = {"TQ1_0", 256, 54, false},
-    [35] = {"TQ2_0", 256, 66, false},  [39] = {"MXFP4", 32, 17, false},
+    [35] = {"TQ2_0", 256, 66, false},  [39] = {"MXFP4", 32, 17, true},
 };
 
 /* The finest share of a row a rank may take: a k-quant's sub-block (both sides of the cut read
@@ -97,6 +97,18 @@ static inline float gguf_f16(const uint8_t *p) {
 
 /* IQ4_NL's and IQ4_XS's sixteen non-uniform levels */
 static const int8_t gguf_iq4_levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+
+/* MXFP4 as ggml stores it (GPT-OSS's experts): a block of 32 is one E8M0 exponent byte e, then
+ * IQ4_NL's nibble order (byte j: weight j low, weight j + 16 high). Its codes are e2m1 values
+ * doubled, integers, so the scale is 2^(e - 127) halved: 2^(e - 128), a subnormal float for e < 2
+ * (ggml's GGML_E8M0_TO_FP32_HALF). Integer codes let it meet int8 activations as IQ4_NL does. */
+static const int8_t gguf_mxfp4_levels[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+static inline float gguf_e8m0_half(uint8_t e) {
+    uint32_t bits = e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23;
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
 
 /* Byte k of the result = nibble k of w (IQ4_XS's low scale bits), and 2-bit field k of w (its
  * high ones), for k < 8: the fields moved apart by halves */

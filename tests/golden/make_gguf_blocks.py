@@ -5,7 +5,9 @@ For each type T the file holds tensor "T": ROWS rows of COLS weights as raw bloc
 the same weights as gguf.quants.dequantize gives them, in F32. The codes are random bytes, so
 every code and sub-block scale appears; the f16 scales (d, and dmin or m where the type has one)
 are drawn from a list of edge values (zero, negative, subnormal, the largest finite half, one)
-and random normal halves, never Inf or NaN.
+and random normal halves, never Inf or NaN. MXFP4's E8M0 exponent byte likewise: the two that
+make a subnormal scale (0, 1), 2, 127, 128 and 160, then random ones around 127 (bytes past 252
+would put 12 x 2^(e - 128) beyond the largest float).
 
 Beside OUT, mla.gguf holds DeepSeek's kv_b_proj as llama.cpp's converter splits it, per head
 into attn_k_b (k's rows transposed) in Q8_0 and attn_v_b in Q5_1 (random blocks), and "kv_b.ref",
@@ -24,10 +26,11 @@ from gguf.quants import dequantize
 
 ROWS, COLS = 4, 512
 TYPES = [T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0, T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K, T.IQ4_NL, T.IQ4_XS,
-         T.F16, T.BF16]
+         T.F16, T.BF16, T.MXFP4]
 # byte offsets of each type's f16 scales within a block
 HALVES = {T.Q4_0: [0], T.Q4_1: [0, 2], T.Q5_0: [0], T.Q5_1: [0, 2], T.Q8_0: [0], T.Q2_K: [80, 82], T.Q3_K: [108],
           T.Q4_K: [0, 2], T.Q5_K: [0, 2], T.Q6_K: [208], T.IQ4_NL: [0], T.IQ4_XS: [0]}
+E8M0_EDGES = [0, 1, 2, 127, 128, 160]
 EDGES = np.array([0.0, -0.0, 1.0, -1.0, 65504.0, -65504.0, 2.0 ** -24, -(2.0 ** -14), 0.5], dtype=np.float16)
 
 rng = np.random.default_rng(20261206)
@@ -42,6 +45,9 @@ for t in TYPES:
         bits = rng.integers(0, 1 << 16, size=ROWS * COLS, dtype=np.uint32).astype(np.uint16)
         bits = (bits & 0x807F) | (rng.integers(100, 155, size=ROWS * COLS).astype(np.uint16) << 7)
         raw = bits.view(np.uint8).reshape(n_blocks, size)
+    if t == T.MXFP4:
+        raw[:, 0] = rng.integers(100, 150, size=n_blocks)
+        raw[:len(E8M0_EDGES), 0] = E8M0_EDGES
     for b in range(n_blocks):
         for off in HALVES.get(t, []):
             h = EDGES[b % len(EDGES)] if b < len(EDGES) else np.float16(rng.normal(0, 0.05))
