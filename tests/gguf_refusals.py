@@ -63,7 +63,8 @@ def main():
     dense = os.path.join(root, "tests/golden/gguf_qwen2/model.gguf")
     mla = os.path.join(root, "tests/golden/gguf_deepseek_v3/model.gguf")
     phi3 = os.path.join(root, "tests/golden/gguf_phi3/model.gguf")
-    for path in (moe, dense, mla, phi3):
+    oss = os.path.join(root, "tests/golden/gguf_gpt_oss/model.gguf")
+    for path in (moe, dense, mla, phi3, oss):
         rc, out = plan(loom, path)
         check(rc == 0, f"{path} does not load: {out[-400:]}")
     u32, i32 = GGUFValueType.UINT32, GGUFValueType.INT32
@@ -102,6 +103,13 @@ def main():
         ("a DeepSeek router of another gating function", mla, {"strip": ["deepseek2.expert_gating_func"],
                                                               "keys": {"deepseek2.expert_gating_func": (3, u32)}},
          "key 'deepseek2.expert_gating_func' is 3 (1, softmax, or 2, sigmoid, is read)"),
+        ("a GPT-OSS expert's missing up bias", oss, {"drop": ["blk.1.ffn_up_exps.bias"], "load": True},
+         "model.layers.1.mlp.experts.up_proj.bias"),
+        ("a bias on an expert projection of a model whose experts have none", moe,
+         {"tensors": {"blk.0.ffn_up_exps.bias": (np.zeros((4, 64), dtype=np.float32), T.F32)}},
+         "tensor 'blk.0.ffn_up_exps.bias' (F32) is not one of a qwen2moe model that loom reads"),
+        ("YaRN's extrapolation factor", oss, {"keys": {"gpt-oss.rope.scaling.yarn_ext_factor": (0.5, GGUFValueType.FLOAT32)}},
+         "key 'gpt-oss.rope.scaling.yarn_ext_factor' is not supported"),
         ("a negative experts used count", moe, {"strip": ["qwen2moe.expert_used_count"], "keys": {"qwen2moe.expert_used_count": (-1, i32)}}, "num_experts_per_tok"),
     ]
     with tempfile.TemporaryDirectory() as tmp:

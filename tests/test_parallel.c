@@ -17,10 +17,11 @@
 /* (the last four again with --dtype auto: bf16 and int8 activations, golden_util.h; ct_llama's
  * and awq_mixtral's attention regions gather int8 rows, gptq_llama's act-order ones fp32; then
  * two FP8 models on FP8 activations, static scales and dynamic per-token ones; then a GGUF's
- * blocks, whose regions gather fp32 rows under --dtype auto too) */
-static const char *cases[] = {ARCH_CASES,         QUANTIZED_CASES,    "llama_bf16@auto",
-                              "gptq_llama@auto",  "ct_llama@auto",    "awq_mixtral@auto",
-                              "fp8_llama@fp8act", "fp8_qwen2@fp8act", "gguf_gemma3@auto"};
+ * blocks, whose regions gather fp32 rows under --dtype auto too, and a GGUF's MXFP4 experts on int8
+ * activations) */
+static const char *cases[] = {ARCH_CASES,         QUANTIZED_CASES,    "llama_bf16@auto",  "gptq_llama@auto",
+                              "ct_llama@auto",    "awq_mixtral@auto", "fp8_llama@fp8act", "fp8_qwen2@fp8act",
+                              "gguf_gemma3@auto", "gguf_gpt_oss@auto"};
 
 typedef enum mode { MODE_TP, MODE_SP, MODE_ASYNC, MODE_ASYNC_THRESHOLD } mode;
 static const char *mode_names[] = {"TP", "SP", "async TP", "async TP above 4 tokens"};

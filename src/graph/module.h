@@ -97,9 +97,11 @@ typedef struct moe_desc {
     bool stacked_each;
     char gate[128], up[128], down[128];
     /* GPT-OSS: gate and up rows alternate in the stacked gate tensor (gate j = row 2j), and the
-     * experts have biases ("" if none: [E, 2*inter] interleaved likewise, [E, hidden]) */
+     * experts have biases ("" if none: [E, 2*inter] interleaved likewise, [E, hidden]); where
+     * gate and up are apart (stacked_each: a GGUF file), gate_up_bias is gate's [E, inter] and
+     * up_bias up's */
     bool interleaved;
-    char gate_up_bias[136], down_bias[136];
+    char gate_up_bias[136], up_bias[136], down_bias[136];
     glu_desc act; /* the experts' activation */
 } moe_desc;
 

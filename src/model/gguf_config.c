@@ -61,6 +61,14 @@ static int put_rope_scaling(cfg_writer *w) {
     cJSON_AddStringToObject(s, "rope_type", name);
     cJSON_AddNumberToObject(s, "factor", factor);
     if (orig > 0) cJSON_AddNumberToObject(s, "original_max_position_embeddings", orig);
+    /* YaRN's ramp, where the converter copied it from the config (GPT-OSS's) */
+    static const char *const ramp[][2] = {{"yarn_beta_fast", "beta_fast"}, {"yarn_beta_slow", "beta_slow"}};
+    for (int i = 0; i < 2 && !strcmp(name, "yarn"); i++) {
+        double v;
+        snprintf(key, sizeof key, "%s.rope.scaling.%s", w->arch, ramp[i][0]);
+        if ((rc = gguf_get_f64(w->f, key, &v, w->err)) < 0) return -1;
+        if (!rc) cJSON_AddNumberToObject(s, ramp[i][1], v);
+    }
     return 0;
 }
 
@@ -133,7 +141,8 @@ static int put_rope_factors(cfg_writer *w) {
 /* Keys that change the model and that loom does not read: refused rather than ignored (and
  * experts in a dense architecture). */
 static int refuse_unread(cfg_writer *w) {
-    static const char *const keys[] = {"attention.clamp_kqv", "attention.causal"};
+    static const char *const keys[] = {"attention.clamp_kqv", "attention.causal", "rope.scaling.yarn_ext_factor",
+                                       "rope.scaling.yarn_attn_factor"};
     /* read by put_rope_factors, put_deepseek and put_multipliers where they apply only */
     static const char *const longrope[] = {"rope.scaling.attn_factor"};
     static const char *const deepseek[] = {"attention.q_lora_rank", "expert_weights_scale", "expert_group_count",
@@ -143,7 +152,7 @@ static int refuse_unread(cfg_writer *w) {
         const char *const *keys;
         size_t n;
         bool read;
-    } lists[] = {{keys, 2, false},
+    } lists[] = {{keys, 4, false},
                  {longrope, 1, find_tensor(w, ROPE_LONG) != NULL},
                  {deepseek, 5, w->a->deepseek},
                  {multipliers, 4, w->a->multipliers}};

@@ -20,43 +20,50 @@
 typedef struct name_map {
     const char *gguf, *hf;
     bool gemma_only, plain_only;
-    bool as_row;      /* stored 1-D, read as one row: [n] is [1, n] (a linear of one output) */
+    enum {
+        AS_IS,
+        AS_ROW, /* stored 1-D, read as one row: [n] is [1, n] (a linear of one output) */
+        BARE    /* the Hugging Face name has no .weight (GPT-OSS's sinks) */
+    } form;
     const char *only; /* the one architecture the row is for (NULL: any; such rows come first) */
 } name_map;
 
 static const name_map layer_names[] = {
     /* Phi-3's fused q/k/v and gate/up, read as row ranges (model/arch) */
-    {"attn_qkv", "self_attn.qkv_proj", false, false, false, "phi3"},
-    {"ffn_up", "mlp.gate_up_proj", false, false, false, "phi3"},
-    {"attn_norm", "input_layernorm", false, false, false, NULL},
-    {"attn_q", "self_attn.q_proj", false, false, false, NULL},
-    {"attn_k", "self_attn.k_proj", false, false, false, NULL},
-    {"attn_v", "self_attn.v_proj", false, false, false, NULL},
-    {"attn_output", "self_attn.o_proj", false, false, false, NULL},
-    {"attn_q_norm", "self_attn.q_norm", false, false, false, NULL},
-    {"attn_k_norm", "self_attn.k_norm", false, false, false, NULL},
-    {"ffn_norm", "post_attention_layernorm", false, true, false, NULL},
-    {"ffn_norm", "pre_feedforward_layernorm", true, false, false, NULL},
-    {"post_attention_norm", "post_attention_layernorm", true, false, false, NULL},
-    {"post_ffw_norm", "post_feedforward_layernorm", true, false, false, NULL},
-    {"ffn_gate", "mlp.gate_proj", false, false, false, NULL},
-    {"ffn_up", "mlp.up_proj", false, false, false, NULL},
-    {"ffn_down", "mlp.down_proj", false, false, false, NULL},
-    {"ffn_gate_inp_shexp", "mlp.shared_expert_gate", false, false, true, NULL},
+    {"attn_qkv", "self_attn.qkv_proj", false, false, AS_IS, "phi3"},
+    {"ffn_up", "mlp.gate_up_proj", false, false, AS_IS, "phi3"},
+    /* GPT-OSS's pre-FFN norm, and its attention sinks (a logit per head) */
+    {"post_attention_norm", "post_attention_layernorm", false, false, AS_IS, "gpt-oss"},
+    {"attn_sinks", "self_attn.sinks", false, false, BARE, "gpt-oss"},
+    {"attn_norm", "input_layernorm", false, false, AS_IS, NULL},
+    {"attn_q", "self_attn.q_proj", false, false, AS_IS, NULL},
+    {"attn_k", "self_attn.k_proj", false, false, AS_IS, NULL},
+    {"attn_v", "self_attn.v_proj", false, false, AS_IS, NULL},
+    {"attn_output", "self_attn.o_proj", false, false, AS_IS, NULL},
+    {"attn_q_norm", "self_attn.q_norm", false, false, AS_IS, NULL},
+    {"attn_k_norm", "self_attn.k_norm", false, false, AS_IS, NULL},
+    {"ffn_norm", "post_attention_layernorm", false, true, AS_IS, NULL},
+    {"ffn_norm", "pre_feedforward_layernorm", true, false, AS_IS, NULL},
+    {"post_attention_norm", "post_attention_layernorm", true, false, AS_IS, NULL},
+    {"post_ffw_norm", "post_feedforward_layernorm", true, false, AS_IS, NULL},
+    {"ffn_gate", "mlp.gate_proj", false, false, AS_IS, NULL},
+    {"ffn_up", "mlp.up_proj", false, false, AS_IS, NULL},
+    {"ffn_down", "mlp.down_proj", false, false, AS_IS, NULL},
+    {"ffn_gate_inp_shexp", "mlp.shared_expert_gate", false, false, AS_ROW, NULL},
     /* latent attention (attn_k_b and attn_v_b, llama.cpp's split of kv_b_proj, are joined back
      * by gguf_mla.c) */
-    {"attn_q_a", "self_attn.q_a_proj", false, false, false, NULL},
-    {"attn_q_a_norm", "self_attn.q_a_layernorm", false, false, false, NULL},
-    {"attn_q_b", "self_attn.q_b_proj", false, false, false, NULL},
-    {"attn_kv_a_mqa", "self_attn.kv_a_proj_with_mqa", false, false, false, NULL},
-    {"attn_kv_a_norm", "self_attn.kv_a_layernorm", false, false, false, NULL},
-    {"attn_kv_b", "self_attn.kv_b_proj", false, false, false, NULL},
+    {"attn_q_a", "self_attn.q_a_proj", false, false, AS_IS, NULL},
+    {"attn_q_a_norm", "self_attn.q_a_layernorm", false, false, AS_IS, NULL},
+    {"attn_q_b", "self_attn.q_b_proj", false, false, AS_IS, NULL},
+    {"attn_kv_a_mqa", "self_attn.kv_a_proj_with_mqa", false, false, AS_IS, NULL},
+    {"attn_kv_a_norm", "self_attn.kv_a_layernorm", false, false, AS_IS, NULL},
+    {"attn_kv_b", "self_attn.kv_b_proj", false, false, AS_IS, NULL},
 };
 
 static const name_map global_names[] = {
-    {"token_embd", "model.embed_tokens", false, false, false, NULL},
-    {"output_norm", "model.norm", false, false, false, NULL},
-    {"output", "lm_head", false, false, false, NULL},
+    {"token_embd", "model.embed_tokens", false, false, AS_IS, NULL},
+    {"output_norm", "model.norm", false, false, AS_IS, NULL},
+    {"output", "lm_head", false, false, AS_IS, NULL},
 };
 
 bool gguf_model_is_file(const char *path) {
@@ -123,15 +130,15 @@ int gguf_model_open(const char *path, gguf_file *parts, int max_parts, int *n_pa
  * (model/arch's layout: Qwen's mlp.experts.gate_proj, Mixtral's block_sparse_moe.experts.w1,
  * DeepSeek's mlp.shared_experts.gate_proj). */
 static const name_map expert_rows[] = {
-    {"ffn_gate_inp", "router", false, false, false, NULL},      {"ffn_gate_exps", "gate", false, false, false, NULL},
-    {"ffn_up_exps", "up", false, false, false, NULL},           {"ffn_down_exps", "down", false, false, false, NULL},
-    {"ffn_gate_shexp", "gate_proj", false, false, false, NULL}, {"ffn_up_shexp", "up_proj", false, false, false, NULL},
-    {"ffn_down_shexp", "down_proj", false, false, false, NULL}, {"exp_probs_b", "bias", false, false, false, NULL},
+    {"ffn_gate_inp", "router", false, false, AS_IS, NULL},      {"ffn_gate_exps", "gate", false, false, AS_IS, NULL},
+    {"ffn_up_exps", "up", false, false, AS_IS, NULL},           {"ffn_down_exps", "down", false, false, AS_IS, NULL},
+    {"ffn_gate_shexp", "gate_proj", false, false, AS_IS, NULL}, {"ffn_up_shexp", "up_proj", false, false, AS_IS, NULL},
+    {"ffn_down_shexp", "down_proj", false, false, AS_IS, NULL}, {"exp_probs_b", "bias", false, false, AS_IS, NULL},
 };
 
 static const name_map *expert_name(const gguf_arch *a, const char *rest, size_t stem, const char *dot, int layer,
                                    char *out, size_t cap) {
-    const moe_layout *l = a->moe ? arch_moe_layout(a->hf) : NULL;
+    const moe_layout *l = a->moe ? moe_layout_of_file(arch_moe_layout(a->hf), true) : NULL;
     if (!l) return NULL;
     char shared[3][96] = {"", "", ""};
     for (int j = 0; j < 3 && l->shared; j++)
@@ -146,12 +153,17 @@ static const name_map *expert_name(const gguf_arch *a, const char *rest, size_t 
                         l->bias};
     for (size_t i = 0; i < sizeof expert_rows / sizeof *expert_rows; i++) {
         if (!hf[i] || strlen(expert_rows[i].gguf) != stem || memcmp(expert_rows[i].gguf, rest, stem)) continue;
-        if (strcmp(dot, hf[i] == l->bias ? ".bias" : ".weight"))
-            return NULL; /* the bias tensor is "exp_probs_b.bias" */
-        char part[128];
+        /* the routing bias tensor is "exp_probs_b.bias"; GPT-OSS's router and experts have a
+         * ".bias" beside their ".weight" */
+        bool bias = !strcmp(dot, ".bias"),
+             with_bias = (i == 0 && l->router_bias) || (i >= 1 && i <= 3 && l->expert_bias);
+        if (hf[i] == l->bias ? !bias : bias && !with_bias) return NULL;
+        char part[128], name[136];
         snprintf(part, sizeof part, "%s", hf[i]);
         moe_stacked_name(part);
-        snprintf(out, cap, "model.layers.%d.%s.%s", layer, l->module, part);
+        if (bias && hf[i] != l->bias) moe_bias_name(name, sizeof name, part);
+        else snprintf(name, sizeof name, "%s", part);
+        snprintf(out, cap, "model.layers.%d.%s.%s", layer, l->module, name);
         return &expert_rows[i];
     }
     return NULL;
@@ -178,7 +190,8 @@ static const name_map *hf_name(const gguf_arch *a, const char *name, char *out, 
         if ((table[i].gemma_only && !a->gemma) || (table[i].plain_only && a->gemma) ||
             (table[i].only && strcmp(table[i].only, a->name)))
             continue;
-        if (table == layer_names) snprintf(out, cap, "model.layers.%d.%s%s", layer, table[i].hf, dot);
+        if (table == layer_names)
+            snprintf(out, cap, "model.layers.%d.%s%s", layer, table[i].hf, table[i].form == BARE ? "" : dot);
         else snprintf(out, cap, "%s%s", table[i].hf, dot);
         return &table[i];
     }
@@ -239,7 +252,7 @@ static int part_as_file(weight_store *ws, gguf_file *parts, int n_parts, int at,
         if (!(t->name = mem_strdup(name, "a tensor name", err))) return -1;
         t->ndim = g->ndim, t->nbytes = g->nbytes, t->data = g->data;
         for (int d = 0; d < g->ndim; d++) t->shape[d] = g->ne[g->ndim - 1 - d];
-        if (m->as_row && g->ndim == 1) t->ndim = 2, t->shape[0] = 1, t->shape[1] = g->ne[0];
+        if (m->form == AS_ROW && g->ndim == 1) t->ndim = 2, t->shape[0] = 1, t->shape[1] = g->ne[0];
         bool blocks = gtype_table[g->type].block > 1;
         t->dtype = blocks ? DT_U8 : plain_dtype(g->type);
         t->gtype = blocks ? g->type : 0;

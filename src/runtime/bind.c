@@ -77,9 +77,10 @@ static int read_vector(const plan *p, weight_store *ws, const weight_ref *r, con
     return 0;
 }
 
-/* GPT-OSS's expert biases: gate's and up's from the interleaved [E, 2 inter] tensor (this rank's
- * features), down's [E, hidden] on the rank holding the first features only, so that the ranks'
- * partial sums add it once (every rank under EP: each holds whole experts). */
+/* GPT-OSS's expert biases, this rank's features of gate's and up's: from the interleaved
+ * [E, 2 inter] tensor, or from one [E, inter] tensor each (a GGUF file); down's [E, hidden] on
+ * the rank holding the first features only, so that the ranks' partial sums add it once (every
+ * rank under EP: each holds whole experts). */
 static int bind_expert_biases(const plan *p, plan_step *s, weight_store *ws, loom_err *err) {
     const moe_desc *d = s->op->moe;
     int E = d->n_experts, I = d->inter, H = d->hidden, nr = s->expert_inter, r0 = s->expert_r0;
@@ -88,15 +89,24 @@ static int bind_expert_biases(const plan *p, plan_step *s, weight_store *ws, loo
     if (!s->expert_bias) return -1;
     for (int i = 0; i < s->n_experts; i++) {
         int e = s->expert_ids[i];
-        weight_ref gu = {WEIGHT_F32, d->gate_up_bias, 2, {E}, 2 * I, e, 1, 2 * r0, 2 * nr, PAR_REPLICATED, 0.02f, 0};
         weight_ref dn = {WEIGHT_F32, d->down_bias, 2, {E}, H, e, 1, 0, H, PAR_REPLICATED, 0.02f, 0};
+        if (r0 == 0 && read_vector(p, ws, &dn, &s->expert_bias[3 * i + 2], err)) return -1;
+        if (d->up_bias[0]) {
+            weight_ref gate = {WEIGHT_F32, d->gate_up_bias, 2, {E}, I, e, 1, r0, nr, PAR_REPLICATED, 0.02f, 0},
+                       up = gate;
+            up.name = d->up_bias;
+            if (read_vector(p, ws, &gate, &s->expert_bias[3 * i], err) ||
+                read_vector(p, ws, &up, &s->expert_bias[3 * i + 1], err))
+                return -1;
+            continue;
+        }
+        weight_ref gu = {WEIGHT_F32, d->gate_up_bias, 2, {E}, 2 * I, e, 1, 2 * r0, 2 * nr, PAR_REPLICATED, 0.02f, 0};
         wmat v;
         float *b = weights_buffer(ws, 2 * (size_t)nr * sizeof *b, "the experts' biases", err);
         if (!b || read_weight(p, ws, &gu, &v, err)) return -1;
         for (int j = 0; j < nr; j++)
             b[j] = ((const float *)v.data)[2 * j], b[nr + j] = ((const float *)v.data)[2 * j + 1];
         s->expert_bias[3 * i] = b, s->expert_bias[3 * i + 1] = b + nr;
-        if (r0 == 0 && read_vector(p, ws, &dn, &s->expert_bias[3 * i + 2], err)) return -1;
     }
     return 0;
 }

@@ -52,6 +52,19 @@ Cases (folder tests/golden/<case>/: model.gguf, golden.safetensors as make_golde
                leading dense layer, YaRN's log multiplier (0.1 x mscale_all_dim). `deepseek_v2`
                is not converted: its mscale (1) differs from its mscale_all_dim (0.707), which a
                GGUF file cannot state
+  gguf_gpt_oss the `gpt_oss` golden as convert_hf_to_gguf.py's GptOssModel writes it (arch gpt-oss):
+               the experts' MXFP4 blocks repacked into ggml's MXFP4 (the E8M0 byte before its
+               block, weight j in byte j's low nibble and j + 16 in its high one), gate_up split
+               into ffn_gate_exps and ffn_up_exps (even and odd rows) with their biases, the router
+               as ffn_gate_inp with its bias, the sinks as attn_sinks.weight, the pre-FFN norm as
+               post_attention_norm, YaRN's factor, original context and betas. A GGUF file cannot
+               state the SwiGLU limit (llama.cpp's graph fixes 7.0) nor YaRN's `truncate` (llama.cpp
+               always truncates, as transformers does by default), so the golden is transformers'
+               GptOss class on the source checkpoint with swiglu_limit 7.0 and truncate true; the
+               gate and up weights are doubled twice (their E8M0 bytes + 2) so that the limit of
+               7.0 clamps some values, as the source's 2.0 does. transformers' GGUF loader cannot
+               read such a file (its gpt-oss path fails on the rope.scaling keys), hence this
+               oracle; the file's dequantized experts are checked equal to the oracle's weights
 
 Usage: make_gguf_golden.py [CASE...]"""
 import os
@@ -95,7 +108,7 @@ CASES = {"gguf_llama": "llama", "gguf_qwen2": "qwen2", "gguf_qwen3": "qwen3", "g
          "gguf_llama3": "llama", "gguf_llama3_split": "llama", "gguf_qwen2_moe": "qwen2moe",
          "gguf_qwen3_moe": "qwen3moe", "gguf_olmoe": "olmoe", "gguf_mixtral": "llama",
          "gguf_deepseek_v3": "deepseek2", "gguf_granite": "granite", "gguf_phi3": "phi3", "gguf_phi4_mini": "phi3",
-         "gguf_ernie4_5": "ernie4_5"}
+         "gguf_ernie4_5": "ernie4_5", "gguf_gpt_oss": "gpt-oss"}
 
 
 def random_blocks(rng, t, rows, cols, std):
@@ -413,6 +426,121 @@ def build_deepseek(case, source):
     finish_converted(w, case, source)
 
 
+def ggml_mxfp4(blocks, scales):
+    """A Hugging Face MXFP4 tensor (blocks [..., n, 16]: byte j holds weights 2j and 2j + 1 of
+    its block in its low and high nibble; scales [..., n]) as ggml's MXFP4 rows of 17-byte blocks,
+    as GptOssModel.repack_mxfp4 writes them."""
+    codes = np.stack([blocks & 15, blocks >> 4], axis=-1).reshape(*blocks.shape[:-1], 32)
+    packed = (codes[..., :16] | codes[..., 16:] << 4).astype(np.uint8)
+    data = np.concatenate([scales[..., None], packed], axis=-1)
+    return np.ascontiguousarray(data.reshape(*data.shape[:-2], -1))
+
+
+def build_gpt_oss(case, source, bump=2, seed=4400):
+    """The `gpt_oss` golden as llama.cpp's converter writes it, and its own golden (see the
+    module's docstring)."""
+    import json
+    from gguf.quants import dequantize
+    from make_golden import check_gpt_oss, incremental_logits, save_safetensors
+    from safetensors.numpy import load_file
+    from transformers import GptOssForCausalLM, Mxfp4Config
+    src, out = os.path.join(HERE, source), os.path.join(HERE, case)
+    os.makedirs(out, exist_ok=True)
+    cfg = json.load(open(os.path.join(src, "config.json")))
+    t = load_file(os.path.join(src, "model.safetensors"))
+    rp = cfg["rope_parameters"]
+    w = GGUFWriter(os.path.join(out, "model.gguf"), "gpt-oss")
+    w.add_context_length(cfg["max_position_embeddings"])
+    w.add_embedding_length(cfg["hidden_size"])
+    w.add_block_count(cfg["num_hidden_layers"])
+    w.add_feed_forward_length(cfg["intermediate_size"])
+    w.add_head_count(cfg["num_attention_heads"])
+    w.add_head_count_kv(cfg["num_key_value_heads"])
+    w.add_key_length(cfg["head_dim"])
+    w.add_value_length(cfg["head_dim"])
+    w.add_rope_freq_base(rp["rope_theta"])
+    w.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
+    w.add_expert_count(cfg["num_local_experts"])
+    w.add_expert_used_count(cfg["num_experts_per_tok"])
+    w.add_sliding_window(cfg["sliding_window"])
+    w.add_expert_feed_forward_length(cfg["intermediate_size"])
+    w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+    w.add_rope_scaling_factor(rp["factor"])
+    w.add_rope_scaling_orig_ctx_len(rp["original_max_position_embeddings"])
+    w.add_rope_scaling_yarn_beta_fast(rp["beta_fast"])
+    w.add_rope_scaling_yarn_beta_slow(rp["beta_slow"])
+    vocab = cfg["vocab_size"]
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("default")
+    w.add_token_list([bytes([b]).decode("latin-1") for b in range(vocab)])
+    w.add_token_types([1] * vocab)
+    w.add_token_merges([])
+    w.add_bos_token_id(cfg["bos_token_id"])
+    w.add_eos_token_id(cfg["eos_token_id"])
+    names = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
+             "lm_head.weight": "output.weight"}
+    parts = {"input_layernorm.weight": "attn_norm.weight", "post_attention_layernorm.weight": "post_attention_norm.weight",
+             "self_attn.sinks": "attn_sinks.weight", "mlp.router.weight": "ffn_gate_inp.weight",
+             "mlp.router.bias": "ffn_gate_inp.bias", "mlp.experts.down_proj_bias": "ffn_down_exps.bias"}
+    for p, g in (("q", "q"), ("k", "k"), ("v", "v"), ("o", "output")):
+        for kind in ("weight", "bias"):
+            parts[f"self_attn.{p}_proj.{kind}"] = f"attn_{g}.{kind}"
+    experts = {}  # (layer, gguf name) -> the float weights the file holds, for the check below
+    for name, v in sorted(t.items()):
+        if name in names:
+            w.add_tensor(names[name], v)
+            continue
+        layer, rest = int(name.split(".")[2]), ".".join(name.split(".")[3:])
+        p = f"blk.{layer}."
+        if rest in parts:
+            w.add_tensor(p + parts[rest], np.ascontiguousarray(v))
+        elif rest == "mlp.experts.gate_up_proj_bias":
+            w.add_tensor(p + "ffn_gate_exps.bias", np.ascontiguousarray(v[..., ::2]))
+            w.add_tensor(p + "ffn_up_exps.bias", np.ascontiguousarray(v[..., 1::2]))
+        elif rest.endswith("_blocks"):
+            scales = t[name.replace("_blocks", "_scales")]
+            if "gate_up" in rest:
+                halves = (("ffn_gate_exps", v[:, ::2], scales[:, ::2] + bump),
+                          ("ffn_up_exps", v[:, 1::2], scales[:, 1::2] + bump))
+            else:
+                halves = (("ffn_down_exps", v, scales),)
+            for gname, b, s in halves:
+                raw = ggml_mxfp4(b, s)
+                w.add_tensor(p + gname + ".weight", raw, raw_dtype=T.MXFP4)
+                experts[layer, gname] = dequantize(raw, T.MXFP4)
+        else:
+            assert rest.endswith("_scales"), name
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+    m = GptOssForCausalLM.from_pretrained(src, dtype=torch.float32, attn_implementation="eager",
+                                          quantization_config=Mxfp4Config(dequantize=True), swiglu_limit=7.0,
+                                          rope_parameters=dict(rp, truncate=True)).eval()
+    with torch.no_grad():
+        for layer, l in enumerate(m.model.layers):
+            e = l.mlp.experts  # gate_up_proj [E, H, 2I] (gate columns even), down_proj [E, I, H]
+            e.gate_up_proj.mul_(2.0 ** bump)
+            for gname, have in (("ffn_gate_exps", e.gate_up_proj[..., ::2]), ("ffn_up_exps", e.gate_up_proj[..., 1::2]),
+                                ("ffn_down_exps", e.down_proj)):
+                assert np.array_equal(experts[layer, gname], have.transpose(1, 2).numpy()), f"{case}: {gname}"
+    gen = torch.Generator().manual_seed(seed)
+    ids = [make_ids(gen, vocab, PREFILL[i] + DECODE_STEPS) for i in range(2)]
+    report = check_gpt_oss(m, ids)
+    logits = [full_logits(m, s) for s in ids]
+    for s, lg, pre in zip(ids, logits, PREFILL):
+        inc = incremental_logits(m, s, pre)
+        assert (inc - lg).abs().max() < 2e-5, f"{case}: transformers' cache path differs"
+        assert lg.std(dim=-1).min() > 0.5, f"{case}: logits too flat"
+    tensors = {"ids_0": ids[0], "ids_1": ids[1], "logits_0": logits[0].contiguous(), "logits_1": logits[1].contiguous()}
+    meta = {"prefill_0": str(PREFILL[0]), "prefill_1": str(PREFILL[1]), "decode_steps": str(DECODE_STEPS),
+            "transformers": transformers.__version__, "torch": torch.__version__, "case": case, "atol": "1e-4"}
+    save_safetensors(tensors, os.path.join(out, "golden.safetensors"), meta)
+    print(f"{case}: from {source}, {sum(os.path.getsize(os.path.join(out, f)) for f in os.listdir(out))} bytes, "
+          f"{json.dumps(report)}")
+
+
 def build_split(case, source):
     """Case `source`'s GGUF rewritten in parts of eight tensors by the gguf package's writer."""
     import shutil
@@ -452,6 +580,8 @@ def main():
             build_converted(case, case[5:], CASES[case])
         elif case in names and case == "gguf_deepseek_v3":
             build_deepseek(case, "deepseek_v3")
+        elif case in names and case == "gguf_gpt_oss":
+            build_gpt_oss(case, "gpt_oss")
         elif case in names and case == "gguf_llama3_split":
             build_split(case, "gguf_llama3")
         elif case in names:

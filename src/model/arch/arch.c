@@ -55,7 +55,14 @@ static const moe_layout ernie_moe = {.module = "mlp",
                                      .bias_row = true};
 
 /* GPT-OSS: the top k router logits (with the router's bias) softmaxed, experts stacked as
- * MXFP4 checkpoints store them, gate and up rows alternating, with biases, clamped SwiGLU */
+ * MXFP4 checkpoints store them, gate and up rows alternating, with biases, clamped SwiGLU; a GGUF
+ * file (llama.cpp's converter) holds gate and up apart, each with its bias */
+static const moe_layout gpt_oss_gguf_moe = {.module = "mlp",
+                                            .router = "router.weight",
+                                            PER_EXPERT_PROJ,
+                                            .routing = ROUTE_TOPK_SOFTMAX,
+                                            .router_bias = "router.bias",
+                                            .expert_bias = true};
 static const moe_layout gpt_oss_moe = {.module = "mlp",
                                        .router = "router.weight",
                                        .stacked = true,
@@ -64,7 +71,8 @@ static const moe_layout gpt_oss_moe = {.module = "mlp",
                                        .routing = ROUTE_TOPK_SOFTMAX,
                                        .router_bias = "router.bias",
                                        .interleaved = true,
-                                       .expert_bias = true};
+                                       .expert_bias = true,
+                                       .stacked_each = &gpt_oss_gguf_moe};
 
 static const struct {
     const char *name;

@@ -30,7 +30,17 @@ typedef struct moe_layout {
      * up rows, and the experts have biases, <gate>_bias and <down>_bias */
     const char *router_bias;
     bool interleaved, expert_bias;
+    /* the layout of a file that holds each projection's experts in one tensor
+     * (model_config.experts_stacked: GGUF), where it is not this one's (GPT-OSS: gate and up
+     * apart, each with its bias); NULL: the same */
+    const struct moe_layout *stacked_each;
 } moe_layout;
+
+/* The layout the experts of a file are read by: l's own, or its stacked_each where the file
+ * stacks each projection's experts (experts_stacked). */
+static inline const moe_layout *moe_layout_of_file(const moe_layout *l, bool experts_stacked) {
+    return l && experts_stacked && l->stacked_each ? l->stacked_each : l;
+}
 
 /* Options that distinguish Llama-like architectures. */
 typedef struct llama_variant {
@@ -80,6 +90,9 @@ const moe_layout *arch_moe_layout(const char *name);
 /* A per-expert tensor pattern ("...experts.%d.w1.weight") into the name of the tensor stacking
  * every expert's ("...experts.w1.weight"), in place. */
 void moe_stacked_name(char *pattern);
+/* The bias of weight tensor `weight` into out: "<stem>.bias" for "<stem>.weight", else
+ * "<name>_bias" (GPT-OSS's experts.gate_up_proj_bias). */
+void moe_bias_name(char *out, size_t cap, const char *weight);
 module *arch_build(const model_config *c, loom_err *err);
 
 #endif

@@ -33,7 +33,14 @@ void moe_stacked_name(char *pattern) {
     if (at) memmove(at, at + 3, strlen(at + 3) + 1);
 }
 
+void moe_bias_name(char *out, size_t cap, const char *weight) {
+    size_t n = strlen(weight);
+    if (n > 7 && !strcmp(weight + n - 7, ".weight")) snprintf(out, cap, "%.*s.bias", (int)(n - 7), weight);
+    else snprintf(out, cap, "%s_bias", weight);
+}
+
 module *moe_module(const model_config *c, const moe_layout *l, int layer) {
+    l = moe_layout_of_file(l, c->experts_stacked);
     module *m = module_new("moe", "model.layers.%d.%s", layer, l->module);
     if (!m) return NULL;
     int x = module_input(m, "x");
@@ -63,8 +70,9 @@ module *moe_module(const model_config *c, const moe_layout *l, int layer) {
     }
     d.interleaved = l->interleaved;
     if (l->expert_bias) {
-        snprintf(d.gate_up_bias, sizeof d.gate_up_bias, "%s_bias", d.gate);
-        snprintf(d.down_bias, sizeof d.down_bias, "%s_bias", d.down);
+        moe_bias_name(d.gate_up_bias, sizeof d.gate_up_bias, d.gate);
+        if (d.stacked_each) moe_bias_name(d.up_bias, sizeof d.up_bias, d.up);
+        moe_bias_name(d.down_bias, sizeof d.down_bias, d.down);
     }
     if (c->swiglu_limit > 0) d.act = (glu_desc){GLU_SILU_CLAMPED, c->swiglu_limit, c->swiglu_alpha};
     if (l->fused_gate_up) {
