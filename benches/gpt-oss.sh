@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
-# Issue 29's GPT-OSS figures: decode on the GPT-OSS-20B shape (configs/gpt-oss-20b.json: 24
-# layers, 32 experts of 2880, top 4, MXFP4 experts) against llama.cpp's MXFP4 decode, the
-# engines taking turns round by round:
-#   loom tp=1        one rank, THREADS threads; dummy weights, the experts rounded into MXFP4
-#                    at load (the checkpoint's format), the rest bf16 (--dtype auto)
-#   loom tp=2 EP+SP  two ranks of THREADS/2 threads, expert parallelism (16 experts a rank)
-#                    and sequence parallelism from the first token (--sp-min-tokens 0)
-#   llama.cpp        llama-bench of a GGUF of the same shape (benches/make_gguf.py: random
-#                    MXFP4 experts, bf16 elsewhere; arch gpt-oss as its converter writes it),
-#                    THREADS threads, weights read into memory (-lm none)
+# The GPT-OSS figures (issues 29, 43, 45): decode on the GPT-OSS-20B shape
+# (configs/gpt-oss-20b.json: 24 layers, 32 experts of 2880, top 4, MXFP4 experts) against
+# llama.cpp's MXFP4 decode, the engines taking turns round by round:
+#   loom tp=1 folder      one rank, THREADS threads; the config with dummy weights, the experts
+#                         rounded into MXFP4 at load (the checkpoint's format, computed on fp32
+#                         activations), the rest bf16 (--dtype auto)
+#   loom tp=1 GGUF        one rank, THREADS threads, on llama.cpp's own file below (ggml's MXFP4
+#                         blocks on int8 activations, --dtype auto)
+#   loom tp=2 EP+SP GGUF  two ranks of THREADS/2 threads on that file, expert parallelism (16
+#                         experts a rank) and sequence parallelism from the first token
+#   llama.cpp             llama-bench of a GGUF of the same shape (benches/make_gguf.py: random
+#                         MXFP4 experts, bf16 elsewhere; arch gpt-oss as its converter writes
+#                         it), THREADS threads, weights read into memory (-lm none)
 # Decode is NEW tokens after a CTX-token prompt (loom bench latency --input-len CTX
 # --output-len NEW+1; llama-bench -p 0 -n NEW -d CTX). Each engine's weights (about 13 GB) fit
 # the 24 GiB machine one at a time, which is why they take turns rather than share it.
@@ -39,17 +42,19 @@ gguf_write "$CONFIG" "$gguf"
 } | tee "$RESULTS/info.txt" >&2
 "$loom" bench machine --threads "$THREADS" >"$RESULTS/machine.txt" 2>&1 || true
 grep -E "^CPU|read" "$RESULTS/machine.txt" >&2 || true
-lat=(bench latency -m "$CONFIG" --load-format dummy --batch-size 1 --num-iters-warmup 1 --num-iters 2
-     --input-len "$CTX" --output-len $((NEW + 1)))
+lat=(bench latency --batch-size 1 --num-iters-warmup 1 --num-iters 2 --input-len "$CTX" --output-len $((NEW + 1)))
 for r in $(seq 1 "$ROUNDS"); do
   phase "round $r"
-  "$loom" "${lat[@]}" --threads "$THREADS" >"$RESULTS/loom-tp1-$r.txt" 2>&1 \
+  "$loom" "${lat[@]}" -m "$CONFIG" --load-format dummy --threads "$THREADS" >"$RESULTS/loom-tp1-$r.txt" 2>&1 \
     || { tail -20 "$RESULTS/loom-tp1-$r.txt" >&2; die "loom tp=1 failed"; }
-  echo "   loom tp=1:       $(grep -m1 '^Decode:' "$RESULTS/loom-tp1-$r.txt")" >&2
-  "$loom" "${lat[@]}" -tp 2 --threads $((THREADS / 2 > 0 ? THREADS / 2 : 1)) --enable-expert-parallel \
+  echo "   loom tp=1 folder:     $(grep -m1 '^Decode:' "$RESULTS/loom-tp1-$r.txt")" >&2
+  "$loom" "${lat[@]}" -m "$gguf" --threads "$THREADS" >"$RESULTS/loom-tp1-gguf-$r.txt" 2>&1 \
+    || { tail -20 "$RESULTS/loom-tp1-gguf-$r.txt" >&2; die "loom tp=1 on the GGUF failed"; }
+  echo "   loom tp=1 GGUF:       $(grep -m1 '^Decode:' "$RESULTS/loom-tp1-gguf-$r.txt")" >&2
+  "$loom" "${lat[@]}" -m "$gguf" -tp 2 --threads $((THREADS / 2 > 0 ? THREADS / 2 : 1)) --enable-expert-parallel \
     --enable-sequence-parallel --sp-min-tokens 0 >"$RESULTS/loom-tp2-ep-sp-$r.txt" 2>&1 \
     || { tail -20 "$RESULTS/loom-tp2-ep-sp-$r.txt" >&2; die "loom tp=2 EP+SP failed"; }
-  echo "   loom tp=2 EP+SP: $(grep -m1 '^Decode:' "$RESULTS/loom-tp2-ep-sp-$r.txt")" >&2
+  echo "   loom tp=2 EP+SP GGUF: $(grep -m1 '^Decode:' "$RESULTS/loom-tp2-ep-sp-$r.txt")" >&2
   "$bench/llama-cpu/bin/llama-bench" -m "$gguf" -t "$THREADS" -p 0 -n "$NEW" -d "$CTX" -r 2 -lm none -o json \
     >"$RESULTS/llama-$r.json" 2>"$RESULTS/llama-$r.log" || { tail -20 "$RESULTS/llama-$r.log" >&2; die "llama-bench failed"; }
   echo "   llama.cpp:       $(python3 -c 'import json, sys; print("%.2f tok/s" % json.load(open(sys.argv[1]))[0]["avg_ts"])' "$RESULTS/llama-$r.json")" >&2
@@ -61,16 +66,19 @@ d, n = sys.argv[1], int(sys.argv[2])
 def loom(mode, r):
     m = re.search(r"^Decode:.*?([0-9.]+) tok/s", open(f"{d}/loom-{mode}-{r}.txt").read(), re.M)
     return float(m.group(1))
+modes = ["tp1", "tp1-gguf", "tp2-ep-sp"]
 rows = []
 for r in range(1, n + 1):
     l = json.load(open(f"{d}/llama-{r}.json"))[0]["avg_ts"]
-    rows.append((r, loom("tp1", r), loom("tp2-ep-sp", r), l))
-print("| round | loom tp=1 tok/s | loom tp=2 EP+SP tok/s | llama.cpp tok/s | tp=1 / llama.cpp | tp=2 EP+SP / llama.cpp |")
-print("|---|---|---|---|---|---|")
-for r, a, b, l in rows:
-    print(f"| {r} | {a:.2f} | {b:.2f} | {l:.2f} | {a / l:.2f}x | {b / l:.2f}x |")
+    rows.append([r] + [loom(m, r) for m in modes] + [l])
+print("| round (decode tok/s) | loom tp=1 folder | loom tp=1 GGUF | loom tp=2 EP+SP GGUF | llama.cpp | folder / llama.cpp "
+      "| GGUF / llama.cpp | tp=2 GGUF / llama.cpp |")
+print("|---|---|---|---|---|---|---|---|")
+for r, *t, l in rows:
+    print(f"| {r} | " + " | ".join(f"{x:.2f}" for x in t) + f" | {l:.2f} | " + " | ".join(f"{x / l:.2f}x" for x in t) + " |")
 med = lambda i: statistics.median(x[i] for x in rows)
-print(f"| median | {med(1):.2f} | {med(2):.2f} | {med(3):.2f} | "
-      f"{statistics.median(x[1] / x[3] for x in rows):.2f}x | {statistics.median(x[2] / x[3] for x in rows):.2f}x |")
+ratio = lambda i: statistics.median(x[i] / x[4] for x in rows)
+print("| median | " + " | ".join(f"{med(i):.2f}" for i in (1, 2, 3, 4)) + " | " +
+      " | ".join(f"{ratio(i):.2f}x" for i in (1, 2, 3)) + " |")
 PY
 }
