@@ -21,6 +21,7 @@
 #include "quant/quant.h"
 #include "tensor/fp4.h"
 #include "tensor/fp8.h"
+#include "tensor/gguf_blocks.h"
 #include "tensor/half.h"
 
 typedef struct src_case {
@@ -237,7 +238,7 @@ static void check_fp8_codes(enum qcode code) {
     /* one row of every code, then zero codes to a whole block: kp = cols, no column map */
     int kp = (n + QBLOCK - 1) / QBLOCK * QBLOCK;
     wmat w = {.dt = DT_U8, .rows = 1, .cols = kp, .ld = (size_t)kp};
-    qlayout q = {8, kp, 1, (int32_t[]){kp}, NULL, (float[]){1, 0}, code, 0, 0, NULL, 0, 0};
+    qlayout q = {8, kp, 1, (int32_t[]){kp}, NULL, (float[]){1, 0}, code, 0, 0, 0, 0};
     uint8_t padded[N + QBLOCK] = {0};
     memcpy(padded, all, (size_t)n);
     w.data = padded, w.q = &q;
@@ -266,35 +267,45 @@ static void check_fp8_codes(enum qcode code) {
     weights_close(&ws);
 }
 
-/* MXFP4: all 16 FP4 codes under block scales from 2^-20 to 2^21 widen exactly through the
- * prefill path's dequantization (the transpose) and the decode kernel (one-hot rows), against
- * the format's table (0.5 x twice the value) times the scale; and f32_to_e2m1 (online mxfp4)
- * rounds to the nearest number, ties to the even code, as a search over the 16 codes finds. */
+/* MXFP4: all 16 FP4 codes under block scales from 2^-20 to 2^21, built by qmat_build into ggml's
+ * MXFP4 blocks, widen exactly through the prefill path's dequantization (the transpose) and the
+ * decode kernel (one-hot rows), against the format's table (0.5 x twice the value) times the
+ * scale; and f32_to_e2m1 (online mxfp4) rounds to the nearest number, ties to the even code, as
+ * a search over the 16 codes finds. */
+enum { E2M1_KP = 2 * QBLOCK };
+static int e2m1_row(void *ctx, int r, uint8_t *codes, float *scale, float *zero, loom_err *err) {
+    (void)r, (void)err;
+    int e = *(const int *)ctx;
+    for (int c = 0; c < E2M1_KP; c++) codes[c] = (uint8_t)(c % 16);
+    scale[0] = ldexpf(1, e), scale[1] = ldexpf(1, e + 1), zero[0] = zero[1] = 0;
+    return 0;
+}
+
 static void check_e2m1(void) {
-    enum { KP = 2 * QBLOCK };
     static const float value[8] = {0, 0.5f, 1, 1.5f, 2, 3, 4, 6};
-    uint8_t packed[KP / 2];
-    for (int b = 0; b < KP / QBLOCK; b++) /* column c holds code c % 16, in loom's nibble order */
-        for (int j = 0; j < QBLOCK / 2; j++)
-            packed[b * QBLOCK / 2 + j] = (uint8_t)((b * QBLOCK + j) % 16 | ((b * QBLOCK + j + 16) % 16) << 4);
     int wrong = 0;
-    float x[KP] = {0}, t[KP], y[2];
+    float x[E2M1_KP] = {0}, t[E2M1_KP], y[2];
     for (int e = -20; e <= 20; e += 5) {
-        float sz[2] = {ldexpf(1, e), ldexpf(1, e + 1)};
-        qlayout q = {4,          KP, 2, (int32_t[]){QBLOCK, KP},       NULL, NULL,
-                     QCODE_E2M1, 0,  0, (uint8_t[]){e + 127, e + 128}, 0,    0};
-        wmat w = {.dt = DT_U8, .rows = 1, .cols = KP, .ld = KP / 2, .data = packed, .q = &q};
+        weight_store ws;
+        weights_init_dummy(&ws, 1);
+        qsource src = {.bits = 4, .rows = 1, .cols = E2M1_KP, .n_groups = 2, .group_size = QBLOCK, .ctx = &e,
+                       .row = e2m1_row, .code = QCODE_E2M1};
+        wmat w;
+        loom_err err = {{0}};
+        CHECK(qmat_build(&ws, &src, &w, &err) == 0, "%s", err.msg);
+        CHECK(w.q->code == QCODE_GGUF && w.q->gtype == GT_MXFP4 && w.ld == 2 * 17, "FP4 codes not built as MXFP4");
         CHECK(linear_transpose(&w, t) == 0, "e2m1 transpose");
-        for (int c = 0; c < KP; c++) {
+        for (int c = 0; c < E2M1_KP; c++) {
             int code = c % 16;
-            float want = (code & 8 ? -value[code & 7] : value[code & 7]) * sz[c / QBLOCK];
+            float want = (code & 8 ? -value[code & 7] : value[code & 7]) * ldexpf(1, e + c / QBLOCK);
             wrong += t[c] != want;
             x[c] = 1;
             const float *xr[2] = {x, x};
-            cpu()->dot_q(xr, 2, packed, &q, 0, y);
+            cpu()->dot_q(xr, 2, w.data, w.q, 0, y);
             wrong += y[0] != want || y[1] != want;
             x[c] = 0;
         }
+        weights_close(&ws);
     }
     CHECK(wrong == 0, "E2M1: %d codes widen wrongly", wrong);
     for (int i = -1000; i <= 1000; i++) { /* steps of 1/128 through +-7.8, every tie included */

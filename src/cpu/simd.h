@@ -16,8 +16,6 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "tensor/fp4.h"
-
 #if defined(LOOM_VARIANT_AVX512) || defined(LOOM_VARIANT_AVX512BF16)
 #include <immintrin.h>
 #define VL    16
@@ -88,13 +86,6 @@ static inline void vdequant_nib(const uint8_t *p, vqtab t, vf *lo, vf *hi) {
     *lo = _mm512_permutexvar_ps(b, t.v);
     *hi = _mm512_permutexvar_ps(_mm512_srli_epi32(b, 4), t.v);
 }
-/* FP4 (E2M1) codes: the 16 values times the block's scale, made once per block (twice each
- * value times half the scale: exact), looked up like any 4-bit code */
-static inline vqtab vqtab_e2m1(float half_scale) {
-    static const float twice[16] = {E2M1_TWICE_VALUES};
-    return (vqtab){_mm512_mul_ps(_mm512_loadu_ps(twice), _mm512_set1_ps(half_scale))};
-}
-static inline void vdequant_e2m1(const uint8_t *p, vqtab t, vf *lo, vf *hi) { vdequant_nib(p, t, lo, hi); }
 /* 2^n for integral n in [-126, 127] */
 static inline vf vpow2i(vf n) {
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(_mm512_cvttps_epi32(n), _mm512_set1_epi32(127)), 23));
@@ -165,17 +156,6 @@ static inline void vdequant_nib(const uint8_t *p, vqtab t, vf *lo, vf *hi) {
     *lo = vmul(vsub(_mm256_cvtepi32_ps(_mm256_and_si256(b, _mm256_set1_epi32(15))), t.z), t.s);
     *hi = vmul(vsub(_mm256_cvtepi32_ps(_mm256_srli_epi32(b, 4)), t.z), t.s);
 }
-/* FP4 (E2M1) codes times hs = t.s, half their block's scale: twice each value from a byte table */
-static inline vqtab vqtab_e2m1(float half_scale) { return (vqtab){vset1(half_scale), vset1(0.0f)}; }
-static inline void vdequant_e2m1(const uint8_t *p, vqtab t, vf *lo, vf *hi) {
-    const __m128i twice = _mm_setr_epi8(E2M1_TWICE_VALUES), nib = _mm_set1_epi8(15);
-    const vf hs = t.s;
-    __m128i b = _mm_loadl_epi64((const __m128i *)p);
-    __m128i l = _mm_shuffle_epi8(twice, _mm_and_si128(b, nib));
-    __m128i h = _mm_shuffle_epi8(twice, _mm_and_si128(_mm_srli_epi16(b, 4), nib));
-    *lo = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(l)), hs);
-    *hi = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(h)), hs);
-}
 static inline vf vpow2i(vf n) {
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_cvttps_epi32(n), _mm256_set1_epi32(127)), 23));
 }
@@ -238,20 +218,6 @@ static inline void vdequant_nib(const uint8_t *p, vqtab t, vf *lo, vf *hi) {
     *lo = vmul(vsub(vcvtq_f32_u32(vandq_u32(b, vdupq_n_u32(15))), t.z), t.s);
     *hi = vmul(vsub(vcvtq_f32_u32(vshrq_n_u32(b, 4)), t.z), t.s);
 }
-static inline vf vtwice_e2m1(uint8x8_t idx, vf hs) {
-    static const int8_t twice[16] = {E2M1_TWICE_VALUES};
-    int8x8_t v = vreinterpret_s8_u8(vqtbl1_u8(vreinterpretq_u8_s8(vld1q_s8(twice)), idx));
-    return vmulq_f32(vcvtq_f32_s32(vmovl_s16(vget_low_s16(vmovl_s8(v)))), hs);
-}
-static inline vqtab vqtab_e2m1(float half_scale) { return (vqtab){vset1(half_scale), vset1(0.0f)}; }
-static inline void vdequant_e2m1(const uint8_t *p, vqtab t, vf *lo, vf *hi) {
-    const vf hs = t.s;
-    uint32_t w;
-    memcpy(&w, p, 4);
-    uint8x8_t b = vcreate_u8(w);
-    *lo = vtwice_e2m1(vand_u8(b, vdup_n_u8(15)), hs);
-    *hi = vtwice_e2m1(vshr_n_u8(b, 4), hs);
-}
 static inline vf vpow2i(vf n) {
     return vreinterpretq_f32_s32(vshlq_n_s32(vaddq_s32(vcvtq_s32_f32(n), vdupq_n_s32(127)), 23));
 }
@@ -301,12 +267,6 @@ static inline vqtab vqtab_make(float s, float z) { return (vqtab){s, z}; }
 static inline void vdequant_nib(const uint8_t *p, vqtab t, vf *lo, vf *hi) {
     *lo = ((float)(*p & 15) - t.z) * t.s;
     *hi = ((float)(*p >> 4) - t.z) * t.s;
-}
-static inline vqtab vqtab_e2m1(float half_scale) { return (vqtab){half_scale, 0.0f}; }
-static inline void vdequant_e2m1(const uint8_t *p, vqtab t, vf *lo, vf *hi) {
-    static const int8_t twice[16] = {E2M1_TWICE_VALUES};
-    *lo = (float)twice[*p & 15] * t.s;
-    *hi = (float)twice[*p >> 4] * t.s;
 }
 static inline vf vpow2i(vf n) {
     uint32_t u = (uint32_t)((int32_t)n + 127) << 23;

@@ -77,11 +77,6 @@ static void dot_bf16(const float *const *x, int nr, const uint16_t *w, int k, fl
  * rounding (4-bit blocks through simd.h's vdequant_nib, given the group's vqtab). */
 static inline __attribute__((always_inline)) void qblock(const uint8_t *blk, int bits, enum qcode code, float s,
                                                          float z, vqtab t, vf out[QV]) {
-    if (code == QCODE_E2M1) { /* t: vqtab_e2m1's */
-#pragma GCC unroll 16
-        for (int u = 0; u < QV / 2; u++) vdequant_e2m1(blk + u * VL, t, &out[u], &out[u + QV / 2]);
-        return;
-    }
     if (code != QCODE_UINT) { /* the code's bits times 2^(127 - bias) times s, as (2^(127 - bias) s) in one
                                 * product: the same real number, rounded once, unless that factor overflows */
         int shift = code == QCODE_E5M2 ? FP8_E5M2_SHIFT : FP8_E4M3_SHIFT;
@@ -116,14 +111,9 @@ static inline __attribute__((always_inline)) void dot_q_block(const float *const
             a[r][(first + u) & 3] = vfma(wv[u], vload(x[r] + c + u * VL), a[r][(first + u) & 3]);
 }
 
-/* Group g of row `row` of q: its scale and zero point (FP4 codes': from their exponent byte),
- * and the table its 4-bit codes widen through. */
-static inline __attribute__((always_inline)) vqtab group_tab(const qlayout *q, enum qcode code, size_t row, int g,
-                                                             float *s, float *z) {
-    if (code == QCODE_E2M1) {
-        *s = e8m0_to_f32(q->exps[row * q->n_groups + g]), *z = 0;
-        return vqtab_e2m1(0.5f * *s);
-    }
+/* Group g of row `row` of q: its scale and zero point, and the table its 4-bit codes widen
+ * through. */
+static inline __attribute__((always_inline)) vqtab group_tab(const qlayout *q, size_t row, int g, float *s, float *z) {
     const float *sz = q->sz + (row * q->n_groups + g) * 2;
     *s = sz[0], *z = sz[1];
     return vqtab_make(*s, *z);
@@ -142,7 +132,7 @@ static inline __attribute__((always_inline)) void dot_q_row(const float *const *
         for (int u = 0; u < 4; u++) a[r][u] = vset1(0.0f);
     for (int g = 0, c = 0; g < q->n_groups; g++) {
         float s, z;
-        vqtab t = group_tab(q, code, row, g, &s, &z);
+        vqtab t = group_tab(q, row, g, &s, &z);
         int end = q->group_end[g];
         for (; c + 2 * QBLOCK <= end; c += 2 * QBLOCK) {
             dot_q_block(x, nr, w, bits, code, s, z, t, c, 0, a);
@@ -748,6 +738,7 @@ static void panel_gguf_q8(const q8row *x, size_t x_stride, const int32_t *xsum, 
 /* Each kind of code and row count its own loop (constants once inlined). */
 static void dot_q(const float *const *x, int nr, const uint8_t *w, const qlayout *q, size_t row, float y[2]) {
     switch (q->code) {
+    case QCODE_E2M1: return; /* a source's codes only: qmat_build makes them QCODE_GGUF */
     case QCODE_GGUF: dot_gguf(x, nr, w, q, y); break;
     case QCODE_E4M3:
         if (nr == 2) dot_q_row(x, 2, w, 8, QCODE_E4M3, q, row, y);
@@ -756,10 +747,6 @@ static void dot_q(const float *const *x, int nr, const uint8_t *w, const qlayout
     case QCODE_E5M2:
         if (nr == 2) dot_q_row(x, 2, w, 8, QCODE_E5M2, q, row, y);
         else dot_q_row(x, 1, w, 8, QCODE_E5M2, q, row, y);
-        break;
-    case QCODE_E2M1:
-        if (nr == 2) dot_q_row(x, 2, w, 4, QCODE_E2M1, q, row, y);
-        else dot_q_row(x, 1, w, 4, QCODE_E2M1, q, row, y);
         break;
     case QCODE_UINT:
         if (q->bits == 4) {
@@ -781,11 +768,10 @@ static void dequant_q(const uint8_t *w, const qlayout *q, size_t row, float *dst
     const int block_bytes = q->bits * QBLOCK / 8;
     for (int g = 0, c = 0; g < q->n_groups; g++) {
         float s, z;
-        vqtab t = group_tab(q, q->code, row, g, &s, &z);
+        vqtab t = group_tab(q, row, g, &s, &z);
         for (; c < q->group_end[g]; c += QBLOCK) {
             vf wv[QV];
-            if (q->code == QCODE_E2M1) qblock(w + c / QBLOCK * block_bytes, 4, QCODE_E2M1, s, z, t, wv);
-            else if (q->code == QCODE_E4M3) qblock(w + c / QBLOCK * block_bytes, 8, QCODE_E4M3, s, z, t, wv);
+            if (q->code == QCODE_E4M3) qblock(w + c / QBLOCK * block_bytes, 8, QCODE_E4M3, s, z, t, wv);
             else if (q->code == QCODE_E5M2) qblock(w + c / QBLOCK * block_bytes, 8, QCODE_E5M2, s, z, t, wv);
             else if (q->bits == 4) qblock(w + c / QBLOCK * block_bytes, 4, QCODE_UINT, s, z, t, wv);
             else qblock(w + c / QBLOCK * block_bytes, 8, QCODE_UINT, s, z, t, wv);

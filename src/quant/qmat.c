@@ -1,6 +1,10 @@
 /* Repacking into loom's quantized layout (quant.h): orders a shard's columns by group, pads
  * each group to whole blocks, and packs every row's codes with its scales and zero points.
- * Every format's reader ends here, so the kernels see one layout. */
+ * Every format's reader ends here, so the kernels see one layout. FP4 codes (MXFP4 checkpoints,
+ * -q mxfp4) are the exception: they become ggml's MXFP4 blocks (tensor/gguf_blocks.h), the
+ * E8M0 byte before each block's 16 bytes of codes, in the nibble order loom packs 4-bit codes
+ * in anyway, so that GGUF's kernels multiply them by int8 activations or decode them exactly,
+ * as they do llama.cpp's files. */
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -9,6 +13,7 @@
 
 #include "quant/quant.h"
 #include "tensor/fp4.h"
+#include "tensor/gguf_blocks.h"
 #include "util/alloc.h"
 #include "util/err.h"
 
@@ -22,14 +27,24 @@ static int by_group(const void *a, const void *b) {
     return x->col < y->col ? -1 : x->col > y->col;
 }
 
-/* Packs one row's codes (in packed-column order) into bytes. */
-static void pack_row(const qlayout *q, const uint8_t *codes, uint8_t *dst) {
-    if (q->bits == 8) {
-        memcpy(dst, codes, (size_t)q->kp);
+/* Packs one row's codes (in packed-column order) into bytes: 4-bit ones a block at a time, code j
+ * in byte j's low nibble and j + 16 in its high one; MXFP4 rows with each block's E8M0 byte
+ * first (exps, one a block). */
+static void pack_row(int bits, int kp, const uint8_t *codes, const uint8_t *exps, uint8_t *dst) {
+    if (bits == 8) {
+        memcpy(dst, codes, (size_t)kp);
         return;
     }
-    for (int b = 0; b < q->kp; b += QBLOCK)
-        for (int j = 0; j < QBLOCK / 2; j++) dst[b / 2 + j] = (uint8_t)(codes[b + j] | codes[b + QBLOCK / 2 + j] << 4);
+    for (int b = 0; b < kp; b += QBLOCK) {
+        if (exps) *dst++ = exps[b / QBLOCK];
+        for (int j = 0; j < QBLOCK / 2; j++) *dst++ = (uint8_t)(codes[b + j] | codes[b + QBLOCK / 2 + j] << 4);
+    }
+}
+
+/* A block's FP4 scale as its E8M0 byte (2^(e - 127), e in [0, 254]: what the readers give), or -1. */
+static int e8m0_of(float scale) {
+    int e = scale > 0 ? ilogbf(scale) + 127 : -1;
+    return e < 0 || e > 254 || e8m0_to_f32((uint8_t)e) != scale ? -1 : e;
 }
 
 int qmat_build(weight_store *ws, const qsource *src, wmat *out, loom_err *err) {
@@ -51,9 +66,9 @@ int qmat_build(weight_store *ws, const qsource *src, wmat *out, loom_err *err) {
     int n_groups = 0, kp = 0, rc = -1, threads = omp_get_max_threads();
     const char *what = "a quantized matrix";
     int32_t *gid = mem_array((size_t)cols, sizeof *gid, what, err), *gend = NULL, *group_end, *col_of;
-    uint8_t *codes = NULL, *data, *exps = NULL;
+    uint8_t *codes = NULL, *data;
     float *scale = NULL, *sz = NULL;
-    bool fp4 = src->code == QCODE_E2M1; /* scales powers of two, no zero point: one exponent byte a group */
+    bool fp4 = src->code == QCODE_E2M1; /* scales powers of two, no zero point: ggml's MXFP4 blocks */
     qlayout *q;
     if (!gid || !(gend = mem_array((size_t)cols, sizeof *gend, what, err))) goto done;
     for (int c = 0; c < cols; c++) {
@@ -65,14 +80,17 @@ int qmat_build(weight_store *ws, const qsource *src, wmat *out, loom_err *err) {
     }
     kp = gend[n_groups - 1] = (kp + QBLOCK - 1) / QBLOCK * QBLOCK;
 
-    size_t row_bytes = (size_t)kp * src->bits / 8;
+    if (fp4 && (kp != cols || src->col0 % QBLOCK || src->group_of || src->group_size != QBLOCK)) {
+        loom_errf(err, "MXFP4: columns [%d, %d) are not whole blocks of %d", src->col0, src->col0 + cols, QBLOCK);
+        goto done;
+    }
+    size_t row_bytes = fp4 ? (size_t)kp / QBLOCK * gtype_table[GT_MXFP4].bytes : (size_t)kp * src->bits / 8;
     if (!(q = weights_buffer(ws, sizeof *q, what, err)) ||
         !(group_end = weights_buffer(ws, (size_t)n_groups * sizeof *group_end, what, err)) ||
         !(col_of = weights_buffer(ws, (size_t)kp * sizeof *col_of, what, err)) ||
-        (fp4 ? !(exps = weights_buffer(ws, (size_t)rows * n_groups, what, err))
-             : !(sz = weights_buffer(ws, (size_t)rows * n_groups * 2 * sizeof *sz, what, err))) ||
+        (!fp4 && !(sz = weights_buffer(ws, (size_t)rows * n_groups * 2 * sizeof *sz, what, err))) ||
         !(data = weights_buffer(ws, (size_t)rows * row_bytes, what, err)) ||
-        !(codes = mem_array((size_t)threads, (size_t)cols + kp, "quantization scratch", err)) ||
+        !(codes = mem_array((size_t)threads, (size_t)cols + kp + kp / QBLOCK, "quantization scratch", err)) ||
         !(scale = mem_array((size_t)threads * 2 * src->n_groups, sizeof *scale, "quantization scratch", err)))
         goto done;
     memcpy(group_end, gend, (size_t)n_groups * sizeof *group_end);
@@ -81,16 +99,16 @@ int qmat_build(weight_store *ws, const qsource *src, wmat *out, loom_err *err) {
         for (; c < cols && keys[c].group == gid[g]; c++, p++) identity &= (col_of[p] = keys[c].col) == p;
         for (; p < group_end[g]; p++) col_of[p] = -1;
     }
-    *q = (qlayout){.bits = src->bits,
-                   .kp = kp,
-                   .n_groups = n_groups,
-                   .group_end = group_end,
-                   .col_of = identity ? NULL : col_of,
-                   .sz = sz,
-                   .code = src->code,
-                   .in_scale = src->in_scale,
-                   .in_group = src->in_group,
-                   .exps = exps};
+    *q = fp4 ? (qlayout){.kp = kp, .code = QCODE_GGUF, .gtype = GT_MXFP4}
+             : (qlayout){.bits = src->bits,
+                         .kp = kp,
+                         .n_groups = n_groups,
+                         .group_end = group_end,
+                         .col_of = identity ? NULL : col_of,
+                         .sz = sz,
+                         .code = src->code,
+                         .in_scale = src->in_scale,
+                         .in_group = src->in_group};
     *out = (wmat){.dt = DT_U8, .rows = rows, .cols = cols, .ld = row_bytes, .data = data, .q = q};
 
     rc = 0;
@@ -100,7 +118,7 @@ int qmat_build(weight_store *ws, const qsource *src, wmat *out, loom_err *err) {
 #pragma omp parallel for schedule(dynamic, 8)
         for (int r = r0; r < r0 + n; r++) {
             int t = omp_get_thread_num();
-            uint8_t *code = codes + (size_t)t * (cols + kp), *packed = code + cols;
+            uint8_t *code = codes + (size_t)t * (cols + kp + kp / QBLOCK), *packed = code + cols;
             float *s = scale + (size_t)t * 2 * src->n_groups, *z = s + src->n_groups;
             loom_err mine = {{0}};
             if (src->row(src->ctx, r, code, s, z, &mine)) {
@@ -109,17 +127,20 @@ int qmat_build(weight_store *ws, const qsource *src, wmat *out, loom_err *err) {
                 continue;
             }
             for (int p = 0; p < kp; p++) packed[p] = col_of[p] >= 0 ? code[col_of[p]] : 0;
-            pack_row(q, packed, data + (size_t)r * row_bytes);
-            for (int g = 0; g < n_groups && fp4; g++) { /* 2^(e - 127), e in [0, 254]: the readers' scales */
-                int e = s[gid[g]] > 0 ? ilogbf(s[gid[g]]) + 127 : -1;
-                if (e < 0 || e > 254 || e8m0_to_f32((uint8_t)e) != s[gid[g]]) {
+            uint8_t *exps = fp4 ? packed + kp : NULL; /* each block's E8M0 byte */
+            for (int g = 0; g < n_groups && fp4; g++) {
+                int e = e8m0_of(s[gid[g]]);
+                if (e < 0) {
                     loom_errf(&mine, "row %d: FP4 scale %g is not a power of two in E8M0's range", r, s[gid[g]]);
 #pragma omp critical
                     if (!rc) rc = -1, *err = mine;
+                    exps = NULL;
                     break;
                 }
-                exps[(size_t)r * n_groups + g] = (uint8_t)e;
+                exps[g] = (uint8_t)e;
             }
+            if (fp4 && !exps) continue;
+            pack_row(src->bits, kp, packed, exps, data + (size_t)r * row_bytes);
             for (int g = 0; g < n_groups && !fp4; g++) {
                 sz[((size_t)r * n_groups + g) * 2] = s[gid[g]];
                 sz[((size_t)r * n_groups + g) * 2 + 1] = z[gid[g]];

@@ -24,7 +24,6 @@
  * a 1B model's bytes with an 8-bit head (--quantize-lm-head). */
 static enum wact act_for(const weight_store *ws, const weight_ref *r, const wmat *w) {
     if (ws->exact || r->style == PAR_REPLICATED) return WACT_F32;
-    if (w->q && w->q->code == QCODE_E2M1) return WACT_F32; /* MXFP4: exact, no integer or bf16 path */
     if (w->q && w->q->code == QCODE_GGUF) /* int8 where its slice is whole blocks of 32 (cpu.h's dot_gguf_q8) */
         return w->q->g0 % QACT || w->q->kp % QACT ? WACT_F32 : WACT_INT8;
     if (w->q && w->q->code != QCODE_UINT) return ws->fp8_act ? WACT_FP8 : WACT_BF16; /* FP8: exact in the weight */

@@ -14,8 +14,8 @@ size_t engine_kv_bytes_per_token(const loom_engine *e, int layers) {
 }
 
 static size_t wmat_bytes(const wmat *w) {
-    if (w->q) /* the packed row, and its groups' scales: an exponent byte (FP4), else scale and zero point */
-        return (size_t)w->rows * (w->ld + (size_t)w->q->n_groups * (w->q->exps ? 1 : 2 * sizeof(float)));
+    if (w->q) /* the packed row (GGUF blocks hold their scales), and its groups' scale and zero point */
+        return (size_t)w->rows * (w->ld + (size_t)w->q->n_groups * 2 * sizeof(float));
     return (size_t)w->rows * w->cols * dtype_size(w->dt);
 }
 

@@ -1,8 +1,9 @@
 /* OCP MX's FP4 numbers (E2M1), as MXFP4 checkpoints (GPT-OSS's experts) store them: a sign,
  * two exponent bits and one mantissa bit, the values 0, 0.5, 1, 1.5, 2, 3, 4, 6 and their
  * negatives, a block of 32 sharing one E8M0 scale 2^(e - 127). Twice each value is a small
- * integer, so the kernels widen a code through a 16-entry byte table (simd.h's vdequant_e2m1)
- * and multiply by half the scale: exact, as the reference's lookup and ldexp are. */
+ * integer: loom holds the blocks as ggml's MXFP4 (tensor/gguf_blocks.h), whose levels are those
+ * integers under half the scale, so the kernels widen them exactly and multiply them by int8
+ * activations. */
 #ifndef LOOM_TENSOR_FP4_H
 #define LOOM_TENSOR_FP4_H
 #include <math.h>

@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "tensor/fp4.h"
 #include "tensor/half.h"
 #if defined(__F16C__)
 #include <immintrin.h>
@@ -100,9 +101,9 @@ static const int8_t gguf_iq4_levels[16] = {-127, -104, -83, -65, -49, -35, -22, 
 
 /* MXFP4 as ggml stores it (GPT-OSS's experts): a block of 32 is one E8M0 exponent byte e, then
  * IQ4_NL's nibble order (byte j: weight j low, weight j + 16 high). Its codes are e2m1 values
- * doubled, integers, so the scale is 2^(e - 127) halved: 2^(e - 128), a subnormal float for e < 2
+ * doubled (tensor/fp4.h), integers, so the scale is 2^(e - 127) halved: 2^(e - 128), a subnormal float for e < 2
  * (ggml's GGML_E8M0_TO_FP32_HALF). Integer codes let it meet int8 activations as IQ4_NL does. */
-static const int8_t gguf_mxfp4_levels[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+static const int8_t gguf_mxfp4_levels[16] = {E2M1_TWICE_VALUES};
 static inline float gguf_e8m0_half(uint8_t e) {
     uint32_t bits = e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23;
     float f;

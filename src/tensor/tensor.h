@@ -20,10 +20,11 @@ bool dtype_from_name(const char *name, enum dtype *d);
 #define QBLOCK 32
 
 /* What a packed code means: an unsigned integer, the weight (q - zero) * scale; or an FP8
- * number (tensor/fp8.h), the weight fp8(q) * scale with no zero point; or a 4-bit FP4 number
- * (tensor/fp4.h, MXFP4), the weight e2m1(q) * scale, its groups 32 columns, scales powers of 2.
- * QCODE_GGUF is not loom's packing: each row is a GGUF file's blocks of one llama.cpp type as
- * stored (tensor/gguf_blocks.h), mapped from the file, in input column order. */
+ * number (tensor/fp8.h), the weight fp8(q) * scale with no zero point. QCODE_GGUF is not loom's
+ * packing: each row is blocks of one llama.cpp type (tensor/gguf_blocks.h) in input column
+ * order, a GGUF file's as stored, mapped. QCODE_E2M1 describes a source's codes only (quant.h's
+ * qsource: a 4-bit FP4 number, tensor/fp4.h, the weight e2m1(q) * scale, its groups 32 columns,
+ * scales powers of 2): qmat_build makes them ggml's MXFP4 blocks, QCODE_GGUF. */
 enum qcode { QCODE_UINT, QCODE_E4M3, QCODE_E5M2, QCODE_E2M1, QCODE_GGUF };
 
 /* The packed layout of one quantized matrix (quant/ builds it). Its columns are the input
@@ -36,15 +37,12 @@ typedef struct qlayout {
     int n_groups;             /* groups this matrix holds (a row-parallel shard: its share) */
     const int32_t *group_end; /* [n_groups]: the packed column where each group ends */
     const int32_t *col_of;    /* [kp]; NULL when packed column p is input column p (kp == cols) */
-    const float *sz;          /* [rows][n_groups][2]: scale, zero point (NULL for FP4 codes) */
+    const float *sz;          /* [rows][n_groups][2]: scale, zero point */
     enum qcode code;
     /* FP8 checkpoints, for FP8 activations (WACT_FP8): the stored activation scale (0:
      * dynamic), and with a dynamic one the columns each scale covers (0: the whole row) */
     float in_scale;
     int in_group;
-    /* FP4 codes (MXFP4): [rows][n_groups] E8M0 exponents, the scale 2^(e - 127), one byte a
-     * group where sz would take eight: decode reads 4.25 bits a weight, as the format stores it */
-    const uint8_t *exps;
     int gtype; /* QCODE_GGUF: the rows' block type (a ggml type number) */
     int g0;    /* QCODE_GGUF: where a row's slice starts in its first block (a split inside a super-block) */
 } qlayout;
