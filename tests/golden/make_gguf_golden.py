@@ -279,6 +279,15 @@ def finish_converted(w, case, source):
     print(f"{case}: from {source}, {sum(os.path.getsize(os.path.join(out, f)) for f in os.listdir(out))} bytes")
 
 
+def size_keys(w, cfg, heads):
+    """The sizes every converter writes first: context, hidden, layers, FFN width, heads."""
+    w.add_context_length(cfg["max_position_embeddings"])
+    w.add_embedding_length(cfg["hidden_size"])
+    w.add_block_count(cfg["num_hidden_layers"])
+    w.add_feed_forward_length(cfg["intermediate_size"])
+    w.add_head_count(heads)
+
+
 def build_converted(case, source, arch):
     """A float golden folder as llama.cpp's converter writes it, with that folder's golden: a
     Llama's (and Mixtral's) q/k rows permuted and Llama 3's RoPE scaling as rope_freqs.weight,
@@ -291,11 +300,7 @@ def build_converted(case, source, arch):
     t = load_file(os.path.join(src, "model.safetensors"))
     llama = arch in ("llama", "granite")  # LlamaModel's converters: q/k rows in Meta's layout
     w = GGUFWriter(os.path.join(out, "model.gguf"), arch)
-    w.add_context_length(cfg["max_position_embeddings"])
-    w.add_embedding_length(cfg["hidden_size"])
-    w.add_block_count(cfg["num_hidden_layers"])
-    w.add_feed_forward_length(cfg["intermediate_size"])
-    w.add_head_count(cfg["num_attention_heads"])
+    size_keys(w, cfg, cfg["num_attention_heads"])
     w.add_head_count_kv(cfg["num_key_value_heads"])
     head_dim = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
     if cfg.get("head_dim") and arch != "granite":  # as TextModel does (GraniteModel drops it)
@@ -367,11 +372,7 @@ def build_deepseek(case, source):
                                                      "qk_rope_head_dim", "v_head_dim"))
     rp = cfg["rope_parameters"]
     w = GGUFWriter(os.path.join(out, "model.gguf"), "deepseek2")
-    w.add_context_length(cfg["max_position_embeddings"])
-    w.add_embedding_length(cfg["hidden_size"])
-    w.add_block_count(cfg["num_hidden_layers"])
-    w.add_feed_forward_length(cfg["intermediate_size"])
-    w.add_head_count(heads)
+    size_keys(w, cfg, heads)
     w.add_head_count_kv(1)
     w.add_rope_freq_base(rp["rope_theta"])
     w.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
@@ -457,11 +458,7 @@ def build_gpt_oss(case, source, bump=2, seed=4400):
     t = load_file(os.path.join(src, "model.safetensors"))
     rp = cfg["rope_parameters"]
     w = GGUFWriter(os.path.join(out, "model.gguf"), "gpt-oss")
-    w.add_context_length(cfg["max_position_embeddings"])
-    w.add_embedding_length(cfg["hidden_size"])
-    w.add_block_count(cfg["num_hidden_layers"])
-    w.add_feed_forward_length(cfg["intermediate_size"])
-    w.add_head_count(cfg["num_attention_heads"])
+    size_keys(w, cfg, cfg["num_attention_heads"])
     w.add_head_count_kv(cfg["num_key_value_heads"])
     w.add_key_length(cfg["head_dim"])
     w.add_value_length(cfg["head_dim"])
