@@ -26,7 +26,7 @@
 /* (and four quantized checkpoints' experts, held whole: gptq_mixtral's attention cannot split 4
  * ways; one again with --dtype auto, int8 activations, golden_util.h; the FP8 ones block-scaled;
  * then six GGUF files' experts, stacked per projection, GPT-OSS's MXFP4 ones also on int8
- * activations) */
+ * activations, as a folder's MXFP4 experts compute by default) */
 static const char *cases[] = {"olmoe",
                               "mixtral",
                               "qwen2_moe",
@@ -49,7 +49,8 @@ static const char *cases[] = {"olmoe",
                               "gguf_mixtral",
                               "gguf_deepseek_v3",
                               "gguf_gpt_oss",
-                              "gguf_gpt_oss@auto"};
+                              "gguf_gpt_oss@auto",
+                              "gpt_oss@auto"};
 
 typedef enum mode { MODE_EP, MODE_SP, MODE_ASYNC, MODE_THRESHOLD, N_MODES } mode;
 static const char *mode_names[] = {"EP", "EP+SP", "EP+async TP", "EP+SP above 4 tokens"};

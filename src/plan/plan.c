@@ -340,8 +340,9 @@ static rows_code takes_quantized_rows(const plan *p, const plan_step *c) {
     if (l->style != PAR_COLUMN) return ROWS_F32;
     const quant_config *cq = p->o.checkpoint;
     /* GGUF blocks meet int8 rows only where a slice is whole blocks of 32 (runtime/bind.c): each
-     * quantizes the fp32 rows it is given, the same bits as quantized before the gather */
-    if (cq && cq->format == QF_GGUF) return ROWS_F32;
+     * quantizes the fp32 rows it is given, the same bits as quantized before the gather; an MXFP4
+     * checkpoint quantizes its stacked experts only, never a linear */
+    if (cq && (cq->format == QF_GGUF || cq->format == QF_MXFP4)) return ROWS_F32;
     quant_scheme q = shard_scheme(p, l->style);
     bool fp8 = cq && quant_format_fp8(cq->format);
     if (fp8 || q.code) { /* a checkpoint's, or dummy weights of one (quantized at load, its scheme kept) */
