@@ -3,8 +3,8 @@
 # (configs/gpt-oss-20b.json: 24 layers, 32 experts of 2880, top 4, MXFP4 experts) against
 # llama.cpp's MXFP4 decode, the engines taking turns round by round:
 #   loom tp=1 folder      one rank, THREADS threads; the config with dummy weights, the experts
-#                         rounded into MXFP4 at load (the checkpoint's format, computed on fp32
-#                         activations), the rest bf16 (--dtype auto)
+#                         rounded into MXFP4 at load (the checkpoint's format, held as ggml's
+#                         MXFP4 blocks on int8 activations), the rest bf16 (--dtype auto)
 #   loom tp=1 GGUF        one rank, THREADS threads, on llama.cpp's own file below (ggml's MXFP4
 #                         blocks on int8 activations, --dtype auto)
 #   loom tp=2 EP+SP GGUF  two ranks of THREADS/2 threads on that file, expert parallelism (16
