@@ -137,12 +137,14 @@ void weights_close(weight_store *w) {
 void *weights_buffer(weight_store *w, size_t bytes, const char *what, loom_err *err) {
     if (ARRAY_RESERVE(w->owned, w->cap_owned, (size_t)w->n_owned + 1, "the list of weight buffers", err)) return NULL;
     /* Large tensors go on 2 MiB pages where the kernel allows it (THP "madvise"): decode
-     * streams every weight once per token, and 4 KiB pages cost a TLB miss per page. */
+     * streams every weight once per token, and 4 KiB pages cost a TLB miss per page. Only the
+     * whole 2 MiB pages: a tail page would hold 2 MiB for what is left over (GPT-OSS-20B's
+     * MXFP4 experts, 4.4 MB a matrix, took 4 GB more that way). */
     const size_t huge = (size_t)2 << 20;
     size_t align = bytes >= huge ? huge : 64;
     void *p = mem_aligned_to(align, bytes, what, err);
     if (!p) return NULL;
-    if (align == huge) madvise(p, (bytes + align - 1) / align * align, MADV_HUGEPAGE);
+    if (align == huge) madvise(p, bytes / huge * huge, MADV_HUGEPAGE);
     w->owned[w->n_owned++] = p;
     w->bytes_owned += bytes;
     return p;
