@@ -288,8 +288,14 @@ static void check_e2m1(void) {
     for (int e = -20; e <= 20; e += 5) {
         weight_store ws;
         weights_init_dummy(&ws, 1);
-        qsource src = {.bits = 4, .rows = 1, .cols = E2M1_KP, .n_groups = 2, .group_size = QBLOCK, .ctx = &e,
-                       .row = e2m1_row, .code = QCODE_E2M1};
+        qsource src = {.bits = 4,
+                       .rows = 1,
+                       .cols = E2M1_KP,
+                       .n_groups = 2,
+                       .group_size = QBLOCK,
+                       .ctx = &e,
+                       .row = e2m1_row,
+                       .code = QCODE_E2M1};
         wmat w;
         loom_err err = {{0}};
         CHECK(qmat_build(&ws, &src, &w, &err) == 0, "%s", err.msg);
