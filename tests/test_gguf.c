@@ -51,16 +51,30 @@ static void check_product(const char *type, const wmat *w, const float *ref, int
 extern const cpu_kernels cpu_generic;
 
 #if defined(__x86_64__)
-extern const cpu_kernels cpu_avx512bf16, cpu_avx512amx;
+extern const cpu_kernels cpu_avx2, cpu_avx2vnni, cpu_avx512, cpu_avx512bf16, cpu_avx512amx;
 
-/* A prefill's two panels, AMX's tiles and AVX-512 VNNI, give the same bits (cpu.h), on the m
- * int8 rows xq (ldq floats apart): checked where the CPU runs both. */
+/* A prefill's panels (AMX's tiles, AVX-512 VNNI, AVX-VNNI, AVX2) give the same bits (cpu.h), on
+ * the m int8 rows xq (ldq floats apart): the variant in use's panel against every other one this
+ * CPU runs, where it runs two. */
 static void check_panels(const char *type, const wmat *w, const float *xq, size_t ldq, int m, int c0) {
-    if (cpu() != &cpu_avx512amx) return;
+    const cpu_kernels *all[] = {&cpu_avx512amx, &cpu_avx512bf16, &cpu_avx512, &cpu_avx2vnni, &cpu_avx2}, *k[6];
+    int nk = 0;
+    loom_cpu_info info;
+    loom_err err;
+    if (!cpu()->panel_gguf_q8 || loom_cpu_get_info(&info, &err)) return;
+    k[nk++] = cpu();
+    for (int v = 0; v < 5; v++) {
+        char name[32];
+        snprintf(name, sizeof name, " %s ", all[v]->name);
+        char runs[sizeof info.runnable + 2];
+        snprintf(runs, sizeof runs, " %s ", info.runnable);
+        if (all[v] != cpu() && strstr(runs, name)) k[nk++] = all[v];
+    }
+    if (nk < 2) return;
     const qlayout *ql = w->q;
     int kp = ql->kp, width = gtype_split(ql->gtype), nsub = kp / width, rows = w->rows;
     q8row *xr = calloc(m, sizeof *xr);
-    float *gsum = calloc((size_t)m * nsub, sizeof *gsum), *y[2];
+    float *gsum = calloc((size_t)m * nsub, sizeof *gsum), *y[6];
     int32_t *isum = calloc((size_t)m * nsub, sizeof *isum);
     uint8_t *pack = malloc(PANEL_GGUF_PACK(kp));
     for (int i = 0; i < m; i++) {
@@ -73,26 +87,29 @@ static void check_panels(const char *type, const wmat *w, const float *xq, size_
         }
         xr[i] = (q8row){q, d, gsum + i * nsub};
     }
-    const cpu_kernels *k[2] = {&cpu_avx512amx, &cpu_avx512bf16};
-    for (int v = 0; v < 2; v++) {
+    for (int v = 0; v < nk; v++) {
         y[v] = calloc((size_t)m * rows, sizeof *y[v]);
         for (int n0 = 0; n0 < rows; n0 += PANEL_Q8_W)
             k[v]->panel_gguf_q8(xr, ldq * sizeof(float), isum, m, (const uint8_t *)w->data + (size_t)n0 * w->ld, w->ld,
                                 rows - n0 < PANEL_Q8_W ? rows - n0 : PANEL_Q8_W, ql, pack, y[v] + n0, rows);
+        if (v)
+            CHECK(!memcmp(y[0], y[v], (size_t)m * rows * sizeof *y[0]),
+                  "%s int8, columns [%d, %d), %d rows: the %s and %s panels give other bits", type, c0, c0 + kp, m,
+                  k[0]->name, k[v]->name);
     }
-    CHECK(!memcmp(y[0], y[1], (size_t)m * rows * sizeof *y[0]),
-          "%s int8, columns [%d, %d), %d rows: the AMX and AVX-512 VNNI panels give other bits", type, c0, c0 + kp, m);
-    free(xr), free(gsum), free(isum), free(pack), free(y[0]), free(y[1]);
+    for (int v = 0; v < nk; v++) free(y[v]);
+    free(xr), free(gsum), free(isum), free(pack);
 }
 #endif
 
 /* --dtype auto: y = x W^T on x's rows quantized to int8, through dot_gguf_q8 for 1 to 5 rows
- * (decode) and the prefill path for 40 (the AMX panel, else the exact panels). Both must match a
+ * (decode) and the prefill path for 40 (the variant's panel, else the exact panels). Both must match a
  * double-precision product of the reference weights with the values the int8 rows stand for, to
  * fp32 rounding; the decode path must give, row by row, the generic variant's bits from its
  * kernel called on one row and on four at once (cpu.h's one order); a prefill's last 17 rows
- * must have the same bits in a pass of their own; and on a CPU with AMX its panel must give the
- * AVX-512 VNNI one's bits. */
+ * must have the same bits in a pass of their own; and every x86 panel the CPU runs must give
+ * the same bits. The prefill's last two rows are all +1 and all -1, whose int8 codes (all 127 and
+ * -127) make the largest integer sums a kernel adds. */
 static void check_int8(const char *type, const wmat *w, const float *ref, int cols, int c0) {
     int rows = w->rows, nc = w->cols;
     wmat wi = *w;
@@ -102,6 +119,8 @@ static void check_int8(const char *type, const wmat *w, const float *ref, int co
         float *x = calloc((size_t)m * nc, sizeof *x), *y = calloc((size_t)m * rows, sizeof *y);
         float *xq = calloc((size_t)m * ldq, sizeof *xq), *sums = calloc((size_t)m * nc / 4, sizeof *sums);
         fill_x(x, m, nc);
+        for (int c = 0; m == 40 && c < nc; c++) /* codes of +-127 throughout: the largest integer sums */
+            x[38 * nc + c] = 1.0f, x[39 * nc + c] = -1.0f;
         linear(x, nc, m, m, &wi, NULL, y, rows);
         quantize_rows(ROWS_INT8, x, nc, m, nc, 0, xq, ldq);
         q8row xr[5];

@@ -98,19 +98,19 @@ typedef struct cpu_kernels {
      * pack is scratch of PANEL_Q8_PACK bytes. */
     void (*panel_q8)(const q8row *x, size_t x_stride, int nr, const uint8_t *w, size_t ld, const struct qlayout *q,
                      const float *sz, uint8_t *pack, float *y, size_t ldy);
-    /* On x86 with AVX-512 VNNI (avx512bf16; AMX's tiles in avx512amx; NULL elsewhere), a GGUF
-     * prefill's products (dot_gguf_q8 streams decode): nr input rows (x[i].q = x[0].q + i *
-     * x_stride bytes) against nw (1 to PANEL_Q8_W) weight rows of a GGUF slice from w, ld bytes
-     * apart, into y[i * ldy + j]. A sub-block is the type's scale step, gtype_split's 16 or 32
-     * columns; x[i].gsum holds each sub-block's activation codes added times the block's scale
-     * (one rounding), xsum + i * (kp / width) the integer sums themselves. The order, the same in
-     * both variants (the exact integer sums are) and for any nr and nw and any row's place among
-     * them: per block of 32 columns, in order, one chain of fused multiply-adds takes the exact
-     * integer sum of weight codes times activation codes over each sub-block: a 32-column one
-     * times (its dl times the block's activation scale, one rounding); two of 16 as (the first's
-     * sum times its dl, plus, fused, the second's times its dl) times the activation scale; for a
-     * type with mins, then each sub-block's -ml times gsum. pack is scratch of PANEL_GGUF_PACK
-     * bytes. */
+    /* On x86 (AMX's tiles in avx512amx, AVX-512 VNNI in avx512bf16, 256-bit products in avx2,
+     * avx2vnni and avx512; NULL on NEON and generic), a GGUF prefill's products (dot_gguf_q8
+     * streams decode): nr input rows (x[i].q = x[0].q + i * x_stride bytes) against nw (1 to
+     * PANEL_Q8_W) weight rows of a GGUF slice from w, ld bytes apart, into y[i * ldy + j]. A
+     * sub-block is the type's scale step, gtype_split's 16 or 32 columns; x[i].gsum holds each
+     * sub-block's activation codes added times the block's scale (one rounding), xsum + i * (kp /
+     * width) the integer sums themselves. The order, the same in every variant (the exact integer
+     * sums are) and for any nr and nw and any row's place among them: per block of 32 columns, in
+     * order, one chain of fused multiply-adds takes the exact integer sum of weight codes times
+     * activation codes over each sub-block: a 32-column one times (its dl times the block's
+     * activation scale, one rounding); two of 16 as (the first's sum times its dl, plus, fused, the
+     * second's times its dl) times the activation scale; for a type with mins, then each
+     * sub-block's -ml times gsum. pack is scratch of PANEL_GGUF_PACK bytes. */
     void (*panel_gguf_q8)(const q8row *x, size_t x_stride, const int32_t *xsum, int nr, const uint8_t *w, size_t ld,
                           int nw, const struct qlayout *q, uint8_t *pack, float *y, size_t ldy);
     float (*sum_squares)(const float *x, int n);

@@ -590,12 +590,16 @@ static void dot_gguf_q8(const q8row *x, int nr, const uint8_t *w, const qlayout 
 #undef GQ_TYPE
 }
 
-#if defined(LOOM_VARIANT_AVX512BF16)
-/* A GGUF prefill on AVX-512 VNNI, or AMX's tiles where the variant has them (cpu.h's
- * panel_gguf_q8): the panel's 16 weight rows decoded once into integer codes (gq_codes) and
- * their sub-blocks' factors dl and ml (gq_header's), lane n of each sub-block's 16; the codes
- * laid out as the tiles take them, which is also the lanes VNNI wants: dword n of 64-byte row
- * c / 4 holds weight row n's columns c..c + 3. t constant once inlined. */
+#if defined(LOOM_VARIANT_AVX2) || defined(LOOM_VARIANT_AVX2VNNI) || defined(LOOM_VARIANT_AVX512) ||                    \
+    defined(LOOM_VARIANT_AVX512BF16)
+#define HAS_GGUF_PANEL 1
+/* A GGUF prefill on x86 (cpu.h's panel_gguf_q8): AMX's tiles, AVX-512 VNNI, or 256-bit integer
+ * products (AVX-VNNI's, or AVX2's vpmaddubsw) where the CPU has nothing wider. The panel's 16
+ * weight rows are decoded once into integer codes (gq_codes) and their sub-blocks' factors dl and
+ * ml (gq_header's), lane n of each sub-block's 16; the codes laid out as the tiles take them,
+ * which is also the lanes the vector products want: dword n of 64-byte row c / 4 holds weight
+ * row n's columns c..c + 3 (a 256-bit product takes rows 0-7 or 8-15, one half of it). t
+ * constant once inlined. */
 static inline __attribute__((always_inline)) void gguf_unpack_row(int t, const uint8_t *w, const qlayout *q, int n,
                                                                   int8_t *codes, float *dl, float *ml) {
     const gtype_info *g = &gtype_table[t];
@@ -616,12 +620,21 @@ static inline __attribute__((always_inline)) void gguf_unpack_row(int t, const u
 }
 
 static void gguf_pack(const int8_t *codes, int kp, uint8_t *pack) {
+#if defined(LOOM_VARIANT_AVX512BF16)
     const __m512i rows = _mm512_mullo_epi32(_mm512_set1_epi32(kp),
                                             _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
     for (int c = 0; c < kp; c += 4, pack += 64) _mm512_storeu_si512(pack, _mm512_i32gather_epi32(rows, codes + c, 1));
+#else
+    const __m256i lo = _mm256_mullo_epi32(_mm256_set1_epi32(kp), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    const __m256i hi = _mm256_add_epi32(lo, _mm256_set1_epi32(8 * kp));
+    for (int c = 0; c < kp; c += 4, pack += 64) {
+        _mm256_storeu_si256((__m256i *)pack, _mm256_i32gather_epi32((const int *)(codes + c), lo, 1));
+        _mm256_storeu_si256((__m256i *)(pack + 32), _mm256_i32gather_epi32((const int *)(codes + c), hi, 1));
+    }
+#endif
 }
 
-#if !defined(LOOM_VARIANT_AVX512AMX)
+#if defined(LOOM_VARIANT_AVX512BF16) && !defined(LOOM_VARIANT_AVX512AMX)
 /* Input rows x (VNNI_ROWS, those past `rows` repeating the last: not stored) against the packed
  * panel, in panel_gguf_q8's order. vpdpbusd multiplies unsigned bytes by signed ones: the codes
  * go in offset by 128 (their top bit flipped) against each row's four activation codes
@@ -694,6 +707,161 @@ static void gguf_vnni(const q8row *x, const int32_t *xsum, int nr, const uint8_t
 #undef GV
     }
 }
+#elif !defined(LOOM_VARIANT_AVX512BF16)
+/* The largest |code| of a type's weights (gq_codes) */
+static int gq_code_max(int t) {
+    switch (t) {
+    case GT_Q2_K: return 3;
+    case GT_Q3_K: return 4;
+    case GT_Q4_0: return 8;
+    case GT_MXFP4: return 12;
+    case GT_Q4_K:
+    case GT_Q4_1: return 15;
+    case GT_Q5_0: return 16;
+    case GT_Q5_K:
+    case GT_Q5_1: return 31;
+    case GT_Q6_K: return 32;
+    default: return 128; /* Q8_0, and IQ4's levels from -127 */
+    }
+}
+
+/* One sub-block's products of an input row's codes a (four broadcast at a time, from column 4 t0)
+ * with the half panel's 8 weight rows w[t0..t0 + n), added to s. vpdpbusd and vpmaddubsw multiply
+ * unsigned bytes by signed ones: a holds the activation codes offset by 128 (their top bit flipped)
+ * and s starts at -128 times the weight codes' sum, so the sum is exact. Without VNNI, vpmaddubsw
+ * adds two products into an int16 lane, 2 * 255 * |code| at most, and `pairs` (2 or 4) of its
+ * results are added there before widening while that stays exact; with pairs 0 (codes past 32:
+ * Q8_0's and IQ4's), a holds the codes as they are, multiplied as |w| times a with w's sign, and s
+ * starts at 0. */
+static inline __attribute__((always_inline)) __m256i gguf_sum256(__m256i s, const int8_t *a, const __m256i *w, int t0,
+                                                                 int n, int pairs) {
+    int32_t v[8];
+    memcpy(v, a + 4 * t0, 4 * (size_t)n);
+#if defined(LOOM_VARIANT_AVX2VNNI)
+    (void)pairs;
+#pragma GCC unroll 8
+    for (int t = 0; t < n; t++) s = _mm256_dpbusd_avx_epi32(s, _mm256_set1_epi32(v[t]), w[t0 + t]);
+#else
+    const __m256i ones = _mm256_set1_epi16(1);
+    if (pairs == 0) {
+#pragma GCC unroll 8
+        for (int t = 0; t < n; t++) {
+            __m256i p =
+                _mm256_maddubs_epi16(_mm256_abs_epi8(w[t0 + t]), _mm256_sign_epi8(_mm256_set1_epi32(v[t]), w[t0 + t]));
+            s = _mm256_add_epi32(s, _mm256_madd_epi16(p, ones));
+        }
+        return s;
+    }
+#pragma GCC unroll 8
+    for (int t = 0; t < n; t += pairs) {
+        __m256i p = _mm256_maddubs_epi16(_mm256_set1_epi32(v[t]), w[t0 + t]);
+#pragma GCC unroll 4
+        for (int i = 1; i < pairs; i++)
+            p = _mm256_add_epi16(p, _mm256_maddubs_epi16(_mm256_set1_epi32(v[t + i]), w[t0 + t + i]));
+        s = _mm256_add_epi32(s, _mm256_madd_epi16(p, ones));
+    }
+#endif
+    return s;
+}
+
+/* GGUF_ROWS input rows (a[i] their codes for gguf_sum256, x[i] their scales; those past `rows`
+ * repeating the last, not stored) against one half of the packed panel (8 weight rows, a lane
+ * each; pack, corr, dl and ml that half's), in panel_gguf_q8's order. width, mins and pairs
+ * constant once inlined. */
+#define GGUF_ROWS 4
+static inline __attribute__((always_inline)) void gguf_rows256(const int8_t *const *a, const q8row *x, int rows,
+                                                               const uint8_t *pack, const int32_t *corr,
+                                                               const float *dl, const float *ml, int kp, int width,
+                                                               bool mins, int pairs, float *y, size_t ldy,
+                                                               __m256i cols) {
+    __m256 acc[GGUF_ROWS];
+#pragma GCC unroll 4
+    for (int r = 0; r < GGUF_ROWS; r++) acc[r] = _mm256_setzero_ps();
+    for (int k = 0; k < kp / QACT; k++) {
+        __m256i w[8];
+#pragma GCC unroll 8
+        for (int t = 0; t < 8; t++) w[t] = _mm256_loadu_si256((const __m256i *)(pack + ((size_t)k * 8 + t) * 64));
+        const int u = width == 16 ? 2 * k : k; /* the block's first sub-block */
+        const __m256i c0 =
+            corr ? _mm256_loadu_si256((const __m256i *)(corr + (size_t)u * PANEL_Q8_W)) : _mm256_setzero_si256();
+        __m256 dv = _mm256_loadu_ps(dl + (size_t)u * PANEL_Q8_W), mv = _mm256_loadu_ps(ml + (size_t)u * PANEL_Q8_W);
+#pragma GCC unroll 4
+        for (int r = 0; r < GGUF_ROWS; r++) {
+            const int8_t *ar = a[r] + (size_t)k * QACT;
+            if (width == 16) {
+                const __m256i c1 = corr ? _mm256_loadu_si256((const __m256i *)(corr + (size_t)(u + 1) * PANEL_Q8_W))
+                                        : _mm256_setzero_si256();
+                __m256i s0 = gguf_sum256(c0, ar, w, 0, 4, pairs), s1 = gguf_sum256(c1, ar, w, 4, 4, pairs);
+                __m256 p = _mm256_mul_ps(_mm256_cvtepi32_ps(s0), dv);
+                p = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s1), _mm256_loadu_ps(dl + (size_t)(u + 1) * PANEL_Q8_W), p);
+                acc[r] = _mm256_fmadd_ps(p, _mm256_set1_ps(x[r].d[k]), acc[r]);
+            } else {
+                __m256i s0 = gguf_sum256(c0, ar, w, 0, 8, pairs);
+                acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s0), _mm256_mul_ps(dv, _mm256_set1_ps(x[r].d[k])), acc[r]);
+            }
+            for (int h = 0; mins && h < QACT / width; h++)
+                acc[r] = _mm256_fnmadd_ps(h ? _mm256_loadu_ps(ml + (size_t)(u + 1) * PANEL_Q8_W) : mv,
+                                          _mm256_set1_ps(x[r].gsum[u + h]), acc[r]);
+        }
+    }
+    for (int r = 0; r < rows; r++) _mm256_maskstore_ps(y + (size_t)r * ldy, cols, acc[r]);
+}
+
+/* nr input rows against the packed panel, GGUF_ROWS at a time, each half of its weight rows in
+ * turn. scratch (the tiles' input rows' part of pack) holds the group's offset codes, then the
+ * correction of each sub-block of each weight row. */
+static void gguf_panel256(const q8row *x, int nr, const uint8_t *pack, const int8_t *codes, uint8_t *scratch,
+                          const float *dl, const float *ml, int kp, int t, float *y, size_t ldy, int nw) {
+    const int width = gtype_split(t), most = gq_code_max(t);
+    const bool mins = gq_mins(t);
+    const int fit = 32767 / (2 * 255 * most), pairs = fit >= 4 ? 4 : fit >= 2 ? 2 : 0;
+#if defined(LOOM_VARIANT_AVX2VNNI)
+    const bool offset = true;
+#else
+    const bool offset = pairs > 0;
+#endif
+    int8_t *xa = (int8_t *)scratch;
+    int32_t *corr = offset ? (int32_t *)(scratch + (size_t)GGUF_ROWS * kp) : NULL;
+    for (int n = 0; offset && n < PANEL_Q8_W; n++)
+        for (int u = 0; u < kp / width; u++) {
+            int sum = 0;
+            for (int c = u * width; c < (u + 1) * width; c++) sum += codes[(size_t)n * kp + c];
+            corr[u * PANEL_Q8_W + n] = -128 * sum;
+        }
+    for (int r = 0; r < nr; r += GGUF_ROWS) {
+        q8row xr[GGUF_ROWS];
+        const int8_t *a[GGUF_ROWS];
+        int rows = nr - r < GGUF_ROWS ? nr - r : GGUF_ROWS;
+        for (int i = 0; i < GGUF_ROWS; i++) {
+            int at = r + (i < rows ? i : rows - 1);
+            xr[i] = x[at], a[i] = x[at].q;
+            if (offset && i < rows) {
+                for (int c = 0; c < kp; c += 32)
+                    _mm256_storeu_si256((__m256i *)(xa + (size_t)i * kp + c),
+                                        _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(x[at].q + c)),
+                                                         _mm256_set1_epi8((char)0x80)));
+                a[i] = xa + (size_t)i * kp;
+            } else if (offset) a[i] = a[rows - 1];
+        }
+        for (int h = 0; h * 8 < nw; h++) {
+            int in = nw - h * 8 < 8 ? nw - h * 8 : 8;
+            __m256i cols = _mm256_cmpgt_epi32(_mm256_set1_epi32(in), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+            const int32_t *ch = corr ? corr + h * 8 : NULL;
+            const float *dh = dl + h * 8, *mh = ml + h * 8;
+            float *yr = y + (size_t)r * ldy + h * 8;
+#define G2(w, m, p) gguf_rows256(a, xr, rows, pack + h * 32, ch, dh, mh, kp, w, m, p, yr, ldy, cols)
+            if (width == 16 && mins) G2(16, true, 4);
+            else if (width == 16 && pairs == 4) G2(16, false, 4);
+            else if (width == 16) G2(16, false, 2);
+            else if (mins && pairs == 4) G2(QACT, true, 4);
+            else if (mins) G2(QACT, true, 2);
+            else if (pairs == 4) G2(QACT, false, 4);
+            else if (pairs == 2) G2(QACT, false, 2);
+            else G2(QACT, false, 0);
+#undef G2
+        }
+    }
+}
 #endif
 
 static void panel_gguf_q8(const q8row *x, size_t x_stride, const int32_t *xsum, int nr, const uint8_t *w, size_t ld,
@@ -728,9 +896,12 @@ static void panel_gguf_q8(const q8row *x, size_t x_stride, const int32_t *xsum, 
 #if defined(LOOM_VARIANT_AVX512AMX)
     (void)xsum; /* the tiles multiply signed bytes by signed bytes */
     amx_panel_gguf(x, x_stride, nr, pack, dl, ml, kp, gtype_split(t), gq_mins(t), y, ldy, nw);
-#else
+#elif defined(LOOM_VARIANT_AVX512BF16)
     (void)x_stride;
     gguf_vnni(x, xsum, nr, pack, dl, ml, kp, gtype_split(t), gq_mins(t), y, ldy, nw);
+#else
+    (void)x_stride, (void)xsum;
+    gguf_panel256(x, nr, pack, codes, pack + (size_t)kp * PANEL_Q8_W, dl, ml, kp, t, y, ldy, nw);
 #endif
 }
 #endif
@@ -1267,7 +1438,7 @@ const cpu_kernels TABLE = {
 #else
     .dot_q8 = dot_q8,
 #endif
-#if defined(LOOM_VARIANT_AVX512BF16)
+#if HAS_GGUF_PANEL
     .panel_gguf_q8 = panel_gguf_q8,
 #endif
 #if HAS_BF16_DOT
