@@ -708,97 +708,115 @@ static void gguf_vnni(const q8row *x, const int32_t *xsum, int nr, const uint8_t
     }
 }
 #elif !defined(LOOM_VARIANT_AVX512BF16)
-/* The largest |code| of a type's weights (gq_codes) */
-static int gq_code_max(int t) {
+/* What a type's codes (gq_codes) are offset by in the 256-bit panel, to make them the unsigned
+ * bytes vpmaddubsw and vpdpbusd take: 0 for the types with mins, whose codes are never negative;
+ * -min for the others; 128 for Q8_0's and IQ4's, which reach -128 or -127 (with AVX-VNNI only:
+ * AVX2 multiplies them by their magnitude instead, gguf_sum256). The largest offset code is then
+ * umax. */
+typedef struct gq_offset {
+    int bias, umax;
+} gq_offset;
+static inline gq_offset gq_offset_of(int t) {
     switch (t) {
-    case GT_Q2_K: return 3;
-    case GT_Q3_K: return 4;
-    case GT_Q4_0: return 8;
-    case GT_MXFP4: return 12;
+    case GT_Q2_K: return (gq_offset){0, 3};
+    case GT_Q3_K: return (gq_offset){4, 7};
     case GT_Q4_K:
-    case GT_Q4_1: return 15;
-    case GT_Q5_0: return 16;
+    case GT_Q4_1: return (gq_offset){0, 15};
+    case GT_Q4_0: return (gq_offset){8, 15};
     case GT_Q5_K:
-    case GT_Q5_1: return 31;
-    case GT_Q6_K: return 32;
-    default: return 128; /* Q8_0, and IQ4's levels from -127 */
+    case GT_Q5_1: return (gq_offset){0, 31};
+    case GT_Q5_0: return (gq_offset){16, 31};
+    case GT_Q6_K: return (gq_offset){32, 63};
+    case GT_MXFP4: return (gq_offset){12, 24};
+#if defined(LOOM_VARIANT_AVX2VNNI)
+    default: return (gq_offset){128, 255}; /* Q8_0, IQ4_NL, IQ4_XS */
+#else
+    default: return (gq_offset){0, 128};
+#endif
     }
 }
 
-/* One sub-block's products of an input row's codes a (four broadcast at a time, from column 4 t0)
- * with the half panel's 8 weight rows w[t0..t0 + n), added to s. vpdpbusd and vpmaddubsw multiply
- * unsigned bytes by signed ones: a holds the activation codes offset by 128 (their top bit flipped)
- * and s starts at -128 times the weight codes' sum, so the sum is exact. Without VNNI, vpmaddubsw
- * adds two products into an int16 lane, 2 * 255 * |code| at most, and `pairs` (2 or 4) of its
- * results are added there before widening while that stays exact; with pairs 0 (codes past 32:
- * Q8_0's and IQ4's), a holds the codes as they are, multiplied as |w| times a with w's sign, and s
- * starts at 0. */
+/* How many of vpmaddubsw's int16 results gguf_sum256 adds before widening (its `pairs`): as
+ * many as stay exact (2 * 127 * umax each), at most a sub-block's; 0 where even one may not. */
+static inline int gq_pairs(int t) {
+    int fit = 32767 / (2 * 127 * gq_offset_of(t).umax), most = gtype_split(t) / 4;
+    return fit >= most ? most : fit >= 4 ? 4 : fit >= 2 ? 2 : 0;
+}
+
+static inline __m256i bcast4(const int8_t *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm256_set1_epi32(v);
+}
+
+/* One sub-block's products of the half panel's 8 weight rows w[t0..t0 + n) (offset codes, a lane
+ * each) with an input row's codes a (four broadcast at a time, from column 4 t0), added to s,
+ * which starts at -bias times the sub-block's activation codes' sum, so the sum is exact. AVX2's
+ * vpmaddubsw adds two products into an int16 lane, at most 2 * 127 * umax, and `pairs` (2, 4 or
+ * 8) of its results are added there before widening while that stays exact; with pairs 0 (Q8_0's
+ * and IQ4's codes, not offset) it takes |w| times a with w's sign. AVX-VNNI's vpdpbusd has no
+ * intermediate to overflow. */
 static inline __attribute__((always_inline)) __m256i gguf_sum256(__m256i s, const int8_t *a, const __m256i *w, int t0,
                                                                  int n, int pairs) {
-    int32_t v[8];
-    memcpy(v, a + 4 * t0, 4 * (size_t)n);
+#define A4(t) bcast4(a + 4 * (t0 + (t)))
 #if defined(LOOM_VARIANT_AVX2VNNI)
     (void)pairs;
 #pragma GCC unroll 8
-    for (int t = 0; t < n; t++) s = _mm256_dpbusd_avx_epi32(s, _mm256_set1_epi32(v[t]), w[t0 + t]);
+    for (int t = 0; t < n; t++) s = _mm256_dpbusd_avx_epi32(s, w[t0 + t], A4(t));
 #else
     const __m256i ones = _mm256_set1_epi16(1);
     if (pairs == 0) {
 #pragma GCC unroll 8
         for (int t = 0; t < n; t++) {
-            __m256i p =
-                _mm256_maddubs_epi16(_mm256_abs_epi8(w[t0 + t]), _mm256_sign_epi8(_mm256_set1_epi32(v[t]), w[t0 + t]));
+            __m256i p = _mm256_maddubs_epi16(_mm256_abs_epi8(w[t0 + t]), _mm256_sign_epi8(A4(t), w[t0 + t]));
             s = _mm256_add_epi32(s, _mm256_madd_epi16(p, ones));
         }
         return s;
     }
 #pragma GCC unroll 8
     for (int t = 0; t < n; t += pairs) {
-        __m256i p = _mm256_maddubs_epi16(_mm256_set1_epi32(v[t]), w[t0 + t]);
-#pragma GCC unroll 4
-        for (int i = 1; i < pairs; i++)
-            p = _mm256_add_epi16(p, _mm256_maddubs_epi16(_mm256_set1_epi32(v[t + i]), w[t0 + t + i]));
+        __m256i p = _mm256_maddubs_epi16(w[t0 + t], A4(t));
+#pragma GCC unroll 8
+        for (int i = 1; i < pairs; i++) p = _mm256_add_epi16(p, _mm256_maddubs_epi16(w[t0 + t + i], A4(t + i)));
         s = _mm256_add_epi32(s, _mm256_madd_epi16(p, ones));
     }
 #endif
+#undef A4
     return s;
 }
 
-/* GGUF_ROWS input rows (a[i] their codes for gguf_sum256, x[i] their scales; those past `rows`
+/* GGUF_ROWS input rows (x, xs their sums' starts by sub-block; those past `rows`
  * repeating the last, not stored) against one half of the packed panel (8 weight rows, a lane
- * each; pack, corr, dl and ml that half's), in panel_gguf_q8's order. width, mins and pairs
- * constant once inlined. */
+ * each; pack, dl and ml that half's), in panel_gguf_q8's order. t constant once inlined. Four
+ * rows keep the block's eight weight vectors, the rows' accumulators and the temporaries within
+ * AVX2's 16 registers. */
 #define GGUF_ROWS 4
-static inline __attribute__((always_inline)) void gguf_rows256(const int8_t *const *a, const q8row *x, int rows,
-                                                               const uint8_t *pack, const int32_t *corr,
-                                                               const float *dl, const float *ml, int kp, int width,
-                                                               bool mins, int pairs, float *y, size_t ldy,
+static inline __attribute__((always_inline)) void gguf_rows256(int t, const q8row *x, const int32_t *const *xs,
+                                                               int rows, const uint8_t *pack, const float *dl,
+                                                               const float *ml, int kp, float *y, size_t ldy,
                                                                __m256i cols) {
+    const int width = gtype_split(t), bias = gq_offset_of(t).bias, pairs = gq_pairs(t);
+    const bool mins = gq_mins(t);
     __m256 acc[GGUF_ROWS];
 #pragma GCC unroll 4
     for (int r = 0; r < GGUF_ROWS; r++) acc[r] = _mm256_setzero_ps();
     for (int k = 0; k < kp / QACT; k++) {
         __m256i w[8];
 #pragma GCC unroll 8
-        for (int t = 0; t < 8; t++) w[t] = _mm256_loadu_si256((const __m256i *)(pack + ((size_t)k * 8 + t) * 64));
+        for (int c = 0; c < 8; c++) w[c] = _mm256_loadu_si256((const __m256i *)(pack + ((size_t)k * 8 + c) * 64));
         const int u = width == 16 ? 2 * k : k; /* the block's first sub-block */
-        const __m256i c0 =
-            corr ? _mm256_loadu_si256((const __m256i *)(corr + (size_t)u * PANEL_Q8_W)) : _mm256_setzero_si256();
         __m256 dv = _mm256_loadu_ps(dl + (size_t)u * PANEL_Q8_W), mv = _mm256_loadu_ps(ml + (size_t)u * PANEL_Q8_W);
 #pragma GCC unroll 4
         for (int r = 0; r < GGUF_ROWS; r++) {
-            const int8_t *ar = a[r] + (size_t)k * QACT;
+            const int8_t *ar = x[r].q + (size_t)k * QACT;
+            __m256i s0 = gguf_sum256(_mm256_set1_epi32(bias ? xs[r][u] : 0), ar, w, 0, width / 4, pairs);
             if (width == 16) {
-                const __m256i c1 = corr ? _mm256_loadu_si256((const __m256i *)(corr + (size_t)(u + 1) * PANEL_Q8_W))
-                                        : _mm256_setzero_si256();
-                __m256i s0 = gguf_sum256(c0, ar, w, 0, 4, pairs), s1 = gguf_sum256(c1, ar, w, 4, 4, pairs);
+                __m256i s1 = gguf_sum256(_mm256_set1_epi32(bias ? xs[r][u + 1] : 0), ar, w, 4, 4, pairs);
                 __m256 p = _mm256_mul_ps(_mm256_cvtepi32_ps(s0), dv);
                 p = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s1), _mm256_loadu_ps(dl + (size_t)(u + 1) * PANEL_Q8_W), p);
                 acc[r] = _mm256_fmadd_ps(p, _mm256_set1_ps(x[r].d[k]), acc[r]);
-            } else {
-                __m256i s0 = gguf_sum256(c0, ar, w, 0, 8, pairs);
+            } else
                 acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s0), _mm256_mul_ps(dv, _mm256_set1_ps(x[r].d[k])), acc[r]);
-            }
             for (int h = 0; mins && h < QACT / width; h++)
                 acc[r] = _mm256_fnmadd_ps(h ? _mm256_loadu_ps(ml + (size_t)(u + 1) * PANEL_Q8_W) : mv,
                                           _mm256_set1_ps(x[r].gsum[u + h]), acc[r]);
@@ -807,58 +825,52 @@ static inline __attribute__((always_inline)) void gguf_rows256(const int8_t *con
     for (int r = 0; r < rows; r++) _mm256_maskstore_ps(y + (size_t)r * ldy, cols, acc[r]);
 }
 
-/* nr input rows against the packed panel, GGUF_ROWS at a time, each half of its weight rows in
- * turn. scratch (the tiles' input rows' part of pack) holds the group's offset codes, then the
- * correction of each sub-block of each weight row. */
-static void gguf_panel256(const q8row *x, int nr, const uint8_t *pack, const int8_t *codes, uint8_t *scratch,
-                          const float *dl, const float *ml, int kp, int t, float *y, size_t ldy, int nw) {
-    const int width = gtype_split(t), most = gq_code_max(t);
-    const bool mins = gq_mins(t);
-    const int fit = 32767 / (2 * 255 * most), pairs = fit >= 4 ? 4 : fit >= 2 ? 2 : 0;
-#if defined(LOOM_VARIANT_AVX2VNNI)
-    const bool offset = true;
-#else
-    const bool offset = pairs > 0;
-#endif
-    int8_t *xa = (int8_t *)scratch;
-    int32_t *corr = offset ? (int32_t *)(scratch + (size_t)GGUF_ROWS * kp) : NULL;
-    for (int n = 0; offset && n < PANEL_Q8_W; n++)
-        for (int u = 0; u < kp / width; u++) {
-            int sum = 0;
-            for (int c = u * width; c < (u + 1) * width; c++) sum += codes[(size_t)n * kp + c];
-            corr[u * PANEL_Q8_W + n] = -128 * sum;
-        }
+/* nr input rows against the packed panel (its codes offset here by gq_offset_of's bias),
+ * GGUF_ROWS at a time, each half of its weight rows in turn. A group's sums start at -bias times
+ * its rows' activation code sums, which corr (scratch past the panel) holds for the group, so
+ * that a sum's start is one broadcast load. */
+static void gguf_panel256(const q8row *x, const int32_t *xsum, int nr, uint8_t *pack, const float *dl, const float *ml,
+                          int kp, int t, float *y, size_t ldy, int nw) {
+    const int nsub = kp / gtype_split(t), bias = gq_offset_of(t).bias;
+    int32_t *corr = (int32_t *)(pack + (size_t)kp * PANEL_Q8_W); /* the tiles' input rows' part */
+    for (size_t i = 0; bias && i < (size_t)kp * PANEL_Q8_W; i += 32)
+        _mm256_storeu_si256((__m256i *)(pack + i), _mm256_add_epi8(_mm256_loadu_si256((const __m256i *)(pack + i)),
+                                                                   _mm256_set1_epi8((char)bias)));
     for (int r = 0; r < nr; r += GGUF_ROWS) {
         q8row xr[GGUF_ROWS];
-        const int8_t *a[GGUF_ROWS];
+        const int32_t *xs[GGUF_ROWS];
         int rows = nr - r < GGUF_ROWS ? nr - r : GGUF_ROWS;
         for (int i = 0; i < GGUF_ROWS; i++) {
             int at = r + (i < rows ? i : rows - 1);
-            xr[i] = x[at], a[i] = x[at].q;
-            if (offset && i < rows) {
-                for (int c = 0; c < kp; c += 32)
-                    _mm256_storeu_si256((__m256i *)(xa + (size_t)i * kp + c),
-                                        _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(x[at].q + c)),
-                                                         _mm256_set1_epi8((char)0x80)));
-                a[i] = xa + (size_t)i * kp;
-            } else if (offset) a[i] = a[rows - 1];
+            xr[i] = x[at], xs[i] = corr + (size_t)i * nsub;
+            for (int u = 0; bias && i < rows && u < nsub; u++)
+                corr[(size_t)i * nsub + u] = -bias * xsum[(size_t)at * nsub + u];
         }
         for (int h = 0; h * 8 < nw; h++) {
             int in = nw - h * 8 < 8 ? nw - h * 8 : 8;
             __m256i cols = _mm256_cmpgt_epi32(_mm256_set1_epi32(in), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-            const int32_t *ch = corr ? corr + h * 8 : NULL;
-            const float *dh = dl + h * 8, *mh = ml + h * 8;
             float *yr = y + (size_t)r * ldy + h * 8;
-#define G2(w, m, p) gguf_rows256(a, xr, rows, pack + h * 32, ch, dh, mh, kp, w, m, p, yr, ldy, cols)
-            if (width == 16 && mins) G2(16, true, 4);
-            else if (width == 16 && pairs == 4) G2(16, false, 4);
-            else if (width == 16) G2(16, false, 2);
-            else if (mins && pairs == 4) G2(QACT, true, 4);
-            else if (mins) G2(QACT, true, 2);
-            else if (pairs == 4) G2(QACT, false, 4);
-            else if (pairs == 2) G2(QACT, false, 2);
-            else G2(QACT, false, 0);
-#undef G2
+#define G2_TYPE(type)                                                                                                  \
+    case type:                                                                                                         \
+        gguf_rows256(type, xr, xs, rows, pack + h * 32, dl + h * 8, ml + h * 8, kp, yr, ldy, cols);                    \
+        break;
+            switch (t) {
+                G2_TYPE(GT_Q2_K)
+                G2_TYPE(GT_Q3_K)
+                G2_TYPE(GT_Q4_K)
+                G2_TYPE(GT_Q5_K)
+                G2_TYPE(GT_Q6_K)
+                G2_TYPE(GT_Q4_0)
+                G2_TYPE(GT_Q4_1)
+                G2_TYPE(GT_Q5_0)
+                G2_TYPE(GT_Q5_1)
+                G2_TYPE(GT_Q8_0)
+                G2_TYPE(GT_IQ4_NL)
+                G2_TYPE(GT_IQ4_XS)
+                G2_TYPE(GT_MXFP4)
+            default: return;
+            }
+#undef G2_TYPE
         }
     }
 }
@@ -900,8 +912,8 @@ static void panel_gguf_q8(const q8row *x, size_t x_stride, const int32_t *xsum, 
     (void)x_stride;
     gguf_vnni(x, xsum, nr, pack, dl, ml, kp, gtype_split(t), gq_mins(t), y, ldy, nw);
 #else
-    (void)x_stride, (void)xsum;
-    gguf_panel256(x, nr, pack, codes, pack + (size_t)kp * PANEL_Q8_W, dl, ml, kp, t, y, ldy, nw);
+    (void)x_stride;
+    gguf_panel256(x, xsum, nr, pack, dl, ml, kp, t, y, ldy, nw);
 #endif
 }
 #endif
