@@ -28,13 +28,15 @@ extern const cpu_kernels cpu_generic;
 #if defined(LOOM_CPU_GENERIC_ONLY) /* a build of the generic variant alone (CMakeLists.txt) */
 #elif defined(__x86_64__)
 extern const cpu_kernels cpu_avx2, cpu_avx2vnni, cpu_avx512, cpu_avx512bf16, cpu_avx512amx;
-/* libgcc's checks include the OS's consent (XCR0) to save the wider registers */
-static bool has_avx512(void) { return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma"); }
+/* libgcc's checks include the OS's consent (XCR0) to save the wider registers. Every CPU with
+ * AVX2 has F16C (GGUF's f16 scales, gguf_blocks.h's gguf_f16); it is checked all the same. */
+static bool has_f16c_fma(void) { return __builtin_cpu_supports("f16c") && __builtin_cpu_supports("fma"); }
+static bool has_avx512(void) { return __builtin_cpu_supports("avx512f") && has_f16c_fma(); }
 static bool has_avx512bf16(void) {
     return has_avx512() && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
            __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bf16");
 }
-static bool has_avx2(void) { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"); }
+static bool has_avx2(void) { return __builtin_cpu_supports("avx2") && has_f16c_fma(); }
 /* AVX-VNNI is cpuid leaf 7, subleaf 1, EAX bit 4 (clang 14's __builtin_cpu_supports does not
  * know it); its registers are AVX2's, whose OS support has_avx2 checked */
 static bool has_avx2vnni(void) {
