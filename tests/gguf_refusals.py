@@ -64,7 +64,8 @@ def main():
     mla = os.path.join(root, "tests/golden/gguf_deepseek_v3/model.gguf")
     phi3 = os.path.join(root, "tests/golden/gguf_phi3/model.gguf")
     oss = os.path.join(root, "tests/golden/gguf_gpt_oss/model.gguf")
-    for path in (moe, dense, mla, phi3, oss):
+    granite = os.path.join(root, "tests/golden/gguf_granitemoe/model.gguf")
+    for path in (moe, dense, mla, phi3, oss, granite):
         rc, out = plan(loom, path)
         check(rc == 0, f"{path} does not load: {out[-400:]}")
     u32, i32 = GGUFValueType.UINT32, GGUFValueType.INT32
@@ -103,6 +104,10 @@ def main():
         ("a DeepSeek router of another gating function", mla, {"strip": ["deepseek2.expert_gating_func"],
                                                               "keys": {"deepseek2.expert_gating_func": (3, u32)}},
          "key 'deepseek2.expert_gating_func' is 3 (1, softmax, or 2, sigmoid, is read)"),
+        ("GraniteMoeShared's shared expert", granite,
+         {"keys": {"granitemoe.expert_shared_feed_forward_length": (32, u32)}},
+         "key 'granitemoe.expert_shared_feed_forward_length': a shared expert in a 'granitemoe' file "
+         "(GraniteMoeForCausalLM has none) is not supported"),
         ("a GPT-OSS expert's missing up bias", oss, {"drop": ["blk.1.ffn_up_exps.bias"], "load": True},
          "model.layers.1.mlp.experts.up_proj.bias"),
         ("a bias on an expert projection of a model whose experts have none", moe,

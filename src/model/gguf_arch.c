@@ -20,13 +20,14 @@ static const gguf_arch archs[] = {
     {.name = "olmoe", .hf = "OlmoeForCausalLM", .moe = true},
     {.name = "deepseek2", .hf = "DeepseekV3ForCausalLM", .moe = true, .deepseek = true},
     {.name = "granite", .hf = "GraniteForCausalLM", .meta_rope = true, .multipliers = true},
+    {.name = "granitemoe", .hf = "GraniteMoeForCausalLM", .meta_rope = true, .multipliers = true, .moe = true},
     {.name = "phi3", .hf = "Phi3ForCausalLM"},
     {.name = "ernie4_5", .hf = "Ernie4_5ForCausalLM"},
     {.name = "gpt-oss", .hf = "GptOssForCausalLM", .moe = true},
 };
 
 /* Architectures llama.cpp defines whose GGUF layout loom does not read yet. */
-static const char *const later[] = {"ernie4_5-moe", "mistral3", "gemma3n", "granitemoe", "granitehybrid"};
+static const char *const later[] = {"ernie4_5-moe", "mistral3", "gemma3n", "granitehybrid"};
 
 const gguf_arch *gguf_arch_of(const gguf_file *f, loom_err *err) {
     gguf_str a;

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "model/arch/arch.h"
 #include "model/gguf_arch.h"
 #include "model/gguf_model.h"
 #include "tensor/gguf_blocks.h"
@@ -165,6 +166,12 @@ static int refuse_unread(cfg_writer *w) {
     snprintf(full, sizeof full, "%s.expert_count", w->arch);
     if (!w->a->moe && gguf_find(w->f, full))
         return loom_errf(w->err, "%s: key '%s': experts in a '%s' file are not supported", w->f->name, full, w->arch);
+    /* GraniteMoeShared's files are granitemoe ones with a shared expert, which loom does not run */
+    snprintf(full, sizeof full, "%s.expert_shared_feed_forward_length", w->arch);
+    const moe_layout *l = w->a->moe ? arch_moe_layout(w->a->hf) : NULL;
+    if (l && !l->shared && gguf_find(w->f, full))
+        return loom_errf(w->err, "%s: key '%s': a shared expert in a '%s' file (%s has none) is not supported",
+                         w->f->name, full, w->arch, w->a->hf);
     return 0;
 }
 

@@ -140,10 +140,12 @@ static const name_map *expert_name(const gguf_arch *a, const char *rest, size_t 
                                    char *out, size_t cap) {
     const moe_layout *l = a->moe ? moe_layout_of_file(arch_moe_layout(a->hf), true) : NULL;
     if (!l) return NULL;
-    char shared[3][96] = {"", "", ""};
+    char shared[3][96] = {"", "", ""}, router[96];
     for (int j = 0; j < 3 && l->shared; j++)
         snprintf(shared[j], sizeof shared[j], "%s.%s.weight", l->shared, expert_rows[4 + j].hf);
-    const char *hf[] = {l->router,
+    /* GraniteMoE's router is a module of its own, its weight "layer.weight" */
+    snprintf(router, sizeof router, l->external_router ? "%s.layer.weight" : "%s", l->router);
+    const char *hf[] = {router,
                         l->gate,
                         l->up,
                         l->down,

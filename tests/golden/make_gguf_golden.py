@@ -37,6 +37,9 @@ Cases (folder tests/golden/<case>/: model.gguf, golden.safetensors as make_golde
                in Meta's layout, w1/w3/w2 merged into ffn_{gate,up,down}_exps
   gguf_granite the `granite` golden converted likewise (arch granite: q/k in Meta's layout, its
                multipliers as attention.scale, embedding_scale, residual_scale and logit_scale)
+  gguf_granitemoe the `granitemoe` golden converted as GraniteMoeModel does it (arch granitemoe):
+               granite's keys, input_linear split into ffn_gate_exps (its first intermediate_size
+               rows) and ffn_up_exps, output_linear as ffn_down_exps, router.layer as ffn_gate_inp
   gguf_phi3, gguf_phi4_mini  the `phi3` and `phi4_mini` goldens converted as Phi3MiniModel does
                it: fused attn_qkv and ffn_up (gate and up), longrope as rope_factors_short and
                rope_factors_long tensors with rope.scaling.original_context_length and the
@@ -108,7 +111,7 @@ CASES = {"gguf_llama": "llama", "gguf_qwen2": "qwen2", "gguf_qwen3": "qwen3", "g
          "gguf_llama3": "llama", "gguf_llama3_split": "llama", "gguf_qwen2_moe": "qwen2moe",
          "gguf_qwen3_moe": "qwen3moe", "gguf_olmoe": "olmoe", "gguf_mixtral": "llama",
          "gguf_deepseek_v3": "deepseek2", "gguf_granite": "granite", "gguf_phi3": "phi3", "gguf_phi4_mini": "phi3",
-         "gguf_ernie4_5": "ernie4_5", "gguf_gpt_oss": "gpt-oss"}
+         "gguf_ernie4_5": "ernie4_5", "gguf_gpt_oss": "gpt-oss", "gguf_granitemoe": "granitemoe"}
 
 
 def random_blocks(rng, t, rows, cols, std):
@@ -298,12 +301,13 @@ def build_converted(case, source, arch):
     os.makedirs(out, exist_ok=True)
     cfg = json.load(open(os.path.join(src, "config.json")))
     t = load_file(os.path.join(src, "model.safetensors"))
-    llama = arch in ("llama", "granite")  # LlamaModel's converters: q/k rows in Meta's layout
+    granite = arch in ("granite", "granitemoe")
+    llama = arch == "llama" or granite  # LlamaModel's converters: q/k rows in Meta's layout
     w = GGUFWriter(os.path.join(out, "model.gguf"), arch)
     size_keys(w, cfg, cfg["num_attention_heads"])
     w.add_head_count_kv(cfg["num_key_value_heads"])
     head_dim = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
-    if cfg.get("head_dim") and arch != "granite":  # as TextModel does (GraniteModel drops it)
+    if cfg.get("head_dim") and not granite:  # as TextModel does (GraniteModel drops it)
         w.add_key_length(head_dim)
         w.add_value_length(head_dim)
     rp = cfg["rope_parameters"]
@@ -321,7 +325,7 @@ def build_converted(case, source, arch):
     w.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
     if cfg["rope_parameters"].get("rope_type") == "llama3":
         w.add_tensor("rope_freqs.weight", llama3_factors(cfg))
-    if arch == "granite":
+    if granite:
         w.add_attention_scale(cfg["attention_multiplier"])
         w.add_embedding_scale(cfg["embedding_multiplier"])
         w.add_residual_scale(cfg["residual_multiplier"])
@@ -335,7 +339,8 @@ def build_converted(case, source, arch):
              "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output", "post_attention_layernorm": "ffn_norm",
              "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down",
              "self_attn.q_norm": "attn_q_norm", "self_attn.k_norm": "attn_k_norm", "mlp.gate": "ffn_gate_inp",
-             "block_sparse_moe.gate": "ffn_gate_inp", "self_attn.qkv_proj": "attn_qkv", "mlp.gate_up_proj": "ffn_up"}
+             "block_sparse_moe.gate": "ffn_gate_inp", "self_attn.qkv_proj": "attn_qkv", "mlp.gate_up_proj": "ffn_up",
+             "block_sparse_moe.router.layer": "ffn_gate_inp", "block_sparse_moe.output_linear": "ffn_down_exps"}
     projs = {"gate_proj": "gate", "up_proj": "up", "down_proj": "down", "w1": "gate", "w3": "up", "w2": "down"}
     experts = {}  # (layer, proj) -> {expert: weight}, stacked once all are read
     for name, v in sorted(t.items()):
@@ -346,6 +351,11 @@ def build_converted(case, source, arch):
         if ".experts." in rest:
             _, _, e, proj = rest.split(".")
             experts.setdefault((layer, projs[proj]), {})[int(e)] = v
+            continue
+        if rest == "block_sparse_moe.input_linear":  # GraniteMoeModel: gate's rows, then up's
+            inter = cfg["intermediate_size"]
+            w.add_tensor(f"blk.{layer}.ffn_gate_exps.weight", np.ascontiguousarray(v[:, :inter]))
+            w.add_tensor(f"blk.{layer}.ffn_up_exps.weight", np.ascontiguousarray(v[:, inter:]))
             continue
         if llama and rest == "self_attn.q_proj":
             v = meta_permute(v, cfg["num_attention_heads"])
@@ -572,7 +582,7 @@ def main():
         if case in names and case == "gguf_llama3":
             build_converted(case, "llama", "llama")
         elif case in names and case in ("gguf_olmoe", "gguf_mixtral", "gguf_granite", "gguf_phi3", "gguf_phi4_mini",
-                                        "gguf_ernie4_5"):
+                                        "gguf_ernie4_5", "gguf_granitemoe"):
             build_converted(case, case[5:], CASES[case])
         elif case in names and case == "gguf_deepseek_v3":
             build_deepseek(case, "deepseek_v3")

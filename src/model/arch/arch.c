@@ -23,13 +23,21 @@ static const moe_layout mixtral_moe = {.module = "block_sparse_moe",
                                        .down = "experts.%d.w2.weight",
                                        .routing = ROUTE_SOFTMAX_TOPK,
                                        .always_norm_topk = true};
+/* GraniteMoE: experts stacked, gate and up in one [E, 2I, H] tensor (gate's rows first); a GGUF
+ * file (llama.cpp's converter) holds gate and up apart */
+static const moe_layout granite_gguf_moe = {.module = "block_sparse_moe",
+                                            .router = "router",
+                                            .external_router = true,
+                                            PER_EXPERT_PROJ,
+                                            .routing = ROUTE_TOPK_SOFTMAX};
 static const moe_layout granite_moe = {.module = "block_sparse_moe",
                                        .router = "router",
                                        .external_router = true,
                                        .stacked = true,
                                        .gate = "input_linear.weight",
                                        .down = "output_linear.weight",
-                                       .routing = ROUTE_TOPK_SOFTMAX};
+                                       .routing = ROUTE_TOPK_SOFTMAX,
+                                       .stacked_each = &granite_gguf_moe};
 /* DeepSeek: checkpoints hold experts one by one; transformers' in-memory fused layout loads too */
 static const moe_layout deepseek_moe = {.module = "mlp",
                                         .router = "gate.weight",
