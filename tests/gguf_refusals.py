@@ -65,14 +65,15 @@ def main():
     phi3 = os.path.join(root, "tests/golden/gguf_phi3/model.gguf")
     oss = os.path.join(root, "tests/golden/gguf_gpt_oss/model.gguf")
     granite = os.path.join(root, "tests/golden/gguf_granitemoe/model.gguf")
-    for path in (moe, dense, mla, phi3, oss, granite):
+    ernie = os.path.join(root, "tests/golden/gguf_ernie4_5_moe/model.gguf")
+    for path in (moe, dense, mla, phi3, oss, granite, ernie):
         rc, out = plan(loom, path)
         check(rc == 0, f"{path} does not load: {out[-400:]}")
     u32, i32 = GGUFValueType.UINT32, GGUFValueType.INT32
     iq2 = np.zeros((512, 66), dtype=np.uint8)  # gguf_qwen2's ffn_gate, [512, 256], in IQ2_XXS (66 bytes a block)
     cases = [
-        ("an architecture llama.cpp defines that loom reads from folders only", moe, {"arch": "ernie4_5-moe"},
-         "general.architecture 'ernie4_5-moe': loom runs this architecture from Hugging Face folders, not yet from GGUF"),
+        ("a hybrid architecture llama.cpp defines that loom does not run", moe, {"arch": "granitehybrid"},
+         "general.architecture 'granitehybrid' is not one loom runs (GGUF: llama, qwen2, qwen3, gemma2, gemma3"),
         ("an architecture loom does not run", moe, {"arch": "mamba"},
          "general.architecture 'mamba' is not one loom runs (GGUF: llama, qwen2, qwen3, gemma2, gemma3, qwen2moe"),
         ("experts' weights scaled", moe, {"keys": {"qwen2moe.expert_weights_scale": (2.5, GGUFValueType.FLOAT32)}},
@@ -108,6 +109,15 @@ def main():
          {"keys": {"granitemoe.expert_shared_feed_forward_length": (32, u32)}},
          "key 'granitemoe.expert_shared_feed_forward_length': a shared expert in a 'granitemoe' file "
          "(GraniteMoeForCausalLM has none) is not supported"),
+        ("ERNIE's shared experts' width against their count", ernie,
+         {"strip": ["ernie4_5-moe.expert_shared_feed_forward_length"],
+          "keys": {"ernie4_5-moe.expert_shared_feed_forward_length": (24, u32)}},
+         "key 'ernie4_5-moe.expert_shared_feed_forward_length' is 24, not expert_shared_count 1 x "
+         "expert_feed_forward_length 48"),
+        ("ERNIE without its MoE layers' step", ernie, {"strip": ["ernie4_5-moe.interleave_moe_layer_step"]},
+         "missing key 'ernie4_5-moe.interleave_moe_layer_step'"),
+        ("ERNIE's layer step in another MoE", moe, {"keys": {"qwen2moe.interleave_moe_layer_step": (2, u32)}},
+         "key 'qwen2moe.interleave_moe_layer_step' is not supported"),
         ("a GPT-OSS expert's missing up bias", oss, {"drop": ["blk.1.ffn_up_exps.bias"], "load": True},
          "model.layers.1.mlp.experts.up_proj.bias"),
         ("a bias on an expert projection of a model whose experts have none", moe,

@@ -27,11 +27,11 @@
  * (and stacked expert tensor) another of llama.cpp's block types, and the `llama` golden
  * converted as llama.cpp does it, whole and split in three parts, and the `olmoe`, `mixtral`,
  * `deepseek_v3`, `granite`, `phi3`, `phi4_mini`, `ernie4_5`, `gpt_oss` (its experts in
- * ggml's MXFP4) and `granitemoe` ones (tests/golden/make_gguf_golden.py) */
+ * ggml's MXFP4), `granitemoe` and `ernie4_5_moe` ones (tests/golden/make_gguf_golden.py) */
 #define GGUF_CASES                                                                                                     \
     "gguf_llama", "gguf_qwen2", "gguf_qwen3", "gguf_gemma3", "gguf_llama3", "gguf_llama3_split", "gguf_qwen2_moe",     \
         "gguf_qwen3_moe", "gguf_olmoe", "gguf_mixtral", "gguf_deepseek_v3", "gguf_granite", "gguf_phi3",               \
-        "gguf_phi4_mini", "gguf_ernie4_5", "gguf_gpt_oss", "gguf_granitemoe"
+        "gguf_phi4_mini", "gguf_ernie4_5", "gguf_gpt_oss", "gguf_granitemoe", "gguf_ernie4_5_moe"
 #define FP8_CASES "fp8_llama", "fp8_qwen2", "fp8_mixtral", "fp8_deepseek_v3", "fp8_tp3"
 
 /* The float golden models of every architecture the parallel tests run (test_golden adds its

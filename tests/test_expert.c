@@ -49,6 +49,7 @@ static const char *cases[] = {"olmoe",
                               "gguf_mixtral",
                               "gguf_deepseek_v3",
                               "gguf_granitemoe",
+                              "gguf_ernie4_5_moe",
                               "gguf_gpt_oss",
                               "gguf_gpt_oss@auto",
                               "gpt_oss@auto"};

@@ -23,11 +23,9 @@ static const gguf_arch archs[] = {
     {.name = "granitemoe", .hf = "GraniteMoeForCausalLM", .meta_rope = true, .multipliers = true, .moe = true},
     {.name = "phi3", .hf = "Phi3ForCausalLM"},
     {.name = "ernie4_5", .hf = "Ernie4_5ForCausalLM"},
+    {.name = "ernie4_5-moe", .hf = "Ernie4_5_MoeForCausalLM", .moe = true, .ernie_moe = true},
     {.name = "gpt-oss", .hf = "GptOssForCausalLM", .moe = true},
 };
-
-/* Architectures llama.cpp defines whose GGUF layout loom does not read yet. */
-static const char *const later[] = {"ernie4_5-moe", "mistral3", "gemma3n", "granitehybrid"};
 
 const gguf_arch *gguf_arch_of(const gguf_file *f, loom_err *err) {
     gguf_str a;
@@ -46,14 +44,6 @@ const gguf_arch *gguf_arch_of(const gguf_file *f, loom_err *err) {
         if (!found || archs[i].moe == (gguf_find(f, key) != NULL)) found = &archs[i];
     }
     if (found) return found;
-    for (size_t i = 0; i < sizeof later / sizeof *later; i++)
-        if (strlen(later[i]) == a.n && !memcmp(later[i], a.p, a.n)) {
-            loom_errf(err,
-                      "%s: general.architecture '%s': loom runs this architecture from Hugging Face folders, not "
-                      "yet from GGUF",
-                      f->name, later[i]);
-            return NULL;
-        }
     char list[256] = "";
     for (size_t i = 0; i < sizeof archs / sizeof *archs; i++)
         if (!i || strcmp(archs[i].name, archs[i - 1].name)) strcat(strcat(list, i ? ", " : ""), archs[i].name);

@@ -27,11 +27,13 @@ typedef struct gguf_arch {
     bool deepseek;
     /* Granite: the embedding, residual, attention and logit multipliers (their _scale keys) */
     bool multipliers;
+    /* ERNIE 4.5's MoE: dense leading layers, experts every interleave_moe_layer_step layers, and
+     * shared experts by count (put_ernie_moe) */
+    bool ernie_moe;
 } gguf_arch;
 
 /* The file's row of the table (of an architecture's rows, the one with experts where the file
- * counts them), or NULL with err naming the architecture: one llama.cpp defines that loom does
- * not read yet, or one it does not run. */
+ * counts them), or NULL with err naming the architecture, one loom does not run. */
 const gguf_arch *gguf_arch_of(const gguf_file *f, loom_err *err);
 
 #endif

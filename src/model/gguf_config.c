@@ -144,10 +144,12 @@ static int put_rope_factors(cfg_writer *w) {
 static int refuse_unread(cfg_writer *w) {
     static const char *const keys[] = {"attention.clamp_kqv", "attention.causal", "rope.scaling.yarn_ext_factor",
                                        "rope.scaling.yarn_attn_factor"};
-    /* read by put_rope_factors, put_deepseek and put_multipliers where they apply only */
+    /* read by put_rope_factors, put_deepseek, put_ernie_moe and put_multipliers where they apply
+     * only */
     static const char *const longrope[] = {"rope.scaling.attn_factor"};
-    static const char *const deepseek[] = {"attention.q_lora_rank", "expert_weights_scale", "expert_group_count",
-                                           "leading_dense_block_count", "expert_shared_count"};
+    static const char *const deepseek[] = {"attention.q_lora_rank", "expert_weights_scale", "expert_group_count"};
+    static const char *const dense_lead[] = {"leading_dense_block_count", "expert_shared_count"};
+    static const char *const interleave[] = {"interleave_moe_layer_step"};
     static const char *const multipliers[] = {"attention.scale", "embedding_scale", "residual_scale", "logit_scale"};
     const struct {
         const char *const *keys;
@@ -155,7 +157,9 @@ static int refuse_unread(cfg_writer *w) {
         bool read;
     } lists[] = {{keys, 4, false},
                  {longrope, 1, find_tensor(w, ROPE_LONG) != NULL},
-                 {deepseek, 5, w->a->deepseek},
+                 {deepseek, 3, w->a->deepseek},
+                 {dense_lead, 2, w->a->deepseek || w->a->ernie_moe},
+                 {interleave, 1, w->a->ernie_moe},
                  {multipliers, 4, w->a->multipliers}};
     char full[160];
     for (size_t l = 0; l < sizeof lists / sizeof *lists; l++)
@@ -297,6 +301,30 @@ static int put_deepseek(cfg_writer *w) {
     return 0;
 }
 
+/* ERNIE 4.5's MoE layers in its config's fields: from leading_dense_block_count (0 where absent,
+ * as llama.cpp reads it; the config class's default is 1) every interleave_moe_layer_step, with
+ * expert_shared_count shared experts (0 where absent; the class's default is 2), whose width
+ * expert_shared_feed_forward_length states again and must agree. */
+static int put_ernie_moe(cfg_writer *w) {
+    if (!w->a->ernie_moe) return 0;
+    int64_t lead, step, shared, inter, width;
+    if (get_int_key(w, "leading_dense_block_count", 0, &lead) || get_int_key(w, "expert_shared_count", 0, &shared) ||
+        get_int_key(w, "interleave_moe_layer_step", -1, &step) ||
+        get_int_key(w, "expert_feed_forward_length", 0, &inter) ||
+        get_int_key(w, "expert_shared_feed_forward_length", 0, &width))
+        return -1;
+    if (step < 0) return loom_errf(w->err, "%s: missing key '%s.interleave_moe_layer_step'", w->f->name, w->arch);
+    if (width && width != shared * inter)
+        return loom_errf(w->err,
+                         "%s: key '%s.expert_shared_feed_forward_length' is %lld, not expert_shared_count %lld x "
+                         "expert_feed_forward_length %lld",
+                         w->f->name, w->arch, (long long)width, (long long)shared, (long long)inter);
+    cJSON_AddNumberToObject(w->root, "moe_layer_start_index", (double)lead);
+    cJSON_AddNumberToObject(w->root, "moe_layer_interval", (double)step);
+    cJSON_AddNumberToObject(w->root, "moe_num_shared_experts", (double)shared);
+    return 0;
+}
+
 /* Granite's multipliers, which llama.cpp's converter renames to _scale keys. */
 static int put_multipliers(cfg_writer *w) {
     if (!w->a->multipliers) return 0;
@@ -342,8 +370,8 @@ int gguf_model_config(const gguf_file *parts, int n_parts, model_config *c, loom
                      put_num(&w, "rope.freq_base", "rope_theta", false) || put_window(&w) ||
                      put_num(&w, "final_logit_softcapping", "final_logit_softcapping", false) ||
                      put_num(&w, "attn_logit_softcapping", "attn_logit_softcapping", false) || put_experts(&w) ||
-                     put_rope_scaling(&w) || put_deepseek(&w) || put_multipliers(&w) || put_rotary(&w) ||
-                     put_rope_factors(&w) || put_token_id(&w, "bos_token_id", "bos_token_id") ||
+                     put_rope_scaling(&w) || put_deepseek(&w) || put_ernie_moe(&w) || put_multipliers(&w) ||
+                     put_rotary(&w) || put_rope_factors(&w) || put_token_id(&w, "bos_token_id", "bos_token_id") ||
                      put_token_id(&w, "eos_token_id", "eos_token_id") ||
                      put_token_id(&w, "padding_token_id", "pad_token_id")
                  ? -1

@@ -37,6 +37,10 @@ Cases (folder tests/golden/<case>/: model.gguf, golden.safetensors as make_golde
                in Meta's layout, w1/w3/w2 merged into ffn_{gate,up,down}_exps
   gguf_granite the `granite` golden converted likewise (arch granite: q/k in Meta's layout, its
                multipliers as attention.scale, embedding_scale, residual_scale and logit_scale)
+  gguf_ernie4_5_moe  the `ernie4_5_moe` golden converted as Ernie4_5MoeModel does it (arch
+               ernie4_5-moe): a dense first layer (leading_dense_block_count), the experts stacked,
+               moe_statics' correction bias as exp_probs_b.bias, the shared expert as ffn_*_shexp
+               with its width as expert_shared_feed_forward_length
   gguf_granitemoe the `granitemoe` golden converted as GraniteMoeModel does it (arch granitemoe):
                granite's keys, input_linear split into ffn_gate_exps (its first intermediate_size
                rows) and ffn_up_exps, output_linear as ffn_down_exps, router.layer as ffn_gate_inp
@@ -111,7 +115,8 @@ CASES = {"gguf_llama": "llama", "gguf_qwen2": "qwen2", "gguf_qwen3": "qwen3", "g
          "gguf_llama3": "llama", "gguf_llama3_split": "llama", "gguf_qwen2_moe": "qwen2moe",
          "gguf_qwen3_moe": "qwen3moe", "gguf_olmoe": "olmoe", "gguf_mixtral": "llama",
          "gguf_deepseek_v3": "deepseek2", "gguf_granite": "granite", "gguf_phi3": "phi3", "gguf_phi4_mini": "phi3",
-         "gguf_ernie4_5": "ernie4_5", "gguf_gpt_oss": "gpt-oss", "gguf_granitemoe": "granitemoe"}
+         "gguf_ernie4_5": "ernie4_5", "gguf_gpt_oss": "gpt-oss", "gguf_granitemoe": "granitemoe",
+         "gguf_ernie4_5_moe": "ernie4_5-moe"}
 
 
 def random_blocks(rng, t, rows, cols, std):
@@ -333,6 +338,17 @@ def build_converted(case, source, arch):
     if "num_experts_per_tok" in cfg:
         w.add_expert_count(cfg.get("num_experts") or cfg["num_local_experts"])
         w.add_expert_used_count(cfg["num_experts_per_tok"])
+    if arch == "ernie4_5-moe":  # Ernie4_5MoeModel's keys
+        w.add_expert_count(cfg["moe_num_experts"])
+        w.add_expert_used_count(cfg["moe_k"])
+        w.add_interleave_moe_layer_step(cfg["moe_layer_interval"])
+        w.add_leading_dense_block_count(cfg["moe_layer_start_index"])
+        w.add_expert_feed_forward_length(cfg["moe_intermediate_size"])
+        w.add_expert_shared_count(cfg["moe_num_shared_experts"])
+        # the converter writes intermediate_size // num_key_value_heads, which is the shared
+        # experts' width (moe_intermediate_size x their count) in ERNIE-4.5-21B-A3B's config but
+        # not in this golden's: the width the tensors have is written, which llama.cpp loads
+        w.add_expert_shared_feed_forward_length(cfg["moe_intermediate_size"] * cfg["moe_num_shared_experts"])
     names = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
              "lm_head.weight": "output.weight"}
     parts = {"input_layernorm": "attn_norm", "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k",
@@ -340,7 +356,9 @@ def build_converted(case, source, arch):
              "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down",
              "self_attn.q_norm": "attn_q_norm", "self_attn.k_norm": "attn_k_norm", "mlp.gate": "ffn_gate_inp",
              "block_sparse_moe.gate": "ffn_gate_inp", "self_attn.qkv_proj": "attn_qkv", "mlp.gate_up_proj": "ffn_up",
-             "block_sparse_moe.router.layer": "ffn_gate_inp", "block_sparse_moe.output_linear": "ffn_down_exps"}
+             "block_sparse_moe.router.layer": "ffn_gate_inp", "block_sparse_moe.output_linear": "ffn_down_exps",
+             "mlp.shared_experts.gate_proj": "ffn_gate_shexp", "mlp.shared_experts.up_proj": "ffn_up_shexp",
+             "mlp.shared_experts.down_proj": "ffn_down_shexp"}
     projs = {"gate_proj": "gate", "up_proj": "up", "down_proj": "down", "w1": "gate", "w3": "up", "w2": "down"}
     experts = {}  # (layer, proj) -> {expert: weight}, stacked once all are read
     for name, v in sorted(t.items()):
@@ -351,6 +369,9 @@ def build_converted(case, source, arch):
         if ".experts." in rest:
             _, _, e, proj = rest.split(".")
             experts.setdefault((layer, projs[proj]), {})[int(e)] = v
+            continue
+        if name.endswith("mlp.moe_statics.e_score_correction_bias"):  # ERNIE's, kept [1, experts]
+            w.add_tensor(f"blk.{layer}.exp_probs_b.bias", v)
             continue
         if rest == "block_sparse_moe.input_linear":  # GraniteMoeModel: gate's rows, then up's
             inter = cfg["intermediate_size"]
@@ -582,7 +603,7 @@ def main():
         if case in names and case == "gguf_llama3":
             build_converted(case, "llama", "llama")
         elif case in names and case in ("gguf_olmoe", "gguf_mixtral", "gguf_granite", "gguf_phi3", "gguf_phi4_mini",
-                                        "gguf_ernie4_5", "gguf_granitemoe"):
+                                        "gguf_ernie4_5", "gguf_granitemoe", "gguf_ernie4_5_moe"):
             build_converted(case, case[5:], CASES[case])
         elif case in names and case == "gguf_deepseek_v3":
             build_deepseek(case, "deepseek_v3")
