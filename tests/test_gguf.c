@@ -63,11 +63,10 @@ static void check_panels(const char *type, const wmat *w, const float *xq, size_
     loom_err err;
     if (!cpu()->panel_gguf_q8 || loom_cpu_get_info(&info, &err)) return;
     k[nk++] = cpu();
+    char runs[sizeof info.runnable + 2], name[32];
+    snprintf(runs, sizeof runs, " %s ", info.runnable);
     for (int v = 0; v < 5; v++) {
-        char name[32];
         snprintf(name, sizeof name, " %s ", all[v]->name);
-        char runs[sizeof info.runnable + 2];
-        snprintf(runs, sizeof runs, " %s ", info.runnable);
         if (all[v] != cpu() && strstr(runs, name)) k[nk++] = all[v];
     }
     if (nk < 2) return;

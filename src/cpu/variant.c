@@ -344,6 +344,16 @@ static inline bool gq_mins(int t) {
     return t == GT_Q2_K || t == GT_Q4_K || t == GT_Q5_K || t == GT_Q4_1 || t == GT_Q5_1;
 }
 
+/* The block types whose codes meet int8 activations (dot_gguf_q8, panel_gguf_q8): each kernel's
+ * switch instantiates its loop once per type with X, so that t is constant inside it. (Left as
+ * written: clang-format 14 reflows this list differently on each pass.) */
+/* clang-format off */
+#define GQ_INT8_TYPES(X) \
+    X(GT_Q2_K) X(GT_Q3_K) X(GT_Q4_K) X(GT_Q5_K) X(GT_Q6_K) \
+    X(GT_Q4_0) X(GT_Q4_1) X(GT_Q5_0) X(GT_Q5_1) X(GT_Q8_0) \
+    X(GT_IQ4_NL) X(GT_IQ4_XS) X(GT_MXFP4)
+/* clang-format on */
+
 /* The scales of the block (a super-block, or a block of 32) at b, as the definition rounds them:
  * d times the sub-block's integer scale (gg_kquant's dl), and dmin times its min (ml). */
 static inline __attribute__((always_inline)) void gq_header(int t, const uint8_t *b, gq_scales *s) {
@@ -572,19 +582,7 @@ static void dot_gguf_q8(const q8row *x, int nr, const uint8_t *w, const qlayout 
         if (nr == 1 || nr == 3) dot_gguf_q8_rows(type, x + nr - 1, 1, w, q, y + nr - 1);                               \
         return;
     switch (q->gtype) {
-        GQ_TYPE(GT_Q2_K)
-        GQ_TYPE(GT_Q3_K)
-        GQ_TYPE(GT_Q4_K)
-        GQ_TYPE(GT_Q5_K)
-        GQ_TYPE(GT_Q6_K)
-        GQ_TYPE(GT_Q4_0)
-        GQ_TYPE(GT_Q4_1)
-        GQ_TYPE(GT_Q5_0)
-        GQ_TYPE(GT_Q5_1)
-        GQ_TYPE(GT_Q8_0)
-        GQ_TYPE(GT_IQ4_NL)
-        GQ_TYPE(GT_IQ4_XS)
-        GQ_TYPE(GT_MXFP4)
+        GQ_INT8_TYPES(GQ_TYPE)
     default: return; /* plain element types compute on fp32 activations (runtime/bind.c) */
     }
 #undef GQ_TYPE
@@ -855,19 +853,7 @@ static void gguf_panel256(const q8row *x, const int32_t *xsum, int nr, uint8_t *
         gguf_rows256(type, xr, xs, rows, pack + h * 32, dl + h * 8, ml + h * 8, kp, yr, ldy, cols);                    \
         break;
             switch (t) {
-                G2_TYPE(GT_Q2_K)
-                G2_TYPE(GT_Q3_K)
-                G2_TYPE(GT_Q4_K)
-                G2_TYPE(GT_Q5_K)
-                G2_TYPE(GT_Q6_K)
-                G2_TYPE(GT_Q4_0)
-                G2_TYPE(GT_Q4_1)
-                G2_TYPE(GT_Q5_0)
-                G2_TYPE(GT_Q5_1)
-                G2_TYPE(GT_Q8_0)
-                G2_TYPE(GT_IQ4_NL)
-                G2_TYPE(GT_IQ4_XS)
-                G2_TYPE(GT_MXFP4)
+                GQ_INT8_TYPES(G2_TYPE)
             default: return;
             }
 #undef G2_TYPE
@@ -887,19 +873,7 @@ static void panel_gguf_q8(const q8row *x, size_t x_stride, const int32_t *xsum, 
 #define GU_TYPE(type)                                                                                                  \
     case type: gguf_unpack_row(type, row, q, n, cn, dl, ml); break;
         switch (t) {
-            GU_TYPE(GT_Q2_K)
-            GU_TYPE(GT_Q3_K)
-            GU_TYPE(GT_Q4_K)
-            GU_TYPE(GT_Q5_K)
-            GU_TYPE(GT_Q6_K)
-            GU_TYPE(GT_Q4_0)
-            GU_TYPE(GT_Q4_1)
-            GU_TYPE(GT_Q5_0)
-            GU_TYPE(GT_Q5_1)
-            GU_TYPE(GT_Q8_0)
-            GU_TYPE(GT_IQ4_NL)
-            GU_TYPE(GT_IQ4_XS)
-            GU_TYPE(GT_MXFP4)
+            GQ_INT8_TYPES(GU_TYPE)
         default: return; /* plain element types compute on fp32 activations (runtime/bind.c) */
         }
 #undef GU_TYPE
