@@ -112,23 +112,37 @@ LOOM_API void loom_model_get_info(const loom_model *m, loom_model_info *info);
 /* Positions per KV cache block unless asked (benches/RESULTS.md, "KV cache block size"). */
 #define LOOM_BLOCK_SIZE_DEFAULT 64
 
+/* How the KV cache stores K and V (--kv-cache-dtype). FLOAT32 (also "auto") keeps what the pass
+ * computed. The others round each position's values as they are written, so every later read of
+ * them, in any mode, sees the same rounded values:
+ * - BF16: each value to bf16, nearest even;
+ * - FP8: each head's values divided by max|x| / 448, to E4M3 (nearest even), times it on reading;
+ * - INT8: each head's values divided by max|x| / 127, rounded to an integer (nearest even).
+ * The 8-bit forms keep one fp32 scale for each head of each position (a latent cache: for each
+ * group of gcd(kv_lora, rope) columns). */
+typedef enum loom_kv_dtype { LOOM_KV_FLOAT32, LOOM_KV_BF16, LOOM_KV_FP8, LOOM_KV_INT8 } loom_kv_dtype;
+/* The dtype `name` names (auto, float32, bfloat16/bf16, fp8/fp8_e4m3, int8) into *out; -1 if none. */
+LOOM_API int loom_kv_dtype_parse(const char *name, loom_kv_dtype *out);
+LOOM_API const char *loom_kv_dtype_name(loom_kv_dtype dt);
+
 typedef struct loom_engine_options {
-    int max_seqs;           /* sequences held at once (each a block table; the pool is shared) */
-    int max_ctx;            /* positions per sequence (0: as many as the KV pool holds, up to
+    int max_seqs;                 /* sequences held at once (each a block table; the pool is shared) */
+    int max_ctx;                  /* positions per sequence (0: as many as the KV pool holds, up to
                            max_position_embeddings) */
-    size_t kv_cache_bytes;  /* KV cache budget on each rank (0: LOOM_KV_CACHE_BYTES_DEFAULT) */
-    int block_size;         /* positions per KV cache block, a power of two from 16 to 1024
+    size_t kv_cache_bytes;        /* KV cache budget on each rank (0: LOOM_KV_CACHE_BYTES_DEFAULT) */
+    int block_size;               /* positions per KV cache block, a power of two from 16 to 1024
                                (0: LOOM_BLOCK_SIZE_DEFAULT) */
-    bool prefix_caching;    /* key full blocks by their tokens, for loom_engine_match_prefix */
-    int max_tokens;         /* tokens per forward pass */
-    bool all_logits;        /* logits for every token, not only requested rows */
-    int max_logits;         /* logit rows a pass returns at most (0: one a sequence, or every token
+    bool prefix_caching;          /* key full blocks by their tokens, for loom_engine_match_prefix */
+    loom_kv_dtype kv_cache_dtype; /* how K and V are stored (0: float32) */
+    int max_tokens;               /* tokens per forward pass */
+    bool all_logits;              /* logits for every token, not only requested rows */
+    int max_logits;               /* logit rows a pass returns at most (0: one a sequence, or every token
                                with all_logits); speculative decoding verifies k + 1 a sequence */
-    int threads;            /* 0: all cores / ranks */
-    loom_comm *comm;        /* the ranks to shard across; NULL: this process alone (tp=1) */
-    bool sequence_parallel; /* shard the residual stream by tokens between decoder layers */
-    bool async_tp;          /* fuse region collectives with their GEMMs (implies sequence_parallel) */
-    int sp_min_tokens;      /* passes of fewer tokens run as plain TP (0: never) */
+    int threads;                  /* 0: all cores / ranks */
+    loom_comm *comm;              /* the ranks to shard across; NULL: this process alone (tp=1) */
+    bool sequence_parallel;       /* shard the residual stream by tokens between decoder layers */
+    bool async_tp;                /* fuse region collectives with their GEMMs (implies sequence_parallel) */
+    int sp_min_tokens;            /* passes of fewer tokens run as plain TP (0: never) */
     /* Expert parallelism (vLLM's --enable-expert-parallel): the ranks of a stage hold whole
      * experts (E/tp each, contiguous; the first E % tp ranks one more), rows travel to them in
      * an all-to-all and back; attention and dense layers stay tensor-parallel. With data

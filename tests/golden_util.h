@@ -34,6 +34,12 @@
         "gguf_phi4_mini", "gguf_ernie4_5", "gguf_gpt_oss", "gguf_granitemoe", "gguf_ernie4_5_moe"
 #define FP8_CASES "fp8_llama", "fp8_qwen2", "fp8_mixtral", "fp8_deepseek_v3", "fp8_tp3"
 
+/* Cases whose KV cache rounds what it stores (golden_kv_dtype): plain GQA, Gemma 2's soft-capped
+ * and alternating sliding layers, Gemma 3's q/k norms and local rotary base. */
+#define KV_CASES                                                                                                       \
+    "llama@kv-bfloat16", "llama@kv-fp8", "llama@kv-int8", "gemma2@kv-bfloat16", "gemma2@kv-fp8", "gemma2@kv-int8",     \
+        "gemma3@kv-fp8", "gemma3@kv-int8"
+
 /* The float golden models of every architecture the parallel tests run (test_golden adds its
  * expert-parallel ones). */
 #define ARCH_CASES                                                                                                     \
@@ -43,6 +49,7 @@
 
 typedef struct golden {
     st_file f;
+    loom_kv_dtype kv_dtype; /* the KV cache's dtype the logits were computed with */
     int n[2], prefill[2], decode_steps, vocab;
     int32_t *ids[2];
     const float *logits[2];
@@ -66,6 +73,20 @@ static inline int golden_meta_int(const st_file *f, const char *key) {
 static inline bool golden_fp8_act(const char *name) { return strstr(name, FP8_ACTIVATIONS) != NULL; }
 static inline bool golden_reduced(const char *name) { return strstr(name, REDUCED) || golden_fp8_act(name); }
 static inline const char *golden_dtype(const char *name) { return golden_reduced(name) ? "auto" : "float32"; }
+
+/* "llama@kv-int8": the case with its KV cache stored as int8 (bfloat16, fp8 likewise), against
+ * transformers' logits with the same rounding applied in its cache (tests/golden/kv_cache/,
+ * make_kv_golden.py). LOOM_KV_FLOAT32 for every other name. */
+#define KV_DTYPE "@kv-"
+static inline loom_kv_dtype golden_kv_dtype(const char *name) {
+    const char *at = strstr(name, KV_DTYPE);
+    loom_kv_dtype dt = LOOM_KV_FLOAT32;
+    if (at && loom_kv_dtype_parse(at + strlen(KV_DTYPE), &dt)) {
+        fprintf(stderr, "%s: no such KV cache dtype\n", name);
+        abort();
+    }
+    return dt;
+}
 
 static inline void golden_dir(char *out, size_t cap, const char *name) {
     snprintf(out, cap, "%s/tests/golden/%.*s", LOOM_SOURCE_DIR, (int)strcspn(name, "@"), name);
@@ -92,7 +113,11 @@ static inline int golden_open(golden *g, const char *name, const char *logits_pr
     char dir[900], path[1000];
     loom_err err;
     golden_dir(dir, sizeof dir, name);
-    snprintf(path, sizeof path, "%s/golden.safetensors", dir);
+    g->kv_dtype = golden_kv_dtype(name);
+    if (g->kv_dtype == LOOM_KV_FLOAT32) snprintf(path, sizeof path, "%s/golden.safetensors", dir);
+    else
+        snprintf(path, sizeof path, "%s/tests/golden/kv_cache/%.*s_%s.safetensors", LOOM_SOURCE_DIR,
+                 (int)strcspn(name, "@"), name, strstr(name, KV_DTYPE) + strlen(KV_DTYPE));
     if (st_open(&g->f, path, &err)) {
         fprintf(stderr, "%s\n", err.msg);
         return -1;
@@ -160,8 +185,14 @@ static inline float *golden_shared_logits(const golden *g, size_t *bytes) {
     return mmap(NULL, *bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 }
 
-static inline loom_engine_options golden_engine_options(loom_comm *comm) {
-    return (loom_engine_options){.max_seqs = 2, .max_ctx = 32, .max_tokens = 16, .all_logits = true, .comm = comm};
+/* The engine the golden batch runs on (g: its KV cache's dtype; NULL: float32). */
+static inline loom_engine_options golden_engine_options(const golden *g, loom_comm *comm) {
+    return (loom_engine_options){.max_seqs = 2,
+                                 .max_ctx = 32,
+                                 .max_tokens = 16,
+                                 .all_logits = true,
+                                 .comm = comm,
+                                 .kv_cache_dtype = g ? g->kv_dtype : LOOM_KV_FLOAT32};
 }
 
 /* Feeds g through e; out receives [golden_rows, vocab] logits. */

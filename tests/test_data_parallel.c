@@ -41,7 +41,7 @@ typedef struct job {
 } job;
 
 static loom_engine_options options(loom_comm *comm, mode md, int dp, int pp, const char *partition) {
-    loom_engine_options eo = golden_engine_options(comm);
+    loom_engine_options eo = golden_engine_options(NULL, comm); /* float32 KV */
     eo.data_parallel = dp;
     eo.pipeline_parallel = pp;
     eo.expert_parallel = md == MODE_EP || md == MODE_EP_SP || md == MODE_IDLE;

@@ -71,7 +71,7 @@ typedef struct job {
 } job;
 
 static loom_engine_options options(loom_comm *comm, mode md, int pp) {
-    loom_engine_options eo = golden_engine_options(comm);
+    loom_engine_options eo = golden_engine_options(NULL, comm); /* float32 KV */
     eo.pipeline_parallel = pp;
     eo.pp_microbatches = 2;
     eo.expert_parallel = true;

@@ -10,7 +10,10 @@
  * them). The guarantee is per product, each held to its stated bound in test_quant; what a
  * whole model does with those roundings is not bounded, so here the run must only be reduced
  * (differ from exact at all: auto must not silently compute exactly) and stay sane, its mean
- * difference under REDUCED_MEAN of the mean |logit| (a broken kernel is near 100%). */
+ * difference under REDUCED_MEAN of the mean |logit| (a broken kernel is near 100%).
+ *
+ * The KV cache dtypes (KV_CASES) compute in fp32 on a cache that rounds what it stores, against
+ * transformers with the same rounding in its cache, within 1e-4. */
 #include <math.h>
 #include <unistd.h>
 
@@ -26,7 +29,7 @@
 #define REDUCED_MEAN 0.10
 #define FP8_ACT      "fp8-activations" /* run_dtype's name for --dtype auto --fp8-activations */
 
-static const char *cases[] = {ARCH_CASES, "deepseek_v3_skewed", "mixtral_ep3", QUANTIZED_CASES};
+static const char *cases[] = {ARCH_CASES, "deepseek_v3_skewed", "mixtral_ep3", QUANTIZED_CASES, KV_CASES};
 
 /* Runs golden case `name` from folder dir (its own, or a resharded copy) with --dtype dtype
  * into out; false (recorded) if it cannot. */
@@ -37,7 +40,7 @@ static bool run_dtype(const char *name, const char *dir, const char *dtype, cons
     loom_model_options mo = {
         .path = golden_model_at(dir, path, sizeof path), .dtype = fp8_act ? "auto" : dtype, .fp8_activations = fp8_act};
     loom_model *m = loom_model_load(&mo, &err);
-    loom_engine_options eo = golden_engine_options(NULL);
+    loom_engine_options eo = golden_engine_options(g, NULL);
     loom_engine *e = m ? loom_engine_new(m, &eo, &err) : NULL;
     bool ok = e && golden_run(e, g, out, &err) == 0;
     CHECK(ok, "%s (%s): %s", name, dtype, err.msg);
@@ -131,6 +134,22 @@ static void compare_w8a8(const char *name, const char *dir, const golden *g, flo
     golden_close(&w);
 }
 
+/* A case whose KV cache rounds (KV_CASES) must move the logits off those of a float32 cache on
+ * the same prompts: a cache that kept fp32 would match its golden within 1e-4 only if the
+ * rounding moved nothing there. */
+static void check_rounded(const char *name, const char *dir, const golden *g, const float *rounded) {
+    golden unrounded = *g;
+    unrounded.kv_dtype = LOOM_KV_FLOAT32;
+    size_t n = (size_t)golden_rows(g) * g->vocab;
+    float *exact = malloc(n * sizeof *exact);
+    if (run_dtype(name, dir, "float32", &unrounded, exact)) {
+        double moved = max_abs_diff(exact, rounded, (int)n);
+        CHECK(moved > ATOL, "%s: within %.3g of a float32 cache's logits: nothing was rounded", name, moved);
+        printf("%-18s          the cache's rounding moves the logits by up to %.2e\n", name, moved);
+    }
+    free(exact);
+}
+
 static void run_case_in(const char *name, const char *dir) {
     golden g;
     if (golden_open(&g, name, "logits")) {
@@ -151,6 +170,7 @@ static void run_case_in(const char *name, const char *dir) {
             compare_hf_bf16(name, &g, reduced);
         }
         compare_w8a8(name, dir, &g, reduced);
+        if (g.kv_dtype != LOOM_KV_FLOAT32) check_rounded(name, dir, &g, exact);
     }
     free(exact);
     free(reduced);

@@ -7,7 +7,8 @@
  *  - the kernels: attention (GQA, with and without a sliding window), and latent attention in
  *    both its forms, over blocks scattered through the pool must give the same bits as over
  *    the same rows laid out contiguously, for blocks of 16 (smaller than attention's key chunk)
- *    and 64 positions. */
+ *    and 64 positions, in every dtype the cache stores (kernels/kv_format.c), the rounding ones
+ *    giving other bits than float32. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -198,28 +199,50 @@ static void mla_step(kv_layer *c, int rows, const int32_t *pos, const int32_t *s
     mla_attention(&mla, c, q_data, LDQ, k_data, KVW, k_data + LORA, KVW, t_data, out, MLA_H * VD, rows, pos, seq);
 }
 
-static void same_bits(const char *what, attend_fn fn, int width, int kv_width, bool has_v, int bs) {
+/* The kernel's outputs over a pool in dtype dt, its blocks scattered and contiguous: the same
+ * bits; returns the contiguous ones (malloc'd). */
+static float *same_bits(const char *what, attend_fn fn, int width, int kv_width, int group, bool has_v, int bs,
+                        loom_kv_dtype dt) {
     int32_t tables[2][POOL / 16];
     float *out[2];
     int rows = 0;
+    size_t row_bytes = kv_row_bytes(dt, kv_width, group);
     for (int layout = 0; layout < 2; layout++) {
         make_tables(tables[layout], bs, layout);
-        kv_layer c = {calloc((size_t)POOL * kv_width, sizeof(float)),
-                      has_v ? calloc((size_t)POOL * kv_width, sizeof(float)) : NULL,
-                      kv_width,
-                      bs,
-                      tables[layout],
-                      CTX / bs};
+        kv_layer c = {.k = calloc(POOL, row_bytes),
+                      .v = has_v ? calloc(POOL, row_bytes) : NULL,
+                      .kv_width = kv_width,
+                      .block_size = bs,
+                      .dt = dt,
+                      .group = group,
+                      .row_bytes = row_bytes,
+                      .tables = tables[layout],
+                      .table_width = CTX / bs};
         out[layout] = calloc((size_t)ROWS * width, sizeof(float));
         rows = drive(&c, fn, out[layout], width);
         free(c.k), free(c.v);
     }
     bool finite = true;
     for (int i = 0; i < rows * width; i++) finite &= isfinite(out[0][i]) && out[0][i] != 0;
-    CHECK(finite, "%s, blocks of %d: outputs not all written", what, bs);
+    CHECK(finite, "%s, %s cache, blocks of %d: outputs not all written", what, loom_kv_dtype_name(dt), bs);
     CHECK(!memcmp(out[0], out[1], (size_t)ROWS * width * sizeof(float)),
-          "%s, blocks of %d: scattered blocks do not give contiguous memory's bits", what, bs);
-    free(out[0]), free(out[1]);
+          "%s, %s cache, blocks of %d: scattered blocks do not give contiguous memory's bits", what,
+          loom_kv_dtype_name(dt), bs);
+    free(out[1]);
+    return out[0];
+}
+
+/* Every dtype's bits scattered and contiguous; the rounding ones must differ from float32's
+ * (a cache that silently kept fp32 would not). */
+static void every_dtype(const char *what, attend_fn fn, int width, int kv_width, int group, bool has_v, int bs) {
+    float *exact = same_bits(what, fn, width, kv_width, group, has_v, bs, LOOM_KV_FLOAT32);
+    for (loom_kv_dtype dt = LOOM_KV_BF16; dt <= LOOM_KV_INT8; dt++) {
+        float *rounded = same_bits(what, fn, width, kv_width, group, has_v, bs, dt);
+        CHECK(memcmp(exact, rounded, (size_t)ROWS * width * sizeof(float)),
+              "%s, %s cache: the same bits as float32's, so nothing was rounded", what, loom_kv_dtype_name(dt));
+        free(rounded);
+    }
+    free(exact);
 }
 
 static void paged_kernels(void) {
@@ -228,10 +251,10 @@ static void paged_kernels(void) {
     for (int k = 0; k < 2; k++) {
         int bs = sizes[k];
         gqa = (attn_shape){.n_heads = HEADS, .n_kv_heads = KVH, .head_dim = HD, .scale = 0.25f};
-        same_bits("attention (GQA)", gqa_step, HEADS * HD, KVW, true, bs);
+        every_dtype("attention (GQA)", gqa_step, HEADS * HD, KVW, HD, true, bs);
         gqa.window = 7;
-        same_bits("attention (GQA, sliding window of 7)", gqa_step, HEADS * HD, KVW, true, bs);
-        same_bits("latent attention", mla_step, MLA_H * VD, LAT, false, bs);
+        every_dtype("attention (GQA, sliding window of 7)", gqa_step, HEADS * HD, KVW, HD, true, bs);
+        every_dtype("latent attention", mla_step, MLA_H * VD, LAT, ROPE, false, bs); /* gcd(24, 8) */
     }
 }
 

@@ -86,7 +86,14 @@ static void reference(int s, int p, double *out) {
 #define BS 8
 static const int32_t TABLES[SEQS][CTX / BS] = {{7, 5, 3, 1}, {6, 4, 2, 0}};
 static kv_layer new_cache(void) {
-    return (kv_layer){calloc((size_t)SEQS * CTX * LAT, sizeof(float)), NULL, LAT, BS, &TABLES[0][0], CTX / BS};
+    return (kv_layer){.k = calloc((size_t)SEQS * CTX * LAT, sizeof(float)),
+                      .kv_width = LAT,
+                      .block_size = BS,
+                      .dt = LOOM_KV_FLOAT32,
+                      .group = LAT,
+                      .row_bytes = LAT * sizeof(float),
+                      .tables = &TABLES[0][0],
+                      .table_width = CTX / BS};
 }
 
 /* One mla_attention call over rows (seq[r], pos[r]) with the test's data, padded strides. */
@@ -125,7 +132,7 @@ static void check_rows(const char *what, int rows, const int32_t *seq, const int
 /* Cache rows (s, 0..n) hold [kv_c | k_pe] exactly, rows n.. of s are still zero. */
 static void check_cache(const char *what, const kv_layer *c, int s, int n) {
     for (int p = 0; p < CTX; p++) {
-        const float *row = c->k + kv_row(c, s, p) * LAT;
+        const float *row = (const float *)c->k + kv_row(c, s, p) * LAT;
         if (p < n) {
             CHECK(!memcmp(row, KVC[s][p], sizeof KVC[0][0]), "%s: seq %d pos %d: cached kv_c differs", what, s, p);
             CHECK(!memcmp(row + LORA, KPE[s][p], sizeof KPE[0][0]), "%s: seq %d pos %d: cached k_pe differs", what, s,

@@ -18,10 +18,18 @@
  * and awq_mixtral's attention regions gather int8 rows, gptq_llama's act-order ones fp32; then
  * two FP8 models on FP8 activations, static scales and dynamic per-token ones; then a GGUF's
  * blocks, whose regions gather fp32 rows under --dtype auto too, and a GGUF's MXFP4 experts on int8
- * activations) */
-static const char *cases[] = {ARCH_CASES,         QUANTIZED_CASES,    "llama_bf16@auto",  "gptq_llama@auto",
-                              "ct_llama@auto",    "awq_mixtral@auto", "fp8_llama@fp8act", "fp8_qwen2@fp8act",
-                              "gguf_gemma3@auto", "gguf_gpt_oss@auto"};
+ * activations; then the KV cache's rounding dtypes, against transformers with the same rounding) */
+static const char *cases[] = {ARCH_CASES,
+                              QUANTIZED_CASES,
+                              "llama_bf16@auto",
+                              "gptq_llama@auto",
+                              "ct_llama@auto",
+                              "awq_mixtral@auto",
+                              "fp8_llama@fp8act",
+                              "fp8_qwen2@fp8act",
+                              "gguf_gemma3@auto",
+                              "gguf_gpt_oss@auto",
+                              KV_CASES};
 
 typedef enum mode { MODE_TP, MODE_SP, MODE_ASYNC, MODE_ASYNC_THRESHOLD } mode;
 static const char *mode_names[] = {"TP", "SP", "async TP", "async TP above 4 tokens"};
@@ -64,7 +72,7 @@ static int job_rows(const job *j) { return j->long_batch ? LONG_ROWS : golden_ro
 static int rank_main(loom_comm *comm, void *arg) {
     job *j = arg;
     loom_err err = {{0}};
-    loom_engine_options eo = golden_engine_options(comm);
+    loom_engine_options eo = golden_engine_options(j->g, comm);
     if (j->long_batch) eo.max_seqs = LONG_SEQS, eo.max_ctx = LONG_LEN + 1, eo.max_tokens = LONG_SEQS * LONG_LEN;
     eo.sequence_parallel = j->mode != MODE_TP;
     eo.async_tp = j->mode >= MODE_ASYNC;
@@ -134,7 +142,7 @@ static float *run_job(const char *name, golden *g, int tp, mode md, bool long_ba
     job j = {m, g, md, long_batch, NULL};
     size_t bytes = (size_t)job_rows(&j) * g->vocab * sizeof(float);
     float *out = j.out = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    loom_engine_options eo = golden_engine_options(NULL);
+    loom_engine_options eo = golden_engine_options(g, NULL);
     if (long_batch) eo.max_tokens = LONG_SEQS * LONG_LEN;
     eo.sequence_parallel = md != MODE_TP;
     return golden_launch(m, tp, 1, backend, &eo, rank_main, &j, out, bytes, err);

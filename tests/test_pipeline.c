@@ -16,7 +16,8 @@
 
 /* (the last three again with --dtype auto: bf16 and int8 activations, golden_util.h; awq_llama's
  * regions gather int8 rows under SP) */
-static const char *cases[] = {ARCH_CASES, QUANTIZED_CASES, "llama_bf16@auto", "gptq_llama@auto", "awq_llama@auto"};
+static const char *cases[] = {ARCH_CASES,        QUANTIZED_CASES,  "llama_bf16@auto",
+                              "gptq_llama@auto", "awq_llama@auto", KV_CASES};
 
 typedef enum mode { MODE_TP, MODE_SP, MODE_ASYNC } mode;
 static const char *mode_names[] = {"TP", "SP", "async TP"};
@@ -32,7 +33,7 @@ typedef struct job {
 static int rank_main(loom_comm *comm, void *arg) {
     job *j = arg;
     loom_err err = {{0}};
-    loom_engine_options eo = golden_engine_options(comm);
+    loom_engine_options eo = golden_engine_options(j->g, comm);
     eo.sequence_parallel = j->mode != MODE_TP;
     eo.async_tp = j->mode == MODE_ASYNC;
     eo.pipeline_parallel = j->pp;
@@ -55,7 +56,7 @@ static float *run(const char *name, golden *g, int tp, int pp, mode md, const ch
     job j = {m, g, pp, md, NULL};
     size_t bytes;
     float *out = j.out = golden_shared_logits(g, &bytes);
-    loom_engine_options eo = golden_engine_options(NULL);
+    loom_engine_options eo = golden_engine_options(g, NULL);
     eo.sequence_parallel = md != MODE_TP, eo.pipeline_parallel = pp;
     return golden_launch(m, tp, pp, backend, &eo, rank_main, &j, out, bytes, err);
 }

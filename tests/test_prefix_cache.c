@@ -13,7 +13,8 @@
  * A prompt differing in its first token must hit nothing. Where the logits also come out
  * bit-identical (the cached K and V are the same bits when the kernels do not depend on the
  * batch's shape), that is reported; the test asks for the tolerance. Gemma 3 brings sliding
- * layers with their own RoPE; longrope (Phi-4-mini), whose rotation depends on the pass, has a
+ * layers with their own RoPE; the KV cache's 8-bit dtypes, their rounded K and V reused from
+ * cached blocks; longrope (Phi-4-mini), whose rotation depends on the pass, has a
  * scenario of its own (longrope()). */
 #include <math.h>
 #include <stdlib.h>
@@ -31,7 +32,8 @@
 #define CTX_MAX 64
 #define RUN_MAX 96 /* positions run_seq takes */
 
-static const char *cases[] = {"llama", "mistral", "olmoe", "deepseek_v2", "gptq_llama", "gemma3"};
+static const char *cases[] = {"llama",      "mistral", "olmoe",         "deepseek_v2",
+                              "gptq_llama", "gemma3",  "llama@kv-int8", "gemma3@kv-fp8"};
 
 typedef enum mode { MODE_TP1, MODE_ASYNC, MODE_PP, MODE_MPI, MODE_COUNT } mode;
 static const char *mode_names[] = {"tp=1", "-tp 2 --enable-async-tp --sp-min-tokens 0", "-tp 2 -pp 2",
@@ -62,6 +64,7 @@ typedef struct result {
 typedef struct job {
     loom_model *m;
     mode md;
+    loom_kv_dtype kv_dtype;
     result *out;
 } job;
 
@@ -189,7 +192,8 @@ static int rank_main(loom_comm *comm, void *arg) {
                               .max_tokens = CTX_MAX,
                               .comm = comm,
                               .block_size = BS,
-                              .prefix_caching = true};
+                              .prefix_caching = true,
+                              .kv_cache_dtype = j->kv_dtype};
     if (j->md == MODE_ASYNC) eo.sequence_parallel = eo.async_tp = true, eo.sp_min_tokens = 0;
     if (j->md == MODE_PP) eo.pipeline_parallel = 2;
     loom_engine *e = loom_engine_new(j->m, &eo, &err);
@@ -222,8 +226,9 @@ static result run_case(const char *name, mode md) {
         return (result){.err = "cannot load the checkpoint"};
     }
     memset(shared, 0, sizeof *shared);
-    job j = {m, md, shared};
-    loom_engine_options eo = {.max_seqs = 2, .max_ctx = CTX_MAX, .max_tokens = CTX_MAX, .block_size = BS};
+    job j = {m, md, golden_kv_dtype(name), shared};
+    loom_engine_options eo = {
+        .max_seqs = 2, .max_ctx = CTX_MAX, .max_tokens = CTX_MAX, .block_size = BS, .kv_cache_dtype = j.kv_dtype};
     if (md == MODE_ASYNC) eo.sequence_parallel = eo.async_tp = true;
     if (md == MODE_PP) eo.pipeline_parallel = 2;
     loom_err err = {{0}};

@@ -108,12 +108,14 @@ static void attend_blocks(const attend_case *c) {
 static void prompt_in_passes(const float *q, const float *k, const float *v, const int *passes, float *out) {
     static const int32_t table[PROMPT / BLOCK] = {4, 0, 5, 2, 1, 3}; /* the blocks scattered over the pool */
     size_t kvw = KV_HEADS * HD, qw = HEADS * HD;
-    kv_layer c = {calloc(PROMPT * kvw, sizeof(float)),
-                  calloc(PROMPT * kvw, sizeof(float)),
-                  (int)kvw,
-                  BLOCK,
-                  table,
-                  PROMPT / BLOCK};
+    kv_layer c = {.k = calloc(PROMPT * kvw, sizeof(float)),
+                  .v = calloc(PROMPT * kvw, sizeof(float)),
+                  .kv_width = (int)kvw,
+                  .block_size = BLOCK,
+                  .group = HD,
+                  .row_bytes = kvw * sizeof(float),
+                  .tables = table,
+                  .table_width = PROMPT / BLOCK};
     attn_shape s = {.n_heads = HEADS, .n_kv_heads = KV_HEADS, .head_dim = HD, .scale = 0.125f};
     int32_t pos[PROMPT], seq[PROMPT] = {0};
     for (int p0 = 0, i = 0; p0 < PROMPT; p0 += passes[i], i += passes[i + 1] != 0) {
@@ -213,8 +215,13 @@ static void mla_splits(void) {
     m.k_pe = rand_array(tokens * ROPE, 2.0f), m.t = rand_array((size_t)LORA * MH * KVB, 0.2f);
     for (int s = 0; s < MSEQS; s++) /* each sequence's blocks interleaved with the others' */
         for (int b = 0; b <= HIST / 8; b++) m.table[s][b] = b * MSEQS + (MSEQS - 1 - s);
-    m.cache = (kv_layer){
-        calloc((size_t)MSEQS * (HIST / 8 + 1) * 8 * LATW, sizeof(float)), NULL, LATW, 8, &m.table[0][0], HIST / 8 + 1};
+    m.cache = (kv_layer){.k = calloc((size_t)MSEQS * (HIST / 8 + 1) * 8 * LATW, sizeof(float)),
+                         .kv_width = LATW,
+                         .block_size = 8,
+                         .group = LATW,
+                         .row_bytes = LATW * sizeof(float),
+                         .tables = &m.table[0][0],
+                         .table_width = HIST / 8 + 1};
     float *ref = calloc(tokens * ow, sizeof *ref), *out = calloc(tokens * ow, sizeof *out);
     mla_history(&m, HIST, true, ref);
     static const int runs[] = {2, 7, 16};

@@ -85,7 +85,13 @@ int cli_common_arg(cli_common *c, int argc, char **argv, int *i) {
     else if (!strcmp(a, "--max-model-len")) c->max_model_len = (int)cli_int(a, cli_value(argc, argv, i), 1, 1 << 24);
     else if (!strcmp(a, "--kv-cache-memory-bytes")) c->kv_cache_bytes = cli_bytes(a, cli_value(argc, argv, i));
     else if (!strcmp(a, "--block-size")) c->block_size = (int)cli_int(a, cli_value(argc, argv, i), 1, 1 << 20);
-    else if (!strcmp(a, "--enable-prefix-caching")) c->no_prefix_caching = false;
+    else if (!strcmp(a, "--kv-cache-dtype")) {
+        const char *v = cli_value(argc, argv, i);
+        if (loom_kv_dtype_parse(v, &c->kv_cache_dtype)) {
+            fprintf(stderr, "loom: --kv-cache-dtype: unknown '%s' (auto, float32, bfloat16, fp8, int8)\n", v);
+            return -1;
+        }
+    } else if (!strcmp(a, "--enable-prefix-caching")) c->no_prefix_caching = false;
     else if (!strcmp(a, "--no-enable-prefix-caching")) c->no_prefix_caching = true;
     else if (!strcmp(a, "--backend")) {
         c->backend = cli_value(argc, argv, i);
@@ -183,6 +189,7 @@ loom_engine_options cli_engine_options(const cli_common *c) {
                                  .sp_min_tokens = c->sp_min_tokens,
                                  .kv_cache_bytes = c->kv_cache_bytes,
                                  .block_size = c->block_size,
+                                 .kv_cache_dtype = c->kv_cache_dtype,
                                  .prefix_caching = !c->no_prefix_caching,
                                  .max_ctx = c->max_model_len,
                                  .pipeline_parallel = c->pp,

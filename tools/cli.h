@@ -18,6 +18,7 @@ typedef struct cli_common {
     int max_model_len;             /* --max-model-len */
     size_t kv_cache_bytes;         /* --kv-cache-memory-bytes (0: the engine's default) */
     int block_size;                /* --block-size (0: the engine's default) */
+    loom_kv_dtype kv_cache_dtype;  /* --kv-cache-dtype */
     bool no_prefix_caching;        /* --no-enable-prefix-caching */
     const char *backend;           /* --backend shm|mpi */
     double comm_timeout;           /* --comm-timeout seconds */

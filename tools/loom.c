@@ -70,6 +70,8 @@ static void usage(FILE *f) {
           "  --max-model-len N         context length (default: what the KV budget holds, up to the model's)\n"
           "  --kv-cache-memory-bytes N KV cache budget on each rank, e.g. 8G (default 4G)\n"
           "  --block-size N            positions per KV cache block, a power of two 16..1024 (default 64)\n"
+          "  --kv-cache-dtype T        how the KV cache stores K and V: auto (float32), bfloat16, fp8\n"
+          "                            (E4M3) or int8, the 8-bit ones with a scale per head and position\n"
           "  --[no-]enable-prefix-caching  reuse the KV of a prompt's longest cached prefix of whole\n"
           "                            blocks (serve; default on)\n"
           "run options:\n"

@@ -15,7 +15,10 @@
  * one chain over its inner dimension, and the softmax runs with the queries in columns
  * (softmax_step), elementwise across them: each row's result is a function of its own query,
  * its own keys and the chunk boundaries, which are multiples of the chunk whatever the block.
- * Keys a row may not see score -inf and add exact zeros, to its sum and to its values. */
+ * Keys a row may not see score -inf and add exact zeros, to its sum and to its values.
+ *
+ * A cache holding K and V in bf16 or 8 bits (kv_format.c) is read a chunk at a time, widened to
+ * fp32 in the thread's scratch before the two products; an fp32 cache is read in place. */
 #include <float.h>
 #include <math.h>
 #include <stdlib.h>
@@ -33,6 +36,7 @@ typedef struct scratch {
     float *qt;          /* the queries transposed: [qk_dim][rows padded] */
     float *s;           /* a chunk's scores, then weights: [KB][rows padded] */
     float *acc;         /* each row's weighted values: [rows][v_dim] */
+    float *kw, *vw;     /* a chunk's keys and values widened from a cache's dtype: [KB][dim] */
     float *m, *l, *cor; /* each row's running max, sum and a chunk's rescaling */
     size_t cap_rows, cap_dim;
 } scratch;
@@ -42,7 +46,7 @@ typedef struct scratch {
 static scratch *thread_scratch(size_t rows, size_t dim) {
     static _Thread_local scratch sc;
     if (rows > sc.cap_rows || dim > sc.cap_dim) {
-        free(sc.qt), free(sc.s), free(sc.acc), free(sc.m), free(sc.l), free(sc.cor);
+        free(sc.qt), free(sc.s), free(sc.acc), free(sc.kw), free(sc.vw), free(sc.m), free(sc.l), free(sc.cor);
         size_t cap_rows = rows > sc.cap_rows ? rows : sc.cap_rows, cap_dim = dim > sc.cap_dim ? dim : sc.cap_dim;
         loom_err why;
         sc = (scratch){0};
@@ -50,10 +54,12 @@ static scratch *thread_scratch(size_t rows, size_t dim) {
         if (!(sc.qt = mem_array(cap_rows * cap_dim, sizeof(float), what, &why)) ||
             !(sc.acc = mem_array(cap_rows * cap_dim, sizeof(float), what, &why)) ||
             !(sc.s = mem_array(cap_rows * KB, sizeof(float), what, &why)) ||
+            !(sc.kw = mem_array(KB * cap_dim, sizeof(float), what, &why)) ||
+            !(sc.vw = mem_array(KB * cap_dim, sizeof(float), what, &why)) ||
             !(sc.m = mem_array(cap_rows, sizeof(float), what, &why)) ||
             !(sc.l = mem_array(cap_rows, sizeof(float), what, &why)) ||
             !(sc.cor = mem_array(cap_rows, sizeof(float), what, &why))) {
-            free(sc.qt), free(sc.s), free(sc.acc), free(sc.m), free(sc.l), free(sc.cor);
+            free(sc.qt), free(sc.s), free(sc.acc), free(sc.kw), free(sc.vw), free(sc.m), free(sc.l), free(sc.cor);
             sc = (scratch){0};
             kernel_scratch_failed(&why);
             return NULL;
@@ -66,11 +72,10 @@ static scratch *thread_scratch(size_t rows, size_t dim) {
 
 static void write_cache(kv_layer *c, const float *k, size_t ldk, const float *v, size_t ldv, int rows,
                         const int32_t *pos, const int32_t *seq) {
-    size_t w = c->kv_width;
     for (int r = 0; r < rows; r++) {
-        size_t at = kv_row(c, seq[r], pos[r]) * w;
-        memcpy(c->k + at, k + (size_t)r * ldk, w * sizeof(float));
-        memcpy(c->v + at, v + (size_t)r * ldv, w * sizeof(float));
+        size_t at = kv_row(c, seq[r], pos[r]);
+        kv_write(c, c->k, at, k + (size_t)r * ldk);
+        kv_write(c, c->v, at, v + (size_t)r * ldv);
     }
 }
 
@@ -97,19 +102,28 @@ void attend(const attend_task *t) {
     memset(sc->acc, 0, (size_t)rows * dv * sizeof(float));
     int last = t->p0 + rows / g - 1, first = t->window ? t->p0 - t->window + 1 : 0;
     if (first < 0) first = 0;
-    int chunk = t->blocks && t->block_size < KB ? t->block_size : KB;
+    int chunk = t->cache && t->block_size < KB ? t->block_size : KB;
     for (int k0 = first - first % chunk; k0 <= last; k0 += chunk) {
         int nk = last + 1 - k0 < chunk ? last + 1 - k0 : chunk;
-        size_t row = t->blocks ? block_row(t->blocks, t->block_size, k0) : (size_t)k0;
+        const float *keys, *vals;
+        size_t ldk, ldv;
+        if (t->cache) { /* the chunk's rows are one block's, consecutive in the pool */
+            size_t row = block_row(t->blocks, t->block_size, k0);
+            keys = kv_read(t->cache, t->kpool, row, nk, t->kcol, dq, sc->kw, &ldk);
+            if (t->vpool == t->kpool && t->vcol == t->kcol) vals = keys, ldv = ldk; /* a latent row's prefix */
+            else vals = kv_read(t->cache, t->vpool, row, nk, t->vcol, dv, sc->vw, &ldv);
+        } else {
+            keys = t->k + (size_t)k0 * t->ldk, vals = t->v + (size_t)k0 * t->ldv, ldk = t->ldk, ldv = t->ldv;
+        }
         /* scores with the keys in rows: s[j][r] = k_j . q_r, then scaled as a BLAS's alpha would */
-        k->gemm_ordered(nk, rp, dq, t->k + row * t->ldk, t->ldk, 1, sc->qt, (size_t)rp, sc->s, (size_t)rp, 0);
+        k->gemm_ordered(nk, rp, dq, keys, ldk, 1, sc->qt, (size_t)rp, sc->s, (size_t)rp, 0);
         k->scale(sc->s, t->scale, sc->s, nk * rp);
         for (int j = 0; j < nk; j++) mask_scores(t, sc->s + (size_t)j * rp, k0 + j, rp);
         k->softmax_step(sc->s, (size_t)rp, nk, rp, sc->m, sc->l, sc->cor);
         for (int r = 0; r < rows; r++)
             if (sc->cor[r] != 1.0f) k->scale(sc->acc + (size_t)r * dv, sc->cor[r], sc->acc + (size_t)r * dv, dv);
         /* acc[r] += sum over j of weight[j][r] * v_j */
-        k->gemm_ordered(rows, dv, nk, sc->s, 1, (size_t)rp, t->v + row * t->ldv, t->ldv, sc->acc, (size_t)dv, 1);
+        k->gemm_ordered(rows, dv, nk, sc->s, 1, (size_t)rp, vals, ldv, sc->acc, (size_t)dv, 1);
     }
     for (int r = 0; r < rows && t->sinks; r++) { /* the sink joins the softmax as one more score */
         float sink = t->sinks[r % g], mn = sink > sc->m[r] ? sink : sc->m[r];
@@ -142,10 +156,11 @@ static void attend_block(const attn_shape *s, const kv_layer *c, const float *q,
                           .p0 = p0,
                           .window = s->window,
                           .scale = s->scale,
-                          .k = c->k + col,
-                          .v = c->v + col,
-                          .ldk = c->kv_width,
-                          .ldv = c->kv_width,
+                          .cache = c,
+                          .kpool = c->k,
+                          .vpool = c->v,
+                          .kcol = (int)col,
+                          .vcol = (int)col,
                           .out = out + (size_t)r0 * ldo + col * g,
                           .ldo = ldo,
                           .head_stride = hd,

@@ -181,16 +181,30 @@ void moe_forward(const moe_shape *sh, const wmat *experts, const float *x, size_
 void moe_experts(const moe_shape *sh, const wmat *experts, const float *x, size_t ldx, int rows, const int32_t *choice,
                  const float *weight, float *out, size_t ldo, moe_scratch *s);
 
-/* KV cache of one layer, paged: a pool of blocks of block_size rows of kv_width floats for K
- * and for V (a latent cache, MLA, has no V: its rows are kv_c then k_pe). Sequence s's blocks
- * are tables[s * table_width ...], shared by every layer, so its position p is row p %
- * block_size of block tables[s * table_width + p / block_size]. */
+/* KV cache of one layer, paged: a pool of blocks of block_size rows for K and for V (a latent
+ * cache, MLA, has no V: its rows are kv_c then k_pe). A row holds kv_width values in the cache's
+ * dtype (loom.h's loom_kv_dtype), then for an 8-bit dtype one fp32 scale per `group` columns
+ * (kv_format.c); row_bytes apart. Sequence s's blocks are tables[s * table_width ...], shared by
+ * every layer, so its position p is row p % block_size of block tables[s * table_width + p /
+ * block_size]. */
 typedef struct kv_layer {
-    float *k, *v;
+    char *k, *v;
     int kv_width, block_size;
+    loom_kv_dtype dt;
+    int group;
+    size_t row_bytes;
     const int32_t *tables;
     int table_width;
 } kv_layer;
+
+/* The bytes of one row of `width` values in dtype dt, a scale per `group` of them. */
+size_t kv_row_bytes(loom_kv_dtype dt, int width, int group);
+/* Stores x (kv_width values) as row `row` of pool (c->k or c->v), rounded to the cache's dtype. */
+void kv_write(const kv_layer *c, char *pool, size_t row, const float *x);
+/* Rows row..row+n-1 of pool, columns col..col+cols-1 (col a multiple of the group), as fp32: a
+ * pointer into the pool where it holds fp32 (*ld: its row stride in floats), else buf, where they
+ * are widened ([n][cols], *ld = cols). */
+const float *kv_read(const kv_layer *c, const char *pool, size_t row, int n, int col, int cols, float *buf, size_t *ld);
 
 /* The row of the pool holding position pos of a sequence whose blocks are blocks[]. */
 static inline size_t block_row(const int32_t *blocks, int block_size, int pos) {
@@ -223,20 +237,23 @@ void attention(const attn_shape *s, kv_layer *cache, const float *q, size_t ldq,
 /* One attention task (attention.c): `rows` query rows q + r*ldq, row i*g + j being query i (at
  * position p0 + i) of head j, each qk_dim long, over the keys and values of positions 0..p0+i
  * (or the last `window`); row i*g + j's output (v_dim) goes to out + i*ldo + j*head_stride.
- * The key of position p is k[p*ldk], or with a block list k[(blocks[p / block_size] *
- * block_size + p % block_size) * ldk] (the paged cache); values likewise. Keys are visited in
- * chunks at the same positions either way (multiples of the chunk, which never crosses a
- * block), so paged and contiguous keys give the same bits. */
+ * The key of position p is k[p*ldk], or, from a paged cache, columns kcol.. of row
+ * (blocks[p / block_size] * block_size + p % block_size) of kpool; values likewise. Keys are
+ * visited in chunks at the same positions either way (multiples of the chunk, which never crosses
+ * a block), so paged and contiguous keys give the same bits. */
 typedef struct attend_task {
     const float *q;
     size_t ldq;
     int rows, g, qk_dim, v_dim, p0, window;
     float scale;
-    const float *k, *v;
+    const float *k, *v; /* contiguous keys and values (cache NULL) */
     size_t ldk, ldv;
     float *out;
     size_t ldo, head_stride;
-    const int32_t *blocks; /* NULL: contiguous keys and values */
+    const kv_layer *cache;     /* NULL: contiguous keys and values */
+    const char *kpool, *vpool; /* the cache's pools holding the keys and values, */
+    int kcol, vcol;            /* from these columns */
+    const int32_t *blocks;     /* the sequence's blocks in the cache */
     int block_size;
     float softcap;      /* 0: none */
     const float *sinks; /* per stacked head (row r's: sinks[r % g]), a logit that joins each

@@ -28,10 +28,11 @@
 
 static void write_latent(kv_layer *c, const mla_shape *m, const float *kv_c, size_t ldc, const float *k_pe, size_t ldp,
                          int rows, const int32_t *pos, const int32_t *seq) {
+    float row[c->kv_width];
     for (int r = 0; r < rows; r++) {
-        float *at = c->k + kv_row(c, seq[r], pos[r]) * c->kv_width;
-        memcpy(at, kv_c + (size_t)r * ldc, m->kv_lora * sizeof *at);
-        memcpy(at + m->kv_lora, k_pe + (size_t)r * ldp, m->rope * sizeof *at);
+        memcpy(row, kv_c + (size_t)r * ldc, m->kv_lora * sizeof *row);
+        memcpy(row + m->kv_lora, k_pe + (size_t)r * ldp, m->rope * sizeof *row);
+        kv_write(c, c->k, kv_row(c, seq[r], pos[r]), row);
     }
 }
 
@@ -72,10 +73,9 @@ static void absorbed(const attn_shape *s, const kv_layer *c, const float *q, siz
                               .v_dim = m->kv_lora,
                               .p0 = pos[idx[i]],
                               .scale = s->scale,
-                              .k = c->k,
-                              .v = c->k,
-                              .ldk = c->kv_width,
-                              .ldv = c->kv_width,
+                              .cache = c,
+                              .kpool = c->k,
+                              .vpool = c->k,
                               .out = ol + (size_t)i * H * m->kv_lora,
                               .ldo = (size_t)H * m->kv_lora,
                               .head_stride = m->kv_lora,
@@ -98,9 +98,13 @@ static void expanded(const attn_shape *s, const kv_layer *c, const float *q, siz
     int H = s->n_heads, qk = m->nope + m->rope, kvb = m->nope + m->v_dim, ctx = p0 + n;
     float *kv = fbuf_get(&vb, (size_t)ctx * H * kvb), *k = fbuf_get(&kb, (size_t)ctx * H * qk);
     float *lat = fbuf_get(&lb, (size_t)ctx * c->kv_width);
-    if (!kv || !k || !lat) return; /* recorded (kernels.h) */
-    for (int p = 0; p < ctx; p++)  /* the sequence's cache rows, gathered from their blocks */
-        memcpy(lat + (size_t)p * c->kv_width, c->k + kv_row(c, sq, p) * c->kv_width, c->kv_width * sizeof *lat);
+    if (!kv || !k || !lat) return;  /* recorded (kernels.h) */
+    for (int p = 0; p < ctx; p++) { /* the sequence's cache rows, gathered from their blocks as fp32 */
+        float *at = lat + (size_t)p * c->kv_width;
+        size_t ld;
+        const float *row = kv_read(c, c->k, kv_row(c, sq, p), 1, 0, c->kv_width, at, &ld);
+        if (row != at) memcpy(at, row, c->kv_width * sizeof *lat);
+    }
     const cpu_kernels *kern = cpu();
     int cols = H * kvb, col_tiles = (cols + EXPAND_COLS - 1) / EXPAND_COLS,
         row_tiles = (ctx + EXPAND_ROWS - 1) / EXPAND_ROWS;

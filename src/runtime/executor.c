@@ -78,11 +78,14 @@ int executor_init(executor *x, const rope_freqs *f, loom_err *err) {
     /* indexed by layer; this stage's are allocated */
     x->kv = mem_zalloc(x->layer1, sizeof *x->kv, "the KV cache's layers", err);
     if (!x->kv) return -1;
-    size_t kv_width = (size_t)p->kv_width; /* the same in both plans */
-    size_t per = (size_t)x->kv_blocks * x->block_size * kv_width * sizeof(float);
+    size_t row_bytes = kv_row_bytes(x->kv_dtype, p->kv_width, p->kv_group); /* the same in both plans */
+    size_t per = (size_t)x->kv_blocks * x->block_size * row_bytes;
     for (int l = x->layer0; l < x->layer1; l++) { /* a latent cache (MLA) has no V */
-        x->kv[l] = (kv_layer){.kv_width = (int)kv_width,
+        x->kv[l] = (kv_layer){.kv_width = p->kv_width,
                               .block_size = x->block_size,
+                              .dt = x->kv_dtype,
+                              .group = p->kv_group,
+                              .row_bytes = row_bytes,
                               .tables = x->kv_tables,
                               .table_width = x->table_width};
         if (!(x->kv[l].k = mem_aligned(per, "the KV cache", err)) ||

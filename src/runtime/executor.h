@@ -41,6 +41,7 @@ typedef struct executor {
     /* the KV pool: kv_blocks blocks of block_size positions per layer, read through the
      * sequences' block tables (kv_tables, table_width per sequence; runtime/kv_cache.h) */
     int kv_blocks, block_size, table_width;
+    loom_kv_dtype kv_dtype; /* how the pools hold K and V (kernels/kv_format.c) */
     const int32_t *kv_tables;
     kv_layer *kv;                /* indexed by layer */
     rope_table rope, rope_local; /* rope_local: the sliding layers' own (Gemma 3), if any */
