@@ -486,6 +486,7 @@ LOOM_API void loom_engine_reset_seq(loom_engine *e, int seq);
  * take from as they grow. */
 typedef struct loom_kv_stats {
     int block_size, blocks; /* the pool */
+    loom_kv_dtype dtype;    /* how it holds K and V */
     int blocks_used;        /* held by sequences */
     int blocks_cached;      /* full blocks a new sequence can reuse (prefix caching), held or not */
     long evicted;           /* cached blocks given to other positions since the engine was made */

@@ -35,10 +35,11 @@
 #define FP8_CASES "fp8_llama", "fp8_qwen2", "fp8_mixtral", "fp8_deepseek_v3", "fp8_tp3"
 
 /* Cases whose KV cache rounds what it stores (golden_kv_dtype): plain GQA, Gemma 2's soft-capped
- * and alternating sliding layers, Gemma 3's q/k norms and local rotary base. */
+ * and alternating sliding layers, Gemma 3's q/k norms and local rotary base, DeepSeek-V3's latent
+ * cache. */
 #define KV_CASES                                                                                                       \
     "llama@kv-bfloat16", "llama@kv-fp8", "llama@kv-int8", "gemma2@kv-bfloat16", "gemma2@kv-fp8", "gemma2@kv-int8",     \
-        "gemma3@kv-fp8", "gemma3@kv-int8"
+        "gemma3@kv-fp8", "gemma3@kv-int8", "deepseek_v3@kv-bfloat16", "deepseek_v3@kv-fp8", "deepseek_v3@kv-int8"
 
 /* The float golden models of every architecture the parallel tests run (test_golden adds its
  * expert-parallel ones). */

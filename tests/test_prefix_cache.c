@@ -32,8 +32,8 @@
 #define CTX_MAX 64
 #define RUN_MAX 96 /* positions run_seq takes */
 
-static const char *cases[] = {"llama",      "mistral", "olmoe",         "deepseek_v2",
-                              "gptq_llama", "gemma3",  "llama@kv-int8", "gemma3@kv-fp8"};
+static const char *cases[] = {"llama",  "mistral",       "olmoe",         "deepseek_v2",        "gptq_llama",
+                              "gemma3", "llama@kv-int8", "gemma3@kv-fp8", "deepseek_v3@kv-int8"};
 
 typedef enum mode { MODE_TP1, MODE_ASYNC, MODE_PP, MODE_MPI, MODE_COUNT } mode;
 static const char *mode_names[] = {"tp=1", "-tp 2 --enable-async-tp --sp-min-tokens 0", "-tp 2 -pp 2",

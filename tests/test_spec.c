@@ -1,7 +1,7 @@
 /* Speculative decoding. Exactness: greedy output with speculation is the target's own, token for
  * token, for every golden family (dense, sliding window, MoE, MLA, quantized) at tp=1, -tp 2
  * (plain TP, and SP with async TP from the first token), -tp 2 -pp 2 and over MPI, with three
- * proposers: n-gram lookup, the target itself as its draft model (every proposal accepted: the
+ * proposers (and on 8-bit KV caches, whose rejected rows are rounded again when rewritten): n-gram lookup, the target itself as its draft model (every proposal accepted: the
  * accept path and the bonus token) and another random model as the draft (most proposals
  * rejected: the KV cache's rollback in both engines). Distribution: with sampling, what
  * speculation emits follows the target's distribution (a two-sample chi-square over seeds against
@@ -23,8 +23,9 @@
 #define EAGLE3_TARGET "eagle3/target"
 #define EAGLE3_DRAFT  "eagle3/speculators"
 
-static const char *families[] = {"llama",      "mistral",         "mixtral",         "qwen3_moe",       "deepseek_v2",
-                                 "gptq_llama", "gptq_llama@auto", "llama_bf16@auto", "ct_mixtral@auto", EAGLE3_TARGET};
+static const char *families[] = {"llama",           "mistral",     "mixtral",         "qwen3_moe",
+                                 "deepseek_v2",     "gptq_llama",  "gptq_llama@auto", "llama_bf16@auto",
+                                 "ct_mixtral@auto", EAGLE3_TARGET, "llama@kv-int8",   "deepseek_v3@kv-fp8"};
 #define N_FAMILIES (int)(sizeof families / sizeof *families)
 
 /* The proposers, after the plain run (METHOD_NONE) that each must reproduce. */
@@ -41,7 +42,8 @@ typedef struct job {
     const int32_t *prompt;
     int n_prompt;
     mode mode;
-    int32_t *out; /* [N_METHODS][N_NEW + 1]: each method's tokens, then its accepted count */
+    loom_kv_dtype kv_dtype; /* the target's KV cache (a rejected draft's rows are written again) */
+    int32_t *out;           /* [N_METHODS][N_NEW + 1]: each method's tokens, then its accepted count */
 } job;
 
 static loom_spec_options spec_for(method me) {
@@ -54,6 +56,7 @@ static loom_spec_options spec_for(method me) {
 static loom_engine_options options_for(loom_comm *comm, mode mo, const job *j) {
     loom_engine_options eo = {
         .max_seqs = 1, .max_ctx = 64, .max_tokens = 16, .max_logits = K + 1, .comm = comm, .block_size = 16};
+    eo.kv_cache_dtype = j->kv_dtype;
     eo.sequence_parallel = eo.async_tp = mo == MODE_ASYNC2;
     eo.pipeline_parallel = mo == MODE_TP2_PP2 ? 2 : 1;
     if (mo == MODE_EP2) eo.expert_parallel = eo.sequence_parallel = true;
@@ -142,7 +145,10 @@ static int open_prompt(golden *g, const char *name) {
 static int32_t *run_case(const char *name, mode mo) {
     golden g;
     if (open_prompt(&g, name)) return NULL;
-    job j = {.m = load(name), .other = load(strcmp(name, "qwen3") ? "qwen3" : "llama"), .mode = mo};
+    job j = {.m = load(name),
+             .other = load(strcmp(name, "qwen3") ? "qwen3" : "llama"),
+             .mode = mo,
+             .kv_dtype = golden_kv_dtype(name)};
     j.eagle = strcmp(name, EAGLE3_TARGET) ? NULL : load(EAGLE3_DRAFT);
     j.prompt = g.ids[0], j.n_prompt = g.prefill[0];
     size_t bytes = OUT_INTS * sizeof *j.out;
@@ -385,7 +391,7 @@ static void test_bad_input(void) {
 static int mpi_dump(const char *name, const char *path) {
     golden g;
     if (open_prompt(&g, name)) return 1;
-    job j = {.m = load(name), .other = load("qwen3"), .mode = MODE_ASYNC2};
+    job j = {.m = load(name), .other = load("qwen3"), .mode = MODE_ASYNC2, .kv_dtype = golden_kv_dtype(name)};
     j.eagle = strcmp(name, EAGLE3_TARGET) ? NULL : load(EAGLE3_DRAFT);
     j.prompt = g.ids[0], j.n_prompt = g.prefill[0];
     size_t bytes = OUT_INTS * sizeof *j.out;

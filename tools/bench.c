@@ -236,8 +236,8 @@ static double report(const latency_opts *o, const char *mode, double *lat, doubl
     if (o->output_len > 1)
         printf("Decode: %.4f s avg, %.2f tok/s (%d steps of %d sequences)\n", dec_avg,
                o->batch * (o->output_len - 1) / dec_avg, o->output_len - 1, o->batch);
-    printf("Memory (rank 0): weights %.1f MiB, activations %.1f MiB, KV cache %.1f MiB (%zu bytes per token)\n",
-           weights / 1048576.0, act / 1048576.0, kv / 1048576.0, kv_per_token);
+    printf("Memory (rank 0): weights %.1f MiB, activations %.1f MiB, KV cache %.1f MiB (%s, %zu bytes per token)\n",
+           weights / 1048576.0, act / 1048576.0, kv / 1048576.0, loom_kv_dtype_name(o->c.kv_cache_dtype), kv_per_token);
     if (o->output_len > 1)
         printf("Decode reads (rank 0): %.1f MiB of weights per step, %.1f GB/s\n", streamed / 1048576.0,
                streamed * (o->output_len - 1) / dec_avg / 1e9);

@@ -304,16 +304,8 @@ loom_engine *loom_engine_new(loom_model *m, const loom_engine_options *o, loom_e
     int microbatches = engine_replicas(o) > 1 && o->expert_parallel ? 1 : o->pp_microbatches;
     if (join_groups(e, o, job, &pp, err) ||
         pipeline_init(&e->pl, pp, e->x.stage, microbatches, e->max_seqs, e->max_logits, err) ||
-        plan_captures(e, o, err) || build_plans(e, o, pp, err))
+        plan_captures(e, o, err) || build_plans(e, o, pp, err) || size_kv(e, o, err))
         goto fail;
-    if (e->x.plans[0].p.kv_latent && o->kv_cache_dtype != LOOM_KV_FLOAT32) {
-        /* transformers caches latent attention's per-head K and V, not the latent: no oracle yet
-         * says what rounding the latent does to a model's outputs */
-        loom_errf(err, "--kv-cache-dtype %s: %s's latent cache (MLA) is kept in float32 only",
-                  loom_kv_dtype_name(o->kv_cache_dtype), m->cfg.arch);
-        goto fail;
-    }
-    if (size_kv(e, o, err)) goto fail;
     for (int i = 0; i < m->tree->n_ops; i++) e->reads_rows |= m->tree->ops[i].kind == OP_INPUT_ROWS;
     if (e->reads_rows && pp > 1) {
         loom_errf(err, "%s reads hidden states beside its ids and runs in one pipeline stage", m->cfg.arch);
@@ -379,7 +371,10 @@ void loom_engine_reset_seq(loom_engine *e, int seq) {
     if (seq >= 0 && seq < e->max_seqs) kv_cache_release(&e->kv, seq);
 }
 
-void loom_engine_get_kv_stats(const loom_engine *e, loom_kv_stats *st) { kv_cache_get_stats(&e->kv, st); }
+void loom_engine_get_kv_stats(const loom_engine *e, loom_kv_stats *st) {
+    kv_cache_get_stats(&e->kv, st);
+    st->dtype = e->x.kv_dtype;
+}
 
 unsigned long long loom_engine_kv_digest(const loom_engine *e) { return kv_cache_digest(&e->kv); }
 

@@ -174,11 +174,12 @@ static int serve_rank0(loom_comm *comm, loom_model *m, loom_engine *e, const ser
     loom_engine_get_kv_stats(e, &kv);
     fprintf(stderr,
             "loom serve: model %s as '%s', %d rank%s%s, %d sequences of up to %d tokens%s, KV cache %.1f MiB a rank "
-            "(%d blocks of %d positions, prefix caching %s), %d tokens a step%s%s\n",
+            "(%s, %d blocks of %d positions, prefix caching %s), %d tokens a step%s%s\n",
             srv.info.source, o->served_name, loom_comm_size(comm), loom_comm_size(comm) > 1 ? "s" : "",
             srv.dp > 1 ? " in data-parallel replicas" : "", o->max_num_seqs, st.max_ctx, srv.dp > 1 ? " a replica" : "",
-            st.kv_bytes / 1048576.0, kv.blocks, kv.block_size, kv.prefix_caching ? "on" : "off",
-            o->max_num_batched_tokens, srv.tmpl.plain ? ", chat template loaded" : ", no chat template",
+            st.kv_bytes / 1048576.0, loom_kv_dtype_name(kv.dtype), kv.blocks, kv.block_size,
+            kv.prefix_caching ? "on" : "off", o->max_num_batched_tokens,
+            srv.tmpl.plain ? ", chat template loaded" : ", no chat template",
             o->speculator ? ", speculative decoding on" : "");
     if (kv.uncached) fprintf(stderr, "loom serve: prefix caching is off: %s\n", kv.uncached);
     if (srv.tmpl.plain) {

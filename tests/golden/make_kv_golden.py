@@ -7,8 +7,8 @@ For each case in CASES and each dtype, tests/golden/kv_cache/<case>_<dtype>.safe
 prompts and the logits transformers computes for them when every key and value its cache stores
 is first rounded as loom's cache rounds it (src/kernels/kv_format.c):
   bfloat16  each value to bf16 (nearest even);
-  fp8       each head's values of a position divided by s = max|x| / 448, cast to float8_e4m3fn
-            (nearest even), times s;
+  fp8       each head's values of a position (a latent cache: each group of gcd(kv_lora, rope)
+            of them) divided by s = max|x| / 448, cast to float8_e4m3fn (nearest even), times s;
   int8      the same with s = max|x| / 127 and torch.round (nearest even), clamped to +-127;
 an all-zero head gives zeros. The rounding is applied inside transformers' own cache layers
 (DynamicLayer.update and DynamicSlidingWindowLayer.update take the rounded states), so the
@@ -29,6 +29,7 @@ The script also checks that the cache path (prefill, then one token a step) agre
 forward to 1e-5, and that the rounding moves the logits (else the hook did nothing). The layout
 is golden.safetensors' (README.md), with `kv_cache_dtype`, `seed` and `margin` in the metadata.
 """
+import math
 import os
 import sys
 
@@ -42,14 +43,22 @@ from make_golden import full_logits, incremental_logits, make_ids, save_safetens
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 # plain GQA; Gemma 2's soft-capped scores and alternating sliding layers; Gemma 3's q/k norms,
-# local rotary base and sliding layers. Gemma 3 in bf16 is left out: its keys and values sit too
+# local rotary base and sliding layers; DeepSeek-V3's latent cache, whose kv_c and k_pe transformers
+# caches as loom does (one latent row a token), in scale groups of gcd(kv_lora, rope). Gemma 3 in bf16 is left out: its keys and values sit too
 # close to bf16's boundaries for their fp32 error (8 to 24 of 4224 values under MARGIN in each of
 # the first seeds), and bf16 has no scale whose use the other two cases leave unexercised.
-CASES = {"llama": ["bfloat16", "fp8", "int8"], "gemma2": ["bfloat16", "fp8", "int8"], "gemma3": ["fp8", "int8"]}
+CASES = {"llama": ["bfloat16", "fp8", "int8"], "gemma2": ["bfloat16", "fp8", "int8"], "gemma3": ["fp8", "int8"],
+         "deepseek_v3": ["bfloat16", "fp8", "int8"]}
 LENGTHS, PREFILL = (6, 5), (4, 3)  # two decode steps each, as golden_run takes them together
 MARGIN = 4.0
 TRIES = 5000
+GROUP = 0  # values that share a scale: a head, or gcd(kv_lora_rank, qk_rope_head_dim) (set per case)
 ORIGINAL_UPDATES = {cls: cls.__dict__["update"] for cls in (DynamicLayer, DynamicSlidingWindowLayer)}
+
+
+def groups(x):
+    """x [..., n] as [..., n / GROUP, GROUP]: the values that share a scale."""
+    return x.reshape(*x.shape[:-1], x.shape[-1] // GROUP, GROUP)
 
 
 def scale(x, dtype):
@@ -58,22 +67,23 @@ def scale(x, dtype):
 
 
 def round_like_loom(x, dtype):
-    """x [..., head_dim] as loom's cache holds it, widened back to x's dtype."""
+    """x as loom's cache holds it, widened back to x's dtype."""
     if dtype == "bfloat16":
         return x.to(torch.bfloat16).to(x.dtype)
-    s, safe = scale(x, dtype)
-    y = x / safe
+    g = groups(x)
+    s, safe = scale(g, dtype)
+    y = g / safe
     q = y.to(torch.float8_e4m3fn).to(x.dtype) if dtype == "fp8" else torch.round(y).clamp(-127, 127)
-    return torch.where(s > 0, q * s, torch.zeros_like(q))
+    return torch.where(s > 0, q * s, torch.zeros_like(q)).reshape(x.shape)
 
 
 def in_steps(x, dtype):
     """x in units of its rounding step (fp64), so that the boundaries lie at half-integers."""
     x = x.double()
     if dtype == "int8":
-        return x / scale(x, dtype)[1]
+        return groups(x) / scale(groups(x), dtype)[1]
     if dtype == "fp8":
-        y = x / scale(x, dtype)[1]
+        y = groups(x) / scale(groups(x), dtype)[1]
         exp = torch.floor(torch.log2(y.abs().clamp_min(2.0**-20))).clamp_min(-6)
         return y / torch.pow(2.0, exp - 3)
     exp = torch.floor(torch.log2(x.abs().clamp_min(2.0**-120)))
@@ -145,8 +155,13 @@ def main():
     for case, dtypes in CASES.items():
         d = os.path.join(HERE, case)
         m32 = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32, attn_implementation="eager").eval()
-        m64 = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float64, attn_implementation="eager").eval()
+        m64 = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float64, attn_implementation="eager",
+                                                   experts_implementation="eager").eval()  # grouped_mm takes no fp64
         vocab = m32.config.vocab_size
+        global GROUP
+        cfg = m32.config
+        GROUP = (math.gcd(cfg.kv_lora_rank, cfg.qk_rope_head_dim) if getattr(cfg, "kv_lora_rank", None)
+                 else getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads)
         for dtype in dtypes:
             for seed in range(TRIES):
                 gen = torch.Generator().manual_seed(seed)
@@ -166,7 +181,7 @@ def main():
                 tensors[f"ids_{s}"], tensors[f"logits_{s}"] = ids[s], logits[s].contiguous()
             print(f"{case} {dtype}: seed {seed}; the tightest value lies {closest:.2g} steps from a boundary, "
                   f"its fp32 error {gap:.2g} steps ({ratio:.0f}x); cache path within {path_gap:.2g}")
-            md = {"prefill_0": str(PREFILL[0]), "prefill_1": str(PREFILL[1]),
+            md = {"group": str(GROUP), "prefill_0": str(PREFILL[0]), "prefill_1": str(PREFILL[1]),
                   "decode_steps": str(LENGTHS[0] - PREFILL[0]), "case": case, "atol": "1e-4",
                   "kv_cache_dtype": dtype, "seed": str(seed), "margin": f"{ratio:.1f}",
                   "transformers": transformers.__version__, "torch": torch.__version__}
