@@ -46,11 +46,15 @@ typedef struct q8row {
 
 typedef struct cpu_kernels {
     const char *name;
+    int floats; /* in one vector (1: generic) */
     /* y[r] = x[r] . w over k columns, for nr (1 or 2) input rows and one weight row: the
      * streaming GEMV of decode, which reads each weight once for both input rows. */
     void (*dot_f32)(const float *const *x, int nr, const float *w, int k, float y[2]);
     void (*dot_bf16)(const float *const *x, int nr, const uint16_t *w, int k, float y[2]);
     void (*widen_bf16)(const uint16_t *src, float *dst, int n);
+    /* A KV cache's 8-bit codes (kernels/kv_format.c) times their scale: int8 integers, or E4M3
+     * numbers (e4m3), each value rounded once, as the scalar widening rounds it. */
+    void (*widen_kv8)(const uint8_t *src, float *dst, int n, float scale, int e4m3);
     /* The same for row `row` of a quantized matrix (quant/quant.h), whose packed bytes are w:
      * x in its packed column order; and the row dequantized into dst[q->kp]. */
     void (*dot_q)(const float *const *x, int nr, const uint8_t *w, const struct qlayout *q, size_t row, float y[2]);

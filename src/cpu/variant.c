@@ -1229,6 +1229,22 @@ static void widen_bf16(const uint16_t *src, float *dst, int n) {
     }
 }
 
+/* An int8 code's byte widens unsigned, u, and takes its sign as u - 256 where u >= 128; an E4M3
+ * code widens exactly (tensor/fp8.h) before the scale's one rounding. */
+static void widen_kv8(const uint8_t *src, float *dst, int n, float scale, int e4m3) {
+    int i = 0;
+    vf s = vset1(scale);
+    if (e4m3)
+        for (; i + VL <= n; i += VL)
+            vstore(dst + i, vmul(vmul(vload_fp8(src + i, FP8_E4M3_SHIFT), vset1(FP8_E4M3_SCALE)), s));
+    else
+        for (; i + VL <= n; i += VL) {
+            vf u = vload_u8(src + i);
+            vstore(dst + i, vmul(vfma(vfloor(vmul(u, vset1(1.0f / 128))), vset1(-256.0f), u), s));
+        }
+    for (; i < n; i++) dst[i] = (e4m3 ? fp8_to_f32(src[i], QCODE_E4M3) : (float)(int8_t)src[i]) * scale;
+}
+
 /* Four accumulators: RMSNorm rows are a few thousand floats, and one chain would wait on the
  * add latency (`loom bench machine` also streams memory through this). */
 static float sum_squares(const float *x, int n) {
@@ -1410,9 +1426,11 @@ static void softmax_step(float *s, size_t lds, int nk, int n, float *m, float *l
 
 const cpu_kernels TABLE = {
     .name = STR(LOOM_VARIANT),
+    .floats = VL,
     .dot_f32 = dot_f32,
     .dot_bf16 = dot_bf16,
     .widen_bf16 = widen_bf16,
+    .widen_kv8 = widen_kv8,
     .dot_q = dot_q,
     .dequant_q = dequant_q,
     .dot_gguf_q8 = dot_gguf_q8,

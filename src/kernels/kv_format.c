@@ -60,14 +60,6 @@ void kv_write(const kv_layer *c, char *pool, size_t row, const float *x) {
     }
 }
 
-/* codes[0..n) of one group times its scale s. */
-static void widen_group(const uint8_t *codes, int n, loom_kv_dtype dt, float s, float *out) {
-    if (dt == LOOM_KV_FP8)
-        for (int i = 0; i < n; i++) out[i] = fp8_to_f32(codes[i], QCODE_E4M3) * s;
-    else
-        for (int i = 0; i < n; i++) out[i] = (float)(int8_t)codes[i] * s;
-}
-
 const float *kv_read(const kv_layer *c, const char *pool, size_t row, int n, int col, int cols, float *buf,
                      size_t *ld) {
     const char *r = pool + row * c->row_bytes;
@@ -85,7 +77,8 @@ const float *kv_read(const kv_layer *c, const char *pool, size_t row, int n, int
         const float *scales = (const float *)(r + codes_bytes(c->dt, c->kv_width));
         for (int j = 0; j < cols; j += c->group) {
             int n_j = cols - j < c->group ? cols - j : c->group;
-            widen_group((const uint8_t *)r + col + j, n_j, c->dt, scales[(col + j) / c->group], out + j);
+            cpu()->widen_kv8((const uint8_t *)r + col + j, out + j, n_j, scales[(col + j) / c->group],
+                             c->dt == LOOM_KV_FP8);
         }
     }
     return buf;
