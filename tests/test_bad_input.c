@@ -599,4 +599,5 @@ static void bad_deepseek(void) {
            "--block-size 48: a KV cache block holds a power of two");
     expect("kv budget: not a size", BENCH " --kv-cache-memory-bytes 4Q", 2,
            "--kv-cache-memory-bytes: '4Q' is not a size in bytes");
+    expect("kv dtype: unknown", BENCH " --kv-cache-dtype int4", 2, "--kv-cache-dtype: unknown 'int4'");
 }

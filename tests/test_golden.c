@@ -143,9 +143,12 @@ static void check_rounded(const char *name, const char *dir, const golden *g, co
     size_t n = (size_t)golden_rows(g) * g->vocab;
     float *exact = malloc(n * sizeof *exact);
     if (run_dtype(name, dir, "float32", &unrounded, exact)) {
-        double moved = max_abs_diff(exact, rounded, (int)n);
+        double moved = max_abs_diff(exact, rounded, (int)n), sum = 0, size = 0;
+        for (size_t i = 0; i < n; i++) sum += fabs((double)exact[i] - rounded[i]), size += fabs((double)exact[i]);
         CHECK(moved > ATOL, "%s: within %.3g of a float32 cache's logits: nothing was rounded", name, moved);
-        printf("%-18s          the cache's rounding moves the logits by up to %.2e\n", name, moved);
+        printf("%-18s          against a float32 cache: max |logit diff| %.2e, mean %.2e (%.3f%% of the mean "
+               "|logit|)\n",
+               name, moved, sum / (double)n, 100 * sum / size);
     }
     free(exact);
 }

@@ -8,7 +8,8 @@
  *    both its forms, over blocks scattered through the pool must give the same bits as over
  *    the same rows laid out contiguously, for blocks of 16 (smaller than attention's key chunk)
  *    and 64 positions, in every dtype the cache stores (kernels/kv_format.c), the rounding ones
- *    giving other bits than float32. */
+ *    giving other bits than float32;
+ *  - the dtypes' rounding: every value read back within the bound its dtype promises. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -258,9 +259,65 @@ static void paged_kernels(void) {
     }
 }
 
+/* The per-value error bound each dtype promises (docs/DESIGN.md, "KV cache dtypes"), for x in
+ * a group whose largest magnitude is amax: bf16 and E4M3 round to nearest, half a unit in the
+ * last place of the value (2^-8 and 2^-4 of it; E4M3's subnormals, below 2^-6 of the scale, in
+ * steps of 2^-9 of it), int8 half a step of amax / 127; and the fp32 division and product around
+ * the codes add a rounding each. */
+static double kv_bound(loom_kv_dtype dt, double x, double amax) {
+    double fp32 = 0x1p-22 * fabs(x), s = amax / (dt == LOOM_KV_FP8 ? 448.0 : 127.0);
+    if (dt == LOOM_KV_BF16) return 0x1p-8 * fabs(x);
+    if (dt == LOOM_KV_INT8) return 0.5 * s + fp32;
+    return fmax(0x1p-4 * fabs(x), 0x1p-10 * s) + fp32;
+}
+
+/* Rows of random magnitudes (1e-6 to 1e3, so every code range is visited) and rows with an
+ * all-zero group, a lone value and equal values, written and read back in every rounding dtype,
+ * in groups of 16 and of 12 (a partial vector on every variant): each value within kv_bound of
+ * what was written, a zero group all zeros. */
+static void rounding_bounds(void) {
+    enum { W = 48, N = 64 };
+    for (int group = 12; group <= 16; group += 4)
+        for (loom_kv_dtype dt = LOOM_KV_BF16; dt <= LOOM_KV_INT8; dt++) {
+            size_t rb = kv_row_bytes(dt, W, group);
+            kv_layer c = {.kv_width = W, .block_size = N, .dt = dt, .group = group, .row_bytes = rb};
+            char *pool = calloc(N, rb);
+            float x[W], back[W];
+            double worst = 0; /* the largest error over its bound */
+            unsigned long seed = 12345;
+            for (int r = 0; r < N; r++) {
+                for (int i = 0; i < W; i++) {
+                    seed = seed * 6364136223846793005UL + 1442695040888963407UL;
+                    double u = (double)(seed >> 11) / 0x1p53;
+                    x[i] = (float)((seed >> 7 & 1 ? -1 : 1) * pow(10.0, -6 + 9 * u));
+                }
+                if (r == 1) memset(x, 0, group * sizeof *x);       /* a zero group */
+                if (r == 2) memset(x, 0, (group - 1) * sizeof *x); /* a lone value */
+                if (r == 3)
+                    for (int i = 0; i < group; i++) x[i] = 0.75f; /* equal values */
+                kv_write(&c, pool, (size_t)r, x);
+                size_t ld;
+                const float *got = kv_read(&c, pool, (size_t)r, 1, 0, W, back, &ld);
+                for (int g = 0; g < W / group; g++) {
+                    double amax = 0;
+                    for (int i = g * group; i < (g + 1) * group; i++) amax = fmax(amax, fabs(x[i]));
+                    for (int i = g * group; i < (g + 1) * group; i++) {
+                        double err = fabs((double)got[i] - x[i]), bound = kv_bound(dt, x[i], amax);
+                        if (amax == 0) bound = 0;
+                        if (!(err <= bound) && !(err - bound <= worst)) worst = err - bound;
+                    }
+                }
+            }
+            CHECK(worst == 0, "%s cache, groups of %d: a value read back off by %g more than its bound",
+                  loom_kv_dtype_name(dt), group, worst);
+            free(pool);
+        }
+}
+
 int main(void) {
     bookkeeping();
     truncation();
     paged_kernels();
+    rounding_bounds();
     return check_done();
 }

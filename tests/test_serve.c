@@ -399,6 +399,32 @@ static void prefix_reuse(int port, int block_size, const char *where) {
     free(body);
 }
 
+/* --kv-cache-dtype int8 in the small budget of preemption(): stories260K's 5 layers of 4 kv heads
+ * of 8 take 5 x 2 x (32 codes + 4 scales x 4 bytes) = 480 bytes a position against 1280 in fp32, so
+ * 160K hold 21 blocks of 16, not 8. A prompt run twice is served from its cached (rounded) blocks
+ * the second time with the same text, and the log names the dtype. */
+static void kv_int8(void) {
+    server s;
+    if (start(&s, "--kv-cache-dtype int8 --block-size 16 --kv-cache-memory-bytes 160K --max-model-len 128")) {
+        CHECK(0, "the int8-cache server did not start");
+        return;
+    }
+    CHECK(metric(s.port, "kv_blocks_total") == 21, "an int8 cache of 160K holds %g blocks of 16, not 21",
+          metric(s.port, "kv_blocks_total"));
+    char *body = ids_body(40, 7, 8);
+    completion first = complete(s.port, body), again = complete(s.port, body);
+    CHECK(first.status == 200 && again.status == 200 && again.cached == 32 && !strcmp(first.text, again.text),
+          "a prompt twice on an int8 cache: %d, %d, cached %d of 40 (want 32), '%s' then '%s'", first.status,
+          again.status, again.cached, first.text, again.text);
+    free(body);
+    char log[4096] = "";
+    FILE *f = fopen(s.log, "r");
+    log[f ? fread(log, 1, sizeof log - 1, f) : 0] = 0;
+    if (f) fclose(f);
+    CHECK(strstr(log, "(int8, 21 blocks of 16 positions"), "the server's log does not name the int8 cache: %s", log);
+    CHECK(stop(&s, SIGTERM, 60) == 0, "the int8-cache server did not exit 0 on SIGTERM");
+}
+
 /* A KV cache of 8 blocks of 16 positions and 4 sequences of 20 + 70 positions (6 blocks each):
  * run together, the newest are preempted and recomputed, and each text equals its text alone.
  * A prompt cached before them is evicted by them (and their runs alone), and its next run,
@@ -1963,6 +1989,7 @@ static const check_scenario scenarios[] = {
     {"client_leaves", client_leaves_slow},
     {"sigterm_drains", sigterm_drains_slow},
     {"preemption", preemption},
+    {"kv_int8", kv_int8},
     {"preemption_modes", preemption_modes},
     {"queue_room", queue_room},
     {"long_cached_prefix_tp1", long_cached_prefix_tp1},
