@@ -202,23 +202,21 @@ static void mla_step(kv_layer *c, int rows, const int32_t *pos, const int32_t *s
 
 /* The kernel's outputs over a pool in dtype dt, its blocks scattered and contiguous: the same
  * bits; returns the contiguous ones (malloc'd). */
-static float *same_bits(const char *what, attend_fn fn, int width, int kv_width, int group, bool has_v, int bs,
-                        loom_kv_dtype dt) {
+static float *same_bits(const char *what, attend_fn fn, int width, int kv_width, int slab, int group, bool has_v,
+                        int bs, loom_kv_dtype dt) {
     int32_t tables[2][POOL / 16];
     float *out[2];
     int rows = 0;
-    size_t row_bytes = kv_row_bytes(dt, kv_width, group);
+    size_t row_bytes = kv_row_bytes(dt, kv_width, slab, group);
     for (int layout = 0; layout < 2; layout++) {
         make_tables(tables[layout], bs, layout);
         kv_layer c = {.k = calloc(POOL, row_bytes),
                       .v = has_v ? calloc(POOL, row_bytes) : NULL,
                       .kv_width = kv_width,
                       .block_size = bs,
-                      .dt = dt,
-                      .group = group,
-                      .row_bytes = row_bytes,
                       .tables = tables[layout],
                       .table_width = CTX / bs};
+        kv_layer_format(&c, dt, slab, group);
         out[layout] = calloc((size_t)ROWS * width, sizeof(float));
         rows = drive(&c, fn, out[layout], width);
         free(c.k), free(c.v);
@@ -235,10 +233,11 @@ static float *same_bits(const char *what, attend_fn fn, int width, int kv_width,
 
 /* Every dtype's bits scattered and contiguous; the rounding ones must differ from float32's
  * (a cache that silently kept fp32 would not). */
-static void every_dtype(const char *what, attend_fn fn, int width, int kv_width, int group, bool has_v, int bs) {
-    float *exact = same_bits(what, fn, width, kv_width, group, has_v, bs, LOOM_KV_FLOAT32);
+static void every_dtype(const char *what, attend_fn fn, int width, int kv_width, int slab, int group, bool has_v,
+                        int bs) {
+    float *exact = same_bits(what, fn, width, kv_width, slab, group, has_v, bs, LOOM_KV_FLOAT32);
     for (loom_kv_dtype dt = LOOM_KV_BF16; dt <= LOOM_KV_INT8; dt++) {
-        float *rounded = same_bits(what, fn, width, kv_width, group, has_v, bs, dt);
+        float *rounded = same_bits(what, fn, width, kv_width, slab, group, has_v, bs, dt);
         CHECK(memcmp(exact, rounded, (size_t)ROWS * width * sizeof(float)),
               "%s, %s cache: the same bits as float32's, so nothing was rounded", what, loom_kv_dtype_name(dt));
         free(rounded);
@@ -252,10 +251,10 @@ static void paged_kernels(void) {
     for (int k = 0; k < 2; k++) {
         int bs = sizes[k];
         gqa = (attn_shape){.n_heads = HEADS, .n_kv_heads = KVH, .head_dim = HD, .scale = 0.25f};
-        every_dtype("attention (GQA)", gqa_step, HEADS * HD, KVW, HD, true, bs);
+        every_dtype("attention (GQA)", gqa_step, HEADS * HD, KVW, HD, HD, true, bs);
         gqa.window = 7;
-        every_dtype("attention (GQA, sliding window of 7)", gqa_step, HEADS * HD, KVW, HD, true, bs);
-        every_dtype("latent attention", mla_step, MLA_H * VD, LAT, ROPE, false, bs); /* gcd(24, 8) */
+        every_dtype("attention (GQA, sliding window of 7)", gqa_step, HEADS * HD, KVW, HD, HD, true, bs);
+        every_dtype("latent attention", mla_step, MLA_H * VD, LAT, LAT, ROPE, false, bs); /* gcd(24, 8) */
     }
 }
 
@@ -279,9 +278,9 @@ static void rounding_bounds(void) {
     enum { W = 48, N = 64 };
     for (int group = 12; group <= 16; group += 4)
         for (loom_kv_dtype dt = LOOM_KV_BF16; dt <= LOOM_KV_INT8; dt++) {
-            size_t rb = kv_row_bytes(dt, W, group);
-            kv_layer c = {.kv_width = W, .block_size = N, .dt = dt, .group = group, .row_bytes = rb};
-            char *pool = calloc(N, rb);
+            kv_layer c = {.kv_width = W, .block_size = N};
+            kv_layer_format(&c, dt, W, group);
+            char *pool = calloc(N, c.row_bytes);
             float x[W], back[W];
             double worst = 0; /* the largest error over its bound */
             unsigned long seed = 12345;

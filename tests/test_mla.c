@@ -86,14 +86,13 @@ static void reference(int s, int p, double *out) {
 #define BS 8
 static const int32_t TABLES[SEQS][CTX / BS] = {{7, 5, 3, 1}, {6, 4, 2, 0}};
 static kv_layer new_cache(void) {
-    return (kv_layer){.k = calloc((size_t)SEQS * CTX * LAT, sizeof(float)),
-                      .kv_width = LAT,
-                      .block_size = BS,
-                      .dt = LOOM_KV_FLOAT32,
-                      .group = LAT,
-                      .row_bytes = LAT * sizeof(float),
-                      .tables = &TABLES[0][0],
-                      .table_width = CTX / BS};
+    kv_layer c = {.k = calloc((size_t)SEQS * CTX * LAT, sizeof(float)),
+                  .kv_width = LAT,
+                  .block_size = BS,
+                  .tables = &TABLES[0][0],
+                  .table_width = CTX / BS};
+    kv_layer_format(&c, LOOM_KV_FLOAT32, LAT, LAT); /* one slab: a position's row is contiguous */
+    return c;
 }
 
 /* One mla_attention call over rows (seq[r], pos[r]) with the test's data, padded strides. */

@@ -112,10 +112,9 @@ static void prompt_in_passes(const float *q, const float *k, const float *v, con
                   .v = calloc(PROMPT * kvw, sizeof(float)),
                   .kv_width = (int)kvw,
                   .block_size = BLOCK,
-                  .group = HD,
-                  .row_bytes = kvw * sizeof(float),
                   .tables = table,
                   .table_width = PROMPT / BLOCK};
+    kv_layer_format(&c, LOOM_KV_FLOAT32, HD, HD);
     attn_shape s = {.n_heads = HEADS, .n_kv_heads = KV_HEADS, .head_dim = HD, .scale = 0.125f};
     int32_t pos[PROMPT], seq[PROMPT] = {0};
     for (int p0 = 0, i = 0; p0 < PROMPT; p0 += passes[i], i += passes[i + 1] != 0) {
@@ -218,10 +217,9 @@ static void mla_splits(void) {
     m.cache = (kv_layer){.k = calloc((size_t)MSEQS * (HIST / 8 + 1) * 8 * LATW, sizeof(float)),
                          .kv_width = LATW,
                          .block_size = 8,
-                         .group = LATW,
-                         .row_bytes = LATW * sizeof(float),
                          .tables = &m.table[0][0],
                          .table_width = HIST / 8 + 1};
+    kv_layer_format(&m.cache, LOOM_KV_FLOAT32, LATW, LATW);
     float *ref = calloc(tokens * ow, sizeof *ref), *out = calloc(tokens * ow, sizeof *out);
     mla_history(&m, HIST, true, ref);
     static const int runs[] = {2, 7, 16};

@@ -181,29 +181,34 @@ void moe_forward(const moe_shape *sh, const wmat *experts, const float *x, size_
 void moe_experts(const moe_shape *sh, const wmat *experts, const float *x, size_t ldx, int rows, const int32_t *choice,
                  const float *weight, float *out, size_t ldo, moe_scratch *s);
 
-/* KV cache of one layer, paged: a pool of blocks of block_size rows for K and for V (a latent
- * cache, MLA, has no V: its rows are kv_c then k_pe). A row holds kv_width values in the cache's
- * dtype (loom.h's loom_kv_dtype), then for an 8-bit dtype one fp32 scale per `group` columns
- * (kv_format.c); row_bytes apart. Sequence s's blocks are tables[s * table_width ...], shared by
- * every layer, so its position p is row p % block_size of block tables[s * table_width + p /
- * block_size]. */
+/* KV cache of one layer, paged: a pool of blocks of block_size positions for K and for V (a
+ * latent cache, MLA, has no V: its rows are kv_c then k_pe), laid out by kv_format.c: a block is
+ * its slabs of `slab` columns (a kv head; a latent cache's whole row), a slab its positions'
+ * records of `record` bytes, each the values in the cache's dtype (loom.h's loom_kv_dtype) and,
+ * for an 8-bit dtype, an fp32 scale per `group` columns. row_bytes is a position's bytes over
+ * all slabs. Sequence s's blocks are tables[s * table_width ...], shared by every layer, so its
+ * position p is row p % block_size of block tables[s * table_width + p / block_size]; row
+ * numbers below are the pool's (block * block_size + slot). */
 typedef struct kv_layer {
     char *k, *v;
     int kv_width, block_size;
     loom_kv_dtype dt;
-    int group;
-    size_t row_bytes;
+    int slab, group;
+    size_t record, row_bytes;
     const int32_t *tables;
     int table_width;
 } kv_layer;
 
-/* The bytes of one row of `width` values in dtype dt, a scale per `group` of them. */
-size_t kv_row_bytes(loom_kv_dtype dt, int width, int group);
+/* The bytes of a position of `width` values in dtype dt, in slabs of `slab`, a scale per
+ * `group` of them. */
+size_t kv_row_bytes(loom_kv_dtype dt, int width, int slab, int group);
+/* Sets c's dtype and layout (c->kv_width set). */
+void kv_layer_format(kv_layer *c, loom_kv_dtype dt, int slab, int group);
 /* Stores x (kv_width values) as row `row` of pool (c->k or c->v), rounded to the cache's dtype. */
 void kv_write(const kv_layer *c, char *pool, size_t row, const float *x);
-/* Rows row..row+n-1 of pool, columns col..col+cols-1 (col a multiple of the group), as fp32: a
- * pointer into the pool where it holds fp32 (*ld: its row stride in floats), else buf, where they
- * are widened ([n][cols], *ld = cols). */
+/* Rows row..row+n-1 of pool (in one block), columns col..col+cols-1 (in one slab, col a multiple
+ * of the group), as fp32: a pointer into the pool where it holds fp32 (*ld: the stride between
+ * rows in floats), else buf, where they are widened ([n][cols], *ld = cols). */
 const float *kv_read(const kv_layer *c, const char *pool, size_t row, int n, int col, int cols, float *buf, size_t *ld);
 
 /* The row of the pool holding position pos of a sequence whose blocks are blocks[]. */

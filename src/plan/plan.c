@@ -62,6 +62,7 @@ static int shard_latent_attention(plan *p, plan_step *s, const module *m, const 
     if (cols < 0) return -1;
     s->attn.mla = (mla_shape){a->kv_lora, a->nope, a->rope, a->v_dim};
     p->kv_width = a->kv_lora + a->rope;
+    p->kv_slab = p->kv_width; /* the absorbed form reads whole rows */
     p->kv_group = gcd(a->kv_lora, a->rope);
     p->kv_latent = true;
     return cols / (a->nope + a->v_dim) * a->v_dim;
@@ -78,7 +79,7 @@ static int shard_op(plan *p, plan_step *s, const module *m, const op *o, int wid
         int kv = a->n_kv_heads >= p->o.tp ? a->n_kv_heads / p->o.tp : 1, h = a->n_heads / p->o.tp;
         s->attn = (attn_shape){h, kv, a->head_dim, a->sliding_window, a->scale, {0}, a->softcap, NULL};
         p->kv_width = kv * a->head_dim;
-        p->kv_group = a->head_dim;
+        p->kv_slab = p->kv_group = a->head_dim;
         if (a->sinks[0]) /* this rank's heads' sinks */
             s->sinks_ref = (weight_ref){WEIGHT_F32, a->sinks, 1, {a->n_heads},   0,     p->o.rank * h,
                                         h,          0,        0, PAR_REPLICATED, 0.02f, 0};

@@ -183,6 +183,7 @@ typedef struct plan {
     size_t cap_values;
     int output;                    /* logits value (-1: a stage before the last, which sends its output) */
     int kv_width;                  /* this rank's K (and V) columns per layer */
+    int kv_slab;                   /* the cache's contiguous columns per block: a head (MLA: the row) */
     int kv_group;                  /* columns that share a scale in an 8-bit cache: a head (MLA:
                                       gcd(kv_lora, rope), which the latent and k_pe both split into) */
     bool kv_latent;                /* the cache holds one latent row per token (MLA), not K and V */

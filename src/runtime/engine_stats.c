@@ -10,7 +10,7 @@
 
 size_t engine_kv_bytes_per_token(const loom_engine *e, int layers) {
     const plan *p = &e->x.plans[0].p;
-    return (size_t)layers * kv_row_bytes(e->x.kv_dtype, p->kv_width, p->kv_group) * (p->kv_latent ? 1 : 2);
+    return (size_t)layers * kv_row_bytes(e->x.kv_dtype, p->kv_width, p->kv_slab, p->kv_group) * (p->kv_latent ? 1 : 2);
 }
 
 static size_t wmat_bytes(const wmat *w) {

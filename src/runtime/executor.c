@@ -78,16 +78,14 @@ int executor_init(executor *x, const rope_freqs *f, loom_err *err) {
     /* indexed by layer; this stage's are allocated */
     x->kv = mem_zalloc(x->layer1, sizeof *x->kv, "the KV cache's layers", err);
     if (!x->kv) return -1;
-    size_t row_bytes = kv_row_bytes(x->kv_dtype, p->kv_width, p->kv_group); /* the same in both plans */
-    size_t per = (size_t)x->kv_blocks * x->block_size * row_bytes;
+    /* the same in both plans */
+    size_t per = (size_t)x->kv_blocks * x->block_size * kv_row_bytes(x->kv_dtype, p->kv_width, p->kv_slab, p->kv_group);
     for (int l = x->layer0; l < x->layer1; l++) { /* a latent cache (MLA) has no V */
         x->kv[l] = (kv_layer){.kv_width = p->kv_width,
                               .block_size = x->block_size,
-                              .dt = x->kv_dtype,
-                              .group = p->kv_group,
-                              .row_bytes = row_bytes,
                               .tables = x->kv_tables,
                               .table_width = x->table_width};
+        kv_layer_format(&x->kv[l], x->kv_dtype, p->kv_slab, p->kv_group);
         if (!(x->kv[l].k = mem_aligned(per, "the KV cache", err)) ||
             (!p->kv_latent && !(x->kv[l].v = mem_aligned(per, "the KV cache", err))))
             return -1;
