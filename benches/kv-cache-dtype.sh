@@ -9,7 +9,8 @@
 #
 # Knobs: GGUF=FILE (default build-bench/gguf/llama-3.2-1b-random-Q4_K_M.gguf, which
 # benches/gguf.sh writes), CTX=4096, GEN=32 (decode steps), REPS=2, THREADS=2,
-# DTYPES="float32 bfloat16 fp8 int8", LLAMA_TYPES="f16 q8_0", RESULTS=build-bench/kv-<date>.
+# DTYPES="float32 bfloat16 fp8 int8", LLAMA_TYPES="f16 q8_0", RESULTS=build-bench/kv-<date>;
+# BEFORE=BINARY adds another loom build's rows (BEFORE_DTYPES, default "float32 int8") to the turns.
 # Prints a markdown table (decode tokens/s, KV bytes a token, and each against loom's float32
 # and llama.cpp's f16) with the CPU, loom's kernel variant and llama.cpp's build.
 set -euo pipefail
@@ -46,6 +47,7 @@ variant=$("$loom" bench machine --threads "$THREADS" 2>&1 | sed -n 's/.*kernels 
   echo "file: $(basename "$GGUF"); context: $CTX, then $GEN decode steps"
   echo "llama.cpp: $llama_version"
   echo "loom: git $(git rev-parse --short HEAD 2>/dev/null || echo '?')$(git diff --quiet HEAD 2>/dev/null || echo ', with uncommitted changes')"
+  [ -z "${BEFORE:-}" ] || echo "before: $BEFORE"
 } | tee "$RESULTS/info.txt" >&2
 
 declare -A best bytes
@@ -63,6 +65,18 @@ for round in $(seq "$REPS"); do
     bytes[loom $t]=$(sed -n 's/.*, \([0-9]*\) bytes per token).*/\1/p' "$out" | head -1)
     phase_end "loom $t"
   done
+  for t in ${BEFORE:+${BEFORE_DTYPES:-float32 int8}}; do
+    phase "round $round: loom before, --kv-cache-dtype $t"
+    out=$RESULTS/before-$t-$round.txt
+    dtype=(--kv-cache-dtype "$t")
+    [ "$t" != float32 ] || dtype=() # a build from before the flag
+    "$BEFORE" bench latency -m "$GGUF" --threads "$THREADS" --batch-size 1 --input-len "$CTX" \
+      --output-len $((GEN + 1)) --num-iters-warmup 0 --num-iters 1 "${dtype[@]}" >"$out" 2>&1 \
+      || { tail -5 "$out" >&2; die "$BEFORE bench latency --kv-cache-dtype $t failed"; }
+    keep_best "before $t" "$(sed -n 's/^Decode: .*, \([0-9.]*\) tok\/s.*/\1/p' "$out" | head -1)"
+    bytes[before $t]=$(sed -n 's/.*, \([0-9]*\) bytes per token).*/\1/p' "$out" | head -1)
+    phase_end "before $t"
+  done
   for t in $LLAMA_TYPES; do
     phase "round $round: llama-bench -ctk $t -ctv $t"
     out=$RESULTS/llama-$t-$round
@@ -76,7 +90,9 @@ done
 first_loom=${DTYPES%% *} first_llama=${LLAMA_TYPES%% *}
 table=("| engine | KV cache | KV bytes a token | decode tok/s at $CTX | vs loom $first_loom | vs llama.cpp $first_llama |"
   "|---|---|---|---|---|---|")
-for key in $(for t in $DTYPES; do echo "loom_$t"; done) $(for t in $LLAMA_TYPES; do echo "llama.cpp_$t"; done); do
+for key in $(for t in $DTYPES; do echo "loom_$t"; done) \
+  $(for t in ${BEFORE:+${BEFORE_DTYPES:-float32 int8}}; do echo "before_$t"; done) \
+  $(for t in $LLAMA_TYPES; do echo "llama.cpp_$t"; done); do
   k=${key/_/ }
   v=${best[$k]}
   table+=("| ${k% *} | ${k#* } | ${bytes[$k]:--} | $v | $(awk -v a="$v" -v b="${best[loom $first_loom]}" 'BEGIN { printf "%.2fx", a / b }') | $(awk -v a="$v" -v b="${best[llama.cpp $first_llama]}" 'BEGIN { printf "%.2fx", a / b }') |")
