@@ -46,7 +46,9 @@
 #define ARCH_CASES                                                                                                     \
     "llama", "llama_tied", "mistral", "qwen2", "qwen3", "granite", "llama_bf16", "llama_tp3", "llama_f16",             \
         "llama_bias", "olmoe", "mixtral", "qwen2_moe", "qwen3_moe", "granitemoe", "deepseek_v2", "deepseek_v3",        \
-        "gemma2", "gemma3", "ernie4_5", "ernie4_5_moe", "phi3", "phi4_mini", "gpt_oss"
+        "gemma2", "gemma3", "ernie4_5", "ernie4_5_moe", "phi3", "phi4_mini", "gpt_oss", "qwen3_5"
+
+#define GOLDEN_MAX_LEN 128 /* tokens of a golden sequence, at most */
 
 typedef struct golden {
     st_file f;
@@ -138,6 +140,11 @@ static inline int golden_open(golden *g, const char *name, const char *logits_pr
             return -1;
         }
         g->n[s] = (int)ids->shape[0];
+        if (g->n[s] > GOLDEN_MAX_LEN) {
+            if (s) free(g->ids[0]);
+            st_close(&g->f);
+            return -1;
+        }
         g->vocab = (int)lg->shape[1];
         g->ids[s] = malloc(g->n[s] * sizeof(int32_t));
         for (int i = 0; i < g->n[s]; i++) {
@@ -187,10 +194,12 @@ static inline float *golden_shared_logits(const golden *g, size_t *bytes) {
 }
 
 /* The engine the golden batch runs on (g: its KV cache's dtype; NULL: float32). */
+/* Passes take up to GOLDEN_PASS_TOKENS tokens: a longer prefill (qwen3_5's 70) runs in chunks. */
+#define GOLDEN_PASS_TOKENS 16
 static inline loom_engine_options golden_engine_options(const golden *g, loom_comm *comm) {
     return (loom_engine_options){.max_seqs = 2,
-                                 .max_ctx = 32,
-                                 .max_tokens = 16,
+                                 .max_ctx = g && g->n[0] > 32 ? GOLDEN_MAX_LEN : 32,
+                                 .max_tokens = GOLDEN_PASS_TOKENS,
                                  .all_logits = true,
                                  .comm = comm,
                                  .kv_cache_dtype = g ? g->kv_dtype : LOOM_KV_FLOAT32};
@@ -198,16 +207,19 @@ static inline loom_engine_options golden_engine_options(const golden *g, loom_co
 
 /* Feeds g through e; out receives [golden_rows, vocab] logits. */
 static inline int golden_run(loom_engine *e, const golden *g, float *out, loom_err *err) {
-    int32_t ids[32], pos[32], seq[32], rows[32];
+    int32_t ids[2 * GOLDEN_MAX_LEN], pos[2 * GOLDEN_MAX_LEN], seq[2 * GOLDEN_MAX_LEN], rows[2 * GOLDEN_MAX_LEN];
     int t = 0;
     for (int s = 0; s < 2; s++)
         for (int i = 0; i < g->prefill[s]; i++, t++) ids[t] = g->ids[s][i], pos[t] = i, seq[t] = s, rows[t] = t;
     const float *lg;
-    loom_batch b = {t, ids, pos, seq, t, rows};
-    if (loom_forward(e, &b, &lg, err)) return -1;
-    for (int s = 0, r = 0; s < 2; s++)
-        for (int i = 0; i < g->prefill[s]; i++, r++)
-            memcpy(out + (size_t)golden_row(g, s, i) * g->vocab, lg + (size_t)r * g->vocab, g->vocab * sizeof(float));
+    for (int t0 = 0; t0 < t; t0 += GOLDEN_PASS_TOKENS) { /* both prompts in one pass, or in chunks */
+        int n = t - t0 < GOLDEN_PASS_TOKENS ? t - t0 : GOLDEN_PASS_TOKENS;
+        loom_batch b = {n, ids + t0, pos + t0, seq + t0, n, rows};
+        if (loom_forward(e, &b, &lg, err)) return -1;
+        for (int r = t0; r < t0 + n; r++)
+            memcpy(out + (size_t)golden_row(g, seq[r], pos[r]) * g->vocab, lg + (size_t)(r - t0) * g->vocab,
+                   g->vocab * sizeof(float));
+    }
     for (int step = 0; step < g->decode_steps; step++) {
         for (int s = 0; s < 2; s++) {
             int p = g->prefill[s] + step;
@@ -225,11 +237,11 @@ static inline int golden_run(loom_engine *e, const golden *g, float *out, loom_e
 /* Sequence s of g alone in slot 0 (reset first): its prefill, then its decode steps one token
  * each; its logits into out at golden_row's rows (out NULL: not kept). */
 static inline int golden_run_alone(loom_engine *e, const golden *g, int s, float *out, loom_err *err) {
-    int32_t ids[32], pos[32], seq[32], rows[32];
+    int32_t ids[GOLDEN_MAX_LEN], pos[GOLDEN_MAX_LEN], seq[GOLDEN_MAX_LEN], rows[GOLDEN_MAX_LEN];
     for (int i = 0; i < g->n[s]; i++) ids[i] = g->ids[s][i], pos[i] = i, seq[i] = 0, rows[i] = i;
     loom_engine_reset_seq(e, 0);
     for (int t0 = 0; t0 < g->n[s];) {
-        int n = t0 ? 1 : g->prefill[s];
+        int left = g->prefill[s] - t0, n = left <= 0 ? 1 : left < GOLDEN_PASS_TOKENS ? left : GOLDEN_PASS_TOKENS;
         loom_batch b = {n, ids + t0, pos + t0, seq + t0, n, rows};
         const float *lg;
         if (loom_forward(e, &b, &lg, err)) return -1;

@@ -31,6 +31,13 @@ loom_speculator *loom_speculator_new(loom_engine *target, loom_model *draft, con
                   eo->data_parallel);
         return NULL;
     }
+    if (target->model->cfg.recurrent) {
+        loom_errf(err,
+                  "%s has recurrent layers (linear attention), whose state cannot be rolled back past a rejected "
+                  "draft token: speculative decoding is not supported on it",
+                  target->model->cfg.arch);
+        return NULL;
+    }
     if ((o->method != LOOM_SPEC_NGRAM) != (draft != NULL)) {
         loom_errf(err,
                   draft ? "a draft model was given to a method that runs none" : "method %s: no draft model was given",

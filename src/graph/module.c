@@ -12,6 +12,7 @@
 static const char *kind_names[OP_KIND_COUNT] = {
     "embed",      "linear", "split",  "rms_norm", "rope",         "attention",  "glu",    "add",     "scale",
     "logit_rows", "call",   "custom", "moe",      "sigmoid_gate", "input_rows", "concat", "softcap",
+    "head_slice", "conv1d", "gated_delta",
 };
 
 const char *op_kind_name(op_kind k) { return kind_names[k]; }
@@ -44,6 +45,7 @@ module *module_new(const char *kind, const char *fmt, ...) {
 static void op_release(op *o) {
     free(o->lin);
     free(o->moe);
+    free(o->rec);
     if (o->kind == OP_CALL) module_free(o->child);
     if (o->kind == OP_CUSTOM) free((char *)o->custom.name);
 }
@@ -252,6 +254,39 @@ int emit_moe(module *m, int x, int router_logits, const moe_desc *d) {
 int emit_sigmoid_gate(module *m, int in, int gate, const char *name) {
     op *o = new_op(m, OP_SIGMOID_GATE, 2, (int[]){in, gate}, name);
     return o ? o->out[0] : -1;
+}
+
+int emit_rms_norm_gated(module *m, int x, int z, const char *weight, float eps, int group, const char *name) {
+    op *o = new_op(m, OP_RMS_NORM, 2, (int[]){x, z}, name);
+    if (!o) return -1;
+    snprintf(o->weight, sizeof o->weight, "%s", weight);
+    o->eps = eps;
+    o->group = group;
+    o->gate_silu = true;
+    return o->out[0];
+}
+
+int emit_head_slice(module *m, int in, const slice_desc *s, const char *name) {
+    op *o = new_op(m, OP_HEAD_SLICE, 1, &in, name);
+    if (!o) return -1;
+    o->slice = *s;
+    return o->out[0];
+}
+
+static int attach_rec(module *m, op *o, const recurrent_desc *r) {
+    if (!(o->rec = mem_alloc(sizeof *o->rec, "a recurrent mixer's description", why(m)))) return failed(m);
+    *o->rec = *r;
+    return o->out[0];
+}
+
+int emit_conv1d(module *m, const int *ins, int n_in, const recurrent_desc *r) {
+    op *o = new_op(m, OP_CONV1D, n_in, ins, "conv");
+    return o ? attach_rec(m, o, r) : -1;
+}
+
+int emit_gated_delta(module *m, int qkv, int b, int a, const recurrent_desc *r) {
+    op *o = new_op(m, OP_GATED_DELTA, 3, (int[]){qkv, b, a}, "delta");
+    return o ? attach_rec(m, o, r) : -1;
 }
 
 int emit_input_rows(module *m, int features, const char *name) {

@@ -27,6 +27,13 @@ typedef enum op_kind {
                        draft's hidden state: loom_batch.rows_in)                   */
     OP_CONCAT,       /* out = [in0 | in1], columns side by side                       */
     OP_SOFTCAP,      /* out = scalar * tanh(in0 / scalar) (Gemma 2's logit soft-capping) */
+    OP_HEAD_SLICE,   /* out = columns [offset, offset + width) of each head of in0 (a query
+                       and its output gate, stored side by side per head)              */
+    OP_CONV1D,       /* out = silu(causal depthwise convolution of [in0 | in1 | in2]),
+                       through each sequence's last kernel - 1 rows (recurrent state)  */
+    OP_GATED_DELTA,  /* out = the gated delta rule over the convolved q, k, v (in0) with
+                       in1 = b (beta's logits) and in2 = a (the decay's), through each
+                       sequence's state matrix per value head                         */
     OP_KIND_COUNT
 } op_kind;
 
@@ -38,7 +45,7 @@ typedef enum par_style {
     PAR_VOCAB,      /* embedding / LM head rows sharded by vocabulary              */
 } par_style;
 
-#define LIN_MAX_PARTS 3
+#define LIN_MAX_PARTS 6 /* Gated DeltaNet: q, k, v, z, b, a from one input */
 
 typedef struct linear_part {
     char weight[128];      /* tensor name, [out, in] */
@@ -124,6 +131,24 @@ typedef struct rope_desc {
     bool local; /* the sliding layers' own frequencies (Gemma 3's rope_local_base_freq) */
 } rope_desc;
 
+/* OP_HEAD_SLICE: of heads of `stride` columns, each one's columns [offset, offset + width). */
+typedef struct slice_desc {
+    int stride, offset, width;
+} slice_desc;
+
+/* A recurrent mixer's ops (Gated DeltaNet's; recurrent.c in kernels/). The convolution's
+ * channels are its inputs' side by side; input i's channel c is row offsets[i] + c of the
+ * [channels, 1, kernel] weight. The delta rule runs n_v_heads heads of a k_dim x v_dim state,
+ * value head j reading key head j / (n_v_heads / n_k_heads), with the decay
+ * -exp(A_log) * softplus(a + dt_bias) and beta = sigmoid(b). */
+typedef struct recurrent_desc {
+    int layer;
+    int kernel, channels, offsets[3];
+    int n_k_heads, n_v_heads, k_dim, v_dim;
+    char weight[128];        /* OP_CONV1D: conv1d.weight */
+    char a_log[128], dt_bias[128]; /* OP_GATED_DELTA */
+} recurrent_desc;
+
 typedef struct module module;
 
 typedef struct op {
@@ -145,6 +170,9 @@ typedef struct op {
     rope_desc rope;        /* OP_ROPE */
     module *child;         /* OP_CALL */
     moe_desc *moe;         /* OP_MOE */
+    slice_desc slice;      /* OP_HEAD_SLICE */
+    recurrent_desc *rec;   /* OP_CONV1D, OP_GATED_DELTA */
+    bool gate_silu;        /* OP_RMS_NORM: times silu(in1) (a gated norm: Gated DeltaNet's output) */
     loom_custom_op custom; /* OP_CUSTOM (name owned by the op) */
 } op;
 
@@ -199,7 +227,13 @@ int emit_add(module *m, int a, int b, const char *name);
 int emit_scale(module *m, int in, float s, const char *name);
 int emit_logit_rows(module *m, int in);
 int emit_moe(module *m, int x, int router_logits, const moe_desc *d);
+/* in * sigmoid(gate): gate one column per row, or as wide as in (elementwise). */
 int emit_sigmoid_gate(module *m, int in, int gate, const char *name);
+/* rms_norm(x) * weight * silu(z), over groups of `group` columns. */
+int emit_rms_norm_gated(module *m, int x, int z, const char *weight, float eps, int group, const char *name);
+int emit_head_slice(module *m, int in, const slice_desc *s, const char *name);
+int emit_conv1d(module *m, const int *ins, int n_in, const recurrent_desc *r);
+int emit_gated_delta(module *m, int qkv, int b, int a, const recurrent_desc *r);
 int emit_input_rows(module *m, int features, const char *name);
 int emit_concat(module *m, int a, int b, const char *name);
 /* Runs child on ins; returns its first output (children here have one). */

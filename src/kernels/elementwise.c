@@ -1,5 +1,6 @@
 /* Row-wise kernels: RMSNorm (also in two steps, for a norm whose row spans ranks), gated
- * activations (SiLU or GELU-tanh, times up), soft-capping, residual add, scaling, sigmoid gating, embedding lookup. The loops over rows are here; the
+ * activations (SiLU or GELU-tanh, times up), soft-capping, residual add, scaling, sigmoid gating (by a value per row or per element), the
+ * gated norm of recurrent mixers, embedding lookup. The loops over rows are here; the
  * loop over a row's columns is the CPU variant's (cpu/variant.c). */
 #include <math.h>
 #include <string.h>
@@ -34,10 +35,28 @@ void rms_norm_by(const float *x, size_t ldx, const float *ss, size_t lds, float 
         rms_apply(x + (size_t)r * ldx, ss[(size_t)r * lds], features, cols, weight, eps, out + (size_t)r * ldo);
 }
 
-void sigmoid_gate(const float *x, size_t ldx, const float *g, size_t ldg, float *out, size_t ldo, int rows, int cols) {
+static float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+void sigmoid_gate(const float *x, size_t ldx, const float *g, size_t ldg, int gate_cols, float *out, size_t ldo,
+                  int rows, int cols) {
+#pragma omp parallel for schedule(static) if (rows > 1 && gate_cols > 1)
     for (int r = 0; r < rows; r++) {
-        float s = 1.0f / (1.0f + expf(-g[(size_t)r * ldg]));
-        cpu()->scale(x + (size_t)r * ldx, s, out + (size_t)r * ldo, cols);
+        const float *xr = x + (size_t)r * ldx, *gr = g + (size_t)r * ldg;
+        float *o = out + (size_t)r * ldo;
+        if (gate_cols == 1) cpu()->scale(xr, sigmoid(gr[0]), o, cols);
+        else
+            for (int c = 0; c < cols; c++) o[c] = xr[c] * sigmoid(gr[c]);
+    }
+}
+
+void rms_norm_gated(const float *x, size_t ldx, const float *z, size_t ldz, float *out, size_t ldo, int rows, int cols,
+                    int group, const float *weight, float eps) {
+    rms_norm(x, ldx, out, ldo, rows, cols, group, weight, eps);
+#pragma omp parallel for schedule(static) if (rows > 1)
+    for (int r = 0; r < rows; r++) {
+        const float *zr = z + (size_t)r * ldz;
+        float *o = out + (size_t)r * ldo;
+        for (int c = 0; c < cols; c++) o[c] *= zr[c] * sigmoid(zr[c]);
     }
 }
 

@@ -113,8 +113,43 @@ void rope_apply(const rope_table *t, const float *x, size_t ldx, float *out, siz
 void sum_squares(const float *x, size_t ldx, float *ss, size_t lds, int rows, int cols);
 void rms_norm_by(const float *x, size_t ldx, const float *ss, size_t lds, float *out, size_t ldo, int rows, int cols,
                  int features, const float *weight, float eps);
-/* out = x * sigmoid(g), g one value per row (Qwen2-MoE's shared-expert gate). */
-void sigmoid_gate(const float *x, size_t ldx, const float *g, size_t ldg, float *out, size_t ldo, int rows, int cols);
+/* out = x * sigmoid(g), g one value per row (gate_cols 1: Qwen2-MoE's shared-expert gate) or
+ * one per element (gate_cols = cols: Qwen3.5's attention output gate). */
+void sigmoid_gate(const float *x, size_t ldx, const float *g, size_t ldg, int gate_cols, float *out, size_t ldo,
+                  int rows, int cols);
+/* out = rms_norm(x) * weight * silu(z), over groups of `group` columns (a recurrent mixer's
+ * output norm). */
+void rms_norm_gated(const float *x, size_t ldx, const float *z, size_t ldz, float *out, size_t ldo, int rows, int cols,
+                    int group, const float *weight, float eps);
+
+/* Recurrent mixers (recurrent.c). A batch holds each sequence's rows together and in order
+ * (loom_forward's rule); a sequence's state is `stride` floats at state + seq * stride, and a
+ * row at position 0 starts it from zeros. */
+#define CONV_MAX_KERNEL 16
+/* The causal depthwise convolution with SiLU over n_in inputs' channels side by side: input i
+ * has width[i] channels, channel c's taps w[i] row c (ld[i] floats a row), oldest first. The
+ * state holds each sequence's last kernel - 1 input rows. */
+typedef struct conv_inputs {
+    int n_in, kernel;
+    const float *x[3];
+    size_t ldx[3];
+    int width[3];
+    const float *w[3];
+    size_t ldw[3];
+} conv_inputs;
+void conv1d_silu(const conv_inputs *in, float *out, size_t ldo, int rows, const int32_t *pos, const int32_t *seq,
+                 float *state, size_t stride);
+/* The gated delta rule (Gated DeltaNet) over this rank's heads: qkv rows hold q and k
+ * (n_k_heads of k_dim each) then v (n_v_heads of v_dim); b and a one value per value head.
+ * Value head h reads key head h / (n_v_heads / n_k_heads) and keeps a k_dim x v_dim state. */
+#define DELTA_MAX_DIM 512 /* the widest key or value head */
+typedef struct delta_shape {
+    int n_k_heads, n_v_heads, k_dim, v_dim;
+    const float *a_log, *dt_bias; /* per value head */
+} delta_shape;
+void gated_delta(const delta_shape *sh, const float *qkv, size_t ldq, const float *b, size_t ldb, const float *a,
+                 size_t lda, float *out, size_t ldo, int rows, const int32_t *pos, const int32_t *seq, float *state,
+                 size_t stride);
 
 /* A gated activation as the kernels take it (graph/module.h's glu_desc says what each is). */
 typedef enum gate_kind { GATE_SILU, GATE_GELU_TANH, GATE_SILU_CLAMPED } gate_kind;

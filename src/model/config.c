@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/kernels.h"
 #include "model/arch/arch.h"
 #include "util/err.h"
 #include "util/file.h"
@@ -186,10 +187,10 @@ static int get_factors(reader *r, const cJSON *s, const char *key, int n, float 
 /* The rotary width, once head_dim is final: head_dim x partial_rotary_factor (in the RoPE
  * settings or at the top level), truncated as transformers' int() does; then longrope's
  * factor lists, one per pair of it. */
-static int parse_rope_dim(reader *r, model_config *c) {
+static int parse_rope_dim(reader *r, model_config *c, double default_partial) {
     const cJSON *s = rope_params(r);
     float partial;
-    if (get_float(r, r->root, "partial_rotary_factor", 1.0, false, &partial) ||
+    if (get_float(r, r->root, "partial_rotary_factor", default_partial, false, &partial) ||
         (s && get_float(r, s, "partial_rotary_factor", partial, false, &partial)))
         return -1;
     c->rope_dim = partial > 0 && partial <= 1 ? (int)(c->head_dim * (double)partial) : 0;
@@ -478,6 +479,48 @@ static int parse_gpt_oss(reader *r, model_config *c) {
     return 0;
 }
 
+/* Qwen3.5's text model (transformers' Qwen3_5TextConfig defaults): layer_types of
+ * linear_attention (Gated DeltaNet) and full_attention, else every full_attention_interval-th
+ * layer attends; the DeltaNet's heads and convolution. Its full attention is gated and its
+ * norms zero-centred (the architecture's, arch.c). */
+static int parse_qwen3_5(reader *r, model_config *c) {
+    const cJSON *root = r->root, *types = cJSON_GetObjectItemCaseSensitive(root, "layer_types"), *t;
+    gdn_config *g = &c->gdn;
+    int interval;
+    if (get_int(r, root, "linear_num_key_heads", 16, false, 1, &g->k_heads) ||
+        get_int(r, root, "linear_num_value_heads", 32, false, 1, &g->v_heads) ||
+        get_int(r, root, "linear_key_head_dim", 128, false, 1, &g->k_dim) ||
+        get_int(r, root, "linear_value_head_dim", 128, false, 1, &g->v_dim) ||
+        get_int(r, root, "linear_conv_kernel_dim", 4, false, 1, &g->conv_kernel) ||
+        get_int(r, root, "full_attention_interval", 4, false, 1, &interval))
+        return -1;
+    if (g->k_dim > DELTA_MAX_DIM || g->v_dim > DELTA_MAX_DIM)
+        return loom_errf(r->err, "%s: linear attention heads of %d keys and %d values: at most %d each", r->name,
+                         g->k_dim, g->v_dim, DELTA_MAX_DIM);
+    if (g->conv_kernel < 2 || g->conv_kernel > CONV_MAX_KERNEL)
+        return loom_errf(r->err, "%s: linear_conv_kernel_dim %d: from 2 to %d taps", r->name, g->conv_kernel,
+                         CONV_MAX_KERNEL);
+    if (g->v_heads % g->k_heads)
+        return loom_errf(r->err, "%s: linear_num_value_heads %d is not a multiple of linear_num_key_heads %d", r->name,
+                         g->v_heads, g->k_heads);
+    if (c->n_layers > (int)sizeof c->mixer)
+        return loom_errf(r->err, "%s: %d layers: at most %zu", r->name, c->n_layers, sizeof c->mixer);
+    if (types && !cJSON_IsNull(types) && (!cJSON_IsArray(types) || cJSON_GetArraySize(types) != c->n_layers))
+        return loom_errf(r->err, "%s: field 'layer_types' must list one type for each of the %d layers", r->name,
+                         c->n_layers);
+    for (int l = 0; l < c->n_layers; l++) c->mixer[l] = (l + 1) % interval ? MIXER_GATED_DELTA : MIXER_ATTENTION;
+    int l = 0;
+    if (cJSON_IsArray(types)) cJSON_ArrayForEach(t, types) {
+            const char *v = cJSON_IsString(t) ? t->valuestring : "";
+            if (strcmp(v, "linear_attention") && strcmp(v, "full_attention"))
+                return loom_errf(r->err, "%s: layer_types[%d] '%s': only linear_attention and full_attention", r->name,
+                                 l, v);
+            c->mixer[l++] = strcmp(v, "linear_attention") ? MIXER_ATTENTION : MIXER_GATED_DELTA;
+        }
+    for (l = 0; l < c->n_layers; l++) c->recurrent |= c->mixer[l] != MIXER_ATTENTION;
+    return 0;
+}
+
 /* An Eagle3 draft's own fields (eagle3_config), from `top`: EAGLE's config, or speculators'
  * outer one. norm_before_residual defaults as vLLM reads each format: true for speculators'
  * (vLLM's converter sets it when absent, though speculators' own class defaults to false), false
@@ -609,7 +652,9 @@ static int parse_body(reader *r, model_config *c) {
     if (parse_moe(r, c) || get_int(r, root, "bos_token_id", -1, false, -1, &c->bos_id) || parse_eos(r, c)) return -1;
     if (!strncmp(c->arch, "Ernie4_5", 8) && parse_ernie(r, c)) return -1; /* after parse_moe: it reads the experts */
     if (!strcmp(c->arch, "GptOssForCausalLM") && parse_gpt_oss(r, c)) return -1;
-    if (parse_rope_dim(r, c)) return -1; /* head_dim is final */
+    bool qwen3_5 = !strcmp(c->arch, "Qwen3_5ForCausalLM");
+    if (qwen3_5 && parse_qwen3_5(r, c)) return -1;
+    if (parse_rope_dim(r, c, qwen3_5 ? 0.25 : 1.0)) return -1; /* head_dim is final */
     const char *dt = get_str(root, "torch_dtype");
     if (!dt) dt = get_str(root, "dtype");
     snprintf(c->dtype, sizeof c->dtype, "%s", dt ? dt : "");

@@ -38,6 +38,14 @@ typedef struct eagle3_config {
     bool qk_norm;              /* a Qwen3 layer (speculators' transformer_layer_config) */
 } eagle3_config;
 
+/* A decoder layer's token mixer: attention, or a recurrent one (hybrid models). */
+enum mixer_kind { MIXER_ATTENTION, MIXER_GATED_DELTA };
+/* Gated DeltaNet linear attention (Qwen3.5, Qwen3-Next): value heads per key head, a causal
+ * convolution of conv_kernel taps over q, k and v. */
+typedef struct gdn_config {
+    int k_heads, v_heads, k_dim, v_dim, conv_kernel;
+} gdn_config;
+
 typedef struct model_config {
     char arch[64]; /* architectures[0], e.g. "LlamaForCausalLM" */
     int hidden, intermediate, n_layers, n_heads, n_kv_heads, head_dim, vocab, max_pos;
@@ -90,6 +98,10 @@ typedef struct model_config {
     int n_group, topk_group;
     float routed_scale;          /* routed_scaling_factor */
     unsigned char mlp_only[256]; /* per layer: 1 = dense MLP in an MoE model (mlp_only_layers) */
+    /* per layer: its mixer_kind (layer_types' linear_attention: MIXER_GATED_DELTA) */
+    unsigned char mixer[256];
+    bool recurrent; /* some layer's mixer keeps a state per sequence */
+    gdn_config gdn;
     int bos_id;
     int eos_ids[8];
     int n_eos;

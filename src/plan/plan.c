@@ -68,6 +68,38 @@ static int shard_latent_attention(plan *p, plan_step *s, const module *m, const 
     return cols / (a->nope + a->v_dim) * a->v_dim;
 }
 
+/* A recurrent mixer's convolution: each input's channels are this rank's heads of q, k or v,
+ * and read those rows of the weight. */
+static int shard_conv(plan *p, plan_step *s, const module *m, const op *o, loom_err *err) {
+    const recurrent_desc *r = o->rec;
+    int cols = 0;
+    for (int i = 0; i < o->n_in; i++) {
+        const plan_value *v = &p->values[s->in[i]];
+        if (v->replicated_heads)
+            return loom_errf(err, "%s: a convolution over heads replicated across ranks (fewer heads than ranks)",
+                             m->name);
+        s->weight[i] = (weight_ref){WEIGHT_F32, r->weight, 3,    {r->channels, 1}, r->kernel, r->offsets[i] + v->feat0,
+                                    v->width,   0,         r->kernel, PAR_REPLICATED, 0.3f, 0};
+        cols += v->width;
+    }
+    return cols;
+}
+
+/* The delta rule on this rank's heads (the linear before it gave each rank whole key heads and
+ * their value heads), with their A_log and dt_bias. */
+static int shard_delta(plan *p, plan_step *s, const module *m, const op *o, int width, loom_err *err) {
+    const recurrent_desc *r = o->rec;
+    int tp = p->o.tp, nk = r->n_k_heads / tp, nv = r->n_v_heads / tp;
+    if (r->n_k_heads % tp || r->n_v_heads % tp || width != 2 * nk * r->k_dim + nv * r->v_dim)
+        return loom_errf(err, "%s: %d key and %d value heads cannot be split across %d ranks", m->name, r->n_k_heads,
+                         r->n_v_heads, tp);
+    int h0 = p->values[s->in[1]].feat0; /* b's first head */
+    s->weight[0] = (weight_ref){WEIGHT_F32, r->a_log, 1, {r->n_v_heads}, 0, h0, nv, 0, 0, PAR_REPLICATED, 0.5f, 0};
+    s->weight[1] = s->weight[0];
+    s->weight[1].name = r->dt_bias;
+    return nv * r->v_dim;
+}
+
 /* The step's parameters on this rank and the slices of the weights it reads; returns its
  * output width. */
 static int shard_op(plan *p, plan_step *s, const module *m, const op *o, int width, loom_err *err) {
@@ -94,6 +126,12 @@ static int shard_op(plan *p, plan_step *s, const module *m, const op *o, int wid
         return width;
     }
     case OP_MOE: return shard_moe(p, s, o->moe, m, err);
+    case OP_HEAD_SLICE:
+        if (width % o->slice.stride)
+            return loom_errf(err, "%s: %d columns are not whole heads of %d", m->name, width, o->slice.stride);
+        return width / o->slice.stride * o->slice.width;
+    case OP_CONV1D: return shard_conv(p, s, m, o, err);
+    case OP_GATED_DELTA: return shard_delta(p, s, m, o, width, err);
     case OP_INPUT_ROWS: return o->features;
     case OP_CONCAT: return width + p->values[s->in[1]].width;
     default: return width; /* rope, glu, add, scale, softcap, logit_rows keep their input's width */

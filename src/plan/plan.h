@@ -106,6 +106,10 @@ typedef struct plan_step {
      * a norm's weight, the routing bias; the experts' slices start at expert_r0 (expert_slices) */
     weight_ref weight[LIN_MAX_PARTS], bias_ref[LIN_MAX_PARTS], row_bias_ref, norm_ref, route_bias_ref, sinks_ref;
     int expert_r0;
+    /* a recurrent op's (OP_CONV1D, OP_GATED_DELTA): each sequence's state_stride floats from
+     * state (the executor's, shared by the plans that run the op) */
+    float *state;
+    size_t state_stride;
     /* resolved by the binder (w[1] of latent attention: kv_b_proj's f32 transpose), and the
      * parameters of this rank */
     wmat w[LIN_MAX_PARTS];            /* MLA attention: kv_b_proj, then its f32 transpose */

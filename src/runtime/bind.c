@@ -41,6 +41,9 @@ static void share_input_scale(plan_step *s) {
 }
 
 static int read_tensor(const plan *p, weight_store *ws, const weight_ref *r, wmat *out, loom_err *err) {
+    if (r->kind == WEIGHT_F32 && r->ndim == 3)
+        return weights_get_stacked_f32(ws, r->name, (const int[3]){r->shape[0], r->shape[1], r->cols}, r->r0, r->nr,
+                                       r->init, out, err);
     if (r->kind == WEIGHT_F32)
         return weights_get(ws, r->name, r->shape[0], r->cols, r->r0, r->nr, r->c0, r->nc, true, r->init, out, err);
     const quant_config *cq = p->o.checkpoint;

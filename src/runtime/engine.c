@@ -200,11 +200,16 @@ static int size_kv(loom_engine *e, const loom_engine_options *o, loom_err *err) 
      * than its own passes make. No prefix is exact then, and none is cached. */
     const model_config *c = &e->model->cfg;
     bool switches = c->rope_kind == ROPE_LONGROPE && e->max_ctx > c->rope_orig_max_pos;
-    if (kv_cache_init(&e->kv, (int)blocks, bs, e->max_seqs, e->max_ctx, o->prefix_caching && !switches, err)) return -1;
+    if (kv_cache_init(&e->kv, (int)blocks, bs, e->max_seqs, e->max_ctx, o->prefix_caching && !switches && !c->recurrent,
+                      err))
+        return -1;
     if (o->prefix_caching && switches)
         e->kv.uncached = "longrope switches a pass to its long factors past original_max_position_embeddings, so "
                          "a cached block's keys would depend on the pass that wrote them (a --max-model-len within "
                          "it keeps caching on)";
+    if (o->prefix_caching && c->recurrent)
+        e->kv.uncached = "the model has recurrent layers (linear attention), and their state at a block's end is not "
+                         "kept, so a cached prefix could not be resumed";
     return 0;
 }
 
@@ -271,7 +276,7 @@ static int alloc_state(loom_engine *e, loom_err *err) {
     const model_config *c = &e->model->cfg;
     executor *x = &e->x;
     x->max_tokens = e->max_tokens, x->max_logits = e->max_logits, x->max_ctx = e->max_ctx;
-    x->layer0 = e->layer0, x->layer1 = e->layer1;
+    x->layer0 = e->layer0, x->layer1 = e->layer1, x->max_seqs = e->max_seqs;
     x->kv_blocks = e->kv.n_blocks, x->block_size = e->kv.block_size, x->table_width = e->kv.table_width;
     x->kv_tables = e->kv.tables;
     rope_freqs f;
@@ -389,6 +394,11 @@ int loom_engine_attach_prefix(loom_engine *e, int seq, const int32_t *blocks, in
 int loom_engine_truncate_seq(loom_engine *e, int seq, int len, loom_err *err) {
     if (seq < 0 || seq >= e->max_seqs)
         return loom_errf(err, "sequence %d cut back, but the engine holds %d", seq, e->max_seqs);
+    if (e->model->cfg.recurrent && len < e->kv.len[seq])
+        return loom_errf(err,
+                         "sequence %d cut back to %d positions: %s has recurrent layers, whose state cannot be "
+                         "rewound",
+                         seq, len, e->model->cfg.arch);
     return kv_cache_truncate(&e->kv, seq, len, err);
 }
 

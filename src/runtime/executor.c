@@ -70,6 +70,58 @@ static int alloc_quant_send(executor *x, loom_err *err) {
     return (x->quant_send = mem_aligned(floats * sizeof(float), "the quantized rows sent to a gather", err)) ? 0 : -1;
 }
 
+/* The floats of one sequence's state for recurrent step s: the convolution's last kernel - 1
+ * input rows, or the delta rule's k_dim x v_dim matrix per value head; 0 for other steps. */
+static size_t state_floats(const plan *p, const plan_step *s) {
+    if (s->kind != STEP_OP) return 0;
+    const recurrent_desc *r = s->op->rec;
+    int w = p->values[s->out].width;
+    if (s->op->kind == OP_CONV1D) return (size_t)(r->kernel - 1) * w;
+    if (s->op->kind == OP_GATED_DELTA) return (size_t)w / r->v_dim * r->k_dim * r->v_dim;
+    return 0;
+}
+
+/* One state per recurrent op, which every plan's step of that op (the SP plan's and the plain
+ * TP one's) reads and advances: a sequence's state is its own, whichever plan a pass runs. */
+static int alloc_states(executor *x, loom_err *err) {
+    const op **ops = NULL;
+    int cap = 0;
+    for (int i = 0; i < x->n_plans; i++)
+        for (int k = 0; k < x->plans[i].p.n_steps; k++) {
+            plan_step *s = &x->plans[i].p.steps[k];
+            size_t n = state_floats(&x->plans[i].p, s);
+            if (!n) continue;
+            int j = 0;
+            while (j < x->n_states && ops[j] != s->op) j++;
+            if (j == x->n_states) {
+                if (j == cap) {
+                    cap = cap ? 2 * cap : 16;
+                    const op **o2 = realloc(ops, cap * sizeof *ops);
+                    float **s2 = o2 ? realloc(x->states, cap * sizeof *x->states) : NULL;
+                    if (o2) ops = o2;
+                    if (!s2) {
+                        free(ops);
+                        return loom_errf(err, "out of memory for the recurrent states");
+                    }
+                    x->states = s2;
+                }
+                size_t bytes = (size_t)x->max_seqs * n * sizeof(float);
+                ops[j] = s->op;
+                if (!(x->states[j] = mem_aligned(bytes, "a recurrent layer's state", err))) {
+                    free(ops);
+                    return -1;
+                }
+                memset(x->states[j], 0, bytes);
+                x->state_bytes += bytes;
+                x->n_states++;
+            }
+            s->state = x->states[j];
+            s->state_stride = n;
+        }
+    free(ops);
+    return 0;
+}
+
 int executor_init(executor *x, const rope_freqs *f, loom_err *err) {
     const plan *p = &x->plans[0].p;
     x->cur = &x->plans[0];
@@ -96,7 +148,7 @@ int executor_init(executor *x, const rope_freqs *f, loom_err *err) {
         if (!(x->capture[j] = mem_aligned(bytes, "the captured hidden states", err))) return -1;
         x->activation_bytes += bytes;
     }
-    if (alloc_moe_scratch(x, err) || alloc_quant_send(x, err) ||
+    if (alloc_states(x, err) || alloc_moe_scratch(x, err) || alloc_quant_send(x, err) ||
         ep_init(&x->ep, p, x->ep_comm->size, x->comm->size, x->max_tokens, &x->activation_bytes, err))
         return -1;
     if (f->has_local && rope_table_init(&x->rope_local, f->local, NULL, f->half, 1.0f, x->max_ctx, err)) return -1;
@@ -144,6 +196,8 @@ void executor_free(executor *x) {
     }
     for (int l = x->layer0; x->kv && l < x->layer1; l++) free(x->kv[l].k), free(x->kv[l].v);
     free(x->kv);
+    for (int i = 0; i < x->n_states; i++) free(x->states[i]);
+    free(x->states);
     rope_table_free(&x->rope);
     rope_table_free(&x->rope_local);
     free(x->rope_rows), free(x->seq_ids), free(x->seq_reach);
@@ -333,6 +387,7 @@ static void run_step(executor *x, const plan_step *s, const loom_batch *b) {
     }
     case OP_RMS_NORM:
         if (s->sum_squares) sum_squares(in0, ld0, out, ldo, rows, x->cur->p.values[s->in[0]].width);
+        else if (o->gate_silu) rms_norm_gated(in0, ld0, in1, ld1, out, ldo, rows, w, o->group, s->norm_w, o->eps);
         else if (in1) rms_norm_by(in0, ld0, in1, ld1, out, ldo, rows, w, o->features, s->norm_w, o->eps);
         else rms_norm(in0, ld0, out, ldo, rows, w, o->group ? o->group : w, s->norm_w, o->eps);
         break;
@@ -345,7 +400,30 @@ static void run_step(executor *x, const plan_step *s, const loom_batch *b) {
         x->st.experts.pairs += (long)rows * sh.top_k;
         break;
     }
-    case OP_SIGMOID_GATE: sigmoid_gate(in0, ld0, in1, ld1, out, ldo, rows, w); break;
+    case OP_SIGMOID_GATE: sigmoid_gate(in0, ld0, in1, ld1, x->cur->p.values[s->in[1]].width, out, ldo, rows, w); break;
+    case OP_HEAD_SLICE:
+        for (int i = 0; i < rows; i++)
+            for (int h = 0; h < w / o->slice.width; h++)
+                memcpy(out + i * ldo + h * o->slice.width, in0 + i * ld0 + h * o->slice.stride + o->slice.offset,
+                       o->slice.width * sizeof *out);
+        break;
+    case OP_CONV1D: {
+        conv_inputs c = {.n_in = s->n_in, .kernel = o->rec->kernel};
+        for (int i = 0; i < s->n_in; i++) {
+            c.x[i] = value_at(x, s->in[i], &c.ldx[i]);
+            c.width[i] = x->cur->p.values[s->in[i]].width;
+            c.w[i] = s->w[i].data, c.ldw[i] = s->w[i].ld;
+        }
+        conv1d_silu(&c, out, ldo, rows, b->pos, b->seq, s->state, s->state_stride);
+        break;
+    }
+    case OP_GATED_DELTA: {
+        const recurrent_desc *r = o->rec;
+        int nv = w / r->v_dim;
+        delta_shape sh = {nv * r->n_k_heads / r->n_v_heads, nv, r->k_dim, r->v_dim, s->w[0].data, s->w[1].data};
+        gated_delta(&sh, in0, ld0, in1, ld1, in2, ld2, out, ldo, rows, b->pos, b->seq, s->state, s->state_stride);
+        break;
+    }
     case OP_ROPE:
         rope_apply(o->rope.local ? &x->rope_local : &x->rope, in0, ld0, out, ldo, rows, w / o->rope.stride,
                    o->rope.stride, o->rope.offset, o->rope.interleaved, o->rope.local ? b->pos : x->pass_rope_rows);

@@ -38,6 +38,11 @@ typedef struct executor {
     int n_plans, sp_min_tokens; /* passes shorter than sp_min_tokens run plans[1] */
     int max_tokens, max_logits, max_ctx;
     int layer0, layer1; /* the decoder layers whose KV cache this rank holds */
+    int max_seqs;
+    /* the recurrent ops' states (one per op, both plans' steps point into it): max_seqs of
+     * each step's state_stride floats */
+    int n_states;
+    float **states;
     /* the KV pool: kv_blocks blocks of block_size positions per layer, read through the
      * sequences' block tables (kv_tables, table_width per sequence; runtime/kv_cache.h) */
     int kv_blocks, block_size, table_width;
@@ -62,14 +67,14 @@ typedef struct executor {
     const float *rows_in; /* the pass's rows beside its ids (OP_INPUT_ROWS), one per token */
     float *capture[PLAN_MAX_CAPTURE];
     int capture_root[PLAN_MAX_CAPTURE];
-    size_t activation_bytes, kv_bytes;
+    size_t activation_bytes, kv_bytes, state_bytes;
     bool profile; /* time each op kind */
     exec_stats st;
 } executor;
 
 /* Allocates what the plans run on, once: their buffers, the KV pools of layers [layer0,
- * layer1), the RoPE tables of f for max_ctx positions, the experts' scratch and expert
- * parallelism's buffers. The caller has set comm, world, ep_comm, stage, the plans, the max_*
+ * layer1), the recurrent ops' states for max_seqs sequences, the RoPE tables of f for max_ctx
+ * positions, the experts' scratch and expert parallelism's buffers. The caller has set comm, world, ep_comm, stage, the plans, the max_*
  * sizes and the pool's. */
 int executor_init(executor *x, const rope_freqs *f, loom_err *err);
 /* Under pipeline stages: every captured slot from the stage that made it, to every rank (rows of

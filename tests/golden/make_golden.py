@@ -59,6 +59,7 @@ from transformers import (  # noqa: E402
     Ernie4_5_MoeConfig, Ernie4_5_MoeForCausalLM,
     Phi3Config, Phi3ForCausalLM,
     GptOssConfig, GptOssForCausalLM, Mxfp4Config,
+    Qwen3_5TextConfig, Qwen3_5ForCausalLM,
 )
 from transformers.integrations.mxfp4 import FP4_VALUES  # noqa: E402
 
@@ -294,6 +295,19 @@ def case_defs():
                              "truncate": False, "original_max_position_embeddings": 32,
                              "rope_theta": 150000.0}),
             {"check_window": 4, "mxfp4": True}),
+        # Qwen3.5 (text): Gated DeltaNet linear attention in layers 0 and 1, gated full attention
+        # (q_proj holds each head's query and output gate) in layer 2, zero-centred norms
+        # (scale 1 + w), a quarter of each head rotated. Value heads twice the key heads, as the
+        # released models have. Sequence 0's prompt of 70 tokens crosses transformers' chunk of
+        # 64 in its chunked delta rule; decode runs its recurrent form, which sums in another
+        # order (1.2e-5 apart on these weights, hence incr_tol).
+        "qwen3_5": (Qwen3_5ForCausalLM, Qwen3_5TextConfig, dict(
+            BASE, num_hidden_layers=3, head_dim=32, layer_types=["linear_attention", "linear_attention",
+                                                                "full_attention"],
+            linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=16, linear_value_head_dim=16,
+            linear_conv_kernel_dim=4, tie_word_embeddings=False, rms_norm_eps=1e-6,
+            rope_parameters={"rope_type": "default", "rope_theta": 1e6, "partial_rotary_factor": 0.25}),
+            {"prefill": (70, 5), "incr_tol": 5e-5}),
     }
 
 
@@ -612,7 +626,8 @@ def build_case(idx, name, model_cls, cfg_cls, cfg_kw, opts):
     os.makedirs(out_dir)
 
     gen = torch.Generator().manual_seed(4321 + idx)  # independent of the weight seed
-    ids = [make_ids(gen, cfg_kw["vocab_size"], p + DECODE_STEPS) for p in PREFILL]
+    prefill = opts.get("prefill", PREFILL)
+    ids = [make_ids(gen, cfg_kw["vocab_size"], p + DECODE_STEPS) for p in prefill]
 
     # Weight seed 1234 + idx. Cases with a routing check (DeepSeek) move on to
     # 1234 + idx + 1000*k, k = 1, 2, ... while the routing sits on a knife-edge.
@@ -711,7 +726,7 @@ def build_case(idx, name, model_cls, cfg_cls, cfg_kw, opts):
         std = logits[i].std(dim=-1)
         assert std.min().item() > 0.5, \
             f"{name}: logits_{i} too flat (min row std {std.min().item():.3f})"
-        inc = incremental_logits(m, ids[i], PREFILL[i])
+        inc = incremental_logits(m, ids[i], prefill[i])
         d = (inc - logits[i]).abs().max().item()
         tol = opts.get("incr_tol", INCR_TOL)
         assert d <= tol, f"{name}: incremental vs full differ by {d}"
@@ -762,9 +777,9 @@ def build_case(idx, name, model_cls, cfg_cls, cfg_kw, opts):
         rp = m.config.rope_parameters
         orig = rp["original_max_position_embeddings"]
         if opts["longrope"] == "long":
-            assert min(PREFILL) > orig, f"{name}: a prefill within the original context"
+            assert min(prefill) > orig, f"{name}: a prefill within the original context"
         else:
-            assert max(PREFILL) + DECODE_STEPS <= orig, f"{name}: a pass past the original context"
+            assert max(prefill) + DECODE_STEPS <= orig, f"{name}: a pass past the original context"
         assert rp["short_factor"] != rp["long_factor"]
         extra_info["longrope_attention_factor"] = m.model.rotary_emb.attention_scaling
         extra_info["rotary_dim"] = 2 * m.model.rotary_emb.inv_freq.numel()
@@ -785,7 +800,7 @@ def build_case(idx, name, model_cls, cfg_cls, cfg_kw, opts):
                "logits_0": logits[0].contiguous(),
                "logits_1": logits[1].contiguous()}
     tensors.update(extra)
-    meta = {"prefill_0": str(PREFILL[0]), "prefill_1": str(PREFILL[1]),
+    meta = {"prefill_0": str(prefill[0]), "prefill_1": str(prefill[1]),
             "decode_steps": str(DECODE_STEPS),
             "transformers": transformers.__version__,
             "torch": torch.__version__, "case": name, "atol": "1e-4"}

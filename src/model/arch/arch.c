@@ -107,6 +107,7 @@ static const struct {
     {"GptOssForCausalLM", {.attn_sinks = true, .moe = &gpt_oss_moe}, build_llama_family},
     {"Gemma2ForCausalLM", {.norm_offset = 1}, build_gemma},
     {"Gemma3ForCausalLM", {.qk_norm = true, .norm_offset = 1}, build_gemma},
+    {"Qwen3_5ForCausalLM", {.qk_norm = true, .norm_offset = 1, .output_gate = true}, build_hybrid},
 };
 
 bool arch_supported(const char *name) {

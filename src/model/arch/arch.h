@@ -53,6 +53,8 @@ typedef struct llama_variant {
     const moe_layout *moe; /* MoE architectures: their expert layers (dense ones: NULL) */
     float norm_offset;     /* Gemma: norms scale by weight + 1 */
     bool attn_sinks;       /* GPT-OSS: a learned logit per head in each softmax's denominator (self_attn.sinks) */
+    bool output_gate;      /* Qwen3.5: q_proj holds each head's query then its output gate; the
+                              attention's output is scaled by sigmoid(gate) before o_proj */
     /* Phi-3: q/k/v, and gate/up, as row ranges of one tensor each (NULL: a tensor per part) */
     const char *fused_qkv, *fused_gate_up;
 } llama_variant;
@@ -62,6 +64,9 @@ typedef struct llama_variant {
 module *build_llama_family(const model_config *c, const llama_variant *v);
 module *build_gemma(const model_config *c, const llama_variant *v);
 module *build_eagle3(const model_config *c);
+/* A hybrid model (hybrid_blocks.c): each layer's mixer attention or Gated DeltaNet, by
+ * model_config.mixer (Qwen3.5). */
+module *build_hybrid(const model_config *c, const llama_variant *v);
 
 /* The shared blocks (blocks.c). GQA self-attention `name` (q/k/v/o_proj) of decoder layer
  * `layer` over an input of `in` features (the hidden size, or an Eagle3 layer's two hidden
@@ -76,6 +81,10 @@ int emit_lm_head(module *m, const model_config *c, int h);
  * head_dim (0: by features). */
 void linear_part_init(linear_part *p, const char *prefix, const char *proj, int out, int head_dim, bool bias);
 
+/* Pre-norm residual branch h + residual_mult * child(norm(h)) of decoder layer m, the norm
+ * scaling by weight + v's norm_offset (llama_blocks.c). */
+int residual_branch(module *m, const model_config *c, const llama_variant *v, int h, const char *norm, module *child,
+                    const char *name);
 /* Layer `layer`'s latent attention module (mla_blocks.c) and mixture-of-experts module
  * (moe_blocks.c). */
 module *mla_attention_module(const model_config *c, const llama_variant *v, int layer);

@@ -41,10 +41,10 @@ module *attention_module(const model_config *c, const llama_variant *v, const ch
     module *m = module_new("attention", "%s", name);
     if (!m) return NULL;
     int x = module_input(m, "x");
-    int hd = c->head_dim, q_out = c->n_heads * hd, kv_out = c->n_kv_heads * hd;
+    int hd = c->head_dim, q_out = c->n_heads * hd, kv_out = c->n_kv_heads * hd, gated = v->output_gate ? 2 : 1;
     linear_desc qkv = {.in = in, .n_parts = 3, .style = PAR_COLUMN};
     bool bias = v->qkv_bias || c->attention_bias;
-    linear_part_init(&qkv.parts[0], m->name, "q_proj", q_out, hd, bias);
+    linear_part_init(&qkv.parts[0], m->name, "q_proj", gated * q_out, gated * hd, bias);
     linear_part_init(&qkv.parts[1], m->name, "k_proj", kv_out, hd, bias);
     linear_part_init(&qkv.parts[2], m->name, "v_proj", kv_out, hd, bias);
     qkv.parts[1].replicable = qkv.parts[2].replicable = true;
@@ -52,7 +52,11 @@ module *attention_module(const model_config *c, const llama_variant *v, const ch
     int fused = emit_linear(m, x, &qkv);
     int q = emit_split(m, fused, 0, "q");
     int k = emit_split(m, fused, 1, "k");
-    int val = emit_split(m, fused, 2, "v");
+    int val = emit_split(m, fused, 2, "v"), gate = -1;
+    if (v->output_gate) { /* each head's query, then its gate */
+        gate = emit_head_slice(m, q, &(slice_desc){2 * hd, hd, hd}, "gate");
+        q = emit_head_slice(m, q, &(slice_desc){2 * hd, 0, hd}, "query");
+    }
     if (v->qk_norm || v->qk_norm_whole) {
         q = qk_norm(m, c, v, q, "q", q_out);
         k = qk_norm(m, c, v, k, "k", kv_out);
@@ -72,6 +76,7 @@ module *attention_module(const model_config *c, const llama_variant *v, const ch
                    .softcap = c->attn_softcap};
     if (v->attn_sinks) snprintf(a.sinks, sizeof a.sinks, "%s.sinks", m->name);
     int att = emit_attention(m, q, k, val, &a);
+    if (v->output_gate) att = emit_sigmoid_gate(m, att, gate, "gated");
     linear_desc o = {.in = q_out, .n_parts = 1, .style = PAR_ROW};
     linear_part_init(&o.parts[0], m->name, "o_proj", c->hidden, 0, c->attention_bias);
     module_output(m, emit_linear(m, att, &o));

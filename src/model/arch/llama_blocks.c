@@ -5,11 +5,12 @@
 
 #include "model/arch/arch.h"
 
-/* h + residual_mult * child(norm(h)); Granite scales the branch, others multiply by 1 (no op). */
-static int residual_branch(module *m, const model_config *c, int h, const char *norm, module *child, const char *name) {
+/* Granite scales the branch, others multiply by 1 (no op). */
+int residual_branch(module *m, const model_config *c, const llama_variant *v, int h, const char *norm, module *child,
+                    const char *name) {
     char w[128];
     snprintf(w, sizeof w, "%s.%s.weight", m->name, norm);
-    int n = emit_rms_norm(m, h, w, c->rms_eps, 0, norm);
+    int n = emit_rms_norm_offset(m, h, w, v->norm_offset, c->rms_eps, 0, norm);
     int out = emit_call(m, child, &n, 1, child ? child->kind : norm);
     if (c->residual_mult != 1.0f) out = emit_scale(m, out, c->residual_mult, "scaled");
     return emit_add(m, h, out, name);
@@ -22,12 +23,12 @@ static module *decoder_layer(const model_config *c, const llama_variant *v, int 
     char name[96];
     snprintf(name, sizeof name, "model.layers.%d.self_attn", layer);
     module *attn = v->mla ? mla_attention_module(c, v, layer) : attention_module(c, v, name, layer, c->hidden);
-    h = residual_branch(m, c, h, "input_layernorm", attn, "resid_attn");
+    h = residual_branch(m, c, v, h, "input_layernorm", attn, "resid_attn");
     /* MoE models keep dense MLPs in their mlp_only_layers and between sparse steps */
     bool sparse = v->moe && c->n_experts && !c->mlp_only[layer] && (layer + 1) % c->sparse_step == 0;
     char mlp[96];
     snprintf(mlp, sizeof mlp, "model.layers.%d.mlp", layer);
-    h = residual_branch(m, c, h, "post_attention_layernorm",
+    h = residual_branch(m, c, v, h, "post_attention_layernorm",
                         sparse ? moe_module(c, v->moe, layer) : mlp_module(c, v, mlp, c->intermediate), "resid_mlp");
     module_output(m, h);
     return m;
