@@ -181,6 +181,7 @@ static bool shardable(const char *name, int tp, const char **why) {
     *why = "cannot be split across";
     if (!(i.n_heads % tp == 0 && (i.n_kv_heads % tp == 0 || tp % i.n_kv_heads == 0) && i.intermediate % tp == 0))
         return false;
+    if (i.n_recurrent_layers && (i.n_linear_k_heads % tp || i.n_linear_v_heads % tp)) return false;
     /* the GGUF cases of random blocks (the others are converted in F32): down_proj in Q4_K and
      * Q6_K (split at 32 and 16 weights: their sub-blocks), o_proj in blocks of 32; the MoE ones'
      * down_exps 64 features (make_gguf_golden.py's EXP_INTER) in blocks of 32 */

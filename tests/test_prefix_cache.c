@@ -252,10 +252,12 @@ static result run_case(const char *name, mode md) {
  * depend on the pass (bits), else within TOL (latent attention and quantized weights: the cached
  * blocks' last positions were written by decode steps, whose kernels round differently). In
  * whole passes, the few rows after a cached prefix take the decode kernels where the uncached
- * prompt takes the GEMM: within TOL; or, where those pass shapes alone move the uncached run
- * further (quantized weights, whose two kernels differ by more; Gemma 3's wider logits), the
- * cache's own part, against the uncached run computed in the same passes, within TOL, or the
- * cached run no further from the uncached one than those pass shapes alone move it. */
+ * prompt takes the GEMM: within TOL; or the cache's own part, against the uncached run computed
+ * in the same passes, within TOL (the pass shapes alone move Gemma 3's wider logits by up to
+ * 8.8e-6 on AVX-512, and an 8-bit cache's codes can round either side of a boundary there:
+ * their sum passes TOL where the cache itself moves them by 4.4e-6); or, where the pass shapes
+ * alone move the uncached run past TOL (quantized weights, whose two kernels differ by more),
+ * the cached run no further from the uncached one than they do. */
 static void check_part(const char *name, const char *mn, const char *how, const part *p, bool bits) {
     /* B: the prompt's 29 tokens before its last hold 1 whole block; C: A's 36 positions 2 */
     CHECK(p->hit_b == 1 && p->hit_c == 2 && p->hit_other == 0,
@@ -264,8 +266,9 @@ static void check_part(const char *name, const char *mn, const char *how, const 
     CHECK(p->same_tokens_ab, "%s (%s, %s): greedy tokens differ with the prompt's prefix cached", name, mn, how);
     CHECK(p->same_tokens_cd, "%s (%s, %s): the follow-up turn's greedy token differs with its prefix cached", name, mn,
           how);
-    bool ab = p->worst_ab <= TOL || (p->split_ab > TOL && (p->same_ab <= TOL || p->worst_ab <= p->split_ab));
-    bool cd = p->worst_cd <= TOL || (p->split_cd > TOL && (p->same_cd <= TOL || p->worst_cd <= p->split_cd));
+    bool split = !strcmp(how, "whole passes"); /* the uncached runs in the same passes were made */
+    bool ab = p->worst_ab <= TOL || (split && (p->same_ab <= TOL || (p->split_ab > TOL && p->worst_ab <= p->split_ab)));
+    bool cd = p->worst_cd <= TOL || (split && (p->same_cd <= TOL || (p->split_cd > TOL && p->worst_cd <= p->split_cd)));
     CHECK(ab && cd,
           "%s (%s, %s): log-probabilities with the prefix cached differ by %.3g (repeat) and %.3g (follow-up); "
           "computing them in the same passes without the cache changes them by %.3g and %.3g, and the cached runs "

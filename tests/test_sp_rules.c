@@ -326,7 +326,7 @@ static void region_rules(void) {
                  "its output is not a partial sum of its reductions");
     /* EVIDENCE-OF: 4.3 R9 */
     expect_ok("token mixing outside a region warns", model(no_tail, attention_outside), true,
-              "`attention` outside a region may mix tokens");
+              "`attention` outside a region mixes tokens");
 }
 
 /* The same rules on custom ops of each class (loom_op_class). */

@@ -10,9 +10,9 @@
 #include "util/err.h"
 
 static const char *kind_names[OP_KIND_COUNT] = {
-    "embed",      "linear", "split",  "rms_norm", "rope",         "attention",  "glu",    "add",     "scale",
-    "logit_rows", "call",   "custom", "moe",      "sigmoid_gate", "input_rows", "concat", "softcap",
-    "head_slice", "conv1d", "gated_delta",
+    "embed",      "linear", "split",      "rms_norm",   "rope",   "attention",   "glu",
+    "add",        "scale",  "logit_rows", "call",       "custom", "moe",         "sigmoid_gate",
+    "input_rows", "concat", "softcap",    "head_slice", "conv1d", "gated_delta",
 };
 
 const char *op_kind_name(op_kind k) { return kind_names[k]; }

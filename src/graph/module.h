@@ -145,7 +145,7 @@ typedef struct recurrent_desc {
     int layer;
     int kernel, channels, offsets[3];
     int n_k_heads, n_v_heads, k_dim, v_dim;
-    char weight[128];        /* OP_CONV1D: conv1d.weight */
+    char weight[128];              /* OP_CONV1D: conv1d.weight */
     char a_log[128], dt_bias[128]; /* OP_GATED_DELTA */
 } recurrent_desc;
 

@@ -386,8 +386,8 @@ int weights_get(weight_store *w, const char *name, int rows, int cols, int r0, i
                  as_f32, init, out, err);
 }
 
-int weights_get_stacked_f32(weight_store *w, const char *name, const int shape[3], int r0, int nr, float init, wmat *out,
-                            loom_err *err) {
+int weights_get_stacked_f32(weight_store *w, const char *name, const int shape[3], int r0, int nr, float init,
+                            wmat *out, loom_err *err) {
     return fetch(w, name, 3, shape, shape[2], r0, nr, 0, shape[2], true, init, out, err);
 }
 

@@ -98,8 +98,8 @@ int weights_made_keep(weight_store *w, const char *name, int r0, int nr, int c0,
 void *weights_buffer(weight_store *w, size_t bytes, const char *what, loom_err *err);
 /* Rows [r0, r0 + nr) of a [shape[0], shape[1], shape[2]] tensor read as [shape[0] x shape[1],
  * shape[2]], in f32 (a depthwise convolution's [channels, 1, kernel] weight). */
-int weights_get_stacked_f32(weight_store *w, const char *name, const int shape[3], int r0, int nr, float init, wmat *out,
-                            loom_err *err);
+int weights_get_stacked_f32(weight_store *w, const char *name, const int shape[3], int r0, int nr, float init,
+                            wmat *out, loom_err *err);
 /* Rows [r0, r0+nr) x columns [c0, c0+nc) of expert `expert`'s [rows, cols] matrix in a stacked
  * [n_experts, rows, cols] tensor (GraniteMoE's experts), as weights_get fetches a linear. */
 int weights_get_expert(weight_store *w, const char *name, int n_experts, int expert, int rows, int cols, int r0, int nr,

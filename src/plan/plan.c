@@ -54,6 +54,29 @@ static int flatten_split(plan *p, const module *m, const op *o, int fused, loom_
 
 static int gcd(int a, int b) { return b ? gcd(b, a % b) : a; }
 
+/* The KV cache's rows on this rank, the same for every layer: its kv heads (a latent cache: the
+ * whole latent, which the absorbed form reads as whole rows). */
+static void kv_geometry(plan *p, const attn_desc *a) {
+    if (a->kv_lora) {
+        p->kv_width = p->kv_slab = a->kv_lora + a->rope;
+        p->kv_group = gcd(a->kv_lora, a->rope);
+        p->kv_latent = true;
+        return;
+    }
+    int kv = a->n_kv_heads >= p->o.tp ? a->n_kv_heads / p->o.tp : 1;
+    p->kv_width = kv * a->head_dim;
+    p->kv_slab = p->kv_group = a->head_dim;
+}
+
+/* The tree's first attention op, or NULL. */
+static const op *first_attention(const module *m) {
+    for (int i = 0; i < m->n_ops; i++) {
+        const op *o = m->ops[i].kind == OP_CALL ? first_attention(m->ops[i].child) : &m->ops[i];
+        if (o && o->kind == OP_ATTENTION) return o;
+    }
+    return NULL;
+}
+
 /* Latent attention: this rank's heads of kv_b_proj (the binder adds the f32 transpose of them
  * that both of its forms read: kernels.h's mla_attention); every rank caches the whole latent. */
 static int shard_latent_attention(plan *p, plan_step *s, const module *m, const op *o, loom_err *err) {
@@ -61,10 +84,6 @@ static int shard_latent_attention(plan *p, plan_step *s, const module *m, const 
     int cols = shard_linear(p, s, o->lin, a->kv_lora, m, err);
     if (cols < 0) return -1;
     s->attn.mla = (mla_shape){a->kv_lora, a->nope, a->rope, a->v_dim};
-    p->kv_width = a->kv_lora + a->rope;
-    p->kv_slab = p->kv_width; /* the absorbed form reads whole rows */
-    p->kv_group = gcd(a->kv_lora, a->rope);
-    p->kv_latent = true;
     return cols / (a->nope + a->v_dim) * a->v_dim;
 }
 
@@ -78,8 +97,9 @@ static int shard_conv(plan *p, plan_step *s, const module *m, const op *o, loom_
         if (v->replicated_heads)
             return loom_errf(err, "%s: a convolution over heads replicated across ranks (fewer heads than ranks)",
                              m->name);
-        s->weight[i] = (weight_ref){WEIGHT_F32, r->weight, 3,    {r->channels, 1}, r->kernel, r->offsets[i] + v->feat0,
-                                    v->width,   0,         r->kernel, PAR_REPLICATED, 0.3f, 0};
+        s->weight[i] =
+            (weight_ref){WEIGHT_F32, r->weight, 3,         {r->channels, 1}, r->kernel, r->offsets[i] + v->feat0,
+                         v->width,   0,         r->kernel, PAR_REPLICATED,   0.3f,      0};
         cols += v->width;
     }
     return cols;
@@ -110,8 +130,7 @@ static int shard_op(plan *p, plan_step *s, const module *m, const op *o, int wid
         const attn_desc *a = &o->attn;
         int kv = a->n_kv_heads >= p->o.tp ? a->n_kv_heads / p->o.tp : 1, h = a->n_heads / p->o.tp;
         s->attn = (attn_shape){h, kv, a->head_dim, a->sliding_window, a->scale, {0}, a->softcap, NULL};
-        p->kv_width = kv * a->head_dim;
-        p->kv_slab = p->kv_group = a->head_dim;
+        kv_geometry(p, a);
         if (a->sinks[0]) /* this rank's heads' sinks */
             s->sinks_ref = (weight_ref){WEIGHT_F32, a->sinks, 1, {a->n_heads},   0,     p->o.rank * h,
                                         h,          0,        0, PAR_REPLICATED, 0.02f, 0};
@@ -495,6 +514,10 @@ int plan_build(plan *p, const module *tree, const plan_options *o, loom_err *err
     ep_check_model(p, tree);
     int rc = shard_vocab(p, tree, err) || (p->output = flatten(p, tree, NULL, err)) < 0 ? -1 : 0;
     if (!rc && p->o.stage < p->o.pp - 1) p->output = -1; /* what it makes is sent on */
+    /* a stage of a hybrid model's recurrent layers alone attends nowhere: its cache rows are
+     * still the model's, so that every stage sizes the pool alike */
+    const op *att = rc || p->kv_width ? NULL : first_attention(tree);
+    if (att) kv_geometry(p, &att->attn);
     if (!rc && p->o.sp) mark_quantized_gathers(p);
     if (!rc && p->o.async_tp) fuse_async_tp(p);
     if (!rc) rc = assign_buffers(p);

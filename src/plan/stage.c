@@ -18,6 +18,14 @@ int stage_count_layers(const module *tree) {
     return n;
 }
 
+int stage_count_attending(const module *tree, int layer0, int layer1) {
+    int n = 0, layer = 0;
+    for (int i = 0; i < tree->n_ops; i++)
+        if (is_layer_call(&tree->ops[i]) && layer++ >= layer0 && layer <= layer1)
+            n += module_uses(tree->ops[i].child, OP_ATTENTION);
+    return n;
+}
+
 /* vLLM's even split: n / pp layers each, the remainder one each to the stages just before the
  * last, which keeps the LM head's stage the lightest. */
 static void even_split(int n_layers, int pp, int *count) {

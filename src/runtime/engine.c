@@ -171,7 +171,10 @@ static int size_kv(loom_engine *e, const loom_engine_options *o, loom_err *err) 
         return loom_errf(err, "--block-size %d: a KV cache block holds a power of two from 16 to 1024 positions", bs);
     int *first = engine_stages(e->model, o, &pp, err);
     if (!first) return -1;
-    for (int s = 0; s < pp; s++) layers = first[s + 1] - first[s] > layers ? first[s + 1] - first[s] : layers;
+    for (int s = 0; s < pp; s++) { /* the layers with a KV cache (a hybrid model's attention ones) */
+        int n = stage_count_attending(e->model->tree, first[s], first[s + 1]);
+        layers = n > layers ? n : layers;
+    }
     free(first);
     size_t per = engine_kv_bytes_per_token(e, layers), blocks = budget / (per * bs);
     int max_pos = e->model->cfg.max_pos;

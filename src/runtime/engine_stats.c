@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "plan/stage.h"
 #include "runtime/engine.h"
 #include "runtime/profile.h"
 
@@ -52,7 +53,7 @@ void loom_engine_get_stats(const loom_engine *e, loom_engine_stats *st) {
         .max_tokens = e->max_tokens,
         .activation_bytes = x->activation_bytes,
         .kv_bytes = x->kv_bytes,
-        .kv_bytes_per_token = engine_kv_bytes_per_token(e, e->layer1 - e->layer0),
+        .kv_bytes_per_token = engine_kv_bytes_per_token(e, stage_count_attending(e->model->tree, e->layer0, e->layer1)),
         .decode_bytes = decode_bytes(e),
         .blocked_seconds = x->comm->blocked_s + (x->world != x->comm ? x->world->blocked_s : 0) +
                            (x->ep_comm != x->comm ? x->ep_comm->blocked_s : 0),

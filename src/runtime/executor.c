@@ -84,42 +84,36 @@ static size_t state_floats(const plan *p, const plan_step *s) {
 /* One state per recurrent op, which every plan's step of that op (the SP plan's and the plain
  * TP one's) reads and advances: a sequence's state is its own, whichever plan a pass runs. */
 static int alloc_states(executor *x, loom_err *err) {
-    const op **ops = NULL;
-    int cap = 0;
+    size_t cap = 0;
     for (int i = 0; i < x->n_plans; i++)
         for (int k = 0; k < x->plans[i].p.n_steps; k++) {
-            plan_step *s = &x->plans[i].p.steps[k];
+            plan_step *s = &x->plans[i].p.steps[k], *first = NULL;
             size_t n = state_floats(&x->plans[i].p, s);
             if (!n) continue;
-            int j = 0;
-            while (j < x->n_states && ops[j] != s->op) j++;
-            if (j == x->n_states) {
-                if (j == cap) {
-                    cap = cap ? 2 * cap : 16;
-                    const op **o2 = realloc(ops, cap * sizeof *ops);
-                    float **s2 = o2 ? realloc(x->states, cap * sizeof *x->states) : NULL;
-                    if (o2) ops = o2;
-                    if (!s2) {
-                        free(ops);
-                        return loom_errf(err, "out of memory for the recurrent states");
-                    }
-                    x->states = s2;
-                }
+            for (int j = 0; j < x->n_states && !first; j++)
+                if (x->state_steps[j]->op == s->op) first = x->state_steps[j];
+            if (!first) {
                 size_t bytes = (size_t)x->max_seqs * n * sizeof(float);
-                ops[j] = s->op;
-                if (!(x->states[j] = mem_aligned(bytes, "a recurrent layer's state", err))) {
-                    free(ops);
+                if (ARRAY_RESERVE(x->state_steps, cap, (size_t)x->n_states + 1, "the recurrent states", err) ||
+                    !(s->state = mem_aligned(bytes, "a recurrent layer's state", err)))
                     return -1;
-                }
-                memset(x->states[j], 0, bytes);
+                memset(s->state, 0, bytes);
                 x->state_bytes += bytes;
-                x->n_states++;
+                x->state_steps[x->n_states++] = first = s;
             }
-            s->state = x->states[j];
+            s->state = first->state;
             s->state_stride = n;
         }
-    free(ops);
     return 0;
+}
+
+/* Whether decoder layer l has an attention step, so a KV cache. */
+static bool attends(const executor *x, int l) {
+    const plan *p = &x->plans[0].p;
+    for (int i = 0; i < p->n_steps; i++)
+        if (p->steps[i].kind == STEP_OP && p->steps[i].op->kind == OP_ATTENTION && p->steps[i].op->attn.layer == l)
+            return true;
+    return false;
 }
 
 int executor_init(executor *x, const rope_freqs *f, loom_err *err) {
@@ -133,6 +127,7 @@ int executor_init(executor *x, const rope_freqs *f, loom_err *err) {
     /* the same in both plans */
     size_t per = (size_t)x->kv_blocks * x->block_size * kv_row_bytes(x->kv_dtype, p->kv_width, p->kv_slab, p->kv_group);
     for (int l = x->layer0; l < x->layer1; l++) { /* a latent cache (MLA) has no V */
+        if (!attends(x, l)) continue;             /* a hybrid model's recurrent layer */
         x->kv[l] = (kv_layer){.kv_width = p->kv_width,
                               .block_size = x->block_size,
                               .tables = x->kv_tables,
@@ -189,6 +184,8 @@ static const int32_t *longrope_rows(executor *x, const loom_batch *b) {
 }
 
 void executor_free(executor *x) {
+    for (int i = 0; i < x->n_states; i++) free(x->state_steps[i]->state); /* before the plans holding them */
+    free(x->state_steps);
     for (int i = 0; i < 2; i++) {
         for (int b = 0; x->plans[i].buffers && b < x->plans[i].p.n_buffers; b++) free(x->plans[i].buffers[b]);
         free(x->plans[i].buffers);
@@ -196,8 +193,6 @@ void executor_free(executor *x) {
     }
     for (int l = x->layer0; x->kv && l < x->layer1; l++) free(x->kv[l].k), free(x->kv[l].v);
     free(x->kv);
-    for (int i = 0; i < x->n_states; i++) free(x->states[i]);
-    free(x->states);
     rope_table_free(&x->rope);
     rope_table_free(&x->rope_local);
     free(x->rope_rows), free(x->seq_ids), free(x->seq_reach);

@@ -39,10 +39,10 @@ typedef struct executor {
     int max_tokens, max_logits, max_ctx;
     int layer0, layer1; /* the decoder layers whose KV cache this rank holds */
     int max_seqs;
-    /* the recurrent ops' states (one per op, both plans' steps point into it): max_seqs of
-     * each step's state_stride floats */
+    /* the recurrent ops' states, one per op, which both plans' steps of it point to (max_seqs
+     * of the step's state_stride floats): each op's first step, which owns it */
     int n_states;
-    float **states;
+    plan_step **state_steps;
     /* the KV pool: kv_blocks blocks of block_size positions per layer, read through the
      * sequences' block tables (kv_tables, table_width per sequence; runtime/kv_cache.h) */
     int kv_blocks, block_size, table_width;

@@ -223,6 +223,8 @@ void loom_model_get_info(const loom_model *m, loom_model_info *info) {
     const model_config *c = &m->cfg;
     size_t h = c->hidden, q = (size_t)c->n_heads * c->head_dim, kv = (size_t)c->n_kv_heads * c->head_dim;
     size_t per_layer = h * (q + 2 * kv) + q * h + 3 * h * c->intermediate + 2 * h;
+    int recurrent = 0;
+    for (int l = 0; c->recurrent && l < c->n_layers; l++) recurrent += c->mixer[l] != MIXER_ATTENTION;
     *info = (loom_model_info){
         .arch = c->arch,
         .vocab = c->vocab,
@@ -231,6 +233,9 @@ void loom_model_get_info(const loom_model *m, loom_model_info *info) {
         .n_layers = c->n_layers,
         .n_heads = c->n_heads,
         .n_kv_heads = c->n_kv_heads,
+        .n_recurrent_layers = recurrent,
+        .n_linear_k_heads = c->recurrent ? c->gdn.k_heads : 0,
+        .n_linear_v_heads = c->recurrent ? c->gdn.v_heads : 0,
         .head_dim = c->head_dim,
         .max_pos = c->max_pos,
         .bos_id = c->bos_id,

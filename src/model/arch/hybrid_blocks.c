@@ -59,7 +59,7 @@ static module *decoder_layer(const model_config *c, const llama_variant *v, int 
     char name[96];
     snprintf(name, sizeof name, "model.layers.%d.self_attn", layer);
     module *mixer = c->mixer[layer] == MIXER_GATED_DELTA ? gated_delta_module(c, layer)
-                                                          : attention_module(c, v, name, layer, c->hidden);
+                                                         : attention_module(c, v, name, layer, c->hidden);
     h = residual_branch(m, c, v, h, "input_layernorm", mixer, "resid_mixer");
     snprintf(name, sizeof name, "model.layers.%d.mlp", layer);
     h = residual_branch(m, c, v, h, "post_attention_layernorm", mlp_module(c, v, name, c->intermediate), "resid_mlp");
