@@ -438,6 +438,9 @@ typedef struct loom_engine_stats {
     int stage, stages;                 /* pipeline parallelism: this rank's stage (0 with one), and how many */
     int max_seqs, max_ctx, max_tokens; /* sequences it holds, positions per sequence, tokens per pass */
     size_t activation_bytes, kv_bytes; /* memory for activations and for the KV cache */
+    /* a hybrid model's recurrent layers: their state for all max_seqs sequences (taken from the
+     * KV cache budget), and one sequence's */
+    size_t state_bytes, state_bytes_per_seq;
     /* KV cache bytes one token of one sequence takes over all layers (a latent cache: one latent
      * row per layer, else K and V of this rank's kv heads) */
     size_t kv_bytes_per_token;

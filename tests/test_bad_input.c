@@ -422,6 +422,27 @@ static void bad_gemma(void) {
     edits_on("gemma3", edits, sizeof edits / sizeof *edits);
 }
 
+/* Qwen3.5's linear-attention fields and tensors, on its golden model (2 key heads, 4 value
+ * heads, 3 layers). */
+static void bad_qwen3_5(void) {
+    static const field_edit edits[] = {
+        {"qwen3.5: an unknown layer type", true, NULL, "layer_types",
+         "[\"linear_attention\", \"mamba\", \"full_attention\"]", NULL,
+         "layer_types[1] 'mamba': only linear_attention and full_attention"},
+        {"qwen3.5: layer_types too short", true, NULL, "layer_types", "[\"full_attention\"]", NULL,
+         "field 'layer_types' must list one type for each of the 3 layers"},
+        {"qwen3.5: value heads not a multiple of key heads", true, NULL, "linear_num_value_heads", "3", NULL,
+         "linear_num_value_heads 3 is not a multiple of linear_num_key_heads 2"},
+        {"qwen3.5: a one-tap convolution", true, NULL, "linear_conv_kernel_dim", "1", NULL,
+         "linear_conv_kernel_dim 1: from 2 to 16 taps"},
+        {"qwen3.5: A_log of another shape", false, "model.layers.1.linear_attn.A_log", "shape", "[2, 2]", NULL,
+         "tensor 'model.layers.1.linear_attn.A_log' has shape [2, 2], expected [4]"},
+        {"qwen3.5: conv1d of another layout", false, "model.layers.0.linear_attn.conv1d.weight", "shape", "[128, 2, 2]",
+         NULL, "tensor 'model.layers.0.linear_attn.conv1d.weight' has shape [128, 2, 2], expected [128, 1, 4]"},
+    };
+    edits_on("qwen3_5", edits, sizeof edits / sizeof *edits);
+}
+
 int main(void) {
     snprintf(tmp, sizeof tmp, "/tmp/loom-bad-XXXXXX");
     CHECK(mkdtemp(tmp), "mkdtemp");
@@ -534,6 +555,7 @@ int main(void) {
     bad_quantized();
     bad_fp8();
     bad_gemma();
+    bad_qwen3_5();
     bad_ernie();
     bad_phi3();
     bad_gpt_oss();

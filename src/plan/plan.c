@@ -529,6 +529,21 @@ int plan_build(plan *p, const module *tree, const plan_options *o, loom_err *err
     return rc;
 }
 
+size_t plan_state_floats(const plan *p, const plan_step *s) {
+    if (s->kind != STEP_OP) return 0;
+    const recurrent_desc *r = s->op->rec;
+    int w = p->values[s->out].width;
+    if (s->op->kind == OP_CONV1D) return (size_t)(r->kernel - 1) * w;
+    if (s->op->kind == OP_GATED_DELTA) return (size_t)w / r->v_dim * r->k_dim * r->v_dim;
+    return 0;
+}
+
+size_t plan_seq_state_floats(const plan *p) {
+    size_t n = 0;
+    for (int i = 0; i < p->n_steps; i++) n += plan_state_floats(p, &p->steps[i]);
+    return n;
+}
+
 void plan_free(plan *p) {
     for (int i = 0; i < p->n_unfused; i++) free(p->unfused[i]);
     free(p->unfused);

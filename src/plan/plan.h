@@ -226,6 +226,11 @@ typedef struct plan {
  * before any weight is read; errors name the module and the op, tensor or dimension at fault. */
 int plan_build(plan *p, const module *tree, const plan_options *o, loom_err *err);
 void plan_free(plan *p);
+/* The floats of one sequence's state that recurrent step s keeps on this rank (its
+ * convolution's last kernel - 1 input rows, or its delta rule's k_dim x v_dim matrix per value
+ * head; 0 for any other step), and those of all of p's steps. */
+size_t plan_state_floats(const plan *p, const plan_step *s);
+size_t plan_seq_state_floats(const plan *p);
 int plan_step_inputs(const plan_step *s);
 /* The ranks a stage's experts are spread over, and this rank's place among them (replicas
  * first, then tp ranks: the GROUP_EP communicator's order). */

@@ -160,12 +160,27 @@ int loom_check_sharding(const loom_model *m, int tp, const loom_engine_options *
     return rc;
 }
 
+/* The recurrent state one sequence keeps on a rank of stage s: Gated DeltaNet's last kernel - 1
+ * convolution inputs and its k_dim x v_dim matrix per value head, this rank's share of the
+ * heads, in each of the stage's recurrent layers (the executor allocates what the plan says,
+ * which is this; the config gives it on every rank alike). */
+static size_t seq_state_bytes(const loom_engine *e, const int *first, int s, int tp) {
+    const model_config *c = &e->model->cfg;
+    if (!c->recurrent) return 0;
+    const gdn_config *g = &c->gdn;
+    int layers = first[s + 1] - first[s] - stage_count_attending(e->model->tree, first[s], first[s + 1]);
+    size_t conv = (size_t)(g->conv_kernel - 1) * (2 * g->k_heads * g->k_dim + g->v_heads * g->v_dim);
+    size_t delta = (size_t)g->v_heads * g->k_dim * g->v_dim;
+    return layers * (conv + delta) / tp * sizeof(float);
+}
+
 /* The KV pool: as many blocks as the budget holds on the stage with the most layers, so that
  * every rank counts the same blocks (rank 0 decides for all of them), and with a context asked
  * for, no more than max_seqs of them hold; and the context: as asked, or as long as the pool
- * (up to the model's maximum), a latent cache's smaller rows buying more of it. */
+ * (up to the model's maximum), a latent cache's smaller rows buying more of it. A hybrid
+ * model's recurrent state for max_seqs sequences comes out of the budget first. */
 static int size_kv(loom_engine *e, const loom_engine_options *o, loom_err *err) {
-    size_t budget = o->kv_cache_bytes ? o->kv_cache_bytes : LOOM_KV_CACHE_BYTES_DEFAULT;
+    size_t budget = o->kv_cache_bytes ? o->kv_cache_bytes : LOOM_KV_CACHE_BYTES_DEFAULT, state = 0;
     int bs = o->block_size ? o->block_size : LOOM_BLOCK_SIZE_DEFAULT, pp, layers = 0;
     if (bs < 16 || bs > 1024 || (bs & (bs - 1)))
         return loom_errf(err, "--block-size %d: a KV cache block holds a power of two from 16 to 1024 positions", bs);
@@ -173,9 +188,18 @@ static int size_kv(loom_engine *e, const loom_engine_options *o, loom_err *err) 
     if (!first) return -1;
     for (int s = 0; s < pp; s++) { /* the layers with a KV cache (a hybrid model's attention ones) */
         int n = stage_count_attending(e->model->tree, first[s], first[s + 1]);
+        size_t st = seq_state_bytes(e, first, s, e->x.comm->size) * e->max_seqs;
         layers = n > layers ? n : layers;
+        state = st > state ? st : state;
     }
     free(first);
+    if (state >= budget)
+        return loom_errf(err,
+                         "the recurrent layers' state for %d sequences (%zu bytes each on a rank) fills the KV cache "
+                         "budget of %zu bytes: raise it (--kv-cache-memory-bytes) or run fewer sequences "
+                         "(--max-num-seqs)",
+                         e->max_seqs, state / e->max_seqs, budget);
+    budget -= state;
     size_t per = engine_kv_bytes_per_token(e, layers), blocks = budget / (per * bs);
     int max_pos = e->model->cfg.max_pos;
     if (o->max_ctx > max_pos)

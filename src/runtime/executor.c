@@ -70,17 +70,6 @@ static int alloc_quant_send(executor *x, loom_err *err) {
     return (x->quant_send = mem_aligned(floats * sizeof(float), "the quantized rows sent to a gather", err)) ? 0 : -1;
 }
 
-/* The floats of one sequence's state for recurrent step s: the convolution's last kernel - 1
- * input rows, or the delta rule's k_dim x v_dim matrix per value head; 0 for other steps. */
-static size_t state_floats(const plan *p, const plan_step *s) {
-    if (s->kind != STEP_OP) return 0;
-    const recurrent_desc *r = s->op->rec;
-    int w = p->values[s->out].width;
-    if (s->op->kind == OP_CONV1D) return (size_t)(r->kernel - 1) * w;
-    if (s->op->kind == OP_GATED_DELTA) return (size_t)w / r->v_dim * r->k_dim * r->v_dim;
-    return 0;
-}
-
 /* One state per recurrent op, which every plan's step of that op (the SP plan's and the plain
  * TP one's) reads and advances: a sequence's state is its own, whichever plan a pass runs. */
 static int alloc_states(executor *x, loom_err *err) {
@@ -88,7 +77,7 @@ static int alloc_states(executor *x, loom_err *err) {
     for (int i = 0; i < x->n_plans; i++)
         for (int k = 0; k < x->plans[i].p.n_steps; k++) {
             plan_step *s = &x->plans[i].p.steps[k], *first = NULL;
-            size_t n = state_floats(&x->plans[i].p, s);
+            size_t n = plan_state_floats(&x->plans[i].p, s);
             if (!n) continue;
             for (int j = 0; j < x->n_states && !first; j++)
                 if (x->state_steps[j]->op == s->op) first = x->state_steps[j];

@@ -131,6 +131,16 @@ static void print_module(FILE *f, const module *m, int depth, const quant_config
         if (o->kind == OP_ATTENTION && o->attn.sinks[0]) fprintf(f, "  sinks %s", o->attn.sinks);
         if (o->kind == OP_SOFTCAP) fprintf(f, "  %g * tanh(x / %g)", o->scalar, o->scalar);
         if (o->kind == OP_RMS_NORM && o->weight_offset) fprintf(f, "  scaling by %g + w", o->weight_offset);
+        if (o->kind == OP_RMS_NORM && o->gate_silu) fprintf(f, "  per %d columns, times silu(z)", o->group);
+        if (o->kind == OP_HEAD_SLICE)
+            fprintf(f, "  columns %d..%d of each head of %d", o->slice.offset, o->slice.offset + o->slice.width - 1,
+                    o->slice.stride);
+        if (o->kind == OP_CONV1D)
+            fprintf(f, "  causal, depthwise, %d taps over %d channels, then SiLU; keeps each sequence's last %d rows",
+                    o->rec->kernel, o->rec->channels, o->rec->kernel - 1);
+        if (o->kind == OP_GATED_DELTA)
+            fprintf(f, "  %d key heads of %d, %d value heads of %d; keeps a %dx%d state per value head and sequence",
+                    o->rec->n_k_heads, o->rec->k_dim, o->rec->n_v_heads, o->rec->v_dim, o->rec->k_dim, o->rec->v_dim);
         if (o->kind == OP_ROPE && o->rope.local) fprintf(f, "  the sliding layers' own RoPE base");
         if (o->kind == OP_ROPE && (o->rope.offset || o->rope.interleaved))
             fprintf(f, "  the rotary part of each head (from column %d)%s", o->rope.offset,
@@ -493,6 +503,12 @@ int loom_print_plan(loom_model *m, int tp, const loom_engine_options *o, FILE *f
     }
     print_captures(f, &p, o, first, pp);
     if (p.kv_latent) print_latent_kv(f, m, &p);
+    size_t state = plan_seq_state_floats(&p) * sizeof(float);
+    if (state)
+        fprintf(f,
+                "recurrent state on rank 0%s: %zu bytes a sequence (%d of %d layers attend, so hold a KV cache; "
+                "the others keep this state instead, whatever a sequence's length)\n",
+                pp > 1 ? ", stage 0" : "", state, stage_count_attending(m->tree, 0, m->cfg.n_layers), m->cfg.n_layers);
     if (p.o.sp) print_sp(f, &p);
     if (plan_experts_span(&p.o) && p.n_regions) print_ep(f, &p);
     if (p.o.async_tp) print_async(f, &p);

@@ -181,6 +181,11 @@ static int serve_rank0(loom_comm *comm, loom_model *m, loom_engine *e, const ser
             kv.prefix_caching ? "on" : "off", o->max_num_batched_tokens,
             srv.tmpl.plain ? ", chat template loaded" : ", no chat template",
             o->speculator ? ", speculative decoding on" : "");
+    if (st.state_bytes)
+        fprintf(stderr,
+                "loom serve: recurrent layers' state %.1f MiB a rank (%zu bytes a sequence, for %d sequences), "
+                "taken from the KV cache budget\n",
+                st.state_bytes / 1048576.0, st.state_bytes_per_seq, o->max_num_seqs);
     if (kv.uncached) fprintf(stderr, "loom serve: prefix caching is off: %s\n", kv.uncached);
     if (srv.tmpl.plain) {
         char caps[160];

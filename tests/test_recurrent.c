@@ -1,0 +1,169 @@
+/* Hybrid recurrent models (the qwen3_5 golden: two Gated DeltaNet layers, one gated attention
+ * layer), beyond test_golden's comparison with transformers:
+ * - chunked prefill: the recurrent kernels run position by position, carrying the state from
+ *   pass to pass, so a prompt's logits are the same bits in any chunking whose passes take the
+ *   same linear kernels: passes of 1, 5 and 16 tokens (the GEMV of passes of up to 16 rows,
+ *   DESIGN 4.4), and passes of 37 and 36 against one pass of 73 (the GEMM). Between the two
+ *   kernels the linears sum in other orders, and the logits move within the goldens' 1e-4;
+ * - a sequence's state restarts at position 0: a slot reused after a reset gives a prompt's
+ *   logits as a fresh engine does, and two sequences sharing passes keep their states apart
+ *   (the same bits as each alone);
+ * - what would need the state at another position is refused with the reason: prefix caching
+ *   (off, saying why), speculative decoding, cutting a sequence back. */
+#include <math.h>
+#include <stdlib.h>
+
+#include "check.h"
+#include "golden_util.h"
+
+#define KERNELS_TOL 1e-4 /* the GEMV's logits against the GEMM's (golden_util.h's ATOL) */
+
+static loom_model *load(void) {
+    char dir[900];
+    golden_dir(dir, sizeof dir, "qwen3_5");
+    loom_err err = {{0}};
+    loom_model_options mo = {.path = dir, .dtype = "float32"};
+    loom_model *m = loom_model_load(&mo, &err);
+    CHECK(m, "qwen3_5: %s", err.msg);
+    return m;
+}
+
+static loom_engine *engine(loom_model *m, bool prefix_caching) {
+    loom_err err = {{0}};
+    loom_engine_options eo = {.max_seqs = 2,
+                              .max_ctx = GOLDEN_MAX_LEN,
+                              .max_tokens = 2 * GOLDEN_MAX_LEN,
+                              .all_logits = true,
+                              .prefix_caching = prefix_caching};
+    loom_engine *e = loom_engine_new(m, &eo, &err);
+    CHECK(e, "qwen3_5 engine: %s", err.msg);
+    return e;
+}
+
+/* Sequence s of g into slot `slot` from position 0, in passes of `chunk` tokens; every
+ * position's logits into out ([n, vocab]). */
+static int run_chunked(loom_engine *e, const golden *g, int s, int slot, int chunk, float *out) {
+    int32_t pos[GOLDEN_MAX_LEN], seq[GOLDEN_MAX_LEN], rows[GOLDEN_MAX_LEN];
+    for (int i = 0; i < g->n[s]; i++) pos[i] = i, seq[i] = slot, rows[i] = i;
+    loom_err err = {{0}};
+    for (int t0 = 0; t0 < g->n[s]; t0 += chunk) {
+        int n = g->n[s] - t0 < chunk ? g->n[s] - t0 : chunk;
+        loom_batch b = {n, g->ids[s] + t0, pos + t0, seq + t0, n, rows};
+        const float *lg;
+        if (loom_forward(e, &b, &lg, &err)) {
+            CHECK(0, "qwen3_5: a pass of %d tokens: %s", n, err.msg);
+            return -1;
+        }
+        memcpy(out + (size_t)t0 * g->vocab, lg, (size_t)n * g->vocab * sizeof *out);
+    }
+    return 0;
+}
+
+static double worst_diff(const float *a, const float *b, size_t n) {
+    double w = 0;
+    for (size_t i = 0; i < n; i++) w = fmax(w, fabs((double)a[i] - b[i]));
+    return w;
+}
+
+static void check_chunking(loom_model *m, const golden *g) {
+    size_t n = (size_t)g->n[0] * g->vocab;
+    float *whole = malloc(n * sizeof *whole), *gemv = malloc(n * sizeof *gemv), *part = malloc(n * sizeof *part);
+    loom_engine *e = engine(m, false);
+    if (!e || run_chunked(e, g, 0, 0, GOLDEN_MAX_LEN, whole)) goto done;
+    /* passes over 16 rows, as the one pass: 37 and 36 of the 73 tokens */
+    loom_engine_reset_seq(e, 0);
+    if (run_chunked(e, g, 0, 0, (g->n[0] + 1) / 2, part)) goto done;
+    double d = worst_diff(whole, part, n);
+    CHECK(d == 0, "qwen3_5: in two passes the logits move by %.3g from one pass", d);
+    static const int chunks[] = {16, 5, 1};
+    for (size_t c = 0; c < sizeof chunks / sizeof *chunks; c++) {
+        loom_engine_reset_seq(e, 0);
+        if (run_chunked(e, g, 0, 0, chunks[c], c ? part : gemv)) break;
+        d = worst_diff(gemv, part, n);
+        CHECK(!c || d == 0, "qwen3_5: in passes of %d tokens the logits move by %.3g from passes of 16", chunks[c], d);
+    }
+    d = worst_diff(whole, gemv, n);
+    CHECK(d <= KERNELS_TOL, "qwen3_5: passes of 16 (GEMV) against one pass (GEMM): %.3g", d);
+    printf("qwen3_5: %d tokens in passes of 37+36 == one pass; in passes of 16, 5, 1: the same bits; those against one "
+           "pass (their linears' other kernel): max |logit diff| %.2e\n",
+           g->n[0], d);
+done:
+    loom_engine_free(e);
+    free(whole), free(gemv), free(part);
+}
+
+/* Slot 1 runs sequence 1 after sequence 0 filled it (and was reset); then both sequences share
+ * passes of 16 tokens: each must give what it gives alone on a fresh engine, in passes of 16. */
+static void check_states_apart(loom_model *m, const golden *g) {
+    size_t n0 = (size_t)g->n[0] * g->vocab, n1 = (size_t)g->n[1] * g->vocab;
+    float *alone0 = malloc(n0 * sizeof(float)), *alone1 = malloc(n1 * sizeof(float));
+    float *both = malloc((n0 + n1) * sizeof(float)), *again = malloc(n1 * sizeof(float));
+    loom_engine *e = engine(m, false), *f = engine(m, false);
+    if (!e || !f || run_chunked(e, g, 0, 0, GOLDEN_PASS_TOKENS, alone0) ||
+        run_chunked(f, g, 1, 0, GOLDEN_PASS_TOKENS, alone1))
+        goto done;
+    /* slot 1 first holds sequence 0, then is reset for sequence 1 */
+    if (run_chunked(f, g, 0, 1, GOLDEN_PASS_TOKENS, both)) goto done;
+    loom_engine_reset_seq(f, 1);
+    if (run_chunked(f, g, 1, 1, GOLDEN_PASS_TOKENS, again)) goto done;
+    CHECK(worst_diff(alone1, again, n1) == 0, "qwen3_5: a reused slot keeps some of its last sequence's state");
+    /* both sequences in shared passes, each in its slot: golden_run's prefill (its last pass
+     * holds both), then its decode steps of one token each */
+    loom_engine_reset_seq(e, 0);
+    golden whole = *g;
+    whole.prefill[0] = g->n[0], whole.prefill[1] = g->n[1], whole.decode_steps = 0;
+    loom_err err = {{0}};
+    CHECK(!golden_run(e, &whole, both, &err), "qwen3_5: both sequences in shared passes: %s", err.msg);
+    if (!err.msg[0]) {
+        double d0 = worst_diff(alone0, both, n0), d1 = worst_diff(alone1, both + n0, n1);
+        CHECK(d0 == 0 && d1 == 0, "qwen3_5: two sequences in shared passes move each other's logits by %.3g and %.3g",
+              d0, d1);
+        printf("qwen3_5: two sequences sharing passes give the bits each gives alone\n");
+    }
+done:
+    loom_engine_free(e), loom_engine_free(f);
+    free(alone0), free(alone1), free(both), free(again);
+}
+
+static void check_refusals(loom_model *m, const golden *g) {
+    loom_engine *e = engine(m, true);
+    if (!e) return;
+    loom_kv_stats kv;
+    loom_engine_get_kv_stats(e, &kv);
+    CHECK(!kv.prefix_caching && kv.uncached && strstr(kv.uncached, "recurrent layers"),
+          "qwen3_5: prefix caching asked: %s", kv.uncached ? kv.uncached : "on, or off without a reason");
+    float *out = malloc((size_t)g->n[0] * g->vocab * sizeof *out);
+    loom_err err = {{0}};
+    if (!run_chunked(e, g, 0, 0, 16, out)) {
+        CHECK(loom_engine_truncate_seq(e, 0, 8, &err) && strstr(err.msg, "cannot be rewound"),
+              "qwen3_5: cutting a sequence back: %s", err.msg[0] ? err.msg : "allowed");
+        printf("qwen3_5: cutting back refused: %s\n", err.msg);
+    }
+    loom_spec_options so = {
+        .method = LOOM_SPEC_NGRAM, .num_speculative_tokens = 2, .prompt_lookup_min = 1, .prompt_lookup_max = 2};
+    loom_engine_options eo = {.max_seqs = 2};
+    memset(&err, 0, sizeof err);
+    loom_speculator *sp = loom_speculator_new(e, NULL, &so, &eo, &err);
+    CHECK(!sp && strstr(err.msg, "state cannot be rolled back"), "qwen3_5: speculative decoding: %s",
+          sp ? "allowed" : err.msg);
+    loom_speculator_free(sp);
+    free(out);
+    loom_engine_free(e);
+}
+
+int main(void) {
+    golden g;
+    if (golden_open(&g, "qwen3_5", "logits")) {
+        CHECK(0, "qwen3_5: cannot read the golden data");
+        return check_done();
+    }
+    loom_model *m = load();
+    if (m) {
+        check_chunking(m, &g);
+        check_states_apart(m, &g);
+        check_refusals(m, &g);
+    }
+    loom_model_free(m);
+    golden_close(&g);
+    return check_done();
+}
