@@ -46,7 +46,7 @@
 #define ARCH_CASES                                                                                                     \
     "llama", "llama_tied", "mistral", "qwen2", "qwen3", "granite", "llama_bf16", "llama_tp3", "llama_f16",             \
         "llama_bias", "olmoe", "mixtral", "qwen2_moe", "qwen3_moe", "granitemoe", "deepseek_v2", "deepseek_v3",        \
-        "gemma2", "gemma3", "ernie4_5", "ernie4_5_moe", "phi3", "phi4_mini", "gpt_oss", "qwen3_5"
+        "gemma2", "gemma3", "ernie4_5", "ernie4_5_moe", "phi3", "phi4_mini", "gpt_oss", "qwen3_5", "qwen3_5_moe"
 
 #define GOLDEN_MAX_LEN 128 /* tokens of a golden sequence, at most */
 
@@ -164,7 +164,8 @@ static inline void golden_close(golden *g) {
 }
 
 /* Whether case `name`'s attention heads split over tp ranks (vLLM's rule: kv heads divide by tp
- * or tp by them); -1 with err set when the model does not load. */
+ * or tp by them), and its linear-attention heads (a hybrid model's) divide by tp; -1 with err
+ * set when the model does not load. */
 static inline int golden_heads_divide(const char *name, int tp, loom_err *err) {
     char dir[900], path[1000];
     golden_dir(dir, sizeof dir, name);
@@ -174,7 +175,8 @@ static inline int golden_heads_divide(const char *name, int tp, loom_err *err) {
     loom_model_info info;
     loom_model_get_info(m, &info);
     loom_model_free(m);
-    return info.n_heads % tp == 0 && (info.n_kv_heads % tp == 0 || tp % info.n_kv_heads == 0);
+    return info.n_heads % tp == 0 && (info.n_kv_heads % tp == 0 || tp % info.n_kv_heads == 0) &&
+           (!info.n_recurrent_layers || (info.n_linear_k_heads % tp == 0 && info.n_linear_v_heads % tp == 0));
 }
 
 /* Rows of golden_run's output: every position of both sequences. */

@@ -31,6 +31,7 @@ static const char *cases[] = {"olmoe",
                               "mixtral",
                               "qwen2_moe",
                               "qwen3_moe",
+                              "qwen3_5_moe",
                               "granitemoe",
                               "deepseek_v2",
                               "deepseek_v3",
@@ -72,6 +73,7 @@ typedef struct job {
 
 static loom_engine_options options(loom_comm *comm, mode md, int pp) {
     loom_engine_options eo = golden_engine_options(NULL, comm); /* float32 KV */
+    eo.max_ctx = GOLDEN_MAX_LEN;                                /* qwen3_5_moe's 73 positions */
     eo.pipeline_parallel = pp;
     eo.pp_microbatches = 2;
     eo.expert_parallel = true;

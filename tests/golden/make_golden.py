@@ -60,6 +60,7 @@ from transformers import (  # noqa: E402
     Phi3Config, Phi3ForCausalLM,
     GptOssConfig, GptOssForCausalLM, Mxfp4Config,
     Qwen3_5TextConfig, Qwen3_5ForCausalLM,
+    Qwen3_5MoeTextConfig, Qwen3_5MoeForCausalLM,
 )
 from transformers.integrations.mxfp4 import FP4_VALUES  # noqa: E402
 
@@ -297,7 +298,8 @@ def case_defs():
             {"check_window": 4, "mxfp4": True}),
         # Qwen3.5 (text): Gated DeltaNet linear attention in layers 0 and 1, gated full attention
         # (q_proj holds each head's query and output gate) in layer 2, zero-centred norms
-        # (scale 1 + w), a quarter of each head rotated. Value heads twice the key heads, as the
+        # (scale 1 + w, w drawn near 0; the DeltaNet's gated norm scales by w, drawn near 1), a
+        # quarter of each head rotated. Value heads twice the key heads, as the
         # released models have. Sequence 0's prompt of 70 tokens crosses transformers' chunk of
         # 64 in its chunked delta rule; decode runs its recurrent form, which sums in another
         # order (1.2e-5 apart on these weights, hence incr_tol).
@@ -307,7 +309,19 @@ def case_defs():
             linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=16, linear_value_head_dim=16,
             linear_conv_kernel_dim=4, tie_word_embeddings=False, rms_norm_eps=1e-6,
             rope_parameters={"rope_type": "default", "rope_theta": 1e6, "partial_rotary_factor": 0.25}),
-            {"prefill": (70, 5), "incr_tol": 5e-5}),
+            {"prefill": (70, 5), "incr_tol": 5e-5, "zero_centred_norms": True}),
+        # Qwen3.5-MoE (text): qwen3_5's layers with every MLP a mixture: 8 experts of 32, the
+        # top 2 of the router's softmax renormalised (always: the config has no switch), and a
+        # shared expert of 48 scaled by sigmoid(shared_expert_gate x). Its config class has no
+        # intermediate_size (every layer is sparse), so none is written.
+        "qwen3_5_moe": (Qwen3_5MoeForCausalLM, Qwen3_5MoeTextConfig, dict(
+            {k: v for k, v in BASE.items() if k != "intermediate_size"}, num_hidden_layers=3, head_dim=32, layer_types=["linear_attention", "linear_attention",
+                                                                "full_attention"],
+            linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=16, linear_value_head_dim=16,
+            linear_conv_kernel_dim=4, tie_word_embeddings=False, rms_norm_eps=1e-6,
+            num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32, shared_expert_intermediate_size=48,
+            rope_parameters={"rope_type": "default", "rope_theta": 1e6, "partial_rotary_factor": 0.25}),
+            {"prefill": (70, 5), "incr_tol": 5e-5, "zero_centred_norms": True, "max_bytes": 3 << 19}),
     }
 
 
@@ -327,8 +341,9 @@ def reinit(model, opts):
         for name, p in model.named_parameters():  # tied params appear once
             if name.endswith(".bias"):
                 p.normal_(0.0, 0.1)
-            elif "norm" in name:
-                p.copy_(1.0 + 0.2 * torch.randn_like(p))
+            elif "norm" in name:  # zero-centred norms (scale 1 + w) draw w near 0, as trained ones hold
+                centre = 0.0 if opts.get("zero_centred_norms") and not name.endswith("linear_attn.norm.weight") else 1.0
+                p.copy_(centre + 0.2 * torch.randn_like(p))
             else:
                 std = 0.15
                 if name.startswith("lm_head."):

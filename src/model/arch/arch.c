@@ -38,6 +38,16 @@ static const moe_layout granite_moe = {.module = "block_sparse_moe",
                                        .down = "output_linear.weight",
                                        .routing = ROUTE_TOPK_SOFTMAX,
                                        .stacked_each = &granite_gguf_moe};
+/* Qwen3.5-MoE: Qwen2-MoE's layout, the top k always renormalised (its config has no switch) */
+static const moe_layout qwen3_5_moe = {.module = "mlp",
+                                       .router = "gate.weight",
+                                       PER_EXPERT_PROJ,
+                                       .fused_gate_up = "experts.gate_up_proj",
+                                       .fused_down = "experts.down_proj",
+                                       .routing = ROUTE_SOFTMAX_TOPK,
+                                       .always_norm_topk = true,
+                                       .shared = "shared_expert",
+                                       .shared_gated = true};
 /* DeepSeek: checkpoints hold experts one by one; transformers' in-memory fused layout loads too */
 static const moe_layout deepseek_moe = {.module = "mlp",
                                         .router = "gate.weight",
@@ -108,6 +118,9 @@ static const struct {
     {"Gemma2ForCausalLM", {.norm_offset = 1}, build_gemma},
     {"Gemma3ForCausalLM", {.qk_norm = true, .norm_offset = 1}, build_gemma},
     {"Qwen3_5ForCausalLM", {.qk_norm = true, .norm_offset = 1, .output_gate = true}, build_hybrid},
+    {"Qwen3_5MoeForCausalLM",
+     {.qk_norm = true, .norm_offset = 1, .output_gate = true, .moe = &qwen3_5_moe},
+     build_hybrid},
 };
 
 bool arch_supported(const char *name) {

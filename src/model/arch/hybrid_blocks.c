@@ -1,6 +1,6 @@
 /* Hybrid models, whose layers mix tokens by attention or by a recurrent mixer as the config's
  * layer types say (model_config.mixer): Qwen3.5's Gated DeltaNet beside its gated full
- * attention. The layer around the mixer is the Llama family's pre-norm one; Qwen3.5's norms
+ * attention, its MLPs dense or (Qwen3.5-MoE) every one a mixture of experts. The layer around the mixer is the Llama family's pre-norm one; Qwen3.5's norms
  * are zero-centred (scale 1 + w, the variant's norm_offset). Weight names are Hugging Face's. */
 #include <stdio.h>
 
@@ -62,7 +62,8 @@ static module *decoder_layer(const model_config *c, const llama_variant *v, int 
                                                          : attention_module(c, v, name, layer, c->hidden);
     h = residual_branch(m, c, v, h, "input_layernorm", mixer, "resid_mixer");
     snprintf(name, sizeof name, "model.layers.%d.mlp", layer);
-    h = residual_branch(m, c, v, h, "post_attention_layernorm", mlp_module(c, v, name, c->intermediate), "resid_mlp");
+    module *mlp = v->moe ? moe_module(c, v->moe, layer) : mlp_module(c, v, name, c->intermediate);
+    h = residual_branch(m, c, v, h, "post_attention_layernorm", mlp, "resid_mlp");
     module_output(m, h);
     return m;
 }
