@@ -479,7 +479,8 @@ static int parse_gpt_oss(reader *r, model_config *c) {
     return 0;
 }
 
-/* Qwen3.5's text model (transformers' Qwen3_5TextConfig defaults, and Qwen3.5-MoE's): layer_types of
+/* Qwen3.5's text model (transformers' Qwen3_5TextConfig defaults, and Qwen3.5-MoE's and
+ * Qwen3-Next's, which share them): layer_types of
  * linear_attention (Gated DeltaNet) and full_attention, else every full_attention_interval-th
  * layer attends; the DeltaNet's heads and convolution. Its full attention is gated and its
  * norms zero-centred (the architecture's, arch.c). */
@@ -654,7 +655,7 @@ static int parse_body(reader *r, model_config *c) {
     if (parse_moe(r, c) || get_int(r, root, "bos_token_id", -1, false, -1, &c->bos_id) || parse_eos(r, c)) return -1;
     if (!strncmp(c->arch, "Ernie4_5", 8) && parse_ernie(r, c)) return -1; /* after parse_moe: it reads the experts */
     if (!strcmp(c->arch, "GptOssForCausalLM") && parse_gpt_oss(r, c)) return -1;
-    bool qwen3_5 = !strcmp(c->arch, "Qwen3_5ForCausalLM") || all_sparse;
+    bool qwen3_5 = !strcmp(c->arch, "Qwen3_5ForCausalLM") || all_sparse || !strcmp(c->arch, "Qwen3NextForCausalLM");
     if (qwen3_5 && parse_qwen3_5(r, c)) return -1;
     if (all_sparse) c->intermediate = c->moe_intermediate;     /* the one MLP width it has */
     if (parse_rope_dim(r, c, qwen3_5 ? 0.25 : 1.0)) return -1; /* head_dim is final */

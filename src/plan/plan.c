@@ -214,6 +214,8 @@ static int flatten_op(plan *p, const module *m, const op *o, int *map, loom_err 
     s->out = v;
     if (o->kind == OP_LINEAR) p->values[v].feat0 = s->feat0[0], p->values[v].replicated_heads = s->replicated[0];
     else if (v0) p->values[v].feat0 = v0->feat0, p->values[v].replicated_heads = v0->replicated_heads;
+    if (o->kind == OP_HEAD_SLICE)
+        p->values[v].feat0 = v0->feat0 / o->slice.stride * o->slice.width; /* its own columns */
     if (d == DIST_PARTIAL && !(v0 && v0->dist == DIST_PARTIAL) && p->region->partial)
         v = p->region->partial(p, m, o, v, err);
     else if (o->kind == OP_LINEAR && o->lin->style == PAR_VOCAB && p->o.tp > 1)

@@ -61,6 +61,7 @@ from transformers import (  # noqa: E402
     GptOssConfig, GptOssForCausalLM, Mxfp4Config,
     Qwen3_5TextConfig, Qwen3_5ForCausalLM,
     Qwen3_5MoeTextConfig, Qwen3_5MoeForCausalLM,
+    Qwen3NextConfig, Qwen3NextForCausalLM,
 )
 from transformers.integrations.mxfp4 import FP4_VALUES  # noqa: E402
 
@@ -320,6 +321,19 @@ def case_defs():
             linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=16, linear_value_head_dim=16,
             linear_conv_kernel_dim=4, tie_word_embeddings=False, rms_norm_eps=1e-6,
             num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32, shared_expert_intermediate_size=48,
+            rope_parameters={"rope_type": "default", "rope_theta": 1e6, "partial_rotary_factor": 0.25}),
+            {"prefill": (70, 5), "incr_tol": 5e-5, "zero_centred_norms": True, "max_bytes": 3 << 19}),
+        # Qwen3-Next: Qwen3.5-MoE's layers before it, with the DeltaNet's projections fused per key
+        # head (in_proj_qkvz: each key head's q, k, then its value heads' v and z; in_proj_ba:
+        # their b then a), the top k renormalised as norm_topk_prob says, and layer 1 dense
+        # (mlp_only_layers).
+        "qwen3_next": (Qwen3NextForCausalLM, Qwen3NextConfig, dict(
+            BASE, num_hidden_layers=3, head_dim=32, layer_types=["linear_attention", "linear_attention",
+                                                                "full_attention"],
+            linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=16, linear_value_head_dim=16,
+            linear_conv_kernel_dim=4, tie_word_embeddings=False, rms_norm_eps=1e-6,
+            num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32, shared_expert_intermediate_size=48,
+            norm_topk_prob=True, mlp_only_layers=[1],
             rope_parameters={"rope_type": "default", "rope_theta": 1e6, "partial_rotary_factor": 0.25}),
             {"prefill": (70, 5), "incr_tol": 5e-5, "zero_centred_norms": True, "max_bytes": 3 << 19}),
     }

@@ -55,6 +55,8 @@ typedef struct llama_variant {
     bool attn_sinks;       /* GPT-OSS: a learned logit per head in each softmax's denominator (self_attn.sinks) */
     bool output_gate;      /* Qwen3.5: q_proj holds each head's query then its output gate; the
                               attention's output is scaled by sigmoid(gate) before o_proj */
+    bool gdn_by_key_head;  /* Qwen3-Next: Gated DeltaNet's in_proj_qkvz and in_proj_ba hold each key
+                              head's q, k, v and z (b and a) together */
     /* Phi-3: q/k/v, and gate/up, as row ranges of one tensor each (NULL: a tensor per part) */
     const char *fused_qkv, *fused_gate_up;
 } llama_variant;
