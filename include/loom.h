@@ -129,13 +129,18 @@ LOOM_API int loom_kv_dtype_parse(const char *name, loom_kv_dtype *out);
 LOOM_API const char *loom_kv_dtype_name(loom_kv_dtype dt);
 
 typedef struct loom_engine_options {
-    int max_seqs;                 /* sequences held at once (each a block table; the pool is shared) */
-    int max_ctx;                  /* positions per sequence (0: as many as the KV pool holds, up to
+    int max_seqs;          /* sequences held at once (each a block table; the pool is shared) */
+    int max_ctx;           /* positions per sequence (0: as many as the KV pool holds, up to
                            max_position_embeddings) */
-    size_t kv_cache_bytes;        /* KV cache budget on each rank (0: LOOM_KV_CACHE_BYTES_DEFAULT) */
-    int block_size;               /* positions per KV cache block, a power of two from 16 to 1024
+    size_t kv_cache_bytes; /* KV cache budget on each rank (0: LOOM_KV_CACHE_BYTES_DEFAULT) */
+    int block_size;        /* positions per KV cache block, a power of two from 16 to 1024
                                (0: LOOM_BLOCK_SIZE_DEFAULT) */
-    bool prefix_caching;          /* key full blocks by their tokens, for loom_engine_match_prefix */
+    bool prefix_caching;   /* key full blocks by their tokens, for loom_engine_match_prefix */
+    /* a hybrid model's recurrent layers under prefix caching: a pass keeps a snapshot of a
+     * sequence's state at the last multiple of state_snapshot_interval positions it reaches (a
+     * multiple of block_size; 0: 4 blocks), in state_snapshots slots (0: two a sequence), and a
+     * cached prefix resumes from the longest one kept */
+    int state_snapshot_interval, state_snapshots;
     loom_kv_dtype kv_cache_dtype; /* how K and V are stored (0: float32) */
     int max_tokens;               /* tokens per forward pass */
     bool all_logits;              /* logits for every token, not only requested rows */

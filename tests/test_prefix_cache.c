@@ -35,8 +35,10 @@
 #define CTX_MAX 64
 #define RUN_MAX 96 /* positions run_seq takes */
 
-static const char *cases[] = {"llama",      "mistral", "olmoe",         "deepseek_v2",
-                              "gptq_llama", "gemma3",  "llama@kv-int8", "gemma3@kv-fp8"};
+/* (qwen3_5, qwen3_next: hybrid models, whose recurrent layers resume from a snapshot of their
+ * state kept at each block's end) */
+static const char *cases[] = {"llama",  "mistral",       "olmoe",         "deepseek_v2", "gptq_llama",
+                              "gemma3", "llama@kv-int8", "gemma3@kv-fp8", "qwen3_5",     "qwen3_next"};
 
 typedef enum mode { MODE_TP1, MODE_ASYNC, MODE_PP, MODE_MPI, MODE_COUNT } mode;
 static const char *mode_names[] = {"tp=1", "-tp 2 --enable-async-tp --sp-min-tokens 0", "-tp 2 -pp 2",
@@ -196,6 +198,7 @@ static int rank_main(loom_comm *comm, void *arg) {
                               .comm = comm,
                               .block_size = BS,
                               .prefix_caching = true,
+                              .state_snapshot_interval = BS,
                               .kv_cache_dtype = j->kv_dtype};
     if (j->md == MODE_ASYNC) eo.sequence_parallel = eo.async_tp = true, eo.sp_min_tokens = 0;
     if (j->md == MODE_PP) eo.pipeline_parallel = 2;

@@ -8,8 +8,12 @@
  * - a sequence's state restarts at position 0: a slot reused after a reset gives a prompt's
  *   logits as a fresh engine does, and two sequences sharing passes keep their states apart
  *   (the same bits as each alone);
- * - what would need the state at another position is refused with the reason: prefix caching
- *   (off, saying why), speculative decoding, cutting a sequence back. */
+ * - prefix caching: a prompt run in passes of 16 keeps a snapshot of the state at each 16
+ *   positions (one block); a later prompt sharing its first k blocks, for every k, resumes from
+ *   the k-th snapshot and gives the bits a cold run of it gives, and a prefix that ends where
+ *   no snapshot is kept resumes from the one before;
+ * - what would need the state at another position is refused with the reason: speculative
+ *   decoding, cutting a sequence back. */
 #include <math.h>
 #include <stdlib.h>
 
@@ -28,35 +32,46 @@ static loom_model *load(void) {
     return m;
 }
 
+#define BS 16 /* the KV block, and the snapshot interval */
+
 static loom_engine *engine(loom_model *m, bool prefix_caching) {
     loom_err err = {{0}};
     loom_engine_options eo = {.max_seqs = 2,
                               .max_ctx = GOLDEN_MAX_LEN,
                               .max_tokens = 2 * GOLDEN_MAX_LEN,
                               .all_logits = true,
-                              .prefix_caching = prefix_caching};
+                              .prefix_caching = prefix_caching,
+                              .block_size = BS,
+                              .state_snapshot_interval = BS,
+                              .state_snapshots = 8};
     loom_engine *e = loom_engine_new(m, &eo, &err);
     CHECK(e, "qwen3_5 engine: %s", err.msg);
     return e;
 }
 
+/* Tokens ids[from..n) into slot `slot`, whose positions before `from` it holds, in passes of
+ * `chunk` tokens; their logits into out (row i - from). */
+static int run_tokens(loom_engine *e, const int32_t *ids, int from, int n, int slot, int chunk, int vocab, float *out) {
+    int32_t pos[GOLDEN_MAX_LEN], seq[GOLDEN_MAX_LEN], rows[GOLDEN_MAX_LEN];
+    for (int i = 0; i < n; i++) pos[i] = i, seq[i] = slot, rows[i] = i;
+    loom_err err = {{0}};
+    for (int t0 = from; t0 < n; t0 += chunk) {
+        int k = n - t0 < chunk ? n - t0 : chunk;
+        loom_batch b = {k, ids + t0, pos + t0, seq + t0, k, rows};
+        const float *lg;
+        if (loom_forward(e, &b, &lg, &err)) {
+            CHECK(0, "qwen3_5: a pass of %d tokens: %s", k, err.msg);
+            return -1;
+        }
+        memcpy(out + (size_t)(t0 - from) * vocab, lg, (size_t)k * vocab * sizeof *out);
+    }
+    return 0;
+}
+
 /* Sequence s of g into slot `slot` from position 0, in passes of `chunk` tokens; every
  * position's logits into out ([n, vocab]). */
 static int run_chunked(loom_engine *e, const golden *g, int s, int slot, int chunk, float *out) {
-    int32_t pos[GOLDEN_MAX_LEN], seq[GOLDEN_MAX_LEN], rows[GOLDEN_MAX_LEN];
-    for (int i = 0; i < g->n[s]; i++) pos[i] = i, seq[i] = slot, rows[i] = i;
-    loom_err err = {{0}};
-    for (int t0 = 0; t0 < g->n[s]; t0 += chunk) {
-        int n = g->n[s] - t0 < chunk ? g->n[s] - t0 : chunk;
-        loom_batch b = {n, g->ids[s] + t0, pos + t0, seq + t0, n, rows};
-        const float *lg;
-        if (loom_forward(e, &b, &lg, &err)) {
-            CHECK(0, "qwen3_5: a pass of %d tokens: %s", n, err.msg);
-            return -1;
-        }
-        memcpy(out + (size_t)t0 * g->vocab, lg, (size_t)n * g->vocab * sizeof *out);
-    }
-    return 0;
+    return run_tokens(e, g->ids[s], 0, g->n[s], slot, chunk, g->vocab, out);
 }
 
 static double worst_diff(const float *a, const float *b, size_t n) {
@@ -125,13 +140,51 @@ done:
     free(alone0), free(alone1), free(both), free(again);
 }
 
+/* Sequence 0's prompt in passes of BS (a snapshot at each BS positions), then, for every k, a
+ * prompt of its first k blocks and other tokens after them: it must match k blocks, resume from
+ * the k-th snapshot, and give a cold run's bits; and a prompt sharing k blocks and half of the
+ * next resumes from the k-th as well. */
+static void check_prefix_cache(loom_model *m, const golden *g) {
+    loom_engine *e = engine(m, true), *cold = engine(m, false);
+    int n = g->n[0], vocab = g->vocab, extra = 10;
+    float *out = malloc((size_t)GOLDEN_MAX_LEN * vocab * sizeof *out),
+          *want = malloc((size_t)GOLDEN_MAX_LEN * vocab * sizeof *want);
+    int32_t prompt[GOLDEN_MAX_LEN], blocks[GOLDEN_MAX_LEN / BS];
+    loom_kv_stats kv;
+    if (!e || !cold || run_chunked(e, g, 0, 0, BS, out)) goto done;
+    loom_engine_get_kv_stats(e, &kv);
+    CHECK(kv.prefix_caching && !kv.uncached, "qwen3_5: prefix caching is off: %s", kv.uncached);
+    for (int k = 1; k * BS <= n; k++)
+        for (int half = 0; half < 2; half++) {
+            int shared = k * BS + half * BS / 2, len = shared + extra; /* then sequence 1's tokens */
+            memcpy(prompt, g->ids[0], shared * sizeof *prompt);
+            for (int i = shared; i < len; i++) prompt[i] = g->ids[1][(i - shared) % g->n[1]];
+            int hit = loom_engine_match_prefix(e, prompt, len - 1, blocks);
+            CHECK(hit == k, "qwen3_5: a prompt sharing %d positions matched %d blocks, not %d", shared, hit, k);
+            loom_err err = {{0}};
+            loom_engine_reset_seq(e, 1);
+            loom_engine_reset_seq(cold, 0);
+            if (loom_engine_attach_prefix(e, 1, blocks, hit, &err)) {
+                CHECK(0, "qwen3_5: attaching %d blocks: %s", hit, err.msg);
+                continue;
+            }
+            if (run_tokens(e, prompt, hit * BS, len, 1, BS, vocab, out) ||
+                run_tokens(cold, prompt, 0, len, 0, BS, vocab, want))
+                continue;
+            double d = worst_diff(out, want + (size_t)hit * BS * vocab, (size_t)(len - hit * BS) * vocab);
+            CHECK(d == 0, "qwen3_5: resumed after %d blocks, the logits move by %.3g from a cold run", hit, d);
+        }
+    printf("qwen3_5: a prompt sharing 1 to %d blocks (and half of the next) resumes from the last snapshot, the "
+           "same bits as a cold run\n",
+           n / BS);
+done:
+    loom_engine_free(e), loom_engine_free(cold);
+    free(out), free(want);
+}
+
 static void check_refusals(loom_model *m, const golden *g) {
     loom_engine *e = engine(m, true);
     if (!e) return;
-    loom_kv_stats kv;
-    loom_engine_get_kv_stats(e, &kv);
-    CHECK(!kv.prefix_caching && kv.uncached && strstr(kv.uncached, "recurrent layers"),
-          "qwen3_5: prefix caching asked: %s", kv.uncached ? kv.uncached : "on, or off without a reason");
     float *out = malloc((size_t)g->n[0] * g->vocab * sizeof *out);
     loom_err err = {{0}};
     if (!run_chunked(e, g, 0, 0, 16, out)) {
@@ -161,6 +214,7 @@ int main(void) {
     if (m) {
         check_chunking(m, &g);
         check_states_apart(m, &g);
+        check_prefix_cache(m, &g);
         check_refusals(m, &g);
     }
     loom_model_free(m);

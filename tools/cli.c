@@ -91,7 +91,11 @@ int cli_common_arg(cli_common *c, int argc, char **argv, int *i) {
             fprintf(stderr, "loom: --kv-cache-dtype: unknown '%s' (auto, float32, bfloat16, fp8, int8)\n", v);
             return -1;
         }
-    } else if (!strcmp(a, "--enable-prefix-caching")) c->no_prefix_caching = false;
+    } else if (!strcmp(a, "--state-snapshot-interval"))
+        c->state_snapshot_interval = (int)cli_int(a, cli_value(argc, argv, i), 1, 1 << 24);
+    else if (!strcmp(a, "--state-snapshots"))
+        c->state_snapshots = (int)cli_int(a, cli_value(argc, argv, i), 1, 1 << 20);
+    else if (!strcmp(a, "--enable-prefix-caching")) c->no_prefix_caching = false;
     else if (!strcmp(a, "--no-enable-prefix-caching")) c->no_prefix_caching = true;
     else if (!strcmp(a, "--backend")) {
         c->backend = cli_value(argc, argv, i);
@@ -191,6 +195,8 @@ loom_engine_options cli_engine_options(const cli_common *c) {
                                  .block_size = c->block_size,
                                  .kv_cache_dtype = c->kv_cache_dtype,
                                  .prefix_caching = !c->no_prefix_caching,
+                                 .state_snapshot_interval = c->state_snapshot_interval,
+                                 .state_snapshots = c->state_snapshots,
                                  .max_ctx = c->max_model_len,
                                  .pipeline_parallel = c->pp,
                                  .data_parallel = c->dp,

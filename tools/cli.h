@@ -20,6 +20,8 @@ typedef struct cli_common {
     int block_size;                /* --block-size (0: the engine's default) */
     loom_kv_dtype kv_cache_dtype;  /* --kv-cache-dtype */
     bool no_prefix_caching;        /* --no-enable-prefix-caching */
+    int state_snapshot_interval;   /* --state-snapshot-interval (0: the engine's default) */
+    int state_snapshots;           /* --state-snapshots (0: the engine's default) */
     const char *backend;           /* --backend shm|mpi */
     double comm_timeout;           /* --comm-timeout seconds */
     int comm_spin;                 /* --comm-spin iterations (-1: default) */

@@ -126,6 +126,17 @@ void rms_norm_gated(const float *x, size_t ldx, const float *z, size_t ldz, floa
  * (loom_forward's rule); a sequence's state is `stride` floats at state + seq * stride, and a
  * row at position 0 starts it from zeros. */
 #define CONV_MAX_KERNEL 16
+/* Snapshots a pass takes of the recurrent state (prefix caching, runtime/state_cache.h): each
+ * sequence seq's state after its first pos positions, copied to base + slot * stride in the
+ * state's own layout. pos is a multiple of interval. */
+typedef struct state_snap {
+    int32_t seq, pos, slot;
+} state_snap;
+typedef struct state_snapshots {
+    int n, interval;
+    const state_snap *at;
+    float *base;
+} state_snapshots;
 /* The causal depthwise convolution with SiLU over n_in inputs' channels side by side: input i
  * has width[i] channels, channel c's taps w[i] row c (ld[i] floats a row), oldest first. The
  * state holds each sequence's last kernel - 1 input rows. */
@@ -138,7 +149,7 @@ typedef struct conv_inputs {
     size_t ldw[3];
 } conv_inputs;
 void conv1d_silu(const conv_inputs *in, float *out, size_t ldo, int rows, const int32_t *pos, const int32_t *seq,
-                 float *state, size_t stride);
+                 float *state, size_t stride, const state_snapshots *snaps);
 /* The gated delta rule (Gated DeltaNet) over this rank's heads: qkv rows hold q and k
  * (n_k_heads of k_dim each) then v (n_v_heads of v_dim); b and a one value per value head.
  * Value head h reads key head h / (n_v_heads / n_k_heads) and keeps a k_dim x v_dim state. */
@@ -149,7 +160,7 @@ typedef struct delta_shape {
 } delta_shape;
 void gated_delta(const delta_shape *sh, const float *qkv, size_t ldq, const float *b, size_t ldb, const float *a,
                  size_t lda, float *out, size_t ldo, int rows, const int32_t *pos, const int32_t *seq, float *state,
-                 size_t stride);
+                 size_t stride, const state_snapshots *snaps);
 
 /* A gated activation as the kernels take it (graph/module.h's glu_desc says what each is). */
 typedef enum gate_kind { GATE_SILU, GATE_GELU_TANH, GATE_SILU_CLAMPED } gate_kind;

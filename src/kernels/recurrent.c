@@ -2,7 +2,7 @@
  * each over a batch of sequences whose state lives between passes (kernels.h). Both run in
  * the recurrent form, one position after another, exactly as transformers' decode path does;
  * a sequence's state at a position is the same whichever pass brought it there, which is what
- * lets a prompt run in any chunking. */
+ * lets a prompt run in any chunking, and a snapshot taken after a position resume it. */
 #include <math.h>
 #include <string.h>
 
@@ -13,8 +13,16 @@ static float silu(float x) { return x / (1.0f + expf(-x)); }
 /* Whether row r starts its sequence's run of rows in the batch. */
 static bool run_starts(const int32_t *seq, int r) { return r == 0 || seq[r] != seq[r - 1]; }
 
+/* Where the state after row r goes, if the pass keeps a snapshot of it (NULL: nowhere). */
+static float *snapshot_after(const state_snapshots *sn, const int32_t *seq, const int32_t *pos, int r, size_t stride) {
+    if (!sn || !sn->n || (pos[r] + 1) % sn->interval) return NULL;
+    for (int i = 0; i < sn->n; i++)
+        if (sn->at[i].seq == seq[r] && sn->at[i].pos == pos[r] + 1) return sn->base + (size_t)sn->at[i].slot * stride;
+    return NULL;
+}
+
 void conv1d_silu(const conv_inputs *in, float *out, size_t ldo, int rows, const int32_t *pos, const int32_t *seq,
-                 float *state, size_t stride) {
+                 float *state, size_t stride, const state_snapshots *snaps) {
     int k = in->kernel, hist = k - 1, channels = 0;
     for (int i = 0; i < in->n_in; i++) channels += in->width[i];
 #pragma omp parallel for schedule(static)
@@ -34,6 +42,8 @@ void conv1d_silu(const conv_inputs *in, float *out, size_t ldo, int rows, const 
             for (int j = 0; j < k; j++) acc += w[j] * win[j];
             out[(size_t)r * ldo + ch] = silu(acc);
             memmove(win, win + 1, hist * sizeof *win);
+            float *snap = snapshot_after(snaps, seq, pos, r, stride);
+            for (int j = 0; snap && j < hist; j++) snap[(size_t)j * channels + ch] = win[j];
             if (r + 1 == rows || run_starts(seq, r + 1))
                 for (int j = 0; j < hist; j++) h[(size_t)j * channels + ch] = win[j];
         }
@@ -53,7 +63,7 @@ static void l2_normalise(const float *x, int n, float scale, float *out) {
 
 void gated_delta(const delta_shape *sh, const float *qkv, size_t ldq, const float *b, size_t ldb, const float *a,
                  size_t lda, float *out, size_t ldo, int rows, const int32_t *pos, const int32_t *seq, float *state,
-                 size_t stride) {
+                 size_t stride, const state_snapshots *snaps) {
     int kd = sh->k_dim, vd = sh->v_dim, group = sh->n_v_heads / sh->n_k_heads;
     size_t k_col = (size_t)sh->n_k_heads * kd, v_col = 2 * k_col, per_head = (size_t)kd * vd;
     float q_scale = 1.0f / sqrtf((float)kd);
@@ -93,6 +103,8 @@ void gated_delta(const delta_shape *sh, const float *qkv, size_t ldq, const floa
                     o[j] += Si[j] * q[i];
                 }
             }
+            float *snap = snapshot_after(snaps, seq, pos, r, stride);
+            if (snap) memcpy(snap + h * per_head, S, per_head * sizeof *S);
         }
     }
 }

@@ -108,7 +108,7 @@ typedef struct plan_step {
     int expert_r0;
     /* a recurrent op's (OP_CONV1D, OP_GATED_DELTA): each sequence's state_stride floats from
      * state (the executor's, shared by the plans that run the op) */
-    float *state;
+    float *state, *snapshots; /* snapshots: the executor's slots of it (prefix caching) */
     size_t state_stride;
     /* resolved by the binder (w[1] of latent attention: kv_b_proj's f32 transpose), and the
      * parameters of this rank */

@@ -193,13 +193,24 @@ static int size_kv(loom_engine *e, const loom_engine_options *o, loom_err *err) 
         state = st > state ? st : state;
     }
     free(first);
-    if (state >= budget)
+    /* prefix caching keeps snapshots of it too */
+    int slots = state && o->prefix_caching ? (o->state_snapshots ? o->state_snapshots : 2 * e->max_seqs) : 0;
+    int interval = o->state_snapshot_interval ? o->state_snapshot_interval : 4 * bs;
+    if (slots && (interval < bs || interval % bs))
+        return loom_errf(err, "--state-snapshot-interval %d: a multiple of the block size (%d)", interval, bs);
+    if (slots && slots < e->max_seqs)
+        return loom_errf(err, "--state-snapshots %d: at least one a sequence (%d), which a pass may each take", slots,
+                         e->max_seqs);
+    size_t whole = state / e->max_seqs * (e->max_seqs + (size_t)slots);
+    if (whole >= budget)
         return loom_errf(err,
-                         "the recurrent layers' state for %d sequences (%zu bytes each on a rank) fills the KV cache "
-                         "budget of %zu bytes: raise it (--kv-cache-memory-bytes) or run fewer sequences "
-                         "(--max-num-seqs)",
-                         e->max_seqs, state / e->max_seqs, budget);
-    budget -= state;
+                         "the recurrent layers' state for %d sequences and %d snapshots (%zu bytes each on a rank) "
+                         "fills the KV cache budget of %zu bytes: raise it (--kv-cache-memory-bytes), or run fewer "
+                         "sequences (--max-num-seqs) or snapshots (--state-snapshots)",
+                         e->max_seqs, slots, state ? state / e->max_seqs : 0, budget);
+    budget -= whole;
+    if (slots && state_cache_init(&e->sc, interval, slots, e->max_seqs, err)) return -1;
+    e->x.n_snapshot_slots = slots;
     size_t per = engine_kv_bytes_per_token(e, layers), blocks = budget / (per * bs);
     int max_pos = e->model->cfg.max_pos;
     if (o->max_ctx > max_pos)
@@ -227,16 +238,11 @@ static int size_kv(loom_engine *e, const loom_engine_options *o, loom_err *err) 
      * than its own passes make. No prefix is exact then, and none is cached. */
     const model_config *c = &e->model->cfg;
     bool switches = c->rope_kind == ROPE_LONGROPE && e->max_ctx > c->rope_orig_max_pos;
-    if (kv_cache_init(&e->kv, (int)blocks, bs, e->max_seqs, e->max_ctx, o->prefix_caching && !switches && !c->recurrent,
-                      err))
-        return -1;
+    if (kv_cache_init(&e->kv, (int)blocks, bs, e->max_seqs, e->max_ctx, o->prefix_caching && !switches, err)) return -1;
     if (o->prefix_caching && switches)
         e->kv.uncached = "longrope switches a pass to its long factors past original_max_position_embeddings, so "
                          "a cached block's keys would depend on the pass that wrote them (a --max-model-len within "
                          "it keeps caching on)";
-    if (o->prefix_caching && c->recurrent)
-        e->kv.uncached = "the model has recurrent layers (linear attention), and their state at a block's end is not "
-                         "kept, so a cached prefix could not be resumed";
     return 0;
 }
 
@@ -379,8 +385,12 @@ loom_engine *loom_engine_mirror_new(const loom_engine *like, loom_err *err) {
                        .max_logits = like->max_logits,
                        .mirror = true};
     const kv_cache *kv = &like->kv;
-    if (!kv_cache_init(&e->kv, kv->n_blocks, kv->block_size, kv->max_seqs, like->max_ctx, kv->prefix_caching, err))
+    const state_cache *sc = &like->sc;
+    if (!kv_cache_init(&e->kv, kv->n_blocks, kv->block_size, kv->max_seqs, like->max_ctx, kv->prefix_caching, err) &&
+        !(sc->n_slots && state_cache_init(&e->sc, sc->interval, sc->n_slots, like->max_seqs, err)))
         return e;
+    kv_cache_free(&e->kv);
+    state_cache_free(&e->sc);
     free(e);
     return NULL;
 }
@@ -390,6 +400,7 @@ void loom_engine_free(loom_engine *e) {
     pipeline_free(&e->pl);
     executor_free(&e->x);
     kv_cache_free(&e->kv);
+    state_cache_free(&e->sc);
     free(e->logits);
     free(e->counts), free(e->count_col0), free(e->count_width);
     comm_free(e->ep_comm);
@@ -411,11 +422,24 @@ void loom_engine_get_kv_stats(const loom_engine *e, loom_kv_stats *st) {
 unsigned long long loom_engine_kv_digest(const loom_engine *e) { return kv_cache_digest(&e->kv); }
 
 int loom_engine_match_prefix(const loom_engine *e, const int32_t *tokens, int n, int32_t *blocks) {
-    return kv_cache_match(&e->kv, tokens, n, blocks);
+    int m = kv_cache_match(&e->kv, tokens, n, blocks);
+    return e->sc.n_slots ? state_cache_resumable(&e->sc, &e->kv, blocks, m) : m; /* where a snapshot follows */
 }
 
 int loom_engine_attach_prefix(loom_engine *e, int seq, const int32_t *blocks, int n, loom_err *err) {
-    return kv_cache_attach(&e->kv, seq, blocks, n, err);
+    if (kv_cache_attach(&e->kv, seq, blocks, n, err)) return -1;
+    if (!e->sc.n_slots || !n) return 0;
+    int slot = state_cache_take(&e->sc, &e->kv, blocks[n - 1]); /* every recurrent layer's state resumes there */
+    if (slot < 0) {
+        kv_cache_release(&e->kv, seq);
+        return loom_errf(err,
+                         "a cached prefix of %d blocks attached to sequence %d ends where no snapshot of the "
+                         "recurrent layers' state is kept (loom_engine_match_prefix gives the prefixes that can "
+                         "resume)",
+                         n, seq);
+    }
+    if (!e->mirror) executor_restore_state(&e->x, seq, slot);
+    return 0;
 }
 
 int loom_engine_truncate_seq(loom_engine *e, int seq, int len, loom_err *err) {
@@ -509,12 +533,18 @@ int loom_forward(loom_engine *e, const loom_batch *b, const float **logits, loom
     *logits = e->logits;
     if (e->mirror) { /* what the engine it mirrors does to its blocks, and nothing more */
         kv_cache_grow_batch(&e->kv, b);
+        if (e->sc.n_slots) state_cache_plan(&e->sc, b);
         kv_cache_written_batch(&e->kv, b);
+        if (e->sc.n_slots) state_cache_commit(&e->sc, &e->kv);
         return 0;
     }
     if (e->lockstep && agree_counts(e, b->n_tokens, err)) return -1;
     if (!b->n_tokens) return e->lockstep && e->busy ? executor_run_idle(&e->x, err) : 0;
     kv_cache_grow_batch(&e->kv, b); /* the blocks the kernels write are in the tables before the pass */
+    if (e->sc.n_slots) {            /* the recurrent state's snapshots this pass takes */
+        state_cache_plan(&e->sc, b);
+        e->x.snaps = (state_snapshots){e->sc.n_pass, e->sc.interval, e->sc.pass, NULL};
+    }
     size_t vocab = e->model->cfg.head_vocab;
     if (e->pl.pp > 1) {
         if (pipeline_forward(&e->pl, &e->x, b, e->logits, vocab, err)) return -1;
@@ -523,5 +553,6 @@ int loom_forward(loom_engine *e, const loom_batch *b, const float **logits, loom
         executor_take_logits(&e->x, b, e->logits, vocab, NULL);
     }
     kv_cache_written_batch(&e->kv, b); /* each sequence's run of tokens, now in its blocks */
+    if (e->sc.n_slots) state_cache_commit(&e->sc, &e->kv);
     return e->after_pass ? e->after_pass(e->after_pass_user, b, err) : 0;
 }

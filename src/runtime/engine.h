@@ -7,6 +7,7 @@
 #include "runtime/kv_cache.h"
 #include "runtime/model.h"
 #include "runtime/pipeline.h"
+#include "runtime/state_cache.h"
 
 struct loom_engine {
     loom_model *model;
@@ -23,7 +24,9 @@ struct loom_engine {
     executor x;
     pipeline pl;
     int max_seqs, max_ctx, max_tokens, max_logits;
-    kv_cache kv; /* whose blocks hold each sequence's positions */
+    kv_cache kv;    /* whose blocks hold each sequence's positions */
+    state_cache sc; /* recurrent layers under prefix caching: which snapshot follows which block
+                       (n_slots 0: none kept) */
     float *logits;
     bool reads_rows; /* the tree takes rows beside the ids (engine_forward_rows) */
     bool mirror;     /* loom_engine_mirror_new's: bookkeeping only, nothing runs */

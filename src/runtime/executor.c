@@ -82,15 +82,17 @@ static int alloc_states(executor *x, loom_err *err) {
             for (int j = 0; j < x->n_states && !first; j++)
                 if (x->state_steps[j]->op == s->op) first = x->state_steps[j];
             if (!first) {
-                size_t bytes = (size_t)x->max_seqs * n * sizeof(float);
+                size_t bytes = (size_t)x->max_seqs * n * sizeof(float),
+                       snaps = (size_t)x->n_snapshot_slots * n * sizeof(float);
                 if (ARRAY_RESERVE(x->state_steps, cap, (size_t)x->n_states + 1, "the recurrent states", err) ||
-                    !(s->state = mem_aligned(bytes, "a recurrent layer's state", err)))
+                    !(s->state = mem_aligned(bytes, "a recurrent layer's state", err)) ||
+                    (snaps && !(s->snapshots = mem_aligned(snaps, "a recurrent layer's snapshots", err))))
                     return -1;
                 memset(s->state, 0, bytes);
-                x->state_bytes += bytes;
+                x->state_bytes += bytes + snaps;
                 x->state_steps[x->n_states++] = first = s;
             }
-            s->state = first->state;
+            s->state = first->state, s->snapshots = first->snapshots;
             s->state_stride = n;
         }
     return 0;
@@ -173,7 +175,8 @@ static const int32_t *longrope_rows(executor *x, const loom_batch *b) {
 }
 
 void executor_free(executor *x) {
-    for (int i = 0; i < x->n_states; i++) free(x->state_steps[i]->state); /* before the plans holding them */
+    for (int i = 0; i < x->n_states; i++) /* before the plans holding them */
+        free(x->state_steps[i]->state), free(x->state_steps[i]->snapshots);
     free(x->state_steps);
     for (int i = 0; i < 2; i++) {
         for (int b = 0; x->plans[i].buffers && b < x->plans[i].p.n_buffers; b++) free(x->plans[i].buffers[b]);
@@ -398,14 +401,18 @@ static void run_step(executor *x, const plan_step *s, const loom_batch *b) {
             c.width[i] = x->cur->p.values[s->in[i]].width;
             c.w[i] = s->w[i].data, c.ldw[i] = s->w[i].ld;
         }
-        conv1d_silu(&c, out, ldo, rows, b->pos, b->seq, s->state, s->state_stride);
+        state_snapshots sn = x->snaps;
+        sn.base = s->snapshots;
+        conv1d_silu(&c, out, ldo, rows, b->pos, b->seq, s->state, s->state_stride, &sn);
         break;
     }
     case OP_GATED_DELTA: {
         const recurrent_desc *r = o->rec;
         int nv = w / r->v_dim;
         delta_shape sh = {nv * r->n_k_heads / r->n_v_heads, nv, r->k_dim, r->v_dim, s->w[0].data, s->w[1].data};
-        gated_delta(&sh, in0, ld0, in1, ld1, in2, ld2, out, ldo, rows, b->pos, b->seq, s->state, s->state_stride);
+        state_snapshots sn = x->snaps;
+        sn.base = s->snapshots;
+        gated_delta(&sh, in0, ld0, in1, ld1, in2, ld2, out, ldo, rows, b->pos, b->seq, s->state, s->state_stride, &sn);
         break;
     }
     case OP_ROPE:
@@ -549,6 +556,14 @@ void executor_take_logits(const executor *x, const loom_batch *b, float *logits,
     size_t ld;
     const float *out = value_at(x, x->cur->p.output, &ld);
     for (int r = 0; r < b->n_logits; r++) memcpy(logits + (at ? at[r] : r) * vocab, out + r * ld, vocab * sizeof *out);
+}
+
+void executor_restore_state(executor *x, int seq, int slot) {
+    for (int i = 0; i < x->n_states; i++) {
+        const plan_step *s = x->state_steps[i];
+        memcpy(s->state + (size_t)seq * s->state_stride, s->snapshots + (size_t)slot * s->state_stride,
+               s->state_stride * sizeof *s->state);
+    }
 }
 
 void executor_reset_stats(executor *x, bool profile) {

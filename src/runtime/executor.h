@@ -43,6 +43,10 @@ typedef struct executor {
      * of the step's state_stride floats): each op's first step, which owns it */
     int n_states;
     plan_step **state_steps;
+    /* prefix caching of recurrent layers: slots of each op's state (runtime/state_cache.h), and
+     * the snapshots the pass being run takes into them (set by the engine) */
+    int n_snapshot_slots;
+    state_snapshots snaps;
     /* the KV pool: kv_blocks blocks of block_size positions per layer, read through the
      * sequences' block tables (kv_tables, table_width per sequence; runtime/kv_cache.h) */
     int kv_blocks, block_size, table_width;
@@ -91,5 +95,8 @@ int executor_run_idle(executor *x, loom_err *err);
  * (NULL: i). */
 void executor_take_logits(const executor *x, const loom_batch *b, float *logits, size_t vocab, const int32_t *at);
 void executor_reset_stats(executor *x, bool profile);
+/* Sequence seq's recurrent state becomes the one snapshot slot `slot` holds (a cached prefix
+ * attached to it). */
+void executor_restore_state(executor *x, int seq, int slot);
 
 #endif

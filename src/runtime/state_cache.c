@@ -1,0 +1,82 @@
+/* Snapshot slots of recurrent layers' state (state_cache.h): the bookkeeping of which slot
+ * holds the state after which cached block, and which slots a pass fills. A slot is chosen
+ * least recently used first; the few slots (two a sequence by default) make a linear search
+ * cheaper than an index. */
+#include "runtime/state_cache.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/alloc.h"
+
+int state_cache_init(state_cache *s, int interval, int n_slots, int max_seqs, loom_err *err) {
+    *s = (state_cache){.interval = interval, .n_slots = n_slots, .max_pass = max_seqs};
+    const char *what = "the recurrent state's snapshot slots";
+    return (s->key = mem_zalloc(n_slots, sizeof *s->key, what, err)) &&
+                   (s->valid = mem_zalloc(n_slots, sizeof *s->valid, what, err)) &&
+                   (s->used = mem_zalloc(n_slots, sizeof *s->used, what, err)) &&
+                   (s->pass = mem_zalloc(max_seqs, sizeof *s->pass, what, err))
+               ? 0
+               : -1;
+}
+
+void state_cache_free(state_cache *s) {
+    free(s->key), free(s->valid), free(s->used), free(s->pass);
+    memset(s, 0, sizeof *s);
+}
+
+/* The least recently used slot the pass has not taken yet (n_slots >= max_seqs, so one is). */
+static int oldest_free(const state_cache *s) {
+    int best = -1;
+    for (int i = 0; i < s->n_slots; i++) {
+        bool taken = false;
+        for (int j = 0; j < s->n_pass && !taken; j++) taken = s->pass[j].slot == i;
+        if (!taken && (best < 0 || s->used[i] < s->used[best])) best = i;
+    }
+    return best;
+}
+
+void state_cache_plan(state_cache *s, const loom_batch *b) {
+    s->n_pass = 0;
+    for (int r = 0; r < b->n_tokens; r++) {
+        bool ends = r + 1 == b->n_tokens || b->seq[r + 1] != b->seq[r];
+        if (!ends) continue;
+        int r0 = r; /* the run's first row */
+        while (r0 > 0 && b->seq[r0 - 1] == b->seq[r]) r0--;
+        int last = (b->pos[r] + 1) / s->interval * s->interval; /* the last snapshot point reached */
+        if (last <= b->pos[r0] || s->n_pass == s->max_pass) continue;
+        int slot = oldest_free(s);
+        s->valid[slot] = false;
+        s->used[slot] = ++s->tick;
+        s->pass[s->n_pass++] = (state_snap){b->seq[r], last, slot};
+    }
+}
+
+void state_cache_commit(state_cache *s, const kv_cache *kv) {
+    for (int i = 0; i < s->n_pass; i++) {
+        const state_snap *p = &s->pass[i];
+        int b = kv->tables[(size_t)p->seq * kv->table_width + p->pos / kv->block_size - 1];
+        s->key[p->slot] = kv->blocks[b].key;
+        s->valid[p->slot] = kv->blocks[b].full;
+    }
+    s->n_pass = 0;
+}
+
+static int slot_of(const state_cache *s, kv_key k) {
+    for (int i = 0; i < s->n_slots; i++)
+        if (s->valid[i] && s->key[i].lo == k.lo && s->key[i].hi == k.hi) return i;
+    return -1;
+}
+
+int state_cache_resumable(const state_cache *s, const kv_cache *kv, const int32_t *matched, int n) {
+    int per = s->interval / kv->block_size;
+    for (int k = n / per * per; k > 0; k -= per)
+        if (slot_of(s, kv->blocks[matched[k - 1]].key) >= 0) return k;
+    return 0;
+}
+
+int state_cache_take(state_cache *s, const kv_cache *kv, int b) {
+    int slot = kv->blocks[b].full ? slot_of(s, kv->blocks[b].key) : -1;
+    if (slot >= 0) s->used[slot] = ++s->tick;
+    return slot;
+}
