@@ -102,8 +102,9 @@ typedef struct loom_model_info {
     const char *chat_template; /* the chat template the model file carries (a GGUF's), or NULL */
     /* its template for requests with tools (a GGUF's tokenizer.chat_template.tool_use), or NULL */
     const char *chat_template_tools;
-    /* a hybrid model's recurrent layers (linear attention: Gated DeltaNet): how many, and the
-     * key and value heads tensor parallelism splits them by (0 where it has none) */
+    /* a hybrid model's recurrent layers (Gated DeltaNet, Mamba-2): how many, and the key and
+     * value heads tensor parallelism splits them by (Mamba-2: its heads, both; 0 where it has
+     * none) */
     int n_recurrent_layers, n_linear_k_heads, n_linear_v_heads;
 } loom_model_info;
 LOOM_API void loom_model_get_info(const loom_model *m, loom_model_info *info);

@@ -27,13 +27,35 @@
  * ways; one again with --dtype auto, int8 activations, golden_util.h; the FP8 ones block-scaled;
  * then six GGUF files' experts, stacked per projection, GPT-OSS's MXFP4 ones also on int8
  * activations, as a folder's MXFP4 experts compute by default) */
-static const char *cases[] = {
-    "olmoe",           "mixtral",           "qwen2_moe",        "qwen3_moe",        "qwen3_5_moe",
-    "qwen3_next",      "granitemoe",        "deepseek_v2",      "deepseek_v3",      "deepseek_v3_skewed",
-    "awq_mixtral",     "ct_mixtral",        "mixtral_ep3",      "awq_mixtral@auto", "fp8_mixtral",
-    "fp8_deepseek_v3", "ernie4_5_moe",      "gpt_oss",          "gguf_qwen2_moe",   "gguf_qwen3_moe",
-    "gguf_olmoe",      "gguf_mixtral",      "gguf_deepseek_v3", "gguf_granitemoe",  "gguf_ernie4_5_moe",
-    "gguf_gpt_oss",    "gguf_gpt_oss@auto", "gpt_oss@auto"};
+static const char *cases[] = {"olmoe",
+                              "mixtral",
+                              "qwen2_moe",
+                              "qwen3_moe",
+                              "qwen3_5_moe",
+                              "qwen3_next",
+                              "granitemoehybrid",
+                              "granitemoe",
+                              "deepseek_v2",
+                              "deepseek_v3",
+                              "deepseek_v3_skewed",
+                              "awq_mixtral",
+                              "ct_mixtral",
+                              "mixtral_ep3",
+                              "awq_mixtral@auto",
+                              "fp8_mixtral",
+                              "fp8_deepseek_v3",
+                              "ernie4_5_moe",
+                              "gpt_oss",
+                              "gguf_qwen2_moe",
+                              "gguf_qwen3_moe",
+                              "gguf_olmoe",
+                              "gguf_mixtral",
+                              "gguf_deepseek_v3",
+                              "gguf_granitemoe",
+                              "gguf_ernie4_5_moe",
+                              "gguf_gpt_oss",
+                              "gguf_gpt_oss@auto",
+                              "gpt_oss@auto"};
 
 typedef enum mode { MODE_EP, MODE_SP, MODE_ASYNC, MODE_THRESHOLD, N_MODES } mode;
 static const char *mode_names[] = {"EP", "EP+SP", "EP+async TP", "EP+SP above 4 tokens"};

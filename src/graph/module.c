@@ -12,7 +12,7 @@
 static const char *kind_names[OP_KIND_COUNT] = {
     "embed",      "linear", "split",      "rms_norm",   "rope",   "attention",   "glu",
     "add",        "scale",  "logit_rows", "call",       "custom", "moe",         "sigmoid_gate",
-    "input_rows", "concat", "softcap",    "head_slice", "conv1d", "gated_delta",
+    "input_rows", "concat", "softcap",    "head_slice", "conv1d", "gated_delta", "ssm_scan",
 };
 
 const char *op_kind_name(op_kind k) { return kind_names[k]; }
@@ -286,6 +286,11 @@ int emit_conv1d(module *m, const int *ins, int n_in, const recurrent_desc *r) {
 
 int emit_gated_delta(module *m, int qkv, int b, int a, const recurrent_desc *r) {
     op *o = new_op(m, OP_GATED_DELTA, 3, (int[]){qkv, b, a}, "delta");
+    return o ? attach_rec(m, o, r) : -1;
+}
+
+int emit_ssm_scan(module *m, int xbc, int dt, const recurrent_desc *r) {
+    op *o = new_op(m, OP_SSM_SCAN, 2, (int[]){xbc, dt}, "scan");
     return o ? attach_rec(m, o, r) : -1;
 }
 

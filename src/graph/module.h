@@ -34,6 +34,8 @@ typedef enum op_kind {
     OP_GATED_DELTA,  /* out = the gated delta rule over the convolved q, k, v (in0) with
                        in1 = b (beta's logits) and in2 = a (the decay's), through each
                        sequence's state matrix per value head                         */
+    OP_SSM_SCAN,     /* out = Mamba-2's selective scan over the convolved x, B, C (in0)
+                       with time steps in1, through each sequence's state per head    */
     OP_KIND_COUNT
 } op_kind;
 
@@ -136,17 +138,22 @@ typedef struct slice_desc {
     int stride, offset, width;
 } slice_desc;
 
-/* A recurrent mixer's ops (Gated DeltaNet's; recurrent.c in kernels/). The convolution's
- * channels are its inputs' side by side; input i's channel c is row offsets[i] + c of the
- * [channels, 1, kernel] weight. The delta rule runs n_v_heads heads of a k_dim x v_dim state,
- * value head j reading key head j / (n_v_heads / n_k_heads), with the decay
- * -exp(A_log) * softplus(a + dt_bias) and beta = sigmoid(b). */
+/* A recurrent mixer's ops (Gated DeltaNet's, Mamba-2's; recurrent.c in kernels/). The
+ * convolution's channels are its inputs' side by side; input i's channel c is row
+ * offsets[i] + c of the [channels, 1, kernel] weight (and of the bias, if any). The delta rule
+ * runs n_v_heads heads of a k_dim x v_dim state, value head j reading key head
+ * j / (n_v_heads / n_k_heads), with the decay exp(-exp(A_log) * softplus(a + dt_bias)) and
+ * beta = sigmoid(b). Mamba-2's scan runs n_v_heads heads of v_dim (x's) over a v_dim x d_state
+ * state, B and C in n_groups groups, with the time step softplus(dt + dt_bias) clamped to
+ * [dt_min, dt_max], the decay exp(-exp(A_log) x step) and the skip D. */
 typedef struct recurrent_desc {
     int layer;
     int kernel, channels, offsets[3];
     int n_k_heads, n_v_heads, k_dim, v_dim;
-    char weight[128];              /* OP_CONV1D: conv1d.weight */
-    char a_log[128], dt_bias[128]; /* OP_GATED_DELTA */
+    int n_groups, d_state;
+    float dt_min, dt_max;
+    char weight[128], bias[128];           /* OP_CONV1D: conv1d.weight, conv1d.bias ("" if none) */
+    char a_log[128], dt_bias[128], d[128]; /* OP_GATED_DELTA, OP_SSM_SCAN (D: the scan's) */
 } recurrent_desc;
 
 typedef struct module module;
@@ -234,6 +241,7 @@ int emit_rms_norm_gated(module *m, int x, int z, const char *weight, float eps, 
 int emit_head_slice(module *m, int in, const slice_desc *s, const char *name);
 int emit_conv1d(module *m, const int *ins, int n_in, const recurrent_desc *r);
 int emit_gated_delta(module *m, int qkv, int b, int a, const recurrent_desc *r);
+int emit_ssm_scan(module *m, int xbc, int dt, const recurrent_desc *r);
 int emit_input_rows(module *m, int features, const char *name);
 int emit_concat(module *m, int a, int b, const char *name);
 /* Runs child on ins; returns its first output (children here have one). */

@@ -138,14 +138,15 @@ typedef struct state_snapshots {
     float *base;
 } state_snapshots;
 /* The causal depthwise convolution with SiLU over n_in inputs' channels side by side: input i
- * has width[i] channels, channel c's taps w[i] row c (ld[i] floats a row), oldest first. The
- * state holds each sequence's last kernel - 1 input rows. */
+ * has width[i] channels, channel c's taps w[i] row c (ld[i] floats a row), oldest first, and
+ * its bias bias[i][c] (bias[i] NULL: none). The state holds each sequence's last kernel - 1
+ * input rows. */
 typedef struct conv_inputs {
     int n_in, kernel;
     const float *x[3];
     size_t ldx[3];
     int width[3];
-    const float *w[3];
+    const float *w[3], *bias[3];
     size_t ldw[3];
 } conv_inputs;
 void conv1d_silu(const conv_inputs *in, float *out, size_t ldo, int rows, const int32_t *pos, const int32_t *seq,
@@ -161,6 +162,18 @@ typedef struct delta_shape {
 void gated_delta(const delta_shape *sh, const float *qkv, size_t ldq, const float *b, size_t ldb, const float *a,
                  size_t lda, float *out, size_t ldo, int rows, const int32_t *pos, const int32_t *seq, float *state,
                  size_t stride, const state_snapshots *snaps);
+/* Mamba-2's selective scan over this rank's heads: xbc rows hold x (n_heads of head_dim), then
+ * B and C (n_groups of d_state each); dt one value per head. Head h reads group
+ * h / (n_heads / n_groups) and keeps a head_dim x d_state state; its output row is
+ * C . state + D x. */
+typedef struct ssm_shape {
+    int n_heads, head_dim, n_groups, d_state;
+    float dt_min, dt_max;
+    const float *a_log, *dt_bias, *d; /* per head */
+} ssm_shape;
+void ssm_scan(const ssm_shape *sh, const float *xbc, size_t ldx, const float *dt, size_t ldt, float *out, size_t ldo,
+              int rows, const int32_t *pos, const int32_t *seq, float *state, size_t stride,
+              const state_snapshots *snaps);
 
 /* A gated activation as the kernels take it (graph/module.h's glu_desc says what each is). */
 typedef enum gate_kind { GATE_SILU, GATE_GELU_TANH, GATE_SILU_CLAMPED } gate_kind;

@@ -1,5 +1,6 @@
-/* The recurrent mixers' kernels: Gated DeltaNet's causal convolution and its gated delta rule,
- * each over a batch of sequences whose state lives between passes (kernels.h). Both run in
+/* The recurrent mixers' kernels: the causal convolution, Gated DeltaNet's gated delta rule and
+ * Mamba-2's selective scan, each over a batch of sequences whose state lives between passes
+ * (kernels.h). Both run in
  * the recurrent form, one position after another, exactly as transformers' decode path does;
  * a sequence's state at a position is the same whichever pass brought it there, which is what
  * lets a prompt run in any chunking, and a snapshot taken after a position resume it. */
@@ -38,7 +39,7 @@ void conv1d_silu(const conv_inputs *in, float *out, size_t ldo, int rows, const 
                 for (int j = 0; j < hist; j++) win[j] = pos[r] ? h[(size_t)j * channels + ch] : 0.0f;
             }
             win[hist] = in->x[i][(size_t)r * in->ldx[i] + c];
-            float acc = 0;
+            float acc = in->bias[i] ? in->bias[i][c] : 0;
             for (int j = 0; j < k; j++) acc += w[j] * win[j];
             out[(size_t)r * ldo + ch] = silu(acc);
             memmove(win, win + 1, hist * sizeof *win);
@@ -102,6 +103,40 @@ void gated_delta(const delta_shape *sh, const float *qkv, size_t ldq, const floa
                     Si[j] += k[i] * delta[j];
                     o[j] += Si[j] * q[i];
                 }
+            }
+            float *snap = snapshot_after(snaps, seq, pos, r, stride);
+            if (snap) memcpy(snap + h * per_head, S, per_head * sizeof *S);
+        }
+    }
+}
+
+void ssm_scan(const ssm_shape *sh, const float *xbc, size_t ldx, const float *dt, size_t ldt, float *out, size_t ldo,
+              int rows, const int32_t *pos, const int32_t *seq, float *state, size_t stride,
+              const state_snapshots *snaps) {
+    int hd = sh->head_dim, ds = sh->d_state, per = sh->n_heads / sh->n_groups;
+    size_t b_col = (size_t)sh->n_heads * hd, c_col = b_col + (size_t)sh->n_groups * ds, per_head = (size_t)hd * ds;
+#pragma omp parallel for schedule(static)
+    for (int h = 0; h < sh->n_heads; h++) {
+        float *S = NULL, A = -expf(sh->a_log[h]);
+        for (int r = 0; r < rows; r++) {
+            const float *row = xbc + (size_t)r * ldx, *x = row + (size_t)h * hd;
+            const float *B = row + b_col + (size_t)(h / per) * ds, *C = row + c_col + (size_t)(h / per) * ds;
+            if (run_starts(seq, r)) {
+                S = state + (size_t)seq[r] * stride + h * per_head;
+                if (!pos[r]) memset(S, 0, per_head * sizeof *S);
+            }
+            /* transformers' selective_state_update: S = S exp(step A) + (step B) x; y = S C + D x */
+            float step = softplus(dt[(size_t)r * ldt + h] + sh->dt_bias[h]);
+            step = fminf(fmaxf(step, sh->dt_min), sh->dt_max);
+            float decay = expf(step * A);
+            float *y = out + (size_t)r * ldo + (size_t)h * hd;
+            for (int p = 0; p < hd; p++) {
+                float *Sp = S + (size_t)p * ds, acc = 0;
+                for (int n = 0; n < ds; n++) {
+                    Sp[n] = Sp[n] * decay + step * B[n] * x[p];
+                    acc += Sp[n] * C[n];
+                }
+                y[p] = acc + x[p] * sh->d[h];
             }
             float *snap = snapshot_after(snaps, seq, pos, r, stride);
             if (snap) memcpy(snap + h * per_head, S, per_head * sizeof *S);

@@ -484,8 +484,86 @@ static int parse_gpt_oss(reader *r, model_config *c) {
  * linear_attention (Gated DeltaNet) and full_attention, else every full_attention_interval-th
  * layer attends; the DeltaNet's heads and convolution. Its full attention is gated and its
  * norms zero-centred (the architecture's, arch.c). */
+/* A hybrid model's layer_types: its recurrent layers' kind where a type is `recurrent` or its
+ * older name, attention where full_attention or attention; absent, every interval-th layer
+ * attends (0: none). */
+static int parse_mixers(reader *r, model_config *c, const char *recurrent, const char *old, enum mixer_kind kind,
+                        int interval) {
+    const cJSON *types = cJSON_GetObjectItemCaseSensitive(r->root, "layer_types"), *t;
+    if (c->n_layers > (int)sizeof c->mixer)
+        return loom_errf(r->err, "%s: %d layers: at most %zu", r->name, c->n_layers, sizeof c->mixer);
+    if (types && !cJSON_IsNull(types) && (!cJSON_IsArray(types) || cJSON_GetArraySize(types) != c->n_layers))
+        return loom_errf(r->err, "%s: field 'layer_types' must list one type for each of the %d layers", r->name,
+                         c->n_layers);
+    for (int l = 0; l < c->n_layers; l++) c->mixer[l] = interval && (l + 1) % interval == 0 ? MIXER_ATTENTION : kind;
+    int l = 0;
+    if (cJSON_IsArray(types)) cJSON_ArrayForEach(t, types) {
+            const char *v = cJSON_IsString(t) ? t->valuestring : "";
+            bool attends = !strcmp(v, "full_attention") || !strcmp(v, "attention");
+            if (!attends && strcmp(v, recurrent) && strcmp(v, old))
+                return loom_errf(r->err, "%s: layer_types[%d] '%s': only %s (or %s) and full_attention", r->name, l, v,
+                                 recurrent, old);
+            c->mixer[l++] = attends ? MIXER_ATTENTION : kind;
+        }
+    for (l = 0; l < c->n_layers; l++) c->recurrent |= c->mixer[l] != MIXER_ATTENTION;
+    return 0;
+}
+
+/* A time step limit: a number, or transformers' {"__float__": "Infinity"}. */
+static int get_limit(reader *r, const cJSON *v, float *out) {
+    const char *f = cJSON_IsObject(v) ? get_str(v, "__float__") : NULL;
+    if (cJSON_IsNumber(v)) *out = (float)v->valuedouble;
+    else if (f && !strcmp(f, "Infinity")) *out = INFINITY;
+    else return loom_errf(r->err, "%s: field 'time_step_limit' must hold two numbers", r->name);
+    return 0;
+}
+
+/* Granite 4.0-H (transformers' GraniteMoeHybridConfig defaults): Mamba-2 layers (mamba or
+ * linear_attention) beside attention ones, attention without RoPE unless
+ * position_embedding_type is rope; Granite's multipliers (parse_body's), experts with a shared
+ * MLP (shared_intermediate_size) in every layer. */
+static int parse_granite_hybrid(reader *r, model_config *c) {
+    const cJSON *root = r->root, *head = cJSON_GetObjectItemCaseSensitive(root, "mamba_d_head");
+    const cJSON *limit = cJSON_GetObjectItemCaseSensitive(root, "time_step_limit");
+    mamba_config *mb = &c->mamba;
+    int expand;
+    if (get_int(r, root, "mamba_n_heads", 128, false, 1, &mb->n_heads) ||
+        get_int(r, root, "mamba_n_groups", 1, false, 1, &mb->n_groups) ||
+        get_int(r, root, "mamba_d_state", 256, false, 1, &mb->d_state) ||
+        get_int(r, root, "mamba_d_conv", 4, false, 1, &mb->conv_kernel) ||
+        get_int(r, root, "mamba_expand", 2, false, 1, &expand) ||
+        get_bool(r, "mamba_conv_bias", true, &mb->conv_bias) || get_bool(r, "mamba_proj_bias", false, &mb->proj_bias) ||
+        get_int(r, root, "shared_intermediate_size", 1024, false, 0, &c->shared_intermediate))
+        return -1;
+    mb->inner = expand * c->hidden;
+    if (head && !(cJSON_IsString(head) && !strcmp(head->valuestring, "auto"))) {
+        if (get_int(r, root, "mamba_d_head", 0, false, 1, &mb->head_dim)) return -1;
+    } else {
+        mb->head_dim = mb->inner / mb->n_heads;
+    }
+    if (mb->head_dim * mb->n_heads != mb->inner)
+        return loom_errf(r->err, "%s: mamba_n_heads %d of mamba_d_head %d do not make mamba_expand x hidden_size %d",
+                         r->name, mb->n_heads, mb->head_dim, mb->inner);
+    if (mb->n_heads % mb->n_groups)
+        return loom_errf(r->err, "%s: mamba_n_heads %d is not a multiple of mamba_n_groups %d", r->name, mb->n_heads,
+                         mb->n_groups);
+    if (mb->conv_kernel < 2 || mb->conv_kernel > CONV_MAX_KERNEL)
+        return loom_errf(r->err, "%s: mamba_d_conv %d: from 2 to %d taps", r->name, mb->conv_kernel, CONV_MAX_KERNEL);
+    mb->dt_min = 0, mb->dt_max = INFINITY;
+    if (limit && !cJSON_IsNull(limit) &&
+        (!cJSON_IsArray(limit) || cJSON_GetArraySize(limit) != 2 ||
+         get_limit(r, cJSON_GetArrayItem(limit, 0), &mb->dt_min) ||
+         get_limit(r, cJSON_GetArrayItem(limit, 1), &mb->dt_max)))
+        return loom_errf(r->err, "%s: field 'time_step_limit' must hold two numbers", r->name);
+    const char *pe = get_str(root, "position_embedding_type");
+    if (pe && strcmp(pe, "rope") && strcmp(pe, "nope"))
+        return loom_errf(r->err, "%s: position_embedding_type '%s' (rope, nope or null)", r->name, pe);
+    c->no_rope = !pe || !strcmp(pe, "nope");
+    return parse_mixers(r, c, "linear_attention", "mamba", MIXER_MAMBA2, 0);
+}
+
 static int parse_qwen3_5(reader *r, model_config *c) {
-    const cJSON *root = r->root, *types = cJSON_GetObjectItemCaseSensitive(root, "layer_types"), *t;
+    const cJSON *root = r->root;
     gdn_config *g = &c->gdn;
     int interval;
     if (get_int(r, root, "linear_num_key_heads", 16, false, 1, &g->k_heads) ||
@@ -504,22 +582,7 @@ static int parse_qwen3_5(reader *r, model_config *c) {
     if (g->v_heads % g->k_heads)
         return loom_errf(r->err, "%s: linear_num_value_heads %d is not a multiple of linear_num_key_heads %d", r->name,
                          g->v_heads, g->k_heads);
-    if (c->n_layers > (int)sizeof c->mixer)
-        return loom_errf(r->err, "%s: %d layers: at most %zu", r->name, c->n_layers, sizeof c->mixer);
-    if (types && !cJSON_IsNull(types) && (!cJSON_IsArray(types) || cJSON_GetArraySize(types) != c->n_layers))
-        return loom_errf(r->err, "%s: field 'layer_types' must list one type for each of the %d layers", r->name,
-                         c->n_layers);
-    for (int l = 0; l < c->n_layers; l++) c->mixer[l] = (l + 1) % interval ? MIXER_GATED_DELTA : MIXER_ATTENTION;
-    int l = 0;
-    if (cJSON_IsArray(types)) cJSON_ArrayForEach(t, types) {
-            const char *v = cJSON_IsString(t) ? t->valuestring : "";
-            if (strcmp(v, "linear_attention") && strcmp(v, "full_attention"))
-                return loom_errf(r->err, "%s: layer_types[%d] '%s': only linear_attention and full_attention", r->name,
-                                 l, v);
-            c->mixer[l++] = strcmp(v, "linear_attention") ? MIXER_ATTENTION : MIXER_GATED_DELTA;
-        }
-    for (l = 0; l < c->n_layers; l++) c->recurrent |= c->mixer[l] != MIXER_ATTENTION;
-    return 0;
+    return parse_mixers(r, c, "linear_attention", "linear_attention", MIXER_GATED_DELTA, interval);
 }
 
 /* An Eagle3 draft's own fields (eagle3_config), from `top`: EAGLE's config, or speculators'
@@ -657,7 +720,8 @@ static int parse_body(reader *r, model_config *c) {
     if (!strcmp(c->arch, "GptOssForCausalLM") && parse_gpt_oss(r, c)) return -1;
     bool qwen3_5 = !strcmp(c->arch, "Qwen3_5ForCausalLM") || all_sparse || !strcmp(c->arch, "Qwen3NextForCausalLM");
     if (qwen3_5 && parse_qwen3_5(r, c)) return -1;
-    if (all_sparse) c->intermediate = c->moe_intermediate;     /* the one MLP width it has */
+    if (all_sparse) c->intermediate = c->moe_intermediate; /* the one MLP width it has */
+    if (!strcmp(c->arch, "GraniteMoeHybridForCausalLM") && parse_granite_hybrid(r, c)) return -1;
     if (parse_rope_dim(r, c, qwen3_5 ? 0.25 : 1.0)) return -1; /* head_dim is final */
     const char *dt = get_str(root, "torch_dtype");
     if (!dt) dt = get_str(root, "dtype");

@@ -39,12 +39,20 @@ typedef struct eagle3_config {
 } eagle3_config;
 
 /* A decoder layer's token mixer: attention, or a recurrent one (hybrid models). */
-enum mixer_kind { MIXER_ATTENTION, MIXER_GATED_DELTA };
+enum mixer_kind { MIXER_ATTENTION, MIXER_GATED_DELTA, MIXER_MAMBA2 };
 /* Gated DeltaNet linear attention (Qwen3.5, Qwen3-Next): value heads per key head, a causal
  * convolution of conv_kernel taps over q, k and v. */
 typedef struct gdn_config {
     int k_heads, v_heads, k_dim, v_dim, conv_kernel;
 } gdn_config;
+/* Mamba-2 (Granite 4.0-H): n_heads heads of head_dim (inner = their product), B and C in
+ * n_groups groups of d_state, a causal convolution of conv_kernel taps over x, B and C; the
+ * time step softplus(dt + dt_bias) clamped to [dt_min, dt_max]. */
+typedef struct mamba_config {
+    int n_heads, head_dim, inner, n_groups, d_state, conv_kernel;
+    bool conv_bias, proj_bias;
+    float dt_min, dt_max;
+} mamba_config;
 
 typedef struct model_config {
     char arch[64]; /* architectures[0], e.g. "LlamaForCausalLM" */
@@ -102,6 +110,8 @@ typedef struct model_config {
     unsigned char mixer[256];
     bool recurrent; /* some layer's mixer keeps a state per sequence */
     gdn_config gdn;
+    mamba_config mamba;
+    bool no_rope; /* attention sees no positions (Granite 4.0-H's position_embedding_type none) */
     int bos_id;
     int eos_ids[8];
     int n_eos;

@@ -83,7 +83,8 @@ static int ep_enter(plan *p, const module *m, const op *call, int x, loom_err *e
 /* An op that reads every token (a tensor-parallel linear, attention, a token-mixing custom op). */
 static bool reads_every_token(const op *o) {
     return (o->kind == OP_LINEAR && o->lin->style == PAR_COLUMN) || o->kind == OP_ATTENTION || o->kind == OP_CONV1D ||
-           o->kind == OP_GATED_DELTA || (o->kind == OP_CUSTOM && o->custom.cls == LOOM_OP_TOKEN_MIXING);
+           o->kind == OP_GATED_DELTA || o->kind == OP_SSM_SCAN ||
+           (o->kind == OP_CUSTOM && o->custom.cls == LOOM_OP_TOKEN_MIXING);
 }
 
 /* Before op o runs inside: an op reading every token gets the gathered input, and a partial sum

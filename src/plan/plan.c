@@ -87,22 +87,38 @@ static int shard_latent_attention(plan *p, plan_step *s, const module *m, const 
     return cols / (a->nope + a->v_dim) * a->v_dim;
 }
 
-/* A recurrent mixer's convolution: each input's channels are this rank's heads of q, k or v,
- * and read those rows of the weight. */
-static int shard_conv(plan *p, plan_step *s, const module *m, const op *o, loom_err *err) {
+/* A recurrent mixer's convolution: each input's channels are this rank's heads of q, k or v
+ * (Mamba-2: x, and B and C's groups, which ranks replicate when there are fewer than ranks),
+ * and read those rows of the weight and bias. */
+static int shard_conv(plan *p, plan_step *s, const op *o) {
     const recurrent_desc *r = o->rec;
     int cols = 0;
     for (int i = 0; i < o->n_in; i++) {
         const plan_value *v = &p->values[s->in[i]];
-        if (v->replicated_heads)
-            return loom_errf(err, "%s: a convolution over heads replicated across ranks (fewer heads than ranks)",
-                             m->name);
         s->weight[i] =
             (weight_ref){WEIGHT_F32, r->weight, 3,         {r->channels, 1}, r->kernel, r->offsets[i] + v->feat0,
                          v->width,   0,         r->kernel, PAR_REPLICATED,   0.3f,      0};
+        if (r->bias[0])
+            s->bias_ref[i] = (weight_ref){WEIGHT_F32, r->bias, 1, {r->channels},  0,     r->offsets[i] + v->feat0,
+                                          v->width,   0,       0, PAR_REPLICATED, 0.02f, 0};
         cols += v->width;
     }
     return cols;
+}
+
+/* Mamba-2's scan on this rank's heads (x's, and dt's one a head), with their A_log, dt_bias
+ * and D. */
+static int shard_ssm(plan *p, plan_step *s, const module *m, const op *o, loom_err *err) {
+    const recurrent_desc *r = o->rec;
+    const plan_value *dt = &p->values[s->in[1]];
+    int heads = dt->width;
+    if (r->n_v_heads % p->o.tp)
+        return loom_errf(err, "%s: %d heads cannot be split across %d ranks", m->name, r->n_v_heads, p->o.tp);
+    s->weight[0] =
+        (weight_ref){WEIGHT_F32, r->a_log, 1, {r->n_v_heads}, 0, dt->feat0, heads, 0, 0, PAR_REPLICATED, 0.5f, 0};
+    s->weight[1] = s->weight[0], s->weight[2] = s->weight[0];
+    s->weight[1].name = r->dt_bias, s->weight[2].name = r->d;
+    return heads * r->v_dim;
 }
 
 /* The delta rule on this rank's heads (the linear before it gave each rank whole key heads and
@@ -137,6 +153,9 @@ static int shard_op(plan *p, plan_step *s, const module *m, const op *o, int wid
         return a->kv_lora ? shard_latent_attention(p, s, m, o, err) : h * a->head_dim;
     }
     case OP_RMS_NORM: {
+        if (o->group && width % o->group) /* groups cut by the shard (Mamba-2's B and C groups) */
+            return loom_errf(err, "%s: %s normalises groups of %d columns, which %d ranks' %d columns cut", m->name,
+                             o->weight, o->group, p->o.tp, width);
         /* across ranks: this rank's columns of the whole projection's weight */
         int n = o->group ? o->group : o->across_ranks ? o->features : width;
         int c0 = o->across_ranks ? p->values[s->in[0]].feat0 : 0;
@@ -149,7 +168,8 @@ static int shard_op(plan *p, plan_step *s, const module *m, const op *o, int wid
         if (width % o->slice.stride)
             return loom_errf(err, "%s: %d columns are not whole heads of %d", m->name, width, o->slice.stride);
         return width / o->slice.stride * o->slice.width;
-    case OP_CONV1D: return shard_conv(p, s, m, o, err);
+    case OP_CONV1D: return shard_conv(p, s, o);
+    case OP_SSM_SCAN: return shard_ssm(p, s, m, o, err);
     case OP_GATED_DELTA: return shard_delta(p, s, m, o, width, err);
     case OP_INPUT_ROWS: return o->features;
     case OP_CONCAT: return width + p->values[s->in[1]].width;
@@ -537,6 +557,7 @@ size_t plan_state_floats(const plan *p, const plan_step *s) {
     int w = p->values[s->out].width;
     if (s->op->kind == OP_CONV1D) return (size_t)(r->kernel - 1) * w;
     if (s->op->kind == OP_GATED_DELTA) return (size_t)w / r->v_dim * r->k_dim * r->v_dim;
+    if (s->op->kind == OP_SSM_SCAN) return (size_t)w * r->d_state;
     return 0;
 }
 

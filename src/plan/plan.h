@@ -227,8 +227,9 @@ typedef struct plan {
 int plan_build(plan *p, const module *tree, const plan_options *o, loom_err *err);
 void plan_free(plan *p);
 /* The floats of one sequence's state that recurrent step s keeps on this rank (its
- * convolution's last kernel - 1 input rows, or its delta rule's k_dim x v_dim matrix per value
- * head; 0 for any other step), and those of all of p's steps. */
+ * convolution's last kernel - 1 input rows, its delta rule's k_dim x v_dim matrix per value
+ * head, its scan's head_dim x d_state per head; 0 for any other step), and those of all of p's
+ * steps. */
 size_t plan_state_floats(const plan *p, const plan_step *s);
 size_t plan_seq_state_floats(const plan *p);
 int plan_step_inputs(const plan_step *s);

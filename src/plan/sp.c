@@ -52,7 +52,7 @@ const region_kind region_sp = {
 
 void sp_check_outside(plan *p, const module *m, const op *o) {
     if (!p->o.sp) return;
-    if (o->kind == OP_ATTENTION || o->kind == OP_CONV1D || o->kind == OP_GATED_DELTA)
+    if (o->kind == OP_ATTENTION || o->kind == OP_CONV1D || o->kind == OP_GATED_DELTA || o->kind == OP_SSM_SCAN)
         plan_warn(p, "%s: `%s` outside a region mixes tokens, which sequence parallelism shards there", m->name,
                   op_kind_name(o->kind));
     if (o->kind == OP_CUSTOM && o->custom.cls == LOOM_OP_TOKEN_MIXING)

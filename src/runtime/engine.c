@@ -160,18 +160,28 @@ int loom_check_sharding(const loom_model *m, int tp, const loom_engine_options *
     return rc;
 }
 
-/* The recurrent state one sequence keeps on a rank of stage s: Gated DeltaNet's last kernel - 1
- * convolution inputs and its k_dim x v_dim matrix per value head, this rank's share of the
- * heads, in each of the stage's recurrent layers (the executor allocates what the plan says,
- * which is this; the config gives it on every rank alike). */
-static size_t seq_state_bytes(const loom_engine *e, const int *first, int s, int tp) {
+/* The recurrent state one sequence keeps on a rank of stage s, in each of the stage's recurrent
+ * layers: the convolution's last kernel - 1 inputs and Gated DeltaNet's k_dim x v_dim matrix
+ * per value head, or Mamba-2's head_dim x d_state per head, of this rank's share of the heads
+ * (Mamba-2's B and C groups: a whole one where there are fewer than ranks). The executor
+ * allocates what the plan says, which is this; the config gives it on every rank alike. */
+static size_t seq_state_bytes(const loom_engine *e, int layer0, int layer1, int tp) {
     const model_config *c = &e->model->cfg;
     if (!c->recurrent) return 0;
-    const gdn_config *g = &c->gdn;
-    int layers = first[s + 1] - first[s] - stage_count_attending(e->model->tree, first[s], first[s + 1]);
-    size_t conv = (size_t)(g->conv_kernel - 1) * (2 * g->k_heads * g->k_dim + g->v_heads * g->v_dim);
-    size_t delta = (size_t)g->v_heads * g->k_dim * g->v_dim;
-    return layers * (conv + delta) / tp * sizeof(float);
+    int layers = layer1 - layer0 - stage_count_attending(e->model->tree, layer0, layer1);
+    size_t per;
+    if (c->mamba.n_heads) {
+        const mamba_config *mb = &c->mamba;
+        size_t groups = mb->n_groups >= tp ? (size_t)mb->n_groups / tp : 1;
+        per = (size_t)(mb->conv_kernel - 1) * (mb->inner / tp + 2 * groups * mb->d_state) +
+              (size_t)mb->inner / tp * mb->d_state;
+    } else {
+        const gdn_config *g = &c->gdn;
+        per = ((size_t)(g->conv_kernel - 1) * (2 * g->k_heads * g->k_dim + g->v_heads * g->v_dim) +
+               (size_t)g->v_heads * g->k_dim * g->v_dim) /
+              tp;
+    }
+    return layers * per * sizeof(float);
 }
 
 /* The KV pool: as many blocks as the budget holds on the stage with the most layers, so that
@@ -188,7 +198,7 @@ static int size_kv(loom_engine *e, const loom_engine_options *o, loom_err *err) 
     if (!first) return -1;
     for (int s = 0; s < pp; s++) { /* the layers with a KV cache (a hybrid model's attention ones) */
         int n = stage_count_attending(e->model->tree, first[s], first[s + 1]);
-        size_t st = seq_state_bytes(e, first, s, e->x.comm->size) * e->max_seqs;
+        size_t st = seq_state_bytes(e, first[s], first[s + 1], e->x.comm->size) * e->max_seqs;
         layers = n > layers ? n : layers;
         state = st > state ? st : state;
     }
@@ -315,6 +325,12 @@ static int alloc_state(loom_engine *e, loom_err *err) {
     rope_freqs f;
     rope_freqs_of(c, &f);
     if (executor_init(x, &f, err)) return -1;
+    size_t per = seq_state_bytes(e, e->layer0, e->layer1, x->comm->size); /* as size_kv counted it */
+    if (x->state_bytes != per * (size_t)(e->max_seqs + x->n_snapshot_slots))
+        return loom_errf(err,
+                         "internal error: the plan keeps %zu bytes of recurrent state where the KV cache budget "
+                         "counted %zu",
+                         x->state_bytes, per * (size_t)(e->max_seqs + x->n_snapshot_slots));
     e->logits = mem_array((size_t)e->max_logits * c->head_vocab, sizeof *e->logits, "the logits", err);
     return e->logits ? 0 : -1;
 }

@@ -399,11 +399,21 @@ static void run_step(executor *x, const plan_step *s, const loom_batch *b) {
         for (int i = 0; i < s->n_in; i++) {
             c.x[i] = value_at(x, s->in[i], &c.ldx[i]);
             c.width[i] = x->cur->p.values[s->in[i]].width;
-            c.w[i] = s->w[i].data, c.ldw[i] = s->w[i].ld;
+            c.w[i] = s->w[i].data, c.ldw[i] = s->w[i].ld, c.bias[i] = s->bias[i];
         }
         state_snapshots sn = x->snaps;
         sn.base = s->snapshots;
         conv1d_silu(&c, out, ldo, rows, b->pos, b->seq, s->state, s->state_stride, &sn);
+        break;
+    }
+    case OP_SSM_SCAN: {
+        const recurrent_desc *r = o->rec;
+        int heads = w / r->v_dim, groups = heads * r->n_groups / r->n_v_heads;
+        ssm_shape sh = {heads,     r->v_dim,     groups ? groups : 1, r->d_state,  r->dt_min,
+                        r->dt_max, s->w[0].data, s->w[1].data,        s->w[2].data};
+        state_snapshots sn = x->snaps;
+        sn.base = s->snapshots;
+        ssm_scan(&sh, in0, ld0, in1, ld1, out, ldo, rows, b->pos, b->seq, s->state, s->state_stride, &sn);
         break;
     }
     case OP_GATED_DELTA: {

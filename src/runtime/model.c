@@ -234,8 +234,12 @@ void loom_model_get_info(const loom_model *m, loom_model_info *info) {
         .n_heads = c->n_heads,
         .n_kv_heads = c->n_kv_heads,
         .n_recurrent_layers = recurrent,
-        .n_linear_k_heads = c->recurrent ? c->gdn.k_heads : 0,
-        .n_linear_v_heads = c->recurrent ? c->gdn.v_heads : 0,
+        .n_linear_k_heads = !c->recurrent      ? 0
+                            : c->mamba.n_heads ? c->mamba.n_heads
+                                               : c->gdn.k_heads,
+        .n_linear_v_heads = !c->recurrent      ? 0
+                            : c->mamba.n_heads ? c->mamba.n_heads
+                                               : c->gdn.v_heads,
         .head_dim = c->head_dim,
         .max_pos = c->max_pos,
         .bos_id = c->bos_id,

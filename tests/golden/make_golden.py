@@ -62,6 +62,7 @@ from transformers import (  # noqa: E402
     Qwen3_5TextConfig, Qwen3_5ForCausalLM,
     Qwen3_5MoeTextConfig, Qwen3_5MoeForCausalLM,
     Qwen3NextConfig, Qwen3NextForCausalLM,
+    GraniteMoeHybridConfig, GraniteMoeHybridForCausalLM,
 )
 from transformers.integrations.mxfp4 import FP4_VALUES  # noqa: E402
 
@@ -336,6 +337,20 @@ def case_defs():
             norm_topk_prob=True, mlp_only_layers=[1],
             rope_parameters={"rope_type": "default", "rope_theta": 1e6, "partial_rotary_factor": 0.25}),
             {"prefill": (70, 5), "incr_tol": 5e-5, "zero_centred_norms": True, "max_bytes": 3 << 19}),
+        # Granite 4.0-H (GraniteMoeHybrid): Mamba-2 in layers 0 and 1, attention without RoPE
+        # (position_embedding_type none, as the released models) in layer 2; the Mamba layers: 8
+        # heads of 16 (expand 2), one group of B and C with a state of 16, a 4-tap convolution
+        # with a bias, the norm gated before it normalises; every layer 4 experts (top 2) beside a
+        # shared MLP; Granite's multipliers. The chunked scan's chunks of 32: the 70-token prompt
+        # crosses two.
+        "granitemoehybrid": (GraniteMoeHybridForCausalLM, GraniteMoeHybridConfig, dict(
+            BASE, num_hidden_layers=3, layer_types=["mamba", "mamba", "attention"],
+            mamba_n_heads=8, mamba_n_groups=1, mamba_d_state=16, mamba_d_head="auto", mamba_d_conv=4,
+            mamba_expand=2, mamba_chunk_size=32, mamba_conv_bias=True, mamba_proj_bias=False,
+            num_local_experts=4, num_experts_per_tok=2, intermediate_size=32, shared_intermediate_size=48,
+            position_embedding_type=None, tie_word_embeddings=False, embedding_multiplier=12.0,
+            attention_multiplier=0.15, residual_multiplier=0.22, logits_scaling=8.0),
+            {"prefill": (70, 5), "incr_tol": 5e-5, "lm_head_std_scale": 8.0, "max_bytes": 3 << 19}),
     }
 
 

@@ -121,6 +121,7 @@ static const struct {
     {"Qwen3_5MoeForCausalLM",
      {.qk_norm = true, .norm_offset = 1, .output_gate = true, .moe = &qwen3_5_moe},
      build_hybrid},
+    {"GraniteMoeHybridForCausalLM", {.moe = &granite_moe}, build_hybrid},
     {"Qwen3NextForCausalLM",
      {.qk_norm = true, .norm_offset = 1, .output_gate = true, .gdn_by_key_head = true, .moe = &qwen_moe},
      build_hybrid},

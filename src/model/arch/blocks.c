@@ -65,8 +65,10 @@ module *attention_module(const model_config *c, const llama_variant *v, const ch
     bool sliding = c->layer_windows ? c->sliding_layer[layer] : v->sliding_window;
     bool local = sliding && c->rope_local_theta;
     bool adjacent = v->interleaved || c->rope_meta_layout;
-    q = emit_rope(m, q, &(rope_desc){c->n_heads, hd, 0, adjacent, local}, "q_rot");
-    k = emit_rope(m, k, &(rope_desc){c->n_kv_heads, hd, 0, adjacent, local}, "k_rot");
+    if (!c->no_rope) { /* Granite 4.0-H's attention sees no positions: its Mamba layers give them */
+        q = emit_rope(m, q, &(rope_desc){c->n_heads, hd, 0, adjacent, local}, "q_rot");
+        k = emit_rope(m, k, &(rope_desc){c->n_kv_heads, hd, 0, adjacent, local}, "k_rot");
+    }
     attn_desc a = {.layer = layer,
                    .n_heads = c->n_heads,
                    .n_kv_heads = c->n_kv_heads,

@@ -1,7 +1,9 @@
 /* Hybrid models, whose layers mix tokens by attention or by a recurrent mixer as the config's
  * layer types say (model_config.mixer): Qwen3.5's Gated DeltaNet beside its gated full
  * attention, its MLPs dense or (Qwen3.5-MoE) every one a mixture of experts; Qwen3-Next, whose
- * DeltaNet projections are fused per key head, with mixtures and dense MLPs as its config says. The layer around the mixer is the Llama family's pre-norm one; Qwen3.5's norms
+ * DeltaNet projections are fused per key head, with mixtures and dense MLPs as its config says;
+ * Granite 4.0-H's Mamba-2 beside attention without RoPE, each layer's experts beside a shared
+ * MLP. The layer around the mixer is the Llama family's pre-norm one; Qwen3.5's norms
  * are zero-centred (scale 1 + w, the variant's norm_offset). Weight names are Hugging Face's. */
 #include <stdio.h>
 
@@ -80,6 +82,94 @@ static module *gated_delta_module(const model_config *c, const llama_variant *v,
     return m;
 }
 
+/* Mamba-2 (transformers' GraniteMoeHybridMambaLayer): in_proj's rows are z, then x, B and C
+ * (the convolution's channels, in that order), then dt: five parts, z, x and dt sharded by
+ * head, B and C by group (replicated where there are fewer groups than ranks, as vLLM does).
+ * The scan keeps a state per sequence; its output times silu(z) is normalised per group (with
+ * one group, across the ranks the heads are spread over) before the row-parallel out_proj. */
+static module *mamba_module(const model_config *c, int layer) {
+    module *m = module_new("mamba", "model.layers.%d.mamba", layer);
+    if (!m) return NULL;
+    const mamba_config *mb = &c->mamba;
+    int x = module_input(m, "x"), gn = mb->n_groups * mb->d_state, rows = 2 * mb->inner + 2 * gn + mb->n_heads;
+    static const char *const names[5] = {"z", "xs", "B", "C", "dt"};
+    const int out[5] = {mb->inner, mb->inner, gn, gn, mb->n_heads},
+              head[5] = {mb->head_dim, mb->head_dim, mb->d_state, mb->d_state, 1};
+    linear_desc in = {.in = c->hidden, .n_parts = 5, .style = PAR_COLUMN};
+    int part[5];
+    for (int i = 0, row0 = 0; i < 5; row0 += out[i++]) {
+        linear_part_init(&in.parts[i], m->name, "in_proj", out[i], head[i], mb->proj_bias);
+        in.parts[i].row0 = row0, in.parts[i].tensor_rows = rows;
+        in.parts[i].replicable = i == 2 || i == 3;
+    }
+    int fused = emit_linear(m, x, &in);
+    for (int i = 0; i < 5; i++) part[i] = emit_split(m, fused, i, names[i]);
+    recurrent_desc r = {.layer = layer,
+                        .kernel = mb->conv_kernel,
+                        .channels = mb->inner + 2 * gn,
+                        .offsets = {0, mb->inner, mb->inner + gn},
+                        .n_v_heads = mb->n_heads,
+                        .v_dim = mb->head_dim,
+                        .n_groups = mb->n_groups,
+                        .d_state = mb->d_state,
+                        .dt_min = mb->dt_min,
+                        .dt_max = mb->dt_max};
+    snprintf(r.weight, sizeof r.weight, "%s.conv1d.weight", m->name);
+    if (mb->conv_bias) snprintf(r.bias, sizeof r.bias, "%s.conv1d.bias", m->name);
+    snprintf(r.a_log, sizeof r.a_log, "%s.A_log", m->name);
+    snprintf(r.dt_bias, sizeof r.dt_bias, "%s.dt_bias", m->name);
+    snprintf(r.d, sizeof r.d, "%s.D", m->name);
+    int scan = emit_ssm_scan(m, emit_conv1d(m, part + 1, 3, &r), part[4], &r);
+    int gated = emit_glu(m, part[0], scan, &(glu_desc){GLU_SILU, 0, 0}); /* silu(z) * y, then the norm */
+    char w[128];
+    snprintf(w, sizeof w, "%s.norm.weight", m->name);
+    int normed = mb->n_groups == 1 ? emit_rms_norm_across(m, gated, w, c->rms_eps, mb->inner, "normed")
+                                   : emit_rms_norm(m, gated, w, c->rms_eps, mb->inner / mb->n_groups, "normed");
+    linear_desc o = {.in = mb->inner, .n_parts = 1, .style = PAR_ROW};
+    linear_part_init(&o.parts[0], m->name, "out_proj", c->hidden, 0, mb->proj_bias);
+    module_output(m, emit_linear(m, normed, &o));
+    return m;
+}
+
+/* Granite's shared MLP: input_linear holds gate's rows then up's, output_linear is down. */
+static module *granite_shared_mlp(const model_config *c, int layer) {
+    module *m = module_new("mlp", "model.layers.%d.shared_mlp", layer);
+    if (!m) return NULL;
+    int x = module_input(m, "x"), inter = c->shared_intermediate;
+    linear_desc gu = {.in = c->hidden, .n_parts = 2, .style = PAR_COLUMN};
+    for (int i = 0; i < 2; i++) {
+        linear_part_init(&gu.parts[i], m->name, "input_linear", inter, 0, false);
+        gu.parts[i].row0 = i * inter, gu.parts[i].tensor_rows = 2 * inter;
+    }
+    int fused = emit_linear(m, x, &gu);
+    int act = emit_glu(m, emit_split(m, fused, 0, "gate"), emit_split(m, fused, 1, "up"), &(glu_desc){GLU_SILU, 0, 0});
+    linear_desc d = {.in = inter, .n_parts = 1, .style = PAR_ROW};
+    linear_part_init(&d.parts[0], m->name, "output_linear", c->hidden, 0, false);
+    module_output(m, emit_linear(m, act, &d));
+    return m;
+}
+
+/* Granite 4.0-H's layer: its mixer, then the experts and the shared MLP side by side on the
+ * same normalised input, each branch scaled by residual_multiplier. */
+static module *granite_layer(const model_config *c, const llama_variant *v, int layer) {
+    module *m = module_new("decoder_layer", "model.layers.%d", layer);
+    if (!m) return NULL;
+    int h = module_input(m, "hidden");
+    char name[96];
+    snprintf(name, sizeof name, "model.layers.%d.self_attn", layer);
+    module *mixer =
+        c->mixer[layer] == MIXER_MAMBA2 ? mamba_module(c, layer) : attention_module(c, v, name, layer, c->hidden);
+    h = residual_branch(m, c, v, h, "input_layernorm", mixer, "resid_mixer");
+    char w[128];
+    snprintf(w, sizeof w, "%s.post_attention_layernorm.weight", m->name);
+    int n = emit_rms_norm(m, h, w, c->rms_eps, 0, "post_attention_layernorm");
+    int out = emit_call(m, granite_shared_mlp(c, layer), &n, 1, "shared_mlp");
+    if (c->n_experts) out = emit_add(m, emit_call(m, moe_module(c, v->moe, layer), &n, 1, "moe"), out, "ffn");
+    if (c->residual_mult != 1.0f) out = emit_scale(m, out, c->residual_mult, "scaled");
+    module_output(m, emit_add(m, h, out, "resid_mlp"));
+    return m;
+}
+
 static module *decoder_layer(const model_config *c, const llama_variant *v, int layer) {
     module *m = module_new("decoder_layer", "model.layers.%d", layer);
     if (!m) return NULL;
@@ -102,8 +192,13 @@ module *build_hybrid(const model_config *c, const llama_variant *v) {
     module *m = module_new("model", "model");
     if (!m) return NULL;
     int h = emit_embed(m, "model.embed_tokens.weight", c->vocab, c->hidden);
-    for (int l = 0; l < c->n_layers; l++) h = emit_call(m, decoder_layer(c, v, l), &h, 1, "hidden");
+    if (c->embedding_mult != 1.0f) h = emit_scale(m, h, c->embedding_mult, "embeds_scaled");
+    bool granite = c->n_layers && c->mixer[0] != MIXER_GATED_DELTA && !v->output_gate;
+    for (int l = 0; l < c->n_layers; l++)
+        h = emit_call(m, (granite ? granite_layer : decoder_layer)(c, v, l), &h, 1, "hidden");
     h = emit_rms_norm_offset(m, emit_logit_rows(m, h), "model.norm.weight", v->norm_offset, c->rms_eps, 0, "normed");
-    module_output(m, emit_lm_head(m, c, h));
+    int logits = emit_lm_head(m, c, h);
+    if (c->logits_scale != 1.0f) logits = emit_scale(m, logits, 1.0f / c->logits_scale, "logits_scaled");
+    module_output(m, logits);
     return m;
 }
