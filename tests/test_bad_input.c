@@ -443,6 +443,23 @@ static void bad_qwen3_5(void) {
     edits_on("qwen3_5", edits, sizeof edits / sizeof *edits);
 }
 
+/* Granite 4.0-H's Mamba-2 fields, on its golden model (8 heads of 16, one group, 3 layers). */
+static void bad_granite_hybrid(void) {
+    static const field_edit edits[] = {
+        {"granite-h: an unknown layer type", true, NULL, "layer_types", "[\"mamba\", \"rwkv\", \"attention\"]", NULL,
+         "layer_types[1] 'rwkv': only linear_attention (or mamba) and full_attention"},
+        {"granite-h: heads not a multiple of the groups", true, NULL, "mamba_n_groups", "3", NULL,
+         "mamba_n_heads 8 is not a multiple of mamba_n_groups 3"},
+        {"granite-h: heads of another width", true, NULL, "mamba_d_head", "32", NULL,
+         "mamba_n_heads 8 of mamba_d_head 32 do not make mamba_expand x hidden_size 128"},
+        {"granite-h: a rotary type of its own", true, NULL, "position_embedding_type", "\"alibi\"", NULL,
+         "position_embedding_type 'alibi' (rope, nope or null)"},
+        {"granite-h: D of another shape", false, "model.layers.0.mamba.D", "shape", "[2, 4]", NULL,
+         "tensor 'model.layers.0.mamba.D' has shape [2, 4], expected [8]"},
+    };
+    edits_on("granitemoehybrid", edits, sizeof edits / sizeof *edits);
+}
+
 int main(void) {
     snprintf(tmp, sizeof tmp, "/tmp/loom-bad-XXXXXX");
     CHECK(mkdtemp(tmp), "mkdtemp");
@@ -556,6 +573,7 @@ int main(void) {
     bad_fp8();
     bad_gemma();
     bad_qwen3_5();
+    bad_granite_hybrid();
     bad_ernie();
     bad_phi3();
     bad_gpt_oss();

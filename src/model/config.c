@@ -485,8 +485,8 @@ static int parse_gpt_oss(reader *r, model_config *c) {
  * layer attends; the DeltaNet's heads and convolution. Its full attention is gated and its
  * norms zero-centred (the architecture's, arch.c). */
 /* A hybrid model's layer_types: its recurrent layers' kind where a type is `recurrent` or its
- * older name, attention where full_attention or attention; absent, every interval-th layer
- * attends (0: none). */
+ * older name `old` (NULL: none), attention where full_attention or attention; absent, every
+ * interval-th layer attends (0: none). */
 static int parse_mixers(reader *r, model_config *c, const char *recurrent, const char *old, enum mixer_kind kind,
                         int interval) {
     const cJSON *types = cJSON_GetObjectItemCaseSensitive(r->root, "layer_types"), *t;
@@ -500,9 +500,11 @@ static int parse_mixers(reader *r, model_config *c, const char *recurrent, const
     if (cJSON_IsArray(types)) cJSON_ArrayForEach(t, types) {
             const char *v = cJSON_IsString(t) ? t->valuestring : "";
             bool attends = !strcmp(v, "full_attention") || !strcmp(v, "attention");
-            if (!attends && strcmp(v, recurrent) && strcmp(v, old))
-                return loom_errf(r->err, "%s: layer_types[%d] '%s': only %s (or %s) and full_attention", r->name, l, v,
-                                 recurrent, old);
+            if (!attends && strcmp(v, recurrent) && (!old || strcmp(v, old))) {
+                char kinds[96];
+                snprintf(kinds, sizeof kinds, old ? "%s (or %s)" : "%s", recurrent, old);
+                return loom_errf(r->err, "%s: layer_types[%d] '%s': only %s and full_attention", r->name, l, v, kinds);
+            }
             c->mixer[l++] = attends ? MIXER_ATTENTION : kind;
         }
     for (l = 0; l < c->n_layers; l++) c->recurrent |= c->mixer[l] != MIXER_ATTENTION;
@@ -582,7 +584,7 @@ static int parse_qwen3_5(reader *r, model_config *c) {
     if (g->v_heads % g->k_heads)
         return loom_errf(r->err, "%s: linear_num_value_heads %d is not a multiple of linear_num_key_heads %d", r->name,
                          g->v_heads, g->k_heads);
-    return parse_mixers(r, c, "linear_attention", "linear_attention", MIXER_GATED_DELTA, interval);
+    return parse_mixers(r, c, "linear_attention", NULL, MIXER_GATED_DELTA, interval);
 }
 
 /* An Eagle3 draft's own fields (eagle3_config), from `top`: EAGLE's config, or speculators'

@@ -208,9 +208,9 @@ static int size_kv(loom_engine *e, const loom_engine_options *o, loom_err *err) 
     int interval = o->state_snapshot_interval ? o->state_snapshot_interval : 4 * bs;
     if (slots && (interval < bs || interval % bs))
         return loom_errf(err, "--state-snapshot-interval %d: a multiple of the block size (%d)", interval, bs);
-    if (slots && slots < e->max_seqs)
-        return loom_errf(err, "--state-snapshots %d: at least one a sequence (%d), which a pass may each take", slots,
-                         e->max_seqs);
+    if (slots && slots < 2 * e->max_seqs)
+        return loom_errf(err, "--state-snapshots %d: at least two a sequence (%d), which a pass may each take", slots,
+                         2 * e->max_seqs);
     size_t whole = state / e->max_seqs * (e->max_seqs + (size_t)slots);
     if (whole >= budget)
         return loom_errf(err,

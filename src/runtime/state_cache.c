@@ -10,12 +10,12 @@
 #include "util/alloc.h"
 
 int state_cache_init(state_cache *s, int interval, int n_slots, int max_seqs, loom_err *err) {
-    *s = (state_cache){.interval = interval, .n_slots = n_slots, .max_pass = max_seqs};
+    *s = (state_cache){.interval = interval, .n_slots = n_slots, .max_pass = 2 * max_seqs};
     const char *what = "the recurrent state's snapshot slots";
     return (s->key = mem_zalloc(n_slots, sizeof *s->key, what, err)) &&
                    (s->valid = mem_zalloc(n_slots, sizeof *s->valid, what, err)) &&
                    (s->used = mem_zalloc(n_slots, sizeof *s->used, what, err)) &&
-                   (s->pass = mem_zalloc(max_seqs, sizeof *s->pass, what, err))
+                   (s->pass = mem_zalloc(s->max_pass, sizeof *s->pass, what, err))
                ? 0
                : -1;
 }
@@ -25,7 +25,7 @@ void state_cache_free(state_cache *s) {
     memset(s, 0, sizeof *s);
 }
 
-/* The least recently used slot the pass has not taken yet (n_slots >= max_seqs, so one is). */
+/* The least recently used slot the pass has not taken yet (n_slots >= max_pass, so one is). */
 static int oldest_free(const state_cache *s) {
     int best = -1;
     for (int i = 0; i < s->n_slots; i++) {
@@ -36,6 +36,13 @@ static int oldest_free(const state_cache *s) {
     return best;
 }
 
+static void take(state_cache *s, int seq, int pos) {
+    int slot = oldest_free(s);
+    s->valid[slot] = false;
+    s->used[slot] = ++s->tick;
+    s->pass[s->n_pass++] = (state_snap){seq, pos, slot};
+}
+
 void state_cache_plan(state_cache *s, const loom_batch *b) {
     s->n_pass = 0;
     for (int r = 0; r < b->n_tokens; r++) {
@@ -44,11 +51,10 @@ void state_cache_plan(state_cache *s, const loom_batch *b) {
         int r0 = r; /* the run's first row */
         while (r0 > 0 && b->seq[r0 - 1] == b->seq[r]) r0--;
         int last = (b->pos[r] + 1) / s->interval * s->interval; /* the last snapshot point reached */
-        if (last <= b->pos[r0] || s->n_pass == s->max_pass) continue;
-        int slot = oldest_free(s);
-        s->valid[slot] = false;
-        s->used[slot] = ++s->tick;
-        s->pass[s->n_pass++] = (state_snap){b->seq[r], last, slot};
+        if (last > b->pos[r0]) take(s, b->seq[r], last);
+        /* a run ending on a point keeps the one before too: the same prompt again resumes there,
+         * as its last token must run for its logits */
+        if (last == b->pos[r] + 1 && last - s->interval > b->pos[r0]) take(s, b->seq[r], last - s->interval);
     }
 }
 

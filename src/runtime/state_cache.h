@@ -2,10 +2,11 @@
  * layer's state at the end of which cached block. Attention layers resume a cached prefix from
  * its KV blocks; a recurrent layer keeps one state per sequence, so a prefix resumes only where
  * a snapshot of that state was kept. Passes take snapshots at every `interval` positions (the
- * last such position each sequence's run in the pass reaches), into the least recently used
- * slot; the key of the block a snapshot ends names it, as the prefix index names the block. It
- * holds no state (the executor's snapshot arrays do) and, like kv_cache.h's bookkeeping, every
- * rank keeps its own copy, changed only by batches and attaches given in the same order. */
+ * last such position each sequence's run in the pass reaches, and the one before where the run
+ * ends on one), into the least recently used slot; the key of the block a snapshot ends names
+ * it, as the prefix index names the block. It holds no state (the executor's snapshot arrays
+ * do) and, like kv_cache.h's bookkeeping, every rank keeps its own copy, changed only by
+ * batches and attaches given in the same order. */
 #ifndef LOOM_RUNTIME_STATE_CACHE_H
 #define LOOM_RUNTIME_STATE_CACHE_H
 #include "kernels/kernels.h"
@@ -22,7 +23,7 @@ typedef struct state_cache {
 } state_cache;
 
 /* interval: positions between snapshot points, a multiple of the KV block size; n_slots of
- * them kept; a pass takes at most one a sequence (max_seqs). */
+ * them kept (at least two a sequence: a pass takes up to two a sequence, max_pass). */
 int state_cache_init(state_cache *s, int interval, int n_slots, int max_seqs, loom_err *err);
 void state_cache_free(state_cache *s);
 /* Before a pass of b: the snapshots it takes (s->pass), each in a slot no other of them uses,
