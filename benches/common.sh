@@ -1,6 +1,6 @@
 # Sourced by the benchmarks that run llama.cpp beside loom (vs-llama-cpp.sh, serve.sh), from
 # the repository root: progress lines (phase, phase_end, timings), die, the loom binary a job
-# runs (loom_prepare), llama.cpp's source (llama_cpp_source), its builds (build_llama,
+# runs (loom_prepare), a run's header (bench_info), llama.cpp's source (llama_cpp_source), its builds (build_llama,
 # llama_server_build), the venv that writes GGUFs (gguf_venv) and random-weight GGUFs (gguf_write).
 
 die() { echo "$(basename "$0"): $*" >&2; exit 1; }
@@ -26,6 +26,20 @@ loom_prepare() {
   cp "$loom" "$RESULTS/loom"
   loom_src=$(cd "$(dirname "$loom")" && pwd)/$(basename "$loom")
   loom=$RESULTS/loom
+}
+
+# bench_info: the run's header into $RESULTS/info.txt and on stderr: the date, the CPU (name,
+# family and model), loom's kernel variant at $THREADS threads, the threads and $REPS rounds,
+# the caller's own lines (its stdin), then loom's commit. Sets cpu and variant.
+bench_info() {
+  cpu="$(lscpu | sed -n 's/^Model name: *//p' | head -1) (family $(grep -m1 '^cpu family' /proc/cpuinfo | sed 's/.*: //'), model $(grep -m1 '^model\s' /proc/cpuinfo | sed 's/.*: //'))"
+  variant=$("$loom" bench machine --threads "$THREADS" 2>&1 | sed -n 's/.*kernels \([a-z0-9]*\).*/\1/p' | head -1)
+  {
+    echo "date: $(date -Is)"
+    echo "cpu: $cpu; loom kernels: ${variant:-?}; threads: $THREADS; rounds: $REPS"
+    cat
+    echo "loom: git $(git rev-parse --short HEAD 2>/dev/null || echo '?')$(git diff --quiet HEAD 2>/dev/null || echo ', with uncommitted changes')"
+  } | tee "$RESULTS/info.txt" >&2
 }
 
 # llama_cpp_source fetches llama.cpp's source as PyPI carries it (the llama-cpp-python sdist,

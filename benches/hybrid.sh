@@ -27,14 +27,7 @@ RESULTS=${RESULTS:-$root/build-bench/hybrid-$(date +%Y%m%d-%H%M%S)}
 mkdir -p "$RESULTS"
 loom_prepare
 
-cpu=$(lscpu | sed -n 's/^Model name: *//p' | head -1)
-variant=$("$loom" bench machine --threads "$THREADS" 2>&1 | sed -n 's/.*kernels \([a-z0-9]*\).*/\1/p' | head -1)
-{
-  echo "date: $(date -Is)"
-  echo "cpu: $cpu; loom kernels: ${variant:-?}; threads: $THREADS; rounds: $REPS"
-  echo "model: $(basename "$CONFIG"), bf16 dummy weights; prompt $INPUT, then $GEN decode steps"
-  echo "loom: git $(git rev-parse --short HEAD 2>/dev/null || echo '?')$(git diff --quiet HEAD 2>/dev/null || echo ', with uncommitted changes')"
-} | tee "$RESULTS/info.txt" >&2
+echo "model: $(basename "$CONFIG"), bf16 dummy weights; prompt $INPUT, then $GEN decode steps" | bench_info
 
 common=(bench latency -m "$CONFIG" --load-format dummy --batch-size 1 --input-len "$INPUT" --num-iters-warmup 0
   --num-iters 1)

@@ -39,16 +39,11 @@ build_llama "$bench/llama-cpu" "CPU"
 llama=$bench/llama-cpu
 gguf_venv
 
-cpu=$(lscpu | sed -n 's/^Model name: *//p' | head -1)
-variant=$("$loom" bench machine --threads "$THREADS" 2>&1 | sed -n 's/.*kernels \([a-z0-9]*\).*/\1/p' | head -1)
 {
-  echo "date: $(date -Is)"
-  echo "cpu: $cpu; loom kernels: ${variant:-?}; threads: $THREADS; rounds: $REPS"
   echo "file: $(basename "$GGUF"); context: $CTX, then $GEN decode steps"
   echo "llama.cpp: $llama_version"
-  echo "loom: git $(git rev-parse --short HEAD 2>/dev/null || echo '?')$(git diff --quiet HEAD 2>/dev/null || echo ', with uncommitted changes')"
   [ -z "${BEFORE:-}" ] || echo "before: $BEFORE"
-} | tee "$RESULTS/info.txt" >&2
+} | bench_info
 
 declare -A best bytes
 keep_best() { # key, tok/s

@@ -117,14 +117,14 @@ static const struct {
     {"GptOssForCausalLM", {.attn_sinks = true, .moe = &gpt_oss_moe}, build_llama_family},
     {"Gemma2ForCausalLM", {.norm_offset = 1}, build_gemma},
     {"Gemma3ForCausalLM", {.qk_norm = true, .norm_offset = 1}, build_gemma},
-    {"Qwen3_5ForCausalLM", {.qk_norm = true, .norm_offset = 1, .output_gate = true}, build_hybrid},
+    {"Qwen3_5ForCausalLM", {.qk_norm = true, .norm_offset = 1, .output_gate = true}, build_llama_family},
     {"Qwen3_5MoeForCausalLM",
      {.qk_norm = true, .norm_offset = 1, .output_gate = true, .moe = &qwen3_5_moe},
-     build_hybrid},
-    {"GraniteMoeHybridForCausalLM", {.moe = &granite_moe}, build_hybrid},
+     build_llama_family},
+    {"GraniteMoeHybridForCausalLM", {.moe = &granite_moe}, build_granite_hybrid},
     {"Qwen3NextForCausalLM",
      {.qk_norm = true, .norm_offset = 1, .output_gate = true, .gdn_by_key_head = true, .moe = &qwen_moe},
-     build_hybrid},
+     build_llama_family},
 };
 
 bool arch_supported(const char *name) {

@@ -66,9 +66,19 @@ typedef struct llama_variant {
 module *build_llama_family(const model_config *c, const llama_variant *v);
 module *build_gemma(const model_config *c, const llama_variant *v);
 module *build_eagle3(const model_config *c);
-/* A hybrid model (hybrid_blocks.c): each layer's mixer attention or Gated DeltaNet, by
- * model_config.mixer (Qwen3.5). */
-module *build_hybrid(const model_config *c, const llama_variant *v);
+/* Granite 4.0-H (hybrid_blocks.c): Mamba-2 or attention by model_config.mixer, experts beside a
+ * shared MLP. */
+module *build_granite_hybrid(const model_config *c, const llama_variant *v);
+/* The model around its decoder layers (llama_blocks.c): the embedding, each layer `layer`
+ * builds, the final norm (v's offset) and the LM head, with Granite's multipliers where the
+ * config has them. */
+typedef module *(*layer_builder)(const model_config *c, const llama_variant *v, int layer);
+module *build_decoder(const model_config *c, const llama_variant *v, layer_builder layer);
+/* Decoder layer `layer`'s token mixer: attention, MLA, or (hybrid models, by
+ * model_config.mixer) the recurrent one, recurrent_mixer's (hybrid_blocks.c: Gated DeltaNet
+ * or Mamba-2). */
+module *layer_mixer(const model_config *c, const llama_variant *v, int layer);
+module *recurrent_mixer(const model_config *c, const llama_variant *v, int layer);
 
 /* The shared blocks (blocks.c). GQA self-attention `name` (q/k/v/o_proj) of decoder layer
  * `layer` over an input of `in` features (the hidden size, or an Eagle3 layer's two hidden

@@ -1,10 +1,9 @@
-/* Hybrid models, whose layers mix tokens by attention or by a recurrent mixer as the config's
- * layer types say (model_config.mixer): Qwen3.5's Gated DeltaNet beside its gated full
- * attention, its MLPs dense or (Qwen3.5-MoE) every one a mixture of experts; Qwen3-Next, whose
- * DeltaNet projections are fused per key head, with mixtures and dense MLPs as its config says;
- * Granite 4.0-H's Mamba-2 beside attention without RoPE, each layer's experts beside a shared
- * MLP. The layer around the mixer is the Llama family's pre-norm one; Qwen3.5's norms
- * are zero-centred (scale 1 + w, the variant's norm_offset). Weight names are Hugging Face's. */
+/* Hybrid models' recurrent mixers, which the Llama family's layer takes where the config's
+ * layer types say (model_config.mixer, llama_blocks.c's layer_mixer): Gated DeltaNet (Qwen3.5,
+ * Qwen3.5-MoE; Qwen3-Next's with its projections fused per key head) and Mamba-2; and Granite
+ * 4.0-H's own layer, Mamba-2 or attention without RoPE, then its experts beside a shared MLP.
+ * Qwen3.5's norms are zero-centred (scale 1 + w, the variant's norm_offset). Weight names are
+ * Hugging Face's. */
 #include <stdio.h>
 
 #include "model/arch/arch.h"
@@ -155,11 +154,7 @@ static module *granite_layer(const model_config *c, const llama_variant *v, int 
     module *m = module_new("decoder_layer", "model.layers.%d", layer);
     if (!m) return NULL;
     int h = module_input(m, "hidden");
-    char name[96];
-    snprintf(name, sizeof name, "model.layers.%d.self_attn", layer);
-    module *mixer =
-        c->mixer[layer] == MIXER_MAMBA2 ? mamba_module(c, layer) : attention_module(c, v, name, layer, c->hidden);
-    h = residual_branch(m, c, v, h, "input_layernorm", mixer, "resid_mixer");
+    h = residual_branch(m, c, v, h, "input_layernorm", layer_mixer(c, v, layer), "resid_mixer");
     char w[128];
     snprintf(w, sizeof w, "%s.post_attention_layernorm.weight", m->name);
     int n = emit_rms_norm(m, h, w, c->rms_eps, 0, "post_attention_layernorm");
@@ -170,35 +165,10 @@ static module *granite_layer(const model_config *c, const llama_variant *v, int 
     return m;
 }
 
-static module *decoder_layer(const model_config *c, const llama_variant *v, int layer) {
-    module *m = module_new("decoder_layer", "model.layers.%d", layer);
-    if (!m) return NULL;
-    int h = module_input(m, "hidden");
-    char name[96];
-    snprintf(name, sizeof name, "model.layers.%d.self_attn", layer);
-    module *mixer = c->mixer[layer] == MIXER_GATED_DELTA ? gated_delta_module(c, v, layer)
-                                                         : attention_module(c, v, name, layer, c->hidden);
-    h = residual_branch(m, c, v, h, "input_layernorm", mixer, "resid_mixer");
-    snprintf(name, sizeof name, "model.layers.%d.mlp", layer);
-    /* Qwen3-Next keeps dense MLPs in mlp_only_layers and between sparse steps */
-    bool sparse = v->moe && c->n_experts && !c->mlp_only[layer] && (layer + 1) % c->sparse_step == 0;
-    module *mlp = sparse ? moe_module(c, v->moe, layer) : mlp_module(c, v, name, c->intermediate);
-    h = residual_branch(m, c, v, h, "post_attention_layernorm", mlp, "resid_mlp");
-    module_output(m, h);
-    return m;
+module *recurrent_mixer(const model_config *c, const llama_variant *v, int layer) {
+    return c->mixer[layer] == MIXER_MAMBA2 ? mamba_module(c, layer) : gated_delta_module(c, v, layer);
 }
 
-module *build_hybrid(const model_config *c, const llama_variant *v) {
-    module *m = module_new("model", "model");
-    if (!m) return NULL;
-    int h = emit_embed(m, "model.embed_tokens.weight", c->vocab, c->hidden);
-    if (c->embedding_mult != 1.0f) h = emit_scale(m, h, c->embedding_mult, "embeds_scaled");
-    bool granite = c->n_layers && c->mixer[0] != MIXER_GATED_DELTA && !v->output_gate;
-    for (int l = 0; l < c->n_layers; l++)
-        h = emit_call(m, (granite ? granite_layer : decoder_layer)(c, v, l), &h, 1, "hidden");
-    h = emit_rms_norm_offset(m, emit_logit_rows(m, h), "model.norm.weight", v->norm_offset, c->rms_eps, 0, "normed");
-    int logits = emit_lm_head(m, c, h);
-    if (c->logits_scale != 1.0f) logits = emit_scale(m, logits, 1.0f / c->logits_scale, "logits_scaled");
-    module_output(m, logits);
-    return m;
+module *build_granite_hybrid(const model_config *c, const llama_variant *v) {
+    return build_decoder(c, v, granite_layer);
 }
