@@ -45,16 +45,15 @@ static void take(state_cache *s, int seq, int pos) {
 
 void state_cache_plan(state_cache *s, const loom_batch *b) {
     s->n_pass = 0;
-    for (int r = 0; r < b->n_tokens; r++) {
-        bool ends = r + 1 == b->n_tokens || b->seq[r + 1] != b->seq[r];
-        if (!ends) continue;
-        int r0 = r; /* the run's first row */
-        while (r0 > 0 && b->seq[r0 - 1] == b->seq[r]) r0--;
+    for (int r = 0, r0 = 0; r < b->n_tokens; r++) { /* r0: the run's first row */
+        if (r + 1 < b->n_tokens && b->seq[r + 1] == b->seq[r]) continue;
+        int first = b->pos[r0];
+        r0 = r + 1;
         int last = (b->pos[r] + 1) / s->interval * s->interval; /* the last snapshot point reached */
-        if (last > b->pos[r0]) take(s, b->seq[r], last);
+        if (last > first) take(s, b->seq[r], last);
         /* a run ending on a point keeps the one before too: the same prompt again resumes there,
          * as its last token must run for its logits */
-        if (last == b->pos[r] + 1 && last - s->interval > b->pos[r0]) take(s, b->seq[r], last - s->interval);
+        if (last == b->pos[r] + 1 && last - s->interval > first) take(s, b->seq[r], last - s->interval);
     }
 }
 

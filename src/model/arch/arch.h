@@ -92,6 +92,10 @@ int emit_lm_head(module *m, const model_config *c, int h);
 /* A linear part: weight (and bias) `proj` of module prefix, out features, sharded by heads of
  * head_dim (0: by features). */
 void linear_part_init(linear_part *p, const char *prefix, const char *proj, int out, int head_dim, bool bias);
+/* A fused checkpoint tensor (Phi-3's qkv_proj, Qwen3.5's in_proj_qkv, Mamba-2's in_proj): l's
+ * first n parts become its row ranges, in order, each still sharded by its own heads or
+ * features. */
+void linear_fuse_parts(linear_desc *l, int n, const char *prefix, const char *fused);
 
 /* Pre-norm residual branch h + residual_mult * child(norm(h)) of decoder layer m, the norm
  * scaling by weight + v's norm_offset (llama_blocks.c). */

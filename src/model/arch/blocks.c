@@ -13,12 +13,10 @@ void linear_part_init(linear_part *p, const char *prefix, const char *proj, int 
     p->head_dim = head_dim;
 }
 
-/* A fused checkpoint tensor (Phi-3's qkv_proj, gate_up_proj): l's parts become its row ranges,
- * in order, so each is still sharded by its own heads or features. */
-static void fuse_parts(linear_desc *l, const char *prefix, const char *fused) {
+void linear_fuse_parts(linear_desc *l, int n, const char *prefix, const char *fused) {
     int rows = 0;
-    for (int i = 0; i < l->n_parts; i++) rows += l->parts[i].out;
-    for (int i = 0, row0 = 0; i < l->n_parts; row0 += l->parts[i++].out) {
+    for (int i = 0; i < n; i++) rows += l->parts[i].out;
+    for (int i = 0, row0 = 0; i < n; row0 += l->parts[i++].out) {
         linear_part *p = &l->parts[i];
         snprintf(p->weight, sizeof p->weight, "%s.%s.weight", prefix, fused);
         if (p->bias[0]) snprintf(p->bias, sizeof p->bias, "%s.%s.bias", prefix, fused);
@@ -48,7 +46,7 @@ module *attention_module(const model_config *c, const llama_variant *v, const ch
     linear_part_init(&qkv.parts[1], m->name, "k_proj", kv_out, hd, bias);
     linear_part_init(&qkv.parts[2], m->name, "v_proj", kv_out, hd, bias);
     qkv.parts[1].replicable = qkv.parts[2].replicable = true;
-    if (v->fused_qkv) fuse_parts(&qkv, m->name, v->fused_qkv);
+    if (v->fused_qkv) linear_fuse_parts(&qkv, qkv.n_parts, m->name, v->fused_qkv);
     int fused = emit_linear(m, x, &qkv);
     int q = emit_split(m, fused, 0, "q");
     int k = emit_split(m, fused, 1, "k");
@@ -92,7 +90,7 @@ module *mlp_module(const model_config *c, const llama_variant *v, const char *na
     linear_desc gu = {.in = c->hidden, .n_parts = 2, .style = PAR_COLUMN};
     linear_part_init(&gu.parts[0], m->name, "gate_proj", inter, 0, c->mlp_bias);
     linear_part_init(&gu.parts[1], m->name, "up_proj", inter, 0, c->mlp_bias);
-    if (v && v->fused_gate_up) fuse_parts(&gu, m->name, v->fused_gate_up);
+    if (v && v->fused_gate_up) linear_fuse_parts(&gu, gu.n_parts, m->name, v->fused_gate_up);
     int fused = emit_linear(m, x, &gu);
     int gate = emit_split(m, fused, 0, "gate"), up = emit_split(m, fused, 1, "up");
     int act = emit_glu(m, gate, up, &(glu_desc){c->gelu_tanh ? GLU_GELU_TANH : GLU_SILU, 0, 0});

@@ -16,12 +16,10 @@ static void projections_apart(module *m, const model_config *c, int x, int part[
     const gdn_config *g = &c->gdn;
     int kd = g->k_heads * g->k_dim, vd = g->v_heads * g->v_dim;
     linear_desc in = {.in = c->hidden, .n_parts = 6, .style = PAR_COLUMN};
-    const int qkv_rows[3] = {kd, kd, vd}, head[3] = {g->k_dim, g->k_dim, g->v_dim};
-    for (int i = 0, row0 = 0; i < 3; row0 += qkv_rows[i++]) {
-        linear_part_init(&in.parts[i], m->name, "in_proj_qkv", qkv_rows[i], head[i], false);
-        in.parts[i].row0 = row0;
-        in.parts[i].tensor_rows = 2 * kd + vd;
-    }
+    linear_part_init(&in.parts[0], m->name, "q", kd, g->k_dim, false);
+    linear_part_init(&in.parts[1], m->name, "k", kd, g->k_dim, false);
+    linear_part_init(&in.parts[2], m->name, "v", vd, g->v_dim, false);
+    linear_fuse_parts(&in, 3, m->name, "in_proj_qkv");
     linear_part_init(&in.parts[3], m->name, "in_proj_z", vd, g->v_dim, false);
     linear_part_init(&in.parts[4], m->name, "in_proj_b", g->v_heads, 1, false);
     linear_part_init(&in.parts[5], m->name, "in_proj_a", g->v_heads, 1, false);
@@ -90,17 +88,17 @@ static module *mamba_module(const model_config *c, int layer) {
     module *m = module_new("mamba", "model.layers.%d.mamba", layer);
     if (!m) return NULL;
     const mamba_config *mb = &c->mamba;
-    int x = module_input(m, "x"), gn = mb->n_groups * mb->d_state, rows = 2 * mb->inner + 2 * gn + mb->n_heads;
+    int x = module_input(m, "x"), gn = mb->n_groups * mb->d_state;
     static const char *const names[5] = {"z", "xs", "B", "C", "dt"};
     const int out[5] = {mb->inner, mb->inner, gn, gn, mb->n_heads},
               head[5] = {mb->head_dim, mb->head_dim, mb->d_state, mb->d_state, 1};
     linear_desc in = {.in = c->hidden, .n_parts = 5, .style = PAR_COLUMN};
     int part[5];
-    for (int i = 0, row0 = 0; i < 5; row0 += out[i++]) {
-        linear_part_init(&in.parts[i], m->name, "in_proj", out[i], head[i], mb->proj_bias);
-        in.parts[i].row0 = row0, in.parts[i].tensor_rows = rows;
+    for (int i = 0; i < 5; i++) {
+        linear_part_init(&in.parts[i], m->name, names[i], out[i], head[i], mb->proj_bias);
         in.parts[i].replicable = i == 2 || i == 3;
     }
+    linear_fuse_parts(&in, 5, m->name, "in_proj");
     int fused = emit_linear(m, x, &in);
     for (int i = 0; i < 5; i++) part[i] = emit_split(m, fused, i, names[i]);
     recurrent_desc r = {.layer = layer,
@@ -136,10 +134,9 @@ static module *granite_shared_mlp(const model_config *c, int layer) {
     if (!m) return NULL;
     int x = module_input(m, "x"), inter = c->shared_intermediate;
     linear_desc gu = {.in = c->hidden, .n_parts = 2, .style = PAR_COLUMN};
-    for (int i = 0; i < 2; i++) {
-        linear_part_init(&gu.parts[i], m->name, "input_linear", inter, 0, false);
-        gu.parts[i].row0 = i * inter, gu.parts[i].tensor_rows = 2 * inter;
-    }
+    linear_part_init(&gu.parts[0], m->name, "gate", inter, 0, false);
+    linear_part_init(&gu.parts[1], m->name, "up", inter, 0, false);
+    linear_fuse_parts(&gu, 2, m->name, "input_linear");
     int fused = emit_linear(m, x, &gu);
     int act = emit_glu(m, emit_split(m, fused, 0, "gate"), emit_split(m, fused, 1, "up"), &(glu_desc){GLU_SILU, 0, 0});
     linear_desc d = {.in = inter, .n_parts = 1, .style = PAR_ROW};
