@@ -104,8 +104,9 @@ typedef struct loom_model_info {
     const char *chat_template_tools;
     /* a hybrid model's recurrent layers (Gated DeltaNet, Mamba-2): how many, and the key and
      * value heads tensor parallelism splits them by (Mamba-2: its heads, both; 0 where it has
-     * none) */
-    int n_recurrent_layers, n_linear_k_heads, n_linear_v_heads;
+     * none), and Mamba-2's groups of B and C, by which its gated norm normalises (0: none) */
+    int n_recurrent_layers, n_linear_k_heads, n_linear_v_heads, n_linear_groups;
+    int n_attention_layers; /* the layers that attend (a hybrid model's others do not) */
 } loom_model_info;
 LOOM_API void loom_model_get_info(const loom_model *m, loom_model_info *info);
 

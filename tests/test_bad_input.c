@@ -113,7 +113,8 @@ static void expect(const char *what, const char *args, int want_rc, const char *
 /* A case that changes one field of the golden model and must fail with `needle`: obj.key (obj
  * NULL: a top-level key, added if absent), in
  * config.json (config) or in the safetensors header, set to the JSON `value` (a printf format, in
- * which %zu stands for the data section's size plus 256) or, with `like`, to a copy of like.key. */
+ * which %zu stands for the data section's size plus 256) or, with `like`, to a copy of like.key;
+ * with neither, the key is removed (a missing field or tensor). */
 typedef struct {
     const char *what;
     bool config;
@@ -129,17 +130,18 @@ static void expect_edits(const field_edit *e, size_t n, const cJSON *h, char *da
     cJSON *config = cJSON_Parse(text);
     for (; n > 0; n--, e++) {
         cJSON *c = cJSON_Duplicate(e->config ? config : h, 1);
-        cJSON *v;
-        if (e->like) {
+        cJSON *v = NULL, *parent = e->obj ? cJSON_GetObjectItem(c, e->obj) : c;
+        if (!e->value && !e->like) {
+            cJSON_DeleteItemFromObject(parent, e->key);
+        } else if (e->like) {
             v = cJSON_Duplicate(cJSON_GetObjectItem(cJSON_GetObjectItem(c, e->like), e->key), 1);
         } else {
             char json[256];
             snprintf(json, sizeof json, e->value, dlen + 256);
             v = cJSON_Parse(json);
         }
-        cJSON *parent = e->obj ? cJSON_GetObjectItem(c, e->obj) : c;
-        if (cJSON_GetObjectItem(parent, e->key)) cJSON_ReplaceItemInObject(parent, e->key, v);
-        else cJSON_AddItemToObject(parent, e->key, v);
+        if (v && cJSON_GetObjectItem(parent, e->key)) cJSON_ReplaceItemInObject(parent, e->key, v);
+        else if (v) cJSON_AddItemToObject(parent, e->key, v);
         if (e->config) {
             char *out = cJSON_Print(c);
             fresh_case(out);
@@ -428,7 +430,7 @@ static void bad_qwen3_5(void) {
     static const field_edit edits[] = {
         {"qwen3.5: an unknown layer type", true, NULL, "layer_types",
          "[\"linear_attention\", \"mamba\", \"full_attention\"]", NULL,
-         "layer_types[1] 'mamba': only linear_attention and full_attention"},
+         "layer_types[1] 'mamba': one of linear_attention, full_attention"},
         {"qwen3.5: layer_types too short", true, NULL, "layer_types", "[\"full_attention\"]", NULL,
          "field 'layer_types' must list one type for each of the 3 layers"},
         {"qwen3.5: value heads not a multiple of key heads", true, NULL, "linear_num_value_heads", "3", NULL,
@@ -447,7 +449,7 @@ static void bad_qwen3_5(void) {
 static void bad_granite_hybrid(void) {
     static const field_edit edits[] = {
         {"granite-h: an unknown layer type", true, NULL, "layer_types", "[\"mamba\", \"rwkv\", \"attention\"]", NULL,
-         "layer_types[1] 'rwkv': only linear_attention (or mamba) and full_attention"},
+         "layer_types[1] 'rwkv': one of mamba, linear_attention, attention, full_attention"},
         {"granite-h: heads not a multiple of the groups", true, NULL, "mamba_n_groups", "3", NULL,
          "mamba_n_heads 8 is not a multiple of mamba_n_groups 3"},
         {"granite-h: heads of another width", true, NULL, "mamba_d_head", "32", NULL,
@@ -458,6 +460,55 @@ static void bad_granite_hybrid(void) {
          "tensor 'model.layers.0.mamba.D' has shape [2, 4], expected [8]"},
     };
     edits_on("granitemoehybrid", edits, sizeof edits / sizeof *edits);
+}
+
+/* Nemotron-H's layer kinds and Mamba-2 fields, on its golden model (M - * M -; 8 heads of 16 in
+ * 2 groups), and Mamba-2's alone. */
+static void bad_nemotron_h(void) {
+    static const field_edit edits[] = {
+        {"nemotron-h: an unknown layer type", true, NULL, "layers_block_type",
+         "[\"linear_attention\", \"rwkv\", \"full_attention\", \"linear_attention\", \"mlp\"]", NULL,
+         "layers_block_type[1] 'rwkv': one of linear_attention, mamba, full_attention, attention, mlp, moe"},
+        {"nemotron-h: a mixture-of-experts layer", true, NULL, "layers_block_type",
+         "[\"linear_attention\", \"moe\", \"full_attention\", \"linear_attention\", \"mlp\"]", NULL,
+         "layer 1 is a mixture of experts ('moe'): Nemotron-H's experts (squared ReLU, no gate) are not supported"},
+        {"nemotron-h: an MLP of another activation", true, NULL, "mlp_hidden_act", "\"silu\"", NULL,
+         "mlp_hidden_act 'silu' is not supported (relu2 is)"},
+        {"nemotron-h: heads not a multiple of the groups", true, NULL, "n_groups", "3", NULL,
+         "mamba_num_heads 8 is not a multiple of n_groups 3"},
+        {"nemotron-h: no layer list", true, NULL, "layers_block_type", NULL, NULL, "missing field 'num_hidden_layers'"},
+        {"nemotron-h: a missing A_log", false, NULL, "backbone.layers.3.mixer.A_log", NULL, NULL,
+         "model.layers.3.mixer.A_log"},
+    };
+    edits_on("nemotron_h", edits, sizeof edits / sizeof *edits);
+    /* older configs spell the layers as hybrid_override_pattern: the same model loads from it,
+     * and a character outside it is named */
+    static const struct {
+        const char *pattern;
+        int rc;
+        const char *needle;
+    } patterns[] = {{"M-*M-", 0, "Avg latency"}, {"M-*X-", 1, "hybrid_override_pattern[3] 'X': one of M, *, - and E"}};
+    for (size_t i = 0; i < sizeof patterns / sizeof *patterns; i++) {
+        char path[1024];
+        size_t len;
+        snprintf(path, sizeof path, "%s/config.json", src_dir);
+        char *text = slurp(path, &len);
+        cJSON *c = cJSON_Parse(text);
+        cJSON_DeleteItemFromObject(c, "layers_block_type");
+        cJSON_AddStringToObject(c, "hybrid_override_pattern", patterns[i].pattern);
+        char *out = cJSON_Print(c);
+        fresh_case(out);
+        expect(patterns[i].pattern, BENCH, patterns[i].rc, patterns[i].needle);
+        free(out);
+        cJSON_Delete(c);
+        free(text);
+    }
+    static const field_edit mamba[] = {
+        {"mamba2: heads that do not make the inner width", true, NULL, "head_dim", "32", NULL,
+         "num_heads 8 of head_dim 32 do not make expand x hidden_size 128"},
+        {"mamba2: a missing D", false, NULL, "backbone.layers.1.mixer.D", NULL, NULL, "model.layers.1.mixer.D"},
+    };
+    edits_on("mamba2", mamba, sizeof mamba / sizeof *mamba);
 }
 
 int main(void) {
@@ -574,6 +625,7 @@ int main(void) {
     bad_gemma();
     bad_qwen3_5();
     bad_granite_hybrid();
+    bad_nemotron_h();
     bad_ernie();
     bad_phi3();
     bad_gpt_oss();

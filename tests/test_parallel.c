@@ -179,9 +179,12 @@ static bool shardable(const char *name, int tp, const char **why) {
     loom_model_get_info(m, &i);
     loom_model_free(m);
     *why = "cannot be split across";
-    if (!(i.n_heads % tp == 0 && (i.n_kv_heads % tp == 0 || tp % i.n_kv_heads == 0) && i.intermediate % tp == 0))
+    if (i.n_attention_layers && !(i.n_heads % tp == 0 && (i.n_kv_heads % tp == 0 || tp % i.n_kv_heads == 0)))
         return false;
+    if (i.intermediate % tp) return false;
     if (i.n_recurrent_layers && (i.n_linear_k_heads % tp || i.n_linear_v_heads % tp)) return false;
+    *why = "normalises groups"; /* Mamba-2's gated norm: a rank holds whole groups, or there is one */
+    if (i.n_linear_groups > 1 && i.n_linear_groups % tp) return false;
     /* the GGUF cases of random blocks (the others are converted in F32): down_proj in Q4_K and
      * Q6_K (split at 32 and 16 weights: their sub-blocks), o_proj in blocks of 32; the MoE ones'
      * down_exps 64 features (make_gguf_golden.py's EXP_INTER) in blocks of 32 */
@@ -230,12 +233,12 @@ static void check_mpi_matches_shm(const char *name, mode md, const golden *g, co
 }
 
 /* The cases also run over MPI at tp=2 (a dense, a biased, two mixtures, latent attention, four
- * quantized, a GGUF file's blocks). */
+ * quantized, a GGUF file's blocks, a hybrid of Mamba-2 and attention). */
 static bool over_mpi(const char *name) {
     static const char *names[] = {"llama",           "qwen2",         "llama_bias",      "olmoe",
                                   "qwen2_moe",       "deepseek_v3",   "gptq_llama",      "ct_mixtral",
                                   "gptq_llama@auto", "ct_llama@auto", "fp8_deepseek_v3", "fp8_llama@fp8act",
-                                  "gguf_gemma3"};
+                                  "gguf_gemma3",     "nemotron_h"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (!strcmp(name, names[i])) return true;
     return false;

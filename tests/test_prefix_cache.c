@@ -35,10 +35,12 @@
 #define CTX_MAX 64
 #define RUN_MAX 96 /* positions run_seq takes */
 
-/* (qwen3_5, qwen3_next, granitemoehybrid: hybrid models, whose recurrent layers resume from a
- * snapshot of their state kept at each block's end) */
-static const char *cases[] = {"llama",         "mistral",       "olmoe",   "deepseek_v2", "gptq_llama",      "gemma3",
-                              "llama@kv-int8", "gemma3@kv-fp8", "qwen3_5", "qwen3_next",  "granitemoehybrid"};
+/* (qwen3_5, qwen3_next, granitemoehybrid, nemotron_h, mamba2: hybrid models, whose recurrent
+ * layers resume from a snapshot of their state kept at each block's end; mamba2 has no
+ * attention, so its blocks hold no KV, only the place of the snapshots) */
+static const char *cases[] = {
+    "llama",         "mistral", "olmoe",      "deepseek_v2",      "gptq_llama", "gemma3", "llama@kv-int8",
+    "gemma3@kv-fp8", "qwen3_5", "qwen3_next", "granitemoehybrid", "nemotron_h", "mamba2"};
 
 typedef enum mode { MODE_TP1, MODE_ASYNC, MODE_PP, MODE_MPI, MODE_COUNT } mode;
 static const char *mode_names[] = {"tp=1", "-tp 2 --enable-async-tp --sp-min-tokens 0", "-tp 2 -pp 2",

@@ -1,5 +1,6 @@
 /* Hybrid recurrent models (the qwen3_5 golden: two Gated DeltaNet layers and one gated attention
- * layer; granitemoehybrid: two Mamba-2 layers and one attention layer), beyond test_golden's
+ * layer; granitemoehybrid: two Mamba-2 layers and one attention layer; nemotron_h: two Mamba-2
+ * layers, one attention and two MLP layers; mamba2: Mamba-2 alone), beyond test_golden's
  * comparison with transformers:
  * - chunked prefill: the recurrent kernels run position by position, carrying the state from
  *   pass to pass, so a prompt's logits are the same bits in any chunking whose passes take the
@@ -216,7 +217,11 @@ int main(void) {
     static const struct {
         const char *name;
         bool experts;
-    } cases[] = {{"qwen3_5", false}, {"qwen3_5_moe", true}, {"granitemoehybrid", true}};
+    } cases[] = {{"qwen3_5", false},
+                 {"qwen3_5_moe", true},
+                 {"granitemoehybrid", true},
+                 {"nemotron_h", false},
+                 {"mamba2", false}};
     for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
         name = cases[c].name, experts = cases[c].experts;
         golden g;

@@ -10,9 +10,9 @@
 #include "util/err.h"
 
 static const char *kind_names[OP_KIND_COUNT] = {
-    "embed",      "linear", "split",      "rms_norm",   "rope",   "attention",   "glu",
-    "add",        "scale",  "logit_rows", "call",       "custom", "moe",         "sigmoid_gate",
-    "input_rows", "concat", "softcap",    "head_slice", "conv1d", "gated_delta", "ssm_scan",
+    "embed",   "linear",     "split",  "rms_norm",    "rope",     "attention",    "glu",        "add",
+    "scale",   "logit_rows", "call",   "custom",      "moe",      "sigmoid_gate", "input_rows", "concat",
+    "softcap", "head_slice", "conv1d", "gated_delta", "ssm_scan", "relu2",
 };
 
 const char *op_kind_name(op_kind k) { return kind_names[k]; }
@@ -22,6 +22,34 @@ bool module_uses(const module *m, op_kind k) {
         if (m->ops[i].kind == k || (m->ops[i].kind == OP_CALL && module_uses(m->ops[i].child, k))) return true;
     return false;
 }
+/* The elements of a linear's (or an embedding's) parts, less a part that reads the table
+ * `tied` (a head tied to the embedding, counted with it). */
+static size_t linear_params(const linear_desc *l, const char *tied) {
+    size_t n = 0;
+    for (int i = 0; i < l->n_parts; i++)
+        if (!tied || strcmp(l->parts[i].weight, tied)) n += (size_t)l->parts[i].out * (l->in + !!l->parts[i].bias[0]);
+    return n;
+}
+
+static size_t count_params(const module *m, const char *tied) {
+    size_t n = 0;
+    for (int i = 0; i < m->n_ops; i++) {
+        const op *o = &m->ops[i];
+        if (o->kind == OP_CALL) n += count_params(o->child, tied);
+        else if (o->kind == OP_EMBED) n += linear_params(o->lin, NULL);
+        else if (o->lin) n += linear_params(o->lin, tied); /* linears, MLA's kv_b_proj */
+        else if (o->kind == OP_MOE) n += (size_t)o->moe->n_experts * 3 * o->moe->inter * o->moe->hidden;
+        else if (o->kind == OP_CONV1D) n += (size_t)o->rec->channels * o->rec->kernel;
+    }
+    return n;
+}
+
+size_t module_count_params(const module *m) {
+    for (int i = 0; i < m->n_ops; i++)
+        if (m->ops[i].kind == OP_EMBED) return count_params(m, m->ops[i].lin->parts[0].weight);
+    return count_params(m, NULL);
+}
+
 const char *op_name(const op *o) {
     if (o->kind == OP_GLU)
         return o->glu.act == GLU_GELU_TANH      ? "gelu_tanh_mul"
@@ -193,6 +221,14 @@ int emit_rms_norm_across(module *m, int in, const char *weight, float eps, int f
     return v;
 }
 
+int emit_rms_norm_wide(module *m, int in, const char *weight, float eps, int group, int features, const char *name) {
+    int v = emit_rms_norm(m, in, weight, eps, group, name);
+    if (v < 0) return -1;
+    m->ops[m->n_ops - 1].wide = true;
+    m->ops[m->n_ops - 1].features = features;
+    return v;
+}
+
 int emit_rope(module *m, int in, const rope_desc *r, const char *name) {
     op *o = new_op(m, OP_ROPE, 1, &in, name);
     if (!o) return -1;
@@ -224,6 +260,11 @@ int emit_softcap(module *m, int in, float cap, const char *name) {
     if (!o) return -1;
     o->scalar = cap;
     return o->out[0];
+}
+
+int emit_relu2(module *m, int in, const char *name) {
+    op *o = new_op(m, OP_RELU2, 1, &in, name);
+    return o ? o->out[0] : -1;
 }
 
 int emit_add(module *m, int a, int b, const char *name) {

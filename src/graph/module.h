@@ -36,6 +36,7 @@ typedef enum op_kind {
                        sequence's state matrix per value head                         */
     OP_SSM_SCAN,     /* out = Mamba-2's selective scan over the convolved x, B, C (in0)
                        with time steps in1, through each sequence's state per head    */
+    OP_RELU2,        /* out = max(in0, 0)^2 (Nemotron-H's squared ReLU, an MLP without a gate) */
     OP_KIND_COUNT
 } op_kind;
 
@@ -162,24 +163,26 @@ typedef struct op {
     op_kind kind;
     int n_in, n_out;
     int in[4], out[4];
-    linear_desc *lin;      /* OP_LINEAR, OP_EMBED (parts[0] = table) */
-    char weight[128];      /* OP_RMS_NORM */
-    float eps;             /* OP_RMS_NORM */
-    float weight_offset;   /* OP_RMS_NORM: added to the weight (Gemma's 1 + w) */
-    glu_desc glu;          /* OP_GLU */
-    int group;             /* OP_RMS_NORM: 0 = whole row, else normalise each `group` columns */
-    bool across_ranks;     /* OP_RMS_NORM over a whole head-sharded projection (OLMoE's q/k
+    linear_desc *lin;    /* OP_LINEAR, OP_EMBED (parts[0] = table) */
+    char weight[128];    /* OP_RMS_NORM */
+    float eps;           /* OP_RMS_NORM */
+    float weight_offset; /* OP_RMS_NORM: added to the weight (Gemma's 1 + w) */
+    glu_desc glu;        /* OP_GLU */
+    int group;           /* OP_RMS_NORM: 0 = whole row, else normalise each `group` columns */
+    bool across_ranks;   /* OP_RMS_NORM over a whole head-sharded projection (OLMoE's q/k
                            norms): under TP, its sum of squares is all-reduced */
-    int features;          /* OP_RMS_NORM across ranks: the projection's whole width; OP_INPUT_ROWS: its width */
-    int part;              /* OP_SPLIT */
-    float scalar;          /* OP_SCALE, OP_SOFTCAP */
-    attn_desc attn;        /* OP_ATTENTION */
-    rope_desc rope;        /* OP_ROPE */
-    module *child;         /* OP_CALL */
-    moe_desc *moe;         /* OP_MOE */
-    slice_desc slice;      /* OP_HEAD_SLICE */
-    recurrent_desc *rec;   /* OP_CONV1D, OP_GATED_DELTA */
-    bool gate_silu;        /* OP_RMS_NORM: times silu(in1) (a gated norm: Gated DeltaNet's output) */
+    int features;        /* OP_RMS_NORM across ranks or wide: the projection's whole width; OP_INPUT_ROWS: its width */
+    bool wide;           /* OP_RMS_NORM by groups whose weight spans every group (Mamba-2's
+                              gated norm), where one group's weight serves them all otherwise */
+    int part;            /* OP_SPLIT */
+    float scalar;        /* OP_SCALE, OP_SOFTCAP */
+    attn_desc attn;      /* OP_ATTENTION */
+    rope_desc rope;      /* OP_ROPE */
+    module *child;       /* OP_CALL */
+    moe_desc *moe;       /* OP_MOE */
+    slice_desc slice;    /* OP_HEAD_SLICE */
+    recurrent_desc *rec; /* OP_CONV1D, OP_GATED_DELTA */
+    bool gate_silu;      /* OP_RMS_NORM: times silu(in1) (a gated norm: Gated DeltaNet's output) */
     loom_custom_op custom; /* OP_CUSTOM (name owned by the op) */
 } op;
 
@@ -223,6 +226,8 @@ int emit_rms_norm(module *m, int in, const char *weight, float eps, int group, c
 int emit_rms_norm_offset(module *m, int in, const char *weight, float offset, float eps, int group, const char *name);
 /* RMSNorm over a whole projection of `features` that TP shards by heads (across_ranks). */
 int emit_rms_norm_across(module *m, int in, const char *weight, float eps, int features, const char *name);
+/* RMSNorm of each `group` columns of a projection of `features`, with a weight of all of them. */
+int emit_rms_norm_wide(module *m, int in, const char *weight, float eps, int group, int features, const char *name);
 int emit_rope(module *m, int in, const rope_desc *r, const char *name);
 int emit_attention(module *m, int q, int k, int v, const attn_desc *a);
 /* Latent attention over q (rotated), the normalised latent kv_c and the rotated k_pe, with
@@ -230,6 +235,7 @@ int emit_attention(module *m, int q, int k, int v, const attn_desc *a);
 int emit_mla_attention(module *m, int q, int kv_c, int k_pe, const attn_desc *a, const linear_desc *kv_b);
 int emit_glu(module *m, int gate, int up, const glu_desc *g);
 int emit_softcap(module *m, int in, float cap, const char *name);
+int emit_relu2(module *m, int in, const char *name);
 int emit_add(module *m, int a, int b, const char *name);
 int emit_scale(module *m, int in, float s, const char *name);
 int emit_logit_rows(module *m, int in);
@@ -255,6 +261,9 @@ int module_add_custom(module *m, bool at_input, const loom_custom_op *c);
 module *module_find(module *root, const char *path);
 /* Whether m, or a module it calls, has an op of kind k. */
 bool module_uses(const module *m, op_kind k);
+/* The parameters of m's weights: linears, embeddings (a head tied to one counted with it),
+ * experts, convolutions; norms and per-head scalars are left out (a few thousand). */
+size_t module_count_params(const module *m);
 
 /* A part's short name, the weight's last path component before ".weight" ("q_proj"): sets
  * *start into the weight name and returns the length. */

@@ -15,12 +15,13 @@ static void rms_apply(const float *x, float ss, int n, int cols, const float *we
 }
 
 void rms_norm(const float *x, size_t ldx, float *out, size_t ldo, int rows, int cols, int group, const float *weight,
-              float eps) {
+              bool wide, float eps) {
 #pragma omp parallel for schedule(static) if (rows > 1)
     for (int r = 0; r < rows; r++)
         for (int g0 = 0; g0 < cols; g0 += group) {
             const float *xr = x + (size_t)r * ldx + g0;
-            rms_apply(xr, cpu()->sum_squares(xr, group), group, group, weight, eps, out + (size_t)r * ldo + g0);
+            rms_apply(xr, cpu()->sum_squares(xr, group), group, group, weight + (wide ? g0 : 0), eps,
+                      out + (size_t)r * ldo + g0);
         }
 }
 
@@ -51,7 +52,7 @@ void sigmoid_gate(const float *x, size_t ldx, const float *g, size_t ldg, int ga
 
 void rms_norm_gated(const float *x, size_t ldx, const float *z, size_t ldz, float *out, size_t ldo, int rows, int cols,
                     int group, const float *weight, float eps) {
-    rms_norm(x, ldx, out, ldo, rows, cols, group, weight, eps);
+    rms_norm(x, ldx, out, ldo, rows, cols, group, weight, false, eps);
 #pragma omp parallel for schedule(static) if (rows > 1)
     for (int r = 0; r < rows; r++) {
         const float *zr = z + (size_t)r * ldz;
@@ -77,6 +78,15 @@ void softcap_rows(const float *x, size_t ldx, float cap, float *out, size_t ldo,
 #pragma omp parallel for schedule(static) if (rows > 1)
     for (int r = 0; r < rows; r++)
         for (int j = 0; j < cols; j++) out[(size_t)r * ldo + j] = cap * tanhf(x[(size_t)r * ldx + j] / cap);
+}
+
+void relu2_rows(const float *x, size_t ldx, float *out, size_t ldo, int rows, int cols) {
+#pragma omp parallel for schedule(static) if (rows > 1)
+    for (int r = 0; r < rows; r++)
+        for (int j = 0; j < cols; j++) {
+            float v = fmaxf(x[(size_t)r * ldx + j], 0.0f);
+            out[(size_t)r * ldo + j] = v * v;
+        }
 }
 
 void add_rows(const float *a, size_t lda, const float *b, size_t ldb, float *out, size_t ldo, int rows, int cols) {

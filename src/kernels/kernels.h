@@ -75,9 +75,9 @@ void linear_quantized_rows(rows_code code, const float *xq, size_t ldq, int m, i
 int linear_transpose(const wmat *w, float *t);
 
 /* out = x / sqrt(mean(x^2) + eps) * weight, over each `group` columns of `cols` (group = cols
- * for a whole-row norm); weight has `group` entries. */
+ * for a whole-row norm); weight has `group` entries, or (wide) `cols`, each group its own. */
 void rms_norm(const float *x, size_t ldx, float *out, size_t ldo, int rows, int cols, int group, const float *weight,
-              float eps);
+              bool wide, float eps);
 
 /* What a model's RoPE tables are built from (model/rope_freq.h computes it). */
 #define ROPE_MAX_PAIRS 512
@@ -186,6 +186,8 @@ void glu(const gate_fn *f, const float *gate, size_t ldg, const float *up, size_
          int cols);
 /* out = cap * tanh(x / cap) */
 void softcap_rows(const float *x, size_t ldx, float cap, float *out, size_t ldo, int rows, int cols);
+/* out = max(x, 0)^2 */
+void relu2_rows(const float *x, size_t ldx, float *out, size_t ldo, int rows, int cols);
 /* (ldb 0 adds one row, e.g. a bias, to every row of a; out may be a) */
 void add_rows(const float *a, size_t lda, const float *b, size_t ldb, float *out, size_t ldo, int rows, int cols);
 void scale_rows(const float *a, size_t lda, float s, float *out, size_t ldo, int rows, int cols);

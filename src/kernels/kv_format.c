@@ -39,7 +39,7 @@ static size_t record_bytes(loom_kv_dtype dt, int slab, int group) {
 }
 
 size_t kv_row_bytes(loom_kv_dtype dt, int width, int slab, int group) {
-    return (size_t)(width / slab) * record_bytes(dt, slab, group);
+    return slab ? (size_t)(width / slab) * record_bytes(dt, slab, group) : 0; /* slab 0: no attention (Mamba-2) */
 }
 
 void kv_layer_format(kv_layer *c, loom_kv_dtype dt, int slab, int group) {

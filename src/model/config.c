@@ -11,17 +11,12 @@
 
 #include "kernels/kernels.h"
 #include "model/arch/arch.h"
+#include "model/config_read.h"
 #include "util/err.h"
 #include "util/file.h"
 
-typedef struct {
-    const cJSON *root;
-    const char *name;
-    loom_err *err;
-} reader;
-
 /* A number field; returns 0 if absent or null (then *out = def), -1 on a type error. */
-static int get_num(reader *r, const cJSON *obj, const char *key, double def, bool required, double *out) {
+int cfg_num(reader *r, const cJSON *obj, const char *key, double def, bool required, double *out) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
     if (!v || cJSON_IsNull(v)) {
         if (required) return loom_errf(r->err, "%s: missing field '%s'", r->name, key);
@@ -34,25 +29,25 @@ static int get_num(reader *r, const cJSON *obj, const char *key, double def, boo
     return 0;
 }
 
-static int get_int(reader *r, const cJSON *obj, const char *key, int def, bool required, int min, int *out) {
+int cfg_int(reader *r, const cJSON *obj, const char *key, int def, bool required, int min, int *out) {
     double d = def;
-    if (get_num(r, obj, key, def, required, &d)) return -1;
+    if (cfg_num(r, obj, key, def, required, &d)) return -1;
     if (d != floor(d) || d < min || d > 1e9)
         return loom_errf(r->err, "%s: field '%s' must be an integer >= %d (got %g)", r->name, key, min, d);
     *out = (int)d;
     return 0;
 }
 
-static int get_float(reader *r, const cJSON *obj, const char *key, double def, bool required, float *out) {
+int cfg_float(reader *r, const cJSON *obj, const char *key, double def, bool required, float *out) {
     double d = def;
-    if (get_num(r, obj, key, def, required, &d)) return -1;
+    if (cfg_num(r, obj, key, def, required, &d)) return -1;
     if (!isfinite((float)d))
         return loom_errf(r->err, "%s: field '%s' must be a finite number (got %g)", r->name, key, d);
     *out = (float)d;
     return 0;
 }
 
-static int get_bool(reader *r, const char *key, bool def, bool *out) {
+int cfg_bool(reader *r, const char *key, bool def, bool *out) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(r->root, key);
     if (!v || cJSON_IsNull(v)) {
         *out = def;
@@ -63,7 +58,7 @@ static int get_bool(reader *r, const char *key, bool def, bool *out) {
     return 0;
 }
 
-static const char *get_str(const cJSON *obj, const char *key) {
+const char *cfg_str(const cJSON *obj, const char *key) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
     return cJSON_IsString(v) ? v->valuestring : NULL;
 }
@@ -77,12 +72,12 @@ static double yarn_mscale(double scale, double mscale) { return scale <= 1 ? 1.0
 static int parse_yarn(reader *r, model_config *c, const cJSON *s) {
     float mscale, attention_factor;
     c->rope_kind = ROPE_YARN;
-    if (get_int(r, s, "original_max_position_embeddings", c->max_pos, false, 1, &c->rope_orig_max_pos) ||
-        get_float(r, s, "beta_fast", 32.0, false, &c->rope_beta_fast) ||
-        get_float(r, s, "beta_slow", 1.0, false, &c->rope_beta_slow) ||
-        get_float(r, s, "mscale", 0.0, false, &mscale) ||
-        get_float(r, s, "mscale_all_dim", 0.0, false, &c->rope_mscale_all_dim) ||
-        get_float(r, s, "attention_factor", -1.0, false, &attention_factor))
+    if (cfg_int(r, s, "original_max_position_embeddings", c->max_pos, false, 1, &c->rope_orig_max_pos) ||
+        cfg_float(r, s, "beta_fast", 32.0, false, &c->rope_beta_fast) ||
+        cfg_float(r, s, "beta_slow", 1.0, false, &c->rope_beta_slow) ||
+        cfg_float(r, s, "mscale", 0.0, false, &mscale) ||
+        cfg_float(r, s, "mscale_all_dim", 0.0, false, &c->rope_mscale_all_dim) ||
+        cfg_float(r, s, "attention_factor", -1.0, false, &attention_factor))
         return -1;
     const cJSON *factor = cJSON_GetObjectItemCaseSensitive(s, "factor");
     if (!factor || cJSON_IsNull(factor)) c->rope_factor = (float)c->max_pos / (float)c->rope_orig_max_pos;
@@ -120,10 +115,10 @@ static int parse_longrope(reader *r, model_config *c, const cJSON *s) {
     bool phi3 = !strcmp(c->arch, "Phi3ForCausalLM");
     float attention_factor;
     c->rope_kind = ROPE_LONGROPE;
-    if (get_int(r, s, "original_max_position_embeddings", c->max_pos, false, 1, &c->rope_orig_max_pos) ||
-        (phi3 && get_int(r, r->root, "original_max_position_embeddings", 4096, false, 1, &c->rope_orig_max_pos)) ||
-        get_float(r, s, "factor", (double)c->max_pos / c->rope_orig_max_pos, false, &c->rope_factor) ||
-        get_float(r, s, "attention_factor", -1.0, false, &attention_factor))
+    if (cfg_int(r, s, "original_max_position_embeddings", c->max_pos, false, 1, &c->rope_orig_max_pos) ||
+        (phi3 && cfg_int(r, r->root, "original_max_position_embeddings", 4096, false, 1, &c->rope_orig_max_pos)) ||
+        cfg_float(r, s, "factor", (double)c->max_pos / c->rope_orig_max_pos, false, &c->rope_factor) ||
+        cfg_float(r, s, "attention_factor", -1.0, false, &attention_factor))
         return -1;
     if (!(c->rope_factor > 0)) return loom_errf(r->err, "%s: rope 'factor' must be positive", r->name);
     if (attention_factor >= 0) c->rope_attention_factor = attention_factor;
@@ -136,30 +131,30 @@ static int parse_rope(reader *r, model_config *c, double default_theta) {
     const cJSON *params = cJSON_GetObjectItemCaseSensitive(r->root, "rope_parameters");
     if (cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(params, "full_attention")))
         params = cJSON_GetObjectItemCaseSensitive(params, "full_attention");
-    if (get_float(r, r->root, "rope_theta", default_theta, false, &c->rope_theta)) return -1;
-    if (cJSON_IsObject(params) && get_float(r, params, "rope_theta", c->rope_theta, false, &c->rope_theta)) return -1;
+    if (cfg_float(r, r->root, "rope_theta", default_theta, false, &c->rope_theta)) return -1;
+    if (cJSON_IsObject(params) && cfg_float(r, params, "rope_theta", c->rope_theta, false, &c->rope_theta)) return -1;
     const cJSON *s = rope_params(r);
     c->rope_kind = ROPE_DEFAULT;
     c->rope_factor = 1;
     c->rope_attention_factor = 1;
     if (!s) return 0;
-    const char *type = get_str(s, "rope_type");
-    if (!type) type = get_str(s, "type");
+    const char *type = cfg_str(s, "rope_type");
+    if (!type) type = cfg_str(s, "type");
     if (!type || !strcmp(type, "default")) return 0;
     /* Phi-3's config class reads its older names for longrope */
     if (!strcmp(type, "longrope") || !strcmp(type, "su") ||
         (!strcmp(c->arch, "Phi3ForCausalLM") && !strcmp(type, "yarn")))
         return parse_longrope(r, c, s);
-    if (get_float(r, s, "factor", 1.0, strcmp(type, "yarn") != 0, &c->rope_factor)) return -1;
+    if (cfg_float(r, s, "factor", 1.0, strcmp(type, "yarn") != 0, &c->rope_factor)) return -1;
     if (!strcmp(type, "linear")) {
         c->rope_kind = ROPE_LINEAR;
         return 0;
     }
     if (!strcmp(type, "llama3")) {
         c->rope_kind = ROPE_LLAMA3;
-        if (get_float(r, s, "low_freq_factor", 1.0, true, &c->rope_low_freq) ||
-            get_float(r, s, "high_freq_factor", 4.0, true, &c->rope_high_freq) ||
-            get_int(r, s, "original_max_position_embeddings", 8192, true, 1, &c->rope_orig_max_pos))
+        if (cfg_float(r, s, "low_freq_factor", 1.0, true, &c->rope_low_freq) ||
+            cfg_float(r, s, "high_freq_factor", 4.0, true, &c->rope_high_freq) ||
+            cfg_int(r, s, "original_max_position_embeddings", 8192, true, 1, &c->rope_orig_max_pos))
             return -1;
         if (c->rope_high_freq <= c->rope_low_freq)
             return loom_errf(r->err, "%s: rope high_freq_factor must exceed low_freq_factor", r->name);
@@ -190,8 +185,8 @@ static int get_factors(reader *r, const cJSON *s, const char *key, int n, float 
 static int parse_rope_dim(reader *r, model_config *c, double default_partial) {
     const cJSON *s = rope_params(r);
     float partial;
-    if (get_float(r, r->root, "partial_rotary_factor", default_partial, false, &partial) ||
-        (s && get_float(r, s, "partial_rotary_factor", partial, false, &partial)))
+    if (cfg_float(r, r->root, "partial_rotary_factor", default_partial, false, &partial) ||
+        (s && cfg_float(r, s, "partial_rotary_factor", partial, false, &partial)))
         return -1;
     c->rope_dim = partial > 0 && partial <= 1 ? (int)(c->head_dim * (double)partial) : 0;
     if (c->rope_dim < 2 || c->rope_dim % 2)
@@ -247,12 +242,12 @@ static int parse_deepseek_moe(reader *r, model_config *c) {
     c->routed_scale = 1;
     if (get_choice(r, "topk_method", methods, v3 ? TOPK_NOAUX_TC : TOPK_GREEDY, &method) ||
         get_choice(r, "scoring_func", scoring, v3, &score) ||
-        get_int(r, r->root, "n_group", 1, false, 1, &c->n_group) ||
-        get_int(r, r->root, "topk_group", 1, false, 1, &c->topk_group) ||
-        get_float(r, r->root, "routed_scaling_factor", 1.0, false, &c->routed_scale) ||
-        get_int(r, r->root, "first_k_dense_replace", 0, false, 0, &first_dense) ||
-        get_int(r, r->root, "moe_layer_freq", 1, false, 1, &freq) ||
-        get_int(r, r->root, "n_shared_experts", 0, false, 0, &shared))
+        cfg_int(r, r->root, "n_group", 1, false, 1, &c->n_group) ||
+        cfg_int(r, r->root, "topk_group", 1, false, 1, &c->topk_group) ||
+        cfg_float(r, r->root, "routed_scaling_factor", 1.0, false, &c->routed_scale) ||
+        cfg_int(r, r->root, "first_k_dense_replace", 0, false, 0, &first_dense) ||
+        cfg_int(r, r->root, "moe_layer_freq", 1, false, 1, &freq) ||
+        cfg_int(r, r->root, "n_shared_experts", 0, false, 0, &shared))
         return -1;
     c->topk_method = (enum topk_method)method;
     c->sigmoid_scores = score == 1;
@@ -287,12 +282,12 @@ static int parse_mla(reader *r, model_config *c) {
     mla_config *a = &c->mla;
     const cJSON *root = r->root;
     if (!cJSON_GetObjectItemCaseSensitive(root, "kv_lora_rank")) return 0;
-    if (get_int(r, root, "kv_lora_rank", 0, true, 1, &a->kv_lora_rank) ||
-        get_int(r, root, "q_lora_rank", 0, false, 0, &a->q_lora_rank) ||
-        get_int(r, root, "qk_nope_head_dim", 0, true, 1, &a->qk_nope_head_dim) ||
-        get_int(r, root, "qk_rope_head_dim", 0, true, 2, &a->qk_rope_head_dim) ||
-        get_int(r, root, "v_head_dim", 0, true, 1, &a->v_head_dim) ||
-        get_bool(r, "rope_interleave", true, &a->rope_interleave))
+    if (cfg_int(r, root, "kv_lora_rank", 0, true, 1, &a->kv_lora_rank) ||
+        cfg_int(r, root, "q_lora_rank", 0, false, 0, &a->q_lora_rank) ||
+        cfg_int(r, root, "qk_nope_head_dim", 0, true, 1, &a->qk_nope_head_dim) ||
+        cfg_int(r, root, "qk_rope_head_dim", 0, true, 2, &a->qk_rope_head_dim) ||
+        cfg_int(r, root, "v_head_dim", 0, true, 1, &a->v_head_dim) ||
+        cfg_bool(r, "rope_interleave", true, &a->rope_interleave))
         return -1;
     if (a->qk_rope_head_dim % 2 || a->qk_rope_head_dim > CONFIG_MAX_HEAD_DIM)
         return loom_errf(r->err, "%s: qk_rope_head_dim %d must be even for RoPE, and at most 1024", r->name,
@@ -309,13 +304,13 @@ static int parse_moe(reader *r, model_config *c) {
                         : cJSON_GetObjectItemCaseSensitive(root, "moe_num_experts")  ? "moe_num_experts" /* ERNIE */
                                                                                      : "num_local_experts";
     const char *per_token = cJSON_GetObjectItemCaseSensitive(root, "moe_k") ? "moe_k" : "num_experts_per_tok";
-    if (get_int(r, root, count, 0, false, 0, &c->n_experts)) return -1;
+    if (cfg_int(r, root, count, 0, false, 0, &c->n_experts)) return -1;
     if (!c->n_experts) return 0;
-    if (get_int(r, root, per_token, 2, false, 1, &c->top_k) ||
-        get_int(r, root, "moe_intermediate_size", c->intermediate, false, 1, &c->moe_intermediate) ||
-        get_int(r, root, "shared_expert_intermediate_size", 0, false, 0, &c->shared_intermediate) ||
-        get_int(r, root, "decoder_sparse_step", 1, false, 1, &c->sparse_step) ||
-        get_bool(r, "norm_topk_prob", false, &c->norm_topk))
+    if (cfg_int(r, root, per_token, 2, false, 1, &c->top_k) ||
+        cfg_int(r, root, "moe_intermediate_size", c->intermediate, false, 1, &c->moe_intermediate) ||
+        cfg_int(r, root, "shared_expert_intermediate_size", 0, false, 0, &c->shared_intermediate) ||
+        cfg_int(r, root, "decoder_sparse_step", 1, false, 1, &c->sparse_step) ||
+        cfg_bool(r, "norm_topk_prob", false, &c->norm_topk))
         return -1;
     if (c->n_experts > 512)
         return loom_errf(r->err, "%s: %d experts: at most 512 are supported", r->name, c->n_experts);
@@ -348,21 +343,21 @@ static int parse_body(reader *r, model_config *c);
 static int parse_ernie(reader *r, model_config *c) {
     const cJSON *root = r->root;
     bool bias;
-    if (get_bool(r, "use_bias", false, &bias) || get_bool(r, "tie_word_embeddings", true, &c->tie_embeddings))
+    if (cfg_bool(r, "use_bias", false, &bias) || cfg_bool(r, "tie_word_embeddings", true, &c->tie_embeddings))
         return -1;
     c->attention_bias = c->mlp_bias = bias;
     if (!c->n_experts) {
-        if (get_int(r, root, "head_dim", 128, false, 1, &c->head_dim)) return -1;
+        if (cfg_int(r, root, "head_dim", 128, false, 1, &c->head_dim)) return -1;
         if (c->head_dim % 2 || c->head_dim > CONFIG_MAX_HEAD_DIM)
             return loom_errf(r->err, "%s: head_dim %d must be even for RoPE, and at most 1024", r->name, c->head_dim);
         c->attention_mult = 1.0f / sqrtf((float)c->head_dim);
         return 0;
     }
     int start, end, interval, shared;
-    if (get_int(r, root, "moe_layer_start_index", 1, false, 0, &start) ||
-        get_int(r, root, "moe_layer_end_index", -1, false, -1, &end) ||
-        get_int(r, root, "moe_layer_interval", 1, false, 1, &interval) ||
-        get_int(r, root, "moe_num_shared_experts", 2, false, 0, &shared))
+    if (cfg_int(r, root, "moe_layer_start_index", 1, false, 0, &start) ||
+        cfg_int(r, root, "moe_layer_end_index", -1, false, -1, &end) ||
+        cfg_int(r, root, "moe_layer_interval", 1, false, 1, &interval) ||
+        cfg_int(r, root, "moe_num_shared_experts", 2, false, 0, &shared))
         return -1;
     if (end == -1) end = c->n_layers - 1;
     for (int l = 0; l < c->n_layers; l++) c->mlp_only[l] = !((l + 1) % interval == 0 && l >= start && l <= end);
@@ -408,7 +403,7 @@ static int parse_layer_types(reader *r, model_config *c, int period) {
 static int get_softcap(reader *r, const char *key, double def, float *out) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(r->root, key);
     if (cJSON_IsNull(v)) return *out = 0, 0;
-    if (get_float(r, r->root, key, def, false, out)) return -1;
+    if (cfg_float(r, r->root, key, def, false, out)) return -1;
     if (v && !(*out > 0)) return loom_errf(r->err, "%s: field '%s' must be positive (or null for none)", r->name, key);
     return 0;
 }
@@ -420,19 +415,19 @@ static int get_softcap(reader *r, const char *key, double def, float *out) {
 static int parse_gemma(reader *r, model_config *c) {
     const cJSON *root = r->root;
     bool gemma3 = !strcmp(c->arch, "Gemma3ForCausalLM");
-    const char *act = get_str(root, "hidden_activation");
+    const char *act = cfg_str(root, "hidden_activation");
     if (act && strcmp(act, "gelu_pytorch_tanh"))
         return loom_errf(r->err, "%s: unsupported hidden_activation '%s' (only gelu_pytorch_tanh)", r->name, act);
     c->gelu_tanh = true;
     float scalar;
     int pattern;
-    if (get_int(r, root, "head_dim", 256, false, 1, &c->head_dim) ||
-        get_float(r, root, "query_pre_attn_scalar", 256, false, &scalar) ||
+    if (cfg_int(r, root, "head_dim", 256, false, 1, &c->head_dim) ||
+        cfg_float(r, root, "query_pre_attn_scalar", 256, false, &scalar) ||
         get_softcap(r, "final_logit_softcapping", gemma3 ? 0 : 30.0, &c->final_softcap) ||
         get_softcap(r, "attn_logit_softcapping", 50.0, &c->attn_softcap) ||
-        get_int(r, root, "sliding_window", 4096, false, 1, &c->sliding_window) ||
-        get_int(r, root, "sliding_window_pattern", gemma3 ? 6 : 2, false, 1, &pattern) ||
-        get_bool(r, "tie_word_embeddings", true, &c->tie_embeddings) || parse_layer_types(r, c, pattern))
+        cfg_int(r, root, "sliding_window", 4096, false, 1, &c->sliding_window) ||
+        cfg_int(r, root, "sliding_window_pattern", gemma3 ? 6 : 2, false, 1, &pattern) ||
+        cfg_bool(r, "tie_word_embeddings", true, &c->tie_embeddings) || parse_layer_types(r, c, pattern))
         return -1;
     if (c->head_dim % 2 || c->head_dim > CONFIG_MAX_HEAD_DIM)
         return loom_errf(r->err, "%s: head_dim %d must be even for RoPE, and at most 1024", r->name, c->head_dim);
@@ -447,13 +442,13 @@ static int parse_gemma(reader *r, model_config *c) {
     /* the sliding layers' RoPE: rope_parameters.sliding_attention, or rope_local_base_freq */
     const cJSON *params = cJSON_GetObjectItemCaseSensitive(root, "rope_parameters");
     const cJSON *local = cJSON_GetObjectItemCaseSensitive(params, "sliding_attention");
-    if (get_float(r, root, "rope_local_base_freq", 10000.0, false, &c->rope_local_theta)) return -1;
+    if (cfg_float(r, root, "rope_local_base_freq", 10000.0, false, &c->rope_local_theta)) return -1;
     if (cJSON_IsObject(local)) {
-        const char *type = get_str(local, "rope_type");
+        const char *type = cfg_str(local, "rope_type");
         if (type && strcmp(type, "default"))
             return loom_errf(r->err, "%s: rope_parameters.sliding_attention: rope type '%s' (only default)", r->name,
                              type);
-        if (get_float(r, local, "rope_theta", c->rope_local_theta, false, &c->rope_local_theta)) return -1;
+        if (cfg_float(r, local, "rope_theta", c->rope_local_theta, false, &c->rope_local_theta)) return -1;
     }
     if (!(c->rope_local_theta > 0))
         return loom_errf(r->err, "%s: the sliding layers' rope_theta must be positive", r->name);
@@ -465,11 +460,11 @@ static int parse_gemma(reader *r, model_config *c) {
  * (num_local_experts, num_experts_per_tok) are parse_moe's; every layer is sparse. */
 static int parse_gpt_oss(reader *r, model_config *c) {
     const cJSON *root = r->root;
-    if (get_bool(r, "attention_bias", true, &c->attention_bias) ||
-        get_int(r, root, "head_dim", 64, false, 2, &c->head_dim) ||
-        get_int(r, root, "sliding_window", 128, false, 1, &c->sliding_window) ||
-        get_float(r, root, "swiglu_limit", 7.0, false, &c->swiglu_limit) ||
-        get_float(r, root, "swiglu_alpha", 1.702, false, &c->swiglu_alpha) || parse_layer_types(r, c, 2))
+    if (cfg_bool(r, "attention_bias", true, &c->attention_bias) ||
+        cfg_int(r, root, "head_dim", 64, false, 2, &c->head_dim) ||
+        cfg_int(r, root, "sliding_window", 128, false, 1, &c->sliding_window) ||
+        cfg_float(r, root, "swiglu_limit", 7.0, false, &c->swiglu_limit) ||
+        cfg_float(r, root, "swiglu_alpha", 1.702, false, &c->swiglu_alpha) || parse_layer_types(r, c, 2))
         return -1;
     if (!(c->swiglu_limit > 0)) return loom_errf(r->err, "%s: field 'swiglu_limit' must be positive", r->name);
     if (c->head_dim % 2 || c->head_dim > CONFIG_MAX_HEAD_DIM)
@@ -477,114 +472,6 @@ static int parse_gpt_oss(reader *r, model_config *c) {
     c->attention_mult = 1.0f / sqrtf((float)c->head_dim);
     if (!c->n_experts) return loom_errf(r->err, "%s: missing field 'num_local_experts'", r->name);
     return 0;
-}
-
-/* Qwen3.5's text model (transformers' Qwen3_5TextConfig defaults, and Qwen3.5-MoE's and
- * Qwen3-Next's, which share them): layer_types of
- * linear_attention (Gated DeltaNet) and full_attention, else every full_attention_interval-th
- * layer attends; the DeltaNet's heads and convolution. Its full attention is gated and its
- * norms zero-centred (the architecture's, arch.c). */
-/* A hybrid model's layer_types: its recurrent layers' kind where a type is `recurrent` or its
- * older name `old` (NULL: none), attention where full_attention or attention; absent, every
- * interval-th layer attends (0: none). */
-static int parse_mixers(reader *r, model_config *c, const char *recurrent, const char *old, enum mixer_kind kind,
-                        int interval) {
-    const cJSON *types = cJSON_GetObjectItemCaseSensitive(r->root, "layer_types"), *t;
-    if (c->n_layers > (int)sizeof c->mixer)
-        return loom_errf(r->err, "%s: %d layers: at most %zu", r->name, c->n_layers, sizeof c->mixer);
-    if (types && !cJSON_IsNull(types) && (!cJSON_IsArray(types) || cJSON_GetArraySize(types) != c->n_layers))
-        return loom_errf(r->err, "%s: field 'layer_types' must list one type for each of the %d layers", r->name,
-                         c->n_layers);
-    for (int l = 0; l < c->n_layers; l++) c->mixer[l] = interval && (l + 1) % interval == 0 ? MIXER_ATTENTION : kind;
-    int l = 0;
-    if (cJSON_IsArray(types)) cJSON_ArrayForEach(t, types) {
-            const char *v = cJSON_IsString(t) ? t->valuestring : "";
-            bool attends = !strcmp(v, "full_attention") || !strcmp(v, "attention");
-            if (!attends && strcmp(v, recurrent) && (!old || strcmp(v, old))) {
-                char kinds[96];
-                snprintf(kinds, sizeof kinds, old ? "%s (or %s)" : "%s", recurrent, old);
-                return loom_errf(r->err, "%s: layer_types[%d] '%s': only %s and full_attention", r->name, l, v, kinds);
-            }
-            c->mixer[l++] = attends ? MIXER_ATTENTION : kind;
-        }
-    for (l = 0; l < c->n_layers; l++) c->recurrent |= c->mixer[l] != MIXER_ATTENTION;
-    return 0;
-}
-
-/* A time step limit: a number, or transformers' {"__float__": "Infinity"}. */
-static int get_limit(reader *r, const cJSON *v, float *out) {
-    const char *f = cJSON_IsObject(v) ? get_str(v, "__float__") : NULL;
-    if (cJSON_IsNumber(v)) *out = (float)v->valuedouble;
-    else if (f && !strcmp(f, "Infinity")) *out = INFINITY;
-    else return loom_errf(r->err, "%s: field 'time_step_limit' must hold two numbers", r->name);
-    return 0;
-}
-
-/* Granite 4.0-H (transformers' GraniteMoeHybridConfig defaults): Mamba-2 layers (mamba or
- * linear_attention) beside attention ones, attention without RoPE unless
- * position_embedding_type is rope; Granite's multipliers (parse_body's), experts with a shared
- * MLP (shared_intermediate_size) in every layer. */
-static int parse_granite_hybrid(reader *r, model_config *c) {
-    const cJSON *root = r->root, *head = cJSON_GetObjectItemCaseSensitive(root, "mamba_d_head");
-    const cJSON *limit = cJSON_GetObjectItemCaseSensitive(root, "time_step_limit");
-    mamba_config *mb = &c->mamba;
-    int expand;
-    if (get_int(r, root, "mamba_n_heads", 128, false, 1, &mb->n_heads) ||
-        get_int(r, root, "mamba_n_groups", 1, false, 1, &mb->n_groups) ||
-        get_int(r, root, "mamba_d_state", 256, false, 1, &mb->d_state) ||
-        get_int(r, root, "mamba_d_conv", 4, false, 1, &mb->conv_kernel) ||
-        get_int(r, root, "mamba_expand", 2, false, 1, &expand) ||
-        get_bool(r, "mamba_conv_bias", true, &mb->conv_bias) || get_bool(r, "mamba_proj_bias", false, &mb->proj_bias) ||
-        get_int(r, root, "shared_intermediate_size", 1024, false, 0, &c->shared_intermediate))
-        return -1;
-    mb->inner = expand * c->hidden;
-    if (head && !(cJSON_IsString(head) && !strcmp(head->valuestring, "auto"))) {
-        if (get_int(r, root, "mamba_d_head", 0, false, 1, &mb->head_dim)) return -1;
-    } else {
-        mb->head_dim = mb->inner / mb->n_heads;
-    }
-    if (mb->head_dim * mb->n_heads != mb->inner)
-        return loom_errf(r->err, "%s: mamba_n_heads %d of mamba_d_head %d do not make mamba_expand x hidden_size %d",
-                         r->name, mb->n_heads, mb->head_dim, mb->inner);
-    if (mb->n_heads % mb->n_groups)
-        return loom_errf(r->err, "%s: mamba_n_heads %d is not a multiple of mamba_n_groups %d", r->name, mb->n_heads,
-                         mb->n_groups);
-    if (mb->conv_kernel < 2 || mb->conv_kernel > CONV_MAX_KERNEL)
-        return loom_errf(r->err, "%s: mamba_d_conv %d: from 2 to %d taps", r->name, mb->conv_kernel, CONV_MAX_KERNEL);
-    mb->dt_min = 0, mb->dt_max = INFINITY;
-    if (limit && !cJSON_IsNull(limit) &&
-        (!cJSON_IsArray(limit) || cJSON_GetArraySize(limit) != 2 ||
-         get_limit(r, cJSON_GetArrayItem(limit, 0), &mb->dt_min) ||
-         get_limit(r, cJSON_GetArrayItem(limit, 1), &mb->dt_max)))
-        return loom_errf(r->err, "%s: field 'time_step_limit' must hold two numbers", r->name);
-    const char *pe = get_str(root, "position_embedding_type");
-    if (pe && strcmp(pe, "rope") && strcmp(pe, "nope"))
-        return loom_errf(r->err, "%s: position_embedding_type '%s' (rope, nope or null)", r->name, pe);
-    c->no_rope = !pe || !strcmp(pe, "nope");
-    return parse_mixers(r, c, "linear_attention", "mamba", MIXER_MAMBA2, 0);
-}
-
-static int parse_qwen3_5(reader *r, model_config *c) {
-    const cJSON *root = r->root;
-    gdn_config *g = &c->gdn;
-    int interval;
-    if (get_int(r, root, "linear_num_key_heads", 16, false, 1, &g->k_heads) ||
-        get_int(r, root, "linear_num_value_heads", 32, false, 1, &g->v_heads) ||
-        get_int(r, root, "linear_key_head_dim", 128, false, 1, &g->k_dim) ||
-        get_int(r, root, "linear_value_head_dim", 128, false, 1, &g->v_dim) ||
-        get_int(r, root, "linear_conv_kernel_dim", 4, false, 1, &g->conv_kernel) ||
-        get_int(r, root, "full_attention_interval", 4, false, 1, &interval))
-        return -1;
-    if (g->k_dim > DELTA_MAX_DIM || g->v_dim > DELTA_MAX_DIM)
-        return loom_errf(r->err, "%s: linear attention heads of %d keys and %d values: at most %d each", r->name,
-                         g->k_dim, g->v_dim, DELTA_MAX_DIM);
-    if (g->conv_kernel < 2 || g->conv_kernel > CONV_MAX_KERNEL)
-        return loom_errf(r->err, "%s: linear_conv_kernel_dim %d: from 2 to %d taps", r->name, g->conv_kernel,
-                         CONV_MAX_KERNEL);
-    if (g->v_heads % g->k_heads)
-        return loom_errf(r->err, "%s: linear_num_value_heads %d is not a multiple of linear_num_key_heads %d", r->name,
-                         g->v_heads, g->k_heads);
-    return parse_mixers(r, c, "linear_attention", NULL, MIXER_GATED_DELTA, interval);
 }
 
 /* An Eagle3 draft's own fields (eagle3_config), from `top`: EAGLE's config, or speculators'
@@ -596,9 +483,9 @@ static int parse_eagle3(reader *r, const cJSON *top, model_config *c, bool specu
     e->on = true;
     snprintf(e->layer, sizeof e->layer, "%s", speculators ? "layers.0" : "midlayer");
     reader t = {top, r->name, r->err};
-    if (get_int(&t, top, "draft_vocab_size", c->vocab, false, 1, &e->draft_vocab) ||
-        get_bool(&t, "norm_before_residual", speculators, &e->norm_before_residual) ||
-        get_int(&t, top, "target_hidden_size", c->hidden, false, 1, &e->target_hidden))
+    if (cfg_int(&t, top, "draft_vocab_size", c->vocab, false, 1, &e->draft_vocab) ||
+        cfg_bool(&t, "norm_before_residual", speculators, &e->norm_before_residual) ||
+        cfg_int(&t, top, "target_hidden_size", c->hidden, false, 1, &e->target_hidden))
         return -1;
     if (e->draft_vocab > c->vocab)
         return loom_errf(r->err, "%s: draft_vocab_size %d is larger than vocab_size %d", r->name, e->draft_vocab,
@@ -634,19 +521,19 @@ static int parse_eagle3(reader *r, const cJSON *top, model_config *c, bool specu
     const cJSON *sc = cJSON_GetObjectItemCaseSensitive(top, "speculators_config");
     const cJSON *pm = cJSON_IsObject(sc) ? cJSON_GetObjectItemCaseSensitive(sc, "proposal_methods") : NULL;
     const cJSON *first = cJSON_IsArray(pm) ? cJSON_GetArrayItem(pm, 0) : NULL;
-    return cJSON_IsObject(first) ? get_int(r, first, "speculative_tokens", 0, false, 0, &e->spec_tokens) : 0;
+    return cJSON_IsObject(first) ? cfg_int(r, first, "speculative_tokens", 0, false, 0, &e->spec_tokens) : 0;
 }
 
 static int parse(reader *r, model_config *c) {
     const cJSON *root = r->root;
     memset(c, 0, sizeof *c);
-    const char *spec = get_str(root, "speculators_model_type");
+    const char *spec = cfg_str(root, "speculators_model_type");
     if (spec) { /* speculators' layout: the layer's config nested, the draft's own fields outside */
         const cJSON *tl = cJSON_GetObjectItemCaseSensitive(root, "transformer_layer_config");
         if (strcmp(spec, "eagle3"))
             return loom_errf(r->err, "%s: speculators_model_type '%s' is not supported (eagle3 is)", r->name, spec);
         if (!cJSON_IsObject(tl)) return loom_errf(r->err, "%s: missing field 'transformer_layer_config'", r->name);
-        const char *type = get_str(tl, "model_type");
+        const char *type = cfg_str(tl, "model_type");
         if (type && strcmp(type, "llama") && strcmp(type, "qwen3"))
             return loom_errf(r->err,
                              "%s: an Eagle3 draft's transformer_layer_config of model_type '%s' (llama or qwen3)",
@@ -678,21 +565,24 @@ static int parse(reader *r, model_config *c) {
 static int parse_body(reader *r, model_config *c) {
     const cJSON *root = r->root;
 
-    /* Qwen3.5-MoE's every layer is sparse: its config has no dense width */
-    bool all_sparse = !strcmp(c->arch, "Qwen3_5MoeForCausalLM");
-    if (get_int(r, root, "hidden_size", 0, true, 1, &c->hidden) ||
-        get_int(r, root, "intermediate_size", all_sparse ? 1 : 0, !all_sparse, 1, &c->intermediate) ||
-        get_int(r, root, "num_hidden_layers", 0, true, 1, &c->n_layers) ||
-        get_int(r, root, "num_attention_heads", 0, true, 1, &c->n_heads) ||
-        get_int(r, root, "vocab_size", 0, true, 1, &c->vocab) ||
-        get_int(r, root, "num_key_value_heads", c->n_heads, false, 1, &c->n_kv_heads) ||
-        get_int(r, root, "max_position_embeddings", 2048, false, 1, &c->max_pos) ||
-        get_float(r, root, "rms_norm_eps", 1e-6, false, &c->rms_eps))
+    /* Qwen3.5-MoE's every layer is sparse: its config has no dense width; Mamba-2's has neither
+     * an MLP nor attention; Nemotron-H's list of layer kinds stands for num_hidden_layers */
+    bool all_sparse = !strcmp(c->arch, "Qwen3_5MoeForCausalLM"), mamba = !strcmp(c->arch, "Mamba2ForCausalLM");
+    bool nemotron = !strcmp(c->arch, "NemotronHForCausalLM");
+    int listed = nemotron ? hybrid_layer_count(r) : 0;
+    if (cfg_int(r, root, "hidden_size", 0, true, 1, &c->hidden) ||
+        cfg_int(r, root, "intermediate_size", all_sparse, !all_sparse && !mamba, !mamba, &c->intermediate) ||
+        cfg_int(r, root, "num_hidden_layers", listed, !listed, 1, &c->n_layers) ||
+        cfg_int(r, root, "num_attention_heads", mamba, !mamba, 1, &c->n_heads) ||
+        cfg_int(r, root, "vocab_size", 0, true, 1, &c->vocab) ||
+        cfg_int(r, root, "num_key_value_heads", c->n_heads, false, 1, &c->n_kv_heads) ||
+        cfg_int(r, root, "max_position_embeddings", 2048, false, 1, &c->max_pos) ||
+        cfg_float(r, root, "rms_norm_eps", 1e-6, false, &c->rms_eps))
         return -1;
     if (c->hidden % c->n_heads && !cJSON_GetObjectItemCaseSensitive(root, "head_dim"))
         return loom_errf(r->err, "%s: hidden_size %d is not a multiple of num_attention_heads %d", r->name, c->hidden,
                          c->n_heads);
-    if (get_int(r, root, "head_dim", c->hidden / c->n_heads, false, 1, &c->head_dim)) return -1;
+    if (cfg_int(r, root, "head_dim", c->hidden / c->n_heads, false, 1, &c->head_dim)) return -1;
     c->head_vocab = c->vocab;
     if (c->head_dim % 2 || c->head_dim > CONFIG_MAX_HEAD_DIM)
         return loom_errf(r->err, "%s: head_dim %d must be even for RoPE, and at most 1024", r->name, c->head_dim);
@@ -700,33 +590,34 @@ static int parse_body(reader *r, model_config *c) {
         return loom_errf(r->err, "%s: num_attention_heads %d is not a multiple of num_key_value_heads %d", r->name,
                          c->n_heads, c->n_kv_heads);
     if (!(c->rms_eps > 0)) return loom_errf(r->err, "%s: field 'rms_norm_eps' must be positive", r->name);
-    const char *act = get_str(root, "hidden_act");
+    const char *act = cfg_str(root, "hidden_act");
     if (act && strcmp(act, "silu") && !is_gemma(c)) /* Gemma's is hidden_activation */
         return loom_errf(r->err, "%s: unsupported hidden_act '%s' (only silu)", r->name, act);
     if (parse_mla(r, c) || parse_rope(r, c, strcmp(c->arch, "Gemma3ForCausalLM") ? 10000.0 : 1e6)) return -1;
-    if (get_bool(r, "tie_word_embeddings", false, &c->tie_embeddings) ||
-        get_bool(r, "attention_bias", false, &c->attention_bias) || get_bool(r, "mlp_bias", false, &c->mlp_bias))
+    if (cfg_bool(r, "tie_word_embeddings", false, &c->tie_embeddings) ||
+        cfg_bool(r, "attention_bias", false, &c->attention_bias) || cfg_bool(r, "mlp_bias", false, &c->mlp_bias))
         return -1;
-    if (get_int(r, root, "sliding_window", 0, false, 0, &c->sliding_window)) return -1;
+    if (cfg_int(r, root, "sliding_window", 0, false, 0, &c->sliding_window)) return -1;
     const cJSON *usw = cJSON_GetObjectItemCaseSensitive(root, "use_sliding_window");
     if (usw && !cJSON_IsTrue(usw)) c->sliding_window = 0; /* Qwen2 keeps a window it does not use */
-    if (get_float(r, root, "embedding_multiplier", 1.0, false, &c->embedding_mult) ||
-        get_float(r, root, "attention_multiplier", 1.0 / sqrt(c->head_dim), false, &c->attention_mult) ||
-        get_float(r, root, "residual_multiplier", 1.0, false, &c->residual_mult) ||
-        get_float(r, root, "logits_scaling", 1.0, false, &c->logits_scale))
+    if (cfg_float(r, root, "embedding_multiplier", 1.0, false, &c->embedding_mult) ||
+        cfg_float(r, root, "attention_multiplier", 1.0 / sqrt(c->head_dim), false, &c->attention_mult) ||
+        cfg_float(r, root, "residual_multiplier", 1.0, false, &c->residual_mult) ||
+        cfg_float(r, root, "logits_scaling", 1.0, false, &c->logits_scale))
         return -1;
     if (c->logits_scale == 0) return loom_errf(r->err, "%s: field 'logits_scaling' must be non-zero", r->name);
     if (is_gemma(c) && parse_gemma(r, c)) return -1;
-    if (parse_moe(r, c) || get_int(r, root, "bos_token_id", -1, false, -1, &c->bos_id) || parse_eos(r, c)) return -1;
+    if (parse_moe(r, c) || cfg_int(r, root, "bos_token_id", -1, false, -1, &c->bos_id) || parse_eos(r, c)) return -1;
     if (!strncmp(c->arch, "Ernie4_5", 8) && parse_ernie(r, c)) return -1; /* after parse_moe: it reads the experts */
     if (!strcmp(c->arch, "GptOssForCausalLM") && parse_gpt_oss(r, c)) return -1;
     bool qwen3_5 = !strcmp(c->arch, "Qwen3_5ForCausalLM") || all_sparse || !strcmp(c->arch, "Qwen3NextForCausalLM");
     if (qwen3_5 && parse_qwen3_5(r, c)) return -1;
     if (all_sparse) c->intermediate = c->moe_intermediate; /* the one MLP width it has */
     if (!strcmp(c->arch, "GraniteMoeHybridForCausalLM") && parse_granite_hybrid(r, c)) return -1;
+    if ((nemotron && parse_nemotron_h(r, c)) || (mamba && parse_mamba2(r, c))) return -1;
     if (parse_rope_dim(r, c, qwen3_5 ? 0.25 : 1.0)) return -1; /* head_dim is final */
-    const char *dt = get_str(root, "torch_dtype");
-    if (!dt) dt = get_str(root, "dtype");
+    const char *dt = cfg_str(root, "torch_dtype");
+    if (!dt) dt = cfg_str(root, "dtype");
     snprintf(c->dtype, sizeof c->dtype, "%s", dt ? dt : "");
     const cJSON *qc = cJSON_GetObjectItemCaseSensitive(root, "quantization_config");
     if (qc && !cJSON_IsNull(qc)) return quant_config_parse(&c->quant, qc, r->name, r->err);

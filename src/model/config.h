@@ -38,14 +38,17 @@ typedef struct eagle3_config {
     bool qk_norm;              /* a Qwen3 layer (speculators' transformer_layer_config) */
 } eagle3_config;
 
-/* A decoder layer's token mixer: attention, or a recurrent one (hybrid models). */
-enum mixer_kind { MIXER_ATTENTION, MIXER_GATED_DELTA, MIXER_MAMBA2 };
+/* A decoder layer's token mixer: attention, or a recurrent one (hybrid models); Nemotron-H's
+ * layers may hold no mixer but an MLP (or experts, which loom refuses) in its place. */
+enum mixer_kind { MIXER_ATTENTION, MIXER_GATED_DELTA, MIXER_MAMBA2, MIXER_MLP, MIXER_MOE };
+/* Whether a layer of this kind keeps a state per sequence. */
+static inline bool mixer_is_recurrent(enum mixer_kind k) { return k == MIXER_GATED_DELTA || k == MIXER_MAMBA2; }
 /* Gated DeltaNet linear attention (Qwen3.5, Qwen3-Next): value heads per key head, a causal
  * convolution of conv_kernel taps over q, k and v. */
 typedef struct gdn_config {
     int k_heads, v_heads, k_dim, v_dim, conv_kernel;
 } gdn_config;
-/* Mamba-2 (Granite 4.0-H): n_heads heads of head_dim (inner = their product), B and C in
+/* Mamba-2 (Granite 4.0-H, Nemotron-H, Mamba2ForCausalLM): n_heads heads of head_dim (inner = their product), B and C in
  * n_groups groups of d_state, a causal convolution of conv_kernel taps over x, B and C; the
  * time step softplus(dt + dt_bias) clamped to [dt_min, dt_max]. */
 typedef struct mamba_config {

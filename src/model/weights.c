@@ -217,30 +217,43 @@ static int fill_dummy(weight_store *w, const char *name, int cols, int r0, int n
     return 0;
 }
 
-static const st_tensor *find_exact(weight_store *w, const char *name, const char **file) {
-    for (int i = 0; i < w->n_files; i++) {
-        const st_tensor *t = st_find(&w->files[i], name);
-        if (t) {
-            w->used[i][t - w->files[i].tensors] = true;
-            *file = w->files[i].name;
-            return t;
-        }
+/* Tensor `name` in any file (its index into *file_index), under the name itself or, for a
+ * "model." name, without the prefix (a bare decoder saved alone, as embedding models are) or
+ * with "backbone." in its place (Mamba-2's and Nemotron-H's checkpoints). */
+static const st_tensor *lookup(const weight_store *w, const char *name, int *file_index) {
+    char forms[3][160];
+    int n = 1;
+    snprintf(forms[0], sizeof forms[0], "%s", name);
+    if (!strncmp(name, "model.", 6)) {
+        snprintf(forms[n++], sizeof forms[0], "%s", name + 6);
+        snprintf(forms[n++], sizeof forms[0], "backbone.%s", name + 6);
     }
+    for (int f = 0; f < n; f++)
+        for (int i = 0; i < w->n_files; i++) {
+            const st_tensor *t = st_find(&w->files[i], forms[f]);
+            if (t) {
+                *file_index = i;
+                return t;
+            }
+        }
     return NULL;
 }
 
-/* Tensor name in the checkpoint; a bare decoder's (Qwen3Model saved alone, as embedding models
- * are) has its names without the "model." prefix. */
+/* Tensor `name`, marked used. */
 static const st_tensor *find(weight_store *w, const char *name, const char **file) {
-    const st_tensor *t = find_exact(w, name, file);
-    return t || strncmp(name, "model.", 6) ? t : find_exact(w, name + 6, file);
+    int i;
+    const st_tensor *t = lookup(w, name, &i);
+    if (t) {
+        w->used[i][t - w->files[i].tensors] = true;
+        *file = w->files[i].name;
+    }
+    return t;
 }
 
-/* Tensor `name` in any file, nothing marked used. */
+/* Tensor `name`, nothing marked used. */
 static const st_tensor *peek(const weight_store *w, const char *name) {
-    const st_tensor *t = NULL;
-    for (int i = 0; i < w->n_files && !t; i++) t = st_find(&w->files[i], name);
-    return t;
+    int i;
+    return lookup(w, name, &i);
 }
 
 int weights_gguf_type(const void *store, const char *name) {

@@ -156,11 +156,12 @@ static int shard_op(plan *p, plan_step *s, const module *m, const op *o, int wid
         if (o->group && width % o->group) /* groups cut by the shard (Mamba-2's B and C groups) */
             return loom_errf(err, "%s: %s normalises groups of %d columns, which %d ranks' %d columns cut", m->name,
                              o->weight, o->group, p->o.tp, width);
-        /* across ranks: this rank's columns of the whole projection's weight */
-        int n = o->group ? o->group : o->across_ranks ? o->features : width;
-        int c0 = o->across_ranks ? p->values[s->in[0]].feat0 : 0;
-        s->norm_ref =
-            (weight_ref){WEIGHT_F32, o->weight, 1, {n}, 0, c0, o->group ? 0 : width, 0, 0, PAR_REPLICATED, -1.0f, 0};
+        /* across ranks or wide: this rank's columns of the whole projection's weight */
+        bool whole = o->across_ranks || o->wide;
+        int n = whole ? o->features : o->group ? o->group : width;
+        int c0 = whole ? p->values[s->in[0]].feat0 : 0;
+        s->norm_ref = (weight_ref){WEIGHT_F32, o->weight,      1,     {n}, 0, c0, o->group && !o->wide ? 0 : width, 0,
+                                   0,          PAR_REPLICATED, -1.0f, 0};
         return width;
     }
     case OP_MOE: return shard_moe(p, s, o->moe, m, err);
@@ -173,7 +174,7 @@ static int shard_op(plan *p, plan_step *s, const module *m, const op *o, int wid
     case OP_GATED_DELTA: return shard_delta(p, s, m, o, width, err);
     case OP_INPUT_ROWS: return o->features;
     case OP_CONCAT: return width + p->values[s->in[1]].width;
-    default: return width; /* rope, glu, add, scale, softcap, logit_rows keep their input's width */
+    default: return width; /* rope, glu, add, scale, softcap, relu2, logit_rows keep their input's width */
     }
 }
 

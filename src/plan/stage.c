@@ -18,11 +18,11 @@ int stage_count_layers(const module *tree) {
     return n;
 }
 
-int stage_count_attending(const module *tree, int layer0, int layer1) {
+int stage_count_using(const module *tree, int layer0, int layer1, op_kind kind) {
     int n = 0, layer = 0;
     for (int i = 0; i < tree->n_ops; i++)
         if (is_layer_call(&tree->ops[i]) && layer++ >= layer0 && layer <= layer1)
-            n += module_uses(tree->ops[i].child, OP_ATTENTION);
+            n += module_uses(tree->ops[i].child, kind);
     return n;
 }
 

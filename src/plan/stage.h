@@ -10,9 +10,9 @@
 int stage_layers(int n_layers, int pp, const char *partition, int *first, loom_err *err);
 /* Decoder layers in the top module. */
 int stage_count_layers(const module *tree);
-/* Decoder layers [layer0, layer1) that attend, so hold a KV cache (a hybrid model's recurrent
- * ones hold their state instead). */
-int stage_count_attending(const module *tree, int layer0, int layer1);
+/* Decoder layers [layer0, layer1) that use op `kind`: OP_ATTENTION, those that hold a KV cache;
+ * OP_CONV1D, a hybrid model's recurrent ones, which hold their state instead. */
+int stage_count_using(const module *tree, int layer0, int layer1, op_kind kind);
 /* The part of the pass op i of the top module belongs to: -1 before the decoder layers,
  * n_layers after them, or the layer it is (a call) or precedes. */
 int stage_op_layer(const module *tree, int i);

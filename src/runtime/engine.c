@@ -168,7 +168,7 @@ int loom_check_sharding(const loom_model *m, int tp, const loom_engine_options *
 static size_t seq_state_bytes(const loom_engine *e, int layer0, int layer1, int tp) {
     const model_config *c = &e->model->cfg;
     if (!c->recurrent) return 0;
-    int layers = layer1 - layer0 - stage_count_attending(e->model->tree, layer0, layer1);
+    int layers = stage_count_using(e->model->tree, layer0, layer1, OP_CONV1D);
     size_t per;
     if (c->mamba.n_heads) {
         const mamba_config *mb = &c->mamba;
@@ -197,7 +197,7 @@ static int size_kv(loom_engine *e, const loom_engine_options *o, loom_err *err) 
     int *first = engine_stages(e->model, o, &pp, err);
     if (!first) return -1;
     for (int s = 0; s < pp; s++) { /* the layers with a KV cache (a hybrid model's attention ones) */
-        int n = stage_count_attending(e->model->tree, first[s], first[s + 1]);
+        int n = stage_count_using(e->model->tree, first[s], first[s + 1], OP_ATTENTION);
         size_t st = seq_state_bytes(e, first[s], first[s + 1], e->x.comm->size) * e->max_seqs;
         layers = n > layers ? n : layers;
         state = st > state ? st : state;
@@ -221,8 +221,12 @@ static int size_kv(loom_engine *e, const loom_engine_options *o, loom_err *err) 
     budget -= whole;
     if (slots && state_cache_init(&e->sc, interval, slots, e->max_seqs, err)) return -1;
     e->x.n_snapshot_slots = slots;
-    size_t per = engine_kv_bytes_per_token(e, layers), blocks = budget / (per * bs);
     int max_pos = e->model->cfg.max_pos;
+    /* a model without attention (Mamba-2) keeps its blocks for their bookkeeping alone: as many
+     * as max_seqs whole contexts take */
+    size_t per = engine_kv_bytes_per_token(e, layers),
+           blocks = per ? budget / (per * bs)
+                        : (size_t)e->max_seqs * (size_t)((o->max_ctx > 0 ? o->max_ctx : max_pos) + bs - 1) / bs;
     if (o->max_ctx > max_pos)
         return loom_errf(err, "max context %d exceeds the model's max_position_embeddings %d", o->max_ctx, max_pos);
     if (blocks > (size_t)1 << 30) blocks = (size_t)1 << 30;

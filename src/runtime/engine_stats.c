@@ -55,7 +55,8 @@ void loom_engine_get_stats(const loom_engine *e, loom_engine_stats *st) {
         .kv_bytes = x->kv_bytes,
         .state_bytes = x->state_bytes,
         .state_bytes_per_seq = x->state_bytes / (size_t)e->max_seqs,
-        .kv_bytes_per_token = engine_kv_bytes_per_token(e, stage_count_attending(e->model->tree, e->layer0, e->layer1)),
+        .kv_bytes_per_token =
+            engine_kv_bytes_per_token(e, stage_count_using(e->model->tree, e->layer0, e->layer1, OP_ATTENTION)),
         .decode_bytes = decode_bytes(e),
         .blocked_seconds = x->comm->blocked_s + (x->world != x->comm ? x->world->blocked_s : 0) +
                            (x->ep_comm != x->comm ? x->ep_comm->blocked_s : 0),

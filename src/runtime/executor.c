@@ -376,7 +376,7 @@ static void run_step(executor *x, const plan_step *s, const loom_batch *b) {
         if (s->sum_squares) sum_squares(in0, ld0, out, ldo, rows, x->cur->p.values[s->in[0]].width);
         else if (o->gate_silu) rms_norm_gated(in0, ld0, in1, ld1, out, ldo, rows, w, o->group, s->norm_w, o->eps);
         else if (in1) rms_norm_by(in0, ld0, in1, ld1, out, ldo, rows, w, o->features, s->norm_w, o->eps);
-        else rms_norm(in0, ld0, out, ldo, rows, w, o->group ? o->group : w, s->norm_w, o->eps);
+        else rms_norm(in0, ld0, out, ldo, rows, w, o->group ? o->group : w, s->norm_w, o->wide, o->eps);
         break;
     case OP_MOE: {
         moe_shape sh = moe_shape_of(s);
@@ -441,6 +441,7 @@ static void run_step(executor *x, const plan_step *s, const loom_batch *b) {
         break;
     }
     case OP_SOFTCAP: softcap_rows(in0, ld0, o->scalar, out, ldo, rows, w); break;
+    case OP_RELU2: relu2_rows(in0, ld0, out, ldo, rows, w); break;
     case OP_ADD: add_rows(in0, ld0, in1, ld1, out, ldo, rows, w); break;
     case OP_SCALE: scale_rows(in0, ld0, o->scalar, out, ldo, rows, w); break;
     case OP_CUSTOM: {

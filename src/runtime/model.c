@@ -221,10 +221,11 @@ void loom_model_free(loom_model *m) {
 
 void loom_model_get_info(const loom_model *m, loom_model_info *info) {
     const model_config *c = &m->cfg;
-    size_t h = c->hidden, q = (size_t)c->n_heads * c->head_dim, kv = (size_t)c->n_kv_heads * c->head_dim;
-    size_t per_layer = h * (q + 2 * kv) + q * h + 3 * h * c->intermediate + 2 * h;
-    int recurrent = 0;
-    for (int l = 0; c->recurrent && l < c->n_layers; l++) recurrent += c->mixer[l] != MIXER_ATTENTION;
+    int recurrent = 0, attention = c->recurrent ? 0 : c->n_layers;
+    for (int l = 0; c->recurrent && l < c->n_layers; l++) {
+        recurrent += mixer_is_recurrent(c->mixer[l]);
+        attention += c->mixer[l] == MIXER_ATTENTION;
+    }
     *info = (loom_model_info){
         .arch = c->arch,
         .vocab = c->vocab,
@@ -234,6 +235,8 @@ void loom_model_get_info(const loom_model *m, loom_model_info *info) {
         .n_heads = c->n_heads,
         .n_kv_heads = c->n_kv_heads,
         .n_recurrent_layers = recurrent,
+        .n_attention_layers = attention,
+        .n_linear_groups = c->recurrent ? c->mamba.n_groups : 0,
         .n_linear_k_heads = !c->recurrent      ? 0
                             : c->mamba.n_heads ? c->mamba.n_heads
                                                : c->gdn.k_heads,
@@ -245,7 +248,7 @@ void loom_model_get_info(const loom_model *m, loom_model_info *info) {
         .bos_id = c->bos_id,
         .eos_ids = c->eos_ids,
         .n_eos = c->n_eos,
-        .n_params = (size_t)c->vocab * h * (c->tie_embeddings ? 1 : 2) + per_layer * c->n_layers + h,
+        .n_params = module_count_params(m->tree),
         .weight_bytes = m->ws.bytes_owned + m->ws.bytes_mapped_used,
         .source = m->source,
         .has_tokenizer = m->tok,

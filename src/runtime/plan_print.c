@@ -132,6 +132,7 @@ static void print_module(FILE *f, const module *m, int depth, const quant_config
         if (o->kind == OP_SOFTCAP) fprintf(f, "  %g * tanh(x / %g)", o->scalar, o->scalar);
         if (o->kind == OP_RMS_NORM && o->weight_offset) fprintf(f, "  scaling by %g + w", o->weight_offset);
         if (o->kind == OP_RMS_NORM && o->gate_silu) fprintf(f, "  per %d columns, times silu(z)", o->group);
+        if (o->kind == OP_RMS_NORM && o->wide) fprintf(f, "  per %d columns of %d", o->group, o->features);
         if (o->kind == OP_HEAD_SLICE)
             fprintf(f, "  columns %d..%d of each head of %d", o->slice.offset, o->slice.offset + o->slice.width - 1,
                     o->slice.stride);
@@ -497,18 +498,21 @@ int loom_print_plan(loom_model *m, int tp, const loom_engine_options *o, FILE *f
             print_collectives(f, &ps);
             plan_free(&ps);
         }
-        fprintf(f, "rank 0 holds %d of %d q heads, %d %s columns, vocabulary rows %d..%d\n", m->cfg.n_heads / tp,
-                m->cfg.n_heads, p.kv_width, p.kv_latent ? "latent cache" : "kv", p.vocab_col0[0],
-                p.vocab_col0[0] + p.vocab_width[0] - 1);
+        if (stage_count_using(m->tree, 0, m->cfg.n_layers, OP_ATTENTION)) /* Mamba-2 has no heads of these */
+            fprintf(f, "rank 0 holds %d of %d q heads, %d %s columns, ", m->cfg.n_heads / tp, m->cfg.n_heads,
+                    p.kv_width, p.kv_latent ? "latent cache" : "kv");
+        else fprintf(f, "rank 0 holds ");
+        fprintf(f, "vocabulary rows %d..%d\n", p.vocab_col0[0], p.vocab_col0[0] + p.vocab_width[0] - 1);
     }
     print_captures(f, &p, o, first, pp);
     if (p.kv_latent) print_latent_kv(f, m, &p);
     size_t state = plan_seq_state_floats(&p) * sizeof(float);
     if (state)
         fprintf(f,
-                "recurrent state on rank 0%s: %zu bytes a sequence (%d of %d layers attend, so hold a KV cache; "
-                "the others keep this state instead, whatever a sequence's length)\n",
-                pp > 1 ? ", stage 0" : "", state, stage_count_attending(m->tree, 0, m->cfg.n_layers), m->cfg.n_layers);
+                "recurrent state on rank 0%s: %zu bytes a sequence in its %d recurrent layers, whatever the "
+                "sequence's length (%d of %d layers attend, so hold a KV cache)\n",
+                pp > 1 ? ", stage 0" : "", state, stage_count_using(m->tree, 0, m->cfg.n_layers, OP_CONV1D),
+                stage_count_using(m->tree, 0, m->cfg.n_layers, OP_ATTENTION), m->cfg.n_layers);
     if (p.o.sp) print_sp(f, &p);
     if (plan_experts_span(&p.o) && p.n_regions) print_ep(f, &p);
     if (p.o.async_tp) print_async(f, &p);

@@ -63,6 +63,8 @@ from transformers import (  # noqa: E402
     Qwen3_5MoeTextConfig, Qwen3_5MoeForCausalLM,
     Qwen3NextConfig, Qwen3NextForCausalLM,
     GraniteMoeHybridConfig, GraniteMoeHybridForCausalLM,
+    NemotronHConfig, NemotronHForCausalLM,
+    Mamba2Config, Mamba2ForCausalLM,
 )
 from transformers.integrations.mxfp4 import FP4_VALUES  # noqa: E402
 
@@ -351,6 +353,25 @@ def case_defs():
             position_embedding_type=None, tie_word_embeddings=False, embedding_multiplier=12.0,
             attention_multiplier=0.15, residual_multiplier=0.22, logits_scaling=8.0),
             {"prefill": (70, 5), "incr_tol": 5e-5, "lm_head_std_scale": 8.0, "max_bytes": 3 << 19}),
+        # Nemotron-H: a layer is one block, Mamba-2, attention (no RoPE) or a squared-ReLU MLP
+        # (up_proj, down_proj), each after its own norm; here M - * M -, with the Mamba layers' B
+        # and C in two groups and the gated norm per group, so tp=2 keeps a group a rank. Its
+        # embedding and final norm are `embeddings` and `norm_f`.
+        "nemotron_h": (NemotronHForCausalLM, NemotronHConfig, dict(
+            {k: v for k, v in BASE.items() if k not in ("num_hidden_layers", "rms_norm_eps")},
+            layers_block_type=["linear_attention", "mlp", "full_attention", "linear_attention", "mlp"],
+            head_dim=16, mamba_num_heads=8, mamba_head_dim=16, n_groups=2, ssm_state_size=16,
+            conv_kernel=4, chunk_size=32, use_conv_bias=True, use_bias=False, mlp_hidden_act="relu2",
+            layer_norm_epsilon=1e-5, tie_word_embeddings=False),
+            {"prefill": (70, 5), "incr_tol": 5e-5, "max_bytes": 3 << 19}),
+        # Mamba-2 alone (Mamba2ForCausalLM): two Mamba-2 layers of 8 heads of 16, B and C in two
+        # groups, the gated norm per group; names under `backbone.`, the LM head tied.
+        "mamba2": (Mamba2ForCausalLM, Mamba2Config, dict(
+            hidden_size=64, num_hidden_layers=2, num_heads=8, head_dim=16, expand=2, state_size=16,
+            n_groups=2, conv_kernel=4, chunk_size=32, use_conv_bias=True, use_bias=False, vocab_size=128,
+            layer_norm_epsilon=1e-5, bos_token_id=1, eos_token_id=2, pad_token_id=0,
+            tie_word_embeddings=True),
+            {"prefill": (70, 5), "incr_tol": 5e-5}),
     }
 
 
@@ -700,7 +721,7 @@ def build_case(idx, name, model_cls, cfg_cls, cfg_kw, opts):
         raise AssertionError(f"{name}: no weight seed passed the routing checks")
     if cfg.tie_word_embeddings:
         assert model.lm_head.weight.data_ptr() == \
-            model.model.embed_tokens.weight.data_ptr()
+            model.get_input_embeddings().weight.data_ptr()
 
     half = getattr(torch, opts["half"]) if "half" in opts else None
     bf16 = half is torch.bfloat16
@@ -774,7 +795,8 @@ def build_case(idx, name, model_cls, cfg_cls, cfg_kw, opts):
         d = (inc - logits[i]).abs().max().item()
         tol = opts.get("incr_tol", INCR_TOL)
         assert d <= tol, f"{name}: incremental vs full differ by {d}"
-    if m.config.rope_parameters.get("rope_type") == "llama3":
+    rope = getattr(m.config, "rope_parameters", None) or {}  # Mamba-2 has none
+    if rope.get("rope_type") == "llama3":
         # The scaling must actually touch some (not all) frequencies.
         inv = m.model.rotary_emb.inv_freq
         hd = m.config.head_dim
@@ -787,7 +809,7 @@ def build_case(idx, name, model_cls, cfg_cls, cfg_kw, opts):
             "no frequency in the fully-scaled (low-frequency) band"
         assert (changed & ~torch.isclose(inv, base / f, rtol=1e-6, atol=0)).any(), \
             "no frequency in the smooth-interpolation band"
-    if m.config.rope_parameters.get("rope_type") == "yarn":
+    if rope.get("rope_type") == "yarn":
         rp = m.config.rope_parameters
         rot = m.model.rotary_emb
         inv = rot.inv_freq

@@ -59,6 +59,9 @@ typedef struct llama_variant {
                               head's q, k, v and z (b and a) together */
     /* Phi-3: q/k/v, and gate/up, as row ranges of one tensor each (NULL: a tensor per part) */
     const char *fused_qkv, *fused_gate_up;
+    /* the embedding and the final norm where not model.embed_tokens and model.norm (Nemotron-H's
+     * embeddings and norm_f) */
+    const char *embed, *final_norm;
 } llama_variant;
 
 /* The families' builders: Llama's (llama_blocks.c), Gemma 2 and 3's (gemma_blocks.c: the shared
@@ -69,6 +72,8 @@ module *build_eagle3(const model_config *c);
 /* Granite 4.0-H (hybrid_blocks.c): Mamba-2 or attention by model_config.mixer, experts beside a
  * shared MLP. */
 module *build_granite_hybrid(const model_config *c, const llama_variant *v);
+/* Nemotron-H and Mamba-2 (hybrid_blocks.c): each layer one block by model_config.mixer. */
+module *build_mixer_layers(const model_config *c, const llama_variant *v);
 /* The model around its decoder layers (llama_blocks.c): the embedding, each layer `layer`
  * builds, the final norm (v's offset) and the LM head, with Granite's multipliers where the
  * config has them. */
@@ -87,8 +92,8 @@ module *attention_module(const model_config *c, const llama_variant *v, const ch
 /* The gated MLP `name` (gate_proj/up_proj/down_proj, or v's fused gate_up) of `inter`
  * features: SwiGLU, or GeGLU where the config says (Gemma). v may be NULL (shared experts). */
 module *mlp_module(const model_config *c, const llama_variant *v, const char *name, int inter);
-/* The vocab-parallel LM head over h: lm_head.weight, or the embedding when tied. */
-int emit_lm_head(module *m, const model_config *c, int h);
+/* The vocab-parallel LM head over h: lm_head.weight, or the embedding `embed` when tied. */
+int emit_lm_head(module *m, const model_config *c, int h, const char *embed);
 /* A linear part: weight (and bias) `proj` of module prefix, out features, sharded by heads of
  * head_dim (0: by features). */
 void linear_part_init(linear_part *p, const char *prefix, const char *proj, int out, int head_dim, bool bias);

@@ -100,10 +100,9 @@ module *mlp_module(const model_config *c, const llama_variant *v, const char *na
     return m;
 }
 
-int emit_lm_head(module *m, const model_config *c, int h) {
+int emit_lm_head(module *m, const model_config *c, int h, const char *embed) {
     linear_desc head = {.in = c->hidden, .n_parts = 1, .style = PAR_VOCAB};
-    snprintf(head.parts[0].weight, sizeof head.parts[0].weight, "%s",
-             c->tie_embeddings ? "model.embed_tokens.weight" : "lm_head.weight");
+    snprintf(head.parts[0].weight, sizeof head.parts[0].weight, "%s", c->tie_embeddings ? embed : "lm_head.weight");
     head.parts[0].out = c->vocab;
     return emit_linear(m, h, &head);
 }

@@ -45,7 +45,7 @@ module *build_gemma(const model_config *c, const llama_variant *v) {
     h = emit_scale(m, h, (float)sqrt((double)c->hidden), "embeds_scaled"); /* transformers' fp32 hidden**0.5 */
     for (int l = 0; l < c->n_layers; l++) h = emit_call(m, decoder_layer(c, v, l), &h, 1, "hidden");
     h = norm(m, v, c, emit_logit_rows(m, h), "model", "norm");
-    int logits = emit_lm_head(m, c, h);
+    int logits = emit_lm_head(m, c, h, "model.embed_tokens.weight");
     if (c->final_softcap) logits = emit_softcap(m, logits, c->final_softcap, "logits_capped");
     module_output(m, logits);
     return m;

@@ -1,7 +1,9 @@
 /* Hybrid models' recurrent mixers, which the Llama family's layer takes where the config's
  * layer types say (model_config.mixer, llama_blocks.c's layer_mixer): Gated DeltaNet (Qwen3.5,
  * Qwen3.5-MoE; Qwen3-Next's with its projections fused per key head) and Mamba-2; and Granite
- * 4.0-H's own layer, Mamba-2 or attention without RoPE, then its experts beside a shared MLP.
+ * 4.0-H's own layer, Mamba-2 or attention without RoPE, then its experts beside a shared MLP;
+ * and Nemotron-H's, one block a layer (Mamba-2, attention without RoPE, or a squared-ReLU MLP),
+ * which Mamba2ForCausalLM's layers are too, all of them Mamba-2.
  * Qwen3.5's norms are zero-centred (scale 1 + w, the variant's norm_offset). Weight names are
  * Hugging Face's. */
 #include <stdio.h>
@@ -79,13 +81,13 @@ static module *gated_delta_module(const model_config *c, const llama_variant *v,
     return m;
 }
 
-/* Mamba-2 (transformers' GraniteMoeHybridMambaLayer): in_proj's rows are z, then x, B and C
+/* Mamba-2 `name` (transformers' GraniteMoeHybridMambaLayer, NemotronHMamba2Mixer, Mamba2Mixer: the same math): in_proj's rows are z, then x, B and C
  * (the convolution's channels, in that order), then dt: five parts, z, x and dt sharded by
  * head, B and C by group (replicated where there are fewer groups than ranks, as vLLM does).
  * The scan keeps a state per sequence; its output times silu(z) is normalised per group (with
  * one group, across the ranks the heads are spread over) before the row-parallel out_proj. */
-static module *mamba_module(const model_config *c, int layer) {
-    module *m = module_new("mamba", "model.layers.%d.mamba", layer);
+static module *mamba_module(const model_config *c, const char *name, int layer) {
+    module *m = module_new("mamba", "%s", name);
     if (!m) return NULL;
     const mamba_config *mb = &c->mamba;
     int x = module_input(m, "x"), gn = mb->n_groups * mb->d_state;
@@ -120,8 +122,9 @@ static module *mamba_module(const model_config *c, int layer) {
     int gated = emit_glu(m, part[0], scan, &(glu_desc){GLU_SILU, 0, 0}); /* silu(z) * y, then the norm */
     char w[128];
     snprintf(w, sizeof w, "%s.norm.weight", m->name);
-    int normed = mb->n_groups == 1 ? emit_rms_norm_across(m, gated, w, c->rms_eps, mb->inner, "normed")
-                                   : emit_rms_norm(m, gated, w, c->rms_eps, mb->inner / mb->n_groups, "normed");
+    int normed = mb->n_groups == 1
+                     ? emit_rms_norm_across(m, gated, w, c->rms_eps, mb->inner, "normed")
+                     : emit_rms_norm_wide(m, gated, w, c->rms_eps, mb->inner / mb->n_groups, mb->inner, "normed");
     linear_desc o = {.in = mb->inner, .n_parts = 1, .style = PAR_ROW};
     linear_part_init(&o.parts[0], m->name, "out_proj", c->hidden, 0, mb->proj_bias);
     module_output(m, emit_linear(m, normed, &o));
@@ -162,10 +165,41 @@ static module *granite_layer(const model_config *c, const llama_variant *v, int 
     return m;
 }
 
+/* Nemotron-H's MLP: up_proj, squared ReLU, down_proj, no gate. */
+static module *relu2_mlp(const model_config *c, const char *name) {
+    module *m = module_new("mlp", "%s", name);
+    if (!m) return NULL;
+    linear_desc up = {.in = c->hidden, .n_parts = 1, .style = PAR_COLUMN};
+    linear_part_init(&up.parts[0], m->name, "up_proj", c->intermediate, 0, c->mlp_bias);
+    int act = emit_relu2(m, emit_linear(m, module_input(m, "x"), &up), "act");
+    linear_desc down = {.in = c->intermediate, .n_parts = 1, .style = PAR_ROW};
+    linear_part_init(&down.parts[0], m->name, "down_proj", c->hidden, 0, c->mlp_bias);
+    module_output(m, emit_linear(m, act, &down));
+    return m;
+}
+
+/* Nemotron-H's (and Mamba-2's) layer: one block, `mixer`, after its own norm: Mamba-2,
+ * attention without RoPE, or the MLP. */
+static module *mixer_layer(const model_config *c, const llama_variant *v, int layer) {
+    module *m = module_new("decoder_layer", "model.layers.%d", layer);
+    if (!m) return NULL;
+    char name[sizeof m->name + 8];
+    snprintf(name, sizeof name, "%s.mixer", m->name);
+    module *block = c->mixer[layer] == MIXER_MAMBA2      ? mamba_module(c, name, layer)
+                    : c->mixer[layer] == MIXER_ATTENTION ? attention_module(c, v, name, layer, c->hidden)
+                                                         : relu2_mlp(c, name);
+    module_output(m, residual_branch(m, c, v, module_input(m, "hidden"), "norm", block, "resid"));
+    return m;
+}
+
 module *recurrent_mixer(const model_config *c, const llama_variant *v, int layer) {
-    return c->mixer[layer] == MIXER_MAMBA2 ? mamba_module(c, layer) : gated_delta_module(c, v, layer);
+    char name[96];
+    snprintf(name, sizeof name, "model.layers.%d.mamba", layer); /* Granite's */
+    return c->mixer[layer] == MIXER_MAMBA2 ? mamba_module(c, name, layer) : gated_delta_module(c, v, layer);
 }
 
 module *build_granite_hybrid(const model_config *c, const llama_variant *v) {
     return build_decoder(c, v, granite_layer);
 }
+
+module *build_mixer_layers(const model_config *c, const llama_variant *v) { return build_decoder(c, v, mixer_layer); }

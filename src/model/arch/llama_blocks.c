@@ -42,11 +42,13 @@ static module *decoder_layer(const model_config *c, const llama_variant *v, int 
 module *build_decoder(const model_config *c, const llama_variant *v, layer_builder layer) {
     module *m = module_new("model", "model");
     if (!m) return NULL;
-    int h = emit_embed(m, "model.embed_tokens.weight", c->vocab, c->hidden);
+    const char *embed = v->embed ? v->embed : "model.embed_tokens.weight";
+    int h = emit_embed(m, embed, c->vocab, c->hidden);
     if (c->embedding_mult != 1.0f) h = emit_scale(m, h, c->embedding_mult, "embeds_scaled");
     for (int l = 0; l < c->n_layers; l++) h = emit_call(m, layer(c, v, l), &h, 1, "hidden");
-    h = emit_rms_norm_offset(m, emit_logit_rows(m, h), "model.norm.weight", v->norm_offset, c->rms_eps, 0, "normed");
-    int logits = emit_lm_head(m, c, h);
+    h = emit_rms_norm_offset(m, emit_logit_rows(m, h), v->final_norm ? v->final_norm : "model.norm.weight",
+                             v->norm_offset, c->rms_eps, 0, "normed");
+    int logits = emit_lm_head(m, c, h, embed);
     if (c->logits_scale != 1.0f) logits = emit_scale(m, logits, 1.0f / c->logits_scale, "logits_scaled");
     module_output(m, logits);
     return m;
