@@ -145,6 +145,20 @@ typedef struct cpu_kernels {
      * l[c] = l[c] * corr[c] + (their sum in increasing j); m[c] = mx. Elementwise in c, so a
      * query's result is a function of its own column; a score of -inf adds an exact zero. */
     void (*softmax_step)(float *s, size_t lds, int nk, int n, float *m, float *l, float *corr);
+    /* Gated DeltaNet's step of one value head (kernels/recurrent.c): state S of kd rows of vd
+     * (row i is key i's); S *= decay; d = beta (v - S^T k); S += k d^T; out = S^T q. Each
+     * element's sums run over i in increasing order. */
+    void (*delta_step)(float *S, int kd, int vd, float decay, float beta, const float *k, const float *v,
+                       const float *q, float *out);
+    /* Mamba-2's step of one head (kernels/recurrent.c): state S of hd rows of ds (row p is
+     * channel p's); S[p] = S[p] decay + (step x[p]) B; y[p] = S[p] . C + d x[p]. */
+    void (*ssm_step)(float *S, int hd, int ds, float decay, float step, const float *x, const float *B, const float *C,
+                     float d, float *y);
+    /* One row of the causal depthwise convolution over n channels, then SiLU: out[c] =
+     * silu(bias[c] + the sum over j < k of taps[j * ldt + c] * rows[j][c]), j from the oldest
+     * input to the current one (bias NULL: none). */
+    void (*conv_row)(const float *const *rows, const float *taps, size_t ldt, int k, const float *bias, float *out,
+                     int n);
 } cpu_kernels;
 
 /* The variant in use; chosen on first use if cpu_init was not called. Never fails: when the

@@ -1324,6 +1324,70 @@ static void scale(const float *x, float s, float *out, int n) {
     ELEMENTWISE(n, ST(out, vmul(LD(x), sv));)
 }
 
+/* delta_step (cpu.h): the columns DELTA_VECS vectors at a time through both halves of the step,
+ * so that block of the state stays in L1 between them (a head's whole state, 64 KB at 128 x 128,
+ * would not) and d's and out's sums stay in registers. */
+#define DELTA_VECS 4
+static void delta_step(float *S, int kd, int vd, float decay, float beta, const float *k, const float *v,
+                       const float *q, float *out) {
+    vf dv = vset1(decay), bv = vset1(beta);
+    for (int j0 = 0; j0 < vd; j0 += DELTA_VECS * VL) {
+        int nv = 0, m[DELTA_VECS];
+        for (int j = j0; j < vd && nv < DELTA_VECS; j += VL) m[nv++] = vd - j < VL ? vd - j : VL;
+        vf d[DELTA_VECS], o[DELTA_VECS];
+        for (int u = 0; u < nv; u++) d[u] = o[u] = vset1(0.0f);
+#define SLD(p, u)    (m[u] == VL ? vload(p) : vload_part((p), m[u], 0.0f))
+#define SST(p, u, x) (m[u] == VL ? vstore((p), (x)) : vstore_part((p), (x), m[u]))
+        for (int i = 0; i < kd; i++) {
+            float *Si = S + (size_t)i * vd + j0;
+            vf ki = vset1(k[i]);
+            for (int u = 0; u < nv; u++) {
+                vf s = vmul(SLD(Si + u * VL, u), dv);
+                SST(Si + u * VL, u, s);
+                d[u] = vfma(s, ki, d[u]);
+            }
+        }
+        for (int u = 0; u < nv; u++) d[u] = vmul(vsub(SLD(v + j0 + u * VL, u), d[u]), bv);
+        for (int i = 0; i < kd; i++) {
+            float *Si = S + (size_t)i * vd + j0;
+            vf ki = vset1(k[i]), qi = vset1(q[i]);
+            for (int u = 0; u < nv; u++) {
+                vf s = vfma(ki, d[u], SLD(Si + u * VL, u));
+                SST(Si + u * VL, u, s);
+                o[u] = vfma(s, qi, o[u]);
+            }
+        }
+        for (int u = 0; u < nv; u++) SST(out + j0 + u * VL, u, o[u]);
+#undef SLD
+#undef SST
+    }
+}
+
+static void ssm_step(float *S, int hd, int ds, float decay, float step, const float *x, const float *B, const float *C,
+                     float d, float *y) {
+    vf dv = vset1(decay);
+    for (int p = 0; p < hd; p++) {
+        float *Sp = S + (size_t)p * ds;
+        vf sx = vset1(step * x[p]), acc = vset1(0.0f);
+        ELEMENTWISE(ds, {
+            vf s = vfma(sx, LD(B), vmul(LD(Sp), dv));
+            ST(Sp, s);
+            acc = vfma(s, LD(C), acc);
+        })
+        y[p] = vhsum(acc) + x[p] * d;
+    }
+}
+
+static void conv_row(const float *const *rows, const float *taps, size_t ldt, int k, const float *bias, float *out,
+                     int n) {
+    vf one = vset1(1.0f), neg = vset1(-1.0f);
+    ELEMENTWISE(n, {
+        vf acc = bias ? LD(bias) : vset1(0.0f);
+        for (int j = 0; j < k; j++) acc = vfma(LD(taps + j * ldt), LD(rows[j]), acc);
+        ST(out, vdiv(acc, vadd(one, vexp(vmul(neg, acc)))));
+    })
+}
+
 /* gemm_ordered (cpu.h): register tiles of nr rows of x by nv whole vectors of b's columns, each
  * accumulator one element's chain over i. The tile's shape is chosen for speed alone, by how
  * many vectors remain; no shape changes an element's chain. */
@@ -1461,4 +1525,7 @@ const cpu_kernels TABLE = {
     .scale = scale,
     .gemm_ordered = gemm_ordered,
     .softmax_step = softmax_step,
+    .delta_step = delta_step,
+    .ssm_step = ssm_step,
+    .conv_row = conv_row,
 };

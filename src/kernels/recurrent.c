@@ -1,15 +1,18 @@
 /* The recurrent mixers' kernels: the causal convolution, Gated DeltaNet's gated delta rule and
  * Mamba-2's selective scan, each over a batch of sequences whose state lives between passes
- * (kernels.h). Both run in
- * the recurrent form, one position after another, exactly as transformers' decode path does;
- * a sequence's state at a position is the same whichever pass brought it there, which is what
- * lets a prompt run in any chunking, and a snapshot taken after a position resume it. */
+ * (kernels.h). Both run in the recurrent form, one position after another, exactly as
+ * transformers' decode path does; a sequence's state at a position is the same whichever pass
+ * brought it there, which is what lets a prompt run in any chunking, and a snapshot taken after
+ * a position resume it. The inner loops are the CPU variant's (cpu.h's delta_step, ssm_step
+ * and conv_row). (The chunked form of GPU kernels turns the walk into matrix products for tensor
+ * cores; on a CPU the walk's cost is its state's traffic, which delta_step keeps in L1 a block
+ * of columns at a time, and the chunked form would add arithmetic and change the rounding.) */
 #include <math.h>
 #include <string.h>
 
 #include "kernels/kernels.h"
 
-static float silu(float x) { return x / (1.0f + expf(-x)); }
+#include "cpu/cpu.h"
 
 /* Whether row r starts its sequence's run of rows in the batch. */
 static bool run_starts(const int32_t *seq, int r) { return r == 0 || seq[r] != seq[r - 1]; }
@@ -22,32 +25,66 @@ static float *snapshot_after(const state_snapshots *sn, const int32_t *seq, cons
     return NULL;
 }
 
+/* The kernel - 1 inputs up to row r of a run that starts at batch row r0 and position p0,
+ * oldest first, into dst (rows of `channels`): rows of the batch, else of the state from before
+ * the pass (h), zeros at position 0. dst may be h: its rows move down, each read before it is
+ * overwritten. */
+static void window_after(const conv_inputs *in, const int *c0, int channels, int r, int r0, int p0, const float *h,
+                         const float *zeros, float *dst) {
+    for (int j = 0; j < in->kernel - 1; j++) {
+        int b = r + 1 - (in->kernel - 1) + j;
+        for (int i = 0; i < in->n_in; i++) {
+            float *to = dst + (size_t)j * channels + c0[i];
+            const float *from = b >= r0 ? in->x[i] + (size_t)b * in->ldx[i]
+                                : p0    ? h + (size_t)(j + r + 1 - r0) * channels + c0[i]
+                                        : zeros;
+            if (to != from) memmove(to, from, in->width[i] * sizeof *to);
+        }
+    }
+}
+
+/* The conv's taps transposed, tap-major ([kernel][channels]), so a row's channels are
+ * consecutive in each tap, as they are in the inputs and the state. */
+static _Thread_local fbuf taps_buf;
+
 void conv1d_silu(const conv_inputs *in, float *out, size_t ldo, int rows, const int32_t *pos, const int32_t *seq,
                  float *state, size_t stride, const state_snapshots *snaps) {
-    int k = in->kernel, hist = k - 1, channels = 0;
-    for (int i = 0; i < in->n_in; i++) channels += in->width[i];
+    int k = in->kernel, hist = k - 1, channels = 0, c0[3];
+    for (int i = 0; i < in->n_in; i++) c0[i] = channels, channels += in->width[i];
+    float *taps = fbuf_get(&taps_buf, (size_t)k * channels + channels); /* and a row of zeros */
+    if (!taps) return;
+    float *zeros = taps + (size_t)k * channels;
+    memset(zeros, 0, channels * sizeof *zeros);
+    for (int i = 0; i < in->n_in; i++)
+        for (int c = 0; c < in->width[i]; c++)
+            for (int j = 0; j < k; j++) taps[(size_t)j * channels + c0[i] + c] = in->w[i][(size_t)c * in->ldw[i] + j];
+                /* Every output row reads inputs only (the previous kernel - 1 of its sequence: rows of the
+     * batch, else the state rows from before the pass, zeros at position 0), so rows run in
+     * parallel; the state moves on after them. */
 #pragma omp parallel for schedule(static)
-    for (int ch = 0; ch < channels; ch++) {
-        int i = 0, c = ch;
-        while (c >= in->width[i]) c -= in->width[i++];
-        const float *w = in->w[i] + (size_t)c * in->ldw[i];
-        float win[CONV_MAX_KERNEL];
-        float *h = NULL; /* this channel's history in the current sequence's state */
-        for (int r = 0; r < rows; r++) {
-            if (run_starts(seq, r)) {
-                h = state + (size_t)seq[r] * stride;
-                for (int j = 0; j < hist; j++) win[j] = pos[r] ? h[(size_t)j * channels + ch] : 0.0f;
+    for (int r = 0; r < rows; r++) {
+        int r0 = r; /* the first row of r's run */
+        while (!run_starts(seq, r0)) r0--;
+        const float *h = state + (size_t)seq[r] * stride;
+        for (int i = 0; i < in->n_in; i++) {
+            const float *win[CONV_MAX_KERNEL];
+            for (int j = 0; j <= hist; j++) {
+                int b = r - hist + j; /* the batch row of window entry j, if in this run */
+                win[j] = b >= r0   ? in->x[i] + (size_t)b * in->ldx[i]
+                         : pos[r0] ? h + (size_t)(j + r - r0) * channels + c0[i]
+                                   : zeros;
             }
-            win[hist] = in->x[i][(size_t)r * in->ldx[i] + c];
-            float acc = in->bias[i] ? in->bias[i][c] : 0;
-            for (int j = 0; j < k; j++) acc += w[j] * win[j];
-            out[(size_t)r * ldo + ch] = silu(acc);
-            memmove(win, win + 1, hist * sizeof *win);
-            float *snap = snapshot_after(snaps, seq, pos, r, stride);
-            for (int j = 0; snap && j < hist; j++) snap[(size_t)j * channels + ch] = win[j];
-            if (r + 1 == rows || run_starts(seq, r + 1))
-                for (int j = 0; j < hist; j++) h[(size_t)j * channels + ch] = win[j];
+            cpu()->conv_row(win, taps + c0[i], channels, k, in->bias[i], out + (size_t)r * ldo + c0[i], in->width[i]);
         }
+    }
+    /* each run's state, and each snapshot: its last kernel - 1 inputs after the row */
+    for (int r = 0; r < rows; r++) {
+        float *snap = snapshot_after(snaps, seq, pos, r, stride), *h = state + (size_t)seq[r] * stride;
+        bool last = r + 1 == rows || run_starts(seq, r + 1);
+        int r0 = r;
+        while ((snap || last) && !run_starts(seq, r0)) r0--;
+        if (snap) window_after(in, c0, channels, r, r0, pos[r0], h, zeros, snap);
+        if (last) window_after(in, c0, channels, r, r0, pos[r0], h, zeros, h);
     }
 }
 
@@ -71,7 +108,7 @@ void gated_delta(const delta_shape *sh, const float *qkv, size_t ldq, const floa
 #pragma omp parallel for schedule(static)
     for (int h = 0; h < sh->n_v_heads; h++) {
         int kh = h / group;
-        float q[DELTA_MAX_DIM], k[DELTA_MAX_DIM], delta[DELTA_MAX_DIM];
+        float q[DELTA_MAX_DIM], k[DELTA_MAX_DIM];
         float *S = NULL;
         float A = -expf(sh->a_log[h]);
         for (int r = 0; r < rows; r++) {
@@ -82,28 +119,10 @@ void gated_delta(const delta_shape *sh, const float *qkv, size_t ldq, const floa
             }
             l2_normalise(row + (size_t)kh * kd, kd, q_scale, q);
             l2_normalise(row + k_col + (size_t)kh * kd, kd, 1.0f, k);
-            const float *v = row + v_col + (size_t)h * vd;
             float decay = expf(A * softplus(a[(size_t)r * lda + h] + sh->dt_bias[h]));
             float beta = 1.0f / (1.0f + expf(-b[(size_t)r * ldb + h]));
-            /* S *= decay; delta = (v - S^T k) * beta; S += k delta^T; out = S^T q */
-            for (int j = 0; j < vd; j++) delta[j] = 0;
-            for (int i = 0; i < kd; i++) {
-                float *Si = S + (size_t)i * vd;
-                for (int j = 0; j < vd; j++) {
-                    Si[j] *= decay;
-                    delta[j] += Si[j] * k[i];
-                }
-            }
-            for (int j = 0; j < vd; j++) delta[j] = (v[j] - delta[j]) * beta;
-            float *o = out + (size_t)r * ldo + (size_t)h * vd;
-            for (int j = 0; j < vd; j++) o[j] = 0;
-            for (int i = 0; i < kd; i++) {
-                float *Si = S + (size_t)i * vd;
-                for (int j = 0; j < vd; j++) {
-                    Si[j] += k[i] * delta[j];
-                    o[j] += Si[j] * q[i];
-                }
-            }
+            cpu()->delta_step(S, kd, vd, decay, beta, k, row + v_col + (size_t)h * vd, q,
+                              out + (size_t)r * ldo + (size_t)h * vd);
             float *snap = snapshot_after(snaps, seq, pos, r, stride);
             if (snap) memcpy(snap + h * per_head, S, per_head * sizeof *S);
         }
@@ -128,16 +147,7 @@ void ssm_scan(const ssm_shape *sh, const float *xbc, size_t ldx, const float *dt
             /* transformers' selective_state_update: S = S exp(step A) + (step B) x; y = S C + D x */
             float step = softplus(dt[(size_t)r * ldt + h] + sh->dt_bias[h]);
             step = fminf(fmaxf(step, sh->dt_min), sh->dt_max);
-            float decay = expf(step * A);
-            float *y = out + (size_t)r * ldo + (size_t)h * hd;
-            for (int p = 0; p < hd; p++) {
-                float *Sp = S + (size_t)p * ds, acc = 0;
-                for (int n = 0; n < ds; n++) {
-                    Sp[n] = Sp[n] * decay + step * B[n] * x[p];
-                    acc += Sp[n] * C[n];
-                }
-                y[p] = acc + x[p] * sh->d[h];
-            }
+            cpu()->ssm_step(S, hd, ds, expf(step * A), step, x, B, C, sh->d[h], out + (size_t)r * ldo + (size_t)h * hd);
             float *snap = snapshot_after(snaps, seq, pos, r, stride);
             if (snap) memcpy(snap + h * per_head, S, per_head * sizeof *S);
         }
