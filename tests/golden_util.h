@@ -47,7 +47,7 @@
     "llama", "llama_tied", "mistral", "qwen2", "qwen3", "granite", "llama_bf16", "llama_tp3", "llama_f16",             \
         "llama_bias", "olmoe", "mixtral", "qwen2_moe", "qwen3_moe", "granitemoe", "deepseek_v2", "deepseek_v3",        \
         "gemma2", "gemma3", "ernie4_5", "ernie4_5_moe", "phi3", "phi4_mini", "gpt_oss", "qwen3_5", "qwen3_5_moe",      \
-        "qwen3_next", "granitemoehybrid", "nemotron_h", "mamba2"
+        "qwen3_next", "granitemoehybrid", "nemotron_h", "mamba2", "qwen3_5_vl"
 
 #define GOLDEN_MAX_LEN 128 /* tokens of a golden sequence, at most */
 

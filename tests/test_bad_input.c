@@ -509,6 +509,13 @@ static void bad_nemotron_h(void) {
         {"mamba2: a missing D", false, NULL, "backbone.layers.1.mixer.D", NULL, NULL, "model.layers.1.mixer.D"},
     };
     edits_on("mamba2", mamba, sizeof mamba / sizeof *mamba);
+    static const field_edit vlm[] = {
+        {"qwen3.5 (vision-language): no text_config", true, NULL, "text_config", NULL, NULL,
+         "Qwen3_5ForConditionalGeneration without a text_config"},
+        {"qwen3.5 (vision-language): a text model of another layer count", true, "text_config", "num_hidden_layers",
+         "4", NULL, "field 'layer_types' must list one type for each of the 4 layers"},
+    };
+    edits_on("qwen3_5_vl", vlm, sizeof vlm / sizeof *vlm);
 }
 
 int main(void) {

@@ -557,6 +557,21 @@ static int parse(reader *r, model_config *c) {
         c->bare = true;
         snprintf(c->arch, sizeof c->arch, "%s", family);
     }
+    /* a vision-language model of a family loom builds, as released (Qwen3.5): its text model,
+     * from text_config; its weights under model.language_model. (weights.c), the vision tower
+     * not loaded */
+    static const char *const vlm[][2] = {{"Qwen3_5ForConditionalGeneration", "Qwen3_5ForCausalLM"},
+                                         {"Qwen3_5MoeForConditionalGeneration", "Qwen3_5MoeForCausalLM"}};
+    for (size_t i = 0; i < sizeof vlm / sizeof *vlm; i++) {
+        const cJSON *text = cJSON_GetObjectItemCaseSensitive(root, "text_config");
+        if (strcmp(c->arch, vlm[i][0])) continue;
+        if (!cJSON_IsObject(text)) return loom_errf(r->err, "%s: %s without a text_config", r->name, vlm[i][0]);
+        snprintf(c->arch, sizeof c->arch, "%s", vlm[i][1]);
+        c->text_of_vlm = true;
+        reader inner = {text, r->name, r->err};
+        if (parse_body(&inner, c)) return -1;
+        return cfg_bool(r, "tie_word_embeddings", c->tie_embeddings, &c->tie_embeddings); /* the outer one rules */
+    }
     if (parse_body(r, c)) return -1;
     return strcmp(c->arch, "LlamaForCausalLMEagle3") ? 0 : parse_eagle3(r, root, c, false);
 }

@@ -60,11 +60,13 @@ typedef struct mamba_config {
 typedef struct model_config {
     char arch[64]; /* architectures[0], e.g. "LlamaForCausalLM" */
     int hidden, intermediate, n_layers, n_heads, n_kv_heads, head_dim, vocab, max_pos;
-    int head_vocab; /* rows of the LM head: vocab, but an Eagle3 draft's own vocabulary; a
+    int head_vocab;   /* rows of the LM head: vocab, but an Eagle3 draft's own vocabulary; a
                        pooling model's hidden size (it has no head: pooled) */
-    bool bare;      /* architectures[0] names the bare decoder ("Qwen3Model"): no LM head, an
+    bool bare;        /* architectures[0] names the bare decoder ("Qwen3Model"): no LM head, an
                        embedding model; arch then holds its ...ForCausalLM family */
-    bool pooled;    /* the model outputs its final hidden states (after the final norm) where it
+    bool text_of_vlm; /* the text model of a vision-language model (Qwen3_5ForConditionalGeneration):
+                         arch holds its text family; the vision tower is not loaded */
+    bool pooled;      /* the model outputs its final hidden states (after the final norm) where it
                        would output logits: an embedding model (loom_model_options.task) */
     eagle3_config eagle3;
     float rms_eps;

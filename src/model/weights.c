@@ -218,15 +218,17 @@ static int fill_dummy(weight_store *w, const char *name, int cols, int r0, int n
 }
 
 /* Tensor `name` in any file (its index into *file_index), under the name itself or, for a
- * "model." name, without the prefix (a bare decoder saved alone, as embedding models are) or
- * with "backbone." in its place (Mamba-2's and Nemotron-H's checkpoints). */
+ * "model." name, without the prefix (a bare decoder saved alone, as embedding models are), with
+ * "backbone." in its place (Mamba-2's and Nemotron-H's checkpoints), or under
+ * "model.language_model." (the text model of a vision-language model, Qwen3.5's). */
 static const st_tensor *lookup(const weight_store *w, const char *name, int *file_index) {
-    char forms[3][160];
+    char forms[4][176];
     int n = 1;
     snprintf(forms[0], sizeof forms[0], "%s", name);
     if (!strncmp(name, "model.", 6)) {
         snprintf(forms[n++], sizeof forms[0], "%s", name + 6);
         snprintf(forms[n++], sizeof forms[0], "backbone.%s", name + 6);
+        snprintf(forms[n++], sizeof forms[0], "model.language_model.%s", name + 6);
     }
     for (int f = 0; f < n; f++)
         for (int i = 0; i < w->n_files; i++) {

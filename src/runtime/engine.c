@@ -29,13 +29,21 @@ static void set_threads(int threads, int ranks) {
 }
 
 /* Tensors no op reads, reported by the first rank of each stage for its own part (under expert
- * parallelism, without the other ranks' experts). */
+ * parallelism, without the other ranks' experts); a vision-language model's vision tower, which
+ * loom does not run, is said once as such. */
 static void warn_unused(const loom_model *m, const plan *p) {
     char **unused = weights_unused(&m->ws);
     if (!unused) return; /* out of memory for the list: no warning */
-    int n = 0, first = -1;
-    for (int i = 0; unused[i]; i++)
-        if (!stage_foreign_tensor(&p->o, m->tree, unused[i]) && !ep_foreign_tensor(p, unused[i]) && n++ == 0) first = i;
+    int n = 0, first = -1, vision = 0;
+    for (int i = 0; unused[i]; i++) {
+        if (m->cfg.text_of_vlm && !strncmp(unused[i], "model.visual.", 13)) vision++;
+        else if (!stage_foreign_tensor(&p->o, m->tree, unused[i]) && !ep_foreign_tensor(p, unused[i]) && n++ == 0)
+            first = i;
+    }
+    if (vision && p->o.stage == 0)
+        fprintf(stderr,
+                "loom: %s: the text model of a vision-language model; its vision tower (%d tensors) is not loaded\n",
+                m->ws.dir, vision);
     if (n)
         fprintf(stderr, "loom: warning: %s: %d tensor%s not used by %s, e.g. '%s'\n", m->ws.dir, n, n > 1 ? "s" : "",
                 m->cfg.arch, unused[first]);

@@ -59,7 +59,7 @@ from transformers import (  # noqa: E402
     Ernie4_5_MoeConfig, Ernie4_5_MoeForCausalLM,
     Phi3Config, Phi3ForCausalLM,
     GptOssConfig, GptOssForCausalLM, Mxfp4Config,
-    Qwen3_5TextConfig, Qwen3_5ForCausalLM,
+    Qwen3_5TextConfig, Qwen3_5ForCausalLM, Qwen3_5Config, Qwen3_5ForConditionalGeneration,
     Qwen3_5MoeTextConfig, Qwen3_5MoeForCausalLM,
     Qwen3NextConfig, Qwen3NextForCausalLM,
     GraniteMoeHybridConfig, GraniteMoeHybridForCausalLM,
@@ -364,6 +364,22 @@ def case_defs():
             conv_kernel=4, chunk_size=32, use_conv_bias=True, use_bias=False, mlp_hidden_act="relu2",
             layer_norm_epsilon=1e-5, tie_word_embeddings=False),
             {"prefill": (70, 5), "incr_tol": 5e-5, "max_bytes": 3 << 19}),
+        # Qwen3.5 as released: the vision-language model (Qwen3_5ForConditionalGeneration), its
+        # text model qwen3_5's (text_config) under model.language_model., beside a vision tower
+        # of one block that a text prompt never runs; logits of text prompts.
+        "qwen3_5_vl": (Qwen3_5ForConditionalGeneration, Qwen3_5Config, dict(
+            text_config=dict(
+                BASE, num_hidden_layers=3, head_dim=32, layer_types=["linear_attention", "linear_attention",
+                                                                    "full_attention"],
+                linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=16, linear_value_head_dim=16,
+                linear_conv_kernel_dim=4, tie_word_embeddings=False, rms_norm_eps=1e-6,
+                rope_parameters={"rope_type": "default", "rope_theta": 1e6, "partial_rotary_factor": 0.25,
+                                 "mrope_section": [2, 1, 1], "mrope_interleaved": True}),
+            vision_config=dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2, patch_size=4,
+                               spatial_merge_size=2, temporal_patch_size=2, out_hidden_size=64,
+                               num_position_embeddings=16),
+            tie_word_embeddings=False),
+            {"prefill": (70, 5), "incr_tol": 5e-5, "zero_centred_norms": True}),
         # Mamba-2 alone (Mamba2ForCausalLM): two Mamba-2 layers of 8 heads of 16, B and C in two
         # groups, the gated norm per group; names under `backbone.`, the LM head tied.
         "mamba2": (Mamba2ForCausalLM, Mamba2Config, dict(
@@ -692,7 +708,8 @@ def build_case(idx, name, model_cls, cfg_cls, cfg_kw, opts):
 
     gen = torch.Generator().manual_seed(4321 + idx)  # independent of the weight seed
     prefill = opts.get("prefill", PREFILL)
-    ids = [make_ids(gen, cfg_kw["vocab_size"], p + DECODE_STEPS) for p in prefill]
+    vocab = cfg_kw["vocab_size"] if "vocab_size" in cfg_kw else cfg_kw["text_config"]["vocab_size"]
+    ids = [make_ids(gen, vocab, p + DECODE_STEPS) for p in prefill]
 
     # Weight seed 1234 + idx. Cases with a routing check (DeepSeek) move on to
     # 1234 + idx + 1000*k, k = 1, 2, ... while the routing sits on a knife-edge.
