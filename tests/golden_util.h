@@ -47,7 +47,7 @@
     "llama", "llama_tied", "mistral", "qwen2", "qwen3", "granite", "llama_bf16", "llama_tp3", "llama_f16",             \
         "llama_bias", "olmoe", "mixtral", "qwen2_moe", "qwen3_moe", "granitemoe", "deepseek_v2", "deepseek_v3",        \
         "gemma2", "gemma3", "ernie4_5", "ernie4_5_moe", "phi3", "phi4_mini", "gpt_oss", "qwen3_5", "qwen3_5_moe",      \
-        "qwen3_next", "granitemoehybrid", "nemotron_h", "mamba2", "qwen3_5_vl"
+        "qwen3_next", "granitemoehybrid", "nemotron_h", "nemotron_h_moe", "mamba2", "qwen3_5_vl"
 
 #define GOLDEN_MAX_LEN 128 /* tokens of a golden sequence, at most */
 
@@ -176,8 +176,11 @@ static inline int golden_heads_divide(const char *name, int tp, loom_err *err) {
     loom_model_info info;
     loom_model_get_info(m, &info);
     loom_model_free(m);
-    return info.n_heads % tp == 0 && (info.n_kv_heads % tp == 0 || tp % info.n_kv_heads == 0) &&
-           (!info.n_recurrent_layers || (info.n_linear_k_heads % tp == 0 && info.n_linear_v_heads % tp == 0));
+    /* (Mamba-2's gated norm: a rank holds whole groups of B and C, or there is one) */
+    return (!info.n_attention_layers ||
+            (info.n_heads % tp == 0 && (info.n_kv_heads % tp == 0 || tp % info.n_kv_heads == 0))) &&
+           (!info.n_recurrent_layers || (info.n_linear_k_heads % tp == 0 && info.n_linear_v_heads % tp == 0)) &&
+           (info.n_linear_groups <= 1 || info.n_linear_groups % tp == 0);
 }
 
 /* Rows of golden_run's output: every position of both sequences. */

@@ -463,15 +463,12 @@ static void bad_granite_hybrid(void) {
 }
 
 /* Nemotron-H's layer kinds and Mamba-2 fields, on its golden model (M - * M -; 8 heads of 16 in
- * 2 groups), and Mamba-2's alone. */
+ * 2 groups), its experts (nemotron_h_moe: 8 of 32), and Mamba-2's alone. */
 static void bad_nemotron_h(void) {
     static const field_edit edits[] = {
         {"nemotron-h: an unknown layer type", true, NULL, "layers_block_type",
          "[\"linear_attention\", \"rwkv\", \"full_attention\", \"linear_attention\", \"mlp\"]", NULL,
          "layers_block_type[1] 'rwkv': one of linear_attention, mamba, full_attention, attention, mlp, moe"},
-        {"nemotron-h: a mixture-of-experts layer", true, NULL, "layers_block_type",
-         "[\"linear_attention\", \"moe\", \"full_attention\", \"linear_attention\", \"mlp\"]", NULL,
-         "layer 1 is a mixture of experts ('moe'): Nemotron-H's experts (squared ReLU, no gate) are not supported"},
         {"nemotron-h: an MLP of another activation", true, NULL, "mlp_hidden_act", "\"silu\"", NULL,
          "mlp_hidden_act 'silu' is not supported (relu2 is)"},
         {"nemotron-h: heads not a multiple of the groups", true, NULL, "n_groups", "3", NULL,
@@ -503,6 +500,15 @@ static void bad_nemotron_h(void) {
         cJSON_Delete(c);
         free(text);
     }
+    static const field_edit moe[] = {
+        {"nemotron-h: experts on a latent projection", true, NULL, "moe_latent_size", "16", NULL,
+         "moe_latent_size: experts on a latent projection (Nemotron 3 Super's) are not supported"},
+        {"nemotron-h: groups that do not divide the experts", true, NULL, "n_group", "3", NULL,
+         "n_group 3 does not divide the 8 experts"},
+        {"nemotron-h: an expert's up_proj of another shape", false, "backbone.layers.1.mixer.experts.3.up_proj.weight",
+         "shape", "[64, 32]", NULL, "has shape [64, 32], expected [32, 64]"},
+    };
+    edits_on("nemotron_h_moe", moe, sizeof moe / sizeof *moe);
     static const field_edit mamba[] = {
         {"mamba2: heads that do not make the inner width", true, NULL, "head_dim", "32", NULL,
          "num_heads 8 of head_dim 32 do not make expand x hidden_size 128"},

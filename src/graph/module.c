@@ -38,7 +38,8 @@ static size_t count_params(const module *m, const char *tied) {
         if (o->kind == OP_CALL) n += count_params(o->child, tied);
         else if (o->kind == OP_EMBED) n += linear_params(o->lin, NULL);
         else if (o->lin) n += linear_params(o->lin, tied); /* linears, MLA's kv_b_proj */
-        else if (o->kind == OP_MOE) n += (size_t)o->moe->n_experts * 3 * o->moe->inter * o->moe->hidden;
+        else if (o->kind == OP_MOE)                        /* gate (if any), up and down */
+            n += (size_t)o->moe->n_experts * (o->moe->act.act == GLU_RELU2 ? 2 : 3) * o->moe->inter * o->moe->hidden;
         else if (o->kind == OP_CONV1D) n += (size_t)o->rec->channels * o->rec->kernel;
     }
     return n;
@@ -54,6 +55,7 @@ const char *op_name(const op *o) {
     if (o->kind == OP_GLU)
         return o->glu.act == GLU_GELU_TANH      ? "gelu_tanh_mul"
                : o->glu.act == GLU_SILU_CLAMPED ? "silu_clamped_mul"
+               : o->glu.act == GLU_RELU2        ? "relu2"
                                                 : "silu_mul";
     return o->kind == OP_CUSTOM ? o->custom.name : kind_names[o->kind];
 }

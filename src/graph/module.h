@@ -71,8 +71,9 @@ typedef struct linear_desc {
 
 /* A gated MLP's activation (OP_GLU, and the experts' of OP_MOE): act(gate) * up, SiLU or GELU's
  * tanh approximation; or GPT-OSS's clamped SwiGLU, gate clamped above at limit and up to
- * [-limit, limit], gate * sigmoid(alpha * gate) * (up + 1). */
-typedef enum glu_act { GLU_SILU, GLU_GELU_TANH, GLU_SILU_CLAMPED } glu_act;
+ * [-limit, limit], gate * sigmoid(alpha * gate) * (up + 1); or, for experts without a gate
+ * (Nemotron-H's), relu(up)^2. */
+typedef enum glu_act { GLU_SILU, GLU_GELU_TANH, GLU_SILU_CLAMPED, GLU_RELU2 } glu_act;
 typedef struct glu_desc {
     glu_act act;
     float limit, alpha; /* GLU_SILU_CLAMPED */
@@ -87,7 +88,7 @@ typedef enum moe_routing {
     ROUTE_TOPK_SOFTMAX, /* the top k logits, then a softmax over those (GraniteMoE) */
 } moe_routing;
 
-typedef struct moe_desc {
+typedef struct moe_desc { /* (act GLU_RELU2: no gate tensors, gate[] "") */
     int hidden, inter, n_experts, top_k;
     moe_routing routing;
     bool norm_topk;

@@ -68,7 +68,8 @@ void glu(const gate_fn *f, const float *gate, size_t ldg, const float *up, size_
     for (int r = 0; r < rows; r++) {
         const float *g = gate + (size_t)r * ldg, *u = up + (size_t)r * ldu;
         float *o = out + (size_t)r * ldo;
-        if (f->kind == GATE_SILU_CLAMPED) k->silu_clamped_mul(g, u, o, cols, f->limit, f->alpha);
+        if (f->kind == GATE_RELU2) relu2_rows(u, 0, o, 0, 1, cols); /* no gate: relu(up)^2 */
+        else if (f->kind == GATE_SILU_CLAMPED) k->silu_clamped_mul(g, u, o, cols, f->limit, f->alpha);
         else if (f->kind == GATE_GELU_TANH) k->gelu_tanh_mul(g, u, o, cols);
         else k->silu_mul(g, u, o, cols);
     }

@@ -176,7 +176,7 @@ void ssm_scan(const ssm_shape *sh, const float *xbc, size_t ldx, const float *dt
               const state_snapshots *snaps);
 
 /* A gated activation as the kernels take it (graph/module.h's glu_desc says what each is). */
-typedef enum gate_kind { GATE_SILU, GATE_GELU_TANH, GATE_SILU_CLAMPED } gate_kind;
+typedef enum gate_kind { GATE_SILU, GATE_GELU_TANH, GATE_SILU_CLAMPED, GATE_RELU2 } gate_kind; /* RELU2: no gate */
 typedef struct gate_fn {
     gate_kind kind;
     float limit, alpha; /* GATE_SILU_CLAMPED */

@@ -124,14 +124,14 @@ void moe_route(const float *logits, size_t ldl, int rows, const moe_shape *sh, i
     }
 }
 
-/* y[n, H] = down(act(gate x) * up x) for the n rows tok[] of x, through the scratch xs, g, u
- * (expert e: its matrices w, its biases from sh). */
+/* y[n, H] = down(act(gate x) * up x), or without a gate down(relu(up x)^2), for the n rows tok[]
+ * of x, through the scratch xs, g, u (expert e: its matrices w, its biases from sh). */
 static void run_expert(const moe_shape *sh, int e, const wmat *w, const float *x, size_t ldx, const int32_t *tok, int n,
                        float *xs, float *g, float *u, float *y) {
     int H = sh->hidden, I = sh->inter;
     const float *const *b = sh->expert_bias ? sh->expert_bias + 3 * e : (const float *const[3]){NULL, NULL, NULL};
     for (int i = 0; i < n; i++) memcpy(xs + (size_t)i * H, x + (size_t)tok[i] * ldx, H * sizeof *x);
-    linear(xs, H, n, n, &w[0], b[0], g, I);
+    if (sh->gate.kind != GATE_RELU2) linear(xs, H, n, n, &w[0], b[0], g, I);
     linear(xs, H, n, n, &w[1], b[1], u, I);
     glu(&sh->gate, g, I, u, I, g, I, n, I);
     linear(g, I, n, n, &w[2], b[2], y, H);

@@ -237,7 +237,8 @@ static int get_choice(reader *r, const char *key, const char *const *names, int 
 static int parse_deepseek_moe(reader *r, model_config *c) {
     static const char *const methods[] = {"greedy", "group_limited_greedy", "noaux_tc", NULL};
     static const char *const scoring[] = {"softmax", "sigmoid", NULL};
-    bool v3 = !strcmp(c->arch, "DeepseekV3ForCausalLM");
+    /* Nemotron-H's router is V3's (transformers' NemotronHTopkRouter), its config without these keys */
+    bool v3 = !strcmp(c->arch, "DeepseekV3ForCausalLM") || !strcmp(c->arch, "NemotronHForCausalLM");
     int method, score, first_dense, freq, shared;
     c->routed_scale = 1;
     if (get_choice(r, "topk_method", methods, v3 ? TOPK_NOAUX_TC : TOPK_GREEDY, &method) ||

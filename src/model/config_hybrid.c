@@ -165,8 +165,9 @@ int hybrid_layer_count(const reader *r) {
 }
 
 /* Nemotron-H: each layer one block after its norm, Mamba-2, attention without RoPE, a
- * squared-ReLU MLP or experts, listed by layers_block_type (or hybrid_override_pattern), which
- * gives the layer count. */
+ * squared-ReLU MLP or experts (squared ReLU without a gate, DeepSeek-V3's routing: config.c's
+ * parse_deepseek_moe), listed by layers_block_type (or hybrid_override_pattern), which gives
+ * the layer count. */
 int parse_nemotron_h(reader *r, model_config *c) {
     static const mamba_names k = {"mamba_num_heads",
                                   "mamba_head_dim",
@@ -207,15 +208,21 @@ int parse_nemotron_h(reader *r, model_config *c) {
             c->recurrent |= mixer_is_recurrent(c->mixer[l]);
         }
     }
-    for (int l = 0; l < c->n_layers; l++)
-        if (c->mixer[l] == MIXER_MOE)
-            return loom_errf(r->err,
-                             "%s: layer %d is a mixture of experts ('moe'): Nemotron-H's experts (squared ReLU, no "
-                             "gate) are not supported yet",
-                             r->name, l);
-    c->n_experts = 0; /* its config sizes experts that no layer has */
+    bool moe = false;
+    for (int l = 0; l < c->n_layers; l++) moe |= c->mixer[l] == MIXER_MOE;
     c->no_rope = true;
-    return 0;
+    if (!moe) { /* its config sizes experts that no layer has */
+        c->n_experts = 0;
+        return 0;
+    }
+    const cJSON *latent = cJSON_GetObjectItemCaseSensitive(r->root, "moe_latent_size");
+    if (latent && !cJSON_IsNull(latent))
+        return loom_errf(r->err,
+                         "%s: moe_latent_size: experts on a latent projection (Nemotron 3 Super's) are not "
+                         "supported",
+                         r->name);
+    if (!c->n_experts) return loom_errf(r->err, "%s: layers of experts ('moe') but no n_routed_experts", r->name);
+    return cfg_int(r, r->root, "moe_shared_expert_intermediate_size", 7688, false, 0, &c->shared_intermediate);
 }
 
 /* Mamba-2 alone: every layer a Mamba-2 mixer after its norm. */

@@ -28,9 +28,9 @@
 /* The expert a tensor of step d's per-expert layout belongs to: any tensor under the expert's
  * module ("...experts.7.w1.qweight" as well as ".weight"), or -1. */
 static int expert_of(const moe_desc *d, const char *name) {
-    const char *at = strstr(d->gate, "%d");
-    size_t n = at ? (size_t)(at - d->gate) : 0;
-    if (!at || strncmp(name, d->gate, n) || !isdigit((unsigned char)name[n])) return -1;
+    const char *pattern = d->gate[0] ? d->gate : d->up, *at = strstr(pattern, "%d"); /* (no gate: up's) */
+    size_t n = at ? (size_t)(at - pattern) : 0;
+    if (!at || strncmp(name, pattern, n) || !isdigit((unsigned char)name[n])) return -1;
     char *end;
     long e = strtol(name + n, &end, 10);
     return *end == '.' && e < d->n_experts ? (int)e : -1;

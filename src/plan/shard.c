@@ -160,6 +160,7 @@ void expert_slices(const plan_step *s, int e, bool fused, char names[3][160], we
     out[1] = out[0];
     out[1].name = names[1];
     out[2] = (weight_ref){WEIGHT_LINEAR, names[2], 2, {H, I}, I, 0, H, r0, nr, PAR_ROW, linear_init(I), 0};
+    if (!d->gate[0]) out[0] = (weight_ref){0}; /* experts without a gate (Nemotron-H's): none to read */
 }
 
 int shard_moe(plan *p, plan_step *s, const moe_desc *d, const module *m, loom_err *err) {
@@ -209,7 +210,7 @@ int shard_moe(plan *p, plan_step *s, const moe_desc *d, const module *m, loom_er
     weight_ref w[3];
     expert_slices(s, s->expert_ids[0], false, names, w);
     for (int j = 0; j < 3; j++)
-        if (check_split(p, &w[j], err)) return loom_err_prefix(err, "%s", m->name);
+        if (w[j].name && check_split(p, &w[j], err)) return loom_err_prefix(err, "%s", m->name);
     return H;
 }
 

@@ -125,8 +125,8 @@ static int bind_experts(const plan *p, plan_step *s, weight_store *ws, loom_err 
         char names[3][160];
         weight_ref w[3];
         expert_slices(s, s->expert_ids[i], fused, names, w);
-        for (int j = 0; j < 3; j++)
-            if (read_weight(p, ws, &w[j], &s->experts[3 * i + j], err)) return -1;
+        for (int j = 0; j < 3; j++) /* (no gate: an empty matrix) */
+            if (w[j].name && read_weight(p, ws, &w[j], &s->experts[3 * i + j], err)) return -1;
     }
     if (d->gate_up_bias[0] && bind_expert_biases(p, s, ws, err)) return -1;
     /* static FP8 input scales (zero otherwise): as vLLM's, one for all of a rank's experts, the

@@ -318,6 +318,7 @@ static int run_fused(executor *x, const plan_step *s, const loom_batch *b, loom_
 static gate_fn gate_of(const glu_desc *g) {
     gate_kind kind = g->act == GLU_SILU_CLAMPED ? GATE_SILU_CLAMPED
                      : g->act == GLU_GELU_TANH  ? GATE_GELU_TANH
+                     : g->act == GLU_RELU2      ? GATE_RELU2
                                                 : GATE_SILU;
     return (gate_fn){kind, g->limit, g->alpha};
 }
@@ -383,7 +384,8 @@ static void run_step(executor *x, const plan_step *s, const loom_batch *b) {
         double t0 = omp_get_wtime();
         moe_forward(&sh, s->experts, in0, ld0, in1, ld1, rows, out, ldo, &x->moe);
         x->st.experts.seconds += omp_get_wtime() - t0;
-        x->st.experts.flop += 6.0 * sh.hidden * sh.inter * rows * sh.top_k; /* gate, up, down: 2 flops a weight */
+        /* gate (if any), up, down: 2 flops a weight */
+        x->st.experts.flop += (sh.gate.kind == GATE_RELU2 ? 4.0 : 6.0) * sh.hidden * sh.inter * rows * sh.top_k;
         x->st.experts.pairs += (long)rows * sh.top_k;
         break;
     }

@@ -149,13 +149,14 @@ static void print_module(FILE *f, const module *m, int depth, const quant_config
         if (o->kind == OP_MOE) {
             const moe_desc *d = o->moe;
             fprintf(f,
-                    "  %d experts of %d features, top %d (%s%s), each expert's gate/up column-parallel and down "
+                    "  %d experts of %d features, top %d (%s%s), each expert's %s column-parallel and down "
                     "row-parallel",
                     d->n_experts, d->inter, d->top_k,
                     d->routing == ROUTE_TOPK_SOFTMAX ? "softmax over the chosen logits"
                     : d->sigmoid                     ? "sigmoid"
                                                      : "softmax",
-                    d->norm_topk ? ", renormalised" : "");
+                    d->norm_topk ? ", renormalised" : "",
+                    d->act.act == GLU_RELU2 ? "up (squared ReLU, no gate)" : "gate/up");
             if (d->n_group)
                 fprintf(f, "; within the best %d of %d groups by their %s%s", d->topk_group, d->n_group,
                         d->group_top2_sum ? "two best scores' sum" : "best score",

@@ -380,6 +380,21 @@ def case_defs():
                                num_position_embeddings=16),
             tie_word_embeddings=False),
             {"prefill": (70, 5), "incr_tol": 5e-5, "zero_centred_norms": True}),
+        # Nemotron-H with experts (Nemotron 3 Nano's layout): M E * M E, each mixture-of-experts
+        # layer 8 experts of 32 without a gate (down(relu2(up x))), the top 2 by sigmoid scores
+        # plus a correction bias in 2 groups (the best 1, scored by their two best), renormalised
+        # and scaled by 2.5, beside a shared squared-ReLU MLP of 48. Router margins as
+        # deepseek_v3's.
+        "nemotron_h_moe": (NemotronHForCausalLM, NemotronHConfig, dict(
+            {k: v for k, v in BASE.items() if k not in ("num_hidden_layers", "rms_norm_eps")},
+            layers_block_type=["linear_attention", "moe", "full_attention", "linear_attention", "moe"],
+            head_dim=16, mamba_num_heads=8, mamba_head_dim=16, n_groups=2, ssm_state_size=16,
+            conv_kernel=4, chunk_size=32, use_conv_bias=True, use_bias=False, mlp_hidden_act="relu2",
+            n_routed_experts=8, num_experts_per_tok=2, moe_intermediate_size=32,
+            moe_shared_expert_intermediate_size=48, n_group=2, topk_group=1, norm_topk_prob=True,
+            routed_scaling_factor=2.5, layer_norm_epsilon=1e-5, tie_word_embeddings=False),
+            {"prefill": (70, 5), "incr_tol": 5e-5, "max_bytes": 3 << 19, "routing": "v3", "router_std": 0.3,
+             "score_bias_std": 0.1, "seed_tries": 20}),
         # Mamba-2 alone (Mamba2ForCausalLM): two Mamba-2 layers of 8 heads of 16, B and C in two
         # groups, the gated norm per group; names under `backbone.`, the LM head tied.
         "mamba2": (Mamba2ForCausalLM, Mamba2Config, dict(
@@ -571,9 +586,10 @@ def check_routing(model, ids, kind, min_margin=1e-4, skew=0):
     cfg = model.config
     caps = []
     hooks = []
-    for li, layer in enumerate(model.model.layers):
-        if hasattr(layer.mlp, "experts"):
-            hooks.append(layer.mlp.gate.register_forward_hook(
+    moes = [getattr(layer, "mlp", None) or getattr(layer, "mixer", None) for layer in model.model.layers]
+    for li, moe in enumerate(moes):  # (Nemotron-H's experts are a layer's mixer)
+        if hasattr(moe, "experts"):
+            hooks.append(moe.gate.register_forward_hook(
                 lambda mod, inp, out, li=li: caps.append(
                     (li, mod, inp[0].detach().reshape(-1, mod.hidden_dim).float().clone(),
                      out[2].detach().clone()))))
@@ -583,8 +599,7 @@ def check_routing(model, ids, kind, min_margin=1e-4, skew=0):
     finally:
         for h in hooks:
             h.remove()
-    assert caps and len(caps) == len(ids) * sum(
-        hasattr(l.mlp, "experts") for l in model.model.layers)
+    assert caps and len(caps) == len(ids) * sum(hasattr(m, "experts") for m in moes)
     emin, gmin, bias_changed, tokens = float("inf"), float("inf"), 0, 0
     for li, gate, x, hf_idx in caps:
         logits = torch.nn.functional.linear(x, gate.weight.float())
@@ -763,7 +778,7 @@ def build_case(idx, name, model_cls, cfg_cls, cfg_kw, opts):
     if "routing" in opts:
         fused = {k for k in keys if k.endswith(("mlp.experts.gate_up_proj",
                                                  "mlp.experts.down_proj"))}
-        per_expert = {k for k in keys if ".mlp.experts." in k and k.endswith(".weight")}
+        per_expert = {k for k in keys if (".mlp.experts." in k or ".mixer.experts." in k) and k.endswith(".weight")}
         if opts.get("fused_experts"):
             assert fused and not per_expert, f"{name}: expected fused experts"
         else:

@@ -72,6 +72,17 @@ static const moe_layout ernie_moe = {.module = "mlp",
                                      .bias_always = true,
                                      .bias_row = true};
 
+/* Nemotron-H: each expert up_proj and down_proj without a gate (squared ReLU), as the shared
+ * experts; DeepSeek-V3's routing (sigmoid scores, the correction bias, groups) */
+static const moe_layout nemotron_moe = {.module = "mixer",
+                                        .router = "gate.weight",
+                                        .up = "experts.%d.up_proj.weight",
+                                        .down = "experts.%d.down_proj.weight",
+                                        .routing = ROUTE_SOFTMAX_TOPK,
+                                        .shared = "shared_experts",
+                                        .bias = "gate.e_score_correction_bias",
+                                        .relu2 = true};
+
 /* GPT-OSS: the top k router logits (with the router's bias) softmaxed, experts stacked as
  * MXFP4 checkpoints store them, gate and up rows alternating, with biases, clamped SwiGLU; a GGUF
  * file (llama.cpp's converter) holds gate and up apart, each with its bias */
@@ -123,7 +134,7 @@ static const struct {
      build_llama_family},
     {"GraniteMoeHybridForCausalLM", {.moe = &granite_moe}, build_granite_hybrid},
     {"NemotronHForCausalLM",
-     {.embed = "model.embeddings.weight", .final_norm = "model.norm_f.weight"},
+     {.embed = "model.embeddings.weight", .final_norm = "model.norm_f.weight", .moe = &nemotron_moe},
      build_mixer_layers},
     {"Mamba2ForCausalLM",
      {.embed = "model.embeddings.weight", .final_norm = "model.norm_f.weight"},

@@ -34,6 +34,7 @@ typedef struct moe_layout {
      * (model_config.experts_stacked: GGUF), where it is not this one's (GPT-OSS: gate and up
      * apart, each with its bias); NULL: the same */
     const struct moe_layout *stacked_each;
+    bool relu2; /* Nemotron-H: experts and the shared MLP without a gate, down(relu(up x)^2) (gate NULL) */
 } moe_layout;
 
 /* The layout the experts of a file are read by: l's own, or its stacked_each where the file
@@ -92,6 +93,8 @@ module *attention_module(const model_config *c, const llama_variant *v, const ch
 /* The gated MLP `name` (gate_proj/up_proj/down_proj, or v's fused gate_up) of `inter`
  * features: SwiGLU, or GeGLU where the config says (Gemma). v may be NULL (shared experts). */
 module *mlp_module(const model_config *c, const llama_variant *v, const char *name, int inter);
+/* Nemotron-H's MLP `name` of `inter` features: up_proj, squared ReLU, down_proj, no gate. */
+module *relu2_mlp_module(const model_config *c, const char *name, int inter);
 /* The vocab-parallel LM head over h: lm_head.weight, or the embedding `embed` when tied. */
 int emit_lm_head(module *m, const model_config *c, int h, const char *embed);
 /* A linear part: weight (and bias) `proj` of module prefix, out features, sharded by heads of

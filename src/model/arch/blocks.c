@@ -100,6 +100,18 @@ module *mlp_module(const model_config *c, const llama_variant *v, const char *na
     return m;
 }
 
+module *relu2_mlp_module(const model_config *c, const char *name, int inter) {
+    module *m = module_new("mlp", "%s", name);
+    if (!m) return NULL;
+    linear_desc up = {.in = c->hidden, .n_parts = 1, .style = PAR_COLUMN};
+    linear_part_init(&up.parts[0], m->name, "up_proj", inter, 0, c->mlp_bias);
+    int act = emit_relu2(m, emit_linear(m, module_input(m, "x"), &up), "act");
+    linear_desc down = {.in = inter, .n_parts = 1, .style = PAR_ROW};
+    linear_part_init(&down.parts[0], m->name, "down_proj", c->hidden, 0, c->mlp_bias);
+    module_output(m, emit_linear(m, act, &down));
+    return m;
+}
+
 int emit_lm_head(module *m, const model_config *c, int h, const char *embed) {
     linear_desc head = {.in = c->hidden, .n_parts = 1, .style = PAR_VOCAB};
     snprintf(head.parts[0].weight, sizeof head.parts[0].weight, "%s", c->tie_embeddings ? embed : "lm_head.weight");

@@ -165,21 +165,8 @@ static module *granite_layer(const model_config *c, const llama_variant *v, int 
     return m;
 }
 
-/* Nemotron-H's MLP: up_proj, squared ReLU, down_proj, no gate. */
-static module *relu2_mlp(const model_config *c, const char *name) {
-    module *m = module_new("mlp", "%s", name);
-    if (!m) return NULL;
-    linear_desc up = {.in = c->hidden, .n_parts = 1, .style = PAR_COLUMN};
-    linear_part_init(&up.parts[0], m->name, "up_proj", c->intermediate, 0, c->mlp_bias);
-    int act = emit_relu2(m, emit_linear(m, module_input(m, "x"), &up), "act");
-    linear_desc down = {.in = c->intermediate, .n_parts = 1, .style = PAR_ROW};
-    linear_part_init(&down.parts[0], m->name, "down_proj", c->hidden, 0, c->mlp_bias);
-    module_output(m, emit_linear(m, act, &down));
-    return m;
-}
-
 /* Nemotron-H's (and Mamba-2's) layer: one block, `mixer`, after its own norm: Mamba-2,
- * attention without RoPE, or the MLP. */
+ * attention without RoPE, the MLP, or the experts beside a shared MLP. */
 static module *mixer_layer(const model_config *c, const llama_variant *v, int layer) {
     module *m = module_new("decoder_layer", "model.layers.%d", layer);
     if (!m) return NULL;
@@ -187,7 +174,8 @@ static module *mixer_layer(const model_config *c, const llama_variant *v, int la
     snprintf(name, sizeof name, "%s.mixer", m->name);
     module *block = c->mixer[layer] == MIXER_MAMBA2      ? mamba_module(c, name, layer)
                     : c->mixer[layer] == MIXER_ATTENTION ? attention_module(c, v, name, layer, c->hidden)
-                                                         : relu2_mlp(c, name);
+                    : c->mixer[layer] == MIXER_MOE       ? moe_module(c, v->moe, layer)
+                                                         : relu2_mlp_module(c, name, c->intermediate);
     module_output(m, residual_branch(m, c, v, module_input(m, "hidden"), "norm", block, "resid"));
     return m;
 }

@@ -59,7 +59,7 @@ module *moe_module(const model_config *c, const moe_layout *l, int layer) {
                   .norm_topk = c->norm_topk || l->always_norm_topk,
                   .stacked = l->stacked,
                   .scale = 1};
-    snprintf(d.gate, sizeof d.gate, "%s.%s", m->name, l->gate);
+    if (l->gate) snprintf(d.gate, sizeof d.gate, "%s.%s", m->name, l->gate);
     snprintf(d.up, sizeof d.up, "%s.%s", m->name, l->stacked ? l->gate : l->up);
     snprintf(d.down, sizeof d.down, "%s.%s", m->name, l->down);
     d.stacked_each = c->experts_stacked && !l->stacked;
@@ -75,6 +75,7 @@ module *moe_module(const model_config *c, const moe_layout *l, int layer) {
         moe_bias_name(d.down_bias, sizeof d.down_bias, d.down);
     }
     if (c->swiglu_limit > 0) d.act = (glu_desc){GLU_SILU_CLAMPED, c->swiglu_limit, c->swiglu_alpha};
+    if (l->relu2) d.act = (glu_desc){GLU_RELU2, 0, 0};
     if (l->fused_gate_up) {
         snprintf(d.fused_gate_up, sizeof d.fused_gate_up, "%s.%s", m->name, l->fused_gate_up);
         snprintf(d.fused_down, sizeof d.fused_down, "%s.%s", m->name, l->fused_down);
@@ -91,7 +92,9 @@ module *moe_module(const model_config *c, const moe_layout *l, int layer) {
     int out = emit_moe(m, x, logits, &d);
     if (l->shared && c->shared_intermediate) { /* partial sums both: they meet before the one reduction */
         snprintf(name, sizeof name, "%s.%s", m->name, l->shared);
-        int shared = emit_call(m, mlp_module(c, NULL, name, c->shared_intermediate), &x, 1, "shared");
+        module *mlp = l->relu2 ? relu2_mlp_module(c, name, c->shared_intermediate)
+                               : mlp_module(c, NULL, name, c->shared_intermediate);
+        int shared = emit_call(m, mlp, &x, 1, "shared");
         if (l->shared_gated) {
             snprintf(name, sizeof name, "%s.shared_expert_gate.weight", m->name);
             shared = emit_sigmoid_gate(m, shared, replicated_linear(m, x, name, NULL, c->hidden, 1), "shared_gated");
