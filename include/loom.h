@@ -140,7 +140,7 @@ typedef struct loom_engine_options {
     bool prefix_caching;   /* key full blocks by their tokens, for loom_engine_match_prefix */
     /* a hybrid model's recurrent layers under prefix caching: a pass keeps a snapshot of a
      * sequence's state at the last multiple of state_snapshot_interval positions it reaches (a
-     * multiple of block_size; 0: 4 blocks), in state_snapshots slots (0: two a sequence), and a
+     * multiple of block_size; 0: one block), in state_snapshots slots (0: two a sequence), and a
      * cached prefix resumes from the longest one kept */
     int state_snapshot_interval, state_snapshots;
     loom_kv_dtype kv_cache_dtype; /* how K and V are stored (0: float32) */

@@ -75,7 +75,7 @@ static void usage(FILE *f) {
           "  --[no-]enable-prefix-caching  reuse the KV of a prompt's longest cached prefix of whole\n"
           "                            blocks (serve; default on)\n"
           "  --state-snapshot-interval N  hybrid models' prefix caching: keep the recurrent state\n"
-          "                            every N positions, a multiple of the block size (default 4 blocks)\n"
+          "                            every N positions, a multiple of the block size (default 1 block)\n"
           "  --state-snapshots N       snapshot slots of that state on each rank (default 2 a sequence)\n"
           "run options:\n"
           "  -p, --prompt TEXT         prompt (default: just BOS)\n"

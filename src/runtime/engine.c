@@ -213,7 +213,9 @@ static int size_kv(loom_engine *e, const loom_engine_options *o, loom_err *err) 
     free(first);
     /* prefix caching keeps snapshots of it too */
     int slots = state && o->prefix_caching ? (o->state_snapshots ? o->state_snapshots : 2 * e->max_seqs) : 0;
-    int interval = o->state_snapshot_interval ? o->state_snapshot_interval : 4 * bs;
+    /* one block: the slots bound the memory, not the spacing; a hit then re-runs less than a
+     * block, and a pass copies the state at most twice (DESIGN 3.16) */
+    int interval = o->state_snapshot_interval ? o->state_snapshot_interval : bs;
     if (slots && (interval < bs || interval % bs))
         return loom_errf(err, "--state-snapshot-interval %d: a multiple of the block size (%d)", interval, bs);
     if (slots && slots < 2 * e->max_seqs)
