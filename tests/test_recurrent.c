@@ -13,7 +13,8 @@
  * - prefix caching: a prompt run in passes of 16 keeps a snapshot of the state at each 16
  *   positions (one block); a later prompt sharing its first k blocks, for every k, resumes from
  *   the k-th snapshot and gives the bits a cold run of it gives, and a prefix that ends where
- *   no snapshot is kept resumes from the one before;
+ *   no snapshot is kept resumes from the one before; with the fewest slots, a conversation
+ *   running on reuses its own stale snapshots, not another's;
  * - what would need the state at another position is refused with the reason: speculative
  *   decoding, cutting a sequence back. */
 #include <math.h>
@@ -42,7 +43,8 @@ static loom_model *load(void) {
 
 #define BS 16 /* the KV block, and the snapshot interval */
 
-static loom_engine *engine(loom_model *m, bool prefix_caching) {
+/* slots: snapshot slots (0: as many as the tests' passes take) */
+static loom_engine *engine_slots(loom_model *m, bool prefix_caching, int slots) {
     loom_err err = {{0}};
     loom_engine_options eo = {.max_seqs = 2,
                               .max_ctx = GOLDEN_MAX_LEN,
@@ -51,11 +53,13 @@ static loom_engine *engine(loom_model *m, bool prefix_caching) {
                               .prefix_caching = prefix_caching,
                               .block_size = BS,
                               .state_snapshot_interval = BS,
-                              .state_snapshots = 8};
+                              .state_snapshots = slots ? slots : 8};
     loom_engine *e = loom_engine_new(m, &eo, &err);
     CHECK(e, "%s engine: %s", name, err.msg);
     return e;
 }
+
+static loom_engine *engine(loom_model *m, bool prefix_caching) { return engine_slots(m, prefix_caching, 0); }
 
 /* Tokens ids[from..n) into slot `slot`, whose positions before `from` it holds, in passes of
  * `chunk` tokens; their logits into out (row i - from). */
@@ -191,6 +195,33 @@ done:
     free(out), free(want);
 }
 
+/* With the fewest slots (two a sequence), a conversation that runs on takes the slots its own
+ * earlier snapshots held, not another's: B's two blocks, run first on sequence 1, stay
+ * resumable while A runs four blocks on sequence 0 a block a pass (least-recently-used alone
+ * would hand A B's slots), and A resumes from its own last block. */
+static void check_slots_kept(loom_model *m, const golden *g) {
+    loom_engine *e = engine_slots(m, true, 4);
+    int vocab = g->vocab, n = g->n[0];
+    int32_t bconv[3 * BS], blocks[GOLDEN_MAX_LEN / BS];
+    float *out = malloc((size_t)GOLDEN_MAX_LEN * vocab * sizeof *out);
+    CHECK(n > 4 * BS, "%s: sequence 0 of %d tokens: the check needs over 4 blocks", name, n);
+    if (!e || !out || n <= 4 * BS) goto done;
+    for (int i = 0; i < 3 * BS; i++) bconv[i] = (g->ids[0][i] + 1) % vocab; /* shares no block with A */
+    if (run_tokens(e, bconv, 0, 2 * BS, 1, 2 * BS, vocab, out) ||
+        run_tokens(e, g->ids[0], 0, 4 * BS, 0, BS, vocab, out))
+        goto done;
+    int hit_b = loom_engine_match_prefix(e, bconv, 3 * BS - 1, blocks);
+    int hit_a = loom_engine_match_prefix(e, g->ids[0], n - 1, blocks);
+    CHECK(hit_b == 2, "%s: another conversation's snapshot was taken: B resumes after %d blocks, not 2", name, hit_b);
+    CHECK(hit_a == 4, "%s: A resumes after %d blocks, not 4", name, hit_a);
+    printf("%s: with two slots a sequence, a conversation running on reuses its own stale snapshots: another's "
+           "last one stays (resumes after %d blocks), its own last one is kept (%d blocks)\n",
+           name, hit_b, hit_a);
+done:
+    loom_engine_free(e);
+    free(out);
+}
+
 static void check_refusals(loom_model *m, const golden *g) {
     loom_engine *e = engine(m, true);
     if (!e) return;
@@ -234,6 +265,7 @@ int main(void) {
             check_chunking(m, &g);
             check_states_apart(m, &g);
             check_prefix_cache(m, &g);
+            check_slots_kept(m, &g);
             check_refusals(m, &g);
         }
         loom_model_free(m);

@@ -563,7 +563,7 @@ int loom_forward(loom_engine *e, const loom_batch *b, const float **logits, loom
     *logits = e->logits;
     if (e->mirror) { /* what the engine it mirrors does to its blocks, and nothing more */
         kv_cache_grow_batch(&e->kv, b);
-        if (e->sc.n_slots) state_cache_plan(&e->sc, b);
+        if (e->sc.n_slots) state_cache_plan(&e->sc, &e->kv, b);
         kv_cache_written_batch(&e->kv, b);
         if (e->sc.n_slots) state_cache_commit(&e->sc, &e->kv);
         return 0;
@@ -572,7 +572,7 @@ int loom_forward(loom_engine *e, const loom_batch *b, const float **logits, loom
     if (!b->n_tokens) return e->lockstep && e->busy ? executor_run_idle(&e->x, err) : 0;
     kv_cache_grow_batch(&e->kv, b); /* the blocks the kernels write are in the tables before the pass */
     if (e->sc.n_slots) {            /* the recurrent state's snapshots this pass takes */
-        state_cache_plan(&e->sc, b);
+        state_cache_plan(&e->sc, &e->kv, b);
         e->x.snaps = (state_snapshots){e->sc.n_pass, e->sc.interval, e->sc.pass, NULL};
     }
     size_t vocab = e->model->cfg.head_vocab;
