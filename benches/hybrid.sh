@@ -9,6 +9,14 @@
 #
 # Knobs: CONFIG=configs/qwen3-next-80b-a3b-4layers.json, INPUT=512, GEN=32 (decode steps),
 # REPS=2, THREADS=2 (the machine's cores: tp=2 runs one thread a rank), RESULTS=build-bench/hybrid-<date>.
+# LLAMA=1: then the same cut in llama.cpp beside loom, on the same weights: random bf16 weights
+# written as a Hugging Face folder (benches/make_hf_random.py: Qwen3-Next's checkpoint layout,
+# build-bench/hf-<config>/), converted by llama.cpp's own convert_hf_to_gguf.py (through
+# benches/hf_to_gguf.py, which writes no tokenizer; --outtype bf16 --no-mtp) into
+# build-bench/<config>.bf16.gguf; llama-bench (the CPU build vs-llama-cpp.sh makes,
+# build-bench/llama-cpu) runs -p INPUT -n GEN -t THREADS, and `loom bench latency` the folder,
+# taking turns, REPS rounds (about 30 GB of disk; the converter runs in .venv, which
+# scripts/test.sh makes, else in build-bench/venv-convert with torch, safetensors, transformers).
 # Prints a markdown table with the CPU and loom's kernel variant.
 set -euo pipefail
 {
@@ -59,6 +67,56 @@ for round in $(seq "$REPS"); do
     phase_end "$row"
   done
 done
+
+if [ "${LLAMA:-0}" = 1 ]; then
+  bench=$root/build-bench
+  llama_cpp_source
+  build_llama "$bench/llama-cpu" "CPU"
+  conv=$root/.venv/bin/python
+  if ! "$conv" -c 'import torch, safetensors, transformers, tqdm' 2>/dev/null; then
+    conv=$bench/venv-convert/bin/python
+    if ! "$conv" -c 'import torch, safetensors, transformers, tqdm' 2>/dev/null; then
+      phase "venv for llama.cpp's converter in $bench/venv-convert"
+      python3 -m venv "$bench/venv-convert" || die "python3 -m venv failed"
+      nice -n 10 "$bench/venv-convert/bin/pip" install -q torch==2.13.0 safetensors transformers==5.24.0 numpy tqdm \
+        sentencepiece >"$bench/venv-convert.log" 2>&1 || die "pip install failed (log: $bench/venv-convert.log)"
+      phase_end "converter venv"
+    fi
+  fi
+  name=$(basename "$CONFIG" .json)
+  folder=$bench/hf-$name gguf=$bench/$name.bf16.gguf
+  if [ ! -s "$folder/model.safetensors.index.json" ]; then
+    phase "random bf16 weights of $name into $folder"
+    nice -n 10 "$conv" benches/make_hf_random.py "$CONFIG" "$folder" || die "make_hf_random.py failed"
+    phase_end "weights"
+  fi
+  if [ ! -s "$gguf" ]; then
+    phase "llama.cpp's converter: $folder -> $gguf"
+    nice -n 10 "$conv" benches/hf_to_gguf.py "$lcpp" "$folder" --outtype bf16 --no-mtp --outfile "$gguf.tmp" \
+      >"$RESULTS/convert.log" 2>&1 || { tail -5 "$RESULTS/convert.log" >&2; die "conversion failed"; }
+    mv "$gguf.tmp" "$gguf"
+    phase_end "conversion"
+  fi
+  echo "same weights: $folder (loom) and $gguf (llama.cpp: $llama_version)" | tee -a "$RESULTS/info.txt" >&2
+  for round in $(seq "$REPS"); do
+    phase "round $round: loom and llama.cpp on the same weights"
+    out=$RESULTS/same-loom-$round.txt
+    "$loom" bench latency -m "$folder" --batch-size 1 --input-len "$INPUT" --output-len $((GEN + 1)) \
+      --num-iters-warmup 1 --num-iters 1 --threads "$THREADS" >"$out" 2>&1 || { tail -5 "$out" >&2; die "loom failed"; }
+    keep_best pre "loom, same weights" "$(sed -n 's/^Prefill: .*, \([0-9.]*\) tok\/s.*/\1/p' "$out" | head -1)"
+    keep_best dec "loom, same weights" "$(sed -n 's/^Decode: .*, \([0-9.]*\) tok\/s.*/\1/p' "$out" | head -1)"
+    out=$RESULTS/same-llama-$round.json
+    "$bench/llama-cpu/bin/llama-bench" -m "$gguf" -p "$INPUT" -n "$GEN" -t "$THREADS" -r 1 -o json >"$out" \
+      2>"$out.log" || { tail -5 "$out.log" >&2; die "llama-bench failed"; }
+    keep_best pre "llama.cpp, same weights" "$(python3 -c 'import json,sys; print("%.1f" % next(r["avg_ts"] for r in json.load(open(sys.argv[1])) if r["n_prompt"]))' "$out")"
+    keep_best dec "llama.cpp, same weights" "$(python3 -c 'import json,sys; print("%.2f" % next(r["avg_ts"] for r in json.load(open(sys.argv[1])) if r["n_gen"]))' "$out")"
+    phase_end "same weights"
+  done
+  for row in "loom, same weights" "llama.cpp, same weights"; do
+    rows+=("$row")
+    secs[$row]=$(awk -v p="${pre[$row]}" -v n="$INPUT" 'BEGIN { printf "%.2f", n / p }')
+  done
+fi
 
 table=("| run | prompt positions run | prefill s (TTFT) | prompt tok/s | decode tok/s | prefill vs tp=1 |"
   "|---|---|---|---|---|---|")

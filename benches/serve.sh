@@ -45,12 +45,16 @@
 #   CTX=1024                 context per sequence (loom --max-model-len; llama-server -c SLOTS*CTX)
 #   THREADS=2                threads for both (loom -t; llama-server -t and -tb)
 #   ENGINES="loom llama-server"   which servers the concurrency levels run ("": none, only
-#                            the -tp 2 workload)
+#                            the -tp 2 workload; loom-uncached: loom with --no-enable-prefix-caching,
+#                            a third server beside them)
 #   LONG_PROMPT=2048 LONG_OUTPUT=16 LONG_REQUESTS=2 LONG_CONCURRENCY=2
 #                            the -tp 2 workload (LONG_PROMPT=0 skips it); its context is
 #                            LONG_PROMPT + LONG_OUTPUT, its --max-num-seqs LONG_CONCURRENCY
 #   TIMEOUT=600              seconds allowed per request
 #   CONFIG=configs/llama-3.2-1b.json   the model shape
+#   GGUF=""                  llama-server's weights: a GGUF of CONFIG's shape (a model
+#                            benches/make_gguf.py cannot write: benches/make_hf_random.py's folder
+#                            converted by benches/hf_to_gguf.py); default: make_gguf.py's
 #   LOOM_ARGS="" LLAMA_ARGS=""   extra arguments for loom serve / llama-server
 #   RESULTS=build-bench/results-serve-<date>   where the raw outputs go
 #   QUIET_WAIT=0             before each run, wait up to this many seconds for the machine to be
@@ -160,7 +164,9 @@ for t in python3 cmake make gcc g++ pip3 lscpu curl setsid pgrep; do
   command -v "$t" >/dev/null || die "'$t' is missing (Debian: apt-get install cmake g++ make python3-pip util-linux curl procps)"
 done
 [ -f "$CONFIG" ] || die "no model config $CONFIG"
-for e in $ENGINES; do [[ $e =~ ^(loom|llama-server)$ ]] || die "ENGINES: '$e' is not loom or llama-server"; done
+for e in $ENGINES; do
+  [[ $e =~ ^(loom|loom-uncached|llama-server)$ ]] || die "ENGINES: '$e' is not loom, loom-uncached or llama-server"
+done
 if [ "$WORKLOAD" = multiturn ]; then
   # llama-server stops a slot one token short of its context, so the longest one needs CTX - 1
   [ "$mt_longest" -lt "$CTX" ] || die "the longest conversation, SYSTEM_LEN + TURNS x (USER_LEN + OUTPUT_LEN) = $mt_longest tokens, needs CTX over it ($CTX)"
@@ -187,9 +193,10 @@ if [ $need_llama = 1 ]; then
   # --- GGUF: make_gguf.py's bf16 file, and a copy with llama.cpp's "test" vocab --------------
   gguf_venv
   model=$(basename "$CONFIG" .json)
-  gguf_bf16=$bench/gguf/$model-random-bf16.gguf
-  gguf=$bench/gguf/$model-random-bf16-testvocab.gguf
-  gguf_write "$CONFIG" "$gguf_bf16"
+  gguf_bf16=${GGUF:-$bench/gguf/$model-random-bf16.gguf}
+  gguf=$bench/gguf/$(basename "$gguf_bf16" .gguf)-testvocab.gguf
+  if [ -n "${GGUF:-}" ]; then [ -s "$GGUF" ] || die "GGUF=$GGUF: no such file"; else gguf_write "$CONFIG" "$gguf_bf16"; fi
+  mkdir -p "$(dirname "$gguf")"
   if [ ! -s "$gguf" ] || [ "$gguf" -ot "$gguf_bf16" ]; then
     phase "copying it with tokenizer.ggml.model \"test\" (llama-server cannot generate with vocab \"none\")"
     nice -n 10 "$py" - "$gguf_bf16" "$gguf.tmp" <<'EOF' 2>"$RESULTS/gguf-testvocab.log" \
@@ -358,7 +365,7 @@ print("   %-14s c=%-3d %2d/%-2d ok  %7.2f tok/s  TTFT p50 %8.1f p99 %8.1f ms%s  
 loom_load_args=(--logprobs)  # loom sends a chunk per token only with logprobs when it has no tokenizer
 load_args() { # engine: its serve_load.py arguments, in the array a
   a=()
-  if [ "$1" = loom ]; then a=("${loom_load_args[@]}"); fi
+  if [[ $1 == loom* ]]; then a=("${loom_load_args[@]}"); fi
   # multi-turn: llama-server's generated ids come in "__verbose" (loom's in its logprobs)
   if [ "$WORKLOAD" = multiturn ] && [ "$1" = llama-server ] && [ "$ANSWER" = generated ]; then a+=(--verbose-ids); fi
   return 0
@@ -370,6 +377,8 @@ if [ -n "$ENGINES" ]; then
   for e in $ENGINES; do
     case $e in
       loom) start_loom loom -t "$THREADS" --max-num-seqs "$SLOTS" --max-model-len "$CTX" ;;
+      loom-uncached) start_loom loom-uncached -t "$THREADS" --max-num-seqs "$SLOTS" --max-model-len "$CTX" \
+        --no-enable-prefix-caching ;;
       llama-server) start_llama llama-server -t "$THREADS" -tb "$THREADS" -np "$SLOTS" -c $((SLOTS * CTX)) --cont-batching ;;
     esac
   done
