@@ -17,6 +17,15 @@
 /* Whether row r starts its sequence's run of rows in the batch. */
 static bool run_starts(const int32_t *seq, int r) { return r == 0 || seq[r] != seq[r - 1]; }
 
+/* The first row of row r's run, or r - back where the run began before that: a window of the
+ * `back` rows before r needs to know no more (a long prefill would otherwise walk its whole run
+ * for each row). */
+static int run_start_within(const int32_t *seq, int r, int back) {
+    int r0 = r;
+    while (r0 > r - back && !run_starts(seq, r0)) r0--;
+    return r0;
+}
+
 /* Where the state after row r goes, if the pass keeps a snapshot of it (NULL: nowhere). */
 static float *snapshot_after(const state_snapshots *sn, const int32_t *seq, const int32_t *pos, int r, size_t stride) {
     if (!sn || !sn->n || (pos[r] + 1) % sn->interval) return NULL;
@@ -58,13 +67,13 @@ void conv1d_silu(const conv_inputs *in, float *out, size_t ldo, int rows, const 
     for (int i = 0; i < in->n_in; i++)
         for (int c = 0; c < in->width[i]; c++)
             for (int j = 0; j < k; j++) taps[(size_t)j * channels + c0[i] + c] = in->w[i][(size_t)c * in->ldw[i] + j];
+
                 /* Every output row reads inputs only (the previous kernel - 1 of its sequence: rows of the
      * batch, else the state rows from before the pass, zeros at position 0), so rows run in
      * parallel; the state moves on after them. */
 #pragma omp parallel for schedule(static)
     for (int r = 0; r < rows; r++) {
-        int r0 = r; /* the first row of r's run */
-        while (!run_starts(seq, r0)) r0--;
+        int r0 = run_start_within(seq, r, hist);
         const float *h = state + (size_t)seq[r] * stride;
         for (int i = 0; i < in->n_in; i++) {
             const float *win[CONV_MAX_KERNEL];
@@ -81,8 +90,7 @@ void conv1d_silu(const conv_inputs *in, float *out, size_t ldo, int rows, const 
     for (int r = 0; r < rows; r++) {
         float *snap = snapshot_after(snaps, seq, pos, r, stride), *h = state + (size_t)seq[r] * stride;
         bool last = r + 1 == rows || run_starts(seq, r + 1);
-        int r0 = r;
-        while ((snap || last) && !run_starts(seq, r0)) r0--;
+        int r0 = run_start_within(seq, r, hist);
         if (snap) window_after(in, c0, channels, r, r0, pos[r0], h, zeros, snap);
         if (last) window_after(in, c0, channels, r, r0, pos[r0], h, zeros, h);
     }

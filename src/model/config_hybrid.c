@@ -1,5 +1,5 @@
 /* Hybrid models' config.json fields, after the ones every architecture shares (config.c): which
- * mixer each layer has (attention, Gated DeltaNet, Mamba-2, or Nemotron-H's MLP-only layer)
+ * mixer each layer has (attention, Gated DeltaNet, Mamba-2, or Nemotron-H's MLP or experts)
  * and the recurrent mixers' shapes. Defaults follow transformers' configuration classes:
  * Qwen3_5TextConfig (Qwen3.5-MoE's and Qwen3-Next's share them), GraniteMoeHybridConfig,
  * NemotronHConfig and Mamba2Config. */
@@ -205,11 +205,13 @@ int parse_nemotron_h(reader *r, model_config *c) {
                                  pattern[l]);
             static const enum mixer_kind kinds[] = {MIXER_MAMBA2, MIXER_ATTENTION, MIXER_MLP, MIXER_MOE};
             c->mixer[l] = kinds[at - pattern_kinds];
-            c->recurrent |= mixer_is_recurrent(c->mixer[l]);
         }
     }
     bool moe = false;
-    for (int l = 0; l < c->n_layers; l++) moe |= c->mixer[l] == MIXER_MOE;
+    for (int l = 0; l < c->n_layers; l++) {
+        moe |= c->mixer[l] == MIXER_MOE;
+        c->recurrent |= mixer_is_recurrent(c->mixer[l]);
+    }
     c->no_rope = true;
     if (!moe) { /* its config sizes experts that no layer has */
         c->n_experts = 0;

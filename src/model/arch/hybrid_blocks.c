@@ -2,8 +2,8 @@
  * layer types say (model_config.mixer, llama_blocks.c's layer_mixer): Gated DeltaNet (Qwen3.5,
  * Qwen3.5-MoE; Qwen3-Next's with its projections fused per key head) and Mamba-2; and Granite
  * 4.0-H's own layer, Mamba-2 or attention without RoPE, then its experts beside a shared MLP;
- * and Nemotron-H's, one block a layer (Mamba-2, attention without RoPE, or a squared-ReLU MLP),
- * which Mamba2ForCausalLM's layers are too, all of them Mamba-2.
+ * and Nemotron-H's, one block a layer (Mamba-2, attention without RoPE, a squared-ReLU MLP or
+ * experts), which Mamba2ForCausalLM's layers are too, all of them Mamba-2.
  * Qwen3.5's norms are zero-centred (scale 1 + w, the variant's norm_offset). Weight names are
  * Hugging Face's. */
 #include <stdio.h>
@@ -81,11 +81,12 @@ static module *gated_delta_module(const model_config *c, const llama_variant *v,
     return m;
 }
 
-/* Mamba-2 `name` (transformers' GraniteMoeHybridMambaLayer, NemotronHMamba2Mixer, Mamba2Mixer: the same math): in_proj's rows are z, then x, B and C
- * (the convolution's channels, in that order), then dt: five parts, z, x and dt sharded by
- * head, B and C by group (replicated where there are fewer groups than ranks, as vLLM does).
- * The scan keeps a state per sequence; its output times silu(z) is normalised per group (with
- * one group, across the ranks the heads are spread over) before the row-parallel out_proj. */
+/* Mamba-2 `name` (transformers' GraniteMoeHybridMambaLayer, NemotronHMamba2Mixer, Mamba2Mixer:
+ * the same math): in_proj's rows are z, then x, B and C (the convolution's channels, in that
+ * order), then dt: five parts, z, x and dt sharded by head, B and C by group (replicated where
+ * there are fewer groups than ranks, as vLLM does). The scan keeps a state per sequence; its
+ * output times silu(z) is normalised per group (with one group, across the ranks the heads are
+ * spread over) before the row-parallel out_proj. */
 static module *mamba_module(const model_config *c, const char *name, int layer) {
     module *m = module_new("mamba", "%s", name);
     if (!m) return NULL;
