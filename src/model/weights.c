@@ -217,18 +217,32 @@ static int fill_dummy(weight_store *w, const char *name, int cols, int r0, int n
     return 0;
 }
 
+/* What checkpoints put in place of the module tree's "model.": Mamba-2's and Nemotron-H's
+ * "backbone.", a vision-language model's text model's "model.language_model." (Qwen3.5's). */
+static const char *const model_aliases[] = {"backbone.", "model.language_model."};
+#define N_ALIASES (int)(sizeof model_aliases / sizeof *model_aliases)
+
+const char *weights_tree_name(const char *file_name, char *buf, size_t cap) {
+    for (int a = 0; a < N_ALIASES; a++) {
+        size_t n = strlen(model_aliases[a]);
+        if (!strncmp(file_name, model_aliases[a], n)) {
+            snprintf(buf, cap, "model.%s", file_name + n);
+            return buf;
+        }
+    }
+    return file_name;
+}
+
 /* Tensor `name` in any file (its index into *file_index), under the name itself or, for a
- * "model." name, without the prefix (a bare decoder saved alone, as embedding models are), with
- * "backbone." in its place (Mamba-2's and Nemotron-H's checkpoints), or under
- * "model.language_model." (the text model of a vision-language model, Qwen3.5's). */
+ * "model." name, without the prefix (a bare decoder saved alone, as embedding models are) or
+ * under one of model_aliases. */
 static const st_tensor *lookup(const weight_store *w, const char *name, int *file_index) {
-    char forms[4][176];
+    char forms[2 + N_ALIASES][176];
     int n = 1;
     snprintf(forms[0], sizeof forms[0], "%s", name);
     if (!strncmp(name, "model.", 6)) {
         snprintf(forms[n++], sizeof forms[0], "%s", name + 6);
-        snprintf(forms[n++], sizeof forms[0], "backbone.%s", name + 6);
-        snprintf(forms[n++], sizeof forms[0], "model.language_model.%s", name + 6);
+        for (int a = 0; a < N_ALIASES; a++) snprintf(forms[n++], sizeof forms[0], "%s%s", model_aliases[a], name + 6);
     }
     for (int f = 0; f < n; f++)
         for (int i = 0; i < w->n_files; i++) {

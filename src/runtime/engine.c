@@ -36,8 +36,10 @@ static void warn_unused(const loom_model *m, const plan *p) {
     if (!unused) return; /* out of memory for the list: no warning */
     int n = 0, first = -1, vision = 0;
     for (int i = 0; unused[i]; i++) {
+        char buf[256];
+        const char *tree_name = weights_tree_name(unused[i], buf, sizeof buf); /* as the stages name it */
         if (m->cfg.text_of_vlm && !strncmp(unused[i], "model.visual.", 13)) vision++;
-        else if (!stage_foreign_tensor(&p->o, m->tree, unused[i]) && !ep_foreign_tensor(p, unused[i]) && n++ == 0)
+        else if (!stage_foreign_tensor(&p->o, m->tree, tree_name) && !ep_foreign_tensor(p, tree_name) && n++ == 0)
             first = i;
     }
     if (vision && p->o.stage == 0)
