@@ -52,12 +52,42 @@ extern const cpu_kernels cpu_generic;
 
 #if defined(__x86_64__)
 extern const cpu_kernels cpu_avx2, cpu_avx2vnni, cpu_avx512, cpu_avx512bf16, cpu_avx512amx;
+#define PANEL_VARIANTS &cpu_avx512amx, &cpu_avx512bf16, &cpu_avx512, &cpu_avx2vnni, &cpu_avx2
+#elif defined(__aarch64__)
+extern const cpu_kernels cpu_neon, cpu_neondot;
+#define PANEL_VARIANTS &cpu_neondot, &cpu_neon
+#endif
 
-/* A prefill's panels (AMX's tiles, AVX-512 VNNI, AVX-VNNI, AVX2) give the same bits (cpu.h), on
- * the m int8 rows xq (ldq floats apart): the variant in use's panel against every other one this
- * CPU runs, where it runs two. */
+/* cpu.h's panel_gguf_q8 order written out one product at a time: input row x against lane n of
+ * a panel whose codes (kp a row), dl and ml (PANEL_Q8_W lanes a sub-block) the kernel left in its
+ * scratch. Every variant's panel must give these bits. */
+static float panel_order(const q8row *x, const int8_t *codes, const float *dl, const float *ml, int n, int kp,
+                         int width, bool mins) {
+    float acc = 0;
+    for (int k = 0; k < kp / QACT; k++) {
+        const int u = width == 16 ? 2 * k : k;
+        int s[2] = {0, 0};
+        for (int c = 0; c < QACT; c++) s[c / width] += codes[k * QACT + c] * x->q[k * QACT + c];
+        if (width == 16) {
+            float p = (float)s[0] * dl[u * PANEL_Q8_W + n];
+            p = fmaf((float)s[1], dl[(u + 1) * PANEL_Q8_W + n], p);
+            acc = fmaf(p, x->d[k], acc);
+        } else {
+            float f = dl[u * PANEL_Q8_W + n] * x->d[k];
+            acc = fmaf((float)s[0], f, acc);
+        }
+        for (int h = 0; mins && h < QACT / width; h++) acc = fmaf(-ml[(u + h) * PANEL_Q8_W + n], x->gsum[u + h], acc);
+    }
+    return acc;
+}
+
+/* A prefill's panels give the same bits (cpu.h) on the m int8 rows xq (ldq floats apart): the
+ * variant in use's panel against the order written out (panel_order), and against every other
+ * panel this CPU runs (x86: AMX's tiles, AVX-512 VNNI, AVX-VNNI, AVX2; Arm: sdot, widening
+ * products). */
 static void check_panels(const char *type, const wmat *w, const float *xq, size_t ldq, int m, int c0) {
-    const cpu_kernels *all[] = {&cpu_avx512amx, &cpu_avx512bf16, &cpu_avx512, &cpu_avx2vnni, &cpu_avx2}, *k[6];
+    const cpu_kernels *all[] = {PANEL_VARIANTS}, *k[8];
+    const int n_all = (int)(sizeof all / sizeof *all);
     int nk = 0;
     loom_cpu_info info;
     loom_err err;
@@ -65,15 +95,14 @@ static void check_panels(const char *type, const wmat *w, const float *xq, size_
     k[nk++] = cpu();
     char runs[sizeof info.runnable + 2], name[32];
     snprintf(runs, sizeof runs, " %s ", info.runnable);
-    for (int v = 0; v < 5; v++) {
+    for (int v = 0; v < n_all; v++) {
         snprintf(name, sizeof name, " %s ", all[v]->name);
         if (all[v] != cpu() && strstr(runs, name)) k[nk++] = all[v];
     }
-    if (nk < 2) return;
     const qlayout *ql = w->q;
     int kp = ql->kp, width = gtype_split(ql->gtype), nsub = kp / width, rows = w->rows;
     q8row *xr = calloc(m, sizeof *xr);
-    float *gsum = calloc((size_t)m * nsub, sizeof *gsum), *y[6];
+    float *gsum = calloc((size_t)m * nsub, sizeof *gsum), *y[8];
     int32_t *isum = calloc((size_t)m * nsub, sizeof *isum);
     uint8_t *pack = malloc(PANEL_GGUF_PACK(kp));
     for (int i = 0; i < m; i++) {
@@ -86,28 +115,41 @@ static void check_panels(const char *type, const wmat *w, const float *xq, size_
         }
         xr[i] = (q8row){q, d, gsum + i * nsub};
     }
+    /* the scratch past the tiles' codes and input rows: the codes as decoded, then dl, then ml */
+    const int8_t *codes = (const int8_t *)pack + (size_t)kp * (PANEL_Q8_W + PANEL_Q8_ROWS);
+    const float *dl = (const float *)(codes + (size_t)kp * PANEL_Q8_W), *ml = dl + (size_t)kp / 16 * PANEL_Q8_W;
+    int off_order = 0;
     for (int v = 0; v < nk; v++) {
         y[v] = calloc((size_t)m * rows, sizeof *y[v]);
-        for (int n0 = 0; n0 < rows; n0 += PANEL_Q8_W)
+        for (int n0 = 0; n0 < rows; n0 += PANEL_Q8_W) {
+            int nw = rows - n0 < PANEL_Q8_W ? rows - n0 : PANEL_Q8_W;
             k[v]->panel_gguf_q8(xr, ldq * sizeof(float), isum, m, (const uint8_t *)w->data + (size_t)n0 * w->ld, w->ld,
-                                rows - n0 < PANEL_Q8_W ? rows - n0 : PANEL_Q8_W, ql, pack, y[v] + n0, rows);
+                                nw, ql, pack, y[v] + n0, rows);
+            for (int i = 0; !v && i < m; i++)
+                for (int n = 0; n < nw; n++) {
+                    float want =
+                        panel_order(&xr[i], codes + (size_t)n * kp, dl, ml, n, kp, width, gtype_has_mins(ql->gtype));
+                    off_order += memcmp(&want, &y[0][(size_t)i * rows + n0 + n], sizeof want) != 0;
+                }
+        }
         if (v)
             CHECK(!memcmp(y[0], y[v], (size_t)m * rows * sizeof *y[0]),
                   "%s int8, columns [%d, %d), %d rows: the %s and %s panels give other bits", type, c0, c0 + kp, m,
                   k[0]->name, k[v]->name);
     }
+    CHECK(!off_order, "%s int8, columns [%d, %d): %d of the %s panel's products differ from cpu.h's order", type, c0,
+          c0 + kp, off_order, k[0]->name);
     for (int v = 0; v < nk; v++) free(y[v]);
     free(xr), free(gsum), free(isum), free(pack);
 }
-#endif
 
 /* --dtype auto: y = x W^T on x's rows quantized to int8, through dot_gguf_q8 for 1 to 5 rows
  * (decode) and the prefill path for 40 (the variant's panel, else the exact panels). Both must match a
  * double-precision product of the reference weights with the values the int8 rows stand for, to
  * fp32 rounding; the decode path must give, row by row, the generic variant's bits from its
  * kernel called on one row and on four at once (cpu.h's one order); a prefill's last 17 rows
- * must have the same bits in a pass of their own; and every x86 panel the CPU runs must give
- * the same bits. The prefill's last two rows are all +1 and all -1, whose int8 codes (all 127 and
+ * must have the same bits in a pass of their own; and every panel the CPU runs must give
+ * cpu.h's bits. The prefill's last two rows are all +1 and all -1, whose int8 codes (all 127 and
  * -127) make the largest integer sums a kernel adds. */
 static void check_int8(const char *type, const wmat *w, const float *ref, int cols, int c0) {
     int rows = w->rows, nc = w->cols;
@@ -158,9 +200,7 @@ static void check_int8(const char *type, const wmat *w, const float *ref, int co
         }
         CHECK(!differ, "%s int8, columns [%d, %d): %d products differ from the generic variant's bits", type, c0,
               c0 + nc, differ);
-#if defined(__x86_64__)
         if (m == 40) check_panels(type, w, xq, ldq, m, c0);
-#endif
         if (m == 40) { /* a prefill's row has the same bits in a pass of other rows: rows 23.. alone */
             float *y17 = calloc((size_t)17 * rows, sizeof *y17);
             linear(x + 23 * nc, nc, 17, 17, &wi, NULL, y17, rows);

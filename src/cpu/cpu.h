@@ -102,9 +102,9 @@ typedef struct cpu_kernels {
      * pack is scratch of PANEL_Q8_PACK bytes. */
     void (*panel_q8)(const q8row *x, size_t x_stride, int nr, const uint8_t *w, size_t ld, const struct qlayout *q,
                      const float *sz, uint8_t *pack, float *y, size_t ldy);
-    /* On x86 (AMX's tiles in avx512amx, AVX-512 VNNI in avx512bf16, 256-bit products in avx2,
-     * avx2vnni and avx512; NULL on NEON and generic), a GGUF prefill's products (dot_gguf_q8
-     * streams decode): nr input rows (x[i].q = x[0].q + i * x_stride bytes) against nw (1 to
+    /* A GGUF prefill's products (dot_gguf_q8 streams decode): AMX's tiles in avx512amx, AVX-512
+     * VNNI in avx512bf16, 256-bit products in avx2, avx2vnni and avx512, sdot in neondot,
+     * widening products in neon; NULL in generic. nr input rows (x[i].q = x[0].q + i * x_stride bytes) against nw (1 to
      * PANEL_Q8_W) weight rows of a GGUF slice from w, ld bytes apart, into y[i * ldy + j]. A
      * sub-block is the type's scale step, gtype_split's 16 or 32 columns; x[i].gsum holds each
      * sub-block's activation codes added times the block's scale (one rounding), xsum + i * (kp /

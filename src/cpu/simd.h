@@ -475,6 +475,7 @@ typedef __m256i vgb;
 typedef __m256i vgl;
 typedef __m256 vgf;
 static inline vgb vgb_load(const uint8_t *p) { return _mm256_loadu_si256((const __m256i *)p); }
+static inline void vgb_store(int8_t *p, vgb v) { _mm256_storeu_si256((__m256i *)p, v); }
 static inline vgb vgb_set1(int c) { return _mm256_set1_epi8((char)c); }
 /* 16 bytes of nibbles: the low ones columns 0-15, the high ones 16-31 */
 static inline vgb vgb_nib16(const uint8_t *p) { return vq_nib(p); }
@@ -555,6 +556,7 @@ typedef struct vgf {
     float32x4_t lo, hi;
 } vgf;
 static inline vgb vgb_load(const uint8_t *p) { return (vgb){vld1q_u8(p), vld1q_u8(p + 16)}; }
+static inline void vgb_store(int8_t *p, vgb v) { vst1q_u8((uint8_t *)p, v.lo), vst1q_u8((uint8_t *)p + 16, v.hi); }
 static inline vgb vgb_set1(int c) { return (vgb){vdupq_n_u8((uint8_t)c), vdupq_n_u8((uint8_t)c)}; }
 static inline vgb vgb_nib16(const uint8_t *p) {
     uint8x16_t b = vld1q_u8(p);

@@ -338,11 +338,6 @@ typedef struct gq_scales {
 } gq_scales;
 
 static inline bool gq_sub16(int t) { return t == GT_Q2_K || t == GT_Q3_K || t == GT_Q6_K; }
-/* the types whose weights have a min (a code's weight is dl q - ml); their codes are never
- * negative, so they meet the activations as they are (vgl_dot_u) */
-static inline bool gq_mins(int t) {
-    return t == GT_Q2_K || t == GT_Q4_K || t == GT_Q5_K || t == GT_Q4_1 || t == GT_Q5_1;
-}
 
 /* The block types whose codes meet int8 activations (dot_gguf_q8, panel_gguf_q8): each kernel's
  * switch instantiates its loop once per type with X, so that t is constant inside it. (Left as
@@ -402,7 +397,7 @@ static inline __attribute__((always_inline)) void gq_header(int t, const uint8_t
     }
     default: /* blocks of 32: one scale; Q4_1's and Q5_1's min is added, so taken off negated */
         s->dl[0] = t == GT_MXFP4 ? gguf_e8m0_half(b[0]) : gguf_f16(b);
-        if (gq_mins(t)) s->ml[0] = -gguf_f16(b + 2);
+        if (gtype_has_mins(t)) s->ml[0] = -gguf_f16(b + 2);
         return;
     }
 }
@@ -458,7 +453,7 @@ static inline __attribute__((always_inline)) void gq_block(int t, const q8row *x
 #pragma GCC unroll 4
     for (int r = 0; r < nr; r++) {
         float dx = x[r].d[c / QACT];
-        vgl sums = gq_mins(t) ? vgl_dot_u(code, x[r].q + c) : vgl_dot(code, x[r].q + c);
+        vgl sums = gtype_has_mins(t) ? vgl_dot_u(code, x[r].q + c) : vgl_dot(code, x[r].q + c);
         acc[r] = vgf2_fma_half(h, sums, gq_factor(t, s->dl, j, dx), acc[r]);
         if (t == GT_Q2_K)
             mt[r] = vgf2_fma_half(h, vgl_dot_u(vgb_set1(1), x[r].q + c), gq_factor(t, s->ml, j, dx), mt[r]);
@@ -476,7 +471,7 @@ static inline __attribute__((always_inline)) void gq_pair(int t, const q8row *x,
                              : vgb2_join(gq_codes(t, b, j), gq_codes(t, b1, b1 == b ? j + 1 : 0));
 #pragma GCC unroll 4
     for (int r = 0; r < nr; r++) {
-        vgl2 sums = gq_mins(t) ? vgl2_dot_u(code, x[r].q + c) : vgl2_dot(code, x[r].q + c);
+        vgl2 sums = gtype_has_mins(t) ? vgl2_dot_u(code, x[r].q + c) : vgl2_dot(code, x[r].q + c);
         acc[r] = vgf2_fma(sums, gq_sub16(t) ? vgf2_quad(f[r] + 2 * j) : vgf2_pair(f[r] + j), acc[r]);
         if (t == GT_Q2_K)
             mt[r] =
@@ -545,13 +540,13 @@ static inline __attribute__((always_inline)) void dot_gguf_q8_rows(int t, const 
 #pragma GCC unroll 4
             for (int r = 0; r < nr; r++) f[r][0] = s.dl[0] * x[r].d[i], f[r][1] = s1.dl[0] * x[r].d[i + 1];
             gq_pair(t, x, nr, w, w + g->bytes, 0, 32 * i, f, fm, acc, mt2);
-            for (int r = 0; gq_mins(t) && r < nr; r++)
+            for (int r = 0; gtype_has_mins(t) && r < nr; r++)
                 ms[r] = __builtin_fmaf(s1.ml[0], x[r].gsum[i + 1], __builtin_fmaf(s.ml[0], x[r].gsum[i], ms[r]));
         }
         if (i < n) {
             gq_header(t, w, &s);
             gq_block(t, x, nr, w, &s, 0, 32 * i, 0, acc, mt2);
-            for (int r = 0; gq_mins(t) && r < nr; r++) ms[r] = __builtin_fmaf(s.ml[0], x[r].gsum[i], ms[r]);
+            for (int r = 0; gtype_has_mins(t) && r < nr; r++) ms[r] = __builtin_fmaf(s.ml[0], x[r].gsum[i], ms[r]);
         }
     } else { /* super-blocks, the slice's first and last perhaps in part; i: the slice's block, j: its own */
         for (int i = 0, j = q->g0 / QACT; i < n; j = 0, w += g->bytes) {
@@ -589,10 +584,11 @@ static void dot_gguf_q8(const q8row *x, int nr, const uint8_t *w, const qlayout 
 }
 
 #if defined(LOOM_VARIANT_AVX2) || defined(LOOM_VARIANT_AVX2VNNI) || defined(LOOM_VARIANT_AVX512) ||                    \
-    defined(LOOM_VARIANT_AVX512BF16)
+    defined(LOOM_VARIANT_AVX512BF16) || defined(LOOM_VARIANT_NEON) || defined(LOOM_VARIANT_NEONDOT)
 #define HAS_GGUF_PANEL 1
-/* A GGUF prefill on x86 (cpu.h's panel_gguf_q8): AMX's tiles, AVX-512 VNNI, or 256-bit integer
- * products (AVX-VNNI's, or AVX2's vpmaddubsw) where the CPU has nothing wider. The panel's 16
+/* A GGUF prefill (cpu.h's panel_gguf_q8): on x86 AMX's tiles, AVX-512 VNNI, or 256-bit integer
+ * products (AVX-VNNI's, or AVX2's vpmaddubsw) where the CPU has nothing wider; on Arm, sdot by
+ * lane (neondot) or widening multiplies (neon). The panel's 16
  * weight rows are decoded once into integer codes (gq_codes) and their sub-blocks' factors dl and
  * ml (gq_header's), lane n of each sub-block's 16; the codes laid out as the tiles take them,
  * which is also the lanes the vector products want: dword n of 64-byte row c / 4 holds weight
@@ -607,11 +603,11 @@ static inline __attribute__((always_inline)) void gguf_unpack_row(int t, const u
         int end = per - j < n32 - i ? per : j + n32 - i;
         gq_header(t, w, &s);
         for (; j < end; j++, i++) {
-            _mm256_storeu_si256((__m256i *)(codes + (size_t)QACT * i), gq_codes(t, w, j));
+            vgb_store(codes + (size_t)QACT * i, gq_codes(t, w, j));
             for (int h = 0; h <= halves; h++) {
                 int u = (i << halves) + h, k = halves ? 2 * j + h : j;
                 dl[u * PANEL_Q8_W + n] = s.dl[k];
-                ml[u * PANEL_Q8_W + n] = gq_mins(t) ? s.ml[k] : 0;
+                ml[u * PANEL_Q8_W + n] = gtype_has_mins(t) ? s.ml[k] : 0;
             }
         }
     }
@@ -622,13 +618,16 @@ static void gguf_pack(const int8_t *codes, int kp, uint8_t *pack) {
     const __m512i rows = _mm512_mullo_epi32(_mm512_set1_epi32(kp),
                                             _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
     for (int c = 0; c < kp; c += 4, pack += 64) _mm512_storeu_si512(pack, _mm512_i32gather_epi32(rows, codes + c, 1));
-#else
+#elif defined(__x86_64__)
     const __m256i lo = _mm256_mullo_epi32(_mm256_set1_epi32(kp), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
     const __m256i hi = _mm256_add_epi32(lo, _mm256_set1_epi32(8 * kp));
     for (int c = 0; c < kp; c += 4, pack += 64) {
         _mm256_storeu_si256((__m256i *)pack, _mm256_i32gather_epi32((const int *)(codes + c), lo, 1));
         _mm256_storeu_si256((__m256i *)(pack + 32), _mm256_i32gather_epi32((const int *)(codes + c), hi, 1));
     }
+#else /* Arm: no gather; the panel is decoded once for every input row of the pass */
+    for (int c = 0; c < kp; c += 4, pack += 64)
+        for (int n = 0; n < PANEL_Q8_W; n++) memcpy(pack + 4 * n, codes + (size_t)n * kp + c, 4);
 #endif
 }
 
@@ -703,6 +702,89 @@ static void gguf_vnni(const q8row *x, const int32_t *xsum, int nr, const uint8_t
         else if (mins) GV(QACT, true);
         else GV(QACT, false);
 #undef GV
+    }
+}
+#elif defined(LOOM_VARIANT_NEON) || defined(LOOM_VARIANT_NEONDOT)
+/* Four weight rows' codes, four columns a lane (w[l]: the pack's 16 bytes of them for columns
+ * 4l..4l+3 of a sub-block), against 16 activation codes x, added into a. sdot takes lane l of x
+ * as each lane's four activations; neon broadcasts them and adds widened products in pairs, then
+ * pairs of pairs. Both sums are exact, so both variants give the tiles' bits. */
+#if defined(LOOM_VARIANT_NEONDOT)
+#define GGUF_DOT_LANE(a, w, x, l) vdotq_laneq_s32(a, w, x, l)
+#else
+static inline int32x4_t gguf_dot_bcast(int32x4_t a, int8x16_t w, int8x16_t x4) {
+    int32x4_t lo = vpaddlq_s16(vmull_s8(vget_low_s8(w), vget_low_s8(x4)));
+    return vaddq_s32(a, vpaddq_s32(lo, vpaddlq_s16(vmull_high_s8(w, x4))));
+}
+#define GGUF_DOT_LANE(a, w, x, l)                                                                                      \
+    gguf_dot_bcast(a, w, vreinterpretq_s8_s32(vdupq_laneq_s32(vreinterpretq_s32_s8(x), l)))
+#endif
+static inline __attribute__((always_inline)) int32x4_t gguf_dot16(int32x4_t a, const int8x16_t w[4], int8x16_t x) {
+    a = GGUF_DOT_LANE(a, w[0], x, 0);
+    a = GGUF_DOT_LANE(a, w[1], x, 1);
+    a = GGUF_DOT_LANE(a, w[2], x, 2);
+    return GGUF_DOT_LANE(a, w[3], x, 3);
+}
+
+/* NEON_GGUF_ROWS input rows x (those past `rows` repeating the last, not stored) against one
+ * quarter of the packed panel (4 weight rows, a lane each; pack, dl and ml that quarter's; `in`
+ * of them stored), in panel_gguf_q8's order. width and mins constant once inlined: the block's
+ * eight weight vectors and the rows' accumulators stay within NEON's 32 registers. */
+#define NEON_GGUF_ROWS 4
+static inline __attribute__((always_inline)) void gguf_rows_neon(const q8row *x, int rows, const uint8_t *pack,
+                                                                 const float *dl, const float *ml, int kp, int width,
+                                                                 bool mins, float *y, size_t ldy, int in) {
+    float32x4_t acc[NEON_GGUF_ROWS];
+#pragma GCC unroll 4
+    for (int r = 0; r < NEON_GGUF_ROWS; r++) acc[r] = vdupq_n_f32(0);
+    for (int k = 0; k < kp / QACT; k++) {
+        int8x16_t w[8];
+#pragma GCC unroll 8
+        for (int c = 0; c < 8; c++) w[c] = vld1q_s8((const int8_t *)pack + ((size_t)k * 8 + c) * 64);
+        const int u = width == 16 ? 2 * k : k; /* the block's first sub-block */
+        float32x4_t dv = vld1q_f32(dl + (size_t)u * PANEL_Q8_W);
+#pragma GCC unroll 4
+        for (int r = 0; r < NEON_GGUF_ROWS; r++) {
+            const int8_t *a = x[r].q + (size_t)k * QACT;
+            int32x4_t s0 = gguf_dot16(vdupq_n_s32(0), w, vld1q_s8(a));
+            if (width == 16) {
+                int32x4_t s1 = gguf_dot16(vdupq_n_s32(0), w + 4, vld1q_s8(a + 16));
+                float32x4_t p = vmulq_f32(vcvtq_f32_s32(s0), dv);
+                p = vfmaq_f32(p, vcvtq_f32_s32(s1), vld1q_f32(dl + (size_t)(u + 1) * PANEL_Q8_W));
+                acc[r] = vfmaq_f32(acc[r], p, vdupq_n_f32(x[r].d[k]));
+            } else {
+                s0 = gguf_dot16(s0, w + 4, vld1q_s8(a + 16));
+                acc[r] = vfmaq_f32(acc[r], vcvtq_f32_s32(s0), vmulq_f32(dv, vdupq_n_f32(x[r].d[k])));
+            }
+            for (int h = 0; mins && h < QACT / width; h++)
+                acc[r] = vfmsq_f32(acc[r], vld1q_f32(ml + (size_t)(u + h) * PANEL_Q8_W), vdupq_n_f32(x[r].gsum[u + h]));
+        }
+    }
+    for (int r = 0; r < rows; r++) {
+        float out[4];
+        vst1q_f32(out, acc[r]);
+        memcpy(y + (size_t)r * ldy, out, (size_t)in * sizeof *out);
+    }
+}
+
+/* nr input rows against the packed panel, NEON_GGUF_ROWS at a time, a quarter of its weight
+ * rows in turn. */
+static void gguf_panel_neon(const q8row *x, int nr, const uint8_t *pack, const float *dl, const float *ml, int kp,
+                            int width, bool mins, float *y, size_t ldy, int nw) {
+    for (int r = 0; r < nr; r += NEON_GGUF_ROWS) {
+        q8row xr[NEON_GGUF_ROWS];
+        int rows = nr - r < NEON_GGUF_ROWS ? nr - r : NEON_GGUF_ROWS;
+        for (int i = 0; i < NEON_GGUF_ROWS; i++) xr[i] = x[r + (i < rows ? i : rows - 1)];
+        for (int h = 0; h * 4 < nw; h++) {
+            int in = nw - h * 4 < 4 ? nw - h * 4 : 4;
+            float *yr = y + (size_t)r * ldy + h * 4;
+#define GN(w, m) gguf_rows_neon(xr, rows, pack + h * 16, dl + h * 4, ml + h * 4, kp, w, m, yr, ldy, in)
+            if (width == 16 && mins) GN(16, true);
+            else if (width == 16) GN(16, false);
+            else if (mins) GN(QACT, true);
+            else GN(QACT, false);
+#undef GN
+        }
     }
 }
 #elif !defined(LOOM_VARIANT_AVX512BF16)
@@ -794,7 +876,7 @@ static inline __attribute__((always_inline)) void gguf_rows256(int t, const q8ro
                                                                const float *ml, int kp, float *y, size_t ldy,
                                                                __m256i cols) {
     const int width = gtype_split(t), bias = gq_offset_of(t).bias, pairs = gq_pairs(t);
-    const bool mins = gq_mins(t);
+    const bool mins = gtype_has_mins(t);
     __m256 acc[GGUF_ROWS];
 #pragma GCC unroll 4
     for (int r = 0; r < GGUF_ROWS; r++) acc[r] = _mm256_setzero_ps();
@@ -881,10 +963,13 @@ static void panel_gguf_q8(const q8row *x, size_t x_stride, const int32_t *xsum, 
     gguf_pack(codes, kp, pack);
 #if defined(LOOM_VARIANT_AVX512AMX)
     (void)xsum; /* the tiles multiply signed bytes by signed bytes */
-    amx_panel_gguf(x, x_stride, nr, pack, dl, ml, kp, gtype_split(t), gq_mins(t), y, ldy, nw);
+    amx_panel_gguf(x, x_stride, nr, pack, dl, ml, kp, gtype_split(t), gtype_has_mins(t), y, ldy, nw);
 #elif defined(LOOM_VARIANT_AVX512BF16)
     (void)x_stride;
-    gguf_vnni(x, xsum, nr, pack, dl, ml, kp, gtype_split(t), gq_mins(t), y, ldy, nw);
+    gguf_vnni(x, xsum, nr, pack, dl, ml, kp, gtype_split(t), gtype_has_mins(t), y, ldy, nw);
+#elif defined(LOOM_VARIANT_NEON) || defined(LOOM_VARIANT_NEONDOT)
+    (void)x_stride, (void)xsum; /* signed products: no offset to take back */
+    gguf_panel_neon(x, nr, pack, dl, ml, kp, gtype_split(t), gtype_has_mins(t), y, ldy, nw);
 #else
     (void)x_stride;
     gguf_panel256(x, xsum, nr, pack, dl, ml, kp, t, y, ldy, nw);

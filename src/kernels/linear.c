@@ -243,8 +243,8 @@ static q8row gguf_row(const float *xq, size_t ldq, int r, int kp, int width, flo
     return (q8row){q, d, gsum};
 }
 
-/* A GGUF prefill of m int8 rows through the variant's panel (cpu.h's panel_gguf_q8: every x86
- * variant has one), a thread's task PANEL_Q8_W weight rows against every input row. */
+/* A GGUF prefill of m int8 rows through the variant's panel (cpu.h's panel_gguf_q8: every variant
+ * but generic has one), a thread's task PANEL_Q8_W weight rows against every input row. */
 static void panels_gguf(const float *xq, size_t ldq, int m, const wmat *w, float *y, size_t ldy) {
     static _Thread_local fbuf rows_buf, sums_buf, isums_buf;
     const qlayout *ql = w->q;
@@ -271,8 +271,8 @@ static void panels_gguf(const float *xq, size_t ldq, int m, const wmat *w, float
 /* y = xq W^T for GGUF blocks on m int8 rows (ldq floats apart). A short pass (decode) streams
  * each weight row once through the variant's dot_gguf_q8, four input rows a call, one thread's
  * rows one sequential stream; its order is the same for any rows, so a row's bits never depend
- * on the pass. A long one (prefill) takes the variant's panel where it has one (on x86: its own
- * order, again the same for any rows), else computes exactly on the values the int8
+ * on the pass. A long one (prefill) takes the variant's panel where it has one (its own order,
+ * again the same for any rows), else (generic) computes exactly on the values the int8
  * rows stand for (q d) through the panels of decoded blocks: decode and prefill then differ
  * only in the order of their fp32 sums, as FP8's do (linear_fp8x). */
 static void linear_gguf_q8_rows(const float *xq, size_t ldq, int m, int pass_rows, const wmat *w, float *y,

@@ -79,6 +79,12 @@ static inline int gtype_split(int t) {
     }
 }
 
+/* The types whose weights have a min (a code's weight is dl q - ml); their codes are never
+ * negative. */
+static inline bool gtype_has_mins(int t) {
+    return t == GT_Q2_K || t == GT_Q4_K || t == GT_Q5_K || t == GT_Q4_1 || t == GT_Q5_1;
+}
+
 /* The type's row of the table, or NULL for a number ggml does not define. */
 static inline const gtype_info *gtype_get(int t) {
     return t >= 0 && t < GT_COUNT && gtype_table[t].name ? &gtype_table[t] : NULL;
