@@ -753,6 +753,20 @@ static inline vgb2 vgb2_nibbles(const uint8_t *p) {
     __m512i v = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)p));
     return _mm512_and_si512(_mm512_mask_srli_epi16(v, (__mmask32)0xffff0000u, v, 4), _mm512_set1_epi8(15));
 }
+/* 64 bytes' bits [shift, shift + width) (vgb_bits') */
+static inline vgb2 vgb2_bits(const uint8_t *p, int shift, int mask) {
+    return _mm512_and_si512(_mm512_srl_epi16(_mm512_loadu_si512(p), _mm_cvtsi32_si128(shift)),
+                            _mm512_set1_epi8((char)mask));
+}
+/* 32 bytes' bits from shift0 (the first block), then from shift1 (the second) */
+static inline vgb2 vgb2_bits_twice(const uint8_t *p, int shift0, int shift1, int mask) {
+    __m512i v = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)p));
+    __m512i counts = _mm512_inserti64x4(_mm512_set1_epi16((short)shift0), _mm256_set1_epi16((short)shift1), 1);
+    return _mm512_and_si512(_mm512_srlv_epi16(v, counts), _mm512_set1_epi8((char)mask));
+}
+static inline vgb2 vgb2_shl(vgb2 v, int n) { return _mm512_sll_epi16(v, _mm_cvtsi32_si128(n)); }
+static inline vgb2 vgb2_or(vgb2 a, vgb2 b) { return _mm512_or_si512(a, b); }
+static inline vgb2 vgb2_sub(vgb2 a, int c) { return _mm512_sub_epi8(a, _mm512_set1_epi8((char)c)); }
 static inline vgl2 vgl2_dot_u(vgb2 w, const int8_t *x) {
     return _mm512_dpbusd_epi32(_mm512_setzero_si512(), w, _mm512_loadu_si512(x));
 }
@@ -799,6 +813,16 @@ static inline vgb2 vgb2_nibbles(const uint8_t *p) {
     vgb v = vgb_load(p);
     return (vgb2){{vgb_bits(v, 0, 15), vgb_bits(v, 4, 15)}};
 }
+static inline vgb2 vgb2_bits(const uint8_t *p, int shift, int mask) {
+    return (vgb2){{vgb_bits(vgb_load(p), shift, mask), vgb_bits(vgb_load(p + 32), shift, mask)}};
+}
+static inline vgb2 vgb2_bits_twice(const uint8_t *p, int shift0, int shift1, int mask) {
+    vgb v = vgb_load(p);
+    return (vgb2){{vgb_bits(v, shift0, mask), vgb_bits(v, shift1, mask)}};
+}
+static inline vgb2 vgb2_shl(vgb2 v, int n) { return (vgb2){{vgb_shl(v.b[0], n), vgb_shl(v.b[1], n)}}; }
+static inline vgb2 vgb2_or(vgb2 a, vgb2 b) { return (vgb2){{vgb_or(a.b[0], b.b[0]), vgb_or(a.b[1], b.b[1])}}; }
+static inline vgb2 vgb2_sub(vgb2 a, int c) { return (vgb2){{vgb_sub(a.b[0], c), vgb_sub(a.b[1], c)}}; }
 static inline vgl2 vgl2_dot_u(vgb2 w, const int8_t *x) {
     return (vgl2){{vgl_dot_u(w.b[0], x), vgl_dot_u(w.b[1], x + 32)}};
 }

@@ -467,8 +467,14 @@ static inline __attribute__((always_inline)) void gq_block(int t, const q8row *x
 static inline __attribute__((always_inline)) void gq_pair(int t, const q8row *x, int nr, const uint8_t *b,
                                                           const uint8_t *b1, int j, int c, const float f[4][16],
                                                           const float fm[4][16], vgf2 acc[4], vgf2 mt[4]) {
-    vgb2 code = t == GT_Q4_K ? vgb2_nibbles(b + 16 + j / 2 * 32) /* the pair shares its bytes */
-                             : vgb2_join(gq_codes(t, b, j), gq_codes(t, b1, b1 == b ? j + 1 : 0));
+    vgb2 code;
+    if (t == GT_Q4_K) code = vgb2_nibbles(b + 16 + j / 2 * 32); /* the pair shares its bytes */
+    else if (t == GT_Q6_K) { /* gq_codes' fields for both: its low bits 64 bytes on, its high bits shared */
+        int half = j / 4, jj = j % 4;
+        vgb2 lo = vgb2_bits(b + half * 64, 4 * (jj / 2), 15),
+             hi = vgb2_bits_twice(b + 128 + half * 32, 2 * jj, 2 * jj + 2, 3);
+        code = vgb2_sub(vgb2_or(lo, vgb2_shl(hi, 4)), 32);
+    } else code = vgb2_join(gq_codes(t, b, j), gq_codes(t, b1, b1 == b ? j + 1 : 0));
 #pragma GCC unroll 4
     for (int r = 0; r < nr; r++) {
         vgl2 sums = gtype_has_mins(t) ? vgl2_dot_u(code, x[r].q + c) : vgl2_dot(code, x[r].q + c);
