@@ -143,11 +143,11 @@ static void check_panels(const char *type, const wmat *w, const float *xq, size_
     free(xr), free(gsum), free(isum), free(pack);
 }
 
-/* --dtype auto: y = x W^T on x's rows quantized to int8, through dot_gguf_q8 for 1 to 5 rows
+/* --dtype auto: y = x W^T on x's rows quantized to int8, through dot_gguf_q8 for 1 to 5 and 8 rows
  * (decode) and the prefill path for 40 (the variant's panel, else the exact panels). Both must match a
  * double-precision product of the reference weights with the values the int8 rows stand for, to
  * fp32 rounding; the decode path must give, row by row, the generic variant's bits from its
- * kernel called on one row and on four at once (cpu.h's one order); a prefill's last 17 rows
+ * kernel called on one row, on four and on eight at once (cpu.h's one order); a prefill's last 17 rows
  * must have the same bits in a pass of their own; and every panel the CPU runs must give
  * cpu.h's bits. The prefill's last two rows are all +1 and all -1, whose int8 codes (all 127 and
  * -127) make the largest integer sums a kernel adds. */
@@ -156,7 +156,7 @@ static void check_int8(const char *type, const wmat *w, const float *ref, int co
     wmat wi = *w;
     wi.act = WACT_INT8;
     size_t ldq = q8row_floats(nc);
-    for (int m = 1; m <= 40; m += m < 5 ? 1 : 35) {
+    for (int m = 1; m <= 40; m += m < 5 ? 1 : m == 5 ? 3 : 32) {
         float *x = calloc((size_t)m * nc, sizeof *x), *y = calloc((size_t)m * rows, sizeof *y);
         float *xq = calloc((size_t)m * ldq, sizeof *xq), *sums = calloc((size_t)m * nc / 4, sizeof *sums);
         fill_x(x, m, nc);
@@ -164,7 +164,7 @@ static void check_int8(const char *type, const wmat *w, const float *ref, int co
             x[38 * nc + c] = 1.0f, x[39 * nc + c] = -1.0f;
         linear(x, nc, m, m, &wi, NULL, y, rows);
         quantize_rows(ROWS_INT8, x, nc, m, nc, 0, xq, ldq);
-        q8row xr[5];
+        q8row xr[GGUF_Q8_ROWS];
         double worst = 0;
         for (int i = 0; i < m; i++) {
             const int8_t *q = (const int8_t *)(xq + i * ldq);
@@ -174,7 +174,7 @@ static void check_int8(const char *type, const wmat *w, const float *ref, int co
                 for (int c = b * QACT; c < (b + 1) * QACT; c++) s += q[c];
                 sums[i * nc / QACT + b] = (float)s * d[b];
             }
-            if (i < 5) xr[i] = (q8row){q, d, sums + i * nc / QACT};
+            if (i < GGUF_Q8_ROWS) xr[i] = (q8row){q, d, sums + i * nc / QACT};
             for (int r = 0; r < rows; r++) {
                 double want = 0, mag = 0;
                 for (int c = 0; c < nc; c++) {
@@ -188,15 +188,15 @@ static void check_int8(const char *type, const wmat *w, const float *ref, int co
         CHECK(worst < 4e-6, "%s int8, columns [%d, %d), %d input rows: relative error %.3g", type, c0, c0 + nc, m,
               worst);
         int differ = 0;
-        for (int r = 0; m == 5 && r < rows; r++) {
+        for (int r = 0; (m == 5 || m == 8) && r < rows; r++) {
             const uint8_t *wr = (const uint8_t *)w->data + (size_t)r * w->ld;
-            float one[4], four[4];
-            for (int i = 0; i < 5; i++) {
+            float one[1], many[GGUF_Q8_ROWS];
+            for (int i = 0; i < m; i++) {
                 cpu_generic.dot_gguf_q8(xr + i, 1, wr, w->q, one);
                 differ += memcmp(&one[0], &y[(size_t)i * rows + r], sizeof one[0]) != 0;
             }
-            cpu_generic.dot_gguf_q8(xr, 4, wr, w->q, four);
-            for (int i = 0; i < 4; i++) differ += memcmp(&four[i], &y[(size_t)i * rows + r], sizeof *four) != 0;
+            cpu_generic.dot_gguf_q8(xr, m - 1, wr, w->q, many); /* 4 and 7 rows a call */
+            for (int i = 0; i < m - 1; i++) differ += memcmp(&many[i], &y[(size_t)i * rows + r], sizeof *many) != 0;
         }
         CHECK(!differ, "%s int8, columns [%d, %d): %d products differ from the generic variant's bits", type, c0,
               c0 + nc, differ);

@@ -44,6 +44,9 @@ typedef struct q8row {
 #define PANEL_GGUF_PACK(kp)                                                                                            \
     ((size_t)(kp) * (2 * PANEL_Q8_W + PANEL_Q8_ROWS) + (size_t)(kp) / 16 * 2 * PANEL_Q8_W * sizeof(float))
 
+/* dot_gguf_q8's most input rows a call (a speculative verify pass's, or a decode batch's, share) */
+#define GGUF_Q8_ROWS 8
+
 typedef struct cpu_kernels {
     const char *name;
     int floats; /* in one vector (1: generic) */
@@ -60,7 +63,7 @@ typedef struct cpu_kernels {
     void (*dot_q)(const float *const *x, int nr, const uint8_t *w, const struct qlayout *q, size_t row, float y[2]);
     void (*dequant_q)(const uint8_t *w, const struct qlayout *q, size_t row, float *dst);
     /* A GGUF row (QCODE_GGUF, a block type, the slice starting on a block of 32) on int8
-     * activations, in every variant: y[r] = x[r] . w for nr (1 to 4) rows, whose gsum holds
+     * activations, in every variant: y[r] = x[r] . w for nr (1 to GGUF_Q8_ROWS) rows, whose gsum holds
      * each 4 columns' codes added (exact small integers). One order everywhere, so every variant
      * and every way of batching rows gives the same bits: per block of 32 columns, lane k (k < 8)
      * takes the exact integer sum of weight codes times activation codes over columns
@@ -69,7 +72,7 @@ typedef struct cpu_kernels {
      * mins, the lane's gsum times (its sub-block's min times the activation scale) likewise into
      * two more; each pair of chains is added lane by lane, its eight lanes in the tree
      * ((0 + 4) + (2 + 6)) + ((1 + 5) + (3 + 7)), and y is the first sum less the second. */
-    void (*dot_gguf_q8)(const q8row *x, int nr, const uint8_t *w, const struct qlayout *q, float y[4]);
+    void (*dot_gguf_q8)(const q8row *x, int nr, const uint8_t *w, const struct qlayout *q, float *y);
     /* The reduced-precision products (--dtype auto): y[r] = x[r] . w for nr (1 to 4) rows.
      * dot_q8: int8 activations against a quantized row, integer sums per block scaled in fp32,
      * in the variants without tile_q8 (NEON, neondot, generic; NULL on x86);

@@ -443,15 +443,24 @@ static inline __attribute__((always_inline)) vgb gq_codes(int t, const uint8_t *
     }
 }
 
+/* The most input rows dot_gguf_q8 takes through a block at once: 8 where the variant has 32
+ * vector registers for their chains (AVX-512), else 4. */
+#if defined(LOOM_VARIANT_AVX512) || defined(LOOM_VARIANT_AVX512BF16)
+#define GQ_ROWS 8
+#else
+#define GQ_ROWS 4
+#endif
+_Static_assert(GQ_ROWS <= GGUF_Q8_ROWS, "cpu.h's dot_gguf_q8 takes at most GGUF_Q8_ROWS rows a call");
+
 /* Block j of the block at b, at column c of the slice, into chain h of the rows' chains acc
  * (Q2_K's mins, by 16 columns, into mt's: each lane's activation codes added as its products
  * are). For a super-block's edge blocks; pairs take gq_pair. */
-static inline __attribute__((always_inline)) void gq_block(int t, const q8row *x, int nr, const uint8_t *b,
-                                                           const gq_scales *s, int j, int c, int h, vgf2 acc[4],
-                                                           vgf2 mt[4]) {
+static inline __attribute__((always_inline)) void gq_block(int t, const q8row *x, int nr, int live, const uint8_t *b,
+                                                           const gq_scales *s, int j, int c, int h, vgf2 acc[GQ_ROWS],
+                                                           vgf2 mt[GQ_ROWS]) {
     vgb code = gq_codes(t, b, j);
-#pragma GCC unroll 4
-    for (int r = 0; r < nr; r++) {
+#pragma GCC unroll 8
+    for (int r = 0; r < nr && r < live; r++) {
         float dx = x[r].d[c / QACT];
         vgl sums = gtype_has_mins(t) ? vgl_dot_u(code, x[r].q + c) : vgl_dot(code, x[r].q + c);
         acc[r] = vgf2_fma_half(h, sums, gq_factor(t, s->dl, j, dx), acc[r]);
@@ -464,9 +473,10 @@ static inline __attribute__((always_inline)) void gq_block(int t, const q8row *x
  * block j + 1 of the same super-block or (b1 another block of 32) b1's; f[r] holds each row's
  * factors (dl times the activation scale) by block, or by 16 columns (gq_sub16), block j's at
  * index j (or 2j), fm[r] Q2_K's mins' likewise. Even block into chain 0, odd into chain 1. */
-static inline __attribute__((always_inline)) void gq_pair(int t, const q8row *x, int nr, const uint8_t *b,
-                                                          const uint8_t *b1, int j, int c, const float f[4][16],
-                                                          const float fm[4][16], vgf2 acc[4], vgf2 mt[4]) {
+static inline __attribute__((always_inline)) void gq_pair(int t, const q8row *x, int nr, int live, const uint8_t *b,
+                                                          const uint8_t *b1, int j, int c, const float f[GQ_ROWS][16],
+                                                          const float fm[GQ_ROWS][16], vgf2 acc[GQ_ROWS],
+                                                          vgf2 mt[GQ_ROWS]) {
     vgb2 code;
     if (t == GT_Q4_K) code = vgb2_nibbles(b + 16 + j / 2 * 32); /* the pair shares its bytes */
     else if (t == GT_Q6_K) { /* gq_codes' fields for both: its low bits 64 bytes on, its high bits shared */
@@ -475,8 +485,8 @@ static inline __attribute__((always_inline)) void gq_pair(int t, const q8row *x,
              hi = vgb2_bits_twice(b + 128 + half * 32, 2 * jj, 2 * jj + 2, 3);
         code = vgb2_sub(vgb2_or(lo, vgb2_shl(hi, 4)), 32);
     } else code = vgb2_join(gq_codes(t, b, j), gq_codes(t, b1, b1 == b ? j + 1 : 0));
-#pragma GCC unroll 4
-    for (int r = 0; r < nr; r++) {
+#pragma GCC unroll 8
+    for (int r = 0; r < nr && r < live; r++) {
         vgl2 sums = gtype_has_mins(t) ? vgl2_dot_u(code, x[r].q + c) : vgl2_dot(code, x[r].q + c);
         acc[r] = vgf2_fma(sums, gq_sub16(t) ? vgf2_quad(f[r] + 2 * j) : vgf2_pair(f[r] + j), acc[r]);
         if (t == GT_Q2_K)
@@ -487,10 +497,11 @@ static inline __attribute__((always_inline)) void gq_pair(int t, const q8row *x,
 
 /* A whole super-block's factors for each row, its first block the slice's i0: dl (and Q2_K's ml)
  * times the activation scale of each column's block, one rounding, as gq_factor's. */
-static inline __attribute__((always_inline)) void gq_factors(int t, const q8row *x, int nr, const gq_scales *s, int i0,
-                                                             float f[4][16], float fm[4][16]) {
-#pragma GCC unroll 4
-    for (int r = 0; r < nr; r++) {
+static inline __attribute__((always_inline)) void gq_factors(int t, const q8row *x, int nr, int live,
+                                                             const gq_scales *s, int i0, float f[GQ_ROWS][16],
+                                                             float fm[GQ_ROWS][16]) {
+#pragma GCC unroll 8
+    for (int r = 0; r < nr && r < live; r++) {
         const float *d = x[r].d + i0;
         if (!gq_sub16(t)) {
             vgf_store(f[r], vgf_mul(vgf_load(s->dl), vgf_load(d)));
@@ -506,10 +517,10 @@ static inline __attribute__((always_inline)) void gq_factors(int t, const q8row 
 /* Q4_K's and Q5_K's mins for a super-block whose blocks [j0, end) are the slice's from block i0:
  * each block's min times its activations' sum (q d, gsum), eight lanes, those outside the slice
  * zero, into the rows' chains mt. */
-static inline __attribute__((always_inline)) void gq_mins_super(const q8row *x, int nr, const gq_scales *s, int j0,
-                                                                int end, int i0, vgf mt[4]) {
-#pragma GCC unroll 4
-    for (int r = 0; r < nr; r++) {
+static inline __attribute__((always_inline)) void gq_mins_super(const q8row *x, int nr, int live, const gq_scales *s,
+                                                                int j0, int end, int i0, vgf mt[GQ_ROWS]) {
+#pragma GCC unroll 8
+    for (int r = 0; r < nr && r < live; r++) {
         const float *gs = x[r].gsum + i0;
         float part[8];
         if (j0 || end < 8) {
@@ -524,35 +535,38 @@ static inline __attribute__((always_inline)) void gq_mins_super(const q8row *x, 
  * the 1B shape in Q4_K_M: 15.7-15.9 tok/s at 512, 14.8-18.0 at 1536, 18.9-21.4 at 4096,
  * 21.7-22.5 at 8192, 22.2-22.4 at 16384 (the hardware's own prefetch runs too short a way). */
 #define GQ_PREFETCH 8192
-/* dot_gguf_q8 for nr (1, 2 or 4) input rows, t and nr constant once inlined: each block's scales
- * read once, each block of 32 decoded once for all the rows, the blocks in pairs (even and odd
- * in the row: the chains). A whole super-block's eight go as four pairs with every bit field at
- * a constant place; the slice's partial first and last ones block by block. */
-static inline __attribute__((always_inline)) void dot_gguf_q8_rows(int t, const q8row *x, int nr, const uint8_t *w,
-                                                                   const qlayout *q, float y[4]) {
+/* dot_gguf_q8 for the first `live` of nr (1, 2, 4 or GQ_ROWS) input rows, t and nr constant
+ * once inlined (so are the rows' chains, in registers: every loop over rows unrolls to nr copies,
+ * those past `live` skipped): each block's scales read once, each block of 32 decoded once for
+ * all the rows, the blocks in pairs (even and odd in the row: the chains). A whole super-block's
+ * eight go as four pairs with every bit field at a constant place; the slice's partial first and
+ * last ones block by block. */
+static inline __attribute__((always_inline)) void dot_gguf_q8_rows(int t, const q8row *x, int nr, int live,
+                                                                   const uint8_t *w, const qlayout *q, float *y) {
     const gtype_info *g = &gtype_table[t];
     const int per = g->block / QACT, n = q->kp / QACT; /* blocks of 32 a block; in the slice */
-    vgf2 acc[4], mt2[4];
-    vgf mt[4];
-    float ms[4], f[4][16], fm[4][16];
-#pragma GCC unroll 4
-    for (int r = 0; r < nr; r++) acc[r] = mt2[r] = vgf2_zero(), mt[r] = vgf_zero(), ms[r] = 0;
+    vgf2 acc[GQ_ROWS], mt2[GQ_ROWS];
+    vgf mt[GQ_ROWS];
+    float ms[GQ_ROWS], f[GQ_ROWS][16], fm[GQ_ROWS][16];
+#pragma GCC unroll 8
+    for (int r = 0; r < nr && r < live; r++) acc[r] = mt2[r] = vgf2_zero(), mt[r] = vgf_zero(), ms[r] = 0;
     gq_scales s, s1;
     if (per == 1) { /* blocks of 32, in pairs; their mins (Q4_1, Q5_1) in ms */
         int i = 0;
         for (; i + 2 <= n; i += 2, w += 2 * g->bytes) {
             __builtin_prefetch(w + GQ_PREFETCH);
             gq_header(t, w, &s), gq_header(t, w + g->bytes, &s1);
-#pragma GCC unroll 4
-            for (int r = 0; r < nr; r++) f[r][0] = s.dl[0] * x[r].d[i], f[r][1] = s1.dl[0] * x[r].d[i + 1];
-            gq_pair(t, x, nr, w, w + g->bytes, 0, 32 * i, f, fm, acc, mt2);
-            for (int r = 0; gtype_has_mins(t) && r < nr; r++)
+#pragma GCC unroll 8
+            for (int r = 0; r < nr && r < live; r++) f[r][0] = s.dl[0] * x[r].d[i], f[r][1] = s1.dl[0] * x[r].d[i + 1];
+            gq_pair(t, x, nr, live, w, w + g->bytes, 0, 32 * i, f, fm, acc, mt2);
+            for (int r = 0; gtype_has_mins(t) && r < nr && r < live; r++)
                 ms[r] = __builtin_fmaf(s1.ml[0], x[r].gsum[i + 1], __builtin_fmaf(s.ml[0], x[r].gsum[i], ms[r]));
         }
         if (i < n) {
             gq_header(t, w, &s);
-            gq_block(t, x, nr, w, &s, 0, 32 * i, 0, acc, mt2);
-            for (int r = 0; gtype_has_mins(t) && r < nr; r++) ms[r] = __builtin_fmaf(s.ml[0], x[r].gsum[i], ms[r]);
+            gq_block(t, x, nr, live, w, &s, 0, 32 * i, 0, acc, mt2);
+            for (int r = 0; gtype_has_mins(t) && r < nr && r < live; r++)
+                ms[r] = __builtin_fmaf(s.ml[0], x[r].gsum[i], ms[r]);
         }
     } else { /* super-blocks, the slice's first and last perhaps in part; i: the slice's block, j: its own */
         for (int i = 0, j = q->g0 / QACT; i < n; j = 0, w += g->bytes) {
@@ -560,27 +574,36 @@ static inline __attribute__((always_inline)) void dot_gguf_q8_rows(int t, const 
             for (int p = 0; p < g->bytes; p += 64) __builtin_prefetch(w + GQ_PREFETCH + p);
             gq_header(t, w, &s);
             if (j == 0 && end == per) {
-                gq_factors(t, x, nr, &s, i, f, fm);
+                gq_factors(t, x, nr, live, &s, i, f, fm);
 #pragma GCC unroll 8
-                for (int k = 0; k < per; k += 2) gq_pair(t, x, nr, w, w, k, 32 * (i + k), f, fm, acc, mt2);
+                for (int k = 0; k < per; k += 2) gq_pair(t, x, nr, live, w, w, k, 32 * (i + k), f, fm, acc, mt2);
                 i += per;
             } else {
-                for (; j < end; j++, i++) gq_block(t, x, nr, w, &s, j, 32 * i, j & 1, acc, mt2);
+                for (; j < end; j++, i++) gq_block(t, x, nr, live, w, &s, j, 32 * i, j & 1, acc, mt2);
             }
-            if (t == GT_Q4_K || t == GT_Q5_K) gq_mins_super(x, nr, &s, j0, end, i0, mt);
+            if (t == GT_Q4_K || t == GT_Q5_K) gq_mins_super(x, nr, live, &s, j0, end, i0, mt);
         }
     }
-#pragma GCC unroll 4
-    for (int r = 0; r < nr; r++)
+#pragma GCC unroll 8
+    for (int r = 0; r < nr && r < live; r++)
         y[r] = vgf_sum(vgf2_fold(acc[r])) - (vgf_sum(vgf_add(vgf2_fold(mt2[r]), mt[r])) + ms[r]);
 }
 
-static void dot_gguf_q8(const q8row *x, int nr, const uint8_t *w, const qlayout *q, float y[4]) {
+/* GQ_ROWS rows at once where more than 4 come, else 4 at a time and the rest by 2 and 1. GCC
+ * cannot see that the rows' factors (f, fm) are read under the same `r < live` they are written
+ * under, and warns in the GQ_ROWS instance. */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+static void dot_gguf_q8(const q8row *x, int nr, const uint8_t *w, const qlayout *q, float *y) {
 #define GQ_TYPE(type)                                                                                                  \
     case type:                                                                                                         \
-        if (nr == 4) dot_gguf_q8_rows(type, x, 4, w, q, y);                                                            \
-        else if (nr >= 2) dot_gguf_q8_rows(type, x, 2, w, q, y);                                                       \
-        if (nr == 1 || nr == 3) dot_gguf_q8_rows(type, x + nr - 1, 1, w, q, y + nr - 1);                               \
+        if (GQ_ROWS > 4 && nr > 4) {                                                                                   \
+            dot_gguf_q8_rows(type, x, GQ_ROWS, nr, w, q, y);                                                           \
+            return;                                                                                                    \
+        }                                                                                                              \
+        for (; nr >= 4; nr -= 4, x += 4, y += 4) dot_gguf_q8_rows(type, x, 4, 4, w, q, y);                             \
+        if (nr >= 2) dot_gguf_q8_rows(type, x, 2, 2, w, q, y), nr -= 2, x += 2, y += 2;                                \
+        if (nr) dot_gguf_q8_rows(type, x, 1, 1, w, q, y);                                                              \
         return;
     switch (q->gtype) {
         GQ_INT8_TYPES(GQ_TYPE)
@@ -588,6 +611,7 @@ static void dot_gguf_q8(const q8row *x, int nr, const uint8_t *w, const qlayout 
     }
 #undef GQ_TYPE
 }
+#pragma GCC diagnostic pop
 
 #if defined(LOOM_VARIANT_AVX2) || defined(LOOM_VARIANT_AVX2VNNI) || defined(LOOM_VARIANT_AVX512) ||                    \
     defined(LOOM_VARIANT_AVX512BF16) || defined(LOOM_VARIANT_NEON) || defined(LOOM_VARIANT_NEONDOT)

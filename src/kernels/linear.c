@@ -269,7 +269,7 @@ static void panels_gguf(const float *xq, size_t ldq, int m, const wmat *w, float
 }
 
 /* y = xq W^T for GGUF blocks on m int8 rows (ldq floats apart). A short pass (decode) streams
- * each weight row once through the variant's dot_gguf_q8, four input rows a call, one thread's
+ * each weight row once through the variant's dot_gguf_q8, up to GGUF_Q8_ROWS input rows a call, one thread's
  * rows one sequential stream; its order is the same for any rows, so a row's bits never depend
  * on the pass. A long one (prefill) takes the variant's panel where it has one (its own order,
  * again the same for any rows), else (generic) computes exactly on the values the int8
@@ -304,9 +304,9 @@ static void linear_gguf_q8_rows(const float *xq, size_t ldq, int m, int pass_row
     const cpu_kernels *k = cpu();
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < w->rows; n++)
-        for (int r = 0; r < m; r += 4) {
-            float acc[4];
-            int nr = m - r < 4 ? m - r : 4;
+        for (int r = 0; r < m; r += GGUF_Q8_ROWS) {
+            float acc[GGUF_Q8_ROWS];
+            int nr = m - r < GGUF_Q8_ROWS ? m - r : GGUF_Q8_ROWS;
             k->dot_gguf_q8(xr + r, nr, (const uint8_t *)w->data + (size_t)n * w->ld, w->q, acc);
             for (int i = 0; i < nr; i++) y[(size_t)(r + i) * ldy + n] = acc[i];
         }
