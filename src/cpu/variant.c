@@ -1223,11 +1223,13 @@ static void tile_q8(const q8row *x, int nr, const uint8_t *const *w, const qlayo
 #endif
 
 #if HAS_BF16_DOT
-/* Bytes ahead that dot_bf16x and dot_fp8x prefetch in each weight row's stream. Without it the
- * hardware's prefetch ran too short a way for FP8's rows, whose widening leaves the loads
- * waiting: the 1B shape's FP8 decode went from 8.85 to 13.5 tok/s (4096 and 16384 bytes the
- * same), bf16's from 9.9 to 10.2-10.5 (a Xeon, family 6 model 167, avx512amx, 2 threads). */
-#define BF16X_PREFETCH 8192
+/* Bytes ahead that dot_fp8x prefetches in its weight row's stream. Without it the hardware's
+ * prefetch ran too short a way for FP8's rows, whose widening leaves the loads waiting: FP8
+ * decode of the 1B shape went from 8.85 to 13.5 tok/s (4096 and 16384 bytes the same), of the
+ * 8B shape from 1.63 to 2.96 (a Xeon, family 6 model 167, avx512amx, 2 threads). bf16's rows
+ * (dot_bf16x) stream at the machine's rate without it, and the same prefetch there made the 8B
+ * shape's decode 9% slower. */
+#define FP8X_PREFETCH 8192
 /* nw (1 or 2) bf16 weight rows against nr (1 to 4) rows of bf16 activations, two accumulators
  * per pair (VL pairs per product); the tail past the last whole product is zero-padded. Two
  * weight rows share each activation load, as each activation row shares each weight load: a
@@ -1247,10 +1249,7 @@ dot_bf16x_tile(const uint16_t *const *x, int nr, const uint16_t *const *w, int n
         for (int u = 0; u < 2; u++) {
             vbf wv[2];
 #pragma GCC unroll 2
-            for (int j = 0; j < nw; j++) {
-                __builtin_prefetch((const char *)(w[j] + i + u * 2 * VL) + BF16X_PREFETCH);
-                wv[j] = vload_bf16x(w[j] + i + u * 2 * VL);
-            }
+            for (int j = 0; j < nw; j++) wv[j] = vload_bf16x(w[j] + i + u * 2 * VL);
 #pragma GCC unroll 4
             for (int r = 0; r < nr; r++) {
                 vbf xv = vload_bf16x(x[r] + i + u * 2 * VL);
@@ -1309,7 +1308,7 @@ static inline __attribute__((always_inline)) void dot_fp8x_row(const uint16_t *c
         for (; c + 2 * QBLOCK <= end; c += 2 * QBLOCK)
 #pragma GCC unroll 2
             for (int u = 0; u < 2; u++) {
-                if (!u) __builtin_prefetch(w + c + BF16X_PREFETCH);
+                if (!u) __builtin_prefetch(w + c + FP8X_PREFETCH);
                 vbf wv = vload_fp8_bf16x(w + c + u * QBLOCK, e5m2);
 #pragma GCC unroll 4
                 for (int r = 0; r < nr; r++) a[r][u] = vdot_bf16(a[r][u], vload_bf16x(x[r] + c + u * QBLOCK), wv);
