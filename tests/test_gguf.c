@@ -115,9 +115,8 @@ static void check_panels(const char *type, const wmat *w, const float *xq, size_
         }
         xr[i] = (q8row){q, d, gsum + i * nsub};
     }
-    /* the scratch past the tiles' codes and input rows: the codes as decoded, then dl, then ml */
-    const int8_t *codes = (const int8_t *)pack + (size_t)kp * (PANEL_Q8_W + PANEL_Q8_ROWS);
-    const float *dl = (const float *)(codes + (size_t)kp * PANEL_Q8_W), *ml = dl + (size_t)kp / 16 * PANEL_Q8_W;
+    const int8_t *codes = panel_gguf_codes(pack, kp);
+    const float *dl = panel_gguf_dl(pack, kp), *ml = panel_gguf_ml(pack, kp);
     int off_order = 0;
     for (int v = 0; v < nk; v++) {
         y[v] = calloc((size_t)m * rows, sizeof *y[v]);

@@ -43,6 +43,17 @@ typedef struct q8row {
  * tiles take them, a partial step's input rows, and two factors (dl, ml) per 16 columns a row */
 #define PANEL_GGUF_PACK(kp)                                                                                            \
     ((size_t)(kp) * (2 * PANEL_Q8_W + PANEL_Q8_ROWS) + (size_t)(kp) / 16 * 2 * PANEL_Q8_W * sizeof(float))
+/* Where in that scratch the rows' codes as decoded (kp a row), their dl and their ml
+ * (PANEL_Q8_W lanes a sub-block) sit, after the tiles' codes and input rows */
+static inline int8_t *panel_gguf_codes(uint8_t *pack, int kp) {
+    return (int8_t *)pack + (size_t)kp * (PANEL_Q8_W + PANEL_Q8_ROWS);
+}
+static inline float *panel_gguf_dl(uint8_t *pack, int kp) {
+    return (float *)(panel_gguf_codes(pack, kp) + (size_t)kp * PANEL_Q8_W);
+}
+static inline float *panel_gguf_ml(uint8_t *pack, int kp) {
+    return panel_gguf_dl(pack, kp) + (size_t)kp / 16 * PANEL_Q8_W;
+}
 
 /* dot_gguf_q8's most input rows a call (a speculative verify pass's, or a decode batch's, share) */
 #define GGUF_Q8_ROWS 8

@@ -589,15 +589,18 @@ static inline vgb vgb_levels(vgb code, const int8_t levels[16]) {
     uint8x16_t t = vld1q_u8((const uint8_t *)levels);
     return (vgb){vqtbl1q_u8(t, code.lo), vqtbl1q_u8(t, code.hi)};
 }
-static inline int32x4_t vgl_dot16(uint8x16_t w, const int8_t *x) {
-    int8x16_t wv = vreinterpretq_s8_u8(w), xv = vld1q_s8(x);
+/* lane k: the sum of w's and x's bytes 4k..4k+3 multiplied, exact */
+static inline int32x4_t vdot4_s8(int8x16_t w, int8x16_t x) {
 #if defined(LOOM_VARIANT_NEONDOT)
-    return vdotq_s32(vdupq_n_s32(0), wv, xv);
-#else /* pairs into int32, then pairs of pairs: lane k columns 4k..4k+3 */
-    int32x4_t a = vpaddlq_s16(vmull_s8(vget_low_s8(wv), vget_low_s8(xv)));
-    int32x4_t b = vpaddlq_s16(vmull_s8(vget_high_s8(wv), vget_high_s8(xv)));
+    return vdotq_s32(vdupq_n_s32(0), w, x);
+#else /* pairs into int32, then pairs of pairs */
+    int32x4_t a = vpaddlq_s16(vmull_s8(vget_low_s8(w), vget_low_s8(x)));
+    int32x4_t b = vpaddlq_s16(vmull_s8(vget_high_s8(w), vget_high_s8(x)));
     return vpaddq_s32(a, b);
 #endif
+}
+static inline int32x4_t vgl_dot16(uint8x16_t w, const int8_t *x) {
+    return vdot4_s8(vreinterpretq_s8_u8(w), vld1q_s8(x));
 }
 static inline vgl vgl_dot(vgb w, const int8_t *x) { return (vgl){vgl_dot16(w.lo, x), vgl_dot16(w.hi, x + 16)}; }
 static inline vgl vgl_dot_u(vgb w, const int8_t *x) { return vgl_dot(w, x); } /* s8 x s8 takes both */

@@ -746,12 +746,8 @@ static void gguf_vnni(const q8row *x, const int32_t *xsum, int nr, const uint8_t
 #if defined(LOOM_VARIANT_NEONDOT)
 #define GGUF_DOT_LANE(a, w, x, l) vdotq_laneq_s32(a, w, x, l)
 #else
-static inline int32x4_t gguf_dot_bcast(int32x4_t a, int8x16_t w, int8x16_t x4) {
-    int32x4_t lo = vpaddlq_s16(vmull_s8(vget_low_s8(w), vget_low_s8(x4)));
-    return vaddq_s32(a, vpaddq_s32(lo, vpaddlq_s16(vmull_high_s8(w, x4))));
-}
 #define GGUF_DOT_LANE(a, w, x, l)                                                                                      \
-    gguf_dot_bcast(a, w, vreinterpretq_s8_s32(vdupq_laneq_s32(vreinterpretq_s32_s8(x), l)))
+    vaddq_s32(a, vdot4_s8(w, vreinterpretq_s8_s32(vdupq_laneq_s32(vreinterpretq_s32_s8(x), l))))
 #endif
 static inline __attribute__((always_inline)) int32x4_t gguf_dot16(int32x4_t a, const int8x16_t w[4], int8x16_t x) {
     a = GGUF_DOT_LANE(a, w[0], x, 0);
@@ -981,8 +977,8 @@ static void gguf_panel256(const q8row *x, const int32_t *xsum, int nr, uint8_t *
 static void panel_gguf_q8(const q8row *x, size_t x_stride, const int32_t *xsum, int nr, const uint8_t *w, size_t ld,
                           int nw, const qlayout *q, uint8_t *pack, float *y, size_t ldy) {
     const int t = q->gtype, kp = q->kp;
-    int8_t *codes = (int8_t *)pack + (size_t)kp * (PANEL_Q8_W + PANEL_Q8_ROWS); /* after the tiles' part */
-    float *dl = (float *)(codes + (size_t)kp * PANEL_Q8_W), *ml = dl + (size_t)kp / 16 * PANEL_Q8_W;
+    int8_t *codes = panel_gguf_codes(pack, kp);
+    float *dl = panel_gguf_dl(pack, kp), *ml = panel_gguf_ml(pack, kp);
     for (int n = 0; n < PANEL_Q8_W; n++) { /* rows past nw repeat the last: their sums are not stored */
         const uint8_t *row = w + (size_t)(n < nw ? n : nw - 1) * ld;
         int8_t *cn = codes + (size_t)n * kp;
@@ -1227,13 +1223,6 @@ static void tile_q8(const q8row *x, int nr, const uint8_t *const *w, const qlayo
 #endif
 
 #if HAS_BF16_DOT
-/* Bytes ahead that dot_fp8x prefetches in its weight row's stream. Without it the hardware's
- * prefetch ran too short a way for FP8's rows, whose widening leaves the loads waiting: FP8
- * decode of the 1B shape went from 8.85 to 13.5 tok/s (4096 and 16384 bytes the same), of the
- * 8B shape from 1.63 to 2.96 (a Xeon, family 6 model 167, avx512amx, 2 threads). bf16's rows
- * (dot_bf16x) stream at the machine's rate without it, and the same prefetch there made the 8B
- * shape's decode 9% slower. */
-#define FP8X_PREFETCH 8192
 /* nw (1 or 2) bf16 weight rows against nr (1 to 4) rows of bf16 activations, two accumulators
  * per pair (VL pairs per product); the tail past the last whole product is zero-padded. Two
  * weight rows share each activation load, as each activation row shares each weight load: a
@@ -1293,6 +1282,13 @@ static void dot_bf16x(const uint16_t *const *x, int nr, const uint16_t *const *w
 #undef DOT_BF16X_NR
 }
 
+/* Bytes ahead that dot_fp8x prefetches in its weight row's stream. Without it the hardware's
+ * prefetch ran too short a way for FP8's rows, whose widening leaves the loads waiting: FP8
+ * decode of the 1B shape went from 8.85 to 13.5 tok/s (4096 and 16384 bytes the same), of the
+ * 8B shape from 1.63 to 2.96 (a Xeon, family 6 model 167, avx512amx, 2 threads). bf16's rows
+ * (dot_bf16x) stream at the machine's rate without it, and the same prefetch there made the 8B
+ * shape's decode 9% slower. */
+#define FP8X_PREFETCH 8192
 /* One row of FP8 codes (a quantized matrix's packed row, groups of whole QBLOCKs) against nr (1
  * to 4) rows of bf16 activations: each block's codes widened to bf16 exactly in registers
  * (vload_fp8_bf16x), one bf16 dot product per block and input row into a group's fp32 sums
@@ -1309,14 +1305,15 @@ static inline __attribute__((always_inline)) void dot_fp8x_row(const uint16_t *c
 #pragma GCC unroll 4
         for (int r = 0; r < 4; r++) a[r][0] = a[r][1] = vset1(0.0f);
         int end = q->group_end[g];
-        for (; c + 2 * QBLOCK <= end; c += 2 * QBLOCK)
+        for (; c + 2 * QBLOCK <= end; c += 2 * QBLOCK) {
+            __builtin_prefetch(w + c + FP8X_PREFETCH); /* the step's 64 codes are one line */
 #pragma GCC unroll 2
             for (int u = 0; u < 2; u++) {
-                if (!u) __builtin_prefetch(w + c + FP8X_PREFETCH);
                 vbf wv = vload_fp8_bf16x(w + c + u * QBLOCK, e5m2);
 #pragma GCC unroll 4
                 for (int r = 0; r < nr; r++) a[r][u] = vdot_bf16(a[r][u], vload_bf16x(x[r] + c + u * QBLOCK), wv);
             }
+        }
         if (c < end) {
             vbf wv = vload_fp8_bf16x(w + c, e5m2);
 #pragma GCC unroll 4

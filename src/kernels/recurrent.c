@@ -67,7 +67,6 @@ void conv1d_silu(const conv_inputs *in, float *out, size_t ldo, int rows, const 
     for (int i = 0; i < in->n_in; i++)
         for (int c = 0; c < in->width[i]; c++)
             for (int j = 0; j < k; j++) taps[(size_t)j * channels + c0[i] + c] = in->w[i][(size_t)c * in->ldw[i] + j];
-
                 /* Every output row reads inputs only (the previous kernel - 1 of its sequence: rows of the
      * batch, else the state rows from before the pass, zeros at position 0), so rows run in
      * parallel; the state moves on after them. */
