@@ -55,7 +55,8 @@ install(FILES ${CMAKE_CURRENT_BINARY_DIR}/loomConfigVersion.cmake DESTINATION ${
 # adds: the pkg-config modules CMakeLists.txt found, Open MPI's own (ompi-c), oneDNN, OpenMP's run-time.
 file(RELATIVE_PATH LOOM_PC_PREFIX ${CMAKE_INSTALL_FULL_LIBDIR}/pkgconfig ${CMAKE_INSTALL_PREFIX})
 string(REGEX REPLACE "/$" "" LOOM_PC_PREFIX "${LOOM_PC_PREFIX}")
-set(LOOM_PC_REQUIRES ${BLAS_MODULE_NAME} ${PCRE2_MODULE_NAME} ${CJSON_MODULE_NAME} ${MHD_MODULE_NAME} ${XXHASH_MODULE_NAME})
+set(LOOM_PC_REQUIRES ${BLAS_MODULE_NAME} ${PCRE2_MODULE_NAME} ${CJSON_MODULE_NAME} ${MHD_MODULE_NAME} ${XXHASH_MODULE_NAME}
+    libjpeg libpng libwebp libwebpdemux)
 set(LOOM_PC_LIBS ${OpenMP_C_FLAGS} -lpthread -lm)
 if(LOOM_MPI)
   list(APPEND LOOM_PC_REQUIRES ompi-c)

@@ -17,6 +17,7 @@ fi
 # test.sh names the Python with the openai client; a build without it (run.sh) keeps what the
 # build directory had
 [ -n "${LOOM_TEST_PYTHON:-}" ] && args+=(-DLOOM_TEST_PYTHON="$LOOM_TEST_PYTHON")
+[ -n "${LOOM_TEST_VISION_PYTHON:-}" ] && args+=(-DLOOM_TEST_VISION_PYTHON="$LOOM_TEST_VISION_PYTHON")
 cmake -S . -B "$dir" "${args[@]}" >/dev/null
 cmake --build "$dir" -j "$(nproc)"
 echo "$dir"

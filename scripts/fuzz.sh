@@ -10,8 +10,8 @@ LOOM_WITH_FUZZ=1 scripts/install-deps.sh
 cmake -S . -B build-fuzz -DCMAKE_C_COMPILER=clang -DLOOM_FUZZ=ON -DLOOM_CPU_GENERIC_ONLY=ON \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG" >/dev/null
 cmake --build build-fuzz -j "$(nproc)" --target fuzz_safetensors fuzz_gguf fuzz_config fuzz_tokenizer fuzz_quant fuzz_request fuzz_template \
-  fuzz_expert_load fuzz_grammar fuzz_grammar_ambiguous fuzz_tool_calls
-for t in safetensors gguf config tokenizer quant request template expert_load grammar grammar_ambiguous tool_calls; do
+  fuzz_expert_load fuzz_grammar fuzz_grammar_ambiguous fuzz_tool_calls fuzz_image
+for t in safetensors gguf config tokenizer quant request template expert_load grammar grammar_ambiguous tool_calls image; do
   corpus=build-fuzz/corpus-$t
   mkdir -p "$corpus"
   case $t in
@@ -35,6 +35,7 @@ for t in safetensors gguf config tokenizer quant request template expert_load gr
     grammar) cp fuzz/seeds/grammar-*.bin fuzz/regressions/grammar-*.bin "$corpus/" ;;
     grammar_ambiguous) cp fuzz/seeds/ambiguous-*.bin "$corpus/" ;;
     tool_calls) cp fuzz/seeds/tool-calls-* "$corpus/" ;;
+    image) cp fuzz/seeds/image-* "$corpus/" ;;
   esac
   echo "fuzz_$t: ${secs}s"
   if ! (cd build-fuzz && ./fuzz_$t -max_total_time="$secs" -max_len=65536 -rss_limit_mb=4096 "corpus-$t" > "fuzz-$t.log" 2>&1); then

@@ -2,7 +2,7 @@
 # Installs the Debian packages loom builds and tests with. Idempotent; run as root (or with sudo).
 set -euo pipefail
 pkgs=(cmake gcc make pkg-config binutils libopenblas-openmp-dev libdnnl-dev libpcre2-dev libcjson-dev libmicrohttpd-dev libopenmpi-dev openmpi-bin
-      libunistring-dev libxxhash-dev libhwloc-dev libudev-dev
+      libunistring-dev libxxhash-dev libhwloc-dev libudev-dev libjpeg62-turbo-dev libpng-dev libwebp-dev
       python3 python3-venv)
 # libhwloc-dev places ranks (src/runtime/topology.c); libudev-dev only for the -ludev that
 # hwloc's pkg-config file adds to a static link (scripts/check-install.sh links libloom.a)
@@ -16,7 +16,8 @@ pkgs=(cmake gcc make pkg-config binutils libopenblas-openmp-dev libdnnl-dev libp
 # one's at the same path, so that build runs its GEMMs on OpenBLAS (-DLOOM_DNNL=OFF).
 [ "${LOOM_WITH_AARCH64:-0}" = 1 ] && pkgs+=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user
                                              libopenblas-openmp-dev:arm64 libpcre2-dev:arm64 libcjson-dev:arm64
-                                             libmicrohttpd-dev:arm64 libxxhash-dev:arm64)
+                                             libmicrohttpd-dev:arm64 libxxhash-dev:arm64 libjpeg62-turbo-dev:arm64
+                                             libpng-dev:arm64 libwebp-dev:arm64)
 missing=()
 # A bare name is ambiguous to dpkg once the arm64 instance of a library is installed too: the
 # native one is then asked for by name:arch.

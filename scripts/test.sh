@@ -5,7 +5,7 @@
 # Debian's Chromium), installed from PyPI into a virtual environment (.venv/), with `jsonschema`,
 # the validator structured outputs are checked against, and transformers (torch, gguf,
 # accelerate), which turns the real Gemma 3 GGUF into the folder tests/gemma3_real.py checks
-# loom against.
+# loom against; and, in .venv-vision/, torchvision and Pillow, which make images' pixels.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
@@ -18,6 +18,19 @@ if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c \
     torch==2.13.0 transformers==5.24.0 gguf==0.19.0 accelerate==1.16.0
 fi
 export LOOM_TEST_PYTHON=$PWD/.venv/bin/python
+# Images' oracle (tests/image_pixels.py): transformers' image processors run on torchvision,
+# whose PyPI build does not load beside the CPU torch above, so they get a venv of their own with
+# a torch it does load with (a CUDA build on x86_64, which runs on the CPU; 5.7 GB).
+if [ ! -x .venv-vision/bin/python ] || ! .venv-vision/bin/python -c \
+  "import torch, torchvision, transformers, PIL, numpy" 2>/dev/null; then
+  python3 -m venv .venv-vision
+  case $(uname -m) in
+    x86_64) vision=(torch==2.14.1 torchvision==0.29.1) ;;
+    *) vision=(torch==2.9.1 torchvision==0.24.1) ;;
+  esac
+  .venv-vision/bin/pip install -q "${vision[@]}" transformers==5.24.0 pillow==13.0.0 numpy==2.4.6
+fi
+export LOOM_TEST_VISION_PYTHON=$PWD/.venv-vision/bin/python
 dir=$(scripts/build.sh "$@" | tail -n 1)
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
 # Two tests at a time on two cores, each with ranks and OpenMP threads: threads that spin at
