@@ -107,6 +107,10 @@ typedef struct loom_model_info {
      * none), and Mamba-2's groups of B and C, by which its gated norm normalises (0: none) */
     int n_recurrent_layers, n_linear_k_heads, n_linear_v_heads, n_linear_groups;
     int n_attention_layers; /* the layers that attend (a hybrid model's others do not) */
+    /* a vision-language model (0 tokens: a text model): the square side its pictures' pixel
+     * values have, the tokens each picture takes in a prompt, and their placeholder id, which
+     * the prompt holds image_tokens times between image_begin and image_end */
+    int image_size, image_tokens, image_token, image_begin, image_end;
 } loom_model_info;
 LOOM_API void loom_model_get_info(const loom_model *m, loom_model_info *info);
 
@@ -207,8 +211,17 @@ typedef struct loom_batch {
     const int32_t *ids, *pos, *seq;
     int n_logits;
     const int32_t *logit_rows;
+    /* A vision-language model: one row of the text model's width per image token of the batch,
+     * in order (loom_encode_image's features), or NULL; every token of an image must be in
+     * the same batch, since they attend to each other. */
+    const float *image_rows;
 } loom_batch;
 LOOM_API int loom_forward(loom_engine *e, const loom_batch *b, const float **logits, loom_err *err);
+/* A vision-language model's features of one picture: pixels [3, image_size, image_size] as its
+ * image processor makes them (loom_model_info), features [image_tokens, hidden], the rows a
+ * batch's image tokens take (loom_batch.image_rows). Every rank runs the whole vision tower and
+ * gets the same rows; each calls this, as loom_forward. */
+LOOM_API int loom_encode_image(loom_engine *e, const float *pixels, float *features, loom_err *err);
 /* Data parallelism with expert parallelism (loom_engine_options.data_parallel): this replica has
  * nothing more to run; its experts keep serving the other replicas' tokens, in empty passes,
  * until every replica has called this. Returns at once on an engine whose replicas do not step

@@ -220,7 +220,7 @@ static inline int golden_run(loom_engine *e, const golden *g, float *out, loom_e
     const float *lg;
     for (int t0 = 0; t0 < t; t0 += GOLDEN_PASS_TOKENS) { /* both prompts in one pass, or in chunks */
         int n = t - t0 < GOLDEN_PASS_TOKENS ? t - t0 : GOLDEN_PASS_TOKENS;
-        loom_batch b = {n, ids + t0, pos + t0, seq + t0, n, rows};
+        loom_batch b = {n, ids + t0, pos + t0, seq + t0, n, rows, NULL};
         if (loom_forward(e, &b, &lg, err)) return -1;
         for (int r = t0; r < t0 + n; r++)
             memcpy(out + (size_t)golden_row(g, seq[r], pos[r]) * g->vocab, lg + (size_t)(r - t0) * g->vocab,
@@ -231,7 +231,7 @@ static inline int golden_run(loom_engine *e, const golden *g, float *out, loom_e
             int p = g->prefill[s] + step;
             ids[s] = g->ids[s][p], pos[s] = p, seq[s] = s, rows[s] = s;
         }
-        loom_batch d = {2, ids, pos, seq, 2, rows};
+        loom_batch d = {2, ids, pos, seq, 2, rows, NULL};
         if (loom_forward(e, &d, &lg, err)) return -1;
         for (int s = 0; s < 2; s++)
             memcpy(out + (size_t)golden_row(g, s, g->prefill[s] + step) * g->vocab, lg + (size_t)s * g->vocab,
@@ -248,7 +248,7 @@ static inline int golden_run_alone(loom_engine *e, const golden *g, int s, float
     loom_engine_reset_seq(e, 0);
     for (int t0 = 0; t0 < g->n[s];) {
         int left = g->prefill[s] - t0, n = left <= 0 ? 1 : left < GOLDEN_PASS_TOKENS ? left : GOLDEN_PASS_TOKENS;
-        loom_batch b = {n, ids + t0, pos + t0, seq + t0, n, rows};
+        loom_batch b = {n, ids + t0, pos + t0, seq + t0, n, rows, NULL};
         const float *lg;
         if (loom_forward(e, &b, &lg, err)) return -1;
         if (out) memcpy(out + (size_t)golden_row(g, s, t0) * g->vocab, lg, (size_t)n * g->vocab * sizeof *lg);

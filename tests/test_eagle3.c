@@ -73,7 +73,7 @@ static int capture_rank(loom_comm *comm, void *arg) {
     loom_engine *e = loom_engine_new(j->m, &eo, &err);
     int32_t pos[N], seq[N] = {0}, rows[N];
     for (int i = 0; i < N; i++) pos[i] = i, rows[i] = i;
-    loom_batch b = {N, j->ids, pos, seq, N, rows};
+    loom_batch b = {N, j->ids, pos, seq, N, rows, NULL};
     const float *lg;
     int rc = e && !loom_forward(e, &b, &lg, &err) ? 0 : 1;
     if (!rc && (!comm || loom_comm_rank(comm) == 0)) {
@@ -153,7 +153,7 @@ static void check_draft(const st_file *g, const char *fmt, const int32_t *ids) {
     linear(aux, 3 * H, N, N, &fc, NULL, gbuf, H);
     int32_t pos[N], seq[N] = {0}, rows[N];
     for (int i = 0; i < N; i++) pos[i] = i, rows[i] = i;
-    loom_batch b = {N, ids + 1, pos, seq, N, rows}; /* pair q: token q + 1 beside the state at q */
+    loom_batch b = {N, ids + 1, pos, seq, N, rows, NULL}; /* pair q: token q + 1 beside the state at q */
     const float *lg;
     snprintf(key, sizeof key, "%s_first", fmt);
     const float *want = tensor_f32(g, key, (size_t)N * DV);
@@ -166,7 +166,7 @@ static void check_draft(const st_file *g, const char *fmt, const int32_t *ids) {
         memcpy(in, last + (size_t)(j ? 0 : N - 1) * w, H * sizeof *in);
         snprintf(key, sizeof key, "%s_chain_ids", fmt);
         int32_t tok = (int32_t)id_at(g, key, j), p = N + j, s0 = 0, r0 = 0;
-        loom_batch c = {1, &tok, &p, &s0, 1, &r0};
+        loom_batch c = {1, &tok, &p, &s0, 1, &r0, NULL};
         CHECK(!engine_forward_rows(e, &c, in, &lg, &err), "%s step %d: %s", fmt, j + 1, err.msg);
         snprintf(key, sizeof key, "%s_chain", fmt);
         const float *wc = tensor_f32(g, key, (size_t)2 * DV);

@@ -184,7 +184,7 @@ static void gqa_step(kv_layer *c, int rows, const int32_t *pos, const int32_t *s
         for (int i = 0; i < KVW; i++)
             k_data[r * KVW + i] = val(id * 137 + i + 5), v_data[r * KVW + i] = val(id * 139 + i + 9);
     }
-    attention(&gqa, c, q_data, LDQ, k_data, KVW, v_data, KVW, out, HEADS * HD, rows, pos, seq);
+    attention(&gqa, c, q_data, LDQ, k_data, KVW, v_data, KVW, out, HEADS * HD, rows, pos, seq, NULL);
 }
 
 static attn_shape mla = {

@@ -58,7 +58,7 @@ static int long_run(loom_engine *e, int vocab, float *out, loom_err *err) {
         for (int s = 0; s < LONG_SEQS; s++) rows[s] = pass ? s : (s + 1) * LONG_LEN - 1;
         if (pass)
             for (int s = 0; s < LONG_SEQS; s++) ids[s] = (s * 5 + 3) % vocab, pos[s] = LONG_LEN, seq[s] = s;
-        loom_batch b = {pass ? LONG_SEQS : t, ids, pos, seq, LONG_SEQS, rows};
+        loom_batch b = {pass ? LONG_SEQS : t, ids, pos, seq, LONG_SEQS, rows, NULL};
         const float *lg;
         if (loom_forward(e, &b, &lg, err)) return -1;
         memcpy(out + (size_t)pass * LONG_SEQS * vocab, lg, (size_t)LONG_SEQS * vocab * sizeof *lg);

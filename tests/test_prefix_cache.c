@@ -99,7 +99,7 @@ static int run_seq(loom_engine *e, int seq, int32_t *ctx, int from, int n, int g
         int k = n - at < chunk ? n - at : chunk;
         for (int j = 0; j < k; j++) ids[j] = ctx[at + j], pos[j] = at + j, sq[j] = seq;
         row = k - 1;
-        loom_batch pass = {k, ids, pos, sq, 1, &row};
+        loom_batch pass = {k, ids, pos, sq, 1, &row, NULL};
         if (loom_forward(e, &pass, &lg, err)) return -1;
         at += k;
     }
@@ -107,7 +107,7 @@ static int run_seq(loom_engine *e, int seq, int32_t *ctx, int from, int n, int g
     for (int g = 0; g < gen; g++) {
         ctx[n + g] = argmax(logits + (size_t)g * vocab, vocab);
         ids[0] = ctx[n + g], pos[0] = n + g, sq[0] = seq, row = 0;
-        loom_batch b = {1, ids, pos, sq, 1, &row};
+        loom_batch b = {1, ids, pos, sq, 1, &row, NULL};
         if (loom_forward(e, &b, &lg, err)) return -1;
         memcpy(logits + (size_t)(g + 1) * vocab, lg, vocab * sizeof *lg);
     }

@@ -69,7 +69,7 @@ static int run_tokens(loom_engine *e, const int32_t *ids, int from, int n, int s
     loom_err err = {{0}};
     for (int t0 = from; t0 < n; t0 += chunk) {
         int k = n - t0 < chunk ? n - t0 : chunk;
-        loom_batch b = {k, ids + t0, pos + t0, seq + t0, k, rows};
+        loom_batch b = {k, ids + t0, pos + t0, seq + t0, k, rows, NULL};
         const float *lg;
         if (loom_forward(e, &b, &lg, &err)) {
             CHECK(0, "%s: a pass of %d tokens: %s", name, k, err.msg);

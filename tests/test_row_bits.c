@@ -120,7 +120,7 @@ static void prompt_in_passes(const float *q, const float *k, const float *v, con
     for (int p0 = 0, i = 0; p0 < PROMPT; p0 += passes[i], i += passes[i + 1] != 0) {
         int n = PROMPT - p0 < passes[i] ? PROMPT - p0 : passes[i];
         for (int r = 0; r < n; r++) pos[r] = p0 + r;
-        attention(&s, &c, q + p0 * qw, qw, k + p0 * kvw, kvw, v + p0 * kvw, kvw, out + p0 * qw, qw, n, pos, seq);
+        attention(&s, &c, q + p0 * qw, qw, k + p0 * kvw, kvw, v + p0 * kvw, kvw, out + p0 * qw, qw, n, pos, seq, NULL);
     }
     free(c.k), free(c.v);
 }

@@ -99,7 +99,7 @@ static module *model_of(int hidden, tail_fn tail, void (*outside)(module *layer,
     int r = emit_call(layer, region, &h, 1, "mlp");
     module_output(layer, emit_add(layer, h, r, "resid"));
     module *m = module_new("model", "model");
-    int e = emit_embed(m, "embed.weight", V, hidden);
+    int e = emit_embed(m, "embed.weight", V, hidden, 1.0f, -1);
     e = emit_call(m, layer, &e, 1, "hidden");
     linear_desc head = lin("embed.weight", hidden, V, PAR_VOCAB);
     module_output(m, emit_linear(m, emit_logit_rows(m, e), &head));
@@ -213,7 +213,7 @@ static module *ep_model(ep_tail_fn tail) {
     int r = emit_call(layer, region, &h, 1, "mlp");
     module_output(layer, emit_add(layer, h, r, "resid"));
     module *m = module_new("model", "model");
-    int e = emit_call(m, layer, (int[]){emit_embed(m, "embed.weight", V, H)}, 1, "hidden");
+    int e = emit_call(m, layer, (int[]){emit_embed(m, "embed.weight", V, H, 1.0f, -1)}, 1, "hidden");
     linear_desc head = lin("embed.weight", H, V, PAR_VOCAB);
     module_output(m, emit_linear(m, emit_logit_rows(m, e), &head));
     return m;

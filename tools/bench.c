@@ -87,7 +87,7 @@ static int prefill(loom_engine *e, const latency_opts *o, batch_bufs *b, int chu
                 if (++s < o->batch) p = b->from[s];
             }
         }
-        loom_batch bt = {k, b->ids, b->pos, b->seq, nl, b->rows};
+        loom_batch bt = {k, b->ids, b->pos, b->seq, nl, b->rows, NULL};
         if (loom_forward(e, &bt, &logits, err)) return -1;
         for (int r = 0; b->first && r < nl; r++)
             b->first[b->seq[b->rows[r]]] = logits_argmax(logits + (size_t)r * o->vocab, o->vocab);
@@ -138,7 +138,7 @@ static int decode_greedy(loom_engine *e, loom_speculator *sp, const latency_opts
             }
         }
         const float *logits;
-        loom_batch bt = {nt, b->ids, b->pos, b->seq, nt, b->rows};
+        loom_batch bt = {nt, b->ids, b->pos, b->seq, nt, b->rows, NULL};
         double t0 = now();
         if ((rc = loom_forward(e, &bt, &logits, err))) break;
         f->target_s += now() - t0;
@@ -198,7 +198,7 @@ static int one_iteration(loom_engine *e, loom_speculator *sp, const latency_opts
             b->pos[s] = o->input_len + step - 1;
             b->rows[s] = s;
         }
-        loom_batch bt = {o->batch, b->ids, b->pos, b->seq, o->batch, b->rows};
+        loom_batch bt = {o->batch, b->ids, b->pos, b->seq, o->batch, b->rows, NULL};
         if (loom_forward(e, &bt, &logits, err)) return -1;
     }
     *prefill_s = t1 - t0;
@@ -632,6 +632,7 @@ int cli_bench(int argc, char **argv) {
     if (argc >= 1 && !strcmp(argv[0], "latency")) return bench_latency(argc - 1, argv + 1);
     if (argc >= 1 && !strcmp(argv[0], "machine")) return bench_machine(argc - 1, argv + 1);
     if (argc >= 1 && !strcmp(argv[0], "grammar")) return bench_grammar(argc - 1, argv + 1);
-    fprintf(stderr, "usage: loom bench latency|machine|grammar [options]\n");
+    if (argc >= 1 && !strcmp(argv[0], "image")) return bench_image(argc - 1, argv + 1);
+    fprintf(stderr, "usage: loom bench latency|machine|grammar|image [options]\n");
     return 2;
 }

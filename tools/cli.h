@@ -90,8 +90,9 @@ void cli_rank_error(const char *cmd, const loom_comm *comm, const loom_err *err)
 /* Prints "CPU: <model>, kernels <variant> (runs: ...)" to f; 1 if LOOM_CPU is unusable (printed
  * as "loom CMD: ..."). */
 int cli_print_cpu(const char *cmd, FILE *f);
-/* `loom bench grammar` (bench_grammar.c). */
+/* `loom bench grammar` (bench_grammar.c), `loom bench image` (bench_image.c). */
 int bench_grammar(int argc, char **argv);
+int bench_image(int argc, char **argv);
 int cli_bench(int argc, char **argv);
 int cli_plan(int argc, char **argv);
 int cli_verify(int argc, char **argv);

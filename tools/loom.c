@@ -13,6 +13,7 @@ static void usage(FILE *f) {
           "  run            generate text (default: the embedded stories260K model, greedy, 200 tokens)\n"
           "  bench latency  prefill/decode latency with vLLM's flags and report\n"
           "  bench machine  sgemm rate and memory bandwidth of this machine\n"
+          "  bench image    a vision-language model's encoding time for one picture\n"
           "  plan           print the module tree and the execution plan (regions and verdicts with -sp)\n"
           "  verify         run tp=1, TP and TP+SP on the same prompts and compare them (needs -tp N)\n"
           "  serve          OpenAI-compatible HTTP server with continuous batching (see serve options)\n"

@@ -52,7 +52,7 @@ static int verify_rank(loom_comm *comm, void *arg) {
             int start = step ? j->n_prompt[p] + step - 1 : 0;
             for (int i = 0; i < n; i++) pos[i] = start + i;
             int32_t last = n - 1;
-            loom_batch b = {n, ids, pos, seq, 1, &last};
+            loom_batch b = {n, ids, pos, seq, 1, &last, NULL};
             const float *lg;
             rc = loom_forward(e, &b, &lg, &err);
             if (rc) break;

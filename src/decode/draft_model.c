@@ -26,7 +26,7 @@ static int32_t cached_token(const loom_engine *e, int seq, int p) {
  * greedy next token in next[i]. */
 static int run_pass(loom_speculator *s, int nt, int nl, const int *row_seq, int32_t *next, loom_err *err) {
     const float *logits;
-    loom_batch b = {nt, s->ids, s->pos, s->seq, nl, s->rows};
+    loom_batch b = {nt, s->ids, s->pos, s->seq, nl, s->rows, NULL};
     if (loom_forward(s->draft, &b, &logits, err)) return loom_err_prefix(err, "the draft model");
     for (int r = 0; r < nl; r++) next[row_seq[r]] = logits_argmax(logits + (size_t)r * s->draft_vocab, s->draft_vocab);
     return 0;

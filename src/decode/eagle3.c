@@ -56,7 +56,7 @@ static void queue(loom_speculator *s, int *nt, int32_t token, int pos, int seq, 
 }
 
 static int run(loom_speculator *s, int nt, int nl, const float **logits, loom_err *err) {
-    loom_batch b = {nt, s->ids, s->pos, s->seq, nl, s->rows};
+    loom_batch b = {nt, s->ids, s->pos, s->seq, nl, s->rows, NULL};
     return engine_forward_rows(s->draft, &b, s->eagle3->in, logits, err) ? loom_err_prefix(err, "the Eagle3 draft") : 0;
 }
 

@@ -168,9 +168,11 @@ static int attach_lin(module *m, op *o, const linear_desc *l) {
     return o->out[0];
 }
 
-int emit_embed(module *m, const char *table, int vocab, int hidden) {
-    op *o = new_op(m, OP_EMBED, 0, NULL, "embeds");
+int emit_embed(module *m, const char *table, int vocab, int hidden, float scale, int image_token) {
+    op *o = new_op(m, OP_EMBED, 0, NULL, scale != 1.0f ? "embeds_scaled" : "embeds");
     if (!o) return -1;
+    o->scalar = scale;
+    o->image_token = image_token;
     linear_desc l = {.in = hidden, .n_parts = 1, .style = PAR_VOCAB};
     snprintf(l.parts[0].weight, sizeof l.parts[0].weight, "%s", table);
     l.parts[0].out = vocab;

@@ -7,7 +7,8 @@
 #include "loom.h"
 
 typedef enum op_kind {
-    OP_EMBED,        /* out[T, hidden] = table[token ids]                           */
+    OP_EMBED,        /* out[T, hidden] = table[token ids] * scalar; a vision-language model's
+                       image tokens take the pass's image rows instead             */
     OP_LINEAR,       /* out = in @ W^T (+ bias), W given in parts fused along out    */
     OP_SPLIT,        /* out = view of part `part` of a fused linear's output         */
     OP_RMS_NORM,     /* out = rms_norm(in) * w, over rows or over groups of `group`  */
@@ -176,7 +177,8 @@ typedef struct op {
     bool wide;           /* OP_RMS_NORM by groups whose weight spans every group (Mamba-2's
                               gated norm), where one group's weight serves them all otherwise */
     int part;            /* OP_SPLIT */
-    float scalar;        /* OP_SCALE, OP_SOFTCAP */
+    float scalar;        /* OP_SCALE, OP_SOFTCAP, OP_EMBED (its rows' scale) */
+    int image_token;     /* OP_EMBED: the id whose rows are the image rows (loom_batch's), -1: none */
     attn_desc attn;      /* OP_ATTENTION */
     rope_desc rope;      /* OP_ROPE */
     module *child;       /* OP_CALL */
@@ -219,7 +221,9 @@ void module_output(module *m, int value);
 int module_end_at(module *m, int value);
 
 /* Op emitters: each returns the id of the value it defines (-1 when out of memory). */
-int emit_embed(module *m, const char *table, int vocab, int hidden);
+/* The embedding, its rows times scale (Gemma's sqrt(hidden), Granite's multiplier; 1: as
+ * stored); rows of image_token (-1: none) are the batch's image rows, unscaled. */
+int emit_embed(module *m, const char *table, int vocab, int hidden, float scale, int image_token);
 int emit_linear(module *m, int in, const linear_desc *lin);
 int emit_split(module *m, int fused, int part, const char *name);
 int emit_rms_norm(module *m, int in, const char *weight, float eps, int group, const char *name);

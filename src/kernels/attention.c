@@ -78,11 +78,20 @@ static void write_cache(kv_layer *c, const float *k, size_t ldk, const float *v,
     }
 }
 
+/* The first query of t that sees the key at kp (reach non-decreasing): queries by position, or
+ * by reach. */
+static long first_seeing(const attend_task *t, int kp) {
+    if (!t->reach) return (long)(kp - t->p0);
+    long i = 0, n = t->rows / t->g;
+    while (i < n && t->reach[i] < kp) i++;
+    return i;
+}
+
 /* Row j of a chunk's scores (key at position kp, rows padded to rp) after scaling: soft-capped
  * where a row may see the key, -inf where it may not. Row r is query p0 + r / g, which sees
- * keys at or before it and, with a window, within the window. */
+ * keys at or before it (or its reach) and, with a window, within the window. */
 static void mask_scores(const attend_task *t, float *sj, int kp, int rp) {
-    long lo = (long)(kp - t->p0) * t->g, hi = t->window ? (long)(kp + t->window - t->p0) * t->g : t->rows;
+    long lo = first_seeing(t, kp) * t->g, hi = t->window ? (long)(kp + t->window - t->p0) * t->g : t->rows;
     lo = lo < 0 ? 0 : lo > t->rows ? t->rows : lo;
     hi = hi < lo ? lo : hi > t->rows ? t->rows : hi;
     for (long r = 0; r < lo; r++) sj[r] = -INFINITY;
@@ -101,7 +110,7 @@ void attend(const attend_task *t) {
     for (int d = 0; d < dq; d++) /* padding rows hold zeros: their scores are masked anyway */
         for (int r = 0; r < rp; r++) sc->qt[(size_t)d * rp + r] = r < rows ? t->q[(size_t)r * t->ldq + d] : 0.0f;
     memset(sc->acc, 0, (size_t)rows * dv * sizeof(float));
-    int last = t->p0 + rows / g - 1, first = t->window ? t->p0 - t->window + 1 : 0;
+    int last = t->reach ? t->reach[rows / g - 1] : t->p0 + rows / g - 1, first = t->window ? t->p0 - t->window + 1 : 0;
     if (first < 0) first = 0;
     int chunk = t->cache && t->block_size < KB ? t->block_size : KB;
     for (int k0 = first - first % chunk; k0 <= last; k0 += chunk) {
@@ -139,7 +148,7 @@ void attend(const attend_task *t) {
 /* Queries r0..r0+nq-1 of the batch (sequence sq, positions p0..), kv head kvh, with the query
  * heads that share it stacked: row i*g + j is query i, head kvh*g + j. */
 static void attend_block(const attn_shape *s, const kv_layer *c, const float *q, size_t ldq, float *out, size_t ldo,
-                         int r0, int nq, int kvh, int sq, int p0) {
+                         int r0, int nq, int kvh, int sq, int p0, const int32_t *reach) {
     static _Thread_local fbuf stacked_rows;
     int hd = s->head_dim, g = s->n_heads / s->n_kv_heads;
     float *stacked = fbuf_get(&stacked_rows, (size_t)nq * g * hd);
@@ -168,7 +177,8 @@ static void attend_block(const attn_shape *s, const kv_layer *c, const float *q,
                           .blocks = c->tables + (size_t)sq * c->table_width,
                           .block_size = c->block_size,
                           .softcap = s->softcap,
-                          .sinks = s->sinks ? s->sinks + (size_t)kvh * g : NULL});
+                          .sinks = s->sinks ? s->sinks + (size_t)kvh * g : NULL,
+                          .reach = reach});
 }
 
 int attention_run_end(int r, int rows, const int32_t *pos, const int32_t *seq, int most) {
@@ -178,7 +188,8 @@ int attention_run_end(int r, int rows, const int32_t *pos, const int32_t *seq, i
 }
 
 void attention(const attn_shape *s, kv_layer *cache, const float *q, size_t ldq, const float *k, size_t ldk,
-               const float *v, size_t ldv, float *out, size_t ldo, int rows, const int32_t *pos, const int32_t *seq) {
+               const float *v, size_t ldv, float *out, size_t ldo, int rows, const int32_t *pos, const int32_t *seq,
+               const int32_t *reach) {
     write_cache(cache, k, ldk, v, ldv, rows, pos, seq);
     int n_blocks = 0;
     for (int r = 0; r < rows; r = attention_run_end(r, rows, pos, seq, QB)) n_blocks++;
@@ -189,6 +200,7 @@ void attention(const attn_shape *s, kv_layer *cache, const float *q, size_t ldq,
 #pragma omp parallel for schedule(dynamic, 1)
     for (int t = 0; t < tasks; t++) {
         int bl = t / s->n_kv_heads, kvh = t % s->n_kv_heads, r0 = starts[bl];
-        attend_block(s, cache, q, ldq, out, ldo, r0, starts[bl + 1] - r0, kvh, seq[r0], pos[r0]);
+        attend_block(s, cache, q, ldq, out, ldo, r0, starts[bl + 1] - r0, kvh, seq[r0], pos[r0],
+                     reach ? reach + r0 : NULL);
     }
 }

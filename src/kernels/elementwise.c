@@ -1,5 +1,5 @@
-/* Row-wise kernels: RMSNorm (also in two steps, for a norm whose row spans ranks), gated
- * activations (SiLU or GELU-tanh, times up), soft-capping, residual add, scaling, sigmoid gating (by a value per row or per element), the
+/* Row-wise kernels: RMSNorm (also in two steps, for a norm whose row spans ranks), LayerNorm
+ * (a vision tower's), gated activations (SiLU or GELU-tanh, times up) and GELU-tanh alone, soft-capping, residual add, scaling, sigmoid gating (by a value per row or per element), the
  * gated norm of recurrent mixers, embedding lookup. The loops over rows are here; the
  * loop over a row's columns is the CPU variant's (cpu/variant.c). */
 #include <math.h>
@@ -72,6 +72,30 @@ void glu(const gate_fn *f, const float *gate, size_t ldg, const float *up, size_
         else if (f->kind == GATE_SILU_CLAMPED) k->silu_clamped_mul(g, u, o, cols, f->limit, f->alpha);
         else if (f->kind == GATE_GELU_TANH) k->gelu_tanh_mul(g, u, o, cols);
         else k->silu_mul(g, u, o, cols);
+    }
+}
+
+/* out = gelu_tanh(x), as act(gate) * up with up all ones (the product by 1 is exact) */
+void gelu_tanh_rows(const float *x, size_t ldx, float *out, size_t ldo, int rows, int cols) {
+    static _Thread_local fbuf ones_buf;
+    float *ones = fbuf_get(&ones_buf, (size_t)cols);
+    if (!ones) return; /* recorded (kernels.h) */
+    for (int c = 0; c < cols; c++) ones[c] = 1.0f;
+    for (int r = 0; r < rows; r++) cpu()->gelu_tanh_mul(x + (size_t)r * ldx, ones, out + (size_t)r * ldo, cols);
+}
+
+void layer_norm(const float *x, size_t ldx, float *out, size_t ldo, int rows, int cols, const float *weight,
+                const float *bias, float eps) {
+#pragma omp parallel for schedule(static) if (rows > 1)
+    for (int r = 0; r < rows; r++) {
+        const float *xr = x + (size_t)r * ldx;
+        float *o = out + (size_t)r * ldo;
+        double sum = 0, sq = 0; /* in double: the two moments of a row without cancellation */
+        for (int c = 0; c < cols; c++) sum += xr[c];
+        double mean = sum / cols;
+        for (int c = 0; c < cols; c++) sq += (xr[c] - mean) * (xr[c] - mean);
+        float inv = (float)(1.0 / sqrt(sq / cols + eps)), m = (float)mean;
+        for (int c = 0; c < cols; c++) o[c] = (xr[c] - m) * inv * weight[c] + bias[c];
     }
 }
 

@@ -184,6 +184,11 @@ typedef struct gate_fn {
 /* out = act(gate) * up by f */
 void glu(const gate_fn *f, const float *gate, size_t ldg, const float *up, size_t ldu, float *out, size_t ldo, int rows,
          int cols);
+/* out = gelu(x) by its tanh approximation (a vision tower's MLP) */
+void gelu_tanh_rows(const float *x, size_t ldx, float *out, size_t ldo, int rows, int cols);
+/* out = (x - mean) / sqrt(var + eps) * weight + bias over each row (a vision tower's LayerNorm) */
+void layer_norm(const float *x, size_t ldx, float *out, size_t ldo, int rows, int cols, const float *weight,
+                const float *bias, float eps);
 /* out = cap * tanh(x / cap) */
 void softcap_rows(const float *x, size_t ldx, float cap, float *out, size_t ldo, int rows, int cols);
 /* out = max(x, 0)^2 */
@@ -289,7 +294,9 @@ typedef struct mla_shape {
 
 /* Causal attention for a flattened batch: row r is token at position pos[r] of sequence
  * seq[r]. Writes k/v into the cache first, then each query attends to its sequence's keys
- * 0..pos (or the last `window` of them). Rows of one sequence are contiguous. */
+ * 0..pos (or the last `window` of them), or 0..reach[r] where reach is given (an image's tokens,
+ * all in this pass, seeing each other: attend_task's reach). Rows of one sequence are
+ * contiguous. */
 typedef struct attn_shape {
     int n_heads, n_kv_heads, head_dim, window;
     float scale;
@@ -298,7 +305,8 @@ typedef struct attn_shape {
     const float *sinks; /* this rank's heads' sink logits (attend_task's; NULL: none) */
 } attn_shape;
 void attention(const attn_shape *s, kv_layer *cache, const float *q, size_t ldq, const float *k, size_t ldk,
-               const float *v, size_t ldv, float *out, size_t ldo, int rows, const int32_t *pos, const int32_t *seq);
+               const float *v, size_t ldv, float *out, size_t ldo, int rows, const int32_t *pos, const int32_t *seq,
+               const int32_t *reach);
 
 /* One attention task (attention.c): `rows` query rows q + r*ldq, row i*g + j being query i (at
  * position p0 + i) of head j, each qk_dim long, over the keys and values of positions 0..p0+i
@@ -324,6 +332,10 @@ typedef struct attend_task {
     float softcap;      /* 0: none */
     const float *sinks; /* per stacked head (row r's: sinks[r % g]), a logit that joins each
                            softmax's denominator and weighs no value (GPT-OSS); NULL: none */
+    /* per query i, the last key position it sees where that is past its own (an image's tokens
+     * see each other, Gemma 3's; a vision tower's every patch sees all): non-decreasing in i,
+     * never before the query's position; NULL: each sees up to itself */
+    const int32_t *reach;
 } attend_task;
 void attend(const attend_task *t);
 /* The end of the run of rows starting at r: same sequence, consecutive positions, at most `most`. */

@@ -335,6 +335,7 @@ static int parse_moe(reader *r, model_config *c) {
 }
 
 static int parse_body(reader *r, model_config *c);
+static cJSON *gemma3_text_defaults(const cJSON *text);
 
 /* ERNIE 4.5 (transformers' Ernie4_5Config / Ernie4_5_MoeConfig defaults): biases on every
  * projection or on none (use_bias), head_dim 128 on the dense model, tied embeddings; the MoE
@@ -562,19 +563,47 @@ static int parse(reader *r, model_config *c) {
      * from text_config; its weights under model.language_model. (weights.c), the vision tower
      * not loaded */
     static const char *const vlm[][2] = {{"Qwen3_5ForConditionalGeneration", "Qwen3_5ForCausalLM"},
-                                         {"Qwen3_5MoeForConditionalGeneration", "Qwen3_5MoeForCausalLM"}};
+                                         {"Qwen3_5MoeForConditionalGeneration", "Qwen3_5MoeForCausalLM"},
+                                         {"Gemma3ForConditionalGeneration", "Gemma3ForCausalLM"}};
     for (size_t i = 0; i < sizeof vlm / sizeof *vlm; i++) {
         const cJSON *text = cJSON_GetObjectItemCaseSensitive(root, "text_config");
         if (strcmp(c->arch, vlm[i][0])) continue;
         if (!cJSON_IsObject(text)) return loom_errf(r->err, "%s: %s without a text_config", r->name, vlm[i][0]);
         snprintf(c->arch, sizeof c->arch, "%s", vlm[i][1]);
         c->text_of_vlm = true;
-        reader inner = {text, r->name, r->err};
-        if (parse_body(&inner, c)) return -1;
-        return cfg_bool(r, "tie_word_embeddings", c->tie_embeddings, &c->tie_embeddings); /* the outer one rules */
+        cJSON *filled = gemma3_text_defaults(text);
+        reader inner = {filled ? filled : text, r->name, r->err};
+        int rc = parse_body(&inner, c) || parse_vision(r, c) ||
+                 cfg_bool(r, "tie_word_embeddings", c->tie_embeddings, &c->tie_embeddings); /* the outer one rules */
+        cJSON_Delete(filled);
+        return rc ? -1 : 0;
     }
     if (parse_body(r, c)) return -1;
     return strcmp(c->arch, "LlamaForCausalLMEagle3") ? 0 : parse_eagle3(r, root, c, false);
+}
+
+/* A released Gemma 3's text_config names only what differs from Gemma3TextConfig's defaults
+ * (gemma-3-4b-it's: the widths, the layers, RoPE's scaling and the window): a copy with the
+ * defaults the shared fields would otherwise require, or NULL (not Gemma 3, or out of memory,
+ * when the file is read as it is). */
+static cJSON *gemma3_text_defaults(const cJSON *text) {
+    const char *type = cfg_str(text, "model_type");
+    if (!type || strcmp(type, "gemma3_text")) return NULL;
+    cJSON *t = cJSON_Duplicate(text, 1);
+    static const struct {
+        const char *key;
+        double value;
+    } defaults[] = {{"vocab_size", 262208},
+                    {"hidden_size", 2304},
+                    {"intermediate_size", 9216},
+                    {"num_hidden_layers", 26},
+                    {"num_attention_heads", 8},
+                    {"num_key_value_heads", 4},
+                    {"max_position_embeddings", 131072}};
+    for (size_t i = 0; t && i < sizeof defaults / sizeof *defaults; i++)
+        if (!cJSON_GetObjectItemCaseSensitive(t, defaults[i].key))
+            cJSON_AddNumberToObject(t, defaults[i].key, defaults[i].value);
+    return t;
 }
 
 /* The fields every architecture shares, and what its family adds. */

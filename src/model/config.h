@@ -57,6 +57,19 @@ typedef struct mamba_config {
     float dt_min, dt_max;
 } mamba_config;
 
+/* A vision-language model's vision tower and projector (Gemma 3's: SigLIP, then an average pool
+ * to tokens_per_image tokens, a soft-embedding norm and a projection to the text model's
+ * width); kind VISION_NONE: a text model. config_vision.c reads it. */
+enum vision_kind { VISION_NONE, VISION_GEMMA3 };
+typedef struct vision_config {
+    enum vision_kind kind;
+    int hidden, intermediate, n_layers, n_heads, image_size, patch_size, channels;
+    float eps;                /* the layer norms' (and the soft-embedding norm's) */
+    int tokens_per_image;     /* mm_tokens_per_image: a square */
+    int image_token;          /* the placeholder each image token of a prompt is */
+    int boi_token, eoi_token; /* around an image's tokens in a prompt */
+} vision_config;
+
 typedef struct model_config {
     char arch[64]; /* architectures[0], e.g. "LlamaForCausalLM" */
     int hidden, intermediate, n_layers, n_heads, n_kv_heads, head_dim, vocab, max_pos;
@@ -65,8 +78,10 @@ typedef struct model_config {
     bool bare;        /* architectures[0] names the bare decoder ("Qwen3Model"): no LM head, an
                        embedding model; arch then holds its ...ForCausalLM family */
     bool text_of_vlm; /* the text model of a vision-language model (Qwen3_5ForConditionalGeneration):
-                         arch holds its text family; the vision tower is not loaded */
-    bool pooled;      /* the model outputs its final hidden states (after the final norm) where it
+                         arch holds its text family; the vision tower is not loaded unless vision
+                         describes it */
+    vision_config vision;
+    bool pooled; /* the model outputs its final hidden states (after the final norm) where it
                        would output logits: an embedding model (loom_model_options.task) */
     eagle3_config eagle3;
     float rms_eps;

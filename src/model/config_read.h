@@ -25,6 +25,9 @@ int parse_qwen3_5(reader *r, model_config *c);
 int parse_granite_hybrid(reader *r, model_config *c);
 int parse_nemotron_h(reader *r, model_config *c);
 int parse_mamba2(reader *r, model_config *c);
+/* A vision-language model's vision_config and the outer config's image tokens
+ * (config_vision.c); root is the outer config. */
+int parse_vision(reader *r, model_config *c);
 /* The layer count a hybrid model's list of layer kinds gives (Nemotron-H's layers_block_type or
  * hybrid_override_pattern, which stand for num_hidden_layers), or 0. */
 int hybrid_layer_count(const reader *r);

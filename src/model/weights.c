@@ -218,8 +218,9 @@ static int fill_dummy(weight_store *w, const char *name, int cols, int r0, int n
 }
 
 /* What checkpoints put in place of the module tree's "model.": Mamba-2's and Nemotron-H's
- * "backbone.", a vision-language model's text model's "model.language_model." (Qwen3.5's). */
-static const char *const model_aliases[] = {"backbone.", "model.language_model."};
+ * "backbone.", a vision-language model's text model's "model.language_model." (Qwen3.5's) or
+ * "language_model.model." (Gemma 3's). */
+static const char *const model_aliases[] = {"backbone.", "model.language_model.", "language_model.model."};
 #define N_ALIASES (int)(sizeof model_aliases / sizeof *model_aliases)
 
 const char *weights_tree_name(const char *file_name, char *buf, size_t cap) {

@@ -107,8 +107,9 @@ int weights_get_expert(weight_store *w, const char *name, int n_experts, int exp
 /* Names of tensors in the files that the model never asked for (NULL-terminated, malloc'd);
  * NULL when out of memory. */
 char **weights_unused(const weight_store *w);
-/* The module tree's name of checkpoint tensor `file_name`: the file's "backbone." or
- * "model.language_model." as "model." (in buf), other names as they are. */
+/* The module tree's name of checkpoint tensor `file_name`: the file's "backbone.",
+ * "model.language_model." or "language_model.model." as "model." (in buf), other names as they
+ * are. */
 const char *weights_tree_name(const char *file_name, char *buf, size_t cap);
 
 #endif

@@ -338,6 +338,8 @@ static int alloc_state(loom_engine *e, loom_err *err) {
     x->layer0 = e->layer0, x->layer1 = e->layer1, x->max_seqs = e->max_seqs;
     x->kv_blocks = e->kv.n_blocks, x->block_size = e->kv.block_size, x->table_width = e->kv.table_width;
     x->kv_tables = e->kv.tables;
+    x->image_token = c->vision.kind ? c->vision.image_token : -1;
+    x->image_width = c->hidden;
     rope_freqs f;
     rope_freqs_of(c, &f);
     if (executor_init(x, &f, err)) return -1;
@@ -375,6 +377,9 @@ loom_engine *loom_engine_new(loom_model *m, const loom_engine_options *o, loom_e
     if (join_groups(e, o, job, &pp, err) ||
         pipeline_init(&e->pl, pp, e->x.stage, microbatches, e->max_seqs, e->max_logits, err) ||
         plan_captures(e, o, err) || build_plans(e, o, pp, err) || size_kv(e, o, err))
+        goto fail;
+    if (m->cfg.vision.kind && (!(e->vision = mem_zalloc(1, sizeof *e->vision, "the vision tower", err)) ||
+                               vision_tower_load(e->vision, &m->cfg, &m->ws, err)))
         goto fail;
     for (int i = 0; i < m->tree->n_ops; i++) e->reads_rows |= m->tree->ops[i].kind == OP_INPUT_ROWS;
     if (e->reads_rows && pp > 1) {
@@ -434,6 +439,8 @@ void loom_engine_free(loom_engine *e) {
     kv_cache_free(&e->kv);
     state_cache_free(&e->sc);
     free(e->logits);
+    if (e->vision) vision_tower_free(e->vision);
+    free(e->vision);
     free(e->counts), free(e->count_col0), free(e->count_width);
     comm_free(e->ep_comm);
     comm_free(e->own_comm);
@@ -516,6 +523,28 @@ int loom_engine_wait_replicas(loom_engine *e, loom_err *err) {
 }
 
 /* Rejects a batch the kernels could not run correctly, before anything is written. */
+/* A vision-language model's image tokens: with image rows, in runs of whole images, since an
+ * image's tokens see each other (a run cut by the batch's edge would not see the rest). */
+static int check_images(const loom_engine *e, const loom_batch *b, loom_err *err) {
+    const vision_config *v = &e->model->cfg.vision;
+    if (!v->kind) return 0;
+    for (int i = 0; i < b->n_tokens;) {
+        if (b->ids[i] != v->image_token) {
+            i++;
+            continue;
+        }
+        int e0 = i;
+        while (i < b->n_tokens && b->ids[i] == v->image_token && b->seq[i] == b->seq[e0]) i++;
+        if (!b->image_rows) return loom_errf(err, "token %d: an image token, but the batch has no image rows", e0);
+        if ((i - e0) % v->tokens_per_image)
+            return loom_errf(err,
+                             "tokens %d-%d: %d image tokens, not whole images of %d (an image's tokens must all be "
+                             "in one batch)",
+                             e0, i - 1, i - e0, v->tokens_per_image);
+    }
+    return 0;
+}
+
 static int check_batch(const loom_engine *e, const loom_batch *b, loom_err *err) {
     if (b->n_tokens == 0) return b->n_logits ? loom_errf(err, "%d logit rows asked of an empty batch", b->n_logits) : 0;
     if (b->n_tokens < 0 || b->n_tokens > e->max_tokens)
@@ -543,6 +572,7 @@ static int check_batch(const loom_engine *e, const loom_batch *b, loom_err *err)
     for (int i = 0; i < b->n_logits; i++)
         if (b->logit_rows[i] < 0 || b->logit_rows[i] >= b->n_tokens)
             return loom_errf(err, "logit row %d: %d is not a token of the batch", i, b->logit_rows[i]);
+    if (check_images(e, b, err)) return -1;
     int need = kv_cache_batch_needs(&e->kv, b);
     if (need > e->kv.n_free)
         return loom_errf(err,
@@ -550,6 +580,17 @@ static int check_batch(const loom_engine *e, const loom_batch *b, loom_err *err)
                          "are free",
                          need, e->kv.block_size, e->kv.n_free, e->kv.n_blocks);
     return 0;
+}
+
+int loom_encode_image(loom_engine *e, const float *pixels, float *features, loom_err *err) {
+    const vision_config *v = &e->model->cfg.vision;
+    if (!e->vision) return loom_errf(err, "%s takes no images", e->model->cfg.arch);
+    if (e->mirror) return loom_errf(err, "an engine's mirror runs nothing");
+    if (e->layer0 > 0) { /* a later pipeline stage: its layers never read the rows */
+        memset(features, 0, (size_t)v->tokens_per_image * e->model->cfg.hidden * sizeof *features);
+        return 0;
+    }
+    return vision_encode(e->vision, pixels, features, err);
 }
 
 int engine_forward_rows(loom_engine *e, const loom_batch *b, const float *rows_in, const float **logits,

@@ -8,6 +8,7 @@
 #include "runtime/model.h"
 #include "runtime/pipeline.h"
 #include "runtime/state_cache.h"
+#include "runtime/vision.h"
 
 struct loom_engine {
     loom_model *model;
@@ -28,8 +29,9 @@ struct loom_engine {
     state_cache sc; /* recurrent layers under prefix caching: which snapshot follows which block
                        (n_slots 0: none kept) */
     float *logits;
-    bool reads_rows; /* the tree takes rows beside the ids (engine_forward_rows) */
-    bool mirror;     /* loom_engine_mirror_new's: bookkeeping only, nothing runs */
+    bool reads_rows;      /* the tree takes rows beside the ids (engine_forward_rows) */
+    vision_tower *vision; /* a vision-language model's (on every rank; run where stage 0 runs) */
+    bool mirror;          /* loom_engine_mirror_new's: bookkeeping only, nothing runs */
     /* called after every pass with its batch (an Eagle3 speculator takes the pass's hidden
      * states from the captures); a failure fails the pass */
     int (*after_pass)(void *user, const loom_batch *b, loom_err *err);

@@ -138,6 +138,9 @@ int executor_init(executor *x, const rope_freqs *f, loom_err *err) {
         ep_init(&x->ep, p, x->ep_comm->size, x->comm->size, x->max_tokens, &x->activation_bytes, err))
         return -1;
     if (f->has_local && rope_table_init(&x->rope_local, f->local, NULL, f->half, 1.0f, x->max_ctx, err)) return -1;
+    if (x->image_token >= 0 &&
+        !(x->reach = mem_array((size_t)x->max_tokens, sizeof(int32_t), "image rows' reach", err)))
+        return -1;
     x->rope_long_after = f->long_after;
     if (f->long_after) {
         size_t n = x->max_tokens;
@@ -157,6 +160,39 @@ static int seq_slot(const int32_t *seqs, int n, int32_t seq) {
     int i = 0;
     while (i < n && seqs[i] != seq) i++;
     return i;
+}
+
+/* The image tokens' rows of an embedding: the batch's image rows in order. Under TP the embedding
+ * is a partial sum over the ranks' vocabulary shards, so the first rank holds each image row and
+ * the others zeros, which the reduction adds exactly. */
+static void place_image_rows(const executor *x, const loom_batch *b, int image_token, float *out, size_t ldo, int w) {
+    int k = 0;
+    for (int r = 0; r < b->n_tokens; r++) {
+        if (b->ids[r] != image_token) continue;
+        float *o = out + (size_t)r * ldo;
+        if (x->comm->rank == 0 && b->image_rows) memcpy(o, b->image_rows + (size_t)k * w, w * sizeof *o);
+        else memset(o, 0, w * sizeof *o);
+        k++;
+    }
+}
+
+/* Each row's reach (attend_task's): an image's tokens, a run of image_token at consecutive
+ * positions of one sequence, see to the run's last; NULL when the pass has none. */
+static const int32_t *image_reach(executor *x, const loom_batch *b) {
+    if (x->image_token < 0) return NULL;
+    bool any = false;
+    for (int r = 0; r < b->n_tokens && !any; r++) any = b->ids[r] == x->image_token;
+    if (!any) return NULL;
+    for (int r = 0; r < b->n_tokens;) {
+        int e = r + 1;
+        if (b->ids[r] == x->image_token)
+            while (e < b->n_tokens && b->ids[e] == x->image_token && b->seq[e] == b->seq[r] &&
+                   b->pos[e] == b->pos[e - 1] + 1)
+                e++;
+        for (int i = r; i < e; i++) x->reach[i] = b->pos[e - 1];
+        r = e;
+    }
+    return x->reach;
 }
 
 static const int32_t *longrope_rows(executor *x, const loom_batch *b) {
@@ -187,7 +223,7 @@ void executor_free(executor *x) {
     free(x->kv);
     rope_table_free(&x->rope);
     rope_table_free(&x->rope_local);
-    free(x->rope_rows), free(x->seq_ids), free(x->seq_reach);
+    free(x->rope_rows), free(x->seq_ids), free(x->seq_reach), free(x->reach);
     moe_scratch_free(&x->moe);
     free(x->quant_send);
     for (int j = 0; j < x->n_capture; j++) free(x->capture[j]);
@@ -351,7 +387,11 @@ static void run_step(executor *x, const plan_step *s, const loom_batch *b) {
     const float *in1 = s->n_in > 1 ? value_at(x, s->in[1], &ld1) : NULL;
     const float *in2 = s->n_in > 2 ? value_at(x, s->in[2], &ld2) : NULL;
     switch (o->kind) {
-    case OP_EMBED: embed_rows(&s->w[0], s->vocab0, b->ids, rows, out, ldo); break;
+    case OP_EMBED:
+        embed_rows(&s->w[0], s->vocab0, b->ids, rows, out, ldo);
+        if (o->scalar != 1.0f) scale_rows(out, ldo, o->scalar, out, ldo, rows, w);
+        if (o->image_token >= 0) place_image_rows(x, b, o->image_token, out, ldo, w);
+        break;
     case OP_LINEAR: {
         /* Sharded linears run in the blocks and chunks the fused collectives use (T padded to a
          * multiple of the ranks, one block per rank, cut as comm_chunk_rows says), so that
@@ -435,7 +475,9 @@ static void run_step(executor *x, const plan_step *s, const loom_batch *b) {
         if (s->attn.mla.kv_lora)
             mla_attention(&s->attn, &x->kv[o->attn.layer], in0, ld0, in1, ld1, in2, ld2, s->w[1].data, out, ldo, rows,
                           b->pos, b->seq);
-        else attention(&s->attn, &x->kv[o->attn.layer], in0, ld0, in1, ld1, in2, ld2, out, ldo, rows, b->pos, b->seq);
+        else
+            attention(&s->attn, &x->kv[o->attn.layer], in0, ld0, in1, ld1, in2, ld2, out, ldo, rows, b->pos, b->seq,
+                      x->pass_reach);
         break;
     case OP_GLU: {
         gate_fn f = gate_of(&o->glu);
@@ -527,6 +569,7 @@ static int run_ep_moe(executor *x, const plan_step *s, const loom_batch *b, loom
 int executor_run_pass(executor *x, const loom_batch *b, loom_err *err) {
     x->cur = &x->plans[x->n_plans > 1 && b->n_tokens < x->sp_min_tokens];
     x->pass_rope_rows = longrope_rows(x, b);
+    x->pass_reach = image_reach(x, b);
     ep_begin_pass(&x->ep);
     for (int i = 0; i < x->cur->p.n_steps; i++) {
         const plan_step *s = &x->cur->p.steps[i];

@@ -60,8 +60,13 @@ typedef struct executor {
     int rope_long_after;
     int32_t *rope_rows, *seq_ids, *seq_reach;
     const int32_t *pass_rope_rows; /* the pass's rows of `rope`: its positions, or rope_rows */
-    moe_scratch moe;               /* shared by the MoE steps */
-    float *quant_send;             /* this rank's rows quantized for a gather of quantized rows (plan_step.code) */
+    /* a vision-language model's image placeholder (-1: none), whose runs in a pass see each other
+     * (Gemma 3): each row's reach (attention's), pass_reach NULL when the pass has no image */
+    int image_token, image_width; /* and the width of the batch's image rows */
+    int32_t *reach;
+    const int32_t *pass_reach;
+    moe_scratch moe;   /* shared by the MoE steps */
+    float *quant_send; /* this rank's rows quantized for a gather of quantized rows (plan_step.code) */
     expert_parallel ep;
     /* the values the plans keep after a pass (plan_options' capture): slot j holds
      * capture_rows rows of capture_width columns, filled from row capture_row0 on (a pipeline
@@ -79,7 +84,7 @@ typedef struct executor {
 /* Allocates what the plans run on, once: their buffers, the KV pools of layers [layer0,
  * layer1), the recurrent ops' states for max_seqs sequences, the RoPE tables of f for max_ctx
  * positions, the experts' scratch and expert parallelism's buffers. The caller has set comm, world, ep_comm, stage, the plans, the max_*
- * sizes and the pool's. */
+ * sizes, the pool's and image_token. */
 int executor_init(executor *x, const rope_freqs *f, loom_err *err);
 /* Under pipeline stages: every captured slot from the stage that made it, to every rank (rows of
  * the pass just run). */

@@ -236,6 +236,11 @@ void loom_model_get_info(const loom_model *m, loom_model_info *info) {
         .n_kv_heads = c->n_kv_heads,
         .n_recurrent_layers = recurrent,
         .n_attention_layers = attention,
+        .image_size = c->vision.kind ? c->vision.image_size : 0,
+        .image_tokens = c->vision.kind ? c->vision.tokens_per_image : 0,
+        .image_token = c->vision.kind ? c->vision.image_token : -1,
+        .image_begin = c->vision.kind ? c->vision.boi_token : -1,
+        .image_end = c->vision.kind ? c->vision.eoi_token : -1,
         .n_linear_groups = c->recurrent ? c->mamba.n_groups : 0,
         .n_linear_k_heads = !c->recurrent      ? 0
                             : c->mamba.n_heads ? c->mamba.n_heads

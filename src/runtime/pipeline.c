@@ -58,6 +58,7 @@ int pipeline_forward(pipeline *pl, executor *x, const loom_batch *b, float *logi
     double t0 = omp_get_wtime();
     int m = split_microbatches(pl, b, pl->mb_first);
     bool last = pl->stage == pl->pp - 1;
+    const float *image_rows = b->image_rows; /* each microbatch's own, from its first image token's */
     for (int k = 0; k < m; k++) {
         int t = pl->mb_first[k], n = pl->mb_first[k + 1] - t, nl = 0;
         for (int i = 0; i < b->n_logits; i++)
@@ -68,9 +69,12 @@ int pipeline_forward(pipeline *pl, executor *x, const loom_batch *b, float *logi
                          .pos = b->pos + t,
                          .seq = b->seq + t,
                          .n_logits = nl,
-                         .logit_rows = pl->mb_rows};
+                         .logit_rows = pl->mb_rows,
+                         .image_rows = image_rows};
         x->capture_row0 = t;
         if (executor_run_pass(x, &mb, err)) return -1;
+        for (int i = t; image_rows && i < t + n; i++)
+            if (b->ids[i] == x->image_token) image_rows += x->image_width;
         if (last) executor_take_logits(x, &mb, logits, vocab, pl->mb_at);
     }
     int root = (pl->pp - 1) * x->comm->size;

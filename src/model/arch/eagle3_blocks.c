@@ -35,7 +35,8 @@ static module *eagle3_layer(const model_config *c) {
 module *build_eagle3(const model_config *c) {
     module *m = module_new("model", "model");
     if (!m) return NULL;
-    int in[2] = {emit_embed(m, "embed_tokens.weight", c->vocab, c->hidden), emit_input_rows(m, c->hidden, "hidden_in")};
+    int in[2] = {emit_embed(m, "embed_tokens.weight", c->vocab, c->hidden, 1.0f, -1),
+                 emit_input_rows(m, c->hidden, "hidden_in")};
     int h = emit_call(m, eagle3_layer(c), in, 2, "hidden");
     h = emit_rms_norm(m, emit_logit_rows(m, h), "norm.weight", c->rms_eps, 0, "normed");
     /* whole on every rank: its draft vocabulary is not the embedding's, whose split the

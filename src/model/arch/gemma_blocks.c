@@ -41,8 +41,9 @@ static module *decoder_layer(const model_config *c, const llama_variant *v, int 
 module *build_gemma(const model_config *c, const llama_variant *v) {
     module *m = module_new("model", "model");
     if (!m) return NULL;
-    int h = emit_embed(m, "model.embed_tokens.weight", c->vocab, c->hidden);
-    h = emit_scale(m, h, (float)sqrt((double)c->hidden), "embeds_scaled"); /* transformers' fp32 hidden**0.5 */
+    /* transformers' fp32 hidden**0.5; a vision-language model's image tokens unscaled */
+    int h = emit_embed(m, "model.embed_tokens.weight", c->vocab, c->hidden, (float)sqrt((double)c->hidden),
+                       c->vision.kind ? c->vision.image_token : -1);
     for (int l = 0; l < c->n_layers; l++) h = emit_call(m, decoder_layer(c, v, l), &h, 1, "hidden");
     h = norm(m, v, c, emit_logit_rows(m, h), "model", "norm");
     int logits = emit_lm_head(m, c, h, "model.embed_tokens.weight");

@@ -43,8 +43,7 @@ module *build_decoder(const model_config *c, const llama_variant *v, layer_build
     module *m = module_new("model", "model");
     if (!m) return NULL;
     const char *embed = v->embed ? v->embed : "model.embed_tokens.weight";
-    int h = emit_embed(m, embed, c->vocab, c->hidden);
-    if (c->embedding_mult != 1.0f) h = emit_scale(m, h, c->embedding_mult, "embeds_scaled");
+    int h = emit_embed(m, embed, c->vocab, c->hidden, c->embedding_mult, -1);
     for (int l = 0; l < c->n_layers; l++) h = emit_call(m, layer(c, v, l), &h, 1, "hidden");
     h = emit_rms_norm_offset(m, emit_logit_rows(m, h), v->final_norm ? v->final_norm : "model.norm.weight",
                              v->norm_offset, c->rms_eps, 0, "normed");
