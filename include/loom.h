@@ -374,6 +374,12 @@ typedef struct loom_gen_stats {
  * loom_engine_wait_replicas. */
 LOOM_API int loom_generate(loom_engine *e, const int32_t *prompt, int n_prompt, int max_new, const loom_sampling *s,
                            loom_token_cb cb, void *user, loom_gen_stats *stats, loom_err *err);
+/* The same for a vision-language model's prompt with pictures: image_rows holds one row per
+ * image token of the prompt, in order (each picture's loom_encode_image features). The
+ * prefill's passes end between pictures, never inside one. */
+LOOM_API int loom_generate_images(loom_engine *e, const int32_t *prompt, int n_prompt, const float *image_rows,
+                                  int max_new, const loom_sampling *s, loom_token_cb cb, void *user,
+                                  loom_gen_stats *stats, loom_err *err);
 
 /* Speculative decoding (vLLM's --speculative-config): a proposer guesses the next k tokens of a
  * sequence, the target verifies them all in one pass over k + 1 tokens, and keeps the longest

@@ -20,6 +20,7 @@ typedef struct vlm_golden {
     int n[2];
     int32_t ids[2][MAX_LEN];
     const float *logits[2];
+    int32_t generated[8]; /* transformers' greedy tokens after prompt 1 */
 } vlm_golden;
 
 static const st_tensor *tensor(const vlm_golden *g, const char *fmt, int i) {
@@ -45,6 +46,13 @@ static int vlm_open(vlm_golden *g, loom_model *m) {
             return fprintf(stderr, "%s: not the golden this test reads\n", path), -1;
         g->pixels[i] = px->data, g->features[i] = ft->data, g->logits[i] = lg->data;
         g->n[i] = (int)ids->shape[0];
+        const st_tensor *gen = tensor(g, "generated_%d", 1);
+        if (!gen || gen->shape[0] != 8) return fprintf(stderr, "%s: no generated_1\n", path), -1;
+        for (int t = 0; t < 8; t++) {
+            int64_t v;
+            memcpy(&v, (const char *)gen->data + 8 * t, 8);
+            g->generated[t] = (int32_t)v;
+        }
         for (int t = 0; t < g->n[i]; t++) {
             int64_t v;
             memcpy(&v, (const char *)ids->data + 8 * t, 8);
@@ -177,6 +185,43 @@ static void check_refusals(vlm_golden *g) {
     loom_model_free(m);
 }
 
+static bool collect(void *user, int32_t id, const char *piece, size_t len) {
+    (void)piece, (void)len;
+    int32_t *out = user;
+    if (id >= 0) out[out[8]++] = id; /* out[8]: how many */
+    return out[8] < 8;
+}
+
+/* Greedy generation after prompt 1 with both pictures, its prefill in passes of 20 tokens (the
+ * pictures are 16 each: passes end before each), against transformers' generate(). */
+static void check_generation(vlm_golden *g, const float *features) {
+    loom_model *m = load();
+    loom_err err = {{0}};
+    loom_engine_options eo = {.max_seqs = 1, .max_ctx = MAX_LEN, .max_tokens = 20};
+    loom_engine *e = m ? loom_engine_new(m, &eo, &err) : NULL;
+    CHECK(e, "%s", err.msg);
+    if (e) {
+        int32_t got[9] = {0};
+        loom_gen_stats st;
+        loom_sampling greedy = {.top_p = 1, .ignore_eos = true};
+        int rc = loom_generate_images(e, g->ids[1], g->n[1], features, 8, &greedy, collect, got, &st, &err);
+        CHECK(!rc, "%s", err.msg);
+        CHECK(!rc && got[8] == 8 && !memcmp(got, g->generated, sizeof g->generated),
+              "greedy tokens %d %d %d %d %d %d %d %d, transformers' %d %d %d %d %d %d %d %d", got[0], got[1], got[2],
+              got[3], got[4], got[5], got[6], got[7], g->generated[0], g->generated[1], g->generated[2],
+              g->generated[3], g->generated[4], g->generated[5], g->generated[6], g->generated[7]);
+        printf("greedy generation after two pictures, prefill in passes of 20: %s\n",
+               !rc && !memcmp(got, g->generated, sizeof g->generated) ? "transformers' tokens" : "DIFFERENT");
+        eo.max_tokens = 12; /* a picture of 16 tokens fits no pass */
+        loom_engine_free(e);
+        e = loom_engine_new(m, &eo, &err);
+        rc = e ? loom_generate_images(e, g->ids[1], g->n[1], features, 8, &greedy, collect, got, &st, &err) : -1;
+        CHECK(rc && strstr(err.msg, "do not fit a pass of 12"), "%s", err.msg);
+        loom_engine_free(e);
+    }
+    loom_model_free(m);
+}
+
 /* gemma-3-4b-it's config as released leaves the text model's heads and vocabulary to
  * Gemma3TextConfig's defaults, and the tower's activation to SiglipVisionConfig's. */
 static void check_released_config(void) {
@@ -239,11 +284,12 @@ int main(void) {
     if (tp && sp) check_same(sp, tp, n, "tp 2 with SP against tp 2");
     if (tp && async) check_same(async, tp, n, "tp 2 with async TP against tp 2");
     if (one && pp) check_same(pp, one, n, "two pipeline stages against one rank");
+    check_refusals(&g);
+    if (one) check_generation(&g, one); /* both pictures' features, in order */
+    check_released_config();
     float *runs[] = {one, cut, tp, sp, async, pp};
     for (size_t i = 0; i < sizeof runs / sizeof *runs; i++)
         if (runs[i]) munmap(runs[i], n * sizeof(float));
-    check_refusals(&g);
-    check_released_config();
     st_close(&g.f);
     return check_done();
 }

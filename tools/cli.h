@@ -90,6 +90,11 @@ void cli_rank_error(const char *cmd, const loom_comm *comm, const loom_err *err)
 /* Prints "CPU: <model>, kernels <variant> (runs: ...)" to f; 1 if LOOM_CPU is unusable (printed
  * as "loom CMD: ..."). */
 int cli_print_cpu(const char *cmd, FILE *f);
+/* `loom run --image` (run_images.c): the pictures' pixel values [n][3][size][size] by the model's
+ * processor (malloc'd), and the prompt with each picture's placeholder expanded as the model's
+ * processor does (malloc'd); NULL with err naming the file or the placeholder count. */
+float *run_image_pixels(const loom_model *m, const char *const *files, int n, loom_err *err);
+char *run_image_prompt(const loom_model *m, const char *prompt, int n_images, loom_err *err);
 /* `loom bench grammar` (bench_grammar.c), `loom bench image` (bench_image.c). */
 int bench_grammar(int argc, char **argv);
 int bench_image(int argc, char **argv);

@@ -6,6 +6,7 @@
 
 #include "cli.h"
 #include "util/alloc.h"
+#include "util/err.h"
 
 static void usage(FILE *f) {
     fputs("usage: loom <command> [options]\n"
@@ -80,6 +81,8 @@ static void usage(FILE *f) {
           "  --state-snapshots N       snapshot slots of that state on each rank (default 2 a sequence)\n"
           "run options:\n"
           "  -p, --prompt TEXT         prompt (default: just BOS)\n"
+          "  --image FILE              a picture (JPEG, PNG, WebP) for a vision-language model, in the order of\n"
+          "                            the prompt's placeholders (Gemma 3: <start_of_image>); repeatable\n"
           "  -n, --n-predict N         tokens to generate (default 200)\n"
           "  --temp T                  temperature (default 0: greedy)\n"
           "  --top-k K, --top-p P, --min-p P  sampling filters (default off)\n"
@@ -124,9 +127,13 @@ static void usage(FILE *f) {
           f);
 }
 
+#define RUN_MAX_IMAGES 8
+
 typedef struct run_opts {
     cli_common c;
     const char *prompt;
+    const char *images[RUN_MAX_IMAGES]; /* --image FILE, in the prompt's order */
+    int n_images;
     int n_predict;
     loom_sampling sampling;
     bool ignore_eos, verbose;
@@ -139,10 +146,17 @@ static bool print_piece(void *user, int32_t id, const char *piece, size_t len) {
     return true;
 }
 
-/* The prompt's ids: the tokenized -p text (with the tokenizer's BOS), or BOS alone. */
+/* The prompt's ids: the tokenized -p text (with the tokenizer's BOS; its pictures'
+ * placeholders expanded), or BOS alone. */
 static int prompt_ids(loom_model *m, const run_opts *o, int32_t **ids, size_t *n, loom_err *err) {
     loom_model_info info;
     loom_model_get_info(m, &info);
+    if (o->n_images) {
+        char *text = run_image_prompt(m, o->prompt ? o->prompt : "", o->n_images, err);
+        int rc = text ? loom_tokenize(m, text, true, ids, n, err) : -1;
+        free(text);
+        return rc;
+    }
     if (o->prompt) {
         if (loom_tokenize(m, o->prompt, true, ids, n, err)) return -1;
         if (*n) return 0;
@@ -164,7 +178,22 @@ typedef struct run_job {
     loom_engine_options eo;
     int32_t *ids;
     size_t n;
+    float *pixels; /* the --image pictures' pixel values, in order (NULL: none) */
 } run_job;
+
+/* The pictures' rows for the prompt's image tokens: each encoded on this rank (replicated). */
+static float *encode_images(loom_engine *e, const run_job *j, loom_err *err) {
+    loom_model_info info;
+    loom_model_get_info(j->m, &info);
+    size_t rows = (size_t)info.image_tokens * info.hidden, px = (size_t)3 * info.image_size * info.image_size;
+    float *all = mem_array((size_t)j->o->n_images, rows * sizeof(float), "the pictures' features", err);
+    for (int i = 0; all && i < j->o->n_images; i++)
+        if (loom_encode_image(e, j->pixels + i * px, all + i * rows, err)) {
+            free(all);
+            return NULL;
+        }
+    return all;
+}
 
 /* One rank's part of `loom run`; every rank generates the same tokens, rank 0 prints them. */
 static int generate_text(loom_comm *comm, void *arg) {
@@ -182,9 +211,19 @@ static int generate_text(loom_comm *comm, void *arg) {
     loom_engine_stats es;
     loom_engine_get_stats(e, &es);
     loom_gen_stats st = {0};
-    int rc = es.replica ? 0 /* the sequence runs on replica 0; the others' experts serve it */
-                        : loom_generate_speculative(e, sp, j->ids, (int)j->n, o->n_predict, &o->sampling, print_piece,
-                                                    NULL, &st, &err);
+    int rc = 0;
+    if (es.replica) { /* the sequence runs on replica 0; the others' experts serve it */
+    } else if (j->pixels) {
+        float *rows = sp ? NULL : encode_images(e, j, &err);
+        if (sp) rc = loom_errf(&err, "--image does not go with --speculative-config");
+        else
+            rc = !rows || loom_generate_images(e, j->ids, (int)j->n, rows, o->n_predict, &o->sampling, print_piece,
+                                               NULL, &st, &err);
+        free(rows);
+    } else {
+        rc = loom_generate_speculative(e, sp, j->ids, (int)j->n, o->n_predict, &o->sampling, print_piece, NULL, &st,
+                                       &err);
+    }
     if (!rc) rc = loom_engine_wait_replicas(e, &err);
     if (!rc && !es.replica) {
         fputc('\n', stdout);
@@ -212,8 +251,10 @@ static int generate_text(loom_comm *comm, void *arg) {
 static int run_ranks(loom_model *m, const run_opts *o) {
     run_job j = {.o = o, .m = m};
     loom_err err = {{0}};
-    if (prompt_ids(m, o, &j.ids, &j.n, &err)) {
+    if ((o->n_images && !(j.pixels = run_image_pixels(m, o->images, o->n_images, &err))) ||
+        prompt_ids(m, o, &j.ids, &j.n, &err)) {
         fprintf(stderr, "loom run: %s\n", err.msg);
+        free(j.pixels);
         return 1;
     }
     loom_model_info info;
@@ -224,6 +265,7 @@ static int run_ranks(loom_model *m, const run_opts *o) {
     if (!j.eo.max_ctx) j.eo.max_ctx = need < info.max_pos ? need : info.max_pos;
     int rc = cli_spec_engine_options(&o->c, m, &j.eo) ? 1 : cli_launch(&o->c, m, &j.eo, 0, generate_text, &j);
     free(j.ids);
+    free(j.pixels);
     return rc;
 }
 
@@ -235,7 +277,13 @@ static int cmd_run(int argc, char **argv) {
         if (r < 0) return 2;
         if (r) continue;
         if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) o.prompt = cli_value(argc, argv, &i);
-        else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict") || !strcmp(a, "--max-tokens"))
+        else if (!strcmp(a, "--image")) {
+            if (o.n_images == RUN_MAX_IMAGES) {
+                fprintf(stderr, "loom run: at most %d --image files\n", RUN_MAX_IMAGES);
+                return 2;
+            }
+            o.images[o.n_images++] = cli_value(argc, argv, &i);
+        } else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict") || !strcmp(a, "--max-tokens"))
             o.n_predict = (int)cli_int(a, cli_value(argc, argv, &i), 0, 1 << 24);
         else if (!strcmp(a, "--temp") || !strcmp(a, "--temperature"))
             o.sampling.temperature = (float)cli_float(a, cli_value(argc, argv, &i));

@@ -25,16 +25,30 @@ static bool is_eos(const model_config *c, int32_t id) {
 }
 
 /* Feeds tokens [0, n) of seq 0 starting at position `pos` in chunks of max_tokens; returns the
- * last token's logits. p and sq are max_tokens-long scratch (sq all zeros). */
-static int feed(loom_engine *e, const int32_t *ids, int n, int pos, int32_t *p, const int32_t *sq, const float **logits,
-                loom_err *err) {
-    int rc = 0;
-    for (int done = 0; done < n && !rc; done += e->max_tokens) {
-        int k = n - done < e->max_tokens ? n - done : e->max_tokens;
+ * last token's logits. p and sq are max_tokens-long scratch (sq all zeros). A vision-language
+ * model's pictures (image_rows: one row per image token, in order) are never cut: a chunk that
+ * would end inside one ends before it. */
+static int feed(loom_engine *e, const int32_t *ids, int n, int pos, const float *image_rows, int32_t *p,
+                const int32_t *sq, const float **logits, loom_err *err) {
+    int rc = 0, image = e->model->cfg.vision.kind ? e->model->cfg.vision.image_token : -1;
+    for (int done = 0, k; done < n && !rc; done += k) {
+        k = n - done < e->max_tokens ? n - done : e->max_tokens;
+        while (image >= 0 && done + k < n && k > 0 && ids[done + k] == image && ids[done + k - 1] == image) k--;
+        if (k == 0)
+            return loom_errf(err, "token %d: a picture's %d tokens do not fit a pass of %d (--max-num-batched-tokens)",
+                             done, e->model->cfg.vision.tokens_per_image, e->max_tokens);
         for (int i = 0; i < k; i++) p[i] = pos + done + i;
         int32_t last = k - 1;
-        loom_batch b = {.n_tokens = k, .ids = ids + done, .pos = p, .seq = sq, .n_logits = 1, .logit_rows = &last};
+        loom_batch b = {.n_tokens = k,
+                        .ids = ids + done,
+                        .pos = p,
+                        .seq = sq,
+                        .n_logits = 1,
+                        .logit_rows = &last,
+                        .image_rows = image_rows};
         rc = loom_forward(e, &b, logits, err);
+        for (int i = done; image_rows && i < done + k; i++)
+            if (ids[i] == image) image_rows += e->model->cfg.hidden;
     }
     return rc;
 }
@@ -48,17 +62,32 @@ static int draft_room(const loom_engine *e, const loom_speculator *sp, int len, 
     return m > 0 ? m : 0;
 }
 
+static int generate(loom_engine *e, loom_speculator *sp, const int32_t *prompt, int n_prompt, const float *image_rows,
+                    int max_new, const loom_sampling *s, loom_token_cb cb, void *user, loom_gen_stats *stats,
+                    loom_err *err);
+
 int loom_generate(loom_engine *e, const int32_t *prompt, int n_prompt, int max_new, const loom_sampling *s,
                   loom_token_cb cb, void *user, loom_gen_stats *stats, loom_err *err) {
-    return loom_generate_speculative(e, NULL, prompt, n_prompt, max_new, s, cb, user, stats, err);
+    return generate(e, NULL, prompt, n_prompt, NULL, max_new, s, cb, user, stats, err);
+}
+
+int loom_generate_images(loom_engine *e, const int32_t *prompt, int n_prompt, const float *image_rows, int max_new,
+                         const loom_sampling *s, loom_token_cb cb, void *user, loom_gen_stats *stats, loom_err *err) {
+    return generate(e, NULL, prompt, n_prompt, image_rows, max_new, s, cb, user, stats, err);
+}
+
+int loom_generate_speculative(loom_engine *e, loom_speculator *sp, const int32_t *prompt, int n_prompt, int max_new,
+                              const loom_sampling *s, loom_token_cb cb, void *user, loom_gen_stats *stats,
+                              loom_err *err) {
+    return generate(e, sp, prompt, n_prompt, NULL, max_new, s, cb, user, stats, err);
 }
 
 /* Each decode pass runs the last token and the proposals after it, and emits what the
  * verification keeps (one token without a speculator); the KV cache is then cut back to the
  * tokens kept, all but the last of which it holds. */
-int loom_generate_speculative(loom_engine *e, loom_speculator *sp, const int32_t *prompt, int n_prompt, int max_new,
-                              const loom_sampling *s, loom_token_cb cb, void *user, loom_gen_stats *stats,
-                              loom_err *err) {
+static int generate(loom_engine *e, loom_speculator *sp, const int32_t *prompt, int n_prompt, const float *image_rows,
+                    int max_new, const loom_sampling *s, loom_token_cb cb, void *user, loom_gen_stats *stats,
+                    loom_err *err) {
     const model_config *c = &e->model->cfg;
     *stats = (loom_gen_stats){.prompt_tokens = n_prompt};
     if (n_prompt <= 0) return loom_errf(err, "empty prompt: nothing to condition on (add BOS)");
@@ -90,7 +119,7 @@ int loom_generate_speculative(loom_engine *e, loom_speculator *sp, const int32_t
     if (sp) loom_speculator_reset_seq(sp, 0);
     const float *logits;
     double t0 = now();
-    int rc = feed(e, prompt, n_prompt, 0, pos, seq, &logits, err);
+    int rc = feed(e, prompt, n_prompt, 0, image_rows, pos, seq, &logits, err);
     stats->prefill_s = now() - t0;
     t0 = now();
     /* a pass's tokens: the last one, then the proposals (ids + 1), a logit row each */

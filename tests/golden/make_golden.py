@@ -76,7 +76,7 @@ DECODE_STEPS = 3       # teacher-forced single-token steps after the prefill
 INCR_TOL = 1e-5        # HF cache path vs HF full forward
 SKEW_BIAS = 10.0       # added to the correction bias of the skewed experts ("skew_experts")
 KEEP_FILES = {"config.json", "model.safetensors", "generation_config.json",
-              "golden.safetensors"}
+              "golden.safetensors", "tokenizer.json", "tokenizer_config.json", "preprocessor_config.json"}
 
 BASE = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
             num_key_value_heads=2, intermediate_size=96, vocab_size=128,

@@ -13,6 +13,13 @@ config.json, model.safetensors) and golden.safetensors:
   ids_0                  I64 [n]           a prompt with picture 0 (boi, 16 image tokens, eoi)
   logits_0               F32 [n, vocab]    its logits with pixels_0
   ids_1, logits_1                          a prompt with both pictures, in order
+  generated_1            I64 [8]           generate()'s greedy tokens after ids_1
+
+The folder also gets a tokenizer (tokenizer.json: characters, id 3 a newline, 4 a space, 5-296
+the CJK characters U+4E05-U+4F28, 297-299 Gemma 3's <start_of_image>, <end_of_image> and
+<image_soft_token>, 0-2 <pad>, <eos>, <bos>, which it adds first) and the processor's files (preprocessor_config.json: Gemma3ImageProcessor
+at 64 x 64), for tests/vlm_run.py, which runs `loom run --image` against transformers'
+Gemma3Processor and generate().
 
 The model runs from the written files, fp32, eager attention, one sequence at a time; the
 logits are the full forward with token_type_ids (1 on image tokens), so the text model's
@@ -20,6 +27,7 @@ attention is bidirectional within each image's run of tokens, as the processor h
 vision tower: 64 x 64 pixels in 8 x 8 patches (64 patches), two layers of 4 heads of 12; the
 text model: Gemma 3's layer (sliding, global), its sliding window wider than an image.
 """
+import json
 import os
 import sys
 
@@ -63,6 +71,33 @@ def prompt(gen, images):
     return torch.tensor(ids)
 
 
+def write_tokenizer(out):
+    """A character-level BPE without merges over the golden's 300 ids: a newline, a space and
+    one CJK character each (U+4E00 + id), so that any generated id is printable text of its
+    own; and Gemma 3's image tokens."""
+    from tokenizers import Tokenizer, models, processors
+    specials = {0: "<pad>", 1: "<eos>", 2: "<bos>", BOI: "<start_of_image>", EOI: "<end_of_image>",
+                IMAGE: "<image_soft_token>"}
+    vocab = {"\n": 3, " ": 4}
+    vocab.update({chr(0x4E00 + i): i for i in range(5, BOI)})
+    vocab.update({t: i for i, t in specials.items()})
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tok.add_special_tokens(list(specials.values()))
+    tok.post_processor = processors.TemplateProcessing(single="<bos> $A", special_tokens=[("<bos>", 2)])
+    tok.save(os.path.join(out, "tokenizer.json"))
+    with open(os.path.join(out, "tokenizer_config.json"), "w") as f:
+        json.dump({"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<bos>", "eos_token": "<eos>",
+                   "pad_token": "<pad>", "boi_token": "<start_of_image>", "eoi_token": "<end_of_image>",
+                   "image_token": "<image_soft_token>",
+                   "extra_special_tokens": {"boi_token": "<start_of_image>", "eoi_token": "<end_of_image>",
+                                            "image_token": "<image_soft_token>"}}, f, indent=2)
+    with open(os.path.join(out, "preprocessor_config.json"), "w") as f:
+        json.dump({"image_processor_type": "Gemma3ImageProcessor", "size": {"height": 64, "width": 64},
+                   "resample": 2, "do_normalize": True, "image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5],
+                   "do_rescale": True, "rescale_factor": 1 / 255, "do_resize": True, "do_convert_rgb": True},
+                  f, indent=2)
+
+
 @torch.no_grad()
 def main():
     out = os.path.join(HERE, "gemma3_vlm")
@@ -72,6 +107,7 @@ def main():
     model = Gemma3ForConditionalGeneration(config()).eval()
     reinit(model, {})
     model.save_pretrained(out, safe_serialization=True)
+    write_tokenizer(out)
     model = Gemma3ForConditionalGeneration.from_pretrained(out, attn_implementation="eager").eval()
     gen = torch.Generator().manual_seed(7)
     pixels = [torch.rand(3, 64, 64, generator=gen) * 2 - 1 for _ in range(2)]
@@ -89,6 +125,13 @@ def main():
         # the bidirectional image mask matters here: without token_type_ids the logits differ
         causal = model(input_ids=ids[None], pixel_values=torch.stack(pixels[:n]), use_cache=False).logits[0]
         assert (causal - logits).abs().max() > 1e-3, "the image mask changes nothing"
+    gen = model.generate(input_ids=ids[None], pixel_values=torch.stack(pixels), token_type_ids=tt[None],
+                         max_new_tokens=8, do_sample=False, output_scores=True,
+                         return_dict_in_generate=True)
+    for step in gen.scores:  # no near-ties: loom's logits differ by up to 2.5e-5, 20 times less
+        top = step[0].topk(2).values
+        assert top[0] - top[1] > 5e-4, f"greedy margin {top[0] - top[1]}"
+    golden["generated_1"] = gen.sequences[0, ids.numel():]
     save_safetensors(golden, os.path.join(out, "golden.safetensors"),
                      {"transformers": transformers.__version__, "torch": torch.__version__, "case": "gemma3_vlm",
                       "atol": "1e-4"})
