@@ -157,6 +157,9 @@ typedef struct loom_engine_options {
     bool sequence_parallel;       /* shard the residual stream by tokens between decoder layers */
     bool async_tp;                /* fuse region collectives with their GEMMs (implies sequence_parallel) */
     int sp_min_tokens;            /* passes of fewer tokens run as plain TP (0: never) */
+    /* a vision-language model's tower whole on every rank (vLLM's --mm-encoder-tp-mode data),
+     * not sharded by heads and MLP features as the text model is */
+    bool mm_encoder_data;
     /* Expert parallelism (vLLM's --enable-expert-parallel): the ranks of a stage hold whole
      * experts (E/tp each, contiguous; the first E % tp ranks one more), rows travel to them in
      * an all-to-all and back; attention and dense layers stay tensor-parallel. With data

@@ -1,9 +1,10 @@
 /* Gemma 3's images against transformers (tests/golden/make_vlm_golden.py): the vision tower and
  * projector's features of two pictures within 1e-4 of get_image_features; the logits of a
  * prompt with one picture and of one with two within 1e-4 of the full forward (the image
- * tokens seeing each other), in one pass and in passes cut after each image, and at tp 2; at tp
- * 2 every rank's features are one rank's bits (the tower is replicated), SP's and async TP's
- * logits tp 2's bits, and two pipeline stages' one rank's. Batches that cut an image, or have
+ * tokens seeing each other), in one pass and in passes cut after each image, and at tp 2 (the
+ * tower sharded by heads and MLP features); with the tower whole on each rank (--mm-encoder-tp-mode
+ * data) the features are one rank's bits, SP's and async TP's results tp 2's bits, and two
+ * pipeline stages' one rank's. Batches that cut an image, or have
  * image tokens but no rows, are refused. */
 #include <sys/mman.h>
 
@@ -77,7 +78,7 @@ typedef struct job {
     loom_model *m;
     vlm_golden *g;
     int pp;
-    bool sp, async, cut;
+    bool sp, async, cut, data;
     float *out;
 } job;
 
@@ -129,7 +130,8 @@ static loom_engine_options options(loom_comm *comm, const job *j) {
                                  .comm = comm,
                                  .pipeline_parallel = j->pp,
                                  .sequence_parallel = j->sp,
-                                 .async_tp = j->async};
+                                 .async_tp = j->async,
+                                 .mm_encoder_data = j->data};
 }
 
 static int rank_main(loom_comm *comm, void *arg) {
@@ -148,12 +150,12 @@ static int rank_main(loom_comm *comm, void *arg) {
 }
 
 /* The golden run at tp x pp ranks (1 x 1: in this process); NULL on failure. */
-static float *launch(vlm_golden *g, int tp, int pp, bool sp, bool async, bool cut) {
+static float *launch(vlm_golden *g, int tp, int pp, bool sp, bool async, bool cut, bool data) {
     loom_model *m = load();
     if (!m) return NULL;
     size_t bytes = job_floats(g) * sizeof(float);
     float *out = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    job j = {m, g, pp, sp, async, cut, out};
+    job j = {m, g, pp, sp, async, cut, data, out};
     loom_err err = {{0}};
     loom_engine_options eo = options(NULL, &j);
     float *r = golden_launch(m, tp, pp, "shm", &eo, rank_main, &j, out, bytes, &err);
@@ -274,20 +276,23 @@ int main(void) {
     if (!m || vlm_open(&g, m)) return 1;
     loom_model_free(m);
     size_t fsz = (size_t)g.tokens * g.hidden, n = job_floats(&g);
-    float *one = launch(&g, 1, 1, false, false, false), *cut = launch(&g, 1, 1, false, false, true);
-    float *tp = launch(&g, 2, 1, false, false, false), *sp = launch(&g, 2, 1, true, false, false);
-    float *async = launch(&g, 2, 1, true, true, false), *pp = launch(&g, 1, 2, false, false, false);
+    float *one = launch(&g, 1, 1, false, false, false, false), *cut = launch(&g, 1, 1, false, false, true, false);
+    float *tp = launch(&g, 2, 1, false, false, false, false), *sp = launch(&g, 2, 1, true, false, false, false);
+    float *async = launch(&g, 2, 1, true, true, false, false), *pp = launch(&g, 1, 2, false, false, false, false);
+    float *data = launch(&g, 2, 1, false, false, false, true);
     if (one) check_oracle(&g, one, "one rank");
     if (cut) check_oracle(&g, cut, "passes cut after each image");
     if (tp) check_oracle(&g, tp, "tp 2");
-    if (one && tp) check_same(tp, one, 2 * fsz, "tp 2's features against one rank's");
+    if (data) check_oracle(&g, data, "tp 2, the tower whole on each rank");
+    if (one && data)
+        check_same(data, one, 2 * fsz, "tp 2's features with the tower whole on each rank, against one rank's");
     if (tp && sp) check_same(sp, tp, n, "tp 2 with SP against tp 2");
     if (tp && async) check_same(async, tp, n, "tp 2 with async TP against tp 2");
     if (one && pp) check_same(pp, one, n, "two pipeline stages against one rank");
     check_refusals(&g);
     if (one) check_generation(&g, one); /* both pictures' features, in order */
     check_released_config();
-    float *runs[] = {one, cut, tp, sp, async, pp};
+    float *runs[] = {one, cut, tp, sp, async, pp, data};
     for (size_t i = 0; i < sizeof runs / sizeof *runs; i++)
         if (runs[i]) munmap(runs[i], n * sizeof(float));
     st_close(&g.f);

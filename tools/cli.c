@@ -105,7 +105,15 @@ int cli_common_arg(cli_common *c, int argc, char **argv, int *i) {
     else if (!strcmp(a, "--cpu-bind")) c->cpu_bind = cli_value(argc, argv, i);
     else if (!strcmp(a, "--enable-sequence-parallel") || !strcmp(a, "-sp")) c->sp = true;
     else if (!strcmp(a, "--enable-async-tp")) c->async_tp = c->sp = true;
-    else if (!strcmp(a, "--enable-expert-parallel") || !strcmp(a, "-ep")) c->ep = true;
+    else if (!strcmp(a, "--mm-encoder-tp-mode")) {
+        const char *v = cli_value(argc, argv, i);
+        if (strcmp(v, "weights") && strcmp(v, "data")) {
+            fprintf(stderr, "loom: --mm-encoder-tp-mode '%s': weights (sharded, the default) or data (replicated)\n",
+                    v);
+            return -1;
+        }
+        c->mm_encoder_data = !strcmp(v, "data");
+    } else if (!strcmp(a, "--enable-expert-parallel") || !strcmp(a, "-ep")) c->ep = true;
     else if (!strcmp(a, "--sp-min-tokens")) c->sp_min_tokens = (int)cli_int(a, cli_value(argc, argv, i), 0, 1 << 24);
     else if (!strcmp(a, "-pp") || !strcmp(a, "--pipeline-parallel-size"))
         c->pp = (int)cli_int(a, cli_value(argc, argv, i), 1, 256);
@@ -189,6 +197,7 @@ loom_engine_options cli_engine_options(const cli_common *c) {
     return (loom_engine_options){.threads = c->threads,
                                  .sequence_parallel = c->sp,
                                  .async_tp = c->async_tp,
+                                 .mm_encoder_data = c->mm_encoder_data,
                                  .expert_parallel = c->ep,
                                  .sp_min_tokens = c->sp_min_tokens,
                                  .kv_cache_bytes = c->kv_cache_bytes,

@@ -28,6 +28,7 @@ typedef struct cli_common {
     const char *cpu_bind;          /* --cpu-bind auto|none|LIST|LIST (NULL: auto) */
     bool sp;                       /* --enable-sequence-parallel */
     bool async_tp;                 /* --enable-async-tp (implies sp) */
+    bool mm_encoder_data;          /* --mm-encoder-tp-mode data: the vision tower whole on every rank */
     bool ep;                       /* --enable-expert-parallel */
     int sp_min_tokens;             /* --sp-min-tokens: shorter passes run as plain TP */
     int pp;                        /* -pp, --pipeline-parallel-size */

@@ -148,6 +148,8 @@ size_t loom_comm_slot_bytes(const loom_model *m, int tp, const loom_engine_optio
     size_t most = need[0] > need[1] ? need[0] : need[1];
     most = most > need[2] ? most : need[2];
     most = most > pipe ? most : pipe;
+    if (m->cfg.vision.kind && (size_t)VISION_REDUCE_ROWS * m->cfg.vision.hidden > most) /* the tower's all-reduces */
+        most = (size_t)VISION_REDUCE_ROWS * m->cfg.vision.hidden;
     /* and room for the small exchanges beside the plan's: the replicas' token counts, a
      * benchmark's per-rank figures */
     return (most > 1024 ? most : 1024) * sizeof(float);
@@ -353,6 +355,22 @@ static int alloc_state(loom_engine *e, loom_err *err) {
     return e->logits ? 0 : -1;
 }
 
+/* The vision tower, sharded over this stage's ranks as the text model is, or whole on each
+ * (asked, or where its heads or MLP features do not divide). */
+static int load_vision(loom_engine *e, const loom_engine_options *o, loom_err *err) {
+    const vision_config *v = &e->model->cfg.vision;
+    int tp = e->x.comm->size;
+    bool whole = o->mm_encoder_data || !vision_shards(v, tp);
+    if (whole && !o->mm_encoder_data && e->x.comm->rank == 0 && e->layer0 == 0)
+        fprintf(stderr,
+                "loom: the vision tower runs whole on each of the %d ranks: its %d heads or %d MLP features do not "
+                "divide by them\n",
+                tp, v->n_heads, v->intermediate);
+    if (!(e->vision = mem_zalloc(1, sizeof *e->vision, "the vision tower", err))) return -1;
+    return vision_tower_load(e->vision, &e->model->cfg, &e->model->ws, whole ? 0 : e->x.comm->rank, whole ? 1 : tp,
+                             err);
+}
+
 loom_engine *loom_engine_new(loom_model *m, const loom_engine_options *o, loom_err *err) {
     loom_engine *e = mem_zalloc(1, sizeof *e, "an engine", err);
     if (!e) return NULL;
@@ -378,9 +396,7 @@ loom_engine *loom_engine_new(loom_model *m, const loom_engine_options *o, loom_e
         pipeline_init(&e->pl, pp, e->x.stage, microbatches, e->max_seqs, e->max_logits, err) ||
         plan_captures(e, o, err) || build_plans(e, o, pp, err) || size_kv(e, o, err))
         goto fail;
-    if (m->cfg.vision.kind && (!(e->vision = mem_zalloc(1, sizeof *e->vision, "the vision tower", err)) ||
-                               vision_tower_load(e->vision, &m->cfg, &m->ws, err)))
-        goto fail;
+    if (m->cfg.vision.kind && load_vision(e, o, err)) goto fail;
     for (int i = 0; i < m->tree->n_ops; i++) e->reads_rows |= m->tree->ops[i].kind == OP_INPUT_ROWS;
     if (e->reads_rows && pp > 1) {
         loom_errf(err, "%s reads hidden states beside its ids and runs in one pipeline stage", m->cfg.arch);
@@ -590,7 +606,7 @@ int loom_encode_image(loom_engine *e, const float *pixels, float *features, loom
         memset(features, 0, (size_t)v->tokens_per_image * e->model->cfg.hidden * sizeof *features);
         return 0;
     }
-    return vision_encode(e->vision, pixels, features, err);
+    return vision_encode(e->vision, e->x.comm, pixels, features, err);
 }
 
 int engine_forward_rows(loom_engine *e, const loom_batch *b, const float *rows_in, const float **logits,

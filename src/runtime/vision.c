@@ -4,7 +4,9 @@
  * every other, and a GELU MLP, each a residual branch; a final LayerNorm; then the projector,
  * an average over each square of patches that makes a token, the soft-embedding RMSNorm (by
  * 1 + w) and the projection to the text model's width. The attention is the text model's kernel
- * (attend) with every query reaching the last patch. */
+ * (attend) with every query reaching the last patch. Sharded, a rank runs its heads and its MLP
+ * features (column-parallel q/k/v and fc1, row-parallel out_proj and fc2, whose biases join
+ * after the all-reduce), as the text model's layers shard. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,33 +46,48 @@ static int get_vec(weight_store *ws, const char *prefix, const char *name, int n
     return 0;
 }
 
-static int get_mat(weight_store *ws, const char *prefix, const char *name, int rows, int cols, wmat *out,
-                   loom_err *err) {
+/* Rows [r0, r0 + nr) and columns [c0, c0 + nc) of a [rows, cols] linear (nr or nc 0: all) */
+static int get_mat(weight_store *ws, const char *prefix, const char *name, int rows, int cols, int r0, int nr, int c0,
+                   int nc, wmat *out, loom_err *err) {
     char full[256];
     snprintf(full, sizeof full, "%s%s", prefix, name);
-    return weights_get(ws, full, rows, cols, 0, 0, 0, 0, false, 0.02f, out, err);
+    return weights_get(ws, full, rows, cols, r0, nr, c0, nc, false, 0.02f, out, err);
 }
 
-static int load_layer(vision_layer *l, weight_store *ws, const char *tower, int i, const vision_config *v,
+/* Entries [r0, r0 + n) of a bias of `rows` */
+static int get_slice(weight_store *ws, const char *prefix, const char *name, int rows, int r0, int n, const float **out,
+                     loom_err *err) {
+    char full[256];
+    snprintf(full, sizeof full, "%s%s", prefix, name);
+    wmat w;
+    if (weights_get(ws, full, rows, 0, r0, n, 0, 0, true, 0.02f, &w, err)) return -1;
+    *out = w.data;
+    return 0;
+}
+
+bool vision_shards(const vision_config *v, int tp) { return v->n_heads % tp == 0 && v->intermediate % tp == 0; }
+
+static int load_layer(vision_layer *l, weight_store *ws, const char *tower, int i, const vision_tower *t,
                       loom_err *err) {
     char p[200];
     snprintf(p, sizeof p, "%sencoder.layers.%d.", tower, i);
-    int d = v->hidden, f = v->intermediate;
+    int d = t->cfg.hidden, f = t->cfg.intermediate, dr = d / t->tp, fr = f / t->tp, d0 = dr * t->rank,
+        f0 = fr * t->rank;
     return get_vec(ws, p, "layer_norm1.weight", d, -1, &l->ln1_w, err) ||
                    get_vec(ws, p, "layer_norm1.bias", d, 0.02f, &l->ln1_b, err) ||
                    get_vec(ws, p, "layer_norm2.weight", d, -1, &l->ln2_w, err) ||
                    get_vec(ws, p, "layer_norm2.bias", d, 0.02f, &l->ln2_b, err) ||
-                   get_mat(ws, p, "self_attn.q_proj.weight", d, d, &l->q, err) ||
-                   get_mat(ws, p, "self_attn.k_proj.weight", d, d, &l->k, err) ||
-                   get_mat(ws, p, "self_attn.v_proj.weight", d, d, &l->v, err) ||
-                   get_mat(ws, p, "self_attn.out_proj.weight", d, d, &l->o, err) ||
-                   get_vec(ws, p, "self_attn.q_proj.bias", d, 0.02f, &l->q_b, err) ||
-                   get_vec(ws, p, "self_attn.k_proj.bias", d, 0.02f, &l->k_b, err) ||
-                   get_vec(ws, p, "self_attn.v_proj.bias", d, 0.02f, &l->v_b, err) ||
+                   get_mat(ws, p, "self_attn.q_proj.weight", d, d, d0, dr, 0, 0, &l->q, err) ||
+                   get_mat(ws, p, "self_attn.k_proj.weight", d, d, d0, dr, 0, 0, &l->k, err) ||
+                   get_mat(ws, p, "self_attn.v_proj.weight", d, d, d0, dr, 0, 0, &l->v, err) ||
+                   get_mat(ws, p, "self_attn.out_proj.weight", d, d, 0, 0, d0, dr, &l->o, err) ||
+                   get_slice(ws, p, "self_attn.q_proj.bias", d, d0, dr, &l->q_b, err) ||
+                   get_slice(ws, p, "self_attn.k_proj.bias", d, d0, dr, &l->k_b, err) ||
+                   get_slice(ws, p, "self_attn.v_proj.bias", d, d0, dr, &l->v_b, err) ||
                    get_vec(ws, p, "self_attn.out_proj.bias", d, 0.02f, &l->o_b, err) ||
-                   get_mat(ws, p, "mlp.fc1.weight", f, d, &l->fc1, err) ||
-                   get_vec(ws, p, "mlp.fc1.bias", f, 0.02f, &l->fc1_b, err) ||
-                   get_mat(ws, p, "mlp.fc2.weight", d, f, &l->fc2, err) ||
+                   get_mat(ws, p, "mlp.fc1.weight", f, d, f0, fr, 0, 0, &l->fc1, err) ||
+                   get_slice(ws, p, "mlp.fc1.bias", f, f0, fr, &l->fc1_b, err) ||
+                   get_mat(ws, p, "mlp.fc2.weight", d, f, 0, 0, f0, fr, &l->fc2, err) ||
                    get_vec(ws, p, "mlp.fc2.bias", d, 0.02f, &l->fc2_b, err)
                ? -1
                : 0;
@@ -93,11 +110,12 @@ static int get_f32(weight_store *ws, const char *name, int ndim, const int *shap
     return rc;
 }
 
-int vision_tower_load(vision_tower *t, const model_config *c, weight_store *ws, loom_err *err) {
+int vision_tower_load(vision_tower *t, const model_config *c, weight_store *ws, int rank, int tp, loom_err *err) {
     memset(t, 0, sizeof *t);
     const vision_config *v = &c->vision;
     t->cfg = *v;
     t->text_hidden = c->hidden;
+    t->rank = rank, t->tp = tp;
     const char *tower = tower_prefix(ws), *proj = projector_prefix(ws);
     int d = v->hidden, pp = v->channels * v->patch_size * v->patch_size;
     int side = v->image_size / v->patch_size, n = side * side;
@@ -114,7 +132,7 @@ int vision_tower_load(vision_tower *t, const model_config *c, weight_store *ws, 
     t->pos = pos.data;
     if (!(t->layers = mem_zalloc((size_t)v->n_layers, sizeof *t->layers, "the vision tower's layers", err))) return -1;
     for (int i = 0; i < v->n_layers; i++)
-        if (load_layer(&t->layers[i], ws, tower, i, v, err)) return loom_err_prefix(err, "the vision tower");
+        if (load_layer(&t->layers[i], ws, tower, i, t, err)) return loom_err_prefix(err, "the vision tower");
     if (get_vec(ws, tower, "post_layernorm.weight", d, -1, &t->post_w, err) ||
         get_vec(ws, tower, "post_layernorm.bias", d, 0.02f, &t->post_b, err))
         return loom_err_prefix(err, "the vision tower");
@@ -162,21 +180,37 @@ static void attend_all(const float *q, const float *k, const float *v, float *ou
     }
 }
 
-static void encoder_layer(const vision_layer *l, const vision_config *v, float *x, float *h, float *q, float *k,
-                          float *val, float *a, float *f, int n, const int32_t *reach) {
-    int d = v->hidden, fi = v->intermediate;
+/* A row-parallel linear's end: the ranks' partial sums added (in row chunks the shm slot
+ * holds), then the bias, then the residual x. p is this rank's partial, overwritten. */
+static int reduce_into(const vision_tower *t, loom_comm *comm, float *p, const float *bias, float *x, int n,
+                       loom_err *err) {
+    int d = t->cfg.hidden;
+    for (int r0 = 0; t->tp > 1 && r0 < n; r0 += VISION_REDUCE_ROWS) {
+        int rows = n - r0 < VISION_REDUCE_ROWS ? n - r0 : VISION_REDUCE_ROWS;
+        if (comm_all_reduce(comm, p + (size_t)r0 * d, d, p + (size_t)r0 * d, d, rows, d, err)) return -1;
+    }
+    add_rows(p, d, bias, 0, p, d, n, d);
+    add_rows(x, d, p, d, x, d, n, d);
+    return 0;
+}
+
+/* One encoder layer on this rank's heads and MLP features (all of them at tp 1) */
+static int encoder_layer(const vision_tower *t, const vision_layer *l, loom_comm *comm, float *x, float *h, float *q,
+                         float *k, float *val, float *a, float *f, int n, const int32_t *reach, loom_err *err) {
+    const vision_config *v = &t->cfg;
+    int d = v->hidden, dr = d / t->tp, fr = v->intermediate / t->tp;
     layer_norm(x, d, h, d, n, d, l->ln1_w, l->ln1_b, v->eps);
-    linear(h, d, n, n, &l->q, l->q_b, q, d);
-    linear(h, d, n, n, &l->k, l->k_b, k, d);
-    linear(h, d, n, n, &l->v, l->v_b, val, d);
-    attend_all(q, k, val, a, n, d, v->n_heads, reach);
-    linear(a, d, n, n, &l->o, l->o_b, h, d);
-    add_rows(x, d, h, d, x, d, n, d);
+    linear(h, d, n, n, &l->q, l->q_b, q, dr);
+    linear(h, d, n, n, &l->k, l->k_b, k, dr);
+    linear(h, d, n, n, &l->v, l->v_b, val, dr);
+    attend_all(q, k, val, a, n, dr, v->n_heads / t->tp, reach);
+    linear(a, dr, n, n, &l->o, NULL, h, d);
+    if (reduce_into(t, comm, h, l->o_b, x, n, err)) return -1;
     layer_norm(x, d, h, d, n, d, l->ln2_w, l->ln2_b, v->eps);
-    linear(h, d, n, n, &l->fc1, l->fc1_b, f, fi);
-    gelu_tanh_rows(f, fi, f, fi, n, fi);
-    linear(f, fi, n, n, &l->fc2, l->fc2_b, h, d);
-    add_rows(x, d, h, d, x, d, n, d);
+    linear(h, d, n, n, &l->fc1, l->fc1_b, f, fr);
+    gelu_tanh_rows(f, fr, f, fr, n, fr);
+    linear(f, fr, n, n, &l->fc2, NULL, h, d);
+    return reduce_into(t, comm, h, l->fc2_b, x, n, err);
 }
 
 /* The patches as rows of (channel, y, x) pixels, row-major over the grid */
@@ -208,7 +242,7 @@ static void pool_tokens(const vision_config *v, const float *x, float *out) {
         }
 }
 
-int vision_encode(const vision_tower *t, const float *pixels, float *features, loom_err *err) {
+int vision_encode(const vision_tower *t, loom_comm *comm, const float *pixels, float *features, loom_err *err) {
     const vision_config *v = &t->cfg;
     int d = v->hidden, side = v->image_size / v->patch_size, n = side * side, pp = 3 * v->patch_size * v->patch_size;
     size_t wide = (size_t)(pp > v->intermediate ? pp : v->intermediate);
@@ -223,7 +257,8 @@ int vision_encode(const vision_tower *t, const float *pixels, float *features, l
     cut_patches(v, pixels, f);
     linear(f, pp, n, n, &t->patch, t->patch_b, x, d);
     add_rows(x, d, t->pos, d, x, d, n, d);
-    for (int l = 0; l < v->n_layers; l++) encoder_layer(&t->layers[l], v, x, h, q, k, val, a, f, n, reach);
+    for (int l = 0; l < v->n_layers; l++)
+        if (encoder_layer(t, &t->layers[l], comm, x, h, q, k, val, a, f, n, reach, err)) goto done;
     layer_norm(x, d, x, d, n, d, t->post_w, t->post_b, v->eps);
     pool_tokens(v, x, h);
     rms_norm(h, d, h, d, v->tokens_per_image, d, d, t->soft_norm, false, v->eps);
