@@ -17,17 +17,6 @@
 #include "util/alloc.h"
 #include "util/err.h"
 
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec + t.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 /* numpy's default (linear) percentile, as vLLM reports */
 static double percentile(const double *sorted, int n, double q) {
     double k = (n - 1) * q / 100.0;
@@ -139,9 +128,9 @@ static int decode_greedy(loom_engine *e, loom_speculator *sp, const latency_opts
         }
         const float *logits;
         loom_batch bt = {nt, b->ids, b->pos, b->seq, nt, b->rows, NULL};
-        double t0 = now();
+        double t0 = cli_now();
         if ((rc = loom_forward(e, &bt, &logits, err))) break;
-        f->target_s += now() - t0;
+        f->target_s += cli_now() - t0;
         f->passes++, f->pass_tokens += nt;
         for (int i = 0, row = 0; i < n_active && !rc; i++) {
             int s = b->active[i], nd = b->n_draft[i];
@@ -187,9 +176,9 @@ static int one_iteration(loom_engine *e, loom_speculator *sp, const latency_opts
             *hits += b->from[s];
         }
     }
-    double t0 = now();
+    double t0 = cli_now();
     if (prefill(e, o, b, chunk, err)) return -1;
-    double t1 = now();
+    double t1 = cli_now();
     if (o->spec_k && decode_greedy(e, sp, o, b, f, err)) return -1;
     for (int step = 1; step < o->output_len && !o->spec_k; step++) {
         for (int s = 0; s < o->batch; s++) {
@@ -202,7 +191,7 @@ static int one_iteration(loom_engine *e, loom_speculator *sp, const latency_opts
         if (loom_forward(e, &bt, &logits, err)) return -1;
     }
     *prefill_s = t1 - t0;
-    *decode_s = now() - t1;
+    *decode_s = cli_now() - t1;
     return 0;
 }
 
@@ -222,7 +211,7 @@ static double report(const latency_opts *o, const char *mode, double *lat, doubl
     double avg = 0;
     for (int i = 0; i < n; i++) avg += lat[i];
     avg /= n;
-    qsort(lat, n, sizeof *lat, cmp_double);
+    qsort(lat, n, sizeof *lat, cli_by_double);
     static const int pct[] = {10, 25, 50, 75, 90, 99};
     printf("Avg latency: %.6f seconds\n", avg);
     for (int i = 0; i < 6; i++) printf("%d%% percentile latency: %.6f seconds\n", pct[i], percentile(lat, n, pct[i]));
@@ -405,7 +394,7 @@ static int latency_rank(loom_comm *comm, void *arg) {
     for (int it = 0; it < o->warmup + o->iters && !rc; it++)
         for (int k = 0; k < o->n_modes && !rc; k++) {
             mode_run *r = &runs[k];
-            if (it == o->warmup) engine_set_profile(r->e, o->profile), t_start = t_start ? t_start : now();
+            if (it == o->warmup) engine_set_profile(r->e, o->profile), t_start = t_start ? t_start : cli_now();
             loom_engine_stats before, after;
             loom_engine_get_stats(r->e, &before);
             double p = 0, d = 0;
@@ -593,10 +582,10 @@ static int bench_machine(int argc, char **argv) {
     for (int lib = 0; lib < 2; lib++) {
         double best = 1e9;
         for (int r = 0; r < 8; r++) {
-            double t0 = now();
+            double t0 = cli_now();
             if (lib) gemm_f32(M, N, K, a, K, w, K, c, N);
             else cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1, a, K, w, K, 0, c, N);
-            double t = now() - t0;
+            double t = cli_now() - t0;
             if (t < best) best = t;
         }
         printf("%s %dx%dx%d: %.1f GFLOP/s (%d threads)\n", lib ? "linears' GEMM" : "sgemm (OpenBLAS)", M, N, K,
@@ -614,12 +603,12 @@ static int bench_machine(int argc, char **argv) {
     double best = 1e9;
     volatile float sink = 0;
     for (int r = 0; r < 5; r++) {
-        double t0 = now();
+        double t0 = cli_now();
         float s = 0;
         const int block = 1 << 16; /* floats per call of the kernel variant's streaming read */
 #pragma omp parallel for reduction(+ : s)
         for (size_t i = 0; i < n; i += block) s += cpu()->sum_squares(buf + i, block);
-        double t = now() - t0;
+        double t = cli_now() - t0;
         sink += s;
         if (t < best) best = t;
     }

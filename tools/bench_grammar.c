@@ -21,22 +21,11 @@
 #include "util/alloc.h"
 #include "util/file.h"
 
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec + t.tv_nsec * 1e-9;
-}
-
-static int by_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 static void report(const char *what, double *ms, int n) {
     if (!n) return;
     double sum = 0;
     for (int i = 0; i < n; i++) sum += ms[i];
-    qsort(ms, (size_t)n, sizeof *ms, by_double);
+    qsort(ms, (size_t)n, sizeof *ms, cli_by_double);
     printf("%-30s mean %8.3f ms  p50 %8.3f  p90 %8.3f  p99 %8.3f  max %8.3f  (%d steps)\n", what, sum / n, ms[n / 2],
            ms[n * 9 / 10], ms[n * 99 / 100], ms[n - 1], n);
 }
@@ -61,13 +50,13 @@ static int walk(grammar *g, const loom_model_info *info, int n, uint64_t seed, w
             grammar_matcher_free(m);
             if (!(m = grammar_matcher_new(g, err))) return -1;
         }
-        double t0 = now();
+        double t0 = cli_now();
         if (grammar_matcher_mask(m, b->allowed, err)) {
-            printf("step %d: the mask stopped after %.3f ms: %s\n", steps, (now() - t0) * 1e3, err->msg);
+            printf("step %d: the mask stopped after %.3f ms: %s\n", steps, (cli_now() - t0) * 1e3, err->msg);
             grammar_matcher_free(m);
             return -1;
         }
-        b->mask_ms[steps] = (now() - t0) * 1e3;
+        b->mask_ms[steps] = (cli_now() - t0) * 1e3;
         int n_ok = 0;
         for (int i = 0; i < b->vocab; i++) {
             if (!(b->allowed[i >> 5] >> (i & 31) & 1)) continue;
@@ -99,9 +88,9 @@ static int walk(grammar *g, const loom_model_info *info, int n, uint64_t seed, w
         }
         seed = seed * 6364136223846793005ull + 1442695040888963407ull;
         int32_t pick = b->ok[(seed >> 33) % (uint64_t)n_ok];
-        t0 = now();
+        t0 = cli_now();
         bool allowed = grammar_matcher_allows(m, pick);
-        b->check_ms[steps] = (now() - t0) * 1e3;
+        b->check_ms[steps] = (cli_now() - t0) * 1e3;
         if (!allowed && grammar_matcher_fault(m, err)) { /* past the matcher's bound of work */
             printf("step %d: the check stopped after %.3f ms: %s\n", steps, b->check_ms[steps], err->msg);
             steps = -1;
@@ -177,13 +166,13 @@ int bench_grammar(int argc, char **argv) {
     char *sentence = NULL;
     if (!m || cli_print_cpu("bench grammar", stdout)) goto done;
     loom_model_get_info(m, &info);
-    double t0 = now();
+    double t0 = cli_now();
     if (!(v = vocab_of_model(m, &err))) goto fail;
-    double t_vocab = now() - t0;
-    t0 = now();
+    double t_vocab = cli_now() - t0;
+    t0 = cli_now();
     if (!(g = grammar_compile(text, v, &err))) goto fail;
     printf("vocabulary: %d tokens (trie built in %.1f ms); grammar: %zu bytes of GBNF, compiled in %.2f ms\n",
-           info.vocab, t_vocab * 1e3, strlen(text), (now() - t0) * 1e3);
+           info.vocab, t_vocab * 1e3, strlen(text), (cli_now() - t0) * 1e3);
     b.vocab = info.vocab;
     if (text_file) {
         if (!(sentence = file_read_all(text_file, &b.text_len, &err))) goto fail;

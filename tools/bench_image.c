@@ -1,8 +1,8 @@
 /* `loom bench image`: what a picture costs a vision-language model before its prompt's prefill.
  * The model's vision tower and projector encode a picture of its image_size (random pixels in
  * [-1, 1], as a processor's are; the cost does not depend on them) --num-iters times after
- * --num-iters-warmup, on every rank as the engine runs them (replicated: at -tp 2 both ranks
- * encode the whole picture at once, each on its own cores). Reports seconds a picture (mean and
+ * --num-iters-warmup, on every rank as the engine runs them (sharded by heads and MLP features
+ * over -tp ranks, or whole on each with --mm-encoder-tp-mode data). Reports seconds a picture (mean and
  * percentiles, the slowest rank's), patches a second and the tower's GFLOP/s. */
 #include <math.h>
 #include <stdio.h>
@@ -11,7 +11,7 @@
 #include <time.h>
 
 #include "cli.h"
-#include "runtime/model.h"
+#include "runtime/engine.h"
 #include "util/alloc.h"
 
 typedef struct image_opts {
@@ -20,17 +20,6 @@ typedef struct image_opts {
     loom_engine_options eo;
     loom_model *m;
 } image_opts;
-
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec + t.tv_nsec * 1e-9;
-}
-
-static int by_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 /* The tower's multiply-adds for one picture, times 2: patches, per layer q/k/v/o, the MLP and
  * the attention's two products, then the projection. */
@@ -59,9 +48,9 @@ static int image_rank(loom_comm *comm, void *arg) {
         px[i] = (float)((s >> 40) * (2.0 / (1 << 24)) - 1.0);
     }
     for (int it = 0; !rc && it < o->warmup + o->iters; it++) {
-        double t0 = now();
+        double t0 = cli_now();
         rc = loom_encode_image(e, px, feat, &err);
-        double t = now() - t0;
+        double t = cli_now() - t0;
         /* the slowest rank's time: the prefill waits for every rank's rows */
         float mine = (float)t, all[64];
         int n = loom_comm_size(comm);
@@ -73,11 +62,11 @@ static int image_rank(loom_comm *comm, void *arg) {
     else if (loom_comm_rank(comm) == 0) {
         double sum = 0;
         for (int i = 0; i < o->iters; i++) sum += secs[i];
-        qsort(secs, (size_t)o->iters, sizeof *secs, by_double);
+        qsort(secs, (size_t)o->iters, sizeof *secs, cli_by_double);
         double mean = sum / o->iters, patches = pow(v->image_size / v->patch_size, 2);
-        printf("vision tower: %d x %d px, %.0f patches, %d layers of %d, %d tokens a picture; %d rank%s (replicated)\n",
+        printf("vision tower: %d x %d px, %.0f patches, %d layers of %d, %d tokens a picture; %d rank%s (%s)\n",
                v->image_size, v->image_size, patches, v->n_layers, v->hidden, v->tokens_per_image, loom_comm_size(comm),
-               loom_comm_size(comm) > 1 ? "s" : "");
+               loom_comm_size(comm) > 1 ? "s" : "", e->vision->tp > 1 ? "sharded by heads and MLP features" : "whole");
         printf("encode: mean %.3f s a picture, p50 %.3f, p90 %.3f (%d iterations); %.0f patches/s, %.1f GFLOP/s\n",
                mean, secs[o->iters / 2], secs[(int)(o->iters * 0.9)], o->iters, patches / mean,
                tower_flop(v, o->m->cfg.hidden) / mean / 1e9);

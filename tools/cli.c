@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 const char *cli_value(int argc, char **argv, int *i) {
     if (*i + 1 >= argc) {
@@ -298,4 +299,15 @@ int cli_print_cpu(const char *cmd, FILE *f) {
     }
     fprintf(f, "CPU: %s, kernels %s (this CPU runs: %s); GEMMs: %s\n", ci.model, ci.variant, ci.runnable, ci.gemm);
     return 0;
+}
+
+double cli_now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+int cli_by_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
 }

@@ -88,6 +88,9 @@ int cli_launch(const cli_common *c, const loom_model *m, const loom_engine_optio
 loom_engine *cli_rank_engine(const char *cmd, loom_comm *comm, loom_model *m, const loom_engine_options *eo);
 /* Prints err for this rank: "loom CMD: msg" (with the rank when there are several). */
 void cli_rank_error(const char *cmd, const loom_comm *comm, const loom_err *err);
+/* The monotonic clock in seconds, and qsort's order of doubles: the benchmarks' timings. */
+double cli_now(void);
+int cli_by_double(const void *a, const void *b);
 /* Prints "CPU: <model>, kernels <variant> (runs: ...)" to f; 1 if LOOM_CPU is unusable (printed
  * as "loom CMD: ..."). */
 int cli_print_cpu(const char *cmd, FILE *f);
