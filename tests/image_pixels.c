@@ -2,7 +2,8 @@
  * transformers' (load_image and the model's image processor):
  *   image_pixels --decode IMAGE OUT           the upright RGB bytes
  *   image_pixels PREPROCESSOR_CONFIG IMAGE OUT  the processor's float32 planes
- * OUT starts with the height and width (two int32), then the values. A refused image prints
+ * OUT starts with the height and width (two int32), then the values; a patching processor's,
+ * with its patch count and a patch's values. A refused image prints
  * "refused: MESSAGE" and exits 3. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -55,7 +56,10 @@ int main(int argc, char **argv) {
             image_free(&img);
             return 3;
         }
-        rc = write_out(argv[3], px.height, px.width, px.data, (size_t)px.width * px.height * 3 * sizeof(float));
+        if (px.grid_h) /* patches: rows of patch_floats */
+            rc = write_out(argv[3], px.grid_h * px.grid_w, px.patch_floats, px.data,
+                           (size_t)px.grid_h * px.grid_w * px.patch_floats * sizeof(float));
+        else rc = write_out(argv[3], px.height, px.width, px.data, (size_t)px.width * px.height * 3 * sizeof(float));
         image_pixels_free(&px);
     }
     image_free(&img);

@@ -5,7 +5,10 @@
      (a PNG's tRNS colour survives there as Pillow's "transparency", which the processors then
      paint white: the keyed files check that);
   b. processing: the model's image processor (transformers' default, torchvision backend) on that
-     picture against `image_pixels CONFIG`, for Gemma 3's, SigLIP's and CLIP's (LLaVA's).
+     picture against `image_pixels CONFIG`, for Gemma 3's, SigLIP's, CLIP's (LLaVA's) and
+     Qwen2-VL's (smart_resize, then patches: at its default bounds and at a small maximum that
+     shrinks most pictures); where transformers refuses a picture (Qwen2-VL: an aspect ratio
+     beyond 200), loom must refuse it too.
 
 The pictures are generated here (gradients, text, noise, odd and extreme sizes) and written by
 Pillow as PNG (RGB, RGBA, gray, gray+alpha, palette with transparency, 1-bit, 16-bit), JPEG
@@ -27,7 +30,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from PIL import Image, ImageDraw
-from transformers import CLIPImageProcessor, Gemma3ImageProcessor, SiglipImageProcessor
+from transformers import CLIPImageProcessor, Gemma3ImageProcessor, Qwen2VLImageProcessor, SiglipImageProcessor
 from transformers.image_utils import load_image
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -177,6 +180,8 @@ def main():
         "gemma3": Gemma3ImageProcessor(size={"height": 896, "width": 896}),
         "siglip": SiglipImageProcessor(),
         "clip": CLIPImageProcessor(size={"shortest_edge": 336}, crop_size={"height": 336, "width": 336}),
+        "qwen2vl": Qwen2VLImageProcessor(),
+        "qwen2vl_small": Qwen2VLImageProcessor(size={"shortest_edge": 3136, "longest_edge": 50176}),
     }
     configs = {}
     for name, proc in processors.items():
@@ -212,13 +217,22 @@ def main():
         h, w, ours = read_out(tmp / "out", np.uint8)
         decoded += compare(f"{name} decoded", ours.reshape(h, w, 3), np.asarray(ref))
         for pname, proc in processors.items():
-            theirs = proc(images=ref, return_tensors="pt")["pixel_values"][0].numpy()
+            try:
+                theirs = proc(images=ref, return_tensors="pt")["pixel_values"]
+            except ValueError as e:  # refused by transformers: loom must refuse it too
+                r = run(configs[pname], str(path), str(tmp / "out"))
+                refused = r.returncode == 3
+                check(refused, f"{name} {pname}: transformers refuses ({e}), loom exit {r.returncode}: {r.stdout}")
+                processed += refused
+                continue
+            theirs = theirs.numpy() if theirs.ndim == 2 else theirs[0].numpy()  # patches, or planes
             r = run(configs[pname], str(path), str(tmp / "out"))
             if r.returncode != 0:
                 check(False, f"{name} {pname}: image_pixels exit {r.returncode}: {r.stdout}{r.stderr}")
                 continue
             h, w, ours = read_out(tmp / "out", np.float32)
-            processed += compare(f"{name} through {pname}", ours.reshape(3, h, w), theirs)
+            processed += compare(f"{name} through {pname}", ours.reshape(theirs.shape) if ours.size == theirs.size
+                                 else ours, theirs)
     print(f"{decoded} of {len(files)} files decode to load_image's bytes; {processed} of "
           f"{len(files) * len(processors)} processor outputs are transformers' bits", flush=True)
 

@@ -4,6 +4,7 @@
  * rescale 1/255 (the mean and std scaled by 1 / rescale_factor in float32 first), so each value
  * is rounded as transformers rounds it. */
 #include <cjson/cJSON.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -64,6 +65,30 @@ static int read_size(const cJSON *root, const char *key, int *h, int *w, int *ed
     return edge ? read_int(s, "shortest_edge", edge, where, path, err) : 0;
 }
 
+/* A patching processor's fields: the pixel bounds (size.shortest_edge and longest_edge, or the
+ * older min_pixels and max_pixels, which win as transformers' constructor lets them) and the
+ * patch geometry. */
+static int read_patches(const cJSON *root, image_processor *p, const char *path, loom_err *err) {
+    const cJSON *size = cJSON_GetObjectItemCaseSensitive(root, "size");
+    const char *keys[4] = {"shortest_edge", "longest_edge", "min_pixels", "max_pixels"};
+    int64_t *into[4] = {&p->min_pixels, &p->max_pixels, &p->min_pixels, &p->max_pixels};
+    for (int i = 0; i < 4; i++) {
+        const cJSON *f = cJSON_GetObjectItemCaseSensitive(i < 2 ? size : root, keys[i]);
+        if (!f || cJSON_IsNull(f)) continue;
+        if (!cJSON_IsNumber(f) || f->valuedouble < 1 || f->valuedouble > 1e12)
+            return loom_errf(err, "%s: \"%s%s\" must be a pixel count from 1", path, i < 2 ? "size." : "", keys[i]);
+        *into[i] = (int64_t)f->valuedouble;
+    }
+    if (p->min_pixels > p->max_pixels)
+        return loom_errf(err, "%s: the smallest pixel count %lld is above the largest %lld", path,
+                         (long long)p->min_pixels, (long long)p->max_pixels);
+    if (read_int(root, "patch_size", &p->patch_size, "", path, err) < 0 ||
+        read_int(root, "merge_size", &p->merge_size, "", path, err) < 0 ||
+        read_int(root, "temporal_patch_size", &p->temporal_patch_size, "", path, err) < 0)
+        return -1;
+    return 0;
+}
+
 int image_processor_parse(image_processor *p, const char *json, const char *path, loom_err *err) {
     memset(p, 0, sizeof *p);
     cJSON *root = cJSON_Parse(json);
@@ -95,10 +120,17 @@ int image_processor_parse(image_processor *p, const char *json, const char *path
         p->resample = IMAGE_BICUBIC;
         memcpy(p->mean, openai_clip_mean, sizeof p->mean);
         memcpy(p->std, openai_clip_std, sizeof p->std);
+    } else if (!strcmp(p->type, "Qwen2VLImageProcessor")) {
+        p->rule = IMAGE_SIZE_PATCHES;
+        p->resample = IMAGE_BICUBIC;
+        memcpy(p->mean, openai_clip_mean, sizeof p->mean);
+        memcpy(p->std, openai_clip_std, sizeof p->std);
+        p->min_pixels = 56 * 56, p->max_pixels = 28 * 28 * 1280;
+        p->patch_size = 14, p->merge_size = 2, p->temporal_patch_size = 2;
     } else {
         loom_errf(err,
-                  "%s: image_processor_type \"%s\" is not supported (Gemma3ImageProcessor, SiglipImageProcessor "
-                  "and CLIPImageProcessor are)",
+                  "%s: image_processor_type \"%s\" is not supported (Gemma3ImageProcessor, SiglipImageProcessor, "
+                  "CLIPImageProcessor and Qwen2VLImageProcessor are)",
                   path, t->valuestring);
         goto done;
     }
@@ -119,7 +151,8 @@ int image_processor_parse(image_processor *p, const char *json, const char *path
         loom_errf(err, "%s: \"do_pan_and_scan\" is not supported", path);
         goto done;
     }
-    if (edge) {
+    if (p->rule == IMAGE_SIZE_PATCHES && read_patches(root, p, path, err) < 0) goto done;
+    if (edge && p->rule != IMAGE_SIZE_PATCHES) {
         if (p->rule != IMAGE_SIZE_SHORTEST_EDGE) {
             loom_errf(err, "%s: \"size.shortest_edge\" is not read by %s (it resizes to height x width)", path,
                       p->type);
@@ -168,6 +201,68 @@ static void shortest_edge_size(int h, int w, int edge, int *oh, int *ow) {
     *ow = w <= h ? edge : l;
 }
 
+/* transformers' smart_resize: each side rounded (half to even, as Python's round) to a multiple of
+ * factor, then scaled down or up by the square root of the pixel bound's ratio where the area
+ * leaves [min_pixels, max_pixels]. An aspect ratio beyond 200 is refused, as transformers does. */
+static int smart_resize(const image_processor *p, int h, int w, int *oh, int *ow, loom_err *err) {
+    int factor = p->patch_size * p->merge_size;
+    if ((double)(h > w ? h : w) / (h < w ? h : w) > 200)
+        return loom_errf(err, "%s: the picture's aspect ratio %dx%d is beyond 200", p->type, w, h);
+    double hb = nearbyint((double)h / factor) * factor, wb = nearbyint((double)w / factor) * factor;
+    if (hb * wb > (double)p->max_pixels) {
+        double beta = sqrt((double)h * w / (double)p->max_pixels);
+        hb = fmax(factor, floor(h / beta / factor) * factor);
+        wb = fmax(factor, floor(w / beta / factor) * factor);
+    } else if (hb * wb < (double)p->min_pixels) {
+        double beta = sqrt((double)p->min_pixels / ((double)h * w));
+        hb = ceil(h * beta / factor) * factor;
+        wb = ceil(w * beta / factor) * factor;
+    }
+    if (hb < factor || wb < factor || hb * wb > (double)(1 << 28))
+        return loom_errf(err, "%s: a %dx%d picture resizes to %.0fx%.0f", p->type, w, h, wb, hb);
+    *oh = (int)hb, *ow = (int)wb;
+    return 0;
+}
+
+/* Planes [3][h][w] cut into the patching processor's patches (image_pixels' order) */
+static void patchify(const image_processor *p, const float *planes, image_pixels *out, float *to) {
+    int ps = p->patch_size, m = p->merge_size, t = p->temporal_patch_size, h = out->height, w = out->width;
+    int gw = out->grid_w, row = 0;
+    for (int by = 0; by < out->grid_h / m; by++)
+        for (int bx = 0; bx < gw / m; bx++)
+            for (int my = 0; my < m; my++)
+                for (int mx = 0; mx < m; mx++, row++) {
+                    float *o = to + (size_t)row * out->patch_floats;
+                    int y0 = (by * m + my) * ps, x0 = (bx * m + mx) * ps;
+                    for (int c = 0; c < 3; c++)
+                        for (int f = 0; f < t; f++)
+                            for (int y = 0; y < ps; y++, o += ps)
+                                memcpy(o, planes + ((size_t)c * h + y0 + y) * w + x0, ps * sizeof *o);
+                }
+}
+
+/* out's planes as the patching processor's patches, in place of them */
+static int to_patches(const image_processor *p, image_pixels *out, loom_err *err) {
+    int unit = p->patch_size * p->merge_size;
+    if (out->height % unit || out->width % unit) {
+        image_pixels_free(out);
+        return loom_errf(err, "%s: %dx%d pixel values are not whole blocks of %d (do_resize off?)", p->type, out->width,
+                         out->height, unit);
+    }
+    out->grid_h = out->height / p->patch_size, out->grid_w = out->width / p->patch_size;
+    out->patch_floats = 3 * p->temporal_patch_size * p->patch_size * p->patch_size;
+    float *patches =
+        mem_array((size_t)out->grid_h * out->grid_w, (size_t)out->patch_floats * sizeof(float), "patches", err);
+    if (!patches) {
+        image_pixels_free(out);
+        return -1;
+    }
+    patchify(p, out->data, out, patches);
+    free(out->data);
+    out->data = patches;
+    return 0;
+}
+
 /* The crop's top left in the (conceptually zero-padded) picture: the padding puts the picture
  * at (pad_top, pad_left) of a canvas at least the crop's size. */
 static void crop_origin(int side, int crop, int *pad, int *start) {
@@ -191,7 +286,8 @@ int image_process(const image_processor *p, const image *img, image_pixels *out,
     if (p->do_resize) {
         int h = p->height, w = p->width;
         if (p->rule == IMAGE_SIZE_SHORTEST_EDGE) shortest_edge_size(cur->height, cur->width, p->shortest_edge, &h, &w);
-        if (image_resize(cur, w, h, p->resample, &sized, err) < 0) {
+        if ((p->rule == IMAGE_SIZE_PATCHES && smart_resize(p, cur->height, cur->width, &h, &w, err) < 0) ||
+            image_resize(cur, w, h, p->resample, &sized, err) < 0) {
             image_free(&keyed);
             return -1;
         }
@@ -232,5 +328,5 @@ int image_process(const image_processor *p, const image *img, image_pixels *out,
         }
     image_free(&keyed);
     image_free(&sized);
-    return 0;
+    return p->rule == IMAGE_SIZE_PATCHES ? to_patches(p, out, err) : 0;
 }
