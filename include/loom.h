@@ -215,8 +215,9 @@ typedef struct loom_batch {
     int n_logits;
     const int32_t *logit_rows;
     /* A vision-language model: one row of the text model's width per image token of the batch,
-     * in order (loom_encode_image's features), or NULL; every token of an image must be in
-     * the same batch, since they attend to each other. */
+     * in order (loom_encode_image's features); every token of an image must then be in the
+     * same batch, since they attend to each other. NULL: image tokens are plain tokens (their
+     * embedding rows), as transformers runs a prompt without pixel values. */
     const float *image_rows;
 } loom_batch;
 LOOM_API int loom_forward(loom_engine *e, const loom_batch *b, const float **logits, loom_err *err);

@@ -539,11 +539,12 @@ int loom_engine_wait_replicas(loom_engine *e, loom_err *err) {
 }
 
 /* Rejects a batch the kernels could not run correctly, before anything is written. */
-/* A vision-language model's image tokens: with image rows, in runs of whole images, since an
- * image's tokens see each other (a run cut by the batch's edge would not see the rest). */
+/* A vision-language model's image tokens, where the batch has image rows for them: in runs of
+ * whole images, since an image's tokens see each other (a run cut by the batch's edge would not
+ * see the rest). Without rows they are plain tokens. */
 static int check_images(const loom_engine *e, const loom_batch *b, loom_err *err) {
     const vision_config *v = &e->model->cfg.vision;
-    if (!v->kind) return 0;
+    if (!v->kind || !b->image_rows) return 0;
     for (int i = 0; i < b->n_tokens;) {
         if (b->ids[i] != v->image_token) {
             i++;
@@ -551,7 +552,6 @@ static int check_images(const loom_engine *e, const loom_batch *b, loom_err *err
         }
         int e0 = i;
         while (i < b->n_tokens && b->ids[i] == v->image_token && b->seq[i] == b->seq[e0]) i++;
-        if (!b->image_rows) return loom_errf(err, "token %d: an image token, but the batch has no image rows", e0);
         if ((i - e0) % v->tokens_per_image)
             return loom_errf(err,
                              "tokens %d-%d: %d image tokens, not whole images of %d (an image's tokens must all be "

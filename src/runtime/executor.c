@@ -170,16 +170,17 @@ static void place_image_rows(const executor *x, const loom_batch *b, int image_t
     for (int r = 0; r < b->n_tokens; r++) {
         if (b->ids[r] != image_token) continue;
         float *o = out + (size_t)r * ldo;
-        if (x->comm->rank == 0 && b->image_rows) memcpy(o, b->image_rows + (size_t)k * w, w * sizeof *o);
+        if (x->comm->rank == 0) memcpy(o, b->image_rows + (size_t)k * w, w * sizeof *o);
         else memset(o, 0, w * sizeof *o);
         k++;
     }
 }
 
 /* Each row's reach (attend_task's): an image's tokens, a run of image_token at consecutive
- * positions of one sequence, see to the run's last; NULL when the pass has none. */
+ * positions of one sequence, see to the run's last; NULL when the pass has no image rows (its
+ * image tokens, if any, are plain tokens, as transformers runs a prompt without pixel values). */
 static const int32_t *image_reach(executor *x, const loom_batch *b) {
-    if (x->image_token < 0) return NULL;
+    if (x->image_token < 0 || !b->image_rows) return NULL;
     bool any = false;
     for (int r = 0; r < b->n_tokens && !any; r++) any = b->ids[r] == x->image_token;
     if (!any) return NULL;
@@ -390,7 +391,7 @@ static void run_step(executor *x, const plan_step *s, const loom_batch *b) {
     case OP_EMBED:
         embed_rows(&s->w[0], s->vocab0, b->ids, rows, out, ldo);
         if (o->scalar != 1.0f) scale_rows(out, ldo, o->scalar, out, ldo, rows, w);
-        if (o->image_token >= 0) place_image_rows(x, b, o->image_token, out, ldo, w);
+        if (o->image_token >= 0 && b->image_rows) place_image_rows(x, b, o->image_token, out, ldo, w);
         break;
     case OP_LINEAR: {
         /* Sharded linears run in the blocks and chunks the fused collectives use (T padded to a
