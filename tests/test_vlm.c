@@ -247,6 +247,40 @@ static void check_released_config(void) {
     loom_model_free(m);
 }
 
+/* A config whose sliding window is narrower than an image is refused (its image tokens would see
+ * each other across the window, which one window rule cannot give). */
+static void check_narrow_window(void) {
+    char path[1000], tmp[] = "/tmp/loom-vlm-XXXXXX.json";
+    snprintf(path, sizeof path, "%s/tests/golden/gemma3_vlm/config.json", LOOM_SOURCE_DIR);
+    FILE *f = fopen(path, "rb");
+    char text[8192] = {0};
+    size_t n = f ? fread(text, 1, sizeof text - 1, f) : 0;
+    if (f) fclose(f);
+    cJSON *c = cJSON_Parse(text);
+    cJSON *t = cJSON_GetObjectItemCaseSensitive(c, "text_config");
+    CHECK(n && t, "%s: not read", path);
+    if (!t) {
+        cJSON_Delete(c);
+        return;
+    }
+    cJSON_ReplaceItemInObjectCaseSensitive(t, "sliding_window", cJSON_CreateNumber(8));
+    char *out = cJSON_Print(c);
+    int fd = mkstemps(tmp, 5);
+    if (fd >= 0) {
+        FILE *w = fdopen(fd, "wb");
+        fputs(out, w);
+        fclose(w);
+    }
+    loom_err err = {{0}};
+    loom_model *m = loom_model_load(&(loom_model_options){.path = tmp, .dummy = true}, &err);
+    CHECK(!m && strstr(err.msg, "wider than the sliding window of 8"), "a window of 8 for 16 image tokens: %s",
+          m ? "loaded" : err.msg);
+    loom_model_free(m);
+    unlink(tmp);
+    free(out);
+    cJSON_Delete(c);
+}
+
 /* Features and logits of a run against transformers' */
 static void check_oracle(const vlm_golden *g, const float *out, const char *mode) {
     size_t fsz = (size_t)g->tokens * g->hidden;
@@ -293,6 +327,7 @@ int main(void) {
     check_refusals(&g);
     if (one) check_generation(&g, one); /* both pictures' features, in order */
     check_released_config();
+    check_narrow_window();
     float *runs[] = {one, cut, tp, sp, async, pp, data};
     for (size_t i = 0; i < sizeof runs / sizeof *runs; i++)
         if (runs[i]) munmap(runs[i], n * sizeof(float));

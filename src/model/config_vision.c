@@ -49,6 +49,11 @@ int parse_vision(reader *r, model_config *c) {
                          "%s: mm_tokens_per_image %d must be a square whose side divides the %d patches a side "
                          "(image_size %d / patch_size %d)",
                          r->name, v->tokens_per_image, side, v->image_size, v->patch_size);
+    /* an image's tokens see each other across the window (transformers ORs the masks): loom's
+     * attention keeps one window rule, which holds while an image fits in the window */
+    if (c->sliding_window && v->tokens_per_image > c->sliding_window)
+        return loom_errf(r->err, "%s: mm_tokens_per_image %d is wider than the sliding window of %d", r->name,
+                         v->tokens_per_image, c->sliding_window);
     if (v->image_token >= c->vocab)
         return loom_errf(r->err, "%s: image_token_index %d is outside the text model's vocabulary of %d", r->name,
                          v->image_token, c->vocab);
