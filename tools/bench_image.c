@@ -40,8 +40,10 @@ static int image_rank(loom_comm *comm, void *arg) {
     float *px = mem_array(npx, sizeof *px, "pixels", NULL);
     float *feat = mem_array((size_t)v->tokens_per_image * o->m->cfg.hidden, sizeof *feat, "features", NULL);
     double *secs = mem_array((size_t)o->iters, sizeof *secs, "timings", NULL);
+    int n = loom_comm_size(comm);
+    float *all = mem_array((size_t)n, sizeof *all, "the ranks' timings", NULL);
     loom_err err = {{0}};
-    int rc = px && feat && secs ? 0 : 1;
+    int rc = px && feat && secs && all ? 0 : 1;
     uint64_t s = 47;
     for (size_t i = 0; !rc && i < npx; i++) {
         s = s * 6364136223846793005ULL + 1442695040888963407ULL;
@@ -52,10 +54,9 @@ static int image_rank(loom_comm *comm, void *arg) {
         rc = loom_encode_image(e, px, feat, &err);
         double t = cli_now() - t0;
         /* the slowest rank's time: the prefill waits for every rank's rows */
-        float mine = (float)t, all[64];
-        int n = loom_comm_size(comm);
-        if (!rc && n <= 64 && loom_comm_all_gather(comm, &mine, 1, all, &err)) rc = -1;
-        for (int r = 0; !rc && r < n && r < 64; r++) t = all[r] > t ? all[r] : t;
+        float mine = (float)t;
+        if (!rc && loom_comm_all_gather(comm, &mine, 1, all, &err)) rc = -1;
+        for (int r = 0; !rc && r < n; r++) t = all[r] > t ? all[r] : t;
         if (!rc && it >= o->warmup) secs[it - o->warmup] = t;
     }
     if (rc) cli_rank_error("bench image", comm, &err);
@@ -71,7 +72,7 @@ static int image_rank(loom_comm *comm, void *arg) {
                mean, secs[o->iters / 2], secs[(int)(o->iters * 0.9)], o->iters, patches / mean,
                tower_flop(v, o->m->cfg.hidden) / mean / 1e9);
     }
-    free(px), free(feat), free(secs);
+    free(px), free(feat), free(secs), free(all);
     loom_engine_free(e);
     return rc ? 1 : 0;
 }

@@ -59,16 +59,13 @@ float *run_image_pixels(const loom_model *m, const char *const *files, int n, lo
     return all;
 }
 
-/* The text of a special token (detokenized with special tokens kept), or NULL */
-static char *token_text(const loom_model *m, int32_t id, loom_err *err) {
-    return loom_detokenize(m, &id, 1, false, err);
-}
-
 char *run_image_prompt(const loom_model *m, const char *prompt, int n_images, loom_err *err) {
     loom_model_info info;
     loom_model_get_info(m, &info);
-    char *boi = token_text(m, info.image_begin, err), *tok = boi ? token_text(m, info.image_token, err) : NULL;
-    char *eoi = tok ? token_text(m, info.image_end, err) : NULL;
+    /* the special tokens' texts, detokenized with special tokens kept */
+    char *boi = loom_detokenize(m, &info.image_begin, 1, false, err);
+    char *tok = boi ? loom_detokenize(m, &info.image_token, 1, false, err) : NULL;
+    char *eoi = tok ? loom_detokenize(m, &info.image_end, 1, false, err) : NULL;
     char *out = NULL;
     if (!eoi) goto done;
     int found = 0;

@@ -30,7 +30,7 @@ static bool is_eos(const model_config *c, int32_t id) {
  * would end inside one ends before it. */
 static int feed(loom_engine *e, const int32_t *ids, int n, int pos, const float *image_rows, int32_t *p,
                 const int32_t *sq, const float **logits, loom_err *err) {
-    int rc = 0, image = e->model->cfg.vision.kind ? e->model->cfg.vision.image_token : -1;
+    int rc = 0, image = image_rows ? e->x.image_token : -1; /* without rows, image tokens are plain */
     for (int done = 0, k; done < n && !rc; done += k) {
         k = n - done < e->max_tokens ? n - done : e->max_tokens;
         while (image >= 0 && done + k < n && k > 0 && ids[done + k] == image && ids[done + k - 1] == image) k--;
@@ -47,8 +47,7 @@ static int feed(loom_engine *e, const int32_t *ids, int n, int pos, const float 
                         .logit_rows = &last,
                         .image_rows = image_rows};
         rc = loom_forward(e, &b, logits, err);
-        for (int i = done; image_rows && i < done + k; i++)
-            if (ids[i] == image) image_rows += e->model->cfg.hidden;
+        image_rows = executor_image_rows_after(&e->x, image_rows, ids + done, k);
     }
     return rc;
 }

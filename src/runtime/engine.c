@@ -538,7 +538,6 @@ int loom_engine_wait_replicas(loom_engine *e, loom_err *err) {
     return 0;
 }
 
-/* Rejects a batch the kernels could not run correctly, before anything is written. */
 /* A vision-language model's image tokens, where the batch has image rows for them: in runs of
  * whole images, since an image's tokens see each other (a run cut by the batch's edge would not
  * see the rest). Without rows they are plain tokens. */
@@ -561,6 +560,7 @@ static int check_images(const loom_engine *e, const loom_batch *b, loom_err *err
     return 0;
 }
 
+/* Rejects a batch the kernels could not run correctly, before anything is written. */
 static int check_batch(const loom_engine *e, const loom_batch *b, loom_err *err) {
     if (b->n_tokens == 0) return b->n_logits ? loom_errf(err, "%d logit rows asked of an empty batch", b->n_logits) : 0;
     if (b->n_tokens < 0 || b->n_tokens > e->max_tokens)

@@ -182,18 +182,24 @@ static void place_image_rows(const executor *x, const loom_batch *b, int image_t
 static const int32_t *image_reach(executor *x, const loom_batch *b) {
     if (x->image_token < 0 || !b->image_rows) return NULL;
     bool any = false;
-    for (int r = 0; r < b->n_tokens && !any; r++) any = b->ids[r] == x->image_token;
-    if (!any) return NULL;
     for (int r = 0; r < b->n_tokens;) {
         int e = r + 1;
-        if (b->ids[r] == x->image_token)
+        if (b->ids[r] == x->image_token) {
+            any = true;
             while (e < b->n_tokens && b->ids[e] == x->image_token && b->seq[e] == b->seq[r] &&
                    b->pos[e] == b->pos[e - 1] + 1)
                 e++;
+        }
         for (int i = r; i < e; i++) x->reach[i] = b->pos[e - 1];
         r = e;
     }
-    return x->reach;
+    return any ? x->reach : NULL;
+}
+
+const float *executor_image_rows_after(const executor *x, const float *rows, const int32_t *ids, int n) {
+    for (int i = 0; rows && i < n; i++)
+        if (ids[i] == x->image_token) rows += x->image_width;
+    return rows;
 }
 
 static const int32_t *longrope_rows(executor *x, const loom_batch *b) {

@@ -96,6 +96,9 @@ int executor_run_pass(executor *x, const loom_batch *b, loom_err *err);
  * expert-parallel steps, which route nothing of this rank's but still run its experts over the
  * rows the other replicas send (data parallelism's lockstep). */
 int executor_run_idle(executor *x, loom_err *err);
+/* The image rows past those of tokens ids[0..n) (one row of image_width a image token): where a
+ * batch cut after them resumes (rows NULL: NULL). */
+const float *executor_image_rows_after(const executor *x, const float *rows, const int32_t *ids, int n);
 /* Copies the logit rows of the pass just run, vocab wide, into logits: its row i to row at[i]
  * (NULL: i). */
 void executor_take_logits(const executor *x, const loom_batch *b, float *logits, size_t vocab, const int32_t *at);

@@ -73,8 +73,7 @@ int pipeline_forward(pipeline *pl, executor *x, const loom_batch *b, float *logi
                          .image_rows = image_rows};
         x->capture_row0 = t;
         if (executor_run_pass(x, &mb, err)) return -1;
-        for (int i = t; image_rows && i < t + n; i++)
-            if (b->ids[i] == x->image_token) image_rows += x->image_width;
+        image_rows = executor_image_rows_after(x, image_rows, b->ids + t, n);
         if (last) executor_take_logits(x, &mb, logits, vocab, pl->mb_at);
     }
     int root = (pl->pp - 1) * x->comm->size;

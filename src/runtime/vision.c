@@ -36,16 +36,6 @@ static const char *projector_prefix(const weight_store *ws) {
                                                                                      : "multi_modal_projector.";
 }
 
-static int get_vec(weight_store *ws, const char *prefix, const char *name, int n, float init, const float **out,
-                   loom_err *err) {
-    char full[256];
-    snprintf(full, sizeof full, "%s%s", prefix, name);
-    wmat w;
-    if (weights_get(ws, full, n, 0, 0, 0, 0, 0, true, init, &w, err)) return -1;
-    *out = w.data;
-    return 0;
-}
-
 /* Rows [r0, r0 + nr) and columns [c0, c0 + nc) of a [rows, cols] linear (nr or nc 0: all) */
 static int get_mat(weight_store *ws, const char *prefix, const char *name, int rows, int cols, int r0, int nr, int c0,
                    int nc, wmat *out, loom_err *err) {
@@ -54,13 +44,14 @@ static int get_mat(weight_store *ws, const char *prefix, const char *name, int r
     return weights_get(ws, full, rows, cols, r0, nr, c0, nc, false, 0.02f, out, err);
 }
 
-/* Entries [r0, r0 + n) of a bias of `rows` */
-static int get_slice(weight_store *ws, const char *prefix, const char *name, int rows, int r0, int n, const float **out,
-                     loom_err *err) {
+/* Entries [r0, r0 + n) of a vector of `rows` in f32 (n 0: all); init as weights_get's (-1: a
+ * dummy norm's ones) */
+static int get_vec(weight_store *ws, const char *prefix, const char *name, int rows, int r0, int n, float init,
+                   const float **out, loom_err *err) {
     char full[256];
     snprintf(full, sizeof full, "%s%s", prefix, name);
     wmat w;
-    if (weights_get(ws, full, rows, 0, r0, n, 0, 0, true, 0.02f, &w, err)) return -1;
+    if (weights_get(ws, full, rows, 0, r0, n, 0, 0, true, init, &w, err)) return -1;
     *out = w.data;
     return 0;
 }
@@ -73,22 +64,22 @@ static int load_layer(vision_layer *l, weight_store *ws, const char *tower, int 
     snprintf(p, sizeof p, "%sencoder.layers.%d.", tower, i);
     int d = t->cfg.hidden, f = t->cfg.intermediate, dr = d / t->tp, fr = f / t->tp, d0 = dr * t->rank,
         f0 = fr * t->rank;
-    return get_vec(ws, p, "layer_norm1.weight", d, -1, &l->ln1_w, err) ||
-                   get_vec(ws, p, "layer_norm1.bias", d, 0.02f, &l->ln1_b, err) ||
-                   get_vec(ws, p, "layer_norm2.weight", d, -1, &l->ln2_w, err) ||
-                   get_vec(ws, p, "layer_norm2.bias", d, 0.02f, &l->ln2_b, err) ||
+    return get_vec(ws, p, "layer_norm1.weight", d, 0, 0, -1, &l->ln1_w, err) ||
+                   get_vec(ws, p, "layer_norm1.bias", d, 0, 0, 0.02f, &l->ln1_b, err) ||
+                   get_vec(ws, p, "layer_norm2.weight", d, 0, 0, -1, &l->ln2_w, err) ||
+                   get_vec(ws, p, "layer_norm2.bias", d, 0, 0, 0.02f, &l->ln2_b, err) ||
                    get_mat(ws, p, "self_attn.q_proj.weight", d, d, d0, dr, 0, 0, &l->q, err) ||
                    get_mat(ws, p, "self_attn.k_proj.weight", d, d, d0, dr, 0, 0, &l->k, err) ||
                    get_mat(ws, p, "self_attn.v_proj.weight", d, d, d0, dr, 0, 0, &l->v, err) ||
                    get_mat(ws, p, "self_attn.out_proj.weight", d, d, 0, 0, d0, dr, &l->o, err) ||
-                   get_slice(ws, p, "self_attn.q_proj.bias", d, d0, dr, &l->q_b, err) ||
-                   get_slice(ws, p, "self_attn.k_proj.bias", d, d0, dr, &l->k_b, err) ||
-                   get_slice(ws, p, "self_attn.v_proj.bias", d, d0, dr, &l->v_b, err) ||
-                   get_vec(ws, p, "self_attn.out_proj.bias", d, 0.02f, &l->o_b, err) ||
+                   get_vec(ws, p, "self_attn.q_proj.bias", d, d0, dr, 0.02f, &l->q_b, err) ||
+                   get_vec(ws, p, "self_attn.k_proj.bias", d, d0, dr, 0.02f, &l->k_b, err) ||
+                   get_vec(ws, p, "self_attn.v_proj.bias", d, d0, dr, 0.02f, &l->v_b, err) ||
+                   get_vec(ws, p, "self_attn.out_proj.bias", d, 0, 0, 0.02f, &l->o_b, err) ||
                    get_mat(ws, p, "mlp.fc1.weight", f, d, f0, fr, 0, 0, &l->fc1, err) ||
-                   get_slice(ws, p, "mlp.fc1.bias", f, f0, fr, &l->fc1_b, err) ||
+                   get_vec(ws, p, "mlp.fc1.bias", f, f0, fr, 0.02f, &l->fc1_b, err) ||
                    get_mat(ws, p, "mlp.fc2.weight", d, f, 0, 0, f0, fr, &l->fc2, err) ||
-                   get_vec(ws, p, "mlp.fc2.bias", d, 0.02f, &l->fc2_b, err)
+                   get_vec(ws, p, "mlp.fc2.bias", d, 0, 0, 0.02f, &l->fc2_b, err)
                ? -1
                : 0;
 }
@@ -123,7 +114,7 @@ int vision_tower_load(vision_tower *t, const model_config *c, weight_store *ws, 
     snprintf(name, sizeof name, "%sembeddings.patch_embedding.weight", tower);
     int conv[4] = {d, v->channels, v->patch_size, v->patch_size};
     if (get_f32(ws, name, 4, conv, d, pp, false, &t->patch, err) ||
-        get_vec(ws, tower, "embeddings.patch_embedding.bias", d, 0.02f, &t->patch_b, err))
+        get_vec(ws, tower, "embeddings.patch_embedding.bias", d, 0, 0, 0.02f, &t->patch_b, err))
         return loom_err_prefix(err, "the vision tower");
     wmat pos;
     snprintf(name, sizeof name, "%sembeddings.position_embedding.weight", tower);
@@ -133,11 +124,12 @@ int vision_tower_load(vision_tower *t, const model_config *c, weight_store *ws, 
     if (!(t->layers = mem_zalloc((size_t)v->n_layers, sizeof *t->layers, "the vision tower's layers", err))) return -1;
     for (int i = 0; i < v->n_layers; i++)
         if (load_layer(&t->layers[i], ws, tower, i, t, err)) return loom_err_prefix(err, "the vision tower");
-    if (get_vec(ws, tower, "post_layernorm.weight", d, -1, &t->post_w, err) ||
-        get_vec(ws, tower, "post_layernorm.bias", d, 0.02f, &t->post_b, err))
+    if (get_vec(ws, tower, "post_layernorm.weight", d, 0, 0, -1, &t->post_w, err) ||
+        get_vec(ws, tower, "post_layernorm.bias", d, 0, 0, 0.02f, &t->post_b, err))
         return loom_err_prefix(err, "the vision tower");
     const float *w;
-    if (get_vec(ws, proj, "mm_soft_emb_norm.weight", d, 0.02f, &w, err)) return loom_err_prefix(err, "the projector");
+    if (get_vec(ws, proj, "mm_soft_emb_norm.weight", d, 0, 0, 0.02f, &w, err))
+        return loom_err_prefix(err, "the projector");
     if (!(t->soft_norm = mem_array((size_t)d, sizeof(float), "the soft-embedding norm", err))) return -1;
     for (int i = 0; i < d; i++) t->soft_norm[i] = 1.0f + w[i]; /* Gemma3RMSNorm's fp32 1 + w */
     snprintf(name, sizeof name, "%smm_input_projection_weight", proj);
